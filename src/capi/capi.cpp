@@ -1,0 +1,591 @@
+// The C ABI: a thin extern "C" layer. Every entry point runs its body inside LM_API_GUARD, which
+// turns exceptions into a status code and the thread-local message; nothing unwinds across it.
+#include <mpi.h>
+
+#include <cstring>
+#include <new>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "localmap/local_map.hpp"
+#include "reshard/persistent.hpp"
+#include "tensor/ops.hpp"
+
+namespace {
+
+lm_status_t report(lm_status_t st, const std::string &msg) {
+  int r = lm::world_rank_or_minus1();
+  if (msg.find("rank") == std::string::npos && r >= 0)
+    lm::set_last_error(msg + lm::strfmt(" (rank %d)", r));
+  else
+    lm::set_last_error(msg);
+  return st;
+}
+
+template <class F>
+lm_status_t guard(F &&f) noexcept {
+  try {
+    f();
+    return LM_SUCCESS;
+  } catch (const lm::Error &e) {
+    return report(e.status(), e.message());
+  } catch (const std::bad_alloc &) {
+    return report(LM_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception &e) {
+    return report(LM_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return report(LM_ERR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+#define OUT_ARG(p, name, fn) LM_CHECK_ARG((p) != nullptr, "%s: %s is NULL", fn, name)
+
+bool g_we_initialised = false;
+
+}  // namespace
+
+using namespace lm;
+
+extern "C" {
+
+LM_API int lm_get_version(void) { return LM_VERSION_CODE; }
+
+LM_API const char *lm_status_string(lm_status_t s) {
+  switch (s) {
+    case LM_SUCCESS: return "LM_SUCCESS: success";
+    case LM_ERR_INVALID_ARGUMENT: return "LM_ERR_INVALID_ARGUMENT: invalid argument";
+    case LM_ERR_INVALID_USAGE: return "LM_ERR_INVALID_USAGE: invalid usage";
+    case LM_ERR_OUT_OF_MEMORY: return "LM_ERR_OUT_OF_MEMORY: out of memory";
+    case LM_ERR_NOT_SUPPORTED: return "LM_ERR_NOT_SUPPORTED: not supported";
+    case LM_ERR_MISMATCH: return "LM_ERR_MISMATCH: ranks disagree on the arguments";
+    case LM_ERR_MPI: return "LM_ERR_MPI: MPI error";
+    case LM_ERR_NCCL: return "LM_ERR_NCCL: NCCL error";
+    case LM_ERR_CUDA: return "LM_ERR_CUDA: CUDA error";
+    case LM_ERR_REMOTE: return "LM_ERR_REMOTE: another rank failed";
+    case LM_ERR_INTERNAL: return "LM_ERR_INTERNAL: internal error";
+    case LM_ERR_USER: return "LM_ERR_USER: user callback failed";
+  }
+  return "LM_ERR_UNKNOWN: unknown status code";
+}
+
+LM_API const char *lm_last_error_message(void) { return last_error(); }
+
+LM_API void lm_set_error_message(const char *message) { set_user_message(message); }
+
+LM_API lm_status_t lm_init(int *argc, char ***argv) {
+  return guard([&] {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (fin) fail(LM_ERR_INVALID_USAGE, "lm_init: MPI was already finalized");
+    if (init) return;
+    int provided = 0;
+    mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "lm_init: MPI_Init_thread");
+    g_we_initialised = true;
+  });
+}
+
+LM_API lm_status_t lm_finalize(void) {
+  return guard([&] {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (g_we_initialised && !fin) mpi_check(MPI_Finalize(), "lm_finalize: MPI_Finalize");
+    g_we_initialised = false;
+  });
+}
+
+LM_API lm_status_t lm_comm_world(int *comm_f) {
+  return guard([&] {
+    OUT_ARG(comm_f, "comm_f", "lm_comm_world");
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) fail(LM_ERR_INVALID_USAGE, "lm_comm_world: MPI is not initialised (call lm_init)");
+    *comm_f = (int)MPI_Comm_c2f(MPI_COMM_WORLD);
+  });
+}
+
+LM_API lm_status_t lm_world_rank(int *rank, int *size) {
+  return guard([&] {
+    OUT_ARG(rank, "rank", "lm_world_rank");
+    OUT_ARG(size, "size", "lm_world_rank");
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) fail(LM_ERR_INVALID_USAGE, "lm_world_rank: MPI is not initialised (call lm_init)");
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+  });
+}
+
+LM_API lm_status_t lm_device_supported(DLDeviceType device_type, int *supported) {
+  return guard([&] {
+    OUT_ARG(supported, "supported", "lm_device_supported");
+    *supported = device_type == kDLCPU;
+  });
+}
+
+LM_API lm_status_t lm_placements_format(const lm_placement_t *placements, int n, char *buf,
+                                        size_t size) {
+  return guard([&] {
+    const char *fn = "lm_placements_format";
+    LM_CHECK_ARG(n >= 0 && n <= kMaxDims, "%s: n = %d must be in [0, %d]", fn, n, kMaxDims);
+    LM_CHECK_ARG(placements || n == 0, "%s: placements is NULL", fn);
+    LM_CHECK_ARG(buf || size == 0, "%s: buf is NULL", fn);
+    std::string s = format_placements(placements, n);
+    if (size) {
+      size_t k = std::min(size - 1, s.size());
+      std::memcpy(buf, s.data(), k);
+      buf[k] = 0;
+    }
+  });
+}
+
+LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
+                            int64_t *length) {
+  return guard([&] {
+    const char *fn = "lm_chunk";
+    LM_CHECK_ARG(n >= 0, "%s: n = %lld must be >= 0", fn, (long long)n);
+    LM_CHECK_ARG(parts >= 1, "%s: parts = %lld must be >= 1", fn, (long long)parts);
+    LM_CHECK_ARG(index >= 0 && index < parts, "%s: index = %lld must be in [0, parts)", fn,
+                 (long long)index);
+    OUT_ARG(offset, "offset", fn);
+    OUT_ARG(length, "length", fn);
+    Range r = chunk(n, parts, index);
+    *offset = r.off;
+    *length = r.len;
+  });
+}
+
+// ----------------------------------------------------------------------------------- mesh
+LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim, const int64_t *shape,
+                                  const lm_mesh_config_t *config) {
+  return guard([&] {
+    OUT_ARG(mesh, "mesh", "lm_mesh_create");
+    *mesh = nullptr;
+    *mesh = mesh_create(parent_comm, ndim, shape, config);
+  });
+}
+
+LM_API lm_status_t lm_mesh_destroy(lm_mesh_t *mesh) {
+  return guard([&] {
+    if (!mesh || !*mesh) return;
+    lm_mesh_s *m = mesh_check(*mesh, "lm_mesh_destroy");
+    *mesh = nullptr;
+    mesh_release(m);
+  });
+}
+
+LM_API lm_status_t lm_mesh_ndim(lm_mesh_t mesh, int *ndim) {
+  return guard([&] {
+    lm_mesh_s *m = mesh_check(mesh, "lm_mesh_ndim");
+    OUT_ARG(ndim, "ndim", "lm_mesh_ndim");
+    *ndim = m->ndim();
+  });
+}
+
+LM_API lm_status_t lm_mesh_shape(lm_mesh_t mesh, int64_t *shape, int n) {
+  return guard([&] {
+    lm_mesh_s *m = mesh_check(mesh, "lm_mesh_shape");
+    OUT_ARG(shape, "shape", "lm_mesh_shape");
+    LM_CHECK_ARG(n >= 0, "lm_mesh_shape: n = %d must be >= 0", n);
+    for (int i = 0; i < n && i < m->ndim(); ++i) shape[i] = m->grid->shape()[i];
+  });
+}
+
+LM_API lm_status_t lm_mesh_size(lm_mesh_t mesh, int *size) {
+  return guard([&] {
+    lm_mesh_s *m = mesh_check(mesh, "lm_mesh_size");
+    OUT_ARG(size, "size", "lm_mesh_size");
+    *size = (int)m->grid->size();
+  });
+}
+
+LM_API lm_status_t lm_mesh_is_member(lm_mesh_t mesh, int *is_member) {
+  return guard([&] {
+    lm_mesh_s *m = mesh_check(mesh, "lm_mesh_is_member");
+    OUT_ARG(is_member, "is_member", "lm_mesh_is_member");
+    *is_member = m->member;
+  });
+}
+
+static lm_mesh_s *member_mesh(lm_mesh_t mesh, const char *fn) {
+  lm_mesh_s *m = mesh_check(mesh, fn);
+  if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", fn, m->world_rank);
+  return m;
+}
+
+LM_API lm_status_t lm_mesh_coord(lm_mesh_t mesh, int64_t *coord, int n) {
+  return guard([&] {
+    const char *fn = "lm_mesh_coord";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    OUT_ARG(coord, "coord", fn);
+    LM_CHECK_ARG(n >= m->ndim(), "%s: n = %d is less than the mesh ndim %d", fn, n, m->ndim());
+    member_mesh(mesh, fn);
+    for (int i = 0; i < m->ndim(); ++i) coord[i] = m->coord[i];
+  });
+}
+
+LM_API lm_status_t lm_mesh_rank(lm_mesh_t mesh, int *mesh_rank) {
+  return guard([&] {
+    OUT_ARG(mesh_rank, "mesh_rank", "lm_mesh_rank");
+    lm_mesh_s *m = member_mesh(mesh, "lm_mesh_rank");
+    *mesh_rank = (int)m->index;
+  });
+}
+
+LM_API lm_status_t lm_mesh_rank_at(lm_mesh_t mesh, const int64_t *coord, int n, int *parent_rank) {
+  return guard([&] {
+    const char *fn = "lm_mesh_rank_at";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    LM_CHECK_ARG(coord != nullptr, "%s: coord is NULL", fn);
+    OUT_ARG(parent_rank, "parent_rank", fn);
+    LM_CHECK_ARG(n == m->ndim(), "%s: n = %d must equal the mesh ndim %d", fn, n, m->ndim());
+    for (int i = 0; i < n; ++i)
+      LM_CHECK_ARG(coord[i] >= 0 && coord[i] < m->grid->shape()[i],
+                   "%s: coord[%d] = %lld is outside [0, %lld)", fn, i, (long long)coord[i],
+                   (long long)m->grid->shape()[i]);
+    *parent_rank = m->grid->rank_at_index(m->grid->index_at(coord));
+  });
+}
+
+LM_API lm_status_t lm_mesh_dim_index(lm_mesh_t mesh, const char *name, int *dim) {
+  return guard([&] {
+    const char *fn = "lm_mesh_dim_index";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    LM_CHECK_ARG(name != nullptr, "%s: name is NULL", fn);
+    OUT_ARG(dim, "dim", fn);
+    for (int i = 0; i < m->ndim(); ++i)
+      if (!m->names[i].empty() && m->names[i] == name) {
+        *dim = i;
+        return;
+      }
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: the mesh has no dim named \"%s\"", fn, name);
+  });
+}
+
+LM_API lm_status_t lm_mesh_dim_name(lm_mesh_t mesh, int dim, char *buf, size_t size) {
+  return guard([&] {
+    const char *fn = "lm_mesh_dim_name";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    LM_CHECK_ARG(dim >= 0 && dim < m->ndim(), "%s: dim %d out of range [0, %d)", fn, dim, m->ndim());
+    LM_CHECK_ARG(buf != nullptr && size > 0, "%s: buf is NULL or size is 0", fn);
+    const std::string &s = m->names[dim];
+    size_t k = std::min(size - 1, s.size());
+    std::memcpy(buf, s.data(), k);
+    buf[k] = 0;
+  });
+}
+
+LM_API lm_status_t lm_mesh_dim_comm(lm_mesh_t mesh, int dim, int *comm_f) {
+  return guard([&] {
+    const char *fn = "lm_mesh_dim_comm";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    OUT_ARG(comm_f, "comm_f", fn);
+    LM_CHECK_ARG(dim >= 0 && dim < m->ndim(), "%s: dim %d out of range [0, %d)", fn, dim, m->ndim());
+    member_mesh(mesh, fn);
+    *comm_f = (int)MPI_Comm_c2f(m->dim_comms[dim]);
+  });
+}
+
+LM_API lm_status_t lm_mesh_comm(lm_mesh_t mesh, int *comm_f) {
+  return guard([&] {
+    OUT_ARG(comm_f, "comm_f", "lm_mesh_comm");
+    lm_mesh_s *m = member_mesh(mesh, "lm_mesh_comm");
+    *comm_f = (int)MPI_Comm_c2f(m->comm);
+  });
+}
+
+// --------------------------------------------------------------------------------- tensors
+LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_mesh_t mesh, int ndim,
+                                        const int64_t *global_shape, DLDataType dtype,
+                                        DLDevice device, const lm_placement_t *placements) {
+  return guard([&] {
+    OUT_ARG(out, "out", "lm_dist_tensor_zeros");
+    *out = nullptr;
+    *out = tensor_zeros(mesh, ndim, global_shape, dtype, device, placements);
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out, lm_mesh_t mesh,
+                                             const DLTensor *local,
+                                             const lm_placement_t *placements,
+                                             lm_shape_mode_t shape_mode,
+                                             const int64_t *global_shape, unsigned flags) {
+  return guard([&] {
+    OUT_ARG(out, "out", "lm_dist_tensor_from_local");
+    *out = nullptr;
+    *out = tensor_from_local(mesh, local, placements, shape_mode, global_shape, flags, nullptr,
+                             "lm_dist_tensor_from_local");
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *out, lm_mesh_t mesh,
+                                               DLManagedTensor *local,
+                                               const lm_placement_t *placements,
+                                               lm_shape_mode_t shape_mode,
+                                               const int64_t *global_shape) {
+  return guard([&] {
+    const char *fn = "lm_dist_tensor_from_managed";
+    OUT_ARG(out, "out", fn);
+    *out = nullptr;
+    LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
+    *out = tensor_from_local(mesh, &local->dl_tensor, placements, shape_mode, global_shape,
+                             LM_FROM_LOCAL_BORROW, local, fn);
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_from_global(lm_dist_tensor_t *out, lm_mesh_t mesh,
+                                              const DLTensor *global,
+                                              const lm_placement_t *placements, int root) {
+  return guard([&] {
+    OUT_ARG(out, "out", "lm_dist_tensor_from_global");
+    *out = nullptr;
+    *out = tensor_from_global(mesh, global, placements, root);
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
+  return guard([&] { tensor_gather(tensor, root, dst); });
+}
+
+#define TENSOR_GETTER(name, type, body)                        \
+  LM_API lm_status_t lm_dist_tensor_##name(lm_dist_tensor_t tensor, type *out) { \
+    return guard([&] {                                         \
+      lm_dist_tensor_s *t = tensor_check(tensor, "lm_dist_tensor_" #name); \
+      OUT_ARG(out, #name, "lm_dist_tensor_" #name);            \
+      body;                                                    \
+    });                                                        \
+  }
+
+TENSOR_GETTER(mesh, lm_mesh_t, *out = t->mesh)
+TENSOR_GETTER(ndim, int, *out = t->layout.ndim())
+TENSOR_GETTER(dtype, DLDataType, *out = t->dtype)
+TENSOR_GETTER(device, DLDevice, *out = t->device)
+
+LM_API lm_status_t lm_dist_tensor_placements(lm_dist_tensor_t tensor, lm_placement_t *placements,
+                                             int n) {
+  return guard([&] {
+    const char *fn = "lm_dist_tensor_placements";
+    lm_dist_tensor_s *t = tensor_check(tensor, fn);
+    OUT_ARG(placements, "placements", fn);
+    LM_CHECK_ARG(n == t->layout.mesh_ndim(), "%s: n = %d must equal the mesh ndim %d", fn, n,
+                 t->layout.mesh_ndim());
+    for (int i = 0; i < n; ++i) placements[i] = t->layout.pl[i];
+  });
+}
+
+static lm_status_t shape_getter(lm_dist_tensor_t tensor, int64_t *out, int n, const char *fn,
+                                int which) {
+  return guard([&] {
+    lm_dist_tensor_s *t = tensor_check(tensor, fn);
+    OUT_ARG(out, "shape", fn);
+    LM_CHECK_ARG(n == t->layout.ndim(), "%s: n = %d must equal the tensor ndim %d", fn, n,
+                 t->layout.ndim());
+    const Shape &s = which == 0 ? t->layout.gshape : which == 1 ? t->local.len : t->local.off;
+    for (int i = 0; i < n; ++i) out[i] = s[i];
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_global_shape(lm_dist_tensor_t t, int64_t *shape, int n) {
+  return shape_getter(t, shape, n, "lm_dist_tensor_global_shape", 0);
+}
+LM_API lm_status_t lm_dist_tensor_local_shape(lm_dist_tensor_t t, int64_t *shape, int n) {
+  return shape_getter(t, shape, n, "lm_dist_tensor_local_shape", 1);
+}
+LM_API lm_status_t lm_dist_tensor_local_offset(lm_dist_tensor_t t, int64_t *offset, int n) {
+  return shape_getter(t, offset, n, "lm_dist_tensor_local_offset", 2);
+}
+
+LM_API lm_status_t lm_dist_tensor_local(lm_dist_tensor_t tensor, DLTensor *view) {
+  return guard([&] {
+    lm_dist_tensor_s *t = tensor_check(tensor, "lm_dist_tensor_local");
+    OUT_ARG(view, "view", "lm_dist_tensor_local");
+    view->data = t->data();
+    view->device = t->device;
+    view->ndim = t->layout.ndim();
+    view->dtype = t->dtype;
+    view->shape = t->local.len.data();
+    view->strides = nullptr;
+    view->byte_offset = 0;
+  });
+}
+
+namespace {
+struct ExportCtx {
+  DLManagedTensor mt;
+  lm_dist_tensor_s *t;
+  Shape shape;
+};
+void export_deleter(DLManagedTensor *self) {
+  ExportCtx *c = static_cast<ExportCtx *>(self->manager_ctx);
+  tensor_release(c->t);
+  delete c;
+}
+}  // namespace
+
+LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTensor **managed) {
+  return guard([&] {
+    lm_dist_tensor_s *t = tensor_check(tensor, "lm_dist_tensor_export");
+    OUT_ARG(managed, "managed", "lm_dist_tensor_export");
+    auto c = new ExportCtx();
+    c->shape = t->local.len;
+    c->mt.dl_tensor.data = t->data();
+    c->mt.dl_tensor.device = t->device;
+    c->mt.dl_tensor.ndim = t->layout.ndim();
+    c->mt.dl_tensor.dtype = t->dtype;
+    c->mt.dl_tensor.shape = c->shape.data();
+    c->mt.dl_tensor.strides = nullptr;
+    c->mt.dl_tensor.byte_offset = 0;
+    c->mt.manager_ctx = c;
+    c->mt.deleter = export_deleter;
+    tensor_retain(t);
+    c->t = t;
+    *managed = &c->mt;
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_retain(lm_dist_tensor_t tensor) {
+  return guard([&] { tensor_retain(tensor_check(tensor, "lm_dist_tensor_retain")); });
+}
+
+LM_API lm_status_t lm_dist_tensor_destroy(lm_dist_tensor_t *tensor) {
+  return guard([&] {
+    if (!tensor || !*tensor) return;
+    lm_dist_tensor_s *t = tensor_check(*tensor, "lm_dist_tensor_destroy");
+    *tensor = nullptr;
+    tensor_release(t);
+  });
+}
+
+// --------------------------------------------------------------------------------- reshard
+LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm_dist_tensor_t src,
+                                          lm_mesh_t dst_mesh, const lm_placement_t *placements) {
+  return guard([&] {
+    OUT_ARG(out, "out", "lm_dist_tensor_reshard");
+    *out = nullptr;
+    *out = tensor_reshard(src, dst_mesh, placements, "lm_dist_tensor_reshard");
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, lm_mesh_t src_mesh,
+                                          const lm_placement_t *src_placements, lm_mesh_t dst_mesh,
+                                          const lm_placement_t *dst_placements, int ndim,
+                                          const int64_t *global_shape, DLDataType dtype) {
+  return guard([&] {
+    OUT_ARG(plan, "plan", "lm_reshard_plan_create");
+    *plan = nullptr;
+    *plan = plan_create(src_mesh, src_placements, dst_mesh, dst_placements, ndim, global_shape,
+                        dtype);
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_alloc_target(lm_reshard_plan_t plan, DLDevice device,
+                                                lm_dist_tensor_t *out) {
+  return guard([&] {
+    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_alloc_target");
+    OUT_ARG(out, "out", "lm_reshard_plan_alloc_target");
+    *out = nullptr;
+    *out = plan_alloc_target(p, device);
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_execute(lm_reshard_plan_t plan, lm_dist_tensor_t src,
+                                           lm_dist_tensor_t dst) {
+  return guard([&] {
+    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_execute");
+    lm_request_s *r = plan_start(p, src, dst, "lm_reshard_plan_execute");
+    if (!r) return;
+    std::unique_ptr<lm_request_s> own(r);
+    request_progress(r, true);
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_start(lm_reshard_plan_t plan, lm_dist_tensor_t src,
+                                         lm_dist_tensor_t dst, lm_request_t *request) {
+  return guard([&] {
+    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_start");
+    OUT_ARG(request, "request", "lm_reshard_plan_start");
+    *request = nullptr;
+    *request = plan_start(p, src, dst, "lm_reshard_plan_start");
+  });
+}
+
+LM_API lm_status_t lm_request_test(lm_request_t *request, int *done) {
+  return guard([&] {
+    OUT_ARG(request, "request", "lm_request_test");
+    OUT_ARG(done, "done", "lm_request_test");
+    if (!*request) {  // a rank without a part in the reshard got no request: complete
+      *done = 1;
+      return;
+    }
+    lm_request_s *r = request_check(*request, "lm_request_test");
+    *done = 0;
+    bool fin;
+    try {
+      fin = request_progress(r, false);
+    } catch (...) {
+      *request = nullptr;
+      delete r;
+      throw;
+    }
+    if (fin) {
+      *request = nullptr;
+      delete r;
+      *done = 1;
+    }
+  });
+}
+
+LM_API lm_status_t lm_request_wait(lm_request_t *request) {
+  return guard([&] {
+    OUT_ARG(request, "request", "lm_request_wait");
+    if (!*request) return;
+    lm_request_s *r = request_check(*request, "lm_request_wait");
+    *request = nullptr;
+    std::unique_ptr<lm_request_s> own(r);
+    request_progress(r, true);
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *bytes) {
+  return guard([&] {
+    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_bytes_sent");
+    OUT_ARG(bytes, "bytes", "lm_reshard_plan_bytes_sent");
+    *bytes = p->plan->bytes_sent;
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf, size_t size) {
+  return guard([&] {
+    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_describe");
+    LM_CHECK_ARG(buf != nullptr && size > 0, "lm_reshard_plan_describe: buf is NULL or size is 0");
+    std::string s = p->plan->describe();
+    size_t k = std::min(size - 1, s.size());
+    std::memcpy(buf, s.data(), k);
+    buf[k] = 0;
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan) {
+  return guard([&] {
+    if (!plan || !*plan) return;
+    lm_reshard_plan_s *p = plan_check(*plan, "lm_reshard_plan_destroy");
+    if (p->in_flight)
+      fail(LM_ERR_INVALID_USAGE, "lm_reshard_plan_destroy: a request is in flight; wait for it");
+    *plan = nullptr;
+    delete p;
+  });
+}
+
+// ------------------------------------------------------------------------------- local_map
+LM_API lm_status_t lm_local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
+                                const lm_placement_t *const *in_placements, int nout,
+                                const lm_placement_t *const *out_placements,
+                                const int64_t *const *out_shapes, lm_mesh_t mesh, unsigned flags,
+                                lm_arg_t *outputs) {
+  return guard([&] {
+    local_map(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, mesh,
+              flags, outputs);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,48 @@
+// Error model of localmap's C++ core: modules throw lm::Error; the C API layer (src/capi) catches
+// it in one place, stores the thread-local message and returns the status.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "localmap.h"
+
+namespace lm {
+
+class Error : public std::exception {
+ public:
+  Error(lm_status_t status, std::string message) : status_(status), message_(std::move(message)) {}
+  lm_status_t status() const noexcept { return status_; }
+  const char *what() const noexcept override { return message_.c_str(); }
+  const std::string &message() const noexcept { return message_; }
+
+ private:
+  lm_status_t status_;
+  std::string message_;
+};
+
+// printf-style formatting into std::string.
+std::string strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Throws Error(status, "<formatted message>").
+[[noreturn]] void fail(lm_status_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Convenience for the most common case.
+#define LM_CHECK_ARG(cond, ...)                              \
+  do {                                                       \
+    if (!(cond)) ::lm::fail(LM_ERR_INVALID_ARGUMENT, __VA_ARGS__); \
+  } while (0)
+
+// This process's rank in MPI_COMM_WORLD, or -1 when MPI is not initialised (for messages).
+int world_rank_or_minus1();
+
+// Thread-local last error.
+void set_last_error(const std::string &message);
+void clear_last_error();
+const char *last_error();
+
+// Text a user callback left with lm_set_error_message (thread-local); taking it clears it.
+std::string take_user_message();
+void set_user_message(const char *message);
+
+}  // namespace lm

@@ -1,0 +1,288 @@
+#include "layout/layout.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.hpp"
+
+namespace lm {
+
+bool chunk_span(int64_t n, int64_t parts, int64_t lo, int64_t hi, int64_t *first, int64_t *last) {
+  if (hi <= lo || n <= 0 || parts <= 0) return false;
+  int64_t b = (n + parts - 1) / parts;
+  int64_t f = lo / b, l = (hi - 1) / b;
+  if (l > parts - 1) l = parts - 1;
+  if (f > l) return false;
+  *first = f;
+  *last = l;
+  return true;
+}
+
+int64_t Box::numel() const {
+  int64_t n = 1;
+  for (int64_t l : len) n *= l;
+  return n;
+}
+
+bool Box::empty() const {
+  for (int64_t l : len)
+    if (l <= 0) return true;
+  return false;
+}
+
+Box intersect(const Box &a, const Box &b) {
+  Box r;
+  size_t n = a.off.size();
+  r.off.resize(n);
+  r.len.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t lo = std::max(a.off[i], b.off[i]);
+    int64_t hi = std::min(a.off[i] + a.len[i], b.off[i] + b.len[i]);
+    r.off[i] = lo;
+    r.len[i] = hi > lo ? hi - lo : 0;
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+Grid::Grid(Shape shape, std::vector<int> ranks) : shape_(std::move(shape)) {
+  size_ = 1;
+  for (int64_t s : shape_) size_ *= s;
+  bool contiguous = true;
+  for (size_t i = 1; i < ranks.size(); ++i)
+    if (ranks[i] != ranks[0] + static_cast<int>(i)) contiguous = false;
+  if (ranks.empty() || contiguous) {
+    base_ = ranks.empty() ? 0 : ranks[0];
+  } else {
+    ranks_ = std::move(ranks);
+    index_.reserve(ranks_.size());
+    for (size_t i = 0; i < ranks_.size(); ++i) index_.emplace(ranks_[i], static_cast<int64_t>(i));
+  }
+}
+
+int64_t Grid::index_of(int parent_rank) const {
+  if (ranks_.empty()) {
+    int64_t i = parent_rank - base_;
+    return (i >= 0 && i < size_) ? i : -1;
+  }
+  auto it = index_.find(parent_rank);
+  return it == index_.end() ? -1 : it->second;
+}
+
+void Grid::coord_of(int64_t index, int64_t *coord) const {
+  for (int m = ndim() - 1; m >= 0; --m) {
+    coord[m] = index % shape_[m];
+    index /= shape_[m];
+  }
+}
+
+int64_t Grid::index_at(const int64_t *coord) const {
+  int64_t idx = 0;
+  for (int m = 0; m < ndim(); ++m) idx = idx * shape_[m] + coord[m];
+  return idx;
+}
+
+bool Grid::same_as(const Grid &o) const {
+  if (this == &o) return true;
+  if (shape_ != o.shape_ || size_ != o.size_) return false;
+  for (int64_t i = 0; i < size_; ++i)
+    if (rank_at_index(i) != o.rank_at_index(i)) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+static const char *op_name(int32_t op) {
+  switch (op) {
+    case LM_REDUCE_SUM: return "sum";
+    case LM_REDUCE_AVG: return "avg";
+    case LM_REDUCE_MAX: return "max";
+    case LM_REDUCE_MIN: return "min";
+    case LM_REDUCE_PROD: return "prod";
+  }
+  return "?";
+}
+
+std::string format_placements(const lm_placement_t *pl, int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ", ";
+    switch (pl[i].kind) {
+      case LM_REPLICATE: s += "R"; break;
+      case LM_SHARD:
+        s += strfmt("S(%d)", pl[i].dim);
+        if (pl[i].order) s += strfmt("@%d", pl[i].order);
+        break;
+      case LM_PARTIAL: s += strfmt("P(%s)", op_name(pl[i].op)); break;
+      default: s += strfmt("?(kind=%d)", pl[i].kind); break;
+    }
+  }
+  return s + "]";
+}
+
+void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndim,
+                         const char *what) {
+  LM_CHECK_ARG(pl != nullptr || mesh_ndim == 0, "%s: NULL (need %d placements, one per mesh dim)",
+               what, mesh_ndim);
+  for (int i = 0; i < mesh_ndim; ++i) {
+    const lm_placement_t &p = pl[i];
+    switch (p.kind) {
+      case LM_REPLICATE:
+        LM_CHECK_ARG(p.dim == 0 && p.op == 0 && p.order == 0,
+                     "%s[%d]: Replicate must have dim, op and order 0", what, i);
+        break;
+      case LM_SHARD:
+        LM_CHECK_ARG(p.dim >= 0 && p.dim < tensor_ndim,
+                     "%s[%d]: Shard dim %d out of range for a %d-d tensor", what, i, p.dim,
+                     tensor_ndim);
+        LM_CHECK_ARG(p.op == 0, "%s[%d]: Shard must have op 0", what, i);
+        LM_CHECK_ARG(p.order >= 0, "%s[%d]: Shard order %d must be >= 0", what, i, p.order);
+        break;
+      case LM_PARTIAL:
+        LM_CHECK_ARG(p.op >= LM_REDUCE_SUM && p.op <= LM_REDUCE_PROD,
+                     "%s[%d]: Partial op %d is not an lm_reduce_op_t", what, i, p.op);
+        LM_CHECK_ARG(p.dim == 0 && p.order == 0, "%s[%d]: Partial must have dim and order 0",
+                     what, i);
+        break;
+      default:
+        fail(LM_ERR_INVALID_ARGUMENT, "%s[%d]: kind %d is not an lm_placement_kind_t", what, i,
+             p.kind);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+Layout::Layout(std::shared_ptr<const Grid> g, std::vector<lm_placement_t> p, Shape gs)
+    : grid(std::move(g)), pl(std::move(p)), gshape(std::move(gs)) {
+  derive();
+}
+
+void Layout::derive() {
+  order.assign(gshape.size(), {});
+  for (int m = 0; m < mesh_ndim(); ++m)
+    if (pl[m].kind == LM_SHARD) order[static_cast<size_t>(pl[m].dim)].push_back(m);
+  for (auto &o : order)
+    std::stable_sort(o.begin(), o.end(), [&](int a, int b) { return pl[a].order < pl[b].order; });
+}
+
+Box Layout::box_at(const int64_t *coord) const {
+  Box b;
+  b.off.assign(gshape.size(), 0);
+  b.len = gshape;
+  const Shape &ms = grid->shape();
+  for (size_t d = 0; d < gshape.size(); ++d) {
+    for (int m : order[d]) {
+      Range r = chunk(b.len[d], ms[m], coord[m]);
+      b.off[d] += r.off;
+      b.len[d] = r.len;
+    }
+  }
+  return b;
+}
+
+bool Layout::equals(const Layout &o) const {
+  if (gshape != o.gshape || pl.size() != o.pl.size()) return false;
+  if (grid != o.grid && !grid->same_as(*o.grid)) return false;
+  for (size_t m = 0; m < pl.size(); ++m) {
+    if (pl[m].kind != o.pl[m].kind) return false;
+    if (pl[m].kind == LM_SHARD && pl[m].dim != o.pl[m].dim) return false;
+    if (pl[m].kind == LM_PARTIAL && pl[m].op != o.pl[m].op) return false;
+  }
+  return order == o.order;
+}
+
+bool Layout::has_partial() const {
+  for (const auto &p : pl)
+    if (p.kind == LM_PARTIAL) return true;
+  return false;
+}
+
+std::string Layout::key() const {
+  std::string k;
+  for (int64_t s : grid->shape()) k += strfmt("%lld,", (long long)s);
+  k += "|";
+  for (const auto &p : pl) k += strfmt("%d.%d.%d.%d,", p.kind, p.dim, p.op, p.order);
+  k += "|";
+  for (int64_t s : gshape) k += strfmt("%lld,", (long long)s);
+  return k;
+}
+
+std::string Layout::str() const { return format_placements(pl.data(), mesh_ndim()); }
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+struct Enumerator {
+  const Layout &L;
+  const Shape &fixed;
+  const Box &region;
+  const std::function<void(const int64_t *, const Box &)> &fn;
+  std::vector<int64_t> coord;
+  Box cur;
+  std::vector<int> free_dims;  // mesh dims that shard nothing
+
+  // Level-by-level over tensor dims, then the free mesh dims.
+  void tensor_dim(size_t d) {
+    if (d == L.gshape.size()) {
+      free_dim(0);
+      return;
+    }
+    level(d, 0, 0, L.gshape[d]);
+  }
+  void level(size_t d, size_t lvl, int64_t off, int64_t len) {
+    const auto &ord = L.order[d];
+    if (lvl == ord.size()) {
+      int64_t lo = std::max(off, region.off[d]);
+      int64_t hi = std::min(off + len, region.off[d] + region.len[d]);
+      if (hi <= lo) return;
+      cur.off[d] = lo;
+      cur.len[d] = hi - lo;
+      tensor_dim(d + 1);
+      return;
+    }
+    int m = ord[lvl];
+    int64_t parts = L.grid->shape()[m];
+    int64_t first, last;
+    int64_t lo = std::max<int64_t>(0, region.off[d] - off);
+    int64_t hi = std::min<int64_t>(len, region.off[d] + region.len[d] - off);
+    if (!chunk_span(len, parts, lo, hi, &first, &last)) return;
+    if (fixed[m] >= 0) {
+      if (fixed[m] < first || fixed[m] > last) return;
+      first = last = fixed[m];
+    }
+    for (int64_t i = first; i <= last; ++i) {
+      Range r = chunk(len, parts, i);
+      if (r.len == 0) continue;
+      coord[m] = i;
+      level(d, lvl + 1, off + r.off, r.len);
+    }
+  }
+  void free_dim(size_t k) {
+    if (k == free_dims.size()) {
+      fn(coord.data(), cur);
+      return;
+    }
+    int m = free_dims[k];
+    if (fixed[m] >= 0) {
+      coord[m] = fixed[m];
+      free_dim(k + 1);
+      return;
+    }
+    for (int64_t i = 0; i < L.grid->shape()[m]; ++i) {
+      coord[m] = i;
+      free_dim(k + 1);
+    }
+  }
+};
+}  // namespace
+
+void enumerate_intersecting(const Layout &L, const Shape &fixed, const Box &region,
+                            const std::function<void(const int64_t *, const Box &)> &fn) {
+  if (region.empty()) return;
+  Enumerator e{L, fixed, region, fn, std::vector<int64_t>(L.pl.size(), 0), Box{}, {}};
+  e.cur.off.assign(L.gshape.size(), 0);
+  e.cur.len.assign(L.gshape.size(), 0);
+  for (int m = 0; m < L.mesh_ndim(); ++m)
+    if (L.pl[m].kind != LM_SHARD) e.free_dims.push_back(m);
+  e.tensor_dim(0);
+}
+
+}  // namespace lm

@@ -1,0 +1,108 @@
+// Pure layout math (no MPI): torch.chunk sizing, nested (co-)sharding, which global box a mesh
+// coordinate holds, and which coordinates of a layout hold data intersecting a box.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "localmap.h"
+
+namespace lm {
+
+using Shape = std::vector<int64_t>;
+
+constexpr int kMaxDims = 32;  // tensor and mesh ndim limit (sanity bound for inputs)
+
+struct Range {
+  int64_t off, len;
+};
+
+// torch.chunk: block b = ceil(n / parts); block i covers [min(n, i*b), min(n, (i+1)*b)).
+inline Range chunk(int64_t n, int64_t parts, int64_t i) {
+  int64_t b = (n + parts - 1) / parts;
+  int64_t o = b * i < n ? b * i : n;
+  int64_t e = o + b < n ? o + b : n;
+  return {o, e - o};
+}
+
+// Indices i in [0, parts) whose chunk of n intersects [lo, hi) (hi > lo): [first, last].
+// Returns false when none does.
+bool chunk_span(int64_t n, int64_t parts, int64_t lo, int64_t hi, int64_t *first, int64_t *last);
+
+struct Box {
+  Shape off, len;
+  int64_t numel() const;
+  bool empty() const;
+};
+
+// Intersection of two boxes of the same rank; empty len when disjoint.
+Box intersect(const Box &a, const Box &b);
+
+// The ranks of a mesh: row-major list of parent-communicator ranks.
+class Grid {
+ public:
+  Grid() = default;
+  Grid(Shape shape, std::vector<int> ranks);  // ranks empty: 0..size-1
+  const Shape &shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t size() const { return size_; }
+  int rank_at_index(int64_t index) const {
+    return ranks_.empty() ? static_cast<int>(base_ + index) : ranks_[static_cast<size_t>(index)];
+  }
+  // -1 when the parent rank is not in the grid.
+  int64_t index_of(int parent_rank) const;
+  void coord_of(int64_t index, int64_t *coord) const;
+  int64_t index_at(const int64_t *coord) const;
+  bool same_as(const Grid &o) const;
+  const std::vector<int> &explicit_ranks() const { return ranks_; }
+
+ private:
+  Shape shape_;
+  int64_t size_ = 0;
+  int64_t base_ = 0;        // contiguous ranks: base_ + index
+  std::vector<int> ranks_;  // non-contiguous ranks
+  std::unordered_map<int, int64_t> index_;
+};
+
+// Checks placements for a mesh of `mesh_ndim` dims and a tensor of `tensor_ndim` dims; throws
+// LM_ERR_INVALID_ARGUMENT naming `what` (e.g. "lm_dist_tensor_zeros: placements").
+void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndim,
+                         const char *what);
+
+std::string format_placements(const lm_placement_t *pl, int n);
+
+// Placements + global shape over a grid.
+struct Layout {
+  std::shared_ptr<const Grid> grid;
+  std::vector<lm_placement_t> pl;  // one per mesh dim
+  Shape gshape;                    // global tensor shape
+  // Derived: per tensor dim, the mesh dims that shard it, outermost first.
+  std::vector<std::vector<int>> order;
+
+  Layout() = default;
+  Layout(std::shared_ptr<const Grid> g, std::vector<lm_placement_t> p, Shape gs);
+  void derive();  // recompute `order` after editing pl
+
+  int mesh_ndim() const { return static_cast<int>(pl.size()); }
+  int ndim() const { return static_cast<int>(gshape.size()); }
+  // The global box held at a mesh coordinate.
+  Box box_at(const int64_t *coord) const;
+  // Semantic equality (same grid, same kinds/ops, same shard orders, same global shape).
+  bool equals(const Layout &o) const;
+  bool has_partial() const;
+  std::string key() const;  // for caches
+  std::string str() const;  // "[S(0), R]"
+};
+
+// Calls fn(coord, intersection) for each coordinate c of layout L whose box intersects `region`,
+// with c[m] restricted to fixed[m] where fixed[m] >= 0. Mesh dims that shard nothing (Replicate,
+// Partial) and are not fixed are enumerated over their whole extent. Cost: the number of
+// coordinates visited (O(peers)), never the mesh size.
+void enumerate_intersecting(const Layout &L, const Shape &fixed, const Box &region,
+                            const std::function<void(const int64_t *coord, const Box &)> &fn);
+
+}  // namespace lm

@@ -1,0 +1,365 @@
+#include "localmap/local_map.hpp"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/error.hpp"
+#include "tensor/ops.hpp"
+
+namespace lm {
+
+namespace {
+
+// Stack storage for the common small case, so a call allocates nothing but its outputs.
+template <class T, size_t N>
+class SmallBuf {
+ public:
+  explicit SmallBuf(size_t n) : p_(n <= N ? stack_ : (heap_.reset(new T[n]()), heap_.get())) {
+    if (n <= N)
+      for (size_t i = 0; i < n; ++i) stack_[i] = T();
+  }
+  T &operator[](size_t i) { return p_[i]; }
+  T *data() { return p_; }
+
+ private:
+  T stack_[N];
+  std::unique_ptr<T[]> heap_;
+  T *p_;
+};
+
+bool same_placements(const Layout &L, const lm_placement_t *pl) {
+  std::vector<lm_placement_t> v(pl, pl + L.mesh_ndim());
+  Layout other(L.grid, v, L.gshape);
+  return L.equals(other);
+}
+
+void release_managed(lm_arg_t &a) {
+  if (a.kind == LM_ARG_MANAGED_TENSOR && a.ptr) {
+    auto *m = static_cast<DLManagedTensor *>(a.ptr);
+    if (m->deleter) m->deleter(m);
+  }
+  a = lm_arg_t{};
+}
+
+const char *kind_name(int32_t k) {
+  switch (k) {
+    case LM_ARG_NONE: return "NONE";
+    case LM_ARG_DIST_TENSOR: return "DIST_TENSOR";
+    case LM_ARG_TENSOR: return "TENSOR";
+    case LM_ARG_INT64: return "INT64";
+    case LM_ARG_DOUBLE: return "DOUBLE";
+    case LM_ARG_POINTER: return "POINTER";
+    case LM_ARG_MANAGED_TENSOR: return "MANAGED_TENSOR";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
+               const lm_placement_t *const *in_placements, int nout,
+               const lm_placement_t *const *out_placements, const int64_t *const *out_shapes,
+               lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs) {
+  const char *F = "lm_local_map";
+  LM_CHECK_ARG(fn != nullptr, "%s: fn is NULL", F);
+  LM_CHECK_ARG(nin >= 0 && nout >= 0, "%s: nin = %d and nout = %d must be >= 0", F, nin, nout);
+  LM_CHECK_ARG(nin == 0 || inputs, "%s: inputs is NULL but nin = %d", F, nin);
+  LM_CHECK_ARG(nout == 0 || outputs, "%s: outputs is NULL but nout = %d", F, nout);
+  LM_CHECK_ARG(nout == 0 || out_placements,
+               "%s: out_placements is NULL but nout = %d (pass an array of nout entries, NULL for "
+               "non-tensor outputs)",
+               F, nout);
+  const unsigned known = LM_LOCAL_MAP_RESHARD_INPUTS | LM_LOCAL_MAP_NO_AGREE | LM_LOCAL_MAP_SHAPES_EVEN;
+  LM_CHECK_ARG((flags & ~known) == 0, "%s: unknown flags 0x%x", F, flags & ~known);
+  for (int j = 0; j < nout; ++j) outputs[j] = lm_arg_t{};
+
+  // The mesh: given, or the first dist input's.
+  lm_mesh_s *m = nullptr;
+  if (mesh) {
+    m = mesh_check_usable(mesh, strfmt("%s: mesh", F).c_str());
+  }
+  for (int i = 0; i < nin; ++i) {
+    const lm_arg_t &a = inputs[i];
+    LM_CHECK_ARG(a.kind >= LM_ARG_NONE && a.kind <= LM_ARG_POINTER,
+                 "%s: inputs[%d].kind = %d is not a valid input kind", F, i, a.kind);
+    if (a.kind == LM_ARG_DIST_TENSOR) {
+      lm_dist_tensor_s *t = tensor_check(static_cast<lm_dist_tensor_t>(a.ptr),
+                                         strfmt("%s: inputs[%d]", F, i).c_str());
+      if (!m) m = mesh_check_usable(t->mesh, strfmt("%s: mesh of inputs[%d]", F, i).c_str());
+    } else if (a.kind == LM_ARG_TENSOR) {
+      LM_CHECK_ARG(a.ptr != nullptr, "%s: inputs[%d] is a TENSOR with a NULL DLTensor*", F, i);
+    }
+    if (in_placements && in_placements[i] && a.kind != LM_ARG_DIST_TENSOR)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: in_placements[%d] is set but inputs[%d] is a %s, not a "
+           "dist tensor", F, i, i, kind_name(a.kind));
+  }
+  bool any_tensor_out = false;
+  for (int j = 0; j < nout; ++j)
+    if (out_placements[j]) any_tensor_out = true;
+  if (!m && any_tensor_out)
+    fail(LM_ERR_INVALID_ARGUMENT,
+         "%s: an output has placements but there is no mesh (no dist input and mesh is NULL)", F);
+  if (m && !m->member)
+    fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", F, m->world_rank);
+  for (int j = 0; j < nout; ++j)
+    if (out_placements[j])
+      validate_placements(out_placements[j], m->ndim(), kMaxDims,
+                          strfmt("%s: out_placements[%d]", F, j).c_str());
+
+  // Unwrap inputs, resharding those that must move.
+  SmallBuf<lm_arg_t, 16> args((size_t)nin);
+  SmallBuf<DLTensor, 16> views((size_t)nin);
+  SmallBuf<lm_dist_tensor_s *, 16> temps((size_t)nin);
+  struct TempGuard {
+    lm_dist_tensor_s **t;
+    int n;
+    ~TempGuard() {
+      for (int i = 0; i < n; ++i) tensor_release(t[i]);
+    }
+  } guard{temps.data(), nin};
+  for (int i = 0; i < nin; ++i) {
+    args[i] = inputs[i];
+    if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
+    lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+    const lm_placement_t *want = in_placements ? in_placements[i] : nullptr;
+    if (want)
+      validate_placements(want, m->ndim(), t->layout.ndim(),
+                          strfmt("%s: in_placements[%d]", F, i).c_str());
+    bool other_mesh = t->mesh != m && !t->mesh->grid->same_as(*m->grid);
+    bool differs = other_mesh || (want && !same_placements(t->layout, want));
+    if (differs) {
+      if (!(flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
+        if (other_mesh)
+          fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh; pass "
+               "LM_LOCAL_MAP_RESHARD_INPUTS (with its in_placements) to move it", F, i);
+        fail(LM_ERR_INVALID_ARGUMENT,
+             "%s: inputs[%d] has placements %s but fn requires %s; pass "
+             "LM_LOCAL_MAP_RESHARD_INPUTS to reshard it",
+             F, i, t->layout.str().c_str(), format_placements(want, m->ndim()).c_str());
+      }
+      if (other_mesh && !want)
+        fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh and in_placements[%d] "
+             "is NULL: give the placements it should have on the target mesh", F, i, i);
+      temps[i] = tensor_reshard(t, m, want, strfmt("%s: reshard of inputs[%d]", F, i).c_str());
+      t = temps[i];
+    }
+    DLTensor &v = views[i];
+    v.data = t->data();
+    v.device = t->device;
+    v.ndim = t->layout.ndim();
+    v.dtype = t->dtype;
+    v.shape = t->local.len.data();
+    v.strides = nullptr;
+    v.byte_offset = 0;
+    args[i].kind = LM_ARG_TENSOR;
+    args[i].ptr = &v;
+  }
+
+  // Call fn; then check its outputs and what can be known locally of their global shapes.
+  set_user_message(nullptr);
+  lm_status_t st;
+  try {
+    st = fn(user_data, m, nin, args.data(), nout, outputs);
+  } catch (...) {
+    st = LM_ERR_USER;
+    set_user_message("fn threw a C++ exception (it must not)");
+  }
+  std::string err;
+  lm_status_t local = LM_SUCCESS;
+  if (st != LM_SUCCESS) {
+    std::string um = take_user_message();
+    local = LM_ERR_USER;
+    err = strfmt("%s: fn returned %s on rank %d%s%s", F, lm_status_string(st),
+                 m ? m->world_rank : world_rank_or_minus1(), um.empty() ? "" : ": ", um.c_str());
+  }
+  SmallBuf<int, 16> need_gather((size_t)nout);
+  SmallBuf<int64_t, 16> dummy(1);
+  (void)dummy;
+  std::vector<Shape> gshapes((size_t)nout);
+  int ngather = 0;
+  if (local == LM_SUCCESS) {
+    try {
+      for (int j = 0; j < nout; ++j) {
+        lm_arg_t &o = outputs[j];
+        const lm_placement_t *pl = out_placements[j];
+        if (o.kind == LM_ARG_DIST_TENSOR)
+          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is already a dist tensor; fn must return "
+               "local tensors (LM_ARG_MANAGED_TENSOR)", F, j);
+        if (o.kind == LM_ARG_TENSOR)
+          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is a borrowed TENSOR; fn must hand tensors "
+               "over as LM_ARG_MANAGED_TENSOR", F, j);
+        LM_CHECK_ARG(o.kind >= LM_ARG_NONE && o.kind <= LM_ARG_MANAGED_TENSOR,
+                     "%s: outputs[%d].kind = %d is not a valid kind", F, j, o.kind);
+        if (o.kind != LM_ARG_MANAGED_TENSOR) {
+          if (pl)
+            fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is a %s but out_placements[%d] is set",
+                 F, j, kind_name(o.kind), j);
+          continue;
+        }
+        if (!pl)
+          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is a tensor but out_placements[%d] is "
+               "NULL", F, j, j);
+        LM_CHECK_ARG(o.ptr != nullptr, "%s: outputs[%d] is a MANAGED_TENSOR with a NULL pointer", F, j);
+        const DLTensor &lt = static_cast<DLManagedTensor *>(o.ptr)->dl_tensor;
+        Shape ls = check_shape(lt.ndim, lt.shape, strfmt("%s: outputs[%d]", F, j).c_str());
+        dtype_from_dl(lt.dtype, strfmt("%s: outputs[%d].dtype", F, j).c_str());
+        check_device(lt.device, strfmt("%s: outputs[%d].device", F, j).c_str());
+        validate_placements(pl, m->ndim(), lt.ndim, strfmt("%s: out_placements[%d]", F, j).c_str());
+        LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
+        bool sharded = false;
+        for (int k = 0; k < m->ndim(); ++k)
+          if (pl[k].kind == LM_SHARD) sharded = true;
+        if (out_shapes && out_shapes[j]) {
+          gshapes[j] = check_shape(lt.ndim, out_shapes[j], strfmt("%s: out_shapes[%d]", F, j).c_str());
+        } else if (!sharded) {
+          gshapes[j] = ls;
+        } else if (flags & LM_LOCAL_MAP_SHAPES_EVEN) {
+          gshapes[j] = ls;
+          for (int k = 0; k < m->ndim(); ++k)
+            if (pl[k].kind == LM_SHARD) gshapes[j][pl[k].dim] *= m->grid->shape()[k];
+        } else {
+          need_gather[j] = 1;
+          ++ngather;
+          continue;
+        }
+        Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), gshapes[j]);
+        Box b = L.box_at(m->coord.data());
+        if (b.len != ls)
+          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d]: the local shape does not match its shard "
+               "of global shape with placements %s on rank %d%s", F, j, L.str().c_str(),
+               m->world_rank, (flags & LM_LOCAL_MAP_SHAPES_EVEN) ? " (uneven: drop "
+               "LM_LOCAL_MAP_SHAPES_EVEN)" : "");
+      }
+    } catch (const Error &e) {
+      local = e.status();
+      err = e.message();
+    }
+  }
+
+  // Agree (one collective): the failure flag travels with the local extents when those are needed.
+  bool agree = m && !(flags & LM_LOCAL_MAP_NO_AGREE);
+  int64_t failed_rank = -1;
+  std::vector<long long> gathered;
+  const int W = 1 + ngather * (kMaxDims + 1);
+  if (m && ngather > 0) {
+    std::vector<long long> mine((size_t)W, 0);
+    mine[0] = local != LM_SUCCESS;
+    int slot = 0;
+    for (int j = 0; j < nout && local == LM_SUCCESS; ++j) {
+      if (!need_gather[j]) continue;
+      const DLTensor &lt = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor;
+      long long *e = &mine[(size_t)(1 + slot * (kMaxDims + 1))];
+      e[0] = lt.ndim;
+      for (int d = 0; d < lt.ndim; ++d) e[1 + d] = lt.shape[d];
+      ++slot;
+    }
+    gathered.resize((size_t)W * m->grid->size());
+    int rc = MPI_Allgather(mine.data(), W, MPI_LONG_LONG, gathered.data(), W, MPI_LONG_LONG, m->comm);
+    if (rc != MPI_SUCCESS) {
+      for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
+      try {
+        mpi_check(rc, "lm_local_map: MPI_Allgather");
+      } catch (const Error &e) {
+        mesh_break(m, e);
+      }
+    }
+    for (int64_t r = 0; r < m->grid->size(); ++r)
+      if (gathered[(size_t)(r * W)] && failed_rank < 0) failed_rank = r;
+  } else if (agree) {
+    int v = local != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm);
+    if (rc != MPI_SUCCESS) {
+      for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
+      try {
+        mpi_check(rc, "lm_local_map: MPI_Allreduce");
+      } catch (const Error &e) {
+        mesh_break(m, e);
+      }
+    }
+    if (v) failed_rank = m->grid->size() - v;
+  }
+  if (local != LM_SUCCESS || failed_rank >= 0) {
+    for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
+    if (local != LM_SUCCESS) throw Error(local, err);
+    fail(LM_ERR_REMOTE, "%s: rank %d (mesh rank %lld) failed; this rank %d did not", F,
+         m->grid->rank_at_index(failed_rank), (long long)failed_rank, m->world_rank);
+  }
+
+  // Global shapes from the gathered extents (every rank checks every rank, so all agree).
+  try {
+    int slot = 0;
+    Shape c(m ? m->ndim() : 0);
+    for (int j = 0; j < nout; ++j) {
+      if (!need_gather[j]) continue;
+      const lm_placement_t *pl = out_placements[j];
+      const DLTensor &lt = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor;
+      size_t base = (size_t)(1 + slot * (kMaxDims + 1));
+      Shape g((size_t)lt.ndim);
+      for (int64_t r = 0; r < m->grid->size(); ++r)
+        if (gathered[(size_t)(r * W) + base] != lt.ndim)
+          fail(LM_ERR_MISMATCH, "%s: outputs[%d] has ndim %d here but %lld on mesh rank %lld", F, j,
+               lt.ndim, gathered[(size_t)(r * W) + base], (long long)r);
+      for (int d = 0; d < lt.ndim; ++d) {
+        bool sharded = false;
+        for (int k = 0; k < m->ndim(); ++k)
+          if (pl[k].kind == LM_SHARD && pl[k].dim == d) sharded = true;
+        if (!sharded) {
+          g[d] = lt.shape[d];
+          continue;
+        }
+        int64_t total = 0;
+        for (int64_t r = 0; r < m->grid->size(); ++r) {
+          m->grid->coord_of(r, c.data());
+          bool on_line = true;
+          for (int k = 0; k < m->ndim(); ++k)
+            if (!(pl[k].kind == LM_SHARD && pl[k].dim == d) && c[k] != 0) on_line = false;
+          if (on_line) total += gathered[(size_t)(r * W) + base + 1 + d];
+        }
+        g[d] = total;
+      }
+      Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
+      for (int64_t r = 0; r < m->grid->size(); ++r) {
+        m->grid->coord_of(r, c.data());
+        Box b = L.box_at(c.data());
+        for (int d = 0; d < lt.ndim; ++d)
+          if (b.len[d] != gathered[(size_t)(r * W) + base + 1 + d])
+            fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d]: local extents do not follow the "
+                 "torch.chunk layout (mesh rank %lld holds %lld along dim %d, expected %lld)", F, j,
+                 (long long)r, gathered[(size_t)(r * W) + base + 1 + d], d, (long long)b.len[d]);
+      }
+      gshapes[j] = g;
+      ++slot;
+    }
+  } catch (...) {
+    for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
+    throw;
+  }
+
+  // Wrap tensor outputs; on any failure undo everything.
+  int done = 0;
+  try {
+    for (; done < nout; ++done) {
+      lm_arg_t &o = outputs[done];
+      if (o.kind != LM_ARG_MANAGED_TENSOR) continue;
+      auto *mt = static_cast<DLManagedTensor *>(o.ptr);
+      lm_dist_tensor_s *t = tensor_from_local(m, &mt->dl_tensor, out_placements[done],
+                                              LM_SHAPE_GIVEN, gshapes[done].data(), 0, mt,
+                                              "lm_local_map: output");
+      o.kind = LM_ARG_DIST_TENSOR;
+      o.ptr = t;
+    }
+  } catch (...) {
+    for (int j = 0; j < nout; ++j) {
+      if (j < done && outputs[j].kind == LM_ARG_DIST_TENSOR) {
+        tensor_release(static_cast<lm_dist_tensor_s *>(outputs[j].ptr));
+        outputs[j] = lm_arg_t{};
+      } else {
+        release_managed(outputs[j]);
+      }
+    }
+    throw;
+  }
+}
+
+}  // namespace lm

@@ -1,0 +1,212 @@
+#include "mesh/mesh.hpp"
+
+#include <cstring>
+#include <set>
+
+#include "core/error.hpp"
+#include "reshard/plan.hpp"
+
+namespace lm {
+
+void mpi_check(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  fail(LM_ERR_MPI, "%s failed on rank %d: %s", what, world_rank_or_minus1(), msg);
+}
+
+static bool mpi_alive() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+// FNV-1a over the bytes of the arguments, so ranks can check they agree.
+static void hash_bytes(uint64_t &h, const void *p, size_t n) {
+  const unsigned char *c = static_cast<const unsigned char *>(p);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= c[i];
+    h *= 1099511628211ull;
+  }
+}
+
+lm_mesh_s *mesh_create(int parent_comm_f, int ndim, const int64_t *shape,
+                       const lm_mesh_config_t *config) {
+  const char *fn = "lm_mesh_create";
+  if (!mpi_alive())
+    fail(LM_ERR_INVALID_USAGE, "%s: MPI is not initialised (call MPI_Init or lm_init first)", fn);
+  MPI_Comm parent = MPI_Comm_f2c(static_cast<MPI_Fint>(parent_comm_f));
+  LM_CHECK_ARG(parent != MPI_COMM_NULL, "%s: parent_comm %d is not a valid communicator handle", fn,
+               parent_comm_f);
+  int psize = 0, prank = 0;
+  mpi_check(MPI_Comm_size(parent, &psize), "MPI_Comm_size(parent_comm)");
+  mpi_check(MPI_Comm_rank(parent, &prank), "MPI_Comm_rank(parent_comm)");
+
+  // Read the config defensively: min(size, sizeof) bytes.
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  std::string local_error;
+  lm_status_t local_status = LM_SUCCESS;
+  Shape mshape;
+  std::vector<int> ranks;
+  std::vector<std::string> names;
+  uint64_t h = 1469598103934665603ull;
+  try {
+    if (config) {
+      LM_CHECK_ARG(config->magic == LM_MESH_CONFIG_MAGIC,
+                   "%s: config->magic is 0x%x, not LM_MESH_CONFIG_MAGIC (initialise the config with "
+                   "LM_MESH_CONFIG_INIT)",
+                   fn, config->magic);
+      LM_CHECK_ARG(config->size >= offsetof(lm_mesh_config_t, dim_names) + sizeof(void *),
+                   "%s: config->size %zu is too small", fn, config->size);
+      std::memcpy(&cfg, config, std::min(config->size, sizeof cfg));
+      cfg.size = sizeof cfg;
+    }
+    LM_CHECK_ARG(ndim >= 1 && ndim <= kMaxDims, "%s: ndim %d must be in [1, %d]", fn, ndim,
+                 kMaxDims);
+    LM_CHECK_ARG(shape != nullptr, "%s: shape is NULL", fn);
+    int64_t total = 1;
+    for (int i = 0; i < ndim; ++i) {
+      LM_CHECK_ARG(shape[i] >= 1, "%s: shape[%d] = %lld must be >= 1", fn, i, (long long)shape[i]);
+      LM_CHECK_ARG(total <= (int64_t)psize, "%s: mesh shape is larger than the parent (%d ranks)",
+                   fn, psize);
+      total *= shape[i];
+      mshape.push_back(shape[i]);
+    }
+    if (cfg.ranks) {
+      LM_CHECK_ARG(cfg.nranks == total,
+                   "%s: config->nranks = %d but the mesh shape has %lld ranks", fn, cfg.nranks,
+                   (long long)total);
+      std::set<int> seen;
+      for (int i = 0; i < cfg.nranks; ++i) {
+        int r = cfg.ranks[i];
+        LM_CHECK_ARG(r >= 0 && r < psize,
+                     "%s: config->ranks[%d] = %d is not a rank of the parent (size %d)", fn, i, r,
+                     psize);
+        LM_CHECK_ARG(seen.insert(r).second, "%s: config->ranks[%d] = %d appears twice", fn, i, r);
+        ranks.push_back(r);
+      }
+    } else {
+      LM_CHECK_ARG(cfg.nranks == 0, "%s: config->nranks = %d but config->ranks is NULL", fn,
+                   cfg.nranks);
+      LM_CHECK_ARG(total == psize,
+                   "%s: mesh shape has %lld ranks but the parent communicator has %d (pass "
+                   "config->ranks to use a subset)",
+                   fn, (long long)total, psize);
+    }
+    if (cfg.dim_names) {
+      std::set<std::string> seen;
+      for (int i = 0; i < ndim; ++i) {
+        const char *nm = cfg.dim_names[i];
+        LM_CHECK_ARG(nm && nm[0], "%s: config->dim_names[%d] is NULL or empty", fn, i);
+        LM_CHECK_ARG(std::strlen(nm) <= 63, "%s: config->dim_names[%d] is longer than 63", fn, i);
+        LM_CHECK_ARG(seen.insert(nm).second, "%s: config->dim_names[%d] = \"%s\" appears twice",
+                     fn, i, nm);
+        names.emplace_back(nm);
+      }
+    } else {
+      names.assign(static_cast<size_t>(ndim), std::string());
+    }
+    hash_bytes(h, &ndim, sizeof ndim);
+    hash_bytes(h, mshape.data(), mshape.size() * sizeof(int64_t));
+    hash_bytes(h, ranks.data(), ranks.size() * sizeof(int));
+    for (auto &n : names) hash_bytes(h, n.c_str(), n.size() + 1);
+  } catch (const Error &e) {
+    local_status = e.status();
+    local_error = e.message();
+  }
+
+  // Agree: lowest failing rank, and whether all ranks passed the same arguments.
+  long long v[3] = {local_status != LM_SUCCESS ? (long long)(psize - prank) : 0,
+                    (long long)(h >> 1), -(long long)(h >> 1)};
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_LONG_LONG, MPI_MAX, parent),
+            "lm_mesh_create: MPI_Allreduce(parent_comm)");
+  if (local_status != LM_SUCCESS) throw Error(local_status, local_error);
+  if (v[0] != 0)
+    fail(LM_ERR_REMOTE, "%s: rank %lld of the parent communicator failed (see its message)", fn,
+         (long long)(psize - v[0]));
+  if (v[1] != -v[2])
+    fail(LM_ERR_MISMATCH, "%s: ranks passed different ndim/shape/ranks/dim_names (rank %d)", fn,
+         prank);
+
+  auto m = std::make_unique<lm_mesh_s>();
+  mpi_check(MPI_Comm_dup(parent, &m->world), "lm_mesh_create: MPI_Comm_dup(parent_comm)");
+  MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+  m->world_rank = prank;
+  m->world_size = psize;
+  m->grid = std::make_shared<Grid>(mshape, ranks);
+  m->names = names;
+  m->index = m->grid->index_of(prank);
+  m->member = m->index >= 0;
+  m->coord.assign(static_cast<size_t>(ndim), 0);
+  if (m->member) m->grid->coord_of(m->index, m->coord.data());
+  int color = m->member ? 0 : MPI_UNDEFINED;
+  mpi_check(MPI_Comm_split(m->world, color, static_cast<int>(m->index), &m->comm),
+            "lm_mesh_create: MPI_Comm_split(mesh)");
+  if (m->member) {
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    m->dim_comms.assign(static_cast<size_t>(ndim), MPI_COMM_NULL);
+    for (int d = 0; d < ndim; ++d) {
+      Shape c = m->coord;
+      c[d] = 0;
+      int64_t col = m->grid->index_at(c.data());
+      mpi_check(MPI_Comm_split(m->comm, static_cast<int>(col), static_cast<int>(m->coord[d]),
+                               &m->dim_comms[d]),
+                "lm_mesh_create: MPI_Comm_split(dim)");
+      MPI_Comm_set_errhandler(m->dim_comms[d], MPI_ERRORS_RETURN);
+    }
+  }
+  return m.release();
+}
+
+}  // namespace lm
+
+lm_mesh_s::~lm_mesh_s() {
+  plan_cache.clear();
+  // Freeing a communicator is local in practice (OpenMPI, MPICH); skip after MPI_Finalize so that
+  // late destructors (Python __del__, Rust Drop) stay safe.
+  if (lm::mpi_alive()) {
+    for (auto &c : dim_comms)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    if (world != MPI_COMM_NULL) MPI_Comm_free(&world);
+  }
+  magic = lm::kDeadMagic;
+}
+
+namespace lm {
+
+lm_mesh_s *mesh_check(lm_mesh_t m, const char *what) {
+  LM_CHECK_ARG(m != nullptr, "%s: mesh is NULL", what);
+  LM_CHECK_ARG(m->magic == kMeshMagic, "%s: mesh is not a live lm_mesh_t (destroyed or foreign)",
+               what);
+  return m;
+}
+
+lm_mesh_s *mesh_check_usable(lm_mesh_t m, const char *what) {
+  mesh_check(m, what);
+  if (m->broken)
+    fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", what,
+         m->broken_why.c_str());
+  if (m->in_flight)
+    fail(LM_ERR_INVALID_USAGE,
+         "%s: a nonblocking reshard is in flight on this mesh; wait for it first", what);
+  return m;
+}
+
+void mesh_retain(lm_mesh_s *m) { m->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void mesh_release(lm_mesh_s *m) {
+  if (m && m->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete m;
+}
+
+void mesh_break(lm_mesh_s *m, const Error &e) {
+  if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL) {
+    m->broken = true;
+    m->broken_why = e.message();
+  }
+  throw e;
+}
+
+}  // namespace lm

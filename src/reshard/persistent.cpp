@@ -1,0 +1,116 @@
+#include "reshard/persistent.hpp"
+
+#include "core/error.hpp"
+#include "tensor/ops.hpp"
+
+namespace lm {
+
+lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
+                               const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
+                               DLDataType dtype) {
+  const char *fn = "lm_reshard_plan_create";
+  lm_mesh_s *sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
+  lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
+  Shape g = check_shape(ndim, gshape, strfmt("%s: global_shape", fn).c_str());
+  dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
+  MPI_Comm comm = transfer_comm(sm, dm, fn);
+  Layout S = make_layout(sm, src_pl, g, strfmt("%s: src_placements", fn).c_str());
+  Layout D = make_layout(dm, dst_pl, g, strfmt("%s: dst_placements", fn).c_str());
+  auto p = std::make_unique<lm_reshard_plan_s>();
+  p->plan = plan_build(S, D, dtype, comm, sm->world_rank);
+  mesh_retain(sm);
+  p->src_mesh = sm;
+  mesh_retain(dm);
+  p->dst_mesh = dm;
+  return p.release();
+}
+
+lm_reshard_plan_s *plan_check(lm_reshard_plan_t p, const char *what) {
+  LM_CHECK_ARG(p != nullptr, "%s: plan is NULL", what);
+  LM_CHECK_ARG(p->magic == kPlanMagic, "%s: plan is not a live lm_reshard_plan_t", what);
+  return p;
+}
+
+lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device) {
+  check_device(device, "lm_reshard_plan_alloc_target: device");
+  return tensor_new(p->dst_mesh, p->plan->dst, p->plan->dtype, device, true);
+}
+
+static void check_matches(const lm_dist_tensor_s *t, lm_mesh_s *mesh, const Layout &L,
+                          DLDataType dtype, const char *fn, const char *arg) {
+  LM_CHECK_ARG(t->mesh == mesh || t->mesh->grid->same_as(*mesh->grid),
+               "%s: %s lives on another mesh than the plan's", fn, arg);
+  LM_CHECK_ARG(t->layout.equals(L), "%s: %s has layout %s, the plan expects %s", fn, arg,
+               t->layout.str().c_str(), L.str().c_str());
+  LM_CHECK_ARG(dtype_equal(t->dtype, dtype), "%s: %s has dtype %s, the plan %s", fn, arg,
+               dl_dtype_name(t->dtype).c_str(), dl_dtype_name(dtype).c_str());
+  LM_CHECK_ARG(t->device.device_type == kDLCPU, "%s: %s is not host memory", fn, arg);
+}
+
+lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                         const char *fn) {
+  lm_dist_tensor_s *s = tensor_check(src, strfmt("%s: src", fn).c_str());
+  lm_dist_tensor_s *d = tensor_check(dst, strfmt("%s: dst", fn).c_str());
+  LM_CHECK_ARG(p->in_flight == nullptr, "%s: the plan already has a request in flight", fn);
+  mesh_check_usable(p->src_mesh, fn);
+  mesh_check_usable(p->dst_mesh, fn);
+  check_matches(s, p->src_mesh, p->plan->src, p->plan->dtype, fn, "src");
+  check_matches(d, p->dst_mesh, p->plan->dst, p->plan->dtype, fn, "dst");
+  LM_CHECK_ARG(s != d, "%s: src and dst are the same tensor", fn);
+  if (s->storage && d->storage && s->storage == d->storage && s->local_bytes() && d->local_bytes())
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst shares memory with src", fn);
+  if (!p->plan->involved) return nullptr;
+  auto r = std::make_unique<lm_request_s>();
+  r->plan = p;
+  tensor_retain(s);
+  r->src = s;
+  tensor_retain(d);
+  r->dst = d;
+  try {
+    p->plan->start(s->data(), d->data());
+  } catch (const Error &e) {
+    mesh_break(p->src_mesh, e);
+  }
+  p->in_flight = r.get();
+  p->src_mesh->in_flight = true;
+  p->dst_mesh->in_flight = true;
+  return r.release();
+}
+
+bool request_progress(lm_request_s *r, bool block) {
+  bool done;
+  try {
+    done = r->plan->plan->progress(block);
+  } catch (const Error &e) {
+    r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;
+    r->plan->in_flight = nullptr;
+    r->plan->plan->active = false;
+    mesh_break(r->plan->src_mesh, e);
+  }
+  if (!done) return false;
+  r->plan->src_mesh->in_flight = false;
+  r->plan->dst_mesh->in_flight = false;
+  r->plan->in_flight = nullptr;
+  return true;
+}
+
+lm_request_s *request_check(lm_request_t r, const char *what) {
+  LM_CHECK_ARG(r != nullptr, "%s: request is NULL", what);
+  LM_CHECK_ARG(r->magic == kRequestMagic, "%s: request is not a live lm_request_t", what);
+  return r;
+}
+
+}  // namespace lm
+
+lm_reshard_plan_s::~lm_reshard_plan_s() {
+  plan.reset();
+  lm::mesh_release(src_mesh);
+  lm::mesh_release(dst_mesh);
+  magic = lm::kDeadMagic;
+}
+
+lm_request_s::~lm_request_s() {
+  lm::tensor_release(src);
+  lm::tensor_release(dst);
+  magic = lm::kDeadMagic;
+}

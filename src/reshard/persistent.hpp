@@ -1,0 +1,39 @@
+// Persistent reshard plans and nonblocking requests (the objects behind lm_reshard_plan_t and
+// lm_request_t).
+#pragma once
+
+#include "reshard/plan.hpp"
+
+namespace lm {
+constexpr uint32_t kPlanMagic = 0x4e504d4cu;     // "LMPN"
+constexpr uint32_t kRequestMagic = 0x51524d4cu;  // "LMRQ"
+}  // namespace lm
+
+struct lm_reshard_plan_s {
+  uint32_t magic = lm::kPlanMagic;
+  std::unique_ptr<lm::Plan> plan;
+  lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;  // retained
+  lm_request_s *in_flight = nullptr;
+  ~lm_reshard_plan_s();
+};
+
+struct lm_request_s {
+  uint32_t magic = lm::kRequestMagic;
+  lm_reshard_plan_s *plan = nullptr;
+  lm_dist_tensor_s *src = nullptr, *dst = nullptr;  // retained until completion
+  ~lm_request_s();
+};
+
+namespace lm {
+lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
+                               const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
+                               DLDataType dtype);
+lm_reshard_plan_s *plan_check(lm_reshard_plan_t p, const char *what);
+lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device);
+// Starts the plan; returns a request (NULL when this rank takes no part: already complete).
+lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                         const char *fn);
+// Progress; true when complete (the request is then deleted).
+bool request_progress(lm_request_s *r, bool block);
+lm_request_s *request_check(lm_request_t r, const char *what);
+}  // namespace lm

@@ -1,0 +1,25 @@
+// Elementwise reductions for Partial placements, every supported dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.hpp"
+
+namespace lm {
+
+// Throws LM_ERR_NOT_SUPPORTED for combinations without a meaning (max/min of complex,
+// avg of bool), naming `what`.
+void check_reduce(DType t, int op, const char *what);
+// acc[i] = op(acc[i], in[i]) for n elements (avg accumulates a sum).
+void reduce_into(DType t, int op, void *acc, const void *in, int64_t n);
+// acc[i] /= k (the last step of avg); integers truncate toward zero.
+void scale_avg(DType t, void *acc, int64_t n, int64_t k);
+// Fills n elements with the identity of op (sum: 0, prod: 1).
+void fill_identity(DType t, int op, void *buf, int64_t n);
+
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+
+}  // namespace lm

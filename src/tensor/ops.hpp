@@ -1,0 +1,29 @@
+// Dist tensor construction, gather and reshard (the logic behind the C API).
+#pragma once
+
+#include "reshard/plan.hpp"
+#include "tensor/tensor.hpp"
+
+namespace lm {
+
+lm_dist_tensor_s *tensor_zeros(lm_mesh_t mesh, int ndim, const int64_t *gshape, DLDataType dtype,
+                               DLDevice device, const lm_placement_t *pl);
+lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
+                                    const lm_placement_t *pl, lm_shape_mode_t mode,
+                                    const int64_t *gshape, unsigned flags,
+                                    DLManagedTensor *managed, const char *fn);
+lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
+                                     const lm_placement_t *pl, int root);
+void tensor_gather(lm_dist_tensor_t t, int root, DLTensor *dst);
+
+// The communicator for transfers between two meshes (the source's private dup of the common
+// parent); throws when the meshes come from different parents.
+MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn);
+// A layout over `mesh` with placements checked against `ndim` tensor dims.
+Layout make_layout(lm_mesh_s *mesh, const lm_placement_t *pl, const Shape &gshape,
+                   const char *what);
+// Resharding with the mesh's plan cache (same-mesh) or a fresh plan (cross-mesh).
+lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
+                                 const lm_placement_t *pl, const char *fn);
+
+}  // namespace lm

@@ -1,0 +1,194 @@
+#include "tensor/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace lm {
+
+Storage::~Storage() {
+  if (managed) {
+    if (managed->deleter) managed->deleter(managed);
+  } else if (owned) {
+    std::free(data);
+  }
+}
+
+std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero) {
+  auto s = std::make_shared<Storage>();
+  size_t n = (bytes + 63) / 64 * 64;
+  if (n == 0) n = 64;
+  void *p = std::aligned_alloc(64, n);
+  if (!p) fail(LM_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes on rank %d", bytes,
+               world_rank_or_minus1());
+  if (zero) std::memset(p, 0, n);
+  s->data = p;
+  s->bytes = bytes;
+  s->owned = true;
+  return s;
+}
+
+lm_dist_tensor_s *tensor_check(lm_dist_tensor_t t, const char *what) {
+  LM_CHECK_ARG(t != nullptr, "%s: tensor is NULL", what);
+  LM_CHECK_ARG(t->magic == kTensorMagic,
+               "%s: tensor is not a live lm_dist_tensor_t (destroyed or foreign)", what);
+  return t;
+}
+
+void tensor_retain(lm_dist_tensor_s *t) { t->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void tensor_release(lm_dist_tensor_s *t) {
+  if (t && t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete t;
+}
+
+Box local_box(const lm_mesh_s *mesh, const Layout &layout) {
+  if (!mesh->member) {
+    Box b;
+    b.off.assign(layout.gshape.size(), 0);
+    b.len.assign(layout.gshape.size(), 0);
+    return b;
+  }
+  return layout.box_at(mesh->coord.data());
+}
+
+lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType dtype,
+                             DLDevice device, bool alloc) {
+  auto t = std::make_unique<lm_dist_tensor_s>();
+  t->layout = layout;
+  t->dtype = dtype;
+  t->dt = dtype_from_dl(dtype, "dtype");
+  t->esize = dtype_size(t->dt);
+  t->device = device;
+  t->local = local_box(mesh, layout);
+  if (alloc) t->storage = storage_alloc(t->local_bytes());
+  mesh_retain(mesh);
+  t->mesh = mesh;
+  return t.release();
+}
+
+Shape check_shape(int ndim, const int64_t *shape, const char *what) {
+  LM_CHECK_ARG(ndim >= 0 && ndim <= kMaxDims, "%s: ndim %d must be in [0, %d]", what, ndim,
+               kMaxDims);
+  LM_CHECK_ARG(shape != nullptr || ndim == 0, "%s: shape is NULL", what);
+  Shape s;
+  for (int i = 0; i < ndim; ++i) {
+    LM_CHECK_ARG(shape[i] >= 0, "%s: shape[%d] = %lld is negative", what, i, (long long)shape[i]);
+    s.push_back(shape[i]);
+  }
+  return s;
+}
+
+void check_device(DLDevice device, const char *what) {
+  if (device.device_type == kDLCPU) {
+    LM_CHECK_ARG(device.device_id == 0, "%s: a kDLCPU device must have device_id 0 (got %d)", what,
+                 device.device_id);
+    return;
+  }
+  if (device.device_type == kDLCUDA || device.device_type == kDLCUDAHost ||
+      device.device_type == kDLCUDAManaged)
+    fail(LM_ERR_NOT_SUPPORTED,
+         "%s: device type %d (CUDA) is not supported by this build (the CUDA/NCCL backend is "
+         "not built in; lm_device_supported tells)",
+         what, device.device_type);
+  fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, device.device_type);
+}
+
+// Recursive box copy; the innermost dim (merged with the trailing dims the box covers fully)
+// is one memcpy.
+void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const void *src,
+              const Shape &src_shape, const Shape &src_off, const Shape &len, size_t esize) {
+  int n = static_cast<int>(len.size());
+  for (int i = 0; i < n; ++i)
+    if (len[i] == 0) return;
+  if (n == 0) {
+    std::memcpy(dst, src, esize);
+    return;
+  }
+  // Merge trailing dims where both buffers are covered fully by the box.
+  int k = n - 1;  // dims [k, n) are one contiguous run
+  int64_t run = len[n - 1];
+  while (k > 0 && len[k] == src_shape[k] && len[k] == dst_shape[k] && src_off[k] == 0 &&
+         dst_off[k] == 0) {
+    --k;
+    run *= len[k];
+  }
+  // Strides (elements) of both buffers.
+  int64_t sstr[kMaxDims], dstr[kMaxDims];
+  sstr[n - 1] = dstr[n - 1] = 1;
+  for (int i = n - 2; i >= 0; --i) {
+    sstr[i] = sstr[i + 1] * src_shape[i + 1];
+    dstr[i] = dstr[i + 1] * dst_shape[i + 1];
+  }
+  int64_t sbase = 0, dbase = 0;
+  for (int i = 0; i < n; ++i) {
+    sbase += src_off[i] * sstr[i];
+    dbase += dst_off[i] * dstr[i];
+  }
+  const char *s = static_cast<const char *>(src);
+  char *d = static_cast<char *>(dst);
+  size_t bytes = static_cast<size_t>(run) * esize;
+  if (k == 0) {
+    std::memcpy(d + dbase * (int64_t)esize, s + sbase * (int64_t)esize, bytes);
+    return;
+  }
+  // Odometer over dims [0, k).
+  int64_t idx[kMaxDims] = {0};
+  int64_t so = sbase, dof = dbase;
+  for (;;) {
+    std::memcpy(d + dof * (int64_t)esize, s + so * (int64_t)esize, bytes);
+    int i = k - 1;
+    for (; i >= 0; --i) {
+      if (++idx[i] < len[i]) {
+        so += sstr[i];
+        dof += dstr[i];
+        break;
+      }
+      so -= (len[i] - 1) * sstr[i];
+      dof -= (len[i] - 1) * dstr[i];
+      idx[i] = 0;
+    }
+    if (i < 0) break;
+  }
+}
+
+bool is_compact(const DLTensor *t) {
+  if (!t->strides) return true;
+  int64_t expect = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    if (t->shape[i] != 1 && t->strides[i] != expect) return false;
+    expect *= t->shape[i];
+  }
+  return true;
+}
+
+void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize) {
+  const char *base = static_cast<const char *>(src->data) + src->byte_offset;
+  int n = src->ndim;
+  int64_t total = 1;
+  for (int i = 0; i < n; ++i) total *= src->shape[i];
+  if (total == 0) return;
+  if (is_compact(src)) {
+    std::memcpy(dst, base, static_cast<size_t>(total) * esize);
+    return;
+  }
+  int64_t idx[kMaxDims] = {0};
+  char *d = static_cast<char *>(dst);
+  for (int64_t e = 0; e < total; ++e) {
+    int64_t off = 0;
+    for (int i = 0; i < n; ++i) off += idx[i] * src->strides[i];
+    std::memcpy(d + e * (int64_t)esize, base + off * (int64_t)esize, esize);
+    for (int i = n - 1; i >= 0; --i) {
+      if (++idx[i] < src->shape[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+}  // namespace lm
+
+lm_dist_tensor_s::~lm_dist_tensor_s() {
+  storage.reset();
+  lm::mesh_release(mesh);
+  magic = lm::kDeadMagic;
+}

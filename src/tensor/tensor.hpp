@@ -1,0 +1,77 @@
+// Dist tensors: a layout (mesh grid + placements + global shape), a dtype, a device, and this
+// rank's compact row-major shard in a refcounted storage (owned, borrowed, or a DLManagedTensor).
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "core/dtype.hpp"
+#include "layout/layout.hpp"
+#include "mesh/mesh.hpp"
+
+namespace lm {
+
+constexpr uint32_t kTensorMagic = 0x54444d4cu;  // "LMDT"
+
+struct Storage {
+  void *data = nullptr;
+  size_t bytes = 0;
+  DLManagedTensor *managed = nullptr;  // deleter called on release
+  bool owned = false;                  // free(data) on release
+  ~Storage();
+};
+
+// Allocates zeroed host memory of `bytes` (at least 1 byte, 64-byte aligned); LM_ERR_OUT_OF_MEMORY.
+std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero = true);
+
+}  // namespace lm
+
+struct lm_dist_tensor_s {
+  uint32_t magic = lm::kTensorMagic;
+  std::atomic<int> refs{1};
+  lm_mesh_s *mesh = nullptr;  // retained
+  lm::Layout layout;
+  DLDataType dtype{};
+  lm::DType dt{};
+  size_t esize = 0;
+  DLDevice device{kDLCPU, 0};
+  lm::Box local;  // global box of this rank's shard (empty shape for non-members)
+  std::shared_ptr<lm::Storage> storage;
+  size_t byte_offset = 0;  // into storage->data
+
+  void *data() const {
+    return storage ? static_cast<char *>(storage->data) + byte_offset : nullptr;
+  }
+  int64_t local_numel() const { return local.numel(); }
+  size_t local_bytes() const { return static_cast<size_t>(local_numel()) * esize; }
+  ~lm_dist_tensor_s();
+};
+
+namespace lm {
+
+lm_dist_tensor_s *tensor_check(lm_dist_tensor_t t, const char *what);
+void tensor_retain(lm_dist_tensor_s *t);
+void tensor_release(lm_dist_tensor_s *t);
+
+// A new tensor with the given layout on `mesh` (retained), with zeroed storage if alloc.
+lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType dtype,
+                             DLDevice device, bool alloc);
+
+// The local box of `layout` for this rank of `mesh` (zero-size box for non-members).
+Box local_box(const lm_mesh_s *mesh, const Layout &layout);
+
+// Checks a global shape argument; throws LM_ERR_INVALID_ARGUMENT naming `what`.
+Shape check_shape(int ndim, const int64_t *shape, const char *what);
+// Checks device (host only in this build unless CUDA), throws LM_ERR_NOT_SUPPORTED otherwise.
+void check_device(DLDevice device, const char *what);
+
+// Copies a box of `len` elements between two compact row-major buffers of local shapes
+// src_shape / dst_shape at offsets src_off / dst_off (elements of esize bytes).
+void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const void *src,
+              const Shape &src_shape, const Shape &src_off, const Shape &len, size_t esize);
+// Copies a strided DLTensor into a compact buffer.
+void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize);
+// True when `t` is compact row-major (strides NULL or matching).
+bool is_compact(const DLTensor *t);
+
+}  // namespace lm
