@@ -1,0 +1,290 @@
+# localmap: top-level GNU Makefile.
+#
+#   make [all]              library, tests, examples (checks deps first)
+#   make lib                build/lib/liblocalmap.so.X.Y.Z (+ symlinks), liblocalmap.a, localmap.pc
+#   make check              build everything, run tests/run-tests.sh (NPS="1 2" to pick sizes)
+#   make check ASAN=1 UBSAN=1   same with sanitizers, in build-asan/ by default
+#   make demo | bench | examples | tests
+#   make install [PREFIX=/usr/local] [DESTDIR=...] [LIBDIR=...] [INCLUDEDIR=...] | uninstall
+#   make abi-dump           abidw of the shared library into $(BUILD)/localmap.abi
+#   make abi-check          abidiff against abi/localmap.abi (the committed baseline)
+#   make clean | deps
+#
+# Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto), BUILD (build), MPICC, MPICXX,
+# and the usual CPPFLAGS CFLAGS CXXFLAGS LDFLAGS LDLIBS, appended to ours.
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+# CUDA/NCCL transport. auto and 0 never need CUDA: today auto means "off" (the default build is
+# CPU only). CUDA=1 builds with -DLM_WITH_CUDA and links NCCL and the CUDA runtime from CUDA_HOME.
+CUDA       ?= auto
+CUDA_HOME  ?= /usr/local/cuda
+
+OPT        ?= -O2
+WERROR     ?= 1
+ASAN       ?= 0
+UBSAN      ?= 0
+
+# Sanitizer builds get their own tree unless BUILD is given, so objects never mix.
+ifneq ($(filter 1,$(ASAN) $(UBSAN)),)
+BUILD      ?= build-asan
+else
+BUILD      ?= build
+endif
+
+MPICC      ?= mpicc
+MPICXX     ?= mpicxx
+AR         ?= ar
+INSTALL    ?= install
+PKG_CONFIG ?= pkg-config
+ABIDW      ?= abidw
+ABIDIFF    ?= abidiff
+
+# ---------------------------------------------------------------------------------------------
+# Version (from include/localmap.h), names
+# ---------------------------------------------------------------------------------------------
+HASH := \#
+lm_version_part = $(or $(shell sed -n 's/^$(HASH)define LM_VERSION_$(1) \([0-9][0-9]*\).*/\1/p' include/localmap.h 2>/dev/null),0)
+VERSION_MAJOR := $(call lm_version_part,MAJOR)
+VERSION_MINOR := $(call lm_version_part,MINOR)
+VERSION_PATCH := $(call lm_version_part,PATCH)
+VERSION       := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+
+LIBNAME    := liblocalmap
+SONAME     := $(LIBNAME).so.$(VERSION_MAJOR)
+SHLIB_REAL := $(BUILD)/lib/$(LIBNAME).so.$(VERSION)
+SHLIB_SO   := $(BUILD)/lib/$(SONAME)
+SHLIB_DEV  := $(BUILD)/lib/$(LIBNAME).so
+STATICLIB  := $(BUILD)/lib/$(LIBNAME).a
+PCFILE     := $(BUILD)/localmap.pc
+ABIFILE    := $(BUILD)/localmap.abi
+ABI_BASELINE ?= abi/localmap.abi
+
+# The MPI pkg-config module the .pc file requires (Debian's OpenMPI ships ompi.pc).
+ifndef MPI_PC
+MPI_PC     := $(shell $(PKG_CONFIG) --exists ompi 2>/dev/null && echo ompi || \
+                ($(PKG_CONFIG) --exists mpich 2>/dev/null && echo mpich))
+endif
+
+# ---------------------------------------------------------------------------------------------
+# Flags
+# ---------------------------------------------------------------------------------------------
+WARN     := -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror)
+SAN      :=
+ifeq ($(ASAN),1)
+SAN      += -fsanitize=address -fno-omit-frame-pointer
+endif
+ifeq ($(UBSAN),1)
+SAN      += -fsanitize=undefined -fno-sanitize-recover=undefined
+endif
+
+# Skip OpenMPI's deprecated C++ bindings (mpi.h from C++): they fail -Wextra -Werror.
+MPI_CPPFLAGS := -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1
+LIB_CPPFLAGS := -Iinclude -Isrc $(MPI_CPPFLAGS)
+LIB_LDLIBS   :=
+ifeq ($(CUDA),1)
+LIB_CPPFLAGS += -DLM_WITH_CUDA -I$(CUDA_HOME)/include
+LIB_LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+endif
+
+LIB_CXXFLAGS  := -std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidden $(OPT) -g $(WARN) $(SAN)
+TEST_CFLAGS   := -std=gnu11 $(OPT) -g $(WARN) $(SAN)
+TEST_CXXFLAGS := -std=c++17 $(MPI_CPPFLAGS) $(OPT) -g $(WARN) $(SAN)
+DEPFLAGS       = -MMD -MP -MF $@.d
+
+ABS_BUILD  := $(abspath $(BUILD))
+# Programs link the shared library in the build tree, found at run time through the rpath.
+LINK_SHARED = -L$(BUILD)/lib -llocalmap -Wl,-rpath,$(ABS_BUILD)/lib
+
+# ---------------------------------------------------------------------------------------------
+# Sources and products
+# ---------------------------------------------------------------------------------------------
+LIB_SRCS   := $(shell find src -name '*.cpp' 2>/dev/null | LC_ALL=C sort)
+LIB_OBJS   := $(patsubst src/%.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS))
+PUB_HDRS   := $(wildcard $(addprefix include/,localmap.h localmap_mpi.h localmap.hpp))
+ALL_PUB_HDR_NAMES := localmap.h localmap_mpi.h localmap.hpp
+
+TEST_C     := $(wildcard tests/test_*.c)
+TEST_CXX   := $(wildcard tests/test_*.cpp)
+UNIT_CXX   := $(wildcard tests/unit_*.cpp)
+TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C)) \
+              $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
+UNIT_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(UNIT_CXX))
+EX_C       := $(wildcard examples/*.c)
+EX_CXX     := $(wildcard examples/*.cpp)
+EX_BINS    := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_C)) \
+              $(patsubst examples/%.cpp,$(BUILD)/examples/%,$(EX_CXX))
+BENCH_C    := $(wildcard bench/*.c)
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
+
+# ---------------------------------------------------------------------------------------------
+# Rebuild when flags change: each stamp file is rewritten only when its content changes
+# (the GIT-CFLAGS trick), and what it describes depends on it.
+# ---------------------------------------------------------------------------------------------
+STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS)
+STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION)
+STAMP_prog := $(MPICC) $(MPICXX) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
+STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS)
+
+STAMPS := $(BUILD)/.stamp-cxx $(BUILD)/.stamp-link $(BUILD)/.stamp-prog $(BUILD)/.stamp-pc
+$(STAMPS): $(BUILD)/.stamp-%: FORCE
+	@mkdir -p $(@D)
+	@if [ x'$(STAMP_$*)' != x"$$(cat $@ 2>/dev/null)" ]; then \
+	  printf '%s\n' '$(STAMP_$*)' > $@; fi
+
+.PHONY: FORCE
+FORCE:
+
+# deps runs first (order-only) when the goal is all, check or demo.
+ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
+DEPS_FIRST := deps
+endif
+
+.PHONY: all lib tests examples check demo bench install uninstall clean deps abi-dump abi-check help
+.DEFAULT_GOAL := all
+
+all: deps lib tests examples
+
+lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE)
+
+tests: $(TEST_BINS) $(UNIT_BINS)
+
+examples: $(EX_BINS)
+
+deps:
+	@sh tools/ensure-deps.sh
+
+# ---------------------------------------------------------------------------------------------
+# Library
+# ---------------------------------------------------------------------------------------------
+$(BUILD)/obj/%.o: src/%.cpp $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) $(LIB_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(SHLIB_REAL): $(LIB_OBJS) src/localmap.map $(BUILD)/.stamp-link
+	@mkdir -p $(@D)
+	$(MPICXX) -shared $(SAN) $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--version-script=src/localmap.map \
+	  -Wl,--no-undefined -o $@ $(LIB_OBJS) $(LIB_LDLIBS) $(LDLIBS)
+
+$(SHLIB_SO): $(SHLIB_REAL)
+	ln -sf $(notdir $<) $@
+
+$(SHLIB_DEV): $(SHLIB_SO)
+	ln -sf $(notdir $<) $@
+
+$(STATICLIB): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $(LIB_OBJS)
+
+$(PCFILE): pkgconfig/localmap.pc.in $(BUILD)/.stamp-pc
+	@mkdir -p $(@D)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_REQUIRES@|$(MPI_PC)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|g' \
+	    $< > $@
+
+# ---------------------------------------------------------------------------------------------
+# Tests, examples, benchmarks
+# ---------------------------------------------------------------------------------------------
+PROG_DEPS := $(SHLIB_DEV) $(BUILD)/.stamp-prog
+
+$(BUILD)/tests/%: tests/%.c $(PROG_DEPS) | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICC) -Iinclude -Itests $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
+	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka $(LDLIBS)
+
+# unit_*.cpp test internals: they may include src/ headers and link the static library.
+$(BUILD)/tests/unit_%: tests/unit_%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) -Itests $(filter-out $(MPI_CPPFLAGS),$(LIB_CPPFLAGS)) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) \
+	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) -lcmocka $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) -Iinclude -Itests $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
+	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(PROG_DEPS) | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICC) -Iinclude $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
+	  $(LINK_SHARED) $(SAN) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) -Iinclude $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
+	  $(LINK_SHARED) $(SAN) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
+	@mkdir -p $(@D)
+	$(MPICC) -Iinclude -Ibench $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
+	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lm $(LDLIBS)
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+# Environment of every run (tests, demo, bench).
+RUN_ENV := BUILD=$(BUILD)
+ifeq ($(ASAN),1)
+# OpenMPI leaks at exit are known (tests/lsan.supp). fast_unwind_on_malloc=0: full stacks through
+# dlclose()d MCA components, so the suppressions match.
+RUN_ENV += LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp$(if $(LSAN_OPTIONS),:$(LSAN_OPTIONS)) \
+           ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0$(if $(ASAN_OPTIONS),:$(ASAN_OPTIONS))
+endif
+ifeq ($(UBSAN),1)
+RUN_ENV += UBSAN_OPTIONS=print_stacktrace=1$(if $(UBSAN_OPTIONS),:$(UBSAN_OPTIONS))
+endif
+
+check: all
+	$(RUN_ENV) bash tests/run-tests.sh $(TESTS)
+
+demo: deps $(BUILD)/examples/demo
+	$(RUN_ENV) bash tools/lm-mpirun $(or $(NP),4) $(BUILD)/examples/demo $(ARGS)
+
+bench: $(BENCH_BINS)
+	@if [ -x bench/run.sh ]; then $(RUN_ENV) bench/run.sh; \
+	 elif [ -f bench/run.sh ]; then $(RUN_ENV) bash bench/run.sh; \
+	 else echo "bench: built $(words $(BENCH_BINS)) program(s) in $(BUILD)/bench; no bench/run.sh"; fi
+
+# ---------------------------------------------------------------------------------------------
+# Install
+# ---------------------------------------------------------------------------------------------
+install: lib
+	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	$(INSTALL) -m 755 $(SHLIB_REAL) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(SHLIB_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/$(LIBNAME).so
+	$(INSTALL) -m 644 $(STATICLIB) $(DESTDIR)$(LIBDIR)/
+	$(INSTALL) -m 644 $(PUB_HDRS) $(DESTDIR)$(INCLUDEDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_REQUIRES@|$(MPI_PC)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|g' \
+	    pkgconfig/localmap.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/$(LIBNAME).so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	      $(DESTDIR)$(LIBDIR)/$(LIBNAME).so $(DESTDIR)$(LIBDIR)/$(LIBNAME).a \
+	      $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(ALL_PUB_HDR_NAMES)) \
+	      $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
+
+# ---------------------------------------------------------------------------------------------
+# ABI
+# ---------------------------------------------------------------------------------------------
+abi-dump: $(SHLIB_REAL)
+	$(ABIDW) --no-corpus-path --headers-dir include --out-file $(ABIFILE) $(SHLIB_REAL)
+	@echo "abi-dump: $(ABIFILE)"
+
+abi-check: abi-dump
+	@if [ ! -f $(ABI_BASELINE) ]; then echo "abi-check: no $(ABI_BASELINE) (copy $(ABIFILE) there to start)"; exit 1; fi
+	$(ABIDIFF) $(ABI_BASELINE) $(ABIFILE)
+
+clean:
+	rm -rf $(BUILD)
+
+help:
+	@sed -n '2,16p' Makefile
+
+-include $(LIB_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Runs localmap's test suite from the build tree; `make check` calls it after building.
+#
+# Usage: tests/run-tests.sh [NAME|GLOB ...]     e.g. tests/run-tests.sh test_mesh 'unit_*' demo
+#
+#  - each $BUILD/tests/unit_* once, directly (no mpirun);
+#  - each $BUILD/tests/test_* under mpirun at every np of $NPS (default "1 2 3 4 8"); a test source
+#    with a line `// lm-test-np: 1 2 4` runs only at those counts (intersected with $NPS when
+#    NPS is set in the environment);
+#  - each example listed in tests/examples.list, under mpirun at its np list.
+# Every run is one unit, passed or failed, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`; the full
+# output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60 lines.
+# The last line is "<N> passed, <N> failed"; the exit status is nonzero if anything failed.
+#
+# Environment: BUILD (build), NPS, LM_TEST_TIMEOUT (seconds per run, 300), LM_TEST_CASE_TIMEOUT
+# (seconds per CMocka test inside a program, see tests/lm_test.h), LM_TEST_VERBOSE=1 (all ranks
+# print their reports), LM_MPIRUN_FLAGS (extra mpirun flags; see tools/lm-mpirun).
+set -u
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+BUILD=${BUILD:-build}
+if [ -n "${NPS+x}" ]; then NPS_GIVEN=1; else NPS_GIVEN=0; fi
+NPS=${NPS:-"1 2 3 4 8"}
+TIMEOUT=${LM_TEST_TIMEOUT:-300}
+LOGDIR=$BUILD/test-logs
+MPIRUN=$ROOT/tools/lm-mpirun
+export CMOCKA_MESSAGE_OUTPUT=${CMOCKA_MESSAGE_OUTPUT:-stdout}
+
+mkdir -p "$LOGDIR"
+passed=0
+failed=0
+failed_names=()
+FILTERS=("$@")
+
+selected() {
+  local name=$1 f
+  [ ${#FILTERS[@]} -eq 0 ] && return 0
+  for f in "${FILTERS[@]}"; do
+    # shellcheck disable=SC2053
+    [[ $name == $f ]] && return 0
+  done
+  return 1
+}
+
+now() { date +%s.%N; }
+
+# run_one LABEL NP COMMAND...
+run_one() {
+  local label=$1 np=$2; shift 2
+  local log="$LOGDIR/$label.np$np.log" t0 t1 secs rc reason
+  t0=$(now)
+  timeout -k 5 "$TIMEOUT" "$@" </dev/null >"$log" 2>&1
+  rc=$?
+  t1=$(now)
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  if [ $rc -eq 0 ]; then
+    echo "PASS $label np=$np (${secs}s)"
+    passed=$((passed + 1))
+  else
+    case $rc in
+      124|137) reason="timed out after ${TIMEOUT}s" ;;
+      *) reason="exit status $rc" ;;
+    esac
+    echo "FAIL $label np=$np ($reason, ${secs}s; log: $log)"
+    tail -n 60 "$log" | sed 's/^/    | /'
+    failed=$((failed + 1))
+    failed_names+=("$label np=$np")
+  fi
+}
+
+# The np counts of a test: its `// lm-test-np:` line, if any, else $NPS.
+nps_of_source() {
+  local src=$1 own n m out=""
+  own=$(sed -n 's|^[[:space:]]*//[[:space:]]*lm-test-np:[[:space:]]*||p' "$src" | head -n 1)
+  own=${own//,/ }
+  if [ -z "$own" ]; then echo "$NPS"; return; fi
+  if [ "$NPS_GIVEN" = 0 ]; then echo "$own"; return; fi
+  for n in $own; do
+    for m in $NPS; do [ "$n" = "$m" ] && out="$out $n"; done
+  done
+  echo "$out"
+}
+
+echo "== localmap tests: BUILD=$BUILD NPS=\"$NPS\" timeout=${TIMEOUT}s logs=$LOGDIR"
+
+# 1. unit tests: once, directly.
+for src in tests/unit_*.cpp; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .cpp)
+  selected "$name" || continue
+  bin=$BUILD/tests/$name
+  if [ ! -x "$bin" ]; then
+    echo "FAIL $name np=1 (not built: $bin)"; failed=$((failed + 1)); failed_names+=("$name"); continue
+  fi
+  run_one "$name" 1 "$bin"
+done
+
+# 2. MPI tests: under mpirun at each np.
+for src in tests/test_*.c tests/test_*.cpp; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src"); name=${name%.*}
+  selected "$name" || continue
+  bin=$BUILD/tests/$name
+  if [ ! -x "$bin" ]; then
+    echo "FAIL $name (not built: $bin)"; failed=$((failed + 1)); failed_names+=("$name"); continue
+  fi
+  nps=$(nps_of_source "$src")
+  if [ -z "${nps// /}" ]; then echo "SKIP $name (no np of its lm-test-np line is in NPS)"; continue; fi
+  for np in $nps; do
+    run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin"
+  done
+done
+
+# 3. examples listed in tests/examples.list: <name> <np,list|-> [args...]
+if [ -f tests/examples.list ]; then
+  while read -r name nplist args; do
+    case "$name" in ''|'#'*) continue ;; esac
+    selected "$name" || continue
+    bin=$BUILD/examples/$name
+    if [ ! -x "$bin" ]; then
+      echo "FAIL $name (not built: $bin)"; failed=$((failed + 1)); failed_names+=("$name"); continue
+    fi
+    if [ -z "$nplist" ] || [ "$nplist" = "-" ]; then nplist=$NPS; fi
+    for np in ${nplist//,/ }; do
+      # shellcheck disable=SC2086
+      run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin" $args
+    done
+  done < tests/examples.list
+fi
+
+if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed)) -eq 0 ]; then
+  echo "no test, unit test or listed example matches: ${FILTERS[*]}"
+  failed=1
+  failed_names+=("(no match)")
+fi
+if [ $failed -gt 0 ]; then
+  echo "== failed:"
+  printf '   %s\n' "${failed_names[@]}"
+fi
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

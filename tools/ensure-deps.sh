@@ -1,0 +1,34 @@
+#!/bin/sh
+# Checks the build and test dependencies of localmap; installs them with apt-get when they are
+# missing and we are root on a Debian-like system, otherwise stops with the command to run.
+# Usage: tools/ensure-deps.sh [-q]
+set -eu
+
+PKGS="libopenmpi-dev openmpi-bin libcmocka-dev libdlpack-dev pkg-config"
+APT_CMD="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $PKGS"
+
+missing=""
+for cmd in mpicc mpicxx mpirun pkg-config; do
+  command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"
+done
+for f in /usr/include/cmocka.h /usr/include/dlpack/dlpack.h; do
+  [ -f "$f" ] || missing="$missing $f"
+done
+
+if [ -z "$missing" ]; then
+  [ "${1:-}" = "-q" ] || echo "deps: ok (mpicxx, mpirun, cmocka, dlpack, pkg-config)"
+  exit 0
+fi
+
+echo "deps: missing:$missing" >&2
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ -z "${LM_DEPS_RETRY:-}" ]; then
+  echo "deps: installing: $PKGS" >&2
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $PKGS >/dev/null
+  LM_DEPS_RETRY=1 exec sh "$0" "$@"
+fi
+
+echo "deps: please install them, e.g.:" >&2
+echo "  sudo sh -c '$APT_CMD'" >&2
+exit 1
