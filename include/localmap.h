@@ -149,7 +149,9 @@ typedef enum lm_reduce_op_t {
  * (LM_PARTIAL only). order: co-shard order, when several mesh dims shard one tensor dim: the
  * tensor dim is split first by the mesh dim with the lowest order (ties: lowest mesh dim), then
  * each block again by the next. With all orders 0, mesh dim 0 splits first (as DTensor does).
- * Fields that do not apply to the kind must be 0. A zero-filled struct is Replicate. */
+ * Fields that do not apply to the kind must be 0. A zero-filled struct is Replicate.
+ * All Partial dims of one tensor must use the same op (LM_ERR_NOT_SUPPORTED otherwise: with
+ * mixed ops the value would depend on the order of the reductions). */
 typedef struct lm_placement_t {
   int32_t kind;
   int32_t dim;

@@ -148,6 +148,14 @@ void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndi
              p.kind);
     }
   }
+  // Partial dims of one tensor share one op: with mixed ops the value would depend on the order
+  // of the reductions, which no peer library defines either.
+  for (int i = 0; i < mesh_ndim; ++i)
+    for (int j = i + 1; j < mesh_ndim; ++j)
+      if (pl[i].kind == LM_PARTIAL && pl[j].kind == LM_PARTIAL && pl[i].op != pl[j].op)
+        fail(LM_ERR_NOT_SUPPORTED, "%s: Partial dims %d and %d use different reduce ops (%s); "
+             "one tensor's Partial dims must share one op", what, i, j,
+             format_placements(pl, mesh_ndim).c_str());
 }
 
 // ---------------------------------------------------------------------------------------------

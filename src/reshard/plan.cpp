@@ -245,8 +245,10 @@ bool ExchangeStep::progress(bool block) {
 // ---------------------------------------------------------------------------------------------
 class ReduceScatterStep : public Step {
  public:
-  ReduceScatterStep(const Layout &in, const Layout &out, int m, int d, int op, DType dt,
-                    MPI_Comm comm, int me, int tag);
+  // op: the reduction; avg arrives as sum plus `divide_by` (> 0 on the last of a chain of
+  // reductions: the product of all reduced extents, so avg over several dims divides once).
+  ReduceScatterStep(const Layout &in, const Layout &out, int m, int d, int op, int64_t divide_by,
+                    DType dt, MPI_Comm comm, int me, int tag);
   void start(const void *in, void *out) override;
   bool progress(bool block) override;
   std::string describe() const override {
@@ -257,6 +259,7 @@ class ReduceScatterStep : public Step {
  private:
   Layout in_, out_;
   int m_, op_;
+  int64_t divide_by_;
   DType dt_;
   size_t esize_;
   MPI_Comm comm_;
@@ -281,8 +284,8 @@ class ReduceScatterStep : public Step {
 };
 
 ReduceScatterStep::ReduceScatterStep(const Layout &in, const Layout &out, int m, int d, int op,
-                                     DType dt, MPI_Comm comm, int me, int tag)
-    : in_(in), out_(out), m_(m), op_(op), dt_(dt), esize_(dtype_size(dt)), comm_(comm), tag_(tag) {
+                                     int64_t divide_by, DType dt, MPI_Comm comm, int me, int tag)
+    : in_(in), out_(out), m_(m), op_(op), divide_by_(divide_by), dt_(dt), esize_(dtype_size(dt)), comm_(comm), tag_(tag) {
   out_layout = out;
   int64_t idx = in.grid->index_of(me);
   if (idx < 0) return;
@@ -408,7 +411,7 @@ bool ReduceScatterStep::progress(bool block) {
       if (!flag) return false;
     }
   }
-  if (op_ == LM_REDUCE_AVG) scale_avg(dt_, out_ptr_, n, k_);
+  if (divide_by_ > 1) scale_avg(dt_, out_ptr_, n, divide_by_);
   next_ = k_ + 1;  // done; a further progress() call is a no-op
   return true;
 }
@@ -469,6 +472,24 @@ int largest_dim(const Shape &g) {
 
 }  // namespace
 
+void check_reshard(const Layout &src, const Layout &dst, DType dt) {
+  const char *fn = "reshard";
+  LM_CHECK_ARG(src.gshape == dst.gshape, "%s: source and target global shapes differ", fn);
+  int src_op = -1, dst_op = -1;
+  for (auto &p : src.pl)
+    if (p.kind == LM_PARTIAL) src_op = p.op;
+  for (auto &p : dst.pl)
+    if (p.kind == LM_PARTIAL) dst_op = p.op;
+  if (src_op >= 0) check_reduce(dt, src_op, "reshard: source placements");
+  if (dst_op >= 0) check_reduce(dt, dst_op, "reshard: target placements");
+  if (src_op >= 0 && dst_op >= 0 && src_op != dst_op)
+    fail(LM_ERR_INVALID_ARGUMENT,
+         "%s: Partial -> Partial with another reduce op (%s -> %s) is not a reshard; reduce to "
+         "Replicate or Shard first",
+         fn, src.str().c_str(), dst.str().c_str());
+
+}
+
 // ---------------------------------------------------------------------------------------------
 std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataType dtype,
                                  MPI_Comm comm, int me) {
@@ -481,7 +502,6 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
   plan->dtype = dtype;
   plan->dt = dtype_from_dl(dtype, "reshard: dtype");
   plan->esize = dtype_size(plan->dt);
-  LM_CHECK_ARG(src.gshape == dst.gshape, "%s: source and target global shapes differ", fn);
   const bool same_mesh = src.grid->same_as(*dst.grid);
   int64_t si = src.grid->index_of(me), di = dst.grid->index_of(me);
   plan->involved = si >= 0 || di >= 0;
@@ -496,22 +516,19 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
     plan->dst_local_bytes = dst.box_at(c.data()).numel() * (int64_t)plan->esize;
   }
 
-  int src_op = -1, dst_op = -1;
-  for (auto &p : src.pl)
-    if (p.kind == LM_PARTIAL) src_op = p.op;
-  for (auto &p : dst.pl)
-    if (p.kind == LM_PARTIAL) dst_op = p.op;
-  if (src_op >= 0) check_reduce(plan->dt, src_op, "reshard: source placements");
-  if (dst_op >= 0) check_reduce(plan->dt, dst_op, "reshard: target placements");
-  if (src_op >= 0 && dst_op >= 0 && src_op != dst_op)
-    fail(LM_ERR_INVALID_ARGUMENT,
-         "%s: Partial -> Partial with another reduce op (%s -> %s) is not a reshard; reduce to "
-         "Replicate or Shard first",
-         fn, src.str().c_str(), dst.str().c_str());
+  check_reshard(src, dst, plan->dt);
 
   int tag = kTagBase;
   Layout cur = src;
-  // 1. Reduce the Partial dims that the target does not keep.
+  // 1. Reduce the Partial dims that the target does not keep. Avg reduces as a sum and divides
+  // once, by the product of the reduced extents, on the last reduction (exact for integers).
+  int last_reduced = -1;
+  int64_t reduced_extent = 1;
+  for (int m = 0; m < src.mesh_ndim(); ++m)
+    if (src.pl[m].kind == LM_PARTIAL && !(same_mesh && dst.pl[m].kind == LM_PARTIAL)) {
+      last_reduced = m;
+      reduced_extent *= src.grid->shape()[m];
+    }
   for (int m = 0; m < src.mesh_ndim(); ++m) {
     if (src.pl[m].kind != LM_PARTIAL) continue;
     if (same_mesh && dst.pl[m].kind == LM_PARTIAL) continue;  // kept (same op checked above)
@@ -522,8 +539,10 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
     }
     Layout next = cur;
     shard_innermost(next, m, d);
-    plan->steps.push_back(std::make_unique<ReduceScatterStep>(cur, next, m, d, src.pl[m].op,
-                                                              plan->dt, comm, me, tag++));
+    bool avg = src.pl[m].op == LM_REDUCE_AVG;
+    plan->steps.push_back(std::make_unique<ReduceScatterStep>(
+        cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op,
+        avg && m == last_reduced ? reduced_extent : 0, plan->dt, comm, me, tag++));
     cur = next;
   }
   // 2. Move data to the target without its new Partial dims (they start as Replicate).

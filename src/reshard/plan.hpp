@@ -74,6 +74,10 @@ class Plan {
   const void *in_of(size_t i) const;
 };
 
+// Throws when no reshard leads from src to dst (shapes, Partial ops, dtype vs op); every rank,
+// involved or not, runs this check so that all agree.
+void check_reshard(const Layout &src, const Layout &dst, DType dt);
+
 // Builds this rank's plan. Pure: no MPI call (comm is only stored), so unit tests can plan for
 // one rank of a huge mesh. same_mesh: src and dst grids are the same ranks in the same order.
 // Throws LM_ERR_INVALID_ARGUMENT / LM_ERR_NOT_SUPPORTED for impossible reshards.

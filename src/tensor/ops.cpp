@@ -303,6 +303,7 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
   lm_mesh_s *dm = dst_mesh ? mesh_check_usable(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
   MPI_Comm comm = transfer_comm(sm, dm, fn);
   Layout L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
+  check_reshard(t->layout, L, t->dt);
   lm_dist_tensor_s *out = tensor_new(dm, L, t->dtype, t->device, false);
   if (!sm->member && !dm->member) return out;  // neither mesh: nothing to do, never waited on
   try {

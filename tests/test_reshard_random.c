@@ -1,0 +1,485 @@
+/* Randomized property test of the reshard engine.
+ *
+ * Every case draws (with one seeded generator shared by all ranks) a source and a target mesh
+ * from a pool (same mesh, other shapes, reversed and disjoint rank sets), a global shape
+ * (including extents smaller than the mesh and zero), a dtype, and random Shard / Replicate /
+ * Partial placements (co-shard orders too). Each rank fills its source shard from the global
+ * index; Partial sources are split so the exact reduction is known. After the reshard each rank
+ * checks its own shard without gathering; Partial targets are reduced by a second reshard to
+ * Replicate first. The API path (plain reshard, persistent plan, nonblocking start/test/wait) is
+ * drawn too. Failures print the seed and case so `LM_SEED=s LM_CASE=c` replays one case.
+ * Cases per run: LM_RESHARD_CASES, default chosen per np so that np 1,2,3,4,8 sum to > 10,000. */
+#include "lm_test.h"
+
+#include <localmap.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------------------- random */
+static uint64_t rng_state;
+static uint64_t rnd(void) { /* splitmix64 */
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
+
+/* ----------------------------------------------------------------------------- dtypes */
+enum { T_I32, T_I64, T_F32, T_F64, T_I8, T_I16, T_U8, T_BOOL, T_F16, T_BF16, T_C64, T_C128, T_N };
+static DLDataType dl_of(int t) {
+  switch (t) {
+    case T_I32: return LM_INT32;
+    case T_I64: return LM_INT64;
+    case T_F32: return LM_FLOAT32;
+    case T_F64: return LM_FLOAT64;
+    case T_I8: return LM_INT8;
+    case T_I16: return LM_INT16;
+    case T_U8: return LM_UINT8;
+    case T_BOOL: return LM_BOOL;
+    case T_F16: return LM_FLOAT16;
+    case T_BF16: return LM_BFLOAT16;
+    case T_C64: return LM_COMPLEX64;
+    default: return LM_COMPLEX128;
+  }
+}
+static const char *name_of(int t) {
+  static const char *n[] = {"int32", "int64", "float32", "float64", "int8", "int16", "uint8",
+                            "bool", "float16", "bfloat16", "complex64", "complex128"};
+  return n[t];
+}
+static size_t size_of(int t) {
+  static const size_t s[] = {4, 8, 4, 8, 1, 2, 1, 1, 2, 2, 8, 16};
+  return s[t];
+}
+/* Exact for the small integers used here. */
+static uint16_t to_half(float f) {
+  if (f == 0) return 0;
+  uint16_t sign = f < 0 ? 0x8000 : 0;
+  if (f < 0) f = -f;
+  int e;
+  float m = frexpf(f, &e); /* f = m * 2^e, m in [0.5, 1) */
+  return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)((m * 2 - 1) * 1024));
+}
+static float from_half(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  float v = e ? ldexpf(1.0f + m / 1024.0f, e - 15) : ldexpf(m / 1024.0f, -14);
+  return (h & 0x8000) ? -v : v;
+}
+static uint16_t to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return (uint16_t)(x >> 16);
+}
+static float from_bf16(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+static void put(int t, void *base, int64_t i, double re, double im) {
+  char *p = (char *)base + (size_t)i * size_of(t);
+  switch (t) {
+    case T_I32: *(int32_t *)p = (int32_t)re; break;
+    case T_I64: *(int64_t *)p = (int64_t)re; break;
+    case T_F32: *(float *)p = (float)re; break;
+    case T_F64: *(double *)p = re; break;
+    case T_I8: *(int8_t *)p = (int8_t)re; break;
+    case T_I16: *(int16_t *)p = (int16_t)re; break;
+    case T_U8: *(uint8_t *)p = (uint8_t)(int)re; break;
+    case T_BOOL: *(uint8_t *)p = re != 0; break;
+    case T_F16: *(uint16_t *)p = to_half((float)re); break;
+    case T_BF16: *(uint16_t *)p = to_bf16((float)re); break;
+    case T_C64: ((float *)p)[0] = (float)re; ((float *)p)[1] = (float)im; break;
+    default: ((double *)p)[0] = re; ((double *)p)[1] = im; break;
+  }
+}
+static void get(int t, const void *base, int64_t i, double *re, double *im) {
+  const char *p = (const char *)base + (size_t)i * size_of(t);
+  *im = 0;
+  switch (t) {
+    case T_I32: *re = *(const int32_t *)p; break;
+    case T_I64: *re = (double)*(const int64_t *)p; break;
+    case T_F32: *re = *(const float *)p; break;
+    case T_F64: *re = *(const double *)p; break;
+    case T_I8: *re = *(const int8_t *)p; break;
+    case T_I16: *re = *(const int16_t *)p; break;
+    case T_U8: *re = *(const uint8_t *)p; break;
+    case T_BOOL: *re = *(const uint8_t *)p; break;
+    case T_F16: *re = from_half(*(const uint16_t *)p); break;
+    case T_BF16: *re = from_bf16(*(const uint16_t *)p); break;
+    case T_C64: *re = ((const float *)p)[0]; *im = ((const float *)p)[1]; break;
+    default: *re = ((const double *)p)[0]; *im = ((const double *)p)[1]; break;
+  }
+}
+/* Which reduce ops give exact, meaningful results for the dtype with the values used here. */
+static int op_ok(int t, int op) {
+  if (t == T_BOOL) return op != LM_REDUCE_AVG;
+  if (t == T_C64 || t == T_C128) return op == LM_REDUCE_SUM || op == LM_REDUCE_AVG || op == LM_REDUCE_PROD;
+  if (t == T_BF16) return op == LM_REDUCE_MAX || op == LM_REDUCE_MIN; /* 8-bit mantissa */
+  if (t == T_I8 || t == T_U8) return op != LM_REDUCE_AVG;           /* sums would overflow */
+  return 1;
+}
+
+/* This rank's coordinates along the Partial mesh dims of the source (for avg splits). */
+static int pc_n, pc_c[3], pc_e[3];
+
+/* The value at global linear index lin, and the part partial coordinate p of K holds. */
+static void value(int t, int64_t lin, double *re, double *im) {
+  if (t == T_BOOL) {
+    *re = lin % 3 == 0;
+    *im = 0;
+    return;
+  }
+  *re = (double)((lin * 7 + 3) % 50);
+  *im = (t == T_C64 || t == T_C128) ? (double)((lin * 3 + 1) % 20) : 0;
+}
+static double part1(int t, int op, double v, int64_t lin, int p, int K) {
+  int64_t q;
+  double s = 0;
+  if (t == T_BOOL) {
+    int alt = (int)((lin + p) % 2);
+    if (p == 0) return v;
+    return (op == LM_REDUCE_SUM || op == LM_REDUCE_MAX) ? (v != 0 && alt) : (v != 0 || alt);
+  }
+  switch (op) {
+    case LM_REDUCE_SUM: {
+      if (p > 0) return (double)((lin + p) % 5 - 2);
+      for (q = 1; q < K; ++q) s += (double)((lin + q) % 5 - 2);
+      return v - s;
+    }
+    case LM_REDUCE_AVG: {
+      /* v + h(lin) * prod_m g(c_m) with sum_c g(c) = 0 along each Partial dim: the mean along
+       * any subset of the Partial dims is exactly v, also in integers. */
+      double d = (double)(lin % 3 - 1);
+      for (int m = 0; m < pc_n; ++m) d *= pc_c[m] == 0 ? -(double)(pc_e[m] - 1) : 1.0;
+      return v + d;
+    }
+    case LM_REDUCE_PROD: return p == 0 ? v : 1;
+    case LM_REDUCE_MAX: return p == 0 ? v : floor(v / 2);
+    default: return p == 0 ? v : v + 1 + (double)((lin + p) % 3);
+  }
+}
+static void part(int t, int op, int64_t lin, int p, int K, double *re, double *im) {
+  double vr, vi;
+  value(t, lin, &vr, &vi);
+  if (K <= 1) {
+    *re = vr;
+    *im = vi;
+    return;
+  }
+  *re = part1(t, op, vr, lin, p, K);
+  *im = (op == LM_REDUCE_PROD) ? (p == 0 ? vi : 0) : part1(t, op, vi, lin + 11, p, K);
+  if (t != T_C64 && t != T_C128) *im = 0;
+}
+
+/* ----------------------------------------------------------------------------- meshes */
+#define MAXM 24
+typedef struct {
+  lm_mesh_t mesh;
+  int ndim;
+  int64_t shape[3];
+  char desc[64];
+} pool_mesh;
+static pool_mesh pool[MAXM];
+static int npool;
+
+static void add_mesh(int ndim, const int64_t *shape, const int *ranks, int nranks, const char *d) {
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.ranks = ranks;
+  cfg.nranks = ranks ? nranks : 0;
+  pool_mesh *pm = &pool[npool];
+  LM_ASSERT_OK_ALL(lm_mesh_create(&pm->mesh, lm_test_comm_f(), ndim, shape, ranks ? &cfg : NULL));
+  pm->ndim = ndim;
+  for (int i = 0; i < ndim; ++i) pm->shape[i] = shape[i];
+  snprintf(pm->desc, sizeof pm->desc, "%s", d);
+  ++npool;
+}
+
+static void build_pool(void) {
+  int n = lm_test_size();
+  int ranks[64];
+  char d[64];
+  int64_t s[3];
+  npool = 0;
+  s[0] = n;
+  add_mesh(1, s, NULL, 0, "1d");
+  for (int a = 2; a < n; ++a)
+    if (n % a == 0) {
+      s[0] = a;
+      s[1] = n / a;
+      snprintf(d, sizeof d, "%dx%d", a, n / a);
+      add_mesh(2, s, NULL, 0, d);
+    }
+  s[0] = 1;
+  s[1] = n;
+  add_mesh(2, s, NULL, 0, "1xN");
+  if (n == 8) {
+    s[0] = s[1] = s[2] = 2;
+    add_mesh(3, s, NULL, 0, "2x2x2");
+  }
+  if (n == 4) {
+    s[0] = 2; s[1] = 1; s[2] = 2;
+    add_mesh(3, s, NULL, 0, "2x1x2");
+  }
+  for (int i = 0; i < n; ++i) ranks[i] = n - 1 - i;
+  s[0] = n;
+  add_mesh(1, s, ranks, n, "1d-reversed");
+  if (n >= 2) {
+    int h = (n + 1) / 2;
+    for (int i = 0; i < h; ++i) ranks[i] = i;
+    s[0] = h;
+    add_mesh(1, s, ranks, h, "first-half");
+    int h2 = n - h;
+    for (int i = 0; i < h2; ++i) ranks[i] = h + i;
+    if (h2 % 2 == 0 && h2 >= 4) {
+      s[0] = 2;
+      s[1] = h2 / 2;
+      add_mesh(2, s, ranks, h2, "second-half-2d");
+    } else {
+      s[0] = h2;
+      add_mesh(1, s, ranks, h2, "second-half");
+    }
+    /* every other rank, in reverse */
+    int k = 0;
+    for (int i = n - 1; i >= 0; i -= 2) ranks[k++] = i;
+    s[0] = k;
+    add_mesh(1, s, ranks, k, "odd-reversed");
+  }
+}
+
+static void free_pool(void) {
+  for (int i = 0; i < npool; ++i) LM_ASSERT_OK(lm_mesh_destroy(&pool[i].mesh));
+}
+
+/* ----------------------------------------------------------------------------- cases */
+typedef struct {
+  int ndim;
+  int64_t g[3];
+  int t, op;
+  int sm, dm;
+  lm_placement_t sp[3], dp[3];
+  int path;
+} case_t;
+
+static void draw_placements(lm_placement_t *pl, int mdim, int ndim, int op) {
+  for (int m = 0; m < mdim; ++m) {
+    int r = rndi(100);
+    memset(&pl[m], 0, sizeof pl[m]);
+    if (r < 30) {
+      pl[m].kind = LM_REPLICATE;
+    } else if (r < 75) {
+      pl[m].kind = LM_SHARD;
+      pl[m].dim = rndi(ndim);
+      pl[m].order = rndi(4) == 0 ? rndi(3) : 0;
+    } else {
+      pl[m].kind = LM_PARTIAL;
+      pl[m].op = op;
+    }
+  }
+}
+
+static void draw_case(case_t *c) {
+  c->ndim = 1 + rndi(3);
+  for (int i = 0; i < c->ndim; ++i) {
+    int r = rndi(10);
+    c->g[i] = r == 0 ? 0 : r < 3 ? 1 + rndi(2) : 1 + rndi(9);
+  }
+  c->t = rndi(T_N);
+  do {
+    c->op = rndi(5);
+  } while (!op_ok(c->t, c->op));
+  c->sm = rndi(npool);
+  c->dm = rndi(10) < 6 ? c->sm : rndi(npool);
+  int op2 = rndi(8) == 0 ? rndi(5) : c->op; /* sometimes another op: must be refused */
+  if (!op_ok(c->t, op2)) op2 = c->op;
+  draw_placements(c->sp, pool[c->sm].ndim, c->ndim, c->op);
+  draw_placements(c->dp, pool[c->dm].ndim, c->ndim, op2);
+  c->path = rndi(10) < 6 ? 0 : rndi(2) + 1;
+}
+
+static int has_partial(const lm_placement_t *pl, int n, int *op) {
+  for (int i = 0; i < n; ++i)
+    if (pl[i].kind == LM_PARTIAL) {
+      if (op) *op = pl[i].op;
+      return 1;
+    }
+  return 0;
+}
+
+/* Partial linear coordinate of this rank and the group size over the Partial mesh dims. */
+static void partial_coord(lm_mesh_t mesh, const lm_placement_t *pl, int *p, int *K) {
+  int ndim;
+  int64_t shape[3], coord[3];
+  *p = 0;
+  *K = 1;
+  pc_n = 0;
+  LM_ASSERT_OK(lm_mesh_ndim(mesh, &ndim));
+  LM_ASSERT_OK(lm_mesh_shape(mesh, shape, 3));
+  LM_ASSERT_OK(lm_mesh_coord(mesh, coord, 3));
+  for (int m = 0; m < ndim; ++m)
+    if (pl[m].kind == LM_PARTIAL) {
+      *p = *p * (int)shape[m] + (int)coord[m];
+      *K *= (int)shape[m];
+      pc_c[pc_n] = (int)coord[m];
+      pc_e[pc_n++] = (int)shape[m];
+    }
+}
+
+/* Calls fn(local linear index, global linear index) over this rank's shard. */
+static int64_t visit(lm_dist_tensor_t t, int ndim, const int64_t *g, int64_t *lin_out, int64_t cap) {
+  int64_t ls[3], lo[3], idx[3] = {0, 0, 0}, n = 1;
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, ndim));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, ndim));
+  for (int i = 0; i < ndim; ++i) n *= ls[i];
+  if (n > cap) return -1;
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t lin = 0;
+    for (int i = 0; i < ndim; ++i) lin = lin * g[i] + lo[i] + idx[i];
+    lin_out[e] = lin;
+    for (int i = ndim - 1; i >= 0; --i) {
+      if (++idx[i] < ls[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return n;
+}
+
+static int is_member(lm_mesh_t m) {
+  int mem = 0;
+  LM_ASSERT_OK(lm_mesh_is_member(m, &mem));
+  return mem;
+}
+
+static char failbuf[4096];
+static int nfail_local;
+
+static void note_fail(uint64_t seed, int k, const case_t *c, const char *what) {
+  char a[128], b[128];
+  if (nfail_local++ >= 5) return;
+  LM_ASSERT_OK(lm_placements_format(c->sp, pool[c->sm].ndim, a, sizeof a));
+  LM_ASSERT_OK(lm_placements_format(c->dp, pool[c->dm].ndim, b, sizeof b));
+  snprintf(failbuf + strlen(failbuf), sizeof failbuf - strlen(failbuf),
+           "rank %d: LM_SEED=%llu LM_CASE=%d: %s %s on %s -> %s on %s, shape [%lld,%lld,%lld] ndim %d "
+           "path %d: %s (%s)\n",
+           lm_test_rank(), (unsigned long long)seed, k, name_of(c->t), a, pool[c->sm].desc, b,
+           pool[c->dm].desc, (long long)c->g[0], (long long)c->g[1], (long long)c->g[2], c->ndim,
+           c->path, what, lm_last_error_message());
+}
+
+/* Checks every element of t's local shard equals the value (t must hold no Partial). */
+static int check_values(lm_dist_tensor_t t, const case_t *c) {
+  static int64_t lin[4096];
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  int64_t n = visit(t, c->ndim, c->g, lin, 4096);
+  if (n < 0) return 0;
+  for (int64_t e = 0; e < n; ++e) {
+    double re, im, er, ei;
+    get(c->t, v.data, e, &re, &im);
+    value(c->t, lin[e], &er, &ei);
+    if (re != er || im != ei) return 0;
+  }
+  return 1;
+}
+
+static int run_case(uint64_t seed, int k, const case_t *c) {
+  lm_mesh_t sm = pool[c->sm].mesh, dm = pool[c->dm].mesh;
+  lm_dist_tensor_t src = NULL, dst = NULL, rep = NULL;
+  static int64_t lin[4096];
+  int ok = 1;
+  LM_ASSERT_OK(lm_dist_tensor_zeros(&src, sm, c->ndim, c->g, dl_of(c->t), (DLDevice){kDLCPU, 0}, c->sp));
+  if (is_member(sm)) {
+    int p, K;
+    DLTensor v;
+    partial_coord(sm, c->sp, &p, &K);
+    LM_ASSERT_OK(lm_dist_tensor_local(src, &v));
+    int64_t n = visit(src, c->ndim, c->g, lin, 4096);
+    for (int64_t e = 0; e < n; ++e) {
+      double re, im;
+      part(c->t, c->op, lin[e], p, K, &re, &im);
+      put(c->t, v.data, e, re, im);
+    }
+  }
+  int sop = -1, dop = -1;
+  int bad_ops = has_partial(c->sp, pool[c->sm].ndim, &sop) && has_partial(c->dp, pool[c->dm].ndim, &dop) && sop != dop;
+  lm_status_t st;
+  if (c->path == 0) {
+    st = lm_dist_tensor_reshard(&dst, src, dm, c->dp);
+  } else {
+    lm_reshard_plan_t plan = NULL;
+    st = lm_reshard_plan_create(&plan, sm, c->sp, dm, c->dp, c->ndim, c->g, dl_of(c->t));
+    if (st == LM_SUCCESS) {
+      LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &dst));
+      if (c->path == 1) {
+        st = lm_reshard_plan_execute(plan, src, dst);
+      } else {
+        lm_request_t req = NULL;
+        st = lm_reshard_plan_start(plan, src, dst, &req);
+        int done = 0, spins = 0;
+        while (st == LM_SUCCESS && !done && spins++ < 3) st = lm_request_test(&req, &done);
+        if (st == LM_SUCCESS && !done) st = lm_request_wait(&req);
+      }
+      LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
+    }
+  }
+  if (bad_ops) {
+    if (st != LM_ERR_INVALID_ARGUMENT) {
+      note_fail(seed, k, c, "Partial(a)->Partial(b) was not refused");
+      ok = 0;
+    }
+  } else if (st != LM_SUCCESS) {
+    note_fail(seed, k, c, "reshard failed");
+    ok = 0;
+  } else if (has_partial(c->dp, pool[c->dm].ndim, NULL)) {
+    lm_placement_t r[3] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE};
+    st = lm_dist_tensor_reshard(&rep, dst, NULL, r);
+    if (st != LM_SUCCESS) {
+      note_fail(seed, k, c, "reduce of the Partial target failed");
+      ok = 0;
+    } else if (is_member(dm) && !check_values(rep, c)) {
+      note_fail(seed, k, c, "wrong values after reducing the Partial target");
+      ok = 0;
+    }
+  } else if (is_member(dm) && !check_values(dst, c)) {
+    note_fail(seed, k, c, "wrong values in the target shard");
+    ok = 0;
+  }
+  lm_dist_tensor_destroy(&rep);
+  lm_dist_tensor_destroy(&dst);
+  lm_dist_tensor_destroy(&src);
+  return ok;
+}
+
+static void test_random_reshards(void **state) {
+  (void)state;
+  int n = lm_test_size();
+  const char *e = getenv("LM_RESHARD_CASES");
+  int cases = e ? atoi(e) : n == 1 ? 5000 : n == 2 ? 5000 : n == 3 ? 4000 : n == 4 ? 4000 : 2000;
+  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261129ull + (uint64_t)n;
+  int only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
+  build_pool();
+  failbuf[0] = 0;
+  nfail_local = 0;
+  int bad = 0, ran = 0;
+  rng_state = seed;
+  for (int k = 0; k < cases; ++k) {
+    case_t c;
+    draw_case(&c);
+    if (only >= 0 && k != only) continue;
+    if (!run_case(seed, k, &c)) ++bad;
+    ++ran;
+  }
+  if (bad) fprintf(stderr, "%s", failbuf);
+  if (lm_test_rank() == 0) printf("reshard random: %d cases at np %d, seed %llu\n", ran, n, (unsigned long long)seed);
+  free_pool();
+  LM_ASSERT_ALL(bad == 0);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_random_reshards),
+};
+
+LM_TEST_MAIN(tests)
