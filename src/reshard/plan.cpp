@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -72,7 +73,12 @@ class ExchangeStep : public Step {
     size_t bytes;
     bool direct;
     size_t off;  // byte offset in the local buffer (direct) or in the staging area
+    MPI_Datatype type = MPI_DATATYPE_NULL;  // subarray of the local buffer (no staging)
   };
+  // Describes a non-contiguous box as an MPI subarray of the local buffer when the extents fit
+  // in int; then MPI packs straight into its transport buffers (one memory pass fewer).
+  static MPI_Datatype subarray(const Box &local, const Box &box, size_t esize);
+  void finish_msg(Msg &msg, const Box &local, size_t &stage);
   Layout in_, out_;
   MPI_Comm comm_;
   size_t esize_;
@@ -83,7 +89,51 @@ class ExchangeStep : public Step {
   std::vector<char> stage_send_, stage_recv_;
   std::vector<MPI_Request> reqs_;
   void *out_ptr_ = nullptr;
+
+ public:
+  ~ExchangeStep() override {
+    for (auto *v : {&sends_, &recvs_})
+      for (auto &m : *v)
+        if (m.type != MPI_DATATYPE_NULL) MPI_Type_free(&m.type);
+  }
 };
+
+MPI_Datatype ExchangeStep::subarray(const Box &local, const Box &box, size_t esize) {
+  static const bool enabled = [] {
+    const char *e = std::getenv("LM_RESHARD_DATATYPES");
+    return !(e && e[0] == '0');
+  }();
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!enabled || !init || (size_t)box.numel() * esize > kMaxPiece) return MPI_DATATYPE_NULL;
+  int n = (int)local.len.size();
+  int sizes[kMaxDims], subs[kMaxDims], starts[kMaxDims];
+  for (int i = 0; i < n; ++i) {
+    if (local.len[i] > INT_MAX) return MPI_DATATYPE_NULL;
+    sizes[i] = (int)local.len[i];
+    subs[i] = (int)box.len[i];
+    starts[i] = (int)(box.off[i] - local.off[i]);
+  }
+  MPI_Datatype elem, t;
+  if (MPI_Type_contiguous((int)esize, MPI_BYTE, &elem) != MPI_SUCCESS) return MPI_DATATYPE_NULL;
+  int rc = MPI_Type_create_subarray(n, sizes, subs, starts, MPI_ORDER_C, elem, &t);
+  MPI_Type_free(&elem);
+  if (rc != MPI_SUCCESS) return MPI_DATATYPE_NULL;
+  if (MPI_Type_commit(&t) != MPI_SUCCESS) {
+    MPI_Type_free(&t);
+    return MPI_DATATYPE_NULL;
+  }
+  return t;
+}
+
+void ExchangeStep::finish_msg(Msg &msg, const Box &local, size_t &stage) {
+  msg.direct = contiguous_in(local, msg.box, esize_, &msg.off);
+  if (msg.direct) return;
+  msg.type = subarray(local, msg.box, esize_);
+  if (msg.type != MPI_DATATYPE_NULL) return;
+  msg.off = stage;
+  stage += msg.bytes;
+}
 
 // The source coordinate a receiver takes replicated data from, per replicated source mesh dim.
 struct SourceChooser {
@@ -158,11 +208,7 @@ ExchangeStep::ExchangeStep(const Layout &in, const Layout &out, bool same_mesh, 
         return;
       }
       Msg msg{peer, b, (size_t)b.numel() * esize, false, 0};
-      msg.direct = contiguous_in(outbox_, b, esize, &msg.off);
-      if (!msg.direct) {
-        msg.off = stage;
-        stage += msg.bytes;
-      }
+      finish_msg(msg, outbox_, stage);
       recvs_.push_back(std::move(msg));
     });
   }
@@ -184,19 +230,15 @@ ExchangeStep::ExchangeStep(const Layout &in, const Layout &out, bool same_mesh, 
           if (choice[m] != cs[m]) return;  // the receiver takes it from another replica
       }
       Msg msg{peer, b, (size_t)b.numel() * esize, false, 0};
-      msg.direct = contiguous_in(inbox_, b, esize, &msg.off);
-      if (!msg.direct) {
-        msg.off = stage;
-        stage += msg.bytes;
-      }
+      finish_msg(msg, inbox_, stage);
       bytes_sent += (int64_t)msg.bytes;
       sends_.push_back(std::move(msg));
     });
   }
   stage_send_.resize(stage);
   int64_t np = 0;
-  for (auto &m : sends_) np += pieces_of(m.bytes);
-  for (auto &m : recvs_) np += pieces_of(m.bytes);
+  for (auto &m : sends_) np += m.type != MPI_DATATYPE_NULL ? 1 : pieces_of(m.bytes);
+  for (auto &m : recvs_) np += m.type != MPI_DATATYPE_NULL ? 1 : pieces_of(m.bytes);
   reqs_.resize((size_t)np);
 }
 
@@ -204,12 +246,20 @@ void ExchangeStep::start(const void *in, void *out) {
   out_ptr_ = out;
   MPI_Request *req = reqs_.data();
   for (auto &m : recvs_) {
+    if (m.type != MPI_DATATYPE_NULL) {
+      mpi_check(MPI_Irecv(out, 1, m.type, m.peer, tag_, comm_, req++), "reshard: MPI_Irecv");
+      continue;
+    }
     char *p = m.direct ? static_cast<char *>(out) + m.off : stage_recv_.data() + m.off;
     post_pieces(false, p, m.bytes, m.peer, tag_, comm_, req);
   }
   const Shape &ils = inbox_.len;
   for (auto &m : sends_) {
     char *p;
+    if (m.type != MPI_DATATYPE_NULL) {
+      mpi_check(MPI_Isend(in, 1, m.type, m.peer, tag_, comm_, req++), "reshard: MPI_Isend");
+      continue;
+    }
     if (m.direct) {
       p = const_cast<char *>(static_cast<const char *>(in)) + m.off;
     } else {
@@ -236,7 +286,7 @@ bool ExchangeStep::progress(bool block) {
     }
   }
   for (auto &m : recvs_)
-    if (!m.direct)
+    if (!m.direct && m.type == MPI_DATATYPE_NULL)
       copy_box(out_ptr_, outbox_.len, rel(m.box, outbox_), stage_recv_.data() + m.off, m.box.len,
                Shape(m.box.len.size(), 0), m.box.len, esize_);
   return true;

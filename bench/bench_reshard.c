@@ -1,0 +1,346 @@
+/* Reshard benchmark: for each case, times localmap and, in the same run, the raw MPI call that
+ * moves the same bytes. Median of REPS repetitions after WARMUP, each the max over ranks.
+ * Rank 0 prints one JSON object per line:
+ *   {"case","np","bytes","dtype","lm_ms","baseline","baseline_ms","ratio","sent_bytes_rank0",...}
+ * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] */
+#include <localmap.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, np, REPS = 10, WARMUP = 2;
+static int wf;
+
+#define OK(x)                                                                                \
+  do {                                                                                       \
+    lm_status_t s_ = (x);                                                                    \
+    if (s_ != LM_SUCCESS) {                                                                  \
+      fprintf(stderr, "rank %d: %s failed: %s\n", rank, #x, lm_last_error_message());       \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+    }                                                                                        \
+  } while (0)
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Runs fn REPS times after WARMUP, returns the median over reps of the max over ranks (ms). */
+typedef void (*op_fn)(void *);
+static double timeit(op_fn fn, void *arg) {
+  double t[64];
+  for (int i = 0; i < WARMUP; ++i) fn(arg);
+  for (int i = 0; i < REPS; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    fn(arg);
+    t[i] = (MPI_Wtime() - t0) * 1e3;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, t, REPS, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  qsort(t, (size_t)REPS, sizeof(double), cmp);
+  return REPS % 2 ? t[REPS / 2] : 0.5 * (t[REPS / 2 - 1] + t[REPS / 2]);
+}
+
+/* ---------------------------------------------------------------- localmap side */
+typedef struct {
+  lm_reshard_plan_t plan;
+  lm_dist_tensor_t src, dst;
+  lm_mesh_t smesh;
+  const lm_placement_t *dp;
+  lm_mesh_t dmesh;
+} lm_case;
+static void lm_run(void *a) {
+  lm_case *c = a;
+  OK(lm_reshard_plan_execute(c->plan, c->src, c->dst));
+}
+static void lm_run_reshard(void *a) { /* the plain call (plan cache, allocates its output) */
+  lm_case *c = a;
+  lm_dist_tensor_t out;
+  OK(lm_dist_tensor_reshard(&out, c->src, c->dmesh, c->dp));
+  OK(lm_dist_tensor_destroy(&out));
+}
+
+/* ---------------------------------------------------------------- MPI baselines */
+typedef struct {
+  void *sbuf, *rbuf, *tmp;
+  size_t bytes;    /* per rank send bytes (block) */
+  int *counts, *displs;
+  int n, kind;
+  MPI_Comm comm;
+  int peer;
+} base_case;
+static void b_allgather(void *a) {
+  base_case *b = a;
+  MPI_Allgather(b->sbuf, (int)b->bytes, MPI_BYTE, b->rbuf, (int)b->bytes, MPI_BYTE, b->comm);
+}
+static void b_allgatherv(void *a) {
+  base_case *b = a;
+  MPI_Allgatherv(b->sbuf, b->counts[rank], MPI_BYTE, b->rbuf, b->counts, b->displs, MPI_BYTE, b->comm);
+}
+static void b_alltoall(void *a) {
+  base_case *b = a;
+  MPI_Alltoall(b->sbuf, (int)b->bytes, MPI_BYTE, b->rbuf, (int)b->bytes, MPI_BYTE, b->comm);
+}
+static void b_rsb(void *a) {
+  base_case *b = a;
+  MPI_Reduce_scatter_block(b->sbuf, b->rbuf, b->n, MPI_DOUBLE, MPI_SUM, b->comm);
+}
+/* Pairwise reduce-scatter with the reduction fused as blocks arrive (n doubles per block). */
+static void b_pairwise_rs(void *a) {
+  base_case *b = a;
+  int n = b->n;
+  double *s = b->sbuf, *r = b->rbuf, *t = b->tmp;
+  MPI_Request req[2 * 64];
+  int k = 0;
+  for (int j = 0; j < np; ++j)
+    if (j != rank) MPI_Irecv(t + (size_t)n * (j < rank ? j : j - 1), n, MPI_DOUBLE, j, 7, b->comm, &req[k++]);
+  for (int j = 0; j < np; ++j)
+    if (j != rank) MPI_Isend(s + (size_t)n * j, n, MPI_DOUBLE, j, 7, b->comm, &req[k++]);
+  memcpy(r, s + (size_t)n * rank, sizeof(double) * (size_t)n);
+  for (int j = 0; j < np - 1; ++j) {
+    MPI_Wait(&req[j], MPI_STATUS_IGNORE);
+    const double *x = t + (size_t)n * j;
+    for (int i = 0; i < n; ++i) r[i] += x[i];
+  }
+  MPI_Waitall(k - (np - 1), req + (np - 1), MPI_STATUSES_IGNORE);
+}
+static void b_rs_ag(void *a) { /* pairwise reduce-scatter + allgather (in place) */
+  base_case *b = a;
+  double *full = b->rbuf;
+  b->rbuf = full + (size_t)b->n * rank;
+  b_pairwise_rs(a);
+  b->rbuf = full;
+  MPI_Allgather(MPI_IN_PLACE, b->n, MPI_DOUBLE, full, b->n, MPI_DOUBLE, b->comm);
+}
+static void b_allreduce(void *a) {
+  base_case *b = a;
+  MPI_Allreduce(b->sbuf, b->rbuf, b->n * np, MPI_DOUBLE, MPI_SUM, b->comm);
+}
+static void b_p2p(void *a) { /* cross-mesh: ranks of the first half send to the second half */
+  base_case *b = a;
+  if (b->peer < 0) return;
+  if (b->kind == 0)
+    MPI_Send(b->sbuf, (int)b->bytes, MPI_BYTE, b->peer, 9, b->comm);
+  else
+    MPI_Recv(b->rbuf, (int)b->bytes, MPI_BYTE, b->peer, 9, b->comm, MPI_STATUS_IGNORE);
+}
+static void b_nothing(void *a) { (void)a; }
+
+/* ---------------------------------------------------------------- cases */
+static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, const char *bname,
+                 double b_ms, int64_t sent, double reshard_ms, const char *extra) {
+  if (rank) return;
+  double bytes = (double)rows * (double)cols * 8;
+  printf("{\"case\": \"%s\", \"np\": %d, \"shape\": [%lld, %lld], \"bytes\": %.0f, \"dtype\": \"float64\", "
+         "\"lm_ms\": %.4f, \"lm_reshard_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, "
+         "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d%s}\n",
+         name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
+         b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, extra ? extra : "");
+  fflush(stdout);
+}
+
+static void fill_local(lm_dist_tensor_t t) {
+  DLTensor v;
+  OK(lm_dist_tensor_local(t, &v));
+  int64_t n = 1;
+  for (int i = 0; i < v.ndim; ++i) n *= v.shape[i];
+  double *d = v.data;
+  for (int64_t i = 0; i < n; ++i) d[i] = (double)((i + rank) % 97);
+}
+
+/* A localmap case on meshes sm -> dm. Returns lm median ms; fills *sent and *reshard_ms. */
+static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, const lm_placement_t *dp,
+                          int64_t rows, int64_t cols, int64_t *sent, double *reshard_ms) {
+  int64_t g[2] = {rows, cols};
+  lm_case c = {0};
+  OK(lm_reshard_plan_create(&c.plan, sm, sp, dm, dp, 2, g, LM_FLOAT64));
+  OK(lm_dist_tensor_zeros(&c.src, sm, 2, g, LM_FLOAT64, LM_CPU, sp));
+  fill_local(c.src);
+  OK(lm_reshard_plan_alloc_target(c.plan, LM_CPU, &c.dst));
+  OK(lm_reshard_plan_bytes_sent(c.plan, sent));
+  c.smesh = sm;
+  c.dmesh = dm;
+  c.dp = dp;
+  double ms = timeit(lm_run, &c);
+  *reshard_ms = timeit(lm_run_reshard, &c);
+  OK(lm_dist_tensor_destroy(&c.src));
+  OK(lm_dist_tensor_destroy(&c.dst));
+  OK(lm_reshard_plan_destroy(&c.plan));
+  return ms;
+}
+
+static int64_t chunk_len(int64_t n, int parts, int i) {
+  int64_t off, len;
+  OK(lm_chunk(n, parts, i, &off, &len));
+  return len;
+}
+
+static void one_d_cases(lm_mesh_t m1, int64_t n, const char *suffix) {
+  lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1), R = LM_PLACEMENT_REPLICATE,
+                 P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+  char name[64];
+  int64_t sent;
+  double rs_ms, lm;
+  size_t full = (size_t)(n * n) * 8, block = full / (size_t)np;
+  base_case b = {0};
+  b.comm = MPI_COMM_WORLD;
+  b.sbuf = malloc(full);
+  b.rbuf = malloc(full);
+  b.tmp = malloc(full);
+  memset(b.sbuf, 1, full);
+  memset(b.rbuf, 0, full);
+  memset(b.tmp, 0, full);
+
+  /* S(0) -> R vs MPI_Allgather */
+  lm = lm_case_run(m1, &S0, m1, &R, n, n, &sent, &rs_ms);
+  b.bytes = block;
+  snprintf(name, sizeof name, "1d:S0->R%s", suffix);
+  emit(name, n, n, lm, "MPI_Allgather", timeit(b_allgather, &b), sent, rs_ms, NULL);
+
+  /* R -> S(0): no communication; the plain reshard returns a view */
+  lm = lm_case_run(m1, &R, m1, &S0, n, n, &sent, &rs_ms);
+  snprintf(name, sizeof name, "1d:R->S0%s", suffix);
+  emit(name, n, n, lm, "none (no bytes move)", timeit(b_nothing, &b), sent, rs_ms, NULL);
+
+  /* S(0) -> S(1) and back vs MPI_Alltoall */
+  b.bytes = block / (size_t)np;
+  lm = lm_case_run(m1, &S0, m1, &S1, n, n, &sent, &rs_ms);
+  double a2a = timeit(b_alltoall, &b);
+  snprintf(name, sizeof name, "1d:S0->S1%s", suffix);
+  emit(name, n, n, lm, "MPI_Alltoall", a2a, sent, rs_ms, NULL);
+  lm = lm_case_run(m1, &S1, m1, &S0, n, n, &sent, &rs_ms);
+  snprintf(name, sizeof name, "1d:S1->S0%s", suffix);
+  emit(name, n, n, lm, "MPI_Alltoall", a2a, sent, rs_ms, NULL);
+
+  /* P(sum) -> S(0) vs pairwise reduce-scatter (and MPI_Reduce_scatter_block for reference) */
+  b.n = (int)(n * n / np);
+  lm = lm_case_run(m1, &P, m1, &S0, n, n, &sent, &rs_ms);
+  double pw = timeit(b_pairwise_rs, &b), rsb = timeit(b_rsb, &b);
+  char extra[128];
+  snprintf(extra, sizeof extra, ", \"MPI_Reduce_scatter_block_ms\": %.4f", rsb);
+  snprintf(name, sizeof name, "1d:P->S0%s", suffix);
+  emit(name, n, n, lm, "pairwise reduce-scatter", pw, sent, rs_ms, extra);
+
+  /* P(sum) -> R vs reduce-scatter + allgather (and MPI_Allreduce for reference) */
+  lm = lm_case_run(m1, &P, m1, &R, n, n, &sent, &rs_ms);
+  double rsag = timeit(b_rs_ag, &b), ar = timeit(b_allreduce, &b);
+  snprintf(extra, sizeof extra, ", \"MPI_Allreduce_ms\": %.4f", ar);
+  snprintf(name, sizeof name, "1d:P->R%s", suffix);
+  emit(name, n, n, lm, "pairwise reduce-scatter + MPI_Allgather", rsag, sent, rs_ms, extra);
+  free(b.sbuf);
+  free(b.rbuf);
+  free(b.tmp);
+}
+
+int main(int argc, char **argv) {
+  int64_t n = 4096;
+  int small_only = 0;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &np);
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--n") && i + 1 < argc) n = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) REPS = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--small-only")) small_only = 1;
+  }
+  if (REPS > 64) REPS = 64;
+  if (REPS < 1) REPS = 1;
+  OK(lm_comm_world(&wf));
+  lm_mesh_t m1;
+  int64_t s1[1] = {np};
+  OK(lm_mesh_create(&m1, wf, 1, s1, NULL));
+
+  if (!small_only) one_d_cases(m1, n, "");
+  one_d_cases(m1, 64, ":small");
+
+  /* Uneven: (n+1) x (n-1) S(0) -> R vs MPI_Allgatherv */
+  {
+    int64_t rows = small_only ? 65 : n + 1, cols = small_only ? 63 : n - 1, sent;
+    lm_placement_t S0 = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+    double rs_ms, lm = lm_case_run(m1, &S0, m1, &R, rows, cols, &sent, &rs_ms);
+    base_case b = {0};
+    b.comm = MPI_COMM_WORLD;
+    b.counts = malloc(sizeof(int) * (size_t)np);
+    b.displs = malloc(sizeof(int) * (size_t)np);
+    int off = 0;
+    for (int j = 0; j < np; ++j) {
+      b.counts[j] = (int)(chunk_len(rows, np, j) * cols * 8);
+      b.displs[j] = off;
+      off += b.counts[j];
+    }
+    b.sbuf = calloc((size_t)b.counts[rank] + 1, 1);
+    b.rbuf = calloc((size_t)off + 1, 1);
+    emit("1d:S0->R:uneven", rows, cols, lm, "MPI_Allgatherv", timeit(b_allgatherv, &b), sent, rs_ms, NULL);
+    free(b.sbuf);
+    free(b.rbuf);
+    free(b.counts);
+    free(b.displs);
+  }
+
+  /* 2-D mesh transitions (np 4: 2x2) */
+  if (np == 4) {
+    lm_mesh_t m2;
+    int64_t s2[2] = {2, 2};
+    OK(lm_mesh_create(&m2, wf, 2, s2, NULL));
+    int64_t nn = small_only ? 64 : n, sent;
+    double rs_ms, lm;
+    size_t full = (size_t)(nn * nn) * 8;
+    base_case b = {0};
+    b.comm = MPI_COMM_WORLD;
+    b.sbuf = calloc(full, 1);
+    b.rbuf = calloc(full, 1);
+    lm_placement_t a[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_SHARD(1)};
+    lm_placement_t rr[2] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE};
+    lm_placement_t sr[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_REPLICATE};
+    lm_placement_t rs[2] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_SHARD(0)};
+    lm = lm_case_run(m2, a, m2, rr, nn, nn, &sent, &rs_ms);
+    b.bytes = full / 4;
+    emit("2d:S0S1->RR", nn, nn, lm, "MPI_Allgather (same bytes)", timeit(b_allgather, &b), sent, rs_ms, NULL);
+    lm = lm_case_run(m2, sr, m2, rs, nn, nn, &sent, &rs_ms);
+    b.bytes = full / 2 / 4;
+    emit("2d:S0R->RS0", nn, nn, lm, "MPI_Alltoall (same bytes)", timeit(b_alltoall, &b), sent, rs_ms, NULL);
+    lm = lm_case_run(m2, a, m2, sr, nn, nn, &sent, &rs_ms);
+    b.bytes = full / 4;
+    emit("2d:S0S1->S0R", nn, nn, lm, "MPI_Allgather (same bytes)", timeit(b_allgather, &b), sent, rs_ms, NULL);
+    free(b.sbuf);
+    free(b.rbuf);
+    OK(lm_mesh_destroy(&m2));
+  }
+
+  /* Cross-mesh: first half of the ranks (S0) -> second half (S0), the pipeline hand-off */
+  if (np >= 2 && np % 2 == 0) {
+    int h = np / 2, lo[32], hi[32];
+    for (int i = 0; i < h; ++i) {
+      lo[i] = i;
+      hi[i] = h + i;
+    }
+    lm_mesh_config_t ca = LM_MESH_CONFIG_INIT, cb = LM_MESH_CONFIG_INIT;
+    ca.ranks = lo;
+    ca.nranks = h;
+    cb.ranks = hi;
+    cb.nranks = h;
+    int64_t sh[1] = {h};
+    lm_mesh_t ma, mb;
+    OK(lm_mesh_create(&ma, wf, 1, sh, &ca));
+    OK(lm_mesh_create(&mb, wf, 1, sh, &cb));
+    int64_t nn = small_only ? 64 : n, sent;
+    lm_placement_t S0 = LM_PLACEMENT_SHARD(0);
+    double rs_ms, lm = lm_case_run(ma, &S0, mb, &S0, nn, nn, &sent, &rs_ms);
+    base_case b = {0};
+    b.comm = MPI_COMM_WORLD;
+    b.bytes = (size_t)(nn * nn) * 8 / (size_t)h;
+    b.sbuf = calloc(b.bytes, 1);
+    b.rbuf = calloc(b.bytes, 1);
+    b.kind = rank < h ? 0 : 1;
+    b.peer = rank < h ? rank + h : rank - h;
+    emit("cross:S0(first half)->S0(second half)", nn, nn, lm, "MPI_Send/MPI_Recv", timeit(b_p2p, &b), sent, rs_ms, NULL);
+    free(b.sbuf);
+    free(b.rbuf);
+    OK(lm_mesh_destroy(&ma));
+    OK(lm_mesh_destroy(&mb));
+  }
+  OK(lm_mesh_destroy(&m1));
+  MPI_Finalize();
+  return 0;
+}
