@@ -195,7 +195,7 @@ PROG_DEPS := $(SHLIB_DEV) $(BUILD)/.stamp-prog
 $(BUILD)/tests/%: tests/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICC) -Iinclude -Itests $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
-	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka $(LDLIBS)
+	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka -lm $(LDLIBS)
 
 # unit_*.cpp test internals: they may include src/ headers and link the static library.
 $(BUILD)/tests/unit_%: tests/unit_%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
@@ -211,7 +211,7 @@ $(BUILD)/tests/%: tests/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
 $(BUILD)/examples/%: examples/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICC) -Iinclude $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
-	  $(LINK_SHARED) $(SAN) $(LDFLAGS) $(LDLIBS)
+	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lm $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)

@@ -276,8 +276,9 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *ou
                                                             lm_shape_mode_t shape_mode,
                                                             const int64_t *global_shape);
 
-/* Builds a tensor from a full (global) tensor. root < 0: every member rank passes the full tensor
- * and slices its shard (local). root >= 0: only mesh rank `root` passes it (others pass NULL) and
+/* Builds a tensor from a full (global) tensor. root < 0: every rank passes the full tensor and
+ * members slice their shard (local); a rank outside the mesh may pass data NULL (only shape and
+ * dtype are read). root >= 0: only mesh rank `root` passes it (others pass NULL) and
  * it is scattered (collective over the mesh). Partial placements: the root's values become the
  * value, as in a reshard from Replicate. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_global(lm_dist_tensor_t *out, lm_mesh_t mesh,

@@ -4,11 +4,11 @@
 # Usage: tools/ensure-deps.sh [-q]
 set -eu
 
-PKGS="libopenmpi-dev openmpi-bin libcmocka-dev libdlpack-dev pkg-config"
+PKGS="g++ libopenmpi-dev openmpi-bin libcmocka-dev libdlpack-dev pkg-config"
 APT_CMD="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $PKGS"
 
 missing=""
-for cmd in mpicc mpicxx mpirun pkg-config; do
+for cmd in g++ mpicc mpicxx mpirun pkg-config; do
   command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"
 done
 for f in /usr/include/cmocka.h /usr/include/dlpack/dlpack.h; do

@@ -159,9 +159,9 @@ LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *of
 LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim, const int64_t *shape,
                                   const lm_mesh_config_t *config) {
   return guard([&] {
-    OUT_ARG(mesh, "mesh", "lm_mesh_create");
-    *mesh = nullptr;
-    *mesh = mesh_create(parent_comm, ndim, shape, config);
+    if (mesh) *mesh = nullptr;
+    lm_mesh_s *m = mesh_create(mesh, parent_comm, ndim, shape, config);
+    *mesh = m;
   });
 }
 
@@ -491,11 +491,7 @@ LM_API lm_status_t lm_reshard_plan_alloc_target(lm_reshard_plan_t plan, DLDevice
 LM_API lm_status_t lm_reshard_plan_execute(lm_reshard_plan_t plan, lm_dist_tensor_t src,
                                            lm_dist_tensor_t dst) {
   return guard([&] {
-    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_execute");
-    lm_request_s *r = plan_start(p, src, dst, "lm_reshard_plan_execute");
-    if (!r) return;
-    std::unique_ptr<lm_request_s> own(r);
-    request_progress(r, true);
+    plan_execute(plan_check(plan, "lm_reshard_plan_execute"), src, dst);
   });
 }
 

@@ -1,5 +1,6 @@
 #include "localmap/local_map.hpp"
 
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -102,15 +103,32 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
          "%s: an output has placements but there is no mesh (no dist input and mesh is NULL)", F);
   if (m && !m->member)
     fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", F, m->world_rank);
-  for (int j = 0; j < nout; ++j)
-    if (out_placements[j])
-      validate_placements(out_placements[j], m->ndim(), kMaxDims,
-                          strfmt("%s: out_placements[%d]", F, j).c_str());
 
-  // Unwrap inputs, resharding those that must move.
+  // Which Shard outputs take their global shape from the allgather: decided from the arguments
+  // alone, so every rank picks the same collective whatever happened locally.
+  SmallBuf<int, 16> need_gather((size_t)nout);
+  int ngather = 0;
+  for (int j = 0; j < nout; ++j) {
+    const lm_placement_t *pl = out_placements[j];
+    if (!m || !pl || (out_shapes && out_shapes[j]) || (flags & LM_LOCAL_MAP_SHAPES_EVEN)) continue;
+    bool sharded = false;
+    for (int k = 0; k < m->ndim(); ++k)
+      if (pl[k].kind == LM_SHARD) sharded = true;
+    if (sharded) {
+      need_gather[j] = 1;
+      ++ngather;
+    }
+  }
+  const bool agree = m && !(flags & LM_LOCAL_MAP_NO_AGREE);
+
+  // Local checks of placements and inputs. From here on an error on one rank still joins the
+  // agreement, so that no rank is left waiting in a collective.
+  lm_status_t local = LM_SUCCESS;
+  std::string err;
   SmallBuf<lm_arg_t, 16> args((size_t)nin);
   SmallBuf<DLTensor, 16> views((size_t)nin);
   SmallBuf<lm_dist_tensor_s *, 16> temps((size_t)nin);
+  SmallBuf<char, 16> move((size_t)nin);
   struct TempGuard {
     lm_dist_tensor_s **t;
     int n;
@@ -118,17 +136,23 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       for (int i = 0; i < n; ++i) tensor_release(t[i]);
     }
   } guard{temps.data(), nin};
-  for (int i = 0; i < nin; ++i) {
-    args[i] = inputs[i];
-    if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
-    lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
-    const lm_placement_t *want = in_placements ? in_placements[i] : nullptr;
-    if (want)
-      validate_placements(want, m->ndim(), t->layout.ndim(),
-                          strfmt("%s: in_placements[%d]", F, i).c_str());
-    bool other_mesh = t->mesh != m && !t->mesh->grid->same_as(*m->grid);
-    bool differs = other_mesh || (want && !same_placements(t->layout, want));
-    if (differs) {
+  bool any_move = false;
+  try {
+    for (int j = 0; j < nout; ++j)
+      if (out_placements[j])
+        validate_placements(out_placements[j], m->ndim(), kMaxDims,
+                            strfmt("%s: out_placements[%d]", F, j).c_str());
+    for (int i = 0; i < nin; ++i) {
+      args[i] = inputs[i];
+      if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
+      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+      const lm_placement_t *want = in_placements ? in_placements[i] : nullptr;
+      if (want)
+        validate_placements(want, m->ndim(), t->layout.ndim(),
+                            strfmt("%s: in_placements[%d]", F, i).c_str());
+      bool other_mesh = t->mesh != m && !t->mesh->grid->same_as(*m->grid);
+      bool differs = other_mesh || (want && !same_placements(t->layout, want));
+      if (!differs) continue;
       if (!(flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
         if (other_mesh)
           fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh; pass "
@@ -141,9 +165,44 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       if (other_mesh && !want)
         fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh and in_placements[%d] "
              "is NULL: give the placements it should have on the target mesh", F, i, i);
-      temps[i] = tensor_reshard(t, m, want, strfmt("%s: reshard of inputs[%d]", F, i).c_str());
-      t = temps[i];
+      std::vector<lm_placement_t> w(want ? want : t->layout.pl.data(), (want ? want : t->layout.pl.data()) + m->ndim());
+      check_reshard(t->layout, Layout(m->grid, w, t->layout.gshape), t->dt);
+      move[i] = 1;
+      any_move = true;
     }
+  } catch (const Error &e) {
+    local = e.status();
+    err = e.message();
+  }
+  // Reshards are collectives: with LM_LOCAL_MAP_RESHARD_INPUTS every rank first agrees that all
+  // checks passed (one small allreduce, only with that flag).
+  if (agree && (flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
+    int v = local != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
+    try {
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm),
+                "lm_local_map: MPI_Allreduce");
+    } catch (const Error &e) {
+      mesh_break(m, e);
+    }
+    if (local != LM_SUCCESS) throw Error(local, err);
+    if (v)
+      fail(LM_ERR_REMOTE, "%s: rank %d (mesh rank %lld) failed its argument checks; this rank %d "
+           "did not", F, m->grid->rank_at_index(m->grid->size() - v),
+           (long long)(m->grid->size() - v), m->world_rank);
+  } else if (local != LM_SUCCESS && !agree && ngather == 0) {
+    throw Error(local, err);  // no collective follows: nobody waits for this rank
+  }
+  if (local == LM_SUCCESS && any_move) {
+    for (int i = 0; i < nin; ++i) {
+      if (!move[i]) continue;
+      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+      const lm_placement_t *want = in_placements ? in_placements[i] : t->layout.pl.data();
+      temps[i] = tensor_reshard(t, m, want, strfmt("%s: reshard of inputs[%d]", F, i).c_str());
+    }
+  }
+  for (int i = 0; i < nin && local == LM_SUCCESS; ++i) {
+    if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
+    lm_dist_tensor_s *t = temps[i] ? temps[i] : static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
     DLTensor &v = views[i];
     v.data = t->data();
     v.device = t->device;
@@ -156,28 +215,25 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     args[i].ptr = &v;
   }
 
-  // Call fn; then check its outputs and what can be known locally of their global shapes.
-  set_user_message(nullptr);
-  lm_status_t st;
-  try {
-    st = fn(user_data, m, nin, args.data(), nout, outputs);
-  } catch (...) {
-    st = LM_ERR_USER;
-    set_user_message("fn threw a C++ exception (it must not)");
+  // Call fn (unless a check failed); then check its outputs and what can be known locally of
+  // their global shapes.
+  if (local == LM_SUCCESS) {
+    set_user_message(nullptr);
+    lm_status_t st;
+    try {
+      st = fn(user_data, m, nin, args.data(), nout, outputs);
+    } catch (...) {
+      st = LM_ERR_USER;
+      set_user_message("fn threw a C++ exception (it must not)");
+    }
+    if (st != LM_SUCCESS) {
+      std::string um = take_user_message();
+      local = LM_ERR_USER;
+      err = strfmt("%s: fn returned %s on rank %d%s%s", F, lm_status_string(st),
+                   m ? m->world_rank : world_rank_or_minus1(), um.empty() ? "" : ": ", um.c_str());
+    }
   }
-  std::string err;
-  lm_status_t local = LM_SUCCESS;
-  if (st != LM_SUCCESS) {
-    std::string um = take_user_message();
-    local = LM_ERR_USER;
-    err = strfmt("%s: fn returned %s on rank %d%s%s", F, lm_status_string(st),
-                 m ? m->world_rank : world_rank_or_minus1(), um.empty() ? "" : ": ", um.c_str());
-  }
-  SmallBuf<int, 16> need_gather((size_t)nout);
-  SmallBuf<int64_t, 16> dummy(1);
-  (void)dummy;
   std::vector<Shape> gshapes((size_t)nout);
-  int ngather = 0;
   if (local == LM_SUCCESS) {
     try {
       for (int j = 0; j < nout; ++j) {
@@ -207,6 +263,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
         check_device(lt.device, strfmt("%s: outputs[%d].device", F, j).c_str());
         validate_placements(pl, m->ndim(), lt.ndim, strfmt("%s: out_placements[%d]", F, j).c_str());
         LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
+        if (need_gather[j]) continue;
         bool sharded = false;
         for (int k = 0; k < m->ndim(); ++k)
           if (pl[k].kind == LM_SHARD) sharded = true;
@@ -214,14 +271,10 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
           gshapes[j] = check_shape(lt.ndim, out_shapes[j], strfmt("%s: out_shapes[%d]", F, j).c_str());
         } else if (!sharded) {
           gshapes[j] = ls;
-        } else if (flags & LM_LOCAL_MAP_SHAPES_EVEN) {
+        } else {  // LM_LOCAL_MAP_SHAPES_EVEN
           gshapes[j] = ls;
           for (int k = 0; k < m->ndim(); ++k)
             if (pl[k].kind == LM_SHARD) gshapes[j][pl[k].dim] *= m->grid->shape()[k];
-        } else {
-          need_gather[j] = 1;
-          ++ngather;
-          continue;
         }
         Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), gshapes[j]);
         Box b = L.box_at(m->coord.data());
@@ -238,7 +291,6 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   }
 
   // Agree (one collective): the failure flag travels with the local extents when those are needed.
-  bool agree = m && !(flags & LM_LOCAL_MAP_NO_AGREE);
   int64_t failed_rank = -1;
   std::vector<long long> gathered;
   const int W = 1 + ngather * (kMaxDims + 1);
@@ -267,8 +319,24 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     for (int64_t r = 0; r < m->grid->size(); ++r)
       if (gathered[(size_t)(r * W)] && failed_rank < 0) failed_rank = r;
   } else if (agree) {
-    int v = local != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm);
+    // One allreduce (MAX) carries: the lowest failing rank, and (x, -x) pairs of nin, nout and a
+    // hash of the global shapes this rank derived, so ranks that disagree fail together.
+    uint64_t h = 1469598103934665603ull;
+    for (int j = 0; j < nout && local == LM_SUCCESS; ++j)
+      for (int64_t e : gshapes[j]) {
+        h ^= (uint64_t)e + 0x9e3779b97f4a7c15ull + (uint64_t)j;
+        h *= 1099511628211ull;
+      }
+    long long v[7] = {local != LM_SUCCESS ? (long long)(m->grid->size() - m->index) : 0,
+                      nin, -(long long)nin, nout, -(long long)nout, 0, 0};
+    if (local == LM_SUCCESS) {
+      v[5] = (long long)(h >> 1);
+      v[6] = -(long long)(h >> 1);
+    } else {
+      v[5] = LLONG_MIN / 2;  // a failing rank does not vote on shapes
+      v[6] = LLONG_MIN / 2;
+    }
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_LONG_LONG, MPI_MAX, m->comm);
     if (rc != MPI_SUCCESS) {
       for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
       try {
@@ -277,7 +345,18 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
         mesh_break(m, e);
       }
     }
-    if (v) failed_rank = m->grid->size() - v;
+    if (v[0]) {
+      failed_rank = m->grid->size() - v[0];
+    } else if (v[1] != -v[2] || v[3] != -v[4]) {
+      local = LM_ERR_MISMATCH;
+      err = strfmt("%s: ranks passed different nin/nout (this rank %d: nin %d, nout %d)", F,
+                   m->world_rank, nin, nout);
+    } else if (v[5] != -v[6]) {
+      local = LM_ERR_MISMATCH;
+      err = strfmt("%s: ranks derived different global shapes for the outputs (uneven shards with "
+                   "LM_LOCAL_MAP_SHAPES_EVEN? drop the flag or pass out_shapes) (rank %d)", F,
+                   m->world_rank);
+    }
   }
   if (local != LM_SUCCESS || failed_rank >= 0) {
     for (int j = 0; j < nout; ++j) release_managed(outputs[j]);

@@ -32,14 +32,15 @@ static void hash_bytes(uint64_t &h, const void *p, size_t n) {
   }
 }
 
-lm_mesh_s *mesh_create(int parent_comm_f, int ndim, const int64_t *shape,
+lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_t *shape,
                        const lm_mesh_config_t *config) {
   const char *fn = "lm_mesh_create";
   if (!mpi_alive())
     fail(LM_ERR_INVALID_USAGE, "%s: MPI is not initialised (call MPI_Init or lm_init first)", fn);
   MPI_Comm parent = MPI_Comm_f2c(static_cast<MPI_Fint>(parent_comm_f));
-  LM_CHECK_ARG(parent != MPI_COMM_NULL, "%s: parent_comm %d is not a valid communicator handle", fn,
-               parent_comm_f);
+  // OpenMPI's MPI_Comm_f2c answers a plain NULL (not MPI_COMM_NULL) for an unknown handle.
+  LM_CHECK_ARG(parent != MPI_COMM_NULL && parent != nullptr,
+               "%s: parent_comm %d is not a valid communicator handle", fn, parent_comm_f);
   int psize = 0, prank = 0;
   mpi_check(MPI_Comm_size(parent, &psize), "MPI_Comm_size(parent_comm)");
   mpi_check(MPI_Comm_rank(parent, &prank), "MPI_Comm_rank(parent_comm)");
@@ -53,6 +54,7 @@ lm_mesh_s *mesh_create(int parent_comm_f, int ndim, const int64_t *shape,
   std::vector<std::string> names;
   uint64_t h = 1469598103934665603ull;
   try {
+    LM_CHECK_ARG(out != nullptr, "%s: mesh (the output pointer) is NULL", fn);
     if (config) {
       LM_CHECK_ARG(config->magic == LM_MESH_CONFIG_MAGIC,
                    "%s: config->magic is 0x%x, not LM_MESH_CONFIG_MAGIC (initialise the config with "

@@ -44,8 +44,10 @@ struct lm_mesh_s {
   std::string broken_why;
   bool in_flight = false;  // a nonblocking reshard runs on this mesh's communicators
 
-  // Plan cache of lm_dist_tensor_reshard for reshards within this mesh (not retained by plans).
-  std::map<std::string, std::shared_ptr<lm::Plan>> plan_cache;
+  // Plan cache of lm_dist_tensor_reshard for reshards within this mesh (not retained by plans):
+  // key -> (plan, last use); the least recently used entry goes when it is full.
+  std::map<std::string, std::pair<std::shared_ptr<lm::Plan>, uint64_t>> plan_cache;
+  uint64_t plan_clock = 0;
 
   int ndim() const { return grid->ndim(); }
   ~lm_mesh_s();
@@ -53,7 +55,8 @@ struct lm_mesh_s {
 
 namespace lm {
 
-lm_mesh_s *mesh_create(int parent_comm_f, int ndim, const int64_t *shape,
+// Collective over the parent; every check, `out` included, is agreed so no rank is left waiting.
+lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_t *shape,
                        const lm_mesh_config_t *config);
 // Validates a handle (magic) and returns it; throws LM_ERR_INVALID_ARGUMENT naming `what`.
 lm_mesh_s *mesh_check(lm_mesh_t m, const char *what);

@@ -47,10 +47,14 @@ static void check_matches(const lm_dist_tensor_s *t, lm_mesh_s *mesh, const Layo
   LM_CHECK_ARG(t->device.device_type == kDLCPU, "%s: %s is not host memory", fn, arg);
 }
 
-lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                         const char *fn) {
-  lm_dist_tensor_s *s = tensor_check(src, strfmt("%s: src", fn).c_str());
-  lm_dist_tensor_s *d = tensor_check(dst, strfmt("%s: dst", fn).c_str());
+// Checks src/dst against the plan (no allocation on success).
+static void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                               const char *fn) {
+  LM_CHECK_ARG(src != nullptr && src->magic == kTensorMagic,
+               "%s: src is NULL or not a live lm_dist_tensor_t", fn);
+  LM_CHECK_ARG(dst != nullptr && dst->magic == kTensorMagic,
+               "%s: dst is NULL or not a live lm_dist_tensor_t", fn);
+  lm_dist_tensor_s *s = src, *d = dst;
   LM_CHECK_ARG(p->in_flight == nullptr, "%s: the plan already has a request in flight", fn);
   mesh_check_usable(p->src_mesh, fn);
   mesh_check_usable(p->dst_mesh, fn);
@@ -59,6 +63,24 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
   LM_CHECK_ARG(s != d, "%s: src and dst are the same tensor", fn);
   if (s->storage && d->storage && s->storage == d->storage && s->local_bytes() && d->local_bytes())
     fail(LM_ERR_INVALID_ARGUMENT, "%s: dst shares memory with src", fn);
+}
+
+void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {
+  const char *fn = "lm_reshard_plan_execute";
+  plan_check_tensors(p, src, dst, fn);
+  if (!p->plan->involved) return;
+  try {
+    p->plan->run(src->data(), dst->data());
+  } catch (const Error &e) {
+    p->plan->active = false;
+    mesh_break(p->src_mesh, e);
+  }
+}
+
+lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                         const char *fn) {
+  plan_check_tensors(p, src, dst, fn);
+  lm_dist_tensor_s *s = src, *d = dst;
   if (!p->plan->involved) return nullptr;
   auto r = std::make_unique<lm_request_s>();
   r->plan = p;

@@ -30,6 +30,8 @@ lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
                                DLDataType dtype);
 lm_reshard_plan_s *plan_check(lm_reshard_plan_t p, const char *what);
 lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device);
+// Runs the plan to completion (no allocation).
+void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst);
 // Starts the plan; returns a request (NULL when this rank takes no part: already complete).
 lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
                          const char *fn);

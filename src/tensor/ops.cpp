@@ -30,16 +30,29 @@ lm_dist_tensor_s *tensor_zeros(lm_mesh_t mesh, int ndim, const int64_t *gshape, 
 }
 
 // Global extents from an allgather of local extents over the mesh (members only).
+// `failed` (this rank's own checks failed): it still takes part, with a flag, so every rank
+// learns of the failure instead of waiting; then it rethrows its own error, the others report it.
 static Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, const DLTensor *local,
-                                    const char *fn) {
-  int n = local->ndim;
+                                    const char *fn, const Error *failed) {
+  int n = failed ? 0 : local->ndim;
   const int W = kMaxDims + 2;
   std::vector<long long> mine(W, 0), all((size_t)W * m->grid->size());
-  mine[0] = n;
-  mine[1] = (long long)local->dtype.code << 16 | (long long)local->dtype.bits << 8 | local->dtype.lanes;
-  for (int i = 0; i < n; ++i) mine[2 + i] = local->shape[i];
-  mpi_check(MPI_Allgather(mine.data(), W, MPI_LONG_LONG, all.data(), W, MPI_LONG_LONG, m->comm),
-            strfmt("%s: MPI_Allgather of local extents", fn).c_str());
+  mine[0] = failed ? -1 : n;
+  if (!failed) {
+    mine[1] = (long long)local->dtype.code << 16 | (long long)local->dtype.bits << 8 | local->dtype.lanes;
+    for (int i = 0; i < n; ++i) mine[2 + i] = local->shape[i];
+  }
+  try {
+    mpi_check(MPI_Allgather(mine.data(), W, MPI_LONG_LONG, all.data(), W, MPI_LONG_LONG, m->comm),
+              strfmt("%s: MPI_Allgather of local extents", fn).c_str());
+  } catch (const Error &e) {
+    mesh_break(m, e);
+  }
+  if (failed) throw *failed;
+  for (int64_t r = 0; r < m->grid->size(); ++r)
+    if (all[(size_t)(r * W)] < 0)
+      fail(LM_ERR_REMOTE, "%s: mesh rank %lld (rank %d) failed its checks; this rank %d did not", fn,
+           (long long)r, m->grid->rank_at_index(r), m->world_rank);
   for (int64_t r = 0; r < m->grid->size(); ++r) {
     const long long *e = &all[(size_t)(r * W)];
     if (e[0] != n || e[1] != mine[1])
@@ -89,23 +102,34 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn) {
   lm_mesh_s *m = mesh_check(mesh, fn);
-  LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
   LM_CHECK_ARG(mode == LM_SHAPE_GIVEN || mode == LM_SHAPE_EVEN || mode == LM_SHAPE_ALLGATHER,
                "%s: shape_mode %d is not an lm_shape_mode_t", fn, (int)mode);
-  LM_CHECK_ARG(flags == LM_FROM_LOCAL_COPY || flags == LM_FROM_LOCAL_BORROW,
-               "%s: flags 0x%x unknown (LM_FROM_LOCAL_COPY or LM_FROM_LOCAL_BORROW)", fn, flags);
-  Shape ls = check_shape(local->ndim, local->shape, strfmt("%s: local", fn).c_str());
-  DType dt = dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
-  check_device(local->device, strfmt("%s: local->device", fn).c_str());
-  validate_placements(pl, m->ndim(), local->ndim, strfmt("%s: placements", fn).c_str());
+  if (mode != LM_SHAPE_GIVEN && !m->member)
+    fail(LM_ERR_INVALID_USAGE, "%s: a rank outside the mesh must use LM_SHAPE_GIVEN", fn);
+  if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);
+  Shape ls;
   int64_t numel = 1;
-  for (int64_t e : ls) numel *= e;
-  if (m->member)
-    LM_CHECK_ARG(local->data != nullptr || numel == 0, "%s: local->data is NULL", fn);
+  // Local checks. With LM_SHAPE_ALLGATHER (collective) a failure still joins the allgather.
+  try {
+    LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
+    LM_CHECK_ARG(flags == LM_FROM_LOCAL_COPY || flags == LM_FROM_LOCAL_BORROW,
+                 "%s: flags 0x%x unknown (LM_FROM_LOCAL_COPY or LM_FROM_LOCAL_BORROW)", fn, flags);
+    ls = check_shape(local->ndim, local->shape, strfmt("%s: local", fn).c_str());
+    dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
+    check_device(local->device, strfmt("%s: local->device", fn).c_str());
+    validate_placements(pl, m->ndim(), local->ndim, strfmt("%s: placements", fn).c_str());
+    for (int64_t e : ls) numel *= e;
+    if (m->member)
+      LM_CHECK_ARG(local->data != nullptr || numel == 0, "%s: local->data is NULL", fn);
+    bool borrow = managed != nullptr || flags == LM_FROM_LOCAL_BORROW;
+    if (borrow && m->member)
+      LM_CHECK_ARG(is_compact(local),
+                   "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
+  } catch (const Error &e) {
+    if (mode != LM_SHAPE_ALLGATHER) throw;
+    allgather_global_shape(m, pl, local, fn, &e);  // throws e after the collective
+  }
   bool borrow = managed != nullptr || flags == LM_FROM_LOCAL_BORROW;
-  if (borrow && m->member)
-    LM_CHECK_ARG(is_compact(local),
-                 "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
 
   Shape g;
   switch (mode) {
@@ -113,17 +137,12 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
       g = check_shape(local->ndim, gshape, strfmt("%s: global_shape", fn).c_str());
       break;
     case LM_SHAPE_EVEN:
-      if (!m->member)
-        fail(LM_ERR_INVALID_USAGE, "%s: a rank outside the mesh must use LM_SHAPE_GIVEN", fn);
       g = ls;
       for (int k = 0; k < m->ndim(); ++k)
         if (pl[k].kind == LM_SHARD) g[pl[k].dim] *= m->grid->shape()[k];
       break;
     case LM_SHAPE_ALLGATHER:
-      if (!m->member)
-        fail(LM_ERR_INVALID_USAGE, "%s: a rank outside the mesh must use LM_SHAPE_GIVEN", fn);
-      mesh_check_usable(m, fn);
-      g = allgather_global_shape(m, pl, local, fn);
+      g = allgather_global_shape(m, pl, local, fn, nullptr);
       break;
   }
   Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
@@ -138,8 +157,7 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
            mode == LM_SHAPE_EVEN ? " (uneven shards need LM_SHAPE_ALLGATHER or LM_SHAPE_GIVEN)" : "");
   }
   lm_dist_tensor_s *t = tensor_new(m, L, local->dtype, local->device, false);
-  (void)dt;
-  if (!m->member) return t;
+  if (!m->member && !managed) return t;
   try {
     if (managed) {
       auto s = std::make_shared<Storage>();
@@ -266,9 +284,33 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
                (long long)m->grid->size());
   bool receives = root < 0 || m->index == root;
-  if (receives) {
+  if (root < 0) {
     LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL", fn);
     check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
+  } else {
+    // Only the root can check dst: it tells the others before any data moves, so that a bad dst
+    // leaves no message behind.
+    int verdict = 0;
+    std::string err;
+    if (receives) {
+      try {
+        LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL on the root", fn);
+        check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
+      } catch (const Error &e) {
+        verdict = e.status();
+        err = e.message();
+      }
+    }
+    try {
+      mpi_check(MPI_Bcast(&verdict, 1, MPI_INT, root, m->comm), "lm_dist_tensor_gather: MPI_Bcast");
+    } catch (const Error &e) {
+      mesh_break(m, e);
+    }
+    if (verdict) {
+      if (receives) throw Error((lm_status_t)verdict, err);
+      fail(LM_ERR_REMOTE, "%s: the root (mesh rank %d) refused its dst: %s", fn, root,
+           lm_status_string((lm_status_t)verdict));
+    }
   }
   std::unique_ptr<Plan> plan;
   if (root < 0) {
@@ -312,11 +354,17 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
       std::string key = t->layout.key() + "->" + L.key() + strfmt("#%u.%u.%u", t->dtype.code, t->dtype.bits, t->dtype.lanes);
       auto it = sm->plan_cache.find(key);
       if (it != sm->plan_cache.end()) {
-        plan = it->second;
+        plan = it->second.first;
+        it->second.second = ++sm->plan_clock;
       } else {
         plan = plan_build(t->layout, L, t->dtype, comm, sm->world_rank);
-        if (sm->plan_cache.size() >= 64) sm->plan_cache.erase(sm->plan_cache.begin());
-        sm->plan_cache.emplace(key, plan);
+        if (sm->plan_cache.size() >= 64) {
+          auto lru = sm->plan_cache.begin();
+          for (auto i = sm->plan_cache.begin(); i != sm->plan_cache.end(); ++i)
+            if (i->second.second < lru->second.second) lru = i;
+          sm->plan_cache.erase(lru);
+        }
+        sm->plan_cache.emplace(key, std::make_pair(plan, ++sm->plan_clock));
       }
     } else {
       plan = plan_build(t->layout, L, t->dtype, comm, sm->world_rank);
