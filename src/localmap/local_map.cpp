@@ -43,6 +43,17 @@ void release_managed(lm_arg_t &a) {
   a = lm_arg_t{};
 }
 
+// Runs check(what) with a placeholder name, and only when it fails again with the formatted
+// argument name: the message names the argument, the success path allocates nothing.
+template <class F>
+void lazily(F &&check, const char *fmt, int index) {
+  try {
+    check("");
+  } catch (const Error &) {
+    check(strfmt(fmt, "lm_local_map", index).c_str());
+  }
+}
+
 const char *kind_name(int32_t k) {
   switch (k) {
     case LM_ARG_NONE: return "NONE";
@@ -85,9 +96,12 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     LM_CHECK_ARG(a.kind >= LM_ARG_NONE && a.kind <= LM_ARG_POINTER,
                  "%s: inputs[%d].kind = %d is not a valid input kind", F, i, a.kind);
     if (a.kind == LM_ARG_DIST_TENSOR) {
-      lm_dist_tensor_s *t = tensor_check(static_cast<lm_dist_tensor_t>(a.ptr),
-                                         strfmt("%s: inputs[%d]", F, i).c_str());
-      if (!m) m = mesh_check_usable(t->mesh, strfmt("%s: mesh of inputs[%d]", F, i).c_str());
+      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_t>(a.ptr);
+      lazily([&](const char *w) { tensor_check(t, w); }, "%s: inputs[%d]", i);
+      if (!m) {
+        lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
+        m = t->mesh;
+      }
     } else if (a.kind == LM_ARG_TENSOR) {
       LM_CHECK_ARG(a.ptr != nullptr, "%s: inputs[%d] is a TENSOR with a NULL DLTensor*", F, i);
     }
@@ -140,16 +154,16 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   try {
     for (int j = 0; j < nout; ++j)
       if (out_placements[j])
-        validate_placements(out_placements[j], m->ndim(), kMaxDims,
-                            strfmt("%s: out_placements[%d]", F, j).c_str());
+        lazily([&](const char *w) { validate_placements(out_placements[j], m->ndim(), kMaxDims, w); },
+               "%s: out_placements[%d]", j);
     for (int i = 0; i < nin; ++i) {
       args[i] = inputs[i];
       if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
       lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
       const lm_placement_t *want = in_placements ? in_placements[i] : nullptr;
       if (want)
-        validate_placements(want, m->ndim(), t->layout.ndim(),
-                            strfmt("%s: in_placements[%d]", F, i).c_str());
+        lazily([&](const char *w) { validate_placements(want, m->ndim(), t->layout.ndim(), w); },
+               "%s: in_placements[%d]", i);
       bool other_mesh = t->mesh != m && !t->mesh->grid->same_as(*m->grid);
       bool differs = other_mesh || (want && !same_placements(t->layout, want));
       if (!differs) continue;
@@ -233,7 +247,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
                    m ? m->world_rank : world_rank_or_minus1(), um.empty() ? "" : ": ", um.c_str());
     }
   }
-  std::vector<Shape> gshapes((size_t)nout);
+  SmallBuf<Shape, 8> gshapes((size_t)nout);
   if (local == LM_SUCCESS) {
     try {
       for (int j = 0; j < nout; ++j) {
@@ -258,10 +272,12 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
                "NULL", F, j, j);
         LM_CHECK_ARG(o.ptr != nullptr, "%s: outputs[%d] is a MANAGED_TENSOR with a NULL pointer", F, j);
         const DLTensor &lt = static_cast<DLManagedTensor *>(o.ptr)->dl_tensor;
-        Shape ls = check_shape(lt.ndim, lt.shape, strfmt("%s: outputs[%d]", F, j).c_str());
-        dtype_from_dl(lt.dtype, strfmt("%s: outputs[%d].dtype", F, j).c_str());
-        check_device(lt.device, strfmt("%s: outputs[%d].device", F, j).c_str());
-        validate_placements(pl, m->ndim(), lt.ndim, strfmt("%s: out_placements[%d]", F, j).c_str());
+        Shape ls;
+        lazily([&](const char *w) { ls = check_shape(lt.ndim, lt.shape, w); }, "%s: outputs[%d]", j);
+        lazily([&](const char *w) { dtype_from_dl(lt.dtype, w); }, "%s: outputs[%d].dtype", j);
+        lazily([&](const char *w) { check_device(lt.device, w); }, "%s: outputs[%d].device", j);
+        lazily([&](const char *w) { validate_placements(pl, m->ndim(), lt.ndim, w); },
+               "%s: out_placements[%d]", j);
         LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
         if (need_gather[j]) continue;
         bool sharded = false;
