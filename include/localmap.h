@@ -257,8 +257,9 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_m
 #define LM_FROM_LOCAL_COPY 0u   /* copy the shard (any strides) into a buffer the tensor owns */
 #define LM_FROM_LOCAL_BORROW 1u /* wrap the caller's compact buffer; it must outlive the tensor */
 
-/* Builds a tensor from this rank's shard `local` (non-members pass NULL). global_shape is read
- * only with LM_SHAPE_GIVEN (ndim = local->ndim entries). LM_SHAPE_ALLGATHER is collective over
+/* Builds a tensor from this rank's shard `local`. A rank outside the mesh passes a DLTensor that
+ * gives ndim, dtype and device (data and shape are not read) with LM_SHAPE_GIVEN, and gets a
+ * placeholder. global_shape is read only with LM_SHAPE_GIVEN (ndim = local->ndim entries). LM_SHAPE_ALLGATHER is collective over
  * the mesh (agrees); the other modes are local. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out, lm_mesh_t mesh,
                                                           const DLTensor *local,

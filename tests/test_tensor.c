@@ -1153,7 +1153,7 @@ static void test_zeros_bad_inputs(void **state) {
     }
   }
   EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, cpu1, pl), LM_ERR_INVALID_ARGUMENT, "device");
-  (void)weird; /* device type 99: see test_zeros_unknown_device_type */
+  (void)weird; /* device type 99: see test_out_of_range_enum_values */
   LM_ASSERT_ALL(t == NULL);
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
@@ -1244,7 +1244,7 @@ static void test_from_local_bad_inputs(void **state) {
   EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, bad, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
   bad[0] = P_(9);
   EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, bad, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, (lm_shape_mode_t)7, g, 0), LM_ERR_INVALID_ARGUMENT, "shape_mode");
+  /* shape_mode 7: see test_out_of_range_enum_values */
   EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 2u), LM_ERR_INVALID_ARGUMENT, "flags");
   EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, NULL, 0), LM_ERR_INVALID_ARGUMENT, "global_shape");
   EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, neg, 0), LM_ERR_INVALID_ARGUMENT, "global_shape");
@@ -1376,10 +1376,11 @@ static void test_global_and_gather_bad_inputs(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
-/* A device type that is no DLDeviceType enumerator (C callers can pass any int): NOT_SUPPORTED.
+/* Enum arguments outside their enumerators (C callers can pass any int): a device type 99 gives
+ * NOT_SUPPORTED, a shape_mode 7 INVALID_ARGUMENT.
  * Separate, because a library that loads it as a C++ enum trips UBSan (-fsanitize=enum), which
  * aborts the job in sanitizer builds. */
-static void test_zeros_unknown_device_type(void **state) {
+static void test_out_of_range_enum_values(void **state) {
   lm_mesh_t m = mesh_1d();
   lm_placement_t pl[1];
   int64_t g[1] = {4};
@@ -1391,6 +1392,16 @@ static void test_zeros_unknown_device_type(void **state) {
   weird.device_type = (DLDeviceType)99;
   EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT32, weird, pl), LM_ERR_NOT_SUPPORTED, "device");
   LM_ASSERT_ALL(t == NULL);
+  {
+    float buf[4] = {0, 0, 0, 0};
+    int64_t ls[1] = {4};
+    DLTensor lt = dl(buf, 1, ls, LM_FLOAT32);
+    EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, (lm_shape_mode_t)7, g, 0),
+               LM_ERR_INVALID_ARGUMENT, "shape_mode");
+    EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, (lm_shape_mode_t)-1, g, 0),
+               LM_ERR_INVALID_ARGUMENT, "shape_mode");
+    LM_ASSERT_ALL(t == NULL);
+  }
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
@@ -1428,9 +1439,9 @@ static void test_gather_root_bad_dst_no_stray_messages(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
-/* Last: LM_SHAPE_ALLGATHER is collective and "agrees": when one rank passes an invalid argument
+/* Near the end: LM_SHAPE_ALLGATHER is collective and "agrees": when one rank passes an invalid argument
  * the others must get LM_ERR_REMOTE, not wait forever in the allgather. A hang shows as a TIMEOUT
- * of this test after 20 s, which ends the job (hence last). */
+ * of this test after 20 s, which ends the job (hence near the end). */
 static void test_from_local_allgather_one_rank_invalid(void **state) {
   lm_mesh_t m = mesh_1d();
   lm_placement_t pl[1];
@@ -1475,8 +1486,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_from_local_bad_inputs),
     cmocka_unit_test(test_global_and_gather_bad_inputs),
     cmocka_unit_test(test_gather_root_bad_dst_no_stray_messages),
-    cmocka_unit_test(test_zeros_unknown_device_type),
     cmocka_unit_test(test_from_local_allgather_one_rank_invalid),
+    cmocka_unit_test(test_out_of_range_enum_values),
 };
 
 LM_TEST_MAIN(tests)

@@ -50,8 +50,8 @@ extern "C" {
 
 LM_API int lm_get_version(void) { return LM_VERSION_CODE; }
 
-LM_API const char *lm_status_string(lm_status_t s) {
-  switch (s) {
+LM_API const char *lm_status_string(lm_status_t status) {
+  switch (enum_bits(status)) {
     case LM_SUCCESS: return "LM_SUCCESS: success";
     case LM_ERR_INVALID_ARGUMENT: return "LM_ERR_INVALID_ARGUMENT: invalid argument";
     case LM_ERR_INVALID_USAGE: return "LM_ERR_INVALID_USAGE: invalid usage";
@@ -119,7 +119,7 @@ LM_API lm_status_t lm_world_rank(int *rank, int *size) {
 LM_API lm_status_t lm_device_supported(DLDeviceType device_type, int *supported) {
   return guard([&] {
     OUT_ARG(supported, "supported", "lm_device_supported");
-    *supported = device_type == kDLCPU;
+    *supported = enum_bits(device_type) == kDLCPU;
   });
 }
 

@@ -36,6 +36,16 @@ std::string strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // This process's rank in MPI_COMM_WORLD, or -1 when MPI is not initialised (for messages).
 int world_rank_or_minus1();
 
+// The int value of an enum that came from C: C callers may pass any int, and loading an
+// out-of-range value as a C++ enum is undefined behaviour, so the bits are read as an int.
+template <class E>
+inline int enum_bits(const E &e) {
+  static_assert(sizeof(E) == sizeof(int), "enum is int-sized");
+  int v;
+  __builtin_memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 // Thread-local last error.
 void set_last_error(const std::string &message);
 void clear_last_error();

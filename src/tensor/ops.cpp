@@ -102,8 +102,10 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn) {
   lm_mesh_s *m = mesh_check(mesh, fn);
-  LM_CHECK_ARG(mode == LM_SHAPE_GIVEN || mode == LM_SHAPE_EVEN || mode == LM_SHAPE_ALLGATHER,
-               "%s: shape_mode %d is not an lm_shape_mode_t", fn, (int)mode);
+  const int mode_bits = enum_bits(mode);
+  LM_CHECK_ARG(mode_bits == LM_SHAPE_GIVEN || mode_bits == LM_SHAPE_EVEN ||
+                   mode_bits == LM_SHAPE_ALLGATHER,
+               "%s: shape_mode %d is not an lm_shape_mode_t", fn, mode_bits);
   if (mode != LM_SHAPE_GIVEN && !m->member)
     fail(LM_ERR_INVALID_USAGE, "%s: a rank outside the mesh must use LM_SHAPE_GIVEN", fn);
   if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);
@@ -114,7 +116,11 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
     LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
     LM_CHECK_ARG(flags == LM_FROM_LOCAL_COPY || flags == LM_FROM_LOCAL_BORROW,
                  "%s: flags 0x%x unknown (LM_FROM_LOCAL_COPY or LM_FROM_LOCAL_BORROW)", fn, flags);
-    ls = check_shape(local->ndim, local->shape, strfmt("%s: local", fn).c_str());
+    if (m->member)
+      ls = check_shape(local->ndim, local->shape, strfmt("%s: local", fn).c_str());
+    else
+      LM_CHECK_ARG(local->ndim >= 0 && local->ndim <= kMaxDims, "%s: local->ndim %d must be in "
+                   "[0, %d]", fn, local->ndim, kMaxDims);
     dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
     check_device(local->device, strfmt("%s: local->device", fn).c_str());
     validate_placements(pl, m->ndim(), local->ndim, strfmt("%s: placements", fn).c_str());
@@ -191,7 +197,7 @@ static void check_global_buffer(const DLTensor *g, const Layout &L, DLDataType d
                shape_str(s).c_str(), shape_str(L.gshape).c_str());
   LM_CHECK_ARG(dtype_equal(g->dtype, dtype), "%s: %s has dtype %s, the tensor %s", fn, arg,
                dl_dtype_name(g->dtype).c_str(), dl_dtype_name(dtype).c_str());
-  LM_CHECK_ARG(g->device.device_type == kDLCPU, "%s: %s must be host memory (kDLCPU)", fn, arg);
+  LM_CHECK_ARG(enum_bits(g->device.device_type) == kDLCPU, "%s: %s must be host memory (kDLCPU)", fn, arg);
   LM_CHECK_ARG(is_compact(g), "%s: %s must be compact row-major", fn, arg);
   int64_t n = 1;
   for (int64_t e : s) n *= e;

@@ -80,18 +80,18 @@ Shape check_shape(int ndim, const int64_t *shape, const char *what) {
 }
 
 void check_device(DLDevice device, const char *what) {
-  if (device.device_type == kDLCPU) {
+  const int type = enum_bits(device.device_type);
+  if (type == kDLCPU) {
     LM_CHECK_ARG(device.device_id == 0, "%s: a kDLCPU device must have device_id 0 (got %d)", what,
                  device.device_id);
     return;
   }
-  if (device.device_type == kDLCUDA || device.device_type == kDLCUDAHost ||
-      device.device_type == kDLCUDAManaged)
+  if (type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged)
     fail(LM_ERR_NOT_SUPPORTED,
          "%s: device type %d (CUDA) is not supported by this build (the CUDA/NCCL backend is "
          "not built in; lm_device_supported tells)",
-         what, device.device_type);
-  fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, device.device_type);
+         what, type);
+  fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);
 }
 
 // Recursive box copy; the innermost dim (merged with the trailing dims the box covers fully)
