@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# Runs the reshard benchmark at np 2 and 4 and writes bench/results/reshard.jsonl.
-# BENCH_NPS overrides the rank counts, BENCH_ARGS adds arguments (e.g. "--n 2048 --reps 20").
+# Runs the benchmarks (never part of `make check`):
+#   reshard:   bench_reshard at np 2 and 4  -> bench/results/reshard.jsonl
+#   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl
+# BENCH_NPS overrides the reshard rank counts, BENCH_ARGS adds reshard arguments
+# (e.g. "--n 2048 --reps 20" or "--small-only").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
 build=${BUILD:-build}
-out="$here/results/reshard.jsonl"
 mkdir -p "$here/results"
+
+out="$here/results/reshard.jsonl"
 : > "$out.tmp"
 for np in ${BENCH_NPS:-2 4}; do
   echo "== reshard benchmark at np $np" >&2
   # shellcheck disable=SC2086
   "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" ${BENCH_ARGS:-} | tee -a "$out.tmp"
+done
+mv "$out.tmp" "$out"
+echo "wrote $out" >&2
+
+out="$here/results/local_map.jsonl"
+: > "$out.tmp"
+for np in 1 2; do
+  echo "== local_map overhead at np $np" >&2
+  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_local_map" | tee -a "$out.tmp"
 done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2

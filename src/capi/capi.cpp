@@ -313,8 +313,8 @@ LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out, lm_mesh_t me
   return guard([&] {
     OUT_ARG(out, "out", "lm_dist_tensor_from_local");
     *out = nullptr;
-    *out = tensor_from_local(mesh, local, placements, shape_mode, global_shape, flags, nullptr,
-                             "lm_dist_tensor_from_local");
+    *out = tensor_from_local(mesh, local, placements, enum_bits(shape_mode), global_shape, flags,
+                             nullptr, "lm_dist_tensor_from_local");
   });
 }
 
@@ -328,8 +328,8 @@ LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *out, lm_mesh_t 
     OUT_ARG(out, "out", fn);
     *out = nullptr;
     LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
-    *out = tensor_from_local(mesh, &local->dl_tensor, placements, shape_mode, global_shape,
-                             LM_FROM_LOCAL_BORROW, local, fn);
+    *out = tensor_from_local(mesh, &local->dl_tensor, placements, enum_bits(shape_mode),
+                             global_shape, LM_FROM_LOCAL_BORROW, local, fn);
   });
 }
 

@@ -98,11 +98,11 @@ static Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, cons
 }
 
 lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
-                                    const lm_placement_t *pl, lm_shape_mode_t mode,
+                                    const lm_placement_t *pl, int mode,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn) {
   lm_mesh_s *m = mesh_check(mesh, fn);
-  const int mode_bits = enum_bits(mode);
+  const int mode_bits = mode;
   LM_CHECK_ARG(mode_bits == LM_SHAPE_GIVEN || mode_bits == LM_SHAPE_EVEN ||
                    mode_bits == LM_SHAPE_ALLGATHER,
                "%s: shape_mode %d is not an lm_shape_mode_t", fn, mode_bits);

@@ -9,7 +9,7 @@ namespace lm {
 lm_dist_tensor_s *tensor_zeros(lm_mesh_t mesh, int ndim, const int64_t *gshape, DLDataType dtype,
                                DLDevice device, const lm_placement_t *pl);
 lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
-                                    const lm_placement_t *pl, lm_shape_mode_t mode,
+                                    const lm_placement_t *pl, int mode,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn);
 lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "tensor/pool.hpp"
 
 namespace lm {
 
@@ -11,20 +12,20 @@ Storage::~Storage() {
   if (managed) {
     if (managed->deleter) managed->deleter(managed);
   } else if (owned) {
-    std::free(data);
+    pool_give(data, cap);
   }
 }
 
 std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero) {
   auto s = std::make_shared<Storage>();
-  size_t n = (bytes + 63) / 64 * 64;
-  if (n == 0) n = 64;
-  void *p = std::aligned_alloc(64, n);
+  size_t cap = 0;
+  void *p = pool_take(bytes, &cap);
   if (!p) fail(LM_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes on rank %d", bytes,
                world_rank_or_minus1());
-  if (zero) std::memset(p, 0, n);
+  if (zero) std::memset(p, 0, cap);
   s->data = p;
   s->bytes = bytes;
+  s->cap = cap;
   s->owned = true;
   return s;
 }

@@ -17,7 +17,8 @@ struct Storage {
   void *data = nullptr;
   size_t bytes = 0;
   DLManagedTensor *managed = nullptr;  // deleter called on release
-  bool owned = false;                  // free(data) on release
+  bool owned = false;                  // back to the buffer pool on release
+  size_t cap = 0;                      // capacity of an owned buffer
   ~Storage();
 };
 

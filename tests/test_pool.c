@@ -1,0 +1,72 @@
+/* The host buffer pool: large buffers freed by one tensor are reused by the next allocation.
+ * Reuse must never leak old contents into lm_dist_tensor_zeros, and reshard outputs that reuse a
+ * buffer must hold exactly the new values. */
+// lm-test-np: 1 2 3
+#include "lm_test.h"
+
+#include <localmap.h>
+#include <string.h>
+
+static lm_mesh_t world_mesh(void) {
+  lm_mesh_t m = NULL;
+  int64_t s[1] = {lm_test_size()};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
+  return m;
+}
+
+static void test_zeros_after_dirty_reuse(void **state) {
+  (void)state;
+  lm_mesh_t m = world_mesh();
+  lm_placement_t r = LM_PLACEMENT_REPLICATE;
+  int64_t g[1] = {1 << 19}; /* 4 MiB of float64 per rank: pooled */
+  for (int round = 0; round < 4; ++round) {
+    lm_dist_tensor_t t = NULL;
+    DLTensor v;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT64, LM_CPU, &r));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_local(t, &v));
+    double *d = v.data;
+    int zero = 1;
+    for (int64_t i = 0; i < g[0]; ++i)
+      if (d[i] != 0) zero = 0;
+    LM_ASSERT_ALL(zero);
+    for (int64_t i = 0; i < g[0]; ++i) d[i] = 1234.5 + (double)round; /* dirty it */
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static void test_reshard_outputs_reuse_buffers(void **state) {
+  (void)state;
+  lm_mesh_t m = world_mesh();
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0), r = LM_PLACEMENT_REPLICATE;
+  int64_t g[2] = {1031, 257}; /* ~2 MiB, uneven rows */
+  for (int round = 0; round < 5; ++round) {
+    lm_dist_tensor_t t = NULL, u = NULL;
+    DLTensor v;
+    int64_t off[2], ls[2];
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT64, LM_CPU, &s0));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_local(t, &v));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_local_offset(t, off, 2));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_local_shape(t, ls, 2));
+    double *d = v.data;
+    for (int64_t i = 0; i < ls[0]; ++i)
+      for (int64_t j = 0; j < ls[1]; ++j) d[i * ls[1] + j] = (double)((off[0] + i) * g[1] + j + round);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&u, t, NULL, &r));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_local(u, &v));
+    d = v.data;
+    int ok = 1;
+    for (int64_t k = 0; k < g[0] * g[1]; ++k)
+      if (d[k] != (double)(k + round)) ok = 0;
+    LM_ASSERT_ALL(ok);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&u));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_zeros_after_dirty_reuse),
+    cmocka_unit_test(test_reshard_outputs_reuse_buffers),
+};
+
+LM_TEST_MAIN(tests)
