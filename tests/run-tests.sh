@@ -7,7 +7,8 @@
 #  - each $BUILD/tests/test_* under mpirun at every np of $NPS (default "1 2 3 4 8"); a test source
 #    with a line `// lm-test-np: 1 2 4` runs only at those counts (intersected with $NPS when
 #    NPS is set in the environment);
-#  - each example listed in tests/examples.list, under mpirun at its np list.
+#  - each example listed in tests/examples.list, under mpirun at its np list;
+#  - each tests/script_*.sh once (install, exports, packaging checks).
 # Every run is one unit, passed or failed, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`; the full
 # output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60 lines.
 # The last line is "<N> passed, <N> failed"; the exit status is nonzero if anything failed.
@@ -128,6 +129,14 @@ if [ -f tests/examples.list ]; then
     done
   done < tests/examples.list
 fi
+
+# 4. script tests: tests/script_*.sh once each (install, exports, packaging).
+for src in tests/script_*.sh; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .sh)
+  selected "$name" || continue
+  run_one "$name" 1 env BUILD="$BUILD" bash "$src"
+done
 
 if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed)) -eq 0 ]; then
   echo "no test, unit test or listed example matches: ${FILTERS[*]}"
