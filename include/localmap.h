@@ -324,7 +324,9 @@ LM_API lm_status_t lm_dist_tensor_destroy(lm_dist_tensor_t *tensor);
  * Reshard
  * ------------------------------------------------------------------------------------------- */
 /* A new tensor holding src's value with `placements` (one per mesh dim of dst_mesh) on dst_mesh
- * (NULL: src's mesh). Collective over the ranks of both meshes; ranks in neither return at once
+ * (NULL: src's mesh). When nothing moves on this rank and its shard is a contiguous slice of the
+ * source's (Replicate -> Shard), the result is a view that shares the source's memory, as
+ * DTensor's views do: writing one changes the other. Collective over the ranks of both meshes; ranks in neither return at once
  * with a placeholder. Both meshes must come from the same parent communicator. Uses an internal
  * plan cache, so repeated reshards of one layout pair plan once. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm_dist_tensor_t src,
