@@ -217,6 +217,46 @@ std::string Layout::key() const {
 std::string Layout::str() const { return format_placements(pl.data(), mesh_ndim()); }
 
 // ---------------------------------------------------------------------------------------------
+Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const lm_placement_t *pl,
+                                int ndim, const int64_t *local_shape,
+                                const std::function<int64_t(int64_t, int)> &extent,
+                                const char *what) {
+  const int k = grid->ndim();
+  Shape g((size_t)ndim), c((size_t)k);
+  for (int d = 0; d < ndim; ++d) {
+    auto shards_d = [&](int m) { return pl[m].kind == LM_SHARD && pl[m].dim == d; };
+    bool sharded = false;
+    for (int m = 0; m < k; ++m) sharded = sharded || shards_d(m);
+    if (!sharded) {
+      g[d] = local_shape[d];
+      continue;
+    }
+    int64_t total = 0;  // over the line: other mesh coordinates fixed at 0
+    for (int64_t r = 0; r < grid->size(); ++r) {
+      grid->coord_of(r, c.data());
+      bool on_line = true;
+      for (int m = 0; m < k; ++m)
+        if (!shards_d(m) && c[m] != 0) on_line = false;
+      if (on_line) total += extent(r, d);
+    }
+    g[d] = total;
+  }
+  Layout L(grid, std::vector<lm_placement_t>(pl, pl + k), g);
+  for (int64_t r = 0; r < grid->size(); ++r) {
+    grid->coord_of(r, c.data());
+    Box b = L.box_at(c.data());
+    for (int d = 0; d < ndim; ++d)
+      if (b.len[d] != extent(r, d))
+        fail(LM_ERR_INVALID_ARGUMENT,
+             "%s: local extents do not follow the torch.chunk layout: mesh rank %lld holds %lld "
+             "along dim %d, but the global extent %lld with placements %s gives it %lld",
+             what, (long long)r, (long long)extent(r, d), d, (long long)g[d], L.str().c_str(),
+             (long long)b.len[d]);
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------------
 namespace {
 struct Enumerator {
   const Layout &L;

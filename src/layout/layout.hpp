@@ -98,6 +98,16 @@ struct Layout {
   std::string str() const;  // "[S(0), R]"
 };
 
+// The global shape implied by every mesh rank's local extents (extent(r, d): mesh rank r's extent
+// along tensor dim d): along a sharded dim the sum over the coordinates of the mesh dims that
+// shard it, elsewhere local_shape[d]. Then every rank's extents are checked against the
+// torch.chunk layout of that shape (throws LM_ERR_INVALID_ARGUMENT naming `what`), so that every
+// rank, seeing the same extents, reaches the same verdict. Pure; O(mesh size * ndim).
+Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const lm_placement_t *pl,
+                                int ndim, const int64_t *local_shape,
+                                const std::function<int64_t(int64_t, int)> &extent,
+                                const char *what);
+
 // Calls fn(coord, intersection) for each coordinate c of layout L whose box intersects `region`,
 // with c[m] restricted to fixed[m] where fixed[m] >= 0. Mesh dims that shard nothing (Replicate,
 // Partial) and are not fixed are enumerated over their whole extent. Cost: the number of

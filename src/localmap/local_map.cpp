@@ -384,45 +384,19 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // Global shapes from the gathered extents (every rank checks every rank, so all agree).
   try {
     int slot = 0;
-    Shape c(m ? m->ndim() : 0);
     for (int j = 0; j < nout; ++j) {
       if (!need_gather[j]) continue;
       const lm_placement_t *pl = out_placements[j];
       const DLTensor &lt = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor;
       size_t base = (size_t)(1 + slot * (kMaxDims + 1));
-      Shape g((size_t)lt.ndim);
       for (int64_t r = 0; r < m->grid->size(); ++r)
         if (gathered[(size_t)(r * W) + base] != lt.ndim)
           fail(LM_ERR_MISMATCH, "%s: outputs[%d] has ndim %d here but %lld on mesh rank %lld", F, j,
                lt.ndim, gathered[(size_t)(r * W) + base], (long long)r);
-      for (int d = 0; d < lt.ndim; ++d) {
-        bool sharded = false;
-        for (int k = 0; k < m->ndim(); ++k)
-          if (pl[k].kind == LM_SHARD && pl[k].dim == d) sharded = true;
-        if (!sharded) {
-          g[d] = lt.shape[d];
-          continue;
-        }
-        int64_t total = 0;
-        for (int64_t r = 0; r < m->grid->size(); ++r) {
-          m->grid->coord_of(r, c.data());
-          bool on_line = true;
-          for (int k = 0; k < m->ndim(); ++k)
-            if (!(pl[k].kind == LM_SHARD && pl[k].dim == d) && c[k] != 0) on_line = false;
-          if (on_line) total += gathered[(size_t)(r * W) + base + 1 + d];
-        }
-        g[d] = total;
-      }
-      Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
-      for (int64_t r = 0; r < m->grid->size(); ++r) {
-        m->grid->coord_of(r, c.data());
-        Box b = L.box_at(c.data());
-        for (int d = 0; d < lt.ndim; ++d)
-          if (b.len[d] != gathered[(size_t)(r * W) + base + 1 + d])
-            fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d]: local extents do not follow the "
-                 "torch.chunk layout (mesh rank %lld holds %lld along dim %d, expected %lld)", F, j,
-                 (long long)r, gathered[(size_t)(r * W) + base + 1 + d], d, (long long)b.len[d]);
-      }
+      Shape g = global_shape_from_extents(
+          m->grid, pl, lt.ndim, lt.shape,
+          [&](int64_t r, int d) { return (int64_t)gathered[(size_t)(r * W) + base + 1 + d]; },
+          strfmt("%s: outputs[%d]", F, j).c_str());
       gshapes[j] = g;
       ++slot;
     }

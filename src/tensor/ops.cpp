@@ -59,42 +59,9 @@ static Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, cons
       fail(LM_ERR_MISMATCH, "%s: mesh rank %lld passed a local tensor of ndim %lld / another dtype "
            "than mesh rank %lld (ndim %d)", fn, (long long)r, e[0], (long long)m->index, n);
   }
-  Shape g(n);
-  Shape c(m->ndim());
-  for (int d = 0; d < n; ++d) {
-    bool sharded = false;
-    for (int k = 0; k < m->ndim(); ++k)
-      if (pl[k].kind == LM_SHARD && pl[k].dim == d) sharded = true;
-    if (!sharded) {
-      g[d] = local->shape[d];
-      continue;
-    }
-    // Sum the extents along d over the coordinates of the mesh dims that shard d, the other
-    // coordinates fixed at 0.
-    int64_t total = 0;
-    for (int64_t r = 0; r < m->grid->size(); ++r) {
-      m->grid->coord_of(r, c.data());
-      bool on_line = true;
-      for (int k = 0; k < m->ndim(); ++k)
-        if (!(pl[k].kind == LM_SHARD && pl[k].dim == d) && c[k] != 0) on_line = false;
-      if (on_line) total += all[(size_t)(r * W + 2 + d)];
-    }
-    g[d] = total;
-  }
-  // Every rank checks every rank's extents against the torch.chunk layout, so all agree.
-  Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
-  for (int64_t r = 0; r < m->grid->size(); ++r) {
-    m->grid->coord_of(r, c.data());
-    Box b = L.box_at(c.data());
-    for (int d = 0; d < n; ++d)
-      if (b.len[d] != all[(size_t)(r * W + 2 + d)])
-        fail(LM_ERR_INVALID_ARGUMENT,
-             "%s: local extents do not follow the torch.chunk layout: mesh rank %lld holds %lld "
-             "along dim %d but global shape %s with placements %s gives it %lld",
-             fn, (long long)r, all[(size_t)(r * W + 2 + d)], d, shape_str(g).c_str(),
-             L.str().c_str(), (long long)b.len[d]);
-  }
-  return g;
+  return global_shape_from_extents(
+      m->grid, pl, n, local->shape,
+      [&](int64_t r, int d) { return (int64_t)all[(size_t)(r * W + 2 + d)]; }, fn);
 }
 
 lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
