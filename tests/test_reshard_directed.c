@@ -667,6 +667,16 @@ static void test_bytes_sent(void **state) {
              (long long)(pd - ps), (long long)(o * g[1] * 8));
     }
     check_tensor(dst, &s0, 2, g, LM_FLOAT64, EXP_VALUE, 5, "R->S(0) view");
+    /* the header: the view shares the source's memory, writing one changes the other */
+    if (nd > 0) {
+      int64_t o, l;
+      LM_ASSERT_OK(lm_chunk(g[0], np, lm_test_rank(), &o, &l));
+      double *sv = (double *)ps + o * g[1], *dv = (double *)pd, keep = sv[0];
+      sv[0] = 1234.5;
+      if (dv[0] != 1234.5) note("R -> S(0): a write to the source is not seen through the view");
+      dv[0] = keep;
+      if (sv[0] != keep) note("R -> S(0): a write through the view is not seen in the source");
+    }
     /* the view keeps the storage alive after the source handle goes */
     lm_dist_tensor_destroy(&src);
     check_tensor(dst, &s0, 2, g, LM_FLOAT64, EXP_VALUE, 5, "R->S(0) view after destroying src");
@@ -799,6 +809,25 @@ static void test_coshard_order(void **state) {
     int64_t want = (int64_t)((t10f[1][1] - t10f[1][0]) + (t10f[2][1] - t10f[2][0])) * 5 * 8;
     if (s == 1) want = (int64_t)((t7f[1][1] - t7f[1][0]) + (t7f[2][1] - t7f[2][0])) * 5 * 8;
     expect_bytes("[S(0),S(0)] -> [S(0)@1,S(0)]", tb, want, desc);
+  }
+  /* docs/DESIGN.md's describe example: 2x2, [P(sum), S(0)] -> [R, S(1)], shape [8, 6] */
+  {
+    lm_placement_t sp[2] = {P_(LM_REDUCE_SUM), S_(0)}, dp[2] = {R_(), S_(1)};
+    const int64_t g[2] = {8, 6};
+    lm_reshard_plan_t plan = NULL;
+    char desc[512], small[8];
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, mesh, sp, mesh, dp, 2, g, LM_FLOAT64));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_describe(plan, desc, sizeof desc));
+    if (strstr(desc, "reduce-scatter [P(sum), S(0)]->[S(0)@1, S(0)] over mesh dim 0 (2 ranks)") == NULL ||
+        strstr(desc, "exchange [S(0)@1, S(0)]->[R, S(1)] (") == NULL)
+      note("describe of [P(sum), S(0)] -> [R, S(1)]: \"%s\"", desc);
+    memset(small, 'x', sizeof small);
+    LM_ASSERT_OK_ALL(lm_reshard_plan_describe(plan, small, sizeof small));
+    if (small[sizeof small - 1] != 0 || strncmp(small, desc, sizeof small - 1) != 0)
+      note("describe into 8 bytes is not a NUL-terminated prefix");
+    lm_reshard_plan_destroy(&plan);
+    for (int path = 0; path < 3; ++path)
+      pair_ok("design example", mesh, sp, mesh, dp, 2, g, LM_FLOAT64, path, EXP_VALUE, path);
   }
   lm_mesh_destroy(&mesh);
   finish("co-shard order");
@@ -1177,8 +1206,8 @@ static void test_nonblocking(void **state) {
   finish("nonblocking");
 }
 
-/* The same in-flight rules when some rank has no part in the plan: [1,1] S(0) -> S(1) leaves
- * every rank but 0 uninvolved. The refusals must still agree across ranks (the probes used here
+/* The same in-flight rules when some ranks hold no data: [1,1] S(0) -> S(1) leaves every rank
+ * but 0 with empty shards. The refusals must still agree across ranks (the probes used here
  * never communicate, so a disagreement cannot hang). */
 static void test_inflight_uninvolved_ranks(void **state) {
   (void)state;
@@ -1196,7 +1225,7 @@ static void test_inflight_uninvolved_ranks(void **state) {
   LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, dst, &req));
   lm_status_t st = lm_reshard_plan_start(plan, src, dst2, &req2);
   if (st != LM_ERR_INVALID_ARGUMENT)
-    note("second start on a plan in flight (request %s on this rank): %s, want INVALID_ARGUMENT",
+    note("second start on a plan in flight (first request %s on this rank): %s, want INVALID_ARGUMENT",
          req ? "non-NULL" : "NULL", lm_status_string(st));
   lm_status_t sw = lm_request_wait(&req2);
   (void)sw;
