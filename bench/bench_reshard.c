@@ -269,8 +269,10 @@ int main(int argc, char **argv) {
       b.displs[j] = off;
       off += b.counts[j];
     }
-    b.sbuf = calloc((size_t)b.counts[rank] + 1, 1);
-    b.rbuf = calloc((size_t)off + 1, 1);
+    b.sbuf = malloc((size_t)b.counts[rank] + 1);
+    b.rbuf = malloc((size_t)off + 1);
+    memset(b.sbuf, 1, (size_t)b.counts[rank] + 1); /* touched, like the tensors: no zero pages */
+    memset(b.rbuf, 0, (size_t)off + 1);
     emit("1d:S0->R:uneven", rows, cols, lm, "MPI_Allgatherv", timeit(b_allgatherv, &b), sent, rs_ms, NULL);
     free(b.sbuf);
     free(b.rbuf);
@@ -288,8 +290,10 @@ int main(int argc, char **argv) {
     size_t full = (size_t)(nn * nn) * 8;
     base_case b = {0};
     b.comm = MPI_COMM_WORLD;
-    b.sbuf = calloc(full, 1);
-    b.rbuf = calloc(full, 1);
+    b.sbuf = malloc(full);
+    b.rbuf = malloc(full);
+    memset(b.sbuf, 1, full);
+    memset(b.rbuf, 0, full);
     lm_placement_t a[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_SHARD(1)};
     lm_placement_t rr[2] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE};
     lm_placement_t sr[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_REPLICATE};
@@ -330,8 +334,10 @@ int main(int argc, char **argv) {
     base_case b = {0};
     b.comm = MPI_COMM_WORLD;
     b.bytes = (size_t)(nn * nn) * 8 / (size_t)h;
-    b.sbuf = calloc(b.bytes, 1);
-    b.rbuf = calloc(b.bytes, 1);
+    b.sbuf = malloc(b.bytes);
+    b.rbuf = malloc(b.bytes);
+    memset(b.sbuf, 1, b.bytes);
+    memset(b.rbuf, 0, b.bytes);
     b.kind = rank < h ? 0 : 1;
     b.peer = rank < h ? rank + h : rank - h;
     emit("cross:S0(first half)->S0(second half)", nn, nn, lm, "MPI_Send/MPI_Recv", timeit(b_p2p, &b), sent, rs_ms, NULL);

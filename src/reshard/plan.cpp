@@ -61,9 +61,17 @@ class ExchangeStep : public Step {
     if (b.off != outbox_.off || b.len != outbox_.len) return false;
     return contiguous_in(inbox_, b, esize_, byte_off);
   }
+  bool input_lands_contiguously(size_t *byte_off) const override {
+    if (selfs_.size() != 1 || inbox_.empty()) return false;
+    const Box &b = selfs_[0];
+    if (b.off != inbox_.off || b.len != inbox_.len) return false;
+    return contiguous_in(outbox_, b, esize_, byte_off);
+  }
+  void fuse_input() override { skip_self_ = true; }
   std::string describe() const override {
-    return strfmt("exchange %s->%s (%zu sends, %zu recvs, %zu local)", in_.str().c_str(),
-                  out_.str().c_str(), sends_.size(), recvs_.size(), selfs_.size());
+    return strfmt("exchange %s->%s (%zu sends, %zu recvs, %zu local%s)", in_.str().c_str(),
+                  out_.str().c_str(), sends_.size(), recvs_.size(), selfs_.size(),
+                  skip_self_ ? ", fused" : "");
   }
 
  private:
@@ -89,6 +97,7 @@ class ExchangeStep : public Step {
   std::vector<char> stage_send_, stage_recv_;
   std::vector<MPI_Request> reqs_;
   void *out_ptr_ = nullptr;
+  bool skip_self_ = false;  // the step before wrote the input in place inside the output
 
  public:
   ~ExchangeStep() override {
@@ -269,8 +278,9 @@ void ExchangeStep::start(const void *in, void *out) {
     }
     post_pieces(true, p, m.bytes, m.peer, tag_, comm_, req);
   }
-  for (auto &b : selfs_)
-    copy_box(out, outbox_.len, rel(b, outbox_), in, ils, rel(b, inbox_), b.len, esize_);
+  if (!skip_self_)
+    for (auto &b : selfs_)
+      copy_box(out, outbox_.len, rel(b, outbox_), in, ils, rel(b, inbox_), b.len, esize_);
 }
 
 bool ExchangeStep::progress(bool block) {
@@ -632,9 +642,20 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
     plan->bytes_sent += plan->steps[i]->bytes_sent;
     if (!plan->steps[i]->in_place()) plan->last_moving = i;
   }
+  // Fuse: when step i+1 only copies its whole input into a contiguous part of its output (the
+  // allgather after a reduce-scatter), step i writes there directly.
+  plan->fused.assign(plan->steps.size(), -1);
+  for (size_t i = 0; i + 1 <= plan->last_moving; ++i) {
+    size_t off = 0;
+    if (!plan->steps[i]->in_place() && !plan->steps[i + 1]->in_place() &&
+        plan->steps[i + 1]->input_lands_contiguously(&off)) {
+      plan->fused[i] = (int64_t)off;
+      plan->steps[i + 1]->fuse_input();
+    }
+  }
   plan->work.resize(plan->steps.size());
   for (size_t i = 0; i < plan->steps.size(); ++i) {
-    if (plan->steps[i]->in_place() || i == plan->last_moving) continue;
+    if (plan->steps[i]->in_place() || i == plan->last_moving || plan->fused[i] >= 0) continue;
     const Layout &L = plan->steps[i]->out_layout;
     int64_t idx = L.grid->index_of(me);
     int64_t n = 0;
@@ -665,6 +686,7 @@ void Plan::start(const void *in, void *out) {
 
 void *Plan::out_of(size_t i) const {
   if (steps[i]->in_place() || i == last_moving) return out_final;
+  if (fused[i] >= 0) return static_cast<char *>(out_of(i + 1)) + fused[i];
   return work[i]->data;
 }
 

@@ -35,6 +35,13 @@ class Step {
     (void)byte_off;
     return false;
   }
+  // True when this rank's whole input is a local copy into one contiguous region of the output
+  // at *byte_off: then the step before may write straight there (fuse_input) and no copy is made.
+  virtual bool input_lands_contiguously(size_t *byte_off) const {
+    (void)byte_off;
+    return false;
+  }
+  virtual void fuse_input() {}
   int64_t bytes_sent = 0;
   Layout out_layout;  // the layout this step produces
 };
@@ -54,6 +61,7 @@ class Plan {
   std::vector<std::unique_ptr<Step>> steps;
   std::vector<std::shared_ptr<Storage>> work;  // work[i]: output of step i when intermediate
   size_t last_moving = 0;                      // index of the last step that is not in place
+  std::vector<int64_t> fused;                  // >= 0: step i writes into step i+1's output here
   int64_t bytes_sent = 0;
   int64_t src_local_bytes = 0, dst_local_bytes = 0;
 
