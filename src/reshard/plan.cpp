@@ -57,13 +57,13 @@ class ExchangeStep : public Step {
   bool progress(bool block) override;
   bool alias_offset(size_t *byte_off) const override {
     if (!sends_.empty() || !recvs_.empty() || selfs_.size() != 1) return false;
-    const Box &b = selfs_[0];
+    const Box &b = selfs_[0].box;
     if (b.off != outbox_.off || b.len != outbox_.len) return false;
     return contiguous_in(inbox_, b, esize_, byte_off);
   }
   bool input_lands_contiguously(size_t *byte_off) const override {
     if (selfs_.size() != 1 || inbox_.empty()) return false;
-    const Box &b = selfs_[0];
+    const Box &b = selfs_[0].box;
     if (b.off != inbox_.off || b.len != inbox_.len) return false;
     return contiguous_in(outbox_, b, esize_, byte_off);
   }
@@ -82,6 +82,11 @@ class ExchangeStep : public Step {
     bool direct;
     size_t off;  // byte offset in the local buffer (direct) or in the staging area
     MPI_Datatype type = MPI_DATATYPE_NULL;  // subarray of the local buffer (no staging)
+    Shape rel;   // box offset inside the local buffer (computed at plan time: no allocation later)
+  };
+  struct SelfCopy {
+    Box box;
+    Shape in_rel, out_rel;
   };
   // Describes a non-contiguous box as an MPI subarray of the local buffer when the extents fit
   // in int; then MPI packs straight into its transport buffers (one memory pass fewer).
@@ -93,7 +98,8 @@ class ExchangeStep : public Step {
   int tag_;
   Box inbox_, outbox_;
   std::vector<Msg> sends_, recvs_;
-  std::vector<Box> selfs_;
+  std::vector<SelfCopy> selfs_;
+  Shape zero_;  // all-zero offsets of the tensor's rank
   std::vector<char> stage_send_, stage_recv_;
   std::vector<MPI_Request> reqs_;
   void *out_ptr_ = nullptr;
@@ -136,6 +142,7 @@ MPI_Datatype ExchangeStep::subarray(const Box &local, const Box &box, size_t esi
 }
 
 void ExchangeStep::finish_msg(Msg &msg, const Box &local, size_t &stage) {
+  msg.rel = rel(msg.box, local);
   msg.direct = contiguous_in(local, msg.box, esize_, &msg.off);
   if (msg.direct) return;
   msg.type = subarray(local, msg.box, esize_);
@@ -213,10 +220,10 @@ ExchangeStep::ExchangeStep(const Layout &in, const Layout &out, bool same_mesh, 
     enumerate_intersecting(in, fixed, outbox_, [&](const int64_t *c, const Box &b) {
       int peer = in.grid->rank_at_index(in.grid->index_at(c));
       if (peer == me) {
-        selfs_.push_back(b);
+        selfs_.push_back(SelfCopy{b, rel(b, inbox_), rel(b, outbox_)});
         return;
       }
-      Msg msg{peer, b, (size_t)b.numel() * esize, false, 0};
+      Msg msg{peer, b, (size_t)b.numel() * esize, false, 0, MPI_DATATYPE_NULL, {}};
       finish_msg(msg, outbox_, stage);
       recvs_.push_back(std::move(msg));
     });
@@ -238,13 +245,14 @@ ExchangeStep::ExchangeStep(const Layout &in, const Layout &out, bool same_mesh, 
         for (int m : chooser.rep)
           if (choice[m] != cs[m]) return;  // the receiver takes it from another replica
       }
-      Msg msg{peer, b, (size_t)b.numel() * esize, false, 0};
+      Msg msg{peer, b, (size_t)b.numel() * esize, false, 0, MPI_DATATYPE_NULL, {}};
       finish_msg(msg, inbox_, stage);
       bytes_sent += (int64_t)msg.bytes;
       sends_.push_back(std::move(msg));
     });
   }
   stage_send_.resize(stage);
+  zero_.assign(in.gshape.size(), 0);
   int64_t np = 0;
   for (auto &m : sends_) np += m.type != MPI_DATATYPE_NULL ? 1 : pieces_of(m.bytes);
   for (auto &m : recvs_) np += m.type != MPI_DATATYPE_NULL ? 1 : pieces_of(m.bytes);
@@ -273,14 +281,14 @@ void ExchangeStep::start(const void *in, void *out) {
       p = const_cast<char *>(static_cast<const char *>(in)) + m.off;
     } else {
       p = stage_send_.data() + m.off;
-      copy_box(p, m.box.len, Shape(m.box.len.size(), 0), in, ils, rel(m.box, inbox_), m.box.len,
+      copy_box(p, m.box.len, zero_, in, ils, m.rel, m.box.len,
                esize_);
     }
     post_pieces(true, p, m.bytes, m.peer, tag_, comm_, req);
   }
   if (!skip_self_)
     for (auto &b : selfs_)
-      copy_box(out, outbox_.len, rel(b, outbox_), in, ils, rel(b, inbox_), b.len, esize_);
+      copy_box(out, outbox_.len, b.out_rel, in, ils, b.in_rel, b.box.len, esize_);
 }
 
 bool ExchangeStep::progress(bool block) {
@@ -297,8 +305,8 @@ bool ExchangeStep::progress(bool block) {
   }
   for (auto &m : recvs_)
     if (!m.direct && m.type == MPI_DATATYPE_NULL)
-      copy_box(out_ptr_, outbox_.len, rel(m.box, outbox_), stage_recv_.data() + m.off, m.box.len,
-               Shape(m.box.len.size(), 0), m.box.len, esize_);
+      copy_box(out_ptr_, outbox_.len, m.rel, stage_recv_.data() + m.off, m.box.len, zero_,
+               m.box.len, esize_);
   return true;
 }
 
@@ -329,6 +337,8 @@ class ReduceScatterStep : public Step {
   std::vector<int> peers_;  // parent rank per group index
   Box inbox_;
   std::vector<Box> chunks_;        // per group index, global coords
+  std::vector<Shape> chunk_rel_;   // per group index, offset inside the input box
+  Shape zero_;
   std::vector<char> own_stage_;    // my chunk when not contiguous in the input
   std::vector<char> recv_stage_;   // one slot per peer
   std::vector<char> send_stage_;
@@ -365,6 +375,8 @@ ReduceScatterStep::ReduceScatterStep(const Layout &in, const Layout &out, int m,
     chunks_.push_back(b);
   }
   chunk_bytes_ = (size_t)chunks_[mine_].numel() * esize_;
+  for (auto &b : chunks_) chunk_rel_.push_back(rel(b, inbox_));
+  zero_.assign(inbox_.len.size(), 0);
   size_t stage = 0;
   send_off_.assign(k_, 0);
   send_direct_.assign(k_, false);
@@ -419,16 +431,15 @@ void ReduceScatterStep::start(const void *in, void *out) {
       p = const_cast<char *>(inb) + send_off_[j];
     } else {
       p = send_stage_.data() + send_off_[j];
-      copy_box(p, chunks_[j].len, Shape(chunks_[j].len.size(), 0), in, inbox_.len,
-               rel(chunks_[j], inbox_), chunks_[j].len, esize_);
+      copy_box(p, chunks_[j].len, zero_, in, inbox_.len, chunk_rel_[j], chunks_[j].len, esize_);
     }
     post_pieces(true, p, bytes, peers_[j], tag_, comm_, sreq);
   }
   if (send_direct_[mine_]) {
     own_ = inb + send_off_[mine_];
   } else {
-    copy_box(own_stage_.data(), chunks_[mine_].len, Shape(chunks_[mine_].len.size(), 0), in,
-             inbox_.len, rel(chunks_[mine_], inbox_), chunks_[mine_].len, esize_);
+    copy_box(own_stage_.data(), chunks_[mine_].len, zero_, in, inbox_.len, chunk_rel_[mine_],
+             chunks_[mine_].len, esize_);
     own_ = own_stage_.data();
   }
 }
