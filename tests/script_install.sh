@@ -17,7 +17,7 @@ prefix=$tmp/prefix
 unset MAKEFLAGS MFLAGS
 make -s install PREFIX="$prefix" BUILD="$BUILD" >/dev/null
 for f in lib/liblocalmap.so.0 lib/liblocalmap.so lib/liblocalmap.a include/localmap.h \
-         include/localmap_mpi.h lib/pkgconfig/localmap.pc; do
+         include/localmap_mpi.h include/localmap.hpp lib/pkgconfig/localmap.pc; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 bad=$(nm -D --defined-only "$prefix/lib/liblocalmap.so.0" | awk '{print $3}' | grep -v '^lm_' | grep -v '^LOCALMAP_' || true)

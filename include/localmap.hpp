@@ -1,0 +1,370 @@
+// localmap.hpp — a header-only C++17 wrapper over the localmap C API (localmap.h): RAII handles
+// and exceptions. Nothing here adds to the ABI: it only calls the C functions.
+//
+//   localmap::mesh m = localmap::mesh::world({2, 2}, {"dp", "tp"});
+//   auto x = localmap::dist_tensor::from_global(m, full, {localmap::shard(0), localmap::replicate()});
+//   auto y = x.reshard({localmap::replicate(), localmap::replicate()});
+//
+// Errors throw localmap::error (status() and what() = lm_last_error_message()). Destructors never
+// throw and never communicate (the C destroys are local).
+#ifndef LOCALMAP_HPP_
+#define LOCALMAP_HPP_
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "localmap.h"
+
+namespace localmap {
+
+class error : public std::runtime_error {
+ public:
+  error(lm_status_t status, const std::string &message)
+      : std::runtime_error(message), status_(status) {}
+  lm_status_t status() const noexcept { return status_; }
+
+ private:
+  lm_status_t status_;
+};
+
+inline void check(lm_status_t s) {
+  if (s != LM_SUCCESS)
+    throw error(s, std::string(lm_status_string(s)) + ": " + lm_last_error_message());
+}
+
+inline lm_placement_t shard(int dim, int order = 0) { return lm_placement_t{LM_SHARD, dim, 0, order}; }
+inline lm_placement_t replicate() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
+inline lm_placement_t partial(lm_reduce_op_t op = LM_REDUCE_SUM) {
+  return lm_placement_t{LM_PARTIAL, 0, op, 0};
+}
+using placements = std::vector<lm_placement_t>;
+using shape = std::vector<int64_t>;
+
+inline std::string to_string(const placements &p) {
+  char buf[512];
+  check(lm_placements_format(p.data(), static_cast<int>(p.size()), buf, sizeof buf));
+  return buf;
+}
+
+// ----------------------------------------------------------------------------------- mesh
+// Move-only: the mesh handle is owned here (tensors and plans keep their own reference).
+class mesh {
+ public:
+  mesh() = default;
+  // Collective over the parent (a Fortran handle: MPI_Comm_c2f(comm)).
+  mesh(int parent_comm_f, const shape &extents, const std::vector<int> &ranks = {},
+       const std::vector<std::string> &names = {}) {
+    lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+    std::vector<const char *> cnames;
+    for (auto &n : names) cnames.push_back(n.c_str());
+    if (!ranks.empty()) {
+      cfg.ranks = ranks.data();
+      cfg.nranks = static_cast<int>(ranks.size());
+    }
+    if (!names.empty()) cfg.dim_names = cnames.data();
+    check(lm_mesh_create(&h_, parent_comm_f, static_cast<int>(extents.size()), extents.data(),
+                         &cfg));
+  }
+  // A mesh over MPI_COMM_WORLD.
+  static mesh world(const shape &extents, const std::vector<std::string> &names = {}) {
+    int f = 0;
+    check(lm_comm_world(&f));
+    return mesh(f, extents, {}, names);
+  }
+  ~mesh() { lm_mesh_destroy(&h_); }
+  mesh(mesh &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  mesh &operator=(mesh &&o) noexcept {
+    if (this != &o) {
+      lm_mesh_destroy(&h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  mesh(const mesh &) = delete;
+  mesh &operator=(const mesh &) = delete;
+
+  lm_mesh_t get() const noexcept { return h_; }
+  explicit operator bool() const noexcept { return h_ != nullptr; }
+  int ndim() const {
+    int n = 0;
+    check(lm_mesh_ndim(h_, &n));
+    return n;
+  }
+  shape extents() const {
+    shape s(static_cast<size_t>(ndim()));
+    check(lm_mesh_shape(h_, s.data(), static_cast<int>(s.size())));
+    return s;
+  }
+  int size() const {
+    int n = 0;
+    check(lm_mesh_size(h_, &n));
+    return n;
+  }
+  bool is_member() const {
+    int m = 0;
+    check(lm_mesh_is_member(h_, &m));
+    return m != 0;
+  }
+  shape coord() const {
+    shape c(static_cast<size_t>(ndim()));
+    check(lm_mesh_coord(h_, c.data(), static_cast<int>(c.size())));
+    return c;
+  }
+  int rank() const {
+    int r = 0;
+    check(lm_mesh_rank(h_, &r));
+    return r;
+  }
+  int dim(const std::string &name) const {
+    int d = 0;
+    check(lm_mesh_dim_index(h_, name.c_str(), &d));
+    return d;
+  }
+  // The per-dim communicator as a Fortran handle (MPI_Comm_f2c to use it from C/C++).
+  int dim_comm(int d) const {
+    int f = 0;
+    check(lm_mesh_dim_comm(h_, d, &f));
+    return f;
+  }
+
+ private:
+  lm_mesh_t h_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------- dist_tensor
+// A shared reference (copies retain, destruction releases), like the C handle's refcount.
+class dist_tensor {
+ public:
+  dist_tensor() = default;
+  // Adopts a handle the caller owns (one reference).
+  explicit dist_tensor(lm_dist_tensor_t h) noexcept : h_(h) {}
+  ~dist_tensor() { lm_dist_tensor_destroy(&h_); }
+  dist_tensor(const dist_tensor &o) : h_(o.h_) {
+    if (h_) check(lm_dist_tensor_retain(h_));
+  }
+  dist_tensor &operator=(const dist_tensor &o) {
+    if (this != &o) {
+      if (o.h_) check(lm_dist_tensor_retain(o.h_));
+      lm_dist_tensor_destroy(&h_);
+      h_ = o.h_;
+    }
+    return *this;
+  }
+  dist_tensor(dist_tensor &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  dist_tensor &operator=(dist_tensor &&o) noexcept {
+    if (this != &o) {
+      lm_dist_tensor_destroy(&h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+
+  static dist_tensor zeros(const mesh &m, const shape &global, DLDataType dtype,
+                           const placements &p, DLDevice device = DLDevice{kDLCPU, 0}) {
+    lm_dist_tensor_t h = nullptr;
+    check(lm_dist_tensor_zeros(&h, m.get(), static_cast<int>(global.size()), global.data(), dtype,
+                               device, p.data()));
+    return dist_tensor(h);
+  }
+  // root < 0: every rank passes the full tensor; root >= 0: only that mesh rank (others nullptr).
+  static dist_tensor from_global(const mesh &m, const DLTensor *global, const placements &p,
+                                 int root = -1) {
+    lm_dist_tensor_t h = nullptr;
+    check(lm_dist_tensor_from_global(&h, m.get(), global, p.data(), root));
+    return dist_tensor(h);
+  }
+  static dist_tensor from_local(const mesh &m, const DLTensor &local, const placements &p,
+                                lm_shape_mode_t mode = LM_SHAPE_ALLGATHER,
+                                const shape &global = {}, unsigned flags = LM_FROM_LOCAL_COPY) {
+    lm_dist_tensor_t h = nullptr;
+    check(lm_dist_tensor_from_local(&h, m.get(), &local, p.data(), mode,
+                                    global.empty() ? nullptr : global.data(), flags));
+    return dist_tensor(h);
+  }
+
+  // Collective; dst_mesh nullptr: the same mesh.
+  dist_tensor reshard(const placements &p, const mesh *dst_mesh = nullptr) const {
+    lm_dist_tensor_t h = nullptr;
+    check(lm_dist_tensor_reshard(&h, h_, dst_mesh ? dst_mesh->get() : nullptr, p.data()));
+    return dist_tensor(h);
+  }
+  // Collective; dst may be nullptr on ranks other than root (root >= 0).
+  void gather(DLTensor *dst, int root = -1) const { check(lm_dist_tensor_gather(h_, root, dst)); }
+
+  lm_dist_tensor_t get() const noexcept { return h_; }
+  lm_dist_tensor_t release() noexcept { return std::exchange(h_, nullptr); }
+  explicit operator bool() const noexcept { return h_ != nullptr; }
+
+  int ndim() const {
+    int n = 0;
+    check(lm_dist_tensor_ndim(h_, &n));
+    return n;
+  }
+  DLDataType dtype() const {
+    DLDataType t{};
+    check(lm_dist_tensor_dtype(h_, &t));
+    return t;
+  }
+  shape global_shape() const { return shape_of(lm_dist_tensor_global_shape); }
+  shape local_shape() const { return shape_of(lm_dist_tensor_local_shape); }
+  shape local_offset() const { return shape_of(lm_dist_tensor_local_offset); }
+  placements placement() const {
+    lm_mesh_t m = nullptr;
+    int n = 0;
+    check(lm_dist_tensor_mesh(h_, &m));
+    check(lm_mesh_ndim(m, &n));
+    placements p(static_cast<size_t>(n));
+    check(lm_dist_tensor_placements(h_, p.data(), n));
+    return p;
+  }
+  // A view of the local shard (valid while this tensor lives).
+  DLTensor local() const {
+    DLTensor v{};
+    check(lm_dist_tensor_local(h_, &v));
+    return v;
+  }
+  template <class T>
+  T *local_data() const {
+    return static_cast<T *>(local().data);
+  }
+
+ private:
+  shape shape_of(lm_status_t (*f)(lm_dist_tensor_t, int64_t *, int)) const {
+    shape s(static_cast<size_t>(ndim()));
+    check(f(h_, s.data(), static_cast<int>(s.size())));
+    return s;
+  }
+  lm_dist_tensor_t h_ = nullptr;
+};
+
+// --------------------------------------------------------------------------- reshard_plan
+class reshard_plan {
+ public:
+  reshard_plan(const mesh &src_mesh, const placements &src, const mesh *dst_mesh,
+               const placements &dst, const shape &global, DLDataType dtype) {
+    check(lm_reshard_plan_create(&h_, src_mesh.get(), src.data(),
+                                 dst_mesh ? dst_mesh->get() : nullptr, dst.data(),
+                                 static_cast<int>(global.size()), global.data(), dtype));
+  }
+  ~reshard_plan() { lm_reshard_plan_destroy(&h_); }
+  reshard_plan(reshard_plan &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  reshard_plan &operator=(reshard_plan &&o) noexcept {
+    if (this != &o) {
+      lm_reshard_plan_destroy(&h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  reshard_plan(const reshard_plan &) = delete;
+  reshard_plan &operator=(const reshard_plan &) = delete;
+
+  dist_tensor alloc_target(DLDevice device = DLDevice{kDLCPU, 0}) const {
+    lm_dist_tensor_t h = nullptr;
+    check(lm_reshard_plan_alloc_target(h_, device, &h));
+    return dist_tensor(h);
+  }
+  void execute(const dist_tensor &src, const dist_tensor &dst) const {
+    check(lm_reshard_plan_execute(h_, src.get(), dst.get()));
+  }
+  int64_t bytes_sent() const {
+    int64_t b = 0;
+    check(lm_reshard_plan_bytes_sent(h_, &b));
+    return b;
+  }
+  std::string describe() const {
+    char buf[2048];
+    check(lm_reshard_plan_describe(h_, buf, sizeof buf));
+    return buf;
+  }
+  lm_reshard_plan_t get() const noexcept { return h_; }
+
+ private:
+  lm_reshard_plan_t h_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------ local_map
+// fn(mesh, inputs, outputs) may throw: the trampoline turns the exception into LM_ERR_USER with
+// its what() as the message, so nothing unwinds through the C library.
+using local_fn = std::function<void(lm_mesh_t, const std::vector<lm_arg_t> &,
+                                    std::vector<lm_arg_t> &)>;
+
+namespace detail {
+// C linkage, as the library calls it; the name is unique because C names share one namespace.
+extern "C" inline lm_status_t localmap_hpp_local_map_trampoline(void *ud, lm_mesh_t m, int nin,
+                                                                const lm_arg_t *in, int nout,
+                                                                lm_arg_t *out) {
+  try {
+    std::vector<lm_arg_t> ins(in, in + nin), outs(out, out + nout);
+    (*static_cast<local_fn *>(ud))(m, ins, outs);
+    for (int j = 0; j < nout && j < static_cast<int>(outs.size()); ++j) out[j] = outs[j];
+    return LM_SUCCESS;
+  } catch (const error &e) {
+    lm_set_error_message(e.what());
+    return e.status();
+  } catch (const std::exception &e) {
+    lm_set_error_message(e.what());
+    return LM_ERR_USER;
+  } catch (...) {
+    lm_set_error_message("unknown C++ exception");
+    return LM_ERR_USER;
+  }
+}
+}  // namespace detail
+
+inline lm_arg_t arg(const dist_tensor &t) {
+  lm_arg_t a{};
+  a.kind = LM_ARG_DIST_TENSOR;
+  a.ptr = t.get();
+  return a;
+}
+inline lm_arg_t arg_i64(int64_t v) {
+  lm_arg_t a{};
+  a.kind = LM_ARG_INT64;
+  a.i64 = v;
+  return a;
+}
+inline lm_arg_t arg_f64(double v) {
+  lm_arg_t a{};
+  a.kind = LM_ARG_DOUBLE;
+  a.f64 = v;
+  return a;
+}
+
+// What lm_local_map returned: args[j] as the C API gives it, and tensors[j] owning the dist
+// tensor of each tensor output (empty for the others).
+struct local_map_result {
+  std::vector<lm_arg_t> args;
+  std::vector<dist_tensor> tensors;
+};
+
+// Runs fn on the local shards (collective over the mesh). out_placements: one entry per output,
+// empty for a non-tensor output. in_placements: empty, or one entry per input (empty: as it is).
+inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inputs,
+                                  const std::vector<placements> &out_placements,
+                                  const std::vector<placements> &in_placements = {},
+                                  const mesh *m = nullptr, unsigned flags = 0) {
+  std::vector<const lm_placement_t *> inp, outp;
+  for (auto &p : in_placements) inp.push_back(p.empty() ? nullptr : p.data());
+  for (auto &p : out_placements) outp.push_back(p.empty() ? nullptr : p.data());
+  local_map_result r;
+  r.args.resize(out_placements.size());
+  check(lm_local_map(detail::localmap_hpp_local_map_trampoline, &fn,
+                     static_cast<int>(inputs.size()), inputs.data(),
+                     in_placements.empty() ? nullptr : inp.data(),
+                     static_cast<int>(r.args.size()), outp.data(), nullptr, m ? m->get() : nullptr,
+                     flags, r.args.data()));
+  r.tensors.resize(r.args.size());
+  for (size_t j = 0; j < r.args.size(); ++j)
+    if (r.args[j].kind == LM_ARG_DIST_TENSOR)
+      r.tensors[j] = dist_tensor(static_cast<lm_dist_tensor_t>(r.args[j].ptr));  // adopt
+  return r;
+}
+
+}  // namespace localmap
+
+#endif  // LOCALMAP_HPP_

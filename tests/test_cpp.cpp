@@ -1,0 +1,130 @@
+// The header-only C++ wrapper (include/localmap.hpp): RAII handles, exceptions, local_map with a
+// lambda (an exception thrown in it on one rank becomes an error on every rank).
+// lm-test-np: 1 2 3 4
+#include "lm_test.h"
+
+#include <localmap.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace lmx = localmap;
+
+static void test_mesh_and_tensor_raii(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m = lmx::mesh::world({n}, {"dp"});
+  LM_ASSERT_ALL(m.ndim() == 1 && m.size() == n && m.is_member() && m.dim("dp") == 0);
+  LM_ASSERT_ALL(m.coord()[0] == lm_test_rank());
+  std::vector<double> full(13 * 3);
+  for (size_t i = 0; i < full.size(); ++i) full[i] = (double)i;
+  int64_t g[2] = {13, 3};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
+  lmx::dist_tensor x = lmx::dist_tensor::from_global(m, &gt, {lmx::shard(0)});
+  lmx::dist_tensor copy = x;  // retains
+  lmx::dist_tensor r = copy.reshard({lmx::replicate()});
+  LM_ASSERT_ALL(r.global_shape() == lmx::shape({13, 3}) && r.local_shape() == lmx::shape({13, 3}));
+  int ok = 1;
+  for (int i = 0; i < 39; ++i) ok &= r.local_data<double>()[i] == (double)i;
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_ALL(lmx::to_string(x.placement()) == "[S(0)]");
+  x = lmx::dist_tensor();  // drop one reference; copy still works
+  std::vector<double> back(39, -1);
+  DLTensor bt = {back.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
+  copy.gather(&bt);
+  LM_ASSERT_ALL(back[38] == 38.0 && back[0] == 0.0);
+}
+
+static void test_errors_throw(void **) {
+  lmx::mesh m = lmx::mesh::world({lm_test_size()});
+  int thrown = 0;
+  lm_status_t st = LM_SUCCESS;
+  try {
+    lmx::dist_tensor::zeros(m, {4}, LM_DTYPE(kDLFloat, 32), {lmx::shard(3)});
+  } catch (const lmx::error &e) {
+    thrown = 1;
+    st = e.status();
+    LM_ASSERT_ALL(std::strstr(e.what(), "Shard dim 3") != nullptr);
+  }
+  LM_ASSERT_ALL(thrown && st == LM_ERR_INVALID_ARGUMENT);
+}
+
+static void test_plan(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m = lmx::mesh::world({n});
+  lmx::reshard_plan p(m, {lmx::shard(0)}, nullptr, {lmx::shard(1)}, {7, 5}, LM_DTYPE(kDLInt, 64));
+  lmx::dist_tensor src = lmx::dist_tensor::zeros(m, {7, 5}, LM_DTYPE(kDLInt, 64), {lmx::shard(0)});
+  lmx::shape off = src.local_offset(), ls = src.local_shape();
+  int64_t *d = src.local_data<int64_t>();
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int64_t j = 0; j < 5; ++j) d[i * 5 + j] = (off[0] + i) * 5 + j;
+  lmx::dist_tensor dst = p.alloc_target();
+  p.execute(src, dst);
+  lmx::shape o2 = dst.local_offset(), l2 = dst.local_shape();
+  int ok = 1;
+  const int64_t *e = dst.local_data<int64_t>();
+  for (int64_t i = 0; i < 7; ++i)
+    for (int64_t j = 0; j < l2[1]; ++j) ok &= e[i * l2[1] + j] == i * 5 + o2[1] + j;
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_ALL(!p.describe().empty() && p.bytes_sent() >= 0);
+}
+
+static int64_t one[1] = {1};
+static void drop(DLManagedTensor *m) {
+  std::free(m->dl_tensor.data);
+  std::free(m);
+}
+
+static void test_local_map_lambda(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m = lmx::mesh::world({n});
+  std::vector<double> full(10);
+  for (int i = 0; i < 10; ++i) full[i] = i + 1;  // sum 55
+  int64_t g[1] = {10};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, g, nullptr, 0};
+  lmx::dist_tensor x = lmx::dist_tensor::from_global(m, &gt, {lmx::shard(0)});
+  auto sum = [](lm_mesh_t, const std::vector<lm_arg_t> &in, std::vector<lm_arg_t> &out) {
+    const DLTensor *t = static_cast<const DLTensor *>(in[0].ptr);
+    auto *s = static_cast<double *>(std::calloc(1, sizeof(double)));
+    auto *mt = static_cast<DLManagedTensor *>(std::calloc(1, sizeof(DLManagedTensor)));
+    for (int64_t i = 0; i < t->shape[0]; ++i) *s += static_cast<const double *>(t->data)[i];
+    mt->dl_tensor = DLTensor{s, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, one, nullptr, 0};
+    mt->deleter = drop;
+    out[0].kind = LM_ARG_MANAGED_TENSOR;
+    out[0].ptr = mt;
+    out[1] = lmx::arg_i64(t->shape[0]);
+  };
+  lmx::local_map_result r = lmx::local_map(sum, {lmx::arg(x)}, {{lmx::partial()}, {}});
+  LM_ASSERT_ALL(r.tensors[0] && !r.tensors[1] && r.args[1].kind == LM_ARG_INT64);
+  double total = 0;
+  DLTensor tt = {&total, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, one, nullptr, 0};
+  r.tensors[0].gather(&tt);
+  LM_ASSERT_ALL(total == 55.0);
+
+  // A lambda that throws on the last rank only: every rank gets an error, none hangs.
+  const int bad = n - 1;
+  auto throws = [bad](lm_mesh_t, const std::vector<lm_arg_t> &, std::vector<lm_arg_t> &) {
+    if (lm_test_rank() == bad) throw std::runtime_error("shape check failed in user code");
+  };
+  lm_status_t st = LM_SUCCESS;
+  std::string msg;
+  try {
+    lmx::local_map(throws, {lmx::arg(x)}, {{}});
+  } catch (const lmx::error &e) {
+    st = e.status();
+    msg = e.what();
+  }
+  if (lm_test_rank() == bad)
+    LM_ASSERT_ALL(st == LM_ERR_USER && msg.find("shape check failed") != std::string::npos);
+  else
+    LM_ASSERT_ALL(st == LM_ERR_REMOTE);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_mesh_and_tensor_raii),
+    cmocka_unit_test(test_errors_throw),
+    cmocka_unit_test(test_plan),
+    cmocka_unit_test(test_local_map_lambda),
+};
+
+LM_TEST_MAIN(tests)
