@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <memory>
 #include <new>
 
 #include "core/dtype.hpp"
@@ -426,7 +427,8 @@ LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTenso
   return guard([&] {
     lm_dist_tensor_s *t = tensor_check(tensor, "lm_dist_tensor_export");
     OUT_ARG(managed, "managed", "lm_dist_tensor_export");
-    auto c = new ExportCtx();
+    auto owner = std::make_unique<ExportCtx>();
+    ExportCtx *c = owner.get();
     c->shape = t->local.len;
     c->mt.dl_tensor.data = t->data();
     c->mt.dl_tensor.device = t->device;
@@ -439,7 +441,7 @@ LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTenso
     c->mt.deleter = export_deleter;
     tensor_retain(t);
     c->t = t;
-    *managed = &c->mt;
+    *managed = &owner.release()->mt;
   });
 }
 

@@ -237,7 +237,8 @@ Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const l
       bool on_line = true;
       for (int m = 0; m < k; ++m)
         if (!shards_d(m) && c[m] != 0) on_line = false;
-      if (on_line) total += extent(r, d);
+      if (on_line && __builtin_add_overflow(total, extent(r, d), &total))
+        fail(LM_ERR_INVALID_ARGUMENT, "%s: the local extents along dim %d overflow int64", what, d);
     }
     g[d] = total;
   }

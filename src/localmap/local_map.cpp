@@ -279,6 +279,9 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
         lazily([&](const char *w) { validate_placements(pl, m->ndim(), lt.ndim, w); },
                "%s: out_placements[%d]", j);
         LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
+        int64_t numel = 1;
+        for (int64_t e : ls) numel *= e;
+        LM_CHECK_ARG(lt.data != nullptr || numel == 0, "%s: outputs[%d] has NULL data", F, j);
         if (need_gather[j]) continue;
         bool sharded = false;
         for (int k = 0; k < m->ndim(); ++k)
@@ -292,6 +295,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
           for (int k = 0; k < m->ndim(); ++k)
             if (pl[k].kind == LM_SHARD) gshapes[j][pl[k].dim] *= m->grid->shape()[k];
         }
+        check_numel(gshapes[j], "lm_local_map: an output's global shape");
         Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), gshapes[j]);
         Box b = L.box_at(m->coord.data());
         if (b.len != ls)
@@ -309,7 +313,8 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // Agree (one collective): the failure flag travels with the local extents when those are needed.
   int64_t failed_rank = -1;
   std::vector<long long> gathered;
-  const int W = 1 + ngather * (kMaxDims + 1);
+  const int S = kMaxDims + 2;  // per gathered output: ndim, dtype, extents
+  const int W = 1 + ngather * S;
   if (m && ngather > 0) {
     std::vector<long long> mine((size_t)W, 0);
     mine[0] = local != LM_SUCCESS;
@@ -317,9 +322,10 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     for (int j = 0; j < nout && local == LM_SUCCESS; ++j) {
       if (!need_gather[j]) continue;
       const DLTensor &lt = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor;
-      long long *e = &mine[(size_t)(1 + slot * (kMaxDims + 1))];
+      long long *e = &mine[(size_t)(1 + slot * S)];
       e[0] = lt.ndim;
-      for (int d = 0; d < lt.ndim; ++d) e[1 + d] = lt.shape[d];
+      e[1] = (long long)lt.dtype.code << 16 | (long long)lt.dtype.bits << 8 | lt.dtype.lanes;
+      for (int d = 0; d < lt.ndim; ++d) e[2 + d] = lt.shape[d];
       ++slot;
     }
     gathered.resize((size_t)W * m->grid->size());
@@ -338,11 +344,18 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     // One allreduce (MAX) carries: the lowest failing rank, and (x, -x) pairs of nin, nout and a
     // hash of the global shapes this rank derived, so ranks that disagree fail together.
     uint64_t h = 1469598103934665603ull;
-    for (int j = 0; j < nout && local == LM_SUCCESS; ++j)
-      for (int64_t e : gshapes[j]) {
-        h ^= (uint64_t)e + 0x9e3779b97f4a7c15ull + (uint64_t)j;
-        h *= 1099511628211ull;
+    auto mix = [&h](uint64_t v) {
+      h ^= v + 0x9e3779b97f4a7c15ull;
+      h *= 1099511628211ull;
+    };
+    for (int j = 0; j < nout && local == LM_SUCCESS; ++j) {
+      mix((uint64_t)j << 32 | (uint64_t)outputs[j].kind);
+      if (outputs[j].kind == LM_ARG_MANAGED_TENSOR) {
+        const DLDataType t = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor.dtype;
+        mix((uint64_t)t.code << 16 | (uint64_t)t.bits << 8 | t.lanes);
       }
+      for (int64_t e : gshapes[j]) mix((uint64_t)e);
+    }
     long long v[7] = {local != LM_SUCCESS ? (long long)(m->grid->size() - m->index) : 0,
                       nin, -(long long)nin, nout, -(long long)nout, 0, 0};
     if (local == LM_SUCCESS) {
@@ -369,9 +382,9 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
                    m->world_rank, nin, nout);
     } else if (v[5] != -v[6]) {
       local = LM_ERR_MISMATCH;
-      err = strfmt("%s: ranks derived different global shapes for the outputs (uneven shards with "
-                   "LM_LOCAL_MAP_SHAPES_EVEN? drop the flag or pass out_shapes) (rank %d)", F,
-                   m->world_rank);
+      err = strfmt("%s: ranks produced outputs of different kinds, dtypes or derived global shapes "
+                   "(uneven shards with LM_LOCAL_MAP_SHAPES_EVEN? drop the flag or pass "
+                   "out_shapes) (rank %d)", F, m->world_rank);
     }
   }
   if (local != LM_SUCCESS || failed_rank >= 0) {
@@ -388,15 +401,21 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       if (!need_gather[j]) continue;
       const lm_placement_t *pl = out_placements[j];
       const DLTensor &lt = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor;
-      size_t base = (size_t)(1 + slot * (kMaxDims + 1));
-      for (int64_t r = 0; r < m->grid->size(); ++r)
+      size_t base = (size_t)(1 + slot * S);
+      const long long my_dtype = gathered[(size_t)(m->index * W) + base + 1];
+      for (int64_t r = 0; r < m->grid->size(); ++r) {
         if (gathered[(size_t)(r * W) + base] != lt.ndim)
           fail(LM_ERR_MISMATCH, "%s: outputs[%d] has ndim %d here but %lld on mesh rank %lld", F, j,
                lt.ndim, gathered[(size_t)(r * W) + base], (long long)r);
+        if (gathered[(size_t)(r * W) + base + 1] != my_dtype)
+          fail(LM_ERR_MISMATCH, "%s: outputs[%d] has dtype %s here but another on mesh rank %lld",
+               F, j, dl_dtype_name(lt.dtype).c_str(), (long long)r);
+      }
       Shape g = global_shape_from_extents(
           m->grid, pl, lt.ndim, lt.shape,
-          [&](int64_t r, int d) { return (int64_t)gathered[(size_t)(r * W) + base + 1 + d]; },
+          [&](int64_t r, int d) { return (int64_t)gathered[(size_t)(r * W) + base + 2 + d]; },
           strfmt("%s: outputs[%d]", F, j).c_str());
+      check_numel(g, strfmt("%s: outputs[%d]", F, j).c_str());
       gshapes[j] = g;
       ++slot;
     }

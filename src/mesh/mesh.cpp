@@ -16,7 +16,7 @@ void mpi_check(int rc, const char *what) {
   fail(LM_ERR_MPI, "%s failed on rank %d: %s", what, world_rank_or_minus1(), msg);
 }
 
-static bool mpi_alive() {
+bool mpi_alive() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -71,8 +71,8 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
     int64_t total = 1;
     for (int i = 0; i < ndim; ++i) {
       LM_CHECK_ARG(shape[i] >= 1, "%s: shape[%d] = %lld must be >= 1", fn, i, (long long)shape[i]);
-      LM_CHECK_ARG(total <= (int64_t)psize, "%s: mesh shape is larger than the parent (%d ranks)",
-                   fn, psize);
+      LM_CHECK_ARG(shape[i] <= (int64_t)psize / total,
+                   "%s: mesh shape is larger than the parent communicator (%d ranks)", fn, psize);
       total *= shape[i];
       mshape.push_back(shape[i]);
     }

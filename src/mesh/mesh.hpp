@@ -23,6 +23,9 @@ constexpr uint32_t kDeadMagic = 0xdeadbeefu;
 
 // Throws LM_ERR_MPI ("<what>: <MPI error string>") when rc != MPI_SUCCESS.
 void mpi_check(int rc, const char *what);
+// MPI is initialised and not finalized: destructors may free MPI objects (after MPI_Finalize
+// they must not: Python __del__ and Rust Drop run late).
+bool mpi_alive();
 
 }  // namespace lm
 

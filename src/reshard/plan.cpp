@@ -107,6 +107,7 @@ class ExchangeStep : public Step {
 
  public:
   ~ExchangeStep() override {
+    if (!mpi_alive()) return;  // after MPI_Finalize the types are gone with MPI
     for (auto *v : {&sends_, &recvs_})
       for (auto &m : *v)
         if (m.type != MPI_DATATYPE_NULL) MPI_Type_free(&m.type);
@@ -351,6 +352,8 @@ class ReduceScatterStep : public Step {
   void *out_ptr_ = nullptr;
   int64_t next_ = 0;  // next group index to reduce
   const char *own_ = nullptr;
+  bool wide_ = false;             // integer avg: accumulate in 128 bits, divide, narrow
+  std::vector<__int128> acc_;
 };
 
 ReduceScatterStep::ReduceScatterStep(const Layout &in, const Layout &out, int m, int d, int op,
@@ -406,6 +409,8 @@ ReduceScatterStep::ReduceScatterStep(const Layout &in, const Layout &out, int m,
   recv_first_[k_] = nrecv;
   recv_req_.resize(nrecv);
   send_req_.resize(nsend);
+  wide_ = divide_by_ > 1 && dtype_is_integer(dt_);
+  if (wide_) acc_.resize((size_t)chunks_[mine_].numel());
 }
 
 void ReduceScatterStep::start(const void *in, void *out) {
@@ -461,12 +466,15 @@ bool ReduceScatterStep::progress(bool block) {
         if (!flag) return false;
       }
     }
-    if (j == 0) {
+    const void *src = (j == mine_) ? own_
+                      : j == 0     ? out_ptr_  // group index 0's part arrived in the output
+                                   : recv_stage_.data() +
+                                         chunk_bytes_ * (size_t)(j < mine_ ? j : j - 1);
+    if (wide_) {
+      wide_accumulate(dt_, acc_.data(), src, n, j == 0);
+    } else if (j == 0) {
       if (mine_ == 0 && chunk_bytes_) std::memcpy(out_ptr_, own_, chunk_bytes_);
     } else {
-      const void *src = (j == mine_) ? own_
-                                     : recv_stage_.data() +
-                                           chunk_bytes_ * (size_t)(j < mine_ ? j : j - 1);
       reduce_into(dt_, op_, out_ptr_, src, n);
     }
     ++next_;
@@ -482,7 +490,10 @@ bool ReduceScatterStep::progress(bool block) {
       if (!flag) return false;
     }
   }
-  if (divide_by_ > 1) scale_avg(dt_, out_ptr_, n, divide_by_);
+  if (wide_)
+    wide_finish_avg(dt_, out_ptr_, acc_.data(), n, divide_by_);
+  else if (divide_by_ > 1)
+    scale_avg(dt_, out_ptr_, n, divide_by_);
   next_ = k_ + 1;  // done; a further progress() call is a no-op
   return true;
 }
@@ -610,10 +621,17 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
     }
     Layout next = cur;
     shard_innermost(next, m, d);
+    // Floats divide once, by all reduced extents, on the last reduction (one rounding);
+    // integers average dim by dim in a 128-bit accumulator (no overflow, exact whenever each
+    // partial mean is).
     bool avg = src.pl[m].op == LM_REDUCE_AVG;
+    int64_t divide_by = 0;
+    if (avg) divide_by = dtype_is_integer(plan->dt) ? src.grid->shape()[m]
+                         : m == last_reduced      ? reduced_extent
+                                                  : 0;
     plan->steps.push_back(std::make_unique<ReduceScatterStep>(
-        cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op,
-        avg && m == last_reduced ? reduced_extent : 0, plan->dt, comm, me, tag++));
+        cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op, divide_by, plan->dt, comm, me,
+        tag++));
     cur = next;
   }
   // 2. Move data to the target without its new Partial dims (they start as Replicate).

@@ -2,6 +2,7 @@
 
 #include <complex>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.hpp"
 
@@ -79,15 +80,31 @@ void check_reduce(DType t, int op, const char *what) {
 }
 
 namespace {
+// Integers add and multiply in uint64_t: wraparound is defined (no signed-overflow UB) and the
+// result is the two's-complement one.
+template <class T>
+inline T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return (T)((uint64_t)a + (uint64_t)b);
+  else
+    return a + b;
+}
+template <class T>
+inline T mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return (T)((uint64_t)a * (uint64_t)b);
+  else
+    return a * b;
+}
 template <class T>
 void red(int op, T *a, const T *b, int64_t n) {
   switch (op) {
     case LM_REDUCE_SUM:
     case LM_REDUCE_AVG:
-      for (int64_t i = 0; i < n; ++i) a[i] = (T)(a[i] + b[i]);
+      for (int64_t i = 0; i < n; ++i) a[i] = add(a[i], b[i]);
       break;
     case LM_REDUCE_PROD:
-      for (int64_t i = 0; i < n; ++i) a[i] = (T)(a[i] * b[i]);
+      for (int64_t i = 0; i < n; ++i) a[i] = mul(a[i], b[i]);
       break;
     case LM_REDUCE_MAX:
       for (int64_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
@@ -183,6 +200,46 @@ void scale_avg(DType t, void *acc, int64_t n, int64_t k) {
       break;
     }
     case DType::BOOL: break;
+  }
+}
+
+bool dtype_is_integer(DType t) {
+  return t == DType::I8 || t == DType::I16 || t == DType::I32 || t == DType::I64 || t == DType::U8;
+}
+
+namespace {
+template <class T>
+void wide_acc(__int128 *acc, const T *in, int64_t n, bool assign) {
+  if (assign)
+    for (int64_t i = 0; i < n; ++i) acc[i] = (__int128)in[i];
+  else
+    for (int64_t i = 0; i < n; ++i) acc[i] += (__int128)in[i];
+}
+template <class T>
+void wide_fin(T *out, const __int128 *acc, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < n; ++i) out[i] = (T)(acc[i] / k);
+}
+}  // namespace
+
+void wide_accumulate(DType t, __int128 *acc, const void *in, int64_t n, bool assign) {
+  switch (t) {
+    case DType::I8: wide_acc(acc, (const int8_t *)in, n, assign); break;
+    case DType::I16: wide_acc(acc, (const int16_t *)in, n, assign); break;
+    case DType::I32: wide_acc(acc, (const int32_t *)in, n, assign); break;
+    case DType::I64: wide_acc(acc, (const int64_t *)in, n, assign); break;
+    case DType::U8: wide_acc(acc, (const uint8_t *)in, n, assign); break;
+    default: fail(LM_ERR_INTERNAL, "wide_accumulate: %s is not an integer type", dtype_name(t));
+  }
+}
+
+void wide_finish_avg(DType t, void *out, const __int128 *acc, int64_t n, int64_t k) {
+  switch (t) {
+    case DType::I8: wide_fin((int8_t *)out, acc, n, k); break;
+    case DType::I16: wide_fin((int16_t *)out, acc, n, k); break;
+    case DType::I32: wide_fin((int32_t *)out, acc, n, k); break;
+    case DType::I64: wide_fin((int64_t *)out, acc, n, k); break;
+    case DType::U8: wide_fin((uint8_t *)out, acc, n, k); break;
+    default: fail(LM_ERR_INTERNAL, "wide_finish_avg: %s is not an integer type", dtype_name(t));
   }
 }
 

@@ -17,6 +17,12 @@ void scale_avg(DType t, void *acc, int64_t n, int64_t k);
 // Fills n elements with the identity of op (sum: 0, prod: 1).
 void fill_identity(DType t, int op, void *buf, int64_t n);
 
+bool dtype_is_integer(DType t);  // int8..int64, uint8 (not bool)
+// Integer avg without overflow: acc[i] (=|+=) in[i] widened to 128 bits, then
+// out[i] = acc[i] / k (truncated toward zero) narrowed back.
+void wide_accumulate(DType t, __int128 *acc, const void *in, int64_t n, bool assign);
+void wide_finish_avg(DType t, void *out, const __int128 *acc, int64_t n, int64_t k);
+
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 float bf16_to_float(uint16_t h);

@@ -113,9 +113,11 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
       g = ls;
       for (int k = 0; k < m->ndim(); ++k)
         if (pl[k].kind == LM_SHARD) g[pl[k].dim] *= m->grid->shape()[k];
+      check_numel(g, fn);
       break;
     case LM_SHAPE_ALLGATHER:
       g = allgather_global_shape(m, pl, local, fn, nullptr);
+      check_numel(g, fn);
       break;
   }
   Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
@@ -224,7 +226,11 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
       root_err = e.message();
     }
   }
-  mpi_check(MPI_Bcast(meta, W, MPI_LONG_LONG, root, m->comm), strfmt("%s: MPI_Bcast", fn).c_str());
+  try {
+    mpi_check(MPI_Bcast(meta, W, MPI_LONG_LONG, root, m->comm), strfmt("%s: MPI_Bcast", fn).c_str());
+  } catch (const Error &e) {
+    mesh_break(m, e);
+  }
   if (meta[0] != 0) {
     if (m->index == root) throw Error((lm_status_t)meta[0], root_err);
     fail(LM_ERR_REMOTE, "%s: the root (mesh rank %d) failed: %s", fn, root,

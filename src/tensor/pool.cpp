@@ -1,5 +1,6 @@
 #include "tensor/pool.hpp"
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -16,17 +17,17 @@ struct Pool {
     const char *e = std::getenv("LM_POOL_BYTES");
     limit = e ? (size_t)std::strtoull(e, nullptr, 10) : (size_t(1) << 30);
   }
-  ~Pool() {
-    for (auto &kv : free) std::free(kv.second);
-  }
 };
+// Never destroyed: storages may die after static destructors ran (atexit handlers, finalizers of
+// garbage-collected languages), and must still find the pool. Cached buffers go with the process.
 Pool &pool() {
-  static Pool p;
-  return p;
+  static Pool *p = new Pool;
+  return *p;
 }
 }  // namespace
 
 void *pool_take(size_t bytes, size_t *cap) {
+  if (bytes > (SIZE_MAX >> 2)) return nullptr;  // rounding below would wrap
   size_t n = (bytes + 63) / 64 * 64;
   if (n == 0) n = 64;
   if (n >= kPoolMinBytes) {

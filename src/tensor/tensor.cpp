@@ -77,7 +77,17 @@ Shape check_shape(int ndim, const int64_t *shape, const char *what) {
     LM_CHECK_ARG(shape[i] >= 0, "%s: shape[%d] = %lld is negative", what, i, (long long)shape[i]);
     s.push_back(shape[i]);
   }
+  check_numel(s, what);
   return s;
+}
+
+void check_numel(const Shape &s, const char *what) {
+  int64_t n = 1;
+  for (int64_t e : s) {
+    if (e == 0) return;  // empty: no bytes whatever the other extents
+    if (__builtin_mul_overflow(n, e, &n) || n > kMaxElements)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: the shape has more than 2^58 elements", what);
+  }
 }
 
 void check_device(DLDevice device, const char *what) {

@@ -61,8 +61,11 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
 // The local box of `layout` for this rank of `mesh` (zero-size box for non-members).
 Box local_box(const lm_mesh_s *mesh, const Layout &layout);
 
-// Checks a global shape argument; throws LM_ERR_INVALID_ARGUMENT naming `what`.
+// Checks a global shape argument; throws LM_ERR_INVALID_ARGUMENT naming `what`, also when the
+// element count could overflow a byte count (more than kMaxElements elements).
 Shape check_shape(int ndim, const int64_t *shape, const char *what);
+constexpr int64_t kMaxElements = int64_t(1) << 58;  // * 16 bytes (complex128) < 2^63
+void check_numel(const Shape &s, const char *what);
 // Checks device (host only in this build unless CUDA), throws LM_ERR_NOT_SUPPORTED otherwise.
 void check_device(DLDevice device, const char *what);
 

@@ -1,0 +1,123 @@
+/* Regressions found in review: integer reductions (no wraparound in avg, defined wraparound in
+ * sum), shapes whose sizes overflow, and lm_local_map outputs that differ across ranks. */
+// lm-test-np: 1 2 3 4
+#include "lm_test.h"
+
+#include <localmap.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lm_mesh_t world(void) {
+  lm_mesh_t m = NULL;
+  int64_t s[1] = {lm_test_size()};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
+  return m;
+}
+
+static void test_int8_avg_does_not_wrap(void **state) {
+  (void)state;
+  lm_mesh_t m = world();
+  int8_t loc[3] = {100, -100, 127};
+  int64_t shp[1] = {3};
+  DLTensor l = {loc, LM_CPU, 1, LM_INT8, shp, NULL, 0};
+  lm_placement_t p = LM_PLACEMENT_PARTIAL(LM_REDUCE_AVG), r = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, o = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &l, &p, LM_SHAPE_GIVEN, shp, LM_FROM_LOCAL_COPY));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&o, t, NULL, &r));
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(o, &v));
+  const int8_t *d = v.data;
+  LM_ASSERT_ALL(d[0] == 100 && d[1] == -100 && d[2] == 127);
+  lm_dist_tensor_destroy(&o);
+  lm_dist_tensor_destroy(&t);
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static void test_int_sum_wraps_like_twos_complement(void **state) {
+  (void)state;
+  lm_mesh_t m = world();
+  const int n = lm_test_size();
+  int32_t loc[1] = {INT32_MAX};
+  int64_t shp[1] = {1};
+  DLTensor l = {loc, LM_CPU, 1, LM_INT32, shp, NULL, 0};
+  lm_placement_t p = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM), r = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, o = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &l, &p, LM_SHAPE_GIVEN, shp, LM_FROM_LOCAL_COPY));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&o, t, NULL, &r));
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(o, &v));
+  uint32_t expect = (uint32_t)((uint64_t)INT32_MAX * (uint64_t)n);
+  LM_ASSERT_ALL(*(const uint32_t *)v.data == expect);
+  lm_dist_tensor_destroy(&o);
+  lm_dist_tensor_destroy(&t);
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static void test_overflowing_shapes_refused(void **state) {
+  (void)state;
+  lm_mesh_t m = world(), mm = NULL;
+  lm_placement_t r = LM_PLACEMENT_REPLICATE, s0 = LM_PLACEMENT_SHARD(0);
+  lm_dist_tensor_t t = NULL;
+  int64_t g2[2] = {(int64_t)1 << 32, (int64_t)1 << 32}, g1[1] = {(int64_t)1 << 61};
+  LM_ASSERT_STATUS_ALL(lm_dist_tensor_zeros(&t, m, 2, g2, LM_INT8, LM_CPU, &r), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(t == NULL && strstr(lm_last_error_message(), "2^58") != NULL);
+  LM_ASSERT_STATUS_ALL(lm_dist_tensor_zeros(&t, m, 1, g1, LM_FLOAT64, LM_CPU, &r), LM_ERR_INVALID_ARGUMENT);
+  lm_reshard_plan_t p = NULL;
+  LM_ASSERT_STATUS_ALL(lm_reshard_plan_create(&p, m, &s0, NULL, &r, 1, g1, LM_FLOAT64), LM_ERR_INVALID_ARGUMENT);
+  int64_t ms[2] = {2, INT64_MAX};
+  LM_ASSERT_STATUS_ALL(lm_mesh_create(&mm, lm_test_comm_f(), 2, ms, NULL), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(mm == NULL);
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static int64_t shp4[1] = {4};
+static int g_mode;
+static void del(DLManagedTensor *mt) {
+  free(mt->dl_tensor.data);
+  free(mt);
+}
+static lm_status_t fn_differs(void *ud, lm_mesh_t me, int ni, const lm_arg_t *in, int no, lm_arg_t *out) {
+  (void)ud; (void)me; (void)ni; (void)in; (void)no;
+  const int last = lm_test_rank() == lm_test_size() - 1;
+  DLManagedTensor *mt = calloc(1, sizeof *mt);
+  mt->dl_tensor.ndim = 1;
+  mt->dl_tensor.shape = shp4;
+  mt->dl_tensor.device = LM_CPU;
+  mt->dl_tensor.dtype = (g_mode == 0 && last) ? LM_FLOAT64 : LM_FLOAT32;
+  mt->dl_tensor.data = (g_mode == 1 && last) ? NULL : calloc(4, 8);
+  mt->deleter = del;
+  out[0].kind = LM_ARG_MANAGED_TENSOR;
+  out[0].ptr = mt;
+  return LM_SUCCESS;
+}
+
+static void test_local_map_outputs_differ_across_ranks(void **state) {
+  (void)state;
+  lm_mesh_t m = world();
+  const int last = lm_test_rank() == lm_test_size() - 1, n = lm_test_size();
+  lm_placement_t rep = LM_PLACEMENT_REPLICATE, s0 = LM_PLACEMENT_SHARD(0);
+  for (int shard = 0; shard < 2; ++shard) { /* Replicate: allreduce path; Shard: allgather path */
+    const lm_placement_t *op[1] = {shard ? &s0 : &rep};
+    lm_arg_t out[1];
+    g_mode = 0; /* the last rank returns float64, the others float32 */
+    lm_status_t st = lm_local_map(fn_differs, NULL, 0, NULL, NULL, 1, op, NULL, m, 0, out);
+    LM_ASSERT_ALL(n == 1 ? st == LM_SUCCESS : st == LM_ERR_MISMATCH);
+    if (st == LM_SUCCESS) lm_dist_tensor_destroy((lm_dist_tensor_t *)&out[0].ptr);
+    LM_ASSERT_ALL(out[0].kind == (st == LM_SUCCESS ? LM_ARG_DIST_TENSOR : LM_ARG_NONE) || st == LM_SUCCESS);
+    g_mode = 1; /* the last rank returns NULL data */
+    st = lm_local_map(fn_differs, NULL, 0, NULL, NULL, 1, op, NULL, m, 0, out);
+    LM_ASSERT_ALL(last ? st == LM_ERR_INVALID_ARGUMENT : st == LM_ERR_REMOTE);
+    LM_ASSERT_ALL(out[0].kind == LM_ARG_NONE);
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_int8_avg_does_not_wrap),
+    cmocka_unit_test(test_int_sum_wraps_like_twos_complement),
+    cmocka_unit_test(test_overflowing_shapes_refused),
+    cmocka_unit_test(test_local_map_outputs_differ_across_ranks),
+};
+
+LM_TEST_MAIN(tests)
