@@ -151,7 +151,10 @@ typedef enum lm_reduce_op_t {
  * each block again by the next. With all orders 0, mesh dim 0 splits first (as DTensor does).
  * Fields that do not apply to the kind must be 0. A zero-filled struct is Replicate.
  * All Partial dims of one tensor must use the same op (LM_ERR_NOT_SUPPORTED otherwise: with
- * mixed ops the value would depend on the order of the reductions). */
+ * mixed ops the value would depend on the order of the reductions).
+ * Integer reductions: sum and prod wrap like two's complement; avg sums in 128 bits (no overflow)
+ * and, over several mesh dims, averages dim by dim in mesh-dim order, each division truncating
+ * toward zero. Floating avg divides once by the product of the reduced extents. */
 typedef struct lm_placement_t {
   int32_t kind;
   int32_t dim;
@@ -247,7 +250,8 @@ typedef enum lm_shape_mode_t {
 } lm_shape_mode_t;
 
 /* A zero-filled tensor: each member rank allocates its shard on `device`.
- * Local; placements has one entry per mesh dim. */
+ * Local; placements has one entry per mesh dim. Shapes of more than 2^58 elements are refused
+ * (LM_ERR_INVALID_ARGUMENT), so that no byte count can overflow. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_mesh_t mesh,
                                                      int ndim, const int64_t *global_shape,
                                                      DLDataType dtype, DLDevice device,
@@ -392,7 +396,9 @@ typedef struct lm_arg_t {
 } lm_arg_t;
 
 /* The user function. inputs: as given to lm_local_map, except that each LM_ARG_DIST_TENSOR became
- * LM_ARG_TENSOR pointing to this rank's local shard (a view valid during the call). outputs: nout
+ * LM_ARG_TENSOR pointing to this rank's local shard (a view valid during the call; treat it as
+ * read-only: it may share memory with the caller's tensor, e.g. a Replicate input resharded to
+ * Shard is a slice of it). outputs: nout
  * entries set to LM_ARG_NONE; fn sets each one (tensors as LM_ARG_MANAGED_TENSOR, whose ownership
  * passes to localmap even when fn then fails). Return LM_SUCCESS or any error code; fn may call
  * lm_set_error_message() and may communicate on the mesh's communicators. fn must not throw or
