@@ -113,7 +113,26 @@ static void test_local_map_outputs_differ_across_ranks(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
+static void test_gather_all_one_bad_dst_fails_everywhere(void **state) {
+  (void)state;
+  lm_mesh_t m = world();
+  const int last = lm_test_rank() == lm_test_size() - 1, n = lm_test_size();
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0);
+  int64_t g[1] = {7}, wrong[1] = {6};
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT64, LM_CPU, &s0));
+  double buf[7];
+  DLTensor d = {buf, LM_CPU, 1, LM_FLOAT64, last ? wrong : g, NULL, 0};
+  lm_status_t st = lm_dist_tensor_gather(t, -1, &d);
+  LM_ASSERT_ALL(last ? st == LM_ERR_INVALID_ARGUMENT : (n == 1 || st == LM_ERR_REMOTE));
+  d.shape = g; /* and afterwards everything works */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, -1, &d));
+  lm_dist_tensor_destroy(&t);
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_gather_all_one_bad_dst_fails_everywhere),
     cmocka_unit_test(test_int8_avg_does_not_wrap),
     cmocka_unit_test(test_int_sum_wraps_like_twos_complement),
     cmocka_unit_test(test_overflowing_shapes_refused),

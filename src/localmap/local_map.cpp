@@ -179,6 +179,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       if (other_mesh && !want)
         fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh and in_placements[%d] "
              "is NULL: give the placements it should have on the target mesh", F, i, i);
+      mesh_check_usable(t->mesh, "lm_local_map: the mesh of an input to reshard");
       std::vector<lm_placement_t> w(want ? want : t->layout.pl.data(), (want ? want : t->layout.pl.data()) + m->ndim());
       check_reshard(t->layout, Layout(m->grid, w, t->layout.gshape), t->dt);
       move[i] = 1;

@@ -264,8 +264,27 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
                (long long)m->grid->size());
   bool receives = root < 0 || m->index == root;
   if (root < 0) {
-    LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL", fn);
-    check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
+    // Every rank checks its own dst; one small allreduce makes all agree before data moves.
+    lm_status_t st = LM_SUCCESS;
+    std::string err;
+    try {
+      LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL", fn);
+      check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
+    } catch (const Error &e) {
+      st = e.status();
+      err = e.message();
+    }
+    int v = st != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
+    try {
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm),
+                "lm_dist_tensor_gather: MPI_Allreduce");
+    } catch (const Error &e) {
+      mesh_break(m, e);
+    }
+    if (st != LM_SUCCESS) throw Error(st, err);
+    if (v)
+      fail(LM_ERR_REMOTE, "%s: mesh rank %lld refused its dst; this rank %d did not", fn,
+           (long long)(m->grid->size() - v), m->world_rank);
   } else {
     // Only the root can check dst: it tells the others before any data moves, so that a bad dst
     // leaves no message behind.
@@ -358,6 +377,10 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
     plan->run(t->data(), out->data());
   } catch (const Error &e) {
     tensor_release(out);
+    if (dm != sm && (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL)) {
+      dm->broken = true;
+      dm->broken_why = e.message();
+    }
     mesh_break(sm, e);
   } catch (...) {
     tensor_release(out);
