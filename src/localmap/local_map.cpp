@@ -192,18 +192,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // Reshards are collectives: with LM_LOCAL_MAP_RESHARD_INPUTS every rank first agrees that all
   // checks passed (one small allreduce, only with that flag).
   if (agree && (flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
-    int v = local != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
-    try {
-      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm),
-                "lm_local_map: MPI_Allreduce");
-    } catch (const Error &e) {
-      mesh_break(m, e);
-    }
-    if (local != LM_SUCCESS) throw Error(local, err);
-    if (v)
-      fail(LM_ERR_REMOTE, "%s: rank %d (mesh rank %lld) failed its argument checks; this rank %d "
-           "did not", F, m->grid->rank_at_index(m->grid->size() - v),
-           (long long)(m->grid->size() - v), m->world_rank);
+    mesh_agree(m, local, err, "lm_local_map: argument checks");
   } else if (local != LM_SUCCESS && !agree && ngather == 0) {
     throw Error(local, err);  // no collective follows: nobody waits for this rank
   }

@@ -203,6 +203,21 @@ void mesh_release(lm_mesh_s *m) {
   if (m && m->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete m;
 }
 
+void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const char *what) {
+  int v = local != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
+  try {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm), what);
+  } catch (const Error &e) {
+    mesh_break(m, e);
+  }
+  if (local != LM_SUCCESS) throw Error(local, err);
+  if (v) {
+    int64_t failed = m->grid->size() - v;
+    fail(LM_ERR_REMOTE, "%s: rank %d (mesh rank %lld) failed; this rank %d did not", what,
+         m->grid->rank_at_index(failed), (long long)failed, m->world_rank);
+  }
+}
+
 void mesh_break(lm_mesh_s *m, const Error &e) {
   if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL) {
     m->broken = true;

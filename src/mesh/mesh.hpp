@@ -67,6 +67,10 @@ lm_mesh_s *mesh_check(lm_mesh_t m, const char *what);
 lm_mesh_s *mesh_check_usable(lm_mesh_t m, const char *what);
 void mesh_retain(lm_mesh_s *m);
 void mesh_release(lm_mesh_s *m);
+// Makes the mesh's ranks agree on a local outcome (collective over the mesh, one small
+// allreduce): rethrows `local` on the ranks where it failed (status != LM_SUCCESS), and throws
+// LM_ERR_REMOTE "<what>: rank R (mesh rank M) failed; this rank did not" on the others.
+void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const char *what);
 // Marks the mesh broken after a transport failure and rethrows.
 [[noreturn]] void mesh_break(lm_mesh_s *m, const Error &e);
 

@@ -274,17 +274,7 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
       st = e.status();
       err = e.message();
     }
-    int v = st != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
-    try {
-      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm),
-                "lm_dist_tensor_gather: MPI_Allreduce");
-    } catch (const Error &e) {
-      mesh_break(m, e);
-    }
-    if (st != LM_SUCCESS) throw Error(st, err);
-    if (v)
-      fail(LM_ERR_REMOTE, "%s: mesh rank %lld refused its dst; this rank %d did not", fn,
-           (long long)(m->grid->size() - v), m->world_rank);
+    mesh_agree(m, st, err, "lm_dist_tensor_gather: dst checks");
   } else {
     // Only the root can check dst: it tells the others before any data moves, so that a bad dst
     // leaves no message behind.
