@@ -461,6 +461,27 @@ static LM_TEST_UNUSED void lm_test__assert_status_all(int status, int expected, 
 #define LM_ASSERT_STATUS_ALL(expr, code) \
   lm_test__assert_status_all((int)(expr), (int)(code), #expr, __FILE__, __LINE__)
 
+/* Collective: every rank checks that `msg` names `needle` (NULL: only that it is non-empty). */
+static LM_TEST_UNUSED void lm_test__check_msg_all(int status, const char *msg, const char *needle,
+                                                  const char *expr, const char *file, int line) {
+  int ok = status == LM_SUCCESS ||
+           (msg != NULL && msg[0] != '\0' && (needle == NULL || strstr(msg, needle) != NULL));
+  if (!ok)
+    fprintf(stderr, "rank %d: %s:%d: %s: message \"%s\" does not mention \"%s\"\n", lm_test__rank,
+            file, line, expr, msg != NULL ? msg : "(null)", needle != NULL ? needle : "");
+  lm_test__assert_all(ok, "message mentions the argument", file, line);
+}
+
+/* Collective: expr returns `code` (which may differ per rank) with a message naming `needle`. */
+#define LM_EXPECT_ALL(expr, code, needle)                                          \
+  do {                                                                             \
+    lm_status_t s_ = (expr);                                                       \
+    char m_[1024];                                                                 \
+    snprintf(m_, sizeof m_, "%s", lm_last_error_message());                        \
+    LM_ASSERT_STATUS_ALL(s_, (code));                                              \
+    lm_test__check_msg_all((int)(code), m_, (needle), #expr, __FILE__, __LINE__); \
+  } while (0)
+
 #ifdef __cplusplus
 }
 #endif

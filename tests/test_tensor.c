@@ -9,25 +9,6 @@
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
-static void check_msg_all(int status, const char *msg, const char *needle, const char *expr,
-                          const char *file, int line) {
-  int ok = status == LM_SUCCESS ||
-           (msg != NULL && msg[0] != '\0' && (needle == NULL || strstr(msg, needle) != NULL));
-  if (!ok)
-    fprintf(stderr, "rank %d: %s:%d: %s: message \"%s\" does not mention \"%s\"\n", lm_test_rank(),
-            file, line, expr, msg != NULL ? msg : "(null)", needle != NULL ? needle : "");
-  lm_test__assert_all(ok, "message mentions the argument", file, line);
-}
-
-/* Collective: expr returns `code` (may differ per rank) with a message mentioning `needle`. */
-#define EXPECT_ALL(expr, code, needle)                                     \
-  do {                                                                     \
-    lm_status_t s_ = (expr);                                               \
-    char m_[1024];                                                         \
-    snprintf(m_, sizeof m_, "%s", lm_last_error_message());                \
-    LM_ASSERT_STATUS_ALL(s_, (code));                                      \
-    check_msg_all((int)(code), m_, (needle), #expr, __FILE__, __LINE__);   \
-  } while (0)
 
 #define NP lm_test_size()
 #define ME lm_test_rank()
@@ -450,7 +431,7 @@ static void test_from_local_even(void **state) {
     lm_status_t want;
     LM_ASSERT_OK_ALL(lm_chunk(l * NP, NP, ME, &o2, &l2));
     want = (l2 == l) ? LM_SUCCESS : LM_ERR_INVALID_ARGUMENT;
-    EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_EVEN, NULL, LM_FROM_LOCAL_COPY),
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_EVEN, NULL, LM_FROM_LOCAL_COPY),
                want, "local shape");
     LM_ASSERT_ALL(want == LM_SUCCESS ? out != NULL : out == NULL);
     LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out));
@@ -488,7 +469,7 @@ static void test_from_local_allgather(void **state) {
   /* Extents that do not follow torch.chunk (rank 0 has 1, the others 2): an error everywhere. */
   if (NP > 1) {
     ls[0] = ME == 0 ? 1 : 2;
-    EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_ALLGATHER, NULL,
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_ALLGATHER, NULL,
                                          LM_FROM_LOCAL_COPY),
                LM_ERR_INVALID_ARGUMENT, "torch.chunk");
     LM_ASSERT_ALL(out == NULL);
@@ -570,7 +551,7 @@ static void test_from_local_copy_strided(void **state) {
     t.byte_offset = 0;
   }
   /* BORROW needs a compact buffer. */
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, gs, LM_FROM_LOCAL_BORROW),
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, gs, LM_FROM_LOCAL_BORROW),
              LM_ERR_INVALID_ARGUMENT, "strides");
   LM_ASSERT_ALL(out == NULL);
   /* Strides that are compact are fine for BORROW. */
@@ -681,25 +662,25 @@ static void test_from_managed_ownership(void **state) {
     lm_placement_t bad[1];
     int64_t wrong[2] = {2 * NP + 5, 3};
     bad[0] = S_(2);
-    EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, bad, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, bad, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "placements");
     LM_ASSERT_ALL(t == NULL && deleted == 2);
-    EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, wrong),
+    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, wrong),
                LM_ERR_INVALID_ARGUMENT, "shape");
     LM_ASSERT_ALL(t == NULL && deleted == 2);
-    EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, NULL, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, NULL, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "placements");
-    EXPECT_ALL(lm_dist_tensor_from_managed(&t, NULL, mt, pl, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, NULL, mt, pl, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "mesh");
-    EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, NULL, pl, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, NULL, pl, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "local");
-    EXPECT_ALL(lm_dist_tensor_from_managed(NULL, m, mt, pl, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_managed(NULL, m, mt, pl, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "out");
     /* A strided managed tensor is refused (it must be compact). */
     {
       int64_t st[2] = {1, 2};
       mt->dl_tensor.strides = st;
-      EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, g),
+      LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, g),
                  LM_ERR_INVALID_ARGUMENT, "strides");
       mt->dl_tensor.strides = NULL;
     }
@@ -770,11 +751,11 @@ static void test_export(void **state) {
   LM_ASSERT_ALL(ok);
   ex2->deleter(ex2);
   free(expect);
-  EXPECT_ALL(lm_dist_tensor_export(NULL, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
+  LM_EXPECT_ALL(lm_dist_tensor_export(NULL, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
   {
     lm_dist_tensor_t z = NULL;
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&z, m, 2, g, LM_INT64, LM_CPU, pl));
-    EXPECT_ALL(lm_dist_tensor_export(z, NULL), LM_ERR_INVALID_ARGUMENT, "managed");
+    LM_EXPECT_ALL(lm_dist_tensor_export(z, NULL), LM_ERR_INVALID_ARGUMENT, "managed");
     LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&z));
   }
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
@@ -1020,10 +1001,10 @@ static void test_nonmember_placeholders(void **state) {
   CHECK_LAYOUT(t, m, 2, g, pl, LM_INT64);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
   /* EVEN / ALLGATHER need membership. */
-  EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, LM_SHAPE_EVEN, NULL, LM_FROM_LOCAL_COPY),
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, LM_SHAPE_EVEN, NULL, LM_FROM_LOCAL_COPY),
              member ? LM_SUCCESS : LM_ERR_INVALID_USAGE, "mesh");
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
-  EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, LM_SHAPE_ALLGATHER, NULL, LM_FROM_LOCAL_COPY),
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, LM_SHAPE_ALLGATHER, NULL, LM_FROM_LOCAL_COPY),
              member ? LM_SUCCESS : LM_ERR_INVALID_USAGE, "mesh");
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
 
@@ -1080,79 +1061,79 @@ static void test_zeros_bad_inputs(void **state) {
   memset(g_foreign, 0, sizeof g_foreign);
   pl[0] = S_(0);
   pl[1] = R_;
-  EXPECT_ALL(lm_dist_tensor_zeros(NULL, m, 2, g, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "out");
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, NULL, 2, g, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "mesh");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(NULL, m, 2, g, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "out");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, NULL, 2, g, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "mesh");
   LM_ASSERT_ALL(t == NULL);
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, (lm_mesh_t)g_foreign, 2, g, LM_FLOAT32, LM_CPU, pl),
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, (lm_mesh_t)g_foreign, 2, g, LM_FLOAT32, LM_CPU, pl),
              LM_ERR_INVALID_ARGUMENT, "mesh");
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, -1, g, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "ndim");
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 33, g33, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "ndim");
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, NULL, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "shape");
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, neg, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "shape[1]");
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, NULL), LM_ERR_INVALID_ARGUMENT, "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, -1, g, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "ndim");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 33, g33, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "ndim");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, NULL, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "shape");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, neg, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "shape[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, NULL), LM_ERR_INVALID_ARGUMENT, "placements");
   /* Placements: shard dim out of range, unknown kind, bad op, mixed fields. */
   bad[1] = R_;
   bad[0] = S_(2);
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[0]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[0]");
   bad[0] = S_(-1);
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[0]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[0]");
   bad[0] = S_(0);
   bad[1] = S_(1);
   bad[1].kind = 3;
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1].kind = -1;
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = P_(5);
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = P_(-1);
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = R_;
   bad[1].dim = 1; /* Replicate with a dim */
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = R_;
   bad[1].order = 1;
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = R_;
   bad[1].op = LM_REDUCE_MAX;
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = S_(1);
   bad[1].op = LM_REDUCE_AVG; /* Shard with an op */
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = S_(1);
   bad[1].order = -2;
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = P_(LM_REDUCE_SUM);
   bad[1].dim = 1; /* Partial with a dim */
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = P_(LM_REDUCE_SUM);
   bad[1].order = 1;
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   /* Shard of a 0-d tensor. */
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 0, NULL, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "placements[0]");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 0, NULL, LM_FLOAT32, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "placements[0]");
   /* dtypes */
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_DTYPE(kDLFloat, 32) , LM_CPU, pl), LM_SUCCESS, NULL);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_DTYPE(kDLFloat, 32) , LM_CPU, pl), LM_SUCCESS, NULL);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
   {
     DLDataType lanes2 = {kDLFloat, 32, 2}, code99 = {99, 32, 1}, f8 = {kDLFloat, 8, 1},
                u16 = {kDLUInt, 16, 1}, bool1 = {LM_DL_BOOL, 1, 1}, lanes0 = {kDLInt, 32, 0};
-    EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, lanes2, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
-    EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, code99, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
-    EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, f8, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
-    EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, u16, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
-    EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, bool1, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
-    EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, lanes0, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, lanes2, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, code99, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, f8, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, u16, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, bool1, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, lanes0, LM_CPU, pl), LM_ERR_INVALID_ARGUMENT, "dtype");
   }
   /* devices */
   {
     int sup = -1;
     LM_ASSERT_OK_ALL(lm_device_supported(kDLCUDA, &sup));
     if (!sup) {
-      EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, cuda, pl), LM_ERR_NOT_SUPPORTED, "device");
+      LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, cuda, pl), LM_ERR_NOT_SUPPORTED, "device");
     } else {
       LM_ASSERT_ALL(1);
     }
   }
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, cpu1, pl), LM_ERR_INVALID_ARGUMENT, "device");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, cpu1, pl), LM_ERR_INVALID_ARGUMENT, "device");
   (void)weird; /* device type 99: see test_out_of_range_enum_values */
   LM_ASSERT_ALL(t == NULL);
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
@@ -1178,39 +1159,39 @@ static void test_accessors_bad_inputs(void **state) {
       uint32_t dead = 0xdeadbeefu;
       memcpy(g_foreign, &dead, sizeof dead);
     }
-    EXPECT_ALL(lm_dist_tensor_ndim(h, &i), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_mesh(h, &mm), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_dtype(h, &dt), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_device(h, &dev), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_placements(h, gp, 1), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_global_shape(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_local_shape(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_local_offset(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_local(h, &v), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_export(h, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_retain(h), LM_ERR_INVALID_ARGUMENT, "tensor");
-    EXPECT_ALL(lm_dist_tensor_gather(h, -1, &v), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_ndim(h, &i), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_mesh(h, &mm), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_dtype(h, &dt), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_device(h, &dev), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_placements(h, gp, 1), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_global_shape(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_local_shape(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_local_offset(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_local(h, &v), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_export(h, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_retain(h), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_gather(h, -1, &v), LM_ERR_INVALID_ARGUMENT, "tensor");
     if (k > 0) {
       lm_dist_tensor_t copy = h;
-      EXPECT_ALL(lm_dist_tensor_destroy(&copy), LM_ERR_INVALID_ARGUMENT, "tensor");
+      LM_EXPECT_ALL(lm_dist_tensor_destroy(&copy), LM_ERR_INVALID_ARGUMENT, "tensor");
     }
   }
   memset(g_foreign, 0, sizeof g_foreign);
-  EXPECT_ALL(lm_dist_tensor_ndim(t, NULL), LM_ERR_INVALID_ARGUMENT, "ndim");
-  EXPECT_ALL(lm_dist_tensor_mesh(t, NULL), LM_ERR_INVALID_ARGUMENT, "mesh");
-  EXPECT_ALL(lm_dist_tensor_dtype(t, NULL), LM_ERR_INVALID_ARGUMENT, "dtype");
-  EXPECT_ALL(lm_dist_tensor_device(t, NULL), LM_ERR_INVALID_ARGUMENT, "device");
-  EXPECT_ALL(lm_dist_tensor_placements(t, NULL, 1), LM_ERR_INVALID_ARGUMENT, "placements");
-  EXPECT_ALL(lm_dist_tensor_placements(t, gp, 0), LM_ERR_INVALID_ARGUMENT, "n");
-  EXPECT_ALL(lm_dist_tensor_placements(t, gp, 2), LM_ERR_INVALID_ARGUMENT, "n");
-  EXPECT_ALL(lm_dist_tensor_global_shape(t, NULL, 2), LM_ERR_INVALID_ARGUMENT, "shape");
-  EXPECT_ALL(lm_dist_tensor_global_shape(t, s, 1), LM_ERR_INVALID_ARGUMENT, "n");
-  EXPECT_ALL(lm_dist_tensor_global_shape(t, s, 3), LM_ERR_INVALID_ARGUMENT, "n");
-  EXPECT_ALL(lm_dist_tensor_local_shape(t, s, 1), LM_ERR_INVALID_ARGUMENT, "n");
-  EXPECT_ALL(lm_dist_tensor_local_shape(t, s, -1), LM_ERR_INVALID_ARGUMENT, "n");
-  EXPECT_ALL(lm_dist_tensor_local_offset(t, s, 3), LM_ERR_INVALID_ARGUMENT, "n");
-  EXPECT_ALL(lm_dist_tensor_local_offset(t, NULL, 2), LM_ERR_INVALID_ARGUMENT, "offset");
-  EXPECT_ALL(lm_dist_tensor_local(t, NULL), LM_ERR_INVALID_ARGUMENT, "view");
+  LM_EXPECT_ALL(lm_dist_tensor_ndim(t, NULL), LM_ERR_INVALID_ARGUMENT, "ndim");
+  LM_EXPECT_ALL(lm_dist_tensor_mesh(t, NULL), LM_ERR_INVALID_ARGUMENT, "mesh");
+  LM_EXPECT_ALL(lm_dist_tensor_dtype(t, NULL), LM_ERR_INVALID_ARGUMENT, "dtype");
+  LM_EXPECT_ALL(lm_dist_tensor_device(t, NULL), LM_ERR_INVALID_ARGUMENT, "device");
+  LM_EXPECT_ALL(lm_dist_tensor_placements(t, NULL, 1), LM_ERR_INVALID_ARGUMENT, "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_placements(t, gp, 0), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_dist_tensor_placements(t, gp, 2), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_dist_tensor_global_shape(t, NULL, 2), LM_ERR_INVALID_ARGUMENT, "shape");
+  LM_EXPECT_ALL(lm_dist_tensor_global_shape(t, s, 1), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_dist_tensor_global_shape(t, s, 3), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_dist_tensor_local_shape(t, s, 1), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_dist_tensor_local_shape(t, s, -1), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_dist_tensor_local_offset(t, s, 3), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_dist_tensor_local_offset(t, NULL, 2), LM_ERR_INVALID_ARGUMENT, "offset");
+  LM_EXPECT_ALL(lm_dist_tensor_local(t, NULL), LM_ERR_INVALID_ARGUMENT, "view");
   /* The failures had no effect. */
   CHECK_LAYOUT(t, m, 2, g, pl, LM_FLOAT32);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
@@ -1233,52 +1214,52 @@ static void test_from_local_bad_inputs(void **state) {
   g[0] = 2 * NP;
   g[1] = 3;
   t = dl(buf, 2, ls, LM_INT64);
-  EXPECT_ALL(lm_dist_tensor_from_local(NULL, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "out");
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, NULL, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "mesh");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(NULL, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "out");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, NULL, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "mesh");
   LM_ASSERT_ALL(out == NULL);
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, (lm_mesh_t)g_foreign, &t, pl, LM_SHAPE_GIVEN, g, 0),
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, (lm_mesh_t)g_foreign, &t, pl, LM_SHAPE_GIVEN, g, 0),
              LM_ERR_INVALID_ARGUMENT, "mesh");
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, NULL, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "local");
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, NULL, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, NULL, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "local");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, NULL, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
   bad[0] = S_(2);
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, bad, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, bad, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
   bad[0] = P_(9);
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, bad, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, bad, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "placements");
   /* shape_mode 7: see test_out_of_range_enum_values */
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 2u), LM_ERR_INVALID_ARGUMENT, "flags");
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, NULL, 0), LM_ERR_INVALID_ARGUMENT, "global_shape");
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, neg, 0), LM_ERR_INVALID_ARGUMENT, "global_shape");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 2u), LM_ERR_INVALID_ARGUMENT, "flags");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, NULL, 0), LM_ERR_INVALID_ARGUMENT, "global_shape");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, neg, 0), LM_ERR_INVALID_ARGUMENT, "global_shape");
   /* Local shape mismatch with the GIVEN global shape (every rank's shard is not {2, 3}). */
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, wrong, 0), LM_ERR_INVALID_ARGUMENT, "local shape");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, wrong, 0), LM_ERR_INVALID_ARGUMENT, "local shape");
   {
     int64_t g2[2] = {2 * NP, 4};
-    EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g2, 0), LM_ERR_INVALID_ARGUMENT, "local shape");
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g2, 0), LM_ERR_INVALID_ARGUMENT, "local shape");
   }
   /* Bad local tensors. */
   t.shape = neg;
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "local");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "local");
   t.shape = NULL;
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "local");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "local");
   t.shape = ls33;
   t.ndim = 33;
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, ls33, 0), LM_ERR_INVALID_ARGUMENT, "ndim");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, ls33, 0), LM_ERR_INVALID_ARGUMENT, "ndim");
   t.ndim = -1;
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "ndim");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "ndim");
   t = dl(NULL, 2, ls, LM_INT64);
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "data");
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW), LM_ERR_INVALID_ARGUMENT, "data");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "data");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW), LM_ERR_INVALID_ARGUMENT, "data");
   t = dl(buf, 2, ls, LM_INT64);
   {
     DLDataType lanes2 = {kDLInt, 64, 2}, code99 = {99, 64, 1};
     int sup = -1;
     t.dtype = lanes2;
-    EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "dtype");
     t.dtype = code99;
-    EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0), LM_ERR_INVALID_ARGUMENT, "dtype");
     t.dtype = LM_INT64;
     LM_ASSERT_OK_ALL(lm_device_supported(kDLCUDA, &sup));
     t.device.device_type = kDLCUDA;
-    EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0),
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_GIVEN, g, 0),
                sup ? LM_ERR_INVALID_ARGUMENT : LM_ERR_NOT_SUPPORTED, "device");
     t.device = LM_CPU;
   }
@@ -1302,32 +1283,32 @@ static void test_global_and_gather_bad_inputs(void **state) {
   pl[0] = S_(0);
   gt = dl(full, 2, g, LM_INT64);
   /* from_global */
-  EXPECT_ALL(lm_dist_tensor_from_global(NULL, m, &gt, pl, -1), LM_ERR_INVALID_ARGUMENT, "out");
-  EXPECT_ALL(lm_dist_tensor_from_global(&out, NULL, &gt, pl, -1), LM_ERR_INVALID_ARGUMENT, "mesh");
+  LM_EXPECT_ALL(lm_dist_tensor_from_global(NULL, m, &gt, pl, -1), LM_ERR_INVALID_ARGUMENT, "out");
+  LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, NULL, &gt, pl, -1), LM_ERR_INVALID_ARGUMENT, "mesh");
   LM_ASSERT_ALL(out == NULL);
-  EXPECT_ALL(lm_dist_tensor_from_global(&out, (lm_mesh_t)g_foreign, &gt, pl, -1), LM_ERR_INVALID_ARGUMENT, "mesh");
-  EXPECT_ALL(lm_dist_tensor_from_global(&out, m, NULL, pl, -1), LM_ERR_INVALID_ARGUMENT, "global");
-  EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &gt, NULL, -1), LM_ERR_INVALID_ARGUMENT, "placements");
-  EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &gt, pl, NP), LM_ERR_INVALID_ARGUMENT, "root");
+  LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, (lm_mesh_t)g_foreign, &gt, pl, -1), LM_ERR_INVALID_ARGUMENT, "mesh");
+  LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, NULL, pl, -1), LM_ERR_INVALID_ARGUMENT, "global");
+  LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &gt, NULL, -1), LM_ERR_INVALID_ARGUMENT, "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &gt, pl, NP), LM_ERR_INVALID_ARGUMENT, "root");
   {
     DLTensor bad = gt;
     DLDataType lanes2 = {kDLInt, 64, 2};
     bad.dtype = lanes2;
-    EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &bad, pl, -1), LM_ERR_INVALID_ARGUMENT, "dtype");
+    LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &bad, pl, -1), LM_ERR_INVALID_ARGUMENT, "dtype");
     /* Only the root validates with root >= 0: it fails with INVALID_ARGUMENT, the others
      * LM_ERR_REMOTE (no hang). */
-    EXPECT_ALL(lm_dist_tensor_from_global(&out, m, ME == NP - 1 ? &bad : NULL, pl, NP - 1),
+    LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, ME == NP - 1 ? &bad : NULL, pl, NP - 1),
                ME == NP - 1 ? LM_ERR_INVALID_ARGUMENT : LM_ERR_REMOTE, ME == NP - 1 ? "dtype" : "root");
-    EXPECT_ALL(lm_dist_tensor_from_global(&out, m, NULL, pl, 0),
+    LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, NULL, pl, 0),
                ME == 0 ? LM_ERR_INVALID_ARGUMENT : LM_ERR_REMOTE, ME == 0 ? "global" : "root");
     bad = gt;
     bad.data = NULL;
-    EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &bad, pl, -1), LM_ERR_INVALID_ARGUMENT, "data");
+    LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &bad, pl, -1), LM_ERR_INVALID_ARGUMENT, "data");
     bad = gt;
     {
       int64_t st[2] = {1, 5};
       bad.strides = st;
-      EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &bad, pl, -1), LM_ERR_INVALID_ARGUMENT, "compact");
+      LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &bad, pl, -1), LM_ERR_INVALID_ARGUMENT, "compact");
     }
     bad = gt;
     bad.device.device_type = kDLCUDA;
@@ -1338,7 +1319,7 @@ static void test_global_and_gather_bad_inputs(void **state) {
     {
       lm_placement_t b2[1];
       b2[0] = S_(2);
-      EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &gt, b2, -1), LM_ERR_INVALID_ARGUMENT, "placements");
+      LM_EXPECT_ALL(lm_dist_tensor_from_global(&out, m, &gt, b2, -1), LM_ERR_INVALID_ARGUMENT, "placements");
     }
   }
   LM_ASSERT_ALL(out == NULL);
@@ -1348,25 +1329,25 @@ static void test_global_and_gather_bad_inputs(void **state) {
   /* gather */
   memset(big, 0, sizeof big);
   dst = dl(big, 2, g, LM_INT64);
-  EXPECT_ALL(lm_dist_tensor_gather(NULL, -1, &dst), LM_ERR_INVALID_ARGUMENT, "tensor");
-  EXPECT_ALL(lm_dist_tensor_gather((lm_dist_tensor_t)g_foreign, -1, &dst), LM_ERR_INVALID_ARGUMENT, "tensor");
-  EXPECT_ALL(lm_dist_tensor_gather(t, -1, NULL), LM_ERR_INVALID_ARGUMENT, "dst");
-  EXPECT_ALL(lm_dist_tensor_gather(t, NP, &dst), LM_ERR_INVALID_ARGUMENT, "root");
-  EXPECT_ALL(lm_dist_tensor_gather(t, NP + 100, &dst), LM_ERR_INVALID_ARGUMENT, "root");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(NULL, -1, &dst), LM_ERR_INVALID_ARGUMENT, "tensor");
+  LM_EXPECT_ALL(lm_dist_tensor_gather((lm_dist_tensor_t)g_foreign, -1, &dst), LM_ERR_INVALID_ARGUMENT, "tensor");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(t, -1, NULL), LM_ERR_INVALID_ARGUMENT, "dst");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(t, NP, &dst), LM_ERR_INVALID_ARGUMENT, "root");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(t, NP + 100, &dst), LM_ERR_INVALID_ARGUMENT, "root");
   dst.shape = g_wrong;
-  EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "dst");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "dst");
   dst.shape = g1;
   dst.ndim = 1;
-  EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "dst");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "dst");
   dst = dl(big, 2, g, LM_FLOAT64);
-  EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "dtype");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "dtype");
   dst = dl(NULL, 2, g, LM_INT64);
-  EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "data");
+  LM_EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "data");
   dst = dl(big, 2, g, LM_INT64);
   {
     int64_t st[2] = {1, 5};
     dst.strides = st;
-    EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "compact");
+    LM_EXPECT_ALL(lm_dist_tensor_gather(t, -1, &dst), LM_ERR_INVALID_ARGUMENT, "compact");
   }
   /* All those failures left the mesh usable: a correct gather still gives the right values. */
   check_gather_iota(t, 2, g, -1, __LINE__);
@@ -1390,15 +1371,15 @@ static void test_out_of_range_enum_values(void **state) {
   pl[0] = R_;
   memset(&weird, 0, sizeof weird);
   weird.device_type = (DLDeviceType)99;
-  EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT32, weird, pl), LM_ERR_NOT_SUPPORTED, "device");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT32, weird, pl), LM_ERR_NOT_SUPPORTED, "device");
   LM_ASSERT_ALL(t == NULL);
   {
     float buf[4] = {0, 0, 0, 0};
     int64_t ls[1] = {4};
     DLTensor lt = dl(buf, 1, ls, LM_FLOAT32);
-    EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, (lm_shape_mode_t)7, g, 0),
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, (lm_shape_mode_t)7, g, 0),
                LM_ERR_INVALID_ARGUMENT, "shape_mode");
-    EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, (lm_shape_mode_t)-1, g, 0),
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &lt, pl, (lm_shape_mode_t)-1, g, 0),
                LM_ERR_INVALID_ARGUMENT, "shape_mode");
     LM_ASSERT_ALL(t == NULL);
   }
@@ -1459,7 +1440,7 @@ static void test_from_local_allgather_one_rank_invalid(void **state) {
   }
   if (ME == bad) t.dtype = lanes2;
   alarm(20);
-  EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_ALLGATHER, NULL, LM_FROM_LOCAL_COPY),
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_ALLGATHER, NULL, LM_FROM_LOCAL_COPY),
              ME == bad ? LM_ERR_INVALID_ARGUMENT : LM_ERR_REMOTE, ME == bad ? "dtype" : "rank");
   LM_ASSERT_ALL(out == NULL);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out));

@@ -263,32 +263,24 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
                (long long)m->grid->size());
   bool receives = root < 0 || m->index == root;
-  if (root < 0) {
-    // Every rank checks its own dst; one small allreduce makes all agree before data moves.
-    lm_status_t st = LM_SUCCESS;
-    std::string err;
+  // Checks dst on a receiving rank, returning the verdict instead of throwing: the ranks agree
+  // on it before any data moves, so a refused dst leaves no message behind and no rank waiting.
+  std::string err;
+  auto check_dst = [&]() -> lm_status_t {
     try {
       LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL", fn);
       check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
+      return LM_SUCCESS;
     } catch (const Error &e) {
-      st = e.status();
       err = e.message();
+      return e.status();
     }
+  };
+  if (root < 0) {
+    lm_status_t st = check_dst();  // every rank checks its own: one small allreduce agrees
     mesh_agree(m, st, err, "lm_dist_tensor_gather: dst checks");
   } else {
-    // Only the root can check dst: it tells the others before any data moves, so that a bad dst
-    // leaves no message behind.
-    int verdict = 0;
-    std::string err;
-    if (receives) {
-      try {
-        LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL on the root", fn);
-        check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
-      } catch (const Error &e) {
-        verdict = e.status();
-        err = e.message();
-      }
-    }
+    int verdict = receives ? check_dst() : LM_SUCCESS;  // only the root can: it broadcasts
     try {
       mpi_check(MPI_Bcast(&verdict, 1, MPI_INT, root, m->comm), "lm_dist_tensor_gather: MPI_Bcast");
     } catch (const Error &e) {
