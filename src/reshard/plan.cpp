@@ -587,16 +587,6 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
   const bool same_mesh = src.grid->same_as(*dst.grid);
   int64_t si = src.grid->index_of(me), di = dst.grid->index_of(me);
   plan->involved = si >= 0 || di >= 0;
-  if (si >= 0) {
-    Shape c(src.mesh_ndim());
-    src.grid->coord_of(si, c.data());
-    plan->src_local_bytes = src.box_at(c.data()).numel() * (int64_t)plan->esize;
-  }
-  if (di >= 0) {
-    Shape c(dst.mesh_ndim());
-    dst.grid->coord_of(di, c.data());
-    plan->dst_local_bytes = dst.box_at(c.data()).numel() * (int64_t)plan->esize;
-  }
 
   check_reshard(src, dst, plan->dt);
 
@@ -696,13 +686,6 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
     plan->work[i] = storage_alloc((size_t)n * plan->esize);
   }
   return plan;
-}
-
-Plan::~Plan() {
-  if (retained) {
-    mesh_release(src_mesh);
-    mesh_release(dst_mesh);
-  }
 }
 
 void Plan::start(const void *in, void *out) {

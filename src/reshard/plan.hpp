@@ -48,22 +48,18 @@ class Step {
 
 class Plan {
  public:
-  ~Plan();
   MPI_Comm comm = MPI_COMM_NULL;  // communicator of the transfers (parent ranks)
   int me = -1;                    // this process's parent rank
   Layout src, dst;
   DLDataType dtype{};
   DType dt{};
   size_t esize = 0;
-  lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;  // retained when `retained`
-  bool retained = false;
   bool involved = false;  // this rank holds data in the source or the target
   std::vector<std::unique_ptr<Step>> steps;
   std::vector<std::shared_ptr<Storage>> work;  // work[i]: output of step i when intermediate
   size_t last_moving = 0;                      // index of the last step that is not in place
   std::vector<int64_t> fused;                  // >= 0: step i writes into step i+1's output here
   int64_t bytes_sent = 0;
-  int64_t src_local_bytes = 0, dst_local_bytes = 0;
 
   // Execution state (one execution at a time).
   bool active = false;
