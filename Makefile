@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # localmap: top-level GNU Makefile.
 #
 #   make [all]              library, tests, examples (checks deps first)
@@ -286,5 +287,9 @@ clean:
 
 help:
 	@sed -n '2,16p' Makefile
+
+# Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
+# its tests from make check.
+-include $(wildcard bindings/*/rules.mk)
 
 -include $(LIB_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* lm_local_map overhead: a call with 8 arguments (4 dist tensors, 1 plain tensor, int64, double,
  * pointer) whose fn does nothing but return one scalar, so what is timed is the wrapper itself.
  * Modes: NO_AGREE (no collective: the pure wrapper cost), default (one small allreduce for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Reshard benchmark: for each case, times localmap and, in the same run, the raw MPI call that
  * moves the same bytes. Median of REPS repetitions after WARMUP, each the max over ranks.
  * Rank 0 prints one JSON object per line:

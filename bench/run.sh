@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs the benchmarks (never part of `make check`):
 #   reshard:   bench_reshard at np 2 and 4  -> bench/results/reshard.jsonl
 #   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl

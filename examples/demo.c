@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * demo: a tour of localmap on a 2-D mesh named {"dp", "tp"}.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #include <localmap.h>
 #include <stdio.h>
 #define CHECK(call) if ((call) != LM_SUCCESS) { fprintf(stderr, "%s\n", lm_last_error_message()); return 1; }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * local_reshape: reshape [b, s, h] -> [b*s, h] shard by shard, keeping Shard(0).
  *

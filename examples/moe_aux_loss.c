@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * moe_aux_loss: the Switch-Transformer load-balancing loss from local expert counts.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * tp_matmul: a tensor-parallel matmul. X [m, k] is sharded on k (Shard(1)), W [k, n] on k
  * (Shard(0)); each rank multiplies its blocks, X[:, k_r] @ W[k_r, :], a partial [m, n] product,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * z_loss: the router/logit z-loss, mean over tokens of logsumexp(logits)^2, as Partial(avg).
  *

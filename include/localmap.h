@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * localmap — distributed tensors over a process mesh, and local_map.
  *

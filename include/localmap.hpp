@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // localmap.hpp — a header-only C++17 wrapper over the localmap C API (localmap.h): RAII handles
 // and exceptions. Nothing here adds to the ABI: it only calls the C functions.
 //

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * MPI_Comm-typed helpers over localmap.h for C and C++ programs that use MPI directly.
  * The core header takes communicators as Fortran handles (MPI_Fint) so that bindings need no

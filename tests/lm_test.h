@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * lm_test.h: header-only harness for CMocka test suites of localmap under MPI (C or C++).
  * Include it first in a test file (it pulls in the headers CMocka needs, mpi.h and localmap.h).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs localmap's test suite from the build tree; `make check` calls it after building.
 #
 # Usage: tests/run-tests.sh [NAME|GLOB ...]     e.g. tests/run-tests.sh test_mesh 'unit_*' demo

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Packaging check: `make install` into a temporary prefix gives lib/liblocalmap.so.0,
 # include/localmap.h and lib/pkgconfig/localmap.pc; the shared library exports lm_* symbols only
 # and has SONAME liblocalmap.so.0; a C program built with nothing but

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The reshard executor's staging path (pack/unpack through our own buffers) serves boxes that an
 # MPI subarray datatype cannot describe (over 1 GiB, extents past int). Small tests never reach
 # it, so run the randomized and directed reshard suites with datatypes turned off.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Bad inputs of the smaller public functions (plans, requests, queries, bootstrap) that the
  * larger suites do not reach: each gives a status and a message naming the argument, no crash. */
 // lm-test-np: 1 2 3

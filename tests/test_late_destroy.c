@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Handles destroyed after MPI_Finalize and from atexit handlers, as finalizers of garbage-collected
  * languages (Python __del__, Rust Drop at exit) do: no abort, no use-after-free. No CMocka here:
  * this program finalizes MPI itself halfway, so it reports with its exit status and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 // lm-test-np: 1 2 3 4
 /*
  * lm_local_map: argument unwrapping and pass-through, mesh inference, input placements and

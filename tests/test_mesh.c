@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_mesh: versions, status strings, the MPI bootstrap helpers, lm_mesh_* (default, explicit,
  * reversed and subset rank lists, named dims, communicators), lm_chunk, lm_placements_format, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The host buffer pool: large buffers freed by one tensor are reused by the next allocation.
  * Reuse must never leak old contents into lm_dist_tensor_zeros, and reshard outputs that reuse a
  * buffer must hold exactly the new values. */

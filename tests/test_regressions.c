@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Regressions found in review: integer reductions (no wraparound in avg, defined wraparound in
  * sum), shapes whose sizes overflow, and lm_local_map outputs that differ across ranks. */
 // lm-test-np: 1 2 3 4

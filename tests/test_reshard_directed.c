@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Directed reshard tests: the classic tables of the peer libraries.
  *
  *  1. 1-D mesh of all ranks, uneven shapes [13,3] [14,5] [3] [0,4], float64 and int64: every

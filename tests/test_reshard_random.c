@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Randomized property test of the reshard engine.
  *
  * Every case draws (with one seeded generator shared by all ranks) a source and a target mesh

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_tensor: lm_dist_tensor_* — zeros for every dtype, accessors against torch.chunk math
  * (uneven and zero-sized extents, 2-D meshes, nested sharding in both orders), from_local in each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // unit_layout: pure C++ unit tests of localmap's internals (layout math, grids, the planner, the
 // half/bfloat16 conversions). No MPI call at run time: plans are built with MPI_COMM_NULL.
 // Prints "<N> passed, <N> failed" last and exits nonzero on any failure.

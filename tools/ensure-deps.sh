@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Checks the build and test dependencies of localmap; installs them with apt-get when they are
 # missing and we are root on a Debian-like system, otherwise stops with the command to run.
 # Usage: tools/ensure-deps.sh [-q]

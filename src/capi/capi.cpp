@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The C ABI: a thin extern "C" layer. Every entry point runs its body inside LM_API_GUARD, which
 // turns exceptions into a status code and the thread-local message; nothing unwinds across it.
 #include <mpi.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Data types localmap supports (DLPack codes; bool as {LM_DL_BOOL, 8, 1}).
 #pragma once
 

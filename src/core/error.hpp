@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Error model of localmap's C++ core: modules throw lm::Error; the C API layer (src/capi) catches
 // it in one place, stores the thread-local message and returns the status.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Pure layout math (no MPI): torch.chunk sizing, nested (co-)sharding, which global box a mesh
 // coordinate holds, and which coordinates of a layout hold data intersecting a box.
 #pragma once

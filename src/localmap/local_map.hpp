@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // lm_local_map's driver: unwrap dist inputs (resharding them when asked), call the user function
 // on local views, agree on failure across the mesh, wrap tensor outputs as dist tensors.
 #pragma once

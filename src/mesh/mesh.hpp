@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The mesh: an N-D grid of MPI ranks with private communicators (a dup of the parent, the mesh,
 // one per mesh dim), all with MPI_ERRORS_RETURN.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Persistent reshard plans and nonblocking requests (the objects behind lm_reshard_plan_t and
 // lm_request_t).
 #pragma once

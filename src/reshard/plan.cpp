@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "reshard/plan.hpp"
 
 #include <algorithm>

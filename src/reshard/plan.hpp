@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Reshard plans. A plan is a chain of steps between layouts, built by a pure planner from
 // (source layout, target layout, dtype, this rank) in O(peers) time, then executed on MPI:
 //   ReduceScatter  Partial(op) on mesh dim m -> Shard(d) innermost on m (pairwise, fused reduce)

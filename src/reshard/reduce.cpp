@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "reshard/reduce.hpp"
 
 #include <complex>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Elementwise reductions for Partial placements, every supported dtype.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Dist tensor construction, gather and reshard (the logic behind the C API).
 #pragma once
 

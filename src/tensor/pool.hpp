@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A small cache of freed large host buffers, so that repeated allocating reshards (and the
 // outputs of a training loop) reuse memory instead of faulting in fresh pages every call.
 // Buffers of at least kPoolMinBytes go back to the pool when their storage dies; an allocation

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Dist tensors: a layout (mesh grid + placements + global shape), a dtype, a device, and this
 // rank's compact row-major shard in a refcounted storage (owned, borrowed, or a DLManagedTensor).
 #pragma once
