@@ -650,14 +650,20 @@ class DistTensor(_Handle):
 
     # -- DLPack producer --------------------------------------------------------------------
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """The local shard as a "dltensor" capsule (DLPack 0.x; holds a reference on the
-        tensor). copy=True exports a copy."""
+        """The local shard as a DLPack capsule holding a reference on the tensor: DLPack 1.0
+        ("dltensor_versioned", writable) when the consumer's max_version allows, else the legacy
+        "dltensor". copy=True exports a copy of the shard."""
         if dl_device is not None and tuple(dl_device) != self.device:
             raise BufferError(f"DistTensor.__dlpack__: the shard is on {self.device}, not "
                               f"{tuple(dl_device)}")
         if copy:
-            return np.array(self.local(), copy=True).__dlpack__()
-        return dl.capsule_from_managed(self._export())
+            c = np.array(self.local(), copy=True)
+            return c.__dlpack__() if max_version is None else \
+                c.__dlpack__(max_version=max_version)
+        addr = self._export()
+        if max_version is not None and tuple(max_version)[0] >= 1:
+            return dl.versioned_capsule_from_managed(addr)
+        return dl.capsule_from_managed(addr)
 
     def __dlpack_device__(self):
         return self.device
@@ -1010,7 +1016,10 @@ def _trampoline(user_data, mesh, nin, inputs, nout, outputs):
                 raise TypeError(f"fn returned {len(res)} outputs; expected {call.nout}")
         for j, r in enumerate(res):
             if call.tensor_out[j]:
-                outputs[j].ptr = _output_managed(r, j, call.views)
+                try:
+                    outputs[j].ptr = _output_managed(r, j, call.views)
+                except Error as e:
+                    raise TypeError(f"output {j}: {e.message}") from e
                 outputs[j].kind = ARG_MANAGED_TENSOR  # ownership passes, even if fn fails later
             elif r is None:
                 outputs[j].kind = ARG_NONE

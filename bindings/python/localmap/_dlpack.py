@@ -221,6 +221,58 @@ def capsule_from_managed(addr):
                           ctypes.cast(_capsule_destructor_c, c_void_p).value)
 
 
+# DLPack 1.0: DLManagedTensorVersioned, which can say "writable" (numpy imports legacy
+# capsules read-only). Built here around a legacy DLManagedTensor, whose deleter it calls.
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p),
+                ("deleter", CFUNCTYPE(None, c_void_p)), ("flags", ctypes.c_uint64),
+                ("dl_tensor", DLTensor)]
+
+
+DLPACK_FLAG_BITMASK_READ_ONLY = 1
+_versioned = {}  # address -> (struct, legacy address)
+
+
+def _release_versioned(addr, _versioned=_versioned):
+    entry = _versioned.pop(addr, None)
+    if entry is not None:
+        release_managed(entry[1])
+
+
+_versioned_deleter = CFUNCTYPE(None, c_void_p)(_release_versioned)
+_NAME_VERSIONED = _strdup(b"dltensor_versioned")
+_NAME_USED_VERSIONED = _strdup(b"used_dltensor_versioned")
+
+
+def _capsule_destructor_versioned(cap):
+    if _PyCapsule_IsValid_raw(cap, b"dltensor_versioned"):
+        addr = _PyCapsule_GetPointer_raw(cap, b"dltensor_versioned")
+        if addr:
+            _release_versioned(addr)
+
+
+_capsule_destructor_versioned_c = CFUNCTYPE(None, c_void_p)(_capsule_destructor_versioned)
+
+
+def versioned_capsule_from_managed(addr, readonly=False):
+    """A "dltensor_versioned" (DLPack 1.0) capsule owning the legacy DLManagedTensor at addr."""
+    legacy = DLManagedTensor.from_address(addr)
+    v = DLManagedTensorVersioned()
+    v.version = DLPackVersion(1, 0)
+    v.manager_ctx = None
+    v.deleter = _versioned_deleter
+    v.flags = DLPACK_FLAG_BITMASK_READ_ONLY if readonly else 0
+    ctypes.pointer(v.dl_tensor)[0] = legacy.dl_tensor
+    vaddr = ctypes.addressof(v)
+    _versioned[vaddr] = (v, addr)
+    return _PyCapsule_New(vaddr, _NAME_VERSIONED,
+                          ctypes.cast(_capsule_destructor_versioned_c, c_void_p).value)
+
+
 def managed_from_capsule(capsule):
     """The DLManagedTensor* (int) inside an unconsumed "dltensor" capsule."""
     from ._core import InvalidArgumentError

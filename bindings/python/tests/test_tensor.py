@@ -63,6 +63,7 @@ def test_gather_to_root_and_scatter_from_root(mesh1):
 
 
 def test_from_local_shares_memory_and_keeps_it_alive(mesh1):
+    gc.collect()
     before = _dlpack.live_managed_count()
     a = np.full((2, 3), float(COMM.rank))
     t = lm.from_local(a, mesh1, [lm.Shard(0)], shape_mode="even")
