@@ -39,19 +39,18 @@ lib=$ROOT/$BUILD/lib/liblocalmap.so.0
 demo=$ROOT/$BUILD/examples/demo
 [ -x "$demo" ] || fail "no $demo (make examples BUILD=$BUILD)"
 
-# A sanitizer build of the library needs its runtime loaded before the interpreter starts.
-# Python itself leaks by design: leak checks are off, everything else stays on.
+# A sanitizer build of the library needs its runtimes loaded before the interpreter starts:
+# every Python process below runs under $SAN (an `env` prefix). Python itself leaks by design, so
+# leak checks are off there; everything else stays on.
+SAN=()
 preload=""
 for rt in asan ubsan; do
-  if ldd "$lib" | grep -q "lib$rt"; then
-    p=$(ldd "$lib" | awk -v r="lib$rt" '$1 ~ r { print $3; exit }')
-    preload="${preload:+$preload:}$p"
-  fi
+  p=$(ldd "$lib" | awk -v r="lib$rt" '$1 ~ r { print $3; exit }')
+  [ -n "$p" ] && preload="${preload:+$preload:}$p"
 done
 if [ -n "$preload" ]; then
-  export LD_PRELOAD=$preload
-  export ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
-  echo "sanitizer runtime preloaded: $preload"
+  SAN=(env LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+  echo "sanitizer build: Python runs with LD_PRELOAD=$preload"
 fi
 
 step "coverage of include/localmap.h"
@@ -62,7 +61,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp -r bindings/python "$tmp/src"   # a clean copy: pip's build leaves files next to the sources
 rm -rf "$tmp/src/build" "$tmp/src"/*.egg-info
-env -u LD_PRELOAD "$PY" -m pip install -q --no-build-isolation --no-deps --no-index \
+"$PY" -m pip install -q --no-build-isolation --no-deps --no-index \
   --target "$tmp/site" "$tmp/src" || fail "pip install of bindings/python"
 so=$(find "$tmp/site" -name '*.so*' | head -1)
 [ -z "$so" ] || fail "the package contains compiled code: $so"
@@ -71,9 +70,9 @@ so=$(find "$tmp/site" -name '*.so*' | head -1)
 export PYTHONPATH=$tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export LOCALMAP_LIBRARY=$lib
 export PYTHONDONTWRITEBYTECODE=1
-where=$("$PY" -c 'import localmap; print(localmap.__file__)') || fail "import localmap"
+where=$("${SAN[@]}" "$PY" -c 'import localmap; print(localmap.__file__)') || fail "import localmap"
 case $where in "$tmp/site/"*) ;; *) fail "imported $where, not the installed copy" ;; esac
-PYTEST=("$PY" -m pytest -q -rs -p no:cacheprovider --color=no)
+PYTEST=("${SAN[@]}" "$PY" -m pytest -q -rs -p no:cacheprovider --color=no)
 # Under mpirun only rank 0 prints pytest's report; a failure on any rank prints it to stderr and
 # aborts the job (tests/conftest.py).
 RANK0_OUT=(bash -c 'if [ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" = 0 ]; then exec "$@"; else exec "$@" >/dev/null; fi' rank0-out)
@@ -87,7 +86,7 @@ for np in 2 4; do
 done
 
 step "without mpi4py: localmap initialises MPI and never imports mpi4py"
-bash tools/lm-mpirun 2 "$PY" -c '
+bash tools/lm-mpirun 2 "${SAN[@]}" "$PY" -c '
 import sys, localmap as lm
 r, n = lm.world_rank()
 with lm.Mesh([n]) as m:
@@ -97,7 +96,7 @@ print("rank", r, "ok without mpi4py")' || fail "run without mpi4py"
 
 for np in 1 2 4; do
   step "masked-loss example at np $np against examples/demo.c"
-  out=$(bash tools/lm-mpirun "$np" "$PY" bindings/python/examples/masked_loss.py) || fail "masked_loss.py at np $np: $out"
+  out=$(bash tools/lm-mpirun "$np" "${SAN[@]}" "$PY" bindings/python/examples/masked_loss.py) || fail "masked_loss.py at np $np: $out"
   echo "$out"
   c=$(bash tools/lm-mpirun "$np" "$demo" | grep 'loss =') || fail "the C demo at np $np"
   py=$(echo "$out" | grep 'loss =')
