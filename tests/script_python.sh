@@ -8,8 +8,8 @@
 # whose loss must equal the one printed by the C example (build/examples/demo).
 #
 # The interpreter: $LM_PYTHON, else $BUILD/python-venv or build/python-venv (`make python-venv`
-# makes it with pip: numpy, mpi4py, pytest), else python3. Exits 77 (SKIP, with the reason on the
-# last line) when that interpreter lacks numpy, mpi4py or pytest.
+# makes it with pip: numpy, mpi4py, pytest, wheel), else python3. Exits 77 (SKIP, with the reason on the
+# last line) when that interpreter lacks one of them (or setuptools).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -17,6 +17,9 @@ BUILD=${BUILD:-build}
 skip() { echo "script_python: SKIP: $*"; exit 77; }
 fail() { echo "script_python: FAIL: $*"; exit 1; }
 step() { printf '\n--- %s\n' "$*"; }
+
+# The coverage check needs no Python: it runs even when the rest is skipped.
+bash tools/check-binding-coverage.sh bindings/python '*.py' || fail "the binding lacks C API functions"
 
 PY=${LM_PYTHON:-}
 if [ -z "$PY" ]; then
@@ -28,7 +31,7 @@ PY=${PY:-$(command -v python3 || true)}
 [ -n "$PY" ] || skip "no python3 (apt-get install python3 python3-venv, then make python-venv)"
 missing=$("$PY" - <<'P' 2>/dev/null
 import importlib.util
-print(" ".join(m for m in ("numpy", "mpi4py", "pytest") if importlib.util.find_spec(m) is None))
+print(" ".join(m for m in ("numpy", "mpi4py", "pytest", "setuptools", "wheel") if importlib.util.find_spec(m) is None))
 P
 ) || skip "$PY does not run"
 [ -z "$missing" ] || skip "$PY lacks $missing (make python-venv installs them with pip, or set LM_PYTHON)"
@@ -52,9 +55,6 @@ if [ -n "$preload" ]; then
   SAN=(env LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
   echo "sanitizer build: Python runs with LD_PRELOAD=$preload"
 fi
-
-step "coverage of include/localmap.h"
-bash tools/check-binding-coverage.sh bindings/python '*.py' || fail "the binding lacks C API functions"
 
 step "pip install --no-build-isolation (offline) into a temporary target"
 tmp=$(mktemp -d)
@@ -93,6 +93,14 @@ with lm.Mesh([n]) as m:
     assert m.size == n
 assert "mpi4py" not in sys.modules, "localmap imported mpi4py"
 print("rank", r, "ok without mpi4py")' || fail "run without mpi4py"
+
+for mode in "" --mpi4py; do
+  step "handles alive at interpreter exit ${mode:-(localmap initialised MPI)}"
+  out=$(bash tools/lm-mpirun 2 "${SAN[@]}" "$PY" bindings/python/tests/exit_with_live_handles.py $mode 2>&1) \
+    || fail "exit with live handles $mode: $out"
+  echo "$out"
+  if echo "$out" | grep -qiE 'error|exception|warning|traceback'; then fail "messages at exit: $out"; fi
+done
 
 for np in 1 2 4; do
   step "masked-loss example at np $np against examples/demo.c"

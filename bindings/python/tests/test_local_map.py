@@ -98,6 +98,7 @@ def test_outputs_share_or_copy_safely(mesh1):
 
     fresh_t, view_t = fn(x)
     assert np.shares_memory(fresh_t.local(), made["fresh"])       # zero-copy output
+    assert not np.shares_memory(view_t.local(), x.local())        # the view was copied
     assert _dlpack.live_managed_count() >= before + 1
     x.close()
     gc.collect()
