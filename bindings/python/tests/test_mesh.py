@@ -69,6 +69,17 @@ def test_non_member():
             assert ei.value.status == lm.ERR_INVALID_USAGE
             with pytest.raises(lm.InvalidUsageError):
                 m.dim_comm_f(0)
+        # a placeholder on non-members: it knows the global shape, its shard is empty
+        a = np.arange(3.0) if member else np.empty((0,))
+        for copy in (None, True):
+            with lm.from_local(a, m, [lm.Shard(0)], global_shape=(3,), copy=copy) as t:
+                assert t.shape == (3,) and t.local().size == (3 if member else 0)
+                if member:
+                    assert t.gather().tolist() == [0, 1, 2]
+                else:
+                    with pytest.raises(lm.InvalidUsageError) as ei:
+                        t.gather()
+                    assert "not in the mesh" in ei.value.message
 
 
 def test_errors_carry_status_and_message(mesh1):
