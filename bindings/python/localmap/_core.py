@@ -368,11 +368,16 @@ class _Handle:
             pass
 
     def __eq__(self, other):
-        return type(other) is type(self) and not self.closed and not other.closed and \
-            self._h.value == other._h.value
+        """Same C handle (open objects only)."""
+        if type(other) is not type(self) or self.closed or other.closed:
+            return False
+        try:
+            return self._handle().value == other._handle().value
+        except Error:
+            return False
 
     def __hash__(self):
-        return hash((type(self), None if self.closed else self._h.value))
+        return hash(type(self))  # handles of borrowed meshes may change: keep eq-consistent
 
 
 class Mesh(_Handle):
@@ -413,11 +418,21 @@ class Mesh(_Handle):
 
     @classmethod
     def _borrow(cls, handle, owner):
-        """A Mesh over a handle this object does not own; `owner` keeps it alive."""
+        """A Mesh over a handle this object does not own; `owner` keeps it alive. When `owner`
+        is a DistTensor, the handle is asked of the tensor at each use (a tensor's mesh handle
+        may be its creator's, which dies when the creator's Mesh is closed)."""
         m = cls.__new__(cls)
         _Handle.__init__(m, handle)
         m._owner = owner
         return m
+
+    def _handle(self):
+        owner = getattr(self, "_owner", None)
+        if isinstance(owner, DistTensor) and not self.closed:
+            h = c_void_p()
+            L.lm_dist_tensor_mesh(owner._handle(), byref(h))
+            return h
+        return _Handle._handle(self)
 
     def close(self):
         """Releases this Mesh's reference (local, never collective). Tensors and plans on the

@@ -132,6 +132,12 @@ def test_lifetime():
     del t
     assert mm.size == COMM.size  # the borrowed mesh holds a reference on the tensor
     mm.close()
+    with lm.Mesh([COMM.size]) as m3:
+        t3 = lm.zeros(m3, [2], np.int8, [lm.Replicate()])
+        mesh_of_t3 = t3.mesh     # taken while the creator's Mesh is open ...
+    assert mesh_of_t3.size == COMM.size   # ... and still usable after it was closed
+    assert mesh_of_t3 == t3.mesh
+    mesh_of_t3.close()
     with lm.Mesh([COMM.size]) as m2:
         pass
     assert m2.closed
