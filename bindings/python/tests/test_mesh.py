@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Meshes: creation over mpi4py / Fortran-handle / default communicators, queries, dim
 communicators, non-members, handle lifetime, and errors carrying status and message."""
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -8,6 +10,16 @@ from mpi4py import MPI
 import localmap as lm
 
 COMM = MPI.COMM_WORLD
+
+
+def test_one_mpi_library_in_the_process():
+    # mpi4py and liblocalmap must share one MPI: two libmpi in one process would be two MPIs.
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "/libmpi." in line or "/libmpich." in line}
+    except OSError:
+        pytest.skip("no /proc/self/maps")
+    assert len({os.path.realpath(p) for p in libs}) == 1, libs
 
 
 def test_world_and_defaults():
