@@ -94,6 +94,9 @@ with lm.Mesh([n]) as m:
 assert "mpi4py" not in sys.modules, "localmap imported mpi4py"
 print("rank", r, "ok without mpi4py")' || fail "run without mpi4py"
 
+step "singleton run without mpirun"
+"${SAN[@]}" "$PY" bindings/python/examples/masked_loss.py || fail "masked_loss.py without mpirun"
+
 for mode in "" --mpi4py; do
   step "handles alive at interpreter exit ${mode:-(localmap initialised MPI)}"
   out=$(bash tools/lm-mpirun 2 "${SAN[@]}" "$PY" bindings/python/tests/exit_with_live_handles.py $mode 2>&1) \
