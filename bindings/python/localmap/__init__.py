@@ -25,13 +25,15 @@ when called. mpi4py must use the same MPI library as liblocalmap.
 from ._core import (ARG_DIST_TENSOR, ARG_DOUBLE, ARG_INT64, ARG_MANAGED_TENSOR, ARG_NONE,
                     ARG_POINTER, ARG_TENSOR, ERR_CUDA, ERR_INTERNAL, ERR_INVALID_ARGUMENT,
                     ERR_INVALID_USAGE, ERR_MISMATCH, ERR_MPI, ERR_NCCL, ERR_NOT_SUPPORTED,
-                    ERR_OUT_OF_MEMORY, ERR_REMOTE, ERR_USER, REDUCE_OPS, SUCCESS, CUDAError,
+                    ERR_OUT_OF_MEMORY, ERR_REMOTE, ERR_TIMEOUT, ERR_USER, REDUCE_OPS, SUCCESS,
+                    CUDAError, TimeoutError,
                     DistTensor, Error, InternalError, InvalidArgumentError, InvalidUsageError,
                     Mesh, MismatchError, MPIError, NCCLError, NotSupportedError,
                     OutOfMemoryError, Partial, Placement, RemoteError, Replicate, Request,
                     ReshardPlan, Shard, UserError, chunk, comm_world, device_supported,
                     finalize, format_placements, from_dlpack, from_global, from_local, init,
-                    library_path, library_version, local_map, status_string, world_rank, zeros)
+                    library_path, library_version, local_map, status_string, tensor_alloc,
+                    world_rank, zeros)
 from ._lib import LibraryNotFoundError
 
 __version__ = "0.1.0"
@@ -39,14 +41,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Mesh", "DistTensor", "ReshardPlan", "Request", "Placement", "Shard", "Replicate", "Partial",
     "zeros", "from_local", "from_global", "from_dlpack", "local_map", "format_placements",
-    "chunk", "init", "finalize", "comm_world", "world_rank", "device_supported",
+    "chunk", "tensor_alloc", "init", "finalize", "comm_world", "world_rank", "device_supported",
     "library_version", "library_path", "status_string", "REDUCE_OPS",
     "Error", "InvalidArgumentError", "InvalidUsageError", "OutOfMemoryError",
     "NotSupportedError", "MismatchError", "MPIError", "NCCLError", "CUDAError", "RemoteError",
-    "InternalError", "UserError", "LibraryNotFoundError",
+    "InternalError", "UserError", "TimeoutError", "LibraryNotFoundError",
     "SUCCESS", "ERR_INVALID_ARGUMENT", "ERR_INVALID_USAGE", "ERR_OUT_OF_MEMORY",
     "ERR_NOT_SUPPORTED", "ERR_MISMATCH", "ERR_MPI", "ERR_NCCL", "ERR_CUDA", "ERR_REMOTE",
-    "ERR_INTERNAL", "ERR_USER",
+    "ERR_INTERNAL", "ERR_USER", "ERR_TIMEOUT",
     "ARG_NONE", "ARG_DIST_TENSOR", "ARG_TENSOR", "ARG_INT64", "ARG_DOUBLE", "ARG_POINTER",
     "ARG_MANAGED_TENSOR",
 ]

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The Python API of localmap over the C ABI (see localmap/__init__.py for the overview)."""
 import atexit
+import builtins
 import ctypes
 import functools
 import numbers
@@ -83,12 +84,18 @@ class UserError(Error):
     to the Python exception the function raised)."""
 
 
-_ERRORS = {1: InvalidArgumentError, 2: InvalidUsageError, 3: OutOfMemoryError,
+class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 - like asyncio.TimeoutError
+    """LM_ERR_TIMEOUT: a collective waited longer than the mesh's timeout (or $LM_TIMEOUT); the
+    mesh is broken."""
+
+
+_ERRORS = {12: TimeoutError, 1: InvalidArgumentError, 2: InvalidUsageError, 3: OutOfMemoryError,
            4: NotSupportedError, 5: MismatchError, 6: MPIError, 7: NCCLError, 8: CUDAError,
            9: RemoteError, 10: InternalError, 11: UserError}
 
 SUCCESS, ERR_INVALID_ARGUMENT, ERR_INVALID_USAGE, ERR_OUT_OF_MEMORY, ERR_NOT_SUPPORTED = 0, 1, 2, 3, 4
 ERR_MISMATCH, ERR_MPI, ERR_NCCL, ERR_CUDA, ERR_REMOTE, ERR_INTERNAL, ERR_USER = 5, 6, 7, 8, 9, 10, 11
+ERR_TIMEOUT = 12
 
 
 def _raise_status(status, fname, message=None):
@@ -181,6 +188,18 @@ def chunk(n, parts, index):
     off, ln = c_int64(), c_int64()
     L.lm_chunk(int(n), int(parts), int(index), byref(off), byref(ln))
     return off.value, ln.value
+
+
+def tensor_alloc(shape, dtype, device="cpu"):
+    """A zero-filled, 64-byte aligned local array from localmap's buffer pool (lm_tensor_alloc):
+    a numpy array whose memory the library frees when the array dies. Handy for local_map
+    outputs (returned without a copy). Local; needs no MPI."""
+    shp, n = _shape_c(shape, "shape")
+    p = c_void_p()
+    L.lm_tensor_alloc(byref(p), n, shp, dl.dl_dtype(dtype), dl.dl_device(device))
+    m = L.DLManagedTensor.from_address(p.value)
+    return dl.array_from_dltensor(m.dl_tensor, "tensor_alloc", readonly=False,
+                                  release=functools.partial(dl.release_managed, p.value))
 
 
 def _comm_f(comm, argname="comm"):
@@ -383,14 +402,18 @@ class _Handle:
 class Mesh(_Handle):
     """An N-D grid of MPI ranks.
 
-    Mesh(shape, comm=None, *, ranks=None, dim_names=None): collective over `comm` (an mpi4py
-    communicator, a Fortran handle int, or None for MPI_COMM_WORLD; agrees). `ranks`: the ranks
-    of comm forming the mesh, row-major (default all, in order). Ranks of comm outside the mesh
-    get a handle whose is_member is False.
+    Mesh(shape, comm=None, *, ranks=None, dim_names=None, check_level=None, timeout=None):
+    collective over `comm` (an mpi4py communicator, a Fortran handle int, or None for
+    MPI_COMM_WORLD; agrees). `ranks`: the ranks of comm forming the mesh, row-major (default all,
+    in order). Ranks of comm outside the mesh get a handle whose is_member is False.
+    check_level: argument agreement of its collectives (0 off, 1 fingerprints, 2 also data
+    invariants; None: $LM_CHECK). timeout: seconds a collective may wait for the other ranks
+    before TimeoutError (0: for ever; None: $LM_TIMEOUT).
     """
     _what = "mesh"
 
-    def __init__(self, shape, comm=None, *, ranks=None, dim_names=None):
+    def __init__(self, shape, comm=None, *, ranks=None, dim_names=None, check_level=None,
+                 timeout=None):
         comm_f = _comm_f(comm)
         shp, n = _shape_c(shape, "shape")
         cfg = L.lm_mesh_config_t()
@@ -411,10 +434,15 @@ class Mesh(_Handle):
             arr = (c_char_p * max(len(names), 1))(*names)
             keep.append(arr)
             cfg.dim_names = ctypes.cast(arr, ctypes.POINTER(c_char_p))
+        if check_level is not None:
+            cfg.check_level = int(check_level)
+        if timeout is not None:
+            cfg.timeout = float(timeout)
         h = c_void_p()
         L.lm_mesh_create(byref(h), comm_f, n, shp, byref(cfg))
         super().__init__(h.value)
         self._owner = None
+        self._device_callbacks = None
 
     @classmethod
     def _borrow(cls, handle, owner):
@@ -530,6 +558,63 @@ class Mesh(_Handle):
         """The communicator of all mesh ranks as an mpi4py Comm (owned by the mesh)."""
         return _mpi4py_comm(self.comm_f)
 
+    # -- devices (CUDA streams and allocators; accepted in builds without CUDA) ----------------
+    def set_device_config(self, stream=None, alloc=None, free=None):
+        """This rank's device options of the mesh (local). stream: a cudaStream_t as an int
+        (e.g. torch.cuda.current_stream().cuda_stream), None for the default stream. alloc and
+        free: both None (stream-ordered cudaMallocAsync) or both Python callables,
+        alloc(bytes, device_id, stream) -> address (0 on failure) and
+        free(address, bytes, device_id, stream), e.g. a framework's caching allocator. The
+        callables are kept alive by this Mesh object."""
+        cfg = L.lm_device_config_t()
+        cfg.stream = stream or None
+        callbacks = None
+        if alloc is not None or free is not None:
+            if not (callable(alloc) and callable(free)):
+                raise _bad("set_device_config: alloc and free must both be callables, or both "
+                           "None")
+
+            def c_alloc(ctx, nbytes, device_id, strm):
+                try:
+                    return int(alloc(int(nbytes), int(device_id), strm or 0) or 0) or None
+                except BaseException:  # noqa: BLE001 - an allocator failure is a NULL
+                    return None
+
+            def c_free(ctx, ptr, nbytes, device_id, strm):
+                try:
+                    free(ptr or 0, int(nbytes), int(device_id), strm or 0)
+                except BaseException:  # noqa: BLE001 - nothing may unwind into C
+                    pass
+            callbacks = (L.lm_device_alloc_fn_t(c_alloc), L.lm_device_free_fn_t(c_free),
+                         alloc, free)
+            cfg.alloc, cfg.free = callbacks[0], callbacks[1]
+        L.lm_mesh_set_device_config(self._handle(), byref(cfg))
+        if self._owner is None:
+            self._device_callbacks = callbacks
+        elif callbacks is not None:
+            _kept_callbacks.append(callbacks)  # a borrowed Mesh: keep them for ever
+
+    def device_config(self):
+        """{"stream": int or None, "alloc": ..., "free": ...}: this rank's device options
+        (alloc/free: the Python callables set here, else C function addresses or None)."""
+        cfg = L.lm_device_config_t()
+        L.lm_mesh_device_config(self._handle(), byref(cfg))
+        cb = getattr(self, "_device_callbacks", None)
+
+        def addr(f):
+            v = ctypes.cast(f, c_void_p).value
+            return v or None
+        return {"stream": cfg.stream or None,
+                "alloc": cb[2] if cb else addr(cfg.alloc),
+                "free": cb[3] if cb else addr(cfg.free)}
+
+    def transport(self, device="cuda"):
+        """How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or
+        "undecided" (device data has not moved yet). Local."""
+        t = c_int()
+        L.lm_mesh_transport(self._handle(), dl.dl_device(device).device_type, byref(t))
+        return _TRANSPORTS.get(t.value, t.value)
+
     def __repr__(self):
         if self.closed:
             return "Mesh(<closed>)"
@@ -539,6 +624,8 @@ class Mesh(_Handle):
 
 
 Mesh._destroy = staticmethod(L.lm_mesh_destroy)
+_TRANSPORTS = {0: "undecided", 1: "mpi", 2: "nccl", 3: "mpi_staged"}
+_kept_callbacks = []
 
 
 

@@ -135,20 +135,44 @@ class lm_placement_t(Structure):  # noqa: N801 (the C name)
 
 
 LM_MESH_CONFIG_MAGIC = 0x4C4D4D43
-LM_MESH_CONFIG_VERSION = 1
+LM_MESH_CONFIG_VERSION = 2
 
 
 class lm_mesh_config_t(Structure):  # noqa: N801
     """The fields this binding knows. The library reads min(size, its sizeof) bytes and defaults
     newer fields, so a shorter struct stays valid when the header grows."""
     _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("ranks", POINTER(c_int)), ("nranks", c_int), ("dim_names", POINTER(c_char_p))]
+                ("ranks", POINTER(c_int)), ("nranks", c_int), ("dim_names", POINTER(c_char_p)),
+                # version 2
+                ("check_level", c_int), ("timeout", c_double)]
 
     def __init__(self):
         super().__init__()
         self.size = ctypes.sizeof(lm_mesh_config_t)
         self.magic = LM_MESH_CONFIG_MAGIC
         self.version = LM_MESH_CONFIG_VERSION
+        self.check_level = -1   # LM_MESH_CONFIG_INIT's defaults: $LM_CHECK, $LM_TIMEOUT
+        self.timeout = -1.0
+
+
+# void *(*lm_device_alloc_fn_t)(void *ctx, size_t bytes, int device_id, void *stream)
+lm_device_alloc_fn_t = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_int, c_void_p)
+# void (*lm_device_free_fn_t)(void *ctx, void *ptr, size_t bytes, int device_id, void *stream)
+lm_device_free_fn_t = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_int, c_void_p)
+LM_DEVICE_CONFIG_MAGIC = 0x4C4D4443
+LM_DEVICE_CONFIG_VERSION = 1
+
+
+class lm_device_config_t(Structure):  # noqa: N801
+    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
+                ("stream", c_void_p), ("alloc", lm_device_alloc_fn_t),
+                ("free", lm_device_free_fn_t), ("alloc_ctx", c_void_p)]
+
+    def __init__(self):
+        super().__init__()
+        self.size = ctypes.sizeof(lm_device_config_t)
+        self.magic = LM_DEVICE_CONFIG_MAGIC
+        self.version = LM_DEVICE_CONFIG_VERSION
 
 
 class lm_arg_t(Structure):  # noqa: N801
@@ -187,6 +211,7 @@ _PROTOTYPES = [
     ("lm_comm_world", status_t, [P_int]),
     ("lm_world_rank", status_t, [P_int, P_int]),
     ("lm_device_supported", status_t, [c_int, P_int]),
+    ("lm_tensor_alloc", status_t, [POINTER(c_void_p), c_int, P_i64, DLDataType, DLDevice]),
     ("lm_placements_format", status_t, [P_placement, c_int, c_char_p, c_size_t]),
     ("lm_chunk", status_t, [c_int64, c_int64, c_int64, P_i64, P_i64]),
     ("lm_mesh_create", status_t, [POINTER(lm_mesh_t), c_int, c_int, P_i64,
@@ -203,6 +228,9 @@ _PROTOTYPES = [
     ("lm_mesh_dim_name", status_t, [lm_mesh_t, c_int, c_char_p, c_size_t]),
     ("lm_mesh_dim_comm", status_t, [lm_mesh_t, c_int, P_int]),
     ("lm_mesh_comm", status_t, [lm_mesh_t, P_int]),
+    ("lm_mesh_set_device_config", status_t, [lm_mesh_t, POINTER(lm_device_config_t)]),
+    ("lm_mesh_device_config", status_t, [lm_mesh_t, POINTER(lm_device_config_t)]),
+    ("lm_mesh_transport", status_t, [lm_mesh_t, c_int, P_int]),
     ("lm_dist_tensor_zeros", status_t, [POINTER(lm_dist_tensor_t), lm_mesh_t, c_int, P_i64,
                                         DLDataType, DLDevice, P_placement]),
     ("lm_dist_tensor_from_local", status_t, [POINTER(lm_dist_tensor_t), lm_mesh_t,
