@@ -9,12 +9,17 @@
 #
 # The interpreter: $LM_PYTHON, else $BUILD/python-venv or build/python-venv (`make python-venv`
 # makes it with pip: numpy, mpi4py, pytest, wheel), else python3. Exits 77 (SKIP, with the reason on the
-# last line) when that interpreter lacks one of them (or setuptools).
+# last line) when that interpreter lacks one of them (or setuptools); a failure instead when
+# LM_REQUIRE_BINDINGS=1.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
-skip() { echo "script_python: SKIP: $*"; exit 77; }
+# LM_REQUIRE_BINDINGS=1 (set by CI) turns a skip into a failure.
+skip() {
+  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_python: FAIL (LM_REQUIRE_BINDINGS=1): $*"; exit 1; fi
+  echo "script_python: SKIP: $*"; exit 77
+}
 fail() { echo "script_python: FAIL: $*"; exit 1; }
 step() { printf '\n--- %s\n' "$*"; }
 
