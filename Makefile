@@ -114,6 +114,7 @@ LIB_CXXFLAGS  := -std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidde
 TEST_CFLAGS   := -std=gnu11 $(OPT) -g $(WARN) $(SAN)
 TEST_CXXFLAGS := -std=c++17 $(MPI_CPPFLAGS) $(OPT) -g $(WARN) $(SAN)
 DEPFLAGS       = -MMD -MP -MF $@.d
+comma := ,
 # nvcc: host code through g++ with the library's warnings (-Werror included), device code for
 # CUDA_ARCHS. -Wno-... none needed so far; keep the host side as strict as the .cpp files.
 NVCC_GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -121,7 +122,6 @@ NVCC_GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(
 NVCC_FLAGS    := -std=c++17 $(OPT) -g $(NVCC_GENCODE) --expt-relaxed-constexpr \
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) \
                  -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror)
-comma := ,
 
 ABS_BUILD  := $(abspath $(BUILD))
 # Programs link the shared library in the build tree, found at run time through the rpath.
