@@ -83,6 +83,23 @@ void check_cuda_device(DLDevice d, const char *what) {
                d.device_id, n, world_rank_or_minus1());
 }
 
+void check_device_pointer(const void *p, DLDevice d, const char *what) {
+  cudaPointerAttributes a{};
+  cudaError_t rc = cudaPointerGetAttributes(&a, p);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: %p is not CUDA memory (cudaPointerGetAttributes: %s) on "
+         "rank %d", what, p, cudaGetErrorString(rc), world_rank_or_minus1());
+  }
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: %p is %s memory, not device memory of kDLCUDA device %d "
+         "(rank %d)", what, p, a.type == cudaMemoryTypeHost ? "pinned host" : "host (unregistered)",
+         d.device_id, world_rank_or_minus1());
+  if (a.type == cudaMemoryTypeDevice && a.device != d.device_id)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: %p lives on CUDA device %d, the DLDevice says %d (rank %d)",
+         what, p, a.device, d.device_id, world_rank_or_minus1());
+}
+
 namespace {
 // Makes `dev` the current device for a scope and restores the caller's.
 struct DeviceGuard {
@@ -313,6 +330,7 @@ int cuda_device_count() { return 0; }
 }
 
 void check_cuda_device(DLDevice, const char *what) { not_built(what); }
+void check_device_pointer(const void *, DLDevice, const char *what) { not_built(what); }
 std::shared_ptr<Storage> device_storage_alloc(lm_mesh_s *, DLDevice, size_t, bool) {
   not_built("device allocation");
 }

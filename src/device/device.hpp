@@ -34,6 +34,11 @@ bool is_device(DLDevice d);
 // LM_ERR_NOT_SUPPORTED / LM_ERR_INVALID_ARGUMENT naming `what`.
 void check_cuda_device(DLDevice d, const char *what);
 
+// Checks that `p` (not NULL) is memory of CUDA device d.device_id (device or managed memory, by
+// cudaPointerGetAttributes); throws LM_ERR_INVALID_ARGUMENT naming `what` otherwise: a host
+// buffer labelled kDLCUDA is refused, not dereferenced on the device.
+void check_device_pointer(const void *p, DLDevice d, const char *what);
+
 // Per-mesh, per-rank device state: the options of lm_mesh_set_device_config, the transport
 // chosen for device data, lazily created NCCL communicators, pinned staging buffers.
 struct MeshDevice {

@@ -100,6 +100,9 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
     if (borrow && m->member)
       LM_CHECK_ARG(is_compact(local),
                    "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
+    if (is_device(local->device) && m->member && numel > 0)
+      check_device_pointer(static_cast<const char *>(local->data) + local->byte_offset,
+                           local->device, strfmt("%s: local->data", fn).c_str());
     if (is_device(local->device) && m->member && !borrow && !is_compact(local))
       fail(LM_ERR_NOT_SUPPORTED, "%s: local is a strided device tensor: LM_FROM_LOCAL_COPY copies "
            "compact device tensors only (make it contiguous first)", fn);
