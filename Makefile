@@ -157,7 +157,7 @@ EX_BINS    := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_C)) \
               $(patsubst examples/%.cpp,$(BUILD)/examples/%,$(EX_CXX))
 BENCH_C    := $(wildcard bench/*.c)
 ifneq ($(CUDA),1)
-BENCH_C    := $(filter-out bench/bench_device%.c,$(BENCH_C))
+BENCH_C    := $(filter-out bench/bench_device.c,$(BENCH_C))
 endif
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 
@@ -279,7 +279,7 @@ $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lm $(LDLIBS)
 
 # The device bench calls NCCL collectives itself as the baseline.
-$(BUILD)/bench/bench_device%: bench/bench_device%.c $(PROG_DEPS)
+$(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
 	@mkdir -p $(@D)
 	$(MPICC) -Iinclude -Ibench -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
 	  -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl \
