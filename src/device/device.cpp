@@ -313,6 +313,127 @@ int device_transport(lm_mesh_s *m, int device_id) {
   return d.transport;
 }
 
+// ------------------------------------------------------------------------------ NCCL
+double nccl_timeout_seconds() {
+  const char *e = std::getenv("LM_NCCL_TIMEOUT");
+  if (!e || !*e) return 300.0;
+  char *end = nullptr;
+  double v = std::strtod(e, &end);
+  return (end && *end == 0 && v >= 0) ? v : 300.0;
+}
+
+// Test hook (fault injection): LM_NCCL_FAULT_INIT_RANK=r makes mesh rank r report a failed
+// communicator init, so the agreement, abort and broken-mesh path is testable on one GPU.
+static bool nccl_fault_here(const lm_mesh_s *m) {
+  const char *e = std::getenv("LM_NCCL_FAULT_INIT_RANK");
+  return e && *e && std::atoll(e) == m->index;
+}
+
+[[noreturn]] static void nccl_break(lm_mesh_s *m, const std::string &msg) {
+  Error e(LM_ERR_NCCL, msg);
+  mesh_break(m, e);
+}
+
+void *nccl_comm(lm_mesh_s *m, int device_id) {
+  MeshDevice &d = mesh_device(m);
+  if (d.nccl) {
+    if (d.nccl_device != device_id)
+      fail(LM_ERR_INVALID_ARGUMENT, "NCCL: the mesh's communicator lives on device %d, this tensor "
+           "on device %d (one device per rank and mesh)", d.nccl_device, device_id);
+    return d.nccl;
+  }
+  // 1. The unique id from mesh rank 0, with its status, to every member.
+  struct {
+    ncclUniqueId id;
+    int rc;
+  } boot{};
+  if (m->index == 0) boot.rc = (int)ncclGetUniqueId(&boot.id);
+  try {
+    mpi_check(MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, m->comm),
+              "NCCL bootstrap: MPI_Bcast of the unique id");
+  } catch (const Error &e) {
+    mesh_break(m, e);
+  }
+  if (boot.rc != ncclSuccess)
+    nccl_break(m, strfmt("NCCL bootstrap: ncclGetUniqueId failed on mesh rank 0: %s",
+                         ncclGetErrorString((ncclResult_t)boot.rc)));
+  // 2. Non-blocking init, polled with a deadline.
+  std::string err;
+  ncclComm_t comm = nullptr;
+  {
+    DeviceGuard g(device_id);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t rc = ncclCommInitRankConfig(&comm, (int)m->grid->size(), boot.id, (int)m->index, &cfg);
+    const double limit = nccl_timeout_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t st = rc;
+    while (comm && (st == ncclSuccess || st == ncclInProgress)) {
+      if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) break;
+      if (st != ncclInProgress) break;
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited >= limit) {
+        err = strfmt("ncclCommInitRankConfig did not finish within LM_NCCL_TIMEOUT = %g s", limit);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (err.empty() && st != ncclSuccess)
+      err = strfmt("ncclCommInitRankConfig failed: %s%s%s", ncclGetErrorString(st),
+                   comm ? ": " : "", comm ? ncclGetLastError(comm) : "");
+    if (err.empty() && nccl_fault_here(m)) err = "injected failure (LM_NCCL_FAULT_INIT_RANK)";
+    if (!err.empty() && comm) {
+      ncclCommAbort(comm);
+      comm = nullptr;
+    }
+  }
+  // 3. Agree: any failure fails every rank with LM_ERR_NCCL and breaks the mesh.
+  int mine = err.empty() ? -1 : (int)m->index, first = -1;
+  try {
+    mpi_check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MAX, m->comm),
+              "NCCL bootstrap: MPI_Allreduce of the init outcome");
+  } catch (const Error &e) {
+    if (comm) ncclCommAbort(comm);
+    mesh_break(m, e);
+  }
+  if (first >= 0) {
+    if (comm) ncclCommAbort(comm);
+    nccl_break(m, err.empty()
+                      ? strfmt("NCCL communicator init failed on mesh rank %d (this rank %d "
+                               "succeeded and aborted its communicator)", first, m->world_rank)
+                      : strfmt("NCCL communicator init on rank %d: %s", m->world_rank, err.c_str()));
+  }
+  d.nccl = comm;
+  d.nccl_device = device_id;
+  return comm;
+}
+
+void nccl_check_async(lm_mesh_s *m, const char *what) {
+  MeshDevice &d = mesh_device(m);
+  if (!d.nccl) return;
+  ncclComm_t c = static_cast<ncclComm_t>(d.nccl);
+  ncclResult_t st = ncclSuccess;
+  const double limit = nccl_timeout_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {  // a non-blocking comm may still be enqueuing (ncclInProgress)
+    if (ncclCommGetAsyncError(c, &st) != ncclSuccess || st != ncclInProgress) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= limit) {
+      st = ncclInProgress;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (st == ncclSuccess) return;
+  std::string msg = st == ncclInProgress
+                        ? strfmt("%s: NCCL did not finish enqueuing within LM_NCCL_TIMEOUT = %g s",
+                                 what, limit)
+                        : strfmt("%s: NCCL reported %s: %s", what, ncclGetErrorString(st),
+                                 ncclGetLastError(c));
+  ncclCommAbort(c);
+  d.nccl = nullptr;
+  nccl_break(m, msg);
+}
+
 #else  // !LM_WITH_CUDA ------------------------------------------------------------------
 
 bool cuda_built() { return false; }
@@ -340,6 +461,9 @@ void *stage_to_host(lm_mesh_s *, const void *, size_t) { not_built("device stagi
 void stage_to_device(lm_mesh_s *, void *, void *, size_t) { not_built("device staging"); }
 void stage_release(lm_mesh_s *, void *) {}
 int device_transport(lm_mesh_s *, int) { not_built("device transport"); }
+void *nccl_comm(lm_mesh_s *, int) { not_built("NCCL"); }
+void nccl_check_async(lm_mesh_s *, const char *) {}
+double nccl_timeout_seconds() { return 300.0; }
 MeshDevice::~MeshDevice() = default;
 
 #endif  // LM_WITH_CUDA

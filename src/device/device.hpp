@@ -71,6 +71,18 @@ void device_copy_d2d(lm_mesh_s *m, void *dst, const void *src, size_t bytes);
 // one allgather of host name + PCI bus id of `device_id`); returns it.
 int device_transport(lm_mesh_s *m, int device_id);
 
+// The mesh's NCCL communicator on `device_id`, created on first use (collective over the mesh
+// members): ncclGetUniqueId on mesh rank 0, MPI_Bcast on the mesh's communicator, non-blocking
+// ncclCommInitRankConfig polled with ncclCommGetAsyncError until done or LM_NCCL_TIMEOUT seconds
+// (default 300). Any failure on any rank: ncclCommAbort, the mesh is marked broken and EVERY rank
+// throws LM_ERR_NCCL (one small allreduce agrees). Returns an ncclComm_t.
+void *nccl_comm(lm_mesh_s *m, int device_id);
+// Checks a communicator's asynchronous state after work was posted; on error aborts it, marks the
+// mesh broken and throws LM_ERR_NCCL (local: the peers see the same error from their own comm).
+void nccl_check_async(lm_mesh_s *m, const char *what);
+// Seconds of LM_NCCL_TIMEOUT (default 300; 0 = poll once).
+double nccl_timeout_seconds();
+
 // Runs a reshard plan on device tensors (src data `in` on the source mesh, `out` on the target's)
 // through the mesh's transport: host staging today, NCCL when it is chosen. Blocking in the
 // library's sense: returns once the device work is enqueued. in/out may be NULL where this rank
