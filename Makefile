@@ -184,7 +184,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check check-gpu demo bench install uninstall clean deps abi-dump abi-check help
+.PHONY: all lib tests examples check check-gpu print-cuda demo bench install uninstall clean deps abi-dump abi-check help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples
@@ -361,6 +361,10 @@ abi-check: abi-dump
 
 clean:
 	rm -rf $(BUILD)
+
+# What CUDA=auto resolved to here (1 or 0): for scripts.
+print-cuda:
+	@echo $(CUDA)
 
 help:
 	@sed -n '2,17p' Makefile
