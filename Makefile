@@ -184,7 +184,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check check-gpu print-cuda demo bench install uninstall clean deps abi-dump abi-check help
+.PHONY: all lib tests examples check check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples
@@ -310,7 +310,10 @@ check: all
 
 # Device tests only (tests/gpu/), at NPS (default "1 2 4"). NCCL_SPLIT_HOSTS=1 gives each rank its
 # own NCCL_HOSTID (and NCCL_SOCKET_IFNAME=lo), so several ranks on ONE GPU run real NCCL.
-check-gpu: deps lib $(GPU_BINS)
+# What a device run needs, and nothing else (tests/gpu/device-check.sh builds this).
+gpu-progs: lib $(GPU_BINS) $(BUILD)/tests/unit_device_ops $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bench_device)
+
+check-gpu: deps gpu-progs
 ifeq ($(CUDA),1)
 	$(RUN_ENV) NPS="$(or $(NPS),1 2 4)" LM_TEST_GPU_ONLY=1 $(if $(filter 1,$(NCCL_SPLIT_HOSTS)),LM_NCCL_SPLIT_HOSTS=1) \
 	  bash tests/run-tests.sh $(or $(TESTS),'test_gpu_*')
