@@ -171,5 +171,46 @@ void wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k, 
   check_launch("wide_finish_avg kernel launch");
 }
 
+#ifdef LM_HAVE_BOXCOPY
+namespace {
+template <class T>
+__global__ void k_box_copy(BoxCopy c, char *dst, const char *src, int64_t e0, int64_t n) {
+  LM_GRID_LOOP(i, n) {
+    int64_t so, dof;
+    boxcopy_locate(c, e0 + i, &so, &dof);
+    *reinterpret_cast<T *>(dst + dof * c.esize) = *reinterpret_cast<const T *>(src + so * c.esize);
+  }
+}
+struct alignas(16) Bytes16 {
+  uint64_t a, b;
+};
+}  // namespace
+
+void box_copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1, void *st) {
+  if (e1 > c.numel) e1 = c.numel;
+  if (e0 >= e1) return;
+  cudaStream_t s = static_cast<cudaStream_t>(st);
+  if (c.n == 1) {  // one run: both buffers contiguous over the range
+    cudaError_t rc = cudaMemcpyAsync(static_cast<char *>(dst) + (c.dbase + e0) * c.esize,
+                                     static_cast<const char *>(src) + (c.sbase + e0) * c.esize,
+                                     (size_t)((e1 - e0) * c.esize), cudaMemcpyDeviceToDevice, s);
+    if (rc != cudaSuccess) cuda_fail(rc, "cudaMemcpyAsync (box copy)");
+    return;
+  }
+  const int64_t n = e1 - e0;
+  char *d = static_cast<char *>(dst);
+  const char *sp = static_cast<const char *>(src);
+  switch (c.esize) {
+    case 1: LAUNCH(k_box_copy<uint8_t>, n, st, c, d, sp, e0, n); break;
+    case 2: LAUNCH(k_box_copy<uint16_t>, n, st, c, d, sp, e0, n); break;
+    case 4: LAUNCH(k_box_copy<uint32_t>, n, st, c, d, sp, e0, n); break;
+    case 8: LAUNCH(k_box_copy<uint64_t>, n, st, c, d, sp, e0, n); break;
+    case 16: LAUNCH(k_box_copy<Bytes16>, n, st, c, d, sp, e0, n); break;
+    default: fail(LM_ERR_INTERNAL, "cuda::box_copy: element size %lld", (long long)c.esize);
+  }
+  check_launch("box copy kernel launch");
+}
+#endif
+
 }  // namespace cuda
 }  // namespace lm

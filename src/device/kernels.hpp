@@ -9,8 +9,19 @@
 
 #include "core/dtype.hpp"
 
+#if __has_include("reshard/boxcopy.hpp")
+#include "reshard/boxcopy.hpp"
+#define LM_HAVE_BOXCOPY 1
+#endif
+
 namespace lm {
 namespace cuda {
+
+#ifdef LM_HAVE_BOXCOPY
+// Copies box elements [e0, e1) of c from src to dst (device buffers), one thread per element
+// through the shared arithmetic of reshard/boxcopy.hpp; one contiguous run is a cudaMemcpyAsync.
+void box_copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1, void *stream);
+#endif
 
 // acc[i] = op(acc[i], in[i]), n elements of t (avg accumulates a sum), like reduce_into.
 void reduce(DType t, int op, void *acc, const void *in, int64_t n, void *stream);

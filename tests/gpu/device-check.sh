@@ -75,7 +75,9 @@ phase bench-np1 60 bench-np1.log bash tools/lm-mpirun 1 "$BUILD/bench/bench_devi
 phase bench-np2-split 90 bench-np2-split.log \
   bash tools/lm-mpirun 2 bash tests/gpu/split-hosts.sh "$BUILD/bench/bench_device" --mib 1,16,128
 grep -h '^{' "$OUT/bench-np1.log" "$OUT/bench-np2-split.log" > "$OUT/bench_device.jsonl" 2>/dev/null
-if grep -q '"baseline": "nccl' "$OUT/bench-np2-split.log" 2>/dev/null; then works=true; else works=false; fi
+if grep -q '"baseline": "nccl' "$OUT/bench-np2-split.log" 2>/dev/null; then works=true
+elif grep -q 'no CUDA device' "$OUT/bench-np2-split.log" 2>/dev/null; then works=null  # no GPU here
+else works=false; fi
 printf '{"phase": "nccl-split-hosts-probe", "nccl_two_ranks_one_gpu_with_hostid": %s}\n' "$works" >> "$RESULTS"
 note "NCCL with NCCL_HOSTID per rank on one GPU: $works"
 
