@@ -356,6 +356,7 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
     std::shared_ptr<Plan> plan;
     if (sm == dm) {
       std::string key = t->layout.key() + "->" + L.key() + strfmt("#%u.%u.%u", t->dtype.code, t->dtype.bits, t->dtype.lanes);
+      if (is_device(t->device)) key += "@cuda";  // device plans keep their own transport
       auto it = sm->plan_cache.find(key);
       if (it != sm->plan_cache.end()) {
         plan = it->second.first;
