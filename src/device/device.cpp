@@ -17,10 +17,13 @@
 #include "mesh/mesh.hpp"
 #include "reshard/plan.hpp"
 #include "tensor/tensor.hpp"
+#include "transport/mpi.hpp"
 
 #ifdef LM_WITH_CUDA
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "device/nccl_transport.hpp"
 #endif
 
 namespace lm {
@@ -434,6 +437,27 @@ void nccl_check_async(lm_mesh_s *m, const char *what) {
   nccl_break(m, msg);
 }
 
+bool device_plan_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id) {
+  // Cross-mesh plans stage (a communicator per pair of meshes is not built yet).
+  if (src_mesh != dst_mesh || !src_mesh->member) return false;
+  if (device_transport(src_mesh, device_id) != LM_TRANSPORT_NCCL) return false;
+  void *comm = nccl_comm(src_mesh, device_id);
+  void *stream = mesh_device(src_mesh).config.stream;
+  auto *cur = dynamic_cast<NcclTransport *>(plan.transport());
+  if (!cur || cur->comm() != comm || cur->stream() != stream) {
+    std::vector<int> map((size_t)src_mesh->world_size, -1);  // parent rank -> NCCL rank
+    for (int64_t i = 0; i < src_mesh->grid->size(); ++i)
+      map[(size_t)src_mesh->grid->rank_at_index(i)] = (int)i;
+    plan.use_transport(
+        std::make_unique<NcclTransport>(src_mesh, comm, stream, device_id, std::move(map)));
+  }
+  return true;
+}
+
+void plan_use_host_transport(Plan &plan) {
+  if (dynamic_cast<NcclTransport *>(plan.transport())) plan.use_transport(transport_for(plan.comm));
+}
+
 #else  // !LM_WITH_CUDA ------------------------------------------------------------------
 
 bool cuda_built() { return false; }
@@ -461,6 +485,8 @@ void *stage_to_host(lm_mesh_s *, const void *, size_t) { not_built("device stagi
 void stage_to_device(lm_mesh_s *, void *, void *, size_t) { not_built("device staging"); }
 void stage_release(lm_mesh_s *, void *) {}
 int device_transport(lm_mesh_s *, int) { not_built("device transport"); }
+bool device_plan_on_nccl(lm_mesh_s *, lm_mesh_s *, Plan &, int) { not_built("NCCL"); }
+void plan_use_host_transport(Plan &) {}
 void *nccl_comm(lm_mesh_s *, int) { not_built("NCCL"); }
 void nccl_check_async(lm_mesh_s *, const char *) {}
 double nccl_timeout_seconds() { return 300.0; }
@@ -471,8 +497,14 @@ MeshDevice::~MeshDevice() = default;
 // ------------------------------------------------------------------------------ plans
 void device_run_plan(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, const void *in,
                      size_t in_bytes, void *out, size_t out_bytes, int device_id) {
+  if (device_plan_on_nccl(src_mesh, dst_mesh, plan, device_id)) {
+    plan.run(in, out);  // device pointers; everything enqueued on the mesh's stream
+    nccl_check_async(src_mesh, "reshard on NCCL");
+    return;
+  }
   if (src_mesh->member) device_transport(src_mesh, device_id);
-  // Today every device plan runs staged (see device_transport); the NCCL executor plugs in here.
+  plan_use_host_transport(plan);
+  // Host-staged: the plan runs on pinned host copies through MPI.
   // Staging failures are agreed over a shared mesh (cross-mesh: no common communicator without
   // the bystanders, so a failure there stays local: documented).
   lm_mesh_s *agree = src_mesh == dst_mesh && src_mesh->member ? src_mesh : nullptr;

@@ -22,9 +22,12 @@ struct Storage;
 
 // True when the library was built with CUDA and NCCL.
 bool cuda_built();
-// Whether device plans can run on NCCL (the executor behind the transport seam). Until it exists
-// every device plan is staged through host memory and the transport query says so.
+// Whether device plans can run on NCCL (device/nccl_transport.hpp behind the transport seam).
+#ifdef LM_WITH_CUDA
+constexpr bool kNcclExecutor = true;
+#else
 constexpr bool kNcclExecutor = false;
+#endif
 // CUDA devices visible to this process (0 without a build, a driver or a device). Cached.
 int cuda_device_count();
 // True for kDLCUDA (the only device type besides kDLCPU that tensors may live on).
@@ -103,6 +106,13 @@ void *stage_host_buffer(lm_mesh_s *m, size_t bytes);
 void stage_to_device(lm_mesh_s *m, void *dev, void *host, size_t bytes);
 // Marks a staging buffer reusable at once (no device work pending on it).
 void stage_release(lm_mesh_s *m, void *host);
+
+// Prepares `plan` to run on device memory through NCCL when the mesh's transport is NCCL and the
+// plan stays within one mesh (src_mesh == dst_mesh); returns false otherwise (then stage).
+// Collective over the mesh the first time (transport choice, communicator init).
+bool device_plan_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id);
+// A plan about to run on host memory gets back the host transport if a device run replaced it.
+void plan_use_host_transport(Plan &plan);
 
 // Nonblocking staged plans: the state a request keeps between start and completion.
 struct DeviceRequest {

@@ -78,8 +78,10 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
     if (is_device(src->device))
       device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, src->data(), src->local_bytes(),
                       dst->data(), dst->local_bytes(), src->device.device_id);
-    else
+    else {
+      plan_use_host_transport(*p->plan);
       p->plan->run(src->data(), dst->data());
+    }
   } catch (const Error &e) {
     p->plan->abandon();
     mesh_break(p->src_mesh, e);
@@ -98,11 +100,16 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
   tensor_retain(d);
   r->dst = d;
   try {
-    if (is_device(s->device)) {  // staged: the host plan runs on pinned copies
+    if (is_device(s->device) &&
+        device_plan_on_nccl(p->src_mesh, p->dst_mesh, *p->plan, s->device.device_id)) {
+      p->plan->start(s->data(), d->data());  // NCCL: enqueued on the mesh's stream
+    } else if (is_device(s->device)) {  // staged: the host plan runs on pinned copies
+      plan_use_host_transport(*p->plan);
       r->dev = device_plan_begin(p->src_mesh, p->dst_mesh, s->data(), s->local_bytes(), d->data(),
                                  d->local_bytes());
       p->plan->start(r->dev->host_in, r->dev->host_out);
     } else {
+      plan_use_host_transport(*p->plan);
       p->plan->start(s->data(), d->data());
     }
   } catch (const Error &e) {
