@@ -111,7 +111,7 @@ void check_device(DLDevice device, const char *what) {
   }
   if (type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged)
     fail(LM_ERR_NOT_SUPPORTED,
-         "%s: device type %d (CUDA) is not supported by this build (the CUDA/NCCL backend is "
+         "%s: device type %d (kDLCUDA family) is not supported by this build (the CUDA/NCCL backend is "
          "not built in; lm_device_supported tells)",
          what, type);
   fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);
