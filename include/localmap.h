@@ -320,7 +320,8 @@ typedef enum lm_transport_t {
  * (collective then anyway): LM_TRANSPORT_NCCL when the build has NCCL, no two ranks of the mesh
  * share one GPU (checked by one allgather of host name + PCI bus id: NCCL refuses "Duplicate GPU")
  * and the environment does not say LM_TRANSPORT=mpi; LM_TRANSPORT_MPI_STAGED otherwise. Until
- * then LM_TRANSPORT_UNDECIDED. A cross-mesh reshard uses the source mesh's choice.
+ * then LM_TRANSPORT_UNDECIDED. Cross-mesh device reshards are host-staged whatever the meshes
+ * chose (no NCCL communicator per pair of meshes yet).
  * @param transport out: an lm_transport_t value */
 LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType device_type,
                                                   int *transport);
