@@ -498,7 +498,12 @@ MeshDevice::~MeshDevice() = default;
 void device_run_plan(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, const void *in,
                      size_t in_bytes, void *out, size_t out_bytes, int device_id) {
   if (device_plan_on_nccl(src_mesh, dst_mesh, plan, device_id)) {
-    plan.run(in, out);  // device pointers; everything enqueued on the mesh's stream
+    try {
+      plan.run(in, out);  // device pointers; everything enqueued on the mesh's stream
+    } catch (...) {
+      plan.abandon();  // a cached plan must not stay mid-execution
+      throw;
+    }
     nccl_check_async(src_mesh, "reshard on NCCL");
     return;
   }
