@@ -10,5 +10,5 @@ rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-0}}}
 export NCCL_HOSTID="lm-split-host-$rank"
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 # P2P/SHM between "hosts" would be wrong: force the network (socket) path.
-export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1
 exec "$@"
