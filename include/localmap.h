@@ -4,7 +4,7 @@
  *
  * The stable C ABI of liblocalmap. This header does not include mpi.h nor any CUDA header:
  * communicators cross it as Fortran handles (MPI_Fint, an int in every MPI we know; see
- * localmap_mpi.h for MPI_Comm-typed helpers), CUDA streams would cross it as void*.
+ * localmap_mpi.h for MPI_Comm-typed helpers), CUDA streams cross it as void* (lm_device_config_t).
  *
  * Conventions (docs/DESIGN.md has the long form):
  *  - Every function returns lm_status_t. Outputs go through pointers, output first on create.
@@ -340,7 +340,8 @@ typedef enum lm_shape_mode_t {
   LM_SHAPE_ALLGATHER = 2  /* one small allgather of local extents (right for uneven shards) */
 } lm_shape_mode_t;
 
-/* A zero-filled tensor: each member rank allocates its shard on `device`.
+/* A zero-filled tensor: each member rank allocates its shard on `device` (kDLCUDA: from the mesh's
+ * device allocator, zeroed on the mesh's stream; see lm_device_config_t).
  * Local; placements has one entry per mesh dim. Shapes of more than 2^58 elements are refused
  * (LM_ERR_INVALID_ARGUMENT), so that no byte count can overflow. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_mesh_t mesh,

@@ -437,6 +437,15 @@ void nccl_check_async(lm_mesh_s *m, const char *what) {
   nccl_break(m, msg);
 }
 
+CurrentDevice::CurrentDevice(int dev) {
+  LM_CUDA(cudaGetDevice(&prev_), "cudaGetDevice");
+  if (prev_ != dev) LM_CUDA(cudaSetDevice(dev), "cudaSetDevice");
+}
+CurrentDevice::~CurrentDevice() {
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur != prev_ && prev_ >= 0) cudaSetDevice(prev_);
+}
+
 bool device_plan_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id) {
   // Cross-mesh plans stage (a communicator per pair of meshes is not built yet).
   if (src_mesh != dst_mesh || !src_mesh->member) return false;
@@ -487,6 +496,8 @@ void stage_release(lm_mesh_s *, void *) {}
 int device_transport(lm_mesh_s *, int) { not_built("device transport"); }
 bool device_plan_on_nccl(lm_mesh_s *, lm_mesh_s *, Plan &, int) { not_built("NCCL"); }
 void plan_use_host_transport(Plan &) {}
+CurrentDevice::CurrentDevice(int) {}
+CurrentDevice::~CurrentDevice() = default;
 void *nccl_comm(lm_mesh_s *, int) { not_built("NCCL"); }
 void nccl_check_async(lm_mesh_s *, const char *) {}
 double nccl_timeout_seconds() { return 300.0; }
@@ -498,6 +509,7 @@ MeshDevice::~MeshDevice() = default;
 void device_run_plan(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, const void *in,
                      size_t in_bytes, void *out, size_t out_bytes, int device_id) {
   if (device_plan_on_nccl(src_mesh, dst_mesh, plan, device_id)) {
+    CurrentDevice on(device_id);
     try {
       plan.run(in, out);  // device pointers; everything enqueued on the mesh's stream
     } catch (...) {

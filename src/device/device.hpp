@@ -86,6 +86,19 @@ void nccl_check_async(lm_mesh_s *m, const char *what);
 // Seconds of LM_NCCL_TIMEOUT (default 300; 0 = poll once).
 double nccl_timeout_seconds();
 
+// Makes CUDA device `dev` current for a scope (kernels and NCCL calls go to the current device)
+// and restores the caller's; does nothing in builds without CUDA.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int dev);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice &) = delete;
+  CurrentDevice &operator=(const CurrentDevice &) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
 // Runs a reshard plan on device tensors (src data `in` on the source mesh, `out` on the target's)
 // through the mesh's transport: host staging today, NCCL when it is chosen. Blocking in the
 // library's sense: returns once the device work is enqueued. in/out may be NULL where this rank

@@ -102,6 +102,7 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
   try {
     if (is_device(s->device) &&
         device_plan_on_nccl(p->src_mesh, p->dst_mesh, *p->plan, s->device.device_id)) {
+      CurrentDevice on(s->device.device_id);
       p->plan->start(s->data(), d->data());  // NCCL: enqueued on the mesh's stream
     } else if (is_device(s->device)) {  // staged: the host plan runs on pinned copies
       plan_use_host_transport(*p->plan);
