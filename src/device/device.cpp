@@ -252,7 +252,18 @@ void stage_to_device(lm_mesh_s *m, void *dev, void *host, size_t bytes) {
 }
 
 MeshDevice::~MeshDevice() {
-  if (nccl) ncclCommAbort(static_cast<ncclComm_t>(nccl));  // local, never waits for peers
+  if (nccl) {
+    // Let enqueued NCCL work finish (peers may be waiting for it), at most LM_NCCL_TIMEOUT, then
+    // abort: local, never waits for peers (ncclCommFinalize/Destroy could).
+    if (nccl_used) {
+      const double limit = nccl_timeout_seconds();
+      const auto t0 = std::chrono::steady_clock::now();
+      while (cudaStreamQuery(static_cast<cudaStream_t>(nccl_stream)) == cudaErrorNotReady &&
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < limit)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ncclCommAbort(static_cast<ncclComm_t>(nccl));
+  }
   for (auto &p : pinned) {
     if (p.event && p.event != reinterpret_cast<void *>(1)) {
       cudaEventSynchronize(static_cast<cudaEvent_t>(p.event));
@@ -453,6 +464,9 @@ bool device_plan_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, i
   void *comm = nccl_comm(src_mesh, device_id);
   void *stream = mesh_device(src_mesh).config.stream;
   auto *cur = dynamic_cast<NcclTransport *>(plan.transport());
+  MeshDevice &md = mesh_device(src_mesh);
+  md.nccl_used = true;
+  md.nccl_stream = stream;
   if (!cur || cur->comm() != comm || cur->stream() != stream) {
     std::vector<int> map((size_t)src_mesh->world_size, -1);  // parent rank -> NCCL rank
     for (int64_t i = 0; i < src_mesh->grid->size(); ++i)

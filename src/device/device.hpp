@@ -50,6 +50,8 @@ struct MeshDevice {
   std::string transport_why;  // one line: why this transport (for messages and docs)
   void *nccl = nullptr;       // ncclComm_t of the mesh's ranks
   int nccl_device = -1;
+  void *nccl_stream = nullptr;  // the stream NCCL work was last enqueued on
+  bool nccl_used = false;
   struct Pinned {
     void *ptr = nullptr;
     size_t cap = 0;
