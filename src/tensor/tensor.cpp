@@ -14,7 +14,7 @@ Storage::~Storage() {
   if (managed) {
     if (managed->deleter) managed->deleter(managed);
   } else if (owned) {
-    pool_give(data, cap);
+    pool_give(data, cap, bytes);
   }
 }
 
