@@ -462,6 +462,15 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t pla
 /* Writes a one-line human description of the plan's steps into buf. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf,
                                                          size_t size);
+/** Host memory handed out by the library's buffer pool on this process (tensor storage, reshard
+ * staging and intermediate buffers): the bytes in use now and their high-water mark, counted as
+ * requested sizes rounded up to 64 bytes. Local and thread-safe. A reshard's peak extra memory is
+ * the rise of the mark over the bytes in use before it (docs/DESIGN.md states the bound).
+ * @param in_use     bytes in use now (may be NULL)
+ * @param peak       the high-water mark since the last reset (may be NULL)
+ * @param reset_peak non-zero: after reading, set the mark to the bytes in use now
+ * @return LM_SUCCESS */
+LM_NODISCARD LM_API lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak);
 /* Local, NULL-safe. A plan with a request in flight must not be destroyed before it completes. */
 LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan);
 

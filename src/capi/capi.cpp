@@ -14,6 +14,7 @@
 #include "device/device.hpp"
 #include "localmap/local_map.hpp"
 #include "reshard/persistent.hpp"
+#include "tensor/pool.hpp"
 #include "tensor/ops.hpp"
 
 namespace {
@@ -611,6 +612,15 @@ LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *b
     lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_bytes_sent");
     OUT_ARG(bytes, "bytes", "lm_reshard_plan_bytes_sent");
     *bytes = p->plan->bytes_sent;
+  });
+}
+
+LM_API lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak) {
+  return guard([&] {
+    size_t u = 0, pk = 0;
+    pool_stats(&u, &pk, reset_peak != 0);
+    if (in_use) *in_use = (int64_t)u;
+    if (peak) *peak = (int64_t)pk;
   });
 }
 

@@ -109,8 +109,9 @@ void *NcclTransport::staging_take(size_t bytes, size_t *cap) {
   return p;
 }
 
-void NcclTransport::staging_give(void *p, size_t cap) {
+void NcclTransport::staging_give(void *p, size_t cap, size_t bytes) {
   (void)cap;
+  (void)bytes;
   if (p && cudaFreeAsync(p, static_cast<cudaStream_t>(stream_)) != cudaSuccess) cudaGetLastError();
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "reshard/persistent.hpp"
 
+#include <cstdlib>
+
 #include "core/error.hpp"
 #include "tensor/ops.hpp"
 
@@ -19,6 +21,12 @@ lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
   Layout D = make_layout(dm, dst_pl, g, strfmt("%s: dst_placements", fn).c_str());
   auto p = std::make_unique<lm_reshard_plan_s>();
   p->plan = plan_build(S, D, dtype, comm, sm->world_rank);
+  // Opt-in: keep intermediate and staging buffers from one execution to the next.
+  static const bool keep = [] {
+    const char *e = std::getenv("LM_PLAN_KEEP_BUFFERS");
+    return e && e[0] == '1';
+  }();
+  p->plan->keep_buffers = keep;
   mesh_retain(sm);
   p->src_mesh = sm;
   mesh_retain(dm);

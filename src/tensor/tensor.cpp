@@ -17,7 +17,7 @@ Storage::~Storage() {
   } else if (managed) {
     if (managed->deleter) managed->deleter(managed);
   } else if (owned) {
-    pool_give(data, cap);
+    pool_give(data, cap, bytes);
   }
 }
 
