@@ -32,7 +32,8 @@ from ._core import (ARG_DIST_TENSOR, ARG_DOUBLE, ARG_INT64, ARG_MANAGED_TENSOR, 
                     OutOfMemoryError, Partial, Placement, RemoteError, Replicate, Request,
                     ReshardPlan, Shard, UserError, chunk, comm_world, device_supported,
                     finalize, format_placements, from_dlpack, from_global, from_local, init,
-                    library_path, library_version, local_map, status_string, tensor_alloc,
+                    library_path, library_version, local_map, pool_stats, status_string,
+                    tensor_alloc,
                     world_rank, zeros)
 from ._lib import LibraryNotFoundError
 
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Mesh", "DistTensor", "ReshardPlan", "Request", "Placement", "Shard", "Replicate", "Partial",
     "zeros", "from_local", "from_global", "from_dlpack", "local_map", "format_placements",
-    "chunk", "tensor_alloc", "init", "finalize", "comm_world", "world_rank", "device_supported",
+    "chunk", "tensor_alloc", "pool_stats", "init", "finalize", "comm_world", "world_rank", "device_supported",
     "library_version", "library_path", "status_string", "REDUCE_OPS",
     "Error", "InvalidArgumentError", "InvalidUsageError", "OutOfMemoryError",
     "NotSupportedError", "MismatchError", "MPIError", "NCCLError", "CUDAError", "RemoteError",

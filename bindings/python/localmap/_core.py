@@ -202,6 +202,14 @@ def tensor_alloc(shape, dtype, device="cpu"):
                                   release=functools.partial(dl.release_managed, p.value))
 
 
+def pool_stats(reset_peak=False):
+    """(bytes in use, high-water mark) of the library's host buffer pool on this process (tensor
+    storage, reshard staging); reset_peak=True then sets the mark to the bytes in use. Local."""
+    used, peak = c_int64(), c_int64()
+    L.lm_pool_stats(byref(used), byref(peak), 1 if reset_peak else 0)
+    return used.value, peak.value
+
+
 def _comm_f(comm, argname="comm"):
     """A Fortran communicator handle from None (COMM_WORLD), an int, or an mpi4py Comm."""
     if comm is None:

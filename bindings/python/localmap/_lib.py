@@ -267,6 +267,7 @@ _PROTOTYPES = [
     ("lm_request_wait", status_t, [POINTER(lm_request_t)]),
     ("lm_reshard_plan_bytes_sent", status_t, [lm_reshard_plan_t, P_i64]),
     ("lm_reshard_plan_describe", status_t, [lm_reshard_plan_t, c_char_p, c_size_t]),
+    ("lm_pool_stats", status_t, [P_i64, P_i64, c_int]),
     ("lm_reshard_plan_destroy", status_t, [POINTER(lm_reshard_plan_t)]),
     ("lm_local_map", status_t, [lm_local_fn_t, c_void_p, c_int, POINTER(lm_arg_t), PP_placement,
                                 c_int, PP_placement, PP_i64, lm_mesh_t, c_uint,

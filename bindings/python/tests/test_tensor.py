@@ -180,3 +180,15 @@ def test_placements_objects():
     assert lm.format_placements([lm.Shard(0), lm.Replicate(), lm.Partial("sum")]) == \
         "[S(0), R, P(sum)]"
     assert len({lm.Shard(0), lm.Shard(0), lm.Replicate()}) == 2
+
+
+def test_pool_stats(mesh1):
+    gc.collect()
+    used0, _ = lm.pool_stats(reset_peak=True)
+    with lm.zeros(mesh1, [1 << 16], np.float64, [lm.Replicate()]) as t:
+        used, peak = lm.pool_stats()
+        assert used >= used0 + 8 * (1 << 16) and peak >= used
+        del t
+    gc.collect()
+    used2, peak2 = lm.pool_stats()
+    assert used2 <= used and peak2 >= peak
