@@ -100,6 +100,7 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
   try {
     p->plan->start(s->data(), d->data());
   } catch (const Error &e) {
+    p->plan->abandon();
     mesh_break(p->src_mesh, e);
   }
   p->in_flight = r.get();
