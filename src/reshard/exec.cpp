@@ -709,6 +709,20 @@ void Plan::abandon() {
   tp_->reset();
 }
 
+void Plan::use_transport(std::unique_ptr<Transport> tp) {
+  if (active) fail(LM_ERR_INTERNAL, "Plan::use_transport during an execution");
+  if (ex_) {
+    const bool keep = keep_buffers;
+    keep_buffers = false;
+    abandon();
+    for (auto &r : ex_->runs)
+      if (r) r->drop_kept();
+    ex_.reset();
+    keep_buffers = keep;
+  }
+  tp_ = std::move(tp);
+}
+
 std::string Plan::describe() const {
   std::string s;
   for (auto &st : steps) {
