@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "tensor/collective.hpp"
 
 namespace lm {
 
@@ -101,7 +102,33 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
                    "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
   } catch (const Error &e) {
     if (mode != LM_SHAPE_ALLGATHER) throw;
-    allgather_global_shape(m, pl, local, fn, &e);  // throws e after the collective
+    if (m->check_level == 0) allgather_global_shape(m, pl, local, fn, &e);  // throws e after it
+    agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());  // throws
+  }
+  if (mode == LM_SHAPE_ALLGATHER && m->check_level >= 1) {
+    // The ranks agree on what they were asked before the extents travel.
+    Fingerprint fp("lm_dist_tensor_from_local (LM_SHAPE_ALLGATHER)");
+    fp.add("mesh", m->id);
+    fp.add("placements", hash_placements(pl, m->ndim()));
+    fp.add("local ndim", (uint64_t)local->ndim);
+    fp.add("dtype", hash_dtype(local->dtype));
+    struct Ctx {
+      lm_mesh_s *m;
+      const lm_placement_t *pl;
+      const DLTensor *local;
+    } ctx{m, pl, local};
+    agree_call(fn, m, nullptr, &fp,
+               [](const void *p, int f) -> std::string {
+                 const Ctx &c = *static_cast<const Ctx *>(p);
+                 switch (f) {
+                   case 1: return mesh_desc(c.m);
+                   case 2: return format_placements(c.pl, c.m->ndim());
+                   case 3: return std::to_string(c.local->ndim);
+                   case 4: return dl_dtype_name(c.local->dtype);
+                 }
+                 return "?";
+               },
+               &ctx, LM_SUCCESS, std::string());
   }
   bool borrow = managed != nullptr || flags == LM_FROM_LOCAL_BORROW;
 
@@ -206,12 +233,26 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
     return t;
   }
   if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", fn, m->world_rank);
-  LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
-               (long long)m->grid->size());
   // The root validates and broadcasts ndim, shape and dtype (with its verdict).
   const int W = kMaxDims + 3;
   long long meta[W] = {0};
   std::string root_err;
+  struct Ctx {
+    lm_mesh_s *m;
+    const lm_placement_t *pl;
+    int root;
+    const DLTensor *global;
+    const long long *meta;
+  } ctx{m, pl, root, global, meta};
+  auto describe = [](const void *p, int f) -> std::string {
+    const Ctx &c = *static_cast<const Ctx *>(p);
+    switch (f) {
+      case 1: return mesh_desc(c.m);
+      case 2: return format_placements(c.pl, c.m->ndim());
+      case 3: return std::to_string(c.root);
+    }
+    return "?";
+  };
   if (m->index == root) {
     try {
       LM_CHECK_ARG(global != nullptr, "%s: global is NULL on the root", fn);
@@ -227,6 +268,26 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
       root_err = e.message();
     }
   }
+  if (m->check_level >= 1) {
+    // Agree on the root (and mesh, placements) before the broadcast that needs it; the root's
+    // verdict on its global travels with it.
+    lm_status_t st = (lm_status_t)meta[0];
+    std::string err = root_err;
+    try {
+      LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn,
+                   root, (long long)m->grid->size());
+    } catch (const Error &e) {
+      st = e.status();
+      err = e.message();
+    }
+    Fingerprint fp("lm_dist_tensor_from_global (root >= 0)");
+    fp.add("mesh", m->id);
+    fp.add("placements", hash_placements(pl, m->ndim()));
+    fp.add("root", (uint64_t)root);
+    agree_call(fn, m, nullptr, &fp, describe, &ctx, st, err, root);
+  }
+  LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
+               (long long)m->grid->size());
   try {
     mpi_check(MPI_Bcast(meta, W, MPI_LONG_LONG, root, m->comm), strfmt("%s: MPI_Bcast", fn).c_str());
   } catch (const Error &e) {
@@ -240,6 +301,35 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
   Shape g((size_t)meta[1]);
   for (size_t i = 0; i < g.size(); ++i) g[i] = meta[3 + i];
   DLDataType dtype{(uint8_t)(meta[2] >> 16), (uint8_t)(meta[2] >> 8), (uint16_t)(meta[2] & 0xff)};
+  if (m->check_level >= 1) {
+    // Ranks other than the root may pass NULL; a global they do pass must have the root's shape
+    // and dtype (a second small agreement, since only now do they know the root's).
+    bool mine = global != nullptr && m->index != root;
+    Shape own = g;
+    DLDataType own_dtype = dtype;
+    if (mine) {
+      own.assign(global->shape ? global->shape : g.data(),
+                 (global->shape ? global->shape : g.data()) + (global->ndim > 0 && global->ndim <= kMaxDims ? global->ndim : 0));
+      own_dtype = global->dtype;
+    }
+    Fingerprint fp("lm_dist_tensor_from_global (root >= 0)");
+    fp.add("shape of global", hash_shape(own.data(), (int)own.size()));
+    fp.add("dtype of global", hash_dtype(own_dtype));
+    struct Ctx2 {
+      const Shape *s;
+      DLDataType d;
+    } c2{&own, own_dtype};
+    agree_call(fn, m, nullptr, &fp,
+               [](const void *p, int f) -> std::string {
+                 const Ctx2 &c = *static_cast<const Ctx2 *>(p);
+                 if (f == 2) return dl_dtype_name(c.d);
+                 std::string r = "[";
+                 for (size_t i = 0; i < c.s->size(); ++i)
+                   r += strfmt(i ? ", %lld" : "%lld", (long long)(*c.s)[i]);
+                 return r + "]";
+               },
+               &c2, LM_SUCCESS, std::string());
+  }
   Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
   lm_dist_tensor_s *t = tensor_new(m, L, dtype, DLDevice{kDLCPU, 0}, false);
   try {
@@ -261,38 +351,52 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   lm_dist_tensor_s *t = tensor_check(tensor, fn);
   lm_mesh_s *m = mesh_check_usable(t->mesh, fn);
   if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", fn, m->world_rank);
-  LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
-               (long long)m->grid->size());
   bool receives = root < 0 || m->index == root;
-  // Checks dst on a receiving rank, returning the verdict instead of throwing: the ranks agree
-  // on it before any data moves, so a refused dst leaves no message behind and no rank waiting.
+  // Every rank checks its arguments (the receiving ones their dst) and all agree on the verdict
+  // and, at LM_CHECK >= 1, on a fingerprint of the call before any data moves: a refused dst
+  // leaves no message behind and no rank waiting.
   std::string err;
-  auto check_dst = [&]() -> lm_status_t {
-    try {
+  lm_status_t st = LM_SUCCESS;
+  try {
+    LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn,
+                 root, (long long)m->grid->size());
+    if (receives) {
       LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL", fn);
       check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
-      return LM_SUCCESS;
-    } catch (const Error &e) {
-      err = e.message();
-      return e.status();
     }
-  };
-  if (root < 0) {
-    lm_status_t st = check_dst();  // every rank checks its own: one small allreduce agrees
-    mesh_agree(m, st, err, "lm_dist_tensor_gather: dst checks");
-  } else {
-    int verdict = receives ? check_dst() : LM_SUCCESS;  // only the root can: it broadcasts
-    try {
-      mpi_check(MPI_Bcast(&verdict, 1, MPI_INT, root, m->comm), "lm_dist_tensor_gather: MPI_Bcast");
-    } catch (const Error &e) {
-      mesh_break(m, e);
-    }
-    if (verdict) {
-      if (receives) throw Error((lm_status_t)verdict, err);
-      fail(LM_ERR_REMOTE, "%s: the root (mesh rank %d) refused its dst: %s", fn, root,
-           lm_status_string((lm_status_t)verdict));
-    }
+  } catch (const Error &e) {
+    err = e.message();
+    st = e.status();
   }
+  Fingerprint fp("lm_dist_tensor_gather");
+  fp.add("mesh", m->id);
+  fp.add("placements", hash_placements(t->layout.pl.data(), m->ndim()));
+  fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+  fp.add("dtype", hash_dtype(t->dtype));
+  fp.add("root", (uint64_t)(int64_t)(root < 0 ? -1 : root));
+  struct Ctx {
+    lm_dist_tensor_s *t;
+    int root;
+  } ctx{t, root};
+  agree_call(fn, m, nullptr, m->check_level >= 1 ? &fp : nullptr,
+             [](const void *p, int f) -> std::string {
+               const Ctx &c = *static_cast<const Ctx *>(p);
+               switch (f) {
+                 case 1: return mesh_desc(c.t->mesh);
+                 case 2: return c.t->layout.str();
+                 case 3: {
+                   std::string r = "[";
+                   for (size_t i = 0; i < c.t->layout.gshape.size(); ++i)
+                     r += strfmt(i ? ", %lld" : "%lld", (long long)c.t->layout.gshape[i]);
+                   return r + "]";
+                 }
+                 case 4: return dl_dtype_name(c.t->dtype);
+                 case 5: return c.root < 0 ? std::string("-1 (all ranks)") : std::to_string(c.root);
+               }
+               return "?";
+             },
+             &ctx, st, err, root);
+  if (m->check_level >= 2) check_replicas(t, fn);
   std::unique_ptr<Plan> plan;
   if (root < 0) {
     std::vector<lm_placement_t> rep(m->ndim(), lm_placement_t{LM_REPLICATE, 0, 0, 0});
@@ -319,14 +423,67 @@ MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn) {
   return src->world;
 }
 
+namespace {
+struct ReshardCtx {
+  lm_dist_tensor_s *t;
+  lm_mesh_s *sm, *dm;
+  const lm_placement_t *pl;
+};
+std::string describe_reshard(const void *p, int field) {
+  const ReshardCtx &c = *static_cast<const ReshardCtx *>(p);
+  switch (field) {
+    case 1: return mesh_desc(c.sm) + " (source)";
+    case 2: return mesh_desc(c.dm) + " (target)";
+    case 3: return c.t->layout.str();
+    case 4: {
+      std::string r = "[";
+      for (size_t i = 0; i < c.t->layout.gshape.size(); ++i)
+        r += strfmt(i ? ", %lld" : "%lld", (long long)c.t->layout.gshape[i]);
+      return r + "]";
+    }
+    case 5: return dl_dtype_name(c.t->dtype);
+    case 6: return c.pl ? format_placements(c.pl, c.dm->ndim()) : std::string("NULL");
+  }
+  return "?";
+}
+}  // namespace
+
 lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
                                  const lm_placement_t *pl, const char *fn) {
   lm_dist_tensor_s *t = tensor_check(src, strfmt("%s: src", fn).c_str());
   lm_mesh_s *sm = mesh_check_usable(t->mesh, strfmt("%s: src mesh", fn).c_str());
   lm_mesh_s *dm = dst_mesh ? mesh_check_usable(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
-  MPI_Comm comm = transfer_comm(sm, dm, fn);
-  Layout L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
-  check_reshard(t->layout, L, t->dt);
+  const int level = check_level(sm, dm);
+  MPI_Comm comm = MPI_COMM_NULL;
+  Layout L;
+  if (level == 0 || (!sm->member && !dm->member)) {
+    comm = transfer_comm(sm, dm, fn);
+    L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
+    check_reshard(t->layout, L, t->dt);
+  } else {
+    // Every rank taking part agrees on what it was asked before any data moves: local checks
+    // join the agreement, so a refusal on one rank is a refusal on all.
+    lm_status_t st = LM_SUCCESS;
+    std::string err;
+    try {
+      comm = transfer_comm(sm, dm, fn);
+      L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
+      check_reshard(t->layout, L, t->dt);
+    } catch (const Error &e) {
+      st = e.status();
+      err = e.message();
+    }
+    Fingerprint fp("lm_dist_tensor_reshard");
+    fp.add("source mesh", sm->id);
+    fp.add("target mesh", dm->id);
+    fp.add("source placements", hash_placements(t->layout.pl.data(), sm->ndim()));
+    fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+    fp.add("dtype", hash_dtype(t->dtype));
+    fp.add("target placements", hash_placements(pl, dm->ndim()));
+    ReshardCtx ctx{t, sm, dm, pl};
+    agree_call(fn, sm, dm, &fp, describe_reshard, &ctx, st, err);
+    if (level >= 2 && sm->member) check_replicas(t, fn);
+  }
   lm_dist_tensor_s *out = tensor_new(dm, L, t->dtype, t->device, false);
   if (!sm->member && !dm->member) return out;  // neither mesh: nothing to do, never waited on
   try {
