@@ -304,25 +304,28 @@ void agree(const AgreeArgs &a) {
     msg += strfmt("; this rank %d did not", a.parent_rank);
     throw Error(LM_ERR_REMOTE, msg);
   }
-  // Mismatch: the first field whose hash differs (the operation first, then the field count).
+  // Mismatch: the first field whose hash differs (fields both sides have), the sequence number
+  // when the field lists are the same, else the operation.
   int field = -1;
   const Record &r0 = all[0];
-  for (int r = 1; r < ac->size && field < 0; ++r)
-    if (all[(size_t)r].hash[0] != r0.hash[0] || all[(size_t)r].nfields != r0.nfields) field = 0;
-  const char *fname = "operation";
-  if (field < 0) {
-    for (int i = 1; i <= r0.nfields && field < 0; ++i)
-      for (int r = 1; r < ac->size; ++r)
-        if (all[(size_t)r].hash[i] != r0.hash[i]) {
-          field = i;
-          break;
-        }
-    if (field == r0.nfields)
-      fname = "call sequence number (a rank skipped or repeated a call)";
-    else if (field > 0)
-      fname = a.fp->name(field);
+  int common = r0.nfields;
+  bool same_count = true;
+  for (int r = 1; r < ac->size; ++r) {
+    common = std::min(common, (int)all[(size_t)r].nfields);
+    if (all[(size_t)r].nfields != r0.nfields) same_count = false;
   }
-  if (field < 0) field = 0;  // hashes of the totals differed but no field: report the operation
+  for (int i = 0; i < common + (same_count ? 1 : 0) && field < 0; ++i)
+    for (int r = 1; r < ac->size; ++r)
+      if (all[(size_t)r].hash[i] != r0.hash[i]) {
+        field = i;
+        break;
+      }
+  const char *fname = "operation";
+  if (field == r0.nfields && same_count)
+    fname = "call sequence number (a rank skipped or repeated a call)";
+  else if (field > 0)
+    fname = a.fp->name(field);
+  if (field < 0) field = 0;  // only the field lists differ: report the operation
   std::string msg = strfmt("%s: ranks disagree on %s:", a.fn, fname);
   // Distinct values, each with the ranks that hold it (first four values).
   std::vector<int> done((size_t)ac->size, 0);
@@ -334,8 +337,7 @@ void agree(const AgreeArgs &a) {
     int cnt = 0;
     for (int q = r; q < ac->size; ++q) {
       const Record &y = all[(size_t)q];
-      bool same = field == 0 ? (y.hash[0] == x.hash[0] && y.nfields == x.nfields)
-                             : y.hash[field] == x.hash[field];
+      bool same = y.hash[field] == x.hash[field];
       if (done[(size_t)q] || !same) continue;
       done[(size_t)q] = 1;
       if (cnt < 3) who += strfmt("%s%d", cnt ? "," : "", y.parent_rank);
