@@ -135,9 +135,10 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
   double bytes = (double)rows * (double)cols * 8;
   printf("{\"case\": \"%s\", \"np\": %d, \"shape\": [%lld, %lld], \"bytes\": %.0f, \"dtype\": \"float64\", "
          "\"lm_ms\": %.4f, \"lm_reshard_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, "
-         "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d%s}\n",
+         "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"lm_check\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
-         b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, extra ? extra : "");
+         b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS,
+         getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
   fflush(stdout);
 }
 
