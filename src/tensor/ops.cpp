@@ -80,6 +80,7 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
   if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);
   Shape ls;
   int64_t numel = 1;
+  std::shared_ptr<Storage> pre;
   // Local checks. With LM_SHAPE_ALLGATHER (collective) a failure still joins the allgather.
   try {
     LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
@@ -100,6 +101,10 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
     if (borrow && m->member)
       LM_CHECK_ARG(is_compact(local),
                    "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
+    // The collective mode allocates its copy before the ranks agree, so a failure is agreed.
+    if (mode == LM_SHAPE_ALLGATHER && m->member && !borrow)
+      pre = storage_alloc((size_t)numel * (((size_t)local->dtype.bits * local->dtype.lanes + 7) / 8),
+                          false);
   } catch (const Error &e) {
     if (mode != LM_SHAPE_ALLGATHER) throw;
     if (m->check_level == 0) allgather_global_shape(m, pl, local, fn, &e);  // throws e after it
@@ -174,7 +179,7 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
       s->bytes = t->local_bytes();
       t->storage = s;
     } else {
-      t->storage = storage_alloc(t->local_bytes(), false);
+      t->storage = pre && pre->bytes == t->local_bytes() ? pre : storage_alloc(t->local_bytes(), false);
       if (numel) copy_strided_to_compact(t->storage->data, local, t->esize);
     }
   } catch (...) {
@@ -301,25 +306,43 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
   Shape g((size_t)meta[1]);
   for (size_t i = 0; i < g.size(); ++i) g[i] = meta[3 + i];
   DLDataType dtype{(uint8_t)(meta[2] >> 16), (uint8_t)(meta[2] >> 8), (uint16_t)(meta[2] & 0xff)};
-  if (m->check_level >= 1) {
-    // Ranks other than the root may pass NULL; a global they do pass must have the root's shape
-    // and dtype (a second small agreement, since only now do they know the root's).
-    bool mine = global != nullptr && m->index != root;
-    Shape own = g;
-    DLDataType own_dtype = dtype;
-    if (mine) {
-      own.assign(global->shape ? global->shape : g.data(),
-                 (global->shape ? global->shape : g.data()) + (global->ndim > 0 && global->ndim <= kMaxDims ? global->ndim : 0));
-      own_dtype = global->dtype;
-    }
-    Fingerprint fp("lm_dist_tensor_from_global (root >= 0)");
-    fp.add("shape of global", hash_shape(own.data(), (int)own.size()));
-    fp.add("dtype of global", hash_dtype(own_dtype));
-    struct Ctx2 {
-      const Shape *s;
-      DLDataType d;
-    } c2{&own, own_dtype};
-    agree_call(fn, m, nullptr, &fp,
+  // Ranks other than the root may pass NULL; a global they do pass must have the root's shape
+  // and dtype (a second small agreement, since only now do they know the root's). The target
+  // and its plan are made first, so that a failure there is agreed too.
+  bool mine = global != nullptr && m->index != root;
+  Shape own = g;
+  DLDataType own_dtype = dtype;
+  if (mine) {
+    own.assign(global->shape ? global->shape : g.data(),
+               (global->shape ? global->shape : g.data()) + (global->ndim > 0 && global->ndim <= kMaxDims ? global->ndim : 0));
+    own_dtype = global->dtype;
+  }
+  lm_dist_tensor_s *t = nullptr;
+  std::unique_ptr<Plan> plan;
+  lm_status_t st = LM_SUCCESS;
+  std::string err;
+  try {
+    Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+    t = tensor_new(m, L, dtype, DLDevice{kDLCPU, 0}, false);
+    t->storage = storage_alloc(t->local_bytes(), false);
+    Layout R = root_layout(m->grid->rank_at_index(root), g);
+    plan = plan_build(R, L, dtype, m->world, m->world_rank);
+  } catch (const Error &e) {
+    st = e.status();
+    err = e.message();
+  } catch (const std::bad_alloc &) {
+    st = LM_ERR_OUT_OF_MEMORY;
+    err = strfmt("%s: out of memory", fn);
+  }
+  Fingerprint fp("lm_dist_tensor_from_global (root >= 0)");
+  fp.add("shape of global", hash_shape(own.data(), (int)own.size()));
+  fp.add("dtype of global", hash_dtype(own_dtype));
+  struct Ctx2 {
+    const Shape *s;
+    DLDataType d;
+  } c2{&own, own_dtype};
+  try {
+    agree_call(fn, m, nullptr, m->check_level >= 1 ? &fp : nullptr,
                [](const void *p, int f) -> std::string {
                  const Ctx2 &c = *static_cast<const Ctx2 *>(p);
                  if (f == 2) return dl_dtype_name(c.d);
@@ -328,14 +351,12 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
                    r += strfmt(i ? ", %lld" : "%lld", (long long)(*c.s)[i]);
                  return r + "]";
                },
-               &c2, LM_SUCCESS, std::string());
+               &c2, st, err);
+  } catch (...) {
+    tensor_release(t);
+    throw;
   }
-  Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
-  lm_dist_tensor_s *t = tensor_new(m, L, dtype, DLDevice{kDLCPU, 0}, false);
   try {
-    t->storage = storage_alloc(t->local_bytes(), false);
-    Layout R = root_layout(m->grid->rank_at_index(root), g);
-    auto plan = plan_build(R, L, dtype, m->world, m->world_rank);
     const void *in = m->index == root ? static_cast<const char *>(global->data) + global->byte_offset
                                       : nullptr;
     plan->run(in, t->data());
@@ -349,24 +370,37 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
 void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   const char *fn = "lm_dist_tensor_gather";
   lm_dist_tensor_s *t = tensor_check(tensor, fn);
-  lm_mesh_s *m = mesh_check_usable(t->mesh, fn);
+  lm_mesh_s *m = mesh_check(t->mesh, fn);
   if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", fn, m->world_rank);
   bool receives = root < 0 || m->index == root;
+  std::unique_ptr<Plan> plan;
   // Every rank checks its arguments (the receiving ones their dst) and all agree on the verdict
   // and, at LM_CHECK >= 1, on a fingerprint of the call before any data moves: a refused dst
   // leaves no message behind and no rank waiting.
   std::string err;
   lm_status_t st = LM_SUCCESS;
   try {
+    mesh_check_usable(m, fn);
     LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn,
                  root, (long long)m->grid->size());
     if (receives) {
       LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL", fn);
       check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
     }
+    if (root < 0) {
+      std::vector<lm_placement_t> rep(m->ndim(), lm_placement_t{LM_REPLICATE, 0, 0, 0});
+      plan = plan_build(t->layout, Layout(m->grid, rep, t->layout.gshape), t->dtype, m->world,
+                        m->world_rank);
+    } else {
+      plan = plan_build(t->layout, root_layout(m->grid->rank_at_index(root), t->layout.gshape),
+                        t->dtype, m->world, m->world_rank);
+    }
   } catch (const Error &e) {
     err = e.message();
     st = e.status();
+  } catch (const std::bad_alloc &) {
+    st = LM_ERR_OUT_OF_MEMORY;
+    err = strfmt("%s: out of memory", fn);
   }
   Fingerprint fp("lm_dist_tensor_gather");
   fp.add("mesh", m->id);
@@ -397,15 +431,6 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
              },
              &ctx, st, err, root);
   if (m->check_level >= 2) check_replicas(t, fn);
-  std::unique_ptr<Plan> plan;
-  if (root < 0) {
-    std::vector<lm_placement_t> rep(m->ndim(), lm_placement_t{LM_REPLICATE, 0, 0, 0});
-    plan = plan_build(t->layout, Layout(m->grid, rep, t->layout.gshape), t->dtype, m->world,
-                      m->world_rank);
-  } else {
-    plan = plan_build(t->layout, root_layout(m->grid->rank_at_index(root), t->layout.gshape),
-                      t->dtype, m->world, m->world_rank);
-  }
   try {
     plan->run(t->data(), receives ? static_cast<char *>(dst->data) + dst->byte_offset : nullptr);
   } catch (const Error &e) {
@@ -451,43 +476,23 @@ std::string describe_reshard(const void *p, int field) {
 lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
                                  const lm_placement_t *pl, const char *fn) {
   lm_dist_tensor_s *t = tensor_check(src, strfmt("%s: src", fn).c_str());
-  lm_mesh_s *sm = mesh_check_usable(t->mesh, strfmt("%s: src mesh", fn).c_str());
-  lm_mesh_s *dm = dst_mesh ? mesh_check_usable(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
+  lm_mesh_s *sm = mesh_check(t->mesh, strfmt("%s: src mesh", fn).c_str());
+  lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
   const int level = check_level(sm, dm);
-  MPI_Comm comm = MPI_COMM_NULL;
-  Layout L;
-  if (level == 0 || (!sm->member && !dm->member)) {
-    comm = transfer_comm(sm, dm, fn);
-    L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
+  const bool part = sm->member || dm->member;
+  // Everything that can fail locally happens before any data moves (checks, plan, output
+  // buffer), so that with the agreement a failure on one rank is a failure on all.
+  lm_dist_tensor_s *out = nullptr;
+  std::shared_ptr<Plan> plan;
+  bool alias = false;
+  auto prepare = [&] {
+    mesh_check_usable(sm, strfmt("%s: src mesh", fn).c_str());
+    mesh_check_usable(dm, strfmt("%s: dst_mesh", fn).c_str());
+    MPI_Comm comm = transfer_comm(sm, dm, fn);
+    Layout L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
     check_reshard(t->layout, L, t->dt);
-  } else {
-    // Every rank taking part agrees on what it was asked before any data moves: local checks
-    // join the agreement, so a refusal on one rank is a refusal on all.
-    lm_status_t st = LM_SUCCESS;
-    std::string err;
-    try {
-      comm = transfer_comm(sm, dm, fn);
-      L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
-      check_reshard(t->layout, L, t->dt);
-    } catch (const Error &e) {
-      st = e.status();
-      err = e.message();
-    }
-    Fingerprint fp("lm_dist_tensor_reshard");
-    fp.add("source mesh", sm->id);
-    fp.add("target mesh", dm->id);
-    fp.add("source placements", hash_placements(t->layout.pl.data(), sm->ndim()));
-    fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
-    fp.add("dtype", hash_dtype(t->dtype));
-    fp.add("target placements", hash_placements(pl, dm->ndim()));
-    ReshardCtx ctx{t, sm, dm, pl};
-    agree_call(fn, sm, dm, &fp, describe_reshard, &ctx, st, err);
-    if (level >= 2 && sm->member) check_replicas(t, fn);
-  }
-  lm_dist_tensor_s *out = tensor_new(dm, L, t->dtype, t->device, false);
-  if (!sm->member && !dm->member) return out;  // neither mesh: nothing to do, never waited on
-  try {
-    std::shared_ptr<Plan> plan;
+    out = tensor_new(dm, L, t->dtype, t->device, false);
+    if (!part) return;
     if (sm == dm) {
       std::string key = t->layout.key() + "->" + L.key() + strfmt("#%u.%u.%u", t->dtype.code, t->dtype.bits, t->dtype.lanes);
       auto it = sm->plan_cache.find(key);
@@ -511,9 +516,48 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
     if (plan->steps.size() == 1 && plan->steps[0]->alias_offset(&off) && t->storage) {
       out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
       out->byte_offset = t->byte_offset + off;
-      return out;
+      alias = true;
+    } else if (dm->member) {
+      out->storage = storage_alloc(out->local_bytes(), false);
     }
-    if (dm->member) out->storage = storage_alloc(out->local_bytes(), false);
+  };
+  if (level == 0 || !part) {
+    try {
+      prepare();
+    } catch (...) {
+      tensor_release(out);
+      throw;
+    }
+  } else {
+    lm_status_t st = LM_SUCCESS;
+    std::string err;
+    try {
+      prepare();
+    } catch (const Error &e) {
+      st = e.status();
+      err = e.message();
+    } catch (const std::bad_alloc &) {
+      st = LM_ERR_OUT_OF_MEMORY;
+      err = strfmt("%s: out of memory", fn);
+    }
+    Fingerprint fp("lm_dist_tensor_reshard");
+    fp.add("source mesh", sm->id);
+    fp.add("target mesh", dm->id);
+    fp.add("source placements", hash_placements(t->layout.pl.data(), sm->ndim()));
+    fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+    fp.add("dtype", hash_dtype(t->dtype));
+    fp.add("target placements", hash_placements(pl, dm->ndim()));
+    ReshardCtx ctx{t, sm, dm, pl};
+    try {
+      agree_call(fn, sm, dm, &fp, describe_reshard, &ctx, st, err);
+      if (level >= 2 && sm->member) check_replicas(t, fn);
+    } catch (...) {
+      tensor_release(out);
+      throw;
+    }
+  }
+  if (!part || alias) return out;  // neither mesh: nothing to do, never waited on
+  try {
     plan->run(t->data(), out->data());
   } catch (const Error &e) {
     tensor_release(out);
