@@ -151,6 +151,15 @@ uint64_t Fingerprint::total() const {
   return h.h;
 }
 
+namespace {
+thread_local double t_transfer_timeout = 0;
+}
+double transfer_timeout() { return t_transfer_timeout; }
+TimeoutScope::TimeoutScope(double seconds) : saved_(t_transfer_timeout) {
+  t_transfer_timeout = seconds;
+}
+TimeoutScope::~TimeoutScope() { t_transfer_timeout = saved_; }
+
 std::string status_name(lm_status_t s) {
   std::string full = lm_status_string(s);
   size_t c = full.find(':');

@@ -125,4 +125,18 @@ std::string status_name(lm_status_t s);
 // timeout > 0. On expiry throws LM_ERR_TIMEOUT "<what>: no answer within T s<who>".
 void wait_deadline(MPI_Request *req, double timeout, const char *what, const char *who = "");
 
+// The deadline (LM_TIMEOUT / mesh config) of the blocking waits of the transfer phase of the
+// collective call running on this thread: set by the entry point, read by the transport.
+double transfer_timeout();
+class TimeoutScope {
+ public:
+  explicit TimeoutScope(double seconds);
+  ~TimeoutScope();
+  TimeoutScope(const TimeoutScope &) = delete;
+  TimeoutScope &operator=(const TimeoutScope &) = delete;
+
+ private:
+  double saved_;
+};
+
 }  // namespace lm

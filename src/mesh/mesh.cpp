@@ -298,7 +298,10 @@ void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const c
 }
 
 void mesh_break(lm_mesh_s *m, const Error &e) {
-  if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL) {
+  // Transport failures, deadlines and peers that failed during a transfer leave requests or
+  // messages behind: the mesh cannot be trusted any more.
+  if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL || e.status() == LM_ERR_TIMEOUT ||
+      e.status() == LM_ERR_REMOTE) {
     m->broken = true;
     m->broken_why = e.message();
   }

@@ -136,6 +136,7 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   const char *fn = "lm_reshard_plan_execute";
   if (!plan_prepare(p, src, dst, fn)) return;
   try {
+    TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
     p->plan->run(src->data(), dst->data());
   } catch (const Error &e) {
     p->plan->abandon();
@@ -167,6 +168,7 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
 bool request_progress(lm_request_s *r, bool block) {
   bool done;
   try {
+    TimeoutScope ts(call_timeout(r->plan->src_mesh, r->plan->dst_mesh));
     done = r->plan->plan->progress(block);
   } catch (const Error &e) {
     r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;

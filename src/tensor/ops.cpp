@@ -357,6 +357,7 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
     throw;
   }
   try {
+    TimeoutScope ts(m->timeout);
     const void *in = m->index == root ? static_cast<const char *>(global->data) + global->byte_offset
                                       : nullptr;
     plan->run(in, t->data());
@@ -432,6 +433,7 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
              &ctx, st, err, root);
   if (m->check_level >= 2) check_replicas(t, fn);
   try {
+    TimeoutScope ts(m->timeout);
     plan->run(t->data(), receives ? static_cast<char *>(dst->data) + dst->byte_offset : nullptr);
   } catch (const Error &e) {
     mesh_break(m, e);
@@ -558,10 +560,12 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
   }
   if (!part || alias) return out;  // neither mesh: nothing to do, never waited on
   try {
+    TimeoutScope ts(call_timeout(sm, dm));
     plan->run(t->data(), out->data());
   } catch (const Error &e) {
     tensor_release(out);
-    if (dm != sm && (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL)) {
+    if (dm != sm && (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL ||
+                     e.status() == LM_ERR_TIMEOUT || e.status() == LM_ERR_REMOTE)) {
       dm->broken = true;
       dm->broken_why = e.message();
     }
