@@ -194,7 +194,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // The mesh: given, or the first dist input's.
   lm_mesh_s *m = nullptr;
   if (mesh) {
-    m = mesh_check_usable(mesh, strfmt("%s: mesh", F).c_str());
+    m = mesh_check(mesh, strfmt("%s: mesh", F).c_str());  // usable: checked in the agreement
   }
   for (int i = 0; i < nin; ++i) {
     const lm_arg_t &a = inputs[i];
@@ -204,7 +204,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       lm_dist_tensor_s *t = static_cast<lm_dist_tensor_t>(a.ptr);
       lazily([&](const char *w) { tensor_check(t, w); }, "%s: inputs[%d]", i);
       if (!m) {
-        lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
+        lazily([&](const char *w) { mesh_check(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
         m = t->mesh;
       }
     } else if (a.kind == LM_ARG_TENSOR) {
@@ -257,6 +257,9 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   } guard{temps.data(), nin};
   bool any_move = false;
   try {
+    // A broken mesh (or one with a nonblocking reshard in flight) on one rank fails the call on
+    // every rank: the failure joins the agreement.
+    if (m) mesh_check_usable(m, "lm_local_map: mesh");
     for (int j = 0; j < nout; ++j)
       if (out_placements[j])
         lazily([&](const char *w) { validate_placements(out_placements[j], m->ndim(), kMaxDims, w); },

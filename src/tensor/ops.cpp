@@ -77,12 +77,13 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
                "%s: shape_mode %d is not an lm_shape_mode_t", fn, mode_bits);
   if (mode != LM_SHAPE_GIVEN && !m->member)
     fail(LM_ERR_INVALID_USAGE, "%s: a rank outside the mesh must use LM_SHAPE_GIVEN", fn);
-  if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);
+  if (mode == LM_SHAPE_ALLGATHER && m->check_level == 0) mesh_check_usable(m, fn);
   Shape ls;
   int64_t numel = 1;
   std::shared_ptr<Storage> pre;
   // Local checks. With LM_SHAPE_ALLGATHER (collective) a failure still joins the allgather.
   try {
+    if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);  // agreed: fails on all ranks
     LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
     LM_CHECK_ARG(flags == LM_FROM_LOCAL_COPY || flags == LM_FROM_LOCAL_BORROW,
                  "%s: flags 0x%x unknown (LM_FROM_LOCAL_COPY or LM_FROM_LOCAL_BORROW)", fn, flags);
@@ -215,7 +216,8 @@ static Layout root_layout(int rank, const Shape &g) {
 lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
                                      const lm_placement_t *pl, int root) {
   const char *fn = "lm_dist_tensor_from_global";
-  lm_mesh_s *m = mesh_check_usable(mesh, fn);
+  lm_mesh_s *m = mesh_check(mesh, fn);
+  if (root < 0 || m->check_level == 0) mesh_check_usable(m, fn);  // else agreed below
   if (root < 0) {
     LM_CHECK_ARG(global != nullptr, "%s: global is NULL (root < 0: every rank passes it)", fn);
     Shape g = check_shape(global->ndim, global->shape, strfmt("%s: global", fn).c_str());
@@ -279,6 +281,7 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
     lm_status_t st = (lm_status_t)meta[0];
     std::string err = root_err;
     try {
+      mesh_check_usable(m, fn);  // a broken mesh on one rank fails the call on all
       LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn,
                    root, (long long)m->grid->size());
     } catch (const Error &e) {
