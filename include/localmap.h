@@ -14,8 +14,14 @@
  *    LM_ERR_INVALID_ARGUMENT, not a crash (a freed pointer is best effort, as in NCCL).
  *  - Destroy functions are local (never collective), NULL-safe, and set the handle to NULL.
  *  - "Collective over X" means every rank of X must make the call with the same arguments; a
- *    collective that fails on one rank fails on all (the others with LM_ERR_REMOTE) where the
- *    function says "agrees".
+ *    collective that fails on one rank fails on all (the others with LM_ERR_REMOTE, naming the
+ *    failing rank, its status and the start of its message) where the function says "agrees".
+ *    Every collective call (mesh_create, reshard, plan execute/start, gather, from_global with a
+ *    root, from_local with LM_SHAPE_ALLGATHER, local_map) also checks, before any data moves, that
+ *    the ranks were asked the same thing: otherwise every rank returns LM_ERR_MISMATCH naming the
+ *    field and the ranks. Environment: LM_CHECK=0|1|2 (default 1; see lm_mesh_config_t),
+ *    LM_TIMEOUT=<seconds> (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
+ *    for tests). docs/DESIGN.md, "Failure model", has the rules.
  *  - Thread safety: distinct handles may be used from distinct threads when MPI was initialised
  *    with MPI_THREAD_MULTIPLE; one mesh (and everything on it) must not be used by two threads at
  *    once, because its collectives would interleave.
