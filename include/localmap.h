@@ -211,7 +211,8 @@ typedef struct lm_mesh_config_t {
    *  pass different arguments get undefined results, hangs included); 1: every collective call
    *  agrees on a fingerprint of its arguments before data moves (LM_ERR_MISMATCH on every rank
    *  otherwise; one small allreduce); 2: also checks data invariants at the cost of a pass over
-   *  the data (Replicate shards equal across ranks). The ranks use the highest level any of them
+   *  the data (Replicate shards equal across ranks; from_local's extents checked against the
+   *  layout, which makes LM_SHAPE_GIVEN/EVEN collective over the members). The ranks use the highest level any of them
    *  asked for. */
   int check_level;
   /** (version 2) Deadline in seconds of the blocking waits of collective calls on this mesh:

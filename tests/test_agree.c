@@ -465,6 +465,25 @@ static void test_check_level_2_replicas(void **state) {
   lm_mesh_destroy(&m);
 }
 
+/* LM_CHECK=2: from_local with a given global shape is checked against every rank's extents. */
+static void test_check_level_2_from_local_extents(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_1d_cfg(2, -1);
+  int64_t ls = ME == NP - 1 ? 3 : 2, g = 2 * NP; /* the last rank's shard is too long */
+  float buf[3] = {0};
+  DLTensor l = {buf, LM_CPU, 1, LM_FLOAT32, &ls, NULL, 0};
+  lm_placement_t s0 = S_(0);
+  lm_dist_tensor_t t = NULL;
+  lm_status_t st = lm_dist_tensor_from_local(&t, m, &l, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_COPY);
+  LM_ASSERT_ALL(st != LM_SUCCESS && t == NULL);
+  /* and right extents pass */
+  ls = 2;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &l, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_COPY));
+  lm_dist_tensor_destroy(&t);
+  mesh_works(m);
+  lm_mesh_destroy(&m);
+}
+
 static void test_check_level_config(void **state) {
   (void)state;
   lm_mesh_t m = NULL;
@@ -497,6 +516,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_failure_cause_gather),
     cmocka_unit_test(test_mesh_create_different_parents),
     cmocka_unit_test(test_check_level_2_replicas),
+    cmocka_unit_test(test_check_level_2_from_local_extents),
     cmocka_unit_test(test_check_level_config),
 };
 

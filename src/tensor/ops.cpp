@@ -81,6 +81,8 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
   Shape ls;
   int64_t numel = 1;
   std::shared_ptr<Storage> pre;
+  // LM_CHECK=2: the local modes also check every rank's extents against the layout, collectively.
+  const bool level2 = m->check_level >= 2 && m->member && mode != LM_SHAPE_ALLGATHER;
   // Local checks. With LM_SHAPE_ALLGATHER (collective) a failure still joins the allgather.
   try {
     if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);  // agreed: fails on all ranks
@@ -107,6 +109,9 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
       pre = storage_alloc((size_t)numel * (((size_t)local->dtype.bits * local->dtype.lanes + 7) / 8),
                           false);
   } catch (const Error &e) {
+    if (mode != LM_SHAPE_ALLGATHER && level2) {  // collective at LM_CHECK=2: agree the failure
+      agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());
+    }
     if (mode != LM_SHAPE_ALLGATHER) throw;
     if (m->check_level == 0) allgather_global_shape(m, pl, local, fn, &e);  // throws e after it
     agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());  // throws
@@ -141,18 +146,63 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
   Shape g;
   switch (mode) {
     case LM_SHAPE_GIVEN:
-      g = check_shape(local->ndim, gshape, strfmt("%s: global_shape", fn).c_str());
-      break;
     case LM_SHAPE_EVEN:
-      g = ls;
-      for (int k = 0; k < m->ndim(); ++k)
-        if (pl[k].kind == LM_SHARD) g[pl[k].dim] *= m->grid->shape()[k];
-      check_numel(g, fn);
+      try {
+        if (mode == LM_SHAPE_GIVEN) {
+          g = check_shape(local->ndim, gshape, strfmt("%s: global_shape", fn).c_str());
+        } else {
+          g = ls;
+          for (int k = 0; k < m->ndim(); ++k)
+            if (pl[k].kind == LM_SHARD) g[pl[k].dim] *= m->grid->shape()[k];
+          check_numel(g, fn);
+        }
+      } catch (const Error &e) {
+        if (level2) agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());
+        throw;
+      }
       break;
     case LM_SHAPE_ALLGATHER:
       g = allgather_global_shape(m, pl, local, fn, nullptr);
       check_numel(g, fn);
       break;
+  }
+  if (level2) {
+    Fingerprint fp("lm_dist_tensor_from_local (LM_CHECK=2)");
+    fp.add("mesh", m->id);
+    fp.add("placements", hash_placements(pl, m->ndim()));
+    fp.add("global shape", hash_shape(g.data(), (int)g.size()));
+    fp.add("dtype", hash_dtype(local->dtype));
+    struct Ctx {
+      lm_mesh_s *m;
+      const lm_placement_t *pl;
+      const Shape *g;
+      DLDataType d;
+    } ctx{m, pl, &g, local->dtype};
+    agree_call(fn, m, nullptr, &fp,
+               [](const void *p, int f) -> std::string {
+                 const Ctx &c = *static_cast<const Ctx *>(p);
+                 switch (f) {
+                   case 1: return mesh_desc(c.m);
+                   case 2: return format_placements(c.pl, c.m->ndim());
+                   case 3: {
+                     std::string r = "[";
+                     for (size_t i = 0; i < c.g->size(); ++i)
+                       r += strfmt(i ? ", %lld" : "%lld", (long long)(*c.g)[i]);
+                     return r + "]";
+                   }
+                   case 4: return dl_dtype_name(c.d);
+                 }
+                 return "?";
+               },
+               &ctx, LM_SUCCESS, std::string());
+    // Every rank's extents must be the torch.chunk shards of that shape (same data on all ranks,
+    // so the same verdict everywhere).
+    Shape from_extents = allgather_global_shape(m, pl, local, fn, nullptr);
+    if (from_extents != g)
+      fail(LM_ERR_MISMATCH,
+           "%s: the ranks' local extents (LM_CHECK=2) give global shape %s, not the %s %s", fn,
+           shape_str(from_extents).c_str(), mode == LM_SHAPE_EVEN ? "even-shard shape" : "given",
+           shape_str(g).c_str());
   }
   Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
   if (m->member) {
