@@ -6,16 +6,19 @@
 
 #include "core/error.hpp"
 #include "core/fault.hpp"
+#include "device/device.hpp"
 #include "reshard/boxcopy.hpp"
 #include "tensor/pool.hpp"
 
 namespace lm {
 
 Storage::~Storage() {
-  if (managed) {
+  if (free_fn) {
+    free_fn();
+  } else if (managed) {
     if (managed->deleter) managed->deleter(managed);
   } else if (owned) {
-    pool_give(data, cap);
+    pool_give(data, cap, bytes);
   }
 }
 
@@ -65,7 +68,10 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
   t->esize = dtype_size(t->dt);
   t->device = device;
   t->local = local_box(mesh, layout);
-  if (alloc) t->storage = storage_alloc(t->local_bytes());
+  if (alloc && is_device(device)) {
+    if (mesh->member) t->storage = device_storage_alloc(mesh, device, t->local_bytes(), true);
+  } else if (alloc)
+    t->storage = storage_alloc(t->local_bytes());
   mesh_retain(mesh);
   t->mesh = mesh;
   return t.release();
@@ -100,9 +106,13 @@ void check_device(DLDevice device, const char *what) {
                  device.device_id);
     return;
   }
+  if (type == kDLCUDA && cuda_built()) {
+    check_cuda_device(device, what);
+    return;
+  }
   if (type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged)
     fail(LM_ERR_NOT_SUPPORTED,
-         "%s: device type %d (CUDA) is not supported by this build (the CUDA/NCCL backend is "
+         "%s: device type %d (kDLCUDA family) is not supported by this build (the CUDA/NCCL backend is "
          "not built in; lm_device_supported tells)",
          what, type);
   fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);
