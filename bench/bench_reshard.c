@@ -146,10 +146,10 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
   printf("{\"case\": \"%s\", \"np\": %d, \"shape\": [%lld, %lld], \"bytes\": %.0f, \"dtype\": \"float64\", "
          "\"lm_ms\": %.4f, \"lm_reshard_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, "
          "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"plan_ms\": %.4f, "
-         "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld%s}\n",
+         "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"lm_check\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
          b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, g_plan_ms, (long long)g_peak_plan,
-         (long long)g_peak_reshard, extra ? extra : "");
+         (long long)g_peak_reshard, getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
   fflush(stdout);
 }
 
