@@ -130,6 +130,8 @@ def test_exception_becomes_agreed_failure(mesh1):
     else:
         assert isinstance(e, lm.RemoteError) and e.status == lm.ERR_REMOTE
         assert f"rank {bad_rank}" in e.message
+    # every rank sees the exception's text (the failing rank's message travels in the agreement)
+    assert f"ValueError: label out of range on rank {bad_rank}" in e.message
     # every rank is still usable afterwards: the next collective works
     assert fails_on_one_rank.__name__ == "fails_on_one_rank"
     ok = lm.local_map(lambda s: s + 1, [lm.Shard(0)])(x)
