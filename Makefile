@@ -366,7 +366,7 @@ $(MANPAGE): docs/localmap.3.in tools/gen-manpage.sh $(PUB_HDRS)
 # ABI
 # ---------------------------------------------------------------------------------------------
 abi-dump: $(SHLIB_REAL)
-	$(ABIDW) --no-corpus-path --headers-dir include --out-file $(ABIFILE) $(SHLIB_REAL)
+	$(ABIDW) --no-corpus-path --headers-dir include --drop-private-types --out-file $(ABIFILE) $(SHLIB_REAL)
 	@echo "abi-dump: $(ABIFILE)"
 
 # abidiff's exit status is a bit mask: 1/2 = error, 4 = an ABI change, 8 = an incompatible one
