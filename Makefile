@@ -206,7 +206,7 @@ tests: $(TEST_BINS) $(UNIT_BINS)
 examples: $(EX_BINS)
 
 deps:
-	@sh tools/ensure-deps.sh
+	@MPICC=$(MPICC) MPICXX=$(MPICXX) LM_MPIRUN=$(MPIRUN) DLPACK_INCLUDE_DIR=$(DLPACK_INCLUDE_DIR) sh tools/ensure-deps.sh
 
 # ---------------------------------------------------------------------------------------------
 # Library
