@@ -5,6 +5,7 @@
 #   make lib                build/lib/liblocalmap.so.X.Y.Z (+ symlinks), liblocalmap.a, localmap.pc
 #   make check              build everything, run tests/run-tests.sh (NPS="1 2" to pick sizes)
 #   make check ASAN=1 UBSAN=1   same with sanitizers, in build-asan/ by default
+#   make check MPI=mpich    same against MPICH (mpicc.mpich, mpiexec.mpich), in build-mpich/
 #   make demo | bench | examples | tests
 #   make install [PREFIX=/usr/local] [DESTDIR=...] [LIBDIR=...] [INCLUDEDIR=...] | uninstall
 #   make docs               HTML API reference (doxygen; a warning fails) and the localmap(3) man page
@@ -287,7 +288,8 @@ $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 # Running
 # ---------------------------------------------------------------------------------------------
 # Environment of every run (tests, demo, bench).
-RUN_ENV := BUILD=$(BUILD) LM_MPIRUN=$(MPIRUN) LM_MPI=$(MPI)
+# MPI too, so that a script test calling make (with MAKEFLAGS unset) stays on the same MPI.
+RUN_ENV := BUILD=$(BUILD) LM_MPIRUN=$(MPIRUN) LM_MPI=$(MPI) MPI=$(MPI)
 ifeq ($(ASAN),1)
 # OpenMPI leaks at exit are known (tests/lsan.supp). fast_unwind_on_malloc=0: full stacks through
 # dlclose()d MCA components, so the suppressions match.
@@ -365,6 +367,7 @@ $(MANPAGE): docs/localmap.3.in tools/gen-manpage.sh $(PUB_HDRS)
 # ---------------------------------------------------------------------------------------------
 # ABI
 # ---------------------------------------------------------------------------------------------
+# (tests/script_abi.sh dumps its baseline with the same abidw flags.)
 abi-dump: $(SHLIB_REAL)
 	$(ABIDW) --no-corpus-path --headers-dir include --drop-private-types --out-file $(ABIFILE) $(SHLIB_REAL)
 	@echo "abi-dump: $(ABIFILE)"
@@ -395,7 +398,7 @@ clean:
 	rm -rf $(BUILD)
 
 help:
-	@sed -n '2,20p' Makefile
+	@sed -n '2,21p' Makefile
 
 # Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
 # its tests from make check.

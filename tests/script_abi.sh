@@ -30,8 +30,10 @@ unset MAKEFLAGS MFLAGS
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# The baseline: this build's library, dumped the way make abi-baseline does.
-make -s abi-dump BUILD="$BUILD" MPI="$MPI" ABIFILE="$tmp/base.abi" >/dev/null
+# The baseline: this build's library, dumped the way make abi-dump does (abidw directly: a make
+# call without the build's flags would rebuild it).
+shlib=$(ls "$BUILD"/lib/liblocalmap.so.*.*.* | head -n 1)
+abidw --no-corpus-path --headers-dir include --drop-private-types --out-file "$tmp/base.abi" "$shlib"
 
 # copy_tree DIR: the sources and build files, and this build's objects, flag stamps and
 # dependency files under the same build folder name (so that make rebuilds only what the change
