@@ -7,7 +7,8 @@
 # run under mpirun: a C program built with nothing but `pkg-config --cflags --libs localmap`
 # (np 4); a CMake project using find_package(localmap 0.1 CONFIG REQUIRED) with
 # localmap::localmap (np 4) and localmap::localmap_static (np 2), and one asking for 1.0, which
-# must fail (SameMajorVersion); the installed examples Makefile (hello at np 3). Then
+# must fail (SameMajorVersion); the installed examples Makefile (hello at np 3). DLPack's
+# include dir (found, or DLPACK_INCLUDE_DIR) is in the .pc file and the CMake package. Then
 # `make uninstall` removes every file it installed. LM_MPI (set by make check) picks the MPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -132,6 +133,17 @@ for f in examples/*.c examples/*.cpp; do
 done
 same_mpi "$tmp/ex/hello"
 bash tools/lm-mpirun 3 "$tmp/ex/hello"
+
+# DLPACK_INCLUDE_DIR reaches the .pc file and the CMake package (generated only: no rebuild).
+mkdir -p "$tmp/dl/dlpack" "$tmp/gen"
+make -s BUILD="$tmp/gen" MPI="$MPI" DLPACK_INCLUDE_DIR="$tmp/dl" \
+  "$tmp/gen/localmap.pc" "$tmp/gen/cmake/localmapConfig.cmake" >/dev/null
+grep -qx "dlpack_includedir=$tmp/dl" "$tmp/gen/localmap.pc" || { echo "DLPACK_INCLUDE_DIR not in localmap.pc"; exit 1; }
+grep -q "set(localmap_DLPACK_INCLUDE_DIR \"$tmp/dl\")" "$tmp/gen/cmake/localmapConfig.cmake" ||
+  { echo "DLPACK_INCLUDE_DIR not in localmapConfig.cmake"; exit 1; }
+# and by default, the directory where the compiler finds dlpack/dlpack.h.
+dl=$(pkg-config --variable=dlpack_includedir localmap)
+[ -f "$dl/dlpack/dlpack.h" ] || { echo "localmap.pc: dlpack_includedir=$dl has no dlpack/dlpack.h"; exit 1; }
 
 make -s uninstall PREFIX="$prefix" BUILD="$BUILD" MPI="$MPI" >/dev/null
 left=$(find "$prefix" -type f -o -type l | head -5)
