@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The API reference and the man page:
-#  - localmap(3) lists every function the library exports and every helper of localmap_mpi.h, each
+#  - localmap(3) lists every function the library exports and every static inline helper of the C
+#    headers (localmap_mpi.h's MPI_Comm helpers and the like), each
 #    with its summary (no "(undocumented)"), and man formats it without warnings;
 #  - `make docs` (doxygen, warnings as errors) passes on the headers as they are, and fails on a
 #    copy of them with one undocumented function added, naming it.
@@ -18,7 +19,7 @@ make -s man BUILD="$BUILD" MPI="$MPI" >/dev/null
 page=$BUILD/docs/localmap.3
 listed=$(sed -n '/^\.SH FUNCTIONS/,/^\.SH /{/^\.B lm_/s/^\.B //p}' "$page" | sort)
 exported=$(nm -D --defined-only "$BUILD/lib/liblocalmap.so" | awk '$2 == "T" && $3 ~ /^lm_/ {sub(/@.*/, "", $3); print $3}' | sort)
-helpers=$(sed -n 's/^static inline [a-z_]* \(lm_[a-z0-9_]*\)(.*/\1/p' include/localmap_mpi.h | sort)
+helpers=$(sed -n 's/^static inline [a-z_]* \(lm_[a-z0-9_]*\)(.*/\1/p' include/localmap.h include/localmap_mpi.h | sort)
 missing=$(comm -23 <(printf '%s\n' $exported $helpers | sort -u) <(printf '%s\n' "$listed"))
 [ -z "$missing" ] || { echo "localmap(3) lacks:"; echo "$missing"; exit 1; }
 extra=$(comm -13 <(printf '%s\n' $exported $helpers | sort -u) <(printf '%s\n' "$listed"))
