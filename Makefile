@@ -289,7 +289,9 @@ $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 # ---------------------------------------------------------------------------------------------
 # Environment of every run (tests, demo, bench).
 # MPI too, so that a script test calling make (with MAKEFLAGS unset) stays on the same MPI.
-RUN_ENV := BUILD=$(BUILD) LM_MPIRUN=$(MPIRUN) LM_MPI=$(MPI) MPI=$(MPI)
+# LM_MPI_FLAVOR spares tools/lm-mpirun asking the launcher (--version) at every run.
+RUN_ENV := BUILD=$(BUILD) LM_MPIRUN=$(MPIRUN) LM_MPI=$(MPI) MPI=$(MPI) \
+           LM_MPI_FLAVOR=$(if $(filter mpich,$(MPI_PC)),mpich,openmpi)
 ifeq ($(ASAN),1)
 # OpenMPI leaks at exit are known (tests/lsan.supp). fast_unwind_on_malloc=0: full stacks through
 # dlclose()d MCA components, so the suppressions match.
