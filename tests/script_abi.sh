@@ -57,7 +57,7 @@ mesh_h=$(grep -rlE '^struct lm_mesh_s( |\{)' "$tmp/ok/src" | head -n 1)
 [ -n "$mesh_h" ] || { echo "script_abi: no 'struct lm_mesh_s {' in src/"; exit 1; }
 sed -i -E '0,/^struct lm_mesh_s( |\{).*\{/s//&\n  long abi_test_private_field_ = 0;/' "$mesh_h"
 grep -q abi_test_private_field_ "$mesh_h" || { echo "script_abi: could not edit $mesh_h"; exit 1; }
-sed -i -e 's|^  const char \*const \*dim_names;.*|&\n  int abi_test_appended_field;|' \
+sed -i -e 's|^} lm_mesh_config_t;|  int abi_test_appended_field;\n&|' \
   -e '/^#define LM_MESH_CONFIG_INIT/{n;s/}[[:space:]]*$/, 0}/}' "$tmp/ok/include/localmap.h"
 grep -q abi_test_appended_field "$tmp/ok/include/localmap.h" || { echo "script_abi: could not edit lm_mesh_config_t"; exit 1; }
 if ! check "$tmp/ok"; then
