@@ -9,7 +9,8 @@
 #    with a line `// lm-test-np: 1 2 4` runs only at those counts (intersected with $NPS when
 #    NPS is set in the environment);
 #  - each example listed in tests/examples.list, under mpirun at its np list;
-#  - each tests/script_*.sh once (install, exports, packaging checks).
+#  - each tests/script_*.sh once (install, exports, packaging checks, bindings); a script that
+#    exits 77 is reported as SKIP with the last line of its output as the reason.
 # Every run is one unit, passed or failed, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`; the full
 # output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60 lines.
 # The last line is "<N> passed, <N> failed"; the exit status is nonzero if anything failed.
@@ -32,6 +33,7 @@ export CMOCKA_MESSAGE_OUTPUT=${CMOCKA_MESSAGE_OUTPUT:-stdout}
 mkdir -p "$LOGDIR"
 passed=0
 failed=0
+skipped=0
 failed_names=()
 FILTERS=("$@")
 
@@ -59,6 +61,10 @@ run_one() {
   if [ $rc -eq 0 ]; then
     echo "PASS $label np=$np (${secs}s)"
     passed=$((passed + 1))
+  elif [ $rc -eq 77 ]; then
+    # Exit status 77 (the automake convention): skipped; the last line of the log says why.
+    echo "SKIP $label np=$np ($(tail -n 1 "$log"))"
+    skipped=$((skipped + 1))
   else
     case $rc in
       124|137) reason="timed out after ${TIMEOUT}s" ;;
@@ -139,7 +145,7 @@ for src in tests/script_*.sh; do
   run_one "$name" 1 env BUILD="$BUILD" bash "$src"
 done
 
-if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed)) -eq 0 ]; then
+if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed + skipped)) -eq 0 ]; then
   echo "no test, unit test or listed example matches: ${FILTERS[*]}"
   failed=1
   failed_names+=("(no match)")
@@ -148,5 +154,5 @@ if [ $failed -gt 0 ]; then
   echo "== failed:"
   printf '   %s\n' "${failed_names[@]}"
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed$( [ $skipped -gt 0 ] && echo ", $skipped skipped")"
 [ $failed -eq 0 ]
