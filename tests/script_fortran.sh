@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The Fortran bindings (bindings/fortran): coverage of the C API, generated files up to date,
+# bind(C) layouts and constants against the C header, `error stop` with the library's message
+# when ierr is absent, the module's tests and the masked-loss example under mpirun at np 2 and 4
+# (the example must print the C demo's loss), and an installed module used with the documented
+# flags. Exits 77 (reported as SKIP with the reason) when mpif90 is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+MPIFC=${MPIFC:-mpif90}
+F=$BUILD/fortran
+
+sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
+if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --check; fi
+command -v "$MPIFC" >/dev/null || { echo "script_fortran: SKIP: $MPIFC not found (apt-get install gfortran libopenmpi-dev)"; exit 77; }
+unset MAKEFLAGS MFLAGS
+make -s fortran BUILD="$BUILD" >/dev/null
+
+# Layouts and constants: the Fortran bind(C) types against the C header.
+diff <("$F/layout_c") <("$F/test_layout") || { echo "bind(C) layouts or constants differ from localmap.h (< C, > Fortran)"; exit 1; }
+echo "layout: $("$F/layout_c" | wc -l) sizes, offsets and constants match the C header"
+
+# No ierr: error stop with the library's message.
+set +e
+out=$(bash tools/lm-mpirun 1 "$F/test_error_stop" 2>&1)
+rc=$?
+set -e
+if [ $rc -eq 0 ] || ! echo "$out" | grep -q 'no_such_dim' || echo "$out" | grep -q 'not reached'; then
+  echo "test_error_stop: expected a failure naming no_such_dim (exit $rc):"; echo "$out"; exit 1
+fi
+echo "error stop without ierr: $(echo "$out" | grep -m1 'localmap:')"
+
+c_loss() { bash tools/lm-mpirun "$1" "$BUILD/examples/demo" | sed -n 's/.*loss = \([0-9.eE+-]*\).*/\1/p'; }
+for np in 2 4; do
+  bash tools/lm-mpirun "$np" "$F/test_localmap"
+  out=$(bash tools/lm-mpirun "$np" "$F/masked_loss")
+  echo "$out"
+  fl=$(echo "$out" | sed -n 's/.*loss = \([0-9.eE+-]*\).*/\1/p')
+  c=$(c_loss "$np")
+  [ -n "$fl" ] && [ "$fl" = "$c" ] || { echo "np $np: Fortran masked loss '$fl' != C demo's '$c'"; exit 1; }
+  echo "np $np: masked loss $fl, as the C demo"
+done
+
+# Installed: the documented compile line works.
+if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+  echo "fortran bindings: OK (install check runs in the plain build)"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+make -s install PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
+[ -f "$tmp/prefix/include/localmap.mod" ] && [ -f "$tmp/prefix/lib/liblocalmap_fortran.a" ] ||
+  { echo "make install did not install localmap.mod and liblocalmap_fortran.a"; exit 1; }
+cat > "$tmp/first.f90" <<'F90'
+program first
+  use localmap
+  implicit none
+  type(lm_mesh) :: mesh
+  type(lm_dist_tensor) :: x
+  real(c_double) :: full(10, 2), back(10, 2)
+  real(c_double), pointer :: mine(:, :)
+  integer :: rank, size, comm, i
+  call lm_init()
+  call lm_world_rank(rank, size)
+  call lm_comm_world(comm)
+  call lm_mesh_create(mesh, comm, [size])
+  full = reshape([(real(i, c_double), i = 1, 20)], [10, 2])
+  call lm_from_global(x, mesh, full, [lm_shard(1)])   ! rows split over the ranks
+  call lm_local(x, mine)
+  call lm_gather(x, back)
+  if (rank == 0) print '(a,i0,a,l1)', "rank 0 holds ", ubound(mine, 1), " rows; gathered back: ", all(back == full)
+  call lm_destroy(x)
+  call lm_destroy(mesh)
+  call lm_finalize()
+end program
+F90
+"$MPIFC" "$tmp/first.f90" -I"$tmp/prefix/include" -L"$tmp/prefix/lib" -llocalmap_fortran -llocalmap \
+  -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/first"
+bash tools/lm-mpirun 2 "$tmp/first" | tee "$tmp/out"
+grep -q 'gathered back: T' "$tmp/out"
+make -s uninstall PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
+echo "fortran bindings: OK"
