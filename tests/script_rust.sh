@@ -51,4 +51,7 @@ for np in 2 4; do
   [ -n "$rust" ] && [ "$rust" = "$c" ] || { echo "np $np: Rust masked loss '$rust' != C demo's '$c'"; exit 1; }
   echo "np $np: masked loss $rust, as the C demo"
 done
+out=$(bash tools/lm-mpirun 3 "$CARGO_TARGET_DIR/debug/examples/hello")
+echo "$out"
+[ "$(echo "$out" | grep -c 'gathered all 10')" = 3 ] || { echo "README's hello (Rust) failed"; exit 1; }
 echo "rust bindings: OK"

@@ -64,8 +64,9 @@ fn main() {
         None
     })();
 
-    let Some((lib, inc, _how)) = found else {
-        panic!("localmap-sys: cannot find liblocalmap; tried:\n  {}", tried.join("\n  "));
+    let (lib, inc, _how) = match found {
+        Some(f) => f,
+        None => panic!("localmap-sys: cannot find liblocalmap; tried:\n  {}", tried.join("\n  ")),
     };
     let lib = lib.canonicalize().unwrap_or(lib);
     let inc = inc.canonicalize().unwrap_or(inc);

@@ -4,8 +4,18 @@
 //! sizeof/offsetof, compiles it with `$CC` (default `cc`) against localmap.h, runs it, and compares.
 use localmap_sys::*;
 use std::collections::BTreeMap;
-use std::mem::{align_of, offset_of, size_of};
+use std::mem::{align_of, size_of};
 use std::process::Command;
+
+/// The offset of a field (`offset_of!` needs Rust 1.77; Debian 12 ships 1.63).
+macro_rules! offset_of {
+    ($t:ty, $f:ident) => {{
+        let u = std::mem::MaybeUninit::<$t>::uninit();
+        let base = u.as_ptr();
+        // SAFETY: addr_of! takes the field's address without reading the uninitialised value.
+        unsafe { (std::ptr::addr_of!((*base).$f) as *const u8).offset_from(base as *const u8) as usize }
+    }};
+}
 
 macro_rules! layout {
     ($t:ident { $($f:ident),* }) => {{

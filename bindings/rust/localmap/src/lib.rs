@@ -1307,6 +1307,7 @@ fn panic_text(p: &(dyn Any + Send)) -> String {
 
 /// The `lm_local_fn_t` that calls the closure. Nothing unwinds out of it: panics are caught and
 /// become `LM_ERR_USER` with the panic text.
+#[allow(unused_unsafe)] // explicit blocks for Rust 2024; older rustc calls them unnecessary here
 unsafe extern "C" fn trampoline<F>(user_data: *mut c_void, mesh: sys::lm_mesh_t, nin: c_int,
                                    inputs: *const sys::lm_arg_t, nout: c_int, outputs: *mut sys::lm_arg_t)
     -> sys::lm_status_t
