@@ -45,10 +45,12 @@ $(F_LIB): $(F_OBJ)
 	$(AR) rcs $@ $<
 
 $(F_BUILD)/%: bindings/fortran/tests/%.f90 $(F_LIB) $(SHLIB_DEV)
-	$(MPIFC) $(F_FLAGS) -I$(F_MODDIR) -o $@ $< $(F_LIB) $(LINK_SHARED) $(LDFLAGS)
+	@mkdir -p $(F_BUILD)/obj
+	$(MPIFC) $(F_FLAGS) -I$(F_MODDIR) -J$(F_BUILD)/obj -o $@ $< $(F_LIB) $(LINK_SHARED) $(LDFLAGS)
 
 $(F_BUILD)/%: bindings/fortran/examples/%.f90 $(F_LIB) $(SHLIB_DEV)
-	$(MPIFC) $(F_FLAGS) -I$(F_MODDIR) -o $@ $< $(F_LIB) $(LINK_SHARED) $(LDFLAGS)
+	@mkdir -p $(F_BUILD)/obj
+	$(MPIFC) $(F_FLAGS) -I$(F_MODDIR) -J$(F_BUILD)/obj -o $@ $< $(F_LIB) $(LINK_SHARED) $(LDFLAGS)
 
 $(F_BUILD)/layout_c: bindings/fortran/tests/layout.c include/localmap.h
 	@mkdir -p $(@D)
