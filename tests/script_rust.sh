@@ -4,7 +4,8 @@
 # `cargo test --offline` with an empty crate cache (a fresh CARGO_HOME: no third-party crate can
 # sneak in), the layout test, then the MPI tests and the masked-loss example under mpirun at np 2
 # and 4; the example must print the C demo's loss. Cargo's target dir is $BUILD/rust-target.
-# Exits 77 (reported as SKIP with the reason) when cargo is missing or the build is a sanitizer build.
+# In a sanitizer build the Rust programs run with the ASan runtime preloaded.
+# Exits 77 (reported as SKIP with the reason) when cargo is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,11 +18,18 @@ CARGO=${CARGO:-$(command -v cargo || true)}
 [ -n "$CARGO" ] || { [ -x "$HOME/.cargo/bin/cargo" ] && CARGO=$HOME/.cargo/bin/cargo; } || true
 [ -n "$CARGO" ] || { [ -x /root/.cargo/bin/cargo ] && CARGO=/root/.cargo/bin/cargo; } || true
 [ -n "$CARGO" ] || skip "cargo not found (PATH, ~/.cargo/bin); install Rust (rustup) to test the Rust bindings"
-if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
-  skip "sanitizer build ($BUILD): Rust programs cannot load an ASan liblocalmap; tested in the plain build"
-fi
 PATH=$(dirname "$CARGO"):$PATH
 "$CARGO" --version
+if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+  # A sanitizer build: the ASan runtime must come first, so the Rust programs (never cargo, rustc
+  # or cc) run with it preloaded: through cargo's target runner, and mpirun's -x for the ranks.
+  libasan=$(${CC:-cc} -print-file-name=libasan.so)
+  [ -f "$libasan" ] || skip "sanitizer build ($BUILD), but no libasan.so to preload"
+  host=$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')
+  export "CARGO_TARGET_${host}_RUNNER=env LD_PRELOAD=$libasan"
+  export LM_MPIRUN_FLAGS="${LM_MPIRUN_FLAGS:-} -x LD_PRELOAD=$libasan"
+  echo "sanitizer build: Rust programs run with LD_PRELOAD=$libasan"
+fi
 
 cargo_home=$(mktemp -d)
 trap 'rm -rf "$cargo_home"' EXIT

@@ -402,6 +402,7 @@ program test_localmap
   call check(nd == 2, "borrowed mesh")
   call lm_destroy(x); call lm_destroy(y); call lm_destroy(z); call lm_destroy(w); call lm_destroy(mesh)
   call lm_finalize()
+  deallocate(mine, s, msg)   ! main-program allocatables are never freed (LeakSanitizer)
   if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size
 
 contains

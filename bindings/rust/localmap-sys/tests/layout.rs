@@ -100,11 +100,11 @@ fn structs_and_constants_match_the_c_header() {
     std::fs::write(&src, c).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let inc = env!("LOCALMAP_INCLUDE_DIR");
-    let status = Command::new(&cc).arg("-std=c11").arg(format!("-I{inc}")).arg(&src).arg("-o").arg(&exe)
+    let status = Command::new(&cc).env_remove("LD_PRELOAD").arg("-std=c11").arg(format!("-I{inc}")).arg(&src).arg("-o").arg(&exe)
         .status()
         .unwrap_or_else(|e| panic!("layout test: cannot run the C compiler `{cc}` (set CC): {e}"));
     assert!(status.success(), "layout test: `{cc}` failed to compile {}", src.display());
-    let out = Command::new(&exe).output().expect("layout test: running the C program");
+    let out = Command::new(&exe).env_remove("LD_PRELOAD").output().expect("layout test: running the C program");
     assert!(out.status.success());
     let _ = std::fs::remove_dir_all(&dir);
     let c_values: BTreeMap<String, i64> = String::from_utf8(out.stdout).unwrap().lines()
