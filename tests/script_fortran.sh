@@ -4,7 +4,8 @@
 # bind(C) layouts and constants against the C header, `error stop` with the library's message
 # when ierr is absent, the module's tests and the masked-loss example under mpirun at np 2 and 4
 # (the example must print the C demo's loss), and an installed module used with the documented
-# flags. Exits 77 (reported as SKIP with the reason) when mpif90 is missing.
+# flags. Exits 77 (reported as SKIP with the reason) when mpif90 is missing; with
+# LM_REQUIRE_BINDINGS=1 (CI) that is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -14,7 +15,11 @@ F=$BUILD/fortran
 
 sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
 if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --check; fi
-command -v "$MPIFC" >/dev/null || { echo "script_fortran: SKIP: $MPIFC not found (apt-get install gfortran libopenmpi-dev)"; exit 77; }
+if ! command -v "$MPIFC" >/dev/null || ! command -v "$("$MPIFC" --showme:command 2>/dev/null || echo gfortran)" >/dev/null; then
+  why="$MPIFC or its Fortran compiler not found (apt-get install gfortran libopenmpi-dev)"
+  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_fortran: LM_REQUIRE_BINDINGS=1 but: $why"; exit 1; fi
+  echo "script_fortran: SKIP: $why"; exit 77
+fi
 unset MAKEFLAGS MFLAGS
 # make check built them (with its flags); build them here only when run by hand on a plain build.
 for p in layout_c test_layout test_error_stop test_localmap masked_loss hello; do

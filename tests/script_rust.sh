@@ -5,12 +5,16 @@
 # sneak in), the layout test, then the MPI tests and the masked-loss example under mpirun at np 2
 # and 4; the example must print the C demo's loss. Cargo's target dir is $BUILD/rust-target.
 # In a sanitizer build the Rust programs run with the ASan runtime preloaded.
-# Exits 77 (reported as SKIP with the reason) when cargo is missing.
+# Exits 77 (reported as SKIP with the reason) when cargo is missing; with LM_REQUIRE_BINDINGS=1 (CI)
+# that is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
-skip() { echo "script_rust: SKIP: $*"; exit 77; }
+skip() {
+  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_rust: LM_REQUIRE_BINDINGS=1 but: $*"; exit 1; fi
+  echo "script_rust: SKIP: $*"; exit 77
+}
 
 sh tools/check-binding-coverage.sh bindings/rust '*.rs'
 
