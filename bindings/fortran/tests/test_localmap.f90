@@ -100,6 +100,10 @@ subroutine mesh_with_mpi_f08_comm(rank, size)
   integer :: n, r, p, dp, tp, ierr
   logical :: member
   character(len=:), allocatable :: name, msg
+  type(lm_dist_tensor) :: x, y
+  real(c_double) :: vals(6), empty(0)
+  real(c_double), pointer :: p1(:)
+  integer(c_int64_t) :: gs(1)
   tp = merge(2, 1, mod(size, 2) == 0)
   dp = size / tp
   call lm_mesh_create(mesh, MPI_COMM_WORLD, [dp, tp], names=["dp", "tp"])
@@ -142,6 +146,21 @@ subroutine mesh_with_mpi_f08_comm(rank, size)
   if (rank /= 0) then
     call lm_mesh_rank(sub, r, ierr)
     call check(ierr == LM_ERR_INVALID_USAGE, "mesh rank on a non-member")
+  end if
+  ! Cross-mesh reshard onto the rank-0 mesh: rank 0 gets the data, the others a placeholder.
+  vals = [(real(n, c_double), n = 1, 6)]
+  call lm_from_global(x, mesh, vals, [lm_replicate(), lm_replicate()])
+  call lm_reshard(y, x, [lm_replicate()], dst_mesh=sub)
+  call lm_dist_tensor_global_shape(y, gs)
+  call lm_local(y, p1)
+  call check(gs(1) == 6, "cross-mesh: global shape")
+  if (rank == 0) then
+    call check(all(p1 == vals), "cross-mesh: rank 0 holds the data")
+  else
+    call check(all(shape(p1) == 0), "cross-mesh: a placeholder elsewhere")
+    call lm_from_local(y, sub, empty, [lm_shard(1)], global_shape=[6_c_int64_t])
+    call lm_dist_tensor_global_shape(y, gs)
+    call check(gs(1) == 6, "placeholder from_local on a non-member")
   end if
 end subroutine
 

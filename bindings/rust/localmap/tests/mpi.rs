@@ -66,6 +66,20 @@ fn mesh_queries(rank: i32, size: i32) -> T {
     if rank != 0 {
         ensure!(sub.rank().unwrap_err().status == Status::InvalidUsage);
     }
+    // Cross-mesh reshard onto the rank-0 mesh: rank 0 gets the data, the others a placeholder.
+    let full: Vec<f64> = (0..6).map(f64::from).collect();
+    let x = DistTensor::from_global(&m, Some(&full[..]), &[6], &vec![Placement::Replicate; shape.len()], -1)
+        .map_err(e)?;
+    let y = x.reshard(Some(&sub), &[Placement::Replicate]).map_err(e)?;
+    ensure!(y.global_shape().map_err(e)? == vec![6]);
+    if rank == 0 {
+        ensure!(y.local::<f64>().map_err(e)? == &full[..]);
+    } else {
+        ensure!(y.local::<f64>().map_err(e)?.is_empty() && y.local_shape().map_err(e)? == vec![0]);
+        let p = DistTensor::from_local::<f64>(&sub, &[], &[0], &[Placement::Shard(0)], ShapeMode::Given(vec![6]))
+            .map_err(e)?;
+        ensure!(p.global_shape().map_err(e)? == vec![6], "placeholder from_local");
+    }
     // Bad names are caught before C.
     ensure!(Mesh::with_names(comm_world().map_err(e)?, &[size as i64], &["a", "b"]).is_err());
     Ok(())
