@@ -64,6 +64,11 @@ module localmap
     LM_LOCAL_MAP_SHAPES_EVEN = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_MAGIC = int(z'4c4d4d43', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 1
+  integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_MAGIC = int(z'4c4d4443', c_int32_t)
+  integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_VERSION = 1
+  ! How a mesh moves tensor data (lm_mesh_transport).
+  integer, parameter, public :: LM_TRANSPORT_UNDECIDED = 0, LM_TRANSPORT_MPI = 1, LM_TRANSPORT_NCCL = 2, &
+    LM_TRANSPORT_MPI_STAGED = 3
 
   ! ---------------------------------------------------------------------------------------------
   ! The C structs (bind(C); layouts checked against the header by tests/test_layout.f90)
@@ -102,6 +107,17 @@ module localmap
     type(c_ptr) :: ranks = c_null_ptr
     integer(c_int) :: nranks = 0
     type(c_ptr) :: dim_names = c_null_ptr
+  end type
+  !> This rank's device options of a mesh (lm_mesh_set_device_config): a CUDA stream and
+  !> allocator callbacks (bind(C) functions, c_funloc).
+  type, bind(C), public :: lm_device_config_t
+    integer(c_size_t) :: size = 0
+    integer(c_int32_t) :: magic = 0       ! uint32_t in C
+    integer(c_int32_t) :: version = 0     ! uint32_t in C
+    type(c_ptr) :: stream = c_null_ptr
+    type(c_funptr) :: alloc = c_null_funptr
+    type(c_funptr) :: free = c_null_funptr
+    type(c_ptr) :: alloc_ctx = c_null_ptr
   end type
   !> One argument or result of lm_local_map (kind: LM_ARG_*).
   type, bind(C), public :: lm_arg_t
@@ -218,6 +234,21 @@ module localmap
     function lmc_device_supported(device_type, supported) bind(C, name="lm_device_supported")
       import; integer(c_int), value :: device_type; integer(c_int), intent(out) :: supported
       integer(c_int) :: lmc_device_supported
+    end function
+    function lmc_pool_stats(in_use, peak, reset_peak) bind(C, name="lm_pool_stats")
+      import; integer(c_int64_t), intent(out) :: in_use, peak; integer(c_int), value :: reset_peak
+      integer(c_int) :: lmc_pool_stats
+    end function
+    function lmc_mesh_set_device_config(mesh, config) bind(C, name="lm_mesh_set_device_config")
+      import; type(c_ptr), value :: mesh, config; integer(c_int) :: lmc_mesh_set_device_config
+    end function
+    function lmc_mesh_device_config(mesh, config) bind(C, name="lm_mesh_device_config")
+      import; type(c_ptr), value :: mesh; type(lm_device_config_t), intent(inout) :: config
+      integer(c_int) :: lmc_mesh_device_config
+    end function
+    function lmc_mesh_transport(mesh, device_type, transport) bind(C, name="lm_mesh_transport")
+      import; type(c_ptr), value :: mesh; integer(c_int), value :: device_type
+      integer(c_int), intent(out) :: transport; integer(c_int) :: lmc_mesh_transport
     end function
     function lmc_placements_format(placements, n, buf, size) bind(C, name="lm_placements_format")
       import; type(lm_placement_t), intent(in) :: placements(*); integer(c_int), value :: n
@@ -437,7 +468,8 @@ module localmap
     lmc_dist_tensor_local, lmc_dist_tensor_export, lmc_dist_tensor_retain, lmc_dist_tensor_destroy, &
     lmc_dist_tensor_reshard, lmc_reshard_plan_create, lmc_reshard_plan_alloc_target, &
     lmc_reshard_plan_execute, lmc_reshard_plan_start, lmc_request_test, lmc_request_wait, &
-    lmc_reshard_plan_bytes_sent, lmc_reshard_plan_describe, lmc_reshard_plan_destroy, lmc_local_map
+    lmc_reshard_plan_bytes_sent, lmc_reshard_plan_describe, lmc_reshard_plan_destroy, lmc_local_map, &
+    lmc_pool_stats, lmc_mesh_set_device_config, lmc_mesh_device_config, lmc_mesh_transport
 
   ! ---------------------------------------------------------------------------------------------
   ! The Fortran API
@@ -457,6 +489,7 @@ module localmap
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
     lm_reshard_plan_describe, lm_reshard_plan_destroy
   public :: lm_local_map, lm_arg, lm_arg_get, lm_arg_set, lm_arg_take, lm_arg_shape, lm_mesh_borrow
+  public :: lm_pool_stats, lm_mesh_set_device_config, lm_mesh_device_config, lm_mesh_transport
   public :: lm_destroy, assignment(=), operator(==)
   ! The iso_c_binding kinds and types a user of this module needs, re-exported for convenience.
   ! (Not its procedures: gfortran 12 fails on a re-exported c_loc/c_associated. A program that
@@ -1024,6 +1057,52 @@ contains
     type(MPI_Comm), intent(out) :: comm
     integer, intent(out), optional :: ierr
     call mesh_comm_int_(mesh, comm%MPI_VAL, ierr)
+  end subroutine
+
+  !> This rank's device options of the mesh (a stream, allocator callbacks); absent: the defaults.
+  subroutine lm_mesh_set_device_config(mesh, config, ierr)
+    type(lm_mesh), intent(in) :: mesh
+    type(lm_device_config_t), intent(in), target, optional :: config
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: st
+    p = c_null_ptr
+    if (present(config)) p = c_loc(config)
+    st = lmc_mesh_set_device_config(mesh%ptr, p); call c_(st); call done_(st, ierr, "lm_mesh_set_device_config")
+  end subroutine
+
+  !> This rank's device options of the mesh.
+  subroutine lm_mesh_device_config(mesh, config, ierr)
+    type(lm_mesh), intent(in) :: mesh
+    type(lm_device_config_t), intent(out) :: config
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    config = lm_device_config_t(c_sizeof(config), LM_DEVICE_CONFIG_MAGIC, LM_DEVICE_CONFIG_VERSION, c_null_ptr, &
+                                c_null_funptr, c_null_funptr, c_null_ptr)
+    st = lmc_mesh_device_config(mesh%ptr, config); call c_(st); call done_(st, ierr, "lm_mesh_device_config")
+  end subroutine
+
+  !> How the mesh moves tensors of device_type (kDLCPU, kDLCUDA): an LM_TRANSPORT_* value.
+  subroutine lm_mesh_transport(mesh, device_type, transport, ierr)
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: device_type
+    integer, intent(out) :: transport
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, t
+    t = -1; st = lmc_mesh_transport(mesh%ptr, int(device_type, c_int), t); call c_(st); transport = int(t)
+    call done_(st, ierr, "lm_mesh_transport")
+  end subroutine
+
+  !> Bytes of the library's host buffer pool in use and their high-water mark; reset_peak
+  !> (default .false.) then sets the mark to the bytes in use.
+  subroutine lm_pool_stats(in_use, peak, reset_peak, ierr)
+    integer(c_int64_t), intent(out) :: in_use, peak
+    logical, intent(in), optional :: reset_peak
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, r
+    r = 0
+    if (present(reset_peak)) r = merge(1, 0, reset_peak)
+    st = lmc_pool_stats(in_use, peak, r); call c_(st); call done_(st, ierr, "lm_pool_stats")
   end subroutine
 
   ! =============================================================================================

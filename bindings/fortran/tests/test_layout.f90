@@ -13,6 +13,7 @@ program test_layout
   type(lm_placement_t), target :: p
   type(lm_mesh_config_t), target :: cfg
   type(lm_arg_t), target :: a
+  type(lm_device_config_t), target :: dc
 
   call sz("DLDevice", c_sizeof(dev))
   call off("DLDevice", "device_type", c_loc(dev), c_loc(dev%device_type))
@@ -45,6 +46,14 @@ program test_layout
   call off("lm_mesh_config_t", "ranks", c_loc(cfg), c_loc(cfg%ranks))
   call off("lm_mesh_config_t", "nranks", c_loc(cfg), c_loc(cfg%nranks))
   call off("lm_mesh_config_t", "dim_names", c_loc(cfg), c_loc(cfg%dim_names))
+  call sz("lm_device_config_t", c_sizeof(dc))
+  call off("lm_device_config_t", "size", c_loc(dc), c_loc(dc%size))
+  call off("lm_device_config_t", "magic", c_loc(dc), c_loc(dc%magic))
+  call off("lm_device_config_t", "version", c_loc(dc), c_loc(dc%version))
+  call off("lm_device_config_t", "stream", c_loc(dc), c_loc(dc%stream))
+  call off("lm_device_config_t", "alloc", c_loc(dc), c_loc(dc%alloc))
+  call off("lm_device_config_t", "free", c_loc(dc), c_loc(dc%free))
+  call off("lm_device_config_t", "alloc_ctx", c_loc(dc), c_loc(dc%alloc_ctx))
   call sz("lm_arg_t", c_sizeof(a))
   call off("lm_arg_t", "kind", c_loc(a), c_loc(a%kind))
   call off("lm_arg_t", "reserved", c_loc(a), c_loc(a%reserved))
@@ -59,6 +68,9 @@ program test_layout
   call k("LM_ERR_MPI", LM_ERR_MPI); call k("LM_ERR_NCCL", LM_ERR_NCCL); call k("LM_ERR_CUDA", LM_ERR_CUDA)
   call k("LM_ERR_REMOTE", LM_ERR_REMOTE); call k("LM_ERR_INTERNAL", LM_ERR_INTERNAL)
   call k("LM_ERR_USER", LM_ERR_USER)
+  call k("LM_DEVICE_CONFIG_MAGIC", int(LM_DEVICE_CONFIG_MAGIC)); call k("LM_DEVICE_CONFIG_VERSION", int(LM_DEVICE_CONFIG_VERSION))
+  call k("LM_TRANSPORT_UNDECIDED", LM_TRANSPORT_UNDECIDED); call k("LM_TRANSPORT_MPI", LM_TRANSPORT_MPI)
+  call k("LM_TRANSPORT_NCCL", LM_TRANSPORT_NCCL); call k("LM_TRANSPORT_MPI_STAGED", LM_TRANSPORT_MPI_STAGED)
   call k("kDLCPU", kDLCPU); call k("kDLCUDA", kDLCUDA); call k("kDLCUDAHost", kDLCUDAHost)
   call k("kDLROCM", kDLROCM); call k("kDLCUDAManaged", kDLCUDAManaged)
   call k("kDLInt", kDLInt); call k("kDLUInt", kDLUInt); call k("kDLFloat", kDLFloat)

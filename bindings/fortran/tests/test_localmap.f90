@@ -213,6 +213,8 @@ program test_localmap
   call check(supported, "cpu supported")
   call check(lm_shard(2, 1) == lm_placement(LM_KIND_SHARD, 2, 0, 1), "lm_shard(dim, order)")
   call check(iand(int(LM_COMPLEX128%bits), 255) == 128, "complex128 bits")
+  call lm_pool_stats(bytes, o)
+  call check(bytes >= 0 .and. o >= bytes, "pool stats")
 
   call mesh_with_mpi_integer_comm(size)
   call mesh_with_mpi_f08_comm(rank, size)
@@ -318,6 +320,22 @@ program test_localmap
   msg = lm_last_error_message()
   call check(ierr == LM_ERR_NOT_SUPPORTED, "mixed partial ops: " // msg)
   call check(len(msg) > 0, "the library's message is kept")
+
+  ! device config, transport.
+  call lm_mesh_create(m2, MPI_COMM_WORLD_F(), [size])
+  call lm_mesh_transport(m2, kDLCPU, i)
+  call check(i == LM_TRANSPORT_MPI, "transport of host tensors")
+  block
+    type(lm_device_config_t) :: dc
+    call lm_mesh_device_config(m2, dc)
+    call check(.not. c_associated(dc%stream), "default stream")
+    call lm_mesh_set_device_config(m2, dc)
+    call lm_mesh_set_device_config(m2)
+    dc%magic = 0
+    call lm_mesh_set_device_config(m2, dc, ierr)
+    call check(ierr == LM_ERR_INVALID_ARGUMENT, "a device config with a bad magic")
+  end block
+  call lm_destroy(m2)
 
   ! ---- assignment shares, final destroys.
   z = x

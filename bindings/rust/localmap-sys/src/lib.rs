@@ -177,6 +177,45 @@ pub const LM_MESH_CONFIG_INIT: lm_mesh_config_t = lm_mesh_config_t {
     dim_names: std::ptr::null(),
 };
 
+/// Device allocator callbacks of `lm_device_config_t`.
+pub type lm_device_alloc_fn_t =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, bytes: usize, device_id: c_int, stream: *mut c_void) -> *mut c_void>;
+pub type lm_device_free_fn_t =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, ptr: *mut c_void, bytes: usize, device_id: c_int, stream: *mut c_void)>;
+
+pub const LM_DEVICE_CONFIG_MAGIC: u32 = 0x4c4d4443;
+pub const LM_DEVICE_CONFIG_VERSION: u32 = 1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lm_device_config_t {
+    pub size: usize,
+    pub magic: u32,
+    pub version: u32,
+    pub stream: *mut c_void,
+    pub alloc: lm_device_alloc_fn_t,
+    pub free: lm_device_free_fn_t,
+    pub alloc_ctx: *mut c_void,
+}
+
+/// `LM_DEVICE_CONFIG_INIT`.
+pub const LM_DEVICE_CONFIG_INIT: lm_device_config_t = lm_device_config_t {
+    size: std::mem::size_of::<lm_device_config_t>(),
+    magic: LM_DEVICE_CONFIG_MAGIC,
+    version: LM_DEVICE_CONFIG_VERSION,
+    stream: std::ptr::null_mut(),
+    alloc: None,
+    free: None,
+    alloc_ctx: std::ptr::null_mut(),
+};
+
+/// `lm_transport_t`.
+pub type lm_transport_t = c_int;
+pub const LM_TRANSPORT_UNDECIDED: lm_transport_t = 0;
+pub const LM_TRANSPORT_MPI: lm_transport_t = 1;
+pub const LM_TRANSPORT_NCCL: lm_transport_t = 2;
+pub const LM_TRANSPORT_MPI_STAGED: lm_transport_t = 3;
+
 // ------------------------------------------------------------------------------------------------
 // Dist tensors, plans, requests
 // ------------------------------------------------------------------------------------------------
@@ -261,6 +300,7 @@ extern "C" {
     pub fn lm_world_rank(rank: *mut c_int, size: *mut c_int) -> lm_status_t;
 
     pub fn lm_device_supported(device_type: DLDeviceType, supported: *mut c_int) -> lm_status_t;
+    pub fn lm_pool_stats(in_use: *mut i64, peak: *mut i64, reset_peak: c_int) -> lm_status_t;
 
     pub fn lm_placements_format(placements: *const lm_placement_t, n: c_int, buf: *mut c_char,
                                 size: usize) -> lm_status_t;
@@ -281,6 +321,9 @@ extern "C" {
     pub fn lm_mesh_dim_name(mesh: lm_mesh_t, dim: c_int, buf: *mut c_char, size: usize) -> lm_status_t;
     pub fn lm_mesh_dim_comm(mesh: lm_mesh_t, dim: c_int, comm_f: *mut c_int) -> lm_status_t;
     pub fn lm_mesh_comm(mesh: lm_mesh_t, comm_f: *mut c_int) -> lm_status_t;
+    pub fn lm_mesh_set_device_config(mesh: lm_mesh_t, config: *const lm_device_config_t) -> lm_status_t;
+    pub fn lm_mesh_device_config(mesh: lm_mesh_t, config: *mut lm_device_config_t) -> lm_status_t;
+    pub fn lm_mesh_transport(mesh: lm_mesh_t, device_type: DLDeviceType, transport: *mut c_int) -> lm_status_t;
 
     pub fn lm_dist_tensor_zeros(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t, ndim: c_int,
                                 global_shape: *const i64, dtype: DLDataType, device: DLDevice,

@@ -35,6 +35,7 @@ fn structs_and_constants_match_the_c_header() {
         layout!(DLManagedTensor { dl_tensor, manager_ctx, deleter }),
         layout!(lm_placement_t { kind, dim, op, order }),
         layout!(lm_mesh_config_t { size, magic, version, ranks, nranks, dim_names }),
+        layout!(lm_device_config_t { size, magic, version, stream, alloc, free, alloc_ctx }),
         layout!(lm_arg_t { kind, reserved, i64, f64, ptr }),
     ];
     let dt = |d: DLDataType| (d.code as i64) | (d.bits as i64) << 8 | (d.lanes as i64) << 16;
@@ -47,6 +48,10 @@ fn structs_and_constants_match_the_c_header() {
         ("LM_ERR_MPI", LM_ERR_MPI as i64), ("LM_ERR_NCCL", LM_ERR_NCCL as i64), ("LM_ERR_CUDA", LM_ERR_CUDA as i64),
         ("LM_ERR_REMOTE", LM_ERR_REMOTE as i64), ("LM_ERR_INTERNAL", LM_ERR_INTERNAL as i64),
         ("LM_ERR_USER", LM_ERR_USER as i64),
+        ("LM_DEVICE_CONFIG_MAGIC", LM_DEVICE_CONFIG_MAGIC as i64),
+        ("LM_DEVICE_CONFIG_VERSION", LM_DEVICE_CONFIG_VERSION as i64),
+        ("LM_TRANSPORT_UNDECIDED", LM_TRANSPORT_UNDECIDED as i64), ("LM_TRANSPORT_MPI", LM_TRANSPORT_MPI as i64),
+        ("LM_TRANSPORT_NCCL", LM_TRANSPORT_NCCL as i64), ("LM_TRANSPORT_MPI_STAGED", LM_TRANSPORT_MPI_STAGED as i64),
         ("kDLCPU", kDLCPU as i64), ("kDLCUDA", kDLCUDA as i64), ("kDLCUDAHost", kDLCUDAHost as i64),
         ("kDLCUDAManaged", kDLCUDAManaged as i64), ("kDLROCM", kDLROCM as i64),
         ("kDLInt", kDLInt as i64), ("kDLUInt", kDLUInt as i64), ("kDLFloat", kDLFloat as i64),
@@ -125,6 +130,7 @@ fn structs_and_constants_match_the_c_header() {
     }
     assert!(bad.is_empty(), "layout/constant mismatches:\n  {}", bad.join("\n  "));
     assert_eq!(LM_MESH_CONFIG_INIT.size, size_of::<lm_mesh_config_t>());
+    assert_eq!(LM_DEVICE_CONFIG_INIT.size, size_of::<lm_device_config_t>());
     println!("layout: {} sizes, offsets and constants match the C header", rust_values.len());
 }
 

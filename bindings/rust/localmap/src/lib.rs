@@ -533,6 +533,50 @@ impl Mesh {
         check(unsafe { sys::lm_mesh_comm(self.raw, &mut c) })?;
         Ok(Comm(c))
     }
+    /// `lm_mesh_set_device_config`: this rank's stream and allocator for the mesh (`None`: the
+    /// defaults). Local.
+    ///
+    /// # Safety
+    /// The stream and the allocator callbacks must be valid for as long as the mesh uses them.
+    pub unsafe fn set_device_config(&self, config: Option<&sys::lm_device_config_t>) -> Result<()> {
+        check(sys::lm_mesh_set_device_config(self.raw, config.map_or(ptr::null(), |c| c as *const _)))
+    }
+    /// `lm_mesh_device_config`: this rank's device options of the mesh.
+    pub fn device_config(&self) -> Result<sys::lm_device_config_t> {
+        let mut c = sys::LM_DEVICE_CONFIG_INIT;
+        check(unsafe { sys::lm_mesh_device_config(self.raw, &mut c) })?;
+        Ok(c)
+    }
+    /// `lm_mesh_transport`: how the mesh moves tensors of a device type (`sys::kDLCPU`, ...).
+    pub fn transport(&self, device_type: sys::DLDeviceType) -> Result<Transport> {
+        let mut t = 0;
+        check(unsafe { sys::lm_mesh_transport(self.raw, device_type, &mut t) })?;
+        Ok(match t {
+            sys::LM_TRANSPORT_UNDECIDED => Transport::Undecided,
+            sys::LM_TRANSPORT_MPI => Transport::Mpi,
+            sys::LM_TRANSPORT_NCCL => Transport::Nccl,
+            sys::LM_TRANSPORT_MPI_STAGED => Transport::MpiStaged,
+            other => Transport::Other(other),
+        })
+    }
+}
+
+/// How a mesh moves tensor data (`lm_transport_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Undecided,
+    Mpi,
+    Nccl,
+    MpiStaged,
+    Other(i32),
+}
+
+/// `lm_pool_stats`: (bytes of the library's host buffer pool in use, their high-water mark);
+/// `reset_peak` then sets the mark to the bytes in use.
+pub fn pool_stats(reset_peak: bool) -> Result<(i64, i64)> {
+    let (mut in_use, mut peak) = (0, 0);
+    check(unsafe { sys::lm_pool_stats(&mut in_use, &mut peak, reset_peak as c_int) })?;
+    Ok((in_use, peak))
 }
 
 // ================================================================================================
@@ -590,6 +634,7 @@ fn managed_from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> *mut sys::DLMana
 }
 
 /// A `DLManagedTensor` (e.g. from [`DistTensor::export`]): dropping it calls its deleter once.
+#[derive(Debug)]
 pub struct ManagedTensor {
     raw: *mut sys::DLManagedTensor,
 }

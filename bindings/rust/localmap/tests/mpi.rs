@@ -42,6 +42,8 @@ fn statics() -> T {
         ensure!(Placement::from_raw(p.raw()) == Some(p));
     }
     set_error_message("x");
+    let (in_use, peak) = pool_stats(false).map_err(e)?;
+    ensure!(in_use >= 0 && peak >= in_use, "pool {in_use} {peak}");
     Ok(())
 }
 
@@ -80,6 +82,16 @@ fn mesh_queries(rank: i32, size: i32) -> T {
             .map_err(e)?;
         ensure!(p.global_shape().map_err(e)? == vec![6], "placeholder from_local");
     }
+    // Device config and transport.
+    let o = Mesh::new(comm_world().map_err(e)?, &[size as i64]).map_err(e)?;
+    ensure!(o.transport(sys::kDLCPU).map_err(e)? == Transport::Mpi);
+    let dc = o.device_config().map_err(e)?;
+    ensure!(dc.stream.is_null() && dc.alloc.is_none());
+    unsafe { o.set_device_config(Some(&dc)).map_err(e)? };
+    unsafe { o.set_device_config(None).map_err(e)? };
+    let mut bad_dc = dc;
+    bad_dc.magic = 0;
+    ensure!(unsafe { o.set_device_config(Some(&bad_dc)) }.unwrap_err().status == Status::InvalidArgument);
     // Bad names are caught before C.
     ensure!(Mesh::with_names(comm_world().map_err(e)?, &[size as i64], &["a", "b"]).is_err());
     Ok(())
