@@ -43,7 +43,7 @@ module localmap
   ! Status codes (lm_status_t).
   integer, parameter, public :: LM_SUCCESS = 0, LM_ERR_INVALID_ARGUMENT = 1, LM_ERR_INVALID_USAGE = 2, &
     LM_ERR_OUT_OF_MEMORY = 3, LM_ERR_NOT_SUPPORTED = 4, LM_ERR_MISMATCH = 5, LM_ERR_MPI = 6, &
-    LM_ERR_NCCL = 7, LM_ERR_CUDA = 8, LM_ERR_REMOTE = 9, LM_ERR_INTERNAL = 10, LM_ERR_USER = 11
+    LM_ERR_NCCL = 7, LM_ERR_CUDA = 8, LM_ERR_REMOTE = 9, LM_ERR_INTERNAL = 10, LM_ERR_USER = 11, LM_ERR_TIMEOUT = 12
   ! DLPack device types and type codes.
   integer, parameter, public :: kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLROCM = 10, kDLCUDAManaged = 13
   integer, parameter, public :: kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComplex = 5, &
@@ -63,7 +63,7 @@ module localmap
   integer, parameter, public :: LM_LOCAL_MAP_RESHARD_INPUTS = 1, LM_LOCAL_MAP_NO_AGREE = 2, &
     LM_LOCAL_MAP_SHAPES_EVEN = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_MAGIC = int(z'4c4d4d43', c_int32_t)
-  integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 1
+  integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 2
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_MAGIC = int(z'4c4d4443', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_VERSION = 1
   ! How a mesh moves tensor data (lm_mesh_transport).
@@ -107,6 +107,8 @@ module localmap
     type(c_ptr) :: ranks = c_null_ptr
     integer(c_int) :: nranks = 0
     type(c_ptr) :: dim_names = c_null_ptr
+    integer(c_int) :: check_level = -1     ! version 2
+    real(c_double) :: timeout = -1         ! version 2
   end type
   !> This rank's device options of a mesh (lm_mesh_set_device_config): a CUDA stream and
   !> allocator callbacks (bind(C) functions, c_funloc).
@@ -814,12 +816,14 @@ contains
   ! =============================================================================================
   ! Mesh
   ! =============================================================================================
-  subroutine mesh_create_(mesh, comm, shape, names, ranks, ierr)
+  subroutine mesh_create_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
     type(lm_mesh), intent(inout) :: mesh
     integer, intent(in) :: comm
     integer(c_int64_t), intent(in) :: shape(:)
     character(len=*), intent(in), optional :: names(:)
     integer, intent(in), optional :: ranks(:)
+    integer, intent(in), optional :: check_level
+    real(c_double), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
     type(lm_mesh_config_t), target :: cfg
     character(kind=c_char), allocatable, target :: chars(:)
@@ -829,7 +833,10 @@ contains
     integer :: i, j, w
     character(len=160) :: msg
     call lm_mesh_destroy(mesh)
-    cfg = lm_mesh_config_t(c_sizeof(cfg), LM_MESH_CONFIG_MAGIC, LM_MESH_CONFIG_VERSION, c_null_ptr, 0, c_null_ptr)
+    cfg = lm_mesh_config_t(c_sizeof(cfg), LM_MESH_CONFIG_MAGIC, LM_MESH_CONFIG_VERSION, c_null_ptr, 0, c_null_ptr, &
+                           -1, -1.0_c_double)
+    if (present(check_level)) cfg%check_level = int(check_level, c_int)
+    if (present(timeout)) cfg%timeout = timeout
     st = LM_SUCCESS
     if (present(ranks)) then
       cranks = int(ranks, c_int)
@@ -862,42 +869,52 @@ contains
   end subroutine
 
   !> Creates a mesh of extents shape(:) over ranks of `comm` (collective over comm; agrees).
-  !> names: one per mesh dim; ranks: parent ranks forming the mesh, row-major over the shape.
-  subroutine mesh_create_int_(mesh, comm, shape, names, ranks, ierr)
+  !> names: one per mesh dim; ranks: parent ranks forming the mesh, row-major over the shape;
+  !> check_level: argument checks of collectives (0, 1, 2; default: LM_CHECK environment);
+  !> timeout: deadline in seconds of blocking waits (0: none; default: LM_TIMEOUT environment).
+  subroutine mesh_create_int_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
     type(lm_mesh), intent(inout) :: mesh
     integer, intent(in) :: comm
     integer(c_int64_t), intent(in) :: shape(:)
     character(len=*), intent(in), optional :: names(:)
     integer, intent(in), optional :: ranks(:)
+    integer, intent(in), optional :: check_level
+    real(c_double), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm, shape, names, ranks, ierr)
+    call mesh_create_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
   end subroutine
-  subroutine mesh_create_f08_(mesh, comm, shape, names, ranks, ierr)
+  subroutine mesh_create_f08_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
     type(lm_mesh), intent(inout) :: mesh
     type(MPI_Comm), intent(in) :: comm
     integer(c_int64_t), intent(in) :: shape(:)
     character(len=*), intent(in), optional :: names(:)
     integer, intent(in), optional :: ranks(:)
+    integer, intent(in), optional :: check_level
+    real(c_double), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm%MPI_VAL, shape, names, ranks, ierr)
+    call mesh_create_(mesh, comm%MPI_VAL, shape, names, ranks, check_level, timeout, ierr)
   end subroutine
-  subroutine mesh_create_int_i4_(mesh, comm, shape, names, ranks, ierr)
+  subroutine mesh_create_int_i4_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
     type(lm_mesh), intent(inout) :: mesh
     integer, intent(in) :: comm
     integer(c_int32_t), intent(in) :: shape(:)
     character(len=*), intent(in), optional :: names(:)
     integer, intent(in), optional :: ranks(:)
+    integer, intent(in), optional :: check_level
+    real(c_double), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm, int(shape, c_int64_t), names, ranks, ierr)
+    call mesh_create_(mesh, comm, int(shape, c_int64_t), names, ranks, check_level, timeout, ierr)
   end subroutine
-  subroutine mesh_create_f08_i4_(mesh, comm, shape, names, ranks, ierr)
+  subroutine mesh_create_f08_i4_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
     type(lm_mesh), intent(inout) :: mesh
     type(MPI_Comm), intent(in) :: comm
     integer(c_int32_t), intent(in) :: shape(:)
     character(len=*), intent(in), optional :: names(:)
     integer, intent(in), optional :: ranks(:)
+    integer, intent(in), optional :: check_level
+    real(c_double), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm%MPI_VAL, int(shape, c_int64_t), names, ranks, ierr)
+    call mesh_create_(mesh, comm%MPI_VAL, int(shape, c_int64_t), names, ranks, check_level, timeout, ierr)
   end subroutine
 
   !> Local; a borrowed mesh is only forgotten. Tensors keep their mesh alive.

@@ -18,7 +18,7 @@ int main(void) {
   OFF(lm_placement_t, order);
   SZ(lm_mesh_config_t); OFF(lm_mesh_config_t, size); OFF(lm_mesh_config_t, magic);
   OFF(lm_mesh_config_t, version); OFF(lm_mesh_config_t, ranks); OFF(lm_mesh_config_t, nranks);
-  OFF(lm_mesh_config_t, dim_names);
+  OFF(lm_mesh_config_t, dim_names); OFF(lm_mesh_config_t, check_level); OFF(lm_mesh_config_t, timeout);
   SZ(lm_device_config_t); OFF(lm_device_config_t, size); OFF(lm_device_config_t, magic);
   OFF(lm_device_config_t, version); OFF(lm_device_config_t, stream); OFF(lm_device_config_t, alloc);
   OFF(lm_device_config_t, free); OFF(lm_device_config_t, alloc_ctx);
@@ -27,7 +27,7 @@ int main(void) {
   K(LM_VERSION_CODE);
   K(LM_SUCCESS); K(LM_ERR_INVALID_ARGUMENT); K(LM_ERR_INVALID_USAGE); K(LM_ERR_OUT_OF_MEMORY);
   K(LM_ERR_NOT_SUPPORTED); K(LM_ERR_MISMATCH); K(LM_ERR_MPI); K(LM_ERR_NCCL); K(LM_ERR_CUDA);
-  K(LM_ERR_REMOTE); K(LM_ERR_INTERNAL); K(LM_ERR_USER);
+  K(LM_ERR_REMOTE); K(LM_ERR_INTERNAL); K(LM_ERR_USER); K(LM_ERR_TIMEOUT);
   K(LM_DEVICE_CONFIG_MAGIC); K(LM_DEVICE_CONFIG_VERSION);
   K(LM_TRANSPORT_UNDECIDED); K(LM_TRANSPORT_MPI); K(LM_TRANSPORT_NCCL); K(LM_TRANSPORT_MPI_STAGED);
   K(kDLCPU); K(kDLCUDA); K(kDLCUDAHost); K(kDLROCM); K(kDLCUDAManaged);

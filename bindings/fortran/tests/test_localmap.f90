@@ -322,7 +322,7 @@ program test_localmap
   call check(len(msg) > 0, "the library's message is kept")
 
   ! device config, transport.
-  call lm_mesh_create(m2, MPI_COMM_WORLD_F(), [size])
+  call lm_mesh_create(m2, MPI_COMM_WORLD_F(), [size], check_level=1, timeout=60.0_c_double)
   call lm_mesh_transport(m2, kDLCPU, i)
   call check(i == LM_TRANSPORT_MPI, "transport of host tensors")
   block

@@ -91,6 +91,7 @@ pub const LM_ERR_CUDA: lm_status_t = 8;
 pub const LM_ERR_REMOTE: lm_status_t = 9;
 pub const LM_ERR_INTERNAL: lm_status_t = 10;
 pub const LM_ERR_USER: lm_status_t = 11;
+pub const LM_ERR_TIMEOUT: lm_status_t = 12;
 
 // ------------------------------------------------------------------------------------------------
 // Data types, devices
@@ -154,7 +155,7 @@ pub struct lm_mesh_s {
 pub type lm_mesh_t = *mut lm_mesh_s;
 
 pub const LM_MESH_CONFIG_MAGIC: u32 = 0x4c4d4d43;
-pub const LM_MESH_CONFIG_VERSION: u32 = 1;
+pub const LM_MESH_CONFIG_VERSION: u32 = 2;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -165,6 +166,10 @@ pub struct lm_mesh_config_t {
     pub ranks: *const c_int,
     pub nranks: c_int,
     pub dim_names: *const *const c_char,
+    /// (version 2) argument checks of collective calls: -1 = LM_CHECK environment, 0, 1, 2.
+    pub check_level: c_int,
+    /// (version 2) deadline in seconds of blocking waits: < 0 = LM_TIMEOUT environment, 0 = none.
+    pub timeout: f64,
 }
 
 /// `LM_MESH_CONFIG_INIT`.
@@ -175,6 +180,8 @@ pub const LM_MESH_CONFIG_INIT: lm_mesh_config_t = lm_mesh_config_t {
     ranks: std::ptr::null(),
     nranks: 0,
     dim_names: std::ptr::null(),
+    check_level: -1,
+    timeout: -1.0,
 };
 
 /// Device allocator callbacks of `lm_device_config_t`.

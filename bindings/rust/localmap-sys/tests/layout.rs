@@ -34,7 +34,7 @@ fn structs_and_constants_match_the_c_header() {
         layout!(DLTensor { data, device, ndim, dtype, shape, strides, byte_offset }),
         layout!(DLManagedTensor { dl_tensor, manager_ctx, deleter }),
         layout!(lm_placement_t { kind, dim, op, order }),
-        layout!(lm_mesh_config_t { size, magic, version, ranks, nranks, dim_names }),
+        layout!(lm_mesh_config_t { size, magic, version, ranks, nranks, dim_names, check_level, timeout }),
         layout!(lm_device_config_t { size, magic, version, stream, alloc, free, alloc_ctx }),
         layout!(lm_arg_t { kind, reserved, i64, f64, ptr }),
     ];
@@ -47,7 +47,7 @@ fn structs_and_constants_match_the_c_header() {
         ("LM_ERR_NOT_SUPPORTED", LM_ERR_NOT_SUPPORTED as i64), ("LM_ERR_MISMATCH", LM_ERR_MISMATCH as i64),
         ("LM_ERR_MPI", LM_ERR_MPI as i64), ("LM_ERR_NCCL", LM_ERR_NCCL as i64), ("LM_ERR_CUDA", LM_ERR_CUDA as i64),
         ("LM_ERR_REMOTE", LM_ERR_REMOTE as i64), ("LM_ERR_INTERNAL", LM_ERR_INTERNAL as i64),
-        ("LM_ERR_USER", LM_ERR_USER as i64),
+        ("LM_ERR_USER", LM_ERR_USER as i64), ("LM_ERR_TIMEOUT", LM_ERR_TIMEOUT as i64),
         ("LM_DEVICE_CONFIG_MAGIC", LM_DEVICE_CONFIG_MAGIC as i64),
         ("LM_DEVICE_CONFIG_VERSION", LM_DEVICE_CONFIG_VERSION as i64),
         ("LM_TRANSPORT_UNDECIDED", LM_TRANSPORT_UNDECIDED as i64), ("LM_TRANSPORT_MPI", LM_TRANSPORT_MPI as i64),

@@ -56,6 +56,8 @@ pub enum Status {
     Remote,
     Internal,
     User,
+    /// A blocking wait of a collective passed the mesh's deadline (`LM_ERR_TIMEOUT`).
+    Timeout,
     /// A code this binding does not know yet (the C enum is append-only).
     Other(i32),
 }
@@ -75,6 +77,7 @@ impl Status {
             sys::LM_ERR_REMOTE => Status::Remote,
             sys::LM_ERR_INTERNAL => Status::Internal,
             sys::LM_ERR_USER => Status::User,
+            sys::LM_ERR_TIMEOUT => Status::Timeout,
             c => Status::Other(c),
         }
     }
@@ -92,6 +95,7 @@ impl Status {
             Status::Remote => sys::LM_ERR_REMOTE,
             Status::Internal => sys::LM_ERR_INTERNAL,
             Status::User => sys::LM_ERR_USER,
+            Status::Timeout => sys::LM_ERR_TIMEOUT,
             Status::Other(c) => c,
         }
     }
@@ -428,7 +432,19 @@ impl Mesh {
     /// (row-major over `shape`; `None`: all), and dim names.
     pub fn with_config(parent: Comm, shape: &[i64], ranks: Option<&[i32]>, names: Option<&[&str]>)
         -> Result<Mesh> {
+        Mesh::with_options(parent, shape, &MeshOptions { ranks, names, ..MeshOptions::default() })
+    }
+
+    /// `lm_mesh_create` with every option of `lm_mesh_config_t` ([`MeshOptions`]).
+    pub fn with_options(parent: Comm, shape: &[i64], options: &MeshOptions<'_>) -> Result<Mesh> {
+        let (ranks, names) = (options.ranks, options.names);
         let mut cfg = sys::LM_MESH_CONFIG_INIT;
+        if let Some(c) = options.check_level {
+            cfg.check_level = c;
+        }
+        if let Some(t) = options.timeout {
+            cfg.timeout = t;
+        }
         if let Some(r) = ranks {
             cfg.ranks = r.as_ptr();
             cfg.nranks = to_int(r.len(), "ranks")?;
@@ -559,6 +575,19 @@ impl Mesh {
             other => Transport::Other(other),
         })
     }
+}
+
+/// Options of [`Mesh::with_options`] (`lm_mesh_config_t`); `None`: the library's default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MeshOptions<'a> {
+    /// Parent ranks forming the mesh, row-major over the shape.
+    pub ranks: Option<&'a [i32]>,
+    /// One name per mesh dim.
+    pub names: Option<&'a [&'a str]>,
+    /// Argument checks of collective calls: 0, 1 or 2 (default: the LM_CHECK environment variable).
+    pub check_level: Option<i32>,
+    /// Deadline in seconds of blocking waits, 0 = none (default: the LM_TIMEOUT environment variable).
+    pub timeout: Option<f64>,
 }
 
 /// How a mesh moves tensor data (`lm_transport_t`).

@@ -42,6 +42,7 @@ fn statics() -> T {
         ensure!(Placement::from_raw(p.raw()) == Some(p));
     }
     set_error_message("x");
+    ensure!(Status::from_raw(12) == Status::Timeout && Status::Timeout.raw() == 12);
     let (in_use, peak) = pool_stats(false).map_err(e)?;
     ensure!(in_use >= 0 && peak >= in_use, "pool {in_use} {peak}");
     Ok(())
@@ -83,7 +84,9 @@ fn mesh_queries(rank: i32, size: i32) -> T {
         ensure!(p.global_shape().map_err(e)? == vec![6], "placeholder from_local");
     }
     // Device config and transport.
-    let o = Mesh::new(comm_world().map_err(e)?, &[size as i64]).map_err(e)?;
+    let o = Mesh::with_options(comm_world().map_err(e)?, &[size as i64],
+                               &MeshOptions { check_level: Some(1), timeout: Some(60.0), ..MeshOptions::default() })
+        .map_err(e)?;
     ensure!(o.transport(sys::kDLCPU).map_err(e)? == Transport::Mpi);
     let dc = o.device_config().map_err(e)?;
     ensure!(dc.stream.is_null() && dc.alloc.is_none());
