@@ -9,7 +9,7 @@
 #    with a line `// lm-test-np: 1 2 4` runs only at those counts (intersected with $NPS when
 #    NPS is set in the environment);
 #  - each example listed in tests/examples.list, under mpirun at its np list;
-#  - each tests/script_*.sh once (install, exports, packaging checks);
+#  - each tests/script_*.sh once (install, exports, packaging checks, bindings);
 #  - each $BUILD/tests/gpu/test_* (device tests, CUDA builds) under mpirun like the MPI tests.
 # Every run is one unit, passed, failed or skipped, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`;
 # the full output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60
