@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/handle.hpp"
 #include "tensor/ops.hpp"
 
 namespace lm {
@@ -90,15 +91,20 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // The mesh: given, or the first dist input's.
   lm_mesh_s *m = nullptr;
   if (mesh) {
-    m = mesh_check_usable(mesh, strfmt("%s: mesh", F).c_str());
+    std::string w = strfmt("%s: mesh", F);
+    m = mesh_check_usable(mesh_check(mesh, w.c_str()), w.c_str());
   }
+  // The objects behind the dist inputs' handles (unwrapped once, here at the boundary).
+  SmallBuf<lm_dist_tensor_s *, 16> objs((size_t)nin);
   for (int i = 0; i < nin; ++i) {
     const lm_arg_t &a = inputs[i];
     LM_CHECK_ARG(a.kind >= LM_ARG_NONE && a.kind <= LM_ARG_POINTER,
                  "%s: inputs[%d].kind = %d is not a valid input kind", F, i, a.kind);
     if (a.kind == LM_ARG_DIST_TENSOR) {
-      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_t>(a.ptr);
-      lazily([&](const char *w) { tensor_check(t, w); }, "%s: inputs[%d]", i);
+      lm_dist_tensor_s *t = nullptr;
+      lazily([&](const char *w) { t = tensor_check(static_cast<lm_dist_tensor_t>(a.ptr), w); },
+             "%s: inputs[%d]", i);
+      objs[i] = t;
       if (!m) {
         lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
         m = t->mesh;
@@ -160,7 +166,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     for (int i = 0; i < nin; ++i) {
       args[i] = inputs[i];
       if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
-      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+      lm_dist_tensor_s *t = objs[i];
       const lm_placement_t *want = in_placements ? in_placements[i] : nullptr;
       if (want)
         lazily([&](const char *w) { validate_placements(want, m->ndim(), t->layout.ndim(), w); },
@@ -200,14 +206,14 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   if (local == LM_SUCCESS && any_move) {
     for (int i = 0; i < nin; ++i) {
       if (!move[i]) continue;
-      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+      lm_dist_tensor_s *t = objs[i];
       const lm_placement_t *want = in_placements ? in_placements[i] : t->layout.pl.data();
       temps[i] = tensor_reshard(t, m, want, strfmt("%s: reshard of inputs[%d]", F, i).c_str());
     }
   }
   for (int i = 0; i < nin && local == LM_SUCCESS; ++i) {
     if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
-    lm_dist_tensor_s *t = temps[i] ? temps[i] : static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+    lm_dist_tensor_s *t = temps[i] ? temps[i] : objs[i];
     DLTensor &v = views[i];
     v.data = t->data();
     v.device = t->device;
@@ -226,7 +232,8 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     set_user_message(nullptr);
     lm_status_t st;
     try {
-      st = fn(user_data, m, nin, args.data(), nout, outputs);
+      // fn gets a handle: the caller's, else the one of the inputs' mesh (borrowed: see mesh_borrow).
+      st = fn(user_data, mesh ? mesh : m ? mesh_borrow(m) : nullptr, nin, args.data(), nout, outputs);
     } catch (...) {
       st = LM_ERR_USER;
       set_user_message("fn threw a C++ exception (it must not)");
@@ -426,12 +433,14 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
                                               LM_SHAPE_GIVEN, gshapes[done].data(), 0, mt,
                                               "lm_local_map: output");
       o.kind = LM_ARG_DIST_TENSOR;
-      o.ptr = t;
+      o.ptr = nullptr;
+      o.ptr = tensor_wrap(t);  // releases t if it throws
     }
   } catch (...) {
     for (int j = 0; j < nout; ++j) {
       if (j < done && outputs[j].kind == LM_ARG_DIST_TENSOR) {
-        tensor_release(static_cast<lm_dist_tensor_s *>(outputs[j].ptr));
+        lm_dist_tensor_t h = static_cast<lm_dist_tensor_t>(outputs[j].ptr);
+        if (h) tensor_destroy_handle(&h, "lm_local_map");
         outputs[j] = lm_arg_t{};
       } else {
         release_managed(outputs[j]);

@@ -65,11 +65,11 @@ static Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, cons
       [&](int64_t r, int d) { return (int64_t)all[(size_t)(r * W + 2 + d)]; }, fn);
 }
 
-lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
+lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
                                     const lm_placement_t *pl, int mode,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn) {
-  lm_mesh_s *m = mesh_check(mesh, fn);
+  expect_object(m, fn);
   const int mode_bits = mode;
   LM_CHECK_ARG(mode_bits == LM_SHAPE_GIVEN || mode_bits == LM_SHAPE_EVEN ||
                    mode_bits == LM_SHAPE_ALLGATHER,
@@ -183,7 +183,7 @@ static Layout root_layout(int rank, const Shape &g) {
 lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
                                      const lm_placement_t *pl, int root) {
   const char *fn = "lm_dist_tensor_from_global";
-  lm_mesh_s *m = mesh_check_usable(mesh, fn);
+  lm_mesh_s *m = mesh_check_usable(mesh_check(mesh, fn), fn);
   if (root < 0) {
     LM_CHECK_ARG(global != nullptr, "%s: global is NULL (root < 0: every rank passes it)", fn);
     Shape g = check_shape(global->ndim, global->shape, strfmt("%s: global", fn).c_str());
@@ -319,9 +319,9 @@ MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn) {
   return src->world;
 }
 
-lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
+lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
                                  const lm_placement_t *pl, const char *fn) {
-  lm_dist_tensor_s *t = tensor_check(src, strfmt("%s: src", fn).c_str());
+  expect_object(t, fn);
   lm_mesh_s *sm = mesh_check_usable(t->mesh, strfmt("%s: src mesh", fn).c_str());
   lm_mesh_s *dm = dst_mesh ? mesh_check_usable(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
   MPI_Comm comm = transfer_comm(sm, dm, fn);

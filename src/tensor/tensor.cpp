@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/handle.hpp"
 #include "tensor/pool.hpp"
 
 namespace lm {
@@ -31,11 +32,45 @@ std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero) {
   return s;
 }
 
-lm_dist_tensor_s *tensor_check(lm_dist_tensor_t t, const char *what) {
-  LM_CHECK_ARG(t != nullptr, "%s: tensor is NULL", what);
-  LM_CHECK_ARG(t->magic == kTensorMagic,
+lm_dist_tensor_s *tensor_check(lm_dist_tensor_t h, const char *what) {
+  LM_CHECK_ARG(h != nullptr, "%s: tensor is NULL", what);
+  void *t = handle_get(h, HandleKind::Tensor);
+  LM_CHECK_ARG(t != nullptr, "%s: tensor is not a live lm_dist_tensor_t (destroyed or foreign)",
+               what);
+  return static_cast<lm_dist_tensor_s *>(t);
+}
+
+lm_dist_tensor_t tensor_wrap(lm_dist_tensor_s *t) {
+  expect_object(t, "tensor_wrap");
+  try {
+    return handle_as<lm_dist_tensor_s>(handle_new(HandleKind::Tensor, t, true));
+  } catch (...) {
+    tensor_release(t);
+    throw;
+  }
+}
+
+void tensor_retain_handle(lm_dist_tensor_t h, const char *what) {
+  tensor_check(h, what);
+  LM_CHECK_ARG(handle_retain(h, HandleKind::Tensor),
                "%s: tensor is not a live lm_dist_tensor_t (destroyed or foreign)", what);
-  return t;
+}
+
+void tensor_destroy_handle(lm_dist_tensor_t *h, const char *what) {
+  void *obj = nullptr;
+  LM_CHECK_ARG(*h != nullptr, "%s: tensor is NULL", what);
+  switch (handle_drop(*h, HandleKind::Tensor, &obj)) {
+    case DropResult::Dead:
+    case DropResult::Borrowed:
+      fail(LM_ERR_INVALID_ARGUMENT,
+           "%s: tensor is not a live lm_dist_tensor_t (destroyed or foreign)", what);
+    case DropResult::Alive:
+      break;
+    case DropResult::Died:
+      tensor_release(static_cast<lm_dist_tensor_s *>(obj));
+      break;
+  }
+  *h = nullptr;
 }
 
 void tensor_retain(lm_dist_tensor_s *t) { t->refs.fetch_add(1, std::memory_order_relaxed); }

@@ -51,7 +51,13 @@ struct lm_dist_tensor_s {
 
 namespace lm {
 
-lm_dist_tensor_s *tensor_check(lm_dist_tensor_t t, const char *what);
+// Handles (core/handle.hpp): tensor_check unwraps a caller's handle (the C boundary only);
+// tensor_wrap makes a new owned handle taking over one reference (released on failure);
+// tensor_retain_handle / tensor_destroy_handle are lm_dist_tensor_retain / _destroy.
+lm_dist_tensor_s *tensor_check(lm_dist_tensor_t h, const char *what);
+lm_dist_tensor_t tensor_wrap(lm_dist_tensor_s *t);
+void tensor_retain_handle(lm_dist_tensor_t h, const char *what);
+void tensor_destroy_handle(lm_dist_tensor_t *h, const char *what);
 void tensor_retain(lm_dist_tensor_s *t);
 void tensor_release(lm_dist_tensor_s *t);
 
