@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "localmap/local_map.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -56,6 +57,35 @@ void lazily(F &&check, const char *fmt, int index) {
   }
 }
 
+// Clears every output that repeats an earlier output's DLManagedTensor (without running its
+// deleter: the earlier one will) and returns the first such index, or -1.
+int first_duplicate_output(int nout, lm_arg_t *outputs) {
+  int first = -1;
+  auto managed = [&](int j) {
+    return outputs[j].kind == LM_ARG_MANAGED_TENSOR && outputs[j].ptr != nullptr;
+  };
+  if (nout <= 16) {
+    for (int j = 1; j < nout; ++j)
+      for (int k = 0; k < j && managed(j); ++k)
+        if (managed(k) && outputs[k].ptr == outputs[j].ptr) {
+          if (first < 0) first = j;
+          outputs[j] = lm_arg_t{};
+        }
+    return first;
+  }
+  std::vector<std::pair<void *, int>> v;
+  for (int j = 0; j < nout; ++j)
+    if (managed(j)) v.emplace_back(outputs[j].ptr, j);
+  std::sort(v.begin(), v.end());
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i].first == v[i - 1].first) {
+      outputs[v[i].second] = lm_arg_t{};
+      if (first < 0 || v[i].second < first) first = v[i].second;
+      v[i].second = v[i - 1].second;  // keep the earliest as the survivor
+    }
+  return first;
+}
+
 const char *kind_name(int32_t k) {
   switch (k) {
     case LM_ARG_NONE: return "NONE";
@@ -78,6 +108,9 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   const char *F = "lm_local_map";
   LM_CHECK_ARG(fn != nullptr, "%s: fn is NULL", F);
   LM_CHECK_ARG(nin >= 0 && nout >= 0, "%s: nin = %d and nout = %d must be >= 0", F, nin, nout);
+  LM_CHECK_ARG(nin <= LM_LOCAL_MAP_MAX_ARGS && nout <= LM_LOCAL_MAP_MAX_ARGS,
+               "%s: nin = %d and nout = %d must be at most LM_LOCAL_MAP_MAX_ARGS (%d)", F, nin, nout,
+               LM_LOCAL_MAP_MAX_ARGS);
   LM_CHECK_ARG(nin == 0 || inputs, "%s: inputs is NULL but nin = %d", F, nin);
   LM_CHECK_ARG(nout == 0 || outputs, "%s: outputs is NULL but nout = %d", F, nout);
   LM_CHECK_ARG(nout == 0 || out_placements,
@@ -238,7 +271,15 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       st = LM_ERR_USER;
       set_user_message("fn threw a C++ exception (it must not)");
     }
-    if (st != LM_SUCCESS) {
+    // The same DLManagedTensor in two outputs would be wrapped (and deleted) twice: keep the
+    // first, drop the others without their deleter, and fail.
+    int dup = first_duplicate_output(nout, outputs);
+    if (dup >= 0 && st == LM_SUCCESS) {
+      st = LM_ERR_INVALID_ARGUMENT;
+      local = LM_ERR_INVALID_ARGUMENT;
+      err = strfmt("%s: outputs[%d] is a DLManagedTensor that fn returned in an earlier output too; "
+                   "each output needs its own", F, dup);
+    } else if (st != LM_SUCCESS) {
       std::string um = take_user_message();
       local = LM_ERR_USER;
       err = strfmt("%s: fn returned %s on rank %d%s%s", F, lm_status_string(st),
@@ -276,6 +317,10 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
         lazily([&](const char *w) { check_device(lt.device, w); }, "%s: outputs[%d].device", j);
         lazily([&](const char *w) { validate_placements(pl, m->ndim(), lt.ndim, w); },
                "%s: out_placements[%d]", j);
+        lazily([&](const char *w) { check_partial_dtype(pl, m->ndim(), dtype_from_dl(lt.dtype, w), w); },
+               "%s: out_placements[%d]", j);
+        lazily([&](const char *w) { check_alignment(&lt, dtype_from_dl(lt.dtype, w), w); },
+               "%s: outputs[%d]", j);
         LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
         int64_t numel = 1;
         for (int64_t e : ls) numel *= e;

@@ -24,9 +24,10 @@ lm_dist_tensor_s *tensor_zeros(lm_mesh_t mesh, int ndim, const int64_t *gshape, 
   const char *fn = "lm_dist_tensor_zeros";
   lm_mesh_s *m = mesh_check(mesh, fn);
   Shape g = check_shape(ndim, gshape, strfmt("%s: global_shape", fn).c_str());
-  dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
+  DType dt = dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
   check_device(device, strfmt("%s: device", fn).c_str());
   Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+  check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
   return tensor_new(m, L, dtype, device, true);
 }
 
@@ -89,13 +90,18 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
     else
       LM_CHECK_ARG(local->ndim >= 0 && local->ndim <= kMaxDims, "%s: local->ndim %d must be in "
                    "[0, %d]", fn, local->ndim, kMaxDims);
-    dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
+    DType dt = dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
     check_device(local->device, strfmt("%s: local->device", fn).c_str());
     validate_placements(pl, m->ndim(), local->ndim, strfmt("%s: placements", fn).c_str());
+    check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
     for (int64_t e : ls) numel *= e;
     if (m->member)
       LM_CHECK_ARG(local->data != nullptr || numel == 0, "%s: local->data is NULL", fn);
     bool borrow = managed != nullptr || flags == LM_FROM_LOCAL_BORROW;
+    if (m->member && numel > 0) {
+      check_strides_span(local, dtype_size(dt), strfmt("%s: local", fn).c_str());
+      if (borrow) check_alignment(local, dt, strfmt("%s: local", fn).c_str());
+    }
     if (borrow && m->member)
       LM_CHECK_ARG(is_compact(local),
                    "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
@@ -187,8 +193,9 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
   if (root < 0) {
     LM_CHECK_ARG(global != nullptr, "%s: global is NULL (root < 0: every rank passes it)", fn);
     Shape g = check_shape(global->ndim, global->shape, strfmt("%s: global", fn).c_str());
-    dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
+    DType dt = dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
     Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+    check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
     if (m->member) check_global_buffer(global, L, global->dtype, fn, "global");
     lm_dist_tensor_s *t = tensor_new(m, L, global->dtype, DLDevice{kDLCPU, 0}, false);
     if (!m->member) return t;
@@ -216,8 +223,9 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
     try {
       LM_CHECK_ARG(global != nullptr, "%s: global is NULL on the root", fn);
       Shape g = check_shape(global->ndim, global->shape, strfmt("%s: global", fn).c_str());
-      dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
+      DType dt = dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
       Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+      check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
       check_global_buffer(global, L, global->dtype, fn, "global");
       meta[1] = global->ndim;
       meta[2] = (long long)global->dtype.code << 16 | (long long)global->dtype.bits << 8 | global->dtype.lanes;
