@@ -9,6 +9,8 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=...] [LIBDIR=...] [INCLUDEDIR=...] | uninstall
 #   make abi-dump           abidw of the shared library into $(BUILD)/localmap.abi
 #   make abi-check          abidiff against abi/localmap.abi (the committed baseline)
+#   make fuzz [FUZZ_SECONDS=60]  libFuzzer targets (clang 14) in build-fuzz/; see fuzz/fuzz.mk
+#   make check-tcp          make check with LM_MPIRUN_FLAGS="--mca btl tcp,self" (no shared memory)
 #   make clean | deps
 #
 # Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto), BUILD (build), MPICC, MPICXX,
@@ -291,5 +293,8 @@ help:
 # Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
 # its tests from make check.
 -include $(wildcard bindings/*/rules.mk)
+
+# libFuzzer targets: make fuzz FUZZ_SECONDS=N (fuzz/fuzz.mk).
+include fuzz/fuzz.mk
 
 -include $(LIB_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))
