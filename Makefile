@@ -147,7 +147,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check demo bench install uninstall clean deps abi-dump abi-check help
+.PHONY: all lib tests examples check check-tcp demo bench install uninstall clean deps abi-dump abi-check help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples
@@ -243,6 +243,11 @@ endif
 
 check: all
 	$(RUN_ENV) bash tests/run-tests.sh $(TESTS)
+
+# The whole suite over TCP only (no shared-memory BTL): what a multi-node job sees. Extra mpirun
+# flags also work directly: LM_MPIRUN_FLAGS="--mca btl tcp,self" make check (tools/lm-mpirun).
+check-tcp:
+	LM_MPIRUN_FLAGS="--mca btl tcp,self $(LM_MPIRUN_FLAGS)" $(MAKE) check
 
 demo: deps $(BUILD)/examples/demo
 	$(RUN_ENV) bash tools/lm-mpirun $(or $(NP),4) $(BUILD)/examples/demo $(ARGS)
