@@ -83,6 +83,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     total_sent += plan->bytes_sent;
   }
   if (verdict == LM_SUCCESS && S.equals(D)) FZ_CHECK(total_sent == 0);
+  // Sends match receives: without Partial placements every rank receives each element of its
+  // target box at most once, and at least what its own source shard lacks, so the bytes all
+  // ranks send lie between those two sums.
+  if (verdict == LM_SUCCESS && !S.has_partial() && !D.has_partial()) {
+    int64_t lo = 0, hi = 0, esize = static_cast<int64_t>(dtype_size(dt));
+    Shape c(static_cast<size_t>(gd->ndim())), cs(static_cast<size_t>(gs->ndim()));
+    for (int64_t i = 0; i < gd->size(); ++i) {
+      gd->coord_of(i, c.data());
+      Box t = D.box_at(c.data());
+      int64_t have = 0, si = gs->index_of(gd->rank_at_index(i));
+      if (si >= 0) {
+        gs->coord_of(si, cs.data());
+        Box x = intersect(t, S.box_at(cs.data()));
+        have = ndim == 0 ? 1 : (x.len.empty() ? 0 : fz::volume(x));
+      }
+      hi += fz::volume(t) * esize;
+      lo += (fz::volume(t) - have) * esize;
+    }
+    if (!(lo <= total_sent && total_sent <= hi))
+      std::fprintf(stderr, "S %s D %s sent %lld bounds [%lld, %lld]\n", S.str().c_str(),
+                   D.str().c_str(), (long long)total_sent, (long long)lo, (long long)hi);
+    FZ_CHECK(lo <= total_sent && total_sent <= hi);
+  }
   // The source boxes meeting each target box tile it exactly (Partial dims pinned like Replicate).
   Shape pin(static_cast<size_t>(gs->ndim()), -1);
   for (int m = 0; m < gs->ndim(); ++m)
