@@ -29,16 +29,18 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.cpp fuzz/fuzz_common.hpp $(FUZZ_LIB_OBJS)
 
 # OpenMPI's own leaks at exit are suppressed as in the test suite (fuzz_api runs a singleton MPI).
 fuzz: fuzz-build
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 	  if [ -d fuzz/corpus/$$t ]; then cp -n fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/ 2>/dev/null || true; fi; \
-	  echo "== $$t for $(FUZZ_SECONDS) s"; \
+	  echo "== $$t for $(FUZZ_SECONDS) s (log: $(FUZZ_BUILD)/$$t.log)"; \
 	  ( cd $(FUZZ_BUILD) && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	    OMPI_MCA_btl_vader_single_copy_mechanism=none \
 	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:fast_unwind_on_malloc=0 \
 	    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    ./$$t -max_total_time=$(FUZZ_SECONDS) -timeout=25 -rss_limit_mb=4096 -print_final_stats=1 \
-	      corpus/$$t 2>&1 | tail -n 40 ) || { echo "fuzz: $$t FAILED (see $(FUZZ_BUILD))"; exit 1; }; \
-	done; echo "fuzz: all targets ran $(FUZZ_SECONDS) s without a finding"
+	      corpus/$$t > $$t.log 2>&1 ); rc=$$?; \
+	  tail -n 30 $(FUZZ_BUILD)/$$t.log; \
+	  if [ $$rc != 0 ]; then echo "fuzz: $$t FAILED (exit $$rc; reproducer crash-*/leak-*/timeout-* in $(FUZZ_BUILD))"; exit 1; fi; \
+	done; echo "fuzz: every target ran $(FUZZ_SECONDS) s without a finding"
 
 -include $(FUZZ_LIB_OBJS:=.d)
