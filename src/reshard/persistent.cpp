@@ -97,7 +97,7 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   try {
     p->plan->run(s->data(), d->data());
   } catch (const Error &e) {
-    p->plan->active = false;
+    p->plan->abandon();
     mesh_break(p->src_mesh, e);
   }
 }
@@ -131,7 +131,7 @@ bool request_progress(lm_request_s *r, bool block) {
   } catch (const Error &e) {
     r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;
     r->plan->in_flight = nullptr;
-    r->plan->plan->active = false;
+    r->plan->plan->abandon();
     mesh_break(r->plan->src_mesh, e);
   }
   if (!done) return false;

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/handle.hpp"
+#include "reshard/boxcopy.hpp"
 #include "reshard/reduce.hpp"
 #include "tensor/pool.hpp"
 
@@ -143,62 +144,13 @@ void check_device(DLDevice device, const char *what) {
   fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);
 }
 
-// Recursive box copy; the innermost dim (merged with the trailing dims the box covers fully)
-// is one memcpy.
+// Box copy through the shared host/device arithmetic (reshard/boxcopy.hpp).
 void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const void *src,
               const Shape &src_shape, const Shape &src_off, const Shape &len, size_t esize) {
-  int n = static_cast<int>(len.size());
-  for (int i = 0; i < n; ++i)
-    if (len[i] == 0) return;
-  if (n == 0) {
-    std::memcpy(dst, src, esize);
-    return;
-  }
-  // Merge trailing dims where both buffers are covered fully by the box.
-  int k = n - 1;  // dims [k, n) are one contiguous run
-  int64_t run = len[n - 1];
-  while (k > 0 && len[k] == src_shape[k] && len[k] == dst_shape[k] && src_off[k] == 0 &&
-         dst_off[k] == 0) {
-    --k;
-    run *= len[k];
-  }
-  // Strides (elements) of both buffers.
-  int64_t sstr[kMaxDims], dstr[kMaxDims];
-  sstr[n - 1] = dstr[n - 1] = 1;
-  for (int i = n - 2; i >= 0; --i) {
-    sstr[i] = sstr[i + 1] * src_shape[i + 1];
-    dstr[i] = dstr[i + 1] * dst_shape[i + 1];
-  }
-  int64_t sbase = 0, dbase = 0;
-  for (int i = 0; i < n; ++i) {
-    sbase += src_off[i] * sstr[i];
-    dbase += dst_off[i] * dstr[i];
-  }
-  const char *s = static_cast<const char *>(src);
-  char *d = static_cast<char *>(dst);
-  size_t bytes = static_cast<size_t>(run) * esize;
-  if (k == 0) {
-    std::memcpy(d + dbase * (int64_t)esize, s + sbase * (int64_t)esize, bytes);
-    return;
-  }
-  // Odometer over dims [0, k).
-  int64_t idx[kMaxDims] = {0};
-  int64_t so = sbase, dof = dbase;
-  for (;;) {
-    std::memcpy(d + dof * (int64_t)esize, s + so * (int64_t)esize, bytes);
-    int i = k - 1;
-    for (; i >= 0; --i) {
-      if (++idx[i] < len[i]) {
-        so += sstr[i];
-        dof += dstr[i];
-        break;
-      }
-      so -= (len[i] - 1) * sstr[i];
-      dof -= (len[i] - 1) * dstr[i];
-      idx[i] = 0;
-    }
-    if (i < 0) break;
-  }
+  BoxCopy c;
+  boxcopy_init(c, static_cast<int>(len.size()), len.data(), src_shape.data(), src_off.data(),
+               dst_shape.data(), dst_off.data(), static_cast<int64_t>(esize));
+  boxcopy_range(c, dst, src, 0, c.numel);
 }
 
 bool is_compact(const DLTensor *t) {
