@@ -5,7 +5,12 @@
 // plan_build) and checks: verdicts agree across ranks (reshard does not agree at run time, so
 // every rank must refuse or accept alike), the step chain ends in the target layout, ranks in
 // neither layout send nothing, an identity reshard sends nothing, and the source boxes that meet
-// a rank's target box tile it exactly (what it receives covers what it must hold, once).
+// a rank's target box tile it exactly (what it receives covers what it must hold, once). On the
+// schedule (reshard/schedule.hpp): every exchange send has the matching receive (same step, same
+// box) on its peer, and each rank's receives and local copies tile its output box exactly.
+#include <map>
+#include <tuple>
+
 #include "fuzz_common.hpp"
 #include "core/dtype.hpp"
 #include "reshard/plan.hpp"
@@ -62,6 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t i = 0; i < gr->size(); ++i) parent = std::max(parent, gr->rank_at_index(i) + 1);
   int verdict = -1;
   int64_t total_sent = 0;
+  // Every exchange message, keyed by (step tag, sender, receiver): what the sender sends and
+  // what the receiver expects must be the same box (sends match receives).
+  std::map<std::tuple<int, int, int>, std::pair<std::vector<Box>, std::vector<Box>>> msgs;
   for (int me = 0; me < parent; ++me) {
     int st = LM_SUCCESS;
     std::unique_ptr<Plan> plan;
@@ -81,8 +89,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (auto &s : plan->steps) FZ_CHECK(s->out_layout.gshape == g && s->bytes_sent >= 0);
     FZ_CHECK(!plan->describe().empty() || plan->steps.empty());
     total_sent += plan->bytes_sent;
+    for (auto &st : plan->steps) {
+      if (st->kind != StepKind::kExchange) continue;
+      int64_t covered = 0;
+      std::vector<Box> parts;
+      for (auto &m : st->sends) {
+        FZ_CHECK(m.peer != me && m.peer >= 0 && m.peer < parent);
+        FZ_CHECK(m.bytes == static_cast<size_t>(fz::volume(m.box)) * st->esize);
+        msgs[{st->tag, me, m.peer}].first.push_back(m.box);
+      }
+      for (auto &m : st->recvs) {
+        FZ_CHECK(m.peer != me && m.peer >= 0 && m.peer < parent);
+        msgs[{st->tag, m.peer, me}].second.push_back(m.box);
+        parts.push_back(m.box);
+      }
+      for (auto &c : st->selfs) parts.push_back(c.box);
+      // What a rank receives and copies locally tiles its output box exactly (once each).
+      for (auto &x : parts) {
+        FZ_CHECK(fz::volume(intersect(x, st->outbox)) == fz::volume(x));
+        covered += fz::volume(x);
+      }
+      if (!st->out_layout.has_partial() && !st->skip_self) {
+        FZ_CHECK(covered == fz::volume(st->outbox) || (ndim == 0 && covered <= 1));
+        for (size_t i = 0; i < parts.size() && i < 48; ++i)
+          for (size_t j = i + 1; j < parts.size() && j < 48; ++j)
+            FZ_CHECK(fz::volume(intersect(parts[i], parts[j])) == 0 || ndim == 0);
+      }
+    }
   }
   if (verdict == LM_SUCCESS && S.equals(D)) FZ_CHECK(total_sent == 0);
+  for (auto &kv : msgs) {
+    auto &sent = kv.second.first, &recv = kv.second.second;
+    FZ_CHECK(sent.size() == recv.size());
+    for (size_t i = 0; i < sent.size(); ++i)
+      FZ_CHECK(sent[i].off == recv[i].off && sent[i].len == recv[i].len);
+  }
   // Sends match receives: without Partial placements every rank receives each element of its
   // target box at most once, and at least what its own source shard lacks, so the bytes all
   // ranks send lie between those two sums.
