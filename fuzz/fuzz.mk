@@ -9,9 +9,9 @@ FUZZ_BUILD    ?= build-fuzz
 FUZZ_SECONDS  ?= 60
 FUZZ_TARGETS  ?= $(patsubst fuzz/%.cpp,%,$(wildcard fuzz/fuzz_*.cpp))
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_MPI_CPP  := $(shell $(MPICXX) --showme:compile 2>/dev/null)
-FUZZ_MPI_LD   := $(shell $(MPICXX) --showme:link 2>/dev/null)
-FUZZ_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra $(FUZZ_SAN) -Iinclude -Isrc $(MPI_CPPFLAGS) $(FUZZ_MPI_CPP) $(LIB_CPPFLAGS)
+FUZZ_MPI_CPP   = $(shell $(MPICXX) --showme:compile 2>/dev/null)
+FUZZ_MPI_LD    = $(shell $(MPICXX) --showme:link 2>/dev/null)
+FUZZ_CXXFLAGS  = -std=c++17 -O1 -g -Wall -Wextra $(FUZZ_SAN) -Iinclude -Isrc $(MPI_CPPFLAGS) $(FUZZ_MPI_CPP) $(LIB_CPPFLAGS)
 FUZZ_LIB_OBJS := $(patsubst src/%.cpp,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
 FUZZ_BINS     := $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
 
