@@ -408,10 +408,12 @@ class ReduceScatterRun : public StepRun {
         }
       }
     size_t rs = ts ? std::max(std::min(ts, S - std::min(S, budget)), seg_bytes_) : 0;
-    size_t recv_part = (size_t)nbufs_ * segbuf_ + acc_bytes_;
+    // The 128-bit accumulator starts 16-byte aligned (segments of int8 left it misaligned: UBSan).
+    size_t acc_off = ((size_t)nbufs_ * segbuf_ + 15) & ~size_t(15);
+    size_t recv_part = acc_off + acc_bytes_;
     char *stage = take_stage(recv_part + rs);
     bufs_ = stage;
-    acc_ = stage ? stage + (size_t)nbufs_ * segbuf_ : nullptr;
+    acc_ = stage ? stage + acc_off : nullptr;
     sring_ = Ring{stage ? stage + recv_part : nullptr, rs, {}};
     sq_ = 0;
     sqs_ = 0;
