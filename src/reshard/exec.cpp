@@ -138,9 +138,9 @@ class StepRun {
   // Gives staging back (also on failure).
   void release() {
     if (stage_ && !keep_) {
-      tp_.staging_give(stage_, stage_cap_);
+      tp_.staging_give(stage_, stage_cap_, stage_bytes_);
       stage_ = nullptr;
-      stage_cap_ = 0;
+      stage_cap_ = stage_bytes_ = 0;
     }
   }
   void drop_kept() {
@@ -152,12 +152,13 @@ class StepRun {
  protected:
   char *take_stage(size_t bytes) {
     if (bytes == 0) return nullptr;
-    if (stage_ && stage_cap_ >= bytes) return stage_;
+    if (stage_ && stage_bytes_ >= bytes) return stage_;  // kept from an earlier execution
     if (stage_) {
-      tp_.staging_give(stage_, stage_cap_);
+      tp_.staging_give(stage_, stage_cap_, stage_bytes_);
       stage_ = nullptr;
     }
     stage_ = static_cast<char *>(tp_.staging_take(bytes, &stage_cap_));
+    stage_bytes_ = bytes;
     return stage_;
   }
   const SchedStep &st_;
@@ -166,7 +167,7 @@ class StepRun {
   DType dt_;
   size_t esize_;
   char *stage_ = nullptr;
-  size_t stage_cap_ = 0;
+  size_t stage_cap_ = 0, stage_bytes_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -690,7 +691,7 @@ bool Plan::progress(bool block) {
   if (!keep_buffers)
     for (size_t i = 0; i < x.work.size(); ++i)
       if (x.work[i]) {
-        tp_->staging_give(x.work[i], x.work_cap[i]);
+        tp_->staging_give(x.work[i], x.work_cap[i], work_bytes[i]);
         x.work[i] = nullptr;
       }
   return true;
@@ -702,11 +703,25 @@ void Plan::abandon() {
   for (auto &r : ex_->runs) r->release();
   for (size_t i = 0; i < ex_->work.size(); ++i)
     if (ex_->work[i] && !keep_buffers) {
-      tp_->staging_give(ex_->work[i], ex_->work_cap[i]);
+      tp_->staging_give(ex_->work[i], ex_->work_cap[i], work_bytes[i]);
       ex_->work[i] = nullptr;
     }
   // Requests of a failed execution may still be pending: drop the transport state with them.
   tp_->reset();
+}
+
+void Plan::use_transport(std::unique_ptr<Transport> tp) {
+  if (active) fail(LM_ERR_INTERNAL, "Plan::use_transport during an execution");
+  if (ex_) {
+    const bool keep = keep_buffers;
+    keep_buffers = false;
+    abandon();
+    for (auto &r : ex_->runs)
+      if (r) r->drop_kept();
+    ex_.reset();
+    keep_buffers = keep;
+  }
+  tp_ = std::move(tp);
 }
 
 std::string Plan::describe() const {

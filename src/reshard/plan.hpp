@@ -55,6 +55,11 @@ class Plan {
   }
   // Ends an execution that failed: gives back its buffers (the transport is dropped).
   void abandon();
+  // Seam addition (device plans): the transport of the next executions, replacing the one chosen
+  // by transport_for() (e.g. NCCL for device memory). Drops the execution state built for the old
+  // one (its buffers go back to it). Not during an execution. transport(): the current one or NULL.
+  void use_transport(std::unique_ptr<Transport> tp);
+  Transport *transport() const { return tp_.get(); }
   std::string describe() const;
 
  private:

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/handle.hpp"
+#include "device/device.hpp"
 #include "reshard/boxcopy.hpp"
 #include "reshard/reduce.hpp"
 #include "tensor/pool.hpp"
@@ -13,10 +14,12 @@
 namespace lm {
 
 Storage::~Storage() {
-  if (managed) {
+  if (free_fn) {
+    free_fn();
+  } else if (managed) {
     if (managed->deleter) managed->deleter(managed);
   } else if (owned) {
-    pool_give(data, cap);
+    pool_give(data, cap, bytes);
   }
 }
 
@@ -101,7 +104,10 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
   t->esize = dtype_size(t->dt);
   t->device = device;
   t->local = local_box(mesh, layout);
-  if (alloc) t->storage = storage_alloc(t->local_bytes());
+  if (alloc && is_device(device)) {
+    if (mesh->member) t->storage = device_storage_alloc(mesh, device, t->local_bytes(), true);
+  } else if (alloc)
+    t->storage = storage_alloc(t->local_bytes());
   mesh_retain(mesh);
   t->mesh = mesh;
   return t.release();
@@ -136,9 +142,13 @@ void check_device(DLDevice device, const char *what) {
                  device.device_id);
     return;
   }
+  if (type == kDLCUDA && cuda_built()) {
+    check_cuda_device(device, what);
+    return;
+  }
   if (type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged)
     fail(LM_ERR_NOT_SUPPORTED,
-         "%s: device type %d (CUDA) is not supported by this build (the CUDA/NCCL backend is "
+         "%s: device type %d (kDLCUDA family) is not supported by this build (the CUDA/NCCL backend is "
          "not built in; lm_device_supported tells)",
          what, type);
   fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);

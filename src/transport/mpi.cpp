@@ -161,7 +161,9 @@ void *MpiTransport::staging_take(size_t bytes, size_t *cap) {
          bytes, world_rank_or_minus1());
   return p;
 }
-void MpiTransport::staging_give(void *p, size_t cap) { pool_give(p, cap); }
+void MpiTransport::staging_give(void *p, size_t cap, size_t bytes) {
+  pool_give(p, cap, bytes);
+}
 
 std::unique_ptr<Transport> transport_for(MPI_Comm comm) {
   return std::make_unique<MpiTransport>(comm);

@@ -43,7 +43,7 @@ class MpiTransport : public Transport {
   void wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k) override;
 
   void *staging_take(size_t bytes, size_t *cap) override;
-  void staging_give(void *p, size_t cap) override;
+  void staging_give(void *p, size_t cap, size_t bytes) override;
 
  private:
   // Tests (block = false) or waits for requests [first, first + n); true when all complete.

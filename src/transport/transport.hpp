@@ -78,7 +78,8 @@ class Transport {
 
   // ---- Staging (never zero-filled; contents undefined)
   virtual void *staging_take(size_t bytes, size_t *cap) = 0;
-  virtual void staging_give(void *p, size_t cap) = 0;
+  // Gives back a buffer of capacity cap taken for `bytes`.
+  virtual void staging_give(void *p, size_t cap, size_t bytes) = 0;
 };
 
 }  // namespace lm
