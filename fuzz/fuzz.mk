@@ -11,7 +11,7 @@ FUZZ_TARGETS  ?= $(patsubst fuzz/%.cpp,%,$(wildcard fuzz/fuzz_*.cpp))
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_MPI_CPP   = $(shell $(MPICXX) --showme:compile 2>/dev/null)
 FUZZ_MPI_LD    = $(shell $(MPICXX) --showme:link 2>/dev/null)
-FUZZ_CXXFLAGS  = -std=c++17 -O1 -g -Wall -Wextra $(FUZZ_SAN) -Iinclude -Isrc $(MPI_CPPFLAGS) $(FUZZ_MPI_CPP) $(LIB_CPPFLAGS)
+FUZZ_CXXFLAGS  = -std=c++17 -O1 -g -Wall -Wextra $(FUZZ_SAN) -Iinclude -Isrc $(MPI_CPPFLAGS) $(FUZZ_MPI_CPP) $(filter-out -DLM_WITH_CUDA -I$(CUDA_HOME)/include,$(LIB_CPPFLAGS))
 FUZZ_LIB_OBJS := $(patsubst src/%.cpp,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
 FUZZ_BINS     := $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
 
