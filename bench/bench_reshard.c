@@ -2,8 +2,14 @@
 /* Reshard benchmark: for each case, times localmap and, in the same run, the raw MPI call that
  * moves the same bytes. Median of REPS repetitions after WARMUP, each the max over ranks.
  * Rank 0 prints one JSON object per line:
- *   {"case","np","bytes","dtype","lm_ms","baseline","baseline_ms","ratio","sent_bytes_rank0",...}
- * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] */
+ *   {"case","np","bytes","dtype","lm_ms","baseline","baseline_ms","ratio","sent_bytes_rank0",
+ *    "plan_ms","peak_extra_bytes","reshard_peak_extra_bytes",...}
+ * plan_ms: median lm_reshard_plan_create time (max over ranks); peak_extra_bytes: the rise of the
+ * buffer pool's high-water mark during one lm_reshard_plan_execute into a preallocated target
+ * (staging and intermediates), reshard_peak_extra_bytes the same for the allocating
+ * lm_dist_tensor_reshard (target included); max over ranks; -1 with a library without
+ * lm_pool_stats. "plan:" lines time plan creation alone at 1 MiB and 128 MiB.
+ * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] [--plan-only] */
 #include <localmap.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -12,6 +18,10 @@
 
 static int rank, np, REPS = 10, WARMUP = 2;
 static int wf;
+/* Weak, so that the same benchmark also runs against an older library (before/after figures). */
+extern lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak) __attribute__((weak));
+static double g_plan_ms;
+static int64_t g_peak_plan, g_peak_reshard;
 
 #define OK(x)                                                                                \
   do {                                                                                       \
@@ -135,9 +145,11 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
   double bytes = (double)rows * (double)cols * 8;
   printf("{\"case\": \"%s\", \"np\": %d, \"shape\": [%lld, %lld], \"bytes\": %.0f, \"dtype\": \"float64\", "
          "\"lm_ms\": %.4f, \"lm_reshard_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, "
-         "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d%s}\n",
+         "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"plan_ms\": %.4f, "
+         "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"lm_check\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
-         b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, extra ? extra : "");
+         b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, g_plan_ms, (long long)g_peak_plan,
+         (long long)g_peak_reshard, getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
   fflush(stdout);
 }
 
@@ -150,11 +162,44 @@ static void fill_local(lm_dist_tensor_t t) {
   for (int64_t i = 0; i < n; ++i) d[i] = (double)((i + rank) % 97);
 }
 
+/* Median over reps of the max over ranks of lm_reshard_plan_create (ms). */
+static double plan_time(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, const lm_placement_t *dp,
+                        int64_t rows, int64_t cols, int reps) {
+  int64_t g[2] = {rows, cols};
+  double t[64];
+  if (reps > 64) reps = 64;
+  for (int i = 0; i < reps; ++i) {
+    lm_reshard_plan_t p;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    OK(lm_reshard_plan_create(&p, sm, sp, dm, dp, 2, g, LM_FLOAT64));
+    t[i] = (MPI_Wtime() - t0) * 1e3;
+    OK(lm_reshard_plan_destroy(&p));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, t, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  qsort(t, (size_t)reps, sizeof(double), cmp);
+  return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+}
+
+/* Peak extra pool bytes of one call of fn (max over ranks), -1 without lm_pool_stats. */
+static int64_t peak_extra(op_fn fn, void *arg) {
+  if (!lm_pool_stats) return -1;
+  int64_t before = 0, peak = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  OK(lm_pool_stats(&before, NULL, 1));
+  fn(arg);
+  OK(lm_pool_stats(NULL, &peak, 0));
+  int64_t x = peak - before;
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return x;
+}
+
 /* A localmap case on meshes sm -> dm. Returns lm median ms; fills *sent and *reshard_ms. */
 static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, const lm_placement_t *dp,
                           int64_t rows, int64_t cols, int64_t *sent, double *reshard_ms) {
   int64_t g[2] = {rows, cols};
   lm_case c = {0};
+  g_plan_ms = plan_time(sm, sp, dm, dp, rows, cols, 5);
   OK(lm_reshard_plan_create(&c.plan, sm, sp, dm, dp, 2, g, LM_FLOAT64));
   OK(lm_dist_tensor_zeros(&c.src, sm, 2, g, LM_FLOAT64, LM_CPU, sp));
   fill_local(c.src);
@@ -165,6 +210,8 @@ static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, 
   c.dp = dp;
   double ms = timeit(lm_run, &c);
   *reshard_ms = timeit(lm_run_reshard, &c);
+  g_peak_plan = peak_extra(lm_run, &c);
+  g_peak_reshard = peak_extra(lm_run_reshard, &c);
   OK(lm_dist_tensor_destroy(&c.src));
   OK(lm_dist_tensor_destroy(&c.dst));
   OK(lm_reshard_plan_destroy(&c.plan));
@@ -236,7 +283,7 @@ static void one_d_cases(lm_mesh_t m1, int64_t n, const char *suffix) {
 
 int main(int argc, char **argv) {
   int64_t n = 4096;
-  int small_only = 0;
+  int small_only = 0, plan_only = 0;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &np);
@@ -244,6 +291,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--n") && i + 1 < argc) n = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) REPS = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--small-only")) small_only = 1;
+    else if (!strcmp(argv[i], "--plan-only")) plan_only = 1;
   }
   if (REPS > 64) REPS = 64;
   if (REPS < 1) REPS = 1;
@@ -251,6 +299,29 @@ int main(int argc, char **argv) {
   lm_mesh_t m1;
   int64_t s1[1] = {np};
   OK(lm_mesh_create(&m1, wf, 1, s1, NULL));
+
+  /* Plan creation alone, 1 MiB and 128 MiB (the issue: within 3x for a Partial source) */
+  {
+    lm_placement_t S0 = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE,
+                   P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+    const lm_placement_t *pairs[3][2] = {{&P, &S0}, {&P, &R}, {&S0, &R}};
+    const char *names[3] = {"P->S0", "P->R", "S0->R"};
+    for (int k = 0; k < 3; ++k) {
+      double small = plan_time(m1, pairs[k][0], m1, pairs[k][1], 512, 256, 21);
+      double large = plan_time(m1, pairs[k][0], m1, pairs[k][1], 4096, 4096, 11);
+      if (rank == 0) {
+        printf("{\"case\": \"plan:%s\", \"np\": %d, \"plan_ms_1MiB\": %.4f, \"plan_ms_128MiB\": %.4f, "
+               "\"ratio_128MiB_to_1MiB\": %.2f, \"target\": \"<= 3\"}\n",
+               names[k], np, small, large, small > 0 ? large / small : 0.0);
+        fflush(stdout);
+      }
+    }
+  }
+  if (plan_only) {
+    OK(lm_mesh_destroy(&m1));
+    MPI_Finalize();
+    return 0;
+  }
 
   if (!small_only) one_d_cases(m1, n, "");
   one_d_cases(m1, 64, ":small");

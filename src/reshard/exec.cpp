@@ -186,11 +186,9 @@ class ExchangeRun : public StepRun {
     prepare(st_.recvs, st_.outbox.len, rinfo_, &tr_);
     // Staging: exactly what is needed when it fits, else S split between the two directions.
     size_t rs = ts_, rr = tr_;
-    if (ts_ + tr_ > S) {
-      rs = ts_ ? std::min(ts_, tr_ ? S / 2 : S) : 0;
-      rr = tr_ ? std::min(tr_, ts_ ? S - S / 2 : S) : 0;
-      rs = std::max(rs, ts_ ? seg_ : 0);
-      rr = std::max(rr, tr_ ? seg_ : 0);
+    if (ts_ + tr_ > S) {  // each region holds at least one piece (<= seg_ <= S / 2)
+      rs = std::min(ts_, std::max(tr_ ? S / 2 : S, seg_));
+      rr = std::min(tr_, std::max(ts_ ? S - S / 2 : S, seg_));
     }
     char *stage = take_stage(rs + rr);
     sring_ = Ring{stage, rs, {}};
@@ -391,8 +389,11 @@ class ReduceScatterRun : public StepRun {
         slot_of_[j] = ns++;
     }
     nbufs_ = std::min<int64_t>(2, nseg_);
-    segbuf_ = (size_t)ns * seg_bytes_;
-    acc_bytes_ = st_.wide ? E * 16 : 0;
+    // A slot holds one piece of my chunk: the first (largest) sub-box, at most seg_bytes_.
+    const size_t piece = my.count ? (size_t)(my.step * my.inner) : 0;
+    slot_bytes_ = piece * esize_;
+    segbuf_ = (size_t)ns * slot_bytes_;
+    acc_bytes_ = st_.wide ? piece * 16 : 0;
     // Staged sends (non-contiguous chunks the transport cannot move in place).
     staged_.assign((size_t)k, false);
     max_count_ = 0;
@@ -408,13 +409,11 @@ class ReduceScatterRun : public StepRun {
           max_count_ = std::max(max_count_, splits_[j].count);
         }
       }
-    size_t rs = ts ? std::max(std::min(ts, S - std::min(S, budget)), seg_bytes_) : 0;
-    // The 128-bit accumulator starts 16-byte aligned (segments of int8 left it misaligned: UBSan).
-    size_t acc_off = ((size_t)nbufs_ * segbuf_ + 15) & ~size_t(15);
-    size_t recv_part = acc_off + acc_bytes_;
+    size_t rs = std::min(ts, std::max(S - std::min(S, budget), seg_bytes_));
+    size_t recv_part = (size_t)nbufs_ * segbuf_ + acc_bytes_;
     char *stage = take_stage(recv_part + rs);
-    bufs_ = stage;
-    acc_ = stage ? stage + acc_off : nullptr;
+    acc_ = stage;  // first: the staging buffer is 64-byte aligned, as __int128 lanes need
+    bufs_ = stage ? stage + acc_bytes_ : nullptr;
     sring_ = Ring{stage ? stage + recv_part : nullptr, rs, {}};
     sq_ = 0;
     sqs_ = 0;
@@ -473,7 +472,7 @@ class ReduceScatterRun : public StepRun {
   }
 
   char *slot(int64_t s, int64_t j) const {
-    return bufs_ + (size_t)(s % 2) * segbuf_ + (size_t)slot_of_[j] * seg_bytes_;
+    return bufs_ + (size_t)(s % 2) * segbuf_ + (size_t)slot_of_[j] * slot_bytes_;
   }
 
   void post_segment(int64_t s) {
@@ -587,7 +586,7 @@ class ReduceScatterRun : public StepRun {
   const char *in_ = nullptr;
   char *out_ = nullptr;
   bool finished_ = true;
-  size_t seg_bytes_ = 0, segbuf_ = 0, acc_bytes_ = 0;
+  size_t seg_bytes_ = 0, slot_bytes_ = 0, segbuf_ = 0, acc_bytes_ = 0;
   std::vector<BoxSplit> splits_;
   std::vector<int64_t> slot_of_;
   std::vector<bool> staged_;
