@@ -111,6 +111,7 @@ struct AgreeCtx {
   const int64_t *const *out_shapes;
   const lm_arg_t *outputs;  // NULL before fn
   const Shape *gshapes;     // derived global shapes (after fn)
+  lm_dist_tensor_s *const *objs;  // the objects behind dist inputs (nullptr where unchecked)
 };
 
 void fingerprint_local_map(Fingerprint &fp, const AgreeCtx &c, bool full) {
@@ -123,9 +124,9 @@ void fingerprint_local_map(Fingerprint &fp, const AgreeCtx &c, bool full) {
     Hasher meshes, inpl, outpl, outsh;
     for (int i = 0; i < c.nin; ++i) {
       meshes.u64((uint64_t)c.inputs[i].kind);
-      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.inputs[i].ptr) {
-        auto *t = static_cast<lm_dist_tensor_s *>(c.inputs[i].ptr);
-        if (t->magic == kTensorMagic) {
+      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.objs && c.objs[i]) {
+        lm_dist_tensor_s *t = c.objs[i];
+        {
           meshes.u64(t->mesh->id);
           meshes.u64(hash_placements(t->layout.pl.data(), t->layout.mesh_ndim()));
           meshes.u64(hash_shape(t->layout.gshape.data(), t->layout.ndim()));
@@ -181,8 +182,8 @@ std::string describe_local_map(const void *p, int field) {
   if (name == "inputs (kinds, meshes, layouts)") {
     std::string r;
     for (int i = 0; i < c.nin && r.size() < 60; ++i) {
-      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.inputs[i].ptr) {
-        auto *t = static_cast<lm_dist_tensor_s *>(c.inputs[i].ptr);
+      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.objs && c.objs[i]) {
+        lm_dist_tensor_s *t = c.objs[i];
         r += (i ? " " : "") + strfmt("#%llu", (unsigned long long)t->mesh->id) + t->layout.str();
       } else {
         r += (i ? " " : "") + std::string(kind_name(c.inputs[i].kind));
@@ -337,7 +338,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // Reshards are collectives: with LM_LOCAL_MAP_RESHARD_INPUTS every rank first agrees that all
   // checks passed (one small allreduce, only with that flag).
   AgreeCtx actx{m, nin, nout, flags, inputs, in_placements, out_placements, out_shapes, nullptr,
-                nullptr};
+                nullptr, objs.data()};
   if (agree && (flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
     // Before any input moves, the ranks agree on what they were asked (LM_CHECK >= 1).
     Fingerprint fp("lm_local_map (before resharding its inputs)");
