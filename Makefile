@@ -13,6 +13,8 @@
 #   make abi-dump           abidw of the shared library into $(BUILD)/localmap.abi
 #   make abi-check          abidiff against abi/localmap.abi (the committed baseline)
 #   make abi-baseline       regenerate abi/localmap.abi from this build (at a release)
+#   make fuzz [FUZZ_SECONDS=60]  libFuzzer targets (clang 14) in build-fuzz/; see fuzz/fuzz.mk
+#   make check-tcp          make check with LM_MPIRUN_FLAGS="--mca btl tcp,self" (no shared memory)
 #   make clean | deps
 #
 # Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto), BUILD (build), MPI (openmpi|mpich),
@@ -234,7 +236,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
+.PHONY: all lib tests examples check check-tcp check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples
@@ -371,6 +373,11 @@ endif
 check: all
 	$(RUN_ENV) bash tests/run-tests.sh $(TESTS)
 
+# The whole suite over TCP only (no shared-memory BTL): what a multi-node job sees. Extra mpirun
+# flags also work directly: LM_MPIRUN_FLAGS="--mca btl tcp,self" make check (tools/lm-mpirun).
+check-tcp:
+	LM_MPIRUN_FLAGS="--mca btl tcp,self $(LM_MPIRUN_FLAGS)" $(MAKE) check
+
 # Device tests only (tests/gpu/), at NPS (default "1 2 4"). NCCL_SPLIT_HOSTS=1 gives each rank its
 # own NCCL_HOSTID (and NCCL_SOCKET_IFNAME=lo), so several ranks on ONE GPU run real NCCL.
 # What a device run needs, and nothing else (tests/gpu/device-check.sh builds this).
@@ -489,5 +496,8 @@ help:
 # Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
 # its tests from make check.
 -include $(wildcard bindings/*/rules.mk)
+
+# libFuzzer targets: make fuzz FUZZ_SECONDS=N (fuzz/fuzz.mk).
+include fuzz/fuzz.mk
 
 -include $(LIB_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))

@@ -12,9 +12,14 @@
  *  - Every function returns lm_status_t. Outputs go through pointers, output first on create.
  *  - On failure lm_last_error_message() gives a thread-local message naming the argument and the
  *    rank. LM_ERR_INVALID_ARGUMENT means the call had no effect and every handle still works.
- *  - Handles are typed opaque pointers with a magic word: a NULL, destroyed or foreign handle gives
- *    LM_ERR_INVALID_ARGUMENT, not a crash (a freed pointer is best effort, as in NCCL).
- *  - Destroy functions are local (never collective), NULL-safe, and set the handle to NULL.
+ *  - Handles are typed opaque values, not object addresses: each is checked on entry against a
+ *    table of live handles, so a NULL, destroyed or foreign handle gives LM_ERR_INVALID_ARGUMENT
+ *    without any memory behind it being read. A handle is the caller's: destroying it kills it (it
+ *    stays dead even while other holders keep the object: a tensor its mesh, an export its
+ *    tensor, a plan its meshes), and destroying a dead handle again is refused, so no sequence of
+ *    destroys can drop a reference the caller does not own.
+ *  - Destroy functions are local (never collective), NULL-safe, and set the handle to NULL (a
+ *    refused destroy leaves it as it was).
  *  - "Collective over X" means every rank of X must make the call with the same arguments; a
  *    collective that fails on one rank fails on all (the others with LM_ERR_REMOTE, naming the
  *    failing rank, its status and the start of its message) where the function says "agrees".
@@ -233,7 +238,8 @@ LM_NODISCARD LM_API lm_status_t lm_placements_format(const lm_placement_t *place
                                                      char *buf, size_t size);
 
 /** Torch.chunk layout math: the [offset, offset+length) range that block `index` of `parts` gets
- * of an extent `n` (block = ceil(n/parts); trailing blocks may be short or empty). */
+ * of an extent `n` (block = ceil(n/parts); trailing blocks may be short or empty). Exact for every
+ * n >= 0, parts >= 1 and 0 <= index < parts, up to INT64_MAX (nothing overflows). */
 LM_NODISCARD LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
                                          int64_t *length);
 
@@ -289,7 +295,9 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm,
                                                const int64_t *shape,
                                                const lm_mesh_config_t *config);
 /** Destroys a mesh handle. Local, NULL-safe; the mesh lives on while tensors or plans reference
- * it. Sets *mesh = NULL. */
+ * it. Sets *mesh = NULL. The handle is dead afterwards (LM_ERR_INVALID_ARGUMENT), even while the
+ * mesh lives on. A borrowed handle (see lm_dist_tensor_mesh) is refused with
+ * LM_ERR_INVALID_ARGUMENT. */
 LM_API lm_status_t lm_mesh_destroy(lm_mesh_t *mesh);
 
 /** The number of mesh dims. */
@@ -437,7 +445,12 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_m
 /** lm_dist_tensor_from_local flag: wrap the caller's compact buffer; it must outlive the tensor. */
 #define LM_FROM_LOCAL_BORROW 1u
 
-/** Builds a tensor from this rank's shard `local`. A rank outside the mesh passes a DLTensor that
+/** Builds a tensor from this rank's shard `local`. With strides, the span that shape x strides
+ * covers must fit in int64 bytes; borrowed data (BORROW, lm_dist_tensor_from_managed, lm_local_map
+ * outputs) must be aligned at data + byte_offset to the dtype's element size (its component size
+ * for complex; at most 8 bytes): LM_ERR_INVALID_ARGUMENT otherwise. Placements whose Partial op has
+ * no meaning for the dtype (bool avg, complex max/min) are refused here with LM_ERR_NOT_SUPPORTED,
+ * as by every function that makes a tensor. A rank outside the mesh passes a DLTensor that
  * gives ndim, dtype and device (data and shape are not read) with LM_SHAPE_GIVEN, and gets a
  * placeholder. global_shape is read only with LM_SHAPE_GIVEN (ndim = local->ndim entries). LM_SHAPE_ALLGATHER is collective over
  * the mesh (agrees); the other modes are local. */
@@ -474,8 +487,10 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_gather(lm_dist_tensor_t tensor, i
                                                       DLTensor *dst);
 
 /* Accessors (local). */
-/** The tensor's mesh (local). The mesh is borrowed: retain nothing, it lives as long as the
- * tensor. */
+/** The tensor's mesh (local). It is a borrowed handle: the mesh creator's handle while
+ * that is alive, else a borrowed handle that works for every mesh function (also to create tensors)
+ * while the tensor (or anything else holding the mesh) lives, and that lm_mesh_destroy refuses.
+ * Do not destroy it. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_mesh(lm_dist_tensor_t tensor, lm_mesh_t *mesh);
 /** The tensor's number of dims (local). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_ndim(lm_dist_tensor_t tensor, int *ndim);
@@ -527,7 +542,8 @@ typedef struct lm_reshard_plan_s *lm_reshard_plan_t;
 typedef struct lm_request_s *lm_request_t;
 
 /** A persistent plan for one (source layout, target layout, dtype, global shape). Local: planning
- * needs no communication. */
+ * needs no communication. dst_mesh NULL means src_mesh (as in lm_dist_tensor_reshard). The plan
+ * holds both meshes: destroying their handles does not end it. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, lm_mesh_t src_mesh,
                                                        const lm_placement_t *src_placements,
                                                        lm_mesh_t dst_mesh,
@@ -611,7 +627,11 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
 /** lm_local_map flag: derive Shard outputs' global shapes assuming even chunks. */
 #define LM_LOCAL_MAP_SHAPES_EVEN 4u
 
+/** The most inputs, and the most outputs, one lm_local_map call takes. */
+#define LM_LOCAL_MAP_MAX_ARGS 65536
+
 /** Calls fn on the local shards of the dist inputs and wraps its tensor outputs as dist tensors.
+ *  nin, nout: 0 .. LM_LOCAL_MAP_MAX_ARGS.
  *  in_placements: NULL, or nin entries, each NULL ("as it is") or mesh-ndim placements a dist
  *    input must have (non-dist inputs take NULL).
  *  out_placements: nout entries, mesh-ndim placements for a tensor output, NULL for a non-tensor.
@@ -620,7 +640,12 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
  *    extents (right for uneven shards), or with LM_LOCAL_MAP_SHAPES_EVEN from local extent * mesh
  *    extent. Outputs with no Shard placement take their local shape.
  *  mesh: NULL to infer from the dist inputs (all must share it unless RESHARD_INPUTS moves them to
- *    the first one's mesh).
+ *    the first one's mesh). With no dist input and mesh NULL, the call is local: fn runs on this
+ *    rank with mesh NULL, nothing is agreed, and only non-tensor outputs are allowed (an output
+ *    with placements gives LM_ERR_INVALID_ARGUMENT). fn's mesh argument is the caller's mesh
+ *    handle, or the inputs' mesh as lm_dist_tensor_mesh gives it (borrowed: do not destroy it).
+ *  fn must hand each DLManagedTensor over once: the same one in two outputs is refused
+ *    (LM_ERR_INVALID_ARGUMENT; its deleter runs once).
  *  outputs: nout entries: tensors come back as LM_ARG_DIST_TENSOR (new references the caller
  *    destroys), others as fn set them.
  * Collective over the mesh and agrees: if fn or any step fails on one rank, every rank returns an

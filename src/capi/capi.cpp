@@ -169,16 +169,14 @@ LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim, co
   return guard([&] {
     if (mesh) *mesh = nullptr;
     lm_mesh_s *m = mesh_create(mesh, parent_comm, ndim, shape, config);
-    *mesh = m;
+    *mesh = mesh_wrap(m);
   });
 }
 
 LM_API lm_status_t lm_mesh_destroy(lm_mesh_t *mesh) {
   return guard([&] {
     if (!mesh || !*mesh) return;
-    lm_mesh_s *m = mesh_check(*mesh, "lm_mesh_destroy");
-    *mesh = nullptr;
-    mesh_release(m);
+    mesh_destroy_handle(mesh, "lm_mesh_destroy");
   });
 }
 
@@ -366,7 +364,7 @@ LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_mesh_t mesh, i
   return guard([&] {
     OUT_ARG(out, "out", "lm_dist_tensor_zeros");
     *out = nullptr;
-    *out = tensor_zeros(mesh, ndim, global_shape, dtype, device, placements);
+    *out = tensor_wrap(tensor_zeros(mesh, ndim, global_shape, dtype, device, placements));
   });
 }
 
@@ -378,8 +376,9 @@ LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out, lm_mesh_t me
   return guard([&] {
     OUT_ARG(out, "out", "lm_dist_tensor_from_local");
     *out = nullptr;
-    *out = tensor_from_local(mesh, local, placements, enum_bits(shape_mode), global_shape, flags,
-                             nullptr, "lm_dist_tensor_from_local");
+    const char *fn = "lm_dist_tensor_from_local";
+    *out = tensor_wrap(tensor_from_local(mesh_check(mesh, fn), local, placements,
+                                         enum_bits(shape_mode), global_shape, flags, nullptr, fn));
   });
 }
 
@@ -393,8 +392,9 @@ LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *out, lm_mesh_t 
     OUT_ARG(out, "out", fn);
     *out = nullptr;
     LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
-    *out = tensor_from_local(mesh, &local->dl_tensor, placements, enum_bits(shape_mode),
-                             global_shape, LM_FROM_LOCAL_BORROW, local, fn);
+    *out = tensor_wrap(tensor_from_local(mesh_check(mesh, fn), &local->dl_tensor, placements,
+                                         enum_bits(shape_mode), global_shape, LM_FROM_LOCAL_BORROW,
+                                         local, fn));
   });
 }
 
@@ -404,7 +404,7 @@ LM_API lm_status_t lm_dist_tensor_from_global(lm_dist_tensor_t *out, lm_mesh_t m
   return guard([&] {
     OUT_ARG(out, "out", "lm_dist_tensor_from_global");
     *out = nullptr;
-    *out = tensor_from_global(mesh, global, placements, root);
+    *out = tensor_wrap(tensor_from_global(mesh, global, placements, root));
   });
 }
 
@@ -421,7 +421,7 @@ LM_API lm_status_t lm_dist_tensor_gather(lm_dist_tensor_t tensor, int root, DLTe
     });                                                        \
   }
 
-TENSOR_GETTER(mesh, lm_mesh_t, *out = t->mesh)
+TENSOR_GETTER(mesh, lm_mesh_t, *out = mesh_borrow(t->mesh))
 TENSOR_GETTER(ndim, int, *out = t->layout.ndim())
 TENSOR_GETTER(dtype, DLDataType, *out = t->dtype)
 TENSOR_GETTER(device, DLDevice, *out = t->device)
@@ -510,15 +510,13 @@ LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTenso
 }
 
 LM_API lm_status_t lm_dist_tensor_retain(lm_dist_tensor_t tensor) {
-  return guard([&] { tensor_retain(tensor_check(tensor, "lm_dist_tensor_retain")); });
+  return guard([&] { tensor_retain_handle(tensor, "lm_dist_tensor_retain"); });
 }
 
 LM_API lm_status_t lm_dist_tensor_destroy(lm_dist_tensor_t *tensor) {
   return guard([&] {
     if (!tensor || !*tensor) return;
-    lm_dist_tensor_s *t = tensor_check(*tensor, "lm_dist_tensor_destroy");
-    *tensor = nullptr;
-    tensor_release(t);
+    tensor_destroy_handle(tensor, "lm_dist_tensor_destroy");
   });
 }
 
@@ -528,7 +526,10 @@ LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm_dist_tensor_
   return guard([&] {
     OUT_ARG(out, "out", "lm_dist_tensor_reshard");
     *out = nullptr;
-    *out = tensor_reshard(src, dst_mesh, placements, "lm_dist_tensor_reshard");
+    const char *fn = "lm_dist_tensor_reshard";
+    lm_dist_tensor_s *t = tensor_check(src, "lm_dist_tensor_reshard: src");
+    lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, "lm_dist_tensor_reshard: dst_mesh") : nullptr;
+    *out = tensor_wrap(tensor_reshard(t, dm, placements, fn));
   });
 }
 
@@ -539,8 +540,8 @@ LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, lm_mesh_t src
   return guard([&] {
     OUT_ARG(plan, "plan", "lm_reshard_plan_create");
     *plan = nullptr;
-    *plan = plan_create(src_mesh, src_placements, dst_mesh, dst_placements, ndim, global_shape,
-                        dtype);
+    *plan = plan_wrap(plan_create(src_mesh, src_placements, dst_mesh, dst_placements, ndim,
+                                  global_shape, dtype));
   });
 }
 
@@ -550,7 +551,7 @@ LM_API lm_status_t lm_reshard_plan_alloc_target(lm_reshard_plan_t plan, DLDevice
     lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_alloc_target");
     OUT_ARG(out, "out", "lm_reshard_plan_alloc_target");
     *out = nullptr;
-    *out = plan_alloc_target(p, device);
+    *out = tensor_wrap(plan_alloc_target(p, device));
   });
 }
 
@@ -567,7 +568,8 @@ LM_API lm_status_t lm_reshard_plan_start(lm_reshard_plan_t plan, lm_dist_tensor_
     lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_start");
     OUT_ARG(request, "request", "lm_reshard_plan_start");
     *request = nullptr;
-    *request = plan_start(p, src, dst, "lm_reshard_plan_start");
+    lm_request_s *r = plan_start(p, src, dst, "lm_reshard_plan_start");
+    if (r) *request = request_wrap(r);
   });
 }
 
@@ -585,13 +587,11 @@ LM_API lm_status_t lm_request_test(lm_request_t *request, int *done) {
     try {
       fin = request_progress(r, false);
     } catch (...) {
-      *request = nullptr;
-      delete r;
+      request_free_handle(request, r);
       throw;
     }
     if (fin) {
-      *request = nullptr;
-      delete r;
+      request_free_handle(request, r);
       *done = 1;
     }
   });
@@ -602,8 +602,11 @@ LM_API lm_status_t lm_request_wait(lm_request_t *request) {
     OUT_ARG(request, "request", "lm_request_wait");
     if (!*request) return;
     lm_request_s *r = request_check(*request, "lm_request_wait");
-    *request = nullptr;
-    std::unique_ptr<lm_request_s> own(r);
+    struct Free {
+      lm_request_t *h;
+      lm_request_s *r;
+      ~Free() { request_free_handle(h, r); }
+    } free_at_exit{request, r};
     request_progress(r, true);
   });
 }
@@ -639,11 +642,7 @@ LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf, s
 LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan) {
   return guard([&] {
     if (!plan || !*plan) return;
-    lm_reshard_plan_s *p = plan_check(*plan, "lm_reshard_plan_destroy");
-    if (p->in_flight)
-      fail(LM_ERR_INVALID_USAGE, "lm_reshard_plan_destroy: a request is in flight; wait for it");
-    *plan = nullptr;
-    delete p;
+    plan_destroy_handle(plan, "lm_reshard_plan_destroy");
   });
 }
 

@@ -10,7 +10,7 @@ namespace lm {
 
 bool chunk_span(int64_t n, int64_t parts, int64_t lo, int64_t hi, int64_t *first, int64_t *last) {
   if (hi <= lo || n <= 0 || parts <= 0) return false;
-  int64_t b = (n + parts - 1) / parts;
+  int64_t b = n / parts + (n % parts != 0);  // ceil without overflow
   int64_t f = lo / b, l = (hi - 1) / b;
   if (l > parts - 1) l = parts - 1;
   if (f > l) return false;

@@ -23,10 +23,13 @@ struct Range {
 };
 
 // torch.chunk: block b = ceil(n / parts); block i covers [min(n, i*b), min(n, (i+1)*b)).
+// Exact for every n >= 0, parts >= 1, 0 <= i < parts: nothing overflows, even near INT64_MAX
+// (b * i is formed only when it is at most n; found by the fuzzer and UBSan, issue 8).
 inline Range chunk(int64_t n, int64_t parts, int64_t i) {
-  int64_t b = (n + parts - 1) / parts;
-  int64_t o = b * i < n ? b * i : n;
-  int64_t e = o + b < n ? o + b : n;
+  int64_t b = n / parts + (n % parts != 0);
+  if (b == 0) return {0, 0};
+  int64_t o = i > n / b ? n : b * i;
+  int64_t e = b < n - o ? o + b : n;
   return {o, e - o};
 }
 

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "localmap/local_map.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/handle.hpp"
 #include "tensor/collective.hpp"
 #include "tensor/ops.hpp"
 
@@ -56,6 +58,35 @@ void lazily(F &&check, const char *fmt, int index) {
   }
 }
 
+// Clears every output that repeats an earlier output's DLManagedTensor (without running its
+// deleter: the earlier one will) and returns the first such index, or -1.
+int first_duplicate_output(int nout, lm_arg_t *outputs) {
+  int first = -1;
+  auto managed = [&](int j) {
+    return outputs[j].kind == LM_ARG_MANAGED_TENSOR && outputs[j].ptr != nullptr;
+  };
+  if (nout <= 16) {
+    for (int j = 1; j < nout; ++j)
+      for (int k = 0; k < j && managed(j); ++k)
+        if (managed(k) && outputs[k].ptr == outputs[j].ptr) {
+          if (first < 0) first = j;
+          outputs[j] = lm_arg_t{};
+        }
+    return first;
+  }
+  std::vector<std::pair<void *, int>> v;
+  for (int j = 0; j < nout; ++j)
+    if (managed(j)) v.emplace_back(outputs[j].ptr, j);
+  std::sort(v.begin(), v.end());
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i].first == v[i - 1].first) {
+      outputs[v[i].second] = lm_arg_t{};
+      if (first < 0 || v[i].second < first) first = v[i].second;
+      v[i].second = v[i - 1].second;  // keep the earliest as the survivor
+    }
+  return first;
+}
+
 const char *kind_name(int32_t k) {
   switch (k) {
     case LM_ARG_NONE: return "NONE";
@@ -80,6 +111,7 @@ struct AgreeCtx {
   const int64_t *const *out_shapes;
   const lm_arg_t *outputs;  // NULL before fn
   const Shape *gshapes;     // derived global shapes (after fn)
+  lm_dist_tensor_s *const *objs;  // the objects behind dist inputs (nullptr where unchecked)
 };
 
 void fingerprint_local_map(Fingerprint &fp, const AgreeCtx &c, bool full) {
@@ -92,9 +124,9 @@ void fingerprint_local_map(Fingerprint &fp, const AgreeCtx &c, bool full) {
     Hasher meshes, inpl, outpl, outsh;
     for (int i = 0; i < c.nin; ++i) {
       meshes.u64((uint64_t)c.inputs[i].kind);
-      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.inputs[i].ptr) {
-        auto *t = static_cast<lm_dist_tensor_s *>(c.inputs[i].ptr);
-        if (t->magic == kTensorMagic) {
+      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.objs && c.objs[i]) {
+        lm_dist_tensor_s *t = c.objs[i];
+        {
           meshes.u64(t->mesh->id);
           meshes.u64(hash_placements(t->layout.pl.data(), t->layout.mesh_ndim()));
           meshes.u64(hash_shape(t->layout.gshape.data(), t->layout.ndim()));
@@ -150,8 +182,8 @@ std::string describe_local_map(const void *p, int field) {
   if (name == "inputs (kinds, meshes, layouts)") {
     std::string r;
     for (int i = 0; i < c.nin && r.size() < 60; ++i) {
-      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.inputs[i].ptr) {
-        auto *t = static_cast<lm_dist_tensor_s *>(c.inputs[i].ptr);
+      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.objs && c.objs[i]) {
+        lm_dist_tensor_s *t = c.objs[i];
         r += (i ? " " : "") + strfmt("#%llu", (unsigned long long)t->mesh->id) + t->layout.str();
       } else {
         r += (i ? " " : "") + std::string(kind_name(c.inputs[i].kind));
@@ -181,6 +213,9 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   const char *F = "lm_local_map";
   LM_CHECK_ARG(fn != nullptr, "%s: fn is NULL", F);
   LM_CHECK_ARG(nin >= 0 && nout >= 0, "%s: nin = %d and nout = %d must be >= 0", F, nin, nout);
+  LM_CHECK_ARG(nin <= LM_LOCAL_MAP_MAX_ARGS && nout <= LM_LOCAL_MAP_MAX_ARGS,
+               "%s: nin = %d and nout = %d must be at most LM_LOCAL_MAP_MAX_ARGS (%d)", F, nin, nout,
+               LM_LOCAL_MAP_MAX_ARGS);
   LM_CHECK_ARG(nin == 0 || inputs, "%s: inputs is NULL but nin = %d", F, nin);
   LM_CHECK_ARG(nout == 0 || outputs, "%s: outputs is NULL but nout = %d", F, nout);
   LM_CHECK_ARG(nout == 0 || out_placements,
@@ -196,16 +231,19 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   if (mesh) {
     m = mesh_check(mesh, strfmt("%s: mesh", F).c_str());  // usable: checked in the agreement
   }
+  // The objects behind the dist inputs' handles (unwrapped once, here at the boundary).
+  SmallBuf<lm_dist_tensor_s *, 16> objs((size_t)nin);
   for (int i = 0; i < nin; ++i) {
     const lm_arg_t &a = inputs[i];
     LM_CHECK_ARG(a.kind >= LM_ARG_NONE && a.kind <= LM_ARG_POINTER,
                  "%s: inputs[%d].kind = %d is not a valid input kind", F, i, a.kind);
     if (a.kind == LM_ARG_DIST_TENSOR) {
-      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_t>(a.ptr);
-      lazily([&](const char *w) { tensor_check(t, w); }, "%s: inputs[%d]", i);
+      lm_dist_tensor_s *t = nullptr;
+      lazily([&](const char *w) { t = tensor_check(static_cast<lm_dist_tensor_t>(a.ptr), w); },
+             "%s: inputs[%d]", i);
+      objs[i] = t;
       if (!m) {
-        lazily([&](const char *w) { mesh_check(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
-        m = t->mesh;
+        m = t->mesh;  // an object the tensor retains (usable: checked in the agreement)
       }
     } else if (a.kind == LM_ARG_TENSOR) {
       LM_CHECK_ARG(a.ptr != nullptr, "%s: inputs[%d] is a TENSOR with a NULL DLTensor*", F, i);
@@ -267,7 +305,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     for (int i = 0; i < nin; ++i) {
       args[i] = inputs[i];
       if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
-      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+      lm_dist_tensor_s *t = objs[i];
       const lm_placement_t *want = in_placements ? in_placements[i] : nullptr;
       if (want)
         lazily([&](const char *w) { validate_placements(want, m->ndim(), t->layout.ndim(), w); },
@@ -300,7 +338,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // Reshards are collectives: with LM_LOCAL_MAP_RESHARD_INPUTS every rank first agrees that all
   // checks passed (one small allreduce, only with that flag).
   AgreeCtx actx{m, nin, nout, flags, inputs, in_placements, out_placements, out_shapes, nullptr,
-                nullptr};
+                nullptr, objs.data()};
   if (agree && (flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
     // Before any input moves, the ranks agree on what they were asked (LM_CHECK >= 1).
     Fingerprint fp("lm_local_map (before resharding its inputs)");
@@ -313,14 +351,14 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   if (local == LM_SUCCESS && any_move) {
     for (int i = 0; i < nin; ++i) {
       if (!move[i]) continue;
-      lm_dist_tensor_s *t = static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+      lm_dist_tensor_s *t = objs[i];
       const lm_placement_t *want = in_placements ? in_placements[i] : t->layout.pl.data();
       temps[i] = tensor_reshard(t, m, want, strfmt("%s: reshard of inputs[%d]", F, i).c_str());
     }
   }
   for (int i = 0; i < nin && local == LM_SUCCESS; ++i) {
     if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
-    lm_dist_tensor_s *t = temps[i] ? temps[i] : static_cast<lm_dist_tensor_s *>(inputs[i].ptr);
+    lm_dist_tensor_s *t = temps[i] ? temps[i] : objs[i];
     DLTensor &v = views[i];
     v.data = t->data();
     v.device = t->device;
@@ -339,12 +377,21 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     set_user_message(nullptr);
     lm_status_t st;
     try {
-      st = fn(user_data, m, nin, args.data(), nout, outputs);
+      // fn gets a handle: the caller's, else the one of the inputs' mesh (borrowed: see mesh_borrow).
+      st = fn(user_data, mesh ? mesh : m ? mesh_borrow(m) : nullptr, nin, args.data(), nout, outputs);
     } catch (...) {
       st = LM_ERR_USER;
       set_user_message("fn threw a C++ exception (it must not)");
     }
-    if (st != LM_SUCCESS) {
+    // The same DLManagedTensor in two outputs would be wrapped (and deleted) twice: keep the
+    // first, drop the others without their deleter, and fail.
+    int dup = first_duplicate_output(nout, outputs);
+    if (dup >= 0 && st == LM_SUCCESS) {
+      st = LM_ERR_INVALID_ARGUMENT;
+      local = LM_ERR_INVALID_ARGUMENT;
+      err = strfmt("%s: outputs[%d] is a DLManagedTensor that fn returned in an earlier output too; "
+                   "each output needs its own", F, dup);
+    } else if (st != LM_SUCCESS) {
       std::string um = take_user_message();
       local = LM_ERR_USER;
       err = strfmt("%s: fn returned %s on rank %d%s%s", F, lm_status_string(st),
@@ -382,6 +429,10 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
         lazily([&](const char *w) { check_device(lt.device, w); }, "%s: outputs[%d].device", j);
         lazily([&](const char *w) { validate_placements(pl, m->ndim(), lt.ndim, w); },
                "%s: out_placements[%d]", j);
+        lazily([&](const char *w) { check_partial_dtype(pl, m->ndim(), dtype_from_dl(lt.dtype, w), w); },
+               "%s: out_placements[%d]", j);
+        lazily([&](const char *w) { check_alignment(&lt, dtype_from_dl(lt.dtype, w), w); },
+               "%s: outputs[%d]", j);
         LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
         int64_t numel = 1;
         for (int64_t e : ls) numel *= e;
@@ -519,12 +570,14 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
                                               LM_SHAPE_GIVEN, gshapes[done].data(), 0, mt,
                                               "lm_local_map: output");
       o.kind = LM_ARG_DIST_TENSOR;
-      o.ptr = t;
+      o.ptr = nullptr;
+      o.ptr = tensor_wrap(t);  // releases t if it throws
     }
   } catch (...) {
     for (int j = 0; j < nout; ++j) {
       if (j < done && outputs[j].kind == LM_ARG_DIST_TENSOR) {
-        tensor_release(static_cast<lm_dist_tensor_s *>(outputs[j].ptr));
+        lm_dist_tensor_t h = static_cast<lm_dist_tensor_t>(outputs[j].ptr);
+        if (h) tensor_destroy_handle(&h, "lm_local_map");
         outputs[j] = lm_arg_t{};
       } else {
         release_managed(outputs[j]);

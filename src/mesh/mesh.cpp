@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/handle.hpp"
 #include "reshard/plan.hpp"
 
 namespace lm {
@@ -261,20 +262,71 @@ lm_mesh_s::~lm_mesh_s() {
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
     if (world != MPI_COMM_NULL) MPI_Comm_free(&world);
   }
+  uint64_t h = handle.load(std::memory_order_acquire);
+  if (h && !lm::handle_is_owned(h)) lm::handle_kill(h);  // a borrowed handle dies with the object
   magic = lm::kDeadMagic;
 }
 
 namespace lm {
 
-lm_mesh_s *mesh_check(lm_mesh_t m, const char *what) {
-  LM_CHECK_ARG(m != nullptr, "%s: mesh is NULL", what);
-  LM_CHECK_ARG(m->magic == kMeshMagic, "%s: mesh is not a live lm_mesh_t (destroyed or foreign)",
-               what);
-  return m;
+void expect_object(const void *p, const char *what) {
+  if (is_handle_value(p))
+    fail(LM_ERR_INTERNAL, "%s: a handle reached code that expects an object (a missed unwrap)", what);
 }
 
-lm_mesh_s *mesh_check_usable(lm_mesh_t m, const char *what) {
-  mesh_check(m, what);
+lm_mesh_s *mesh_check(lm_mesh_t h, const char *what) {
+  LM_CHECK_ARG(h != nullptr, "%s: mesh is NULL", what);
+  void *m = handle_get(h, HandleKind::Mesh);
+  LM_CHECK_ARG(m != nullptr, "%s: mesh is not a live lm_mesh_t (destroyed or foreign)", what);
+  return static_cast<lm_mesh_s *>(m);
+}
+
+lm_mesh_t mesh_wrap(lm_mesh_s *m) {
+  uintptr_t h;
+  try {
+    h = handle_new(HandleKind::Mesh, m, true);
+  } catch (...) {
+    mesh_release(m);
+    throw;
+  }
+  uint64_t none = 0;
+  m->handle.compare_exchange_strong(none, h);  // the creator's handle is the canonical one
+  return handle_as<lm_mesh_s>(h);
+}
+
+lm_mesh_t mesh_borrow(lm_mesh_s *m) {
+  uint64_t h = m->handle.load(std::memory_order_acquire);
+  if (h && handle_get(handle_as<lm_mesh_s>(h), HandleKind::Mesh) == m) return handle_as<lm_mesh_s>(h);
+  uint64_t b = handle_new(HandleKind::Mesh, m, false);
+  if (!m->handle.compare_exchange_strong(h, b)) {  // another thread made one first
+    handle_kill(b);
+    return handle_as<lm_mesh_s>(h);
+  }
+  return handle_as<lm_mesh_s>(b);
+}
+
+void mesh_destroy_handle(lm_mesh_t *h, const char *what) {
+  void *obj = nullptr;
+  LM_CHECK_ARG(*h != nullptr, "%s: mesh is NULL", what);
+  switch (handle_drop(*h, HandleKind::Mesh, &obj)) {
+    case DropResult::Dead:
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: mesh is not a live lm_mesh_t (destroyed or foreign)", what);
+    case DropResult::Borrowed:
+      fail(LM_ERR_INVALID_ARGUMENT,
+           "%s: mesh is a borrowed handle (from lm_dist_tensor_mesh or fn's mesh argument after its "
+           "creator destroyed the mesh); only the creator's handle is destroyed",
+           what);
+    case DropResult::Alive:
+      break;
+    case DropResult::Died:
+      mesh_release(static_cast<lm_mesh_s *>(obj));
+      break;
+  }
+  *h = nullptr;
+}
+
+lm_mesh_s *mesh_check_usable(lm_mesh_s *m, const char *what) {
+  expect_object(m, what);
   if (m->broken)
     fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", what,
          m->broken_why.c_str());

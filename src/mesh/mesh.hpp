@@ -34,7 +34,10 @@ bool mpi_alive();
 
 struct lm_mesh_s {
   uint32_t magic = lm::kMeshMagic;
-  std::atomic<int> refs{1};
+  std::atomic<int> refs{1};  // holders: owned handles (one each), tensors, plans
+  // The handle lm_dist_tensor_mesh and lm_local_map's fn get: the creator's while it lives, else a
+  // borrowed one made on demand (killed with the object). See core/handle.hpp.
+  std::atomic<uint64_t> handle{0};
 
   MPI_Comm world = MPI_COMM_NULL;  // private dup of the parent
   int world_rank = -1, world_size = 0;
@@ -76,10 +79,21 @@ namespace lm {
 // Collective over the parent; every check, `out` included, is agreed so no rank is left waiting.
 lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_t *shape,
                        const lm_mesh_config_t *config);
-// Validates a handle (magic) and returns it; throws LM_ERR_INVALID_ARGUMENT naming `what`.
-lm_mesh_s *mesh_check(lm_mesh_t m, const char *what);
-// Also refuses broken meshes and meshes with a nonblocking reshard in flight.
-lm_mesh_s *mesh_check_usable(lm_mesh_t m, const char *what);
+// Handles (core/handle.hpp). mesh_check unwraps a caller's handle into its object; a NULL,
+// destroyed, borrowed-and-dead or foreign handle throws LM_ERR_INVALID_ARGUMENT naming `what`.
+// Only the C boundary calls it: below it, code passes objects.
+lm_mesh_s *mesh_check(lm_mesh_t h, const char *what);
+// A new owned handle for `m`, taking over one reference of the caller (released on failure).
+lm_mesh_t mesh_wrap(lm_mesh_s *m);
+// The handle to give out for an object the caller does not own (lm_dist_tensor_mesh, fn's mesh):
+// the creator's handle while it lives, else a borrowed one valid while the object lives.
+lm_mesh_t mesh_borrow(lm_mesh_s *m);
+// lm_mesh_destroy: drops one caller reference of an owned handle; refuses dead and borrowed ones.
+void mesh_destroy_handle(lm_mesh_t *h, const char *what);
+// Refuses broken meshes and meshes with a nonblocking reshard in flight (an object, not a handle).
+lm_mesh_s *mesh_check_usable(lm_mesh_s *m, const char *what);
+// Throws LM_ERR_INTERNAL when `p` is a handle where an object is expected (a missed unwrap).
+void expect_object(const void *p, const char *what);
 void mesh_retain(lm_mesh_s *m);
 void mesh_release(lm_mesh_s *m);
 // Makes the mesh's ranks agree on a local outcome (collective over the mesh, one small

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "core/handle.hpp"
 #include "tensor/collective.hpp"
 #include "tensor/ops.hpp"
 
@@ -35,10 +36,31 @@ lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
   return p.release();
 }
 
-lm_reshard_plan_s *plan_check(lm_reshard_plan_t p, const char *what) {
-  LM_CHECK_ARG(p != nullptr, "%s: plan is NULL", what);
-  LM_CHECK_ARG(p->magic == kPlanMagic, "%s: plan is not a live lm_reshard_plan_t", what);
-  return p;
+lm_reshard_plan_s *plan_check(lm_reshard_plan_t h, const char *what) {
+  LM_CHECK_ARG(h != nullptr, "%s: plan is NULL", what);
+  void *p = handle_get(h, HandleKind::Plan);
+  LM_CHECK_ARG(p != nullptr, "%s: plan is not a live lm_reshard_plan_t", what);
+  return static_cast<lm_reshard_plan_s *>(p);
+}
+
+lm_reshard_plan_t plan_wrap(lm_reshard_plan_s *p) {
+  try {
+    return handle_as<lm_reshard_plan_s>(handle_new(HandleKind::Plan, p, true));
+  } catch (...) {
+    delete p;
+    throw;
+  }
+}
+
+void plan_destroy_handle(lm_reshard_plan_t *h, const char *what) {
+  lm_reshard_plan_s *p = plan_check(*h, what);
+  if (p->in_flight)
+    fail(LM_ERR_INVALID_USAGE, "%s: a request is in flight; wait for it", what);
+  void *obj = nullptr;
+  if (handle_drop(*h, HandleKind::Plan, &obj) != DropResult::Died)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: plan is not a live lm_reshard_plan_t", what);
+  *h = nullptr;
+  delete static_cast<lm_reshard_plan_s *>(obj);
 }
 
 lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device) {
@@ -60,12 +82,13 @@ static void check_matches(const lm_dist_tensor_s *t, lm_mesh_s *mesh, const Layo
 
 // Checks src/dst against the plan (no allocation on success).
 static void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                               const char *fn) {
-  LM_CHECK_ARG(src != nullptr && src->magic == kTensorMagic,
-               "%s: src is NULL or not a live lm_dist_tensor_t", fn);
-  LM_CHECK_ARG(dst != nullptr && dst->magic == kTensorMagic,
-               "%s: dst is NULL or not a live lm_dist_tensor_t", fn);
-  lm_dist_tensor_s *s = src, *d = dst;
+                               const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso) {
+  lm_dist_tensor_s *s = static_cast<lm_dist_tensor_s *>(handle_get(src, HandleKind::Tensor));
+  lm_dist_tensor_s *d = static_cast<lm_dist_tensor_s *>(handle_get(dst, HandleKind::Tensor));
+  LM_CHECK_ARG(s != nullptr, "%s: src is NULL or not a live lm_dist_tensor_t", fn);
+  LM_CHECK_ARG(d != nullptr, "%s: dst is NULL or not a live lm_dist_tensor_t", fn);
+  *so = s;
+  *dso = d;
   LM_CHECK_ARG(p->in_flight == nullptr, "%s: the plan already has a request in flight", fn);
   mesh_check_usable(p->src_mesh, fn);
   mesh_check_usable(p->dst_mesh, fn);
@@ -102,16 +125,16 @@ std::string describe_plan(const void *p, int field) {
 // on the plan (meshes, layouts, shape, dtype) before any data moves. Returns whether this rank
 // takes part at all.
 bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                  const char *fn) {
+                  const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso) {
   const int level = check_level(p->src_mesh, p->dst_mesh);
   if (level == 0 || !p->plan->involved) {
-    plan_check_tensors(p, src, dst, fn);
+    plan_check_tensors(p, src, dst, fn, so, dso);
     return p->plan->involved;
   }
   lm_status_t st = LM_SUCCESS;
   std::string err;
   try {
-    plan_check_tensors(p, src, dst, fn);
+    plan_check_tensors(p, src, dst, fn, so, dso);
   } catch (const Error &e) {
     if (p->src_mesh->broken || p->dst_mesh->broken) throw;  // no agreement on a broken mesh
     st = e.status();
@@ -139,22 +162,23 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   a.m2 = p->dst_mesh;
   a.timeout = call_timeout(p->src_mesh, p->dst_mesh);
   agree(a);
-  if (level >= 2 && p->src_mesh->member) check_replicas(src, fn);
+  if (level >= 2 && p->src_mesh->member) check_replicas(*so, fn);
   return true;
 }
 }  // namespace
 
 void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {
   const char *fn = "lm_reshard_plan_execute";
-  if (!plan_prepare(p, src, dst, fn)) return;
+  lm_dist_tensor_s *s = nullptr, *d = nullptr;
+  if (!plan_prepare(p, src, dst, fn, &s, &d)) return;
   try {
     TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
-    if (is_device(src->device))
-      device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, src->data(), src->local_bytes(),
-                      dst->data(), dst->local_bytes(), src->device.device_id);
+    if (is_device(s->device))
+      device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
+                      d->data(), d->local_bytes(), s->device.device_id);
     else {
       plan_use_host_transport(*p->plan);
-      p->plan->run(src->data(), dst->data());
+      p->plan->run(s->data(), d->data());
     }
   } catch (const Error &e) {
     p->plan->abandon();
@@ -164,8 +188,8 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 
 lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
                          const char *fn) {
-  if (!plan_prepare(p, src, dst, fn)) return nullptr;
-  lm_dist_tensor_s *s = src, *d = dst;
+  lm_dist_tensor_s *s = nullptr, *d = nullptr;
+  if (!plan_prepare(p, src, dst, fn, &s, &d)) return nullptr;
   auto r = std::make_unique<lm_request_s>();
   r->plan = p;
   tensor_retain(s);
@@ -225,10 +249,27 @@ bool request_progress(lm_request_s *r, bool block) {
   return true;
 }
 
-lm_request_s *request_check(lm_request_t r, const char *what) {
-  LM_CHECK_ARG(r != nullptr, "%s: request is NULL", what);
-  LM_CHECK_ARG(r->magic == kRequestMagic, "%s: request is not a live lm_request_t", what);
-  return r;
+lm_request_s *request_check(lm_request_t h, const char *what) {
+  LM_CHECK_ARG(h != nullptr, "%s: request is NULL", what);
+  void *r = handle_get(h, HandleKind::Request);
+  LM_CHECK_ARG(r != nullptr, "%s: request is not a live lm_request_t", what);
+  return static_cast<lm_request_s *>(r);
+}
+
+lm_request_t request_wrap(lm_request_s *r) {
+  try {
+    return handle_as<lm_request_s>(handle_new(HandleKind::Request, r, true));
+  } catch (...) {
+    std::unique_ptr<lm_request_s> own(r);
+    request_progress(r, true);  // the transfer was started: finish it before freeing its buffers
+    throw;
+  }
+}
+
+void request_free_handle(lm_request_t *h, lm_request_s *r) {
+  handle_kill(reinterpret_cast<uintptr_t>(*h));
+  *h = nullptr;
+  delete r;
 }
 
 }  // namespace lm

@@ -32,7 +32,11 @@ namespace lm {
 lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
                                const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
                                DLDataType dtype);
+// Handles (core/handle.hpp): plan_check unwraps a caller's handle (the C boundary only);
+// plan_wrap makes one (deleting the plan on failure); plan_destroy_handle is lm_reshard_plan_destroy.
 lm_reshard_plan_s *plan_check(lm_reshard_plan_t p, const char *what);
+lm_reshard_plan_t plan_wrap(lm_reshard_plan_s *p);
+void plan_destroy_handle(lm_reshard_plan_t *h, const char *what);
 lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device);
 // Runs the plan to completion (no allocation).
 void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst);
@@ -42,4 +46,7 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
 // Progress; true when complete (the request is then deleted).
 bool request_progress(lm_request_s *r, bool block);
 lm_request_s *request_check(lm_request_t r, const char *what);
+lm_request_t request_wrap(lm_request_s *r);  // on failure: completes r (blocking) and deletes it
+// Kills the handle *h (which request_check accepted) and deletes its request; *h = NULL.
+void request_free_handle(lm_request_t *h, lm_request_s *r);
 }  // namespace lm

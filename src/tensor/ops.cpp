@@ -26,9 +26,10 @@ lm_dist_tensor_s *tensor_zeros(lm_mesh_t mesh, int ndim, const int64_t *gshape, 
   const char *fn = "lm_dist_tensor_zeros";
   lm_mesh_s *m = mesh_check(mesh, fn);
   Shape g = check_shape(ndim, gshape, strfmt("%s: global_shape", fn).c_str());
-  dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
+  DType dt = dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
   check_device(device, strfmt("%s: device", fn).c_str());
   Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+  check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
   return tensor_new(m, L, dtype, device, true);
 }
 
@@ -67,11 +68,11 @@ static Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, cons
       [&](int64_t r, int d) { return (int64_t)all[(size_t)(r * W + 2 + d)]; }, fn);
 }
 
-lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
+lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
                                     const lm_placement_t *pl, int mode,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn) {
-  lm_mesh_s *m = mesh_check(mesh, fn);
+  expect_object(m, fn);
   const int mode_bits = mode;
   LM_CHECK_ARG(mode_bits == LM_SHAPE_GIVEN || mode_bits == LM_SHAPE_EVEN ||
                    mode_bits == LM_SHAPE_ALLGATHER,
@@ -95,13 +96,18 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
     else
       LM_CHECK_ARG(local->ndim >= 0 && local->ndim <= kMaxDims, "%s: local->ndim %d must be in "
                    "[0, %d]", fn, local->ndim, kMaxDims);
-    dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
+    DType dt = dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
     check_device(local->device, strfmt("%s: local->device", fn).c_str());
     validate_placements(pl, m->ndim(), local->ndim, strfmt("%s: placements", fn).c_str());
+    check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
     for (int64_t e : ls) numel *= e;
     if (m->member)
       LM_CHECK_ARG(local->data != nullptr || numel == 0, "%s: local->data is NULL", fn);
     bool borrow = managed != nullptr || flags == LM_FROM_LOCAL_BORROW;
+    if (m->member && numel > 0) {
+      check_strides_span(local, dtype_size(dt), strfmt("%s: local", fn).c_str());
+      if (borrow) check_alignment(local, dt, strfmt("%s: local", fn).c_str());
+    }
     if (borrow && m->member)
       LM_CHECK_ARG(is_compact(local),
                    "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
@@ -283,8 +289,9 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
   if (root < 0) {
     LM_CHECK_ARG(global != nullptr, "%s: global is NULL (root < 0: every rank passes it)", fn);
     Shape g = check_shape(global->ndim, global->shape, strfmt("%s: global", fn).c_str());
-    dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
+    DType dt = dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
     Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+    check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
     if (m->member) check_global_buffer(global, L, global->dtype, fn, "global");
     lm_dist_tensor_s *t = tensor_new(m, L, global->dtype, DLDevice{kDLCPU, 0}, false);
     if (!m->member) return t;
@@ -326,8 +333,9 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
     try {
       LM_CHECK_ARG(global != nullptr, "%s: global is NULL on the root", fn);
       Shape g = check_shape(global->ndim, global->shape, strfmt("%s: global", fn).c_str());
-      dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
+      DType dt = dtype_from_dl(global->dtype, strfmt("%s: global->dtype", fn).c_str());
       Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+      check_partial_dtype(pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
       check_global_buffer(global, L, global->dtype, fn, "global");
       meta[1] = global->ndim;
       meta[2] = (long long)global->dtype.code << 16 | (long long)global->dtype.bits << 8 | global->dtype.lanes;
@@ -436,7 +444,7 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
 void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   const char *fn = "lm_dist_tensor_gather";
   lm_dist_tensor_s *t = tensor_check(tensor, fn);
-  lm_mesh_s *m = mesh_check(t->mesh, fn);
+  lm_mesh_s *m = t->mesh;  // retained by the tensor
   if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", fn, m->world_rank);
   bool receives = root < 0 || m->index == root;
   std::unique_ptr<Plan> plan;
@@ -552,11 +560,11 @@ std::string describe_reshard(const void *p, int field) {
 }
 }  // namespace
 
-lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
+lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
                                  const lm_placement_t *pl, const char *fn) {
-  lm_dist_tensor_s *t = tensor_check(src, strfmt("%s: src", fn).c_str());
-  lm_mesh_s *sm = mesh_check(t->mesh, strfmt("%s: src mesh", fn).c_str());
-  lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
+  expect_object(t, fn);
+  lm_mesh_s *sm = t->mesh;
+  lm_mesh_s *dm = dst_mesh ? dst_mesh : sm;
   const int level = check_level(sm, dm);
   const bool part = sm->member || dm->member;
   // Everything that can fail locally happens before any data moves (checks, plan, output

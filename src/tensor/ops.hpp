@@ -9,7 +9,9 @@ namespace lm {
 
 lm_dist_tensor_s *tensor_zeros(lm_mesh_t mesh, int ndim, const int64_t *gshape, DLDataType dtype,
                                DLDevice device, const lm_placement_t *pl);
-lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
+// Below the C boundary, meshes and tensors are objects (the C API unwraps handles), except where
+// a function is itself the boundary (zeros, from_global, gather take the caller's handles).
+lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
                                     const lm_placement_t *pl, int mode,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn);
@@ -24,7 +26,8 @@ MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn);
 Layout make_layout(lm_mesh_s *mesh, const lm_placement_t *pl, const Shape &gshape,
                    const char *what);
 // Resharding with the mesh's plan cache (same-mesh) or a fresh plan (cross-mesh).
-lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
+// dst_mesh NULL: src's mesh.
+lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
                                  const lm_placement_t *pl, const char *fn);
 
 }  // namespace lm

@@ -5,9 +5,11 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/handle.hpp"
 #include "core/fault.hpp"
 #include "device/device.hpp"
 #include "reshard/boxcopy.hpp"
+#include "reshard/reduce.hpp"
 #include "tensor/pool.hpp"
 
 namespace lm {
@@ -36,11 +38,45 @@ std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero) {
   return s;
 }
 
-lm_dist_tensor_s *tensor_check(lm_dist_tensor_t t, const char *what) {
-  LM_CHECK_ARG(t != nullptr, "%s: tensor is NULL", what);
-  LM_CHECK_ARG(t->magic == kTensorMagic,
+lm_dist_tensor_s *tensor_check(lm_dist_tensor_t h, const char *what) {
+  LM_CHECK_ARG(h != nullptr, "%s: tensor is NULL", what);
+  void *t = handle_get(h, HandleKind::Tensor);
+  LM_CHECK_ARG(t != nullptr, "%s: tensor is not a live lm_dist_tensor_t (destroyed or foreign)",
+               what);
+  return static_cast<lm_dist_tensor_s *>(t);
+}
+
+lm_dist_tensor_t tensor_wrap(lm_dist_tensor_s *t) {
+  expect_object(t, "tensor_wrap");
+  try {
+    return handle_as<lm_dist_tensor_s>(handle_new(HandleKind::Tensor, t, true));
+  } catch (...) {
+    tensor_release(t);
+    throw;
+  }
+}
+
+void tensor_retain_handle(lm_dist_tensor_t h, const char *what) {
+  tensor_check(h, what);
+  LM_CHECK_ARG(handle_retain(h, HandleKind::Tensor),
                "%s: tensor is not a live lm_dist_tensor_t (destroyed or foreign)", what);
-  return t;
+}
+
+void tensor_destroy_handle(lm_dist_tensor_t *h, const char *what) {
+  void *obj = nullptr;
+  LM_CHECK_ARG(*h != nullptr, "%s: tensor is NULL", what);
+  switch (handle_drop(*h, HandleKind::Tensor, &obj)) {
+    case DropResult::Dead:
+    case DropResult::Borrowed:
+      fail(LM_ERR_INVALID_ARGUMENT,
+           "%s: tensor is not a live lm_dist_tensor_t (destroyed or foreign)", what);
+    case DropResult::Alive:
+      break;
+    case DropResult::Died:
+      tensor_release(static_cast<lm_dist_tensor_s *>(obj));
+      break;
+  }
+  *h = nullptr;
 }
 
 void tensor_retain(lm_dist_tensor_s *t) { t->refs.fetch_add(1, std::memory_order_relaxed); }
@@ -65,6 +101,7 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
   t->layout = layout;
   t->dtype = dtype;
   t->dt = dtype_from_dl(dtype, "dtype");
+  check_partial_dtype(layout.pl.data(), layout.mesh_ndim(), t->dt, "placements");
   t->esize = dtype_size(t->dt);
   t->device = device;
   t->local = local_box(mesh, layout);
@@ -129,12 +166,51 @@ void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const voi
 
 bool is_compact(const DLTensor *t) {
   if (!t->strides) return true;
+  for (int i = 0; i < t->ndim; ++i)
+    if (t->shape[i] == 0) return true;  // nothing to address (and the product below may overflow)
   int64_t expect = 1;
   for (int i = t->ndim - 1; i >= 0; --i) {
     if (t->shape[i] != 1 && t->strides[i] != expect) return false;
     expect *= t->shape[i];
   }
   return true;
+}
+
+void check_strides_span(const DLTensor *t, size_t esize, const char *what) {
+  if (!t->strides) return;
+  int64_t span = 0;  // largest |offset| in elements
+  for (int i = 0; i < t->ndim; ++i) {
+    if (t->shape[i] == 0) return;  // empty: nothing is read
+    if (t->shape[i] == 1) continue;
+    int64_t st = t->strides[i], a, ext;
+    bool bad = st == INT64_MIN;
+    if (!bad) {
+      a = st < 0 ? -st : st;
+      bad = __builtin_mul_overflow(a, t->shape[i] - 1, &ext) || __builtin_add_overflow(span, ext, &span);
+    }
+    LM_CHECK_ARG(!bad, "%s: strides[%d] = %lld: the byte span of shape x strides overflows", what, i,
+                 (long long)st);
+  }
+  int64_t bytes;
+  LM_CHECK_ARG(!__builtin_add_overflow(span, 1, &bytes) &&
+                   !__builtin_mul_overflow(bytes, (int64_t)esize, &bytes),
+               "%s: the byte span of shape x strides overflows", what);
+}
+
+void check_alignment(const DLTensor *t, DType dt, const char *what) {
+  size_t a = dtype_size(dt);
+  if (dt == DType::C64 || dt == DType::C128) a /= 2;  // two components
+  if (a > 8) a = 8;
+  uintptr_t p = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
+  LM_CHECK_ARG(p % a == 0,
+               "%s: data + byte_offset (%p + %llu) is not aligned to %zu bytes for %s; copy it "
+               "(LM_FROM_LOCAL_COPY) or align it",
+               what, t->data, (unsigned long long)t->byte_offset, a, dtype_name(dt));
+}
+
+void check_partial_dtype(const lm_placement_t *pl, int n, DType dt, const char *what) {
+  for (int i = 0; i < n; ++i)
+    if (pl[i].kind == LM_PARTIAL) check_reduce(dt, pl[i].op, what);
 }
 
 void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize) {

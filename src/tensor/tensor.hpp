@@ -54,7 +54,13 @@ struct lm_dist_tensor_s {
 
 namespace lm {
 
-lm_dist_tensor_s *tensor_check(lm_dist_tensor_t t, const char *what);
+// Handles (core/handle.hpp): tensor_check unwraps a caller's handle (the C boundary only);
+// tensor_wrap makes a new owned handle taking over one reference (released on failure);
+// tensor_retain_handle / tensor_destroy_handle are lm_dist_tensor_retain / _destroy.
+lm_dist_tensor_s *tensor_check(lm_dist_tensor_t h, const char *what);
+lm_dist_tensor_t tensor_wrap(lm_dist_tensor_s *t);
+void tensor_retain_handle(lm_dist_tensor_t h, const char *what);
+void tensor_destroy_handle(lm_dist_tensor_t *h, const char *what);
 void tensor_retain(lm_dist_tensor_s *t);
 void tensor_release(lm_dist_tensor_s *t);
 
@@ -80,7 +86,16 @@ void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const voi
               const Shape &src_shape, const Shape &src_off, const Shape &len, size_t esize);
 // Copies a strided DLTensor into a compact buffer.
 void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize);
-// True when `t` is compact row-major (strides NULL or matching).
+// True when `t` is compact row-major (strides NULL or matching). An empty tensor is compact.
 bool is_compact(const DLTensor *t);
+// Checks a user tensor's strides and data before they are read or borrowed (issue 8 item 4):
+// the byte span that shape x strides covers must fit in int64 (no wrapping offsets), and
+// borrowed data (data + byte_offset) must be aligned for the dtype (element or component size,
+// at most 8 bytes). Throws LM_ERR_INVALID_ARGUMENT naming `what`.
+void check_strides_span(const DLTensor *t, size_t esize, const char *what);
+void check_alignment(const DLTensor *t, DType dt, const char *what);
+// Refuses placements whose Partial op has no meaning for the dtype (bool avg, complex max/min):
+// LM_ERR_NOT_SUPPORTED where the tensor is made, not at its first reshard.
+void check_partial_dtype(const lm_placement_t *pl, int n, DType dt, const char *what);
 
 }  // namespace lm

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Caller handles, kept apart from the shared objects behind them.
+//
+// What the C API gives out (lm_mesh_t, lm_dist_tensor_t, lm_reshard_plan_t, lm_request_t) is a
+// tagged value, never an object's address: bit 63 set, then the kind, a 24-bit generation and a
+// 32-bit slot index of a process-wide table. Looking a handle up reads only that table, so a
+// destroyed (stale) handle is refused without touching freed memory, and a slot's generation
+// changes each time it is reused. An owned handle holds one reference on its object plus a count
+// of caller references (lm_dist_tensor_retain adds one); destroy drops one caller reference and,
+// at zero, kills the handle and releases its object reference. A borrowed handle (a mesh handed
+// out by lm_dist_tensor_mesh after its creator's handle died) owns nothing: destroy refuses it.
+// Lookups are lock-free; creating and killing handles takes a mutex.
+#pragma once
+
+#include <cstdint>
+
+namespace lm {
+
+enum class HandleKind : uint32_t { Mesh = 1, Tensor = 2, Plan = 3, Request = 4 };
+
+// True when `p` is a tagged handle value (as opposed to an object address).
+inline bool is_handle_value(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) >> 63) != 0;
+}
+
+// Registers `obj`: returns a new handle value. owned: one caller reference (kill/drop it with
+// handle_drop); borrowed: none (handle_drop refuses it; handle_kill frees it). Throws bad_alloc.
+uintptr_t handle_new(HandleKind kind, void *obj, bool owned);
+// The object behind a live handle of `kind`, or nullptr (dead, foreign, other kind, NULL).
+void *handle_get(const void *h, HandleKind kind);
+// Adds a caller reference to a live owned handle; false if it is not one.
+bool handle_retain(const void *h, HandleKind kind);
+enum class DropResult { Dead, Borrowed, Alive, Died };
+// Drops one caller reference of a live owned handle. Died: it was the last; the handle is dead and
+// *obj receives the object, whose reference the caller must now release. Alive: references remain.
+// Dead (not a live handle of kind) and Borrowed: nothing changed.
+DropResult handle_drop(const void *h, HandleKind kind, void **obj);
+// Kills a live handle whatever its count (borrowed handles when their object dies).
+void handle_kill(uintptr_t h);
+// Whether `h` is live, and owned (caller references > 0).
+bool handle_is_owned(uintptr_t h);
+
+template <class T>
+inline T *handle_as(uintptr_t h) {
+  return reinterpret_cast<T *>(h);
+}
+
+}  // namespace lm
