@@ -240,6 +240,12 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_comm(lm_mesh_t mesh, int *comm_f);
  * Dist tensors: refcounted handles. A tensor holds a reference on its mesh.
  * Local shards are compact row-major buffers. On a rank outside the mesh a tensor is a placeholder
  * with an empty local shard (it still knows its global shape, dtype and placements).
+ * Scalars: a tensor of ndim 0 (global_shape may be NULL) is first-class. It holds one element on
+ * every member and takes Replicate and Partial placements everywhere: zeros, from_local (every
+ * shape mode), from_global, gather, reshard (P -> R, R -> P, P -> P of the same op, across
+ * meshes), plans and requests, the accessors and export, lm_local_map inputs and outputs, every
+ * dtype and op. Shard cannot exist for it: the call that asks for it fails with
+ * LM_ERR_INVALID_ARGUMENT naming the placement. A non-member's 0-d placeholder has data NULL.
  * ------------------------------------------------------------------------------------------- */
 typedef struct lm_dist_tensor_s *lm_dist_tensor_t;
 

@@ -63,7 +63,7 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
   t->esize = dtype_size(t->dt);
   t->device = device;
   t->local = local_box(mesh, layout);
-  if (alloc) t->storage = storage_alloc(t->local_bytes());
+  if (alloc && mesh->member) t->storage = storage_alloc(t->local_bytes());  // placeholders hold none
   mesh_retain(mesh);
   t->mesh = mesh;
   return t.release();

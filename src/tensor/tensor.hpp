@@ -44,7 +44,8 @@ struct lm_dist_tensor_s {
   void *data() const {
     return storage ? static_cast<char *>(storage->data) + byte_offset : nullptr;
   }
-  int64_t local_numel() const { return local.numel(); }
+  // 0 on a non-member, also for a 0-d tensor (whose empty box would count one element).
+  int64_t local_numel() const { return mesh && !mesh->member ? 0 : local.numel(); }
   size_t local_bytes() const { return static_cast<size_t>(local_numel()) * esize; }
   ~lm_dist_tensor_s();
 };
