@@ -446,6 +446,15 @@ LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTenso
   });
 }
 
+LM_API lm_status_t lm_tensor_alloc(DLManagedTensor **out, int ndim, const int64_t *shape,
+                                   DLDataType dtype, DLDevice device) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    OUT_ARG(out, "out", "lm_tensor_alloc");
+    *out = tensor_alloc_managed(ndim, shape, dtype, device);
+  });
+}
+
 LM_API lm_status_t lm_dist_tensor_retain(lm_dist_tensor_t tensor) {
   return guard([&] { tensor_retain(tensor_check(tensor, "lm_dist_tensor_retain")); });
 }

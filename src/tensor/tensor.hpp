@@ -71,6 +71,12 @@ void check_numel(const Shape &s, const char *what);
 // Checks device (host only in this build unless CUDA), throws LM_ERR_NOT_SUPPORTED otherwise.
 void check_device(DLDevice device, const char *what);
 
+// lm_tensor_alloc: a zero-filled compact tensor from the buffer pool as a DLManagedTensor whose
+// deleter returns the storage to the pool. Throws LM_ERR_INVALID_ARGUMENT / NOT_SUPPORTED /
+// OUT_OF_MEMORY naming the argument.
+DLManagedTensor *tensor_alloc_managed(int ndim, const int64_t *shape, DLDataType dtype,
+                                      DLDevice device);
+
 // Copies a box of `len` elements between two compact row-major buffers of local shapes
 // src_shape / dst_shape at offsets src_off / dst_off (elements of esize bytes).
 void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const void *src,
