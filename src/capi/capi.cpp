@@ -102,6 +102,9 @@ LM_API lm_status_t lm_comm_world(int *comm_f) {
     int init = 0;
     MPI_Initialized(&init);
     if (!init) fail(LM_ERR_INVALID_USAGE, "lm_comm_world: MPI is not initialised (call lm_init)");
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) fail(LM_ERR_INVALID_USAGE, "lm_comm_world: MPI was already finalized");
     *comm_f = (int)MPI_Comm_c2f(MPI_COMM_WORLD);
   });
 }
@@ -113,6 +116,9 @@ LM_API lm_status_t lm_world_rank(int *rank, int *size) {
     int init = 0;
     MPI_Initialized(&init);
     if (!init) fail(LM_ERR_INVALID_USAGE, "lm_world_rank: MPI is not initialised (call lm_init)");
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) fail(LM_ERR_INVALID_USAGE, "lm_world_rank: MPI was already finalized");
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, size);
   });
