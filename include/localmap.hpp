@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -338,9 +339,22 @@ inline lm_arg_t arg_f64(double v) {
 
 // What lm_local_map returned: args[j] as the C API gives it, and tensors[j] owning the dist
 // tensor of each tensor output (empty for the others).
+/** Calls a DLManagedTensor's deleter (once) when the owning pointer dies. */
+struct managed_deleter {
+  void operator()(DLManagedTensor *m) const {
+    if (m && m->deleter) m->deleter(m);
+  }
+};
+/** An owned DLManagedTensor (e.g. a local_map output whose out placements were empty). */
+using managed_tensor = std::unique_ptr<DLManagedTensor, managed_deleter>;
+
+/** What local_map returns: args[j] as lm_local_map set it; tensors[j] owns a dist tensor
+ * output; locals[j] owns a plain local tensor output (empty out placements; args[j].ptr is then
+ * a borrowed view of it). */
 struct local_map_result {
   std::vector<lm_arg_t> args;
   std::vector<dist_tensor> tensors;
+  std::vector<managed_tensor> locals;
 };
 
 // Runs fn on the local shards (collective over the mesh). out_placements: one entry per output,
@@ -360,9 +374,13 @@ inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inpu
                      static_cast<int>(r.args.size()), outp.data(), nullptr, m ? m->get() : nullptr,
                      flags, r.args.data()));
   r.tensors.resize(r.args.size());
-  for (size_t j = 0; j < r.args.size(); ++j)
+  r.locals.resize(r.args.size());
+  for (size_t j = 0; j < r.args.size(); ++j) {
     if (r.args[j].kind == LM_ARG_DIST_TENSOR)
       r.tensors[j] = dist_tensor(static_cast<lm_dist_tensor_t>(r.args[j].ptr));  // adopt
+    else if (r.args[j].kind == LM_ARG_MANAGED_TENSOR)
+      r.locals[j].reset(static_cast<DLManagedTensor *>(r.args[j].ptr));  // adopt
+  }
   return r;
 }
 

@@ -97,6 +97,12 @@ static void test_local_map_lambda(void **) {
   };
   lmx::local_map_result r = lmx::local_map(sum, {lmx::arg(x)}, {{lmx::partial()}, {}});
   LM_ASSERT_ALL(r.tensors[0] && !r.tensors[1] && r.args[1].kind == LM_ARG_INT64);
+  {
+    // Empty out placements for a tensor output: a plain local tensor, owned by r.locals[0].
+    lmx::local_map_result p = lmx::local_map(sum, {lmx::arg(x)}, {{}, {}});
+    LM_ASSERT_ALL(!p.tensors[0] && p.locals[0] && p.args[0].kind == LM_ARG_MANAGED_TENSOR &&
+                  p.locals[0]->dl_tensor.ndim == 1);
+  }
   double total = 0;
   DLTensor tt = {&total, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, one, nullptr, 0};
   r.tensors[0].gather(&tt);
