@@ -321,7 +321,8 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
           for (int k = 0; k < m->ndim(); ++k)
             if (pl[k].kind == LM_SHARD) gshapes[j][pl[k].dim] *= m->grid->shape()[k];
         }
-        check_numel(gshapes[j], strfmt("%s: the global shape of outputs[%d]", F, j).c_str());
+        lazily([&](const char *w) { check_numel(gshapes[j], w); },
+               "%s: the global shape of outputs[%d]", j);
         Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), gshapes[j]);
         Box b = L.box_at(m->coord.data());
         if (b.len != ls)
