@@ -1747,6 +1747,59 @@ static void test_messages_name_arguments(void **state) {
   lm_mesh_destroy(&mesh);
 }
 
+/* A scalar (0-d) dist input: kept as it is (fn sees this rank's partial) or resharded to
+ * Replicate on the way in (fn sees the sum); the output is a 0-d Partial(sum) again. */
+static lm_status_t scalar_in_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                                lm_arg_t *out) {
+  double *seen = (double *)ud;
+  DLManagedTensor *s = NULL;
+  (void)mesh;
+  if (nin != 1 || nout != 1 || in[0].kind != LM_ARG_TENSOR) return LM_ERR_INVALID_ARGUMENT;
+  const DLTensor *x = (const DLTensor *)in[0].ptr;
+  if (x->ndim != 0) return LM_ERR_INVALID_ARGUMENT;
+  *seen = *(const double *)x->data;
+  lm_status_t st = lm_tensor_alloc(&s, 0, NULL, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  *(double *)s->dl_tensor.data = 2 * *seen;
+  out[0] = lm_arg_managed(s);
+  return LM_SUCCESS;
+}
+
+static void test_scalar_inputs(void **state) {
+  (void)state;
+  lm_mesh_t mesh = world_mesh();
+  const int n = lm_test_size(), r = lm_test_rank();
+  lm_placement_t psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)}, rep[1] = {LM_PLACEMENT_REPLICATE};
+  double mine = r + 1, seen = -1, got = -1, sum = n * (n + 1) / 2.0;
+  DLTensor l = {&mine, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+  DLTensor d = {&got, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+  lm_dist_tensor_t x = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, mesh, &l, psum, LM_SHAPE_GIVEN, NULL, 0));
+  lm_arg_t in[1] = {lm_arg_dist(x)}, out[1];
+  const lm_placement_t *outpl[1] = {psum};
+  LM_ASSERT_OK_ALL(call_lm(scalar_in_fn, &seen, 1, in, NULL, 1, outpl, NULL, NULL, 0, out));
+  LM_ASSERT_ALL(seen == mine);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather((lm_dist_tensor_t)out[0].ptr, -1, &d));
+  LM_ASSERT_ALL(got == 2 * sum);
+  destroy_outputs(out, 1);
+  const lm_placement_t *inpl[1] = {rep};
+  LM_ASSERT_OK_ALL(call_lm(scalar_in_fn, &seen, 1, in, inpl, 1, outpl, NULL, NULL,
+                           LM_LOCAL_MAP_RESHARD_INPUTS, out));
+  LM_ASSERT_ALL(seen == sum);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather((lm_dist_tensor_t)out[0].ptr, -1, &d));
+  LM_ASSERT_ALL(got == 2 * sum * n);
+  destroy_outputs(out, 1);
+  /* Shard of the scalar asked for by in_placements: refused, naming it. */
+  lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
+  const lm_placement_t *bad[1] = {s0};
+  LM_ASSERT_STATUS_ALL(call_lm(scalar_in_fn, &seen, 1, in, bad, 1, outpl, NULL, NULL,
+                               LM_LOCAL_MAP_RESHARD_INPUTS, out),
+                       LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(has(g_msg, "in_placements[0]") && all_none(out, 1));
+  lm_dist_tensor_destroy(&x);
+  lm_mesh_destroy(&mesh);
+}
+
 /* Leak accounting over the whole suite: every managed tensor made was freed. */
 static void test_zz_no_leaks(void **state) {
   (void)state;
@@ -1789,6 +1842,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_sibling_mesh_inputs),
     cmocka_unit_test(test_tensor_alloc),
     cmocka_unit_test(test_messages_name_arguments),
+    cmocka_unit_test(test_scalar_inputs),
     cmocka_unit_test(test_zz_no_leaks),
     cmocka_unit_test(test_zz_fn_fails_with_allgather_shapes),
 };
