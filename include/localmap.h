@@ -517,8 +517,8 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
  *    this rank's shard of it, unmoved. If some rank of `mesh` is not in the input's mesh it
  *    holds no shard, and the call fails with LM_ERR_INVALID_ARGUMENT naming inputs[i] and that
  *    rank (unless LM_LOCAL_MAP_RESHARD_INPUTS and in_placements[i] move it). With `mesh` NULL,
- *    dist inputs on different meshes are refused the same way. The rule reads only the meshes'
- *    rank lists, so every rank decides alike.
+ *    dist inputs on different meshes are refused the same way (unless RESHARD_INPUTS moves
+ *    them). The rule reads only the meshes' rank lists, so every rank decides alike.
  *  outputs: nout entries: tensors with placements come back as LM_ARG_DIST_TENSOR (new
  *    references the caller destroys), tensors without as LM_ARG_MANAGED_TENSOR (see
  *    out_placements), others as fn set them.
