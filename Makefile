@@ -5,6 +5,7 @@
 #   make lib                build/lib/liblocalmap.so.X.Y.Z (+ symlinks), liblocalmap.a, localmap.pc
 #   make check              build everything, run tests/run-tests.sh (NPS="1 2" to pick sizes)
 #   make check ASAN=1 UBSAN=1   same with sanitizers, in build-asan/ by default
+#   make check-gpu [NPS="1 2 4"] [NCCL_SPLIT_HOSTS=1]   device tests (tests/gpu/) only
 #   make demo | bench | examples | tests
 #   make install [PREFIX=/usr/local] [DESTDIR=...] [LIBDIR=...] [INCLUDEDIR=...] | uninstall
 #   make abi-dump           abidw of the shared library into $(BUILD)/localmap.abi
@@ -20,10 +21,27 @@ LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-# CUDA/NCCL transport. auto and 0 never need CUDA: today auto means "off" (the default build is
-# CPU only). CUDA=1 builds with -DLM_WITH_CUDA and links NCCL and the CUDA runtime from CUDA_HOME.
+# CUDA/NCCL backend. CUDA=auto (default): on when $(CUDA_HOME)/bin/nvcc (or nvcc on PATH) and
+# nccl.h are found; CUDA=0: off; CUDA=1: required (the build stops when they are missing).
+# A CUDA build compiles src/**/*.cu with nvcc into the same liblocalmap.so and links the CUDA
+# runtime and NCCL; it runs the whole CPU suite on machines without a GPU (device tests skip).
 CUDA       ?= auto
-CUDA_HOME  ?= /usr/local/cuda
+CUDA_HOME  ?= $(or $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v nvcc 2>/dev/null))),/usr/local/cuda)
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+# Compute capabilities compiled (SASS) plus PTX of the newest for JIT on later GPUs.
+CUDA_ARCHS ?= 80 90
+CUDA_LIBDIR ?= $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so $(CUDA_HOME)/lib/libcudart.so))
+override CUDA_FOUND := $(if $(and $(wildcard $(NVCC)),$(wildcard $(CUDA_HOME)/include/nccl.h),$(CUDA_LIBDIR)),1,0)
+ifeq ($(CUDA),auto)
+override CUDA := $(CUDA_FOUND)
+else ifeq ($(CUDA),1)
+ifneq ($(CUDA_FOUND),1)
+$(error CUDA=1 but nvcc, nccl.h or libcudart.so is missing under CUDA_HOME=$(CUDA_HOME) (give CUDA_HOME=..., or CUDA=0))
+endif
+else ifneq ($(CUDA),0)
+$(error CUDA must be auto, 0 or 1 (got "$(CUDA)"))
+endif
+CUDA_LIBDIR := $(patsubst %/,%,$(dir $(CUDA_LIBDIR)))
 
 OPT        ?= -O2
 WERROR     ?= 1
@@ -89,13 +107,21 @@ LIB_CPPFLAGS := -Iinclude -Isrc $(MPI_CPPFLAGS)
 LIB_LDLIBS   :=
 ifeq ($(CUDA),1)
 LIB_CPPFLAGS += -DLM_WITH_CUDA -I$(CUDA_HOME)/include
-LIB_LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+LIB_LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl -lcudart
 endif
 
 LIB_CXXFLAGS  := -std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidden $(OPT) -g $(WARN) $(SAN)
 TEST_CFLAGS   := -std=gnu11 $(OPT) -g $(WARN) $(SAN)
 TEST_CXXFLAGS := -std=c++17 $(MPI_CPPFLAGS) $(OPT) -g $(WARN) $(SAN)
 DEPFLAGS       = -MMD -MP -MF $@.d
+comma := ,
+# nvcc: host code through g++ with the library's warnings (-Werror included), device code for
+# CUDA_ARCHS. -Wno-... none needed so far; keep the host side as strict as the .cpp files.
+NVCC_GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+NVCC_FLAGS    := -std=c++17 $(OPT) -g $(NVCC_GENCODE) --expt-relaxed-constexpr \
+                 $(if $(filter 1,$(WERROR)),-Werror all-warnings) \
+                 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror)
 
 ABS_BUILD  := $(abspath $(BUILD))
 # Programs link the shared library in the build tree, found at run time through the rpath.
@@ -106,6 +132,10 @@ LINK_SHARED = -L$(BUILD)/lib -llocalmap -Wl,-rpath,$(ABS_BUILD)/lib
 # ---------------------------------------------------------------------------------------------
 LIB_SRCS   := $(shell find src -name '*.cpp' 2>/dev/null | LC_ALL=C sort)
 LIB_OBJS   := $(patsubst src/%.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS))
+ifeq ($(CUDA),1)
+CU_SRCS    := $(shell find src -name '*.cu' 2>/dev/null | LC_ALL=C sort)
+LIB_OBJS   += $(patsubst src/%.cu,$(BUILD)/obj/%.cu.o,$(CU_SRCS))
+endif
 PUB_HDRS   := $(wildcard $(addprefix include/,localmap.h localmap_mpi.h localmap.hpp))
 ALL_PUB_HDR_NAMES := localmap.h localmap_mpi.h localmap.hpp
 
@@ -115,18 +145,27 @@ UNIT_CXX   := $(wildcard tests/unit_*.cpp)
 TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C)) \
               $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
 UNIT_BINS  := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(UNIT_CXX))
+# Device tests (tests/gpu/): built in CUDA builds only; they skip (exit 77) where no GPU is seen.
+GPU_TEST_C := $(wildcard tests/gpu/test_*.c)
+ifeq ($(CUDA),1)
+GPU_BINS   := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_C))
+TEST_BINS  += $(GPU_BINS)
+endif
 EX_C       := $(wildcard examples/*.c)
 EX_CXX     := $(wildcard examples/*.cpp)
 EX_BINS    := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_C)) \
               $(patsubst examples/%.cpp,$(BUILD)/examples/%,$(EX_CXX))
 BENCH_C    := $(wildcard bench/*.c)
+ifneq ($(CUDA),1)
+BENCH_C    := $(filter-out bench/bench_device.c,$(BENCH_C))
+endif
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 
 # ---------------------------------------------------------------------------------------------
 # Rebuild when flags change: each stamp file is rewritten only when its content changes
 # (the GIT-CFLAGS trick), and what it describes depends on it.
 # ---------------------------------------------------------------------------------------------
-STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS)
+STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) CUDA=$(CUDA) $(NVCC_FLAGS)
 STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION)
 STAMP_prog := $(MPICC) $(MPICXX) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
 STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS)
@@ -145,7 +184,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check demo bench install uninstall clean deps abi-dump abi-check help
+.PHONY: all lib tests examples check check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples
@@ -165,6 +204,14 @@ deps:
 $(BUILD)/obj/%.o: src/%.cpp $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICXX) $(LIB_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+# CUDA sources: nvcc, host code compiled by g++ underneath (-Werror clean), MPI headers included.
+MPI_INC := $(shell $(MPICXX) --showme:compile 2>/dev/null || $(MPICXX) -compile_info 2>/dev/null | cut -d' ' -f2-)
+$(BUILD)/obj/%.cu.o: src/%.cu $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(NVCC) -ccbin $(CXX_FOR_NVCC) $(LIB_CPPFLAGS) $(filter -I% -D%,$(MPI_INC)) $(CPPFLAGS) $(NVCC_FLAGS) \
+	  -MMD -MP -MF $@.d -c -o $@ $<
+CXX_FOR_NVCC ?= g++
 
 $(SHLIB_REAL): $(LIB_OBJS) src/localmap.map $(BUILD)/.stamp-link
 	@mkdir -p $(@D)
@@ -198,6 +245,13 @@ $(BUILD)/tests/%: tests/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	$(MPICC) -Iinclude -Itests $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka -lm $(LDLIBS)
 
+# Device tests use the CUDA runtime directly to make and check device data.
+$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h $(PROG_DEPS) | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICC) -Iinclude -Itests -Itests/gpu -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) \
+	  $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) \
+	  -lcudart -lcmocka -lm $(LDLIBS)
+
 # unit_*.cpp test internals: they may include src/ headers and link the static library.
 $(BUILD)/tests/unit_%: tests/unit_%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
 	@mkdir -p $(@D)
@@ -227,6 +281,13 @@ $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 	$(MPICC) -Iinclude -Ibench $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lm $(LDLIBS)
 
+# The device bench calls NCCL collectives itself as the baseline.
+$(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
+	@mkdir -p $(@D)
+	$(MPICC) -Iinclude -Ibench -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl \
+	  -lcudart -lm $(LDLIBS)
+
 # ---------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------
@@ -238,12 +299,31 @@ ifeq ($(ASAN),1)
 RUN_ENV += LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp$(if $(LSAN_OPTIONS),:$(LSAN_OPTIONS)) \
            ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0$(if $(ASAN_OPTIONS),:$(ASAN_OPTIONS))
 endif
+ifeq ($(ASAN)$(CUDA),11)
+# The CUDA driver maps memory in ASan's shadow gap; without a GPU nothing is mapped, but the
+# device runs need it (docs/DESIGN.md, "CUDA build").
+RUN_ENV += ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:protect_shadow_gap=0$(if $(ASAN_OPTIONS),:$(ASAN_OPTIONS))
+endif
 ifeq ($(UBSAN),1)
 RUN_ENV += UBSAN_OPTIONS=print_stacktrace=1$(if $(UBSAN_OPTIONS),:$(UBSAN_OPTIONS))
 endif
 
 check: all
 	$(RUN_ENV) bash tests/run-tests.sh $(TESTS)
+
+# Device tests only (tests/gpu/), at NPS (default "1 2 4"). NCCL_SPLIT_HOSTS=1 gives each rank its
+# own NCCL_HOSTID (and NCCL_SOCKET_IFNAME=lo), so several ranks on ONE GPU run real NCCL.
+# What a device run needs, and nothing else (tests/gpu/device-check.sh builds this).
+gpu-progs: lib $(GPU_BINS) $(BUILD)/tests/unit_device_ops $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bench_device)
+
+check-gpu: deps gpu-progs
+ifeq ($(CUDA),1)
+	$(RUN_ENV) NPS="$(or $(NPS),1 2 4)" LM_TEST_GPU_ONLY=1 $(if $(filter 1,$(NCCL_SPLIT_HOSTS)),LM_NCCL_SPLIT_HOSTS=1) \
+	  bash tests/run-tests.sh $(or $(TESTS),'test_gpu_*')
+else
+	@echo "check-gpu: CUDA=0 build (nvcc or nccl.h not found under CUDA_HOME=$(CUDA_HOME)): nothing to run"
+	@echo "0 passed, 0 failed, 1 skipped"
+endif
 
 demo: deps $(BUILD)/examples/demo
 	$(RUN_ENV) bash tools/lm-mpirun $(or $(NP),4) $(BUILD)/examples/demo $(ARGS)
@@ -288,8 +368,12 @@ abi-check: abi-dump
 clean:
 	rm -rf $(BUILD)
 
+# What CUDA=auto resolved to here (1 or 0): for scripts.
+print-cuda:
+	@echo $(CUDA)
+
 help:
-	@sed -n '2,16p' Makefile
+	@sed -n '2,17p' Makefile
 
 # Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
 # its tests from make check.

@@ -4,7 +4,7 @@
  *
  * The stable C ABI of liblocalmap. This header does not include mpi.h nor any CUDA header:
  * communicators cross it as Fortran handles (MPI_Fint, an int in every MPI we know; see
- * localmap_mpi.h for MPI_Comm-typed helpers), CUDA streams would cross it as void*.
+ * localmap_mpi.h for MPI_Comm-typed helpers), CUDA streams cross it as void* (lm_device_config_t).
  *
  * Conventions (docs/DESIGN.md has the long form):
  *  - Every function returns lm_status_t. Outputs go through pointers, output first on create.
@@ -137,8 +137,14 @@ LM_NODISCARD LM_API lm_status_t lm_world_rank(int *rank, int *size);
 #define LM_CPU ((DLDevice){kDLCPU, 0})
 #endif
 
-/* Whether this build can hold tensors on the device type (kDLCPU: always; kDLCUDA: when built
- * with CUDA=1). */
+/** Whether tensors can live on `device_type` here and now: kDLCPU always; kDLCUDA when the
+ * library was built with CUDA (CUDA=1, or CUDA=auto with the toolkit and NCCL found) AND at least
+ * one CUDA device is visible to this process (a CUDA build on a machine without a GPU or driver
+ * answers 0, so callers and tests can skip device work). Every other type: 0. Local; never
+ * initialises a CUDA context beyond what cudaGetDeviceCount does.
+ * @param device_type a DLPack device type
+ * @param supported   out: 1 or 0
+ * @return LM_SUCCESS, or LM_ERR_INVALID_ARGUMENT when `supported` is NULL */
 LM_NODISCARD LM_API lm_status_t lm_device_supported(DLDeviceType device_type, int *supported);
 
 /**
@@ -154,7 +160,8 @@ LM_NODISCARD LM_API lm_status_t lm_device_supported(DLDeviceType device_type, in
  * @param ndim    0 .. 32; a 0-d tensor (a scalar, shape may be NULL) holds one element.
  * @param shape   ndim extents, each >= 0 (copied; the tensor's shape is its own).
  * @param dtype   a supported dtype (see above).
- * @param device  kDLCPU in this build (other devices: LM_ERR_NOT_SUPPORTED).
+ * @param device  kDLCPU (other devices: LM_ERR_NOT_SUPPORTED; a device output comes from the
+ *                framework's allocator, handed over as a DLManagedTensor).
  * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT naming the argument; LM_ERR_OUT_OF_MEMORY.
  */
 LM_NODISCARD LM_API lm_status_t lm_tensor_alloc(DLManagedTensor **out, int ndim,
@@ -278,6 +285,90 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_dim_comm(lm_mesh_t mesh, int dim, int *c
 LM_NODISCARD LM_API lm_status_t lm_mesh_comm(lm_mesh_t mesh, int *comm_f);
 
 /* ---------------------------------------------------------------------------------------------
+ * Devices: CUDA streams, allocators and transports of a mesh.
+ *
+ * Device tensors (DLDevice {kDLCUDA, id}) hold their shard in CUDA memory of device `id`. They are
+ * created by the library (lm_dist_tensor_zeros, lm_reshard_plan_alloc_target, reshard outputs:
+ * stream-ordered cudaMallocAsync on the mesh's stream, or the mesh's alloc/free callbacks) or wrap
+ * the caller's device memory without a copy (lm_dist_tensor_from_local with
+ * LM_FROM_LOCAL_BORROW, lm_dist_tensor_from_managed).
+ *
+ * Streams. All device work of a call on a mesh (copies, kernels, NCCL) is enqueued on the mesh's
+ * stream, and the library never synchronizes the device: a call that moves device data returns
+ * once the work is ENQUEUED, as NCCL's calls do. Order your own work on the same stream (or wait
+ * for it with events). Device memory the caller passes must be ready in the stream's order.
+ * The one exception is the host-staged transport (LM_TRANSPORT_MPI_STAGED): MPI moves host
+ * memory, so such a call waits for the mesh's stream (cudaStreamSynchronize, never the device)
+ * before the data leave, and returns with the copy back to the device enqueued.
+ * Host-only functions (lm_dist_tensor_from_global, lm_dist_tensor_gather: their global buffers are
+ * host memory) accept device tensors and stage them through host memory in the same way.
+ * ------------------------------------------------------------------------------------------- */
+
+/** A device allocator a framework provides (e.g. its caching allocator): returns `bytes` bytes of
+ * memory on CUDA device `device_id`, usable in the order of `stream` (a cudaStream_t), or NULL on
+ * failure (the call then fails with LM_ERR_OUT_OF_MEMORY). Called with bytes > 0. */
+typedef void *(*lm_device_alloc_fn_t)(void *ctx, size_t bytes, int device_id, void *stream);
+/** Gives back memory of lm_device_alloc_fn_t (same bytes, device and stream as allocated). May be
+ * called from any localmap call or destroy, never from a CUDA callback. */
+typedef void (*lm_device_free_fn_t)(void *ctx, void *ptr, size_t bytes, int device_id,
+                                    void *stream);
+
+/** Magic word of lm_device_config_t ("LMDC"). */
+#define LM_DEVICE_CONFIG_MAGIC 0x4c4d4443u
+/** Version of lm_device_config_t this header describes. */
+#define LM_DEVICE_CONFIG_VERSION 1u
+
+/** Device options of one mesh on this rank (lm_mesh_set_device_config). Initialise with
+ * LM_DEVICE_CONFIG_INIT, then set fields; the library reads min(size, its sizeof) bytes. */
+typedef struct lm_device_config_t {
+  size_t size;      /**< sizeof(lm_device_config_t) */
+  uint32_t magic;   /**< LM_DEVICE_CONFIG_MAGIC */
+  uint32_t version; /**< LM_DEVICE_CONFIG_VERSION */
+  /** The cudaStream_t all device work of the mesh is ordered on; NULL: the legacy default
+   * stream. */
+  void *stream;
+  /** Both NULL: stream-ordered cudaMallocAsync/cudaFreeAsync. Both set: these callbacks. */
+  lm_device_alloc_fn_t alloc;
+  lm_device_free_fn_t free; /**< see alloc */
+  void *alloc_ctx;          /**< passed to alloc and free as ctx */
+} lm_device_config_t;
+
+/** Initialiser of lm_device_config_t: the default stream and allocator. */
+#define LM_DEVICE_CONFIG_INIT \
+  {sizeof(lm_device_config_t), LM_DEVICE_CONFIG_MAGIC, LM_DEVICE_CONFIG_VERSION, NULL, NULL, NULL, NULL}
+
+/** Sets this rank's device options of `mesh` (local: each rank sets its own stream). Takes effect
+ * for the calls that follow; memory allocated before keeps the allocator (and stream) it came
+ * from. config NULL restores the defaults. Works in builds without CUDA too (nothing uses it).
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a bad mesh, a config whose magic/size/version
+ *         is wrong, or alloc/free not both set or both NULL (the call had no effect) */
+LM_NODISCARD LM_API lm_status_t lm_mesh_set_device_config(lm_mesh_t mesh,
+                                                          const lm_device_config_t *config);
+/** Writes this rank's device options of `mesh` into *config (config->size bytes at most; set size
+ * first, e.g. with LM_DEVICE_CONFIG_INIT). The way for lm_local_map's fn to learn the stream:
+ * `lm_mesh_device_config(mesh, &c)` then enqueue on c.stream. */
+LM_NODISCARD LM_API lm_status_t lm_mesh_device_config(lm_mesh_t mesh, lm_device_config_t *config);
+
+/** How a mesh moves tensor data. Append-only. */
+typedef enum lm_transport_t {
+  LM_TRANSPORT_UNDECIDED = 0, /**< device data has not moved on this mesh yet */
+  LM_TRANSPORT_MPI = 1,       /**< MPI on host memory (every host tensor) */
+  LM_TRANSPORT_NCCL = 2,      /**< NCCL on device memory, bootstrapped over the mesh's MPI comm */
+  LM_TRANSPORT_MPI_STAGED = 3 /**< device data staged through pinned host memory, moved by MPI */
+} lm_transport_t;
+
+/** Which transport moves tensors of `device_type` on `mesh` (local, no communication).
+ * kDLCPU: always LM_TRANSPORT_MPI. kDLCUDA: chosen per mesh at the first device data movement
+ * (collective then anyway): LM_TRANSPORT_NCCL when the build has NCCL, no two ranks of the mesh
+ * share one GPU (checked by one allgather of host name + PCI bus id: NCCL refuses "Duplicate GPU")
+ * and the environment does not say LM_TRANSPORT=mpi; LM_TRANSPORT_MPI_STAGED otherwise. Until
+ * then LM_TRANSPORT_UNDECIDED. Cross-mesh device reshards are host-staged whatever the meshes
+ * chose (no NCCL communicator per pair of meshes yet).
+ * @param transport out: an lm_transport_t value */
+LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType device_type,
+                                                  int *transport);
+
+/* ---------------------------------------------------------------------------------------------
  * Dist tensors: refcounted handles. A tensor holds a reference on its mesh.
  * Local shards are compact row-major buffers. On a rank outside the mesh a tensor is a placeholder
  * with an empty local shard (it still knows its global shape, dtype and placements).
@@ -297,7 +388,8 @@ typedef enum lm_shape_mode_t {
   LM_SHAPE_ALLGATHER = 2  /* one small allgather of local extents (right for uneven shards) */
 } lm_shape_mode_t;
 
-/* A zero-filled tensor: each member rank allocates its shard on `device`.
+/* A zero-filled tensor: each member rank allocates its shard on `device` (kDLCUDA: from the mesh's
+ * device allocator, zeroed on the mesh's stream; see lm_device_config_t).
  * Local; placements has one entry per mesh dim. Shapes of more than 2^58 elements are refused
  * (LM_ERR_INVALID_ARGUMENT), so that no byte count can overflow. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_mesh_t mesh,
@@ -418,6 +510,15 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t pla
 /* Writes a one-line human description of the plan's steps into buf. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf,
                                                          size_t size);
+/** Host memory handed out by the library's buffer pool on this process (tensor storage, reshard
+ * staging and intermediate buffers): the bytes in use now and their high-water mark, counted as
+ * requested sizes rounded up to 64 bytes. Local and thread-safe. A reshard's peak extra memory is
+ * the rise of the mark over the bytes in use before it (docs/DESIGN.md states the bound).
+ * @param in_use     bytes in use now (may be NULL)
+ * @param peak       the high-water mark since the last reset (may be NULL)
+ * @param reset_peak non-zero: after reading, set the mark to the bytes in use now
+ * @return LM_SUCCESS */
+LM_NODISCARD LM_API lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak);
 /* Local, NULL-safe. A plan with a request in flight must not be destroyed before it completes. */
 LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan);
 

@@ -9,14 +9,20 @@
 #    with a line `// lm-test-np: 1 2 4` runs only at those counts (intersected with $NPS when
 #    NPS is set in the environment);
 #  - each example listed in tests/examples.list, under mpirun at its np list;
-#  - each tests/script_*.sh once (install, exports, packaging checks).
-# Every run is one unit, passed or failed, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`; the full
-# output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60 lines.
-# The last line is "<N> passed, <N> failed"; the exit status is nonzero if anything failed.
+#  - each tests/script_*.sh once (install, exports, packaging checks);
+#  - each $BUILD/tests/gpu/test_* (device tests, CUDA builds) under mpirun like the MPI tests.
+# Every run is one unit, passed, failed or skipped, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`;
+# the full output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60
+# lines. A program that exits 77 (automake's SKIP) is skipped, not passed: it prints one line
+# saying why (e.g. no GPU), shown after SKIP. Device tests of a CUDA=0 build are skipped too.
+# The last line is "<N> passed, <N> failed, <N> skipped"; the exit status is nonzero if anything
+# failed.
 #
 # Environment: BUILD (build), NPS, LM_TEST_TIMEOUT (seconds per run, 300), LM_TEST_CASE_TIMEOUT
 # (seconds per CMocka test inside a program, see tests/lm_test.h), LM_TEST_VERBOSE=1 (all ranks
-# print their reports), LM_MPIRUN_FLAGS (extra mpirun flags; see tools/lm-mpirun).
+# print their reports), LM_MPIRUN_FLAGS (extra mpirun flags; see tools/lm-mpirun),
+# LM_TEST_GPU_ONLY=1 (device tests only: make check-gpu), LM_NCCL_SPLIT_HOSTS=1 (device tests run
+# each rank with its own NCCL_HOSTID and NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +38,9 @@ export CMOCKA_MESSAGE_OUTPUT=${CMOCKA_MESSAGE_OUTPUT:-stdout}
 mkdir -p "$LOGDIR"
 passed=0
 failed=0
+skipped=0
 failed_names=()
+GPU_ONLY=${LM_TEST_GPU_ONLY:-0}
 FILTERS=("$@")
 
 selected() {
@@ -59,6 +67,10 @@ run_one() {
   if [ $rc -eq 0 ]; then
     echo "PASS $label np=$np (${secs}s)"
     passed=$((passed + 1))
+  elif [ $rc -eq 77 ]; then
+    reason=$(grep -m 1 -o 'SKIP.*' "$log" | sed 's/^SKIP:* *//')
+    echo "SKIP $label np=$np (${reason:-exit status 77})"
+    skipped=$((skipped + 1))
   else
     case $rc in
       124|137) reason="timed out after ${TIMEOUT}s" ;;
@@ -88,6 +100,7 @@ echo "== localmap tests: BUILD=$BUILD NPS=\"$NPS\" timeout=${TIMEOUT}s logs=$LOG
 
 # 1. unit tests: once, directly.
 for src in tests/unit_*.cpp; do
+  [ "$GPU_ONLY" = 1 ] && break
   [ -e "$src" ] || continue
   name=$(basename "$src" .cpp)
   selected "$name" || continue
@@ -100,6 +113,7 @@ done
 
 # 2. MPI tests: under mpirun at each np.
 for src in tests/test_*.c tests/test_*.cpp; do
+  [ "$GPU_ONLY" = 1 ] && break
   [ -e "$src" ] || continue
   name=$(basename "$src"); name=${name%.*}
   selected "$name" || continue
@@ -115,7 +129,7 @@ for src in tests/test_*.c tests/test_*.cpp; do
 done
 
 # 3. examples listed in tests/examples.list: <name> <np,list|-> [args...]
-if [ -f tests/examples.list ]; then
+if [ -f tests/examples.list ] && [ "$GPU_ONLY" != 1 ]; then
   while read -r name nplist args; do
     case "$name" in ''|'#'*) continue ;; esac
     selected "$name" || continue
@@ -133,13 +147,39 @@ fi
 
 # 4. script tests: tests/script_*.sh once each (install, exports, packaging).
 for src in tests/script_*.sh; do
+  [ "$GPU_ONLY" = 1 ] && break
   [ -e "$src" ] || continue
   name=$(basename "$src" .sh)
   selected "$name" || continue
   run_one "$name" 1 env BUILD="$BUILD" bash "$src"
 done
 
-if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed)) -eq 0 ]; then
+# 5. device tests: tests/gpu/test_*.c, built in CUDA builds; each skips (exit 77) without a GPU.
+cuda_build=0
+grep -q 'CUDA=1' "$BUILD/.stamp-cxx" 2>/dev/null && cuda_build=1
+for src in tests/gpu/test_*.c; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .c)
+  selected "$name" || continue
+  bin=$BUILD/tests/gpu/$name
+  if [ ! -x "$bin" ]; then
+    if [ $cuda_build = 0 ]; then
+      echo "SKIP $name (a CUDA=0 build: no device tests)"; skipped=$((skipped + 1)); continue
+    fi
+    echo "FAIL $name (not built: $bin)"; failed=$((failed + 1)); failed_names+=("$name"); continue
+  fi
+  nps=$(nps_of_source "$src")
+  if [ -z "${nps// /}" ]; then echo "SKIP $name (no np of its lm-test-np line is in NPS)"; continue; fi
+  for np in $nps; do
+    if [ "${LM_NCCL_SPLIT_HOSTS:-0}" = 1 ]; then
+      run_one "$name.split" "$np" bash "$MPIRUN" "$np" bash tests/gpu/split-hosts.sh "$bin"
+    else
+      run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin"
+    fi
+  done
+done
+
+if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed + skipped)) -eq 0 ]; then
   echo "no test, unit test or listed example matches: ${FILTERS[*]}"
   failed=1
   failed_names+=("(no match)")
@@ -148,5 +188,5 @@ if [ $failed -gt 0 ]; then
   echo "== failed:"
   printf '   %s\n' "${failed_names[@]}"
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]

@@ -3,14 +3,18 @@
 // turns exceptions into a status code and the thread-local message; nothing unwinds across it.
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "device/device.hpp"
 #include "localmap/local_map.hpp"
 #include "reshard/persistent.hpp"
+#include "tensor/pool.hpp"
 #include "tensor/ops.hpp"
 
 namespace {
@@ -127,7 +131,8 @@ LM_API lm_status_t lm_world_rank(int *rank, int *size) {
 LM_API lm_status_t lm_device_supported(DLDeviceType device_type, int *supported) {
   return guard([&] {
     OUT_ARG(supported, "supported", "lm_device_supported");
-    *supported = enum_bits(device_type) == kDLCPU;
+    const int t = enum_bits(device_type);
+    *supported = t == kDLCPU || (t == kDLCUDA && cuda_built() && cuda_device_count() > 0);
   });
 }
 
@@ -299,6 +304,63 @@ LM_API lm_status_t lm_mesh_comm(lm_mesh_t mesh, int *comm_f) {
     OUT_ARG(comm_f, "comm_f", "lm_mesh_comm");
     lm_mesh_s *m = member_mesh(mesh, "lm_mesh_comm");
     *comm_f = (int)MPI_Comm_c2f(m->comm);
+  });
+}
+
+// --------------------------------------------------------------------------------- devices
+LM_API lm_status_t lm_mesh_set_device_config(lm_mesh_t mesh, const lm_device_config_t *config) {
+  return guard([&] {
+    const char *fn = "lm_mesh_set_device_config";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    lm_device_config_t c = LM_DEVICE_CONFIG_INIT;
+    if (config) {
+      LM_CHECK_ARG(config->magic == LM_DEVICE_CONFIG_MAGIC,
+                   "%s: config->magic is 0x%x, not LM_DEVICE_CONFIG_MAGIC (use LM_DEVICE_CONFIG_INIT)",
+                   fn, (unsigned)config->magic);
+      LM_CHECK_ARG(config->version >= 1, "%s: config->version %u is not a version", fn,
+                   (unsigned)config->version);
+      LM_CHECK_ARG(config->size >= offsetof(lm_device_config_t, stream) + sizeof(void *),
+                   "%s: config->size %zu is too small for any lm_device_config_t", fn, config->size);
+      std::memcpy(&c, config, std::min(config->size, sizeof c));
+      c.size = sizeof c;
+      c.version = LM_DEVICE_CONFIG_VERSION;
+      LM_CHECK_ARG((c.alloc == nullptr) == (c.free == nullptr),
+                   "%s: config->alloc and config->free must be both set or both NULL", fn);
+    }
+    mesh_device(m).config = c;
+  });
+}
+
+LM_API lm_status_t lm_mesh_device_config(lm_mesh_t mesh, lm_device_config_t *config) {
+  return guard([&] {
+    const char *fn = "lm_mesh_device_config";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    OUT_ARG(config, "config", fn);
+    LM_CHECK_ARG(config->size >= offsetof(lm_device_config_t, stream) + sizeof(void *),
+                 "%s: config->size %zu is too small (initialise with LM_DEVICE_CONFIG_INIT)", fn,
+                 config->size);
+    size_t n = std::min(config->size, sizeof(lm_device_config_t));
+    lm_device_config_t c = mesh_device(m).config;
+    c.size = n;
+    std::memcpy(config, &c, n);
+  });
+}
+
+LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType device_type, int *transport) {
+  return guard([&] {
+    const char *fn = "lm_mesh_transport";
+    lm_mesh_s *m = mesh_check(mesh, fn);
+    OUT_ARG(transport, "transport", fn);
+    const int t = enum_bits(device_type);
+    if (t == kDLCPU) {
+      *transport = LM_TRANSPORT_MPI;
+      return;
+    }
+    if (t != kDLCUDA)
+      fail(LM_ERR_NOT_SUPPORTED, "%s: device_type %d: tensors live on kDLCPU or kDLCUDA only", fn, t);
+    if (!cuda_built())
+      fail(LM_ERR_NOT_SUPPORTED, "%s: kDLCUDA: this build has no CUDA/NCCL backend (CUDA=0)", fn);
+    *transport = m->dev ? m->dev->transport : LM_TRANSPORT_UNDECIDED;
   });
 }
 
@@ -565,6 +627,15 @@ LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *b
     lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_bytes_sent");
     OUT_ARG(bytes, "bytes", "lm_reshard_plan_bytes_sent");
     *bytes = p->plan->bytes_sent;
+  });
+}
+
+LM_API lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak) {
+  return guard([&] {
+    size_t u = 0, pk = 0;
+    pool_stats(&u, &pk, reset_peak != 0);
+    if (in_use) *in_use = (int64_t)u;
+    if (peak) *peak = (int64_t)pk;
   });
 }
 

@@ -18,6 +18,7 @@
 
 namespace lm {
 class Plan;
+struct MeshDevice;  // device/device.hpp
 
 constexpr uint32_t kMeshMagic = 0x534d4d4cu;  // "LMMS"
 constexpr uint32_t kDeadMagic = 0xdeadbeefu;
@@ -52,6 +53,9 @@ struct lm_mesh_s {
   // key -> (plan, last use); the least recently used entry goes when it is full.
   std::map<std::string, std::pair<std::shared_ptr<lm::Plan>, uint64_t>> plan_cache;
   uint64_t plan_clock = 0;
+
+  // Device state of this rank (stream, allocator, transport, NCCL comm): device/device.hpp.
+  std::shared_ptr<lm::MeshDevice> dev;
 
   int ndim() const { return grid->ndim(); }
   ~lm_mesh_s();

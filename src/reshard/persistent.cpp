@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "reshard/persistent.hpp"
 
+#include <cstdlib>
+
 #include "core/error.hpp"
 #include "tensor/ops.hpp"
 
@@ -19,6 +21,12 @@ lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
   Layout D = make_layout(dm, dst_pl, g, strfmt("%s: dst_placements", fn).c_str());
   auto p = std::make_unique<lm_reshard_plan_s>();
   p->plan = plan_build(S, D, dtype, comm, sm->world_rank);
+  // Opt-in: keep intermediate and staging buffers from one execution to the next.
+  static const bool keep = [] {
+    const char *e = std::getenv("LM_PLAN_KEEP_BUFFERS");
+    return e && e[0] == '1';
+  }();
+  p->plan->keep_buffers = keep;
   mesh_retain(sm);
   p->src_mesh = sm;
   mesh_retain(dm);
@@ -45,7 +53,8 @@ static void check_matches(const lm_dist_tensor_s *t, lm_mesh_s *mesh, const Layo
                t->layout.str().c_str(), L.str().c_str());
   LM_CHECK_ARG(dtype_equal(t->dtype, dtype), "%s: %s has dtype %s, the plan %s", fn, arg,
                dl_dtype_name(t->dtype).c_str(), dl_dtype_name(dtype).c_str());
-  LM_CHECK_ARG(t->device.device_type == kDLCPU, "%s: %s is not host memory", fn, arg);
+  LM_CHECK_ARG(t->device.device_type == kDLCPU || is_device(t->device),
+               "%s: %s is neither host (kDLCPU) nor CUDA (kDLCUDA) memory", fn, arg);
 }
 
 // Checks src/dst against the plan (no allocation on success).
@@ -62,6 +71,9 @@ static void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_di
   check_matches(s, p->src_mesh, p->plan->src, p->plan->dtype, fn, "src");
   check_matches(d, p->dst_mesh, p->plan->dst, p->plan->dtype, fn, "dst");
   LM_CHECK_ARG(s != d, "%s: src and dst are the same tensor", fn);
+  LM_CHECK_ARG(s->device.device_type == d->device.device_type,
+               "%s: src lives on device type %d, dst on %d: both host or both CUDA", fn,
+               (int)s->device.device_type, (int)d->device.device_type);
   if (s->storage && d->storage && s->storage == d->storage && s->local_bytes() && d->local_bytes())
     fail(LM_ERR_INVALID_ARGUMENT, "%s: dst shares memory with src", fn);
 }
@@ -71,9 +83,15 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   plan_check_tensors(p, src, dst, fn);
   if (!p->plan->involved) return;
   try {
-    p->plan->run(src->data(), dst->data());
+    if (is_device(src->device))
+      device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, src->data(), src->local_bytes(),
+                      dst->data(), dst->local_bytes(), src->device.device_id);
+    else {
+      plan_use_host_transport(*p->plan);
+      p->plan->run(src->data(), dst->data());
+    }
   } catch (const Error &e) {
-    p->plan->active = false;
+    p->plan->abandon();
     mesh_break(p->src_mesh, e);
   }
 }
@@ -90,8 +108,21 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
   tensor_retain(d);
   r->dst = d;
   try {
-    p->plan->start(s->data(), d->data());
+    if (is_device(s->device) &&
+        device_plan_on_nccl(p->src_mesh, p->dst_mesh, *p->plan, s->device.device_id)) {
+      CurrentDevice on(s->device.device_id);
+      p->plan->start(s->data(), d->data());  // NCCL: enqueued on the mesh's stream
+    } else if (is_device(s->device)) {  // staged: the host plan runs on pinned copies
+      plan_use_host_transport(*p->plan);
+      r->dev = device_plan_begin(p->src_mesh, p->dst_mesh, s->data(), s->local_bytes(), d->data(),
+                                 d->local_bytes());
+      p->plan->start(r->dev->host_in, r->dev->host_out);
+    } else {
+      plan_use_host_transport(*p->plan);
+      p->plan->start(s->data(), d->data());
+    }
   } catch (const Error &e) {
+    if (r->dev) device_plan_abandon(*r->dev);
     mesh_break(p->src_mesh, e);
   }
   p->in_flight = r.get();
@@ -107,10 +138,20 @@ bool request_progress(lm_request_s *r, bool block) {
   } catch (const Error &e) {
     r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;
     r->plan->in_flight = nullptr;
-    r->plan->plan->active = false;
+    r->plan->plan->abandon();
+    if (r->dev) device_plan_abandon(*r->dev);
     mesh_break(r->plan->src_mesh, e);
   }
   if (!done) return false;
+  if (r->dev) {
+    try {
+      device_plan_finish(*r->dev);  // enqueues the copy back to the device
+    } catch (...) {
+      r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;
+      r->plan->in_flight = nullptr;
+      throw;
+    }
+  }
   r->plan->src_mesh->in_flight = false;
   r->plan->dst_mesh->in_flight = false;
   r->plan->in_flight = nullptr;

@@ -3,6 +3,7 @@
 // lm_request_t).
 #pragma once
 
+#include "device/device.hpp"
 #include "reshard/plan.hpp"
 
 namespace lm {
@@ -22,6 +23,7 @@ struct lm_request_s {
   uint32_t magic = lm::kRequestMagic;
   lm_reshard_plan_s *plan = nullptr;
   lm_dist_tensor_s *src = nullptr, *dst = nullptr;  // retained until completion
+  std::unique_ptr<lm::DeviceRequest> dev;            // device tensors: host staging in flight
   ~lm_request_s();
 };
 

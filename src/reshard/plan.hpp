@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Reshard plans. A plan is a chain of steps between layouts, built by a pure planner from
-// (source layout, target layout, dtype, this rank) in O(peers) time, then executed on MPI:
-//   ReduceScatter  Partial(op) on mesh dim m -> Shard(d) innermost on m (pairwise, fused reduce)
-//   Exchange       any layout without pending reductions -> any other (point-to-point boxes,
-//                  contiguous boxes sent/received in place, the rest through pooled staging)
-//   PartialInit    Replicate -> Partial(op) in place (identity fill on non-zero coordinates)
-// Buffers are sized at plan time, so executing a plan allocates nothing.
+// Reshard plans. A plan is this rank's schedule (reshard/schedule.hpp), built by a pure planner
+// from (source layout, target layout, dtype, this rank) in O(peers) time and memory, plus the
+// state of its executions. The executor (exec.cpp) walks the schedule through a Transport
+// (transport/transport.hpp), chosen at the first execution; the planner never calls MPI.
+// Building a plan allocates no buffer whose size depends on the tensor: intermediate step outputs
+// and staging are taken from the buffer pool at execution and given back when it completes
+// (LM_PLAN_KEEP_BUFFERS=1 lets persistent plans keep them; see docs/DESIGN.md).
 #pragma once
 
 #include <mpi.h>
@@ -17,38 +17,18 @@
 #include "core/dtype.hpp"
 #include "layout/layout.hpp"
 #include "mesh/mesh.hpp"
+#include "reshard/schedule.hpp"
 #include "tensor/tensor.hpp"
 
 namespace lm {
 
-class Step {
- public:
-  virtual ~Step() = default;
-  // Posts the step's communication and does what local work it can.
-  virtual void start(const void *in, void *out) = 0;
-  // Makes progress; true when the step is complete. block: wait instead of test.
-  virtual bool progress(bool block) = 0;
-  virtual std::string describe() const = 0;
-  virtual bool in_place() const { return false; }
-  // True when, on this rank, the output is a contiguous slice of the input at *byte_off and the
-  // step moves nothing (Replicate -> Shard): the caller may alias instead of copying.
-  virtual bool alias_offset(size_t *byte_off) const {
-    (void)byte_off;
-    return false;
-  }
-  // True when this rank's whole input is a local copy into one contiguous region of the output
-  // at *byte_off: then the step before may write straight there (fuse_input) and no copy is made.
-  virtual bool input_lands_contiguously(size_t *byte_off) const {
-    (void)byte_off;
-    return false;
-  }
-  virtual void fuse_input() {}
-  int64_t bytes_sent = 0;
-  Layout out_layout;  // the layout this step produces
-};
+class Transport;
+struct ExecState;
 
 class Plan {
  public:
+  Plan();
+  ~Plan();
   MPI_Comm comm = MPI_COMM_NULL;  // communicator of the transfers (parent ranks)
   int me = -1;                    // this process's parent rank
   Layout src, dst;
@@ -56,27 +36,35 @@ class Plan {
   DType dt{};
   size_t esize = 0;
   bool involved = false;  // this rank holds data in the source or the target
-  std::vector<std::unique_ptr<Step>> steps;
-  std::vector<std::shared_ptr<Storage>> work;  // work[i]: output of step i when intermediate
-  size_t last_moving = 0;                      // index of the last step that is not in place
-  std::vector<int64_t> fused;                  // >= 0: step i writes into step i+1's output here
+  // The schedule.
+  std::vector<std::unique_ptr<SchedStep>> steps;
+  std::vector<size_t> work_bytes;  // > 0: step i's output is an intermediate buffer of this size
+  size_t last_moving = 0;          // index of the last step that is not in place
+  std::vector<int64_t> fused;      // >= 0: step i writes into step i+1's output here
   int64_t bytes_sent = 0;
+  // Keep intermediate and staging buffers between executions (persistent plans may opt in).
+  bool keep_buffers = false;
 
-  // Execution state (one execution at a time).
+  // Execution (one at a time).
   bool active = false;
-  size_t cur = 0;
-  const void *in0 = nullptr;
-  void *out_final = nullptr;
-
   void start(const void *in, void *out);
   bool progress(bool block);  // true when complete
   void run(const void *in, void *out) {
     start(in, out);
     progress(true);
   }
+  // Ends an execution that failed: gives back its buffers (the transport is dropped).
+  void abandon();
+  // Seam addition (device plans): the transport of the next executions, replacing the one chosen
+  // by transport_for() (e.g. NCCL for device memory). Drops the execution state built for the old
+  // one (its buffers go back to it). Not during an execution. transport(): the current one or NULL.
+  void use_transport(std::unique_ptr<Transport> tp);
+  Transport *transport() const { return tp_.get(); }
   std::string describe() const;
-  void *out_of(size_t i) const;
-  const void *in_of(size_t i) const;
+
+ private:
+  std::unique_ptr<Transport> tp_;
+  std::unique_ptr<ExecState> ex_;
 };
 
 // Throws when no reshard leads from src to dst (shapes, Partial ops, dtype vs op); every rank,
@@ -88,5 +76,9 @@ void check_reshard(const Layout &src, const Layout &dst, DType dt);
 // Throws LM_ERR_INVALID_ARGUMENT / LM_ERR_NOT_SUPPORTED for impossible reshards.
 std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataType dtype,
                                  MPI_Comm comm, int me);
+
+// The staging bound of one reshard step in bytes: LM_STAGING_BYTES (default 64 MiB, at least
+// 256 bytes, at most 1 GiB), read once per process. Must be the same on every rank.
+size_t staging_bytes();
 
 }  // namespace lm

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "device/device.hpp"
 
 namespace lm {
 
@@ -99,6 +100,12 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
     if (borrow && m->member)
       LM_CHECK_ARG(is_compact(local),
                    "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
+    if (is_device(local->device) && m->member && numel > 0)
+      check_device_pointer(static_cast<const char *>(local->data) + local->byte_offset,
+                           local->device, strfmt("%s: local->data", fn).c_str());
+    if (is_device(local->device) && m->member && !borrow && !is_compact(local))
+      fail(LM_ERR_NOT_SUPPORTED, "%s: local is a strided device tensor: LM_FROM_LOCAL_COPY copies "
+           "compact device tensors only (make it contiguous first)", fn);
   } catch (const Error &e) {
     if (mode != LM_SHAPE_ALLGATHER) throw;
     allgather_global_shape(m, pl, local, fn, &e);  // throws e after the collective
@@ -146,6 +153,10 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
       s->data = static_cast<char *>(local->data) + local->byte_offset;
       s->bytes = t->local_bytes();
       t->storage = s;
+    } else if (is_device(local->device)) {  // a device copy in the mesh's stream order
+      t->storage = device_storage_alloc(m, local->device, t->local_bytes(), false);
+      device_copy_d2d(m, t->storage->data, static_cast<const char *>(local->data) + local->byte_offset,
+                      t->local_bytes());
     } else {
       t->storage = storage_alloc(t->local_bytes(), false);
       if (numel) copy_strided_to_compact(t->storage->data, local, t->esize);
@@ -303,7 +314,19 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
                       t->dtype, m->world, m->world_rank);
   }
   try {
-    plan->run(t->data(), receives ? static_cast<char *>(dst->data) + dst->byte_offset : nullptr);
+    void *out = receives ? static_cast<char *>(dst->data) + dst->byte_offset : nullptr;
+    if (is_device(t->device)) {  // dst is host memory: the shard goes through host staging
+      void *h = stage_to_host_agreed(m, m, t->data(), t->local_bytes());
+      try {
+        plan->run(h, out);
+      } catch (...) {
+        stage_release(m, h);
+        throw;
+      }
+      stage_release(m, h);
+    } else {
+      plan->run(t->data(), out);
+    }
   } catch (const Error &e) {
     mesh_break(m, e);
   }
@@ -333,6 +356,7 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
     std::shared_ptr<Plan> plan;
     if (sm == dm) {
       std::string key = t->layout.key() + "->" + L.key() + strfmt("#%u.%u.%u", t->dtype.code, t->dtype.bits, t->dtype.lanes);
+      if (is_device(t->device)) key += "@cuda";  // device plans keep their own transport
       auto it = sm->plan_cache.find(key);
       if (it != sm->plan_cache.end()) {
         plan = it->second.first;
@@ -354,6 +378,12 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
     if (plan->steps.size() == 1 && plan->steps[0]->alias_offset(&off) && t->storage) {
       out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
       out->byte_offset = t->byte_offset + off;
+      return out;
+    }
+    if (is_device(t->device)) {
+      if (dm->member) out->storage = device_storage_alloc(dm, t->device, out->local_bytes(), false);
+      device_run_plan(sm, dm, *plan, t->data(), t->local_bytes(), out->data(), out->local_bytes(),
+                      t->device.device_id);
       return out;
     }
     if (dm->member) out->storage = storage_alloc(out->local_bytes(), false);

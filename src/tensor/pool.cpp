@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "tensor/pool.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -25,12 +27,31 @@ Pool &pool() {
   static Pool *p = new Pool;
   return *p;
 }
+std::atomic<size_t> g_in_use{0}, g_peak{0};
+
+size_t rounded(size_t bytes) {
+  size_t n = (bytes + 63) / 64 * 64;
+  return n == 0 ? 64 : n;
+}
+
+void account_take(size_t n) {
+  size_t now = g_in_use.fetch_add(n, std::memory_order_relaxed) + n;
+  size_t p = g_peak.load(std::memory_order_relaxed);
+  while (now > p && !g_peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+  }
+}
 }  // namespace
+
+void pool_stats(size_t *in_use, size_t *peak, bool reset_peak) {
+  size_t u = g_in_use.load(std::memory_order_relaxed);
+  if (in_use) *in_use = u;
+  if (peak) *peak = std::max(g_peak.load(std::memory_order_relaxed), u);
+  if (reset_peak) g_peak.store(u, std::memory_order_relaxed);
+}
 
 void *pool_take(size_t bytes, size_t *cap) {
   if (bytes > (SIZE_MAX >> 2)) return nullptr;  // rounding below would wrap
-  size_t n = (bytes + 63) / 64 * 64;
-  if (n == 0) n = 64;
+  size_t n = rounded(bytes);
   if (n >= kPoolMinBytes) {
     Pool &p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
@@ -40,15 +61,19 @@ void *pool_take(size_t bytes, size_t *cap) {
       *cap = it->first;
       p.held -= it->first;
       p.free.erase(it);
+      account_take(n);
       return b;
     }
   }
   *cap = n;
-  return std::aligned_alloc(64, n);
+  void *b = std::aligned_alloc(64, n);
+  if (b) account_take(n);
+  return b;
 }
 
-void pool_give(void *b, size_t cap) {
+void pool_give(void *b, size_t cap, size_t bytes) {
   if (!b) return;
+  g_in_use.fetch_sub(rounded(bytes), std::memory_order_relaxed);
   if (cap >= kPoolMinBytes) {
     Pool &p = pool();
     std::lock_guard<std::mutex> lock(p.mu);

@@ -4,6 +4,11 @@
 // Buffers of at least kPoolMinBytes go back to the pool when their storage dies; an allocation
 // takes the smallest cached buffer that is at least as large and at most twice as large. The pool
 // holds at most LM_POOL_BYTES bytes (default 1 GiB; 0 disables it). Thread-safe.
+//
+// Accounting: the pool counts the bytes it has handed out and not yet taken back (requested
+// sizes rounded up to 64 bytes, whatever the capacity of a reused buffer), and the high-water
+// mark of that count; lm_pool_stats reports both. Reshard tests and the benchmark measure a
+// reshard's peak extra memory with it.
 #pragma once
 
 #include <cstddef>
@@ -11,8 +16,12 @@
 namespace lm {
 constexpr size_t kPoolMinBytes = size_t(1) << 20;
 // A 64-byte aligned buffer of at least `bytes` (capacity in *cap), from the pool or new; NULL on
-// failure.
+// failure. Contents undefined.
 void *pool_take(size_t bytes, size_t *cap);
-// Gives a buffer of capacity `cap` back (kept if the pool has room, freed otherwise).
-void pool_give(void *p, size_t cap);
+// Gives a buffer back: capacity `cap` from pool_take, `bytes` the size it was taken for (kept if
+// the pool has room, freed otherwise).
+void pool_give(void *p, size_t cap, size_t bytes);
+// Bytes handed out now and their high-water mark; reset_peak sets the mark to the bytes in use
+// (after reading it).
+void pool_stats(size_t *in_use, size_t *peak, bool reset_peak);
 }  // namespace lm

@@ -6,15 +6,19 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "device/device.hpp"
+#include "reshard/boxcopy.hpp"
 #include "tensor/pool.hpp"
 
 namespace lm {
 
 Storage::~Storage() {
-  if (managed) {
+  if (free_fn) {
+    free_fn();
+  } else if (managed) {
     if (managed->deleter) managed->deleter(managed);
   } else if (owned) {
-    pool_give(data, cap);
+    pool_give(data, cap, bytes);
   }
 }
 
@@ -64,7 +68,11 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
   t->esize = dtype_size(t->dt);
   t->device = device;
   t->local = local_box(mesh, layout);
-  if (alloc && mesh->member) t->storage = storage_alloc(t->local_bytes());  // placeholders hold none
+  if (alloc && is_device(device)) {
+    if (mesh->member) t->storage = device_storage_alloc(mesh, device, t->local_bytes(), true);
+  } else if (alloc && mesh->member) {
+    t->storage = storage_alloc(t->local_bytes());  // placeholders hold none
+  }
   mesh_retain(mesh);
   t->mesh = mesh;
   return t.release();
@@ -77,12 +85,13 @@ struct AllocCtx {
   DLManagedTensor mt{};
   int64_t shape[kMaxDims] = {};
   size_t cap = 0;
+  size_t bytes = 0;  // the size asked of the pool (its high-water mark counts it)
 };
 
 void alloc_deleter(DLManagedTensor *m) {
   if (!m) return;
   auto *c = static_cast<AllocCtx *>(m->manager_ctx);
-  pool_give(m->dl_tensor.data, c->cap);
+  pool_give(m->dl_tensor.data, c->cap, c->bytes);
   delete c;
 }
 }  // namespace
@@ -93,11 +102,15 @@ DLManagedTensor *tensor_alloc_managed(int ndim, const int64_t *shape, DLDataType
   Shape s = check_shape(ndim, shape, strfmt("%s: shape", fn).c_str());
   DType dt = dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
   check_device(device, strfmt("%s: device", fn).c_str());
+  if (enum_bits(device.device_type) != kDLCPU)  // device memory needs a mesh's stream/allocator
+    fail(LM_ERR_NOT_SUPPORTED, "%s: device: only kDLCPU (a device output comes from the "
+         "framework's allocator, handed over as a DLManagedTensor)", fn);
   int64_t n = 1;
   for (int64_t e : s) n *= e;
   size_t bytes = (size_t)n * dtype_size(dt);
   auto c = std::make_unique<AllocCtx>();
   void *p = pool_take(bytes, &c->cap);
+  c->bytes = bytes;
   if (!p) fail(LM_ERR_OUT_OF_MEMORY, "%s: could not allocate %zu bytes", fn, bytes);
   std::memset(p, 0, bytes);
   for (int i = 0; i < ndim; ++i) c->shape[i] = s[(size_t)i];
@@ -143,70 +156,25 @@ void check_device(DLDevice device, const char *what) {
                  device.device_id);
     return;
   }
+  if (type == kDLCUDA && cuda_built()) {
+    check_cuda_device(device, what);
+    return;
+  }
   if (type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged)
     fail(LM_ERR_NOT_SUPPORTED,
-         "%s: device type %d (CUDA) is not supported by this build (the CUDA/NCCL backend is "
+         "%s: device type %d (kDLCUDA family) is not supported by this build (the CUDA/NCCL backend is "
          "not built in; lm_device_supported tells)",
          what, type);
   fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);
 }
 
-// Recursive box copy; the innermost dim (merged with the trailing dims the box covers fully)
-// is one memcpy.
+// Box copy through the shared host/device arithmetic (reshard/boxcopy.hpp).
 void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const void *src,
               const Shape &src_shape, const Shape &src_off, const Shape &len, size_t esize) {
-  int n = static_cast<int>(len.size());
-  for (int i = 0; i < n; ++i)
-    if (len[i] == 0) return;
-  if (n == 0) {
-    std::memcpy(dst, src, esize);
-    return;
-  }
-  // Merge trailing dims where both buffers are covered fully by the box.
-  int k = n - 1;  // dims [k, n) are one contiguous run
-  int64_t run = len[n - 1];
-  while (k > 0 && len[k] == src_shape[k] && len[k] == dst_shape[k] && src_off[k] == 0 &&
-         dst_off[k] == 0) {
-    --k;
-    run *= len[k];
-  }
-  // Strides (elements) of both buffers.
-  int64_t sstr[kMaxDims], dstr[kMaxDims];
-  sstr[n - 1] = dstr[n - 1] = 1;
-  for (int i = n - 2; i >= 0; --i) {
-    sstr[i] = sstr[i + 1] * src_shape[i + 1];
-    dstr[i] = dstr[i + 1] * dst_shape[i + 1];
-  }
-  int64_t sbase = 0, dbase = 0;
-  for (int i = 0; i < n; ++i) {
-    sbase += src_off[i] * sstr[i];
-    dbase += dst_off[i] * dstr[i];
-  }
-  const char *s = static_cast<const char *>(src);
-  char *d = static_cast<char *>(dst);
-  size_t bytes = static_cast<size_t>(run) * esize;
-  if (k == 0) {
-    std::memcpy(d + dbase * (int64_t)esize, s + sbase * (int64_t)esize, bytes);
-    return;
-  }
-  // Odometer over dims [0, k).
-  int64_t idx[kMaxDims] = {0};
-  int64_t so = sbase, dof = dbase;
-  for (;;) {
-    std::memcpy(d + dof * (int64_t)esize, s + so * (int64_t)esize, bytes);
-    int i = k - 1;
-    for (; i >= 0; --i) {
-      if (++idx[i] < len[i]) {
-        so += sstr[i];
-        dof += dstr[i];
-        break;
-      }
-      so -= (len[i] - 1) * sstr[i];
-      dof -= (len[i] - 1) * dstr[i];
-      idx[i] = 0;
-    }
-    if (i < 0) break;
-  }
+  BoxCopy c;
+  boxcopy_init(c, static_cast<int>(len.size()), len.data(), src_shape.data(), src_off.data(),
+               dst_shape.data(), dst_off.data(), static_cast<int64_t>(esize));
+  boxcopy_range(c, dst, src, 0, c.numel);
 }
 
 bool is_compact(const DLTensor *t) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "core/dtype.hpp"
@@ -20,6 +21,8 @@ struct Storage {
   DLManagedTensor *managed = nullptr;  // deleter called on release
   bool owned = false;                  // back to the buffer pool on release
   size_t cap = 0;                      // capacity of an owned buffer
+  bool device = false;                 // CUDA memory (kDLCUDA tensors)
+  std::function<void()> free_fn;       // device memory the library allocated: gives it back
   ~Storage();
 };
 
@@ -68,7 +71,8 @@ Box local_box(const lm_mesh_s *mesh, const Layout &layout);
 Shape check_shape(int ndim, const int64_t *shape, const char *what);
 constexpr int64_t kMaxElements = int64_t(1) << 58;  // * 16 bytes (complex128) < 2^63
 void check_numel(const Shape &s, const char *what);
-// Checks device (host only in this build unless CUDA), throws LM_ERR_NOT_SUPPORTED otherwise.
+// Checks device (kDLCPU; kDLCUDA in CUDA builds with a device), throws LM_ERR_NOT_SUPPORTED
+// otherwise.
 void check_device(DLDevice device, const char *what);
 
 // lm_tensor_alloc: a zero-filled compact tensor from the buffer pool as a DLManagedTensor whose

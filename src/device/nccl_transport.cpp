@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Compiled in CUDA builds only (the rest of the library reaches it through device.cpp).
+#ifdef LM_WITH_CUDA
+#include "device/nccl_transport.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "core/error.hpp"
+#include "device/device.hpp"
+#include "device/kernels.hpp"
+
+namespace lm {
+
+NcclTransport::NcclTransport(lm_mesh_s *mesh, void *comm, void *stream, int device,
+                             std::vector<int> peer_map)
+    : mesh_(mesh), comm_(comm), stream_(stream), device_(device), peer_map_(std::move(peer_map)) {}
+
+NcclTransport::~NcclTransport() = default;
+
+int NcclTransport::nccl_rank(int peer) const {
+  if (peer < 0 || peer >= (int)peer_map_.size() || peer_map_[(size_t)peer] < 0)
+    fail(LM_ERR_INTERNAL, "NCCL transport: rank %d of the plan is not in the mesh", peer);
+  return peer_map_[(size_t)peer];
+}
+
+Transport::Ticket NcclTransport::post_send(const void *p, size_t bytes, int peer, int tag) {
+  (void)tag;  // pairs match in posting order within one communicator, as the seam requires
+  pending_.push_back({true, const_cast<void *>(p), bytes, nccl_rank(peer)});
+  return next_++;
+}
+
+Transport::Ticket NcclTransport::post_recv(void *p, size_t bytes, int peer, int tag) {
+  (void)tag;
+  pending_.push_back({false, p, bytes, nccl_rank(peer)});
+  return next_++;
+}
+
+Transport::Ticket NcclTransport::post_send_box(const void *, const BoxRef &, int, int) {
+  fail(LM_ERR_INTERNAL, "NCCL transport: box_direct() is false, post_send_box must not be called");
+}
+Transport::Ticket NcclTransport::post_recv_box(void *, const BoxRef &, int, int) {
+  fail(LM_ERR_INTERNAL, "NCCL transport: box_direct() is false, post_recv_box must not be called");
+}
+
+void NcclTransport::flush() {
+  if (pending_.empty()) return;
+  ncclComm_t c = static_cast<ncclComm_t>(comm_);
+  cudaStream_t st = static_cast<cudaStream_t>(stream_);
+  ncclResult_t rc = ncclGroupStart();
+  for (const Op &o : pending_) {
+    if (rc != ncclSuccess && rc != ncclInProgress) break;
+    rc = o.send ? ncclSend(o.p, o.bytes, ncclInt8, o.peer, c, st)
+                : ncclRecv(o.p, o.bytes, ncclInt8, o.peer, c, st);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  pending_.clear();
+  issued_ = next_;
+  if ((rc != ncclSuccess && rc != ncclInProgress) || (end != ncclSuccess && end != ncclInProgress)) {
+    // The async state tells the cause; nccl_check_async aborts, breaks the mesh and throws.
+    nccl_check_async(mesh_, "NCCL transport: ncclSend/ncclRecv group");
+    fail(LM_ERR_NCCL, "NCCL transport: ncclSend/ncclRecv group failed: %s",
+         ncclGetErrorString(rc != ncclSuccess && rc != ncclInProgress ? rc : end));
+  }
+  nccl_check_async(mesh_, "NCCL transport: ncclGroupEnd");  // non-blocking comm: until enqueued
+}
+
+bool NcclTransport::done(Ticket t, bool block) {
+  (void)block;
+  if (t >= issued_) flush();
+  return true;  // enqueued: later work on the stream is ordered behind it
+}
+
+void NcclTransport::reset() {
+  pending_.clear();
+  issued_ = next_ = 0;
+}
+
+void NcclTransport::copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1) {
+  cuda::box_copy(c, dst, src, e0, e1, stream_);
+}
+void NcclTransport::reduce(DType t, int op, void *acc, const void *in, int64_t n) {
+  cuda::reduce(t, op, acc, in, n, stream_);
+}
+void NcclTransport::scale_avg(DType t, void *acc, int64_t n, int64_t k) {
+  cuda::scale_avg(t, acc, n, k, stream_);
+}
+void NcclTransport::fill_identity(DType t, int op, void *buf, int64_t n) {
+  cuda::fill_identity(t, op, buf, n, stream_);
+}
+void NcclTransport::wide_accumulate(DType t, void *acc, const void *in, int64_t n, bool assign) {
+  cuda::wide_accumulate(t, acc, in, n, assign, stream_);
+}
+void NcclTransport::wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k) {
+  cuda::wide_finish_avg(t, out, acc, n, k, stream_);
+}
+
+void *NcclTransport::staging_take(size_t bytes, size_t *cap) {
+  void *p = nullptr;
+  if (bytes == 0) bytes = 1;
+  cudaError_t rc = cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream_));
+  if (rc == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    fail(LM_ERR_OUT_OF_MEMORY, "NCCL transport: cudaMallocAsync of %zu staging bytes failed on "
+         "device %d", bytes, device_);
+  }
+  if (rc != cudaSuccess) cuda_fail(rc, "cudaMallocAsync (device staging)");
+  *cap = bytes;
+  return p;
+}
+
+void NcclTransport::staging_give(void *p, size_t cap, size_t bytes) {
+  (void)cap;
+  (void)bytes;
+  if (p && cudaFreeAsync(p, static_cast<cudaStream_t>(stream_)) != cudaSuccess) cudaGetLastError();
+}
+
+}  // namespace lm
+
+#endif  // LM_WITH_CUDA

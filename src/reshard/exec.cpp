@@ -1,0 +1,734 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The reshard executor: walks a plan's schedule (schedule.hpp) through a Transport
+// (transport/transport.hpp) without knowing which one it is.
+//
+// Messages. Every message (one box per ordered pair of ranks and step) is cut into sub-boxes of
+// at most `seg` bytes (boxcopy.hpp's split); sender and receiver derive `seg` from the same global
+// quantities (LM_STAGING_BYTES, the group size, the dtype), so both post the same sequence of
+// messages. A message is moved in place (contiguous in its local buffer, or a box the transport
+// moves directly) or staged; one message is never mixed, so its pieces stay in order.
+//
+// Staging and memory. Staged pieces go through one staging buffer per step, taken from the
+// transport at the step's start and given back when it completes, never zero-filled, of at most
+// staging_bytes() (when everything fits, exactly what is needed). When it does not fit, pieces
+// are pipelined through a ring: posted in key order (schedule.hpp), the oldest freed first, so
+// the globally smallest pending piece is always posted on both sides and the exchange cannot
+// deadlock. Reduce-scatters receive segment by segment into two segment buffers (the next
+// segment's messages arrive while this one is reduced, in group order).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+
+#include "core/error.hpp"
+#include "reshard/plan.hpp"
+#include "transport/mpi.hpp"
+
+namespace lm {
+
+size_t staging_bytes() {
+  static const size_t v = [] {
+    size_t b = size_t(64) << 20;
+    const char *e = std::getenv("LM_STAGING_BYTES");
+    if (e && *e) {
+      char *end = nullptr;
+      unsigned long long x = std::strtoull(e, &end, 10);
+      if (end && *end == '\0') b = (size_t)x;
+    }
+    return std::min(std::max(b, size_t(256)), size_t(1) << 30);
+  }();
+  return v;
+}
+
+namespace {
+
+using Ticket = Transport::Ticket;
+
+// A FIFO ring over one region of the staging buffer: pieces are allocated in order and freed
+// oldest first. Every piece is at most the region's size, so an empty ring always has room.
+struct Ring {
+  char *base = nullptr;
+  size_t size = 0;
+  struct Entry {
+    size_t off, bytes;
+    Ticket t;
+    size_t msg;
+    int64_t sub;
+  };
+  std::deque<Entry> fifo;
+  bool alloc(size_t bytes, size_t *off) {
+    if (fifo.empty()) {
+      *off = 0;
+      return bytes <= size;
+    }
+    size_t head = fifo.front().off, tail = fifo.back().off + fifo.back().bytes;
+    if (tail > head) {  // not wrapped (tail == head: full)
+      if (tail + bytes <= size) {
+        *off = tail;
+        return true;
+      }
+      if (bytes <= head) {
+        *off = 0;
+        return true;
+      }
+      return false;
+    }
+    if (tail + bytes <= head) {
+      *off = tail;
+      return true;
+    }
+    return false;
+  }
+};
+
+// The sub-box `sub` of message box `len` under split sp, in the local buffer (rel + offset).
+struct SubBox {
+  int n = 0;
+  int64_t off[kBoxMaxDims], len[kBoxMaxDims];
+  int64_t e0 = 0, e1 = 0;
+  size_t bytes = 0;
+};
+
+void sub_box(const BoxSplit &sp, const Shape &len, const Shape &rel, int64_t sub, size_t esize,
+             SubBox &o) {
+  o.n = (int)len.size();
+  int64_t so[kBoxMaxDims];
+  boxsplit_get(sp, o.n, len.data(), sub, so, o.len, &o.e0, &o.e1);
+  for (int i = 0; i < o.n; ++i) o.off[i] = rel[i] + so[i];
+  o.bytes = (size_t)(o.e1 - o.e0) * esize;
+}
+
+BoxRef box_ref(const Shape &shape, const SubBox &s, size_t esize, int64_t id) {
+  BoxRef r;
+  r.ndim = s.n;
+  r.shape = shape.data();
+  r.off = s.off;
+  r.len = s.len;
+  r.esize = esize;
+  r.id = id;
+  return r;
+}
+
+// Copy between a local buffer (shape, sub-box at s.off) and a compact buffer of the sub-box.
+BoxCopy pack_copy(const Shape &shape, const SubBox &s, size_t esize) {
+  int64_t zero[kBoxMaxDims] = {0};
+  BoxCopy c;
+  boxcopy_init(c, s.n, s.len, shape.data(), s.off, s.len, zero, (int64_t)esize);
+  return c;
+}
+BoxCopy unpack_copy(const Shape &shape, const SubBox &s, size_t esize) {
+  int64_t zero[kBoxMaxDims] = {0};
+  BoxCopy c;
+  boxcopy_init(c, s.n, s.len, s.len, zero, shape.data(), s.off, (int64_t)esize);
+  return c;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// One step's execution state.
+class StepRun {
+ public:
+  StepRun(const SchedStep &st, size_t index, Transport &tp, DType dt)
+      : st_(st), index_(index), tp_(tp), dt_(dt), esize_(st.esize) {}
+  virtual ~StepRun() = default;
+  virtual void start(const void *in, void *out) = 0;
+  // true when complete; block: wait instead of test.
+  virtual bool progress(bool block) = 0;
+  // Gives staging back (also on failure).
+  void release() {
+    if (stage_ && !keep_) {
+      tp_.staging_give(stage_, stage_cap_, stage_bytes_);
+      stage_ = nullptr;
+      stage_cap_ = stage_bytes_ = 0;
+    }
+  }
+  void drop_kept() {
+    keep_ = false;
+    release();
+  }
+  bool keep_ = false;
+
+ protected:
+  char *take_stage(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    if (stage_ && stage_bytes_ >= bytes) return stage_;  // kept from an earlier execution
+    if (stage_) {
+      tp_.staging_give(stage_, stage_cap_, stage_bytes_);
+      stage_ = nullptr;
+    }
+    stage_ = static_cast<char *>(tp_.staging_take(bytes, &stage_cap_));
+    stage_bytes_ = bytes;
+    return stage_;
+  }
+  const SchedStep &st_;
+  size_t index_;
+  Transport &tp_;
+  DType dt_;
+  size_t esize_;
+  char *stage_ = nullptr;
+  size_t stage_cap_ = 0, stage_bytes_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+class ExchangeRun : public StepRun {
+ public:
+  using StepRun::StepRun;
+
+  void start(const void *in, void *out) override {
+    in_ = static_cast<const char *>(in);
+    out_ = static_cast<char *>(out);
+    const size_t S = staging_bytes();
+    seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
+    direct_.clear();
+    dcur_ = 0;
+    prepare(st_.sends, st_.inbox.len, sinfo_, &ts_);
+    prepare(st_.recvs, st_.outbox.len, rinfo_, &tr_);
+    // Staging: exactly what is needed when it fits, else S split between the two directions.
+    size_t rs = ts_, rr = tr_;
+    if (ts_ + tr_ > S) {
+      rs = ts_ ? std::min(ts_, tr_ ? S / 2 : S) : 0;
+      rr = tr_ ? std::min(tr_, ts_ ? S - S / 2 : S) : 0;
+      rs = std::max(rs, ts_ ? seg_ : 0);
+      rr = std::max(rr, tr_ ? seg_ : 0);
+    }
+    char *stage = take_stage(rs + rr);
+    sring_ = Ring{stage, rs, {}};
+    rring_ = Ring{stage ? stage + rs : nullptr, rr, {}};
+    sq_ = rq_ = Cursor{};
+    // Receives first, then sends, then the local copies.
+    post_direct(st_.recvs, st_.outbox.len, rinfo_, false, out_);
+    pump();
+    post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
+    pump();
+    tp_.flush();
+    if (!st_.skip_self) {
+      int64_t n = (int64_t)st_.inbox.len.size();
+      for (auto &b : st_.selfs) {
+        BoxCopy c;
+        boxcopy_init(c, (int)n, b.box.len.data(), st_.inbox.len.data(), b.in_rel.data(),
+                     st_.outbox.len.data(), b.out_rel.data(), (int64_t)esize_);
+        tp_.copy(c, out_, in_, 0, c.numel);
+      }
+    }
+  }
+
+  bool progress(bool block) override {
+    for (;;) {
+      bool staged_left = !(sq_.done(sinfo_) && rq_.done(rinfo_) && sring_.fifo.empty() &&
+                           rring_.fifo.empty());
+      if (staged_left) {
+        pump();
+        staged_left = !(sq_.done(sinfo_) && rq_.done(rinfo_) && sring_.fifo.empty() &&
+                        rring_.fifo.empty());
+      }
+      if (!staged_left) {
+        while (dcur_ < direct_.size()) {
+          if (!tp_.done(direct_[dcur_], block)) return false;
+          ++dcur_;
+        }
+        tp_.reset();
+        release();
+        return true;
+      }
+      if (!block) return false;
+    }
+  }
+
+ private:
+  struct Info {
+    bool staged = false;
+    BoxSplit split;
+  };
+  struct Cursor {
+    size_t msg = 0;
+    int64_t sub = 0;
+    bool done(const std::vector<Info> &info) const { return msg >= info.size(); }
+  };
+
+  void prepare(const std::vector<Msg> &msgs, const Shape &local, std::vector<Info> &info,
+               size_t *staged_bytes) {
+    info.resize(msgs.size());
+    *staged_bytes = 0;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const Msg &m = msgs[i];
+      Info &f = info[i];
+      boxsplit_init(f.split, (int)m.box.len.size(), m.box.len.data(), (int64_t)esize_,
+                    (int64_t)seg_);
+      f.staged = false;
+      if (m.contiguous || f.split.count == 0) continue;
+      SubBox s;
+      sub_box(f.split, m.box.len, m.rel, 0, esize_, s);
+      f.staged = !tp_.box_direct(box_ref(local, s, esize_, -1));
+      if (f.staged) *staged_bytes += m.bytes;
+    }
+  }
+
+  int64_t box_id(bool send, size_t msg) const {
+    return ((int64_t)index_ << 40) | ((int64_t)send << 39) | (int64_t)msg;
+  }
+
+  void post_direct(const std::vector<Msg> &msgs, const Shape &local, std::vector<Info> &info,
+                   bool send, char *buf) {
+    SubBox s;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const Msg &m = msgs[i];
+      const Info &f = info[i];
+      if (f.staged) continue;
+      for (int64_t k = 0; k < f.split.count; ++k) {
+        sub_box(f.split, m.box.len, m.rel, k, esize_, s);
+        Ticket t;
+        if (m.contiguous) {
+          char *p = buf + m.off + (size_t)s.e0 * esize_;
+          t = send ? tp_.post_send(p, s.bytes, m.peer, st_.tag)
+                   : tp_.post_recv(p, s.bytes, m.peer, st_.tag);
+        } else {
+          BoxRef r = box_ref(local, s, esize_, f.split.count == 1 ? box_id(send, i) : -1);
+          t = send ? tp_.post_send_box(buf, r, m.peer, st_.tag)
+                   : tp_.post_recv_box(buf, r, m.peer, st_.tag);
+        }
+        direct_.push_back(t);
+      }
+    }
+  }
+
+  // Retires completed staged pieces (oldest first) and posts queued ones while there is room.
+  void pump() {
+    SubBox s;
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      // Retire.
+      while (!rring_.fifo.empty() && tp_.done(rring_.fifo.front().t, false)) {
+        auto e = rring_.fifo.front();
+        const Msg &m = st_.recvs[e.msg];
+        sub_box(rinfo_[e.msg].split, m.box.len, m.rel, e.sub, esize_, s);
+        BoxCopy c = unpack_copy(st_.outbox.len, s, esize_);
+        tp_.copy(c, out_, rring_.base + e.off, 0, c.numel);
+        rring_.fifo.pop_front();
+        moved = true;
+      }
+      while (!sring_.fifo.empty() && tp_.done(sring_.fifo.front().t, false)) {
+        sring_.fifo.pop_front();
+        moved = true;
+      }
+      // Post.
+      if (post_next(false, st_.recvs, rinfo_, rq_, rring_)) moved = true;
+      if (post_next(true, st_.sends, sinfo_, sq_, sring_)) moved = true;
+      if (moved) tp_.flush();
+    }
+  }
+
+  bool post_next(bool send, const std::vector<Msg> &msgs, const std::vector<Info> &info,
+                 Cursor &q, Ring &ring) {
+    bool posted = false;
+    SubBox s;
+    for (;;) {
+      while (q.msg < msgs.size() && (!info[q.msg].staged || q.sub >= info[q.msg].split.count)) {
+        ++q.msg;
+        q.sub = 0;
+      }
+      if (q.msg >= msgs.size()) return posted;
+      const Msg &m = msgs[q.msg];
+      sub_box(info[q.msg].split, m.box.len, m.rel, q.sub, esize_, s);
+      size_t off;
+      if (!ring.alloc(s.bytes, &off)) return posted;
+      char *slot = ring.base + off;
+      Ticket t;
+      if (send) {
+        BoxCopy c = pack_copy(st_.inbox.len, s, esize_);
+        tp_.copy(c, slot, in_, 0, c.numel);
+        t = tp_.post_send(slot, s.bytes, m.peer, st_.tag);
+      } else {
+        t = tp_.post_recv(slot, s.bytes, m.peer, st_.tag);
+      }
+      ring.fifo.push_back(Ring::Entry{off, s.bytes, t, q.msg, q.sub});
+      ++q.sub;
+      posted = true;
+    }
+  }
+
+  const char *in_ = nullptr;
+  char *out_ = nullptr;
+  size_t seg_ = 0, ts_ = 0, tr_ = 0;
+  std::vector<Info> sinfo_, rinfo_;
+  std::vector<Ticket> direct_;
+  size_t dcur_ = 0;
+  Ring sring_, rring_;
+  Cursor sq_, rq_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Pairwise reduce-scatter with the reduction fused as segments arrive, in group order.
+class ReduceScatterRun : public StepRun {
+ public:
+  using StepRun::StepRun;
+
+  void start(const void *in, void *out) override {
+    in_ = static_cast<const char *>(in);
+    out_ = static_cast<char *>(out);
+    finished_ = !st_.member;
+    if (finished_) return;
+    const int64_t k = st_.k, mine = st_.mine;
+    const size_t S = staging_bytes();
+    zero_.assign(st_.outbox.len.size(), 0);
+    // Segment size: the same on every member (S, k, dtype, contiguity are the same for all).
+    size_t budget = st_.chunks_contiguous ? S : S / 2;
+    size_t per_el = (size_t)(k - 1) * esize_ * 2 + (st_.wide ? 16 : 0);
+    size_t E = std::max(budget / std::max(per_el, size_t(1)), size_t(1));
+    seg_bytes_ = E * esize_;
+    splits_.resize((size_t)k);
+    for (int64_t j = 0; j < k; ++j)
+      boxsplit_init(splits_[j], (int)st_.chunks[j].len.size(), st_.chunks[j].len.data(),
+                    (int64_t)esize_, (int64_t)seg_bytes_);
+    const BoxSplit &my = splits_[mine];
+    nseg_ = my.count;
+    // Slots per segment buffer: one per contribution that does not land in the output directly.
+    slot_of_.assign((size_t)k, -1);
+    int64_t ns = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      if (j == mine ? (mine != 0 && !st_.chunks_contiguous) : !(j == 0 && mine != 0))
+        slot_of_[j] = ns++;
+    }
+    nbufs_ = std::min<int64_t>(2, nseg_);
+    segbuf_ = (size_t)ns * seg_bytes_;
+    acc_bytes_ = st_.wide ? E * 16 : 0;
+    // Staged sends (non-contiguous chunks the transport cannot move in place).
+    staged_.assign((size_t)k, false);
+    max_count_ = 0;
+    size_t ts = 0;
+    if (!st_.chunks_contiguous)
+      for (int64_t j : st_.order) {
+        if (splits_[j].count == 0) continue;
+        SubBox s;
+        sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], 0, esize_, s);
+        staged_[j] = !tp_.box_direct(box_ref(st_.inbox.len, s, esize_, -1));
+        if (staged_[j]) {
+          ts += (size_t)st_.chunks[j].numel() * esize_;
+          max_count_ = std::max(max_count_, splits_[j].count);
+        }
+      }
+    size_t rs = ts ? std::max(std::min(ts, S - std::min(S, budget)), seg_bytes_) : 0;
+    size_t recv_part = (size_t)nbufs_ * segbuf_ + acc_bytes_;
+    char *stage = take_stage(recv_part + rs);
+    bufs_ = stage;
+    acc_ = stage ? stage + (size_t)nbufs_ * segbuf_ : nullptr;
+    sring_ = Ring{stage ? stage + recv_part : nullptr, rs, {}};
+    sq_ = 0;
+    sqs_ = 0;
+    // Receives of the first segments, then the direct sends, then staged sends as they fit.
+    rt_.assign((size_t)(2 * k), -1);
+    for (int64_t s = 0; s < nbufs_; ++s) post_segment(s);
+    send_t_.clear();
+    scur_ = 0;
+    SubBox sb;
+    for (int64_t j : st_.order) {
+      if (staged_[j]) continue;
+      const Box &c = st_.chunks[j];
+      size_t coff = 0;
+      bool contig = box_is_contiguous_in(st_.inbox, c, esize_, &coff);
+      for (int64_t q = 0; q < splits_[j].count; ++q) {
+        sub_box(splits_[j], c.len, st_.chunk_rel[j], q, esize_, sb);
+        if (contig) {
+          send_t_.push_back(tp_.post_send(in_ + coff + (size_t)sb.e0 * esize_, sb.bytes,
+                                          st_.peers[j], st_.tag));
+        } else {
+          BoxRef r = box_ref(st_.inbox.len, sb, esize_,
+                             splits_[j].count == 1 ? ((int64_t)index_ << 40 | j) : -1);
+          send_t_.push_back(tp_.post_send_box(in_, r, st_.peers[j], st_.tag));
+        }
+      }
+    }
+    pump_sends();
+    tp_.flush();
+    seg_ = 0;
+    jj_ = 0;
+  }
+
+  bool progress(bool block) override {
+    if (finished_) return true;
+    for (;;) {
+      bool staged_left = sends_staged_left();
+      if (staged_left) pump_sends();
+      bool reduced = advance(block && !sends_staged_left());
+      if (reduced && !sends_staged_left()) break;  // staged sends may still be queued
+      if (!block) return false;
+    }
+    while (scur_ < send_t_.size()) {
+      if (!tp_.done(send_t_[scur_], block)) return false;
+      ++scur_;
+    }
+    tp_.reset();
+    release();
+    finished_ = true;
+    return true;
+  }
+
+ private:
+  bool sends_staged_left() {
+    int64_t j;
+    return sring_.size && (!sring_.fifo.empty() || next_staged(&j));
+  }
+
+  char *slot(int64_t s, int64_t j) const {
+    return bufs_ + (size_t)(s % 2) * segbuf_ + (size_t)slot_of_[j] * seg_bytes_;
+  }
+
+  void post_segment(int64_t s) {
+    const int64_t k = st_.k, mine = st_.mine;
+    SubBox sb;
+    sub_box(splits_[mine], st_.outbox.len, zero_, s, esize_, sb);
+    for (int64_t j = 0; j < k; ++j) {
+      if (j == mine) continue;
+      char *p = slot_of_[j] < 0 ? out_ + (size_t)sb.e0 * esize_ : slot(s, j);
+      rt_[(size_t)((s % 2) * k + j)] = tp_.post_recv(p, sb.bytes, st_.peers[j], st_.tag);
+    }
+  }
+
+  // Reduces segments in order as their contributions arrive; true when all are reduced.
+  bool advance(bool block) {
+    const int64_t k = st_.k, mine = st_.mine;
+    SubBox sb;
+    while (seg_ < nseg_) {
+      sub_box(splits_[mine], st_.outbox.len, zero_, seg_, esize_, sb);
+      const int64_t n = sb.e1 - sb.e0;
+      char *outseg = out_ + (size_t)sb.e0 * esize_;
+      while (jj_ < k) {
+        const int64_t j = jj_;
+        const char *src;
+        if (j != mine) {
+          if (!tp_.done(rt_[(size_t)((seg_ % 2) * k + j)], block)) return false;
+          src = slot_of_[j] < 0 ? outseg : slot(seg_, j);
+        } else {
+          // My own contribution: straight from the input when contiguous, else through a slot
+          // (or into the output when it comes first).
+          SubBox ob;
+          sub_box(splits_[mine], st_.chunks[mine].len, st_.chunk_rel[mine], seg_, esize_, ob);
+          if (j == 0) {
+            BoxCopy c;
+            int64_t z[kBoxMaxDims] = {0};
+            boxcopy_init(c, ob.n, ob.len, st_.inbox.len.data(), ob.off, ob.len, z,
+                         (int64_t)esize_);
+            tp_.copy(c, outseg, in_, 0, c.numel);
+            src = outseg;
+          } else if (slot_of_[j] >= 0) {
+            BoxCopy c = pack_copy(st_.inbox.len, ob, esize_);
+            tp_.copy(c, slot(seg_, j), in_, 0, c.numel);
+            src = slot(seg_, j);
+          } else {
+            size_t coff = 0;
+            box_is_contiguous_in(st_.inbox, st_.chunks[mine], esize_, &coff);
+            src = in_ + coff + (size_t)sb.e0 * esize_;
+          }
+        }
+        if (st_.wide)
+          tp_.wide_accumulate(dt_, acc_, src, n, j == 0);
+        else if (j != 0)
+          tp_.reduce(dt_, st_.op, outseg, src, n);
+        ++jj_;
+      }
+      if (st_.wide)
+        tp_.wide_finish_avg(dt_, outseg, acc_, n, st_.divide_by);
+      else if (st_.divide_by > 1)
+        tp_.scale_avg(dt_, outseg, n, st_.divide_by);
+      if (seg_ + 2 < nseg_) {
+        post_segment(seg_ + 2);
+        tp_.flush();
+      }
+      ++seg_;
+      jj_ = 0;
+    }
+    return true;
+  }
+
+  // The next staged send in (segment, key) order, or false when none is left.
+  bool next_staged(int64_t *j) {
+    while (sqs_ < max_count_) {
+      while (sq_ < (int64_t)st_.order.size()) {
+        *j = st_.order[(size_t)sq_];
+        if (staged_[*j] && sqs_ < splits_[*j].count) return true;
+        ++sq_;
+      }
+      sq_ = 0;
+      ++sqs_;
+    }
+    return false;
+  }
+
+  // Staged sends in (segment, key) order through the send ring.
+  void pump_sends() {
+    if (!sring_.size) return;
+    SubBox sb;
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      while (!sring_.fifo.empty() && tp_.done(sring_.fifo.front().t, false)) {
+        sring_.fifo.pop_front();
+        moved = true;
+      }
+      int64_t j;
+      while (next_staged(&j)) {
+        sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], sqs_, esize_, sb);
+        size_t off;
+        if (!sring_.alloc(sb.bytes, &off)) break;
+        BoxCopy c = pack_copy(st_.inbox.len, sb, esize_);
+        tp_.copy(c, sring_.base + off, in_, 0, c.numel);
+        Ticket t = tp_.post_send(sring_.base + off, sb.bytes, st_.peers[j], st_.tag);
+        sring_.fifo.push_back(Ring::Entry{off, sb.bytes, t, (size_t)j, sqs_});
+        ++sq_;
+        moved = true;
+      }
+      if (moved) tp_.flush();
+    }
+  }
+
+  const char *in_ = nullptr;
+  char *out_ = nullptr;
+  bool finished_ = true;
+  size_t seg_bytes_ = 0, segbuf_ = 0, acc_bytes_ = 0;
+  std::vector<BoxSplit> splits_;
+  std::vector<int64_t> slot_of_;
+  std::vector<bool> staged_;
+  int64_t nseg_ = 0, nbufs_ = 0, seg_ = 0, jj_ = 0;
+  char *bufs_ = nullptr;
+  void *acc_ = nullptr;
+  std::vector<Ticket> rt_, send_t_;
+  size_t scur_ = 0;
+  Ring sring_;
+  int64_t sq_ = 0, sqs_ = 0, max_count_ = 0;
+  Shape zero_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class PartialInitRun : public StepRun {
+ public:
+  using StepRun::StepRun;
+  void start(const void *, void *out) override {
+    if (st_.fill) tp_.fill_identity(dt_, st_.op, out, st_.fill_n);
+  }
+  bool progress(bool) override { return true; }
+};
+
+// ---------------------------------------------------------------------------------------------
+struct ExecState {
+  const void *in0 = nullptr;
+  void *out_final = nullptr;
+  size_t cur = 0;
+  std::vector<std::unique_ptr<StepRun>> runs;
+  std::vector<void *> work;
+  std::vector<size_t> work_cap;
+};
+
+namespace {
+// The buffer step i writes into: the final output (in-place steps and the last moving one), an
+// intermediate buffer, or, when fused, a slice of the next step's output.
+void *out_of(const Plan &p, ExecState &x, size_t i) {
+  if (p.steps[i]->in_place() || i == p.last_moving) return x.out_final;
+  if (p.fused[i] >= 0) return static_cast<char *>(out_of(p, x, i + 1)) + p.fused[i];
+  return x.work[i];
+}
+const void *in_of(const Plan &p, ExecState &x, size_t i) {
+  if (p.steps[i]->in_place()) return x.out_final;
+  return i == 0 ? x.in0 : out_of(p, x, i - 1);
+}
+}  // namespace
+
+Plan::Plan() = default;
+
+Plan::~Plan() {
+  if (ex_) {
+    keep_buffers = false;
+    abandon();
+    for (auto &r : ex_->runs)
+      if (r) r->drop_kept();
+  }
+}
+
+void Plan::start(const void *in, void *out) {
+  if (!tp_) tp_ = transport_for(comm);
+  if (!ex_) {
+    ex_ = std::make_unique<ExecState>();
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const SchedStep &st = *steps[i];
+      std::unique_ptr<StepRun> r;
+      if (st.kind == StepKind::kExchange)
+        r = std::make_unique<ExchangeRun>(st, i, *tp_, dt);
+      else if (st.kind == StepKind::kReduceScatter)
+        r = std::make_unique<ReduceScatterRun>(st, i, *tp_, dt);
+      else
+        r = std::make_unique<PartialInitRun>(st, i, *tp_, dt);
+      ex_->runs.push_back(std::move(r));
+    }
+    ex_->work.assign(steps.size(), nullptr);
+    ex_->work_cap.assign(steps.size(), 0);
+  }
+  ExecState &x = *ex_;
+  x.in0 = in;
+  x.out_final = out;
+  x.cur = 0;
+  for (auto &r : x.runs) r->keep_ = keep_buffers;
+  // Intermediate outputs, from the pool (never zero-filled: every element is written).
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (work_bytes[i] && !x.work[i]) x.work[i] = tp_->staging_take(work_bytes[i], &x.work_cap[i]);
+  active = !steps.empty();
+  if (!active) return;
+  x.runs[0]->start(in_of(*this, x, 0), out_of(*this, x, 0));
+}
+
+bool Plan::progress(bool block) {
+  if (!ex_) return true;
+  ExecState &x = *ex_;
+  while (active) {
+    if (!x.runs[x.cur]->progress(block)) return false;
+    if (++x.cur == steps.size()) {
+      active = false;
+      break;
+    }
+    x.runs[x.cur]->start(in_of(*this, x, x.cur), out_of(*this, x, x.cur));
+  }
+  if (!keep_buffers)
+    for (size_t i = 0; i < x.work.size(); ++i)
+      if (x.work[i]) {
+        tp_->staging_give(x.work[i], x.work_cap[i], work_bytes[i]);
+        x.work[i] = nullptr;
+      }
+  return true;
+}
+
+void Plan::abandon() {
+  active = false;
+  if (!ex_) return;
+  for (auto &r : ex_->runs) r->release();
+  for (size_t i = 0; i < ex_->work.size(); ++i)
+    if (ex_->work[i] && !keep_buffers) {
+      tp_->staging_give(ex_->work[i], ex_->work_cap[i], work_bytes[i]);
+      ex_->work[i] = nullptr;
+    }
+  // Requests of a failed execution may still be pending: drop the transport state with them.
+  tp_->reset();
+}
+
+void Plan::use_transport(std::unique_ptr<Transport> tp) {
+  if (active) fail(LM_ERR_INTERNAL, "Plan::use_transport during an execution");
+  if (ex_) {
+    const bool keep = keep_buffers;
+    keep_buffers = false;
+    abandon();
+    for (auto &r : ex_->runs)
+      if (r) r->drop_kept();
+    ex_.reset();
+    keep_buffers = keep;
+  }
+  tp_ = std::move(tp);
+}
+
+std::string Plan::describe() const {
+  std::string s;
+  for (auto &st : steps) {
+    if (!s.empty()) s += "; ";
+    s += st->describe();
+  }
+  return s.empty() ? "nothing to do on this rank" : s;
+}
+
+}  // namespace lm

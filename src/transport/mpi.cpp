@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "transport/mpi.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include "core/error.hpp"
+#include "mesh/mesh.hpp"
+#include "reshard/reduce.hpp"
+#include "tensor/pool.hpp"
+
+namespace lm {
+
+namespace {
+constexpr size_t kMaxPiece = size_t(1) << 30;  // split messages above 1 GiB (int counts)
+
+bool datatypes_enabled() {
+  static const bool enabled = [] {
+    const char *e = std::getenv("LM_RESHARD_DATATYPES");
+    return !(e && e[0] == '0');
+  }();
+  return enabled;
+}
+}  // namespace
+
+MpiTransport::~MpiTransport() {
+  if (!mpi_alive()) return;  // after MPI_Finalize the types are gone with MPI
+  for (auto &t : types_) MPI_Type_free(&t);
+  for (auto &kv : cached_) MPI_Type_free(&kv.second);
+}
+
+Transport::Ticket MpiTransport::add_pieces(bool send, char *p, size_t bytes, int peer, int tag) {
+  size_t first = reqs_.size();
+  for (size_t done = 0; done < bytes || (bytes == 0 && done == 0); done += kMaxPiece) {
+    int n = (int)std::min(kMaxPiece, bytes - done);
+    reqs_.push_back(MPI_REQUEST_NULL);
+    int rc = send ? MPI_Isend(p + done, n, MPI_BYTE, peer, tag, comm_, &reqs_.back())
+                  : MPI_Irecv(p + done, n, MPI_BYTE, peer, tag, comm_, &reqs_.back());
+    mpi_check(rc, send ? "reshard: MPI_Isend" : "reshard: MPI_Irecv");
+    if (bytes == 0) break;
+  }
+  tickets_.emplace_back(first, reqs_.size() - first);
+  return (Ticket)tickets_.size() - 1;
+}
+
+Transport::Ticket MpiTransport::post_send(const void *p, size_t bytes, int peer, int tag) {
+  return add_pieces(true, const_cast<char *>(static_cast<const char *>(p)), bytes, peer, tag);
+}
+
+Transport::Ticket MpiTransport::post_recv(void *p, size_t bytes, int peer, int tag) {
+  return add_pieces(false, static_cast<char *>(p), bytes, peer, tag);
+}
+
+bool MpiTransport::box_direct(const BoxRef &b) const {
+  if (!datatypes_enabled()) return false;
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) return false;
+  size_t n = b.esize;
+  for (int i = 0; i < b.ndim; ++i) {
+    if (b.shape[i] > INT_MAX) return false;
+    n *= (size_t)b.len[i];
+  }
+  return n <= kMaxPiece && b.esize <= (size_t)INT_MAX;
+}
+
+// Describes a non-contiguous box as an MPI subarray of the local buffer; then MPI packs straight
+// into its transport buffers (one memory pass fewer than our own staging).
+MPI_Datatype MpiTransport::subarray(const BoxRef &b) {
+  if (b.id >= 0) {
+    auto it = cached_.find(b.id);
+    if (it != cached_.end()) return it->second;
+  }
+  int n = b.ndim;
+  int sizes[kBoxMaxDims], subs[kBoxMaxDims], starts[kBoxMaxDims];
+  for (int i = 0; i < n; ++i) {
+    sizes[i] = (int)b.shape[i];
+    subs[i] = (int)b.len[i];
+    starts[i] = (int)b.off[i];
+  }
+  MPI_Datatype elem, t;
+  mpi_check(MPI_Type_contiguous((int)b.esize, MPI_BYTE, &elem), "reshard: MPI_Type_contiguous");
+  int rc = MPI_Type_create_subarray(n, sizes, subs, starts, MPI_ORDER_C, elem, &t);
+  MPI_Type_free(&elem);
+  mpi_check(rc, "reshard: MPI_Type_create_subarray");
+  rc = MPI_Type_commit(&t);
+  if (rc != MPI_SUCCESS) MPI_Type_free(&t);
+  mpi_check(rc, "reshard: MPI_Type_commit");
+  if (b.id >= 0)
+    cached_.emplace(b.id, t);
+  else
+    types_.push_back(t);
+  return t;
+}
+
+Transport::Ticket MpiTransport::post_send_box(const void *buf, const BoxRef &b, int peer,
+                                              int tag) {
+  MPI_Datatype t = subarray(b);
+  reqs_.push_back(MPI_REQUEST_NULL);
+  mpi_check(MPI_Isend(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Isend");
+  tickets_.emplace_back(reqs_.size() - 1, 1);
+  return (Ticket)tickets_.size() - 1;
+}
+
+Transport::Ticket MpiTransport::post_recv_box(void *buf, const BoxRef &b, int peer, int tag) {
+  MPI_Datatype t = subarray(b);
+  reqs_.push_back(MPI_REQUEST_NULL);
+  mpi_check(MPI_Irecv(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Irecv");
+  tickets_.emplace_back(reqs_.size() - 1, 1);
+  return (Ticket)tickets_.size() - 1;
+}
+
+bool MpiTransport::complete(size_t first, size_t n, bool block) {
+  if (n == 0) return true;
+  if (block) {
+    mpi_check(MPI_Waitall((int)n, reqs_.data() + first, MPI_STATUSES_IGNORE),
+              "reshard: MPI_Waitall");
+    return true;
+  }
+  int flag = 0;
+  mpi_check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
+            "reshard: MPI_Testall");
+  return flag != 0;
+}
+
+bool MpiTransport::done(Ticket t, bool block) {
+  const auto &r = tickets_[(size_t)t];
+  return complete(r.first, r.second, block);
+}
+
+void MpiTransport::reset() {
+  reqs_.clear();
+  tickets_.clear();
+  if (!types_.empty() && mpi_alive())
+    for (auto &t : types_) MPI_Type_free(&t);
+  types_.clear();
+}
+
+void MpiTransport::copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1) {
+  boxcopy_range(c, dst, src, e0, e1);
+}
+void MpiTransport::reduce(DType t, int op, void *acc, const void *in, int64_t n) {
+  reduce_into(t, op, acc, in, n);
+}
+void MpiTransport::scale_avg(DType t, void *acc, int64_t n, int64_t k) { lm::scale_avg(t, acc, n, k); }
+void MpiTransport::fill_identity(DType t, int op, void *buf, int64_t n) {
+  lm::fill_identity(t, op, buf, n);
+}
+void MpiTransport::wide_accumulate(DType t, void *acc, const void *in, int64_t n, bool assign) {
+  lm::wide_accumulate(t, static_cast<__int128 *>(acc), in, n, assign);
+}
+void MpiTransport::wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k) {
+  lm::wide_finish_avg(t, out, static_cast<const __int128 *>(acc), n, k);
+}
+
+void *MpiTransport::staging_take(size_t bytes, size_t *cap) {
+  void *p = pool_take(bytes, cap);
+  if (!p)
+    fail(LM_ERR_OUT_OF_MEMORY, "reshard: could not allocate %zu bytes of staging on rank %d",
+         bytes, world_rank_or_minus1());
+  return p;
+}
+void MpiTransport::staging_give(void *p, size_t cap, size_t bytes) {
+  pool_give(p, cap, bytes);
+}
+
+std::unique_ptr<Transport> transport_for(MPI_Comm comm) {
+  return std::make_unique<MpiTransport>(comm);
+}
+
+}  // namespace lm

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The MPI transport: host memory, point-to-point messages on the plan's communicator.
+//   - contiguous byte ranges are sent/received in place (split into pieces of at most 1 GiB:
+//     MPI counts are int);
+//   - a non-contiguous box is moved in place as an MPI subarray datatype when datatypes are on
+//     (LM_RESHARD_DATATYPES, default 1), its extents fit in int and it is at most 1 GiB;
+//     otherwise box_direct() says no and the executor stages it;
+//   - staging comes from the host buffer pool (tensor/pool.hpp);
+//   - local work runs on the host: box copies through reshard/boxcopy.hpp, reductions through
+//     reshard/reduce.hpp.
+// complete() is the single place where the transport tests or waits for requests.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace lm {
+
+class MpiTransport : public Transport {
+ public:
+  explicit MpiTransport(MPI_Comm comm) : comm_(comm) {}
+  ~MpiTransport() override;
+  const char *name() const override { return "mpi"; }
+
+  Ticket post_send(const void *p, size_t bytes, int peer, int tag) override;
+  Ticket post_recv(void *p, size_t bytes, int peer, int tag) override;
+  bool box_direct(const BoxRef &b) const override;
+  Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) override;
+  Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
+  bool done(Ticket t, bool block) override;
+  void reset() override;
+
+  void copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1) override;
+  void reduce(DType t, int op, void *acc, const void *in, int64_t n) override;
+  void scale_avg(DType t, void *acc, int64_t n, int64_t k) override;
+  void fill_identity(DType t, int op, void *buf, int64_t n) override;
+  void wide_accumulate(DType t, void *acc, const void *in, int64_t n, bool assign) override;
+  void wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k) override;
+
+  void *staging_take(size_t bytes, size_t *cap) override;
+  void staging_give(void *p, size_t cap, size_t bytes) override;
+
+ private:
+  // Tests (block = false) or waits for requests [first, first + n); true when all complete.
+  // Every completion of the transport goes through here.
+  bool complete(size_t first, size_t n, bool block);
+  Ticket add_pieces(bool send, char *p, size_t bytes, int peer, int tag);
+  MPI_Datatype subarray(const BoxRef &b);
+
+  MPI_Comm comm_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<std::pair<size_t, size_t>> tickets_;  // first request, count
+  std::vector<MPI_Datatype> types_;                 // committed by this step, freed by reset()
+  std::unordered_map<int64_t, MPI_Datatype> cached_;  // by BoxRef::id, freed with the transport
+};
+
+// The transport of a plan on communicator comm (today: always MPI).
+std::unique_ptr<Transport> transport_for(MPI_Comm comm);
+
+}  // namespace lm

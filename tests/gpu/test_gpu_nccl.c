@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* NCCL error handling and the transport choice. With one GPU per rank as NCCL sees it (a machine
+ * with several GPUs, or `make check-gpu NCCL_SPLIT_HOSTS=1`), device reshards run on NCCL: then a
+ * communicator init that fails on one rank (LM_NCCL_FAULT_INIT_RANK, the library's fault hook)
+ * must fail the call on EVERY rank with LM_ERR_NCCL and leave the mesh broken (later calls:
+ * LM_ERR_INVALID_USAGE), while a fresh mesh works. Where ranks share a GPU, NCCL must not be
+ * tried at all: the same fault hook has no effect, the reshard succeeds host-staged and is
+ * correct. Both outcomes are asserted; which one applies is decided by the mesh's transport. */
+// lm-test-np: 1 2 4
+#include "gpu_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static lm_mesh_t mesh_1d(void) {
+  int64_t s[1] = {lm_test_size()};
+  lm_mesh_t m = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
+  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
+  dc.stream = lm_gpu_stream;
+  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
+  return m;
+}
+
+/* S(0) -> R of 0..n-1 on the device; returns the status and checks the values on success. */
+static lm_status_t gather_on_device(lm_mesh_t m, int *values_ok) {
+  int np = lm_test_size(), me = lm_test_rank();
+  int64_t g[1] = {5 * (int64_t)np + 2}, off = 0, len = 0;
+  LM_ASSERT_OK(lm_chunk(g[0], np, me, &off, &len));
+  int32_t host[64], back[64];
+  for (int64_t i = 0; i < len; ++i) host[i] = (int32_t)(off + i);
+  void *d = lm_gpu_upload(host, (size_t)len * 4);
+  int64_t ls[1] = {len};
+  DLTensor dl = {d, lm_gpu_dev(), 1, LM_INT32, ls, NULL, 0};
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &S, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
+  lm_status_t st = lm_dist_tensor_reshard(&r, t, NULL, &R);
+  *values_ok = 0;
+  if (st == LM_SUCCESS) {
+    DLTensor v;
+    LM_ASSERT_OK(lm_dist_tensor_local(r, &v));
+    lm_gpu_download(back, v.data, (size_t)g[0] * 4);
+    *values_ok = 1;
+    for (int64_t i = 0; i < g[0]; ++i) *values_ok &= back[i] == (int32_t)i;
+  }
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+  LM_CUDA_OK(cudaFree(d));
+  return st;
+}
+
+static void test_nccl_init_failure(void **state) {
+  (void)state;
+  int np = lm_test_size(), ok = 0, tr = -1;
+  char rank_s[16];
+  snprintf(rank_s, sizeof rank_s, "%d", np - 1);
+  setenv("LM_NCCL_FAULT_INIT_RANK", rank_s, 1);
+  lm_mesh_t m = mesh_1d();
+  lm_status_t st = gather_on_device(m, &ok);
+  LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
+  if (tr == LM_TRANSPORT_NCCL) {
+    /* every rank failed alike, naming NCCL; the mesh is broken */
+    LM_ASSERT_ALL(st == LM_ERR_NCCL && strstr(lm_last_error_message(), "NCCL") != NULL);
+    lm_dist_tensor_t t = NULL;
+    lm_placement_t R = LM_PLACEMENT_REPLICATE;
+    int64_t g[1] = {4};
+    lm_status_t again = lm_dist_tensor_from_global(&t, m, NULL, &R, 0);
+    LM_ASSERT_ALL(again == LM_ERR_INVALID_USAGE && strstr(lm_last_error_message(), "broken"));
+    (void)g;
+    if (lm_test_rank() == 0) printf("test_gpu_nccl: NCCL init failure agreed on %d ranks\n", np);
+  } else {
+    LM_ASSERT_ALL(tr == LM_TRANSPORT_MPI_STAGED && st == LM_SUCCESS && ok);
+    if (lm_test_rank() == 0) printf("test_gpu_nccl: host-staged (NCCL not used), fault hook inert\n");
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+  unsetenv("LM_NCCL_FAULT_INIT_RANK");
+  /* A fresh mesh works, on whichever transport it chooses. */
+  m = mesh_1d();
+  LM_ASSERT_ALL(gather_on_device(m, &ok) == LM_SUCCESS && ok);
+  LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
+  if (lm_test_rank() == 0)
+    printf("test_gpu_nccl: transport %s\n", tr == LM_TRANSPORT_NCCL ? "NCCL" : "MPI_STAGED");
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_nccl_init_failure),
+};
+LM_GPU_TEST_MAIN(tests)

@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Device reshards against the host path. Every case draws (one seeded generator shared by all
+ * ranks) a mesh pair (same mesh, a 2-D mesh, a reversed mesh for cross-mesh), a global shape
+ * (0-d, extents smaller than the mesh, zero), a dtype (all 12), placements (Shard with co-shard
+ * orders, Replicate, Partial with every op the dtype allows) and an API path (reshard, plan
+ * execute, plan start + test/wait). The same source bytes are resharded once as a host tensor and
+ * once as a device tensor (wrapped with LM_FROM_LOCAL_BORROW or copied with LM_FROM_LOCAL_COPY);
+ * the device result must equal the host result byte for byte. Values are small integers in every
+ * dtype, so each reduction is exact and the comparison holds for floats on any transport. The
+ * device work is ordered on the mesh's stream, which the test synchronizes only to read results.
+ * Directed cases check a 1-D Shard -> Replicate table, Partial(sum) of int64 -> Replicate and
+ * avg of int32 with negative sums, and gather of a device tensor into host memory.
+ * Cases: LM_GPU_CASES (default 150). Replay: LM_SEED / LM_CASE. */
+// lm-test-np: 1 2 4
+#include "gpu_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
+
+static const DLDataType kTypes[12] = {
+    {kDLInt, 32, 1},   {kDLInt, 64, 1},   {kDLFloat, 32, 1},  {kDLFloat, 64, 1},
+    {kDLInt, 8, 1},    {kDLInt, 16, 1},   {kDLUInt, 8, 1},    {LM_DL_BOOL, 8, 1},
+    {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLComplex, 64, 1}, {kDLComplex, 128, 1}};
+
+static size_t esize(DLDataType t) { return t.bits / 8; }
+
+/* Small integer v in dtype t (exact in every dtype; half/bf16 through their bit patterns). */
+static void put_value(DLDataType t, void *p, int v) {
+  switch (t.code) {
+    case kDLInt:
+      if (t.bits == 8) *(int8_t *)p = (int8_t)v;
+      else if (t.bits == 16) *(int16_t *)p = (int16_t)v;
+      else if (t.bits == 32) *(int32_t *)p = v;
+      else *(int64_t *)p = v;
+      break;
+    case kDLUInt: *(uint8_t *)p = (uint8_t)(v & 0xff); break;
+    case LM_DL_BOOL: *(uint8_t *)p = (uint8_t)(v & 1); break;
+    case kDLFloat:
+      if (t.bits == 32) *(float *)p = (float)v;
+      else if (t.bits == 64) *(double *)p = (double)v;
+      else { /* half: small integers are exact; build the bits from a float */
+        float f = (float)v;
+        uint32_t x;
+        memcpy(&x, &f, 4);
+        uint16_t h = (uint16_t)((x >> 16) & 0x8000);
+        if (v != 0) h |= (uint16_t)((((x >> 23) & 0xff) - 127 + 15) << 10 | ((x >> 13) & 0x3ff));
+        *(uint16_t *)p = h;
+      }
+      break;
+    case kDLBfloat: {
+      float f = (float)v;
+      uint32_t x;
+      memcpy(&x, &f, 4);
+      *(uint16_t *)p = (uint16_t)(x >> 16);
+      break;
+    }
+    case kDLComplex:
+      if (t.bits == 64) { float c[2] = {(float)v, (float)(v % 3)}; memcpy(p, c, 8); }
+      else { double c[2] = {(double)v, (double)(v % 3)}; memcpy(p, c, 16); }
+      break;
+  }
+}
+
+static int op_ok(DLDataType t, int op) {
+  if (t.code == kDLComplex && (op == LM_REDUCE_MAX || op == LM_REDUCE_MIN)) return 0;
+  if (t.code == LM_DL_BOOL && op == LM_REDUCE_AVG) return 0;
+  return 1;
+}
+
+static void random_placements(lm_placement_t *pl, int mesh_ndim, int ndim, DLDataType t, int op) {
+  for (int k = 0; k < mesh_ndim; ++k) {
+    int r = rndi(3);
+    if (r == 0 || (r == 1 && ndim == 0)) pl[k] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
+    else if (r == 1) { pl[k] = (lm_placement_t)LM_PLACEMENT_SHARD(rndi(ndim)); pl[k].order = rndi(2); }
+    else pl[k] = (lm_placement_t)LM_PLACEMENT_PARTIAL(op);
+  }
+  (void)t;
+}
+
+static size_t local_bytes(lm_dist_tensor_t t, int ndim, DLDataType dt) {
+  int64_t ls[8];
+  size_t n = 1;
+  if (ndim > 0 && lm_dist_tensor_local_shape(t, ls, ndim) != LM_SUCCESS) return 0;
+  for (int i = 0; i < ndim; ++i) n *= (size_t)ls[i];
+  return n * esize(dt);
+}
+
+/* Host tensor and a device twin holding the same local bytes. */
+static void make_pair(lm_mesh_t m, int ndim, const int64_t *g, DLDataType dt, const lm_placement_t *pl,
+                      int borrow, lm_dist_tensor_t *host, lm_dist_tensor_t *dev, void **dev_mem) {
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(host, m, ndim, g, dt, LM_CPU, pl));
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(*host, &v));
+  size_t bytes = local_bytes(*host, ndim, dt), n = bytes / esize(dt);
+  for (size_t i = 0; i < n; ++i) put_value(dt, (char *)v.data + i * esize(dt), rndi(9) - 4);
+  int member = 0;
+  LM_ASSERT_OK(lm_mesh_is_member(m, &member));
+  *dev_mem = lm_gpu_upload(v.data, bytes);
+  DLTensor dl = v;
+  dl.data = *dev_mem;
+  dl.device = lm_gpu_dev();
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(dev, m, &dl, pl, LM_SHAPE_GIVEN, g,
+                                             borrow ? LM_FROM_LOCAL_BORROW : LM_FROM_LOCAL_COPY));
+  (void)member;
+}
+
+/* The device result's local bytes equal the host result's. Collective. */
+static int same_shards(lm_dist_tensor_t h, lm_dist_tensor_t d, int ndim, DLDataType dt) {
+  DLTensor hv, dv;
+  int ok = 1;
+  DLDevice dev;
+  if (lm_dist_tensor_local(h, &hv) != LM_SUCCESS || lm_dist_tensor_local(d, &dv) != LM_SUCCESS ||
+      lm_dist_tensor_device(d, &dev) != LM_SUCCESS)
+    return 0;
+  if (dev.device_type != kDLCUDA) ok = 0;
+  size_t bytes = local_bytes(h, ndim, dt);
+  if (ok && bytes && hv.data) {
+    char *buf = (char *)malloc(bytes);
+    lm_gpu_download(buf, dv.data, bytes);
+    ok = memcmp(buf, hv.data, bytes) == 0;
+    free(buf);
+  }
+  return ok;
+}
+
+static lm_mesh_t make_mesh(int kind) {
+  int np = lm_test_size();
+  lm_mesh_t m = NULL;
+  if (kind == 1 && np % 2 == 0 && np >= 2) {
+    int64_t s[2] = {2, np / 2};
+    LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 2, s, NULL));
+  } else if (kind == 2) { /* reversed ranks */
+    int64_t s[1] = {np};
+    int ranks[64];
+    for (int i = 0; i < np; ++i) ranks[i] = np - 1 - i;
+    lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
+    c.ranks = ranks;
+    c.nranks = np;
+    LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, &c));
+  } else {
+    int64_t s[1] = {np};
+    LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
+  }
+  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
+  dc.stream = lm_gpu_stream;
+  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
+  return m;
+}
+
+static void test_random(void **state) {
+  (void)state;
+  const char *env = getenv("LM_GPU_CASES");
+  int cases = env ? atoi(env) : 150, only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
+  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261201ull;
+  lm_mesh_t meshes[3] = {make_mesh(0), make_mesh(1), make_mesh(2)};
+  int ran = 0, refused = 0;
+  for (int c = 0; c < cases; ++c) {
+    rng_state = seed * 1000003ull + (uint64_t)c;
+    if (only >= 0 && c != only) continue;
+    int si = rndi(3), di = rndi(4) == 0 ? rndi(3) : si;
+    lm_mesh_t sm = meshes[si], dm = meshes[di];
+    int sn = 0, dn = 0;
+    LM_ASSERT_OK(lm_mesh_ndim(sm, &sn));
+    LM_ASSERT_OK(lm_mesh_ndim(dm, &dn));
+    int ndim = rndi(8) == 0 ? 0 : 1 + rndi(3);
+    int64_t g[3];
+    for (int i = 0; i < ndim; ++i) g[i] = rndi(10) == 0 ? 0 : 1 + rndi(7);
+    DLDataType dt = kTypes[rndi(12)];
+    int op;
+    do op = rndi(5); while (!op_ok(dt, op));
+    lm_placement_t spl[2], dpl[2];
+    random_placements(spl, sn, ndim, dt, op);
+    random_placements(dpl, dn, ndim, dt, op);
+    int path = rndi(3), borrow = rndi(2);
+    /* Same per-rank values on host and device: a per-rank stream of the generator. */
+    uint64_t saved = rng_state;
+    rng_state = saved + 7919ull * (uint64_t)(lm_test_rank() + 1);
+    lm_dist_tensor_t hs = NULL, ds = NULL, ho = NULL, dout = NULL;
+    void *mem = NULL;
+    make_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
+    rng_state = saved;
+    lm_status_t hst = lm_dist_tensor_reshard(&ho, hs, dm, dpl);
+    if (hst != LM_SUCCESS) { /* a reshard the library refuses: the device one must fail alike */
+      lm_status_t dst_ = lm_dist_tensor_reshard(&dout, ds, dm, dpl);
+      LM_ASSERT_ALL(dst_ == hst && dout == NULL);
+      ++refused;
+    } else if (path == 0) {
+      LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&dout, ds, dm, dpl));
+    } else {
+      lm_reshard_plan_t p = NULL;
+      LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, sm, spl, dm, dpl, ndim, g, dt));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &dout));
+      if (path == 1) {
+        LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, ds, dout));
+      } else {
+        lm_request_t r = NULL;
+        int done = 0;
+        LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, ds, dout, &r));
+        LM_ASSERT_OK_ALL(lm_request_test(&r, &done));
+        LM_ASSERT_OK_ALL(lm_request_wait(&r));
+        LM_ASSERT_ALL(r == NULL);
+      }
+      LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
+    }
+    if (hst == LM_SUCCESS) {
+      int ok = same_shards(ho, dout, ndim, dt);
+      if (!ok)
+        fprintf(stderr, "rank %d: case %d (LM_SEED=%llu LM_CASE=%d) dtype %d/%d ndim %d path %d: "
+                "device result differs\n", lm_test_rank(), c, (unsigned long long)seed, c, dt.code,
+                dt.bits, ndim, path);
+      LM_ASSERT_ALL(ok);
+      ++ran;
+    }
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dout));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ho));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ds));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&hs));
+    LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+    LM_CUDA_OK(cudaFree(mem));
+  }
+  if (lm_test_rank() == 0) printf("test_gpu_reshard: %d cases compared, %d refused alike\n", ran, refused);
+  LM_ASSERT_ALL(only >= 0 || ran > cases / 2);
+  for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_mesh_destroy(&meshes[i]));
+}
+
+/* Directed: int64 Partial(sum) -> Replicate on a 1-D mesh gives sum over ranks of (rank + i);
+ * int32 Partial(avg) with negative values truncates toward zero; Shard(0) -> Replicate
+ * reassembles 0..n-1; gather of a device tensor into host memory. */
+static void test_directed(void **state) {
+  (void)state;
+  int np = lm_test_size(), me = lm_test_rank();
+  lm_mesh_t m = make_mesh(0);
+  int64_t g[1] = {11};
+  /* Partial(sum) int64 */
+  int64_t src[11], out[11];
+  for (int i = 0; i < 11; ++i) src[i] = me + i;
+  void *d = lm_gpu_upload(src, sizeof src);
+  DLTensor dl = {d, lm_gpu_dev(), 1, LM_INT64, g, NULL, 0};
+  lm_placement_t P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM), R = LM_PLACEMENT_REPLICATE,
+                 S = LM_PLACEMENT_SHARD(0);
+  lm_dist_tensor_t t = NULL, r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &P, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, &R));
+  DLTensor rv;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &rv));
+  LM_ASSERT_ALL(rv.device.device_type == kDLCUDA && rv.data != d);
+  lm_gpu_download(out, rv.data, sizeof out);
+  int ok = 1;
+  for (int i = 0; i < 11; ++i) ok &= out[i] == (int64_t)np * i + (int64_t)np * (np - 1) / 2;
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  /* Partial(avg) int32: values -(rank + 1) * 3 + i; avg truncates toward zero. */
+  int32_t s32[11], o32[11];
+  for (int i = 0; i < 11; ++i) s32[i] = -(me + 1) * 3 + i;
+  void *d32 = lm_gpu_upload(s32, sizeof s32);
+  DLTensor dl32 = {d32, lm_gpu_dev(), 1, LM_INT32, g, NULL, 0};
+  lm_placement_t A = LM_PLACEMENT_PARTIAL(LM_REDUCE_AVG);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl32, &A, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_COPY));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, &R));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &rv));
+  lm_gpu_download(o32, rv.data, sizeof o32);
+  ok = 1;
+  for (int i = 0; i < 11; ++i) {
+    long long sum = 0;
+    for (int k = 0; k < np; ++k) sum += -(k + 1) * 3 + i;
+    ok &= o32[i] == (int32_t)(sum / np); /* C division truncates toward zero */
+  }
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  /* Shard(0) -> Replicate and gather into host memory. */
+  int64_t full[11];
+  for (int i = 0; i < 11; ++i) full[i] = 100 + i;
+  int64_t off = 0, len = 0;
+  LM_ASSERT_OK(lm_chunk(11, np, me, &off, &len));
+  void *ds = lm_gpu_upload(full + off, (size_t)len * 8);
+  int64_t ls[1] = {len};
+  DLTensor dls = {ds, lm_gpu_dev(), 1, LM_INT64, ls, NULL, 0};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dls, &S, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
+  int64_t host[11] = {0};
+  DLTensor hd = {host, LM_CPU, 1, LM_INT64, g, NULL, 0};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, -1, &hd));
+  ok = 1;
+  for (int i = 0; i < 11; ++i) ok &= host[i] == 100 + i;
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, &R));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &rv));
+  lm_gpu_download(out, rv.data, sizeof out);
+  ok = 1;
+  for (int i = 0; i < 11; ++i) ok &= out[i] == 100 + i;
+  LM_ASSERT_ALL(ok);
+  /* The transport is now chosen, and says so. */
+  int tr = -1;
+  LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
+  LM_ASSERT_ALL(tr == LM_TRANSPORT_NCCL || tr == LM_TRANSPORT_MPI_STAGED);
+  if (me == 0) printf("test_gpu_reshard: device transport %s\n", tr == LM_TRANSPORT_NCCL ? "NCCL" : "MPI_STAGED");
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+  LM_CUDA_OK(cudaDeviceSynchronize());
+  LM_CUDA_OK(cudaFree(d));
+  LM_CUDA_OK(cudaFree(d32));
+  LM_CUDA_OK(cudaFree(ds));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_directed),
+    cmocka_unit_test(test_random),
+};
+LM_GPU_TEST_MAIN(tests)

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Reshard memory: plan creation takes nothing from the buffer pool, and one execution's peak extra
+ * memory (the rise of lm_pool_stats' high-water mark) stays within the stated bound:
+ *   plan execute into a preallocated target:  <= LM_STAGING_BYTES + intermediates
+ *   plain lm_dist_tensor_reshard:             <= target + LM_STAGING_BYTES + intermediates
+ * where intermediates are the plan's unfused intermediate outputs (none for these 1-D cases but
+ * one, whose size the test computes). Everything taken is given back when the execution completes
+ * (with LM_PLAN_KEEP_BUFFERS=1: when the persistent plan is destroyed, and a second execution takes
+ * nothing new), and the results are exact. Run with a small LM_STAGING_BYTES (tests/script_staging.sh) the
+ * tensors are many times the bound, so reductions and exchanges must pipeline chunk by chunk. */
+// lm-test-np: 1 2 3 4
+#include "lm_test.h"
+
+#include <localmap.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The library's bound: LM_STAGING_BYTES, default 64 MiB, clamped to [256 B, 1 GiB]. */
+static int64_t staging_bound(void) {
+  const char *e = getenv("LM_STAGING_BYTES");
+  int64_t b = e && *e ? strtoll(e, NULL, 10) : (int64_t)64 << 20;
+  if (b < 256) b = 256;
+  if (b > ((int64_t)1 << 30)) b = (int64_t)1 << 30;
+  return b;
+}
+
+#define note(...) (lm_test__diag("rank %d: ", lm_test_rank()), lm_test__diag(__VA_ARGS__), lm_test__diag("\n"))
+
+static int64_t rup64(int64_t b) { return b == 0 ? 64 : (b + 63) / 64 * 64; }
+
+static int64_t in_use_now(void) {
+  int64_t u = 0;
+  LM_ASSERT_OK(lm_pool_stats(&u, NULL, 1)); /* and reset the mark to it */
+  return u;
+}
+static int64_t peak_now(void) {
+  int64_t p = 0;
+  LM_ASSERT_OK(lm_pool_stats(NULL, &p, 0));
+  return p;
+}
+
+typedef struct {
+  const char *name;
+  lm_placement_t sp, dp;
+  int64_t g[2];
+  int int_avg; /* int32 Partial(avg) instead of float64 Partial(sum) */
+  int64_t inter_dim; /* >= 0: one intermediate, this rank's chunk of that dim (Shard) */
+} mcase;
+
+/* Source value of global element k on this rank (Partial: each rank holds a part). */
+static double part_value(const mcase *c, int64_t k, int rank) {
+  if (c->sp.kind != LM_PARTIAL) return (double)(k % 1000) + 0.25;
+  if (c->int_avg) return (double)(k % 1000 + 2 * rank);
+  return (double)(k % 1000) * (rank + 1);
+}
+static double want_value(const mcase *c, int64_t k, int np, int rank) {
+  if (c->dp.kind == LM_PARTIAL) return rank == 0 ? (double)(k % 1000) + 0.25 : 0.0; /* R -> P */
+  if (c->sp.kind != LM_PARTIAL) return (double)(k % 1000) + 0.25;
+  if (c->int_avg) return (double)(k % 1000 + (np - 1));
+  return (double)(k % 1000) * (np * (np + 1) / 2);
+}
+
+static void fill(lm_dist_tensor_t t, const mcase *c, int rank) {
+  DLTensor v;
+  int64_t off[2], ls[2];
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, 2));
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int64_t j = 0; j < ls[1]; ++j) {
+      int64_t k = (off[0] + i) * c->g[1] + off[1] + j;
+      double x = part_value(c, k, rank);
+      if (c->int_avg)
+        ((int32_t *)v.data)[i * ls[1] + j] = (int32_t)x;
+      else
+        ((double *)v.data)[i * ls[1] + j] = x;
+    }
+}
+
+static int check(lm_dist_tensor_t t, const mcase *c, int np, int rank) {
+  DLTensor v;
+  int64_t off[2], ls[2];
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, 2));
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int64_t j = 0; j < ls[1]; ++j) {
+      int64_t k = (off[0] + i) * c->g[1] + off[1] + j;
+      double got = c->int_avg ? (double)((int32_t *)v.data)[i * ls[1] + j] : ((double *)v.data)[i * ls[1] + j];
+      if (got != want_value(c, k, np, rank)) return 0;
+    }
+  return 1;
+}
+
+static void test_memory_bound(void **state) {
+  (void)state;
+  const int np = lm_test_size(), rank = lm_test_rank();
+  const int64_t S = staging_bound();
+  const char *ke = getenv("LM_PLAN_KEEP_BUFFERS");
+  const int keep = ke && ke[0] == '1'; /* persistent plans keep their buffers */
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {np};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, NULL));
+  const lm_placement_t R = LM_PLACEMENT_REPLICATE, S0 = LM_PLACEMENT_SHARD(0),
+                       S1 = LM_PLACEMENT_SHARD(1), P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM),
+                       PA = LM_PLACEMENT_PARTIAL(LM_REDUCE_AVG);
+  /* 96 x 70 float64 = 53 KiB per replica; many times a small LM_STAGING_BYTES. */
+  const mcase cases[] = {
+      {"S0->R", S0, R, {96, 70}, 0, -1},     {"S0->S1", S0, S1, {96, 70}, 0, -1},
+      {"S1->S0", S1, S0, {96, 70}, 0, -1},   {"S1->R", S1, R, {96, 70}, 0, -1},
+      {"R->S1", R, S1, {96, 70}, 0, -1},     {"P->S0", P, S0, {96, 70}, 0, -1},
+      {"P->S1", P, S1, {96, 70}, 0, -1},     {"P->R", P, R, {96, 70}, 0, -1},
+      {"Pavg->S1 int32", PA, S1, {96, 70}, 1, -1},
+      {"Pavg->R int32", PA, R, {96, 70}, 1, -1},
+      /* largest dim is 1: reduce-scatter over columns, then an allgather into R that cannot take
+       * the columns in place: one intermediate of this rank's column chunk */
+      {"P->R wide", P, R, {70, 96}, 0, 1},
+      {"R->P", R, P, {96, 70}, 0, -1},
+  };
+  int bad = 0;
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
+    const mcase *c = &cases[ci];
+    DLDataType dt = c->int_avg ? LM_INT32 : LM_FLOAT64;
+    int64_t esize = c->int_avg ? 4 : 8;
+    int64_t inter = 0;
+    if (c->inter_dim >= 0 && np > 1) {
+      int64_t off, len;
+      LM_ASSERT_OK(lm_chunk(c->g[c->inter_dim], np, rank, &off, &len));
+      inter = rup64(len * c->g[1 - c->inter_dim] * esize);
+    }
+    for (int path = 0; path < 2; ++path) {
+      lm_dist_tensor_t src = NULL, dst = NULL;
+      LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, c->g, dt, LM_CPU, &c->sp));
+      fill(src, c, rank);
+      int64_t before = in_use_now(), extra = 0, target = 0, after = 0;
+      if (path == 0) {
+        lm_reshard_plan_t plan = NULL;
+        LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &c->sp, m, &c->dp, 2, c->g, dt));
+        if (in_use_now() != before) {
+          note("%s: plan creation took %lld bytes from the pool", c->name,
+               (long long)(in_use_now() - before));
+          ++bad;
+        }
+        LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+        before = in_use_now();
+        LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, dst));
+        extra = peak_now() - before;
+        after = in_use_now();
+        if (keep) {
+          /* a second execution reuses what the plan kept: no new peak */
+          LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, dst));
+          if (peak_now() > after) {
+            note("%s: LM_PLAN_KEEP_BUFFERS=1 but the second execution took %lld more bytes",
+                 c->name, (long long)(peak_now() - after));
+            ++bad;
+          }
+          LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&plan));
+          after = in_use_now(); /* the plan gave its buffers back when destroyed */
+        } else {
+          LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&plan));
+        }
+      } else {
+        LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&dst, src, NULL, &c->dp));
+        extra = peak_now() - before;
+        int64_t ls[2];
+        LM_ASSERT_OK(lm_dist_tensor_local_shape(dst, ls, 2));
+        target = rup64(ls[0] * ls[1] * esize);
+        /* R -> S may be a view of the source (no target allocated) */
+        after = in_use_now() - (extra >= target ? target : 0);
+      }
+      int64_t bound = target + S + inter;
+      if (extra > bound) {
+        note("%s (%s): peak extra %lld bytes > bound %lld (target %lld + staging %lld + "
+             "intermediates %lld) at np %d", c->name, path ? "reshard" : "plan", (long long)extra,
+             (long long)bound, (long long)target, (long long)S, (long long)inter, np);
+        ++bad;
+      }
+      if (after != before) {
+        note("%s (%s): %lld bytes still taken after the execution", c->name,
+             path ? "reshard" : "plan", (long long)(after - before));
+        ++bad;
+      }
+      if (!check(dst, c, np, rank)) {
+        note("%s (%s): wrong values at np %d", c->name, path ? "reshard" : "plan", np);
+        ++bad;
+      }
+      LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dst));
+      LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));
+    }
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+  LM_ASSERT_ALL(bad == 0);
+}
+
+/* The counters themselves: a tensor's storage is counted while it lives, the mark remembers the
+ * peak, and a reset brings the mark down to what is in use. */
+static void test_pool_stats(void **state) {
+  (void)state;
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {lm_test_size()}, g[1] = {1000};
+  lm_placement_t r = LM_PLACEMENT_REPLICATE;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, NULL));
+  int64_t u0 = in_use_now(), u1 = 0, p1 = 0;
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT64, LM_CPU, &r));
+  LM_ASSERT_OK(lm_pool_stats(&u1, &p1, 0));
+  LM_ASSERT_ALL(u1 - u0 == 8000 && p1 == u1);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK(lm_pool_stats(&u1, &p1, 1));
+  LM_ASSERT_ALL(u1 == u0 && p1 == u0 + 8000);
+  LM_ASSERT_OK(lm_pool_stats(NULL, &p1, 0));
+  LM_ASSERT_ALL(p1 == u0);
+  LM_ASSERT_OK(lm_pool_stats(NULL, NULL, 0));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_pool_stats),
+    cmocka_unit_test(test_memory_bound),
+};
+
+LM_TEST_MAIN(tests)
