@@ -13,7 +13,7 @@
  * Part 2 computes a masked loss (squared error against one-hot labels) with lm_local_map. predictions [B, C] and labels [B]
  * are sharded on the batch dim over dp (Replicate over tp); B = 11 is uneven on every dp > 1 here.
  * Labels equal to -100 are ignored. fn computes this rank's loss sum and token count and returns
- * both as Partial(sum) over dp (and Replicate over tp: every tp rank holds the same partial), so
+ * both as scalars (0-d tensors, as PyTorch's local_map does) placed Partial(sum) over dp (and Replicate over tp: every tp rank holds the same partial), so
  * the placements are {P(sum), R}. Resharding to Replicate sums over dp, and loss_sum / count is
  * exactly the serial loss, whatever the shard sizes (a Partial(avg) of per-rank means would not
  * be).
@@ -56,24 +56,14 @@ static void print_ordered(const char *line) {
   }
 }
 
-/* A DLManagedTensor that owns malloc'd data and shape; the deleter frees them. */
-static void managed_deleter(DLManagedTensor *m) {
-  free(m->dl_tensor.data);
-  free(m->dl_tensor.shape);
-  free(m);
-}
-
-static DLManagedTensor *managed_scalar(double value) {
-  DLManagedTensor *m = calloc(1, sizeof *m);
-  m->dl_tensor.data = malloc(sizeof(double));
-  m->dl_tensor.shape = malloc(sizeof(int64_t));
-  m->dl_tensor.shape[0] = 1;
-  m->dl_tensor.ndim = 1;
-  m->dl_tensor.dtype = LM_FLOAT64;
-  m->dl_tensor.device = LM_CPU;
-  m->deleter = managed_deleter;
+/* Sets *out to a new scalar (0-d) float64 tensor holding value. */
+static lm_status_t scalar_out(lm_arg_t *out, double value) {
+  DLManagedTensor *m = NULL;
+  lm_status_t st = lm_tensor_alloc(&m, 0, NULL, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
   *(double *)m->dl_tensor.data = value;
-  return m;
+  *out = lm_arg_managed(m);
+  return LM_SUCCESS;
 }
 
 /* Squared error of one row of predictions against the one-hot encoding of its label. */
@@ -105,14 +95,11 @@ static lm_status_t masked_loss_fn(void *user_data, lm_mesh_t mesh, int nin, cons
     loss_sum += row_loss(p + i * C, l[i]);
     count += 1;
   }
-  out[0].kind = LM_ARG_MANAGED_TENSOR;
-  out[0].ptr = managed_scalar(loss_sum);
-  out[1].kind = LM_ARG_MANAGED_TENSOR;
-  out[1].ptr = managed_scalar(count);
-  return LM_SUCCESS;
+  lm_status_t st = scalar_out(&out[0], loss_sum);
+  return st != LM_SUCCESS ? st : scalar_out(&out[1], count);
 }
 
-/* The value of a replicated [1] tensor. */
+/* The value of a replicated scalar. */
 static double replicated_scalar(lm_dist_tensor_t t) {
   DLTensor v;
   CHECK(lm_dist_tensor_local(t, &v));
@@ -204,7 +191,7 @@ int main(int argc, char **argv) {
     print_ordered(line);
   }
 
-  lm_arg_t in[2] = {{LM_ARG_DIST_TENSOR, 0, 0, 0.0, pred}, {LM_ARG_DIST_TENSOR, 0, 0, 0.0, labels}};
+  lm_arg_t in[2] = {lm_arg_dist(pred), lm_arg_dist(labels)};
   const lm_placement_t *in_pl[2] = {batch, batch};
   const lm_placement_t *out_pl[2] = {partial, partial};
   lm_arg_t out[2];
@@ -225,6 +212,10 @@ int main(int argc, char **argv) {
   lm_dist_tensor_t loss_sum_r = NULL, count_r = NULL;
   CHECK(lm_dist_tensor_reshard(&loss_sum_r, loss_sum, NULL, rep));
   CHECK(lm_dist_tensor_reshard(&count_r, count, NULL, rep));
+  int nd0 = -1, nd1 = -1;
+  CHECK(lm_dist_tensor_ndim(loss_sum_r, &nd0));
+  CHECK(lm_dist_tensor_ndim(count_r, &nd1));
+  ok &= nd0 == 0 && nd1 == 0; /* true scalars all the way */
   double total = replicated_scalar(loss_sum_r), n = replicated_scalar(count_r);
   double loss = total / n;
 

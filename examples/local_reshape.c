@@ -41,29 +41,15 @@
 
 enum { S = 3, H = 4 };
 
-static int g_live = 0; /* managed tensors not yet freed on this rank */
-
-static void managed_deleter(DLManagedTensor *m) {
-  free(m->dl_tensor.data);
-  free(m->dl_tensor.shape);
-  free(m);
-  g_live--;
-}
-
-/* A [rows, H] float64 managed tensor holding a copy of src. */
-static DLManagedTensor *managed_rows(int64_t rows, const double *src) {
-  DLManagedTensor *m = calloc(1, sizeof *m);
-  m->dl_tensor.data = malloc(sizeof(double) * (size_t)(rows > 0 ? rows * H : 1));
-  m->dl_tensor.shape = malloc(2 * sizeof(int64_t));
-  m->dl_tensor.shape[0] = rows;
-  m->dl_tensor.shape[1] = H;
-  m->dl_tensor.ndim = 2;
-  m->dl_tensor.dtype = LM_FLOAT64;
-  m->dl_tensor.device = LM_CPU;
-  m->deleter = managed_deleter;
+/* Sets *out to a new [rows, H] float64 tensor holding a copy of src. */
+static lm_status_t rows_out(lm_arg_t *out, int64_t rows, const double *src) {
+  int64_t shape[2] = {rows, H};
+  DLManagedTensor *m = NULL;
+  lm_status_t st = lm_tensor_alloc(&m, 2, shape, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
   if (rows > 0) memcpy(m->dl_tensor.data, src, sizeof(double) * (size_t)(rows * H));
-  g_live++;
-  return m;
+  *out = lm_arg_managed(m);
+  return LM_SUCCESS;
 }
 
 /* fn: [b_i, S, H] -> [b_i * S, H]: the same compact buffer, new shape. */
@@ -73,9 +59,7 @@ static lm_status_t reshape_fn(void *user_data, lm_mesh_t mesh, int nin, const lm
   (void)mesh;
   if (nin != 1 || nout != 1) return LM_ERR_INVALID_ARGUMENT;
   const DLTensor *x = in[0].ptr;
-  out[0].kind = LM_ARG_MANAGED_TENSOR;
-  out[0].ptr = managed_rows(x->shape[0] * x->shape[1], x->data);
-  return LM_SUCCESS;
+  return rows_out(&out[0], x->shape[0] * x->shape[1], x->data);
 }
 
 /* Fallback fn: x is replicated here; reshape it and keep this rank's chunk of the b*S rows. */
@@ -89,9 +73,7 @@ static lm_status_t reshape_full_fn(void *user_data, lm_mesh_t mesh, int nin, con
   if (lm_mesh_shape(mesh, &parts, 1) != LM_SUCCESS || lm_mesh_rank(mesh, &me) != LM_SUCCESS ||
       lm_chunk(x->shape[0] * x->shape[1], parts, me, &off, &len) != LM_SUCCESS)
     return LM_ERR_INTERNAL;
-  out[0].kind = LM_ARG_MANAGED_TENSOR;
-  out[0].ptr = managed_rows(len, (const double *)x->data + off * H);
-  return LM_SUCCESS;
+  return rows_out(&out[0], len, (const double *)x->data + off * H);
 }
 
 /* Whether the reshaped blocks form the torch.chunk layout of b*S rows over p ranks. */
@@ -118,7 +100,7 @@ static int run(lm_mesh_t mesh, int64_t b, int rank, int size) {
   int64_t xl[3];
   CHECK(lm_dist_tensor_local_shape(x, xl, 3));
 
-  lm_arg_t in[1] = {{LM_ARG_DIST_TENSOR, 0, 0, 0.0, x}};
+  lm_arg_t in[1] = {lm_arg_dist(x)};
   const lm_placement_t *out_pl[1] = {s0};
   lm_arg_t out[1];
   int line_up = blocks_line_up(b, size);
@@ -135,7 +117,7 @@ static int run(lm_mesh_t mesh, int64_t b, int rank, int size) {
     ok &= st == LM_SUCCESS;
     if (st == LM_SUCCESS) y = out[0].ptr;
   } else {
-    ok &= st == LM_ERR_INVALID_ARGUMENT && out[0].kind == LM_ARG_NONE && g_live == 0;
+    ok &= st == LM_ERR_INVALID_ARGUMENT && out[0].kind == LM_ARG_NONE; /* and fn's output freed */
     if (rank == 0) printf("  lm_local_map refused, as it should: %s\n", msg);
     if (st == LM_SUCCESS) {
       lm_dist_tensor_t bad = out[0].ptr;
@@ -166,7 +148,7 @@ static int run(lm_mesh_t mesh, int64_t b, int rank, int size) {
   lm_dist_tensor_destroy(&y);
   lm_dist_tensor_destroy(&x);
   free(full);
-  return ok && g_live == 0;
+  return ok;
 }
 
 int main(int argc, char **argv) {

@@ -14,7 +14,6 @@
  */
 #include <mpi.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "localmap.h"
 
@@ -29,24 +28,6 @@
   } while (0)
 
 enum { T = 37, E = 4, H = E }; /* one feature per expert drives its score */
-
-static void managed_deleter(DLManagedTensor *m) {
-  free(m->dl_tensor.data);
-  free(m->dl_tensor.shape);
-  free(m);
-}
-
-static DLManagedTensor *managed_vector(int64_t n, DLDataType dtype) {
-  DLManagedTensor *m = calloc(1, sizeof *m);
-  m->dl_tensor.data = calloc((size_t)n, dtype.bits / 8);
-  m->dl_tensor.shape = malloc(sizeof(int64_t));
-  m->dl_tensor.shape[0] = n;
-  m->dl_tensor.ndim = 1;
-  m->dl_tensor.dtype = dtype;
-  m->dl_tensor.device = LM_CPU;
-  m->deleter = managed_deleter;
-  return m;
-}
 
 /* The router: scores from the token's features, normalised; returns the top-1 expert. */
 static int route(const double *x, double *prob) {
@@ -71,8 +52,13 @@ static lm_status_t count_fn(void *user_data, lm_mesh_t mesh, int nin, const lm_a
   (void)mesh;
   if (nin != 1 || nout != 2) return LM_ERR_INVALID_ARGUMENT;
   const DLTensor *x = in[0].ptr;
-  DLManagedTensor *counts = managed_vector(E, LM_INT64);
-  DLManagedTensor *probs = managed_vector(E, LM_FLOAT64);
+  int64_t ne[1] = {E};
+  DLManagedTensor *counts = NULL, *probs = NULL; /* zero-filled, owned by localmap once set */
+  lm_status_t st = lm_tensor_alloc(&counts, 1, ne, LM_INT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  out[0] = lm_arg_managed(counts);
+  if ((st = lm_tensor_alloc(&probs, 1, ne, LM_FLOAT64, LM_CPU)) != LM_SUCCESS) return st;
+  out[1] = lm_arg_managed(probs);
   int64_t *c = counts->dl_tensor.data;
   double *p = probs->dl_tensor.data;
   for (int64_t t = 0; t < x->shape[0]; t++) {
@@ -80,10 +66,6 @@ static lm_status_t count_fn(void *user_data, lm_mesh_t mesh, int nin, const lm_a
     c[route((const double *)x->data + t * H, prob)]++;
     for (int e = 0; e < E; e++) p[e] += prob[e];
   }
-  out[0].kind = LM_ARG_MANAGED_TENSOR;
-  out[0].ptr = counts;
-  out[1].kind = LM_ARG_MANAGED_TENSOR;
-  out[1].ptr = probs;
   return LM_SUCCESS;
 }
 
@@ -108,7 +90,7 @@ int main(int argc, char **argv) {
   lm_dist_tensor_t x = NULL;
   CHECK(lm_dist_tensor_from_global(&x, mesh, &tg, s0, -1));
 
-  lm_arg_t in[1] = {{LM_ARG_DIST_TENSOR, 0, 0, 0.0, x}};
+  lm_arg_t in[1] = {lm_arg_dist(x)};
   const lm_placement_t *out_pl[2] = {psum, psum};
   lm_arg_t out[2];
   CHECK(lm_local_map(count_fn, NULL, 1, in, NULL, 2, out_pl, NULL, NULL, 0, out));

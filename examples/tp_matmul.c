@@ -11,7 +11,6 @@
  */
 #include <mpi.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "localmap.h"
 
@@ -27,12 +26,6 @@
 
 enum { M = 3, K = 7, N = 4 };
 
-static void managed_deleter(DLManagedTensor *m) {
-  free(m->dl_tensor.data);
-  free(m->dl_tensor.shape);
-  free(m);
-}
-
 /* fn: local X [m, kr] and W [kr, n] -> X @ W [m, n] (plain loops). */
 static lm_status_t matmul_fn(void *user_data, lm_mesh_t mesh, int nin, const lm_arg_t *in,
                              int nout, lm_arg_t *out) {
@@ -45,22 +38,16 @@ static lm_status_t matmul_fn(void *user_data, lm_mesh_t mesh, int nin, const lm_
     lm_set_error_message("matmul_fn: the local blocks of X and W disagree on k");
     return LM_ERR_INVALID_ARGUMENT;
   }
-  DLManagedTensor *y = calloc(1, sizeof *y);
-  y->dl_tensor.data = calloc((size_t)(m * n), sizeof(double));
-  y->dl_tensor.shape = malloc(2 * sizeof(int64_t));
-  y->dl_tensor.shape[0] = m;
-  y->dl_tensor.shape[1] = n;
-  y->dl_tensor.ndim = 2;
-  y->dl_tensor.dtype = LM_FLOAT64;
-  y->dl_tensor.device = LM_CPU;
-  y->deleter = managed_deleter;
+  int64_t ys[2] = {m, n};
+  DLManagedTensor *y = NULL; /* zero-filled */
+  lm_status_t st = lm_tensor_alloc(&y, 2, ys, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  out[0] = lm_arg_managed(y);
   const double *a = x->data, *b = w->data;
   double *c = y->dl_tensor.data;
   for (int64_t i = 0; i < m; i++)
     for (int64_t l = 0; l < kr; l++)
       for (int64_t j = 0; j < n; j++) c[i * n + j] += a[i * kr + l] * b[l * n + j];
-  out[0].kind = LM_ARG_MANAGED_TENSOR;
-  out[0].ptr = y;
   return LM_SUCCESS;
 }
 
@@ -90,7 +77,7 @@ int main(int argc, char **argv) {
   CHECK(lm_dist_tensor_from_global(&x, mesh, &xg, s1, -1));
   CHECK(lm_dist_tensor_from_global(&w, mesh, &wg, s0, -1));
 
-  lm_arg_t in[2] = {{LM_ARG_DIST_TENSOR, 0, 0, 0.0, x}, {LM_ARG_DIST_TENSOR, 0, 0, 0.0, w}};
+  lm_arg_t in[2] = {lm_arg_dist(x), lm_arg_dist(w)};
   const lm_placement_t *in_pl[2] = {s1, s0}; /* what fn needs (and what x, w already have) */
   const lm_placement_t *out_pl[1] = {psum};
   lm_arg_t out[1];

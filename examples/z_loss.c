@@ -5,8 +5,8 @@
  *   mpirun -np 4 build/examples/z_loss
  *
  * logits [B, V] are sharded on the batch dim (Shard(0), 1-D mesh). fn computes the mean of
- * logsumexp(row)^2 over its local rows and returns it as a [1] tensor placed Partial(avg);
- * resharding to Replicate averages the per-rank means.
+ * logsumexp(row)^2 over its local rows and returns it as a scalar (0-d, from lm_tensor_alloc)
+ * placed Partial(avg); resharding to Replicate averages the per-rank means.
  *
  * NOTE: the average of per-rank means equals the global mean only when every rank holds the same
  * number of rows. B = 12 divides evenly over 1, 2, 3, 4 and 6 ranks; the program refuses other
@@ -18,7 +18,6 @@
  */
 #include <mpi.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "localmap.h"
 
@@ -67,13 +66,7 @@ static double logsumexp(const double *row) {
   return mx + ex_log(s);
 }
 
-static void managed_deleter(DLManagedTensor *m) {
-  free(m->dl_tensor.data);
-  free(m->dl_tensor.shape);
-  free(m);
-}
-
-/* fn: local logits [b, V] -> the local mean of logsumexp^2 as a [1] tensor. */
+/* fn: local logits [b, V] -> the local mean of logsumexp^2 as a scalar (0-d) tensor. */
 static lm_status_t z_loss_fn(void *user_data, lm_mesh_t mesh, int nin, const lm_arg_t *in,
                              int nout, lm_arg_t *out) {
   (void)user_data;
@@ -89,17 +82,11 @@ static lm_status_t z_loss_fn(void *user_data, lm_mesh_t mesh, int nin, const lm_
     double z = logsumexp((const double *)x->data + i * V);
     s += z * z;
   }
-  DLManagedTensor *m = calloc(1, sizeof *m);
-  m->dl_tensor.data = malloc(sizeof(double));
-  m->dl_tensor.shape = malloc(sizeof(int64_t));
-  m->dl_tensor.shape[0] = 1;
-  m->dl_tensor.ndim = 1;
-  m->dl_tensor.dtype = LM_FLOAT64;
-  m->dl_tensor.device = LM_CPU;
-  m->deleter = managed_deleter;
+  DLManagedTensor *m = NULL;
+  lm_status_t st = lm_tensor_alloc(&m, 0, NULL, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
   *(double *)m->dl_tensor.data = s / (double)x->shape[0];
-  out[0].kind = LM_ARG_MANAGED_TENSOR;
-  out[0].ptr = m;
+  out[0] = lm_arg_managed(m);
   return LM_SUCCESS;
 }
 
@@ -127,7 +114,7 @@ int main(int argc, char **argv) {
   lm_dist_tensor_t x = NULL;
   CHECK(lm_dist_tensor_from_global(&x, mesh, &g, s0, -1));
 
-  lm_arg_t in[1] = {{LM_ARG_DIST_TENSOR, 0, 0, 0.0, x}};
+  lm_arg_t in[1] = {lm_arg_dist(x)};
   const lm_placement_t *out_pl[1] = {pavg};
   lm_arg_t out[1];
   CHECK(lm_local_map(z_loss_fn, NULL, 1, in, NULL, 1, out_pl, NULL, NULL, 0, out));

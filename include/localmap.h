@@ -148,9 +148,14 @@ LM_NODISCARD LM_API lm_status_t lm_world_rank(int *rank, int *size);
  * ------------------------------------------------------------------------------------------- */
 /** The DLPack type code of bool (DLPack 0.8's kDLBool; DLPack 0.6 has no such code). */
 #define LM_DL_BOOL 6
-/** A DLDataType compound literal with the given type code and bit width, lanes 1 (C only: C++
- * writes DLDataType{code, bits, 1}). */
+/* The value macros below (LM_DTYPE, LM_FLOAT32 ..., LM_CPU, LM_PLACEMENT_*) are C compound
+ * literals in C and braced temporaries in C++, so they compile in both, also with -pedantic. */
+#ifdef __cplusplus
+#define LM_DTYPE(code_, bits_) (DLDataType{(uint8_t)(code_), (uint8_t)(bits_), 1})
+#else
+/** A DLDataType of `code_` (kDLFloat, kDLInt, ...) and `bits_`, one lane. */
 #define LM_DTYPE(code_, bits_) ((DLDataType){(uint8_t)(code_), (uint8_t)(bits_), 1})
+#endif
 /** IEEE half precision. */
 #define LM_FLOAT16 LM_DTYPE(kDLFloat, 16)
 /** bfloat16 (reductions compute in float and round to nearest even). */
@@ -175,8 +180,12 @@ LM_NODISCARD LM_API lm_status_t lm_world_rank(int *rank, int *size);
 #define LM_COMPLEX64 LM_DTYPE(kDLComplex, 64)
 /** Complex of two float64. */
 #define LM_COMPLEX128 LM_DTYPE(kDLComplex, 128)
-/** The host device, DLDevice{kDLCPU, 0}, as a C compound literal. */
+#ifdef __cplusplus
+#define LM_CPU (DLDevice{kDLCPU, 0})
+#else
+/** The host device (kDLCPU, id 0). */
 #define LM_CPU ((DLDevice){kDLCPU, 0})
+#endif
 
 /** Whether tensors can live on `device_type` here and now: kDLCPU always; kDLCUDA when the
  * library was built with CUDA (CUDA=1, or CUDA=auto with the toolkit and NCCL found) AND at least
@@ -187,6 +196,27 @@ LM_NODISCARD LM_API lm_status_t lm_world_rank(int *rank, int *size);
  * @param supported   out: 1 or 0
  * @return LM_SUCCESS, or LM_ERR_INVALID_ARGUMENT when `supported` is NULL */
 LM_NODISCARD LM_API lm_status_t lm_device_supported(DLDeviceType device_type, int *supported);
+
+/**
+ * @brief Allocates a compact row-major tensor as a DLManagedTensor with localmap's own deleter.
+ *
+ * The storage (zero-filled, 64-byte aligned) comes from localmap's buffer pool, and the
+ * DLManagedTensor, its shape and its storage are freed together by `(*out)->deleter(*out)`, which
+ * the owner calls once. This is how a lm_local_map fn builds an output in one line:
+ * `lm_tensor_alloc(&t, 2, shape, LM_FLOAT32, LM_CPU)`, fill `t->dl_tensor.data`, hand `t` over as
+ * lm_arg_managed(t). Local; needs no MPI (also usable before lm_init or after MPI_Finalize).
+ *
+ * @param out     receives the tensor; set to NULL on failure.
+ * @param ndim    0 .. 32; a 0-d tensor (a scalar, shape may be NULL) holds one element.
+ * @param shape   ndim extents, each >= 0 (copied; the tensor's shape is its own).
+ * @param dtype   a supported dtype (see above).
+ * @param device  kDLCPU (other devices: LM_ERR_NOT_SUPPORTED; a device output comes from the
+ *                framework's allocator, handed over as a DLManagedTensor).
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT naming the argument; LM_ERR_OUT_OF_MEMORY.
+ */
+LM_NODISCARD LM_API lm_status_t lm_tensor_alloc(DLManagedTensor **out, int ndim,
+                                                const int64_t *shape, DLDataType dtype,
+                                                DLDevice device);
 
 /* ---------------------------------------------------------------------------------------------
  * Placements: one small POD per mesh dimension.
@@ -225,12 +255,18 @@ typedef struct lm_placement_t {
   int32_t order; /**< co-shard order (LM_SHARD only, else 0) */
 } lm_placement_t;
 
-/** Replicate, as a C compound literal. */
+#ifdef __cplusplus
+#define LM_PLACEMENT_REPLICATE (lm_placement_t{LM_REPLICATE, 0, 0, 0})
+#define LM_PLACEMENT_SHARD(d) (lm_placement_t{LM_SHARD, (int32_t)(d), 0, 0})
+#define LM_PLACEMENT_PARTIAL(o) (lm_placement_t{LM_PARTIAL, 0, (int32_t)(o), 0})
+#else
+/** Replicate, as an lm_placement_t value. */
 #define LM_PLACEMENT_REPLICATE ((lm_placement_t){LM_REPLICATE, 0, 0, 0})
-/** Shard(d): tensor dim d chunked along the mesh dim (order 0), as a C compound literal. */
-#define LM_PLACEMENT_SHARD(d) ((lm_placement_t){LM_SHARD, (d), 0, 0})
-/** Partial(o) with the lm_reduce_op_t o, as a C compound literal. */
-#define LM_PLACEMENT_PARTIAL(o) ((lm_placement_t){LM_PARTIAL, 0, (o), 0})
+/** Shard(tensor dim d), as an lm_placement_t value. */
+#define LM_PLACEMENT_SHARD(d) ((lm_placement_t){LM_SHARD, (int32_t)(d), 0, 0})
+/** Partial(reduce op o), as an lm_placement_t value. */
+#define LM_PLACEMENT_PARTIAL(o) ((lm_placement_t){LM_PARTIAL, 0, (int32_t)(o), 0})
+#endif
 
 /** Writes e.g. "[S(0), R, P(sum)]" for the n placements into buf of `size` bytes (always
  * NUL-terminated when size > 0). */
@@ -416,6 +452,12 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType d
  * Dist tensors: refcounted handles. A tensor holds a reference on its mesh.
  * Local shards are compact row-major buffers. On a rank outside the mesh a tensor is a placeholder
  * with an empty local shard (it still knows its global shape, dtype and placements).
+ * Scalars: a tensor of ndim 0 (global_shape may be NULL) is first-class. It holds one element on
+ * every member and takes Replicate and Partial placements everywhere: zeros, from_local (every
+ * shape mode), from_global, gather, reshard (P -> R, R -> P, P -> P of the same op, across
+ * meshes), plans and requests, the accessors and export, lm_local_map inputs and outputs, every
+ * dtype and op. Shard cannot exist for it: the call that asks for it fails with
+ * LM_ERR_INVALID_ARGUMENT naming the placement. A non-member's 0-d placeholder has data NULL.
  * ------------------------------------------------------------------------------------------- */
 /** A dist tensor handle (typed opaque pointer, refcounted): a tensor laid out over a mesh with
  * one placement per mesh dim. Local shards are compact row-major buffers; on a rank outside the
@@ -608,6 +650,45 @@ typedef struct lm_arg_t {
   void *ptr;        /**< the handle or pointer of the other kinds */
 } lm_arg_t;
 
+/* Argument builders: one lm_arg_t value each, usable from C and (as plain inline functions, no
+ * compound literals) from C++. They do not retain or copy what they point to. */
+/** An lm_arg_t of kind LM_ARG_NONE. */
+static inline lm_arg_t lm_arg_none(void) {
+  lm_arg_t a = {LM_ARG_NONE, 0, 0, 0.0, NULL};
+  return a;
+}
+/** An input dist tensor (LM_ARG_DIST_TENSOR); the caller keeps its reference. */
+static inline lm_arg_t lm_arg_dist(lm_dist_tensor_t tensor) {
+  lm_arg_t a = {LM_ARG_DIST_TENSOR, 0, 0, 0.0, (void *)tensor};
+  return a;
+}
+/** A borrowed local tensor (LM_ARG_TENSOR), passed to fn as it is. */
+static inline lm_arg_t lm_arg_tensor(DLTensor *tensor) {
+  lm_arg_t a = {LM_ARG_TENSOR, 0, 0, 0.0, (void *)tensor};
+  return a;
+}
+/** An owned local tensor (LM_ARG_MANAGED_TENSOR): what fn sets an output tensor to (ownership
+ * passes to localmap), and what lm_local_map returns for an output with NULL placements. */
+static inline lm_arg_t lm_arg_managed(DLManagedTensor *tensor) {
+  lm_arg_t a = {LM_ARG_MANAGED_TENSOR, 0, 0, 0.0, (void *)tensor};
+  return a;
+}
+/** A 64-bit integer (LM_ARG_INT64). */
+static inline lm_arg_t lm_arg_i64(int64_t value) {
+  lm_arg_t a = {LM_ARG_INT64, 0, value, 0.0, NULL};
+  return a;
+}
+/** A double (LM_ARG_DOUBLE). */
+static inline lm_arg_t lm_arg_f64(double value) {
+  lm_arg_t a = {LM_ARG_DOUBLE, 0, 0, value, NULL};
+  return a;
+}
+/** An opaque pointer (LM_ARG_POINTER), passed through untouched. */
+static inline lm_arg_t lm_arg_ptr(void *pointer) {
+  lm_arg_t a = {LM_ARG_POINTER, 0, 0, 0.0, pointer};
+  return a;
+}
+
 /** The user function. inputs: as given to lm_local_map, except that each LM_ARG_DIST_TENSOR became
  * LM_ARG_TENSOR pointing to this rank's local shard (a view valid during the call; treat it as
  * read-only: it may share memory with the caller's tensor, e.g. a Replicate input resharded to
@@ -634,7 +715,10 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
  *  nin, nout: 0 .. LM_LOCAL_MAP_MAX_ARGS.
  *  in_placements: NULL, or nin entries, each NULL ("as it is") or mesh-ndim placements a dist
  *    input must have (non-dist inputs take NULL).
- *  out_placements: nout entries, mesh-ndim placements for a tensor output, NULL for a non-tensor.
+ *  out_placements: nout entries, mesh-ndim placements for a tensor output that becomes a dist
+ *    tensor; NULL for a non-tensor output, or for a tensor output that comes back as a plain
+ *    local tensor: outputs[i] is then this rank's LM_ARG_MANAGED_TENSOR as fn made it, and the
+ *    caller owns it (call its deleter once). Its shape and dtype may differ between ranks.
  *  out_shapes: NULL, or nout entries, each NULL or a global shape (ndim of that output).
  *    A Shard output without a given shape gets its global shape from one small allgather of local
  *    extents (right for uneven shards), or with LM_LOCAL_MAP_SHAPES_EVEN from local extent * mesh
@@ -644,10 +728,19 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
  *    rank with mesh NULL, nothing is agreed, and only non-tensor outputs are allowed (an output
  *    with placements gives LM_ERR_INVALID_ARGUMENT). fn's mesh argument is the caller's mesh
  *    handle, or the inputs' mesh as lm_dist_tensor_mesh gives it (borrowed: do not destroy it).
+ *  Sibling meshes: when `mesh` is given, a dist input whose in_placements entry is NULL (kept as
+ *    it is) may live on another mesh of the same parent communicator, provided every rank of
+ *    `mesh` is a member of the input's mesh (same ranks in any order and shape, or more): fn gets
+ *    this rank's shard of it, unmoved. If some rank of `mesh` is not in the input's mesh it
+ *    holds no shard, and the call fails with LM_ERR_INVALID_ARGUMENT naming inputs[i] and that
+ *    rank (unless LM_LOCAL_MAP_RESHARD_INPUTS and in_placements[i] move it). With `mesh` NULL,
+ *    dist inputs on different meshes are refused the same way (unless RESHARD_INPUTS moves
+ *    them). The rule reads only the meshes' rank lists, so every rank decides alike.
  *  fn must hand each DLManagedTensor over once: the same one in two outputs is refused
  *    (LM_ERR_INVALID_ARGUMENT; its deleter runs once).
- *  outputs: nout entries: tensors come back as LM_ARG_DIST_TENSOR (new references the caller
- *    destroys), others as fn set them.
+ *  outputs: nout entries: tensors with placements come back as LM_ARG_DIST_TENSOR (new
+ *    references the caller destroys), tensors without as LM_ARG_MANAGED_TENSOR (see
+ *    out_placements), others as fn set them.
  * Collective over the mesh and agrees: if fn or any step fails on one rank, every rank returns an
  * error (the failing ranks their own, the others LM_ERR_REMOTE naming the rank), outputs are NONE
  * and nothing leaks. LM_LOCAL_MAP_NO_AGREE skips that one allreduce: then a failure stays local

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -394,10 +395,22 @@ inline lm_arg_t arg_f64(double v) {
   return a;
 }
 
+/** Calls a DLManagedTensor's deleter (once) when the owning pointer dies. */
+struct managed_deleter {
+  /** Runs m's deleter, if any. */
+  void operator()(DLManagedTensor *m) const {
+    if (m && m->deleter) m->deleter(m);
+  }
+};
+/** An owned DLManagedTensor (e.g. a local_map output whose out placements were empty). */
+using managed_tensor = std::unique_ptr<DLManagedTensor, managed_deleter>;
+
 /// What lm_local_map returned.
 struct local_map_result {
-  std::vector<lm_arg_t> args;        ///< args[j]: output j as the C API gives it
-  std::vector<dist_tensor> tensors;  ///< tensors[j]: owns output j's dist tensor (empty if none)
+  std::vector<lm_arg_t> args;          ///< args[j]: output j as the C API gives it
+  std::vector<dist_tensor> tensors;    ///< tensors[j]: owns output j's dist tensor (empty if none)
+  std::vector<managed_tensor> locals;  ///< locals[j]: owns a plain local tensor output (empty out
+                                       ///< placements; args[j].ptr is then a borrowed view of it)
 };
 
 /// lm_local_map: runs fn on the local shards (collective over the mesh). out_placements: one entry
@@ -418,9 +431,13 @@ inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inpu
                      static_cast<int>(r.args.size()), outp.data(), nullptr, m ? m->get() : nullptr,
                      flags, r.args.data()));
   r.tensors.resize(r.args.size());
-  for (size_t j = 0; j < r.args.size(); ++j)
+  r.locals.resize(r.args.size());
+  for (size_t j = 0; j < r.args.size(); ++j) {
     if (r.args[j].kind == LM_ARG_DIST_TENSOR)
       r.tensors[j] = dist_tensor(static_cast<lm_dist_tensor_t>(r.args[j].ptr));  // adopt
+    else if (r.args[j].kind == LM_ARG_MANAGED_TENSOR)
+      r.locals[j].reset(static_cast<DLManagedTensor *>(r.args[j].ptr));  // adopt
+  }
   return r;
 }
 

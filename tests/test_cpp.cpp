@@ -97,6 +97,12 @@ static void test_local_map_lambda(void **) {
   };
   lmx::local_map_result r = lmx::local_map(sum, {lmx::arg(x)}, {{lmx::partial()}, {}});
   LM_ASSERT_ALL(r.tensors[0] && !r.tensors[1] && r.args[1].kind == LM_ARG_INT64);
+  {
+    // Empty out placements for a tensor output: a plain local tensor, owned by r.locals[0].
+    lmx::local_map_result p = lmx::local_map(sum, {lmx::arg(x)}, {{}, {}});
+    LM_ASSERT_ALL(!p.tensors[0] && p.locals[0] && p.args[0].kind == LM_ARG_MANAGED_TENSOR &&
+                  p.locals[0]->dl_tensor.ndim == 1);
+  }
   double total = 0;
   DLTensor tt = {&total, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, one, nullptr, 0};
   r.tensors[0].gather(&tt);
@@ -121,7 +127,61 @@ static void test_local_map_lambda(void **) {
     LM_ASSERT_ALL(st == LM_ERR_REMOTE);
 }
 
+// The C header's value macros and helpers from ISO C++ (this file builds with -Wpedantic
+// -Werror): LM_CPU, LM_FLOAT32 ..., LM_PLACEMENT_*, lm_arg_* builders, lm_tensor_alloc.
+static lm_status_t c_api_sum(void *, lm_mesh_t, int nin, const lm_arg_t *in, int nout,
+                             lm_arg_t *out) {
+  if (nin != 2 || nout != 2 || in[1].kind != LM_ARG_INT64) return LM_ERR_INVALID_ARGUMENT;
+  const DLTensor *t = static_cast<const DLTensor *>(in[0].ptr);
+  DLManagedTensor *s = nullptr;
+  lm_status_t st = lm_tensor_alloc(&s, 0, nullptr, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  double *v = static_cast<double *>(s->dl_tensor.data);
+  for (int64_t i = 0; i < t->shape[0]; ++i) *v += static_cast<const double *>(t->data)[i];
+  *v *= static_cast<double>(in[1].i64);
+  out[0] = lm_arg_managed(s);
+  out[1] = lm_arg_f64(0.5);
+  return LM_SUCCESS;
+}
+
+static void test_c_macros_from_cpp(void **) {
+  const int n = lm_test_size();
+  int comm = 0;
+  LM_ASSERT_OK_ALL(lm_comm_world(&comm));
+  int64_t ms[1] = {n}, g[1] = {10};
+  lm_mesh_t mesh = nullptr;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&mesh, comm, 1, ms, nullptr));
+  lm_placement_t sh[1] = {LM_PLACEMENT_SHARD(0)}, rep[1] = {LM_PLACEMENT_REPLICATE},
+                 psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
+  LM_ASSERT_ALL(sh[0].kind == LM_SHARD && rep[0].kind == LM_REPLICATE && psum[0].op == LM_REDUCE_SUM);
+  DLDataType f32 = LM_FLOAT32, i8 = LM_INT8, b = LM_BOOL;
+  LM_ASSERT_ALL(f32.bits == 32 && f32.lanes == 1 && i8.code == kDLInt && b.code == LM_DL_BOOL);
+  std::vector<double> full(10);
+  for (int i = 0; i < 10; ++i) full[i] = i + 1;  // sum 55
+  DLTensor gt = {full.data(), LM_CPU, 1, LM_FLOAT64, g, nullptr, 0};
+  lm_dist_tensor_t x = nullptr;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&x, mesh, &gt, sh, -1));
+  lm_arg_t in[2] = {lm_arg_dist(x), lm_arg_i64(2)};
+  const lm_placement_t *out_pl[2] = {psum, nullptr};
+  lm_arg_t out[2] = {lm_arg_none(), lm_arg_none()};
+  LM_ASSERT_OK_ALL(lm_local_map(c_api_sum, nullptr, 2, in, nullptr, 2, out_pl, nullptr, nullptr,
+                                0, out));
+  LM_ASSERT_ALL(out[0].kind == LM_ARG_DIST_TENSOR && out[1].kind == LM_ARG_DOUBLE &&
+                out[1].f64 == 0.5);
+  double total = 0;
+  DLTensor tt = {&total, LM_CPU, 0, LM_FLOAT64, nullptr, nullptr, 0};
+  lm_dist_tensor_t r = static_cast<lm_dist_tensor_t>(out[0].ptr);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(r, -1, &tt));
+  LM_ASSERT_ALL(total == 110.0);
+  lm_arg_t p = lm_arg_ptr(&total), t = lm_arg_tensor(&tt);
+  LM_ASSERT_ALL(p.kind == LM_ARG_POINTER && p.ptr == &total && t.kind == LM_ARG_TENSOR);
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_c_macros_from_cpp),
     cmocka_unit_test(test_mesh_and_tensor_raii),
     cmocka_unit_test(test_errors_throw),
     cmocka_unit_test(test_plan),

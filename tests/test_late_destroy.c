@@ -7,6 +7,7 @@
 #include <localmap.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static lm_dist_tensor_t at_exit_tensor;
 static void destroy_at_exit(void) { lm_dist_tensor_destroy(&at_exit_tensor); }
@@ -43,6 +44,13 @@ int main(int argc, char **argv) {
   REQUIRE(lm_dist_tensor_destroy(&a) == LM_SUCCESS);
   REQUIRE(lm_dist_tensor_destroy(&b) == LM_SUCCESS);
   REQUIRE(lm_mesh_destroy(&mesh) == LM_SUCCESS);
-  if (r == 0) printf("1 passed, 0 failed\n");
+  /* After MPI_Finalize the bootstrap queries answer INVALID_USAGE (MPI itself would abort). */
+  int w2 = -7, r2 = -7, n2 = -7;
+  REQUIRE(lm_world_rank(&r2, &n2) == LM_ERR_INVALID_USAGE && r2 == -7 && n2 == -7);
+  REQUIRE(strstr(lm_last_error_message(), "finalized") != NULL);
+  REQUIRE(lm_comm_world(&w2) == LM_ERR_INVALID_USAGE && w2 == -7);
+  REQUIRE(strstr(lm_last_error_message(), "lm_comm_world") != NULL);
+  REQUIRE(lm_init(&argc, &argv) == LM_ERR_INVALID_USAGE);
+  if (r == 0) printf("2 passed, 0 failed\n");
   return 0; /* at_exit_tensor dies in the atexit handler, after static destructors */
 }

@@ -582,6 +582,10 @@ static void test_mesh_given_or_missing(void **state) {
 /* Outputs that do not match out_placements, and outputs of kinds fn may not return. Each fails on
  * every rank with INVALID_ARGUMENT, outputs come back NONE and every managed tensor fn made is
  * freed. */
+static void check_one_rank_fails(lm_mesh_t mesh, int fail_rank, const lm_placement_t *const *outpl,
+                                 const int64_t *const *oshapes, int ntensors, int nout,
+                                 const int *kinds);
+
 static void test_output_kind_errors(void **state) {
   (void)state;
   lm_mesh_t mesh = world_mesh();
@@ -590,21 +594,67 @@ static void test_output_kind_errors(void **state) {
   maker mk;
   int del0, made0;
 
-  /* (a) tensor output with NULL placements (another tensor output before it is fine). */
+  /* (a) a tensor output with NULL placements comes back as this rank's plain local tensor
+   * (LM_ARG_MANAGED_TENSOR, the caller's to delete), between two dist outputs; plain outputs
+   * may differ between ranks (here in length). */
   mk = maker_init();
   mk.nout = 3;
   mk.kinds[0] = LM_ARG_MANAGED_TENSOR;
   mk.kinds[1] = LM_ARG_MANAGED_TENSOR;
   mk.kinds[2] = LM_ARG_MANAGED_TENSOR;
+  mk.n = 2;
+  mk.fill = 3.0;
   {
     const lm_placement_t *outpl[3] = {rep, NULL, rep};
     del0 = g_deleted;
     made0 = g_created;
-    LM_ASSERT_STATUS_ALL(call_lm(maker_fn, &mk, 0, NULL, NULL, 3, outpl, NULL, mesh, 0, out),
+    LM_ASSERT_OK_ALL(call_lm(maker_fn, &mk, 0, NULL, NULL, 3, outpl, NULL, mesh, 0, out));
+    LM_ASSERT_ALL(out[0].kind == LM_ARG_DIST_TENSOR && out[2].kind == LM_ARG_DIST_TENSOR);
+    LM_ASSERT_ALL(out[1].kind == LM_ARG_MANAGED_TENSOR && out[1].ptr != NULL);
+    DLManagedTensor *plain = (DLManagedTensor *)out[1].ptr;
+    LM_ASSERT_ALL(plain->dl_tensor.ndim == 1 && plain->dl_tensor.shape[0] == 2 &&
+                  mt_data(plain)[0] == 3.0 && mt_data(plain)[1] == 4.0);
+    LM_ASSERT_ALL(g_created - made0 == 3 && g_deleted - del0 == 0);
+    plain->deleter(plain);
+    destroy_outputs(out, 3);
+    LM_ASSERT_ALL(g_deleted - del0 == 3);
+  }
+  /* (a') only plain outputs and no mesh at all: fn runs with mesh NULL, no collective. */
+  {
+    const lm_placement_t *outpl[2] = {NULL, NULL};
+    mk = maker_init();
+    mk.nout = 2;
+    mk.kinds[0] = LM_ARG_MANAGED_TENSOR;
+    mk.kinds[1] = LM_ARG_INT64;
+    mk.n = 1 + lm_test_rank();
+    del0 = g_deleted;
+    LM_ASSERT_OK_ALL(call_lm(maker_fn, &mk, 0, NULL, NULL, 2, outpl, NULL, NULL, 0, out));
+    LM_ASSERT_ALL(out[0].kind == LM_ARG_MANAGED_TENSOR && out[1].kind == LM_ARG_INT64);
+    DLManagedTensor *plain = (DLManagedTensor *)out[0].ptr;
+    LM_ASSERT_ALL(plain->dl_tensor.shape[0] == 1 + lm_test_rank());
+    plain->deleter(plain);
+    LM_ASSERT_ALL(g_deleted - del0 == 1);
+  }
+  /* (a'') failure paths: fn fails on one rank, or a later output is refused: every plain output
+   * is deleted exactly once by localmap, outputs come back NONE. */
+  {
+    int kinds[3] = {LM_ARG_MANAGED_TENSOR, LM_ARG_MANAGED_TENSOR, LM_ARG_INT64};
+    const lm_placement_t *outpl[3] = {NULL, rep, NULL};
+    check_one_rank_fails(mesh, lm_test_size() - 1, outpl, NULL, 2, 3, kinds);
+    const lm_placement_t *outpl2[3] = {rep, NULL, NULL};
+    check_one_rank_fails(mesh, 0, outpl2, NULL, 2, 3, kinds);
+    lm_placement_t s1[1] = {LM_PLACEMENT_SHARD(1)};
+    const lm_placement_t *outpl3[2] = {NULL, s1}; /* Shard dim 1 of a 1-d output */
+    mk = maker_init();
+    mk.nout = 2;
+    mk.kinds[0] = LM_ARG_MANAGED_TENSOR;
+    mk.kinds[1] = LM_ARG_MANAGED_TENSOR;
+    del0 = g_deleted;
+    made0 = g_created;
+    LM_ASSERT_STATUS_ALL(call_lm(maker_fn, &mk, 0, NULL, NULL, 2, outpl3, NULL, mesh, 0, out),
                          LM_ERR_INVALID_ARGUMENT);
-    LM_ASSERT_ALL(all_none(out, 3));
-    LM_ASSERT_ALL(g_created - made0 == 3 && g_deleted - del0 == 3);
-    LM_ASSERT_ALL(has(g_msg, "outputs[1]") && has(g_msg, "out_placements[1]"));
+    LM_ASSERT_ALL(all_none(out, 2) && g_created - made0 == 2 && g_deleted - del0 == 2);
+    LM_ASSERT_ALL(has(g_msg, "out_placements[1]"));
   }
   /* (b) a non-tensor output with placements. */
   mk = maker_init();
@@ -816,10 +866,11 @@ static void test_cross_mesh_input(void **state) {
     LM_ASSERT_STATUS_ALL(call_lm(check_shards_fn, &c, 1, in, inpl, 0, NULL, NULL, world, 0, NULL),
                          LM_ERR_INVALID_ARGUMENT);
     LM_ASSERT_ALL(c.ntensors == 0 && has(g_msg, "inputs[0]"));
-    /* With the flag but no target placements: refused. */
-    LM_ASSERT_STATUS_ALL(call_lm(check_shards_fn, &c, 1, in, NULL, 0, NULL, NULL, world,
-                                 LM_LOCAL_MAP_RESHARD_INPUTS, NULL),
-                         LM_ERR_INVALID_ARGUMENT);
+    /* No in_placements and a mesh over the same ranks: kept as it is (a sibling mesh; see
+     * test_sibling_mesh_inputs), with or without the flag: fn sees rev's shard, unmoved. */
+    LM_ASSERT_OK_ALL(call_lm(check_shards_fn, &c, 1, in, NULL, 0, NULL, NULL, world,
+                             LM_LOCAL_MAP_RESHARD_INPUTS, NULL));
+    LM_ASSERT_ALL(c.ntensors == 1 && c.seen_mesh == world);
     /* Inferred mesh (the first dist input's) with a second input on the other mesh. */
     lm_arg_t in2[2] = {arg_dist(x), arg_dist(t)};
     const lm_placement_t *inpl2[2] = {NULL, s0};
@@ -1488,6 +1539,267 @@ static void test_grid_shard_outputs(void **state) {
   lm_mesh_destroy(&mesh);
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Sibling meshes (an input kept as it is on another mesh over the same processes), plain-tensor
+ * outputs, lm_tensor_alloc and the lm_arg_* builders, English messages.
+ * ------------------------------------------------------------------------------------------- */
+/* Sums this rank's shard of inputs[0] into a 0-d float64 Partial output from lm_tensor_alloc,
+ * and returns the shard's element count as an INT64. */
+static lm_status_t shard_sum_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                                lm_arg_t *out) {
+  lm_mesh_t *seen = (lm_mesh_t *)ud;
+  DLManagedTensor *s = NULL;
+  lm_status_t st;
+  if (seen) *seen = mesh;
+  if (nin < 1 || nout != 2 || in[0].kind != LM_ARG_TENSOR) return LM_ERR_INVALID_ARGUMENT;
+  const DLTensor *x = (const DLTensor *)in[0].ptr;
+  st = lm_tensor_alloc(&s, 0, NULL, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  double *v = (double *)s->dl_tensor.data;
+  for (int64_t i = 0; i < numel(x); i++) *v += ((const double *)x->data)[i];
+  out[0] = lm_arg_managed(s);
+  out[1] = lm_arg_i64(numel(x));
+  return LM_SUCCESS;
+}
+
+/* Runs shard_sum_fn on input t with output mesh `mesh` and checks the total. */
+static void expect_total(lm_dist_tensor_t t, lm_mesh_t mesh, int out_mdim, double want,
+                         unsigned flags) {
+  lm_placement_t psum[2] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM), LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
+  lm_placement_t rep[2] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE};
+  const lm_placement_t *outpl[2] = {psum, NULL};
+  lm_arg_t in[1] = {lm_arg_dist(t)};
+  lm_arg_t out[2];
+  lm_mesh_t seen = NULL;
+  LM_ASSERT_OK_ALL(call_lm(shard_sum_fn, &seen, 1, in, NULL, 2, outpl, NULL, mesh, flags, out));
+  LM_ASSERT_ALL(seen == mesh && out[0].kind == LM_ARG_DIST_TENSOR && out[1].kind == LM_ARG_INT64);
+  lm_dist_tensor_t r = NULL, p = (lm_dist_tensor_t)out[0].ptr;
+  int nd = -1;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_ndim(p, &nd));
+  LM_ASSERT_ALL(nd == 0);
+  /* a true scalar: reduce it to Replicate and read it */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, p, NULL, rep));
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &v));
+  LM_ASSERT_ALL(v.ndim == 0 && *(double *)v.data == want);
+  (void)out_mdim;
+  lm_dist_tensor_destroy(&r);
+  destroy_outputs(out, 2);
+}
+
+static void test_sibling_mesh_inputs(void **state) {
+  (void)state;
+  const int np = lm_test_size();
+  lm_mesh_t world = world_mesh(), rev = reversed_mesh();
+  int64_t d0 = 0, d1 = 0;
+  lm_mesh_t grid = grid_mesh(&d0, &d1);
+  const int64_t rows = 2 * np + 1, cols = 3;
+  double *g = global_matrix(rows, cols), want = 0;
+  for (int64_t i = 0; i < rows * cols; i++) want += g[i];
+  lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)}, s01[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_SHARD(1)};
+  lm_dist_tensor_t on_rev = dist_from(rev, g, rows, cols, s0);
+  lm_dist_tensor_t on_world = dist_from(world, g, rows, cols, s0);
+  lm_dist_tensor_t on_grid = dist_from(grid, g, rows, cols, s01);
+
+  /* Same ranks in another order: accepted, each rank's own rev shard, no flag needed. */
+  expect_total(on_rev, world, 1, want, 0);
+  /* A 2-D mesh's input beside a 1-D output mesh, and the other way round. */
+  expect_total(on_grid, world, 1, want, 0);
+  expect_total(on_world, grid, 2, want, 0);
+  expect_total(on_rev, grid, 2, want, LM_LOCAL_MAP_RESHARD_INPUTS);
+  if (np > 1) {
+    /* A mesh over the first half of the ranks: the others hold no shard of it. */
+    lm_mesh_t half = NULL;
+    int ranks[64], h = (np + 1) / 2;
+    int64_t hs[1] = {h};
+    lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+    for (int i = 0; i < h; i++) ranks[i] = i;
+    cfg.ranks = ranks;
+    cfg.nranks = h;
+    LM_ASSERT_OK_ALL(lm_mesh_create(&half, lm_test_comm_f(), 1, hs, &cfg));
+    lm_dist_tensor_t on_half = dist_from(half, g, rows, cols, s0);
+    lm_placement_t psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
+    const lm_placement_t *outpl[2] = {psum, NULL};
+    lm_arg_t in[1] = {lm_arg_dist(on_half)}, out[2];
+    lm_mesh_t seen = NULL;
+    char who[64];
+    snprintf(who, sizeof who, "mesh rank %d (rank %d)", h, h);
+    for (int f = 0; f < 2; f++) {
+      unsigned flags = f ? LM_LOCAL_MAP_RESHARD_INPUTS : 0;
+      LM_ASSERT_STATUS_ALL(call_lm(shard_sum_fn, &seen, 1, in, NULL, 2, outpl, NULL, world, flags,
+                                   out),
+                           LM_ERR_INVALID_ARGUMENT);
+      LM_ASSERT_ALL(all_none(out, 2) && seen == NULL);
+      if (!has(g_msg, who)) lm_test__diag("rank %d: %s\n", lm_test_rank(), g_msg);
+      LM_ASSERT_ALL(has(g_msg, "inputs[0]") && has(g_msg, who) && has(g_msg, "no shard"));
+    }
+    /* mesh NULL and inputs on two meshes: refused (nothing to check them against). */
+    lm_arg_t in2[2] = {lm_arg_dist(on_world), lm_arg_dist(on_rev)};
+    LM_ASSERT_STATUS_ALL(call_lm(shard_sum_fn, &seen, 2, in2, NULL, 2, outpl, NULL, NULL, 0, out),
+                         LM_ERR_INVALID_ARGUMENT);
+    LM_ASSERT_ALL(all_none(out, 2) && seen == NULL && has(g_msg, "inputs[1]") &&
+                  has(g_msg, "another mesh"));
+    /* The same two inputs with `mesh` given: both kept, fn runs once. */
+    LM_ASSERT_OK_ALL(call_lm(shard_sum_fn, &seen, 2, in2, NULL, 2, outpl, NULL, rev, 0, out));
+    LM_ASSERT_ALL(seen == rev);
+    destroy_outputs(out, 2);
+    lm_dist_tensor_destroy(&on_half);
+    lm_mesh_destroy(&half);
+  }
+  free(g);
+  lm_dist_tensor_destroy(&on_rev);
+  lm_dist_tensor_destroy(&on_world);
+  lm_dist_tensor_destroy(&on_grid);
+  lm_mesh_destroy(&grid);
+  lm_mesh_destroy(&rev);
+  lm_mesh_destroy(&world);
+}
+
+/* lm_tensor_alloc: shapes, dtypes, pool storage, the deleter, bad arguments. */
+static void test_tensor_alloc(void **state) {
+  (void)state;
+  DLManagedTensor *t = NULL;
+  int64_t shape[3] = {3, 0, 2}, big[1] = {(int64_t)1 << 18}; /* 1 MiB of float32: pooled */
+  LM_ASSERT_OK_ALL(lm_tensor_alloc(&t, 2, shape, LM_INT16, LM_CPU));
+  LM_ASSERT_ALL(t && t->deleter && t->dl_tensor.ndim == 2 && t->dl_tensor.shape != shape &&
+                t->dl_tensor.shape[0] == 3 && t->dl_tensor.shape[1] == 0 &&
+                t->dl_tensor.strides == NULL && t->dl_tensor.dtype.bits == 16 &&
+                t->dl_tensor.data != NULL);
+  t->deleter(t);
+  t = NULL;
+  shape[1] = 5;
+  LM_ASSERT_OK_ALL(lm_tensor_alloc(&t, 3, shape, LM_COMPLEX128, LM_CPU));
+  {
+    int zero = 1;
+    const unsigned char *b = (const unsigned char *)t->dl_tensor.data;
+    for (size_t i = 0; i < 3 * 5 * 2 * 16; i++) zero &= b[i] == 0;
+    LM_ASSERT_ALL(zero && ((uintptr_t)t->dl_tensor.data & 63) == 0);
+  }
+  t->deleter(t);
+  LM_ASSERT_OK_ALL(lm_tensor_alloc(&t, 0, NULL, LM_BOOL, LM_CPU));
+  LM_ASSERT_ALL(t->dl_tensor.ndim == 0 && t->dl_tensor.data != NULL);
+  t->deleter(t);
+  /* Storage from the buffer pool: a freed large buffer is taken again. */
+  LM_ASSERT_OK_ALL(lm_tensor_alloc(&t, 1, big, LM_FLOAT32, LM_CPU));
+  void *first = t->dl_tensor.data;
+  ((float *)first)[5] = 7.0f;
+  t->deleter(t);
+  LM_ASSERT_OK_ALL(lm_tensor_alloc(&t, 1, big, LM_FLOAT32, LM_CPU));
+  LM_ASSERT_ALL(t->dl_tensor.data == first && ((float *)t->dl_tensor.data)[5] == 0.0f);
+  t->deleter(t);
+  /* Bad arguments name themselves; *out is NULL. */
+  int64_t neg[1] = {-1};
+  DLDataType lanes2 = {kDLFloat, 32, 2};
+  DLDevice cuda = {kDLCUDA, 0};
+  t = (DLManagedTensor *)(void *)&t;
+  LM_EXPECT_ALL(lm_tensor_alloc(&t, 1, neg, LM_FLOAT32, LM_CPU), LM_ERR_INVALID_ARGUMENT, "shape[0]");
+  LM_ASSERT_ALL(t == NULL);
+  LM_EXPECT_ALL(lm_tensor_alloc(&t, 1, NULL, LM_FLOAT32, LM_CPU), LM_ERR_INVALID_ARGUMENT, "shape");
+  LM_EXPECT_ALL(lm_tensor_alloc(&t, 33, big, LM_FLOAT32, LM_CPU), LM_ERR_INVALID_ARGUMENT, "ndim");
+  LM_EXPECT_ALL(lm_tensor_alloc(&t, -1, big, LM_FLOAT32, LM_CPU), LM_ERR_INVALID_ARGUMENT, "ndim");
+  LM_EXPECT_ALL(lm_tensor_alloc(&t, 1, big, lanes2, LM_CPU), LM_ERR_INVALID_ARGUMENT, "dtype");
+  LM_EXPECT_ALL(lm_tensor_alloc(&t, 1, big, LM_FLOAT32, cuda), LM_ERR_NOT_SUPPORTED, "device");
+  LM_EXPECT_ALL(lm_tensor_alloc(NULL, 1, big, LM_FLOAT32, LM_CPU), LM_ERR_INVALID_ARGUMENT, "out");
+  {
+    int64_t huge[2] = {(int64_t)1 << 40, (int64_t)1 << 30};
+    LM_EXPECT_ALL(lm_tensor_alloc(&t, 2, huge, LM_FLOAT32, LM_CPU), LM_ERR_INVALID_ARGUMENT, "2^58");
+  }
+  /* The builders make what they say. */
+  lm_arg_t a = lm_arg_none(), b = lm_arg_i64(-3), c = lm_arg_f64(1.25), d = lm_arg_ptr(&a);
+  LM_ASSERT_ALL(a.kind == LM_ARG_NONE && a.ptr == NULL && b.kind == LM_ARG_INT64 && b.i64 == -3 &&
+                c.kind == LM_ARG_DOUBLE && c.f64 == 1.25 && d.kind == LM_ARG_POINTER && d.ptr == &a);
+}
+
+/* Messages read as English and name the argument as the caller wrote it. */
+static void test_messages_name_arguments(void **state) {
+  (void)state;
+  lm_mesh_t mesh = world_mesh();
+  lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE}, pavg[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_AVG)};
+  const lm_placement_t *inpl[2] = {NULL, rep};
+  lm_arg_t in[2] = {lm_arg_none(), lm_arg_i64(4)}, out[1];
+  int calls = 0;
+  LM_ASSERT_STATUS_ALL(call_lm(count_fn, &calls, 2, in, inpl, 0, NULL, NULL, mesh, 0, NULL),
+                       LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(has(g_msg, "in_placements[1] is set but inputs[1] is an INT64"));
+  const lm_placement_t *inpl0[2] = {rep, NULL};
+  LM_ASSERT_STATUS_ALL(call_lm(count_fn, &calls, 2, in, inpl0, 0, NULL, NULL, mesh, 0, NULL),
+                       LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(has(g_msg, "inputs[0] is empty") && !has(g_msg, "a NONE"));
+  /* an output of the wrong kind for its placements */
+  const lm_placement_t *outpl[1] = {rep};
+  LM_ASSERT_STATUS_ALL(call_lm(count_fn, &calls, 0, NULL, NULL, 1, outpl, NULL, mesh, 0, out),
+                       LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(has(g_msg, "outputs[0] is an INT64 but out_placements[0] is set"));
+  /* a reshard the input cannot take names in_placements[0] */
+  {
+    lm_dist_tensor_t b = NULL;
+    int64_t n[1] = {4};
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&b, mesh, 1, n, LM_BOOL, LM_CPU, rep));
+    lm_arg_t bin[1] = {lm_arg_dist(b)};
+    const lm_placement_t *binpl[1] = {pavg};
+    LM_ASSERT_STATUS_ALL(call_lm(count_fn, &calls, 1, bin, binpl, 0, NULL, NULL, mesh,
+                                 LM_LOCAL_MAP_RESHARD_INPUTS, NULL),
+                         LM_ERR_NOT_SUPPORTED);
+    LM_ASSERT_ALL(has(g_msg, "in_placements[0]") && has(g_msg, "bool"));
+    lm_dist_tensor_destroy(&b);
+  }
+  lm_mesh_destroy(&mesh);
+}
+
+/* A scalar (0-d) dist input: kept as it is (fn sees this rank's partial) or resharded to
+ * Replicate on the way in (fn sees the sum); the output is a 0-d Partial(sum) again. */
+static lm_status_t scalar_in_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                                lm_arg_t *out) {
+  double *seen = (double *)ud;
+  DLManagedTensor *s = NULL;
+  (void)mesh;
+  if (nin != 1 || nout != 1 || in[0].kind != LM_ARG_TENSOR) return LM_ERR_INVALID_ARGUMENT;
+  const DLTensor *x = (const DLTensor *)in[0].ptr;
+  if (x->ndim != 0) return LM_ERR_INVALID_ARGUMENT;
+  *seen = *(const double *)x->data;
+  lm_status_t st = lm_tensor_alloc(&s, 0, NULL, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  *(double *)s->dl_tensor.data = 2 * *seen;
+  out[0] = lm_arg_managed(s);
+  return LM_SUCCESS;
+}
+
+static void test_scalar_inputs(void **state) {
+  (void)state;
+  lm_mesh_t mesh = world_mesh();
+  const int n = lm_test_size(), r = lm_test_rank();
+  lm_placement_t psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)}, rep[1] = {LM_PLACEMENT_REPLICATE};
+  double mine = r + 1, seen = -1, got = -1, sum = n * (n + 1) / 2.0;
+  DLTensor l = {&mine, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+  DLTensor d = {&got, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+  lm_dist_tensor_t x = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, mesh, &l, psum, LM_SHAPE_GIVEN, NULL, 0));
+  lm_arg_t in[1] = {lm_arg_dist(x)}, out[1];
+  const lm_placement_t *outpl[1] = {psum};
+  LM_ASSERT_OK_ALL(call_lm(scalar_in_fn, &seen, 1, in, NULL, 1, outpl, NULL, NULL, 0, out));
+  LM_ASSERT_ALL(seen == mine);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather((lm_dist_tensor_t)out[0].ptr, -1, &d));
+  LM_ASSERT_ALL(got == 2 * sum);
+  destroy_outputs(out, 1);
+  const lm_placement_t *inpl[1] = {rep};
+  LM_ASSERT_OK_ALL(call_lm(scalar_in_fn, &seen, 1, in, inpl, 1, outpl, NULL, NULL,
+                           LM_LOCAL_MAP_RESHARD_INPUTS, out));
+  LM_ASSERT_ALL(seen == sum);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather((lm_dist_tensor_t)out[0].ptr, -1, &d));
+  LM_ASSERT_ALL(got == 2 * sum * n);
+  destroy_outputs(out, 1);
+  /* Shard of the scalar asked for by in_placements: refused, naming it. */
+  lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
+  const lm_placement_t *bad[1] = {s0};
+  LM_ASSERT_STATUS_ALL(call_lm(scalar_in_fn, &seen, 1, in, bad, 1, outpl, NULL, NULL,
+                               LM_LOCAL_MAP_RESHARD_INPUTS, out),
+                       LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(has(g_msg, "in_placements[0]") && all_none(out, 1));
+  lm_dist_tensor_destroy(&x);
+  lm_mesh_destroy(&mesh);
+}
+
 /* Leak accounting over the whole suite: every managed tensor made was freed. */
 static void test_zz_no_leaks(void **state) {
   (void)state;
@@ -1527,6 +1839,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_counts_disagree),
     cmocka_unit_test(test_bad_arguments),
     cmocka_unit_test(test_grid_shard_outputs),
+    cmocka_unit_test(test_sibling_mesh_inputs),
+    cmocka_unit_test(test_tensor_alloc),
+    cmocka_unit_test(test_messages_name_arguments),
+    cmocka_unit_test(test_scalar_inputs),
     cmocka_unit_test(test_zz_no_leaks),
     cmocka_unit_test(test_zz_fn_fails_with_allgather_shapes),
 };

@@ -375,6 +375,16 @@ static void test_mesh_create_bad_inputs(void **state) {
   }
   /* Product != world size without a rank list. */
   LM_EXPECT_ALL(lm_mesh_create(&m, comm, 1, shape_big, NULL), LM_ERR_INVALID_ARGUMENT, "shape");
+  /* A shape larger than the parent says what was asked and what there is. */
+  {
+    int64_t s[2] = {2, n};
+    char want[96];
+    snprintf(want, sizeof want, "mesh shape [2, %d] asks for %d ranks but the parent communicator "
+             "has %d", n, 2 * n, n);
+    LM_EXPECT_ALL(lm_mesh_create(&m, comm, 2, s, NULL), LM_ERR_INVALID_ARGUMENT, want);
+    int64_t h[3] = {INT64_MAX, INT64_MAX, 2};
+    LM_EXPECT_ALL(lm_mesh_create(&m, comm, 3, h, NULL), LM_ERR_INVALID_ARGUMENT, "more than 2^63");
+  }
   if (n > 1) {
     int64_t s[1] = {n - 1};
     LM_EXPECT_ALL(lm_mesh_create(&m, comm, 1, s, NULL), LM_ERR_INVALID_ARGUMENT, "ranks");

@@ -236,7 +236,7 @@ static const char *dt_name(DLDataType dt) { return is_int(dt) ? "int64" : "float
 /* What a checked shard must hold. */
 enum {
   EXP_VALUE,   /* the value */
-  EXP_RINIT,   /* R -> P(op): sum: value where all Partial coords are 0, else 0; max/avg: value */
+  EXP_RINIT,   /* R -> P(op): sum/prod: value where all Partial coords are 0, else 0/1; others: value */
   EXP_PARTS    /* the parts a Partial source of the same layout was filled with */
 };
 
@@ -245,6 +245,7 @@ static double expected(int kind, int op, int64_t lin, int salt, const pinfo_t *p
     case EXP_VALUE: return val(lin, salt);
     case EXP_RINIT:
       if (op == LM_REDUCE_SUM) return pi->p == 0 ? val(lin, salt) : 0.0;
+      if (op == LM_REDUCE_PROD) return pi->p == 0 ? val(lin, salt) : 1.0;
       return val(lin, salt);
     default: return part_val(op, lin, salt, pi);
   }
@@ -299,7 +300,8 @@ static int check_tensor(lm_dist_tensor_t t, const lm_placement_t *pl, int ndim, 
   int64_t n;
   const void *data = local_data(t, &n);
   if (!mi.member) {
-    if (n != 0) {
+    /* a 0-d placeholder's view has no dims to be empty along: it has no data instead */
+    if (ndim == 0 ? data != NULL : n != 0) {
       note("%s: a non-member's placeholder has %lld local elements", label, (long long)n);
       return 0;
     }
@@ -1437,6 +1439,178 @@ static void test_bad_inputs(void **state) {
   finish("bad inputs");
 }
 
+
+/* ============================================================================ 0-d tensors */
+/* A scalar (0-d) dist tensor holds one element on every member. Every pair of the placements a
+ * 0-d tensor can have (R, P(sum), P(max), P(avg), P(min), P(prod); 2-D meshes mix them), on the
+ * 1-D mesh, across to the reversed mesh and from the first half of the ranks, and on a 2-D mesh
+ * when the size allows, by every path; then gather, from_global, from_local, export, and Shard
+ * refused at the call that asks for it. */
+static void run_0d_pairs(const char *prefix, lm_mesh_t sm, lm_mesh_t dm,
+                         lm_placement_t (*lists)[2], int nl, int *npairs) {
+  const DLDataType dts[2] = {LM_FLOAT64, LM_INT64};
+  minfo_t smi = minfo(sm), dmi = minfo(dm);
+  for (int a = 0; a < nl; ++a)
+    for (int b = 0; b < nl; ++b)
+      for (int t = 0; t < 2; ++t) {
+        const lm_placement_t *sp = lists[a], *dp = lists[b];
+        int path = (a + b + t) % 3, salt = 3 * a + b + t;
+        int sop = partial_op(sp, smi.mdim), dop = partial_op(dp, dmi.mdim);
+        if (is_int(dts[t]) && (sop == LM_REDUCE_PROD || dop == LM_REDUCE_PROD)) continue;
+        if (sop >= 0 && dop >= 0 && sop != dop) {
+          lm_dist_tensor_t src = make_src(sm, sp, 0, NULL, dts[t], salt), dst = NULL;
+          lm_status_t st = do_reshard(src, sm, sp, dm, dp, 0, NULL, dts[t], path, &dst);
+          if (st != LM_ERR_INVALID_ARGUMENT || dst != NULL)
+            note("%s 0-d P(%s)->P(%s): got %s, want INVALID_ARGUMENT", prefix, op_name(sop),
+                 op_name(dop), lm_status_string(st));
+          lm_dist_tensor_destroy(&dst);
+          lm_dist_tensor_destroy(&src);
+          continue;
+        }
+        int raw = sm == dm ? raw_kind_of(sp, dp, smi.mdim) : EXP_VALUE;
+        if (sm != dm && dop >= 0 && sop < 0) raw = EXP_VALUE; /* cross-mesh R->P: values only */
+        pair_ok(prefix, sm, sp, dm, dp, 0, NULL, dts[t], path, raw, salt);
+        ++*npairs;
+      }
+}
+
+static void test_0d_all_pairs(void **state) {
+  (void)state;
+  int n = lm_test_size(), npairs = 0;
+  lm_mesh_t mesh = make_1d();
+  static lm_placement_t l1[6][2];
+  int nl1 = 0;
+  l1[nl1++][0] = R_();
+  for (int op = LM_REDUCE_SUM; op <= LM_REDUCE_PROD; ++op) l1[nl1++][0] = P_(op);
+  run_0d_pairs("0-d 1d", mesh, mesh, l1, nl1, &npairs);
+  /* across meshes: reversed ranks, and a mesh over the first half of the ranks */
+  {
+    int ranks[64];
+    int64_t s[1] = {n};
+    for (int i = 0; i < n; ++i) ranks[i] = n - 1 - i;
+    lm_mesh_t rev = make_mesh(1, s, ranks, n);
+    run_0d_pairs("0-d 1d->reversed", mesh, rev, l1, nl1, &npairs);
+    s[0] = (n + 1) / 2;
+    for (int i = 0; i < s[0]; ++i) ranks[i] = i;
+    lm_mesh_t half = make_mesh(1, s, ranks, (int)s[0]);
+    run_0d_pairs("0-d half->1d", half, mesh, l1, nl1, &npairs);
+    lm_mesh_destroy(&half);
+    lm_mesh_destroy(&rev);
+  }
+  if (n % 2 == 0 && n >= 4) {
+    int64_t s[2] = {2, n / 2};
+    lm_mesh_t m2 = make_mesh(2, s, NULL, 0);
+    static lm_placement_t l2[8][2];
+    int nl2 = 0;
+    const lm_placement_t b[4] = {R_(), P_(LM_REDUCE_SUM), P_(LM_REDUCE_AVG), P_(LM_REDUCE_MAX)};
+    for (int i = 0; i < 4; ++i) {
+      l2[nl2][0] = b[i];
+      l2[nl2++][1] = R_();
+    }
+    l2[nl2][0] = R_(); l2[nl2++][1] = P_(LM_REDUCE_SUM);
+    l2[nl2][0] = P_(LM_REDUCE_SUM); l2[nl2++][1] = P_(LM_REDUCE_SUM);
+    l2[nl2][0] = P_(LM_REDUCE_AVG); l2[nl2++][1] = P_(LM_REDUCE_AVG);
+    l2[nl2][0] = R_(); l2[nl2++][1] = P_(LM_REDUCE_MIN);
+    run_0d_pairs("0-d 2d", m2, m2, l2, nl2, &npairs);
+    lm_mesh_destroy(&m2);
+  }
+  if (lm_test_rank() == 0) printf("0-d: %d pairs checked\n", npairs);
+  lm_mesh_destroy(&mesh);
+  finish("0-d all pairs");
+}
+
+static void test_0d_entry_points(void **state) {
+  (void)state;
+  lm_mesh_t mesh = make_1d();
+  minfo_t mi = minfo(mesh);
+  lm_placement_t psum[1] = {P_(LM_REDUCE_SUM)}, pavg[1] = {P_(LM_REDUCE_AVG)}, rep[1] = {R_()},
+                 sh[1] = {S_(0)};
+  int n = lm_test_size(), me = (int)mi.coord[0];
+  /* from_local of a Partial scalar: every rank holds rank+1; gather reduces (every rank, root) */
+  {
+    double mine = (double)(me + 1), got = -1, want = n * (n + 1) / 2.0;
+    DLTensor l = {&mine, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+    DLTensor d = {&got, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+    lm_dist_tensor_t t = NULL, r = NULL, a = NULL;
+    for (int mode = 0; mode < 3; ++mode) {
+      LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, mesh, &l, psum, (lm_shape_mode_t)mode, NULL,
+                                                 LM_FROM_LOCAL_COPY));
+      int nd = -1;
+      LM_ASSERT_OK(lm_dist_tensor_ndim(t, &nd));
+      if (nd != 0) note("from_local 0-d mode %d: ndim %d", mode, nd);
+      got = -1;
+      LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, -1, &d));
+      if (got != want) note("gather of a P(sum) scalar: %g, want %g", got, want);
+      got = -1;
+      LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, 0, me == 0 ? &d : NULL));
+      if (me == 0 && got != want) note("gather to root of a P(sum) scalar: %g, want %g", got, want);
+      lm_dist_tensor_destroy(&t);
+    }
+    /* P(avg) -> R, then R -> P(sum) -> P(sum) */
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, mesh, &l, pavg, LM_SHAPE_GIVEN, NULL,
+                                               LM_FROM_LOCAL_BORROW));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, rep));
+    DLTensor v;
+    LM_ASSERT_OK(lm_dist_tensor_local(r, &v));
+    if (v.ndim != 0 || *(double *)v.data != (n + 1) / 2.0)
+      note("P(avg)->R of a scalar: ndim %d value %g, want %g", v.ndim, *(double *)v.data,
+           (n + 1) / 2.0);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&a, r, NULL, psum));
+    lm_dist_tensor_destroy(&t);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&t, a, NULL, psum));
+    got = -1;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, -1, &d));
+    if (got != (n + 1) / 2.0) note("R->P(sum)->P(sum)->gather of a scalar: %g", got);
+    /* export: a 0-d DLManagedTensor */
+    DLManagedTensor *mt = NULL;
+    LM_ASSERT_OK(lm_dist_tensor_export(r, &mt));
+    if (mt->dl_tensor.ndim != 0 || *(double *)mt->dl_tensor.data != (n + 1) / 2.0)
+      note("export of a 0-d tensor: ndim %d", mt->dl_tensor.ndim);
+    mt->deleter(mt);
+    lm_dist_tensor_destroy(&t);
+    lm_dist_tensor_destroy(&a);
+    lm_dist_tensor_destroy(&r);
+  }
+  /* from_global with Partial, both modes: the root's value is the value */
+  {
+    int64_t full = 42, got = 0;
+    DLTensor g = {&full, LM_CPU, 0, LM_INT64, NULL, NULL, 0};
+    DLTensor d = {&got, LM_CPU, 0, LM_INT64, NULL, NULL, 0};
+    lm_placement_t pmax[1] = {P_(LM_REDUCE_MAX)};
+    for (int root = -1; root <= 0; ++root) {
+      lm_dist_tensor_t t = NULL;
+      LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&t, mesh, root < 0 || me == 0 ? &g : NULL, pmax,
+                                                  root));
+      got = 0;
+      LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, -1, &d));
+      if (got != 42) note("from_global(root %d) P(max) scalar gathered %lld", root, (long long)got);
+      lm_dist_tensor_destroy(&t);
+    }
+  }
+  /* Shard of a 0-d tensor: refused where it is asked for, naming the argument */
+  {
+    lm_dist_tensor_t t = NULL, o = NULL;
+    lm_reshard_plan_t plan = NULL;
+    double x = 1;
+    DLTensor l = {&x, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 0, NULL, LM_FLOAT64, LM_CPU, sh),
+                  LM_ERR_INVALID_ARGUMENT, "placements[0]");
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, mesh, &l, sh, LM_SHAPE_GIVEN, NULL, 0),
+                  LM_ERR_INVALID_ARGUMENT, "placements[0]");
+    LM_EXPECT_ALL(lm_dist_tensor_from_global(&t, mesh, &l, sh, -1), LM_ERR_INVALID_ARGUMENT,
+                  "placements[0]");
+    LM_EXPECT_ALL(lm_reshard_plan_create(&plan, mesh, psum, mesh, sh, 0, NULL, LM_FLOAT64),
+                  LM_ERR_INVALID_ARGUMENT, "dst_placements[0]");
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, mesh, 0, NULL, LM_FLOAT64, LM_CPU, psum));
+    LM_EXPECT_ALL(lm_dist_tensor_reshard(&o, t, NULL, sh), LM_ERR_INVALID_ARGUMENT,
+                  "placements[0]");
+    LM_ASSERT_ALL(o == NULL);
+    lm_dist_tensor_destroy(&t);
+  }
+  lm_mesh_destroy(&mesh);
+  finish("0-d entry points");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_1d_all_pairs),
     cmocka_unit_test(test_bytes_sent),
@@ -1451,6 +1625,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_nonblocking),
     cmocka_unit_test(test_inflight_uninvolved_ranks),
     cmocka_unit_test(test_bad_inputs),
+    cmocka_unit_test(test_0d_all_pairs),
+    cmocka_unit_test(test_0d_entry_points),
 };
 
 LM_TEST_MAIN(tests)

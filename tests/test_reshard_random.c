@@ -263,15 +263,16 @@ typedef struct {
   int sm, dm;
   lm_placement_t sp[3], dp[3];
   int path;
+  int shard_0d; /* the target asks for Shard of a 0-d tensor: must be refused */
 } case_t;
 
 static void draw_placements(lm_placement_t *pl, int mdim, int ndim, int op) {
   for (int m = 0; m < mdim; ++m) {
     int r = rndi(100);
     memset(&pl[m], 0, sizeof pl[m]);
-    if (r < 30) {
+    if (r < 30 || (ndim == 0 && r < 60)) {
       pl[m].kind = LM_REPLICATE;
-    } else if (r < 75) {
+    } else if (r < 75 && ndim > 0) {
       pl[m].kind = LM_SHARD;
       pl[m].dim = rndi(ndim);
       pl[m].order = rndi(4) == 0 ? rndi(3) : 0;
@@ -299,6 +300,31 @@ static void draw_case(case_t *c) {
   draw_placements(c->sp, pool[c->sm].ndim, c->ndim, c->op);
   draw_placements(c->dp, pool[c->dm].ndim, c->ndim, op2);
   c->path = rndi(10) < 6 ? 0 : rndi(2) + 1;
+  c->shard_0d = 0;
+}
+
+/* A 0-d case: a scalar with Replicate / Partial placements (no Shard can exist), any dtype, op,
+ * mesh pair and path; one in ten asks for Shard on the target, which must be refused. */
+static void draw_case_0d(case_t *c) {
+  c->ndim = 0;
+  c->g[0] = c->g[1] = c->g[2] = 0;
+  c->t = rndi(T_N);
+  do {
+    c->op = rndi(5);
+  } while (!op_ok(c->t, c->op));
+  c->sm = rndi(npool);
+  c->dm = rndi(10) < 5 ? c->sm : rndi(npool);
+  int op2 = rndi(8) == 0 ? rndi(5) : c->op;
+  if (!op_ok(c->t, op2)) op2 = c->op;
+  draw_placements(c->sp, pool[c->sm].ndim, 0, c->op);
+  draw_placements(c->dp, pool[c->dm].ndim, 0, op2);
+  c->path = rndi(3);
+  c->shard_0d = rndi(10) == 0;
+  if (c->shard_0d) {
+    int m = rndi(pool[c->dm].ndim);
+    memset(&c->dp[m], 0, sizeof c->dp[m]);
+    c->dp[m].kind = LM_SHARD;
+  }
 }
 
 static int has_partial(const lm_placement_t *pl, int n, int *op) {
@@ -426,7 +452,12 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
       LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
     }
   }
-  if (bad_ops) {
+  if (c->shard_0d) {
+    if (st != LM_ERR_INVALID_ARGUMENT || dst != NULL) {
+      note_fail(seed, k, c, "Shard of a 0-d tensor was not refused");
+      ok = 0;
+    }
+  } else if (bad_ops) {
     if (st != LM_ERR_INVALID_ARGUMENT) {
       note_fail(seed, k, c, "Partial(a)->Partial(b) was not refused");
       ok = 0;
@@ -479,8 +510,36 @@ static void test_random_reshards(void **state) {
   LM_ASSERT_ALL(bad == 0);
 }
 
+/* 0-d tensors, drawn from their own stream so the cases above stay what they were. Cases:
+ * LM_RESHARD_CASES_0D, default 400 per run. */
+static void test_random_reshards_0d(void **state) {
+  (void)state;
+  int n = lm_test_size();
+  const char *e = getenv("LM_RESHARD_CASES_0D");
+  int cases = e ? atoi(e) : 400;
+  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261201ull + (uint64_t)n;
+  int only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
+  build_pool();
+  failbuf[0] = 0;
+  nfail_local = 0;
+  int bad = 0, ran = 0;
+  rng_state = seed;
+  for (int k = 0; k < cases; ++k) {
+    case_t c;
+    draw_case_0d(&c);
+    if (only >= 0 && k != only) continue;
+    if (!run_case(seed, k, &c)) ++bad;
+    ++ran;
+  }
+  if (bad) fprintf(stderr, "%s", failbuf);
+  if (lm_test_rank() == 0) printf("reshard random 0-d: %d cases at np %d, seed %llu\n", ran, n, (unsigned long long)seed);
+  free_pool();
+  LM_ASSERT_ALL(bad == 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_random_reshards),
+    cmocka_unit_test(test_random_reshards_0d),
 };
 
 LM_TEST_MAIN(tests)

@@ -107,6 +107,9 @@ LM_API lm_status_t lm_comm_world(int *comm_f) {
     int init = 0;
     MPI_Initialized(&init);
     if (!init) fail(LM_ERR_INVALID_USAGE, "lm_comm_world: MPI is not initialised (call lm_init)");
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) fail(LM_ERR_INVALID_USAGE, "lm_comm_world: MPI was already finalized");
     *comm_f = (int)MPI_Comm_c2f(MPI_COMM_WORLD);
   });
 }
@@ -118,6 +121,9 @@ LM_API lm_status_t lm_world_rank(int *rank, int *size) {
     int init = 0;
     MPI_Initialized(&init);
     if (!init) fail(LM_ERR_INVALID_USAGE, "lm_world_rank: MPI is not initialised (call lm_init)");
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) fail(LM_ERR_INVALID_USAGE, "lm_world_rank: MPI was already finalized");
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, size);
   });
@@ -506,6 +512,15 @@ LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTenso
     tensor_retain(t);
     c->t = t;
     *managed = &owner.release()->mt;
+  });
+}
+
+LM_API lm_status_t lm_tensor_alloc(DLManagedTensor **out, int ndim, const int64_t *shape,
+                                   DLDataType dtype, DLDevice device) {
+  if (out) *out = nullptr;
+  return guard([&] {
+    OUT_ARG(out, "out", "lm_tensor_alloc");
+    *out = tensor_alloc_managed(ndim, shape, dtype, device);
   });
 }
 

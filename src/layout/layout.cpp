@@ -217,6 +217,11 @@ std::string Layout::key() const {
 
 std::string Layout::str() const { return format_placements(pl.data(), mesh_ndim()); }
 
+Layout as_one_element(const Layout &L) {
+  if (!L.gshape.empty()) return L;
+  return Layout(L.grid, L.pl, Shape{1});
+}
+
 // ---------------------------------------------------------------------------------------------
 Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const lm_placement_t *pl,
                                 int ndim, const int64_t *local_shape,

@@ -102,6 +102,10 @@ struct Layout {
   std::string str() const;  // "[S(0), R]"
 };
 
+// A 0-d layout (no Shard: validate_placements refuses it) as the same layout of shape [1]: both
+// hold one element on every member. Other layouts come back unchanged.
+Layout as_one_element(const Layout &L);
+
 // The global shape implied by every mesh rank's local extents (extent(r, d): mesh rank r's extent
 // along tensor dim d): along a sharded dim the sum over the coordinates of the mesh dims that
 // shard it, elsewhere local_shape[d]. Then every rank's extents are checked against the

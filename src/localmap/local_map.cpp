@@ -100,6 +100,36 @@ const char *kind_name(int32_t k) {
   return "?";
 }
 
+// "is empty", "is an INT64", "is a TENSOR": what an argument is, as an English predicate.
+const char *kind_phrase(int32_t k) {
+  switch (k) {
+    case LM_ARG_NONE: return "is empty (LM_ARG_NONE)";
+    case LM_ARG_DIST_TENSOR: return "is a DIST_TENSOR";
+    case LM_ARG_TENSOR: return "is a TENSOR";
+    case LM_ARG_INT64: return "is an INT64";
+    case LM_ARG_DOUBLE: return "is a DOUBLE";
+    case LM_ARG_POINTER: return "is a POINTER";
+    case LM_ARG_MANAGED_TENSOR: return "is a MANAGED_TENSOR";
+  }
+  return "has an unknown kind";
+}
+
+// Whether every rank of `out` is a member of `in` (both from one parent communicator): then an
+// input living on `in` has a shard on every rank that runs fn. Pure: every rank decides alike.
+bool covers(const Grid &in, const Grid &out) {
+  for (int64_t i = 0; i < out.size(); ++i)
+    if (in.index_of(out.rank_at_index(i)) < 0) return false;
+  return true;
+}
+
+// The first rank of `out` that is not in `in` (as "mesh rank i (rank r)"), for messages.
+std::string first_missing(const Grid &in, const Grid &out) {
+  for (int64_t i = 0; i < out.size(); ++i)
+    if (in.index_of(out.rank_at_index(i)) < 0)
+      return strfmt("mesh rank %lld (rank %d)", (long long)i, out.rank_at_index(i));
+  return "none";
+}
+
 // What an lm_local_map call was asked (and, after fn, what it produced), for the agreement.
 struct AgreeCtx {
   lm_mesh_s *m;
@@ -152,7 +182,7 @@ void fingerprint_local_map(Fingerprint &fp, const AgreeCtx &c, bool full) {
     };
     for (int j = 0; j < c.nout; ++j) {
       mix((uint64_t)j << 32 | (uint64_t)c.outputs[j].kind);
-      if (c.outputs[j].kind == LM_ARG_MANAGED_TENSOR) {
+      if (c.outputs[j].kind == LM_ARG_MANAGED_TENSOR && c.out_pl && c.out_pl[j]) {  // plain ones may differ
         const DLDataType t = static_cast<DLManagedTensor *>(c.outputs[j].ptr)->dl_tensor.dtype;
         mix((uint64_t)t.code << 16 | (uint64_t)t.bits << 8 | t.lanes);
       }
@@ -249,8 +279,8 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       LM_CHECK_ARG(a.ptr != nullptr, "%s: inputs[%d] is a TENSOR with a NULL DLTensor*", F, i);
     }
     if (in_placements && in_placements[i] && a.kind != LM_ARG_DIST_TENSOR)
-      fail(LM_ERR_INVALID_ARGUMENT, "%s: in_placements[%d] is set but inputs[%d] is a %s, not a "
-           "dist tensor", F, i, i, kind_name(a.kind));
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: in_placements[%d] is set but inputs[%d] %s, not a "
+           "dist tensor", F, i, i, kind_phrase(a.kind));
   }
   bool any_tensor_out = false;
   for (int j = 0; j < nout; ++j)
@@ -311,12 +341,25 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
         lazily([&](const char *w) { validate_placements(want, m->ndim(), t->layout.ndim(), w); },
                "%s: in_placements[%d]", i);
       bool other_mesh = t->mesh != m && !t->mesh->grid->same_as(*m->grid);
+      // A sibling mesh: an input kept as it is (in_placements[i] NULL) may live on another mesh
+      // of the same parent when `mesh` is given and every rank of `mesh` holds a shard of it.
+      if (other_mesh && !want && mesh) {
+        lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
+        transfer_comm(t->mesh, m, strfmt("%s: inputs[%d]", F, i).c_str());
+        if (covers(*t->mesh->grid, *m->grid)) continue;
+        fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh that %s of mesh "
+             "is not in, so that rank holds no shard of it; give in_placements[%d] and pass "
+             "LM_LOCAL_MAP_RESHARD_INPUTS to move it", F, i,
+             first_missing(*t->mesh->grid, *m->grid).c_str(), i);
+      }
       bool differs = other_mesh || (want && !same_placements(t->layout, want));
       if (!differs) continue;
       if (!(flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
         if (other_mesh)
-          fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh; pass "
-               "LM_LOCAL_MAP_RESHARD_INPUTS (with its in_placements) to move it", F, i);
+          fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh than %s; pass "
+               "`mesh` (an input kept as it is may live on a mesh that every rank of `mesh` is "
+               "in), or LM_LOCAL_MAP_RESHARD_INPUTS with in_placements[%d] to move it", F, i,
+               mesh ? "mesh" : "inputs' first dist tensor", i);
         fail(LM_ERR_INVALID_ARGUMENT,
              "%s: inputs[%d] has placements %s but fn requires %s; pass "
              "LM_LOCAL_MAP_RESHARD_INPUTS to reshard it",
@@ -327,7 +370,14 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
              "is NULL: give the placements it should have on the target mesh", F, i, i);
       mesh_check_usable(t->mesh, "lm_local_map: the mesh of an input to reshard");
       std::vector<lm_placement_t> w(want ? want : t->layout.pl.data(), (want ? want : t->layout.pl.data()) + m->ndim());
-      check_reshard(t->layout, Layout(m->grid, w, t->layout.gshape), t->dt);
+      lazily([&](const char *wh) {
+        try {
+          check_reshard(t->layout, Layout(m->grid, w, t->layout.gshape), t->dt);
+        } catch (const Error &e) {
+          if (!*wh) throw;
+          throw Error(e.status(), strfmt("%s: %s", wh, e.message().c_str()));
+        }
+      }, "%s: in_placements[%d]", i);
       move[i] = 1;
       any_move = true;
     }
@@ -414,14 +464,12 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
                      "%s: outputs[%d].kind = %d is not a valid kind", F, j, o.kind);
         if (o.kind != LM_ARG_MANAGED_TENSOR) {
           if (pl)
-            fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is a %s but out_placements[%d] is set",
-                 F, j, kind_name(o.kind), j);
+            fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] %s but out_placements[%d] is set",
+                 F, j, kind_phrase(o.kind), j);
           continue;
         }
-        if (!pl)
-          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is a tensor but out_placements[%d] is "
-               "NULL", F, j, j);
         LM_CHECK_ARG(o.ptr != nullptr, "%s: outputs[%d] is a MANAGED_TENSOR with a NULL pointer", F, j);
+        if (!pl) continue;  // a plain local tensor: handed back to the caller as it is
         const DLTensor &lt = static_cast<DLManagedTensor *>(o.ptr)->dl_tensor;
         Shape ls;
         lazily([&](const char *w) { ls = check_shape(lt.ndim, lt.shape, w); }, "%s: outputs[%d]", j);
@@ -450,7 +498,8 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
           for (int k = 0; k < m->ndim(); ++k)
             if (pl[k].kind == LM_SHARD) gshapes[j][pl[k].dim] *= m->grid->shape()[k];
         }
-        check_numel(gshapes[j], "lm_local_map: an output's global shape");
+        lazily([&](const char *w) { check_numel(gshapes[j], w); },
+               "%s: the global shape of outputs[%d]", j);
         Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), gshapes[j]);
         Box b = L.box_at(m->coord.data());
         if (b.len != ls)
@@ -564,11 +613,18 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   try {
     for (; done < nout; ++done) {
       lm_arg_t &o = outputs[done];
-      if (o.kind != LM_ARG_MANAGED_TENSOR) continue;
+      if (o.kind != LM_ARG_MANAGED_TENSOR || !out_placements[done]) continue;
       auto *mt = static_cast<DLManagedTensor *>(o.ptr);
-      lm_dist_tensor_s *t = tensor_from_local(m, &mt->dl_tensor, out_placements[done],
-                                              LM_SHAPE_GIVEN, gshapes[done].data(), 0, mt,
-                                              "lm_local_map: output");
+      lm_dist_tensor_s *t;
+      try {
+        t = tensor_from_local(m, &mt->dl_tensor, out_placements[done], LM_SHAPE_GIVEN,
+                              gshapes[done].data(), 0, mt, "lm_local_map: output");
+      } catch (const Error &e) {  // name the output as the caller knows it
+        std::string msg = e.message(), from = "lm_local_map: output";
+        if (msg.compare(0, from.size(), from) == 0)
+          msg = strfmt("%s: outputs[%d]", F, done) + msg.substr(from.size());
+        throw Error(e.status(), msg);
+      }
       o.kind = LM_ARG_DIST_TENSOR;
       o.ptr = nullptr;
       o.ptr = tensor_wrap(t);  // releases t if it throws

@@ -108,8 +108,18 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
     int64_t total = 1;
     for (int i = 0; i < ndim; ++i) {
       LM_CHECK_ARG(shape[i] >= 1, "%s: shape[%d] = %lld must be >= 1", fn, i, (long long)shape[i]);
-      LM_CHECK_ARG(shape[i] <= (int64_t)psize / total,
-                   "%s: mesh shape is larger than the parent communicator (%d ranks)", fn, psize);
+      if (shape[i] > (int64_t)psize / total) {  // say what was asked: the shape and its size
+        std::string asked;
+        int64_t want = 1;
+        bool huge = false;
+        for (int k = 0; k < ndim; ++k) {
+          asked += strfmt("%s%lld", k ? ", " : "", (long long)shape[k]);
+          if (shape[k] >= 1 && __builtin_mul_overflow(want, shape[k], &want)) huge = true;
+        }
+        fail(LM_ERR_INVALID_ARGUMENT, "%s: mesh shape [%s] asks for %s ranks but the parent "
+             "communicator has %d", fn, asked.c_str(),
+             huge ? "more than 2^63" : strfmt("%lld", (long long)want).c_str(), psize);
+      }
       total *= shape[i];
       mshape.push_back(shape[i]);
     }

@@ -303,7 +303,14 @@ void check_reshard(const Layout &src, const Layout &dst, DType dt) {
 // ---------------------------------------------------------------------------------------------
 std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataType dtype,
                                  MPI_Comm comm, int me) {
-  const char *fn = "reshard";
+  // A 0-d tensor holds one element on every member, as a [1] tensor with no Shard does: plan it
+  // as that (the steps never see a 0-d layout); the plan still reports the caller's layouts.
+  if (src.gshape.empty() && dst.gshape.empty()) {
+    auto plan = plan_build(as_one_element(src), as_one_element(dst), dtype, comm, me);
+    plan->src = src;
+    plan->dst = dst;
+    return plan;
+  }
   auto plan = std::make_unique<Plan>();
   plan->comm = comm;
   plan->me = me;
@@ -333,10 +340,6 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
     if (src.pl[m].kind != LM_PARTIAL) continue;
     if (same_mesh && dst.pl[m].kind == LM_PARTIAL) continue;  // kept (same op checked above)
     int d = (same_mesh && dst.pl[m].kind == LM_SHARD) ? dst.pl[m].dim : largest_dim(src.gshape);
-    if (src.gshape.empty()) {
-      // 0-d tensor: reduce-scatter of one element degenerates; use d = -1 path below.
-      fail(LM_ERR_NOT_SUPPORTED, "%s: Partial reduction of a 0-d tensor; reshape it to [1]", fn);
-    }
     Layout next = cur;
     shard_innermost(next, m, d);
     // Floats divide once, by all reduced extents, on the last reduction (one rounding);

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "core/error.hpp"
 #include "core/handle.hpp"
@@ -107,11 +108,61 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
   t->local = local_box(mesh, layout);
   if (alloc && is_device(device)) {
     if (mesh->member) t->storage = device_storage_alloc(mesh, device, t->local_bytes(), true);
-  } else if (alloc)
-    t->storage = storage_alloc(t->local_bytes());
+  } else if (alloc && mesh->member) {
+    t->storage = storage_alloc(t->local_bytes());  // placeholders hold none
+  }
   mesh_retain(mesh);
   t->mesh = mesh;
   return t.release();
+}
+
+namespace {
+// One allocation per lm_tensor_alloc: the DLManagedTensor, its shape, and the pool buffer's
+// capacity; the deleter gives the buffer back to the pool and frees the rest.
+struct AllocCtx {
+  DLManagedTensor mt{};
+  int64_t shape[kMaxDims] = {};
+  size_t cap = 0;
+  size_t bytes = 0;  // the size asked of the pool (its high-water mark counts it)
+};
+
+void alloc_deleter(DLManagedTensor *m) {
+  if (!m) return;
+  auto *c = static_cast<AllocCtx *>(m->manager_ctx);
+  pool_give(m->dl_tensor.data, c->cap, c->bytes);
+  delete c;
+}
+}  // namespace
+
+DLManagedTensor *tensor_alloc_managed(int ndim, const int64_t *shape, DLDataType dtype,
+                                      DLDevice device) {
+  const char *fn = "lm_tensor_alloc";
+  Shape s = check_shape(ndim, shape, strfmt("%s: shape", fn).c_str());
+  DType dt = dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
+  check_device(device, strfmt("%s: device", fn).c_str());
+  if (enum_bits(device.device_type) != kDLCPU)  // device memory needs a mesh's stream/allocator
+    fail(LM_ERR_NOT_SUPPORTED, "%s: device: only kDLCPU (a device output comes from the "
+         "framework's allocator, handed over as a DLManagedTensor)", fn);
+  int64_t n = 1;
+  for (int64_t e : s) n *= e;
+  size_t bytes = (size_t)n * dtype_size(dt);
+  auto c = std::make_unique<AllocCtx>();
+  void *p = pool_take(bytes, &c->cap);
+  c->bytes = bytes;
+  if (!p) fail(LM_ERR_OUT_OF_MEMORY, "%s: could not allocate %zu bytes", fn, bytes);
+  std::memset(p, 0, bytes);
+  for (int i = 0; i < ndim; ++i) c->shape[i] = s[(size_t)i];
+  DLTensor &t = c->mt.dl_tensor;
+  t.data = p;
+  t.device = device;
+  t.ndim = ndim;
+  t.dtype = dtype;
+  t.shape = c->shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  c->mt.manager_ctx = c.get();
+  c->mt.deleter = alloc_deleter;
+  return &c.release()->mt;
 }
 
 Shape check_shape(int ndim, const int64_t *shape, const char *what) {

@@ -47,7 +47,8 @@ struct lm_dist_tensor_s {
   void *data() const {
     return storage ? static_cast<char *>(storage->data) + byte_offset : nullptr;
   }
-  int64_t local_numel() const { return local.numel(); }
+  // 0 on a non-member, also for a 0-d tensor (whose empty box would count one element).
+  int64_t local_numel() const { return mesh && !mesh->member ? 0 : local.numel(); }
   size_t local_bytes() const { return static_cast<size_t>(local_numel()) * esize; }
   ~lm_dist_tensor_s();
 };
@@ -79,6 +80,12 @@ void check_numel(const Shape &s, const char *what);
 // Checks device (kDLCPU; kDLCUDA in CUDA builds with a device), throws LM_ERR_NOT_SUPPORTED
 // otherwise.
 void check_device(DLDevice device, const char *what);
+
+// lm_tensor_alloc: a zero-filled compact tensor from the buffer pool as a DLManagedTensor whose
+// deleter returns the storage to the pool. Throws LM_ERR_INVALID_ARGUMENT / NOT_SUPPORTED /
+// OUT_OF_MEMORY naming the argument.
+DLManagedTensor *tensor_alloc_managed(int ndim, const int64_t *shape, DLDataType dtype,
+                                      DLDevice device);
 
 // Copies a box of `len` elements between two compact row-major buffers of local shapes
 // src_shape / dst_shape at offsets src_off / dst_off (elements of esize bytes).
