@@ -14,7 +14,8 @@
  * would cost; floor_ratio = lm_ms / memcpy_floor_ms (0 where nothing moves).
  * --sweep adds S0->S1, S1->S0 and S0->R at 32 KiB .. 128 MiB (case suffix ":n<N>"), the data of
  * the time-per-byte plot (bench/plot.py).
- * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] [--plan-only] [--sweep] */
+ * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] [--plan-only] [--sweep]
+ *        [--sweep-max N (largest n of the sweep, default 4096)] */
 #include <localmap.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@ extern lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak)
 static double g_plan_ms;
 static int64_t g_peak_plan, g_peak_reshard;
 static double g_floor_ms;
+static int64_t g_sweep_max = 4096;
 
 #define OK(x)                                                                                \
   do {                                                                                       \
@@ -316,7 +318,7 @@ static void one_d_cases(lm_mesh_t m1, int64_t n, const char *suffix) {
  * 4096 (32 KiB .. 128 MiB), for the time-per-byte plot. */
 static void sweep_cases(lm_mesh_t m1) {
   lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1), R = LM_PLACEMENT_REPLICATE;
-  for (int64_t n = 64; n <= 4096; n *= 2) {
+  for (int64_t n = 64; n <= g_sweep_max; n *= 2) {
     size_t full = (size_t)(n * n) * 8;
     base_case b = {0};
     b.comm = MPI_COMM_WORLD;
@@ -356,6 +358,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--small-only")) small_only = 1;
     else if (!strcmp(argv[i], "--plan-only")) plan_only = 1;
     else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+    else if (!strcmp(argv[i], "--sweep-max") && i + 1 < argc) g_sweep_max = atoll(argv[++i]);
   }
   if (REPS > 64) REPS = 64;
   if (REPS < 1) REPS = 1;
