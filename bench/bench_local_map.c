@@ -91,9 +91,26 @@ int main(int argc, char **argv) {
   double a = run(fn_scalar, 8, in, 1, none, NULL, NULL, LM_LOCAL_MAP_NO_AGREE, iters);
   double b = run(fn_scalar, 8, in, 1, none, NULL, NULL, 0, iters / 10);
   double c = run(fn_tensor, 8, in, 1, sh, shapes, NULL, LM_LOCAL_MAP_NO_AGREE, iters / 4);
+  /* The same agreeing call on a mesh with LM_CHECK level 0 (failure agreement only, no argument
+   * fingerprint): b - d is the cost of the fingerprint. */
+  lm_mesh_t mesh0;
+  lm_mesh_config_t cfg0 = LM_MESH_CONFIG_INIT;
+  cfg0.check_level = 0;
+  OK(lm_mesh_create(&mesh0, wf, 1, ms, &cfg0));
+  lm_dist_tensor_t t0[4];
+  lm_arg_t in0[8];
+  for (int i = 0; i < 8; ++i) in0[i] = in[i];
+  for (int i = 0; i < 4; ++i) {
+    OK(lm_dist_tensor_zeros(&t0[i], mesh0, 2, g, LM_FLOAT32, LM_CPU, &s0));
+    in0[i].ptr = t0[i];
+  }
+  double d = run(fn_scalar, 8, in0, 1, none, NULL, NULL, 0, iters / 10);
+  for (int i = 0; i < 4; ++i) OK(lm_dist_tensor_destroy(&t0[i]));
+  OK(lm_mesh_destroy(&mesh0));
   if (!rank) {
     printf("{\"case\": \"local_map 8 args, scalar out, NO_AGREE\", \"np\": %d, \"us_per_call\": %.3f, \"target_us\": 1.0}\n", np, a);
-    printf("{\"case\": \"local_map 8 args, scalar out, with agreement allreduce\", \"np\": %d, \"us_per_call\": %.3f}\n", np, b);
+    printf("{\"case\": \"local_map 8 args, scalar out, with agreement allreduce\", \"np\": %d, \"us_per_call\": %.3f, \"lm_check\": \"%s\"}\n", np, b, getenv("LM_CHECK") ? getenv("LM_CHECK") : "1 (default)");
+    printf("{\"case\": \"local_map 8 args, scalar out, with agreement allreduce, mesh check_level 0\", \"np\": %d, \"us_per_call\": %.3f, \"fingerprint_cost_us\": %.3f}\n", np, d, b - d);
     printf("{\"case\": \"local_map 8 args, Shard tensor out (given shape), NO_AGREE\", \"np\": %d, \"us_per_call\": %.3f}\n", np, c);
   }
   for (int i = 0; i < 4; ++i) OK(lm_dist_tensor_destroy(&t[i]));

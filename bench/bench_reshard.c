@@ -155,11 +155,11 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
          "\"lm_ms\": %.4f, \"lm_reshard_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, "
          "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"plan_ms\": %.4f, "
          "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"memcpy_floor_ms\": %.4f, "
-         "\"floor_ratio\": %.3f%s}\n",
+         "\"floor_ratio\": %.3f, \"lm_check\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
          b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, g_plan_ms, (long long)g_peak_plan,
          (long long)g_peak_reshard, g_floor_ms, g_floor_ms > 0 ? lm_ms / g_floor_ms : 0.0,
-         extra ? extra : "");
+         getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
   fflush(stdout);
 }
 

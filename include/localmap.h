@@ -14,8 +14,14 @@
  *    LM_ERR_INVALID_ARGUMENT, not a crash (a freed pointer is best effort, as in NCCL).
  *  - Destroy functions are local (never collective), NULL-safe, and set the handle to NULL.
  *  - "Collective over X" means every rank of X must make the call with the same arguments; a
- *    collective that fails on one rank fails on all (the others with LM_ERR_REMOTE) where the
- *    function says "agrees".
+ *    collective that fails on one rank fails on all (the others with LM_ERR_REMOTE, naming the
+ *    failing rank, its status and the start of its message) where the function says "agrees".
+ *    Every collective call (mesh_create, reshard, plan execute/start, gather, from_global with a
+ *    root, from_local with LM_SHAPE_ALLGATHER, local_map) also checks, before any data moves, that
+ *    the ranks were asked the same thing: otherwise every rank returns LM_ERR_MISMATCH naming the
+ *    field and the ranks. Environment: LM_CHECK=0|1|2 (default 1; see lm_mesh_config_t),
+ *    LM_TIMEOUT=<seconds> (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
+ *    for tests). docs/DESIGN.md, "Failure model", has the rules.
  *  - Thread safety: distinct handles may be used from distinct threads when MPI was initialised
  *    with MPI_THREAD_MULTIPLE; one mesh (and everything on it) must not be used by two threads at
  *    once, because its collectives would interleave.
@@ -75,7 +81,11 @@ typedef enum lm_status_t {
   LM_ERR_CUDA = 8,             /* a CUDA call failed */
   LM_ERR_REMOTE = 9,           /* another rank of the collective call failed */
   LM_ERR_INTERNAL = 10,        /* a bug in localmap: please report it */
-  LM_ERR_USER = 11             /* a user callback (lm_local_map's fn) returned a failure */
+  LM_ERR_USER = 11,            /* a user callback (lm_local_map's fn) returned a failure */
+  /** A collective call waited longer than LM_TIMEOUT (or the mesh's config->timeout) for other
+   *  ranks; the message names the ranks that did not arrive where that is knowable. The mesh is
+   *  marked broken (later collective calls on it fail with LM_ERR_INVALID_USAGE). */
+  LM_ERR_TIMEOUT = 12
 } lm_status_t;
 
 /* A static string naming the code ("LM_ERR_INVALID_ARGUMENT: invalid argument"). Never NULL. */
@@ -188,7 +198,7 @@ LM_NODISCARD LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index
 typedef struct lm_mesh_s *lm_mesh_t;
 
 #define LM_MESH_CONFIG_MAGIC 0x4c4d4d43u /* "LMMC" */
-#define LM_MESH_CONFIG_VERSION 1u
+#define LM_MESH_CONFIG_VERSION 2u
 
 /* Options of lm_mesh_create. Initialise with LM_MESH_CONFIG_INIT, then set fields. The library
  * reads min(size, its own sizeof) bytes, so an older caller keeps working. */
@@ -202,10 +212,24 @@ typedef struct lm_mesh_config_t {
   int nranks;
   /* NULL, or one name per mesh dim ("dp", "tp", ...): distinct, non-empty, at most 63 chars. */
   const char *const *dim_names;
+  /** (version 2) Argument checks of the collective calls on this mesh: -1 (the default) takes
+   *  the LM_CHECK environment variable (itself 1 when unset). 0: no argument agreement (ranks that
+   *  pass different arguments get undefined results, hangs included); 1: every collective call
+   *  agrees on a fingerprint of its arguments before data moves (LM_ERR_MISMATCH on every rank
+   *  otherwise; one small allreduce); 2: also checks data invariants at the cost of a pass over
+   *  the data (Replicate shards equal across ranks; from_local's extents checked against the
+   *  layout, which makes LM_SHAPE_GIVEN/EVEN collective over the members). The ranks use the highest level any of them
+   *  asked for. */
+  int check_level;
+  /** (version 2) Deadline in seconds of the blocking waits of collective calls on this mesh:
+   *  < 0 (the default) takes the LM_TIMEOUT environment variable (off when unset); 0: wait for
+   *  ever; > 0: a call that waits longer returns LM_ERR_TIMEOUT and marks the mesh broken. */
+  double timeout;
 } lm_mesh_config_t;
 
+/** Initialiser of lm_mesh_config_t: every field at its default. */
 #define LM_MESH_CONFIG_INIT \
-  {sizeof(lm_mesh_config_t), LM_MESH_CONFIG_MAGIC, LM_MESH_CONFIG_VERSION, NULL, 0, NULL}
+  {sizeof(lm_mesh_config_t), LM_MESH_CONFIG_MAGIC, LM_MESH_CONFIG_VERSION, NULL, 0, NULL, -1, -1.0}
 
 /* Creates a mesh of `ndim` dims with extents shape[0..ndim) over ranks of `parent_comm`
  * (a Fortran handle: MPI_Comm_c2f(comm), mpi4py's comm.py2f(), mpi_f08's comm%MPI_VAL).

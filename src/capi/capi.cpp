@@ -70,6 +70,7 @@ LM_API const char *lm_status_string(lm_status_t status) {
     case LM_ERR_REMOTE: return "LM_ERR_REMOTE: another rank failed";
     case LM_ERR_INTERNAL: return "LM_ERR_INTERNAL: internal error";
     case LM_ERR_USER: return "LM_ERR_USER: user callback failed";
+    case LM_ERR_TIMEOUT: return "LM_ERR_TIMEOUT: other ranks did not arrive in time";
   }
   return "LM_ERR_UNKNOWN: unknown status code";
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tensor/collective.hpp"
 #include "tensor/ops.hpp"
 
 namespace lm {
@@ -68,6 +69,109 @@ const char *kind_name(int32_t k) {
   return "?";
 }
 
+// What an lm_local_map call was asked (and, after fn, what it produced), for the agreement.
+struct AgreeCtx {
+  lm_mesh_s *m;
+  int nin, nout;
+  unsigned flags;
+  const lm_arg_t *inputs;
+  const lm_placement_t *const *in_pl;
+  const lm_placement_t *const *out_pl;
+  const int64_t *const *out_shapes;
+  const lm_arg_t *outputs;  // NULL before fn
+  const Shape *gshapes;     // derived global shapes (after fn)
+};
+
+void fingerprint_local_map(Fingerprint &fp, const AgreeCtx &c, bool full) {
+  if (full) {
+    fp.add("mesh", c.m->id);
+    fp.add("flags", c.flags & ~(unsigned)LM_LOCAL_MAP_NO_AGREE);
+  }
+  fp.add("nin and nout", (uint64_t)(uint32_t)c.nin << 32 | (uint32_t)c.nout);
+  if (full) {
+    Hasher meshes, inpl, outpl, outsh;
+    for (int i = 0; i < c.nin; ++i) {
+      meshes.u64((uint64_t)c.inputs[i].kind);
+      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.inputs[i].ptr) {
+        auto *t = static_cast<lm_dist_tensor_s *>(c.inputs[i].ptr);
+        if (t->magic == kTensorMagic) {
+          meshes.u64(t->mesh->id);
+          meshes.u64(hash_placements(t->layout.pl.data(), t->layout.mesh_ndim()));
+          meshes.u64(hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+        }
+      }
+      inpl.u64(c.in_pl && c.in_pl[i] ? hash_placements(c.in_pl[i], c.m->ndim()) : 0);
+    }
+    for (int j = 0; j < c.nout; ++j) {
+      const lm_placement_t *pl = c.out_pl ? c.out_pl[j] : nullptr;
+      outpl.u64(pl ? hash_placements(pl, c.m->ndim()) : 0);
+      outsh.u64(c.out_shapes && c.out_shapes[j] ? (uint64_t)(uintptr_t)1 : 0);
+    }
+    fp.add("inputs (kinds, meshes, layouts)", meshes.h);
+    fp.add("in_placements", inpl.h);
+    fp.add("out_placements", outpl.h);
+    fp.add("which out_shapes are given", outsh.h);
+  }
+  if (c.outputs) {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) {
+      h ^= v + 0x9e3779b97f4a7c15ull;
+      h *= 1099511628211ull;
+    };
+    for (int j = 0; j < c.nout; ++j) {
+      mix((uint64_t)j << 32 | (uint64_t)c.outputs[j].kind);
+      if (c.outputs[j].kind == LM_ARG_MANAGED_TENSOR) {
+        const DLDataType t = static_cast<DLManagedTensor *>(c.outputs[j].ptr)->dl_tensor.dtype;
+        mix((uint64_t)t.code << 16 | (uint64_t)t.bits << 8 | t.lanes);
+      }
+      for (int64_t e : c.gshapes[j]) mix((uint64_t)e);
+    }
+    fp.add("outputs of fn (kinds, dtypes, derived global shapes; uneven shards with "
+           "LM_LOCAL_MAP_SHAPES_EVEN? drop the flag or pass out_shapes)", h);
+  }
+}
+
+std::string describe_local_map(const void *p, int field) {
+  const AgreeCtx &c = *static_cast<const AgreeCtx *>(p);
+  Fingerprint fp("lm_local_map");
+  fingerprint_local_map(fp, c, c.m->check_level >= 1);
+  std::string name = field < fp.size() ? fp.name(field) : "";
+  if (name == "mesh") return mesh_desc(c.m);
+  if (name == "flags") return strfmt("0x%x", c.flags);
+  if (name == "nin and nout") return strfmt("nin %d, nout %d", c.nin, c.nout);
+  auto list = [&](const lm_placement_t *const *a, int n) {
+    std::string r;
+    for (int i = 0; i < n && r.size() < 60; ++i)
+      r += (i ? " " : "") + (a && a[i] ? format_placements(a[i], c.m->ndim()) : std::string("NULL"));
+    return r;
+  };
+  if (name == "in_placements") return list(c.in_pl, c.nin);
+  if (name == "out_placements") return list(c.out_pl, c.nout);
+  if (name == "inputs (kinds, meshes, layouts)") {
+    std::string r;
+    for (int i = 0; i < c.nin && r.size() < 60; ++i) {
+      if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.inputs[i].ptr) {
+        auto *t = static_cast<lm_dist_tensor_s *>(c.inputs[i].ptr);
+        r += (i ? " " : "") + strfmt("#%llu", (unsigned long long)t->mesh->id) + t->layout.str();
+      } else {
+        r += (i ? " " : "") + std::string(kind_name(c.inputs[i].kind));
+      }
+    }
+    return r;
+  }
+  if (c.outputs && field == fp.size() - 1) {
+    std::string r;
+    for (int j = 0; j < c.nout && r.size() < 60; ++j) {
+      r += strfmt("%s%s[", j ? " " : "", kind_name(c.outputs[j].kind));
+      for (size_t d = 0; d < c.gshapes[j].size(); ++d)
+        r += strfmt(d ? ",%lld" : "%lld", (long long)c.gshapes[j][d]);
+      r += "]";
+    }
+    return r;
+  }
+  return "(differs)";
+}
+
 }  // namespace
 
 void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
@@ -90,7 +194,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   // The mesh: given, or the first dist input's.
   lm_mesh_s *m = nullptr;
   if (mesh) {
-    m = mesh_check_usable(mesh, strfmt("%s: mesh", F).c_str());
+    m = mesh_check(mesh, strfmt("%s: mesh", F).c_str());  // usable: checked in the agreement
   }
   for (int i = 0; i < nin; ++i) {
     const lm_arg_t &a = inputs[i];
@@ -100,7 +204,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       lm_dist_tensor_s *t = static_cast<lm_dist_tensor_t>(a.ptr);
       lazily([&](const char *w) { tensor_check(t, w); }, "%s: inputs[%d]", i);
       if (!m) {
-        lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
+        lazily([&](const char *w) { mesh_check(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
         m = t->mesh;
       }
     } else if (a.kind == LM_ARG_TENSOR) {
@@ -153,6 +257,9 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   } guard{temps.data(), nin};
   bool any_move = false;
   try {
+    // A broken mesh (or one with a nonblocking reshard in flight) on one rank fails the call on
+    // every rank: the failure joins the agreement.
+    if (m) mesh_check_usable(m, "lm_local_map: mesh");
     for (int j = 0; j < nout; ++j)
       if (out_placements[j])
         lazily([&](const char *w) { validate_placements(out_placements[j], m->ndim(), kMaxDims, w); },
@@ -192,8 +299,14 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   }
   // Reshards are collectives: with LM_LOCAL_MAP_RESHARD_INPUTS every rank first agrees that all
   // checks passed (one small allreduce, only with that flag).
+  AgreeCtx actx{m, nin, nout, flags, inputs, in_placements, out_placements, out_shapes, nullptr,
+                nullptr};
   if (agree && (flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
-    mesh_agree(m, local, err, "lm_local_map: argument checks");
+    // Before any input moves, the ranks agree on what they were asked (LM_CHECK >= 1).
+    Fingerprint fp("lm_local_map (before resharding its inputs)");
+    if (m->check_level >= 1) fingerprint_local_map(fp, actx, true);
+    agree_call("lm_local_map", m, nullptr, m->check_level >= 1 ? &fp : nullptr,
+               describe_local_map, &actx, local, err);
   } else if (local != LM_SUCCESS && !agree && ngather == 0) {
     throw Error(local, err);  // no collective follows: nobody waits for this rank
   }
@@ -307,6 +420,18 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
   const int S = kMaxDims + 2;  // per gathered output: ndim, dtype, extents
   const int W = 1 + ngather * S;
   if (m && ngather > 0) {
+    if (agree) {
+      // The failure and the arguments are agreed first (the failing rank's cause travels with it).
+      Fingerprint fp("lm_local_map");
+      if (m->check_level >= 1) fingerprint_local_map(fp, actx, true);
+      try {
+        agree_call("lm_local_map", m, nullptr, m->check_level >= 1 ? &fp : nullptr,
+                   describe_local_map, &actx, local, err);
+      } catch (...) {
+        for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
+        throw;
+      }
+    }
     std::vector<long long> mine((size_t)W, 0);
     mine[0] = local != LM_SUCCESS;
     int slot = 0;
@@ -332,50 +457,18 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     for (int64_t r = 0; r < m->grid->size(); ++r)
       if (gathered[(size_t)(r * W)] && failed_rank < 0) failed_rank = r;
   } else if (agree) {
-    // One allreduce (MAX) carries: the lowest failing rank, and (x, -x) pairs of nin, nout and a
-    // hash of the global shapes this rank derived, so ranks that disagree fail together.
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](uint64_t v) {
-      h ^= v + 0x9e3779b97f4a7c15ull;
-      h *= 1099511628211ull;
-    };
-    for (int j = 0; j < nout && local == LM_SUCCESS; ++j) {
-      mix((uint64_t)j << 32 | (uint64_t)outputs[j].kind);
-      if (outputs[j].kind == LM_ARG_MANAGED_TENSOR) {
-        const DLDataType t = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor.dtype;
-        mix((uint64_t)t.code << 16 | (uint64_t)t.bits << 8 | t.lanes);
-      }
-      for (int64_t e : gshapes[j]) mix((uint64_t)e);
-    }
-    long long v[7] = {local != LM_SUCCESS ? (long long)(m->grid->size() - m->index) : 0,
-                      nin, -(long long)nin, nout, -(long long)nout, 0, 0};
-    if (local == LM_SUCCESS) {
-      v[5] = (long long)(h >> 1);
-      v[6] = -(long long)(h >> 1);
-    } else {
-      v[5] = LLONG_MIN / 2;  // a failing rank does not vote on shapes
-      v[6] = LLONG_MIN / 2;
-    }
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_LONG_LONG, MPI_MAX, m->comm);
-    if (rc != MPI_SUCCESS) {
+    // One allreduce carries the failure (with its cause, on the error path) and the fingerprint:
+    // at LM_CHECK >= 1 the arguments, always nin/nout and the outputs' kinds, dtypes and derived
+    // global shapes, so ranks that disagree fail together.
+    actx.outputs = outputs;
+    actx.gshapes = gshapes.data();
+    Fingerprint fp("lm_local_map");
+    if (local == LM_SUCCESS) fingerprint_local_map(fp, actx, m->check_level >= 1);
+    try {
+      agree_call("lm_local_map", m, nullptr, &fp, describe_local_map, &actx, local, err);
+    } catch (...) {
       for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
-      try {
-        mpi_check(rc, "lm_local_map: MPI_Allreduce");
-      } catch (const Error &e) {
-        mesh_break(m, e);
-      }
-    }
-    if (v[0]) {
-      failed_rank = m->grid->size() - v[0];
-    } else if (v[1] != -v[2] || v[3] != -v[4]) {
-      local = LM_ERR_MISMATCH;
-      err = strfmt("%s: ranks passed different nin/nout (this rank %d: nin %d, nout %d)", F,
-                   m->world_rank, nin, nout);
-    } else if (v[5] != -v[6]) {
-      local = LM_ERR_MISMATCH;
-      err = strfmt("%s: ranks produced outputs of different kinds, dtypes or derived global shapes "
-                   "(uneven shards with LM_LOCAL_MAP_SHAPES_EVEN? drop the flag or pass "
-                   "out_shapes) (rank %d)", F, m->world_rank);
+      throw;
     }
   }
   if (local != LM_SUCCESS || failed_rank >= 0) {

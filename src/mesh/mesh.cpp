@@ -24,14 +24,42 @@ bool mpi_alive() {
   return init && !fin;
 }
 
-// FNV-1a over the bytes of the arguments, so ranks can check they agree.
-static void hash_bytes(uint64_t &h, const void *p, size_t n) {
-  const unsigned char *c = static_cast<const unsigned char *>(p);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= c[i];
-    h *= 1099511628211ull;
+namespace {
+uint64_t g_mesh_serial = 0;  // the highest mesh id this process has seen
+
+struct CreateCtx {
+  int ndim;
+  const Shape *shape;
+  const std::vector<int> *ranks;
+  const std::vector<std::string> *names;
+  const std::vector<int> *parent_world;
+};
+
+std::string describe_create(const void *p, int field) {
+  const CreateCtx &c = *static_cast<const CreateCtx *>(p);
+  auto ints = [](const std::vector<int> &v) {
+    std::string r = "[";
+    for (size_t i = 0; i < v.size() && i < 8; ++i) r += strfmt(i ? ", %d" : "%d", v[i]);
+    return r + (v.size() > 8 ? ", ...]" : "]");
+  };
+  switch (field) {
+    case 1: return ints(*c.parent_world) + " (world ranks of the parent, in its order)";
+    case 2: {
+      std::string r = strfmt("ndim %d [", c.ndim);
+      for (size_t i = 0; i < c.shape->size(); ++i)
+        r += strfmt(i ? ", %lld" : "%lld", (long long)(*c.shape)[i]);
+      return r + "]";
+    }
+    case 3: return c.ranks->empty() ? std::string("NULL (all ranks)") : ints(*c.ranks);
+    case 4: {
+      std::string r;
+      for (auto &n : *c.names) r += (r.empty() ? "\"" : ", \"") + n + "\"";
+      return r.empty() ? std::string("none") : r;
+    }
   }
+  return "?";
 }
+}  // namespace
 
 lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_t *shape,
                        const lm_mesh_config_t *config) {
@@ -53,7 +81,6 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
   Shape mshape;
   std::vector<int> ranks;
   std::vector<std::string> names;
-  uint64_t h = 1469598103934665603ull;
   try {
     LM_CHECK_ARG(out != nullptr, "%s: mesh (the output pointer) is NULL", fn);
     if (config) {
@@ -98,6 +125,12 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
                    "config->ranks to use a subset)",
                    fn, (long long)total, psize);
     }
+    LM_CHECK_ARG(cfg.check_level >= -1 && cfg.check_level <= 2,
+                 "%s: config->check_level = %d must be -1 (from LM_CHECK), 0, 1 or 2", fn,
+                 cfg.check_level);
+    LM_CHECK_ARG(cfg.timeout == cfg.timeout && cfg.timeout < 1e9,
+                 "%s: config->timeout = %g must be < 0 (from LM_TIMEOUT), 0 (off) or seconds", fn,
+                 cfg.timeout);
     if (cfg.dim_names) {
       std::set<std::string> seen;
       for (int i = 0; i < ndim; ++i) {
@@ -111,30 +144,66 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
     } else {
       names.assign(static_cast<size_t>(ndim), std::string());
     }
-    hash_bytes(h, &ndim, sizeof ndim);
-    hash_bytes(h, mshape.data(), mshape.size() * sizeof(int64_t));
-    hash_bytes(h, ranks.data(), ranks.size() * sizeof(int));
-    for (auto &n : names) hash_bytes(h, n.c_str(), n.size() + 1);
   } catch (const Error &e) {
     local_status = e.status();
     local_error = e.message();
   }
 
-  // Agree: lowest failing rank, and whether all ranks passed the same arguments.
-  long long v[3] = {local_status != LM_SUCCESS ? (long long)(psize - prank) : 0,
-                    (long long)(h >> 1), -(long long)(h >> 1)};
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_LONG_LONG, MPI_MAX, parent),
-            "lm_mesh_create: MPI_Allreduce(parent_comm)");
-  if (local_status != LM_SUCCESS) throw Error(local_status, local_error);
-  if (v[0] != 0)
-    fail(LM_ERR_REMOTE, "%s: rank %lld of the parent communicator failed (see its message)", fn,
-         (long long)(psize - v[0]));
-  if (v[1] != -v[2])
-    fail(LM_ERR_MISMATCH, "%s: ranks passed different ndim/shape/ranks/dim_names (rank %d)", fn,
-         prank);
+  // Agree over the parent's processes on the arguments, the mesh id, the check level and the
+  // deadline (one allreduce on the agreement communicator shared by meshes over these processes,
+  // so that ranks which passed different parents over the same processes meet and disagree).
+  MPI_Group pgroup, wgroup;
+  mpi_check(MPI_Comm_group(parent, &pgroup), "MPI_Comm_group(parent_comm)");
+  std::vector<int> parent_world((size_t)psize), idx((size_t)psize);
+  for (int i = 0; i < psize; ++i) idx[(size_t)i] = i;
+  MPI_Comm_group(MPI_COMM_WORLD, &wgroup);
+  MPI_Group_translate_ranks(pgroup, psize, idx.data(), wgroup, parent_world.data());
+  MPI_Group_free(&wgroup);
+  AgreeComm *ac = nullptr;
+  try {
+    ac = agree_comm_for(parent, pgroup);
+  } catch (...) {
+    MPI_Group_free(&pgroup);
+    throw;
+  }
+  MPI_Group_free(&pgroup);
+  Fingerprint fp(fn);
+  fp.add("parent communicator", [&] {
+    Hasher x;
+    x.bytes(parent_world.data(), parent_world.size() * sizeof(int));
+    return x.h;
+  }());
+  fp.add("mesh shape", hash_shape(mshape.data(), (int)mshape.size()));
+  fp.add("config->ranks", [&] { Hasher x; x.u64(ranks.size()); x.bytes(ranks.data(), ranks.size() * sizeof(int)); return x.h; }());
+  fp.add("config->dim_names", [&] { Hasher x; for (auto &n : names) x.bytes(n.c_str(), n.size() + 1); return x.h; }());
+  int level = cfg.check_level >= 0 ? std::min(cfg.check_level, 2) : env_check_level();
+  double tmo = cfg.timeout >= 0 ? cfg.timeout : env_timeout();
+  long long maxes[3] = {(long long)g_mesh_serial + 1, level, (long long)(tmo * 1e6)};
+  CreateCtx ctx{ndim, &mshape, &ranks, &names, &parent_world};
+  AgreeArgs aa;
+  aa.fn = fn;
+  aa.ac = ac;
+  aa.fp = &fp;  // mesh creation always agrees on its arguments (it is rare and cheap)
+  aa.describe = describe_create;
+  aa.ctx = &ctx;
+  aa.local = local_status;
+  aa.err = &local_error;
+  aa.parent_rank = prank;
+  aa.maxes = maxes;
+  aa.nmax = 3;
+  aa.timeout = tmo;
+  agree(aa);
+  g_mesh_serial = (uint64_t)maxes[0];
 
   auto m = std::make_unique<lm_mesh_s>();
-  mpi_check(MPI_Comm_dup(parent, &m->world), "lm_mesh_create: MPI_Comm_dup(parent_comm)");
+  m->id = (uint64_t)maxes[0];
+  m->check_level = (int)maxes[1];
+  m->timeout = (double)maxes[2] / 1e6;
+  m->agree_parent = ac;
+  // The private communicator in the parent's rank order, made from the agreement communicator
+  // (not the parent), so that parents over the same processes in the same order give one mesh.
+  mpi_check(MPI_Comm_split(ac->comm, 0, prank, &m->world),
+            "lm_mesh_create: MPI_Comm_split(parent processes)");
   MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
   m->world_rank = prank;
   m->world_size = psize;
@@ -159,6 +228,15 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
                 "lm_mesh_create: MPI_Comm_split(dim)");
       MPI_Comm_set_errhandler(m->dim_comms[d], MPI_ERRORS_RETURN);
     }
+    MPI_Group mg;
+    mpi_check(MPI_Comm_group(m->comm, &mg), "lm_mesh_create: MPI_Comm_group(mesh)");
+    try {
+      m->agree_members = agree_comm_for(m->comm, mg);
+    } catch (...) {
+      MPI_Group_free(&mg);
+      throw;
+    }
+    MPI_Group_free(&mg);
   }
   return m.release();
 }
@@ -220,7 +298,10 @@ void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const c
 }
 
 void mesh_break(lm_mesh_s *m, const Error &e) {
-  if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL) {
+  // Transport failures, deadlines and peers that failed during a transfer leave requests or
+  // messages behind: the mesh cannot be trusted any more.
+  if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL || e.status() == LM_ERR_TIMEOUT ||
+      e.status() == LM_ERR_REMOTE) {
     m->broken = true;
     m->broken_why = e.message();
   }

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "layout/layout.hpp"
 #include "localmap.h"
+#include "mesh/agree.hpp"
 
 namespace lm {
 class Plan;
@@ -44,6 +45,15 @@ struct lm_mesh_s {
   lm::Shape coord;     // this rank's coordinate (members)
   MPI_Comm comm = MPI_COMM_NULL;          // all mesh ranks
   std::vector<MPI_Comm> dim_comms;        // one per mesh dim (members)
+
+  // Agreement (docs/DESIGN.md, "Failure model"): an id every rank agreed at creation, the
+  // communicators shared with every mesh over the same processes (parent set; member set on
+  // members), the check level and deadline (agreed: the highest any rank asked for).
+  uint64_t id = 0;
+  lm::AgreeComm *agree_parent = nullptr;
+  lm::AgreeComm *agree_members = nullptr;
+  int check_level = 1;
+  double timeout = 0;
 
   bool broken = false;
   std::string broken_why;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "tensor/collective.hpp"
 #include "tensor/ops.hpp"
 
 namespace lm {
@@ -78,11 +79,76 @@ static void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_di
     fail(LM_ERR_INVALID_ARGUMENT, "%s: dst shares memory with src", fn);
 }
 
+namespace {
+std::string describe_plan(const void *p, int field) {
+  const lm_reshard_plan_s &c = *static_cast<const lm_reshard_plan_s *>(p);
+  switch (field) {
+    case 1: return mesh_desc(c.src_mesh) + " (source)";
+    case 2: return mesh_desc(c.dst_mesh) + " (target)";
+    case 3: return c.plan->src.str();
+    case 4: return c.plan->dst.str();
+    case 5: {
+      std::string r = "[";
+      for (size_t i = 0; i < c.plan->src.gshape.size(); ++i)
+        r += strfmt(i ? ", %lld" : "%lld", (long long)c.plan->src.gshape[i]);
+      return r + "]";
+    }
+    case 6: return dl_dtype_name(c.plan->dtype);
+  }
+  return "?";
+}
+
+// Checks src/dst against the plan and, at LM_CHECK >= 1, agrees with the other ranks taking part
+// on the plan (meshes, layouts, shape, dtype) before any data moves. Returns whether this rank
+// takes part at all.
+bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                  const char *fn) {
+  const int level = check_level(p->src_mesh, p->dst_mesh);
+  if (level == 0 || !p->plan->involved) {
+    plan_check_tensors(p, src, dst, fn);
+    return p->plan->involved;
+  }
+  lm_status_t st = LM_SUCCESS;
+  std::string err;
+  try {
+    plan_check_tensors(p, src, dst, fn);
+  } catch (const Error &e) {
+    if (p->src_mesh->broken || p->dst_mesh->broken) throw;  // no agreement on a broken mesh
+    st = e.status();
+    err = e.message();
+  }
+  if (!p->agree) p->agree = collective_comm(p->src_mesh, p->dst_mesh);
+  Fingerprint fp("lm_reshard_plan_execute/start");
+  fp.add("source mesh", p->src_mesh->id);
+  fp.add("target mesh", p->dst_mesh->id);
+  fp.add("source placements", hash_placements(p->plan->src.pl.data(), p->plan->src.mesh_ndim()));
+  fp.add("target placements", hash_placements(p->plan->dst.pl.data(), p->plan->dst.mesh_ndim()));
+  fp.add("global shape", hash_shape(p->plan->src.gshape.data(), p->plan->src.ndim()));
+  fp.add("dtype", hash_dtype(p->plan->dtype));
+  AgreeArgs a;
+  a.fn = fn;
+  a.ac = p->agree;
+  a.fp = &fp;
+  a.describe = describe_plan;
+  a.ctx = p;
+  a.local = st;
+  a.err = &err;
+  a.parent_rank = p->src_mesh->world_rank;
+  a.mesh_rank = p->src_mesh == p->dst_mesh ? p->src_mesh->index : -1;
+  a.m1 = p->src_mesh;
+  a.m2 = p->dst_mesh;
+  a.timeout = call_timeout(p->src_mesh, p->dst_mesh);
+  agree(a);
+  if (level >= 2 && p->src_mesh->member) check_replicas(src, fn);
+  return true;
+}
+}  // namespace
+
 void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {
   const char *fn = "lm_reshard_plan_execute";
-  plan_check_tensors(p, src, dst, fn);
-  if (!p->plan->involved) return;
+  if (!plan_prepare(p, src, dst, fn)) return;
   try {
+    TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
     if (is_device(src->device))
       device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, src->data(), src->local_bytes(),
                       dst->data(), dst->local_bytes(), src->device.device_id);
@@ -98,9 +164,8 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 
 lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
                          const char *fn) {
-  plan_check_tensors(p, src, dst, fn);
+  if (!plan_prepare(p, src, dst, fn)) return nullptr;
   lm_dist_tensor_s *s = src, *d = dst;
-  if (!p->plan->involved) return nullptr;
   auto r = std::make_unique<lm_request_s>();
   r->plan = p;
   tensor_retain(s);
@@ -135,6 +200,7 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
 bool request_progress(lm_request_s *r, bool block) {
   bool done;
   try {
+    TimeoutScope ts(call_timeout(r->plan->src_mesh, r->plan->dst_mesh));
     done = r->plan->plan->progress(block);
   } catch (const Error &e) {
     r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;

@@ -16,6 +16,7 @@ struct lm_reshard_plan_s {
   std::unique_ptr<lm::Plan> plan;
   lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;  // retained
   lm_request_s *in_flight = nullptr;
+  lm::AgreeComm *agree = nullptr;  // where executions agree (found at the first one)
   ~lm_reshard_plan_s();
 };
 

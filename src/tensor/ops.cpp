@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "device/device.hpp"
+#include "tensor/collective.hpp"
 
 namespace lm {
 
@@ -77,11 +78,15 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
                "%s: shape_mode %d is not an lm_shape_mode_t", fn, mode_bits);
   if (mode != LM_SHAPE_GIVEN && !m->member)
     fail(LM_ERR_INVALID_USAGE, "%s: a rank outside the mesh must use LM_SHAPE_GIVEN", fn);
-  if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);
+  if (mode == LM_SHAPE_ALLGATHER && m->check_level == 0) mesh_check_usable(m, fn);
   Shape ls;
   int64_t numel = 1;
+  std::shared_ptr<Storage> pre;
+  // LM_CHECK=2: the local modes also check every rank's extents against the layout, collectively.
+  const bool level2 = m->check_level >= 2 && m->member && mode != LM_SHAPE_ALLGATHER;
   // Local checks. With LM_SHAPE_ALLGATHER (collective) a failure still joins the allgather.
   try {
+    if (mode == LM_SHAPE_ALLGATHER) mesh_check_usable(m, fn);  // agreed: fails on all ranks
     LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
     LM_CHECK_ARG(flags == LM_FROM_LOCAL_COPY || flags == LM_FROM_LOCAL_BORROW,
                  "%s: flags 0x%x unknown (LM_FROM_LOCAL_COPY or LM_FROM_LOCAL_BORROW)", fn, flags);
@@ -106,27 +111,106 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
     if (is_device(local->device) && m->member && !borrow && !is_compact(local))
       fail(LM_ERR_NOT_SUPPORTED, "%s: local is a strided device tensor: LM_FROM_LOCAL_COPY copies "
            "compact device tensors only (make it contiguous first)", fn);
+    // The collective mode allocates its (host) copy before the ranks agree, so a failure is
+    // agreed.
+    if (mode == LM_SHAPE_ALLGATHER && m->member && !borrow && !is_device(local->device))
+      pre = storage_alloc((size_t)numel * (((size_t)local->dtype.bits * local->dtype.lanes + 7) / 8),
+                          false);
   } catch (const Error &e) {
+    if (mode != LM_SHAPE_ALLGATHER && level2) {  // collective at LM_CHECK=2: agree the failure
+      agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());
+    }
     if (mode != LM_SHAPE_ALLGATHER) throw;
-    allgather_global_shape(m, pl, local, fn, &e);  // throws e after the collective
+    if (m->check_level == 0) allgather_global_shape(m, pl, local, fn, &e);  // throws e after it
+    agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());  // throws
+  }
+  if (mode == LM_SHAPE_ALLGATHER && m->check_level >= 1) {
+    // The ranks agree on what they were asked before the extents travel.
+    Fingerprint fp("lm_dist_tensor_from_local (LM_SHAPE_ALLGATHER)");
+    fp.add("mesh", m->id);
+    fp.add("placements", hash_placements(pl, m->ndim()));
+    fp.add("local ndim", (uint64_t)local->ndim);
+    fp.add("dtype", hash_dtype(local->dtype));
+    struct Ctx {
+      lm_mesh_s *m;
+      const lm_placement_t *pl;
+      const DLTensor *local;
+    } ctx{m, pl, local};
+    agree_call(fn, m, nullptr, &fp,
+               [](const void *p, int f) -> std::string {
+                 const Ctx &c = *static_cast<const Ctx *>(p);
+                 switch (f) {
+                   case 1: return mesh_desc(c.m);
+                   case 2: return format_placements(c.pl, c.m->ndim());
+                   case 3: return std::to_string(c.local->ndim);
+                   case 4: return dl_dtype_name(c.local->dtype);
+                 }
+                 return "?";
+               },
+               &ctx, LM_SUCCESS, std::string());
   }
   bool borrow = managed != nullptr || flags == LM_FROM_LOCAL_BORROW;
 
   Shape g;
   switch (mode) {
     case LM_SHAPE_GIVEN:
-      g = check_shape(local->ndim, gshape, strfmt("%s: global_shape", fn).c_str());
-      break;
     case LM_SHAPE_EVEN:
-      g = ls;
-      for (int k = 0; k < m->ndim(); ++k)
-        if (pl[k].kind == LM_SHARD) g[pl[k].dim] *= m->grid->shape()[k];
-      check_numel(g, fn);
+      try {
+        if (mode == LM_SHAPE_GIVEN) {
+          g = check_shape(local->ndim, gshape, strfmt("%s: global_shape", fn).c_str());
+        } else {
+          g = ls;
+          for (int k = 0; k < m->ndim(); ++k)
+            if (pl[k].kind == LM_SHARD) g[pl[k].dim] *= m->grid->shape()[k];
+          check_numel(g, fn);
+        }
+      } catch (const Error &e) {
+        if (level2) agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());
+        throw;
+      }
       break;
     case LM_SHAPE_ALLGATHER:
       g = allgather_global_shape(m, pl, local, fn, nullptr);
       check_numel(g, fn);
       break;
+  }
+  if (level2) {
+    Fingerprint fp("lm_dist_tensor_from_local (LM_CHECK=2)");
+    fp.add("mesh", m->id);
+    fp.add("placements", hash_placements(pl, m->ndim()));
+    fp.add("global shape", hash_shape(g.data(), (int)g.size()));
+    fp.add("dtype", hash_dtype(local->dtype));
+    struct Ctx {
+      lm_mesh_s *m;
+      const lm_placement_t *pl;
+      const Shape *g;
+      DLDataType d;
+    } ctx{m, pl, &g, local->dtype};
+    agree_call(fn, m, nullptr, &fp,
+               [](const void *p, int f) -> std::string {
+                 const Ctx &c = *static_cast<const Ctx *>(p);
+                 switch (f) {
+                   case 1: return mesh_desc(c.m);
+                   case 2: return format_placements(c.pl, c.m->ndim());
+                   case 3: {
+                     std::string r = "[";
+                     for (size_t i = 0; i < c.g->size(); ++i)
+                       r += strfmt(i ? ", %lld" : "%lld", (long long)(*c.g)[i]);
+                     return r + "]";
+                   }
+                   case 4: return dl_dtype_name(c.d);
+                 }
+                 return "?";
+               },
+               &ctx, LM_SUCCESS, std::string());
+    // Every rank's extents must be the torch.chunk shards of that shape (same data on all ranks,
+    // so the same verdict everywhere).
+    Shape from_extents = allgather_global_shape(m, pl, local, fn, nullptr);
+    if (from_extents != g)
+      fail(LM_ERR_MISMATCH,
+           "%s: the ranks' local extents (LM_CHECK=2) give global shape %s, not the %s %s", fn,
+           shape_str(from_extents).c_str(), mode == LM_SHAPE_EVEN ? "even-shard shape" : "given",
+           shape_str(g).c_str());
   }
   Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
   if (m->member) {
@@ -158,7 +242,7 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
       device_copy_d2d(m, t->storage->data, static_cast<const char *>(local->data) + local->byte_offset,
                       t->local_bytes());
     } else {
-      t->storage = storage_alloc(t->local_bytes(), false);
+      t->storage = pre && pre->bytes == t->local_bytes() ? pre : storage_alloc(t->local_bytes(), false);
       if (numel) copy_strided_to_compact(t->storage->data, local, t->esize);
     }
   } catch (...) {
@@ -194,7 +278,8 @@ static Layout root_layout(int rank, const Shape &g) {
 lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
                                      const lm_placement_t *pl, int root) {
   const char *fn = "lm_dist_tensor_from_global";
-  lm_mesh_s *m = mesh_check_usable(mesh, fn);
+  lm_mesh_s *m = mesh_check(mesh, fn);
+  if (root < 0 || m->check_level == 0) mesh_check_usable(m, fn);  // else agreed below
   if (root < 0) {
     LM_CHECK_ARG(global != nullptr, "%s: global is NULL (root < 0: every rank passes it)", fn);
     Shape g = check_shape(global->ndim, global->shape, strfmt("%s: global", fn).c_str());
@@ -217,12 +302,26 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
     return t;
   }
   if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", fn, m->world_rank);
-  LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
-               (long long)m->grid->size());
   // The root validates and broadcasts ndim, shape and dtype (with its verdict).
   const int W = kMaxDims + 3;
   long long meta[W] = {0};
   std::string root_err;
+  struct Ctx {
+    lm_mesh_s *m;
+    const lm_placement_t *pl;
+    int root;
+    const DLTensor *global;
+    const long long *meta;
+  } ctx{m, pl, root, global, meta};
+  auto describe = [](const void *p, int f) -> std::string {
+    const Ctx &c = *static_cast<const Ctx *>(p);
+    switch (f) {
+      case 1: return mesh_desc(c.m);
+      case 2: return format_placements(c.pl, c.m->ndim());
+      case 3: return std::to_string(c.root);
+    }
+    return "?";
+  };
   if (m->index == root) {
     try {
       LM_CHECK_ARG(global != nullptr, "%s: global is NULL on the root", fn);
@@ -238,6 +337,27 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
       root_err = e.message();
     }
   }
+  if (m->check_level >= 1) {
+    // Agree on the root (and mesh, placements) before the broadcast that needs it; the root's
+    // verdict on its global travels with it.
+    lm_status_t st = (lm_status_t)meta[0];
+    std::string err = root_err;
+    try {
+      mesh_check_usable(m, fn);  // a broken mesh on one rank fails the call on all
+      LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn,
+                   root, (long long)m->grid->size());
+    } catch (const Error &e) {
+      st = e.status();
+      err = e.message();
+    }
+    Fingerprint fp("lm_dist_tensor_from_global (root >= 0)");
+    fp.add("mesh", m->id);
+    fp.add("placements", hash_placements(pl, m->ndim()));
+    fp.add("root", (uint64_t)root);
+    agree_call(fn, m, nullptr, &fp, describe, &ctx, st, err, root);
+  }
+  LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
+               (long long)m->grid->size());
   try {
     mpi_check(MPI_Bcast(meta, W, MPI_LONG_LONG, root, m->comm), strfmt("%s: MPI_Bcast", fn).c_str());
   } catch (const Error &e) {
@@ -251,12 +371,58 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
   Shape g((size_t)meta[1]);
   for (size_t i = 0; i < g.size(); ++i) g[i] = meta[3 + i];
   DLDataType dtype{(uint8_t)(meta[2] >> 16), (uint8_t)(meta[2] >> 8), (uint16_t)(meta[2] & 0xff)};
-  Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
-  lm_dist_tensor_s *t = tensor_new(m, L, dtype, DLDevice{kDLCPU, 0}, false);
+  // Ranks other than the root may pass NULL; a global they do pass must have the root's shape
+  // and dtype (a second small agreement, since only now do they know the root's). The target
+  // and its plan are made first, so that a failure there is agreed too.
+  bool mine = global != nullptr && m->index != root;
+  Shape own = g;
+  DLDataType own_dtype = dtype;
+  if (mine) {
+    own.assign(global->shape ? global->shape : g.data(),
+               (global->shape ? global->shape : g.data()) + (global->ndim > 0 && global->ndim <= kMaxDims ? global->ndim : 0));
+    own_dtype = global->dtype;
+  }
+  lm_dist_tensor_s *t = nullptr;
+  std::unique_ptr<Plan> plan;
+  lm_status_t st = LM_SUCCESS;
+  std::string err;
   try {
+    Layout L = make_layout(m, pl, g, strfmt("%s: placements", fn).c_str());
+    t = tensor_new(m, L, dtype, DLDevice{kDLCPU, 0}, false);
     t->storage = storage_alloc(t->local_bytes(), false);
     Layout R = root_layout(m->grid->rank_at_index(root), g);
-    auto plan = plan_build(R, L, dtype, m->world, m->world_rank);
+    plan = plan_build(R, L, dtype, m->world, m->world_rank);
+  } catch (const Error &e) {
+    st = e.status();
+    err = e.message();
+  } catch (const std::bad_alloc &) {
+    st = LM_ERR_OUT_OF_MEMORY;
+    err = strfmt("%s: out of memory", fn);
+  }
+  Fingerprint fp("lm_dist_tensor_from_global (root >= 0)");
+  fp.add("shape of global", hash_shape(own.data(), (int)own.size()));
+  fp.add("dtype of global", hash_dtype(own_dtype));
+  struct Ctx2 {
+    const Shape *s;
+    DLDataType d;
+  } c2{&own, own_dtype};
+  try {
+    agree_call(fn, m, nullptr, m->check_level >= 1 ? &fp : nullptr,
+               [](const void *p, int f) -> std::string {
+                 const Ctx2 &c = *static_cast<const Ctx2 *>(p);
+                 if (f == 2) return dl_dtype_name(c.d);
+                 std::string r = "[";
+                 for (size_t i = 0; i < c.s->size(); ++i)
+                   r += strfmt(i ? ", %lld" : "%lld", (long long)(*c.s)[i]);
+                 return r + "]";
+               },
+               &c2, st, err);
+  } catch (...) {
+    tensor_release(t);
+    throw;
+  }
+  try {
+    TimeoutScope ts(m->timeout);
     const void *in = m->index == root ? static_cast<const char *>(global->data) + global->byte_offset
                                       : nullptr;
     plan->run(in, t->data());
@@ -270,50 +436,69 @@ lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
 void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   const char *fn = "lm_dist_tensor_gather";
   lm_dist_tensor_s *t = tensor_check(tensor, fn);
-  lm_mesh_s *m = mesh_check_usable(t->mesh, fn);
+  lm_mesh_s *m = mesh_check(t->mesh, fn);
   if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", fn, m->world_rank);
-  LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn, root,
-               (long long)m->grid->size());
   bool receives = root < 0 || m->index == root;
-  // Checks dst on a receiving rank, returning the verdict instead of throwing: the ranks agree
-  // on it before any data moves, so a refused dst leaves no message behind and no rank waiting.
+  std::unique_ptr<Plan> plan;
+  // Every rank checks its arguments (the receiving ones their dst) and all agree on the verdict
+  // and, at LM_CHECK >= 1, on a fingerprint of the call before any data moves: a refused dst
+  // leaves no message behind and no rank waiting.
   std::string err;
-  auto check_dst = [&]() -> lm_status_t {
-    try {
+  lm_status_t st = LM_SUCCESS;
+  try {
+    mesh_check_usable(m, fn);
+    LM_CHECK_ARG(root < m->grid->size(), "%s: root %d is not a mesh rank (mesh size %lld)", fn,
+                 root, (long long)m->grid->size());
+    if (receives) {
       LM_CHECK_ARG(dst != nullptr, "%s: dst is NULL", fn);
       check_global_buffer(dst, t->layout, t->dtype, fn, "dst");
-      return LM_SUCCESS;
-    } catch (const Error &e) {
-      err = e.message();
-      return e.status();
     }
-  };
-  if (root < 0) {
-    lm_status_t st = check_dst();  // every rank checks its own: one small allreduce agrees
-    mesh_agree(m, st, err, "lm_dist_tensor_gather: dst checks");
-  } else {
-    int verdict = receives ? check_dst() : LM_SUCCESS;  // only the root can: it broadcasts
-    try {
-      mpi_check(MPI_Bcast(&verdict, 1, MPI_INT, root, m->comm), "lm_dist_tensor_gather: MPI_Bcast");
-    } catch (const Error &e) {
-      mesh_break(m, e);
+    if (root < 0) {
+      std::vector<lm_placement_t> rep(m->ndim(), lm_placement_t{LM_REPLICATE, 0, 0, 0});
+      plan = plan_build(t->layout, Layout(m->grid, rep, t->layout.gshape), t->dtype, m->world,
+                        m->world_rank);
+    } else {
+      plan = plan_build(t->layout, root_layout(m->grid->rank_at_index(root), t->layout.gshape),
+                        t->dtype, m->world, m->world_rank);
     }
-    if (verdict) {
-      if (receives) throw Error((lm_status_t)verdict, err);
-      fail(LM_ERR_REMOTE, "%s: the root (mesh rank %d) refused its dst: %s", fn, root,
-           lm_status_string((lm_status_t)verdict));
-    }
+  } catch (const Error &e) {
+    err = e.message();
+    st = e.status();
+  } catch (const std::bad_alloc &) {
+    st = LM_ERR_OUT_OF_MEMORY;
+    err = strfmt("%s: out of memory", fn);
   }
-  std::unique_ptr<Plan> plan;
-  if (root < 0) {
-    std::vector<lm_placement_t> rep(m->ndim(), lm_placement_t{LM_REPLICATE, 0, 0, 0});
-    plan = plan_build(t->layout, Layout(m->grid, rep, t->layout.gshape), t->dtype, m->world,
-                      m->world_rank);
-  } else {
-    plan = plan_build(t->layout, root_layout(m->grid->rank_at_index(root), t->layout.gshape),
-                      t->dtype, m->world, m->world_rank);
-  }
+  Fingerprint fp("lm_dist_tensor_gather");
+  fp.add("mesh", m->id);
+  fp.add("placements", hash_placements(t->layout.pl.data(), m->ndim()));
+  fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+  fp.add("dtype", hash_dtype(t->dtype));
+  fp.add("root", (uint64_t)(int64_t)(root < 0 ? -1 : root));
+  struct Ctx {
+    lm_dist_tensor_s *t;
+    int root;
+  } ctx{t, root};
+  agree_call(fn, m, nullptr, m->check_level >= 1 ? &fp : nullptr,
+             [](const void *p, int f) -> std::string {
+               const Ctx &c = *static_cast<const Ctx *>(p);
+               switch (f) {
+                 case 1: return mesh_desc(c.t->mesh);
+                 case 2: return c.t->layout.str();
+                 case 3: {
+                   std::string r = "[";
+                   for (size_t i = 0; i < c.t->layout.gshape.size(); ++i)
+                     r += strfmt(i ? ", %lld" : "%lld", (long long)c.t->layout.gshape[i]);
+                   return r + "]";
+                 }
+                 case 4: return dl_dtype_name(c.t->dtype);
+                 case 5: return c.root < 0 ? std::string("-1 (all ranks)") : std::to_string(c.root);
+               }
+               return "?";
+             },
+             &ctx, st, err, root);
+  if (m->check_level >= 2) check_replicas(t, fn);
   try {
+    TimeoutScope ts(m->timeout);
     void *out = receives ? static_cast<char *>(dst->data) + dst->byte_offset : nullptr;
     if (is_device(t->device)) {  // dst is host memory: the shard goes through host staging
       void *h = stage_to_host_agreed(m, m, t->data(), t->local_bytes());
@@ -342,18 +527,51 @@ MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn) {
   return src->world;
 }
 
+namespace {
+struct ReshardCtx {
+  lm_dist_tensor_s *t;
+  lm_mesh_s *sm, *dm;
+  const lm_placement_t *pl;
+};
+std::string describe_reshard(const void *p, int field) {
+  const ReshardCtx &c = *static_cast<const ReshardCtx *>(p);
+  switch (field) {
+    case 1: return mesh_desc(c.sm) + " (source)";
+    case 2: return mesh_desc(c.dm) + " (target)";
+    case 3: return c.t->layout.str();
+    case 4: {
+      std::string r = "[";
+      for (size_t i = 0; i < c.t->layout.gshape.size(); ++i)
+        r += strfmt(i ? ", %lld" : "%lld", (long long)c.t->layout.gshape[i]);
+      return r + "]";
+    }
+    case 5: return dl_dtype_name(c.t->dtype);
+    case 6: return c.pl ? format_placements(c.pl, c.dm->ndim()) : std::string("NULL");
+  }
+  return "?";
+}
+}  // namespace
+
 lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
                                  const lm_placement_t *pl, const char *fn) {
   lm_dist_tensor_s *t = tensor_check(src, strfmt("%s: src", fn).c_str());
-  lm_mesh_s *sm = mesh_check_usable(t->mesh, strfmt("%s: src mesh", fn).c_str());
-  lm_mesh_s *dm = dst_mesh ? mesh_check_usable(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
-  MPI_Comm comm = transfer_comm(sm, dm, fn);
-  Layout L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
-  check_reshard(t->layout, L, t->dt);
-  lm_dist_tensor_s *out = tensor_new(dm, L, t->dtype, t->device, false);
-  if (!sm->member && !dm->member) return out;  // neither mesh: nothing to do, never waited on
-  try {
-    std::shared_ptr<Plan> plan;
+  lm_mesh_s *sm = mesh_check(t->mesh, strfmt("%s: src mesh", fn).c_str());
+  lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
+  const int level = check_level(sm, dm);
+  const bool part = sm->member || dm->member;
+  // Everything that can fail locally happens before any data moves (checks, plan, output
+  // buffer), so that with the agreement a failure on one rank is a failure on all.
+  lm_dist_tensor_s *out = nullptr;
+  std::shared_ptr<Plan> plan;
+  bool alias = false;
+  auto prepare = [&] {
+    mesh_check_usable(sm, strfmt("%s: src mesh", fn).c_str());
+    mesh_check_usable(dm, strfmt("%s: dst_mesh", fn).c_str());
+    MPI_Comm comm = transfer_comm(sm, dm, fn);
+    Layout L = make_layout(dm, pl, t->layout.gshape, strfmt("%s: placements", fn).c_str());
+    check_reshard(t->layout, L, t->dt);
+    out = tensor_new(dm, L, t->dtype, t->device, false);
+    if (!part) return;
     if (sm == dm) {
       std::string key = t->layout.key() + "->" + L.key() + strfmt("#%u.%u.%u", t->dtype.code, t->dtype.bits, t->dtype.lanes);
       if (is_device(t->device)) key += "@cuda";  // device plans keep their own transport
@@ -378,19 +596,61 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
     if (plan->steps.size() == 1 && plan->steps[0]->alias_offset(&off) && t->storage) {
       out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
       out->byte_offset = t->byte_offset + off;
-      return out;
+      alias = true;
+    } else if (dm->member) {
+      out->storage = is_device(t->device)
+                          ? device_storage_alloc(dm, t->device, out->local_bytes(), false)
+                          : storage_alloc(out->local_bytes(), false);
     }
+  };
+  if (level == 0 || !part) {
+    try {
+      prepare();
+    } catch (...) {
+      tensor_release(out);
+      throw;
+    }
+  } else {
+    lm_status_t st = LM_SUCCESS;
+    std::string err;
+    try {
+      prepare();
+    } catch (const Error &e) {
+      st = e.status();
+      err = e.message();
+    } catch (const std::bad_alloc &) {
+      st = LM_ERR_OUT_OF_MEMORY;
+      err = strfmt("%s: out of memory", fn);
+    }
+    Fingerprint fp("lm_dist_tensor_reshard");
+    fp.add("source mesh", sm->id);
+    fp.add("target mesh", dm->id);
+    fp.add("source placements", hash_placements(t->layout.pl.data(), sm->ndim()));
+    fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+    fp.add("dtype", hash_dtype(t->dtype));
+    fp.add("target placements", hash_placements(pl, dm->ndim()));
+    ReshardCtx ctx{t, sm, dm, pl};
+    try {
+      agree_call(fn, sm, dm, &fp, describe_reshard, &ctx, st, err);
+      if (level >= 2 && sm->member) check_replicas(t, fn);
+    } catch (...) {
+      tensor_release(out);
+      throw;
+    }
+  }
+  if (!part || alias) return out;  // neither mesh: nothing to do, never waited on
+  try {
     if (is_device(t->device)) {
-      if (dm->member) out->storage = device_storage_alloc(dm, t->device, out->local_bytes(), false);
       device_run_plan(sm, dm, *plan, t->data(), t->local_bytes(), out->data(), out->local_bytes(),
                       t->device.device_id);
       return out;
     }
-    if (dm->member) out->storage = storage_alloc(out->local_bytes(), false);
+    TimeoutScope ts(call_timeout(sm, dm));
     plan->run(t->data(), out->data());
   } catch (const Error &e) {
     tensor_release(out);
-    if (dm != sm && (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL)) {
+    if (dm != sm && (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL ||
+                     e.status() == LM_ERR_TIMEOUT || e.status() == LM_ERR_REMOTE)) {
       dm->broken = true;
       dm->broken_why = e.message();
     }

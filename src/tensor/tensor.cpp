@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "device/device.hpp"
 #include "reshard/boxcopy.hpp"
 #include "tensor/pool.hpp"
@@ -24,7 +25,7 @@ Storage::~Storage() {
 std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero) {
   auto s = std::make_shared<Storage>();
   size_t cap = 0;
-  void *p = pool_take(bytes, &cap);
+  void *p = fault_hit(FaultKind::Alloc) ? nullptr : pool_take(bytes, &cap);
   if (!p) fail(LM_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes on rank %d", bytes,
                world_rank_or_minus1());
   if (zero) std::memset(p, 0, cap);

@@ -5,7 +5,13 @@
 #include <climits>
 #include <cstdlib>
 
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
 #include "core/error.hpp"
+#include "core/fault.hpp"
+#include "mesh/agree.hpp"
 #include "mesh/mesh.hpp"
 #include "reshard/reduce.hpp"
 #include "tensor/pool.hpp"
@@ -13,6 +19,8 @@
 namespace lm {
 
 namespace {
+constexpr int kAbortTag = 0x7fff;  // above every plan step's tag (kTagBase + step)
+char g_abort_payload[256];         // what a failing rank sends (static: the sends are freed)
 constexpr size_t kMaxPiece = size_t(1) << 30;  // split messages above 1 GiB (int counts)
 
 bool datatypes_enabled() {
@@ -24,8 +32,65 @@ bool datatypes_enabled() {
 }
 }  // namespace
 
+void MpiTransport::fail_and_notify(lm_status_t st, const std::string &msg) {
+  drop_pending();
+  int size = 0, me = -1;
+  if (mpi_alive() && MPI_Comm_size(comm_, &size) == MPI_SUCCESS &&
+      MPI_Comm_rank(comm_, &me) == MPI_SUCCESS) {
+    std::string p = strfmt("%d|%s", (int)st, msg.c_str());
+    std::memset(g_abort_payload, 0, sizeof g_abort_payload);
+    std::memcpy(g_abort_payload, p.data(), std::min(p.size(), sizeof g_abort_payload - 1));
+    for (int r = 0; r < size; ++r) {
+      if (r == me) continue;
+      MPI_Request q;
+      if (MPI_Isend(g_abort_payload, (int)sizeof g_abort_payload, MPI_CHAR, r, kAbortTag, comm_,
+                    &q) == MPI_SUCCESS)
+        MPI_Request_free(&q);
+    }
+  }
+  throw Error(st, msg);
+}
+
+void MpiTransport::check(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  try {
+    mpi_check(rc, what);
+  } catch (const Error &e) {
+    fail_and_notify(e.status(), e.message());
+  }
+}
+
+// A message with the abort tag: another rank failed during this transfer.
+void MpiTransport::probe_abort() {
+  int flag = 0;
+  MPI_Status stt;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, comm_, &flag, &stt) != MPI_SUCCESS || !flag) return;
+  char buf[sizeof g_abort_payload + 1] = {0};
+  MPI_Recv(buf, (int)sizeof g_abort_payload, MPI_CHAR, stt.MPI_SOURCE, kAbortTag, comm_,
+           MPI_STATUS_IGNORE);
+  int st = 0;
+  const char *bar = std::strchr(buf, '|');
+  std::sscanf(buf, "%d", &st);
+  drop_pending();
+  fail(LM_ERR_REMOTE, "rank %d failed during the transfer: %s: %s; this rank %d did not",
+       stt.MPI_SOURCE, status_name((lm_status_t)st).c_str(), bar ? bar + 1 : buf,
+       world_rank_or_minus1());
+}
+
+// Pending requests of a failed transfer: receives are cancelled (their buffers may be freed),
+// sends are left to complete in the background.
+void MpiTransport::drop_pending() {
+  if (!mpi_alive()) return;
+  for (auto &q : reqs_) {
+    if (q == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&q);
+    MPI_Request_free(&q);
+  }
+}
+
 MpiTransport::~MpiTransport() {
   if (!mpi_alive()) return;  // after MPI_Finalize the types are gone with MPI
+  drop_pending();
   for (auto &t : types_) MPI_Type_free(&t);
   for (auto &kv : cached_) MPI_Type_free(&kv.second);
 }
@@ -34,10 +99,14 @@ Transport::Ticket MpiTransport::add_pieces(bool send, char *p, size_t bytes, int
   size_t first = reqs_.size();
   for (size_t done = 0; done < bytes || (bytes == 0 && done == 0); done += kMaxPiece) {
     int n = (int)std::min(kMaxPiece, bytes - done);
+    if (fault_hit(FaultKind::Transport))
+      fail_and_notify(LM_ERR_MPI, strfmt("reshard: %s failed on rank %d: injected by LM_FAULT",
+                                         send ? "MPI_Isend" : "MPI_Irecv", world_rank_or_minus1()));
     reqs_.push_back(MPI_REQUEST_NULL);
+    peers_.push_back(peer);
     int rc = send ? MPI_Isend(p + done, n, MPI_BYTE, peer, tag, comm_, &reqs_.back())
                   : MPI_Irecv(p + done, n, MPI_BYTE, peer, tag, comm_, &reqs_.back());
-    mpi_check(rc, send ? "reshard: MPI_Isend" : "reshard: MPI_Irecv");
+    check(rc, send ? "reshard: MPI_Isend" : "reshard: MPI_Irecv");
     if (bytes == 0) break;
   }
   tickets_.emplace_back(first, reqs_.size() - first);
@@ -97,31 +166,67 @@ MPI_Datatype MpiTransport::subarray(const BoxRef &b) {
 Transport::Ticket MpiTransport::post_send_box(const void *buf, const BoxRef &b, int peer,
                                               int tag) {
   MPI_Datatype t = subarray(b);
+  if (fault_hit(FaultKind::Transport))
+    fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Isend failed on rank %d: injected by "
+                                       "LM_FAULT", world_rank_or_minus1()));
   reqs_.push_back(MPI_REQUEST_NULL);
-  mpi_check(MPI_Isend(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Isend");
+  peers_.push_back(peer);
+  check(MPI_Isend(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Isend");
   tickets_.emplace_back(reqs_.size() - 1, 1);
   return (Ticket)tickets_.size() - 1;
 }
 
 Transport::Ticket MpiTransport::post_recv_box(void *buf, const BoxRef &b, int peer, int tag) {
   MPI_Datatype t = subarray(b);
+  if (fault_hit(FaultKind::Transport))
+    fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Irecv failed on rank %d: injected by "
+                                       "LM_FAULT", world_rank_or_minus1()));
   reqs_.push_back(MPI_REQUEST_NULL);
-  mpi_check(MPI_Irecv(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Irecv");
+  peers_.push_back(peer);
+  check(MPI_Irecv(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Irecv");
   tickets_.emplace_back(reqs_.size() - 1, 1);
   return (Ticket)tickets_.size() - 1;
 }
 
 bool MpiTransport::complete(size_t first, size_t n, bool block) {
   if (n == 0) return true;
-  if (block) {
-    mpi_check(MPI_Waitall((int)n, reqs_.data() + first, MPI_STATUSES_IGNORE),
-              "reshard: MPI_Waitall");
-    return true;
-  }
   int flag = 0;
-  mpi_check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
-            "reshard: MPI_Testall");
-  return flag != 0;
+  if (block && fault_hit(FaultKind::Transport))
+    fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Waitall failed on rank %d: injected by "
+                                       "LM_FAULT", world_rank_or_minus1()));
+  if (!block) {
+    check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
+          "reshard: MPI_Testall");
+    if (!flag && (++polls_ & 15) == 0) probe_abort();
+    return flag != 0;
+  }
+  // Blocking: poll, so that a peer's failure notice or the deadline can end the wait.
+  const double tmo = transfer_timeout();
+  std::chrono::steady_clock::time_point t0;
+  if (tmo > 0) t0 = std::chrono::steady_clock::now();
+  for (unsigned spins = 1;; ++spins) {
+    check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
+          "reshard: MPI_Testall");
+    if (flag) return true;
+    if ((spins & 63) != 0) continue;
+    probe_abort();
+    if (tmo > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > tmo) {
+      std::string who;
+      int listed = 0;
+      for (size_t i = first; i < first + n; ++i)
+        if (reqs_[i] != MPI_REQUEST_NULL && listed < 8 &&
+            who.find(strfmt(" %d,", peers_[i])) == std::string::npos) {
+          who += strfmt(" %d,", peers_[i]);
+          ++listed;
+        }
+      if (!who.empty()) who.pop_back();
+      fail_and_notify(LM_ERR_TIMEOUT,
+                      strfmt("reshard: no answer within LM_TIMEOUT = %g s on rank %d; waiting for "
+                             "rank%s%s of the parent communicator",
+                             tmo, world_rank_or_minus1(), listed > 1 ? "s" : "", who.c_str()));
+    }
+  }
 }
 
 bool MpiTransport::done(Ticket t, bool block) {
@@ -130,7 +235,9 @@ bool MpiTransport::done(Ticket t, bool block) {
 }
 
 void MpiTransport::reset() {
+  drop_pending();  // none after a completed step; those of a failed execution
   reqs_.clear();
+  peers_.clear();
   tickets_.clear();
   if (!types_.empty() && mpi_alive())
     for (auto &t : types_) MPI_Type_free(&t);

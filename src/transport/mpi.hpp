@@ -17,6 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <string>
+
+#include "localmap.h"
 #include "transport/transport.hpp"
 
 namespace lm {
@@ -49,11 +52,20 @@ class MpiTransport : public Transport {
   // Tests (block = false) or waits for requests [first, first + n); true when all complete.
   // Every completion of the transport goes through here.
   bool complete(size_t first, size_t n, bool block);
+  // Failure handling (docs/DESIGN.md, "Failure model"): a failing rank tells every other rank of
+  // the communicator (a small message with the abort tag) before it throws, so that none waits
+  // for it; waits poll for such a message and for the deadline of the call (transfer_timeout()).
+  [[noreturn]] void fail_and_notify(lm_status_t st, const std::string &msg);
+  void check(int rc, const char *what);
+  void probe_abort();
+  void drop_pending();
   Ticket add_pieces(bool send, char *p, size_t bytes, int peer, int tag);
   MPI_Datatype subarray(const BoxRef &b);
 
   MPI_Comm comm_;
   std::vector<MPI_Request> reqs_;
+  std::vector<int> peers_;  // peer of each request (for deadline messages)
+  unsigned polls_ = 0;
   std::vector<std::pair<size_t, size_t>> tickets_;  // first request, count
   std::vector<MPI_Datatype> types_;                 // committed by this step, freed by reset()
   std::unordered_map<int64_t, MPI_Datatype> cached_;  // by BoxRef::id, freed with the transport

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Argument agreement of collective calls (docs/DESIGN.md, "Failure model").
+//
+// Every collective entry point builds a Fingerprint of what it was asked (operation, meshes, layouts,
+// root, flags ...) and calls agree() before any data moves. agree() is one small allreduce (MAX of
+// a few 64-bit words: the lowest failing rank, the min and max of the fingerprint hash, and any
+// values the caller wants maximised). Only when a rank failed or the hashes differ, a second round
+// (one allgather of a fixed record per rank) finds the failing rank's status and message, or which
+// field differs on which ranks, so that every rank throws the same kind of error:
+//   the failing ranks their own error, the others LM_ERR_REMOTE "rank R (mesh rank M) failed: ..."
+//   or, all of them, LM_ERR_MISMATCH "fn: ranks disagree on <field>: rank 0 [S(0)], rank 1 [S(1)]".
+//
+// Agreements run on an *agreement communicator* shared by every mesh over the same set of
+// processes (MPI_Comm_create_group over MPI_COMM_WORLD, cached for the life of the process), so
+// that ranks which passed different meshes over the same processes still meet in one collective
+// and learn that they disagree, instead of each waiting in its own mesh's communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "localmap.h"
+
+struct lm_mesh_s;
+
+namespace lm {
+
+constexpr int kMaxFields = 14;
+
+// A communicator for agreements over one set of processes. Shared, never freed before
+// MPI_Finalize (a local free on one rank could leave the ranks with different caches).
+struct AgreeComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = -1, size = 0;
+  uint64_t seq = 0;  // agreements so far: every rank of the set takes part in each
+  bool broken = false;
+  std::string broken_why;
+};
+
+// The agreement communicator of the processes of `group` (a group of `base`). Collective over
+// those processes the first time that set is seen; a cache lookup afterwards.
+AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group);
+
+// Process-wide settings from the environment (read once): LM_CHECK (default 1), LM_TIMEOUT
+// (seconds, 0 = off), LM_FAULT (see fault.hpp).
+int env_check_level();
+double env_timeout();
+
+// FNV-1a style mixing.
+struct Hasher {
+  uint64_t h = 1469598103934665603ull;
+  void bytes(const void *p, size_t n) {
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= c[i];
+      h *= 1099511628211ull;
+    }
+  }
+  void u64(uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 1099511628211ull;
+  }
+};
+
+uint64_t hash_placements(const lm_placement_t *pl, int n);  // NULL: a fixed value
+uint64_t hash_shape(const int64_t *s, int n);               // NULL: a fixed value
+uint64_t hash_dtype(DLDataType d);
+
+// What a collective call was asked: up to kMaxFields named 64-bit hashes. Field 0 is the
+// operation. describe(i) (given to agree()) turns field i into text on the error path only.
+class Fingerprint {
+ public:
+  explicit Fingerprint(const char *op);
+  void add(const char *name, uint64_t hash) {
+    if (n_ < kMaxFields) {
+      names_[n_] = name;
+      hashes_[n_++] = hash;
+    }
+  }
+  int size() const { return n_; }
+  const char *name(int i) const { return names_[i]; }
+  uint64_t hash(int i) const { return hashes_[i]; }
+  uint64_t total() const;
+
+ private:
+  int n_ = 0;
+  const char *names_[kMaxFields];
+  uint64_t hashes_[kMaxFields];
+};
+
+// Text of field i on this rank (error path only). Field 0 (operation) and the sequence number
+// are described by agree() itself.
+using DescribeFn = std::string (*)(const void *ctx, int field);
+
+struct AgreeArgs {
+  const char *fn = "";             // entry point, for messages
+  AgreeComm *ac = nullptr;         // where to agree
+  const Fingerprint *fp = nullptr; // NULL: only the failure is agreed (LM_CHECK=0)
+  DescribeFn describe = nullptr;
+  const void *ctx = nullptr;
+  lm_status_t local = LM_SUCCESS;  // this rank's outcome so far
+  const std::string *err = nullptr;
+  int parent_rank = -1;            // for messages: this rank in the mesh's parent communicator
+  long long mesh_rank = -1;        // and in the mesh (-1: none, e.g. cross-mesh)
+  long long *maxes = nullptr;      // values to maximise over the ranks (in place)
+  int nmax = 0;
+  lm_mesh_s *m1 = nullptr, *m2 = nullptr;  // meshes to mark broken on an MPI failure / timeout
+  double timeout = 0;              // seconds; 0: wait for ever
+  long long root = -1;             // mesh rank of the call's root, named so in messages
+};
+
+// Collective over a.ac. Returns on success on every rank; otherwise throws on every rank:
+// this rank's own error where it failed, LM_ERR_REMOTE (with the lowest failing rank's status
+// name and the start of its message) on the others, or LM_ERR_MISMATCH everywhere.
+void agree(const AgreeArgs &a);
+
+// The status name without its description ("LM_ERR_USER").
+std::string status_name(lm_status_t s);
+
+// Waits for `req` (a collective or point-to-point request), polling with the deadline when
+// timeout > 0. On expiry throws LM_ERR_TIMEOUT "<what>: no answer within T s<who>".
+void wait_deadline(MPI_Request *req, double timeout, const char *what, const char *who = "");
+
+// The deadline (LM_TIMEOUT / mesh config) of the blocking waits of the transfer phase of the
+// collective call running on this thread: set by the entry point, read by the transport.
+double transfer_timeout();
+class TimeoutScope {
+ public:
+  explicit TimeoutScope(double seconds);
+  ~TimeoutScope();
+  TimeoutScope(const TimeoutScope &) = delete;
+  TimeoutScope &operator=(const TimeoutScope &) = delete;
+
+ private:
+  double saved_;
+};
+
+}  // namespace lm

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_timeout_sleep: LM_TIMEOUT (issue 8 item 2) with a rank that arrives after the deadline:
+ * the ranks that waited return LM_ERR_TIMEOUT; the late rank finds nobody to agree or exchange data
+ * with and returns LM_ERR_TIMEOUT too (naming the ranks it waited for when it got as far as the
+ * transfer). Nobody hangs.
+ */
+// lm-test-np: 2 3 4
+#include "lm_test.h"
+
+#include <time.h>
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+static void test_rank_sleeps_past_the_deadline(void **state) {
+  (void)state;
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {NP}, n = 8;
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.timeout = 1.0;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, &cfg));
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0);
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, &n, LM_FLOAT32, LM_CPU, &s0));
+  float buf[8];
+  DLTensor d = {buf, LM_CPU, 1, LM_FLOAT32, &n, NULL, 0};
+  if (ME == NP - 1) {
+    struct timespec ts = {2, 500000000L};
+    nanosleep(&ts, NULL);
+  }
+  lm_status_t st = lm_dist_tensor_gather(t, -1, &d);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", lm_last_error_message());
+  int ok = st == LM_ERR_TIMEOUT && strstr(msg, "LM_TIMEOUT") != NULL;
+  if (!ok) fprintf(stderr, "rank %d: status %d: %s\n", ME, (int)st, msg);
+  LM_ASSERT_ALL(ok);
+  lm_dist_tensor_destroy(&t);
+  lm_mesh_destroy(&m);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_rank_sleeps_past_the_deadline),
+};
+
+LM_TEST_MAIN(tests)
