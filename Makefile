@@ -5,21 +5,29 @@
 #   make lib                build/lib/liblocalmap.so.X.Y.Z (+ symlinks), liblocalmap.a, localmap.pc
 #   make check              build everything, run tests/run-tests.sh (NPS="1 2" to pick sizes)
 #   make check ASAN=1 UBSAN=1   same with sanitizers, in build-asan/ by default
+#   make check MPI=mpich    same against MPICH (mpicc.mpich, mpiexec.mpich), in build-mpich/
 #   make check-gpu [NPS="1 2 4"] [NCCL_SPLIT_HOSTS=1]   device tests (tests/gpu/) only
 #   make demo | bench | examples | tests
 #   make install [PREFIX=/usr/local] [DESTDIR=...] [LIBDIR=...] [INCLUDEDIR=...] | uninstall
+#   make docs               HTML API reference (doxygen; a warning fails) and the localmap(3) man page
 #   make abi-dump           abidw of the shared library into $(BUILD)/localmap.abi
 #   make abi-check          abidiff against abi/localmap.abi (the committed baseline)
+#   make abi-baseline       regenerate abi/localmap.abi from this build (at a release)
 #   make clean | deps
 #
-# Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto), BUILD (build), MPICC, MPICXX,
-# and the usual CPPFLAGS CFLAGS CXXFLAGS LDFLAGS LDLIBS, appended to ours.
+# Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto), BUILD (build), MPI (openmpi|mpich),
+# MPICC, MPICXX, DLPACK_INCLUDE_DIR, and the usual CPPFLAGS CFLAGS CXXFLAGS LDFLAGS LDLIBS,
+# appended to ours.
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR   ?= $(LIBDIR)/cmake/localmap
+DATAROOTDIR ?= $(PREFIX)/share
+DOCDIR     ?= $(DATAROOTDIR)/doc/localmap
+MANDIR     ?= $(DATAROOTDIR)/man
 
 # CUDA/NCCL backend. CUDA=auto (default): on when $(CUDA_HOME)/bin/nvcc (or nvcc on PATH) and
 # nccl.h are found; CUDA=0: off; CUDA=1: required (the build stops when they are missing).
@@ -48,25 +56,54 @@ WERROR     ?= 1
 ASAN       ?= 0
 UBSAN      ?= 0
 
-# Sanitizer builds get their own tree unless BUILD is given, so objects never mix.
-ifneq ($(filter 1,$(ASAN) $(UBSAN)),)
-BUILD      ?= build-asan
+# MPI flavour. Empty: the system default (Debian's mpicc/mpicxx/mpirun alternatives). openmpi or
+# mpich: that one explicitly (Debian installs both side by side as mpicc.openmpi, mpicc.mpich, ...),
+# built into its own tree (build-mpich/) unless BUILD is given, run with its own launcher.
+MPI        ?=
+ifeq ($(MPI),)
+MPI_SUFFIX :=
+else ifneq ($(filter openmpi mpich,$(MPI)),)
+MPI_SUFFIX := .$(MPI)
 else
-BUILD      ?= build
+$(error MPI=$(MPI): use MPI=openmpi or MPI=mpich, or leave it empty for the default mpicc)
 endif
 
-MPICC      ?= mpicc
-MPICXX     ?= mpicxx
+# Sanitizer builds get their own tree unless BUILD is given, so objects never mix.
+ifneq ($(filter 1,$(ASAN) $(UBSAN)),)
+BUILD      ?= build-asan$(if $(filter mpich,$(MPI)),-mpich)
+else
+BUILD      ?= build$(if $(filter mpich,$(MPI)),-mpich)
+endif
+
+MPICC      ?= mpicc$(MPI_SUFFIX)
+MPICXX     ?= mpicxx$(MPI_SUFFIX)
+# The launcher tools/lm-mpirun uses (it adapts its flags to OpenMPI or MPICH/Hydra).
+MPIRUN     ?= $(if $(filter mpich,$(MPI)),mpiexec.mpich,mpirun$(MPI_SUFFIX))
+# The MPI C wrapper the CMake package hands to FindMPI, so that a consumer finds the MPI
+# liblocalmap was built with (mpicc.mpich for MPI=mpich) rather than the system default.
+ifndef MPI_C_COMPILER
+MPI_C_COMPILER := $(or $(shell command -v $(MPICC) 2>/dev/null),$(MPICC))
+endif
 AR         ?= ar
 INSTALL    ?= install
 PKG_CONFIG ?= pkg-config
 ABIDW      ?= abidw
 ABIDIFF    ?= abidiff
+DOXYGEN    ?= doxygen
+HASH := \#
+
+# DLPack: the directory holding dlpack/dlpack.h, as the compiler finds it (override with
+# DLPACK_INCLUDE_DIR=/path/include). localmap.h includes it, so the .pc file and the CMake package
+# carry it to users. Supported DLPack versions: 0.6 (Debian 12) to 1.x.
+ifndef DLPACK_INCLUDE_DIR
+DLPACK_INCLUDE_DIR := $(patsubst %/dlpack/dlpack.h,%,$(firstword $(filter %/dlpack/dlpack.h, \
+  $(shell printf '$(HASH)include <dlpack/dlpack.h>\n' | $(MPICC) $(CPPFLAGS) -M -x c - 2>/dev/null))))
+endif
+DLPACK_CPPFLAGS := $(if $(filter-out /usr/include,$(DLPACK_INCLUDE_DIR)),-I$(DLPACK_INCLUDE_DIR))
 
 # ---------------------------------------------------------------------------------------------
 # Version (from include/localmap.h), names
 # ---------------------------------------------------------------------------------------------
-HASH := \#
 lm_version_part = $(or $(shell sed -n 's/^$(HASH)define LM_VERSION_$(1) \([0-9][0-9]*\).*/\1/p' include/localmap.h 2>/dev/null),0)
 VERSION_MAJOR := $(call lm_version_part,MAJOR)
 VERSION_MINOR := $(call lm_version_part,MINOR)
@@ -80,13 +117,24 @@ SHLIB_SO   := $(BUILD)/lib/$(SONAME)
 SHLIB_DEV  := $(BUILD)/lib/$(LIBNAME).so
 STATICLIB  := $(BUILD)/lib/$(LIBNAME).a
 PCFILE     := $(BUILD)/localmap.pc
+MANPAGE    := $(BUILD)/docs/localmap.3
+CMAKE_CONFIG  := $(BUILD)/cmake/localmapConfig.cmake
+CMAKE_VERSION_FILE := $(BUILD)/cmake/localmapConfigVersion.cmake
 ABIFILE    := $(BUILD)/localmap.abi
 ABI_BASELINE ?= abi/localmap.abi
 
-# The MPI pkg-config module the .pc file requires (Debian's OpenMPI ships ompi.pc).
+# The MPI pkg-config module the .pc file requires: the one of the MPI we build with (Debian's
+# OpenMPI ships ompi.pc, MPICH mpich.pc). For the default mpicc, ask it which MPI it is (OpenMPI's
+# wrapper knows --showme, MPICH's -show).
 ifndef MPI_PC
-MPI_PC     := $(shell $(PKG_CONFIG) --exists ompi 2>/dev/null && echo ompi || \
-                ($(PKG_CONFIG) --exists mpich 2>/dev/null && echo mpich))
+ifeq ($(MPI),mpich)
+MPI_PC     := mpich
+else ifeq ($(MPI),openmpi)
+MPI_PC     := ompi
+else
+MPI_PC     := $(shell $(MPICC) --showme:version >/dev/null 2>&1 && echo ompi || \
+                ($(MPICC) -show >/dev/null 2>&1 && echo mpich) || echo mpi)
+endif
 endif
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +151,8 @@ endif
 
 # Skip OpenMPI's deprecated C++ bindings (mpi.h from C++): they fail -Wextra -Werror.
 MPI_CPPFLAGS := -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1
-LIB_CPPFLAGS := -Iinclude -Isrc $(MPI_CPPFLAGS)
+PUB_CPPFLAGS := -Iinclude $(DLPACK_CPPFLAGS)
+LIB_CPPFLAGS := $(PUB_CPPFLAGS) -Isrc $(MPI_CPPFLAGS)
 LIB_LDLIBS   :=
 ifeq ($(CUDA),1)
 LIB_CPPFLAGS += -DLM_WITH_CUDA -I$(CUDA_HOME)/include
@@ -168,7 +217,8 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) CUDA=$(CUDA) $(NVCC_FLAGS)
 STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION)
 STAMP_prog := $(MPICC) $(MPICXX) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
-STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS)
+STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS) \
+              $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER)
 
 STAMPS := $(BUILD)/.stamp-cxx $(BUILD)/.stamp-link $(BUILD)/.stamp-prog $(BUILD)/.stamp-pc
 $(STAMPS): $(BUILD)/.stamp-%: FORCE
@@ -184,19 +234,19 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check help
+.PHONY: all lib tests examples check check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples
 
-lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE)
+lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE) $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE)
 
 tests: $(TEST_BINS) $(UNIT_BINS)
 
 examples: $(EX_BINS)
 
 deps:
-	@sh tools/ensure-deps.sh
+	@MPICC=$(MPICC) MPICXX=$(MPICXX) LM_MPIRUN=$(MPIRUN) DLPACK_INCLUDE_DIR=$(DLPACK_INCLUDE_DIR) sh tools/ensure-deps.sh
 
 # ---------------------------------------------------------------------------------------------
 # Library
@@ -229,11 +279,21 @@ $(STATICLIB): $(LIB_OBJS)
 	rm -f $@
 	$(AR) rcs $@ $(LIB_OBJS)
 
+# The .pc file and the CMake package, with the install paths, the MPI and the DLPack of this build.
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(VERSION_MAJOR)|g' \
+	    -e 's|@MPI_REQUIRES@|$(MPI_PC)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|g' \
+	    -e 's|@DLPACK_INCLUDE_DIR@|$(DLPACK_INCLUDE_DIR)|g' -e 's|@MPI_C_COMPILER@|$(MPI_C_COMPILER)|g' \
+	    -e 's|@LIBS_PRIVATE_CMAKE@|$(strip $(patsubst -l%,%,$(filter -l%,$(LIB_LDLIBS))))|g' \
+	    -e 's|@LIBDIRS_PRIVATE_CMAKE@|$(strip $(patsubst -L%,%,$(filter -L%,$(LIB_LDLIBS))))|g'
+
 $(PCFILE): pkgconfig/localmap.pc.in $(BUILD)/.stamp-pc
 	@mkdir -p $(@D)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
-	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_REQUIRES@|$(MPI_PC)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|g' \
-	    $< > $@
+	$(SUBST) $< > $@
+
+$(BUILD)/cmake/%.cmake: cmake/%.cmake.in $(BUILD)/.stamp-pc
+	@mkdir -p $(@D)
+	$(SUBST) $< > $@
 
 # ---------------------------------------------------------------------------------------------
 # Tests, examples, benchmarks
@@ -242,13 +302,13 @@ PROG_DEPS := $(SHLIB_DEV) $(BUILD)/.stamp-prog
 
 $(BUILD)/tests/%: tests/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
-	$(MPICC) -Iinclude -Itests $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
+	$(MPICC) $(PUB_CPPFLAGS) -Itests $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka -lm $(LDLIBS)
 
 # Device tests use the CUDA runtime directly to make and check device data.
 $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
-	$(MPICC) -Iinclude -Itests -Itests/gpu -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) \
+	$(MPICC) $(PUB_CPPFLAGS) -Itests -Itests/gpu -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) \
 	  $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) \
 	  -lcudart -lcmocka -lm $(LDLIBS)
 
@@ -260,28 +320,28 @@ $(BUILD)/tests/unit_%: tests/unit_%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DE
 
 $(BUILD)/tests/%: tests/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
-	$(MPICXX) -Iinclude -Itests $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
+	$(MPICXX) $(PUB_CPPFLAGS) -Itests $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
-	$(MPICC) -Iinclude $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
+	$(MPICC) $(PUB_CPPFLAGS) $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lm $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
-	$(MPICXX) -Iinclude $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
+	$(MPICXX) $(PUB_CPPFLAGS) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 	@mkdir -p $(@D)
-	$(MPICC) -Iinclude -Ibench $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
+	$(MPICC) $(PUB_CPPFLAGS) -Ibench $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lm $(LDLIBS)
 
 # The device bench calls NCCL collectives itself as the baseline.
 $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
 	@mkdir -p $(@D)
-	$(MPICC) -Iinclude -Ibench -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	$(MPICC) $(PUB_CPPFLAGS) -Ibench -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
 	  -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl \
 	  -lcudart -lm $(LDLIBS)
 
@@ -289,7 +349,10 @@ $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
 # Running
 # ---------------------------------------------------------------------------------------------
 # Environment of every run (tests, demo, bench).
-RUN_ENV := BUILD=$(BUILD)
+# MPI too, so that a script test calling make (with MAKEFLAGS unset) stays on the same MPI.
+# LM_MPI_FLAVOR spares tools/lm-mpirun asking the launcher (--version) at every run.
+RUN_ENV := BUILD=$(BUILD) LM_MPIRUN=$(MPIRUN) LM_MPI=$(MPI) MPI=$(MPI) \
+           LM_MPI_FLAVOR=$(if $(filter mpich,$(MPI_PC)),mpich,openmpi)
 ifeq ($(ASAN),1)
 # OpenMPI leaks at exit are known (tests/lsan.supp). fast_unwind_on_malloc=0: full stacks through
 # dlclose()d MCA components, so the suppressions match.
@@ -333,34 +396,85 @@ bench: $(BENCH_BINS)
 # ---------------------------------------------------------------------------------------------
 # Install
 # ---------------------------------------------------------------------------------------------
-install: lib
-	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+# Under $(DOCDIR): README.md, LICENSE, and examples/ (the sources with a Makefile that builds them
+# against the installed tree through pkg-config). The man page under $(MANDIR)/man3, the CMake
+# package under $(CMAKEDIR).
+DOC_FILES  := README.md LICENSE
+EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h examples/README.md))
+
+install: lib $(MANPAGE)
+	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	  $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(MANDIR)/man3
 	$(INSTALL) -m 755 $(SHLIB_REAL) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(notdir $(SHLIB_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/$(LIBNAME).so
 	$(INSTALL) -m 644 $(STATICLIB) $(DESTDIR)$(LIBDIR)/
 	$(INSTALL) -m 644 $(PUB_HDRS) $(DESTDIR)$(INCLUDEDIR)/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
-	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_REQUIRES@|$(MPI_PC)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|g' \
-	    pkgconfig/localmap.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
-	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
+	$(INSTALL) -m 644 $(PCFILE) $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
+	$(INSTALL) -m 644 $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE) $(DESTDIR)$(CMAKEDIR)/
+	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 644 $(EX_FILES) $(DESTDIR)$(DOCDIR)/examples/
+	$(INSTALL) -m 644 examples/Makefile.installed $(DESTDIR)$(DOCDIR)/examples/Makefile
+	$(INSTALL) -m 644 $(MANPAGE) $(DESTDIR)$(MANDIR)/man3/localmap.3
 
+# Removes what install put there, then the directories that are localmap's own once empty.
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(LIBNAME).so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	      $(DESTDIR)$(LIBDIR)/$(LIBNAME).so $(DESTDIR)$(LIBDIR)/$(LIBNAME).a \
 	      $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(ALL_PUB_HDR_NAMES)) \
-	      $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
+	      $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc \
+	      $(DESTDIR)$(CMAKEDIR)/localmapConfig.cmake $(DESTDIR)$(CMAKEDIR)/localmapConfigVersion.cmake \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
+	      $(DESTDIR)$(MANDIR)/man3/localmap.3
+	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
+
+# ---------------------------------------------------------------------------------------------
+# Documentation: `make docs` = the HTML reference in $(BUILD)/docs/html (doxygen with warnings
+# as errors: an undocumented public item fails) and the man page $(BUILD)/docs/localmap.3.
+# ---------------------------------------------------------------------------------------------
+.PHONY: docs man
+docs: $(MANPAGE)
+	@command -v $(DOXYGEN) >/dev/null 2>&1 || { echo "docs: $(DOXYGEN) not found (apt-get install doxygen)"; exit 1; }
+	@mkdir -p $(BUILD)/docs
+	( cat docs/Doxyfile; echo "PROJECT_NUMBER = $(VERSION)"; echo "OUTPUT_DIRECTORY = $(BUILD)/docs" ) | $(DOXYGEN) -
+	@echo "docs: $(BUILD)/docs/html/index.html, $(MANPAGE)"
+
+man: $(MANPAGE)
+
+$(MANPAGE): docs/localmap.3.in tools/gen-manpage.sh $(PUB_HDRS)
+	@mkdir -p $(@D)
+	sh tools/gen-manpage.sh $(VERSION) $@
 
 # ---------------------------------------------------------------------------------------------
 # ABI
 # ---------------------------------------------------------------------------------------------
+# (tests/script_abi.sh dumps its baseline with the same abidw flags.)
 abi-dump: $(SHLIB_REAL)
-	$(ABIDW) --no-corpus-path --headers-dir include --out-file $(ABIFILE) $(SHLIB_REAL)
+	$(ABIDW) --no-corpus-path --headers-dir include --drop-private-types --out-file $(ABIFILE) $(SHLIB_REAL)
 	@echo "abi-dump: $(ABIFILE)"
 
+# abidiff's exit status is a bit mask: 1/2 = error, 4 = an ABI change, 8 = an incompatible one
+# (a removed symbol). abi-check fails on any of them. Added functions are compatible and not
+# counted (--no-added-syms), nor are enumerators appended to an enum (libabigail filters them as
+# harmless), nor fields appended to a versioned config struct (abi/localmap.abignore). Both sides
+# compare public types only (--headers-dir): a private C++ class is not the ABI.
+ABI_SUPPRESSIONS ?= abi/localmap.abignore
+ABIDIFF_FLAGS ?= --headers-dir1 include --headers-dir2 include --no-added-syms \
+                 $(if $(wildcard $(ABI_SUPPRESSIONS)),--suppressions $(ABI_SUPPRESSIONS))
 abi-check: abi-dump
-	@if [ ! -f $(ABI_BASELINE) ]; then echo "abi-check: no $(ABI_BASELINE) (copy $(ABIFILE) there to start)"; exit 1; fi
-	$(ABIDIFF) $(ABI_BASELINE) $(ABIFILE)
+	@if [ ! -f $(ABI_BASELINE) ]; then echo "abi-check: no $(ABI_BASELINE) (make abi-baseline starts one)"; exit 1; fi
+	@rc=0; $(ABIDIFF) $(ABIDIFF_FLAGS) $(ABI_BASELINE) $(ABIFILE) || rc=$$?; \
+	if [ $$rc -ne 0 ]; then \
+	  echo "abi-check: INCOMPATIBLE with $(ABI_BASELINE) (abidiff status $$rc): bump LM_VERSION_MAJOR (the SONAME) or, if intended before a release, make abi-baseline (docs/DESIGN.md, ABI)"; exit 1; \
+	else echo "abi-check: compatible with $(ABI_BASELINE)"; fi
+
+# The baseline of the current release: at a release (or after an intended ABI break with a new
+# SONAME), regenerate it from a plain build and commit abi/localmap.abi.
+abi-baseline: abi-dump
+	@mkdir -p $(dir $(ABI_BASELINE))
+	cp $(ABIFILE) $(ABI_BASELINE)
+	@echo "abi-baseline: $(ABI_BASELINE) from $(SHLIB_REAL) (commit it)"
 
 clean:
 	rm -rf $(BUILD)
@@ -370,7 +484,7 @@ print-cuda:
 	@echo $(CUDA)
 
 help:
-	@sed -n '2,17p' Makefile
+	@sed -n '2,22p' Makefile
 
 # Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
 # its tests from make check.

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/*
- * localmap — distributed tensors over a process mesh, and local_map.
+/**
+ * @file localmap.h
+ * @brief localmap — distributed tensors over a process mesh, and local_map.
  *
  * The stable C ABI of liblocalmap. This header does not include mpi.h nor any CUDA header:
  * communicators cross it as Fortran handles (MPI_Fint, an int in every MPI we know; see
  * localmap_mpi.h for MPI_Comm-typed helpers), CUDA streams cross it as void* (lm_device_config_t).
  *
  * Conventions (docs/DESIGN.md has the long form):
+ *
  *  - Every function returns lm_status_t. Outputs go through pointers, output first on create.
  *  - On failure lm_last_error_message() gives a thread-local message naming the argument and the
  *    rank. LM_ERR_INVALID_ARGUMENT means the call had no effect and every handle still works.
@@ -20,11 +22,14 @@
  *    root, from_local with LM_SHAPE_ALLGATHER, local_map) also checks, before any data moves, that
  *    the ranks were asked the same thing: otherwise every rank returns LM_ERR_MISMATCH naming the
  *    field and the ranks. Environment: LM_CHECK=0|1|2 (default 1; see lm_mesh_config_t),
- *    LM_TIMEOUT=<seconds> (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
+ *    `LM_TIMEOUT=<seconds>` (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
  *    for tests). docs/DESIGN.md, "Failure model", has the rules.
  *  - Thread safety: distinct handles may be used from distinct threads when MPI was initialised
  *    with MPI_THREAD_MULTIPLE; one mesh (and everything on it) must not be used by two threads at
  *    once, because its collectives would interleave.
+ *
+ * The DLPack header comes from the DLPack the library was built with (versions 0.6 to 1.x: only
+ * DLTensor, DLManagedTensor, DLDataType and DLDevice are used, whose layouts those versions share).
  */
 #ifndef LOCALMAP_H_
 #define LOCALMAP_H_
@@ -41,6 +46,16 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------------
  * Export and attributes
  * ------------------------------------------------------------------------------------------- */
+/**
+ * @def LM_API
+ * @brief Marks a function exported by liblocalmap (default visibility; the library builds with
+ * -fvisibility=hidden, so only LM_API functions are exported).
+ */
+/**
+ * @def LM_NODISCARD
+ * @brief warn_unused_result on functions whose status must be checked (define LM_NO_WARN_UNUSED
+ * before including the header to turn it off). Destroy functions do not carry it.
+ */
 #if defined(_WIN32)
 #define LM_API __declspec(dllimport)
 #elif defined(__GNUC__)
@@ -58,58 +73,65 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------------
  * Versions
  * ------------------------------------------------------------------------------------------- */
+/** Major version: a change means an incompatible ABI (and a new SONAME, liblocalmap.so.MAJOR). */
 #define LM_VERSION_MAJOR 0
+/** Minor version: compatible additions. */
 #define LM_VERSION_MINOR 1
+/** Patch version: fixes only. */
 #define LM_VERSION_PATCH 0
+/** The header's version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is 100). */
 #define LM_VERSION_CODE (LM_VERSION_MAJOR * 10000 + LM_VERSION_MINOR * 100 + LM_VERSION_PATCH)
 
-/* The version of the library actually loaded, as LM_VERSION_CODE. Never fails. */
+/** The version of the library actually loaded, as LM_VERSION_CODE. Never fails.
+ * @return MAJOR * 10000 + MINOR * 100 + PATCH of the loaded liblocalmap. */
 LM_API int lm_get_version(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes. Values are explicit and never reused; new codes are appended.
  * ------------------------------------------------------------------------------------------- */
+/** What every localmap function returns. On anything but LM_SUCCESS, lm_last_error_message()
+ * explains it. */
 typedef enum lm_status_t {
-  LM_SUCCESS = 0,
-  LM_ERR_INVALID_ARGUMENT = 1, /* a bad argument; the call had no effect */
-  LM_ERR_INVALID_USAGE = 2,    /* a valid argument at the wrong time (e.g. rank not in mesh) */
-  LM_ERR_OUT_OF_MEMORY = 3,    /* an allocation failed; the call had no effect */
-  LM_ERR_NOT_SUPPORTED = 4,    /* a feature this build or this version does not have */
-  LM_ERR_MISMATCH = 5,         /* ranks of a collective call passed different arguments */
-  LM_ERR_MPI = 6,              /* an MPI call failed; the mesh is marked broken */
-  LM_ERR_NCCL = 7,             /* a NCCL call failed; the mesh is marked broken */
-  LM_ERR_CUDA = 8,             /* a CUDA call failed */
-  LM_ERR_REMOTE = 9,           /* another rank of the collective call failed */
-  LM_ERR_INTERNAL = 10,        /* a bug in localmap: please report it */
-  LM_ERR_USER = 11,            /* a user callback (lm_local_map's fn) returned a failure */
+  LM_SUCCESS = 0,              /**< the call did what it says */
+  LM_ERR_INVALID_ARGUMENT = 1, /**< a bad argument; the call had no effect */
+  LM_ERR_INVALID_USAGE = 2,    /**< a valid argument at the wrong time (e.g. rank not in mesh) */
+  LM_ERR_OUT_OF_MEMORY = 3,    /**< an allocation failed; the call had no effect */
+  LM_ERR_NOT_SUPPORTED = 4,    /**< a feature this build or this version does not have */
+  LM_ERR_MISMATCH = 5,         /**< ranks of a collective call passed different arguments */
+  LM_ERR_MPI = 6,              /**< an MPI call failed; the mesh is marked broken */
+  LM_ERR_NCCL = 7,             /**< a NCCL call failed; the mesh is marked broken */
+  LM_ERR_CUDA = 8,             /**< a CUDA call failed */
+  LM_ERR_REMOTE = 9,           /**< another rank of the collective call failed */
+  LM_ERR_INTERNAL = 10,        /**< a bug in localmap: please report it */
+  LM_ERR_USER = 11,            /**< a user callback (lm_local_map's fn) returned a failure */
   /** A collective call waited longer than LM_TIMEOUT (or the mesh's config->timeout) for other
    *  ranks; the message names the ranks that did not arrive where that is knowable. The mesh is
    *  marked broken (later collective calls on it fail with LM_ERR_INVALID_USAGE). */
   LM_ERR_TIMEOUT = 12
 } lm_status_t;
 
-/* A static string naming the code ("LM_ERR_INVALID_ARGUMENT: invalid argument"). Never NULL. */
+/** A static string naming the code ("LM_ERR_INVALID_ARGUMENT: invalid argument"). Never NULL. */
 LM_API const char *lm_status_string(lm_status_t status);
 
-/* The message of the last failed call on this thread ("" if none). Never NULL. The pointer stays
+/** The message of the last failed call on this thread ("" if none). Never NULL. The pointer stays
  * valid until the next localmap call on this thread. */
 LM_API const char *lm_last_error_message(void);
 
-/* Lets a user callback (lm_local_map's fn) explain its failure; the text becomes part of the
+/** Lets a user callback (lm_local_map's fn) explain its failure; the text becomes part of the
  * message lm_local_map reports. NULL clears it. */
 LM_API void lm_set_error_message(const char *message);
 
 /* ---------------------------------------------------------------------------------------------
  * MPI bootstrap, for programs (or bindings) that do not call MPI themselves.
  * ------------------------------------------------------------------------------------------- */
-/* Initialises MPI (MPI_THREAD_FUNNELED) unless it is already initialised; argc/argv may be NULL.
+/** Initialises MPI (MPI_THREAD_FUNNELED) unless it is already initialised; argc/argv may be NULL.
  * A singleton run without mpirun works. */
 LM_NODISCARD LM_API lm_status_t lm_init(int *argc, char ***argv);
-/* Finalises MPI if lm_init initialised it, and does nothing otherwise. */
+/** Finalises MPI if lm_init initialised it, and does nothing otherwise. */
 LM_NODISCARD LM_API lm_status_t lm_finalize(void);
-/* MPI_COMM_WORLD as a Fortran handle (MPI_Comm_c2f). MPI must be initialised. */
+/** MPI_COMM_WORLD as a Fortran handle (MPI_Comm_c2f) in *comm_f. MPI must be initialised. */
 LM_NODISCARD LM_API lm_status_t lm_comm_world(int *comm_f);
-/* This process's rank in MPI_COMM_WORLD and the world size. */
+/** This process's rank in MPI_COMM_WORLD (*rank) and the world size (*size). */
 LM_NODISCARD LM_API lm_status_t lm_world_rank(int *rank, int *size);
 
 /* ---------------------------------------------------------------------------------------------
@@ -119,20 +141,36 @@ LM_NODISCARD LM_API lm_status_t lm_world_rank(int *rank, int *size);
  * bool: Debian's DLPack 0.6 has no bool code; localmap uses the code DLPack 0.8 introduced
  * (kDLBool = 6) with bits = 8, one byte per value holding 0 or 1 — what PyTorch and NumPy export.
  * ------------------------------------------------------------------------------------------- */
+/** The DLPack type code of bool (DLPack 0.8's kDLBool; DLPack 0.6 has no such code). */
 #define LM_DL_BOOL 6
+/** A DLDataType compound literal with the given type code and bit width, lanes 1 (C only: C++
+ * writes DLDataType{code, bits, 1}). */
 #define LM_DTYPE(code_, bits_) ((DLDataType){(uint8_t)(code_), (uint8_t)(bits_), 1})
+/** IEEE half precision. */
 #define LM_FLOAT16 LM_DTYPE(kDLFloat, 16)
+/** bfloat16 (reductions compute in float and round to nearest even). */
 #define LM_BFLOAT16 LM_DTYPE(kDLBfloat, 16)
+/** IEEE single precision. */
 #define LM_FLOAT32 LM_DTYPE(kDLFloat, 32)
+/** IEEE double precision. */
 #define LM_FLOAT64 LM_DTYPE(kDLFloat, 64)
+/** Signed 8-bit integer. */
 #define LM_INT8 LM_DTYPE(kDLInt, 8)
+/** Signed 16-bit integer. */
 #define LM_INT16 LM_DTYPE(kDLInt, 16)
+/** Signed 32-bit integer. */
 #define LM_INT32 LM_DTYPE(kDLInt, 32)
+/** Signed 64-bit integer. */
 #define LM_INT64 LM_DTYPE(kDLInt, 64)
+/** Unsigned 8-bit integer. */
 #define LM_UINT8 LM_DTYPE(kDLUInt, 8)
+/** bool: code LM_DL_BOOL, 8 bits, one byte per value holding 0 or 1. */
 #define LM_BOOL LM_DTYPE(LM_DL_BOOL, 8)
+/** Complex of two float32. */
 #define LM_COMPLEX64 LM_DTYPE(kDLComplex, 64)
+/** Complex of two float64. */
 #define LM_COMPLEX128 LM_DTYPE(kDLComplex, 128)
+/** The host device, DLDevice{kDLCPU, 0}, as a C compound literal. */
 #define LM_CPU ((DLDevice){kDLCPU, 0})
 
 /** Whether tensors can live on `device_type` here and now: kDLCPU always; kDLCUDA when the
@@ -148,21 +186,24 @@ LM_NODISCARD LM_API lm_status_t lm_device_supported(DLDeviceType device_type, in
 /* ---------------------------------------------------------------------------------------------
  * Placements: one small POD per mesh dimension.
  * ------------------------------------------------------------------------------------------- */
+/** How a tensor lies along one mesh dim (lm_placement_t::kind). */
 typedef enum lm_placement_kind_t {
-  LM_REPLICATE = 0, /* every rank along the mesh dim holds the same full value */
-  LM_SHARD = 1,     /* tensor dim `dim` is chunked along the mesh dim like torch.chunk */
-  LM_PARTIAL = 2    /* each rank holds a partial value; the value is the `op` reduction */
+  LM_REPLICATE = 0, /**< every rank along the mesh dim holds the same full value */
+  LM_SHARD = 1,     /**< tensor dim `dim` is chunked along the mesh dim like torch.chunk */
+  LM_PARTIAL = 2    /**< each rank holds a partial value; the value is the `op` reduction */
 } lm_placement_kind_t;
 
+/** The reduction of a Partial placement (lm_placement_t::op). */
 typedef enum lm_reduce_op_t {
-  LM_REDUCE_SUM = 0,
-  LM_REDUCE_AVG = 1,
-  LM_REDUCE_MAX = 2,
-  LM_REDUCE_MIN = 3,
-  LM_REDUCE_PROD = 4
+  LM_REDUCE_SUM = 0, /**< sum (bool: logical or) */
+  LM_REDUCE_AVG = 1, /**< average (integers truncate toward zero; bool: not supported) */
+  LM_REDUCE_MAX = 2, /**< maximum (bool: logical or; complex: not supported) */
+  LM_REDUCE_MIN = 3, /**< minimum (bool: logical and; complex: not supported) */
+  LM_REDUCE_PROD = 4 /**< product (bool: logical and) */
 } lm_reduce_op_t;
 
-/* kind: lm_placement_kind_t. dim: the tensor dim (LM_SHARD only). op: lm_reduce_op_t
+/** The placement of a tensor along one mesh dim.
+ * kind: lm_placement_kind_t. dim: the tensor dim (LM_SHARD only). op: lm_reduce_op_t
  * (LM_PARTIAL only). order: co-shard order, when several mesh dims shard one tensor dim: the
  * tensor dim is split first by the mesh dim with the lowest order (ties: lowest mesh dim), then
  * each block again by the next. With all orders 0, mesh dim 0 splits first (as DTensor does).
@@ -173,21 +214,25 @@ typedef enum lm_reduce_op_t {
  * and, over several mesh dims, averages dim by dim in mesh-dim order, each division truncating
  * toward zero. Floating avg divides once by the product of the reduced extents. */
 typedef struct lm_placement_t {
-  int32_t kind;
-  int32_t dim;
-  int32_t op;
-  int32_t order;
+  int32_t kind;  /**< an lm_placement_kind_t */
+  int32_t dim;   /**< the sharded tensor dim (LM_SHARD only, else 0) */
+  int32_t op;    /**< an lm_reduce_op_t (LM_PARTIAL only, else 0) */
+  int32_t order; /**< co-shard order (LM_SHARD only, else 0) */
 } lm_placement_t;
 
+/** Replicate, as a C compound literal. */
 #define LM_PLACEMENT_REPLICATE ((lm_placement_t){LM_REPLICATE, 0, 0, 0})
+/** Shard(d): tensor dim d chunked along the mesh dim (order 0), as a C compound literal. */
 #define LM_PLACEMENT_SHARD(d) ((lm_placement_t){LM_SHARD, (d), 0, 0})
+/** Partial(o) with the lm_reduce_op_t o, as a C compound literal. */
 #define LM_PLACEMENT_PARTIAL(o) ((lm_placement_t){LM_PARTIAL, 0, (o), 0})
 
-/* Writes e.g. "[S(0), R, P(sum)]" into buf (always NUL-terminated when size > 0). */
+/** Writes e.g. "[S(0), R, P(sum)]" for the n placements into buf of `size` bytes (always
+ * NUL-terminated when size > 0). */
 LM_NODISCARD LM_API lm_status_t lm_placements_format(const lm_placement_t *placements, int n,
                                                      char *buf, size_t size);
 
-/* Torch.chunk layout math: the [offset, offset+length) range that block `index` of `parts` gets
+/** Torch.chunk layout math: the [offset, offset+length) range that block `index` of `parts` gets
  * of an extent `n` (block = ceil(n/parts); trailing blocks may be short or empty). */
 LM_NODISCARD LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
                                          int64_t *length);
@@ -195,22 +240,25 @@ LM_NODISCARD LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index
 /* ---------------------------------------------------------------------------------------------
  * Mesh: an N-D grid of MPI ranks.
  * ------------------------------------------------------------------------------------------- */
+/** A mesh handle (typed opaque pointer). */
 typedef struct lm_mesh_s *lm_mesh_t;
 
+/** lm_mesh_config_t::magic ("LMMC"). */
 #define LM_MESH_CONFIG_MAGIC 0x4c4d4d43u /* "LMMC" */
+/** lm_mesh_config_t::version of this header. */
 #define LM_MESH_CONFIG_VERSION 2u
 
-/* Options of lm_mesh_create. Initialise with LM_MESH_CONFIG_INIT, then set fields. The library
+/** Options of lm_mesh_create. Initialise with LM_MESH_CONFIG_INIT, then set fields. The library
  * reads min(size, its own sizeof) bytes, so an older caller keeps working. */
 typedef struct lm_mesh_config_t {
-  size_t size;
-  uint32_t magic;
-  uint32_t version;
-  /* Ranks of the parent communicator forming the mesh, row-major over the mesh shape (nranks must
+  size_t size;      /**< sizeof(lm_mesh_config_t) of the caller */
+  uint32_t magic;   /**< LM_MESH_CONFIG_MAGIC */
+  uint32_t version; /**< LM_MESH_CONFIG_VERSION of the caller */
+  /** Ranks of the parent communicator forming the mesh, row-major over the mesh shape (nranks must
    * equal the product of the shape). NULL: all ranks of the parent, in order. */
   const int *ranks;
-  int nranks;
-  /* NULL, or one name per mesh dim ("dp", "tp", ...): distinct, non-empty, at most 63 chars. */
+  int nranks; /**< number of entries in ranks (0 when ranks is NULL) */
+  /** NULL, or one name per mesh dim ("dp", "tp", ...): distinct, non-empty, at most 63 chars. */
   const char *const *dim_names;
   /** (version 2) Argument checks of the collective calls on this mesh: -1 (the default) takes
    *  the LM_CHECK environment variable (itself 1 when unset). 0: no argument agreement (ranks that
@@ -227,11 +275,12 @@ typedef struct lm_mesh_config_t {
   double timeout;
 } lm_mesh_config_t;
 
-/** Initialiser of lm_mesh_config_t: every field at its default. */
+/** Initialiser of lm_mesh_config_t: this header's size, magic and version, every option at its
+ * default. */
 #define LM_MESH_CONFIG_INIT \
   {sizeof(lm_mesh_config_t), LM_MESH_CONFIG_MAGIC, LM_MESH_CONFIG_VERSION, NULL, 0, NULL, -1, -1.0}
 
-/* Creates a mesh of `ndim` dims with extents shape[0..ndim) over ranks of `parent_comm`
+/** Creates a mesh of `ndim` dims with extents shape[0..ndim) over ranks of `parent_comm`
  * (a Fortran handle: MPI_Comm_c2f(comm), mpi4py's comm.py2f(), mpi_f08's comm%MPI_VAL).
  * Collective over the parent (every parent rank calls, members or not, with the same arguments;
  * agrees). Ranks outside the mesh get a handle whose membership query says 0; they may create
@@ -239,31 +288,34 @@ typedef struct lm_mesh_config_t {
 LM_NODISCARD LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim,
                                                const int64_t *shape,
                                                const lm_mesh_config_t *config);
-/* Local, NULL-safe; the mesh lives on while tensors or plans reference it. Sets *mesh = NULL. */
+/** Destroys a mesh handle. Local, NULL-safe; the mesh lives on while tensors or plans reference
+ * it. Sets *mesh = NULL. */
 LM_API lm_status_t lm_mesh_destroy(lm_mesh_t *mesh);
 
+/** The number of mesh dims. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_ndim(lm_mesh_t mesh, int *ndim);
-/* Writes min(n, ndim) extents. */
+/** The mesh extents: writes min(n, ndim) of them into shape. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_shape(lm_mesh_t mesh, int64_t *shape, int n);
-/* Number of ranks in the mesh. */
+/** Number of ranks in the mesh. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_size(lm_mesh_t mesh, int *size);
+/** Whether this rank belongs to the mesh (*is_member 1 or 0). */
 LM_NODISCARD LM_API lm_status_t lm_mesh_is_member(lm_mesh_t mesh, int *is_member);
-/* This rank's coordinate (n >= ndim); LM_ERR_INVALID_USAGE on a non-member. */
+/** This rank's coordinate (n >= ndim); LM_ERR_INVALID_USAGE on a non-member. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_coord(lm_mesh_t mesh, int64_t *coord, int n);
-/* This rank's row-major index in the mesh (0..size); LM_ERR_INVALID_USAGE on a non-member. */
+/** This rank's row-major index in the mesh (0..size); LM_ERR_INVALID_USAGE on a non-member. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_rank(lm_mesh_t mesh, int *mesh_rank);
-/* The parent-communicator rank at a coordinate (n == ndim). */
+/** The parent-communicator rank at a coordinate (n == ndim). */
 LM_NODISCARD LM_API lm_status_t lm_mesh_rank_at(lm_mesh_t mesh, const int64_t *coord, int n,
                                                 int *parent_rank);
-/* Index of the dim called `name`; LM_ERR_INVALID_ARGUMENT if none. */
+/** Index of the dim called `name`; LM_ERR_INVALID_ARGUMENT if none. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_dim_index(lm_mesh_t mesh, const char *name, int *dim);
-/* Writes the dim's name (or "" when unnamed) into buf. */
+/** Writes the dim's name (or "" when unnamed) into buf. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_dim_name(lm_mesh_t mesh, int dim, char *buf, size_t size);
-/* The communicator of the ranks that share this rank's coordinate except along `dim`, ordered by
+/** The communicator of the ranks that share this rank's coordinate except along `dim`, ordered by
  * their coordinate along `dim`, as a Fortran handle. Owned by the mesh: do not free it.
  * LM_ERR_INVALID_USAGE on a non-member. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_dim_comm(lm_mesh_t mesh, int dim, int *comm_f);
-/* The communicator of all mesh ranks (row-major order), owned by the mesh. */
+/** The communicator of all mesh ranks (row-major order), owned by the mesh. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_comm(lm_mesh_t mesh, int *comm_f);
 
 /* ---------------------------------------------------------------------------------------------
@@ -346,7 +398,9 @@ typedef enum lm_transport_t {
  * and the environment does not say LM_TRANSPORT=mpi; LM_TRANSPORT_MPI_STAGED otherwise. Until
  * then LM_TRANSPORT_UNDECIDED. Cross-mesh device reshards are host-staged whatever the meshes
  * chose (no NCCL communicator per pair of meshes yet).
- * @param transport out: an lm_transport_t value */
+ * @param mesh        the mesh
+ * @param device_type kDLCPU or kDLCUDA (or any DLPack device type)
+ * @param transport   out: an lm_transport_t value */
 LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType device_type,
                                                   int *transport);
 
@@ -355,17 +409,21 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType d
  * Local shards are compact row-major buffers. On a rank outside the mesh a tensor is a placeholder
  * with an empty local shard (it still knows its global shape, dtype and placements).
  * ------------------------------------------------------------------------------------------- */
+/** A dist tensor handle (typed opaque pointer, refcounted): a tensor laid out over a mesh with
+ * one placement per mesh dim. Local shards are compact row-major buffers; on a rank outside the
+ * mesh a tensor is a placeholder with an empty local shard (it still knows its global shape, dtype
+ * and placements). A tensor holds a reference on its mesh. */
 typedef struct lm_dist_tensor_s *lm_dist_tensor_t;
 
-/* How a tensor made from local shards learns its global shape. */
+/** How a tensor made from local shards learns its global shape. */
 typedef enum lm_shape_mode_t {
-  LM_SHAPE_GIVEN = 0,     /* the caller passes it; checked against the local shape */
-  LM_SHAPE_EVEN = 1,      /* local extent * mesh extent along sharded dims; no communication */
-  LM_SHAPE_ALLGATHER = 2  /* one small allgather of local extents (right for uneven shards) */
+  LM_SHAPE_GIVEN = 0,     /**< the caller passes it; checked against the local shape */
+  LM_SHAPE_EVEN = 1,      /**< local extent * mesh extent along sharded dims; no communication */
+  LM_SHAPE_ALLGATHER = 2  /**< one small allgather of local extents (right for uneven shards) */
 } lm_shape_mode_t;
 
-/* A zero-filled tensor: each member rank allocates its shard on `device` (kDLCUDA: from the mesh's
- * device allocator, zeroed on the mesh's stream; see lm_device_config_t).
+/** A zero-filled tensor: each member rank allocates its shard on `device` (kDLCUDA: from the
+ * mesh's device allocator, zeroed on the mesh's stream; see lm_device_config_t).
  * Local; placements has one entry per mesh dim. Shapes of more than 2^58 elements are refused
  * (LM_ERR_INVALID_ARGUMENT), so that no byte count can overflow. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_mesh_t mesh,
@@ -374,10 +432,12 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_m
                                                      const lm_placement_t *placements);
 
 /* Flags of lm_dist_tensor_from_local. */
-#define LM_FROM_LOCAL_COPY 0u   /* copy the shard (any strides) into a buffer the tensor owns */
-#define LM_FROM_LOCAL_BORROW 1u /* wrap the caller's compact buffer; it must outlive the tensor */
+/** lm_dist_tensor_from_local flag: copy the shard (any strides) into a buffer the tensor owns. */
+#define LM_FROM_LOCAL_COPY 0u
+/** lm_dist_tensor_from_local flag: wrap the caller's compact buffer; it must outlive the tensor. */
+#define LM_FROM_LOCAL_BORROW 1u
 
-/* Builds a tensor from this rank's shard `local`. A rank outside the mesh passes a DLTensor that
+/** Builds a tensor from this rank's shard `local`. A rank outside the mesh passes a DLTensor that
  * gives ndim, dtype and device (data and shape are not read) with LM_SHAPE_GIVEN, and gets a
  * placeholder. global_shape is read only with LM_SHAPE_GIVEN (ndim = local->ndim entries). LM_SHAPE_ALLGATHER is collective over
  * the mesh (agrees); the other modes are local. */
@@ -388,7 +448,7 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out,
                                                           const int64_t *global_shape,
                                                           unsigned flags);
 
-/* Like lm_dist_tensor_from_local with LM_FROM_LOCAL_BORROW, but takes ownership of `local` on
+/** Like lm_dist_tensor_from_local with LM_FROM_LOCAL_BORROW, but takes ownership of `local` on
  * success: its deleter is called when the tensor dies. On failure ownership stays with the caller.
  * The managed tensor must be compact row-major. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *out, lm_mesh_t mesh,
@@ -397,7 +457,7 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *ou
                                                             lm_shape_mode_t shape_mode,
                                                             const int64_t *global_shape);
 
-/* Builds a tensor from a full (global) tensor. root < 0: every rank passes the full tensor and
+/** Builds a tensor from a full (global) tensor. root < 0: every rank passes the full tensor and
  * members slice their shard (local); a rank outside the mesh may pass data NULL (only shape and
  * dtype are read). root >= 0: only mesh rank `root` passes it (others pass NULL) and
  * it is scattered (collective over the mesh). Partial placements: the root's values become the
@@ -407,43 +467,51 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_global(lm_dist_tensor_t *out
                                                            const lm_placement_t *placements,
                                                            int root);
 
-/* Gathers the full value (Partial reduced) into `dst`, a compact host tensor of the global shape and
+/** Gathers the full value (Partial reduced) into `dst`, a compact host tensor of the global shape and
  * dtype. root < 0: on every member rank. root >= 0: only on mesh rank `root` (others pass NULL).
  * Collective over the mesh. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_gather(lm_dist_tensor_t tensor, int root,
                                                       DLTensor *dst);
 
-/* Accessors (local). The mesh is borrowed: retain nothing, it lives as long as the tensor. */
+/* Accessors (local). */
+/** The tensor's mesh (local). The mesh is borrowed: retain nothing, it lives as long as the
+ * tensor. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_mesh(lm_dist_tensor_t tensor, lm_mesh_t *mesh);
+/** The tensor's number of dims (local). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_ndim(lm_dist_tensor_t tensor, int *ndim);
+/** The tensor's dtype (local). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_dtype(lm_dist_tensor_t tensor, DLDataType *dtype);
+/** The device of the tensor's local shard (local). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_device(lm_dist_tensor_t tensor, DLDevice *device);
-/* Each writes n entries; n must equal the mesh ndim (placements) or the tensor ndim (shapes). */
+/** The tensor's placements (local): writes n entries; n must equal the mesh ndim. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_placements(lm_dist_tensor_t tensor,
                                                           lm_placement_t *placements, int n);
+/** The tensor's global shape (local): writes n entries; n must equal the tensor ndim. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_global_shape(lm_dist_tensor_t tensor,
                                                             int64_t *shape, int n);
+/** The shape of this rank's shard (local): writes n entries; n must equal the tensor ndim. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local_shape(lm_dist_tensor_t tensor, int64_t *shape,
                                                            int n);
-/* Global index of the shard's first element, per dim (0 for non-members). */
+/** Global index of the shard's first element, per dim (0 for non-members). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local_offset(lm_dist_tensor_t tensor,
                                                             int64_t *offset, int n);
-/* A view of the local shard; its shape points into the tensor, valid while the tensor lives.
+/** A view of the local shard; its shape points into the tensor, valid while the tensor lives.
  * strides is NULL (compact row-major). Writing through the view changes the tensor. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local(lm_dist_tensor_t tensor, DLTensor *view);
-/* Exports the local shard as a DLManagedTensor that holds a reference on the tensor; the consumer
+/** Exports the local shard as a DLManagedTensor that holds a reference on the tensor; the consumer
  * calls its deleter once. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor,
                                                       DLManagedTensor **managed);
 
+/** Adds one reference (local); each reference is dropped by one lm_dist_tensor_destroy. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_retain(lm_dist_tensor_t tensor);
-/* Drops one reference (local, NULL-safe) and sets *tensor = NULL. */
+/** Drops one reference (local, NULL-safe) and sets *tensor = NULL. */
 LM_API lm_status_t lm_dist_tensor_destroy(lm_dist_tensor_t *tensor);
 
 /* ---------------------------------------------------------------------------------------------
  * Reshard
  * ------------------------------------------------------------------------------------------- */
-/* A new tensor holding src's value with `placements` (one per mesh dim of dst_mesh) on dst_mesh
+/** A new tensor holding src's value with `placements` (one per mesh dim of dst_mesh) on dst_mesh
  * (NULL: src's mesh). When nothing moves on this rank and its shard is a contiguous slice of the
  * source's (Replicate -> Shard), the result is a view that shares the source's memory, as
  * DTensor's views do: writing one changes the other. Collective over the ranks of both meshes; ranks in neither return at once
@@ -453,10 +521,12 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm
                                                        lm_mesh_t dst_mesh,
                                                        const lm_placement_t *placements);
 
+/** A persistent reshard plan handle (typed opaque pointer). */
 typedef struct lm_reshard_plan_s *lm_reshard_plan_t;
+/** A nonblocking reshard in flight (typed opaque pointer), from lm_reshard_plan_start. */
 typedef struct lm_request_s *lm_request_t;
 
-/* A persistent plan for one (source layout, target layout, dtype, global shape). Local: planning
+/** A persistent plan for one (source layout, target layout, dtype, global shape). Local: planning
  * needs no communication. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, lm_mesh_t src_mesh,
                                                        const lm_placement_t *src_placements,
@@ -464,26 +534,26 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, 
                                                        const lm_placement_t *dst_placements,
                                                        int ndim, const int64_t *global_shape,
                                                        DLDataType dtype);
-/* A zero-filled tensor laid out as the plan's target, on `device`. Local. */
+/** A zero-filled tensor laid out as the plan's target, on `device`. Local. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_alloc_target(lm_reshard_plan_t plan,
                                                              DLDevice device,
                                                              lm_dist_tensor_t *out);
-/* Runs the plan from src into dst (dst laid out as the plan's target; overwritten). Collective
+/** Runs the plan from src into dst (dst laid out as the plan's target; overwritten). Collective
  * over the ranks of both meshes. No allocation in steady state. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_execute(lm_reshard_plan_t plan,
                                                         lm_dist_tensor_t src,
                                                         lm_dist_tensor_t dst);
-/* Starts the plan without waiting. src and dst must not be touched until the request completes.
+/** Starts the plan without waiting. src and dst must not be touched until the request completes.
  * At most one request per plan is in flight. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_start(lm_reshard_plan_t plan, lm_dist_tensor_t src,
                                                       lm_dist_tensor_t dst, lm_request_t *request);
-/* Makes progress; *done = 1 once complete (then the request is finished and freed: *request NULL). */
+/** Makes progress; *done = 1 once complete (then the request is finished and freed: *request NULL). */
 LM_NODISCARD LM_API lm_status_t lm_request_test(lm_request_t *request, int *done);
-/* Completes the request and frees it (*request = NULL). */
+/** Completes the request and frees it (*request = NULL). */
 LM_NODISCARD LM_API lm_status_t lm_request_wait(lm_request_t *request);
-/* Number of bytes this rank sends to other ranks when executing the plan (for tests and tuning). */
+/** Number of bytes this rank sends to other ranks when executing the plan (for tests and tuning). */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *bytes);
-/* Writes a one-line human description of the plan's steps into buf. */
+/** Writes a one-line human description of the plan's steps into buf. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf,
                                                          size_t size);
 /** Host memory handed out by the library's buffer pool on this process (tensor storage, reshard
@@ -495,32 +565,34 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan,
  * @param reset_peak non-zero: after reading, set the mark to the bytes in use now
  * @return LM_SUCCESS */
 LM_NODISCARD LM_API lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak);
-/* Local, NULL-safe. A plan with a request in flight must not be destroyed before it completes. */
+/** Destroys a plan (local, NULL-safe; sets *plan = NULL). A plan with a request in flight must not
+ * be destroyed before it completes. */
 LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan);
 
 /* ---------------------------------------------------------------------------------------------
  * lm_local_map: run a function written for local tensors on dist tensors.
  * ------------------------------------------------------------------------------------------- */
+/** What an lm_arg_t holds, and in which field. */
 typedef enum lm_arg_kind_t {
-  LM_ARG_NONE = 0,
-  LM_ARG_DIST_TENSOR = 1,    /* ptr: lm_dist_tensor_t */
-  LM_ARG_TENSOR = 2,         /* ptr: DLTensor* (borrowed) */
-  LM_ARG_INT64 = 3,          /* i64 */
-  LM_ARG_DOUBLE = 4,         /* f64 */
-  LM_ARG_POINTER = 5,        /* ptr: anything */
-  LM_ARG_MANAGED_TENSOR = 6  /* ptr: DLManagedTensor* (fn outputs only; ownership passes) */
+  LM_ARG_NONE = 0,           /**< nothing (an output fn did not set) */
+  LM_ARG_DIST_TENSOR = 1,    /**< ptr: lm_dist_tensor_t */
+  LM_ARG_TENSOR = 2,         /**< ptr: DLTensor* (borrowed) */
+  LM_ARG_INT64 = 3,          /**< i64 */
+  LM_ARG_DOUBLE = 4,         /**< f64 */
+  LM_ARG_POINTER = 5,        /**< ptr: anything */
+  LM_ARG_MANAGED_TENSOR = 6  /**< ptr: DLManagedTensor* (fn outputs only; ownership passes) */
 } lm_arg_kind_t;
 
-/* One argument or result. A plain struct (no union) so every FFI can build it. */
+/** One argument or result. A plain struct (no union) so every FFI can build it. */
 typedef struct lm_arg_t {
-  int32_t kind; /* lm_arg_kind_t */
-  int32_t reserved;
-  int64_t i64;
-  double f64;
-  void *ptr;
+  int32_t kind;     /**< an lm_arg_kind_t */
+  int32_t reserved; /**< 0 */
+  int64_t i64;      /**< the value of an LM_ARG_INT64 */
+  double f64;       /**< the value of an LM_ARG_DOUBLE */
+  void *ptr;        /**< the handle or pointer of the other kinds */
 } lm_arg_t;
 
-/* The user function. inputs: as given to lm_local_map, except that each LM_ARG_DIST_TENSOR became
+/** The user function. inputs: as given to lm_local_map, except that each LM_ARG_DIST_TENSOR became
  * LM_ARG_TENSOR pointing to this rank's local shard (a view valid during the call; treat it as
  * read-only: it may share memory with the caller's tensor, e.g. a Replicate input resharded to
  * Shard is a slice of it). outputs: nout
@@ -532,11 +604,14 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
                                      const lm_arg_t *inputs, int nout, lm_arg_t *outputs);
 
 /* Flags of lm_local_map. */
-#define LM_LOCAL_MAP_RESHARD_INPUTS 1u /* reshard dist inputs whose placements/mesh differ */
-#define LM_LOCAL_MAP_NO_AGREE 2u       /* skip the failure agreement (one small allreduce) */
-#define LM_LOCAL_MAP_SHAPES_EVEN 4u    /* derive Shard outputs' global shapes assuming even chunks */
+/** lm_local_map flag: reshard dist inputs whose placements/mesh differ from in_placements. */
+#define LM_LOCAL_MAP_RESHARD_INPUTS 1u
+/** lm_local_map flag: skip the failure agreement (one small allreduce). */
+#define LM_LOCAL_MAP_NO_AGREE 2u
+/** lm_local_map flag: derive Shard outputs' global shapes assuming even chunks. */
+#define LM_LOCAL_MAP_SHAPES_EVEN 4u
 
-/* Calls fn on the local shards of the dist inputs and wraps its tensor outputs as dist tensors.
+/** Calls fn on the local shards of the dist inputs and wraps its tensor outputs as dist tensors.
  *  in_placements: NULL, or nin entries, each NULL ("as it is") or mesh-ndim placements a dist
  *    input must have (non-dist inputs take NULL).
  *  out_placements: nout entries, mesh-ndim placements for a tensor output, NULL for a non-tensor.

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// localmap.hpp — a header-only C++17 wrapper over the localmap C API (localmap.h): RAII handles
-// and exceptions. Nothing here adds to the ABI: it only calls the C functions.
-//
-//   localmap::mesh m = localmap::mesh::world({2, 2}, {"dp", "tp"});
-//   auto x = localmap::dist_tensor::from_global(m, full, {localmap::shard(0), localmap::replicate()});
-//   auto y = x.reshard({localmap::replicate(), localmap::replicate()});
-//
-// Errors throw localmap::error (status() and what() = lm_last_error_message()). Destructors never
-// throw and never communicate (the C destroys are local).
+/// @file localmap.hpp
+/// @brief localmap.hpp — a header-only C++17 wrapper over the localmap C API (localmap.h): RAII
+/// handles and exceptions. Nothing here adds to the ABI: it only calls the C functions.
+///
+///     localmap::mesh m = localmap::mesh::world({2, 2}, {"dp", "tp"});
+///     auto x = localmap::dist_tensor::from_global(m, full, {localmap::shard(0), localmap::replicate()});
+///     auto y = x.reshard({localmap::replicate(), localmap::replicate()});
+///
+/// Errors throw localmap::error (status() and what() = lm_last_error_message()). Destructors never
+/// throw and never communicate (the C destroys are local).
 #ifndef LOCALMAP_HPP_
 #define LOCALMAP_HPP_
 
@@ -21,31 +22,43 @@
 
 #include "localmap.h"
 
+/// The C++ wrapper of localmap.
 namespace localmap {
 
+/// What every wrapper function throws when the C call fails.
 class error : public std::runtime_error {
  public:
+  /// An error with the C status and the full message.
   error(lm_status_t status, const std::string &message)
       : std::runtime_error(message), status_(status) {}
+  /// The lm_status_t of the failed C call.
   lm_status_t status() const noexcept { return status_; }
 
  private:
   lm_status_t status_;
 };
 
+/// Throws localmap::error when s is not LM_SUCCESS, with lm_status_string(s) and
+/// lm_last_error_message() as the message.
 inline void check(lm_status_t s) {
   if (s != LM_SUCCESS)
     throw error(s, std::string(lm_status_string(s)) + ": " + lm_last_error_message());
 }
 
+/// Shard(dim), with a co-shard order (see lm_placement_t).
 inline lm_placement_t shard(int dim, int order = 0) { return lm_placement_t{LM_SHARD, dim, 0, order}; }
+/// Replicate.
 inline lm_placement_t replicate() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
+/// Partial(op).
 inline lm_placement_t partial(lm_reduce_op_t op = LM_REDUCE_SUM) {
   return lm_placement_t{LM_PARTIAL, 0, op, 0};
 }
+/// One placement per mesh dim.
 using placements = std::vector<lm_placement_t>;
+/// A shape, extents or coordinate.
 using shape = std::vector<int64_t>;
 
+/// The placements as text, e.g. "[S(0), R, P(sum)]" (lm_placements_format).
 inline std::string to_string(const placements &p) {
   char buf[512];
   check(lm_placements_format(p.data(), static_cast<int>(p.size()), buf, sizeof buf));
@@ -53,11 +66,13 @@ inline std::string to_string(const placements &p) {
 }
 
 // ----------------------------------------------------------------------------------- mesh
-// Move-only: the mesh handle is owned here (tensors and plans keep their own reference).
+/// A mesh (lm_mesh_t). Move-only: the mesh handle is owned here (tensors and plans keep their own
+/// reference).
 class mesh {
  public:
   mesh() = default;
-  // Collective over the parent (a Fortran handle: MPI_Comm_c2f(comm)).
+  /// lm_mesh_create: collective over the parent (a Fortran handle: MPI_Comm_c2f(comm)); ranks and
+  /// names fill lm_mesh_config_t when not empty.
   mesh(int parent_comm_f, const shape &extents, const std::vector<int> &ranks = {},
        const std::vector<std::string> &names = {}) {
     lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
@@ -71,14 +86,16 @@ class mesh {
     check(lm_mesh_create(&h_, parent_comm_f, static_cast<int>(extents.size()), extents.data(),
                          &cfg));
   }
-  // A mesh over MPI_COMM_WORLD.
+  /// A mesh over MPI_COMM_WORLD (collective over it).
   static mesh world(const shape &extents, const std::vector<std::string> &names = {}) {
     int f = 0;
     check(lm_comm_world(&f));
     return mesh(f, extents, {}, names);
   }
   ~mesh() { lm_mesh_destroy(&h_); }
+  /// Takes o's handle; o becomes empty.
   mesh(mesh &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  /// Destroys this handle and takes o's; o becomes empty.
   mesh &operator=(mesh &&o) noexcept {
     if (this != &o) {
       lm_mesh_destroy(&h_);
@@ -89,44 +106,54 @@ class mesh {
   mesh(const mesh &) = delete;
   mesh &operator=(const mesh &) = delete;
 
+  /// The C handle (still owned here).
   lm_mesh_t get() const noexcept { return h_; }
+  /// Whether this holds a mesh.
   explicit operator bool() const noexcept { return h_ != nullptr; }
+  /// lm_mesh_ndim.
   int ndim() const {
     int n = 0;
     check(lm_mesh_ndim(h_, &n));
     return n;
   }
+  /// lm_mesh_shape.
   shape extents() const {
     shape s(static_cast<size_t>(ndim()));
     check(lm_mesh_shape(h_, s.data(), static_cast<int>(s.size())));
     return s;
   }
+  /// lm_mesh_size.
   int size() const {
     int n = 0;
     check(lm_mesh_size(h_, &n));
     return n;
   }
+  /// lm_mesh_is_member.
   bool is_member() const {
     int m = 0;
     check(lm_mesh_is_member(h_, &m));
     return m != 0;
   }
+  /// lm_mesh_coord (throws on a non-member).
   shape coord() const {
     shape c(static_cast<size_t>(ndim()));
     check(lm_mesh_coord(h_, c.data(), static_cast<int>(c.size())));
     return c;
   }
+  /// lm_mesh_rank (throws on a non-member).
   int rank() const {
     int r = 0;
     check(lm_mesh_rank(h_, &r));
     return r;
   }
+  /// lm_mesh_dim_index: the index of the dim called name.
   int dim(const std::string &name) const {
     int d = 0;
     check(lm_mesh_dim_index(h_, name.c_str(), &d));
     return d;
   }
-  // The per-dim communicator as a Fortran handle (MPI_Comm_f2c to use it from C/C++).
+  /// lm_mesh_dim_comm: the per-dim communicator as a Fortran handle (MPI_Comm_f2c to use it from
+  /// C/C++).
   int dim_comm(int d) const {
     int f = 0;
     check(lm_mesh_dim_comm(h_, d, &f));
@@ -138,16 +165,19 @@ class mesh {
 };
 
 // ---------------------------------------------------------------------------- dist_tensor
-// A shared reference (copies retain, destruction releases), like the C handle's refcount.
+/// A dist tensor (lm_dist_tensor_t): a shared reference (copies retain, destruction releases), like
+/// the C handle's refcount.
 class dist_tensor {
  public:
   dist_tensor() = default;
-  // Adopts a handle the caller owns (one reference).
+  /// Adopts a handle the caller owns (one reference).
   explicit dist_tensor(lm_dist_tensor_t h) noexcept : h_(h) {}
   ~dist_tensor() { lm_dist_tensor_destroy(&h_); }
+  /// Another reference to o's tensor (lm_dist_tensor_retain).
   dist_tensor(const dist_tensor &o) : h_(o.h_) {
     if (h_) check(lm_dist_tensor_retain(h_));
   }
+  /// Drops this reference and takes another to o's tensor.
   dist_tensor &operator=(const dist_tensor &o) {
     if (this != &o) {
       if (o.h_) check(lm_dist_tensor_retain(o.h_));
@@ -156,7 +186,9 @@ class dist_tensor {
     }
     return *this;
   }
+  /// Takes o's reference; o becomes empty.
   dist_tensor(dist_tensor &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  /// Drops this reference and takes o's; o becomes empty.
   dist_tensor &operator=(dist_tensor &&o) noexcept {
     if (this != &o) {
       lm_dist_tensor_destroy(&h_);
@@ -165,6 +197,7 @@ class dist_tensor {
     return *this;
   }
 
+  /// lm_dist_tensor_zeros (local).
   static dist_tensor zeros(const mesh &m, const shape &global, DLDataType dtype,
                            const placements &p, DLDevice device = DLDevice{kDLCPU, 0}) {
     lm_dist_tensor_t h = nullptr;
@@ -172,13 +205,15 @@ class dist_tensor {
                                device, p.data()));
     return dist_tensor(h);
   }
-  // root < 0: every rank passes the full tensor; root >= 0: only that mesh rank (others nullptr).
+  /// lm_dist_tensor_from_global. root < 0: every rank passes the full tensor; root >= 0: only that
+  /// mesh rank (others nullptr).
   static dist_tensor from_global(const mesh &m, const DLTensor *global, const placements &p,
                                  int root = -1) {
     lm_dist_tensor_t h = nullptr;
     check(lm_dist_tensor_from_global(&h, m.get(), global, p.data(), root));
     return dist_tensor(h);
   }
+  /// lm_dist_tensor_from_local; global is read only with LM_SHAPE_GIVEN.
   static dist_tensor from_local(const mesh &m, const DLTensor &local, const placements &p,
                                 lm_shape_mode_t mode = LM_SHAPE_ALLGATHER,
                                 const shape &global = {}, unsigned flags = LM_FROM_LOCAL_COPY) {
@@ -188,32 +223,41 @@ class dist_tensor {
     return dist_tensor(h);
   }
 
-  // Collective; dst_mesh nullptr: the same mesh.
+  /// lm_dist_tensor_reshard. Collective; dst_mesh nullptr: the same mesh.
   dist_tensor reshard(const placements &p, const mesh *dst_mesh = nullptr) const {
     lm_dist_tensor_t h = nullptr;
     check(lm_dist_tensor_reshard(&h, h_, dst_mesh ? dst_mesh->get() : nullptr, p.data()));
     return dist_tensor(h);
   }
-  // Collective; dst may be nullptr on ranks other than root (root >= 0).
+  /// lm_dist_tensor_gather. Collective; dst may be nullptr on ranks other than root (root >= 0).
   void gather(DLTensor *dst, int root = -1) const { check(lm_dist_tensor_gather(h_, root, dst)); }
 
+  /// The C handle (the reference stays here).
   lm_dist_tensor_t get() const noexcept { return h_; }
+  /// Gives up the reference: the caller destroys the returned handle.
   lm_dist_tensor_t release() noexcept { return std::exchange(h_, nullptr); }
+  /// Whether this holds a tensor.
   explicit operator bool() const noexcept { return h_ != nullptr; }
 
+  /// lm_dist_tensor_ndim.
   int ndim() const {
     int n = 0;
     check(lm_dist_tensor_ndim(h_, &n));
     return n;
   }
+  /// lm_dist_tensor_dtype.
   DLDataType dtype() const {
     DLDataType t{};
     check(lm_dist_tensor_dtype(h_, &t));
     return t;
   }
+  /// lm_dist_tensor_global_shape.
   shape global_shape() const { return shape_of(lm_dist_tensor_global_shape); }
+  /// lm_dist_tensor_local_shape.
   shape local_shape() const { return shape_of(lm_dist_tensor_local_shape); }
+  /// lm_dist_tensor_local_offset.
   shape local_offset() const { return shape_of(lm_dist_tensor_local_offset); }
+  /// lm_dist_tensor_placements: one per mesh dim.
   placements placement() const {
     lm_mesh_t m = nullptr;
     int n = 0;
@@ -223,12 +267,13 @@ class dist_tensor {
     check(lm_dist_tensor_placements(h_, p.data(), n));
     return p;
   }
-  // A view of the local shard (valid while this tensor lives).
+  /// lm_dist_tensor_local: a view of the local shard (valid while this tensor lives).
   DLTensor local() const {
     DLTensor v{};
     check(lm_dist_tensor_local(h_, &v));
     return v;
   }
+  /// The local shard's data as T*.
   template <class T>
   T *local_data() const {
     return static_cast<T *>(local().data);
@@ -244,8 +289,10 @@ class dist_tensor {
 };
 
 // --------------------------------------------------------------------------- reshard_plan
+/// A persistent reshard plan (lm_reshard_plan_t). Move-only.
 class reshard_plan {
  public:
+  /// lm_reshard_plan_create (local); dst_mesh nullptr: src_mesh.
   reshard_plan(const mesh &src_mesh, const placements &src, const mesh *dst_mesh,
                const placements &dst, const shape &global, DLDataType dtype) {
     check(lm_reshard_plan_create(&h_, src_mesh.get(), src.data(),
@@ -253,7 +300,9 @@ class reshard_plan {
                                  static_cast<int>(global.size()), global.data(), dtype));
   }
   ~reshard_plan() { lm_reshard_plan_destroy(&h_); }
+  /// Takes o's plan; o becomes empty.
   reshard_plan(reshard_plan &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  /// Destroys this plan and takes o's; o becomes empty.
   reshard_plan &operator=(reshard_plan &&o) noexcept {
     if (this != &o) {
       lm_reshard_plan_destroy(&h_);
@@ -264,24 +313,29 @@ class reshard_plan {
   reshard_plan(const reshard_plan &) = delete;
   reshard_plan &operator=(const reshard_plan &) = delete;
 
+  /// lm_reshard_plan_alloc_target (local).
   dist_tensor alloc_target(DLDevice device = DLDevice{kDLCPU, 0}) const {
     lm_dist_tensor_t h = nullptr;
     check(lm_reshard_plan_alloc_target(h_, device, &h));
     return dist_tensor(h);
   }
+  /// lm_reshard_plan_execute (collective over both meshes).
   void execute(const dist_tensor &src, const dist_tensor &dst) const {
     check(lm_reshard_plan_execute(h_, src.get(), dst.get()));
   }
+  /// lm_reshard_plan_bytes_sent.
   int64_t bytes_sent() const {
     int64_t b = 0;
     check(lm_reshard_plan_bytes_sent(h_, &b));
     return b;
   }
+  /// lm_reshard_plan_describe.
   std::string describe() const {
     char buf[2048];
     check(lm_reshard_plan_describe(h_, buf, sizeof buf));
     return buf;
   }
+  /// The C handle (still owned here).
   lm_reshard_plan_t get() const noexcept { return h_; }
 
  private:
@@ -289,8 +343,9 @@ class reshard_plan {
 };
 
 // ------------------------------------------------------------------------------ local_map
-// fn(mesh, inputs, outputs) may throw: the trampoline turns the exception into LM_ERR_USER with
-// its what() as the message, so nothing unwinds through the C library.
+/// The function of localmap::local_map: fn(mesh, inputs, outputs). It may throw: the trampoline
+/// turns the exception into LM_ERR_USER with its what() as the message, so nothing unwinds
+/// through the C library.
 using local_fn = std::function<void(lm_mesh_t, const std::vector<lm_arg_t> &,
                                     std::vector<lm_arg_t> &)>;
 
@@ -317,18 +372,21 @@ extern "C" inline lm_status_t localmap_hpp_local_map_trampoline(void *ud, lm_mes
 }
 }  // namespace detail
 
+/// An LM_ARG_DIST_TENSOR argument (borrows t).
 inline lm_arg_t arg(const dist_tensor &t) {
   lm_arg_t a{};
   a.kind = LM_ARG_DIST_TENSOR;
   a.ptr = t.get();
   return a;
 }
+/// An LM_ARG_INT64 argument.
 inline lm_arg_t arg_i64(int64_t v) {
   lm_arg_t a{};
   a.kind = LM_ARG_INT64;
   a.i64 = v;
   return a;
 }
+/// An LM_ARG_DOUBLE argument.
 inline lm_arg_t arg_f64(double v) {
   lm_arg_t a{};
   a.kind = LM_ARG_DOUBLE;
@@ -336,15 +394,15 @@ inline lm_arg_t arg_f64(double v) {
   return a;
 }
 
-// What lm_local_map returned: args[j] as the C API gives it, and tensors[j] owning the dist
-// tensor of each tensor output (empty for the others).
+/// What lm_local_map returned.
 struct local_map_result {
-  std::vector<lm_arg_t> args;
-  std::vector<dist_tensor> tensors;
+  std::vector<lm_arg_t> args;        ///< args[j]: output j as the C API gives it
+  std::vector<dist_tensor> tensors;  ///< tensors[j]: owns output j's dist tensor (empty if none)
 };
 
-// Runs fn on the local shards (collective over the mesh). out_placements: one entry per output,
-// empty for a non-tensor output. in_placements: empty, or one entry per input (empty: as it is).
+/// lm_local_map: runs fn on the local shards (collective over the mesh). out_placements: one entry
+/// per output, empty for a non-tensor output. in_placements: empty, or one entry per input (empty:
+/// as it is).
 inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inputs,
                                   const std::vector<placements> &out_placements,
                                   const std::vector<placements> &in_placements = {},

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/*
- * MPI_Comm-typed helpers over localmap.h for C and C++ programs that use MPI directly.
+/**
+ * @file localmap_mpi.h
+ * @brief MPI_Comm-typed helpers over localmap.h for C and C++ programs that use MPI directly.
  * The core header takes communicators as Fortran handles (MPI_Fint) so that bindings need no
  * mpi.h; these inline helpers convert.
  */
@@ -15,14 +16,14 @@
 extern "C" {
 #endif
 
-/* lm_mesh_create over an MPI_Comm. */
+/** lm_mesh_create over an MPI_Comm. */
 static inline lm_status_t lm_mesh_create_mpi(lm_mesh_t *mesh, MPI_Comm parent, int ndim,
                                              const int64_t *shape,
                                              const lm_mesh_config_t *config) {
   return lm_mesh_create(mesh, (int)MPI_Comm_c2f(parent), ndim, shape, config);
 }
 
-/* The per-dim communicator as an MPI_Comm (owned by the mesh: do not free it). */
+/** lm_mesh_dim_comm: the per-dim communicator as an MPI_Comm (owned by the mesh: do not free it). */
 static inline lm_status_t lm_mesh_dim_comm_mpi(lm_mesh_t mesh, int dim, MPI_Comm *comm) {
   int f = 0;
   lm_status_t s = lm_mesh_dim_comm(mesh, dim, &f);
@@ -30,7 +31,7 @@ static inline lm_status_t lm_mesh_dim_comm_mpi(lm_mesh_t mesh, int dim, MPI_Comm
   return s;
 }
 
-/* The communicator of all mesh ranks as an MPI_Comm (owned by the mesh). */
+/** lm_mesh_comm: the communicator of all mesh ranks as an MPI_Comm (owned by the mesh). */
 static inline lm_status_t lm_mesh_comm_mpi(lm_mesh_t mesh, MPI_Comm *comm) {
   int f = 0;
   lm_status_t s = lm_mesh_comm(mesh, &f);

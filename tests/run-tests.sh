@@ -9,7 +9,7 @@
 #    with a line `// lm-test-np: 1 2 4` runs only at those counts (intersected with $NPS when
 #    NPS is set in the environment);
 #  - each example listed in tests/examples.list, under mpirun at its np list;
-#  - each tests/script_*.sh once (install, exports, packaging checks);
+#  - each tests/script_*.sh once (install, exports, packaging checks, bindings);
 #  - each $BUILD/tests/gpu/test_* (device tests, CUDA builds) under mpirun like the MPI tests.
 # Every run is one unit, passed, failed or skipped, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`;
 # the full output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60
@@ -20,9 +20,11 @@
 #
 # Environment: BUILD (build), NPS, LM_TEST_TIMEOUT (seconds per run, 300), LM_TEST_CASE_TIMEOUT
 # (seconds per CMocka test inside a program, see tests/lm_test.h), LM_TEST_VERBOSE=1 (all ranks
-# print their reports), LM_MPIRUN_FLAGS (extra mpirun flags; see tools/lm-mpirun),
-# LM_TEST_GPU_ONLY=1 (device tests only: make check-gpu), LM_NCCL_SPLIT_HOSTS=1 (device tests run
-# each rank with its own NCCL_HOSTID and NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU).
+# print their reports), LM_MPIRUN (the launcher: mpirun, or mpiexec.mpich under make MPI=mpich),
+# LM_MPI (the MPI flavour make was given, for the script tests), LM_MPIRUN_FLAGS (extra launcher
+# flags; see tools/lm-mpirun), LM_TEST_GPU_ONLY=1 (device tests only: make check-gpu),
+# LM_NCCL_SPLIT_HOSTS=1 (device tests run each rank with its own NCCL_HOSTID and
+# NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -96,7 +98,7 @@ nps_of_source() {
   echo "$out"
 }
 
-echo "== localmap tests: BUILD=$BUILD NPS=\"$NPS\" timeout=${TIMEOUT}s logs=$LOGDIR"
+echo "== localmap tests: BUILD=$BUILD NPS=\"$NPS\" launcher=${LM_MPIRUN:-mpirun} timeout=${TIMEOUT}s logs=$LOGDIR"
 
 # 1. unit tests: once, directly.
 for src in tests/unit_*.cpp; do

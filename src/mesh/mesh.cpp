@@ -68,7 +68,15 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
     fail(LM_ERR_INVALID_USAGE, "%s: MPI is not initialised (call MPI_Init or lm_init first)", fn);
   MPI_Comm parent = MPI_Comm_f2c(static_cast<MPI_Fint>(parent_comm_f));
   // OpenMPI's MPI_Comm_f2c answers a plain NULL (not MPI_COMM_NULL) for an unknown handle.
-  LM_CHECK_ARG(parent != MPI_COMM_NULL && parent != nullptr,
+  // MPICH (and its derivatives) hand the int back unchanged, and an MPI call on a malformed handle
+  // aborts through MPI_COMM_WORLD's error handler: check the handle's kind bits first (bits 30-31
+  // say builtin/direct/indirect, never 0 for a real handle; bits 26-29 say communicator, 1).
+  bool plausible = parent != MPI_COMM_NULL && parent != MPI_Comm();
+#if defined(MPICH)
+  plausible = plausible && ((unsigned)parent_comm_f >> 30) != 0u &&
+              (((unsigned)parent_comm_f >> 26) & 0xfu) == 1u;
+#endif
+  LM_CHECK_ARG(plausible,
                "%s: parent_comm %d is not a valid communicator handle", fn, parent_comm_f);
   int psize = 0, prank = 0;
   mpi_check(MPI_Comm_size(parent, &psize), "MPI_Comm_size(parent_comm)");

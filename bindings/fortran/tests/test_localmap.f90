@@ -1,0 +1,455 @@
+! SPDX-License-Identifier: BSD-3-Clause
+! Tests of the Fortran module localmap, on every rank of an MPI job (tests/script_fortran.sh runs
+! them under mpirun at np 2 and 4). A failed check prints the rank and does `error stop`, which
+! ends the whole job.
+module checks
+  use, intrinsic :: iso_c_binding
+  use localmap
+  implicit none
+  integer :: me = -1
+  logical, save :: deleted = .false.
+  real(c_double), target, save :: managed_data(3) = [1d0, 2d0, 3d0]
+  integer(c_int64_t), target, save :: managed_shape(1) = [3]
+  type(DLManagedTensor), target, save :: managed
+contains
+  subroutine check(cond, what)
+    logical, intent(in) :: cond
+    character(len=*), intent(in) :: what
+    if (.not. cond) then
+      write(*, '(a,i0,a,a)') "FAIL on rank ", me, ": ", what
+      flush(6)
+      error stop 1
+    end if
+  end subroutine
+
+  subroutine note_delete(m) bind(C)
+    type(c_ptr), value :: m
+    call check(c_associated(m, c_loc(managed)), "deleter got its managed tensor")
+    deleted = .true.
+  end subroutine
+
+  ! local_map function: sum of the shard times a double, the int + 1, the doubled shard; fails
+  ! on the rank given as inputs(2) when inputs(4) is 1.
+  function fn(user_data, mesh, nin, inputs, nout, outputs) bind(C) result(status)
+    type(c_ptr), value :: user_data, mesh
+    integer(c_int), value :: nin, nout
+    type(lm_arg_t), intent(in) :: inputs(nin)
+    type(lm_arg_t), intent(inout) :: outputs(nout)
+    integer(c_int) :: status
+    real(c_double), pointer :: a(:, :)
+    integer(c_int64_t), allocatable :: shp(:)
+    type(lm_mesh) :: m
+    integer :: ierr, nd, r, s
+    call lm_arg_get(inputs(1), a, ierr)
+    if (ierr /= 0) then
+      status = ierr
+      return
+    end if
+    call lm_arg_shape(inputs(1), shp)
+    call check(all(shp == shape(a)), "lm_arg_shape is the Fortran shape")
+    call lm_mesh_borrow(m, mesh)
+    call lm_mesh_ndim(m, nd)
+    call check(nd >= 1, "the mesh inside fn")
+    call check(c_associated(user_data), "user_data reaches fn")
+    call lm_world_rank(r, s)
+    if (inputs(4)%i64 == 1 .and. r == inputs(2)%i64) then
+      call lm_set_error_message("the sky fell on this rank")
+      status = LM_ERR_USER
+      return
+    end if
+    call lm_arg_set(outputs(1), [sum(a) * inputs(3)%f64])
+    outputs(2) = lm_arg(inputs(2)%i64 + 1)
+    call lm_arg_set(outputs(3), 2 * a)
+    status = LM_SUCCESS
+  end function
+end module
+
+subroutine mesh_with_mpi_integer_comm(size)
+  use mpi
+  use localmap
+  use checks
+  implicit none
+  integer, intent(in) :: size
+  type(lm_mesh) :: mesh
+  integer :: comm, n, dim, res, ierr
+  character(len=:), allocatable :: name
+  call lm_mesh_create(mesh, MPI_COMM_WORLD, [size], names=["x"])
+  call lm_mesh_dim_comm(mesh, 1, comm)
+  call MPI_Comm_compare(comm, MPI_COMM_WORLD, res, ierr)
+  call check(res == MPI_CONGRUENT, "dim comm of a 1-D mesh is congruent to the world")
+  call lm_mesh_comm(mesh, comm)
+  call MPI_Comm_size(comm, n, ierr)
+  call check(n == size, "mesh comm size (integer comm)")
+  call lm_mesh_dim_index(mesh, "x", dim)
+  call lm_mesh_dim_name(mesh, 1, name)
+  call check(dim == 1 .and. name == "x", "dim index and name are 1-based")
+  call lm_comm_world(comm)
+  call MPI_Comm_compare(comm, MPI_COMM_WORLD, res, ierr)
+  call check(res == MPI_IDENT, "lm_comm_world (integer)")
+end subroutine
+
+subroutine mesh_with_mpi_f08_comm(rank, size)
+  use mpi_f08
+  use localmap
+  use checks
+  implicit none
+  integer, intent(in) :: rank, size
+  type(lm_mesh) :: mesh, sub
+  type(MPI_Comm) :: comm
+  integer(c_int64_t) :: shp(2), coord(2)
+  integer :: n, r, p, dp, tp, ierr
+  logical :: member
+  character(len=:), allocatable :: name, msg
+  type(lm_dist_tensor) :: x, y
+  real(c_double) :: vals(6), empty(0)
+  real(c_double), pointer :: p1(:)
+  integer(c_int64_t) :: gs(1)
+  tp = merge(2, 1, mod(size, 2) == 0)
+  dp = size / tp
+  call lm_mesh_create(mesh, MPI_COMM_WORLD, [dp, tp], names=["dp", "tp"])
+  call lm_mesh_ndim(mesh, n)
+  call check(n == 2, "mesh ndim")
+  call lm_mesh_shape(mesh, shp)
+  call check(all(shp == [dp, tp]), "mesh shape keeps mesh-dim order")
+  call lm_mesh_size(mesh, n)
+  call check(n == size, "mesh size")
+  call lm_mesh_is_member(mesh, member)
+  call check(member, "member")
+  call lm_mesh_rank(mesh, r)
+  call check(r == rank, "mesh rank")
+  call lm_mesh_coord(mesh, coord)
+  call check(all(coord == [rank / tp, mod(rank, tp)]), "coord is 0-based, row-major")
+  call lm_mesh_rank_at(mesh, coord, p)
+  call check(p == rank, "rank_at")
+  call lm_mesh_dim_index(mesh, "tp", n)
+  call check(n == 2, "dim_index(tp) = 2")
+  call lm_mesh_dim_name(mesh, 1, name)
+  call check(name == "dp", "dim_name(1) = dp")
+  call lm_mesh_dim_comm(mesh, 2, comm)
+  call MPI_Comm_size(comm, n)
+  call check(n == tp, "dim comm (mpi_f08) along tp")
+  call lm_mesh_comm(mesh, comm)
+  call MPI_Comm_size(comm, n)
+  call check(n == size, "mesh comm (mpi_f08)")
+  call lm_comm_world(comm)
+  call check(comm == MPI_COMM_WORLD, "lm_comm_world (mpi_f08)")
+  ! Errors: a status and the library's message naming the argument.
+  call lm_mesh_dim_index(mesh, "nope", n, ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "nope") > 0, "dim_index(nope): " // msg)
+  call lm_mesh_create(sub, MPI_COMM_WORLD, [2, 2], names=["a"], ierr=ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "one name for two dims")
+  ! A mesh of rank 0 only.
+  call lm_mesh_create(sub, MPI_COMM_WORLD, [1], ranks=[0])
+  call lm_mesh_is_member(sub, member)
+  call check(member .eqv. (rank == 0), "sub-mesh membership")
+  if (rank /= 0) then
+    call lm_mesh_rank(sub, r, ierr)
+    call check(ierr == LM_ERR_INVALID_USAGE, "mesh rank on a non-member")
+  end if
+  ! Cross-mesh reshard onto the rank-0 mesh: rank 0 gets the data, the others a placeholder.
+  vals = [(real(n, c_double), n = 1, 6)]
+  call lm_from_global(x, mesh, vals, [lm_replicate(), lm_replicate()])
+  call lm_reshard(y, x, [lm_replicate()], dst_mesh=sub)
+  call lm_dist_tensor_global_shape(y, gs)
+  call lm_local(y, p1)
+  call check(gs(1) == 6, "cross-mesh: global shape")
+  if (rank == 0) then
+    call check(all(p1 == vals), "cross-mesh: rank 0 holds the data")
+  else
+    call check(all(shape(p1) == 0), "cross-mesh: a placeholder elsewhere")
+    call lm_from_local(y, sub, empty, [lm_shard(1)], global_shape=[6_c_int64_t])
+    call lm_dist_tensor_global_shape(y, gs)
+    call check(gs(1) == 6, "placeholder from_local on a non-member")
+  end if
+end subroutine
+
+program test_localmap
+  use, intrinsic :: iso_c_binding
+  use localmap
+  use checks
+  implicit none
+  type(lm_mesh) :: mesh, m2
+  type(lm_dist_tensor) :: x, y, z, w
+  type(lm_dist_tensor), allocatable :: t
+  type(lm_reshard_plan) :: plan
+  type(lm_request) :: req
+  type(lm_placement) :: rows(2), cols(2), rep(2), psum(2), pl(2), rep1(2)
+  type(lm_arg_t) :: outs(3)
+  type(DLTensor) :: view
+  type(DLDataType) :: dt
+  type(DLDevice) :: dev
+  real(c_double) :: a(7, 3), b(7, 3), big(7, 6)
+  real(c_double), pointer :: p(:, :), q(:)
+  real(c_float), pointer :: pf(:, :)
+  integer(c_int32_t), allocatable :: mine(:, :)
+  integer(c_int32_t) :: back(7, 2)
+  integer(c_int32_t), pointer :: pi(:, :)
+  complex(c_double_complex) :: zc(3)
+  complex(c_double_complex), pointer :: pz(:)
+  logical(c_bool) :: flags(3)
+  logical(c_bool), pointer :: pb(:)
+  integer(c_int64_t) :: gs(2), ls(2), off(2), o, l, bytes
+  integer(c_int64_t), pointer :: vshape(:)
+  integer :: rank, size, dp, tp, i, j, ierr, nd
+  logical :: supported, done
+  character(len=:), allocatable :: s, msg
+  type(c_ptr) :: mt
+
+  call lm_init()
+  call lm_world_rank(rank, size)
+  me = rank
+
+  ! ---- statics
+  call check(lm_get_version() == LM_VERSION_CODE, "version")
+  call check(index(lm_status_string(LM_ERR_INVALID_ARGUMENT), "INVALID_ARGUMENT") > 0, "status string")
+  call lm_chunk(5_c_int64_t, 4_c_int64_t, 0_c_int64_t, o, l)
+  call check(o == 0 .and. l == 2, "chunk")
+  call lm_chunk(5_c_int64_t, 0_c_int64_t, 0_c_int64_t, o, l, ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "chunk with 0 parts")
+  call lm_placements_format([lm_shard(1), lm_replicate(), lm_partial(LM_REDUCE_SUM)], s)
+  call check(s == "[S(1), R, P(sum)]", "format: " // s)
+  call lm_device_supported(kDLCPU, supported)
+  call check(supported, "cpu supported")
+  call check(lm_shard(2, 1) == lm_placement(LM_KIND_SHARD, 2, 0, 1), "lm_shard(dim, order)")
+  call check(iand(int(LM_COMPLEX128%bits), 255) == 128, "complex128 bits")
+  call lm_pool_stats(bytes, o)
+  call check(bytes >= 0 .and. o >= bytes, "pool stats")
+
+  call mesh_with_mpi_integer_comm(size)
+  call mesh_with_mpi_f08_comm(rank, size)
+
+  ! ---- the column-major rule: Fortran dim 1 is what lm_shard(1) splits.
+  tp = merge(2, 1, mod(size, 2) == 0 .and. size >= 4)
+  dp = size / tp
+  call lm_mesh_create(mesh, MPI_COMM_WORLD_F(), [dp, tp], names=["dp", "tp"])
+  do j = 1, 3
+    do i = 1, 7
+      a(i, j) = 100 * i + j
+    end do
+  end do
+  rows = [lm_shard(1), lm_replicate()]
+  cols = [lm_shard(2), lm_replicate()]
+  rep = [lm_replicate(), lm_replicate()]
+  psum = [lm_partial(LM_REDUCE_SUM), lm_replicate()]
+  call lm_from_global(x, mesh, a, rows)
+  call lm_dist_tensor_global_shape(x, gs)
+  call lm_dist_tensor_local_shape(x, ls)
+  call lm_dist_tensor_local_offset(x, off)
+  call lm_chunk(7_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  call check(all(gs == [7, 3]), "global shape in Fortran order")
+  call check(all(ls == [l, 3_c_int64_t]) .and. all(off == [o, 0_c_int64_t]), "rows: local shape and offset")
+  call lm_local(x, p)
+  call check(all(shape(p) == [l, 3_c_int64_t]), "the shard is a Fortran array of the local extents")
+  call check(all(p == a(o + 1:o + l, :)), "lm_shard(1) splits the rows")
+  call lm_dist_tensor_placements(x, pl)
+  call check(pl(1) == lm_shard(1) .and. pl(2) == lm_replicate(), "placements come back in Fortran dims")
+  call lm_dist_tensor_ndim(x, nd)
+  call lm_dist_tensor_dtype(x, dt)
+  call lm_dist_tensor_device(x, dev)
+  call check(nd == 2 .and. dt == LM_FLOAT64 .and. dev%device_type == kDLCPU, "ndim, dtype, device")
+  ! Underneath: the same memory is the C row-major tensor of the reversed shape.
+  call lm_dist_tensor_local_view(x, view)
+  call c_f_pointer(view%shape, vshape, [2])
+  call check(all(vshape == [3_c_int64_t, l]), "the C view has the reversed shape")
+  b = 0
+  call lm_gather(x, b)
+  call check(all(b == a), "gather on every rank")
+  b = 0
+  call lm_gather(x, b, root=0)
+  call check(rank /= 0 .or. all(b == a), "gather at root 0")
+  big = -1
+  call lm_gather(x, big(:, 1:6:2))
+  call check(all(big(:, 1:6:2) == a) .and. all(big(:, 2:6:2) == -1), "gather into a strided section")
+  ! Columns.
+  call lm_from_global(y, mesh, a, cols)
+  call lm_chunk(3_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  call lm_local(y, p)
+  call check(all(shape(p) == [7_c_int64_t, l]), "cols: local shape")
+  call check(all(p == a(:, o + 1:o + l)), "lm_shard(2) splits the columns")
+  ! Scatter from root 0 (other ranks' data is not read).
+  b = a
+  if (rank /= 0) b = -5
+  call lm_from_global(z, mesh, b, rows, root=0)
+  b = 0
+  call lm_gather(z, b)
+  call check(all(b == a), "scatter from root 0")
+  ! Reshard rows -> replicate.
+  call lm_reshard(w, x, rep)
+  call lm_local(w, p)
+  call check(all(p == a), "reshard to replicate")
+  ! from_local, uneven rows, allgathered global shape; int32.
+  call lm_chunk(7_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  allocate(mine(l, 2))
+  do j = 1, 2
+    do i = 1, int(l)
+      mine(i, j) = int(10 * (o + i) + j)
+    end do
+  end do
+  call lm_from_local(z, mesh, mine, rows)
+  call lm_dist_tensor_global_shape(z, gs)
+  call check(all(gs == [7, 2]), "from_local: allgathered global shape")
+  call lm_gather(z, back)
+  call check(all(back == reshape([((10 * i + j, i = 1, 7), j = 1, 2)], [7, 2])), "from_local: values")
+  call lm_from_local(z, mesh, mine, rows, global_shape=[7_c_int64_t, 2_c_int64_t])
+  call lm_local(z, pi)
+  call check(all(pi == mine), "from_local with the global shape given")
+  call lm_local(z, pf, ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "a pointer of the wrong type is refused")
+  ! complex and logical.
+  zc = [(cmplx(i, -i, c_double_complex), i = 1, 3)]
+  call lm_from_global(z, mesh, zc, [lm_replicate(), lm_replicate()])
+  call lm_local(z, pz)
+  call check(all(pz == zc), "complex128")
+  flags = [.true._c_bool, .false._c_bool, .true._c_bool]
+  call lm_from_global(z, mesh, flags, [lm_replicate(), lm_replicate()])
+  call lm_local(z, pb)
+  call check(all(logical(pb .eqv. flags)), "logical(c_bool)")
+  ! zeros.
+  call lm_zeros(z, mesh, [4, 5], LM_FLOAT32, cols)
+  call lm_local(z, pf)
+  call lm_chunk(5_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  call check(all(shape(pf) == [4_c_int64_t, l]) .and. all(pf == 0), "zeros")
+  ! Bad inputs: binding-side and library-side, with messages.
+  call lm_from_global(z, mesh, a, [lm_shard(3), lm_replicate()], ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "lm_shard(3)") > 0, "shard dim 3: " // msg)
+  call lm_from_global(z, mesh, a, [lm_shard(1)], ierr=ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "one placement for a 2-D mesh")
+  call lm_from_global(z, mesh, a, [lm_partial(LM_REDUCE_SUM), lm_partial(LM_REDUCE_MAX)], ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_NOT_SUPPORTED, "mixed partial ops: " // msg)
+  call check(len(msg) > 0, "the library's message is kept")
+
+  ! device config, transport.
+  call lm_mesh_create(m2, MPI_COMM_WORLD_F(), [size], check_level=1, timeout=60.0_c_double)
+  call lm_mesh_transport(m2, kDLCPU, i)
+  call check(i == LM_TRANSPORT_MPI, "transport of host tensors")
+  block
+    type(lm_device_config_t) :: dc
+    call lm_mesh_device_config(m2, dc)
+    call check(.not. c_associated(dc%stream), "default stream")
+    call lm_mesh_set_device_config(m2, dc)
+    call lm_mesh_set_device_config(m2)
+    dc%magic = 0
+    call lm_mesh_set_device_config(m2, dc, ierr)
+    call check(ierr == LM_ERR_INVALID_ARGUMENT, "a device config with a bad magic")
+  end block
+  call lm_destroy(m2)
+
+  ! ---- assignment shares, final destroys.
+  z = x
+  call lm_destroy(x)
+  call lm_local(z, p)
+  call check(all(p == a(int(off(1)) + 1:int(off(1)) + size_of_rows(z), :)), "y = x keeps the tensor alive")
+  managed%dl_tensor = DLTensor(c_loc(managed_data), LM_CPU, 1, LM_FLOAT64, c_loc(managed_shape), c_null_ptr, 0)
+  managed%manager_ctx = c_null_ptr
+  managed%deleter = c_funloc(note_delete)
+  rep1 = [lm_replicate(), lm_replicate()]
+  block
+    type(lm_dist_tensor) :: scoped
+    call lm_from_managed(scoped, mesh, c_loc(managed), rep1, global_shape=[3_c_int64_t])
+    call lm_local(scoped, q)
+    call check(all(q == managed_data), "from_managed")
+    call check(.not. deleted, "not deleted while alive")
+  end block
+  call check(deleted, "final: a tensor going out of scope is destroyed (deleter called)")
+  deleted = .false.
+  allocate(t)
+  call lm_from_managed(t, mesh, c_loc(managed), rep1, global_shape=[3_c_int64_t])
+  deallocate(t)
+  call check(deleted, "final: deallocate destroys")
+  ! export -> from_managed shares the storage.
+  call lm_dist_tensor_export(w, mt)
+  call lm_from_managed(z, mesh, mt, rep)
+  call lm_local(z, p)
+  call check(all(p == a), "export then from_managed")
+  ! retain: one more reference, dropped through the raw handle.
+  mt = z%ptr
+  call lm_dist_tensor_retain(z)
+  call lm_dist_tensor_destroy(z)
+  call check(.not. c_associated(z%ptr), "destroy nulls the handle")
+  call check(lmc_dist_tensor_local(mt, view) == LM_SUCCESS, "the retained reference keeps the tensor")
+  call check(lmc_dist_tensor_destroy(mt) == LM_SUCCESS, "drop the retained reference")
+
+  ! ---- plans
+  call lm_from_global(x, mesh, a, rows)
+  call lm_reshard_plan_create(plan, mesh, rows, mesh, rep, [7, 3], LM_FLOAT64)
+  call lm_reshard_plan_describe(plan, s)
+  call check(len(s) > 0, "describe")
+  call lm_reshard_plan_bytes_sent(plan, bytes)
+  call check(bytes >= 0, "bytes sent")
+  call lm_reshard_plan_alloc_target(plan, y)
+  call lm_reshard_plan_execute(plan, x, y)
+  call lm_local(y, p)
+  call check(all(p == a), "plan execute")
+  call lm_reshard_plan_alloc_target(plan, w)
+  call lm_reshard_plan_start(plan, x, w, req)
+  done = .false.
+  do while (.not. done)
+    call lm_request_test(req, done)
+  end do
+  call lm_request_wait(req)
+  call lm_local(w, p)
+  call check(all(p == a), "plan start/test/wait")
+  call lm_reshard_plan_create(plan, mesh, rows, mesh, rep, [7, 3], LM_INT32)
+  call lm_reshard_plan_execute(plan, x, y, ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "plan of another dtype")
+  call lm_destroy(plan)
+
+  ! ---- local_map
+  call lm_local_map(fn, [lm_arg(x), lm_arg(int(size - 1, c_int64_t)), lm_arg(0.5_c_double), lm_arg(0_c_int64_t)], &
+                    reshape([psum, [LM_NO_PLACEMENT, LM_NO_PLACEMENT], rows], [2, 3]), outs, &
+                    in_placements=reshape([rows, [LM_NO_PLACEMENT, LM_NO_PLACEMENT], [LM_NO_PLACEMENT, LM_NO_PLACEMENT], &
+                                           [LM_NO_PLACEMENT, LM_NO_PLACEMENT]], [2, 4]), &
+                    out_ranks=[1, 0, 2], flags=LM_LOCAL_MAP_RESHARD_INPUTS, user_data=c_loc(managed))
+  call check(outs(1)%kind == LM_ARG_DIST_TENSOR .and. outs(2)%kind == LM_ARG_INT64 .and. outs(2)%i64 == size, &
+             "local_map outputs")
+  call lm_arg_take(outs(1), y)
+  call lm_reshard(z, y, rep)
+  call lm_local(z, q)
+  call check(abs(q(1) - 0.5d0 * sum(a)) < 1d-9, "local_map: Partial(sum) of the shard sums")
+  call lm_arg_take(outs(3), w)
+  b = 0
+  call lm_gather(w, b)
+  call check(all(b == 2 * a), "local_map: a Shard output of Fortran rank 2")
+  ! fn fails on the last rank: it gets LM_ERR_USER with the text, the others LM_ERR_REMOTE.
+  call lm_local_map(fn, [lm_arg(x), lm_arg(int(size - 1, c_int64_t)), lm_arg(0.5_c_double), lm_arg(1_c_int64_t)], &
+                    reshape([psum, [LM_NO_PLACEMENT, LM_NO_PLACEMENT], rows], [2, 3]), outs, out_ranks=[1, 0, 2], &
+                    user_data=c_loc(managed), ierr=ierr)
+  msg = lm_last_error_message()
+  if (rank == size - 1) then
+    call check(ierr == LM_ERR_USER .and. index(msg, "the sky fell") > 0, "failing rank: " // msg)
+  else
+    call check(ierr == LM_ERR_REMOTE, "other ranks: " // msg)
+  end if
+  ! A Shard output without its rank: refused on every rank before anything runs.
+  call lm_local_map(fn, [lm_arg(x), lm_arg(0_c_int64_t), lm_arg(0.5_c_double), lm_arg(0_c_int64_t)], &
+                    reshape([psum, [LM_NO_PLACEMENT, LM_NO_PLACEMENT], rows], [2, 3]), outs, ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "out_ranks") > 0, "missing out_ranks: " // msg)
+  ! The mesh still works.
+  call lm_reshard(z, x, rep)
+  call lm_local(z, p)
+  call check(all(p == a), "the mesh works after failures")
+  ! A borrowed mesh is not destroyed by its handle.
+  call lm_dist_tensor_mesh(z, m2)
+  call lm_destroy(m2)
+  call lm_mesh_ndim(mesh, nd)
+  call check(nd == 2, "borrowed mesh")
+  call lm_destroy(x); call lm_destroy(y); call lm_destroy(z); call lm_destroy(w); call lm_destroy(mesh)
+  call lm_finalize()
+  deallocate(mine, s, msg)   ! main-program allocatables are never freed (LeakSanitizer)
+  if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size
+
+contains
+  integer function MPI_COMM_WORLD_F()
+    call lm_comm_world(MPI_COMM_WORLD_F)
+  end function
+  integer function size_of_rows(t)
+    type(lm_dist_tensor), intent(in) :: t
+    integer(c_int64_t) :: s2(2)
+    call lm_dist_tensor_local_shape(t, s2)
+    size_of_rows = int(s2(1))
+  end function
+end program

@@ -1,0 +1,353 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""DLPack in pure Python: dtype maps, numpy <-> DLTensor, DLManagedTensor from numpy arrays, and
+PyCapsules ("dltensor") in both directions, through ctypes and the CPython capsule API."""
+import ctypes
+from ctypes import CFUNCTYPE, PYFUNCTYPE, c_char_p, c_int, c_int64, c_void_p, py_object
+
+import numpy as np
+
+from . import _lib
+from ._lib import DLDataType, DLDevice, DLManagedTensor, DLManagedTensorDeleter, DLTensor
+
+# DLPack codes (dlpack.h; bool is DLPack 0.8's kDLBool, which localmap uses with DLPack 0.6).
+kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool = 0, 1, 2, 4, 5, 6
+kDLCPU, kDLCUDA, kDLCUDAHost = 1, 2, 3
+DEVICE_NAMES = {kDLCPU: "cpu", kDLCUDA: "cuda", kDLCUDAHost: "cuda_host", 4: "opencl",
+                7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm", 11: "rocm_host", 13: "cuda_managed",
+                14: "oneapi"}
+_DEVICE_CODES = {v: k for k, v in DEVICE_NAMES.items()}
+
+try:  # numpy has no bfloat16; ml_dtypes (JAX's) provides one when installed
+    import ml_dtypes as _ml_dtypes
+    _BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    _BFLOAT16 = None
+
+_KIND_CODE = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "c": kDLComplex, "b": kDLBool}
+
+
+def dl_dtype(dtype, argname="dtype"):
+    """A DLDataType for a numpy dtype (or anything np.dtype accepts, or "bfloat16")."""
+    from ._core import InvalidArgumentError
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return DLDataType(kDLBfloat, 16, 1)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise InvalidArgumentError(1, f"{argname}: {dtype!r} is not a dtype ({e})") from None
+    if _BFLOAT16 is not None and dt == _BFLOAT16:
+        return DLDataType(kDLBfloat, 16, 1)
+    if dt.kind not in _KIND_CODE or dt.fields is not None or dt.subdtype is not None:
+        raise InvalidArgumentError(1, f"{argname}: numpy dtype {dt} has no DLPack equivalent")
+    if not dt.isnative:
+        raise InvalidArgumentError(1, f"{argname}: numpy dtype {dt} is not in native byte order")
+    return DLDataType(_KIND_CODE[dt.kind], dt.itemsize * 8, 1)
+
+
+def np_dtype(dl):
+    """The numpy dtype of a DLDataType, or the string "bfloat16" when numpy cannot hold it."""
+    code, bits, lanes = dl.code, dl.bits, dl.lanes
+    if lanes == 1:
+        if code == kDLBool and bits == 8:
+            return np.dtype(np.bool_)
+        if code == kDLBfloat and bits == 16:
+            return _BFLOAT16 if _BFLOAT16 is not None else "bfloat16"
+        kind = {kDLFloat: "f", kDLInt: "i", kDLUInt: "u", kDLComplex: "c"}.get(code)
+        if kind is not None and bits % 8 == 0:
+            try:
+                return np.dtype(f"{kind}{bits // 8}")
+            except TypeError:
+                pass
+    return f"dlpack(code={code}, bits={bits}, lanes={lanes})"
+
+
+def require_np_dtype(dl, what):
+    dt = np_dtype(dl)
+    if isinstance(dt, str):
+        from ._core import NotSupportedError
+        hint = " (install ml_dtypes for a numpy bfloat16)" if dt == "bfloat16" else ""
+        raise NotSupportedError(4, f"{what}: numpy has no dtype for {dt}{hint}; use DLPack "
+                                "(__dlpack__) with a framework that has it")
+    return dt
+
+
+def dl_device(device, argname="device"):
+    """A DLDevice from "cpu", "cuda", "cuda:1", a (type, id) pair or a DLDeviceType code."""
+    from ._core import InvalidArgumentError
+    if isinstance(device, DLDevice):
+        return device
+    if isinstance(device, str):
+        name, _, idx = device.partition(":")
+        if name in _DEVICE_CODES and (idx == "" or idx.isdigit()):
+            return DLDevice(_DEVICE_CODES[name], int(idx or 0))
+    elif isinstance(device, (tuple, list)) and len(device) == 2:
+        return DLDevice(int(device[0]), int(device[1]))
+    elif isinstance(device, int):
+        return DLDevice(device, 0)
+    raise InvalidArgumentError(1, f"{argname}: {device!r} is not a device (\"cpu\", \"cuda:0\", "
+                               "or a (DLDeviceType, id) pair)")
+
+
+def device_tuple(dev):
+    return (int(dev.device_type), int(dev.device_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy -> DLTensor (borrowed for the duration of one call)
+# ---------------------------------------------------------------------------------------------
+class Borrowed:
+    """A DLTensor describing a numpy array; keep this object alive while C reads the tensor.
+    Strides are given in elements when the array is not C-contiguous (numpy's byte strides must
+    be multiples of the item size; otherwise the array is copied first)."""
+    __slots__ = ("array", "shape", "strides", "tensor")
+
+    def __init__(self, array, argname, need_compact=False):
+        a = array
+        if not a.dtype.isnative:
+            a = a.astype(a.dtype.newbyteorder("="))
+        dt = dl_dtype(a.dtype, f"{argname}.dtype")
+        isz = a.dtype.itemsize
+        compact = a.flags.c_contiguous
+        if need_compact and not compact:
+            a = np.ascontiguousarray(a)
+            compact = True
+        if not compact and (isz == 0 or any(s % isz or s < 0 for s in a.strides)):
+            a = np.ascontiguousarray(a)
+            compact = True
+        self.array = a
+        n = a.ndim
+        self.shape = (c_int64 * max(n, 1))(*a.shape)
+        self.strides = None if compact else (c_int64 * max(n, 1))(*(s // isz for s in a.strides))
+        t = DLTensor()
+        t.data = a.ctypes.data if a.size else (a.ctypes.data or None)
+        t.device = DLDevice(kDLCPU, 0)
+        t.ndim = n
+        t.dtype = dt
+        t.shape = ctypes.cast(self.shape, ctypes.POINTER(c_int64))
+        t.strides = None if self.strides is None else ctypes.cast(self.strides,
+                                                                  ctypes.POINTER(c_int64))
+        t.byte_offset = 0
+        self.tensor = t
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy -> DLManagedTensor (ownership passes to the C library; its deleter drops the array)
+# ---------------------------------------------------------------------------------------------
+_live = {}  # address of a DLManagedTensor we made -> (struct, shape array, numpy array)
+
+
+def _release(addr, _live=_live):
+    # Called by the C library (with the GIL taken by ctypes). Only drops Python references.
+    _live.pop(addr, None)
+
+
+_deleter = DLManagedTensorDeleter(_release)
+
+
+def managed_from_array(array):
+    """A DLManagedTensor* (as an int) over a C-contiguous, aligned, native-order numpy array,
+    without copying. The array stays alive until the C side calls the deleter."""
+    a = array
+    m = DLManagedTensor()
+    shape = (c_int64 * max(a.ndim, 1))(*a.shape)
+    t = m.dl_tensor
+    t.data = a.ctypes.data or None
+    t.device = DLDevice(kDLCPU, 0)
+    t.ndim = a.ndim
+    t.dtype = dl_dtype(a.dtype)
+    t.shape = ctypes.cast(shape, ctypes.POINTER(c_int64))
+    t.strides = None
+    t.byte_offset = 0
+    m.manager_ctx = None
+    m.deleter = _deleter
+    addr = ctypes.addressof(m)
+    _live[addr] = (m, shape, a)
+    return addr
+
+
+def release_managed(addr):
+    """Calls the deleter of a DLManagedTensor that C did not take."""
+    if addr:
+        m = DLManagedTensor.from_address(addr)
+        if m.deleter:
+            m.deleter(addr)
+
+
+def live_managed_count():
+    """How many DLManagedTensors made from numpy arrays the C library still holds (for tests)."""
+    return len(_live)
+
+
+def zero_copy_ok(a):
+    return (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.aligned and
+            a.flags.writeable and a.dtype.isnative)
+
+
+# ---------------------------------------------------------------------------------------------
+# PyCapsules
+# ---------------------------------------------------------------------------------------------
+_api = ctypes.pythonapi
+_PyCapsule_New = PYFUNCTYPE(py_object, c_void_p, c_void_p, c_void_p)(("PyCapsule_New", _api))
+_PyCapsule_GetPointer = PYFUNCTYPE(c_void_p, py_object, c_char_p)(("PyCapsule_GetPointer", _api))
+_PyCapsule_SetName = PYFUNCTYPE(c_int, py_object, c_void_p)(("PyCapsule_SetName", _api))
+_PyCapsule_IsValid = PYFUNCTYPE(c_int, py_object, c_char_p)(("PyCapsule_IsValid", _api))
+# Raw-pointer variants for the destructor, which must not make new references to a dying capsule.
+_PyCapsule_IsValid_raw = PYFUNCTYPE(c_int, c_void_p, c_char_p)(("PyCapsule_IsValid", _api))
+_PyCapsule_GetPointer_raw = PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(("PyCapsule_GetPointer",
+                                                                      _api))
+
+# Capsule names must outlive every capsule: C strings that are never freed.
+_strdup = ctypes.CDLL(None).strdup
+_strdup.restype = c_void_p
+_strdup.argtypes = [c_char_p]
+_NAME_DLTENSOR = _strdup(b"dltensor")
+_NAME_USED = _strdup(b"used_dltensor")
+
+
+def _capsule_destructor(cap):
+    # An unconsumed "dltensor" capsule still owns its DLManagedTensor: call its deleter.
+    if _PyCapsule_IsValid_raw(cap, b"dltensor"):
+        addr = _PyCapsule_GetPointer_raw(cap, b"dltensor")
+        if addr:
+            release_managed(addr)
+
+
+_capsule_destructor_c = CFUNCTYPE(None, c_void_p)(_capsule_destructor)
+
+
+def capsule_from_managed(addr):
+    """A "dltensor" PyCapsule owning the DLManagedTensor at addr (the consumer renames it)."""
+    return _PyCapsule_New(addr, _NAME_DLTENSOR,
+                          ctypes.cast(_capsule_destructor_c, c_void_p).value)
+
+
+# DLPack 1.0: DLManagedTensorVersioned, which can say "writable" (numpy imports legacy
+# capsules read-only). Built here around a legacy DLManagedTensor, whose deleter it calls.
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p),
+                ("deleter", CFUNCTYPE(None, c_void_p)), ("flags", ctypes.c_uint64),
+                ("dl_tensor", DLTensor)]
+
+
+DLPACK_FLAG_BITMASK_READ_ONLY = 1
+_versioned = {}  # address -> (struct, legacy address)
+
+
+def _release_versioned(addr, _versioned=_versioned):
+    entry = _versioned.pop(addr, None)
+    if entry is not None:
+        release_managed(entry[1])
+
+
+_versioned_deleter = CFUNCTYPE(None, c_void_p)(_release_versioned)
+_NAME_VERSIONED = _strdup(b"dltensor_versioned")
+_NAME_USED_VERSIONED = _strdup(b"used_dltensor_versioned")
+
+
+def _capsule_destructor_versioned(cap):
+    if _PyCapsule_IsValid_raw(cap, b"dltensor_versioned"):
+        addr = _PyCapsule_GetPointer_raw(cap, b"dltensor_versioned")
+        if addr:
+            _release_versioned(addr)
+
+
+_capsule_destructor_versioned_c = CFUNCTYPE(None, c_void_p)(_capsule_destructor_versioned)
+
+
+def versioned_capsule_from_managed(addr, readonly=False):
+    """A "dltensor_versioned" (DLPack 1.0) capsule owning the legacy DLManagedTensor at addr."""
+    legacy = DLManagedTensor.from_address(addr)
+    v = DLManagedTensorVersioned()
+    v.version = DLPackVersion(1, 0)
+    v.manager_ctx = None
+    v.deleter = _versioned_deleter
+    v.flags = DLPACK_FLAG_BITMASK_READ_ONLY if readonly else 0
+    ctypes.pointer(v.dl_tensor)[0] = legacy.dl_tensor
+    vaddr = ctypes.addressof(v)
+    _versioned[vaddr] = (v, addr)
+    return _PyCapsule_New(vaddr, _NAME_VERSIONED,
+                          ctypes.cast(_capsule_destructor_versioned_c, c_void_p).value)
+
+
+def managed_from_capsule(capsule):
+    """The DLManagedTensor* (int) inside an unconsumed "dltensor" capsule."""
+    from ._core import InvalidArgumentError
+    if not _PyCapsule_IsValid(capsule, b"dltensor"):
+        raise InvalidArgumentError(1, "__dlpack__() did not return an unconsumed \"dltensor\" "
+                                   "capsule")
+    return _PyCapsule_GetPointer(capsule, b"dltensor")
+
+
+def mark_consumed(capsule):
+    """Renames the capsule to "used_dltensor": its DLManagedTensor now belongs to someone else."""
+    _PyCapsule_SetName(capsule, _NAME_USED)
+
+
+def dltensor_is_compact(t):
+    if not t.strides:
+        return True
+    expect = 1
+    for i in range(t.ndim - 1, -1, -1):
+        if t.shape[i] != 1 and t.strides[i] != expect:
+            return False
+        expect *= t.shape[i]
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# DLTensor -> numpy views
+# ---------------------------------------------------------------------------------------------
+class _View:
+    """Exposes memory described by a DLTensor through __array_interface__; `owner` keeps the
+    memory alive (a callable run when the view dies, or any object)."""
+    __slots__ = ("__array_interface__", "_release", "__weakref__")
+
+    def __init__(self, data, shape, strides, dtype, readonly, release=None):
+        self.__array_interface__ = {"data": (data, readonly), "shape": shape,
+                                    "strides": strides, "typestr": dtype.str,
+                                    "descr": dtype.descr, "version": 3}
+        self._release = release
+
+    def __del__(self):
+        r, self._release = self._release, None
+        if r is not None:
+            r()
+
+
+def array_from_dltensor(t, what, readonly, release=None):
+    """A numpy array over the memory of DLTensor t (CPU only). release() runs when the last
+    array over it dies; for empty tensors it runs at once and the array owns nothing."""
+    from ._core import NotSupportedError
+    if t.device.device_type not in (kDLCPU, kDLCUDAHost):
+        if release is not None:
+            release()
+        raise NotSupportedError(4, f"{what}: a {DEVICE_NAMES.get(t.device.device_type, '?')} "
+                                "tensor has no numpy view; use __dlpack__ with a framework for "
+                                "that device")
+    try:
+        dt = require_np_dtype(t.dtype, what)
+    except BaseException:
+        if release is not None:
+            release()
+        raise
+    n = t.ndim
+    shape = tuple(int(t.shape[i]) for i in range(n))
+    strides = None
+    if t.strides and not dltensor_is_compact(t):
+        strides = tuple(int(t.strides[i]) * dt.itemsize for i in range(n))
+    size = 1
+    for e in shape:
+        size *= e
+    if size == 0 or not t.data:
+        if release is not None:
+            release()
+        a = np.empty(shape, dt)
+        if readonly:
+            a.flags.writeable = False
+        return a
+    data = t.data + t.byte_offset
+    return np.asarray(_View(data, shape, strides, dt, readonly, release))

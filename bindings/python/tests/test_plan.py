@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Persistent reshard plans and nonblocking requests, and the library-level helpers."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import localmap as lm
+
+COMM = MPI.COMM_WORLD
+
+
+def test_plan_execute_start_wait(mesh2):
+    full = np.arange(35, dtype=np.int32).reshape(7, 5)
+    src_pl, dst_pl = [lm.Shard(0), lm.Shard(1)], [lm.Replicate(), lm.Shard(0)]
+    with lm.from_global(full, mesh2, src_pl) as src, \
+            lm.ReshardPlan(mesh2, src_pl, mesh2, dst_pl, full.shape, np.int32) as plan:
+        assert isinstance(plan.describe(), str) and plan.describe()
+        assert plan.bytes_sent >= 0
+        dst = plan.alloc_target()
+        assert dst.placements == tuple(dst_pl) and dst.gather().sum() == 0
+        plan.execute(src, dst)
+        np.testing.assert_array_equal(dst.gather(), full)
+        req = plan.start(src)                   # a fresh target
+        with pytest.raises(lm.InvalidUsageError):
+            plan.close()                        # refused while the request is in flight
+        while not req.test():
+            pass
+        assert req.done and req.test()
+        np.testing.assert_array_equal(req.wait().gather(), full)
+        with plan.start(src, dst) as r2:         # `with` waits
+            pass
+        assert r2.done
+        np.testing.assert_array_equal(dst.gather(), full)
+
+
+def test_plan_bad_arguments(mesh1):
+    with pytest.raises(lm.InvalidArgumentError) as ei:
+        lm.ReshardPlan(mesh1, [lm.Shard(2)], mesh1, [lm.Replicate()], (4,), np.float64)
+    assert "lm_reshard_plan_create" in ei.value.message
+    with lm.ReshardPlan(mesh1, [lm.Shard(0)], mesh1, [lm.Replicate()], (4,), np.float64) as p, \
+            lm.from_global(np.arange(5.0), mesh1, [lm.Shard(0)]) as wrong:
+        with pytest.raises(lm.Error) as ei:
+            p.execute(wrong)                    # another global shape than the plan's
+        assert ei.value.status in (lm.ERR_INVALID_ARGUMENT, lm.ERR_MISMATCH)
+
+
+def test_cross_mesh_reshard():
+    if COMM.size < 2:
+        pytest.skip("needs 2 ranks")
+    with lm.Mesh([COMM.size]) as a, lm.Mesh([1], ranks=[0]) as b:
+        full = np.arange(6.0)
+        with lm.from_global(full, a, [lm.Shard(0)]) as t, t.reshard([lm.Replicate()], b) as r:
+            if COMM.rank == 0:
+                np.testing.assert_array_equal(r.local(), full)
+            else:
+                assert r.local().size == 0 and r.shape == (6,)
+
+
+def test_library_helpers():
+    major, minor, patch = lm.library_version()
+    assert major == 0 and (major, minor, patch) >= (0, 1, 0)
+    assert "liblocalmap.so.0" in lm.library_path()
+    assert lm.status_string(lm.ERR_USER).startswith("LM_ERR_USER")
+    assert lm.chunk(5, 4, 3) == (5, 0) and lm.chunk(10, 4, 3) == (9, 1)
+    with pytest.raises(lm.InvalidArgumentError):
+        lm.chunk(5, 0, 0)
+    assert lm.device_supported("cpu") is True
+    assert lm.device_supported("cuda") in (True, False)
+    with pytest.raises(lm.InvalidArgumentError):
+        lm.device_supported("abacus")
+    lm.init()       # MPI already initialised (by mpi4py): a no-op
+    lm.finalize()   # localmap did not initialise MPI: a no-op, MPI still works
+    assert COMM.allreduce(1) == COMM.size
+    assert issubclass(lm.UserError, lm.Error) and issubclass(lm.OutOfMemoryError, MemoryError)

@@ -1,0 +1,1447 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//! Safe Rust API of localmap: distributed tensors over an N-D MPI process mesh, resharding, and
+//! `local_map`, over the C ABI in `include/localmap.h` (raw declarations: [`sys`]).
+//!
+//! - Every call returns [`Result`]; an [`Error`] carries the [`Status`] and the library's message.
+//! - Handles ([`Mesh`], [`DistTensor`], [`ReshardPlan`], [`Request`]) free themselves on `Drop`
+//!   (local, never collective). [`DistTensor`] clones share one tensor by reference count.
+//! - Communicators cross as the `MPI_Fint` integer of the C ABI ([`Comm`]): [`comm_world`], or
+//!   `MPI_Comm_c2f(comm)` from any MPI binding. No MPI crate is needed.
+//! - Local shards are slices (`&[T]`, compact row-major), for every `T: Element`.
+//! - [`LocalMap`] runs a closure on the local shards through an `extern "C"` trampoline that
+//!   catches panics: a panic or an `Err` becomes a failed status on that rank, with its text as
+//!   the message, and every rank of the mesh fails alike (never an abort across C frames).
+//!
+//! ```no_run
+//! use localmap::{DistTensor, Mesh, Placement};
+//! localmap::init()?;
+//! let (rank, size) = localmap::world_rank()?;
+//! let mesh = Mesh::new(localmap::comm_world()?, &[size as i64])?;
+//! let full: Vec<f64> = (0..10).map(f64::from).collect();
+//! let x = DistTensor::from_global(&mesh, Some(&full[..]), &[10], &[Placement::Shard(0)], -1)?;
+//! println!("rank {rank} holds {:?} at {:?}", x.local::<f64>()?, x.local_offset()?);
+//! assert_eq!(x.gather_all::<f64>()?, full);
+//! drop(x);
+//! drop(mesh);
+//! localmap::finalize()?;
+//! # Ok::<(), localmap::Error>(())
+//! ```
+pub use localmap_sys as sys;
+
+use std::any::Any;
+use std::ffi::{c_void, CStr, CString};
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::os::raw::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+// ================================================================================================
+// Status and errors
+// ================================================================================================
+
+/// The status codes of `lm_status_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Success,
+    InvalidArgument,
+    InvalidUsage,
+    OutOfMemory,
+    NotSupported,
+    Mismatch,
+    Mpi,
+    Nccl,
+    Cuda,
+    Remote,
+    Internal,
+    User,
+    /// A blocking wait of a collective passed the mesh's deadline (`LM_ERR_TIMEOUT`).
+    Timeout,
+    /// A code this binding does not know yet (the C enum is append-only).
+    Other(i32),
+}
+
+impl Status {
+    pub fn from_raw(code: sys::lm_status_t) -> Status {
+        match code {
+            sys::LM_SUCCESS => Status::Success,
+            sys::LM_ERR_INVALID_ARGUMENT => Status::InvalidArgument,
+            sys::LM_ERR_INVALID_USAGE => Status::InvalidUsage,
+            sys::LM_ERR_OUT_OF_MEMORY => Status::OutOfMemory,
+            sys::LM_ERR_NOT_SUPPORTED => Status::NotSupported,
+            sys::LM_ERR_MISMATCH => Status::Mismatch,
+            sys::LM_ERR_MPI => Status::Mpi,
+            sys::LM_ERR_NCCL => Status::Nccl,
+            sys::LM_ERR_CUDA => Status::Cuda,
+            sys::LM_ERR_REMOTE => Status::Remote,
+            sys::LM_ERR_INTERNAL => Status::Internal,
+            sys::LM_ERR_USER => Status::User,
+            sys::LM_ERR_TIMEOUT => Status::Timeout,
+            c => Status::Other(c),
+        }
+    }
+    pub fn raw(self) -> sys::lm_status_t {
+        match self {
+            Status::Success => sys::LM_SUCCESS,
+            Status::InvalidArgument => sys::LM_ERR_INVALID_ARGUMENT,
+            Status::InvalidUsage => sys::LM_ERR_INVALID_USAGE,
+            Status::OutOfMemory => sys::LM_ERR_OUT_OF_MEMORY,
+            Status::NotSupported => sys::LM_ERR_NOT_SUPPORTED,
+            Status::Mismatch => sys::LM_ERR_MISMATCH,
+            Status::Mpi => sys::LM_ERR_MPI,
+            Status::Nccl => sys::LM_ERR_NCCL,
+            Status::Cuda => sys::LM_ERR_CUDA,
+            Status::Remote => sys::LM_ERR_REMOTE,
+            Status::Internal => sys::LM_ERR_INTERNAL,
+            Status::User => sys::LM_ERR_USER,
+            Status::Timeout => sys::LM_ERR_TIMEOUT,
+            Status::Other(c) => c,
+        }
+    }
+    /// `lm_status_string`: e.g. "LM_ERR_INVALID_ARGUMENT: invalid argument".
+    pub fn as_str(self) -> &'static str {
+        // SAFETY: the library returns a static NUL-terminated string, never NULL.
+        unsafe { CStr::from_ptr(sys::lm_status_string(self.raw())) }.to_str().unwrap_or("?")
+    }
+}
+
+/// A failed call: its status and the library's message (`lm_last_error_message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub status: Status,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(status: Status, message: impl Into<String>) -> Error {
+        Error { status, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.status.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn check(code: sys::lm_status_t) -> Result<()> {
+    if code == sys::LM_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error { status: Status::from_raw(code), message: last_error_message() })
+    }
+}
+
+fn arg_error<T>(message: String) -> Result<T> {
+    Err(Error { status: Status::InvalidArgument, message })
+}
+
+fn to_int(n: usize, what: &str) -> Result<c_int> {
+    c_int::try_from(n).or_else(|_| arg_error(format!("{what}: {n} entries is too many")))
+}
+
+/// `lm_last_error_message`: the message of the last failed call on this thread ("" if none).
+pub fn last_error_message() -> String {
+    // SAFETY: never NULL, valid until the next localmap call on this thread; copied at once.
+    unsafe { CStr::from_ptr(sys::lm_last_error_message()) }.to_string_lossy().into_owned()
+}
+
+/// `lm_set_error_message`: explains a failure of a [`LocalMap`] function (the closure's `Err`
+/// text is passed this way already). Interior NUL bytes are replaced.
+pub fn set_error_message(message: &str) {
+    let c = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+    // SAFETY: a valid C string; the library copies it.
+    unsafe { sys::lm_set_error_message(c.as_ptr()) }
+}
+
+/// `lm_get_version`: the loaded library's version as `LM_VERSION_CODE` (major*10000+minor*100+patch).
+pub fn version() -> i32 {
+    unsafe { sys::lm_get_version() }
+}
+
+// ================================================================================================
+// Bootstrap
+// ================================================================================================
+
+/// An MPI communicator as a Fortran handle (`MPI_Fint`), what the C ABI takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Comm(pub i32);
+
+/// `lm_init`: initialises MPI unless something else did. Works without mpirun (a singleton).
+pub fn init() -> Result<()> {
+    check(unsafe { sys::lm_init(ptr::null_mut(), ptr::null_mut()) })
+}
+
+/// `lm_finalize`: finalises MPI if [`init`] initialised it. Handles dropped later stay safe.
+pub fn finalize() -> Result<()> {
+    check(unsafe { sys::lm_finalize() })
+}
+
+/// `lm_comm_world`: `MPI_COMM_WORLD` as a Fortran handle.
+pub fn comm_world() -> Result<Comm> {
+    let mut c = 0;
+    check(unsafe { sys::lm_comm_world(&mut c) })?;
+    Ok(Comm(c))
+}
+
+/// `lm_world_rank`: (rank in `MPI_COMM_WORLD`, world size).
+pub fn world_rank() -> Result<(i32, i32)> {
+    let (mut r, mut s) = (0, 0);
+    check(unsafe { sys::lm_world_rank(&mut r, &mut s) })?;
+    Ok((r, s))
+}
+
+// ================================================================================================
+// Devices, data types
+// ================================================================================================
+
+/// A DLPack device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(i32),
+    /// Any other DLPack device (type, id).
+    Other(i32, i32),
+}
+
+impl Device {
+    pub fn raw(self) -> sys::DLDevice {
+        match self {
+            Device::Cpu => sys::LM_CPU,
+            Device::Cuda(id) => sys::DLDevice { device_type: sys::kDLCUDA, device_id: id },
+            Device::Other(t, id) => sys::DLDevice { device_type: t, device_id: id },
+        }
+    }
+    pub fn from_raw(d: sys::DLDevice) -> Device {
+        match d.device_type {
+            sys::kDLCPU => Device::Cpu,
+            sys::kDLCUDA => Device::Cuda(d.device_id),
+            t => Device::Other(t, d.device_id),
+        }
+    }
+}
+
+/// `lm_device_supported`: whether this build holds tensors on the device type (`sys::kDLCPU`, ...).
+pub fn device_supported(device_type: sys::DLDeviceType) -> Result<bool> {
+    let mut s = 0;
+    check(unsafe { sys::lm_device_supported(device_type, &mut s) })?;
+    Ok(s != 0)
+}
+
+/// The element types localmap supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F16,
+    BF16,
+    F32,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    Bool,
+    C64,
+    C128,
+}
+
+impl DType {
+    pub fn raw(self) -> sys::DLDataType {
+        match self {
+            DType::F16 => sys::LM_FLOAT16,
+            DType::BF16 => sys::LM_BFLOAT16,
+            DType::F32 => sys::LM_FLOAT32,
+            DType::F64 => sys::LM_FLOAT64,
+            DType::I8 => sys::LM_INT8,
+            DType::I16 => sys::LM_INT16,
+            DType::I32 => sys::LM_INT32,
+            DType::I64 => sys::LM_INT64,
+            DType::U8 => sys::LM_UINT8,
+            DType::Bool => sys::LM_BOOL,
+            DType::C64 => sys::LM_COMPLEX64,
+            DType::C128 => sys::LM_COMPLEX128,
+        }
+    }
+    pub fn from_raw(d: sys::DLDataType) -> Option<DType> {
+        use DType::*;
+        [F16, BF16, F32, F64, I8, I16, I32, I64, U8, Bool, C64, C128].into_iter().find(|t| t.raw() == d)
+    }
+}
+
+/// A complex number as DLPack lays it out (real, imaginary).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Complex<T> {
+    pub re: T,
+    pub im: T,
+}
+
+/// Rust types that are localmap elements.
+///
+/// # Safety
+/// `DTYPE` must describe exactly the in-memory representation of `Self`.
+pub unsafe trait Element: Copy + 'static {
+    const DTYPE: DType;
+}
+unsafe impl Element for f32 { const DTYPE: DType = DType::F32; }
+unsafe impl Element for f64 { const DTYPE: DType = DType::F64; }
+unsafe impl Element for i8 { const DTYPE: DType = DType::I8; }
+unsafe impl Element for i16 { const DTYPE: DType = DType::I16; }
+unsafe impl Element for i32 { const DTYPE: DType = DType::I32; }
+unsafe impl Element for i64 { const DTYPE: DType = DType::I64; }
+unsafe impl Element for u8 { const DTYPE: DType = DType::U8; }
+unsafe impl Element for bool { const DTYPE: DType = DType::Bool; }
+unsafe impl Element for Complex<f32> { const DTYPE: DType = DType::C64; }
+unsafe impl Element for Complex<f64> { const DTYPE: DType = DType::C128; }
+
+// ================================================================================================
+// Placements, layout math
+// ================================================================================================
+
+/// A reduction of [`Placement::Partial`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Avg,
+    Max,
+    Min,
+    Prod,
+}
+
+impl ReduceOp {
+    pub fn raw(self) -> sys::lm_reduce_op_t {
+        match self {
+            ReduceOp::Sum => sys::LM_REDUCE_SUM,
+            ReduceOp::Avg => sys::LM_REDUCE_AVG,
+            ReduceOp::Max => sys::LM_REDUCE_MAX,
+            ReduceOp::Min => sys::LM_REDUCE_MIN,
+            ReduceOp::Prod => sys::LM_REDUCE_PROD,
+        }
+    }
+    fn from_raw(op: i32) -> Option<ReduceOp> {
+        use ReduceOp::*;
+        [Sum, Avg, Max, Min, Prod].into_iter().find(|o| o.raw() == op)
+    }
+}
+
+/// How one mesh dim holds a tensor (one per mesh dim).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Every rank along the mesh dim holds the full value.
+    Replicate,
+    /// Tensor dim `d` is chunked along the mesh dim like `torch.chunk`.
+    Shard(i32),
+    /// Co-sharding: several mesh dims shard tensor dim `dim`, lowest `order` splits first.
+    ShardOrdered { dim: i32, order: i32 },
+    /// Each rank holds a partial value; the value is the reduction.
+    Partial(ReduceOp),
+}
+
+impl Placement {
+    pub fn raw(self) -> sys::lm_placement_t {
+        match self {
+            Placement::Replicate => sys::LM_PLACEMENT_REPLICATE,
+            Placement::Shard(d) => sys::LM_PLACEMENT_SHARD(d),
+            Placement::ShardOrdered { dim, order } => sys::lm_placement_t { kind: sys::LM_SHARD, dim, op: 0, order },
+            Placement::Partial(op) => sys::LM_PLACEMENT_PARTIAL(op.raw()),
+        }
+    }
+    /// `None` for a struct this binding cannot express (an unknown kind or op).
+    pub fn from_raw(p: sys::lm_placement_t) -> Option<Placement> {
+        match p.kind {
+            sys::LM_REPLICATE => Some(Placement::Replicate),
+            sys::LM_SHARD if p.order == 0 => Some(Placement::Shard(p.dim)),
+            sys::LM_SHARD => Some(Placement::ShardOrdered { dim: p.dim, order: p.order }),
+            sys::LM_PARTIAL => ReduceOp::from_raw(p.op).map(Placement::Partial),
+            _ => None,
+        }
+    }
+}
+
+fn raw_placements(p: &[Placement]) -> Vec<sys::lm_placement_t> {
+    p.iter().map(|x| x.raw()).collect()
+}
+
+fn read_buf(f: impl FnOnce(*mut c_char, usize) -> sys::lm_status_t) -> Result<String> {
+    let mut buf = vec![0 as c_char; 4096];
+    check(f(buf.as_mut_ptr(), buf.len()))?;
+    // SAFETY: the library NUL-terminates within size.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+/// `lm_placements_format`: e.g. `"[S(0), R, P(sum)]"`.
+pub fn format_placements(placements: &[Placement]) -> Result<String> {
+    let raw = raw_placements(placements);
+    let n = to_int(raw.len(), "placements")?;
+    read_buf(|b, s| unsafe { sys::lm_placements_format(raw.as_ptr(), n, b, s) })
+}
+
+/// `lm_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`.
+pub fn chunk(n: i64, parts: i64, index: i64) -> Result<(i64, i64)> {
+    let (mut o, mut l) = (0, 0);
+    check(unsafe { sys::lm_chunk(n, parts, index, &mut o, &mut l) })?;
+    Ok((o, l))
+}
+
+// ================================================================================================
+// Mesh
+// ================================================================================================
+
+/// An N-D grid of MPI ranks (`lm_mesh_t`). Dropping it is local; tensors keep it alive.
+#[derive(Debug)]
+pub struct Mesh {
+    raw: sys::lm_mesh_t,
+}
+
+/// A mesh borrowed from a tensor or a [`LocalMap`] call: it is not destroyed when dropped.
+pub struct MeshRef<'a> {
+    mesh: ManuallyDrop<Mesh>,
+    _life: PhantomData<&'a ()>,
+}
+
+impl Deref for MeshRef<'_> {
+    type Target = Mesh;
+    fn deref(&self) -> &Mesh {
+        &self.mesh
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        unsafe { sys::lm_mesh_destroy(&mut self.raw) };
+    }
+}
+
+impl Mesh {
+    /// `lm_mesh_create` over all ranks of `parent`, in order. Collective over `parent`.
+    pub fn new(parent: Comm, shape: &[i64]) -> Result<Mesh> {
+        Mesh::with_config(parent, shape, None, None)
+    }
+
+    /// `lm_mesh_create` with dim names (distinct, non-empty, at most 63 chars).
+    pub fn with_names(parent: Comm, shape: &[i64], names: &[&str]) -> Result<Mesh> {
+        Mesh::with_config(parent, shape, None, Some(names))
+    }
+
+    /// `lm_mesh_create` with an `lm_mesh_config_t`: `ranks` of the parent forming the mesh
+    /// (row-major over `shape`; `None`: all), and dim names.
+    pub fn with_config(parent: Comm, shape: &[i64], ranks: Option<&[i32]>, names: Option<&[&str]>)
+        -> Result<Mesh> {
+        Mesh::with_options(parent, shape, &MeshOptions { ranks, names, ..MeshOptions::default() })
+    }
+
+    /// `lm_mesh_create` with every option of `lm_mesh_config_t` ([`MeshOptions`]).
+    pub fn with_options(parent: Comm, shape: &[i64], options: &MeshOptions<'_>) -> Result<Mesh> {
+        let (ranks, names) = (options.ranks, options.names);
+        let mut cfg = sys::LM_MESH_CONFIG_INIT;
+        if let Some(c) = options.check_level {
+            cfg.check_level = c;
+        }
+        if let Some(t) = options.timeout {
+            cfg.timeout = t;
+        }
+        if let Some(r) = ranks {
+            cfg.ranks = r.as_ptr();
+            cfg.nranks = to_int(r.len(), "ranks")?;
+        }
+        let cnames: Vec<CString> = match names {
+            Some(n) => n.iter().enumerate()
+                .map(|(i, s)| CString::new(*s).or_else(|_| arg_error(format!("Mesh: names[{i}] contains a NUL byte"))))
+                .collect::<Result<_>>()?,
+            None => Vec::new(),
+        };
+        let ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
+        if names.is_some() {
+            if ptrs.len() != shape.len() {
+                return arg_error(format!("Mesh: {} names for {} mesh dims", ptrs.len(), shape.len()));
+            }
+            cfg.dim_names = ptrs.as_ptr();
+        }
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::lm_mesh_create(&mut raw, parent.0, to_int(shape.len(), "shape")?, shape.as_ptr(), &cfg)
+        })?;
+        Ok(Mesh { raw })
+    }
+
+    /// The raw handle (still owned by `self`).
+    pub fn as_raw(&self) -> sys::lm_mesh_t {
+        self.raw
+    }
+
+    /// Takes ownership of a raw handle (it will be destroyed on drop).
+    ///
+    /// # Safety
+    /// `raw` must be a live mesh handle nobody else destroys.
+    pub unsafe fn from_raw(raw: sys::lm_mesh_t) -> Mesh {
+        Mesh { raw }
+    }
+
+    fn borrowed<'a>(raw: sys::lm_mesh_t) -> MeshRef<'a> {
+        MeshRef { mesh: ManuallyDrop::new(Mesh { raw }), _life: PhantomData }
+    }
+
+    pub fn ndim(&self) -> Result<usize> {
+        let mut n = 0;
+        check(unsafe { sys::lm_mesh_ndim(self.raw, &mut n) })?;
+        Ok(n as usize)
+    }
+    pub fn shape(&self) -> Result<Vec<i64>> {
+        let mut v = vec![0; self.ndim()?];
+        check(unsafe { sys::lm_mesh_shape(self.raw, v.as_mut_ptr(), v.len() as c_int) })?;
+        Ok(v)
+    }
+    /// Number of ranks in the mesh.
+    pub fn size(&self) -> Result<i32> {
+        let mut n = 0;
+        check(unsafe { sys::lm_mesh_size(self.raw, &mut n) })?;
+        Ok(n)
+    }
+    pub fn is_member(&self) -> Result<bool> {
+        let mut m = 0;
+        check(unsafe { sys::lm_mesh_is_member(self.raw, &mut m) })?;
+        Ok(m != 0)
+    }
+    /// This rank's coordinate (an error on a non-member).
+    pub fn coord(&self) -> Result<Vec<i64>> {
+        let mut v = vec![0; self.ndim()?];
+        check(unsafe { sys::lm_mesh_coord(self.raw, v.as_mut_ptr(), v.len() as c_int) })?;
+        Ok(v)
+    }
+    /// This rank's row-major index in the mesh (an error on a non-member).
+    pub fn rank(&self) -> Result<i32> {
+        let mut r = 0;
+        check(unsafe { sys::lm_mesh_rank(self.raw, &mut r) })?;
+        Ok(r)
+    }
+    /// The parent-communicator rank at a coordinate.
+    pub fn rank_at(&self, coord: &[i64]) -> Result<i32> {
+        let mut r = 0;
+        check(unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), to_int(coord.len(), "coord")?, &mut r) })?;
+        Ok(r)
+    }
+    /// Index of the dim called `name`.
+    pub fn dim_index(&self, name: &str) -> Result<usize> {
+        let c = CString::new(name).or_else(|_| arg_error("Mesh::dim_index: name contains a NUL byte".into()))?;
+        let mut d = 0;
+        check(unsafe { sys::lm_mesh_dim_index(self.raw, c.as_ptr(), &mut d) })?;
+        Ok(d as usize)
+    }
+    /// The dim's name ("" when unnamed).
+    pub fn dim_name(&self, dim: usize) -> Result<String> {
+        let d = to_int(dim, "dim")?;
+        read_buf(|b, s| unsafe { sys::lm_mesh_dim_name(self.raw, d, b, s) })
+    }
+    /// The communicator along `dim` (owned by the mesh; do not free it).
+    pub fn dim_comm(&self, dim: usize) -> Result<Comm> {
+        let mut c = 0;
+        check(unsafe { sys::lm_mesh_dim_comm(self.raw, to_int(dim, "dim")?, &mut c) })?;
+        Ok(Comm(c))
+    }
+    /// The communicator of all mesh ranks (owned by the mesh).
+    pub fn comm(&self) -> Result<Comm> {
+        let mut c = 0;
+        check(unsafe { sys::lm_mesh_comm(self.raw, &mut c) })?;
+        Ok(Comm(c))
+    }
+    /// `lm_mesh_set_device_config`: this rank's stream and allocator for the mesh (`None`: the
+    /// defaults). Local.
+    ///
+    /// # Safety
+    /// The stream and the allocator callbacks must be valid for as long as the mesh uses them.
+    pub unsafe fn set_device_config(&self, config: Option<&sys::lm_device_config_t>) -> Result<()> {
+        check(sys::lm_mesh_set_device_config(self.raw, config.map_or(ptr::null(), |c| c as *const _)))
+    }
+    /// `lm_mesh_device_config`: this rank's device options of the mesh.
+    pub fn device_config(&self) -> Result<sys::lm_device_config_t> {
+        let mut c = sys::LM_DEVICE_CONFIG_INIT;
+        check(unsafe { sys::lm_mesh_device_config(self.raw, &mut c) })?;
+        Ok(c)
+    }
+    /// `lm_mesh_transport`: how the mesh moves tensors of a device type (`sys::kDLCPU`, ...).
+    pub fn transport(&self, device_type: sys::DLDeviceType) -> Result<Transport> {
+        let mut t = 0;
+        check(unsafe { sys::lm_mesh_transport(self.raw, device_type, &mut t) })?;
+        Ok(match t {
+            sys::LM_TRANSPORT_UNDECIDED => Transport::Undecided,
+            sys::LM_TRANSPORT_MPI => Transport::Mpi,
+            sys::LM_TRANSPORT_NCCL => Transport::Nccl,
+            sys::LM_TRANSPORT_MPI_STAGED => Transport::MpiStaged,
+            other => Transport::Other(other),
+        })
+    }
+}
+
+/// Options of [`Mesh::with_options`] (`lm_mesh_config_t`); `None`: the library's default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MeshOptions<'a> {
+    /// Parent ranks forming the mesh, row-major over the shape.
+    pub ranks: Option<&'a [i32]>,
+    /// One name per mesh dim.
+    pub names: Option<&'a [&'a str]>,
+    /// Argument checks of collective calls: 0, 1 or 2 (default: the LM_CHECK environment variable).
+    pub check_level: Option<i32>,
+    /// Deadline in seconds of blocking waits, 0 = none (default: the LM_TIMEOUT environment variable).
+    pub timeout: Option<f64>,
+}
+
+/// How a mesh moves tensor data (`lm_transport_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Undecided,
+    Mpi,
+    Nccl,
+    MpiStaged,
+    Other(i32),
+}
+
+/// `lm_pool_stats`: (bytes of the library's host buffer pool in use, their high-water mark);
+/// `reset_peak` then sets the mark to the bytes in use.
+pub fn pool_stats(reset_peak: bool) -> Result<(i64, i64)> {
+    let (mut in_use, mut peak) = (0, 0);
+    check(unsafe { sys::lm_pool_stats(&mut in_use, &mut peak, reset_peak as c_int) })?;
+    Ok((in_use, peak))
+}
+
+// ================================================================================================
+// Managed tensors (DLPack ownership hand-over)
+// ================================================================================================
+
+struct VecOwner<T> {
+    _data: Vec<T>,
+    shape: Vec<i64>,
+}
+
+unsafe extern "C" fn vec_deleter<T>(m: *mut sys::DLManagedTensor) {
+    if m.is_null() {
+        return;
+    }
+    // SAFETY: m and manager_ctx were made by managed_from_vec::<T> with Box::into_raw.
+    let m = Box::from_raw(m);
+    drop(Box::from_raw(m.manager_ctx as *mut VecOwner<T>));
+}
+
+fn check_shape(len: usize, shape: &[i64], what: &str) -> Result<()> {
+    let mut n: i64 = 1;
+    for (i, &e) in shape.iter().enumerate() {
+        if e < 0 {
+            return arg_error(format!("{what}: shape[{i}] = {e} is negative"));
+        }
+        n = n.checked_mul(e).ok_or_else(|| Error::new(Status::InvalidArgument, format!("{what}: shape overflows")))?;
+    }
+    if n as u128 != len as u128 {
+        return arg_error(format!("{what}: {len} elements for shape {shape:?} ({n} elements)"));
+    }
+    Ok(())
+}
+
+/// A `DLManagedTensor` owning a `Vec<T>`; its deleter drops the vector.
+fn managed_from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> *mut sys::DLManagedTensor {
+    let mut data = data;
+    let dptr = data.as_mut_ptr() as *mut c_void; // moving the Vec below keeps its heap buffer
+    let owner = Box::into_raw(Box::new(VecOwner { _data: data, shape: shape.to_vec() }));
+    // SAFETY: owner is a live box; its shape vector does not move.
+    let shape_ptr = unsafe { (*owner).shape.as_mut_ptr() };
+    Box::into_raw(Box::new(sys::DLManagedTensor {
+        dl_tensor: sys::DLTensor {
+            data: dptr,
+            device: sys::LM_CPU,
+            ndim: shape.len() as c_int,
+            dtype: T::DTYPE.raw(),
+            shape: shape_ptr,
+            strides: ptr::null_mut(),
+            byte_offset: 0,
+        },
+        manager_ctx: owner as *mut c_void,
+        deleter: Some(vec_deleter::<T>),
+    }))
+}
+
+/// A `DLManagedTensor` (e.g. from [`DistTensor::export`]): dropping it calls its deleter once.
+#[derive(Debug)]
+pub struct ManagedTensor {
+    raw: *mut sys::DLManagedTensor,
+}
+
+impl ManagedTensor {
+    /// Wraps a Rust vector (host memory, compact row-major `shape`).
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> Result<ManagedTensor> {
+        check_shape(data.len(), shape, "ManagedTensor::from_vec")?;
+        Ok(ManagedTensor { raw: managed_from_vec(data, shape) })
+    }
+    /// # Safety
+    /// `raw` must be a valid managed tensor whose deleter the caller hands over.
+    pub unsafe fn from_raw(raw: *mut sys::DLManagedTensor) -> ManagedTensor {
+        ManagedTensor { raw }
+    }
+    /// Gives up ownership: the caller must call the deleter once.
+    pub fn into_raw(self) -> *mut sys::DLManagedTensor {
+        let r = self.raw;
+        std::mem::forget(self);
+        r
+    }
+    pub fn dl_tensor(&self) -> &sys::DLTensor {
+        unsafe { &(*self.raw).dl_tensor }
+    }
+    pub fn shape(&self) -> Vec<i64> {
+        tensor_shape(self.dl_tensor())
+    }
+    /// The elements, when the tensor is a compact host tensor of type `T`.
+    pub fn data<T: Element>(&self) -> Result<&[T]> {
+        // SAFETY: the slice lives as long as self, which owns the memory.
+        unsafe { tensor_slice(self.dl_tensor(), "ManagedTensor::data") }
+    }
+}
+
+impl Drop for ManagedTensor {
+    fn drop(&mut self) {
+        unsafe {
+            if !self.raw.is_null() {
+                if let Some(d) = (*self.raw).deleter {
+                    d(self.raw);
+                }
+            }
+        }
+    }
+}
+
+fn tensor_shape(t: &sys::DLTensor) -> Vec<i64> {
+    if t.ndim <= 0 || t.shape.is_null() {
+        return Vec::new();
+    }
+    unsafe { std::slice::from_raw_parts(t.shape, t.ndim as usize) }.to_vec()
+}
+
+/// The elements of a compact host DLTensor of type `T`.
+///
+/// # Safety
+/// `t` must describe live memory for the returned lifetime, not written meanwhile.
+unsafe fn tensor_slice<'a, T: Element>(t: &sys::DLTensor, what: &str) -> Result<&'a [T]> {
+    if t.dtype != T::DTYPE.raw() {
+        return arg_error(format!("{what}: the tensor's dtype is {:?}, not {:?}",
+                                 DType::from_raw(t.dtype), T::DTYPE));
+    }
+    if t.device.device_type != sys::kDLCPU {
+        return arg_error(format!("{what}: the tensor is not on the host"));
+    }
+    let shape = tensor_shape(t);
+    let n: i64 = shape.iter().product();
+    if !t.strides.is_null() {
+        let strides = std::slice::from_raw_parts(t.strides, t.ndim as usize);
+        let mut expect = 1;
+        for i in (0..shape.len()).rev() {
+            if shape[i] > 1 && strides[i] != expect {
+                return arg_error(format!("{what}: the tensor is not compact row-major"));
+            }
+            expect *= shape[i];
+        }
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    let p = (t.data as *const u8).add(t.byte_offset as usize) as *const T;
+    Ok(std::slice::from_raw_parts(p, n as usize))
+}
+
+// ================================================================================================
+// Dist tensors
+// ================================================================================================
+
+/// How a tensor made from local shards learns its global shape (`lm_shape_mode_t`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShapeMode {
+    /// The caller gives it (checked against the local shape).
+    Given(Vec<i64>),
+    /// Local extent * mesh extent along sharded dims (no communication).
+    Even,
+    /// One small allgather of local extents (collective over the mesh; right for uneven shards).
+    Allgather,
+}
+
+impl ShapeMode {
+    fn raw(&self) -> (sys::lm_shape_mode_t, *const i64) {
+        match self {
+            ShapeMode::Given(s) => (sys::LM_SHAPE_GIVEN, s.as_ptr()),
+            ShapeMode::Even => (sys::LM_SHAPE_EVEN, ptr::null()),
+            ShapeMode::Allgather => (sys::LM_SHAPE_ALLGATHER, ptr::null()),
+        }
+    }
+}
+
+/// A distributed tensor (`lm_dist_tensor_t`). `Clone` adds a reference (`lm_dist_tensor_retain`):
+/// both handles share one tensor and its storage. `Drop` releases one reference (local).
+#[derive(Debug)]
+pub struct DistTensor {
+    raw: sys::lm_dist_tensor_t,
+}
+
+impl Clone for DistTensor {
+    fn clone(&self) -> DistTensor {
+        let st = unsafe { sys::lm_dist_tensor_retain(self.raw) };
+        assert_eq!(st, sys::LM_SUCCESS, "lm_dist_tensor_retain: {}", last_error_message());
+        DistTensor { raw: self.raw }
+    }
+}
+
+impl Drop for DistTensor {
+    fn drop(&mut self) {
+        unsafe { sys::lm_dist_tensor_destroy(&mut self.raw) };
+    }
+}
+
+fn host_view<T: Element>(data: *const T, shape: &[i64]) -> sys::DLTensor {
+    sys::DLTensor {
+        data: data as *mut c_void,
+        device: sys::LM_CPU,
+        ndim: shape.len() as c_int,
+        dtype: T::DTYPE.raw(),
+        shape: shape.as_ptr() as *mut i64,
+        strides: ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+impl DistTensor {
+    /// The raw handle (still owned by `self`).
+    pub fn as_raw(&self) -> sys::lm_dist_tensor_t {
+        self.raw
+    }
+    /// Takes ownership of one reference of a raw handle.
+    ///
+    /// # Safety
+    /// `raw` must be a live tensor handle whose reference the caller hands over.
+    pub unsafe fn from_raw(raw: sys::lm_dist_tensor_t) -> DistTensor {
+        DistTensor { raw }
+    }
+    /// Gives up the reference to the caller.
+    pub fn into_raw(self) -> sys::lm_dist_tensor_t {
+        let r = self.raw;
+        std::mem::forget(self);
+        r
+    }
+
+    /// `lm_dist_tensor_zeros` (local).
+    pub fn zeros(mesh: &Mesh, global_shape: &[i64], dtype: DType, device: Device, placements: &[Placement])
+        -> Result<DistTensor> {
+        let pl = raw_placements(placements);
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::lm_dist_tensor_zeros(&mut raw, mesh.raw, to_int(global_shape.len(), "global_shape")?,
+                                      global_shape.as_ptr(), dtype.raw(), device.raw(), pl.as_ptr())
+        })?;
+        Ok(DistTensor { raw })
+    }
+
+    /// `lm_dist_tensor_from_local` with `LM_FROM_LOCAL_COPY`: copies this rank's shard `data`
+    /// (compact row-major, `local_shape`). A rank outside the mesh passes an empty slice, its
+    /// tensor rank in `local_shape` and `ShapeMode::Given`.
+    pub fn from_local<T: Element>(mesh: &Mesh, data: &[T], local_shape: &[i64], placements: &[Placement],
+                                  mode: ShapeMode) -> Result<DistTensor> {
+        if mesh.is_member()? {
+            check_shape(data.len(), local_shape, "DistTensor::from_local")?;
+        }
+        let view = host_view(data.as_ptr(), local_shape);
+        // SAFETY: view describes `data` (read and copied during the call).
+        unsafe { DistTensor::from_dltensor(mesh, &view, placements, mode, sys::LM_FROM_LOCAL_COPY) }
+    }
+
+    /// `lm_dist_tensor_from_local` on any DLTensor, with `flags` (`sys::LM_FROM_LOCAL_COPY` or
+    /// `sys::LM_FROM_LOCAL_BORROW`).
+    ///
+    /// # Safety
+    /// `local` must describe valid memory; with BORROW it must outlive the tensor and every view.
+    pub unsafe fn from_dltensor(mesh: &Mesh, local: &sys::DLTensor, placements: &[Placement], mode: ShapeMode,
+                                flags: u32) -> Result<DistTensor> {
+        let pl = raw_placements(placements);
+        let (m, gs) = mode.raw();
+        let mut raw = ptr::null_mut();
+        check(sys::lm_dist_tensor_from_local(&mut raw, mesh.raw, local, pl.as_ptr(), m, gs, flags))?;
+        Ok(DistTensor { raw })
+    }
+
+    /// `lm_dist_tensor_from_managed`: the tensor takes over `data` without a copy (its storage is
+    /// freed when the tensor dies).
+    pub fn from_vec<T: Element>(mesh: &Mesh, data: Vec<T>, local_shape: &[i64], placements: &[Placement],
+                                mode: ShapeMode) -> Result<DistTensor> {
+        DistTensor::from_managed(mesh, ManagedTensor::from_vec(data, local_shape)?, placements, mode)
+    }
+
+    /// `lm_dist_tensor_from_managed`: takes ownership of `local` (on failure it is dropped here).
+    pub fn from_managed(mesh: &Mesh, local: ManagedTensor, placements: &[Placement], mode: ShapeMode)
+        -> Result<DistTensor> {
+        let pl = raw_placements(placements);
+        let (m, gs) = mode.raw();
+        let mut raw = ptr::null_mut();
+        let st = unsafe { sys::lm_dist_tensor_from_managed(&mut raw, mesh.raw, local.raw, pl.as_ptr(), m, gs) };
+        check(st)?; // on failure `local` still owns the data and drops it
+        local.into_raw();
+        Ok(DistTensor { raw })
+    }
+
+    /// `lm_dist_tensor_from_global`. `root < 0`: every rank passes the full tensor (a rank
+    /// outside the mesh may pass `None`). `root >= 0`: only mesh rank `root` passes `Some` and it
+    /// is scattered (collective over the mesh); `shape` is the global shape on every rank.
+    pub fn from_global<T: Element>(mesh: &Mesh, data: Option<&[T]>, shape: &[i64], placements: &[Placement],
+                                   root: i32) -> Result<DistTensor> {
+        if let Some(d) = data {
+            check_shape(d.len(), shape, "DistTensor::from_global")?;
+        }
+        let view = host_view(data.map_or(ptr::null(), |d| d.as_ptr()), shape);
+        let vp: *const sys::DLTensor = if root >= 0 && data.is_none() { ptr::null() } else { &view };
+        let pl = raw_placements(placements);
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::lm_dist_tensor_from_global(&mut raw, mesh.raw, vp, pl.as_ptr(), root) })?;
+        Ok(DistTensor { raw })
+    }
+
+    /// `lm_dist_tensor_gather` into `dst` (the global shape, compact). `root < 0`: on every member
+    /// rank; `root >= 0`: only mesh rank `root` passes `Some`. Collective over the mesh.
+    pub fn gather<T: Element>(&self, root: i32, dst: Option<&mut [T]>) -> Result<()> {
+        let shape = self.global_shape()?;
+        let mut view;
+        let vp: *mut sys::DLTensor = match dst {
+            Some(d) => {
+                check_shape(d.len(), &shape, "DistTensor::gather")?;
+                view = host_view(d.as_ptr(), &shape);
+                &mut view
+            }
+            None => ptr::null_mut(),
+        };
+        check(unsafe { sys::lm_dist_tensor_gather(self.raw, root, vp) })
+    }
+
+    /// The full value on every member rank.
+    pub fn gather_all<T: Element + Default>(&self) -> Result<Vec<T>> {
+        let n: i64 = self.global_shape()?.iter().product();
+        let mut v = vec![T::default(); n as usize];
+        self.gather(-1, Some(&mut v[..]))?;
+        Ok(v)
+    }
+
+    /// The tensor's mesh (borrowed: it lives as long as the tensor).
+    pub fn mesh(&self) -> Result<MeshRef<'_>> {
+        let mut m = ptr::null_mut();
+        check(unsafe { sys::lm_dist_tensor_mesh(self.raw, &mut m) })?;
+        Ok(Mesh::borrowed(m))
+    }
+    pub fn ndim(&self) -> Result<usize> {
+        let mut n = 0;
+        check(unsafe { sys::lm_dist_tensor_ndim(self.raw, &mut n) })?;
+        Ok(n as usize)
+    }
+    pub fn dtype(&self) -> Result<DType> {
+        let mut d = sys::LM_FLOAT64;
+        check(unsafe { sys::lm_dist_tensor_dtype(self.raw, &mut d) })?;
+        DType::from_raw(d).ok_or_else(|| Error::new(Status::NotSupported, format!("unknown dtype {d:?}")))
+    }
+    pub fn device(&self) -> Result<Device> {
+        let mut d = sys::LM_CPU;
+        check(unsafe { sys::lm_dist_tensor_device(self.raw, &mut d) })?;
+        Ok(Device::from_raw(d))
+    }
+    /// One placement per mesh dim.
+    pub fn placements(&self) -> Result<Vec<Placement>> {
+        let n = self.mesh()?.ndim()?;
+        let mut v = vec![sys::lm_placement_t::default(); n];
+        check(unsafe { sys::lm_dist_tensor_placements(self.raw, v.as_mut_ptr(), n as c_int) })?;
+        v.into_iter()
+            .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::NotSupported, format!("placement {p:?}"))))
+            .collect()
+    }
+    fn shape_query(&self, f: unsafe extern "C" fn(sys::lm_dist_tensor_t, *mut i64, c_int) -> sys::lm_status_t)
+        -> Result<Vec<i64>> {
+        let mut v = vec![0; self.ndim()?];
+        check(unsafe { f(self.raw, v.as_mut_ptr(), v.len() as c_int) })?;
+        Ok(v)
+    }
+    pub fn global_shape(&self) -> Result<Vec<i64>> {
+        self.shape_query(sys::lm_dist_tensor_global_shape)
+    }
+    pub fn local_shape(&self) -> Result<Vec<i64>> {
+        self.shape_query(sys::lm_dist_tensor_local_shape)
+    }
+    /// Global index of the shard's first element, per dim.
+    pub fn local_offset(&self) -> Result<Vec<i64>> {
+        self.shape_query(sys::lm_dist_tensor_local_offset)
+    }
+    /// `lm_dist_tensor_local`: the raw DLTensor view of the local shard (valid while `self` lives).
+    pub fn local_view(&self) -> Result<sys::DLTensor> {
+        let mut v = host_view::<u8>(ptr::null(), &[]);
+        check(unsafe { sys::lm_dist_tensor_local(self.raw, &mut v) })?;
+        Ok(v)
+    }
+    /// The local shard as a slice (compact row-major over [`local_shape`](Self::local_shape)).
+    pub fn local<T: Element>(&self) -> Result<&[T]> {
+        let v = self.local_view()?;
+        // SAFETY: the storage lives as long as self; safe code cannot write it while borrowed
+        // (writes need `&mut` or `unsafe`).
+        unsafe { tensor_slice(&v, "DistTensor::local") }
+    }
+    /// The local shard, writable.
+    ///
+    /// # Safety
+    /// Clones of this tensor, and views made by a Replicate -> Shard reshard, share its storage:
+    /// no slice of those may be alive while the returned one is.
+    pub unsafe fn local_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        let v = self.local_view()?;
+        let s = tensor_slice::<T>(&v, "DistTensor::local_mut")?;
+        Ok(std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()))
+    }
+    /// `lm_dist_tensor_export`: the local shard as a managed tensor holding a reference on `self`.
+    pub fn export(&self) -> Result<ManagedTensor> {
+        let mut m = ptr::null_mut();
+        check(unsafe { sys::lm_dist_tensor_export(self.raw, &mut m) })?;
+        Ok(ManagedTensor { raw: m })
+    }
+    /// `lm_dist_tensor_reshard` onto `dst_mesh` (`None`: this tensor's mesh). Collective over both.
+    pub fn reshard(&self, dst_mesh: Option<&Mesh>, placements: &[Placement]) -> Result<DistTensor> {
+        let pl = raw_placements(placements);
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::lm_dist_tensor_reshard(&mut raw, self.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pl.as_ptr())
+        })?;
+        Ok(DistTensor { raw })
+    }
+}
+
+// ================================================================================================
+// Persistent reshard plans, requests
+// ================================================================================================
+
+/// A persistent reshard plan (`lm_reshard_plan_t`).
+#[derive(Debug)]
+pub struct ReshardPlan {
+    raw: sys::lm_reshard_plan_t,
+}
+
+impl Drop for ReshardPlan {
+    fn drop(&mut self) {
+        unsafe { sys::lm_reshard_plan_destroy(&mut self.raw) };
+    }
+}
+
+impl ReshardPlan {
+    /// `lm_reshard_plan_create` (local).
+    pub fn new(src_mesh: &Mesh, src_placements: &[Placement], dst_mesh: &Mesh, dst_placements: &[Placement],
+               global_shape: &[i64], dtype: DType) -> Result<ReshardPlan> {
+        let (sp, dp) = (raw_placements(src_placements), raw_placements(dst_placements));
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::lm_reshard_plan_create(&mut raw, src_mesh.raw, sp.as_ptr(), dst_mesh.raw, dp.as_ptr(),
+                                        to_int(global_shape.len(), "global_shape")?, global_shape.as_ptr(),
+                                        dtype.raw())
+        })?;
+        Ok(ReshardPlan { raw })
+    }
+    pub fn as_raw(&self) -> sys::lm_reshard_plan_t {
+        self.raw
+    }
+    /// `lm_reshard_plan_alloc_target`: a zero tensor laid out as the target.
+    pub fn alloc_target(&self, device: Device) -> Result<DistTensor> {
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::lm_reshard_plan_alloc_target(self.raw, device.raw(), &mut raw) })?;
+        Ok(DistTensor { raw })
+    }
+    /// `lm_reshard_plan_execute`: src -> dst (overwritten). Collective over both meshes.
+    pub fn execute(&self, src: &DistTensor, dst: &mut DistTensor) -> Result<()> {
+        check(unsafe { sys::lm_reshard_plan_execute(self.raw, src.raw, dst.raw) })
+    }
+    /// `lm_reshard_plan_start`: nonblocking; `src` and `dst` stay borrowed until the request ends.
+    pub fn start<'a>(&'a self, src: &'a DistTensor, dst: &'a mut DistTensor) -> Result<Request<'a>> {
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::lm_reshard_plan_start(self.raw, src.raw, dst.raw, &mut raw) })?;
+        Ok(Request { raw, _life: PhantomData })
+    }
+    /// Bytes this rank sends to other ranks per execution.
+    pub fn bytes_sent(&self) -> Result<i64> {
+        let mut b = 0;
+        check(unsafe { sys::lm_reshard_plan_bytes_sent(self.raw, &mut b) })?;
+        Ok(b)
+    }
+    /// A one-line description of the plan's steps.
+    pub fn describe(&self) -> Result<String> {
+        read_buf(|b, s| unsafe { sys::lm_reshard_plan_describe(self.raw, b, s) })
+    }
+}
+
+/// A nonblocking reshard in flight. Dropping it waits for completion (errors are then lost: call
+/// [`wait`](Request::wait) to see them).
+pub struct Request<'a> {
+    raw: sys::lm_request_t,
+    _life: PhantomData<&'a mut DistTensor>,
+}
+
+impl Request<'_> {
+    /// `lm_request_test`: true once complete.
+    pub fn test(&mut self) -> Result<bool> {
+        if self.raw.is_null() {
+            return Ok(true);
+        }
+        let mut done = 0;
+        check(unsafe { sys::lm_request_test(&mut self.raw, &mut done) })?;
+        Ok(done != 0)
+    }
+    /// `lm_request_wait`.
+    pub fn wait(mut self) -> Result<()> {
+        if self.raw.is_null() {
+            return Ok(());
+        }
+        check(unsafe { sys::lm_request_wait(&mut self.raw) })
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if !self.raw.is_null() {
+            unsafe { sys::lm_request_wait(&mut self.raw) };
+        }
+    }
+}
+
+// ================================================================================================
+// local_map
+// ================================================================================================
+
+/// An input of [`LocalMap`].
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    None,
+    /// Becomes the local shard inside the function.
+    Dist(&'a DistTensor),
+    /// A borrowed DLTensor passed through as is.
+    Tensor(&'a sys::DLTensor),
+    Int(i64),
+    Double(f64),
+    Pointer(*mut c_void),
+}
+
+/// What the function sees of one input.
+#[derive(Debug, Clone, Copy)]
+pub enum Local<'a> {
+    None,
+    Tensor(LocalTensor<'a>),
+    Int(i64),
+    Double(f64),
+    Pointer(*mut c_void),
+}
+
+impl<'a> Local<'a> {
+    pub fn tensor(&self) -> Result<LocalTensor<'a>> {
+        match self {
+            Local::Tensor(t) => Ok(*t),
+            other => arg_error(format!("expected a tensor input, got {other:?}")),
+        }
+    }
+    pub fn int(&self) -> Result<i64> {
+        match self {
+            Local::Int(i) => Ok(*i),
+            other => arg_error(format!("expected an int input, got {other:?}")),
+        }
+    }
+    pub fn double(&self) -> Result<f64> {
+        match self {
+            Local::Double(d) => Ok(*d),
+            other => arg_error(format!("expected a double input, got {other:?}")),
+        }
+    }
+}
+
+/// A local tensor inside the function (read-only: it may share memory with the caller's tensor).
+#[derive(Debug, Clone, Copy)]
+pub struct LocalTensor<'a> {
+    raw: &'a sys::DLTensor,
+}
+
+impl<'a> LocalTensor<'a> {
+    pub fn raw(&self) -> &'a sys::DLTensor {
+        self.raw
+    }
+    pub fn shape(&self) -> Vec<i64> {
+        tensor_shape(self.raw)
+    }
+    pub fn dtype(&self) -> Option<DType> {
+        DType::from_raw(self.raw.dtype)
+    }
+    pub fn data<T: Element>(&self) -> Result<&'a [T]> {
+        // SAFETY: the view is valid during the call, which 'a does not outlive.
+        unsafe { tensor_slice(self.raw, "LocalTensor::data") }
+    }
+}
+
+/// An output the function returns.
+pub enum Out {
+    None,
+    /// A host tensor (wrapped as a dist tensor with the declared placements).
+    Tensor(ManagedTensor),
+    Int(i64),
+    Double(f64),
+    Pointer(*mut c_void),
+}
+
+impl Out {
+    /// A tensor output from a vector and its local shape.
+    pub fn tensor<T: Element>(data: Vec<T>, shape: &[i64]) -> Result<Out> {
+        Ok(Out::Tensor(ManagedTensor::from_vec(data, shape)?))
+    }
+}
+
+/// A result of [`LocalMap::run`].
+#[derive(Debug)]
+pub enum Output {
+    None,
+    Dist(DistTensor),
+    Int(i64),
+    Double(f64),
+    Pointer(*mut c_void),
+}
+
+impl Output {
+    pub fn into_dist(self) -> Result<DistTensor> {
+        match self {
+            Output::Dist(t) => Ok(t),
+            other => arg_error(format!("expected a dist tensor output, got {other:?}")),
+        }
+    }
+}
+
+/// What the function gets besides its inputs.
+pub struct Ctx<'a> {
+    mesh: MeshRef<'a>,
+}
+
+impl Ctx<'_> {
+    /// The mesh of the call (its communicators may be used inside the function).
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+}
+
+/// The error type a [`LocalMap`] function returns: any error (a `String` or `&str` converts with
+/// `?`/`.into()`). A [`localmap::Error`](Error) keeps its status; others become `Status::User`.
+pub type FnError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `lm_local_map` as a builder: inputs, placements, outputs, then [`run`](LocalMap::run).
+///
+/// ```no_run
+/// # use localmap::*;
+/// # fn f(x: &DistTensor) -> Result<()> {
+/// let sum = LocalMap::new()
+///     .input(Arg::Dist(x))
+///     .output(&[Placement::Partial(ReduceOp::Sum)])
+///     .run(|_ctx, inp| {
+///         let s: f64 = inp[0].tensor()?.data::<f64>()?.iter().sum();
+///         Ok(vec![Out::tensor(vec![s], &[1])?])
+///     })?;
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct LocalMap<'a> {
+    inputs: Vec<sys::lm_arg_t>,
+    in_pl: Vec<Option<Vec<sys::lm_placement_t>>>,
+    out_pl: Vec<Option<Vec<sys::lm_placement_t>>>,
+    out_shapes: Vec<Option<Vec<i64>>>,
+    mesh: Option<&'a Mesh>,
+    flags: u32,
+    _life: PhantomData<&'a DistTensor>,
+}
+
+impl<'a> LocalMap<'a> {
+    pub fn new() -> LocalMap<'a> {
+        LocalMap::default()
+    }
+    fn push_input(mut self, a: Arg<'a>, pl: Option<&[Placement]>) -> Self {
+        let mut r = sys::lm_arg_t::default();
+        match a {
+            Arg::None => {}
+            Arg::Dist(t) => { r.kind = sys::LM_ARG_DIST_TENSOR; r.ptr = t.raw as *mut c_void; }
+            Arg::Tensor(t) => { r.kind = sys::LM_ARG_TENSOR; r.ptr = t as *const sys::DLTensor as *mut c_void; }
+            Arg::Int(i) => { r.kind = sys::LM_ARG_INT64; r.i64 = i; }
+            Arg::Double(d) => { r.kind = sys::LM_ARG_DOUBLE; r.f64 = d; }
+            Arg::Pointer(p) => { r.kind = sys::LM_ARG_POINTER; r.ptr = p; }
+        }
+        self.inputs.push(r);
+        self.in_pl.push(pl.map(raw_placements));
+        self
+    }
+    /// An input as it is.
+    pub fn input(self, a: Arg<'a>) -> Self {
+        self.push_input(a, None)
+    }
+    /// A dist input that must have `placements` (resharded with [`reshard_inputs`](Self::reshard_inputs)).
+    pub fn input_as(self, a: Arg<'a>, placements: &[Placement]) -> Self {
+        self.push_input(a, Some(placements))
+    }
+    /// A tensor output with these placements (its global shape from the local extents).
+    pub fn output(mut self, placements: &[Placement]) -> Self {
+        self.out_pl.push(Some(raw_placements(placements)));
+        self.out_shapes.push(None);
+        self
+    }
+    /// A tensor output with these placements and this global shape.
+    pub fn output_shaped(mut self, placements: &[Placement], global_shape: &[i64]) -> Self {
+        self.out_pl.push(Some(raw_placements(placements)));
+        self.out_shapes.push(Some(global_shape.to_vec()));
+        self
+    }
+    /// A non-tensor output (int, double, pointer or none).
+    pub fn output_value(mut self) -> Self {
+        self.out_pl.push(None);
+        self.out_shapes.push(None);
+        self
+    }
+    /// The mesh (default: the dist inputs').
+    pub fn mesh(mut self, mesh: &'a Mesh) -> Self {
+        self.mesh = Some(mesh);
+        self
+    }
+    /// `LM_LOCAL_MAP_RESHARD_INPUTS`.
+    pub fn reshard_inputs(mut self) -> Self {
+        self.flags |= sys::LM_LOCAL_MAP_RESHARD_INPUTS;
+        self
+    }
+    /// `LM_LOCAL_MAP_NO_AGREE`: a failure stays local (every rank must then fail alike).
+    pub fn no_agree(mut self) -> Self {
+        self.flags |= sys::LM_LOCAL_MAP_NO_AGREE;
+        self
+    }
+    /// `LM_LOCAL_MAP_SHAPES_EVEN`.
+    pub fn shapes_even(mut self) -> Self {
+        self.flags |= sys::LM_LOCAL_MAP_SHAPES_EVEN;
+        self
+    }
+    /// Raw `LM_LOCAL_MAP_*` flags, or-ed in.
+    pub fn flags(mut self, flags: u32) -> Self {
+        self.flags |= flags;
+        self
+    }
+
+    /// Runs `f` on every rank's local shards (collective over the mesh; agrees). `f` returns one
+    /// [`Out`] per declared output. An `Err` or a panic in `f` fails the call on every rank: on
+    /// this rank with the error's text (a panic's message) in [`Error::message`], on the others
+    /// with `Status::Remote` naming this rank.
+    pub fn run<F>(self, f: F) -> Result<Vec<Output>>
+    where
+        F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
+    {
+        let mut f = f;
+        let nin = to_int(self.inputs.len(), "inputs")?;
+        let nout = to_int(self.out_pl.len(), "outputs")?;
+        let in_pl: Vec<*const sys::lm_placement_t> =
+            self.in_pl.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
+        let out_pl: Vec<*const sys::lm_placement_t> =
+            self.out_pl.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
+        let out_shapes: Vec<*const i64> =
+            self.out_shapes.iter().map(|s| s.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
+        let any_shape = self.out_shapes.iter().any(|s| s.is_some());
+        let any_in_pl = self.in_pl.iter().any(|p| p.is_some());
+        let mut outputs = vec![sys::lm_arg_t::default(); self.out_pl.len()];
+        let st = unsafe {
+            sys::lm_local_map(
+                Some(trampoline::<F>),
+                &mut f as *mut F as *mut c_void,
+                nin,
+                self.inputs.as_ptr(),
+                if any_in_pl { in_pl.as_ptr() } else { ptr::null() },
+                nout,
+                out_pl.as_ptr(),
+                if any_shape { out_shapes.as_ptr() } else { ptr::null() },
+                self.mesh.map_or(ptr::null_mut(), |m| m.raw),
+                self.flags,
+                outputs.as_mut_ptr(),
+            )
+        };
+        check(st)?;
+        Ok(outputs
+            .into_iter()
+            .map(|o| match o.kind {
+                sys::LM_ARG_DIST_TENSOR => Output::Dist(DistTensor { raw: o.ptr as sys::lm_dist_tensor_t }),
+                sys::LM_ARG_INT64 => Output::Int(o.i64),
+                sys::LM_ARG_DOUBLE => Output::Double(o.f64),
+                sys::LM_ARG_POINTER => Output::Pointer(o.ptr),
+                _ => Output::None,
+            })
+            .collect())
+    }
+}
+
+fn panic_text(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic without a message)".to_string()
+    }
+}
+
+/// The `lm_local_fn_t` that calls the closure. Nothing unwinds out of it: panics are caught and
+/// become `LM_ERR_USER` with the panic text.
+#[allow(unused_unsafe)] // explicit blocks for Rust 2024; older rustc calls them unnecessary here
+unsafe extern "C" fn trampoline<F>(user_data: *mut c_void, mesh: sys::lm_mesh_t, nin: c_int,
+                                   inputs: *const sys::lm_arg_t, nout: c_int, outputs: *mut sys::lm_arg_t)
+    -> sys::lm_status_t
+where
+    F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
+{
+    let run = || -> sys::lm_status_t {
+        // SAFETY: user_data is the &mut F of LocalMap::run, alive for the whole call.
+        let f = unsafe { &mut *(user_data as *mut F) };
+        let ins = if nin > 0 { unsafe { std::slice::from_raw_parts(inputs, nin as usize) } } else { &[] };
+        let locals: Vec<Local<'_>> = ins
+            .iter()
+            .map(|a| match a.kind {
+                sys::LM_ARG_TENSOR => match unsafe { (a.ptr as *const sys::DLTensor).as_ref() } {
+                    Some(t) => Local::Tensor(LocalTensor { raw: t }),
+                    None => Local::None,
+                },
+                sys::LM_ARG_INT64 => Local::Int(a.i64),
+                sys::LM_ARG_DOUBLE => Local::Double(a.f64),
+                sys::LM_ARG_POINTER => Local::Pointer(a.ptr),
+                _ => Local::None,
+            })
+            .collect();
+        let ctx = Ctx { mesh: Mesh::borrowed(mesh) };
+        match f(&ctx, &locals) {
+            Ok(outs) => {
+                if outs.len() != nout as usize {
+                    set_error_message(&format!("the function returned {} outputs, {} declared", outs.len(), nout));
+                    return sys::LM_ERR_USER;
+                }
+                let slots = unsafe { std::slice::from_raw_parts_mut(outputs, nout as usize) };
+                for (slot, o) in slots.iter_mut().zip(outs) {
+                    *slot = sys::lm_arg_t::default();
+                    match o {
+                        Out::None => {}
+                        Out::Tensor(m) => { slot.kind = sys::LM_ARG_MANAGED_TENSOR; slot.ptr = m.into_raw() as *mut c_void; }
+                        Out::Int(i) => { slot.kind = sys::LM_ARG_INT64; slot.i64 = i; }
+                        Out::Double(d) => { slot.kind = sys::LM_ARG_DOUBLE; slot.f64 = d; }
+                        Out::Pointer(p) => { slot.kind = sys::LM_ARG_POINTER; slot.ptr = p; }
+                    }
+                }
+                sys::LM_SUCCESS
+            }
+            Err(e) => {
+                set_error_message(&e.to_string());
+                match e.downcast_ref::<Error>() {
+                    Some(le) if le.status != Status::Success => le.status.raw(),
+                    _ => sys::LM_ERR_USER,
+                }
+            }
+        }
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(st) => st,
+        Err(payload) => {
+            // Dropping the payload could itself panic; keep it from unwinding out.
+            let text = panic_text(&*payload);
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+            let _ = catch_unwind(|| set_error_message(&format!("panicked: {text}")));
+            sys::LM_ERR_USER
+        }
+    }
+}

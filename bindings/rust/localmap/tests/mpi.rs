@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//! The safe crate's tests. They run on every rank of an MPI job: `cargo test` runs them as a
+//! singleton (np 1), tests/script_rust.sh under `mpirun -np 2` and `-np 4`. A failing check prints
+//! the rank and exits 1, which makes mpirun end the whole job (no rank is left waiting).
+use localmap::*;
+
+type T = std::result::Result<(), String>;
+
+macro_rules! ensure {
+    ($c:expr) => { if !$c { return Err(format!("{}:{}: {}", file!(), line!(), stringify!($c))); } };
+    ($c:expr, $($m:tt)+) => { if !$c { return Err(format!("{}:{}: {}", file!(), line!(), format!($($m)+))); } };
+}
+
+fn e(err: Error) -> String {
+    format!("unexpected error: {err}")
+}
+
+/// A mesh [size/2, 2] named {dp, tp} when the size is even and at least 4, else [size] named {dp}.
+fn mesh2(size: i32) -> Result<Mesh> {
+    let w = comm_world()?;
+    if size % 2 == 0 && size >= 4 {
+        Mesh::with_names(w, &[size as i64 / 2, 2], &["dp", "tp"])
+    } else {
+        Mesh::with_names(w, &[size as i64], &["dp"])
+    }
+}
+
+fn statics() -> T {
+    ensure!(version() == sys::LM_VERSION_CODE);
+    ensure!(Status::InvalidArgument.as_str().contains("INVALID_ARGUMENT"));
+    ensure!(Status::from_raw(11) == Status::User && Status::User.raw() == 11);
+    ensure!(chunk(5, 4, 3).map_err(e)? == (6, 0) || chunk(5, 4, 3).map_err(e)?.1 == 0);
+    ensure!(chunk(5, 4, 0).map_err(e)? == (0, 2));
+    let bad = chunk(5, 0, 0).unwrap_err();
+    ensure!(bad.status == Status::InvalidArgument && !bad.message.is_empty(), "{bad}");
+    let s = format_placements(&[Placement::Shard(0), Placement::Replicate, Placement::Partial(ReduceOp::Sum)])
+        .map_err(e)?;
+    ensure!(s == "[S(0), R, P(sum)]", "{s}");
+    ensure!(device_supported(sys::kDLCPU).map_err(e)?);
+    for p in [Placement::Replicate, Placement::Shard(2), Placement::ShardOrdered { dim: 1, order: 3 },
+              Placement::Partial(ReduceOp::Max)] {
+        ensure!(Placement::from_raw(p.raw()) == Some(p));
+    }
+    set_error_message("x");
+    ensure!(Status::from_raw(12) == Status::Timeout && Status::Timeout.raw() == 12);
+    let (in_use, peak) = pool_stats(false).map_err(e)?;
+    ensure!(in_use >= 0 && peak >= in_use, "pool {in_use} {peak}");
+    Ok(())
+}
+
+fn mesh_queries(rank: i32, size: i32) -> T {
+    let m = mesh2(size).map_err(e)?;
+    let shape = m.shape().map_err(e)?;
+    ensure!(m.ndim().map_err(e)? == shape.len());
+    ensure!(m.size().map_err(e)? == size);
+    ensure!(m.is_member().map_err(e)?);
+    ensure!(m.rank().map_err(e)? == rank);
+    let c = m.coord().map_err(e)?;
+    ensure!(m.rank_at(&c).map_err(e)? == rank);
+    ensure!(m.dim_index("dp").map_err(e)? == 0);
+    ensure!(m.dim_name(0).map_err(e)? == "dp");
+    let err = m.dim_index("nope").unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("nope"), "{err}");
+    ensure!(m.dim_comm(0).map_err(e)?.0 != m.comm().map_err(e)?.0 || size == 1 || shape.len() == 1);
+    let _ = m.comm().map_err(e)?;
+    // A mesh of rank 0 only: the others are not members.
+    let sub = Mesh::with_config(comm_world().map_err(e)?, &[1], Some(&[0]), None).map_err(e)?;
+    ensure!(sub.is_member().map_err(e)? == (rank == 0));
+    if rank != 0 {
+        ensure!(sub.rank().unwrap_err().status == Status::InvalidUsage);
+    }
+    // Cross-mesh reshard onto the rank-0 mesh: rank 0 gets the data, the others a placeholder.
+    let full: Vec<f64> = (0..6).map(f64::from).collect();
+    let x = DistTensor::from_global(&m, Some(&full[..]), &[6], &vec![Placement::Replicate; shape.len()], -1)
+        .map_err(e)?;
+    let y = x.reshard(Some(&sub), &[Placement::Replicate]).map_err(e)?;
+    ensure!(y.global_shape().map_err(e)? == vec![6]);
+    if rank == 0 {
+        ensure!(y.local::<f64>().map_err(e)? == &full[..]);
+    } else {
+        ensure!(y.local::<f64>().map_err(e)?.is_empty() && y.local_shape().map_err(e)? == vec![0]);
+        let p = DistTensor::from_local::<f64>(&sub, &[], &[0], &[Placement::Shard(0)], ShapeMode::Given(vec![6]))
+            .map_err(e)?;
+        ensure!(p.global_shape().map_err(e)? == vec![6], "placeholder from_local");
+    }
+    // Device config and transport.
+    let o = Mesh::with_options(comm_world().map_err(e)?, &[size as i64],
+                               &MeshOptions { check_level: Some(1), timeout: Some(60.0), ..MeshOptions::default() })
+        .map_err(e)?;
+    ensure!(o.transport(sys::kDLCPU).map_err(e)? == Transport::Mpi);
+    let dc = o.device_config().map_err(e)?;
+    ensure!(dc.stream.is_null() && dc.alloc.is_none());
+    unsafe { o.set_device_config(Some(&dc)).map_err(e)? };
+    unsafe { o.set_device_config(None).map_err(e)? };
+    let mut bad_dc = dc;
+    bad_dc.magic = 0;
+    ensure!(unsafe { o.set_device_config(Some(&bad_dc)) }.unwrap_err().status == Status::InvalidArgument);
+    // Bad names are caught before C.
+    ensure!(Mesh::with_names(comm_world().map_err(e)?, &[size as i64], &["a", "b"]).is_err());
+    Ok(())
+}
+
+fn tensors(rank: i32, size: i32) -> T {
+    let m = mesh2(size).map_err(e)?;
+    let nd = m.ndim().map_err(e)?;
+    let rep: Vec<Placement> = vec![Placement::Replicate; nd];
+    let mut rows: Vec<Placement> = rep.clone();
+    rows[0] = Placement::Shard(0);
+    // 7 x 3 float64, rows split over dp (uneven).
+    let full: Vec<f64> = (0..21).map(f64::from).collect();
+    let x = DistTensor::from_global(&m, Some(&full[..]), &[7, 3], &rows, -1).map_err(e)?;
+    ensure!(x.global_shape().map_err(e)? == vec![7, 3]);
+    ensure!(x.ndim().map_err(e)? == 2 && x.dtype().map_err(e)? == DType::F64 && x.device().map_err(e)? == Device::Cpu);
+    ensure!(x.placements().map_err(e)? == rows);
+    let ls = x.local_shape().map_err(e)?;
+    let off = x.local_offset().map_err(e)?;
+    let dp = m.shape().map_err(e)?[0];
+    let (o, l) = chunk(7, dp, m.coord().map_err(e)?[0]).map_err(e)?;
+    ensure!(ls == vec![l, 3] && off == vec![o, 0], "{ls:?} {off:?}");
+    let loc = x.local::<f64>().map_err(e)?;
+    ensure!(loc == &full[(o * 3) as usize..((o + l) * 3) as usize]);
+    ensure!(x.local::<f32>().unwrap_err().status == Status::InvalidArgument);
+    ensure!(x.gather_all::<f64>().map_err(e)? == full);
+    // gather at root 0 only.
+    let mut back = vec![0.0; 21];
+    x.gather(0, if rank == 0 { Some(&mut back[..]) } else { None }).map_err(e)?;
+    ensure!(rank != 0 || back == full);
+    // Clone shares by refcount: the clone outlives the original.
+    let y = x.clone();
+    drop(x);
+    ensure!(y.local::<f64>().map_err(e)? == &full[(o * 3) as usize..((o + l) * 3) as usize]);
+    ensure!(y.mesh().map_err(e)?.ndim().map_err(e)? == nd);
+    // Reshard to Replicate.
+    let r = y.reshard(None, &rep).map_err(e)?;
+    ensure!(r.local::<f64>().map_err(e)? == &full[..]);
+    // Export: a managed tensor holding a reference.
+    let ex = r.export().map_err(e)?;
+    drop(r);
+    ensure!(ex.data::<f64>().map_err(e)? == &full[..] && ex.shape() == vec![7, 3]);
+    drop(ex);
+    // Scatter from root 0 (int32).
+    let ints: Vec<i32> = (0..10).collect();
+    let mut cols = rep.clone();
+    cols[nd - 1] = Placement::Shard(0);
+    let s = DistTensor::from_global(&m, if m.rank().map_err(e)? == 0 { Some(&ints[..]) } else { None }, &[10], &cols, 0)
+        .map_err(e)?;
+    ensure!(s.gather_all::<i32>().map_err(e)? == ints);
+    // from_local (copy) with uneven rows and ALLGATHER; from_vec (no copy) with GIVEN.
+    let mine: Vec<f32> = (0..l * 2).map(|i| (o * 2 + i) as f32).collect();
+    let a = DistTensor::from_local(&m, &mine, &[l, 2], &rows, ShapeMode::Allgather).map_err(e)?;
+    ensure!(a.global_shape().map_err(e)? == vec![7, 2]);
+    ensure!(a.gather_all::<f32>().map_err(e)? == (0..14).map(|i| i as f32).collect::<Vec<_>>());
+    let b = DistTensor::from_vec(&m, mine.clone(), &[l, 2], &rows, ShapeMode::Given(vec![7, 2])).map_err(e)?;
+    ensure!(b.gather_all::<f32>().map_err(e)? == a.gather_all::<f32>().map_err(e)?);
+    // Wrong element count: caught before C, nothing leaks.
+    ensure!(DistTensor::from_vec(&m, vec![1.0f32; 3], &[2, 2], &rows, ShapeMode::Even).is_err());
+    // Bad placement from C: the message names the argument.
+    let mut bad = rep.clone();
+    bad[0] = Placement::Shard(5);
+    let err = DistTensor::zeros(&m, &[4], DType::F64, Device::Cpu, &bad).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("placements"), "{err}");
+    // zeros, bool and complex elements, local_mut.
+    let mut z = DistTensor::zeros(&m, &[3, 2], DType::C128, Device::Cpu, &rep).map_err(e)?;
+    unsafe { z.local_mut::<Complex<f64>>().map_err(e)?[1].im = 2.5 };
+    ensure!(z.local::<Complex<f64>>().map_err(e)?[1] == Complex { re: 0.0, im: 2.5 });
+    let flags = DistTensor::from_global(&m, Some(&[true, false, true][..]), &[3], &rep, -1).map_err(e)?;
+    ensure!(flags.local::<bool>().map_err(e)? == &[true, false, true]);
+    Ok(())
+}
+
+fn plans(_rank: i32, size: i32) -> T {
+    let m = mesh2(size).map_err(e)?;
+    let nd = m.ndim().map_err(e)?;
+    let rep: Vec<Placement> = vec![Placement::Replicate; nd];
+    let mut rows = rep.clone();
+    rows[0] = Placement::Shard(0);
+    let full: Vec<i64> = (0..30).collect();
+    let x = DistTensor::from_global(&m, Some(&full[..]), &[10, 3], &rows, -1).map_err(e)?;
+    let plan = ReshardPlan::new(&m, &rows, &m, &rep, &[10, 3], DType::I64).map_err(e)?;
+    ensure!(!plan.describe().map_err(e)?.is_empty());
+    let bytes = plan.bytes_sent().map_err(e)?;
+    ensure!(bytes >= 0);
+    let mut y = plan.alloc_target(Device::Cpu).map_err(e)?;
+    ensure!(y.local::<i64>().map_err(e)?.iter().all(|&v| v == 0));
+    plan.execute(&x, &mut y).map_err(e)?;
+    ensure!(y.local::<i64>().map_err(e)? == &full[..]);
+    let mut z = plan.alloc_target(Device::Cpu).map_err(e)?;
+    {
+        let mut req = plan.start(&x, &mut z).map_err(e)?;
+        while !req.test().map_err(e)? {}
+        req.wait().map_err(e)?;
+    }
+    ensure!(z.local::<i64>().map_err(e)? == &full[..]);
+    let w = plan.alloc_target(Device::Cpu).map_err(e)?;
+    let mut w = w;
+    plan.start(&x, &mut w).map_err(e)?.wait().map_err(e)?;
+    ensure!(w.local::<i64>().map_err(e)? == &full[..]);
+    // The wrong dtype for the plan.
+    let f = DistTensor::from_global(&m, Some(&vec![0.0f64; 30][..]), &[10, 3], &rows, -1).map_err(e)?;
+    let err = plan.execute(&f, &mut y).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument, "{err}");
+    Ok(())
+}
+
+fn local_maps(rank: i32, size: i32) -> T {
+    let m = mesh2(size).map_err(e)?;
+    let nd = m.ndim().map_err(e)?;
+    let rep: Vec<Placement> = vec![Placement::Replicate; nd];
+    let mut rows = rep.clone();
+    rows[0] = Placement::Shard(0);
+    let mut psum = rep.clone();
+    psum[0] = Placement::Partial(ReduceOp::Sum);
+    let full: Vec<f64> = (0..30).map(f64::from).collect();
+    let x = DistTensor::from_global(&m, Some(&full[..]), &[10, 3], &rep, -1).map_err(e)?;
+    // Sum of the row shard (the input is resharded to rows), an int and a double passed through.
+    let mut calls = 0;
+    let outs = LocalMap::new()
+        .input_as(Arg::Dist(&x), &rows)
+        .input(Arg::Int(7))
+        .input(Arg::Double(0.5))
+        .output(&psum)
+        .output_value()
+        .output_shaped(&rows, &[10, 3])
+        .reshard_inputs()
+        .run(|ctx, inp| {
+            calls += 1;
+            let t = inp[0].tensor()?;
+            let k = inp[1].int()?;
+            let h = inp[2].double()?;
+            let s: f64 = t.data::<f64>()?.iter().sum();
+            let doubled: Vec<f64> = t.data::<f64>()?.iter().map(|v| v * 2.0).collect();
+            if ctx.mesh().ndim()? != nd || t.shape().len() != 2 {
+                return Err("wrong mesh or shape inside fn".into());
+            }
+            Ok(vec![Out::tensor(vec![s * h], &[1])?, Out::Int(k + 1), Out::tensor(doubled, &t.shape())?])
+        })
+        .map_err(e)?;
+    ensure!(calls == 1);
+    let mut it = outs.into_iter();
+    let total = it.next().unwrap().into_dist().map_err(e)?;
+    ensure!(total.gather_all::<f64>().map_err(e)? == vec![435.0 * 0.5]);
+    ensure!(matches!(it.next(), Some(Output::Int(8))));
+    let dbl = it.next().unwrap().into_dist().map_err(e)?;
+    ensure!(dbl.gather_all::<f64>().map_err(e)? == full.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+
+    // An Err on the last rank: that rank sees User with the text, the others Remote.
+    let bad = size - 1;
+    let err = LocalMap::new()
+        .input(Arg::Dist(&x))
+        .output(&rep)
+        .run(|_, _| if rank == bad { Err("the sky fell".into()) } else { Ok(vec![Out::tensor(vec![1.0f64], &[1])?]) })
+        .unwrap_err();
+    if rank == bad {
+        ensure!(err.status == Status::User && err.message.contains("the sky fell"), "{err}");
+    } else {
+        ensure!(err.status == Status::Remote, "{err}");
+    }
+    // A panic on rank 0: caught, a failed status everywhere, no abort.
+    let err = LocalMap::new()
+        .input(Arg::Dist(&x))
+        .output(&rep)
+        .run(|_, _| {
+            if rank == 0 {
+                panic!("boom on rank {rank}");
+            }
+            Ok(vec![Out::tensor(vec![1.0f64], &[1])?])
+        })
+        .unwrap_err();
+    if rank == 0 {
+        ensure!(err.status == Status::User && err.message.contains("boom on rank 0"), "{err}");
+    } else {
+        ensure!(err.status == Status::Remote, "{err}");
+    }
+    // Too few outputs returned.
+    let err = LocalMap::new().input(Arg::Dist(&x)).output(&rep).run(|_, _| Ok(vec![])).unwrap_err();
+    ensure!(err.status == Status::User && err.message.contains("returned 0 outputs"), "{err}");
+    // The mesh still works after the failures.
+    let again = LocalMap::new()
+        .mesh(&m)
+        .input(Arg::Dist(&x))
+        .output(&rep)
+        .run(|_, inp| Ok(vec![Out::tensor(vec![inp[0].tensor()?.shape()[0] as i64], &[1])?]))
+        .map_err(e)?;
+    let v = again.into_iter().next().unwrap().into_dist().map_err(e)?;
+    ensure!(v.local::<i64>().map_err(e)? == &[10]);
+    Ok(())
+}
+
+fn main() {
+    init().expect("lm_init");
+    let (rank, size) = world_rank().expect("lm_world_rank");
+    let tests: [(&str, fn(i32, i32) -> T); 5] = [
+        ("statics", |_, _| statics()),
+        ("mesh_queries", mesh_queries),
+        ("tensors", tensors),
+        ("plans", plans),
+        ("local_maps", local_maps),
+    ];
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // The deliberate panic of local_maps is expected; report anything else.
+        if !info.to_string().contains("boom on rank") {
+            hook(info);
+        }
+    }));
+    for (name, t) in tests {
+        match t(rank, size) {
+            Ok(()) => {
+                if rank == 0 {
+                    println!("ok {name} (np {size})");
+                }
+            }
+            Err(msg) => {
+                eprintln!("FAIL {name} on rank {rank} of {size}: {msg}");
+                std::process::exit(1);
+            }
+        }
+    }
+    finalize().expect("lm_finalize");
+    if rank == 0 {
+        println!("rust tests: all passed at np {size}");
+    }
+}

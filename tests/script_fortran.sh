@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The Fortran bindings (bindings/fortran): coverage of the C API, generated files up to date,
+# bind(C) layouts and constants against the C header, `error stop` with the library's message
+# when ierr is absent, the module's tests and the masked-loss example under mpirun at np 2 and 4
+# (the example must print the C demo's loss), and an installed module used with the documented
+# flags. Exits 77 (reported as SKIP with the reason) when mpif90 is missing; with
+# LM_REQUIRE_BINDINGS=1 (CI) that is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+MPIFC=${MPIFC:-mpif90}
+F=$BUILD/fortran
+
+sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
+if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --check; fi
+if ! command -v "$MPIFC" >/dev/null || ! command -v "$("$MPIFC" --showme:command 2>/dev/null || echo gfortran)" >/dev/null; then
+  why="$MPIFC or its Fortran compiler not found (apt-get install gfortran libopenmpi-dev)"
+  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_fortran: LM_REQUIRE_BINDINGS=1 but: $why"; exit 1; fi
+  echo "script_fortran: SKIP: $why"; exit 77
+fi
+unset MAKEFLAGS MFLAGS
+# make check built them (with its flags); build them here only when run by hand on a plain build.
+for p in layout_c test_layout test_error_stop test_localmap masked_loss hello; do
+  [ -x "$F/$p" ] || { make -s fortran BUILD="$BUILD" >/dev/null; break; }
+done
+
+# Layouts and constants: the Fortran bind(C) types against the C header.
+diff <("$F/layout_c") <("$F/test_layout") || { echo "bind(C) layouts or constants differ from localmap.h (< C, > Fortran)"; exit 1; }
+echo "layout: $("$F/layout_c" | wc -l) sizes, offsets and constants match the C header"
+
+# No ierr: error stop with the library's message.
+set +e
+out=$(bash tools/lm-mpirun 1 "$F/test_error_stop" 2>&1)
+rc=$?
+set -e
+if [ $rc -eq 0 ] || ! echo "$out" | grep -q 'no_such_dim' || echo "$out" | grep -q 'not reached'; then
+  echo "test_error_stop: expected a failure naming no_such_dim (exit $rc):"; echo "$out"; exit 1
+fi
+echo "error stop without ierr: $(echo "$out" | grep -m1 'localmap:')"
+
+c_loss() { bash tools/lm-mpirun "$1" "$BUILD/examples/demo" | sed -n 's/.*loss = \([0-9.eE+-]*\).*/\1/p'; }
+for np in 2 4; do
+  bash tools/lm-mpirun "$np" "$F/test_localmap"
+  out=$(bash tools/lm-mpirun "$np" "$F/masked_loss")
+  echo "$out"
+  fl=$(echo "$out" | sed -n 's/.*loss = \([0-9.eE+-]*\).*/\1/p')
+  c=$(c_loss "$np")
+  [ -n "$fl" ] && [ "$fl" = "$c" ] || { echo "np $np: Fortran masked loss '$fl' != C demo's '$c'"; exit 1; }
+  echo "np $np: masked loss $fl, as the C demo"
+done
+
+# Installed: README's first program builds with the documented flags and runs.
+if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+  echo "fortran bindings: OK (install check runs in the plain build)"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+make -s install PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
+[ -f "$tmp/prefix/include/localmap.mod" ] && [ -f "$tmp/prefix/lib/liblocalmap_fortran.a" ] ||
+  { echo "make install did not install localmap.mod and liblocalmap_fortran.a"; exit 1; }
+"$MPIFC" bindings/fortran/examples/hello.f90 -I"$tmp/prefix/include" -L"$tmp/prefix/lib" -llocalmap_fortran -llocalmap \
+  -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/first"
+bash tools/lm-mpirun 2 "$tmp/first" | tee "$tmp/out"
+[ "$(grep -c 'gathered all: T' "$tmp/out")" = 2 ] || { echo "the installed hello failed"; exit 1; }
+make -s uninstall PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
+echo "fortran bindings: OK"
