@@ -9,7 +9,13 @@
  * (staging and intermediates), reshard_peak_extra_bytes the same for the allocating
  * lm_dist_tensor_reshard (target included); max over ranks; -1 with a library without
  * lm_pool_stats. "plan:" lines time plan creation alone at 1 MiB and 128 MiB.
- * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] [--plan-only] */
+ * memcpy_floor_ms: every rank at once memcpys the bytes it sends in the plan (the largest over
+ * ranks) from one touched buffer into another: what a node-local path that moves each byte once
+ * would cost; floor_ratio = lm_ms / memcpy_floor_ms (0 where nothing moves).
+ * --sweep adds S0->S1, S1->S0 and S0->R at 32 KiB .. 128 MiB (case suffix ":n<N>"), the data of
+ * the time-per-byte plot (bench/plot.py).
+ * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] [--plan-only] [--sweep]
+ *        [--sweep-max N (largest n of the sweep, default 4096)] */
 #include <localmap.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -22,6 +28,8 @@ static int wf;
 extern lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak) __attribute__((weak));
 static double g_plan_ms;
 static int64_t g_peak_plan, g_peak_reshard;
+static double g_floor_ms;
+static int64_t g_sweep_max = 4096;
 
 #define OK(x)                                                                                \
   do {                                                                                       \
@@ -146,10 +154,12 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
   printf("{\"case\": \"%s\", \"np\": %d, \"shape\": [%lld, %lld], \"bytes\": %.0f, \"dtype\": \"float64\", "
          "\"lm_ms\": %.4f, \"lm_reshard_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, "
          "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"plan_ms\": %.4f, "
-         "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"lm_check\": \"%s\"%s}\n",
+         "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"memcpy_floor_ms\": %.4f, "
+         "\"floor_ratio\": %.3f, \"lm_check\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
          b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, g_plan_ms, (long long)g_peak_plan,
-         (long long)g_peak_reshard, getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
+         (long long)g_peak_reshard, g_floor_ms, g_floor_ms > 0 ? lm_ms / g_floor_ms : 0.0,
+         getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
   fflush(stdout);
 }
 
@@ -194,6 +204,28 @@ static int64_t peak_extra(op_fn fn, void *arg) {
   return x;
 }
 
+/* The memcpy floor: every rank copies `bytes` between two touched buffers at once. */
+typedef struct {
+  void *s, *d;
+  size_t n;
+} copy_case;
+static void copy_run(void *a) {
+  copy_case *c = a;
+  memcpy(c->d, c->s, c->n);
+}
+static double memcpy_floor(int64_t sent) {
+  int64_t most = sent;
+  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (most <= 0) return 0;
+  copy_case c = {malloc((size_t)most), malloc((size_t)most), (size_t)most};
+  memset(c.s, 1, c.n);
+  memset(c.d, 0, c.n);
+  double ms = timeit(copy_run, &c);
+  free(c.s);
+  free(c.d);
+  return ms;
+}
+
 /* A localmap case on meshes sm -> dm. Returns lm median ms; fills *sent and *reshard_ms. */
 static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, const lm_placement_t *dp,
                           int64_t rows, int64_t cols, int64_t *sent, double *reshard_ms) {
@@ -212,6 +244,7 @@ static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, 
   *reshard_ms = timeit(lm_run_reshard, &c);
   g_peak_plan = peak_extra(lm_run, &c);
   g_peak_reshard = peak_extra(lm_run_reshard, &c);
+  g_floor_ms = memcpy_floor(*sent);
   OK(lm_dist_tensor_destroy(&c.src));
   OK(lm_dist_tensor_destroy(&c.dst));
   OK(lm_reshard_plan_destroy(&c.plan));
@@ -281,9 +314,41 @@ static void one_d_cases(lm_mesh_t m1, int64_t n, const char *suffix) {
   free(b.tmp);
 }
 
+/* S0->S1, S1->S0 (vs MPI_Alltoall) and S0->R (vs MPI_Allgather) at n x n float64 for n = 64 ..
+ * 4096 (32 KiB .. 128 MiB), for the time-per-byte plot. */
+static void sweep_cases(lm_mesh_t m1) {
+  lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1), R = LM_PLACEMENT_REPLICATE;
+  for (int64_t n = 64; n <= g_sweep_max; n *= 2) {
+    size_t full = (size_t)(n * n) * 8;
+    base_case b = {0};
+    b.comm = MPI_COMM_WORLD;
+    b.sbuf = malloc(full);
+    b.rbuf = malloc(full);
+    memset(b.sbuf, 1, full);
+    memset(b.rbuf, 0, full);
+    char name[64];
+    int64_t sent;
+    double rs_ms, lm;
+    b.bytes = full / (size_t)np / (size_t)np;
+    double a2a = timeit(b_alltoall, &b);
+    lm = lm_case_run(m1, &S0, m1, &S1, n, n, &sent, &rs_ms);
+    snprintf(name, sizeof name, "sweep:S0->S1:n%lld", (long long)n);
+    emit(name, n, n, lm, "MPI_Alltoall", a2a, sent, rs_ms, NULL);
+    lm = lm_case_run(m1, &S1, m1, &S0, n, n, &sent, &rs_ms);
+    snprintf(name, sizeof name, "sweep:S1->S0:n%lld", (long long)n);
+    emit(name, n, n, lm, "MPI_Alltoall", a2a, sent, rs_ms, NULL);
+    b.bytes = full / (size_t)np;
+    lm = lm_case_run(m1, &S0, m1, &R, n, n, &sent, &rs_ms);
+    snprintf(name, sizeof name, "sweep:S0->R:n%lld", (long long)n);
+    emit(name, n, n, lm, "MPI_Allgather", timeit(b_allgather, &b), sent, rs_ms, NULL);
+    free(b.sbuf);
+    free(b.rbuf);
+  }
+}
+
 int main(int argc, char **argv) {
   int64_t n = 4096;
-  int small_only = 0, plan_only = 0;
+  int small_only = 0, plan_only = 0, sweep = 0;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &np);
@@ -292,6 +357,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) REPS = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--small-only")) small_only = 1;
     else if (!strcmp(argv[i], "--plan-only")) plan_only = 1;
+    else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+    else if (!strcmp(argv[i], "--sweep-max") && i + 1 < argc) g_sweep_max = atoll(argv[++i]);
   }
   if (REPS > 64) REPS = 64;
   if (REPS < 1) REPS = 1;
@@ -325,6 +392,7 @@ int main(int argc, char **argv) {
 
   if (!small_only) one_d_cases(m1, n, "");
   one_d_cases(m1, 64, ":small");
+  if (sweep) sweep_cases(m1);
 
   /* Uneven: (n+1) x (n-1) S(0) -> R vs MPI_Allgatherv */
   {

@@ -3,8 +3,10 @@
 # Runs the benchmarks (never part of `make check`):
 #   reshard:   bench_reshard at np 2 and 4  -> bench/results/reshard.jsonl
 #   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl
-# BENCH_NPS overrides the reshard rank counts, BENCH_ARGS adds reshard arguments
-# (e.g. "--n 2048 --reps 20" or "--small-only").
+#   plot:      bench/plot.py (matplotlib, from PyPI; skipped with a note when missing)
+#              -> docs/reshard_time_per_byte.png
+# BENCH_NPS overrides the reshard rank counts, BENCH_ARGS replaces the reshard arguments
+# (default "--sweep": the 32 KiB .. 128 MiB sweep of the plot; e.g. "--n 2048 --reps 20").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
@@ -16,7 +18,7 @@ out="$here/results/reshard.jsonl"
 for np in ${BENCH_NPS:-2 4}; do
   echo "== reshard benchmark at np $np" >&2
   # shellcheck disable=SC2086
-  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" ${BENCH_ARGS:-} | tee -a "$out.tmp"
+  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" ${BENCH_ARGS---sweep} | tee -a "$out.tmp"
 done
 # The cost of the argument agreement (LM_CHECK=1, the default) on the small cases at np 2:
 # the same cases with the check off (lines with "lm_check": "0").
@@ -33,3 +35,9 @@ for np in 1 2; do
 done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
+
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  python3 "$here/plot.py" "$here/results/reshard.jsonl" "$top/docs/reshard_time_per_byte.png"
+else
+  echo "plot skipped: no matplotlib (pip install matplotlib)" >&2
+fi

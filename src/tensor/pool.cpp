@@ -34,6 +34,15 @@ size_t rounded(size_t bytes) {
   return n == 0 ? 64 : n;
 }
 
+// The capacity allocated for a request of n (already 64-rounded) bytes: its power-of-two class
+// from kPoolSmallBytes to kPoolMinBytes, n itself otherwise.
+size_t class_of(size_t n) {
+  if (n < kPoolSmallBytes || n >= kPoolMinBytes) return n;
+  size_t c = kPoolSmallBytes;
+  while (c < n) c <<= 1;
+  return c;
+}
+
 void account_take(size_t n) {
   size_t now = g_in_use.fetch_add(n, std::memory_order_relaxed) + n;
   size_t p = g_peak.load(std::memory_order_relaxed);
@@ -49,14 +58,22 @@ void pool_stats(size_t *in_use, size_t *peak, bool reset_peak) {
   if (reset_peak) g_peak.store(u, std::memory_order_relaxed);
 }
 
+void pool_held(size_t *held, size_t *limit) {
+  Pool &p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (held) *held = p.held;
+  if (limit) *limit = p.limit;
+}
+
 void *pool_take(size_t bytes, size_t *cap) {
   if (bytes > (SIZE_MAX >> 2)) return nullptr;  // rounding below would wrap
   size_t n = rounded(bytes);
-  if (n >= kPoolMinBytes) {
+  size_t c = class_of(n);
+  if (c >= kPoolSmallBytes) {
     Pool &p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
-    auto it = p.free.lower_bound(n);
-    if (it != p.free.end() && it->first <= 2 * n) {
+    auto it = p.free.lower_bound(c);
+    if (it != p.free.end() && it->first <= 2 * c) {
       void *b = it->second;
       *cap = it->first;
       p.held -= it->first;
@@ -65,8 +82,8 @@ void *pool_take(size_t bytes, size_t *cap) {
       return b;
     }
   }
-  *cap = n;
-  void *b = std::aligned_alloc(64, n);
+  *cap = c;
+  void *b = std::aligned_alloc(64, c);
   if (b) account_take(n);
   return b;
 }
@@ -74,7 +91,7 @@ void *pool_take(size_t bytes, size_t *cap) {
 void pool_give(void *b, size_t cap, size_t bytes) {
   if (!b) return;
   g_in_use.fetch_sub(rounded(bytes), std::memory_order_relaxed);
-  if (cap >= kPoolMinBytes) {
+  if (cap >= kPoolSmallBytes) {
     Pool &p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
     if (p.held + cap <= p.limit) {
