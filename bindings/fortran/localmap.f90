@@ -237,6 +237,11 @@ module localmap
       import; integer(c_int), value :: device_type; integer(c_int), intent(out) :: supported
       integer(c_int) :: lmc_device_supported
     end function
+    function lmc_tensor_alloc(out, ndim, shape, dtype, device) bind(C, name="lm_tensor_alloc")
+      import; type(c_ptr), intent(out) :: out; integer(c_int), value :: ndim
+      integer(c_int64_t), intent(in) :: shape(*); type(DLDataType), value :: dtype
+      type(DLDevice), value :: device; integer(c_int) :: lmc_tensor_alloc
+    end function
     function lmc_pool_stats(in_use, peak, reset_peak) bind(C, name="lm_pool_stats")
       import; integer(c_int64_t), intent(out) :: in_use, peak; integer(c_int), value :: reset_peak
       integer(c_int) :: lmc_pool_stats
@@ -471,7 +476,7 @@ module localmap
     lmc_dist_tensor_reshard, lmc_reshard_plan_create, lmc_reshard_plan_alloc_target, &
     lmc_reshard_plan_execute, lmc_reshard_plan_start, lmc_request_test, lmc_request_wait, &
     lmc_reshard_plan_bytes_sent, lmc_reshard_plan_describe, lmc_reshard_plan_destroy, lmc_local_map, &
-    lmc_pool_stats, lmc_mesh_set_device_config, lmc_mesh_device_config, lmc_mesh_transport
+    lmc_tensor_alloc, lmc_pool_stats, lmc_mesh_set_device_config, lmc_mesh_device_config, lmc_mesh_transport
 
   ! ---------------------------------------------------------------------------------------------
   ! The Fortran API
@@ -491,7 +496,7 @@ module localmap
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
     lm_reshard_plan_describe, lm_reshard_plan_destroy
   public :: lm_local_map, lm_arg, lm_arg_get, lm_arg_set, lm_arg_take, lm_arg_shape, lm_mesh_borrow
-  public :: lm_pool_stats, lm_mesh_set_device_config, lm_mesh_device_config, lm_mesh_transport
+  public :: lm_tensor_alloc, lm_pool_stats, lm_mesh_set_device_config, lm_mesh_device_config, lm_mesh_transport
   public :: lm_destroy, assignment(=), operator(==)
   ! The iso_c_binding kinds and types a user of this module needs, re-exported for convenience.
   ! (Not its procedures: gfortran 12 fails on a re-exported c_loc/c_associated. A program that
@@ -1120,6 +1125,27 @@ contains
     r = 0
     if (present(reset_peak)) r = merge(1, 0, reset_peak)
     st = lmc_pool_stats(in_use, peak, r); call c_(st); call done_(st, ierr, "lm_pool_stats")
+  end subroutine
+
+  !> A zero-filled tensor from localmap's pool as a DLManagedTensor (type(c_ptr); shape in Fortran
+  !> order, the C tensor has it reversed). Hand it to lm_from_managed, or as a local_map output
+  !> (outputs(j) = lm_arg_t(LM_ARG_MANAGED_TENSOR, 0, 0, 0d0, managed)).
+  subroutine lm_tensor_alloc(managed, shape, dtype, device, ierr)
+    type(c_ptr), intent(out) :: managed
+    integer(c_int64_t), intent(in) :: shape(:)
+    type(DLDataType), intent(in) :: dtype
+    type(DLDevice), intent(in), optional :: device
+    integer, intent(out), optional :: ierr
+    type(DLDevice) :: dev
+    integer(c_int64_t) :: cshape(max(size(shape), 1))
+    integer(c_int) :: st
+    dev = LM_CPU
+    if (present(device)) dev = device
+    cshape = 0
+    if (size(shape) > 0) cshape(1:size(shape)) = reversed_(shape)
+    managed = c_null_ptr
+    st = lmc_tensor_alloc(managed, int(size(shape), c_int), cshape, dtype, dev); call c_(st)
+    call done_(st, ierr, "lm_tensor_alloc")
   end subroutine
 
   ! =============================================================================================

@@ -213,6 +213,15 @@ program test_localmap
   call check(supported, "cpu supported")
   call check(lm_shard(2, 1) == lm_placement(LM_KIND_SHARD, 2, 0, 1), "lm_shard(dim, order)")
   call check(iand(int(LM_COMPLEX128%bits), 255) == 128, "complex128 bits")
+  call lm_tensor_alloc(mt, [2_c_int64_t, 3_c_int64_t], LM_FLOAT32, ierr=ierr)
+  call check(ierr == 0 .and. c_associated(mt), "lm_tensor_alloc")
+  block
+    type(DLManagedTensor), pointer :: mm
+    integer(c_int64_t), pointer :: shp(:)
+    call c_f_pointer(mt, mm)
+    call c_f_pointer(mm%dl_tensor%shape, shp, [2])
+    call check(all(shp == [3, 2]), "lm_tensor_alloc: the C shape is reversed")
+  end block
   call lm_pool_stats(bytes, o)
   call check(bytes >= 0 .and. o >= bytes, "pool stats")
 
@@ -321,6 +330,10 @@ program test_localmap
   call check(ierr == LM_ERR_NOT_SUPPORTED, "mixed partial ops: " // msg)
   call check(len(msg) > 0, "the library's message is kept")
 
+  ! lm_tensor_alloc'd storage taken over by a dist tensor (the 2x3 tensor made above).
+  call lm_from_managed(z, mesh, mt, rep, global_shape=[2_c_int64_t, 3_c_int64_t])
+  call lm_local(z, pf)
+  call check(all(shape(pf) == [2, 3]) .and. all(pf == 0), "lm_tensor_alloc + lm_from_managed")
   ! device config, transport.
   call lm_mesh_create(m2, MPI_COMM_WORLD_F(), [size], check_level=1, timeout=60.0_c_double)
   call lm_mesh_transport(m2, kDLCPU, i)

@@ -307,6 +307,8 @@ extern "C" {
     pub fn lm_world_rank(rank: *mut c_int, size: *mut c_int) -> lm_status_t;
 
     pub fn lm_device_supported(device_type: DLDeviceType, supported: *mut c_int) -> lm_status_t;
+    pub fn lm_tensor_alloc(out: *mut *mut DLManagedTensor, ndim: c_int, shape: *const i64, dtype: DLDataType,
+                           device: DLDevice) -> lm_status_t;
     pub fn lm_pool_stats(in_use: *mut i64, peak: *mut i64, reset_peak: c_int) -> lm_status_t;
 
     pub fn lm_placements_format(placements: *const lm_placement_t, n: c_int, buf: *mut c_char,

@@ -674,6 +674,18 @@ impl ManagedTensor {
         check_shape(data.len(), shape, "ManagedTensor::from_vec")?;
         Ok(ManagedTensor { raw: managed_from_vec(data, shape) })
     }
+    /// `lm_tensor_alloc`: a zero-filled compact tensor from localmap's pool (`shape` row-major).
+    pub fn alloc(shape: &[i64], dtype: DType, device: Device) -> Result<ManagedTensor> {
+        let mut m = ptr::null_mut();
+        check(unsafe { sys::lm_tensor_alloc(&mut m, to_int(shape.len(), "shape")?, shape.as_ptr(), dtype.raw(), device.raw()) })?;
+        Ok(ManagedTensor { raw: m })
+    }
+    /// The elements, writable (the tensor owns its memory: nothing else sees it until handed over).
+    pub fn data_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        let s = self.data::<T>()?;
+        // SAFETY: &mut self: no other borrow of this tensor's memory is alive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()) })
+    }
     /// # Safety
     /// `raw` must be a valid managed tensor whose deleter the caller hands over.
     pub unsafe fn from_raw(raw: *mut sys::DLManagedTensor) -> ManagedTensor {

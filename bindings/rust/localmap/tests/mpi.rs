@@ -42,6 +42,11 @@ fn statics() -> T {
         ensure!(Placement::from_raw(p.raw()) == Some(p));
     }
     set_error_message("x");
+    let mut t = ManagedTensor::alloc(&[2, 3], DType::F32, Device::Cpu).map_err(e)?;
+    ensure!(t.shape() == vec![2, 3] && t.data::<f32>().map_err(e)?.iter().all(|&v| v == 0.0));
+    t.data_mut::<f32>().map_err(e)?[5] = 1.5;
+    ensure!(t.data::<f32>().map_err(e)?[5] == 1.5);
+    ensure!(ManagedTensor::alloc(&[-1], DType::F32, Device::Cpu).unwrap_err().status == Status::InvalidArgument);
     ensure!(Status::from_raw(12) == Status::Timeout && Status::Timeout.raw() == 12);
     let (in_use, peak) = pool_stats(false).map_err(e)?;
     ensure!(in_use >= 0 && peak >= in_use, "pool {in_use} {peak}");
@@ -95,6 +100,11 @@ fn mesh_queries(rank: i32, size: i32) -> T {
     let mut bad_dc = dc;
     bad_dc.magic = 0;
     ensure!(unsafe { o.set_device_config(Some(&bad_dc)) }.unwrap_err().status == Status::InvalidArgument);
+    // lm_tensor_alloc'd storage handed to a dist tensor.
+    let mut mt = ManagedTensor::alloc(&[3], DType::I64, Device::Cpu).map_err(e)?;
+    mt.data_mut::<i64>().map_err(e)?.copy_from_slice(&[7, 8, 9]);
+    let d = DistTensor::from_managed(&o, mt, &[Placement::Replicate], ShapeMode::Given(vec![3])).map_err(e)?;
+    ensure!(d.local::<i64>().map_err(e)? == &[7, 8, 9]);
     // Bad names are caught before C.
     ensure!(Mesh::with_names(comm_world().map_err(e)?, &[size as i64], &["a", "b"]).is_err());
     Ok(())
