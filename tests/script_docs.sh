@@ -45,7 +45,7 @@ grep -q 'lm_local_map' "$BUILD/docs/html/localmap_8h.html" || { echo "the refere
 
 # The gate: an undocumented public function fails make docs.
 mkdir -p "$tmp/t"
-cp -a Makefile include docs tools "$tmp/t/"
+cp -a Makefile include docs tools fuzz "$tmp/t/"
 # (after the first "#ifdef __cplusplus", the one that opens extern "C")
 sed -i '0,/^#ifdef __cplusplus$/s//LM_API lm_status_t lm_docs_test_undocumented(int x);\n&/' "$tmp/t/include/localmap.h"
 grep -q lm_docs_test_undocumented "$tmp/t/include/localmap.h" || { echo "could not edit the copy"; exit 1; }
