@@ -79,6 +79,8 @@ endif
 
 MPICC      ?= mpicc$(MPI_SUFFIX)
 MPICXX     ?= mpicxx$(MPI_SUFFIX)
+# The Fortran wrapper of the same MPI (bindings/fortran): mixing MPIs in one process crashes.
+MPIFC      ?= mpif90$(MPI_SUFFIX)
 # The launcher tools/lm-mpirun uses (it adapts its flags to OpenMPI or MPICH/Hydra).
 MPIRUN     ?= $(if $(filter mpich,$(MPI)),mpiexec.mpich,mpirun$(MPI_SUFFIX))
 # The MPI C wrapper the CMake package hands to FindMPI, so that a consumer finds the MPI
@@ -218,7 +220,7 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 # ---------------------------------------------------------------------------------------------
 STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) CUDA=$(CUDA) $(NVCC_FLAGS)
 STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION)
-STAMP_prog := $(MPICC) $(MPICXX) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
+STAMP_prog := $(MPICC) $(MPICXX) $(MPIFC) $(FFLAGS) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
 STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS) \
               $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER)
 
@@ -356,7 +358,7 @@ $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
 # Environment of every run (tests, demo, bench).
 # MPI too, so that a script test calling make (with MAKEFLAGS unset) stays on the same MPI.
 # LM_MPI_FLAVOR spares tools/lm-mpirun asking the launcher (--version) at every run.
-RUN_ENV := BUILD=$(BUILD) LM_MPIRUN=$(MPIRUN) LM_MPI=$(MPI) MPI=$(MPI) \
+RUN_ENV := BUILD=$(BUILD) LM_MPIRUN=$(MPIRUN) LM_MPI=$(MPI) MPI=$(MPI) MPIFC=$(MPIFC) \
            LM_MPI_FLAVOR=$(if $(filter mpich,$(MPI_PC)),mpich,openmpi)
 ifeq ($(ASAN),1)
 # OpenMPI leaks at exit are known (tests/lsan.supp). fast_unwind_on_malloc=0: full stacks through

@@ -15,7 +15,9 @@ F=$BUILD/fortran
 
 sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
 if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --check; fi
-if ! command -v "$MPIFC" >/dev/null || ! command -v "$("$MPIFC" --showme:command 2>/dev/null || echo gfortran)" >/dev/null; then
+# The compiler behind the wrapper: OpenMPI says it with --showme:command, MPICH with -show.
+fc_of() { "$MPIFC" --showme:command 2>/dev/null || "$MPIFC" -show 2>/dev/null | awk '{print $1; exit}'; }
+if ! command -v "$MPIFC" >/dev/null || ! command -v "$(fc_of || echo gfortran)" >/dev/null; then
   why="$MPIFC or its Fortran compiler not found (apt-get install gfortran libopenmpi-dev)"
   if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_fortran: LM_REQUIRE_BINDINGS=1 but: $why"; exit 1; fi
   echo "script_fortran: SKIP: $why"; exit 77

@@ -61,9 +61,22 @@ if [ -n "$preload" ]; then
   echo "sanitizer build: Python runs with LD_PRELOAD=$preload"
 fi
 
-step "pip install --no-build-isolation (offline) into a temporary target"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# mpi4py must run on the library's MPI: two MPIs in one process crash. PyPI's mpi4py wheel picks
+# OpenMPI or MPICH at import (MPI4PY_MPIABI) and links MPICH as libmpi.so.12, a name Debian's MPICH
+# does not install (it is libmpich.so.12): a symlink of that name to the same file serves it.
+mpich=$(ldd "$lib" | awk '$1 ~ /^libmpich\.so/ { print $3; exit }')
+if [ -n "$mpich" ]; then
+  export MPI4PY_MPIABI=mpich
+  if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.12 '; then
+    mkdir "$tmp/mpiabi" && ln -s "$mpich" "$tmp/mpiabi/libmpi.so.12"
+    export LD_LIBRARY_PATH=$tmp/mpiabi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  echo "MPICH build: mpi4py runs with MPI4PY_MPIABI=mpich on $mpich"
+fi
+
+step "pip install --no-build-isolation (offline) into a temporary target"
 cp -r bindings/python "$tmp/src"   # a clean copy: pip's build leaves files next to the sources
 rm -rf "$tmp/src/build" "$tmp/src"/*.egg-info
 "$PY" -m pip install -q --no-build-isolation --no-deps --no-index \

@@ -9,6 +9,7 @@
 # them when $(MPIFC) is found, and otherwise says so. FFLAGS is appended to ours.
 # A program: mpif90 prog.f90 -I$(INCLUDEDIR) -L$(LIBDIR) -llocalmap_fortran -llocalmap
 # (localmap.mod is compiler-specific: use the Fortran compiler the module was built with.)
+# The top Makefile sets it (mpif90.mpich for MPI=mpich); this default serves an include alone.
 MPIFC     ?= mpif90
 FORTRAN   ?= auto
 F_BUILD   := $(BUILD)/fortran
@@ -35,7 +36,7 @@ uninstall: uninstall-fortran
 ifneq ($(F_FOUND),)
 fortran: $(F_LIB) $(F_TESTS) $(F_EXAMPLES) $(F_BUILD)/layout_c
 
-$(F_OBJ): $(F_SRC) $(F_INC) | $(DEPS_FIRST)
+$(F_OBJ): $(F_SRC) $(F_INC) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
 	@mkdir -p $(@D) $(F_MODDIR)
 	$(MPIFC) $(F_FLAGS) -Ibindings/fortran -J$(F_MODDIR) -c -o $@ $<
 
