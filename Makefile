@@ -172,7 +172,9 @@ comma := ,
 # CUDA_ARCHS. -Wno-... none needed so far; keep the host side as strict as the .cpp files.
 NVCC_GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                  -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
-NVCC_FLAGS    := -std=c++17 $(OPT) -g $(NVCC_GENCODE) --expt-relaxed-constexpr \
+# --fmad=false: no contraction into fused multiply-adds, so float reductions on the device round
+# like the host loops (x86-64 g++ without -mfma never contracts): bit-equal results.
+NVCC_FLAGS    := -std=c++17 $(OPT) -g $(NVCC_GENCODE) --expt-relaxed-constexpr --fmad=false \
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) \
                  -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror)
 

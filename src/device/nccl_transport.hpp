@@ -32,6 +32,7 @@ class NcclTransport : public Transport {
   Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) override;
   Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
   void flush() override;
+  bool bounded_staging() const override { return false; }  // one group per step
   bool done(Ticket t, bool block) override;
   void reset() override;
 

@@ -26,6 +26,14 @@
 
 namespace lm {
 
+namespace {
+// The staging budget of a step on transport tp: LM_STAGING_BYTES, or, where the transport needs
+// each step posted in one batch (bounded_staging() false), large enough that nothing is pipelined.
+size_t step_staging(const Transport &tp) {
+  return tp.bounded_staging() ? staging_bytes() : size_t(1) << 60;
+}
+}  // namespace
+
 size_t staging_bytes() {
   static const size_t v = [] {
     size_t b = size_t(64) << 20;
@@ -178,7 +186,7 @@ class ExchangeRun : public StepRun {
   void start(const void *in, void *out) override {
     in_ = static_cast<const char *>(in);
     out_ = static_cast<char *>(out);
-    const size_t S = staging_bytes();
+    const size_t S = step_staging(tp_);
     seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
     direct_.clear();
     dcur_ = 0;
@@ -194,11 +202,12 @@ class ExchangeRun : public StepRun {
     sring_ = Ring{stage, rs, {}};
     rring_ = Ring{stage ? stage + rs : nullptr, rr, {}};
     sq_ = rq_ = Cursor{};
-    // Receives first, then sends, then the local copies.
+    // Receives first, then sends, then the local copies; everything that fits is posted before
+    // the one flush() (a transport that batches, NCCL, gets the step's posts as one batch).
     post_direct(st_.recvs, st_.outbox.len, rinfo_, false, out_);
-    pump();
+    pump(true);
     post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
-    pump();
+    pump(true);
     tp_.flush();
     if (!st_.skip_self) {
       int64_t n = (int64_t)st_.inbox.len.size();
@@ -291,11 +300,19 @@ class ExchangeRun : public StepRun {
   }
 
   // Retires completed staged pieces (oldest first) and posts queued ones while there is room.
-  void pump() {
+  // posting_only (the step's start): posts what fits, retires nothing and does not flush, so
+  // that the start's posts reach the transport as one batch.
+  void pump(bool posting_only = false) {
     SubBox s;
     bool moved = true;
     while (moved) {
       moved = false;
+      // Post only, at the start.
+      if (posting_only) {
+        if (post_next(false, st_.recvs, rinfo_, rq_, rring_)) moved = true;
+        if (post_next(true, st_.sends, sinfo_, sq_, sring_)) moved = true;
+        continue;
+      }
       // Retire.
       while (!rring_.fifo.empty() && tp_.done(rring_.fifo.front().t, false)) {
         auto e = rring_.fifo.front();
@@ -368,7 +385,7 @@ class ReduceScatterRun : public StepRun {
     finished_ = !st_.member;
     if (finished_) return;
     const int64_t k = st_.k, mine = st_.mine;
-    const size_t S = staging_bytes();
+    const size_t S = step_staging(tp_);
     zero_.assign(st_.outbox.len.size(), 0);
     // Segment size: the same on every member (S, k, dtype, contiguity are the same for all).
     size_t budget = st_.chunks_contiguous ? S : S / 2;

@@ -2,6 +2,7 @@
 #include "reshard/persistent.hpp"
 
 #include <cstdlib>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/handle.hpp"
@@ -225,6 +226,9 @@ bool request_progress(lm_request_s *r, bool block) {
   bool done;
   try {
     TimeoutScope ts(call_timeout(r->plan->src_mesh, r->plan->dst_mesh));
+    // Later rounds of a device plan launch kernels and NCCL groups: on the tensor's device.
+    std::optional<CurrentDevice> on;
+    if (is_device(r->src->device)) on.emplace(r->src->device.device_id);
     done = r->plan->plan->progress(block);
   } catch (const Error &e) {
     r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;

@@ -601,7 +601,11 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
       plan = plan_build(t->layout, L, t->dtype, comm, sm->world_rank);
     }
     size_t off = 0;
-    if (plan->steps.size() == 1 && plan->steps[0]->alias_offset(&off) && t->storage) {
+    // Host only: a device reshard runs collectives of the mesh (the transport choice, NCCL
+    // init, the staging agreement) on every rank, so no rank may return early on its own, and
+    // whether a rank can alias depends on its shard (an empty one cannot).
+    if (plan->steps.size() == 1 && plan->steps[0]->alias_offset(&off) && t->storage &&
+        !is_device(t->device)) {
       out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
       out->byte_offset = t->byte_offset + off;
       alias = true;
@@ -648,12 +652,12 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
   }
   if (!part || alias) return out;  // neither mesh: nothing to do, never waited on
   try {
+    TimeoutScope ts(call_timeout(sm, dm));
     if (is_device(t->device)) {
       device_run_plan(sm, dm, *plan, t->data(), t->local_bytes(), out->data(), out->local_bytes(),
                       t->device.device_id);
       return out;
     }
-    TimeoutScope ts(call_timeout(sm, dm));
     plan->run(t->data(), out->data());
   } catch (const Error &e) {
     tensor_release(out);

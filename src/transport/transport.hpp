@@ -60,6 +60,12 @@ class Transport {
   virtual Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) = 0;
   virtual Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) = 0;
   virtual void flush() {}
+  // Whether staging may be bounded (LM_STAGING_BYTES) and pipelined through rings, so that a
+  // step's messages are posted in several batches. false: every message of a step must be posted
+  // before the step's one flush() (NCCL: batches are groups, and the groups of one stream run in
+  // order, so a receive in one group whose send the peer posts in a later group never completes);
+  // then each step's staging holds all of its staged bytes at once. Same on every rank of a plan.
+  virtual bool bounded_staging() const { return true; }
   // Tests (block = false) or waits for (block = true) one posted message; true when complete.
   virtual bool done(Ticket t, bool block) = 0;
   // Forgets every ticket (all complete): called when a step completes.

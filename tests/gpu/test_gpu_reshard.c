@@ -313,7 +313,65 @@ static void test_directed(void **state) {
   LM_CUDA_OK(cudaFree(ds));
 }
 
+/* Regressions of the first device reshards on a fresh mesh (read from the code before any GPU
+ * run): (1) Replicate -> Shard(0) of np - 1 elements, where the last rank's shard is empty: ranks
+ * that could return a view must still take part in the mesh's first device collectives (the
+ * transport choice, NCCL init), or the empty rank waits alone; (2) Shard(1) -> Shard(0) of a 2-D
+ * tensor, whose receives are staged (strided) and whose sends are contiguous: NCCL needs a step's
+ * receives and sends in one group, or each rank's receive group waits for the peer's send group. */
+static void test_first_moves(void **state) {
+  (void)state;
+  int np = lm_test_size(), me = lm_test_rank();
+  lm_mesh_t m = make_mesh(0);
+  lm_placement_t R = LM_PLACEMENT_REPLICATE, S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1);
+  /* (1) */
+  int64_t n = np > 1 ? np - 1 : 1, off = 0, len = 0;
+  int32_t rep[8], got[8] = {0};
+  for (int i = 0; i < n; ++i) rep[i] = 7 * i + 1;
+  void *dr = lm_gpu_upload(rep, sizeof rep);
+  DLTensor dl = {dr, lm_gpu_dev(), 1, LM_INT32, &n, NULL, 0};
+  lm_dist_tensor_t t = NULL, r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &R, LM_SHAPE_GIVEN, &n, LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, &S0));
+  LM_ASSERT_OK(lm_chunk(n, np, me, &off, &len));
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &v));
+  if (len) lm_gpu_download(got, v.data, (size_t)len * 4);
+  int ok = v.ndim == 1 && v.shape[0] == len;
+  for (int64_t i = 0; i < len; ++i) ok &= got[i] == rep[off + i];
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  /* (2) global [3 np, 2 np + 1], value 1000 row + col */
+  int64_t g[2] = {3 * np, 2 * np + 1}, co = 0, cl = 0, ro = 0, rl = 0;
+  LM_ASSERT_OK(lm_chunk(g[1], np, me, &co, &cl));
+  LM_ASSERT_OK(lm_chunk(g[0], np, me, &ro, &rl));
+  int32_t *cols = calloc((size_t)(g[0] * g[1]), 4), *rows = calloc((size_t)(g[0] * g[1]), 4);
+  for (int64_t i = 0; i < g[0]; ++i)
+    for (int64_t j = 0; j < cl; ++j) cols[i * cl + j] = (int32_t)(1000 * i + co + j);
+  void *dc = lm_gpu_upload(cols, (size_t)(g[0] * cl) * 4 + 4);
+  int64_t ls[2] = {g[0], cl};
+  DLTensor dlc = {dc, lm_gpu_dev(), 2, LM_INT32, ls, NULL, 0};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dlc, &S1, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, &S0));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &v));
+  if (rl) lm_gpu_download(rows, v.data, (size_t)(rl * g[1]) * 4);
+  ok = v.shape[0] == rl && v.shape[1] == g[1];
+  for (int64_t i = 0; i < rl; ++i)
+    for (int64_t j = 0; j < g[1]; ++j) ok &= rows[i * g[1] + j] == (int32_t)(1000 * (ro + i) + j);
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+  LM_CUDA_OK(cudaDeviceSynchronize());
+  LM_CUDA_OK(cudaFree(dr));
+  LM_CUDA_OK(cudaFree(dc));
+  free(cols);
+  free(rows);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_first_moves),
     cmocka_unit_test(test_directed),
     cmocka_unit_test(test_random),
 };
