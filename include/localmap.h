@@ -743,8 +743,10 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
  *    out_placements), others as fn set them.
  * Collective over the mesh and agrees: if fn or any step fails on one rank, every rank returns an
  * error (the failing ranks their own, the others LM_ERR_REMOTE naming the rank), outputs are NONE
- * and nothing leaks. LM_LOCAL_MAP_NO_AGREE skips that one allreduce: then a failure stays local
- * and the caller must make sure every rank fails alike. */
+ * and nothing leaks. LM_LOCAL_MAP_NO_AGREE skips that one allreduce, and with it the argument
+ * check: then a failure stays local, the caller must make sure every rank fails alike, and every
+ * rank must pass the flag or none (a rank without it waits in the agreement for the others, until
+ * LM_TIMEOUT if one is set). Input reshards (LM_LOCAL_MAP_RESHARD_INPUTS) still agree. */
 LM_NODISCARD LM_API lm_status_t lm_local_map(lm_local_fn_t fn, void *user_data, int nin,
                                              const lm_arg_t *inputs,
                                              const lm_placement_t *const *in_placements, int nout,

@@ -12,12 +12,16 @@ runs=0
 for np in 2 4; do
   last=$((np - 1))
   for fault in "alloc:rank=1:nth=1" "alloc:rank=1:nth=2" "alloc:rank=$last:nth=3" \
-               "alloc:rank=0:nth=5" "alloc:rank=$last:nth=7" \
+               "alloc:rank=$last:nth=4" "alloc:rank=0:nth=5" "alloc:rank=$last:nth=6" \
                "transport:rank=0:nth=1" "transport:rank=1:nth=2" "transport:rank=$last:nth=3" \
                "transport:rank=1:nth=6"; do
     echo "== np $np LM_FAULT=$fault"
-    LM_FAULT=$fault timeout -k 5 120 bash tools/lm-mpirun "$np" "$BUILD/tests/test_fault" |
-      grep 'first failing call' || { echo "FAILED: np $np LM_FAULT=$fault"; exit 1; }
+    out=$(LM_FAULT=$fault timeout -k 5 120 bash tools/lm-mpirun "$np" "$BUILD/tests/test_fault") ||
+      { echo "$out"; echo "FAILED: np $np LM_FAULT=$fault"; exit 1; }
+    line=$(echo "$out" | grep 'first failing call') || { echo "$out"; echo "FAILED: np $np LM_FAULT=$fault: no summary"; exit 1; }
+    echo "$line"
+    # Every fault above is placed where a call makes it: a run in which it never fired tests nothing.
+    case $line in *"first failing call: 0 of"*) echo "FAILED: np $np LM_FAULT=$fault never fired"; exit 1 ;; esac
     runs=$((runs + 1))
   done
 done

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -93,12 +94,38 @@ AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group) {
   return ac;
 }
 
+bool parse_check_level(const char *s, int *level) {
+  if (!s || !*s) {
+    *level = 1;
+    return true;
+  }
+  if ((s[0] == '0' || s[0] == '1' || s[0] == '2') && s[1] == '\0') {
+    *level = s[0] - '0';
+    return true;
+  }
+  *level = 1;
+  return false;
+}
+
+bool parse_timeout(const char *s, double *seconds) {
+  *seconds = 0;
+  if (!s || !*s) return true;
+  char *end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || *end != '\0' || !(v >= 0) || v > 1e9) return false;  // !(v >= 0): NaN too
+  *seconds = v;
+  return true;
+}
+
+// A value the library cannot read is not silently taken as something else: it is named once on
+// stderr (no call is failing, so there is no status to return), and the default applies.
 int env_check_level() {
   static const int level = [] {
     const char *s = std::getenv("LM_CHECK");
-    if (!s || !*s) return 1;
-    int v = std::atoi(s);
-    return v < 0 ? 0 : v > 2 ? 2 : v;
+    int v = 1;
+    if (!parse_check_level(s, &v))
+      std::fprintf(stderr, "localmap: LM_CHECK=%s is not 0, 1 or 2; using the default 1\n", s);
+    return v;
   }();
   return level;
 }
@@ -106,9 +133,11 @@ int env_check_level() {
 double env_timeout() {
   static const double t = [] {
     const char *s = std::getenv("LM_TIMEOUT");
-    if (!s || !*s) return 0.0;
-    double v = std::atof(s);
-    return v > 0 ? v : 0.0;
+    double v = 0;
+    if (!parse_timeout(s, &v))
+      std::fprintf(stderr,
+                   "localmap: LM_TIMEOUT=%s is not a number of seconds >= 0; no deadline\n", s);
+    return v;
   }();
   return t;
 }

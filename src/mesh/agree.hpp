@@ -49,6 +49,9 @@ AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group);
 // (seconds, 0 = off), LM_FAULT (see fault.hpp).
 int env_check_level();
 double env_timeout();
+// Their parsers: false for a value that is not valid (then *out is the default: 1, or 0 = off).
+bool parse_check_level(const char *s, int *level);
+bool parse_timeout(const char *s, double *seconds);
 
 // FNV-1a style mixing.
 struct Hasher {
