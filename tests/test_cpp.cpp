@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The header-only C++ wrapper (include/localmap.hpp): RAII handles, exceptions, local_map with a
 // lambda (an exception thrown in it on one rank becomes an error on every rank).
-// lm-test-np: 1 2 3 4
+// lm-test-np: 1 2 3 4 8
 #include "lm_test.h"
 
 #include <localmap.hpp>

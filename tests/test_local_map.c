@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-// lm-test-np: 1 2 3 4
+// lm-test-np: 1 2 3 4 8
 /*
  * lm_local_map: argument unwrapping and pass-through, mesh inference, input placements and
  * resharding (also across meshes), output wrapping and global-shape modes, failure agreement
@@ -1634,6 +1634,36 @@ static void test_sibling_mesh_inputs(void **state) {
       if (!has(g_msg, who)) lm_test__diag("rank %d: %s\n", lm_test_rank(), g_msg);
       LM_ASSERT_ALL(has(g_msg, "inputs[0]") && has(g_msg, who) && has(g_msg, "no shard"));
     }
+    /* The other side of the rule: an input on a mesh of more ranks (world) beside the output mesh
+     * `half`, every rank of which holds a shard of it: accepted (only half's ranks call), and fn
+     * sees each rank's world shard, so the total is that of the first h world chunks. */
+    {
+      int ok = 1;
+      double want_half = 0;
+      for (int rk = 0; rk < h; rk++) {
+        int64_t o = 0, l = 0;
+        if (lm_chunk(rows, np, rk, &o, &l) != LM_SUCCESS) ok = 0;
+        for (int64_t i = o * cols; i < (o + l) * cols; i++) want_half += g[i];
+      }
+      if (lm_test_rank() < h) {
+        lm_arg_t inw[1] = {lm_arg_dist(on_world)}, outw[2];
+        lm_placement_t rep1[1] = {LM_PLACEMENT_REPLICATE};
+        lm_status_t st = call_lm(shard_sum_fn, &seen, 1, inw, NULL, 2, outpl, NULL, half, 0, outw);
+        ok = st == LM_SUCCESS && seen == half && outw[0].kind == LM_ARG_DIST_TENSOR;
+        if (ok) {
+          lm_dist_tensor_t r = NULL;
+          DLTensor v;
+          ok = lm_dist_tensor_reshard(&r, (lm_dist_tensor_t)outw[0].ptr, NULL, rep1) == LM_SUCCESS &&
+               lm_dist_tensor_local(r, &v) == LM_SUCCESS && v.ndim == 0 &&
+               *(double *)v.data == want_half;
+          lm_dist_tensor_destroy(&r);
+        }
+        if (!ok) lm_test__diag("rank %d: bigger input mesh: %s\n", lm_test_rank(), g_msg);
+        destroy_outputs(outw, 2);
+        seen = NULL;
+      }
+      LM_ASSERT_ALL(ok);
+    }
     /* mesh NULL and inputs on two meshes: refused (nothing to check them against). */
     lm_arg_t in2[2] = {lm_arg_dist(on_world), lm_arg_dist(on_rev)};
     LM_ASSERT_STATUS_ALL(call_lm(shard_sum_fn, &seen, 2, in2, NULL, 2, outpl, NULL, NULL, 0, out),
@@ -1796,6 +1826,13 @@ static void test_scalar_inputs(void **state) {
                                LM_LOCAL_MAP_RESHARD_INPUTS, out),
                        LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(has(g_msg, "in_placements[0]") && all_none(out, 1));
+  /* Shard asked for a 0-d output by out_placements: refused on every rank, naming it; fn's
+   * output is deleted (ASan builds would report a leak). */
+  const lm_placement_t *badout[1] = {s0};
+  LM_ASSERT_STATUS_ALL(call_lm(scalar_in_fn, &seen, 1, in, NULL, 1, badout, NULL, NULL, 0, out),
+                       LM_ERR_INVALID_ARGUMENT);
+  if (!has(g_msg, "out_placements[0]")) lm_test__diag("rank %d: %s\n", r, g_msg);
+  LM_ASSERT_ALL(has(g_msg, "out_placements[0]") && all_none(out, 1));
   lm_dist_tensor_destroy(&x);
   lm_mesh_destroy(&mesh);
 }

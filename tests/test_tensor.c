@@ -1446,7 +1446,8 @@ static void test_from_local_allgather_one_rank_invalid(void **state) {
   if (ME == bad) t.dtype = lanes2;
   alarm(20);
   LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_ALLGATHER, NULL, LM_FROM_LOCAL_COPY),
-             ME == bad ? LM_ERR_INVALID_ARGUMENT : LM_ERR_REMOTE, ME == bad ? "dtype" : "rank");
+             ME == bad ? LM_ERR_INVALID_ARGUMENT : LM_ERR_REMOTE,
+             ME == bad ? "dtype" : "failed: LM_ERR_INVALID_ARGUMENT: lm_dist_tensor_from_local");
   LM_ASSERT_ALL(out == NULL);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out));
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
