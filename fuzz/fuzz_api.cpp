@@ -142,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (shp[k] > 7) shp[k] = in.u8() % 2 ? (shp[k] & 7) : (shp[k] | (int64_t(1) << 59));
     int n = static_cast<int>(in.num());
     Tensor tt;
-    switch (in.u8() % 20) {
+    switch (in.u8() % 22) {
       case 0: {  // mesh create: bad shapes, configs, communicators
         lm_mesh_t m = nullptr;
         lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
@@ -330,6 +330,42 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         (void)lm_status_string(static_cast<lm_status_t>(n));
         int sup;
         check(lm_device_supported(static_cast<DLDeviceType>(n), &sup));
+        break;
+      }
+      case 18: {  // lm_tensor_alloc, then lm_dist_tensor_from_managed takes it (or not)
+        DLManagedTensor *mt = nullptr;
+        DLDevice dev = in.u8() % 8 ? LM_CPU : DLDevice{static_cast<DLDeviceType>(in.u8()), in.u8()};
+        int nd = in.u8() % 4 ? static_cast<int>(n % 6) : static_cast<int>(in.num());
+        check(lm_tensor_alloc(in.u8() % 8 ? &mt : nullptr, nd, in.u8() % 8 ? shp : nullptr,
+                              dtype(in), dev));
+        if (!mt) break;
+        lm_dist_tensor_t t = nullptr;
+        lm_status_t s = lm_dist_tensor_from_managed(in.u8() % 8 ? &t : nullptr, pick_mesh(), mt, plp,
+                                                    static_cast<lm_shape_mode_t>(n & 1),
+                                                    in.u8() % 2 ? mt->dl_tensor.shape : shp);
+        check(s);
+        if (s == LM_SUCCESS) add_tensor(t);  // the tensor owns mt now
+        else mt->deleter(mt);                // on failure ownership stays here
+        break;
+      }
+      case 19: {  // device config, transport query, pool stats, messages, version, world rank
+        lm_mesh_t m = pick_mesh();
+        lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
+        check(lm_mesh_device_config(m, in.u8() % 8 ? &dc : nullptr));
+        if (in.u8() % 2) dc.size = static_cast<size_t>(in.u8());
+        if (in.u8() % 4 == 0) dc.magic = static_cast<uint32_t>(in.i64());
+        if (in.u8() % 4 == 0) dc.alloc = [](void *, size_t, int, void *) -> void * { return nullptr; };
+        check(lm_mesh_set_device_config(m, in.u8() % 8 ? &dc : nullptr));
+        check(lm_mesh_set_device_config(m, nullptr));  // back to the defaults
+        int tr = 0;
+        check(lm_mesh_transport(m, static_cast<DLDeviceType>(in.u8() % 4 ? kDLCPU : n), in.u8() % 8 ? &tr : nullptr));
+        int64_t use = 0, peak = 0;
+        check(lm_pool_stats(in.u8() % 8 ? &use : nullptr, &peak, in.u8() % 2));
+        char msg[8] = {'m', 's', 'g', 0};
+        lm_set_error_message(in.u8() % 2 ? msg : nullptr);
+        if (lm_get_version() != LM_VERSION_CODE) abort();
+        int r = -1, sz = 0;
+        check(lm_world_rank(in.u8() % 8 ? &r : nullptr, &sz));
         break;
       }
       default: {  // destroy a live tensor or plan (then its handle is stale in the pool)

@@ -182,6 +182,87 @@ static void test_plan_execute_different_plans(void **state) {
   lm_mesh_destroy(&m);
 }
 
+/* Plans that differ only in dtype, or only in global shape, and a co-shard order that differs
+ * (the same two mesh dims sharding dim 0, nested the other way round: another layout). */
+static void test_plan_dtype_shape_and_coshard_order(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_1d();
+  lm_placement_t s0 = S_(0), rep = R_;
+  for (int mode = 0; mode < 2; ++mode) {
+    int odd = odd_one(mode);
+    int64_t n = 8, n9 = 9;
+    lm_reshard_plan_t p = NULL;
+    lm_dist_tensor_t src = NULL, dst = NULL;
+    /* dtype */
+    DLDataType dt = odd ? LM_FLOAT64 : LM_FLOAT32;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, m, &rep, 1, &n, dt));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 1, &n, dt, LM_CPU, &s0));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+    LM_EXPECT_ALL(lm_reshard_plan_execute(p, src, dst), LM_ERR_MISMATCH, "disagree on dtype");
+    lm_dist_tensor_destroy(&src);
+    lm_dist_tensor_destroy(&dst);
+    lm_reshard_plan_destroy(&p);
+    /* global shape */
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, m, &rep, 1, odd ? &n9 : &n, LM_FLOAT32));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 1, odd ? &n9 : &n, LM_FLOAT32, LM_CPU, &s0));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+    LM_EXPECT_ALL(lm_reshard_plan_execute(p, src, dst), LM_ERR_MISMATCH,
+                  "disagree on global shape");
+    lm_dist_tensor_destroy(&src);
+    lm_dist_tensor_destroy(&dst);
+    lm_reshard_plan_destroy(&p);
+    mesh_works(m);
+  }
+  lm_mesh_destroy(&m);
+  if (NP % 2) return; /* the 2-D mesh below is [2, NP/2] */
+  lm_mesh_t g = NULL;
+  int64_t ms[2] = {2, NP / 2}, n = 12;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&g, lm_test_comm_f(), 2, ms, NULL));
+  lm_placement_t outer[2] = {{LM_SHARD, 0, 0, 0}, {LM_SHARD, 0, 0, 1}},
+                 inner[2] = {{LM_SHARD, 0, 0, 1}, {LM_SHARD, 0, 0, 0}}, rr[2] = {R_, R_};
+  for (int mode = 0; mode < 2; ++mode) {
+    lm_dist_tensor_t t = NULL, out = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, g, 1, &n, LM_FLOAT32, LM_CPU, rr));
+    LM_EXPECT_ALL(lm_dist_tensor_reshard(&out, t, NULL, odd_one(mode) ? inner : outer),
+                  LM_ERR_MISMATCH, "disagree on target placements");
+    LM_ASSERT_ALL(out == NULL);
+    lm_dist_tensor_destroy(&t);
+  }
+  lm_mesh_destroy(&g);
+}
+
+/* A cross-mesh reshard whose two sides disagree, with bystanders in neither mesh (NP >= 3): the
+ * source rank and the target rank both get LM_ERR_MISMATCH, the bystanders return at once. */
+static void test_cross_mesh_with_bystanders(void **state) {
+  (void)state;
+  if (NP < 3) return;
+  lm_mesh_t a = NULL, b = NULL;
+  int ra[1] = {0}, rb[1] = {1};
+  int64_t one[1] = {1}, n = 8;
+  lm_mesh_config_t ca = LM_MESH_CONFIG_INIT, cb = LM_MESH_CONFIG_INIT;
+  ca.ranks = ra;
+  ca.nranks = 1;
+  cb.ranks = rb;
+  cb.nranks = 1;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&a, lm_test_comm_f(), 1, one, &ca));
+  LM_ASSERT_OK_ALL(lm_mesh_create(&b, lm_test_comm_f(), 1, one, &cb));
+  lm_placement_t s0 = S_(0), rep = R_;
+  lm_dist_tensor_t t = NULL, out = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, a, 1, &n, LM_FLOAT32, LM_CPU, &s0));
+  lm_status_t st = lm_dist_tensor_reshard(&out, t, b, ME == 1 ? &s0 : &rep);
+  int ok = ME >= 2 || (st == LM_ERR_MISMATCH && out == NULL &&
+                       strstr(lm_last_error_message(), "target placements"));
+  if (!ok) fprintf(stderr, "rank %d: %d %s\n", ME, (int)st, lm_last_error_message());
+  LM_ASSERT_ALL(ok);
+  lm_dist_tensor_destroy(&out);
+  /* and when they agree, the data arrives (the meshes still work) */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&out, t, b, &rep));
+  lm_dist_tensor_destroy(&out);
+  lm_dist_tensor_destroy(&t);
+  lm_mesh_destroy(&a);
+  lm_mesh_destroy(&b);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Gather, from_global, from_local
  * ------------------------------------------------------------------------------------------- */
@@ -508,6 +589,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reshard_source_placements_shape_dtype_op),
     cmocka_unit_test(test_reshard_different_mesh),
     cmocka_unit_test(test_plan_execute_different_plans),
+    cmocka_unit_test(test_plan_dtype_shape_and_coshard_order),
+    cmocka_unit_test(test_cross_mesh_with_bystanders),
     cmocka_unit_test(test_gather_mismatches),
     cmocka_unit_test(test_from_global_root_shapes),
     cmocka_unit_test(test_from_local_allgather_mismatches),

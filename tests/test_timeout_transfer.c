@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_timeout_transfer: LM_TIMEOUT inside a transfer (issue 8 item 2). On a mesh with
+ * check_level 0 a reshard runs no agreement, so when the last rank skips it the others wait in
+ * the transfer itself: after the deadline they return LM_ERR_TIMEOUT naming the rank they were
+ * still waiting for (the agreement-phase timeouts are in test_timeout_skip/_sleep), and their mesh
+ * is broken. One scenario per program: the skipped messages are never matched.
+ */
+// lm-test-np: 2 3
+#include "lm_test.h"
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+static void test_transfer_names_the_missing_rank(void **state) {
+  (void)state;
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {NP}, n = 64;
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.timeout = 1.0;
+  cfg.check_level = 0;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, &cfg));
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0), rep = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, &n, LM_FLOAT32, LM_CPU, &s0));
+  lm_status_t st = LM_SUCCESS;
+  char msg[1024] = "", who[64];
+  snprintf(who, sizeof who, "waiting for rank %d", NP - 1);
+  double t0 = MPI_Wtime();
+  if (ME != NP - 1) { /* the last rank skips the reshard */
+    st = lm_dist_tensor_reshard(&r, t, NULL, &rep);
+    snprintf(msg, sizeof msg, "%s", lm_last_error_message());
+  }
+  double waited = MPI_Wtime() - t0;
+  int ok = ME == NP - 1 || (st == LM_ERR_TIMEOUT && r == NULL && strstr(msg, "LM_TIMEOUT") &&
+                            strstr(msg, who) && waited >= 0.9 && waited < 30);
+  if (!ok) fprintf(stderr, "rank %d: status %d after %.2f s: %s\n", ME, (int)st, waited, msg);
+  LM_ASSERT_ALL(ok);
+  if (ME != NP - 1) {
+    st = lm_dist_tensor_reshard(&r, t, NULL, &rep);
+    ok = st == LM_ERR_INVALID_USAGE && strstr(lm_last_error_message(), "broken");
+  }
+  LM_ASSERT_ALL(ok);
+  lm_dist_tensor_destroy(&t);
+  lm_mesh_destroy(&m);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_transfer_names_the_missing_rank),
+};
+
+LM_TEST_MAIN(tests)
