@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "mesh/mesh.hpp"
+#include "transport/node.hpp"
 
 namespace lm {
 
@@ -78,6 +79,7 @@ AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group) {
   MPI_Comm_set_errhandler(ac->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(ac->comm, &ac->rank);
   MPI_Comm_size(ac->comm, &ac->size);
+  node_probe(ac);  // collective over the new set, like its creation
   if (!g_registry) {
     g_registry = new std::map<std::vector<int>, AgreeComm *>();
     if (g_free_keyval == MPI_KEYVAL_INVALID)

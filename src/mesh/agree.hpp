@@ -39,6 +39,9 @@ struct AgreeComm {
   uint64_t seq = 0;  // agreements so far: every rank of the set takes part in each
   bool broken = false;
   std::string broken_why;
+  // Ranks of comm on this node whose memory this process reads directly (transport/node.hpp):
+  // found once, when the set is first seen; empty = the node-local path is not used.
+  std::vector<int> node_peers;
 };
 
 // The agreement communicator of the processes of `group` (a group of `base`). Collective over

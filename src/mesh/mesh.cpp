@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/handle.hpp"
 #include "reshard/plan.hpp"
+#include "transport/node.hpp"
 
 namespace lm {
 
@@ -224,6 +225,7 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
   mpi_check(MPI_Comm_split(ac->comm, 0, prank, &m->world),
             "lm_mesh_create: MPI_Comm_split(parent processes)");
   MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+  node_attach(m->world, ac);  // which parent ranks share this node (the plans' transfers run on world)
   m->world_rank = prank;
   m->world_size = psize;
   m->grid = std::make_shared<Grid>(mshape, ranks);

@@ -662,8 +662,9 @@ Plan::~Plan() {
   }
 }
 
-void Plan::start(const void *in, void *out) {
+void Plan::start(const void *in, void *out, bool blocking) {
   if (!tp_) tp_ = transport_for(comm);
+  tp_->begin_execution(blocking);
   if (!ex_) {
     ex_ = std::make_unique<ExecState>();
     for (size_t i = 0; i < steps.size(); ++i) {

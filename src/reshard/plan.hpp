@@ -47,10 +47,11 @@ class Plan {
 
   // Execution (one at a time).
   bool active = false;
-  void start(const void *in, void *out);
+  // blocking: the execution is waited for by this call (run), not by later progress calls.
+  void start(const void *in, void *out, bool blocking = false);
   bool progress(bool block);  // true when complete
   void run(const void *in, void *out) {
-    start(in, out);
+    start(in, out, true);
     progress(true);
   }
   // Ends an execution that failed: gives back its buffers (the transport is dropped).

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "core/fault.hpp"
@@ -22,6 +23,10 @@ namespace {
 constexpr int kAbortTag = 0x7fff;  // above every plan step's tag (kTagBase + step)
 char g_abort_payload[256];         // what a failing rank sends (static: the sends are freed)
 constexpr size_t kMaxPiece = size_t(1) << 30;  // split messages above 1 GiB (int counts)
+// The acknowledgement of a node-local message travels on its own tag (step tags are kTagBase +
+// step, below 0x5000; acks stay below kAbortTag).
+constexpr int kAckOffset = 0x1000;
+int ack_tag(int tag) { return tag + kAckOffset < kAbortTag ? tag + kAckOffset : kAbortTag - 1; }
 
 bool datatypes_enabled() {
   static const bool enabled = [] {
@@ -109,16 +114,135 @@ Transport::Ticket MpiTransport::add_pieces(bool send, char *p, size_t bytes, int
     check(rc, send ? "reshard: MPI_Isend" : "reshard: MPI_Irecv");
     if (bytes == 0) break;
   }
-  tickets_.emplace_back(first, reqs_.size() - first);
+  return add_ticket(first, reqs_.size() - first);
+}
+
+Transport::Ticket MpiTransport::add_ticket(size_t first, size_t n, int64_t cma) {
+  tickets_.emplace_back(first, n);
+  ticket_cma_.push_back(cma);
   return (Ticket)tickets_.size() - 1;
 }
 
 Transport::Ticket MpiTransport::post_send(const void *p, size_t bytes, int peer, int tag) {
+  if (cma_peer(peer, bytes)) return cma_send(p, nullptr, bytes, peer, tag);
   return add_pieces(true, const_cast<char *>(static_cast<const char *>(p)), bytes, peer, tag);
 }
 
 Transport::Ticket MpiTransport::post_recv(void *p, size_t bytes, int peer, int tag) {
+  if (cma_peer(peer, bytes)) return cma_recv(p, nullptr, bytes, peer, tag);
   return add_pieces(false, static_cast<char *>(p), bytes, peer, tag);
+}
+
+namespace {
+size_t box_bytes(const BoxRef &b) {
+  size_t n = b.esize;
+  for (int i = 0; i < b.ndim; ++i) n *= (size_t)b.len[i];
+  return n;
+}
+}  // namespace
+
+// ---- The node-local path (transport/node.hpp)
+bool MpiTransport::cma_peer(int peer, size_t bytes) {
+  if (!blocking_ || bytes < node_local_min_bytes()) return false;
+  if (!node_known_) {
+    node_ = node_peers(comm_);
+    node_known_ = true;
+  }
+  return std::binary_search(node_.begin(), node_.end(), peer);
+}
+
+Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer,
+                                         int tag) {
+  if (fault_hit(FaultKind::Transport))
+    fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Isend failed on rank %d: injected by LM_FAULT",
+                                       world_rank_or_minus1()));
+  sdesc_.emplace_back();
+  CmaDesc &d = sdesc_.back();
+  d.addr = (uint64_t)(uintptr_t)buf;
+  d.bytes = bytes;
+  d.pid = (int32_t)getpid();
+  if (b) {
+    d.ndim = b->ndim;
+    d.esize = b->esize;
+    for (int i = 0; i < b->ndim; ++i) {
+      d.shape[i] = b->shape[i];
+      d.off[i] = b->off[i];
+      d.len[i] = b->len[i];
+    }
+  }
+  size_t first = reqs_.size();
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Isend(&d, (int)sizeof d, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
+        "reshard: MPI_Isend (node-local descriptor)");
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Irecv(nullptr, 0, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
+        "reshard: MPI_Irecv (node-local acknowledgement)");
+  return add_ticket(first, 2);
+}
+
+Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer,
+                                         int tag) {
+  if (fault_hit(FaultKind::Transport))
+    fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Irecv failed on rank %d: injected by LM_FAULT",
+                                       world_rank_or_minus1()));
+  rdesc_.emplace_back();
+  size_t first = reqs_.size();
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Irecv(&rdesc_.back(), (int)sizeof(CmaDesc), MPI_BYTE, peer, tag, comm_, &reqs_.back()),
+        "reshard: MPI_Irecv (node-local descriptor)");
+  CmaRecv r{first, peer, tag, bytes, &rdesc_.back(), {}, false};
+  if (b)
+    box_runs((uint64_t)(uintptr_t)buf, b->ndim, b->shape, b->off, b->len, b->esize, &r.local);
+  else
+    r.local.push_back({(uint64_t)(uintptr_t)buf, bytes});
+  crecv_.push_back(std::move(r));
+  ++cma_open_;
+  return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
+}
+
+void MpiTransport::pump_cma() {
+  int blocked[16];  // peers with an earlier receive still waiting: theirs wait too (order)
+  int nblocked = 0;
+  std::vector<Run> remote;
+  for (CmaRecv &r : crecv_) {
+    if (r.copied) continue;
+    bool wait = nblocked == 16;
+    for (int i = 0; i < nblocked && !wait; ++i) wait = blocked[i] == r.peer;
+    if (wait) continue;
+    int flag = 0;
+    check(MPI_Test(&reqs_[r.req], &flag, MPI_STATUS_IGNORE), "reshard: MPI_Test");
+    if (!flag) {
+      blocked[nblocked++] = r.peer;
+      continue;
+    }
+    const CmaDesc &d = *r.desc;
+    if (d.bytes != r.bytes || d.ndim > kBoxMaxDims)
+      fail_and_notify(LM_ERR_INTERNAL,
+                      strfmt("reshard: node-local message from rank %d has %llu bytes, rank %d "
+                             "expects %llu (a bug in localmap)",
+                             r.peer, (unsigned long long)d.bytes, world_rank_or_minus1(),
+                             (unsigned long long)r.bytes));
+    remote.clear();
+    if (d.ndim < 0)
+      remote.push_back({d.addr, d.bytes});
+    else
+      box_runs(d.addr, d.ndim, d.shape, d.off, d.len, (size_t)d.esize, &remote);
+    std::string why = cma_read((pid_t)d.pid, r.local, remote);
+    if (!why.empty())
+      fail_and_notify(LM_ERR_MPI, strfmt("reshard: node-local copy (process_vm_readv) of %llu "
+                                         "bytes from rank %d failed on rank %d: %s",
+                                         (unsigned long long)r.bytes, r.peer,
+                                         world_rank_or_minus1(), why.c_str()));
+    r.copied = true;
+    --cma_open_;
+    MPI_Request q;
+    check(MPI_Isend(nullptr, 0, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
+          "reshard: MPI_Isend (node-local acknowledgement)");
+    MPI_Request_free(&q);  // empty: nothing to keep alive
+  }
 }
 
 bool MpiTransport::box_direct(const BoxRef &b) const {
@@ -165,6 +289,7 @@ MPI_Datatype MpiTransport::subarray(const BoxRef &b) {
 
 Transport::Ticket MpiTransport::post_send_box(const void *buf, const BoxRef &b, int peer,
                                               int tag) {
+  if (cma_peer(peer, box_bytes(b))) return cma_send(buf, &b, box_bytes(b), peer, tag);
   MPI_Datatype t = subarray(b);
   if (fault_hit(FaultKind::Transport))
     fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Isend failed on rank %d: injected by "
@@ -172,11 +297,11 @@ Transport::Ticket MpiTransport::post_send_box(const void *buf, const BoxRef &b, 
   reqs_.push_back(MPI_REQUEST_NULL);
   peers_.push_back(peer);
   check(MPI_Isend(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Isend");
-  tickets_.emplace_back(reqs_.size() - 1, 1);
-  return (Ticket)tickets_.size() - 1;
+  return add_ticket(reqs_.size() - 1, 1);
 }
 
 Transport::Ticket MpiTransport::post_recv_box(void *buf, const BoxRef &b, int peer, int tag) {
+  if (cma_peer(peer, box_bytes(b))) return cma_recv(buf, &b, box_bytes(b), peer, tag);
   MPI_Datatype t = subarray(b);
   if (fault_hit(FaultKind::Transport))
     fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Irecv failed on rank %d: injected by "
@@ -184,30 +309,32 @@ Transport::Ticket MpiTransport::post_recv_box(void *buf, const BoxRef &b, int pe
   reqs_.push_back(MPI_REQUEST_NULL);
   peers_.push_back(peer);
   check(MPI_Irecv(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Irecv");
-  tickets_.emplace_back(reqs_.size() - 1, 1);
-  return (Ticket)tickets_.size() - 1;
+  return add_ticket(reqs_.size() - 1, 1);
 }
 
-bool MpiTransport::complete(size_t first, size_t n, bool block) {
+bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
   if (n == 0) return true;
-  int flag = 0;
   if (block && fault_hit(FaultKind::Transport))
     fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Waitall failed on rank %d: injected by "
                                        "LM_FAULT", world_rank_or_minus1()));
-  if (!block) {
+  auto ready = [&] {
+    if (cma_open_) pump_cma();
+    int flag = 0;
     check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
           "reshard: MPI_Testall");
-    if (!flag && (++polls_ & 15) == 0) probe_abort();
-    return flag != 0;
+    return flag != 0 && (cma < 0 || crecv_[(size_t)cma].copied);
+  };
+  if (!block) {
+    bool ok = ready();
+    if (!ok && (++polls_ & 15) == 0) probe_abort();
+    return ok;
   }
   // Blocking: poll, so that a peer's failure notice or the deadline can end the wait.
   const double tmo = transfer_timeout();
   std::chrono::steady_clock::time_point t0;
   if (tmo > 0) t0 = std::chrono::steady_clock::now();
   for (unsigned spins = 1;; ++spins) {
-    check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
-          "reshard: MPI_Testall");
-    if (flag) return true;
+    if (ready()) return true;
     if ((spins & 63) != 0) continue;
     probe_abort();
     if (tmo > 0 &&
@@ -231,7 +358,7 @@ bool MpiTransport::complete(size_t first, size_t n, bool block) {
 
 bool MpiTransport::done(Ticket t, bool block) {
   const auto &r = tickets_[(size_t)t];
-  return complete(r.first, r.second, block);
+  return complete(r.first, r.second, block, ticket_cma_[(size_t)t]);
 }
 
 void MpiTransport::reset() {
@@ -239,6 +366,11 @@ void MpiTransport::reset() {
   reqs_.clear();
   peers_.clear();
   tickets_.clear();
+  ticket_cma_.clear();
+  sdesc_.clear();
+  rdesc_.clear();
+  crecv_.clear();
+  cma_open_ = 0;
   if (!types_.empty() && mpi_alive())
     for (auto &t : types_) MPI_Type_free(&t);
   types_.clear();

@@ -7,19 +7,27 @@
 //     otherwise box_direct() says no and the executor stages it;
 //   - staging comes from the host buffer pool (tensor/pool.hpp);
 //   - local work runs on the host: box copies through reshard/boxcopy.hpp, reductions through
-//     reshard/reduce.hpp.
+//     reshard/reduce.hpp;
+//   - node-local peers (transport/node.hpp): in a blocking execution, a message of at least
+//     LM_NODE_LOCAL_MIN_BYTES to a rank on this node whose memory can be read travels as a small
+//     descriptor (pid, address, box geometry); the receiver copies the bytes straight from the
+//     sender's buffer into its own (process_vm_readv: one copy) and acknowledges with an empty
+//     message, which completes the send. Both sides decide from the same (peer, size, mode), so
+//     they always agree on a message's form; messages of one pair and tag keep their order
+//     (receivers copy a peer's messages in posting order).
 // complete() is the single place where the transport tests or waits for requests.
 #pragma once
 
 #include <mpi.h>
 
+#include <deque>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
-#include <string>
-
 #include "localmap.h"
+#include "transport/node.hpp"
 #include "transport/transport.hpp"
 
 namespace lm {
@@ -37,6 +45,7 @@ class MpiTransport : public Transport {
   Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
   bool done(Ticket t, bool block) override;
   void reset() override;
+  void begin_execution(bool blocking) override { blocking_ = blocking; }
 
   void copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1) override;
   void reduce(DType t, int op, void *acc, const void *in, int64_t n) override;
@@ -49,9 +58,9 @@ class MpiTransport : public Transport {
   void staging_give(void *p, size_t cap, size_t bytes) override;
 
  private:
-  // Tests (block = false) or waits for requests [first, first + n); true when all complete.
-  // Every completion of the transport goes through here.
-  bool complete(size_t first, size_t n, bool block);
+  // Tests (block = false) or waits for requests [first, first + n), and for node-local receive
+  // `cma` (>= 0) to be copied; true when all complete. Every completion goes through here.
+  bool complete(size_t first, size_t n, bool block, int64_t cma = -1);
   // Failure handling (docs/DESIGN.md, "Failure model"): a failing rank tells every other rank of
   // the communicator (a small message with the abort tag) before it throws, so that none waits
   // for it; waits poll for such a message and for the deadline of the call (transfer_timeout()).
@@ -60,7 +69,30 @@ class MpiTransport : public Transport {
   void probe_abort();
   void drop_pending();
   Ticket add_pieces(bool send, char *p, size_t bytes, int peer, int tag);
+  Ticket add_ticket(size_t first, size_t n, int64_t cma = -1);
   MPI_Datatype subarray(const BoxRef &b);
+
+  // ---- The node-local path
+  struct CmaDesc {  // a sender's bytes: contiguous (ndim < 0) or a box of a compact buffer
+    uint64_t addr = 0, bytes = 0, esize = 0;
+    int32_t pid = 0, ndim = -1;
+    int64_t shape[kBoxMaxDims], off[kBoxMaxDims], len[kBoxMaxDims];
+  };
+  struct CmaRecv {
+    size_t req;       // the descriptor's receive in reqs_
+    int peer, tag;
+    uint64_t bytes;   // what this rank expects
+    const CmaDesc *desc;
+    std::vector<Run> local;
+    bool copied;
+  };
+  bool cma_peer(int peer, size_t bytes);
+  Ticket cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
+  Ticket cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
+  // Copies every node-local receive whose descriptor has arrived (a peer's in posting order) and
+  // acknowledges it; runs in every test and wait, so that no sender waits on a receiver that is
+  // itself waiting.
+  void pump_cma();
 
   MPI_Comm comm_;
   std::vector<MPI_Request> reqs_;
@@ -69,6 +101,14 @@ class MpiTransport : public Transport {
   std::vector<std::pair<size_t, size_t>> tickets_;  // first request, count
   std::vector<MPI_Datatype> types_;                 // committed by this step, freed by reset()
   std::unordered_map<int64_t, MPI_Datatype> cached_;  // by BoxRef::id, freed with the transport
+  std::vector<int64_t> ticket_cma_;  // per ticket: its node-local receive, or -1
+
+  bool blocking_ = false;              // this execution (begin_execution)
+  bool node_known_ = false;
+  std::vector<int> node_;              // ranks of comm_ read directly (sorted)
+  std::deque<CmaDesc> sdesc_, rdesc_;  // descriptors sent / received this step (stable)
+  std::vector<CmaRecv> crecv_;
+  size_t cma_open_ = 0;                // node-local receives not copied yet
 };
 
 // The transport of a plan on communicator comm (today: always MPI).

@@ -66,6 +66,11 @@ class Transport {
   // order, so a receive in one group whose send the peer posts in a later group never completes);
   // then each step's staging holds all of its staged bytes at once. Same on every rank of a plan.
   virtual bool bounded_staging() const { return true; }
+  // Called at the start of each execution: blocking (lm_reshard_plan_execute, reshard, gather ...)
+  // or not (lm_reshard_plan_start). The MPI transport's node-local path runs in blocking ones only:
+  // it completes a send only when the receiver's library copies it, which a nonblocking caller
+  // may not give it until much later. Same on every rank of an execution (they agreed on the call).
+  virtual void begin_execution(bool blocking) { (void)blocking; }
   // Tests (block = false) or waits for (block = true) one posted message; true when complete.
   virtual bool done(Ticket t, bool block) = 0;
   // Forgets every ticket (all complete): called when a step completes.

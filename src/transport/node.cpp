@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "transport/node.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "mesh/agree.hpp"
+
+namespace lm {
+
+namespace {
+
+// What a peer reads to prove that it can (a word of this process's memory).
+constexpr uint64_t kProbeWord = 0x4c4d4e4f44454c43ull;  // "LMNODELC"
+volatile uint64_t g_probe = kProbeWord;
+
+int g_keyval = MPI_KEYVAL_INVALID;
+
+}  // namespace
+
+bool node_local_enabled() {
+  static const bool on = [] {
+    const char *e = std::getenv("LM_NODE_LOCAL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+size_t node_local_min_bytes() {
+  static const size_t v = [] {
+    size_t b = size_t(64) << 10;
+    const char *e = std::getenv("LM_NODE_LOCAL_MIN_BYTES");
+    if (e && *e) {
+      char *end = nullptr;
+      unsigned long long x = std::strtoull(e, &end, 10);
+      if (end && *end == '\0') b = (size_t)x;
+    }
+    return std::max(b, size_t(1));
+  }();
+  return v;
+}
+
+void node_probe(AgreeComm *ac) {
+  ac->node_peers.clear();
+  if (!node_local_enabled() || ac->comm == MPI_COMM_NULL) return;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(ac->comm, MPI_COMM_TYPE_SHARED, ac->rank, MPI_INFO_NULL, &node) !=
+          MPI_SUCCESS ||
+      node == MPI_COMM_NULL)
+    return;
+  MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+  int n = 0;
+  MPI_Comm_size(node, &n);
+  struct Rec {
+    int rank;  // in ac->comm
+    int pid;
+    uint64_t addr;
+  } me{ac->rank, (int)getpid(), (uint64_t)(uintptr_t)&g_probe};
+  std::vector<Rec> all((size_t)n);
+  int ok = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE,
+                         node) == MPI_SUCCESS;
+  if (ok) {
+    for (const Rec &r : all) {
+      if (r.rank == ac->rank) continue;
+      uint64_t v = 0;
+      struct iovec l = {&v, sizeof v}, rv = {(void *)(uintptr_t)r.addr, sizeof v};
+      if (process_vm_readv((pid_t)r.pid, &l, 1, &rv, 1, 0) != (ssize_t)sizeof v ||
+          v != kProbeWord) {
+        ok = 0;
+        break;
+      }
+    }
+  }
+  // One answer per node: a pair uses the path only if both of its sides say so.
+  int all_ok = 0;
+  if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS && all_ok)
+    for (const Rec &r : all)
+      if (r.rank != ac->rank) ac->node_peers.push_back(r.rank);
+  std::sort(ac->node_peers.begin(), ac->node_peers.end());
+  MPI_Comm_free(&node);
+}
+
+void node_attach(MPI_Comm comm, const AgreeComm *ac) {
+  if (ac->node_peers.empty()) return;
+  if (g_keyval == MPI_KEYVAL_INVALID &&
+      MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &g_keyval, nullptr) !=
+          MPI_SUCCESS)
+    return;
+  MPI_Comm_set_attr(comm, g_keyval, const_cast<AgreeComm *>(ac));
+}
+
+std::vector<int> node_peers(MPI_Comm comm) {
+  std::vector<int> out;
+  if (g_keyval == MPI_KEYVAL_INVALID) return out;
+  void *v = nullptr;
+  int flag = 0;
+  if (MPI_Comm_get_attr(comm, g_keyval, &v, &flag) != MPI_SUCCESS || !flag || !v) return out;
+  const AgreeComm *ac = static_cast<const AgreeComm *>(v);
+  MPI_Group from, to;
+  if (MPI_Comm_group(ac->comm, &from) != MPI_SUCCESS) return out;
+  if (MPI_Comm_group(comm, &to) != MPI_SUCCESS) {
+    MPI_Group_free(&from);
+    return out;
+  }
+  out.assign(ac->node_peers.size(), MPI_UNDEFINED);
+  if (MPI_Group_translate_ranks(from, (int)ac->node_peers.size(), ac->node_peers.data(), to,
+                                out.data()) != MPI_SUCCESS)
+    out.clear();
+  MPI_Group_free(&from);
+  MPI_Group_free(&to);
+  out.erase(std::remove(out.begin(), out.end(), MPI_UNDEFINED), out.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
+              size_t esize, std::vector<Run> *out) {
+  out->clear();
+  for (int i = 0; i < ndim; ++i)
+    if (len[i] == 0) return;
+  if (ndim == 0) {
+    out->push_back({base, esize});
+    return;
+  }
+  // Row-major strides in bytes.
+  int64_t stride[64];
+  stride[ndim - 1] = (int64_t)esize;
+  for (int i = ndim - 2; i >= 0; --i) stride[i] = stride[i + 1] * shape[i + 1];
+  // The innermost dims a run covers: d..ndim-1 (dims after d whole).
+  int d = ndim - 1;
+  while (d > 0 && len[d] == shape[d]) --d;
+  const uint64_t run = (uint64_t)len[d] * (uint64_t)stride[d];
+  int64_t idx[64] = {0};  // odometer over dims 0..d-1
+  for (;;) {
+    int64_t a = (int64_t)base + off[d] * stride[d];
+    for (int i = 0; i < d; ++i) a += (off[i] + idx[i]) * stride[i];
+    if (!out->empty() && out->back().addr + out->back().bytes == (uint64_t)a)
+      out->back().bytes += run;
+    else
+      out->push_back({(uint64_t)a, run});
+    int i = d - 1;
+    for (; i >= 0; --i) {
+      if (++idx[i] < len[i]) break;
+      idx[i] = 0;
+    }
+    if (i < 0) break;
+  }
+}
+
+std::string cma_read(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote) {
+  constexpr int kBatch = 512;  // pairs per call (IOV_MAX is 1024 on Linux)
+  struct iovec lv[kBatch], rv[kBatch];
+  size_t li = 0, ri = 0;
+  uint64_t lo = 0, ro = 0;  // bytes of local[li] / remote[ri] already covered
+  while (li < local.size() && ri < remote.size()) {
+    int k = 0;
+    size_t want = 0;
+    while (k < kBatch && li < local.size() && ri < remote.size()) {
+      uint64_t n = std::min(local[li].bytes - lo, remote[ri].bytes - ro);
+      lv[k].iov_base = (void *)(uintptr_t)(local[li].addr + lo);
+      lv[k].iov_len = (size_t)n;
+      rv[k].iov_base = (void *)(uintptr_t)(remote[ri].addr + ro);
+      rv[k].iov_len = (size_t)n;
+      ++k;
+      want += (size_t)n;
+      if ((lo += n) == local[li].bytes) ++li, lo = 0;
+      if ((ro += n) == remote[ri].bytes) ++ri, ro = 0;
+    }
+    // The kernel copies page by page and may stop early only on a fault: retry the rest once.
+    size_t done = 0;
+    int first = 0;
+    for (int tries = 0; done < want && tries < 2; ++tries) {
+      ssize_t got = process_vm_readv(pid, lv + first, (unsigned long)(k - first), rv + first,
+                                     (unsigned long)(k - first), 0);
+      if (got < 0) return std::strerror(errno);
+      done += (size_t)got;
+      size_t skip = (size_t)got;  // advance both lists past what was copied
+      while (first < k && skip >= lv[first].iov_len) skip -= lv[first++].iov_len;
+      if (first < k && skip) {
+        lv[first].iov_base = (char *)lv[first].iov_base + skip;
+        lv[first].iov_len -= skip;
+        rv[first].iov_base = (char *)rv[first].iov_base + skip;
+        rv[first].iov_len -= skip;
+      }
+    }
+    if (done < want) return "short read";
+  }
+  if (li < local.size() || ri < remote.size()) return "the two sides cover different byte counts";
+  return "";
+}
+
+}  // namespace lm

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The node-local path of the MPI transport (issue 12 item 4; docs/DESIGN.md, "Node-local
+// copies"). Ranks on one node can read each other's memory with process_vm_readv (Linux cross
+// memory attach), so a large message between them can move each byte once: the receiver copies
+// straight from the sender's buffer into its own, instead of MPI's shared-memory path copying it
+// twice (into a shared segment, then out of it). This file holds what that needs besides the
+// transport itself:
+//   - which ranks of a process set share this node and can be read (node_probe, collective, run
+//     once per agreement communicator; node_attach/node_peers carry the answer to the
+//     communicators the plans use, as an MPI attribute);
+//   - the copy: the byte runs of a box in a compact buffer (box_runs) and one process_vm_readv
+//     batch after another over the runs of both sides (cma_read).
+// LM_NODE_LOCAL=0 turns the path off; LM_NODE_LOCAL_MIN_BYTES (default 64 KiB) is the smallest
+// message that takes it (below, MPI's eager copies cost less than the extra acknowledgement).
+#pragma once
+
+#include <mpi.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lm {
+
+struct AgreeComm;
+
+// LM_NODE_LOCAL (default on) and LM_NODE_LOCAL_MIN_BYTES, read once.
+bool node_local_enabled();
+size_t node_local_min_bytes();
+
+// Collective over ac->comm (right after it is created): finds the ranks of ac->comm on this
+// node whose memory this process can read, and that can read this one's; fills ac->node_peers
+// (ranks of ac->comm, without this rank). Empty when the path is off, when any rank of the node
+// cannot read any other (the answer is agreed per node, so both sides of a pair always agree), or
+// when an MPI call fails (then the path is simply not used).
+void node_probe(AgreeComm *ac);
+// Makes ac's node peers known to `comm` (a communicator over the same processes, e.g. a mesh's
+// private one): node_peers(comm) then answers them as ranks of comm, sorted.
+void node_attach(MPI_Comm comm, const AgreeComm *ac);
+std::vector<int> node_peers(MPI_Comm comm);
+
+// One contiguous run of bytes.
+struct Run {
+  uint64_t addr;
+  uint64_t bytes;
+};
+// The runs, in row-major element order, of the box (off, len) of a compact row-major buffer of
+// extents `shape` at address base, elements of esize bytes (ndim 0: one element). Adjacent rows
+// that are contiguous merge into one run.
+void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
+              size_t esize, std::vector<Run> *out);
+// Copies the bytes of the remote runs (in process pid) into the local runs, in order; both lists
+// must cover the same number of bytes. Returns "" or the reason it failed (errno's text).
+std::string cma_read(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote);
+
+}  // namespace lm

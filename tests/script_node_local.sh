@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The node-local path of the MPI transport (src/transport/node.hpp; issue 12 item 4): on one node
+# a blocking reshard's large messages are copied once, receiver from sender (process_vm_readv),
+# instead of twice through MPI's shared memory. The suites that check every byte run in both
+# modes: every message node-local (LM_NODE_LOCAL_MIN_BYTES=1, also pipelined through tiny staging
+# and with datatypes off, where boxes are staged) and the path off (LM_NODE_LOCAL=0). Then, where
+# strace is installed, that the path really runs (process_vm_readv calls) and really stays off.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export LM_RESHARD_CASES=${LM_RESHARD_CASES:-1500}
+for np in 2 3 4; do
+  LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
+  LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
+done
+LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_memory"
+LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"
+LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
+echo "node-local path: exact in both modes"
+
+if ! command -v strace >/dev/null; then
+  if [ "${LM_REQUIRE_TOOLS:-0}" = 1 ]; then echo "script_node_local: LM_REQUIRE_TOOLS=1 but strace is missing"; exit 1; fi
+  echo "script_node_local: SKIP of the path check: no strace (apt-get install strace)"
+  exit 0
+fi
+if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+  echo "node-local path check: in the plain build only (ptrace under ASan)"; exit 0
+fi
+calls() {  # process_vm_readv calls of one run of test_reshard_directed at np 2
+  local log n
+  log=$(mktemp)
+  env "$@" strace -f -qq -c -e trace=process_vm_readv -o "$log" \
+    bash tools/lm-mpirun 2 "$BUILD/tests/test_reshard_directed" >/dev/null 2>&1 || { rm -f "$log"; echo -1; return; }
+  n=$(awk '$NF == "process_vm_readv" { print $4; exit }' "$log")
+  rm -f "$log"
+  echo "${n:-0}"
+}
+on=$(calls LM_NODE_LOCAL_MIN_BYTES=1)
+off=$(calls LM_NODE_LOCAL=0 LM_NODE_LOCAL_MIN_BYTES=1)
+echo "process_vm_readv calls: $on with the path on, $off with LM_NODE_LOCAL=0"
+[ "$on" -gt 100 ] 2>/dev/null || { echo "script_node_local: the node-local path did not run (calls: $on)"; exit 1; }
+[ "$off" = 0 ] || { echo "script_node_local: LM_NODE_LOCAL=0 did not turn the path off (calls: $off)"; exit 1; }
+echo "script_node_local: OK"
