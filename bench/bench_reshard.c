@@ -10,8 +10,11 @@
  * lm_dist_tensor_reshard (target included); max over ranks; -1 with a library without
  * lm_pool_stats. "plan:" lines time plan creation alone at 1 MiB and 128 MiB.
  * memcpy_floor_ms: every rank at once memcpys the bytes it sends in the plan (the largest over
- * ranks) from one touched buffer into another: what a node-local path that moves each byte once
- * would cost; floor_ratio = lm_ms / memcpy_floor_ms (0 where nothing moves).
+ * ranks) from one touched buffer into another; floor_ratio = lm_ms / memcpy_floor_ms (0 where
+ * nothing moves). target_floor_ms: the same for the bytes of each rank's target shard, every one
+ * of which a reshard must write once (received or copied from its own source): the floor of a
+ * path that moves each byte once; target_floor_ratio = lm_ms / target_floor_ms. "node_local"
+ * says whether the node-local path was on (LM_NODE_LOCAL).
  * --sweep adds S0->S1, S1->S0 and S0->R at 32 KiB .. 128 MiB (case suffix ":n<N>"), the data of
  * the time-per-byte plot (bench/plot.py).
  * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] [--plan-only] [--sweep]
@@ -28,7 +31,7 @@ static int wf;
 extern lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak) __attribute__((weak));
 static double g_plan_ms;
 static int64_t g_peak_plan, g_peak_reshard;
-static double g_floor_ms;
+static double g_floor_ms, g_tfloor_ms;
 static int64_t g_sweep_max = 4096;
 
 #define OK(x)                                                                                \
@@ -155,10 +158,13 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
          "\"lm_ms\": %.4f, \"lm_reshard_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, "
          "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"plan_ms\": %.4f, "
          "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"memcpy_floor_ms\": %.4f, "
-         "\"floor_ratio\": %.3f, \"lm_check\": \"%s\"%s}\n",
+         "\"floor_ratio\": %.3f, \"target_floor_ms\": %.4f, \"target_floor_ratio\": %.3f, "
+         "\"node_local\": %s, \"lm_check\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
          b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, g_plan_ms, (long long)g_peak_plan,
          (long long)g_peak_reshard, g_floor_ms, g_floor_ms > 0 ? lm_ms / g_floor_ms : 0.0,
+         g_tfloor_ms, g_tfloor_ms > 0 ? lm_ms / g_tfloor_ms : 0.0,
+         getenv("LM_NODE_LOCAL") && getenv("LM_NODE_LOCAL")[0] == '0' ? "false" : "true",
          getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
   fflush(stdout);
 }
@@ -245,6 +251,9 @@ static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, 
   g_peak_plan = peak_extra(lm_run, &c);
   g_peak_reshard = peak_extra(lm_run_reshard, &c);
   g_floor_ms = memcpy_floor(*sent);
+  int64_t ls[2] = {0, 0};
+  OK(lm_dist_tensor_local_shape(c.dst, ls, 2));
+  g_tfloor_ms = memcpy_floor(ls[0] * ls[1] * 8);
   OK(lm_dist_tensor_destroy(&c.src));
   OK(lm_dist_tensor_destroy(&c.dst));
   OK(lm_reshard_plan_destroy(&c.plan));

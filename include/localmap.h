@@ -28,7 +28,9 @@
  *    the ranks were asked the same thing: otherwise every rank returns LM_ERR_MISMATCH naming the
  *    field and the ranks. Environment: LM_CHECK=0|1|2 (default 1; see lm_mesh_config_t),
  *    `LM_TIMEOUT=<seconds>` (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
- *    for tests). docs/DESIGN.md, "Failure model", has the rules.
+ *    for tests). docs/DESIGN.md, "Failure model", has the rules. Performance: LM_STAGING_BYTES
+ *    (staging bound of one reshard step, default 64 MiB), LM_POOL_BYTES (cached buffers, 1 GiB),
+ *    LM_NODE_LOCAL=0 (no direct copies between ranks of one node), LM_NODE_LOCAL_MIN_BYTES.
  *  - Thread safety: distinct handles may be used from distinct threads when MPI was initialised
  *    with MPI_THREAD_MULTIPLE; one mesh (and everything on it) must not be used by two threads at
  *    once, because its collectives would interleave.
