@@ -18,7 +18,7 @@
  * --sweep adds S0->S1, S1->S0 and S0->R at 32 KiB .. 128 MiB (case suffix ":n<N>"), the data of
  * the time-per-byte plot (bench/plot.py).
  * Usage: mpirun -np N bench_reshard [--n 4096] [--reps 10] [--small-only] [--plan-only] [--sweep]
- *        [--sweep-max N (largest n of the sweep, default 4096)] */
+ *        [--sweep-max N (largest n of the sweep, default 4096)] [--sweep-only] */
 #include <localmap.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -367,6 +367,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--small-only")) small_only = 1;
     else if (!strcmp(argv[i], "--plan-only")) plan_only = 1;
     else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+    else if (!strcmp(argv[i], "--sweep-only")) sweep = 2;
     else if (!strcmp(argv[i], "--sweep-max") && i + 1 < argc) g_sweep_max = atoll(argv[++i]);
   }
   if (REPS > 64) REPS = 64;
@@ -399,6 +400,12 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  if (sweep == 2) {  /* --sweep-only: the sweep cases and nothing else */
+    sweep_cases(m1);
+    OK(lm_mesh_destroy(&m1));
+    MPI_Finalize();
+    return 0;
+  }
   if (!small_only) one_d_cases(m1, n, "");
   one_d_cases(m1, 64, ":small");
   if (sweep) sweep_cases(m1);

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 """Plots bench/results/reshard.jsonl: time per byte against size for the sweep cases
-(localmap plan execution, the MPI collective moving the same bytes, and the memcpy floor), one
-panel per rank count. Uses matplotlib (from PyPI); the library and its tests never do.
+(localmap plan execution with and without the node-local path, the MPI collective moving the
+same bytes, and the memcpy floor of the target bytes), one panel per rank count. Uses matplotlib (from PyPI); the library and its tests never do.
 Usage: bench/plot.py RESULTS.jsonl OUT.png"""
 import json
 import sys
@@ -29,11 +29,15 @@ def main(src, out):
                 continue
             kind = r["case"].split(":")[1]
             b = r["bytes"]
+            if not r.get("node_local", True):  # the same sweep with LM_NODE_LOCAL=0
+                series[(kind, "localmap, node-local off")].append((b, r["lm_ms"] * 1e6 / b))
+                continue
             series[(kind, "localmap")].append((b, r["lm_ms"] * 1e6 / b))
             series[(kind, r["baseline"])].append((b, r["baseline_ms"] * 1e6 / b))
-            if r.get("memcpy_floor_ms", 0) > 0:
-                series[(kind, "memcpy floor")].append((b, r["memcpy_floor_ms"] * 1e6 / b))
-        style = {"localmap": "-o", "memcpy floor": ":", "MPI_Alltoall": "--s", "MPI_Allgather": "--s"}
+            if r.get("target_floor_ms", 0) > 0:
+                series[(kind, "memcpy floor (target bytes)")].append((b, r["target_floor_ms"] * 1e6 / b))
+        style = {"localmap": "-o", "localmap, node-local off": "-.x",
+                 "memcpy floor (target bytes)": ":", "MPI_Alltoall": "--s", "MPI_Allgather": "--s"}
         for (kind, who), pts in sorted(series.items()):
             if kind == "S1->S0" and who != "localmap":
                 continue  # same baseline/floor bytes as S0->S1

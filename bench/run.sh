@@ -20,6 +20,11 @@ for np in ${BENCH_NPS:-2 4}; do
   # shellcheck disable=SC2086
   "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" ${BENCH_ARGS---sweep} | tee -a "$out.tmp"
 done
+# The same sweep with the node-local path off (lines with "node_local": false), for the plot.
+for np in ${BENCH_NPS:-2 4}; do
+  echo "== reshard sweep at np $np with LM_NODE_LOCAL=0" >&2
+  LM_NODE_LOCAL=0 "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" --sweep-only | grep '"sweep:' | tee -a "$out.tmp"
+done
 # The cost of the argument agreement (LM_CHECK=1, the default) on the small cases at np 2:
 # the same cases with the check off (lines with "lm_check": "0").
 echo "== small reshards at np 2 with LM_CHECK=0" >&2

@@ -5,7 +5,7 @@
 # instead of twice through MPI's shared memory. The suites that check every byte run in both
 # modes: every message node-local (LM_NODE_LOCAL_MIN_BYTES=1, also pipelined through tiny staging
 # and with datatypes off, where boxes are staged) and the path off (LM_NODE_LOCAL=0). Then, where
-# strace is installed, that the path really runs (process_vm_readv calls) and really stays off.
+# strace is installed, that the path really runs, reading and writing, and really stays off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -30,18 +30,21 @@ fi
 if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
   echo "node-local path check: in the plain build only (ptrace under ASan)"; exit 0
 fi
-calls() {  # process_vm_readv calls of one run of test_reshard_directed at np 2
-  local log n
+calls() {  # "readv writev" calls of one run of test_reshard_directed at np 2
+  local log r w
   log=$(mktemp)
-  env "$@" strace -f -qq -c -e trace=process_vm_readv -o "$log" \
-    bash tools/lm-mpirun 2 "$BUILD/tests/test_reshard_directed" >/dev/null 2>&1 || { rm -f "$log"; echo -1; return; }
-  n=$(awk '$NF == "process_vm_readv" { print $4; exit }' "$log")
+  env "$@" strace -f -qq -c -e trace=process_vm_readv,process_vm_writev -o "$log" \
+    bash tools/lm-mpirun 2 "$BUILD/tests/test_reshard_directed" >/dev/null 2>&1 || { rm -f "$log"; echo "-1 -1"; return; }
+  r=$(awk '$NF == "process_vm_readv" { print $4; exit }' "$log")
+  w=$(awk '$NF == "process_vm_writev" { print $4; exit }' "$log")
   rm -f "$log"
-  echo "${n:-0}"
+  echo "${r:-0} ${w:-0}"
 }
-on=$(calls LM_NODE_LOCAL_MIN_BYTES=1)
-off=$(calls LM_NODE_LOCAL=0 LM_NODE_LOCAL_MIN_BYTES=1)
-echo "process_vm_readv calls: $on with the path on, $off with LM_NODE_LOCAL=0"
-[ "$on" -gt 100 ] 2>/dev/null || { echo "script_node_local: the node-local path did not run (calls: $on)"; exit 1; }
-[ "$off" = 0 ] || { echo "script_node_local: LM_NODE_LOCAL=0 did not turn the path off (calls: $off)"; exit 1; }
+read -r on_r on_w <<< "$(calls LM_NODE_LOCAL_MIN_BYTES=1)"
+read -r off_r off_w <<< "$(calls LM_NODE_LOCAL=0 LM_NODE_LOCAL_MIN_BYTES=1)"
+echo "process_vm_readv/writev calls: $on_r/$on_w with the path on, $off_r/$off_w with LM_NODE_LOCAL=0"
+# Both directions run: receivers read (the sender's side has no more runs), senders write (theirs has more).
+[ "$on_r" -gt 100 ] 2>/dev/null && [ "$on_w" -gt 10 ] 2>/dev/null ||
+  { echo "script_node_local: the node-local path did not run both ways"; exit 1; }
+[ "$off_r" = 0 ] && [ "$off_w" = 0 ] || { echo "script_node_local: LM_NODE_LOCAL=0 did not turn the path off"; exit 1; }
 echo "script_node_local: OK"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // unit_node: the arithmetic of the node-local path (src/transport/node.hpp) without MPI. The byte
 // runs of boxes (box_runs) against the element offsets of the box copy every other path uses
-// (reshard/boxcopy.hpp), and cma_read moving a box of one buffer into a box of another (of other
+// (reshard/boxcopy.hpp), and cma_copy moving a box (read and write) of one buffer into a box of another (of other
 // extents) through process_vm_readv on this very process, compared element by element with
 // boxcopy_range. Random boxes of 0-4 dims, element sizes 1-16, empty extents included.
 // Prints "<N> passed, <N> failed" last and exits nonzero on any failure.
@@ -78,9 +78,14 @@ void test_runs_and_copy() {
     lm::BoxCopy c;
     lm::boxcopy_init(c, nd, len, a.shape, a.off, b.shape, b.off, (int64_t)es);
     lm::boxcopy_range(c, want.data(), src.data(), 0, c.numel);
-    std::string why = lm::cma_read(getpid(), rb, ra);
+    std::string why = lm::cma_copy(getpid(), rb, ra, false);  // read into dst
     CHECK(why.empty());
     CHECK(std::memcmp(dst.data(), want.data(), dst.size()) == 0);
+    std::vector<unsigned char> dst2((size_t)numel(nd, b.shape) * es + 1, 0xee);
+    std::vector<lm::Run> rb2;
+    lm::box_runs((uint64_t)(uintptr_t)dst2.data(), nd, b.shape, b.off, b.len, es, &rb2);
+    CHECK(lm::cma_copy(getpid(), ra, rb2, true).empty());  // write src's box into dst2
+    CHECK(std::memcmp(dst2.data(), want.data(), dst2.size()) == 0);
     ++compared;
   }
   // Many runs (more than one process_vm_readv batch): 2000 rows of 3 of a [2000, 7] buffer.
@@ -92,7 +97,7 @@ void test_runs_and_copy() {
     lm::box_runs((uint64_t)(uintptr_t)src.data(), 2, shape, off, len, 4, &rs);
     rd.push_back({(uint64_t)(uintptr_t)dst.data(), dst.size()});
     CHECK(rs.size() == 2000);
-    CHECK(lm::cma_read(getpid(), rd, rs).empty());
+    CHECK(lm::cma_copy(getpid(), rd, rs, false).empty());
     int64_t zero[2] = {0, 0};
     lm::BoxCopy c;
     lm::boxcopy_init(c, 2, len, shape, off, len, zero, 4);
@@ -103,9 +108,10 @@ void test_runs_and_copy() {
   {
     unsigned char x[8] = {0}, y[8] = {0};
     std::vector<lm::Run> l = {{(uint64_t)(uintptr_t)x, 8}}, r = {{(uint64_t)(uintptr_t)y, 4}};
-    CHECK(!lm::cma_read(getpid(), l, r).empty());
+    CHECK(!lm::cma_copy(getpid(), l, r, false).empty());
     std::vector<lm::Run> bad = {{8, 8}};  // unmapped
-    CHECK(!lm::cma_read(getpid(), l, bad).empty());
+    CHECK(!lm::cma_copy(getpid(), l, bad, false).empty());
+    CHECK(!lm::cma_copy(getpid(), l, bad, true).empty());
   }
   std::printf("unit_node: %d random boxes copied and compared\n", compared);
 }

@@ -26,7 +26,8 @@ constexpr size_t kMaxPiece = size_t(1) << 30;  // split messages above 1 GiB (in
 // The acknowledgement of a node-local message travels on its own tag (step tags are kTagBase +
 // step, below 0x5000; acks stay below kAbortTag).
 constexpr int kAckOffset = 0x1000;
-int ack_tag(int tag) { return tag + kAckOffset < kAbortTag ? tag + kAckOffset : kAbortTag - 1; }
+int ack_tag(int tag) { return tag + kAckOffset < kAbortTag ? tag + kAckOffset : kAbortTag - 2; }
+int done_tag(int tag) { return tag + 2 * kAckOffset < kAbortTag ? tag + 2 * kAckOffset : kAbortTag - 1; }
 
 bool datatypes_enabled() {
   static const bool enabled = [] {
@@ -151,16 +152,11 @@ bool MpiTransport::cma_peer(int peer, size_t bytes) {
   return std::binary_search(node_.begin(), node_.end(), peer);
 }
 
-Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer,
-                                         int tag) {
-  if (fault_hit(FaultKind::Transport))
-    fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Isend failed on rank %d: injected by LM_FAULT",
-                                       world_rank_or_minus1()));
-  sdesc_.emplace_back();
-  CmaDesc &d = sdesc_.back();
+void MpiTransport::describe(CmaDesc &d, const void *buf, const BoxRef *b, size_t bytes) {
   d.addr = (uint64_t)(uintptr_t)buf;
   d.bytes = bytes;
   d.pid = (int32_t)getpid();
+  d.ndim = -1;
   if (b) {
     d.ndim = b->ndim;
     d.esize = b->esize;
@@ -170,6 +166,18 @@ Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_
       d.len[i] = b->len[i];
     }
   }
+}
+
+Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer,
+                                         int tag) {
+  if (fault_hit(FaultKind::Transport))
+    fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Isend failed on rank %d: injected by LM_FAULT",
+                                       world_rank_or_minus1()));
+  descs_.emplace_back();
+  CmaDesc &d = descs_.back();
+  describe(d, buf, b, bytes);
+  descs_.emplace_back();
+  CmaDesc &reply = descs_.back();
   size_t first = reqs_.size();
   reqs_.push_back(MPI_REQUEST_NULL);
   peers_.push_back(peer);
@@ -177,9 +185,11 @@ Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_
         "reshard: MPI_Isend (node-local descriptor)");
   reqs_.push_back(MPI_REQUEST_NULL);
   peers_.push_back(peer);
-  check(MPI_Irecv(nullptr, 0, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
-        "reshard: MPI_Irecv (node-local acknowledgement)");
-  return add_ticket(first, 2);
+  check(MPI_Irecv(&reply, (int)sizeof reply, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
+        "reshard: MPI_Irecv (node-local reply)");
+  csend_.push_back(CmaSend{first + 1, peer, tag, &d, &reply, false});
+  ++cma_open_;
+  return add_ticket(first, 1, -2 - (int64_t)(csend_.size() - 1));
 }
 
 Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer,
@@ -187,61 +197,118 @@ Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t byte
   if (fault_hit(FaultKind::Transport))
     fail_and_notify(LM_ERR_MPI, strfmt("reshard: MPI_Irecv failed on rank %d: injected by LM_FAULT",
                                        world_rank_or_minus1()));
-  rdesc_.emplace_back();
+  descs_.emplace_back();
+  CmaDesc &in = descs_.back();
+  descs_.emplace_back();
+  CmaDesc &mine = descs_.back();
+  describe(mine, buf, b, bytes);
+  mine.kind = kPush;
   size_t first = reqs_.size();
   reqs_.push_back(MPI_REQUEST_NULL);
   peers_.push_back(peer);
-  check(MPI_Irecv(&rdesc_.back(), (int)sizeof(CmaDesc), MPI_BYTE, peer, tag, comm_, &reqs_.back()),
+  check(MPI_Irecv(&in, (int)sizeof in, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
         "reshard: MPI_Irecv (node-local descriptor)");
-  CmaRecv r{first, peer, tag, bytes, &rdesc_.back(), {}, false};
-  if (b)
-    box_runs((uint64_t)(uintptr_t)buf, b->ndim, b->shape, b->off, b->len, b->esize, &r.local);
-  else
-    r.local.push_back({(uint64_t)(uintptr_t)buf, bytes});
+  CmaRecv r{first, peer, tag, bytes, &in, &mine, {}, 0};
+  runs_of(mine, &r.local);
   crecv_.push_back(std::move(r));
   ++cma_open_;
   return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
 }
 
+// The byte runs a descriptor names.
+void MpiTransport::runs_of(const CmaDesc &d, std::vector<Run> *out) {
+  out->clear();
+  if (d.ndim < 0)
+    out->push_back({d.addr, d.bytes});
+  else
+    box_runs(d.addr, d.ndim, d.shape, d.off, d.len, (size_t)d.esize, out);
+}
+
 void MpiTransport::pump_cma() {
-  int blocked[16];  // peers with an earlier receive still waiting: theirs wait too (order)
+  // A peer whose earlier message (in this direction) is still waiting: its later ones wait too.
+  int blocked[32];
   int nblocked = 0;
+  auto is_blocked = [&](int peer, int dir) {
+    if (nblocked == 32) return true;
+    for (int i = 0; i < nblocked; ++i)
+      if (blocked[i] == peer * 2 + dir) return true;
+    return false;
+  };
+  auto block = [&](int peer, int dir) {
+    if (nblocked < 32) blocked[nblocked++] = peer * 2 + dir;
+  };
   std::vector<Run> remote;
+  auto failed_copy = [&](const char *how, uint64_t bytes, int peer, const std::string &why) {
+    fail_and_notify(LM_ERR_MPI,
+                    strfmt("reshard: node-local copy (%s) of %llu bytes with rank %d failed on "
+                           "rank %d: %s",
+                           how, (unsigned long long)bytes, peer, world_rank_or_minus1(),
+                           why.c_str()));
+  };
+  // Receives: the descriptor arrived -> read, or ask the sender to write.
   for (CmaRecv &r : crecv_) {
-    if (r.copied) continue;
-    bool wait = nblocked == 16;
-    for (int i = 0; i < nblocked && !wait; ++i) wait = blocked[i] == r.peer;
-    if (wait) continue;
+    if (r.state == 2 || is_blocked(r.peer, 0)) continue;
     int flag = 0;
     check(MPI_Test(&reqs_[r.req], &flag, MPI_STATUS_IGNORE), "reshard: MPI_Test");
     if (!flag) {
-      blocked[nblocked++] = r.peer;
+      if (r.state == 0) block(r.peer, 0);  // its "pushed" notices may come in any order
+      continue;
+    }
+    if (r.state == 1) {  // pushed
+      r.state = 2;
+      --cma_open_;
       continue;
     }
     const CmaDesc &d = *r.desc;
-    if (d.bytes != r.bytes || d.ndim > kBoxMaxDims)
+    if (d.kind != kData || d.bytes != r.bytes || d.ndim > kBoxMaxDims)
       fail_and_notify(LM_ERR_INTERNAL,
                       strfmt("reshard: node-local message from rank %d has %llu bytes, rank %d "
                              "expects %llu (a bug in localmap)",
                              r.peer, (unsigned long long)d.bytes, world_rank_or_minus1(),
                              (unsigned long long)r.bytes));
-    remote.clear();
-    if (d.ndim < 0)
-      remote.push_back({d.addr, d.bytes});
-    else
-      box_runs(d.addr, d.ndim, d.shape, d.off, d.len, (size_t)d.esize, &remote);
-    std::string why = cma_read((pid_t)d.pid, r.local, remote);
-    if (!why.empty())
-      fail_and_notify(LM_ERR_MPI, strfmt("reshard: node-local copy (process_vm_readv) of %llu "
-                                         "bytes from rank %d failed on rank %d: %s",
-                                         (unsigned long long)r.bytes, r.peer,
-                                         world_rank_or_minus1(), why.c_str()));
-    r.copied = true;
-    --cma_open_;
+    runs_of(d, &remote);
     MPI_Request q;
-    check(MPI_Isend(nullptr, 0, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
-          "reshard: MPI_Isend (node-local acknowledgement)");
-    MPI_Request_free(&q);  // empty: nothing to keep alive
+    if (remote.size() <= r.local.size()) {
+      std::string why = cma_copy((pid_t)d.pid, r.local, remote, false);
+      if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+      static const uint32_t done = kDone;
+      check(MPI_Isend(&done, (int)sizeof done, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
+            "reshard: MPI_Isend (node-local reply)");
+      MPI_Request_free(&q);  // a static word: nothing to keep alive
+      r.state = 2;
+      --cma_open_;
+    } else {
+      // The sender's side has more runs: it writes into ours (mine), then says so.
+      check(MPI_Isend(r.mine, (int)sizeof(CmaDesc), MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
+            "reshard: MPI_Isend (node-local reply)");
+      MPI_Request_free(&q);  // r.mine lives until reset(), after the sender has read it
+      check(MPI_Irecv(nullptr, 0, MPI_BYTE, r.peer, done_tag(r.tag), comm_, &reqs_[r.req]),
+            "reshard: MPI_Irecv (node-local notice)");
+      r.state = 1;
+    }
+  }
+  // Sends: the reply arrived -> finished, or write into the receiver's buffer.
+  for (CmaSend &s : csend_) {
+    if (s.done || is_blocked(s.peer, 1)) continue;
+    int flag = 0;
+    check(MPI_Test(&reqs_[s.req], &flag, MPI_STATUS_IGNORE), "reshard: MPI_Test");
+    if (!flag) {
+      block(s.peer, 1);
+      continue;
+    }
+    if (s.reply->kind == kPush) {
+      std::vector<Run> local;
+      runs_of(*s.sent, &local);
+      runs_of(*s.reply, &remote);
+      std::string why = cma_copy((pid_t)s.reply->pid, local, remote, true);
+      if (!why.empty()) failed_copy("process_vm_writev", s.sent->bytes, s.peer, why);
+      MPI_Request q;
+      check(MPI_Isend(nullptr, 0, MPI_BYTE, s.peer, done_tag(s.tag), comm_, &q),
+            "reshard: MPI_Isend (node-local notice)");
+      MPI_Request_free(&q);
+    }
+    s.done = true;
+    --cma_open_;
   }
 }
 
@@ -322,7 +389,10 @@ bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
     int flag = 0;
     check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
           "reshard: MPI_Testall");
-    return flag != 0 && (cma < 0 || crecv_[(size_t)cma].copied);
+    if (!flag) return false;
+    if (cma >= 0) return crecv_[(size_t)cma].state == 2;
+    if (cma <= -2) return csend_[(size_t)(-2 - cma)].done;
+    return true;
   };
   if (!block) {
     bool ok = ready();
@@ -367,9 +437,9 @@ void MpiTransport::reset() {
   peers_.clear();
   tickets_.clear();
   ticket_cma_.clear();
-  sdesc_.clear();
-  rdesc_.clear();
+  descs_.clear();
   crecv_.clear();
+  csend_.clear();
   cma_open_ = 0;
   if (!types_.empty() && mpi_alive())
     for (auto &t : types_) MPI_Type_free(&t);

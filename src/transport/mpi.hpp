@@ -58,8 +58,8 @@ class MpiTransport : public Transport {
   void staging_give(void *p, size_t cap, size_t bytes) override;
 
  private:
-  // Tests (block = false) or waits for requests [first, first + n), and for node-local receive
-  // `cma` (>= 0) to be copied; true when all complete. Every completion goes through here.
+  // Tests (block = false) or waits for requests [first, first + n), and for node-local message
+  // `cma` (ticket_cma_) to finish; true when all complete. Every completion goes through here.
   bool complete(size_t first, size_t n, bool block, int64_t cma = -1);
   // Failure handling (docs/DESIGN.md, "Failure model"): a failing rank tells every other rank of
   // the communicator (a small message with the abort tag) before it throws, so that none waits
@@ -73,25 +73,44 @@ class MpiTransport : public Transport {
   MPI_Datatype subarray(const BoxRef &b);
 
   // ---- The node-local path
-  struct CmaDesc {  // a sender's bytes: contiguous (ndim < 0) or a box of a compact buffer
+  // One message: the sender posts a kData descriptor (where its bytes are) and a receive of the
+  // reply. The receiver, holding both sides' geometry, picks the copier: itself when the sender's
+  // side has no more runs than its own (it reads, process_vm_readv, and replies kDone), else the
+  // sender (it replies kPush with its own geometry; the sender writes, process_vm_writev, and
+  // sends an empty "pushed" notice). The kernel pins the remote side run by run, so the copy
+  // goes towards the side with the fewer runs.
+  enum : uint32_t { kData = 0, kDone = 1, kPush = 2 };
+  struct CmaDesc {
+    uint32_t kind = kData;
+    int32_t pid = 0, ndim = -1;  // ndim < 0: contiguous bytes at addr
+    uint32_t pad = 0;
     uint64_t addr = 0, bytes = 0, esize = 0;
-    int32_t pid = 0, ndim = -1;
     int64_t shape[kBoxMaxDims], off[kBoxMaxDims], len[kBoxMaxDims];
   };
   struct CmaRecv {
-    size_t req;       // the descriptor's receive in reqs_
+    size_t req;        // the descriptor's receive in reqs_; then the "pushed" notice's
     int peer, tag;
-    uint64_t bytes;   // what this rank expects
+    uint64_t bytes;    // what this rank expects
     const CmaDesc *desc;
+    CmaDesc *mine;     // this side's geometry (sent back with kPush)
     std::vector<Run> local;
-    bool copied;
+    int state;         // 0 waiting for the descriptor, 1 waiting for the push, 2 done
+  };
+  struct CmaSend {
+    size_t req;        // the reply's receive in reqs_
+    int peer, tag;
+    const CmaDesc *sent;
+    CmaDesc *reply;
+    bool done;
   };
   bool cma_peer(int peer, size_t bytes);
+  static void describe(CmaDesc &d, const void *buf, const BoxRef *b, size_t bytes);
+  static void runs_of(const CmaDesc &d, std::vector<Run> *out);
   Ticket cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
   Ticket cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
-  // Copies every node-local receive whose descriptor has arrived (a peer's in posting order) and
-  // acknowledges it; runs in every test and wait, so that no sender waits on a receiver that is
-  // itself waiting.
+  // Moves every node-local message whose next message arrived (a peer's in posting order, per
+  // direction) and answers it; runs in every test and wait, so that no rank waits on a peer that
+  // is itself waiting.
   void pump_cma();
 
   MPI_Comm comm_;
@@ -101,14 +120,16 @@ class MpiTransport : public Transport {
   std::vector<std::pair<size_t, size_t>> tickets_;  // first request, count
   std::vector<MPI_Datatype> types_;                 // committed by this step, freed by reset()
   std::unordered_map<int64_t, MPI_Datatype> cached_;  // by BoxRef::id, freed with the transport
-  std::vector<int64_t> ticket_cma_;  // per ticket: its node-local receive, or -1
+  // Per ticket: >= 0 its node-local receive, <= -2 its node-local send (-2 - index), -1 none.
+  std::vector<int64_t> ticket_cma_;
 
   bool blocking_ = false;              // this execution (begin_execution)
   bool node_known_ = false;
   std::vector<int> node_;              // ranks of comm_ read directly (sorted)
-  std::deque<CmaDesc> sdesc_, rdesc_;  // descriptors sent / received this step (stable)
+  std::deque<CmaDesc> descs_;          // every descriptor of this step (stable addresses)
   std::vector<CmaRecv> crecv_;
-  size_t cma_open_ = 0;                // node-local receives not copied yet
+  std::vector<CmaSend> csend_;
+  size_t cma_open_ = 0;                // node-local messages not finished yet
 };
 
 // The transport of a plan on communicator comm (today: always MPI).

@@ -152,45 +152,61 @@ void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off,
   }
 }
 
-std::string cma_read(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote) {
-  constexpr int kBatch = 512;  // pairs per call (IOV_MAX is 1024 on Linux)
-  struct iovec lv[kBatch], rv[kBatch];
-  size_t li = 0, ri = 0;
-  uint64_t lo = 0, ro = 0;  // bytes of local[li] / remote[ri] already covered
-  while (li < local.size() && ri < remote.size()) {
-    int k = 0;
-    size_t want = 0;
-    while (k < kBatch && li < local.size() && ri < remote.size()) {
-      uint64_t n = std::min(local[li].bytes - lo, remote[ri].bytes - ro);
-      lv[k].iov_base = (void *)(uintptr_t)(local[li].addr + lo);
-      lv[k].iov_len = (size_t)n;
-      rv[k].iov_base = (void *)(uintptr_t)(remote[ri].addr + ro);
-      rv[k].iov_len = (size_t)n;
-      ++k;
-      want += (size_t)n;
-      if ((lo += n) == local[li].bytes) ++li, lo = 0;
-      if ((ro += n) == remote[ri].bytes) ++ri, ro = 0;
-    }
-    // The kernel copies page by page and may stop early only on a fault: retry the rest once.
-    size_t done = 0;
-    int first = 0;
-    for (int tries = 0; done < want && tries < 2; ++tries) {
-      ssize_t got = process_vm_readv(pid, lv + first, (unsigned long)(k - first), rv + first,
-                                     (unsigned long)(k - first), 0);
-      if (got < 0) return std::strerror(errno);
-      done += (size_t)got;
-      size_t skip = (size_t)got;  // advance both lists past what was copied
-      while (first < k && skip >= lv[first].iov_len) skip -= lv[first++].iov_len;
-      if (first < k && skip) {
-        lv[first].iov_base = (char *)lv[first].iov_base + skip;
-        lv[first].iov_len -= skip;
-        rv[first].iov_base = (char *)rv[first].iov_base + skip;
-        rv[first].iov_len -= skip;
-      }
-    }
-    if (done < want) return "short read";
+namespace {
+// A position in a run list: run index and bytes of that run already taken.
+struct Cursor {
+  const std::vector<Run> *runs;
+  size_t i = 0;
+  uint64_t off = 0;
+  bool end() const { return i >= runs->size(); }
+  // Bytes in the next `max` runs from here.
+  uint64_t ahead(int max) const {
+    uint64_t b = 0;
+    for (size_t k = i; k < runs->size() && k < i + (size_t)max; ++k)
+      b += (*runs)[k].bytes - (k == i ? off : 0);
+    return b;
   }
-  if (li < local.size() || ri < remote.size()) return "the two sides cover different byte counts";
+  // Fills v with iovecs covering the next `bytes` bytes; returns their count.
+  int take(uint64_t bytes, struct iovec *v) {
+    int n = 0;
+    while (bytes) {
+      const Run &r = (*runs)[i];
+      uint64_t k = std::min(bytes, r.bytes - off);
+      v[n].iov_base = (void *)(uintptr_t)(r.addr + off);
+      v[n].iov_len = (size_t)k;
+      ++n;
+      bytes -= k;
+      if ((off += k) == r.bytes) ++i, off = 0;
+    }
+    return n;
+  }
+};
+}  // namespace
+
+// The two lists go to the kernel as they are (not cut into matching pairs): it pins the remote
+// pages run by run, up to 16 pages at a time, and fills the local runs as a stream, so a strided
+// side costs one iovec per run and a contiguous side one iovec in all.
+std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote,
+                     bool write) {
+  constexpr int kMax = 1024;  // IOV_MAX on Linux
+  struct iovec lv[kMax], rv[kMax];
+  Cursor lc{&local}, rc{&remote};
+  while (!lc.end() && !rc.end()) {
+    uint64_t bytes = std::min(lc.ahead(kMax), rc.ahead(kMax));
+    if (bytes == 0) break;
+    int nl = lc.take(bytes, lv), nr = rc.take(bytes, rv);
+    // The kernel may stop early only on a fault: what it did not copy is an error.
+    ssize_t got = write ? process_vm_writev(pid, lv, (unsigned long)nl, rv, (unsigned long)nr, 0)
+                        : process_vm_readv(pid, lv, (unsigned long)nl, rv, (unsigned long)nr, 0);
+    if (got < 0) return std::strerror(errno);
+    if ((uint64_t)got != bytes) return "short read";
+  }
+  auto rest = [](const Cursor &c) {
+    uint64_t b = 0;
+    for (size_t k = c.i; k < c.runs->size(); ++k) b += (*c.runs)[k].bytes - (k == c.i ? c.off : 0);
+    return b;
+  };
+  if (rest(lc) || rest(rc)) return "the two sides cover different byte counts";
   return "";
 }
 

@@ -8,8 +8,8 @@
 //   - which ranks of a process set share this node and can be read (node_probe, collective, run
 //     once per agreement communicator; node_attach/node_peers carry the answer to the
 //     communicators the plans use, as an MPI attribute);
-//   - the copy: the byte runs of a box in a compact buffer (box_runs) and one process_vm_readv
-//     batch after another over the runs of both sides (cma_read).
+//   - the copy: the byte runs of a box in a compact buffer (box_runs) and process_vm_readv or
+//     process_vm_writev over the runs of both sides (cma_copy).
 // LM_NODE_LOCAL=0 turns the path off; LM_NODE_LOCAL_MIN_BYTES (default 64 KiB) is the smallest
 // message that takes it (below, MPI's eager copies cost less than the extra acknowledgement).
 #pragma once
@@ -51,8 +51,10 @@ struct Run {
 // that are contiguous merge into one run.
 void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
               size_t esize, std::vector<Run> *out);
-// Copies the bytes of the remote runs (in process pid) into the local runs, in order; both lists
-// must cover the same number of bytes. Returns "" or the reason it failed (errno's text).
-std::string cma_read(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote);
+// Copies the bytes of the remote runs (in process pid) into the local runs, in order (write:
+// the local runs into the remote ones); both lists must cover the same number of bytes.
+// Returns "" or the reason it failed (errno's text).
+std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote,
+                     bool write);
 
 }  // namespace lm
