@@ -11,21 +11,10 @@
 #include <vector>
 
 #include "reshard/boxcopy.hpp"
+#include "unit_check.hpp"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-const char *g_test = "";
-
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (cond) {                                                                         \
-      ++g_passed;                                                                       \
-    } else {                                                                            \
-      ++g_failed;                                                                       \
-      std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", g_test, __FILE__, __LINE__, #cond); \
-    }                                                                                   \
-  } while (0)
 
 std::mt19937_64 rng(20261201);
 int64_t rnd(int64_t n) { return (int64_t)(rng() % (uint64_t)n); }
@@ -186,6 +175,5 @@ int main() {
   test_zero_d_and_empty();
   test_contiguous();
   test_split();
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  return unit_check_report("unit_boxcopy");
 }

@@ -7,20 +7,10 @@
 #include <cstdio>
 
 #include "mesh/agree.hpp"
+#include "unit_check.hpp"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-
-#define CHECK(cond)                                                               \
-  do {                                                                            \
-    if (cond) {                                                                   \
-      ++g_passed;                                                                 \
-    } else {                                                                      \
-      ++g_failed;                                                                 \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-    }                                                                             \
-  } while (0)
 
 void test_check_level() {
   int v = -7;
@@ -56,6 +46,5 @@ void test_timeout() {
 int main() {
   test_check_level();
   test_timeout();
-  std::printf("unit_env: %d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  return unit_check_report("unit_env");
 }

@@ -18,21 +18,10 @@
 #include "layout/layout.hpp"
 #include "reshard/plan.hpp"
 #include "reshard/reduce.hpp"
+#include "unit_check.hpp"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-const char *g_test = "";
-
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (cond) {                                                                         \
-      ++g_passed;                                                                       \
-    } else {                                                                            \
-      ++g_failed;                                                                       \
-      std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", g_test, __FILE__, __LINE__, #cond); \
-    }                                                                                   \
-  } while (0)
 
 #define CHECK_EQ(a, b)                                                                       \
   do {                                                                                       \
@@ -568,6 +557,5 @@ int main() {
   test_half();
   test_bf16();
   test_validate_and_format();
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return unit_check_report("unit_layout");
 }

@@ -15,20 +15,10 @@
 
 #include "reshard/boxcopy.hpp"
 #include "transport/node.hpp"
+#include "unit_check.hpp"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-
-#define CHECK(cond)                                                             \
-  do {                                                                          \
-    if (cond) {                                                                 \
-      ++g_passed;                                                               \
-    } else {                                                                    \
-      ++g_failed;                                                               \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-    }                                                                           \
-  } while (0)
 
 struct Box {
   int nd;
@@ -120,6 +110,5 @@ void test_runs_and_copy() {
 
 int main() {
   test_runs_and_copy();
-  std::printf("unit_node: %d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  return unit_check_report("unit_node");
 }

@@ -10,21 +10,10 @@
 #include <vector>
 
 #include "tensor/pool.hpp"
+#include "unit_check.hpp"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-const char *g_test = "";
-
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (cond) {                                                                         \
-      ++g_passed;                                                                       \
-    } else {                                                                            \
-      ++g_failed;                                                                       \
-      std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", g_test, __FILE__, __LINE__, #cond); \
-    }                                                                                   \
-  } while (0)
 
 constexpr size_t kLimit = size_t(3) << 20;  // LM_POOL_BYTES set by main before the pool exists
 
@@ -92,6 +81,5 @@ int main() {
   setenv("LM_POOL_BYTES", "3145728", 1);
   test_small_classes();
   test_bound();
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  return unit_check_report("unit_pool");
 }
