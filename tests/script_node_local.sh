@@ -15,6 +15,7 @@ for np in 2 3 4; do
   LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
 done
 LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_CASES=600 bash tools/lm-mpirun 8 "$BUILD/tests/test_reshard_random"
 LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_memory"
 LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
 LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"

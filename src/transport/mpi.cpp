@@ -226,17 +226,15 @@ void MpiTransport::runs_of(const CmaDesc &d, std::vector<Run> *out) {
 
 void MpiTransport::pump_cma() {
   // A peer whose earlier message (in this direction) is still waiting: its later ones wait too.
-  int blocked[32];
-  int nblocked = 0;
-  auto is_blocked = [&](int peer, int dir) {
-    if (nblocked == 32) return true;
-    for (int i = 0; i < nblocked; ++i)
-      if (blocked[i] == peer * 2 + dir) return true;
-    return false;
+  // One mark per (node peer, direction), valid for this pass (generation counter).
+  if (blocked_.size() != 2 * node_.size()) blocked_.assign(2 * node_.size(), 0);
+  const uint32_t gen = ++gen_;
+  auto slot = [&](int peer, int dir) -> uint32_t & {
+    size_t k = (size_t)(std::lower_bound(node_.begin(), node_.end(), peer) - node_.begin());
+    return blocked_[2 * k + (size_t)dir];
   };
-  auto block = [&](int peer, int dir) {
-    if (nblocked < 32) blocked[nblocked++] = peer * 2 + dir;
-  };
+  auto is_blocked = [&](int peer, int dir) { return slot(peer, dir) == gen; };
+  auto block = [&](int peer, int dir) { slot(peer, dir) = gen; };
   std::vector<Run> remote;
   auto failed_copy = [&](const char *how, uint64_t bytes, int peer, const std::string &why) {
     fail_and_notify(LM_ERR_MPI,

@@ -130,6 +130,8 @@ class MpiTransport : public Transport {
   std::vector<CmaRecv> crecv_;
   std::vector<CmaSend> csend_;
   size_t cma_open_ = 0;                // node-local messages not finished yet
+  std::vector<uint32_t> blocked_;      // pump_cma's marks per (node peer, direction)
+  uint32_t gen_ = 0;
 };
 
 // The transport of a plan on communicator comm (today: always MPI).
