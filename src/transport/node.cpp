@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "mesh/agree.hpp"
 
@@ -19,7 +21,7 @@ namespace {
 constexpr uint64_t kProbeWord = 0x4c4d4e4f44454c43ull;  // "LMNODELC"
 volatile uint64_t g_probe = kProbeWord;
 
-int g_keyval = MPI_KEYVAL_INVALID;
+std::atomic<int> g_keyval{MPI_KEYVAL_INVALID};  // the attribute carrying an AgreeComm*
 
 }  // namespace
 
@@ -87,19 +89,24 @@ void node_probe(AgreeComm *ac) {
 
 void node_attach(MPI_Comm comm, const AgreeComm *ac) {
   if (ac->node_peers.empty()) return;
-  if (g_keyval == MPI_KEYVAL_INVALID &&
-      MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &g_keyval, nullptr) !=
-          MPI_SUCCESS)
-    return;
-  MPI_Comm_set_attr(comm, g_keyval, const_cast<AgreeComm *>(ac));
+  static std::once_flag once;  // meshes may be created from several threads (THREAD_MULTIPLE)
+  std::call_once(once, [] {
+    int k = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &k, nullptr) ==
+        MPI_SUCCESS)
+      g_keyval.store(k);
+  });
+  const int k = g_keyval.load();
+  if (k != MPI_KEYVAL_INVALID) MPI_Comm_set_attr(comm, k, const_cast<AgreeComm *>(ac));
 }
 
 std::vector<int> node_peers(MPI_Comm comm) {
   std::vector<int> out;
-  if (g_keyval == MPI_KEYVAL_INVALID) return out;
+  const int k = g_keyval.load();
+  if (k == MPI_KEYVAL_INVALID) return out;
   void *v = nullptr;
   int flag = 0;
-  if (MPI_Comm_get_attr(comm, g_keyval, &v, &flag) != MPI_SUCCESS || !flag || !v) return out;
+  if (MPI_Comm_get_attr(comm, k, &v, &flag) != MPI_SUCCESS || !flag || !v) return out;
   const AgreeComm *ac = static_cast<const AgreeComm *>(v);
   MPI_Group from, to;
   if (MPI_Comm_group(ac->comm, &from) != MPI_SUCCESS) return out;
