@@ -572,8 +572,9 @@ LM_API lm_status_t lm_dist_tensor_destroy(lm_dist_tensor_t *tensor);
  * ------------------------------------------------------------------------------------------- */
 /** A new tensor holding src's value with `placements` (one per mesh dim of dst_mesh) on dst_mesh
  * (NULL: src's mesh). When nothing moves on this rank and its shard is a contiguous slice of the
- * source's (Replicate -> Shard), the result is a view that shares the source's memory, as
- * DTensor's views do: writing one changes the other. Collective over the ranks of both meshes; ranks in neither return at once
+ * source's (Replicate -> Shard) in host memory, the result is a view that shares the source's
+ * memory, as DTensor's views do: writing one changes the other (device tensors get a copy on the
+ * device: their reshards run the mesh's device collectives on every rank). Collective over the ranks of both meshes; ranks in neither return at once
  * with a placeholder. Both meshes must come from the same parent communicator. Uses an internal
  * plan cache, so repeated reshards of one layout pair plan once. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm_dist_tensor_t src,
