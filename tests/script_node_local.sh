@@ -9,18 +9,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-export LM_RESHARD_CASES=${LM_RESHARD_CASES:-1500}
-for np in 2 3 4; do
+# Under the sanitizers (several times slower) the same modes run on fewer cases and rank counts:
+# what they add there is memory checking of the copies, not coverage of more layouts.
+san=0
+ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan && san=1
+if [ $san = 1 ]; then nps="3"; cases=400; else nps="2 3 4"; cases=1500; fi
+export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$cases}
+for np in $nps; do
   LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
 done
 LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
-LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_CASES=600 bash tools/lm-mpirun 8 "$BUILD/tests/test_reshard_random"
+[ $san = 1 ] || LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_CASES=600 bash tools/lm-mpirun 8 "$BUILD/tests/test_reshard_random"
 LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_memory"
 LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
 LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"
-LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
-LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
+if [ $san = 0 ]; then  # off: what every other suite's small messages already run
+  LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+  LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
+fi
 echo "node-local path: exact in both modes"
 
 if ! command -v strace >/dev/null; then
@@ -28,7 +35,7 @@ if ! command -v strace >/dev/null; then
   echo "script_node_local: SKIP of the path check: no strace (apt-get install strace)"
   exit 0
 fi
-if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+if [ $san = 1 ]; then
   echo "node-local path check: in the plain build only (ptrace under ASan)"; exit 0
 fi
 calls() {  # "readv writev" calls of one run of test_reshard_directed at np 2

@@ -9,7 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-export LM_RESHARD_CASES=${LM_RESHARD_CASES:-3000}
+# Under the sanitizers (several times slower) the same modes run on fewer random cases.
+big=3000 small=1500
+if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then big=800 small=400; fi
+export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$big}
 for np in 3 4; do
   LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
   LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
@@ -17,7 +20,7 @@ done
 echo "staging path: OK"
 for np in 1 2 3 4; do
   for dt in 1 0; do
-    LM_STAGING_BYTES=512 LM_RESHARD_DATATYPES=$dt LM_RESHARD_CASES=1500 \
+    LM_STAGING_BYTES=512 LM_RESHARD_DATATYPES=$dt LM_RESHARD_CASES=$small \
       bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
     LM_STAGING_BYTES=512 LM_RESHARD_DATATYPES=$dt bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_memory"
   done
