@@ -9,9 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-# Under the sanitizers (several times slower) the same modes run on fewer random cases.
+# Under the sanitizers (several times slower) and MPICH (whose waits spin when ranks outnumber
+# cores) the same modes run on fewer random cases.
 big=3000 small=1500
-if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then big=800 small=400; fi
+if ldd "$BUILD/lib/liblocalmap.so" | grep -qE 'libasan|libmpich'; then big=800 small=400; fi
 export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$big}
 for np in 3 4; do
   LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
