@@ -27,6 +27,8 @@ if ! command -v abidw >/dev/null 2>&1 || ! command -v abidiff >/dev/null 2>&1; t
   exit 77
 fi
 unset MAKEFLAGS MFLAGS
+# The two rebuilds below are most of this script's time: use every core (tests run one at a time).
+JOBS=$(nproc 2>/dev/null || echo 2)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -47,7 +49,7 @@ copy_tree() {
 # to DIR/abi.log; returns abi-check's status. CUDA=0: the public ABI is the same with and without
 # the CUDA backend, and nvcc would make the two rebuilds much slower.
 check() {
-  make -s -C "$1" lib BUILD="$BUILD" MPI="$MPI" CUDA=0 >"$1/build.log" 2>&1 || { cat "$1/build.log"; exit 1; }
+  make -s -j"$JOBS" -C "$1" lib BUILD="$BUILD" MPI="$MPI" CUDA=0 >"$1/build.log" 2>&1 || { cat "$1/build.log"; exit 1; }
   make -s -C "$1" abi-check BUILD="$BUILD" MPI="$MPI" CUDA=0 ABI_BASELINE="$tmp/base.abi" >"$1/abi.log" 2>&1
 }
 

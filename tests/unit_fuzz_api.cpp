@@ -3,6 +3,7 @@
 // point with hostile arguments on a singleton MPI process (no mpirun), a fixed-seed stream of
 // inputs, so the API fuzzer's invariants (a known status and a message, never a crash) also run
 // in `make check` and under the sanitizer build where libFuzzer is missing.
+// lm-unit-starts-mpi (the API starts MPI: LSan needs full stacks, tests/run-tests.sh)
 #include "../fuzz/fuzz_api.cpp"
 #include "fuzz_replay.h"
 
