@@ -442,8 +442,11 @@ typedef enum lm_transport_t {
  * (collective then anyway): LM_TRANSPORT_NCCL when the build has NCCL, no two ranks of the mesh
  * share one GPU (checked by one allgather of host name + PCI bus id: NCCL refuses "Duplicate GPU")
  * and the environment does not say LM_TRANSPORT=mpi; LM_TRANSPORT_MPI_STAGED otherwise. Until
- * then LM_TRANSPORT_UNDECIDED. Cross-mesh device reshards are host-staged whatever the meshes
- * chose (no NCCL communicator per pair of meshes yet).
+ * then LM_TRANSPORT_UNDECIDED. A cross-mesh device reshard makes the same choice over the union
+ * of both meshes' ranks (at its first device reshard between them, collective over that union):
+ * NCCL on a communicator of that union, created once per pair of meshes and kept as long as the
+ * older of the two meshes lives (it is freed with it); its work goes on the target mesh's stream (ordered after the source mesh's stream
+ * by an event where a rank's two streams differ), else host-staged.
  * @param mesh        the mesh
  * @param device_type kDLCPU or kDLCUDA (or any DLPack device type)
  * @param transport   out: an lm_transport_t value */

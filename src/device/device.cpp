@@ -28,6 +28,19 @@
 
 namespace lm {
 
+struct PairDevice {
+  int transport = LM_TRANSPORT_UNDECIDED;
+  std::string transport_why;
+  MPI_Comm comm = MPI_COMM_NULL;  // the union of both meshes' ranks (MPI_Comm_create_group)
+  int rank = -1, size = 0;        // this rank in the union, the union's size
+  std::vector<int> map;           // parent rank -> rank in the union (-1: in neither mesh)
+  NcclComm nccl;
+  ~PairDevice() {
+    nccl.release();
+    if (comm != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&comm);
+  }
+};
+
 bool is_device(DLDevice d) { return enum_bits(d.device_type) == kDLCUDA; }
 
 MeshDevice &mesh_device(lm_mesh_s *m) {
@@ -251,19 +264,24 @@ void stage_to_device(lm_mesh_s *m, void *dev, void *host, size_t bytes) {
   if (p) p->event = ev;
 }
 
-MeshDevice::~MeshDevice() {
-  if (nccl) {
-    // Let enqueued NCCL work finish (peers may be waiting for it), at most LM_NCCL_TIMEOUT, then
-    // abort: local, never waits for peers (ncclCommFinalize/Destroy could).
-    if (nccl_used) {
-      const double limit = nccl_timeout_seconds();
-      const auto t0 = std::chrono::steady_clock::now();
-      while (cudaStreamQuery(static_cast<cudaStream_t>(nccl_stream)) == cudaErrorNotReady &&
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < limit)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    ncclCommAbort(static_cast<ncclComm_t>(nccl));
+void NcclComm::release() {
+  if (!comm) return;
+  // Let enqueued NCCL work finish (peers may be waiting for it), at most LM_NCCL_TIMEOUT, then
+  // abort: local, never waits for peers (ncclCommFinalize/Destroy could).
+  if (used) {
+    const double limit = nccl_timeout_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    while (cudaStreamQuery(static_cast<cudaStream_t>(stream)) == cudaErrorNotReady &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < limit)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  ncclCommAbort(static_cast<ncclComm_t>(comm));
+  comm = nullptr;
+}
+
+MeshDevice::~MeshDevice() {
+  pairs.clear();
+  nccl.release();
   for (auto &p : pinned) {
     if (p.event && p.event != reinterpret_cast<void *>(1)) {
       cudaEventSynchronize(static_cast<cudaEvent_t>(p.event));
@@ -282,22 +300,19 @@ struct GpuId {
 };
 }  // namespace
 
-int device_transport(lm_mesh_s *m, int device_id) {
-  MeshDevice &d = mesh_device(m);
-  if (d.transport != LM_TRANSPORT_UNDECIDED) return d.transport;
+// The shared-GPU check of the n ranks of `c` (one allgather of host + PCI bus id, before any
+// NCCL call: NCCL refuses two ranks of one communicator on one GPU, "Duplicate GPU detected").
+// `who` names the ranks in the reason ("mesh ranks", "ranks of the two meshes' union").
+static int choose_transport(MPI_Comm c, int n, int device_id, const char *who, std::string *why) {
   const char *env = std::getenv("LM_TRANSPORT");
   if (env && std::strcmp(env, "mpi") == 0) {
-    d.transport = LM_TRANSPORT_MPI_STAGED;
-    d.transport_why = "LM_TRANSPORT=mpi";
-    return d.transport;
+    *why = "LM_TRANSPORT=mpi";
+    return LM_TRANSPORT_MPI_STAGED;
   }
   if (!kNcclExecutor) {
-    d.transport = LM_TRANSPORT_MPI_STAGED;
-    d.transport_why = "this build has no NCCL executor yet: device data is staged through host";
-    return d.transport;
+    *why = "this build has no NCCL executor: device data is staged through host";
+    return LM_TRANSPORT_MPI_STAGED;
   }
-  // Shared-GPU detection before any NCCL call: one allgather of (host, PCI bus id) over the mesh;
-  // NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected").
   GpuId mine{};
   gethostname(mine.host, sizeof mine.host - 1);
   if (const char *hid = std::getenv("NCCL_HOSTID"))  // NCCL_SPLIT_HOSTS test mode: NCCL's view
@@ -306,24 +321,30 @@ int device_transport(lm_mesh_s *m, int device_id) {
     cudaGetLastError();
     std::snprintf(mine.bus, sizeof mine.bus, "?%d", device_id);
   }
-  std::vector<GpuId> all((size_t)m->grid->size());
-  try {
-    mpi_check(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
-                            MPI_BYTE, m->comm),
-              "device transport choice: MPI_Allgather of host and PCI bus ids");
-  } catch (const Error &e) {
-    mesh_break(m, e);
-  }
+  std::vector<GpuId> all((size_t)n);
+  mpi_check(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
+                          MPI_BYTE, c),
+            "device transport choice: MPI_Allgather of host and PCI bus ids");
   for (size_t i = 0; i < all.size(); ++i)
     for (size_t j = i + 1; j < all.size(); ++j)
       if (!std::strcmp(all[i].host, all[j].host) && !std::strcmp(all[i].bus, all[j].bus)) {
-        d.transport = LM_TRANSPORT_MPI_STAGED;
-        d.transport_why = strfmt("mesh ranks %zu and %zu share the GPU %s on host %s", i, j,
-                                 all[i].bus, all[i].host);
-        return d.transport;
+        *why = strfmt("%s %zu and %zu share the GPU %s on host %s", who, i, j, all[i].bus,
+                      all[i].host);
+        return LM_TRANSPORT_MPI_STAGED;
       }
-  d.transport = LM_TRANSPORT_NCCL;
-  d.transport_why = "NCCL: every mesh rank has its own GPU";
+  *why = strfmt("NCCL: each of the %s has its own GPU", who);
+  return LM_TRANSPORT_NCCL;
+}
+
+int device_transport(lm_mesh_s *m, int device_id) {
+  MeshDevice &d = mesh_device(m);
+  if (d.transport != LM_TRANSPORT_UNDECIDED) return d.transport;
+  try {
+    d.transport = choose_transport(m->comm, (int)m->grid->size(), device_id, "mesh ranks",
+                                   &d.transport_why);
+  } catch (const Error &e) {
+    mesh_break(m, e);
+  }
   return d.transport;
 }
 
@@ -336,41 +357,48 @@ double nccl_timeout_seconds() {
   return (end && *end == 0 && v >= 0) ? v : 300.0;
 }
 
-// Test hook (fault injection): LM_NCCL_FAULT_INIT_RANK=r makes mesh rank r report a failed
-// communicator init, so the agreement, abort and broken-mesh path is testable on one GPU.
-static bool nccl_fault_here(const lm_mesh_s *m) {
+// Test hook (fault injection): LM_NCCL_FAULT_INIT_RANK=r makes rank r of the communicator (the
+// mesh index, or the rank in a pair's union) report a failed communicator init, so the agreement,
+// abort and broken-mesh path is testable on one GPU.
+static bool nccl_fault_here(int64_t rank) {
   const char *e = std::getenv("LM_NCCL_FAULT_INIT_RANK");
-  return e && *e && std::atoll(e) == m->index;
+  return e && *e && std::atoll(e) == rank;
 }
 
-[[noreturn]] static void nccl_break(lm_mesh_s *m, const std::string &msg) {
-  Error e(LM_ERR_NCCL, msg);
+// Marks m2 broken too (a pair's communicator serves both meshes), then m (mesh_break rethrows).
+[[noreturn]] static void break_meshes(lm_mesh_s *m, lm_mesh_s *m2, const Error &e) {
+  if (m2 && m2 != m) {
+    m2->broken = true;
+    m2->broken_why = e.message();
+  }
   mesh_break(m, e);
 }
 
-void *nccl_comm(lm_mesh_s *m, int device_id) {
-  MeshDevice &d = mesh_device(m);
-  if (d.nccl) {
-    if (d.nccl_device != device_id)
-      fail(LM_ERR_INVALID_ARGUMENT, "NCCL: the mesh's communicator lives on device %d, this tensor "
-           "on device %d (one device per rank and mesh)", d.nccl_device, device_id);
-    return d.nccl;
-  }
-  // 1. The unique id from mesh rank 0, with its status, to every member.
+[[noreturn]] static void nccl_break(lm_mesh_s *m, lm_mesh_s *m2, const std::string &msg) {
+  break_meshes(m, m2, Error(LM_ERR_NCCL, msg));
+}
+
+// Creates the communicator of the n ranks of `c` (this rank: `rank`) on device_id, collective
+// over c: the unique id from rank 0 by MPI_Bcast, non-blocking ncclCommInitRankConfig polled with
+// a deadline, one allreduce agreeing on the outcome. Any failure anywhere: every rank aborts its
+// communicator, m (and m2) are broken, LM_ERR_NCCL everywhere.
+static void nccl_init(NcclComm &out, MPI_Comm c, int n, int rank, int device_id, lm_mesh_s *m,
+                      lm_mesh_s *m2, int world_rank) {
+  // 1. The unique id from rank 0, with its status, to every member.
   struct {
     ncclUniqueId id;
     int rc;
   } boot{};
-  if (m->index == 0) boot.rc = (int)ncclGetUniqueId(&boot.id);
+  if (rank == 0) boot.rc = (int)ncclGetUniqueId(&boot.id);
   try {
-    mpi_check(MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, m->comm),
+    mpi_check(MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, c),
               "NCCL bootstrap: MPI_Bcast of the unique id");
   } catch (const Error &e) {
-    mesh_break(m, e);
+    break_meshes(m, m2, e);
   }
   if (boot.rc != ncclSuccess)
-    nccl_break(m, strfmt("NCCL bootstrap: ncclGetUniqueId failed on mesh rank 0: %s",
-                         ncclGetErrorString((ncclResult_t)boot.rc)));
+    nccl_break(m, m2, strfmt("NCCL bootstrap: ncclGetUniqueId failed on rank 0 of the "
+                             "communicator: %s", ncclGetErrorString((ncclResult_t)boot.rc)));
   // 2. Non-blocking init, polled with a deadline.
   std::string err;
   ncclComm_t comm = nullptr;
@@ -378,7 +406,7 @@ void *nccl_comm(lm_mesh_s *m, int device_id) {
     DeviceGuard g(device_id);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    ncclResult_t rc = ncclCommInitRankConfig(&comm, (int)m->grid->size(), boot.id, (int)m->index, &cfg);
+    ncclResult_t rc = ncclCommInitRankConfig(&comm, n, boot.id, rank, &cfg);
     const double limit = nccl_timeout_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     ncclResult_t st = rc;
@@ -395,37 +423,53 @@ void *nccl_comm(lm_mesh_s *m, int device_id) {
     if (err.empty() && st != ncclSuccess)
       err = strfmt("ncclCommInitRankConfig failed: %s%s%s", ncclGetErrorString(st),
                    comm ? ": " : "", comm ? ncclGetLastError(comm) : "");
-    if (err.empty() && nccl_fault_here(m)) err = "injected failure (LM_NCCL_FAULT_INIT_RANK)";
+    if (err.empty() && nccl_fault_here(rank)) err = "injected failure (LM_NCCL_FAULT_INIT_RANK)";
     if (!err.empty() && comm) {
       ncclCommAbort(comm);
       comm = nullptr;
     }
   }
-  // 3. Agree: any failure fails every rank with LM_ERR_NCCL and breaks the mesh.
-  int mine = err.empty() ? -1 : (int)m->index, first = -1;
+  // 3. Agree: any failure fails every rank with LM_ERR_NCCL and breaks the mesh(es).
+  int mine = err.empty() ? -1 : rank, first = -1;
   try {
-    mpi_check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MAX, m->comm),
+    mpi_check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MAX, c),
               "NCCL bootstrap: MPI_Allreduce of the init outcome");
   } catch (const Error &e) {
     if (comm) ncclCommAbort(comm);
-    mesh_break(m, e);
+    break_meshes(m, m2, e);
   }
   if (first >= 0) {
     if (comm) ncclCommAbort(comm);
-    nccl_break(m, err.empty()
-                      ? strfmt("NCCL communicator init failed on mesh rank %d (this rank %d "
-                               "succeeded and aborted its communicator)", first, m->world_rank)
-                      : strfmt("NCCL communicator init on rank %d: %s", m->world_rank, err.c_str()));
+    nccl_break(m, m2,
+               err.empty()
+                   ? strfmt("NCCL communicator init failed on rank %d of the communicator (this "
+                            "rank %d succeeded and aborted its communicator)", first, world_rank)
+                   : strfmt("NCCL communicator init on rank %d: %s", world_rank, err.c_str()));
   }
-  d.nccl = comm;
-  d.nccl_device = device_id;
-  return comm;
+  out.comm = comm;
+  out.device = device_id;
 }
 
-void nccl_check_async(lm_mesh_s *m, const char *what) {
+static void check_comm_device(const NcclComm &c, int device_id, const char *whose) {
+  if (c.device != device_id)
+    fail(LM_ERR_INVALID_ARGUMENT, "NCCL: %s communicator lives on device %d, this tensor on "
+         "device %d (one device per rank and mesh)", whose, c.device, device_id);
+}
+
+void *nccl_comm(lm_mesh_s *m, int device_id) {
   MeshDevice &d = mesh_device(m);
-  if (!d.nccl) return;
-  ncclComm_t c = static_cast<ncclComm_t>(d.nccl);
+  if (d.nccl.comm) {
+    check_comm_device(d.nccl, device_id, "the mesh's");
+    return d.nccl.comm;
+  }
+  nccl_init(d.nccl, m->comm, (int)m->grid->size(), (int)m->index, device_id, m, nullptr,
+            m->world_rank);
+  return d.nccl.comm;
+}
+
+void nccl_check_async(NcclComm &nc, lm_mesh_s *m, lm_mesh_s *m2, const char *what) {
+  if (!nc.comm) return;
+  ncclComm_t c = static_cast<ncclComm_t>(nc.comm);
   ncclResult_t st = ncclSuccess;
   const double limit = nccl_timeout_seconds();
   const auto t0 = std::chrono::steady_clock::now();
@@ -444,8 +488,8 @@ void nccl_check_async(lm_mesh_s *m, const char *what) {
                         : strfmt("%s: NCCL reported %s: %s", what, ncclGetErrorString(st),
                                  ncclGetLastError(c));
   ncclCommAbort(c);
-  d.nccl = nullptr;
-  nccl_break(m, msg);
+  nc.comm = nullptr;
+  nccl_break(m, m2, msg);
 }
 
 CurrentDevice::CurrentDevice(int dev) {
@@ -457,28 +501,136 @@ CurrentDevice::~CurrentDevice() {
   if (cudaGetDevice(&cur) == cudaSuccess && cur != prev_ && prev_ >= 0) cudaSetDevice(prev_);
 }
 
+// The tag of MPI_Comm_create_group for pair communicators (distinguishes concurrent creations
+// on one parent; within MPI's guaranteed MPI_TAG_UB of 32767).
+constexpr int kPairCommTag = 31117;
+
+// The pair of meshes' device state, created on first use: collective over the union of their
+// ranks (every rank of either mesh calls it in the same order; ranks of neither never do).
+static PairDevice &pair_device(lm_mesh_s *sm, lm_mesh_s *dm, MPI_Comm parent, int device_id) {
+  lm_mesh_s *lo = sm->id < dm->id ? sm : dm, *hi = lo == sm ? dm : sm;
+  MeshDevice &d = mesh_device(lo);
+  auto it = d.pairs.find(hi->id);
+  if (it != d.pairs.end()) return *it->second;
+  auto p = std::make_unique<PairDevice>();
+  int wsize = 0;
+  try {
+    mpi_check(MPI_Comm_size(parent, &wsize), "cross-mesh device transport: MPI_Comm_size");
+    p->map.assign((size_t)wsize, -1);
+    for (lm_mesh_s *m : {sm, dm})
+      for (int64_t i = 0; i < m->grid->size(); ++i) p->map[(size_t)m->grid->rank_at_index(i)] = 0;
+    std::vector<int> ranks;  // the union in parent rank order
+    for (int r = 0; r < wsize; ++r)
+      if (p->map[(size_t)r] == 0) {
+        p->map[(size_t)r] = (int)ranks.size();
+        ranks.push_back(r);
+      }
+    p->size = (int)ranks.size();
+    p->rank = p->map[(size_t)sm->world_rank];
+    if (p->rank < 0)
+      fail(LM_ERR_INTERNAL, "cross-mesh device transport: rank %d is in neither mesh",
+           sm->world_rank);
+    MPI_Group wg = MPI_GROUP_NULL, ug = MPI_GROUP_NULL;
+    mpi_check(MPI_Comm_group(parent, &wg), "cross-mesh device transport: MPI_Comm_group");
+    int rc = MPI_Group_incl(wg, p->size, ranks.data(), &ug);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(parent, ug, kPairCommTag, &p->comm);
+    MPI_Group_free(&wg);
+    if (ug != MPI_GROUP_NULL) MPI_Group_free(&ug);
+    mpi_check(rc, "cross-mesh device transport: MPI_Comm_create_group of the two meshes' ranks");
+    MPI_Comm_set_errhandler(p->comm, MPI_ERRORS_RETURN);
+    p->transport = choose_transport(p->comm, p->size, device_id, "ranks of the two meshes' union",
+                                    &p->transport_why);
+  } catch (const Error &e) {
+    break_meshes(sm, dm, e);
+  }
+  return *(d.pairs[hi->id] = std::move(p));
+}
+
 bool device_plan_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id) {
-  // Cross-mesh plans stage (a communicator per pair of meshes is not built yet).
-  if (src_mesh != dst_mesh || !src_mesh->member) return false;
-  if (device_transport(src_mesh, device_id) != LM_TRANSPORT_NCCL) return false;
-  void *comm = nccl_comm(src_mesh, device_id);
-  void *stream = mesh_device(src_mesh).config.stream;
-  auto *cur = dynamic_cast<NcclTransport *>(plan.transport());
-  MeshDevice &md = mesh_device(src_mesh);
-  md.nccl_used = true;
-  md.nccl_stream = stream;
-  if (!cur || cur->comm() != comm || cur->stream() != stream) {
-    std::vector<int> map((size_t)src_mesh->world_size, -1);  // parent rank -> NCCL rank
+  NcclComm *nc = nullptr;
+  lm_mesh_s *m2 = nullptr;
+  void *stream = nullptr;
+  std::vector<int> map((size_t)src_mesh->world_size, -1);  // parent rank -> NCCL rank
+  if (src_mesh == dst_mesh) {
+    if (!src_mesh->member) return false;
+    if (device_transport(src_mesh, device_id) != LM_TRANSPORT_NCCL) return false;
+    nccl_comm(src_mesh, device_id);
+    nc = &mesh_device(src_mesh).nccl;
+    stream = mesh_device(src_mesh).config.stream;
     for (int64_t i = 0; i < src_mesh->grid->size(); ++i)
       map[(size_t)src_mesh->grid->rank_at_index(i)] = (int)i;
-    plan.use_transport(
-        std::make_unique<NcclTransport>(src_mesh, comm, stream, device_id, std::move(map)));
+  } else {
+    // Across meshes: the union's communicator; the work goes on the target mesh's stream where
+    // this rank has a target shard (its consumers order on that stream), else the source's.
+    PairDevice &p = pair_device(src_mesh, dst_mesh, plan.comm, device_id);
+    if (p.transport != LM_TRANSPORT_NCCL) return false;
+    if (p.nccl.comm)
+      check_comm_device(p.nccl, device_id, "the two meshes'");
+    else
+      nccl_init(p.nccl, p.comm, p.size, p.rank, device_id, src_mesh, dst_mesh,
+                src_mesh->world_rank);
+    nc = &p.nccl;
+    m2 = dst_mesh;
+    stream = (dst_mesh->member ? mesh_device(dst_mesh) : mesh_device(src_mesh)).config.stream;
+    map = p.map;
   }
+  auto *cur = dynamic_cast<NcclTransport *>(plan.transport());
+  if (!cur || cur->comm() != nc->comm || cur->stream() != stream)
+    plan.use_transport(std::make_unique<NcclTransport>(nc, src_mesh, m2, stream, device_id,
+                                                       std::move(map)));
   return true;
+}
+
+void device_plan_join_streams(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, bool before) {
+  if (src_mesh == dst_mesh || !src_mesh->member || !dst_mesh->member) return;
+  auto *t = dynamic_cast<NcclTransport *>(plan.transport());
+  if (!t) return;
+  cudaStream_t src = stream_of(src_mesh), run = static_cast<cudaStream_t>(t->stream());
+  if (src == run) return;
+  cudaStream_t from = before ? src : run, to = before ? run : src;
+  cudaEvent_t ev = nullptr;
+  LM_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  cudaError_t rc = cudaEventRecord(ev, from);
+  if (rc == cudaSuccess) rc = cudaStreamWaitEvent(to, ev, 0);
+  cudaEventDestroy(ev);  // released once the recorded work completes
+  if (rc != cudaSuccess) cuda_fail(rc, "cross-mesh stream ordering (cudaEventRecord / cudaStreamWaitEvent)");
 }
 
 void plan_use_host_transport(Plan &plan) {
   if (dynamic_cast<NcclTransport *>(plan.transport())) plan.use_transport(transport_for(plan.comm));
+}
+
+static void nccl_plan_check(Plan &plan, const char *what) {
+  if (auto *t = dynamic_cast<NcclTransport *>(plan.transport())) t->check_async(what);
+}
+
+// Agrees a local outcome over the union of two meshes' ranks (the pair's communicator, made by
+// device_plan_on_nccl before any cross-mesh staging): rethrows `local` where it failed, and
+// LM_ERR_REMOTE naming the first failed rank on the others. Both meshes break on an MPI error.
+static void pair_agree(lm_mesh_s *sm, lm_mesh_s *dm, lm_status_t local, const std::string &err,
+                       const char *what) {
+  lm_mesh_s *lo = sm->id < dm->id ? sm : dm, *hi = lo == sm ? dm : sm;
+  MeshDevice &d = mesh_device(lo);
+  auto it = d.pairs.find(hi->id);
+  if (it == d.pairs.end() || it->second->comm == MPI_COMM_NULL) {
+    if (local != LM_SUCCESS) throw Error(local, err);
+    return;
+  }
+  PairDevice &p = *it->second;
+  int v = local != LM_SUCCESS ? p.size - p.rank : 0;
+  try {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, p.comm), what);
+  } catch (const Error &e) {
+    break_meshes(sm, dm, e);
+  }
+  if (local != LM_SUCCESS) throw Error(local, err);
+  if (v) {
+    const int failed = p.size - v;
+    int parent = -1;
+    for (size_t r = 0; r < p.map.size(); ++r)
+      if (p.map[r] == failed) parent = (int)r;
+    fail(LM_ERR_REMOTE, "%s: rank %d failed; this rank %d did not", what, parent, sm->world_rank);
+  }
 }
 
 #else  // !LM_WITH_CUDA ------------------------------------------------------------------
@@ -512,9 +664,16 @@ bool device_plan_on_nccl(lm_mesh_s *, lm_mesh_s *, Plan &, int) { not_built("NCC
 void plan_use_host_transport(Plan &) {}
 CurrentDevice::CurrentDevice(int) {}
 CurrentDevice::~CurrentDevice() = default;
+void device_plan_join_streams(lm_mesh_s *, lm_mesh_s *, Plan &, bool) {}
 void *nccl_comm(lm_mesh_s *, int) { not_built("NCCL"); }
-void nccl_check_async(lm_mesh_s *, const char *) {}
+void nccl_check_async(NcclComm &, lm_mesh_s *, lm_mesh_s *, const char *) {}
 double nccl_timeout_seconds() { return 300.0; }
+void NcclComm::release() { comm = nullptr; }
+static void nccl_plan_check(Plan &, const char *) {}
+static void pair_agree(lm_mesh_s *, lm_mesh_s *, lm_status_t local, const std::string &err,
+                       const char *) {
+  if (local != LM_SUCCESS) throw Error(local, err);
+}
 MeshDevice::~MeshDevice() = default;
 
 #endif  // LM_WITH_CUDA
@@ -525,23 +684,43 @@ void device_run_plan(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, const
   if (device_plan_on_nccl(src_mesh, dst_mesh, plan, device_id)) {
     CurrentDevice on(device_id);
     try {
-      plan.run(in, out);  // device pointers; everything enqueued on the mesh's stream
+      device_plan_join_streams(src_mesh, dst_mesh, plan, true);
+      plan.run(in, out);  // device pointers; everything enqueued on the plan's stream
+      device_plan_join_streams(src_mesh, dst_mesh, plan, false);
     } catch (...) {
       plan.abandon();  // a cached plan must not stay mid-execution
       throw;
     }
-    nccl_check_async(src_mesh, "reshard on NCCL");
+    nccl_plan_check(plan, "reshard on NCCL");
     return;
   }
   if (src_mesh->member) device_transport(src_mesh, device_id);
   plan_use_host_transport(plan);
-  // Host-staged: the plan runs on pinned host copies through MPI.
-  // Staging failures are agreed over a shared mesh (cross-mesh: no common communicator without
-  // the bystanders, so a failure there stays local: documented).
-  lm_mesh_s *agree = src_mesh == dst_mesh && src_mesh->member ? src_mesh : nullptr;
-  void *hin = stage_to_host_agreed(agree, src_mesh, in, in_bytes), *hout = nullptr;
+  // Host-staged: the plan runs on pinned host copies through MPI. Staging failures (pinned
+  // memory, the copy out) are agreed before any data moves, over the mesh or, across meshes,
+  // over the union of both meshes' ranks (the pair's communicator), so no rank waits for a
+  // failed one.
+  void *hin = nullptr, *hout = nullptr;
+  lm_status_t st = LM_SUCCESS;
+  std::string err;
   try {
+    if (in) hin = stage_to_host(src_mesh, in, in_bytes);
     if (out) hout = stage_host_buffer(dst_mesh, out_bytes);
+  } catch (const Error &e) {
+    st = e.status();
+    err = e.message();
+  }
+  try {
+    if (src_mesh == dst_mesh)
+      mesh_agree(src_mesh, st, err, "device staging");
+    else
+      pair_agree(src_mesh, dst_mesh, st, err, "device staging");
+  } catch (...) {
+    stage_release(src_mesh, hin);
+    stage_release(dst_mesh, hout);
+    throw;
+  }
+  try {
     plan.run(hin, hout);
   } catch (...) {
     stage_release(src_mesh, hin);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,16 +43,31 @@ void check_cuda_device(DLDevice d, const char *what);
 // buffer labelled kDLCUDA is refused, not dereferenced on the device.
 void check_device_pointer(const void *p, DLDevice d, const char *what);
 
+// One NCCL communicator of this rank: over a mesh's ranks, or over the union of the ranks of two
+// meshes (cross-mesh reshards). Created lazily, aborted (locally) when its owner goes.
+struct NcclComm {
+  void *comm = nullptr;    // ncclComm_t; NULL: not created yet, or aborted after an error
+  int device = -1;         // the CUDA device it was created on
+  void *stream = nullptr;  // the stream NCCL work was last enqueued on
+  bool used = false;
+  // Lets enqueued work finish (peers may wait for it), at most LM_NCCL_TIMEOUT, then aborts.
+  void release();
+};
+
+// The device state of a pair of meshes (device.cpp): the transport the union of their ranks
+// chose and its communicators. Kept by the mesh of the smaller id, keyed by the other's id.
+struct PairDevice;
+
 // Per-mesh, per-rank device state: the options of lm_mesh_set_device_config, the transport
 // chosen for device data, lazily created NCCL communicators, pinned staging buffers.
 struct MeshDevice {
   lm_device_config_t config{};
   int transport = LM_TRANSPORT_UNDECIDED;
   std::string transport_why;  // one line: why this transport (for messages and docs)
-  void *nccl = nullptr;       // ncclComm_t of the mesh's ranks
-  int nccl_device = -1;
-  void *nccl_stream = nullptr;  // the stream NCCL work was last enqueued on
-  bool nccl_used = false;
+  NcclComm nccl;              // of the mesh's ranks
+  // Cross-mesh: one entry per other mesh (its id) with a larger id, i.e. created later, that this
+  // mesh moved device data with. Lives as long as this mesh (ids are never reused).
+  std::map<uint64_t, std::unique_ptr<PairDevice>> pairs;
   struct Pinned {
     void *ptr = nullptr;
     size_t cap = 0;
@@ -83,8 +99,9 @@ int device_transport(lm_mesh_s *m, int device_id);
 // throws LM_ERR_NCCL (one small allreduce agrees). Returns an ncclComm_t.
 void *nccl_comm(lm_mesh_s *m, int device_id);
 // Checks a communicator's asynchronous state after work was posted; on error aborts it, marks the
-// mesh broken and throws LM_ERR_NCCL (local: the peers see the same error from their own comm).
-void nccl_check_async(lm_mesh_s *m, const char *what);
+// mesh broken (m2 too, when given: a pair's communicator) and throws LM_ERR_NCCL (local: the
+// peers see the same error from their own comm). Nothing to check when c.comm is NULL.
+void nccl_check_async(NcclComm &c, lm_mesh_s *m, lm_mesh_s *m2, const char *what);
 // Seconds of LM_NCCL_TIMEOUT (default 300; 0 = poll once).
 double nccl_timeout_seconds();
 
@@ -122,10 +139,18 @@ void stage_to_device(lm_mesh_s *m, void *dev, void *host, size_t bytes);
 // Marks a staging buffer reusable at once (no device work pending on it).
 void stage_release(lm_mesh_s *m, void *host);
 
-// Prepares `plan` to run on device memory through NCCL when the mesh's transport is NCCL and the
-// plan stays within one mesh (src_mesh == dst_mesh); returns false otherwise (then stage).
-// Collective over the mesh the first time (transport choice, communicator init).
+// Prepares `plan` to run on device memory through NCCL when NCCL is chosen; returns false
+// otherwise (then stage). Same mesh: the mesh's transport and communicator. Across meshes: the
+// pair's, over the union of both meshes' ranks (an MPI communicator of that union made with
+// MPI_Comm_create_group, the same shared-GPU check over it, a communicator of its own). Collective
+// the first time over the mesh, or over the union (every rank of either mesh calls it).
 bool device_plan_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id);
+// Orders a cross-mesh NCCL plan's stream against the source mesh's stream on ranks of both meshes
+// whose two streams differ (the plan runs on the target mesh's stream): before = true, the plan
+// stream waits for the source stream (the source shard is ready); false, after the plan's work
+// was enqueued, the source stream waits for the plan stream (the source may then be freed in its
+// own stream's order). Events only, never a host wait. Nothing to do in every other case.
+void device_plan_join_streams(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, bool before);
 // A plan about to run on host memory gets back the host transport if a device run replaced it.
 void plan_use_host_transport(Plan &plan);
 

@@ -12,9 +12,13 @@
 
 namespace lm {
 
-NcclTransport::NcclTransport(lm_mesh_s *mesh, void *comm, void *stream, int device,
-                             std::vector<int> peer_map)
-    : mesh_(mesh), comm_(comm), stream_(stream), device_(device), peer_map_(std::move(peer_map)) {}
+NcclTransport::NcclTransport(NcclComm *nc, lm_mesh_s *mesh, lm_mesh_s *mesh2, void *stream,
+                             int device, std::vector<int> peer_map)
+    : nc_(nc), mesh_(mesh), mesh2_(mesh2), stream_(stream), device_(device),
+      peer_map_(std::move(peer_map)) {}
+
+void *NcclTransport::comm() const { return nc_->comm; }
+void NcclTransport::check_async(const char *what) { nccl_check_async(*nc_, mesh_, mesh2_, what); }
 
 NcclTransport::~NcclTransport() = default;
 
@@ -45,7 +49,13 @@ Transport::Ticket NcclTransport::post_recv_box(void *, const BoxRef &, int, int)
 
 void NcclTransport::flush() {
   if (pending_.empty()) return;
-  ncclComm_t c = static_cast<ncclComm_t>(comm_);
+  ncclComm_t c = static_cast<ncclComm_t>(nc_->comm);
+  if (!c) {  // aborted after an earlier error (the mesh is broken; calls are refused before this)
+    pending_.clear();
+    fail(LM_ERR_NCCL, "NCCL transport: the communicator was aborted after an earlier error");
+  }
+  nc_->used = true;
+  nc_->stream = stream_;
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
   ncclResult_t rc = ncclGroupStart();
   for (const Op &o : pending_) {
@@ -58,11 +68,11 @@ void NcclTransport::flush() {
   issued_ = next_;
   if ((rc != ncclSuccess && rc != ncclInProgress) || (end != ncclSuccess && end != ncclInProgress)) {
     // The async state tells the cause; nccl_check_async aborts, breaks the mesh and throws.
-    nccl_check_async(mesh_, "NCCL transport: ncclSend/ncclRecv group");
+    nccl_check_async(*nc_, mesh_, mesh2_, "NCCL transport: ncclSend/ncclRecv group");
     fail(LM_ERR_NCCL, "NCCL transport: ncclSend/ncclRecv group failed: %s",
          ncclGetErrorString(rc != ncclSuccess && rc != ncclInProgress ? rc : end));
   }
-  nccl_check_async(mesh_, "NCCL transport: ncclGroupEnd");  // non-blocking comm: until enqueued
+  nccl_check_async(*nc_, mesh_, mesh2_, "NCCL transport: ncclGroupEnd");  // until enqueued
 }
 
 bool NcclTransport::done(Ticket t, bool block) {

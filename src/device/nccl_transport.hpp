@@ -9,7 +9,8 @@
 //     arithmetic of reshard/boxcopy.hpp;
 //   - staging: stream-ordered cudaMallocAsync/cudaFreeAsync (never zero-filled).
 // Peers arrive as ranks of the plan's communicator (the parent's); `peer_map` turns them into
-// ranks of the NCCL communicator (mesh indices). Same-mesh plans only.
+// ranks of the NCCL communicator: mesh indices for a plan within one mesh, positions in the union
+// of both meshes' ranks for a cross-mesh plan (the pair's communicator).
 #pragma once
 
 #include <vector>
@@ -20,10 +21,15 @@ struct lm_mesh_s;
 
 namespace lm {
 
+struct NcclComm;
+
 class NcclTransport : public Transport {
  public:
-  // comm: ncclComm_t; stream: cudaStream_t; peer_map[parent rank] = NCCL rank (-1: none).
-  NcclTransport(lm_mesh_s *mesh, void *comm, void *stream, int device, std::vector<int> peer_map);
+  // nc: the communicator (owned by the mesh or the pair, which outlive the plan: plans retain
+  // their meshes); mesh / mesh2: broken on a NCCL error (mesh2 NULL within one mesh);
+  // stream: cudaStream_t; peer_map[parent rank] = NCCL rank (-1: none).
+  NcclTransport(NcclComm *nc, lm_mesh_s *mesh, lm_mesh_s *mesh2, void *stream, int device,
+                std::vector<int> peer_map);
   ~NcclTransport() override;
   const char *name() const override { return "nccl"; }
 
@@ -47,7 +53,9 @@ class NcclTransport : public Transport {
   void staging_give(void *p, size_t cap, size_t bytes) override;
 
   void *stream() const { return stream_; }
-  void *comm() const { return comm_; }
+  void *comm() const;
+  // nccl_check_async on the communicator (breaks the mesh, or both meshes, on an error).
+  void check_async(const char *what);
 
  private:
   struct Op {
@@ -57,8 +65,9 @@ class NcclTransport : public Transport {
     int peer;  // NCCL rank
   };
   int nccl_rank(int peer) const;
-  lm_mesh_s *mesh_;
-  void *comm_, *stream_;
+  NcclComm *nc_;
+  lm_mesh_s *mesh_, *mesh2_;
+  void *stream_;
   int device_;
   std::vector<int> peer_map_;
   std::vector<Op> pending_;

@@ -201,7 +201,8 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
     if (is_device(s->device) &&
         device_plan_on_nccl(p->src_mesh, p->dst_mesh, *p->plan, s->device.device_id)) {
       CurrentDevice on(s->device.device_id);
-      p->plan->start(s->data(), d->data());  // NCCL: enqueued on the mesh's stream
+      device_plan_join_streams(p->src_mesh, p->dst_mesh, *p->plan, true);
+      p->plan->start(s->data(), d->data());  // NCCL: enqueued on the plan's stream
     } else if (is_device(s->device)) {  // staged: the host plan runs on pinned copies
       plan_use_host_transport(*p->plan);
       r->dev = device_plan_begin(p->src_mesh, p->dst_mesh, s->data(), s->local_bytes(), d->data(),
@@ -238,6 +239,16 @@ bool request_progress(lm_request_s *r, bool block) {
     mesh_break(r->plan->src_mesh, e);
   }
   if (!done) return false;
+  if (!r->dev && is_device(r->src->device)) {  // NCCL: the source stream waits for the reads
+    try {
+      CurrentDevice on(r->src->device.device_id);
+      device_plan_join_streams(r->plan->src_mesh, r->plan->dst_mesh, *r->plan->plan, false);
+    } catch (...) {
+      r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;
+      r->plan->in_flight = nullptr;
+      throw;
+    }
+  }
   if (r->dev) {
     try {
       device_plan_finish(*r->dev);  // enqueues the copy back to the device

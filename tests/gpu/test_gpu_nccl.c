@@ -85,7 +85,59 @@ static void test_nccl_init_failure(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
+
+/* The same for a pair of meshes (a cross-mesh device reshard): the pair gets a communicator of its
+ * own over the union of both meshes' ranks, so the fault hook (rank np-1 of that union) fails
+ * the call on every rank of either mesh and breaks both meshes; a mesh of all ranks tells first
+ * whether NCCL applies to these processes (the pair's choice is the same check over the same
+ * processes). B is A's ranks reversed; with np 1 the union is one rank. */
+static void test_pair_init_failure(void **state) {
+  (void)state;
+  int np = lm_test_size(), ok = 0, tr = -1;
+  lm_mesh_t probe = mesh_1d();
+  LM_ASSERT_ALL(gather_on_device(probe, &ok) == LM_SUCCESS && ok);
+  LM_ASSERT_OK_ALL(lm_mesh_transport(probe, kDLCUDA, &tr));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&probe));
+  char rank_s[16];
+  snprintf(rank_s, sizeof rank_s, "%d", np - 1);
+  setenv("LM_NCCL_FAULT_INIT_RANK", rank_s, 1);
+  int rev[64];
+  for (int i = 0; i < np; ++i) rev[i] = np - 1 - i;
+  lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
+  c.ranks = rev;
+  c.nranks = np;
+  int64_t sz[1] = {np};
+  lm_mesh_t a = mesh_1d(), b = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&b, lm_test_comm_f(), 1, sz, &c));
+  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
+  dc.stream = lm_gpu_stream;
+  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(b, &dc));
+  int64_t n = 3 * (int64_t)np + 1;
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, a, 1, &n, LM_INT32, lm_gpu_dev(), &S));
+  lm_status_t st = lm_dist_tensor_reshard(&r, t, b, &R);
+  if (tr == LM_TRANSPORT_NCCL) {
+    LM_ASSERT_ALL(st == LM_ERR_NCCL && strstr(lm_last_error_message(), "NCCL") != NULL);
+    lm_dist_tensor_t u = NULL;
+    lm_status_t sa = lm_dist_tensor_from_global(&u, a, NULL, &R, 0);
+    lm_status_t sb = lm_dist_tensor_from_global(&u, b, NULL, &R, 0);
+    LM_ASSERT_ALL(sa == LM_ERR_INVALID_USAGE && sb == LM_ERR_INVALID_USAGE);
+    if (lm_test_rank() == 0) printf("test_gpu_nccl: pair NCCL init failure agreed on %d ranks, both meshes broken\n", np);
+  } else {
+    LM_ASSERT_ALL(st == LM_SUCCESS);
+    if (lm_test_rank() == 0) printf("test_gpu_nccl: pair host-staged (NCCL not used), fault hook inert\n");
+  }
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&b));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&a));
+  unsetenv("LM_NCCL_FAULT_INIT_RANK");
+  LM_CUDA_OK(cudaDeviceSynchronize());
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_nccl_init_failure),
+    cmocka_unit_test(test_pair_init_failure),
 };
 LM_GPU_TEST_MAIN(tests)

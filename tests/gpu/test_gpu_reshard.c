@@ -156,6 +156,57 @@ static lm_mesh_t make_mesh(int kind) {
   return m;
 }
 
+/* One case: the same source bytes resharded as a host tensor and as a device tensor along `path`
+ * (0 reshard, 1 plan execute, 2 plan start + test/wait); the device result must equal the host
+ * result byte for byte, or, when the host refuses, the device must refuse alike. Returns 1 when
+ * compared, 0 when refused. Collective; uses the generator for the values (a per-rank stream). */
+static int compare_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g, DLDataType dt,
+                        const lm_placement_t *spl, const lm_placement_t *dpl, int path, int borrow,
+                        const char *label) {
+  uint64_t saved = rng_state;
+  rng_state = saved + 7919ull * (uint64_t)(lm_test_rank() + 1);
+  lm_dist_tensor_t hs = NULL, ds = NULL, ho = NULL, dout = NULL;
+  void *mem = NULL;
+  make_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
+  rng_state = saved;
+  lm_status_t hst = lm_dist_tensor_reshard(&ho, hs, dm, dpl);
+  if (hst != LM_SUCCESS) { /* a reshard the library refuses: the device one must fail alike */
+    lm_status_t dst_ = lm_dist_tensor_reshard(&dout, ds, dm, dpl);
+    LM_ASSERT_ALL(dst_ == hst && dout == NULL);
+  } else if (path == 0) {
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&dout, ds, dm, dpl));
+  } else {
+    lm_reshard_plan_t p = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, sm, spl, dm, dpl, ndim, g, dt));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &dout));
+    if (path == 1) {
+      LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, ds, dout));
+    } else {
+      lm_request_t r = NULL;
+      int done = 0;
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, ds, dout, &r));
+      LM_ASSERT_OK_ALL(lm_request_test(&r, &done));
+      LM_ASSERT_OK_ALL(lm_request_wait(&r));
+      LM_ASSERT_ALL(r == NULL);
+    }
+    LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
+  }
+  if (hst == LM_SUCCESS) {
+    int ok = same_shards(ho, dout, ndim, dt);
+    if (!ok)
+      fprintf(stderr, "rank %d: %s: dtype %d/%d ndim %d path %d: device result differs\n",
+              lm_test_rank(), label, dt.code, dt.bits, ndim, path);
+    LM_ASSERT_ALL(ok);
+  }
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dout));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ho));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ds));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&hs));
+  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+  LM_CUDA_OK(cudaFree(mem));
+  return hst == LM_SUCCESS;
+}
+
 static void test_random(void **state) {
   (void)state;
   const char *env = getenv("LM_GPU_CASES");
@@ -181,51 +232,10 @@ static void test_random(void **state) {
     random_placements(spl, sn, ndim, dt, op);
     random_placements(dpl, dn, ndim, dt, op);
     int path = rndi(3), borrow = rndi(2);
-    /* Same per-rank values on host and device: a per-rank stream of the generator. */
-    uint64_t saved = rng_state;
-    rng_state = saved + 7919ull * (uint64_t)(lm_test_rank() + 1);
-    lm_dist_tensor_t hs = NULL, ds = NULL, ho = NULL, dout = NULL;
-    void *mem = NULL;
-    make_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
-    rng_state = saved;
-    lm_status_t hst = lm_dist_tensor_reshard(&ho, hs, dm, dpl);
-    if (hst != LM_SUCCESS) { /* a reshard the library refuses: the device one must fail alike */
-      lm_status_t dst_ = lm_dist_tensor_reshard(&dout, ds, dm, dpl);
-      LM_ASSERT_ALL(dst_ == hst && dout == NULL);
-      ++refused;
-    } else if (path == 0) {
-      LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&dout, ds, dm, dpl));
-    } else {
-      lm_reshard_plan_t p = NULL;
-      LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, sm, spl, dm, dpl, ndim, g, dt));
-      LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &dout));
-      if (path == 1) {
-        LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, ds, dout));
-      } else {
-        lm_request_t r = NULL;
-        int done = 0;
-        LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, ds, dout, &r));
-        LM_ASSERT_OK_ALL(lm_request_test(&r, &done));
-        LM_ASSERT_OK_ALL(lm_request_wait(&r));
-        LM_ASSERT_ALL(r == NULL);
-      }
-      LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
-    }
-    if (hst == LM_SUCCESS) {
-      int ok = same_shards(ho, dout, ndim, dt);
-      if (!ok)
-        fprintf(stderr, "rank %d: case %d (LM_SEED=%llu LM_CASE=%d) dtype %d/%d ndim %d path %d: "
-                "device result differs\n", lm_test_rank(), c, (unsigned long long)seed, c, dt.code,
-                dt.bits, ndim, path);
-      LM_ASSERT_ALL(ok);
-      ++ran;
-    }
-    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dout));
-    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ho));
-    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ds));
-    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&hs));
-    LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
-    LM_CUDA_OK(cudaFree(mem));
+    char label[96];
+    snprintf(label, sizeof label, "case %d (LM_SEED=%llu LM_CASE=%d)", c, (unsigned long long)seed, c);
+    if (compare_case(sm, dm, ndim, g, dt, spl, dpl, path, borrow, label)) ++ran;
+    else ++refused;
   }
   if (lm_test_rank() == 0) printf("test_gpu_reshard: %d cases compared, %d refused alike\n", ran, refused);
   LM_ASSERT_ALL(only >= 0 || ran > cases / 2);
@@ -370,9 +380,216 @@ static void test_first_moves(void **state) {
   free(rows);
 }
 
+
+/* The directed transitions of the host suite (tests/test_reshard_directed.c), on the device: each
+ * named transition runs along one API path (cycling reshard / plan execute / plan start) in one
+ * dtype (cycling all 12, skipping the ops a dtype does not have), compared byte for byte with
+ * the host path. Extents: N = 2 np + 1 (uneven), E = np - 1 (the last rank's shard empty), or
+ * fixed. Mesh 0: 1-D of all ranks; 1: 2 x np/2 (even np; its rows are skipped otherwise);
+ * 2: 1-D, ranks reversed (cross-mesh from 0). */
+#define N_ (-1)
+#define E_ (-2)
+#define SH(d) LM_PLACEMENT_SHARD(d)
+#define RE LM_PLACEMENT_REPLICATE
+#define PA(op) LM_PLACEMENT_PARTIAL(op)
+typedef struct {
+  int sm, dm, ndim;
+  int64_t g[3];
+  lm_placement_t s[2], d[2];
+  int s_order1; /* 1: s[0] gets co-shard order 1, so mesh dim 1 splits the tensor dim first */
+  const char *what;
+} dcase_t;
+static const dcase_t kTable[] = {
+    {0, 0, 1, {N_}, {SH(0)}, {RE}, 0, "S(0) -> R"},
+    {0, 0, 1, {N_}, {RE}, {SH(0)}, 0, "R -> S(0)"},
+    {0, 0, 1, {E_}, {SH(0)}, {RE}, 0, "S(0) -> R, last shard empty"},
+    {0, 0, 2, {N_, 3}, {SH(0)}, {SH(1)}, 0, "S(0) -> S(1)"},
+    {0, 0, 2, {3, N_}, {SH(1)}, {SH(0)}, 0, "S(1) -> S(0)"},
+    {0, 0, 2, {0, 3}, {SH(0)}, {SH(1)}, 0, "S(0) -> S(1) of an empty tensor"},
+    {0, 0, 1, {N_}, {PA(LM_REDUCE_SUM)}, {RE}, 0, "P(sum) -> R"},
+    {0, 0, 2, {N_, 2}, {PA(LM_REDUCE_SUM)}, {SH(0)}, 0, "P(sum) -> S(0)"},
+    {0, 0, 2, {2, N_}, {PA(LM_REDUCE_AVG)}, {SH(1)}, 0, "P(avg) -> S(1)"},
+    {0, 0, 1, {N_}, {PA(LM_REDUCE_AVG)}, {RE}, 0, "P(avg) -> R"},
+    {0, 0, 1, {N_}, {PA(LM_REDUCE_MAX)}, {RE}, 0, "P(max) -> R"},
+    {0, 0, 1, {N_}, {PA(LM_REDUCE_MIN)}, {SH(0)}, 0, "P(min) -> S(0)"},
+    {0, 0, 1, {N_}, {PA(LM_REDUCE_PROD)}, {RE}, 0, "P(prod) -> R"},
+    {0, 0, 1, {N_}, {RE}, {PA(LM_REDUCE_SUM)}, 0, "R -> P(sum)"},
+    {0, 0, 1, {N_}, {SH(0)}, {PA(LM_REDUCE_AVG)}, 0, "S(0) -> P(avg)"},
+    {0, 0, 1, {N_}, {PA(LM_REDUCE_SUM)}, {PA(LM_REDUCE_SUM)}, 0, "P(sum) -> P(sum)"},
+    {0, 0, 1, {N_}, {SH(0)}, {SH(0)}, 0, "S(0) -> S(0)"},
+    {0, 0, 0, {0}, {PA(LM_REDUCE_SUM)}, {RE}, 0, "0-d P(sum) -> R"},
+    {0, 0, 0, {0}, {RE}, {PA(LM_REDUCE_AVG)}, 0, "0-d R -> P(avg)"},
+    {0, 0, 3, {3, N_, 2}, {SH(1)}, {SH(2)}, 0, "3-D S(1) -> S(2)"},
+    {1, 1, 2, {N_, 5}, {SH(0), SH(1)}, {RE, RE}, 0, "[S(0),S(1)] -> [R,R]"},
+    {1, 1, 2, {N_, 5}, {SH(0), RE}, {RE, SH(1)}, 0, "[S(0),R] -> [R,S(1)]"},
+    {1, 1, 2, {N_, 5}, {SH(0), SH(1)}, {SH(1), SH(0)}, 0, "[S(0),S(1)] -> [S(1),S(0)]"},
+    {1, 1, 1, {N_}, {SH(0), SH(0)}, {RE, RE}, 1, "co-shard [S(0) order 1,S(0)] -> [R,R]"},
+    {1, 1, 1, {N_}, {SH(0), SH(0)}, {SH(0), RE}, 0, "co-shard [S(0),S(0)] -> [S(0),R]"},
+    {1, 1, 2, {N_, 3}, {PA(LM_REDUCE_SUM), SH(0)}, {SH(0), RE}, 0, "[P(sum),S(0)] -> [S(0),R]"},
+    {1, 1, 1, {N_}, {PA(LM_REDUCE_SUM), PA(LM_REDUCE_SUM)}, {RE, RE}, 0, "[P,P] -> [R,R]"},
+    {1, 1, 1, {N_}, {PA(LM_REDUCE_AVG), RE}, {RE, PA(LM_REDUCE_AVG)}, 0, "[P(avg),R] -> [R,P(avg)]"},
+    {0, 2, 1, {N_}, {SH(0)}, {SH(0)}, 0, "cross-mesh S(0) -> S(0) (reversed ranks)"},
+    {0, 2, 1, {N_}, {SH(0)}, {RE}, 0, "cross-mesh S(0) -> R"},
+    {0, 2, 2, {N_, 3}, {PA(LM_REDUCE_SUM)}, {SH(1)}, 0, "cross-mesh P(sum) -> S(1)"},
+    {2, 0, 1, {N_}, {RE}, {SH(0)}, 0, "cross-mesh R -> S(0)"},
+    {0, 1, 2, {N_, 5}, {SH(1)}, {SH(0), SH(1)}, 0, "cross-mesh 1-D S(1) -> 2-D [S(0),S(1)]"},
+    {1, 0, 1, {N_}, {PA(LM_REDUCE_MAX), SH(0)}, {RE}, 0, "cross-mesh 2-D [P(max),S(0)] -> 1-D R"},
+};
+
+static int partial_op_of(const lm_placement_t *pl, int n) {
+  for (int k = 0; k < n; ++k)
+    if (pl[k].kind == LM_PARTIAL) return pl[k].op;
+  return -1;
+}
+
+static void test_table(void **state) {
+  (void)state;
+  int np = lm_test_size();
+  lm_mesh_t meshes[3] = {make_mesh(0), make_mesh(1), make_mesh(2)};
+  int nd[3];
+  for (int i = 0; i < 3; ++i) LM_ASSERT_OK(lm_mesh_ndim(meshes[i], &nd[i]));
+  int ran = 0, refused = 0, skipped = 0;
+  const int n_cases = (int)(sizeof kTable / sizeof kTable[0]);
+  for (int k = 0; k < n_cases; ++k) {
+    const dcase_t *c = &kTable[k];
+    int sn = c->sm == 1 ? 2 : 1;
+    int dn = c->dm == 1 ? 2 : 1;
+    if (nd[c->sm] != sn || nd[c->dm] != dn) { /* odd np: no 2-D mesh */
+      ++skipped;
+      continue;
+    }
+    int64_t g[3];
+    for (int i = 0; i < c->ndim; ++i)
+      g[i] = c->g[i] == N_ ? 2 * (int64_t)np + 1 : c->g[i] == E_ ? (np > 1 ? np - 1 : 1) : c->g[i];
+    lm_placement_t spl[2], dpl[2];
+    memcpy(spl, c->s, sizeof spl);
+    memcpy(dpl, c->d, sizeof dpl);
+    if (c->s_order1) spl[0].order = 1; /* mesh dim 1 splits first */
+    int op = partial_op_of(spl, sn) >= 0 ? partial_op_of(spl, sn) : partial_op_of(dpl, dn);
+    DLDataType dt = kTypes[k % 12];
+    for (int j = 1; op >= 0 && !op_ok(dt, op); ++j) dt = kTypes[(k + j) % 12];
+    rng_state = 77ull * (uint64_t)k + 5;
+    char label[128];
+    snprintf(label, sizeof label, "table row %d: %s", k, c->what);
+    if (compare_case(meshes[c->sm], meshes[c->dm], c->ndim, g, dt, spl, dpl, k % 3, k % 2, label))
+      ++ran;
+    else
+      ++refused;
+  }
+  if (lm_test_rank() == 0)
+    printf("test_gpu_reshard: table: %d transitions compared, %d refused alike, %d skipped (no 2-D mesh at np %d)\n",
+           ran, refused, skipped, np);
+  LM_ASSERT_ALL(refused == 0 && ran + skipped == n_cases && ran > 0);
+  for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_mesh_destroy(&meshes[i]));
+}
+
+/* A 1-D mesh of the given parent ranks, ordered on `stream`. */
+static lm_mesh_t mesh_of(const int *ranks, int n, cudaStream_t stream) {
+  int64_t s[1] = {n};
+  lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
+  c.ranks = ranks;
+  c.nranks = n;
+  lm_mesh_t m = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, &c));
+  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
+  dc.stream = stream;
+  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
+  return m;
+}
+
+/* 1 when this rank's shard of `t` (1-D int32, Shard(0) or Replicate of [0, n)) holds
+ * base + global index; ranks outside t's mesh: 1. Waits for `stream` first. */
+static int shard_holds(lm_dist_tensor_t t, int64_t n, int32_t base, cudaStream_t stream) {
+  DLTensor v;
+  int64_t off[1] = {0};
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 1));
+  if (!v.data || v.shape[0] == 0) return 1;
+  int32_t *h = malloc((size_t)v.shape[0] * 4);
+  LM_CUDA_OK(cudaStreamSynchronize(stream));
+  LM_CUDA_OK(cudaMemcpy(h, v.data, (size_t)v.shape[0] * 4, cudaMemcpyDeviceToHost));
+  int ok = off[0] + v.shape[0] <= n;
+  for (int64_t i = 0; i < v.shape[0]; ++i) ok &= h[i] == base + (int32_t)(off[0] + i);
+  free(h);
+  return ok;
+}
+
+/* Cross-mesh reshards between meshes with a bystander and two streams (a NCCL communicator per
+ * pair of meshes, over the union of their ranks, when NCCL applies; host-staged otherwise).
+ * Source mesh A: ranks 0..np-2; target mesh B: ranks np-2 down to 1 (reversed). Rank np-1 is in
+ * neither and returns at once. B orders its work on a second stream, so the ranks of both meshes
+ * order the plan's stream against A's. int32 base + i, Shard(0) on A -> Replicate and -> Shard(0)
+ * on B, by reshard and by a persistent plan run blocking and nonblocking. */
+static void test_cross_union(void **state) {
+  (void)state;
+  int np = lm_test_size(), me = lm_test_rank();
+  if (np < 3) {
+    if (me == 0) printf("test_gpu_reshard: cross_union: needs np >= 3 (np %d)\n", np);
+    return;
+  }
+  int ra[64], rb[64];
+  for (int i = 0; i < np - 1; ++i) ra[i] = i;
+  for (int i = 0; i < np - 2; ++i) rb[i] = np - 2 - i;
+  cudaStream_t s2 = NULL;
+  LM_CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  lm_mesh_t A = mesh_of(ra, np - 1, lm_gpu_stream), B = mesh_of(rb, np - 2, s2);
+  const int64_t n = 7 * (int64_t)np + 3;
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t src = NULL, r = NULL, t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, A, 1, &n, LM_INT32, lm_gpu_dev(), &S));
+  if (me < np - 1) { /* fill A's shards: 50 + global index */
+    DLTensor v;
+    int64_t off[1] = {0};
+    LM_ASSERT_OK(lm_dist_tensor_local(src, &v));
+    LM_ASSERT_OK(lm_dist_tensor_local_offset(src, off, 1));
+    if (v.shape[0]) {
+      int32_t *h = malloc((size_t)v.shape[0] * 4);
+      for (int64_t i = 0; i < v.shape[0]; ++i) h[i] = 50 + (int32_t)(off[0] + i);
+      LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+      LM_CUDA_OK(cudaMemcpy(v.data, h, (size_t)v.shape[0] * 4, cudaMemcpyHostToDevice));
+      free(h);
+    }
+  }
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, src, B, &R));
+  LM_ASSERT_ALL(shard_holds(r, n, 50, s2));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&t, src, B, &S));
+  LM_ASSERT_ALL(shard_holds(t, n, 50, s2));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  /* back from B (Replicate) to A (Shard(0)): B's ranks are the source now */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&t, r, A, &S));
+  LM_ASSERT_ALL(shard_holds(t, n, 50, lm_gpu_stream));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  /* a persistent plan A -> B, blocking, then nonblocking */
+  lm_reshard_plan_t plan = NULL;
+  lm_request_t req = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, A, &S, B, &R, 1, &n, LM_INT32));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, lm_gpu_dev(), &t));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, t));
+  LM_ASSERT_ALL(shard_holds(t, n, 50, s2));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, lm_gpu_dev(), &t));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, t, &req));
+  LM_ASSERT_OK_ALL(lm_request_wait(&req));
+  LM_ASSERT_ALL(req == NULL && shard_holds(t, n, 50, s2));
+  int ta = -1, tb = -1;
+  LM_ASSERT_OK_ALL(lm_mesh_transport(A, kDLCUDA, &ta));
+  LM_ASSERT_OK_ALL(lm_mesh_transport(B, kDLCUDA, &tb));
+  if (me == 0) printf("test_gpu_reshard: cross_union np %d: mesh transports A %d, B %d\n", np, ta, tb);
+  LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&plan));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&B));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&A));
+  LM_CUDA_OK(cudaDeviceSynchronize());
+  LM_CUDA_OK(cudaStreamDestroy(s2));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_first_moves),
     cmocka_unit_test(test_directed),
+    cmocka_unit_test(test_table),
+    cmocka_unit_test(test_cross_union),
     cmocka_unit_test(test_random),
 };
 LM_GPU_TEST_MAIN(tests)
