@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The node-local path of the MPI transport (src/transport/node.hpp; issue 12 item 4): on one node
-# a blocking reshard's large messages are copied once, receiver from sender (process_vm_readv),
-# instead of twice through MPI's shared memory. The suites that check every byte run in both
-# modes: every message node-local (LM_NODE_LOCAL_MIN_BYTES=1, also pipelined through tiny staging
-# and with datatypes off, where boxes are staged) and the path off (LM_NODE_LOCAL=0). Then, where
-# strace is installed, that the path really runs, reading and writing, and really stays off.
+# a blocking reshard's large messages are copied once, instead of twice through MPI's shared
+# memory: with memcpy where a side's buffer is in its owner's shared arena (arena.hpp), else
+# through the kernel (process_vm_readv/writev). The suites that check every byte run in every
+# mode: every message node-local and every pool buffer in the arena (LM_NODE_LOCAL_MIN_BYTES=1
+# LM_NODE_ARENA_MIN_BYTES=1, also pipelined through tiny staging and with datatypes off, where
+# boxes are staged; the tests' own borrowed buffers are never in the arena, so both copy kinds
+# and both directions meet), every message through the kernel (the arena off), and the path off
+# (LM_NODE_LOCAL=0). Then, where strace is installed, that the kernel copies really run, reading
+# and writing, that the arena replaces most of them, and that the path really stays off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -16,15 +20,20 @@ san=0
 ldd "$BUILD/lib/liblocalmap.so" | grep -qE 'libasan|libmpich' && san=1
 if [ $san = 1 ]; then nps="3"; cases=400; else nps="2 3 4"; cases=1500; fi
 export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$cases}
+export LM_NODE_LOCAL_MIN_BYTES=1
+ARENA="LM_NODE_ARENA_MIN_BYTES=1"   # every pool buffer in the shared arena
+KERNEL="LM_NODE_ARENA_BYTES=0"      # no arena: every copy through the kernel
 for np in $nps; do
-  LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
-  LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
+  env $ARENA bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
+  env $ARENA bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
 done
-LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
-[ $san = 1 ] || LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_CASES=600 bash tools/lm-mpirun 8 "$BUILD/tests/test_reshard_random"
-LM_NODE_LOCAL_MIN_BYTES=1 LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_memory"
-LM_NODE_LOCAL_MIN_BYTES=1 LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
-LM_NODE_LOCAL_MIN_BYTES=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"
+env $KERNEL bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+env $KERNEL bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_directed"
+env $ARENA LM_STAGING_BYTES=512 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+[ $san = 1 ] || env $ARENA LM_RESHARD_CASES=600 bash tools/lm-mpirun 8 "$BUILD/tests/test_reshard_random"
+env $ARENA LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_memory"
+env $ARENA LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+env $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"
 if [ $san = 0 ]; then  # off: what every other suite's small messages already run
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
@@ -49,11 +58,15 @@ calls() {  # "readv writev" calls of one run of test_reshard_directed at np 2
   rm -f "$log"
   echo "${r:-0} ${w:-0}"
 }
-read -r on_r on_w <<< "$(calls LM_NODE_LOCAL_MIN_BYTES=1)"
-read -r off_r off_w <<< "$(calls LM_NODE_LOCAL=0 LM_NODE_LOCAL_MIN_BYTES=1)"
-echo "process_vm_readv/writev calls: $on_r/$on_w with the path on, $off_r/$off_w with LM_NODE_LOCAL=0"
+read -r on_r on_w <<< "$(calls $KERNEL)"
+read -r ar_r ar_w <<< "$(calls $ARENA)"
+read -r off_r off_w <<< "$(calls LM_NODE_LOCAL=0)"
+echo "process_vm_readv/writev calls: $on_r/$on_w through the kernel only, $ar_r/$ar_w with every pool buffer in the arena, $off_r/$off_w with LM_NODE_LOCAL=0"
 # Both directions run: receivers read (the sender's side has no more runs), senders write (theirs has more).
 [ "$on_r" -gt 100 ] 2>/dev/null && [ "$on_w" -gt 10 ] 2>/dev/null ||
   { echo "script_node_local: the node-local path did not run both ways"; exit 1; }
+# With the arena, the copies between library buffers are memcpys: at most half remain kernel copies.
+[ "$ar_r" -ge 0 ] 2>/dev/null && [ $(( 2 * (ar_r + ar_w) )) -le $(( on_r + on_w )) ] ||
+  { echo "script_node_local: the shared arena did not replace the kernel copies"; exit 1; }
 [ "$off_r" = 0 ] && [ "$off_w" = 0 ] || { echo "script_node_local: LM_NODE_LOCAL=0 did not turn the path off"; exit 1; }
 echo "script_node_local: OK"

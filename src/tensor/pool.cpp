@@ -8,6 +8,10 @@
 #include <map>
 #include <mutex>
 
+#include <pthread.h>
+
+#include "transport/arena.hpp"
+
 namespace lm {
 
 namespace {
@@ -21,10 +25,30 @@ struct Pool {
     limit = e ? (size_t)std::strtoull(e, nullptr, 10) : (size_t(1) << 30);
   }
 };
+Pool &pool();
+// fork(): a child does not inherit the shared arena's pages (transport/arena.hpp), so it drops
+// the cached buffers that lie there (the pool's lock is held across the fork).
+void fork_prepare() { pool().mu.lock(); }
+void fork_parent() { pool().mu.unlock(); }
+void fork_child() {
+  Pool &p = pool();
+  for (auto it = p.free.begin(); it != p.free.end();)
+    if (arena_owns(it->second)) {
+      p.held -= it->first;
+      it = p.free.erase(it);
+    } else {
+      ++it;
+    }
+  p.mu.unlock();
+}
 // Never destroyed: storages may die after static destructors ran (atexit handlers, finalizers of
 // garbage-collected languages), and must still find the pool. Cached buffers go with the process.
 Pool &pool() {
-  static Pool *p = new Pool;
+  static Pool *p = [] {
+    Pool *q = new Pool;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    return q;
+  }();
   return *p;
 }
 std::atomic<size_t> g_in_use{0}, g_peak{0};
@@ -82,8 +106,13 @@ void *pool_take(size_t bytes, size_t *cap) {
       return b;
     }
   }
-  *cap = c;
-  void *b = std::aligned_alloc(64, c);
+  // Large buffers come from the shared arena when it is active (node-local peers can then copy
+  // straight into and out of them with memcpy), else from the heap.
+  void *b = c >= arena_min_bytes() ? arena_alloc(c, cap) : nullptr;
+  if (!b) {
+    *cap = c;
+    b = std::aligned_alloc(64, c);
+  }
   if (b) account_take(n);
   return b;
 }
@@ -100,7 +129,7 @@ void pool_give(void *b, size_t cap, size_t bytes) {
       return;
     }
   }
-  std::free(b);
+  if (!arena_free(b, cap)) std::free(b);
 }
 
 }  // namespace lm

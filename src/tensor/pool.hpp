@@ -10,6 +10,10 @@
 // at most LM_POOL_BYTES bytes of cached buffers (default 1 GiB; 0 disables it): a buffer given
 // back that would exceed the bound is freed. Thread-safe.
 //
+// Where buffers come from: the shared arena of the node-local path (transport/arena.hpp) for
+// capacities of at least LM_NODE_ARENA_MIN_BYTES once it is active (a process with node-local
+// peers), the C heap (64-byte aligned) otherwise and when the arena is full.
+//
 // Accounting: the pool counts the bytes it has handed out and not yet taken back (requested
 // sizes rounded up to 64 bytes, whatever the capacity of a reused buffer), and the high-water
 // mark of that count; lm_pool_stats reports both. Reshard tests and the benchmark measure a

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "transport/mpi.hpp"
 
+#include "transport/arena.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -157,15 +159,33 @@ void MpiTransport::describe(CmaDesc &d, const void *buf, const BoxRef *b, size_t
   d.bytes = bytes;
   d.pid = (int32_t)getpid();
   d.ndim = -1;
+  size_t span = bytes;  // the bytes of the buffer the runs lie in
   if (b) {
     d.ndim = b->ndim;
     d.esize = b->esize;
+    span = b->esize;
     for (int i = 0; i < b->ndim; ++i) {
       d.shape[i] = b->shape[i];
       d.off[i] = b->off[i];
       d.len[i] = b->len[i];
+      span *= (size_t)b->shape[i];
     }
   }
+  d.arena_off = arena_offset(buf, span);
+  if (d.arena_off != UINT64_MAX) {
+    ArenaId id = arena_self();
+    d.arena_fd = id.fd;
+    d.arena_size = id.size;
+  }
+}
+
+char *MpiTransport::mapped_arena(const CmaDesc &d) {
+  if (d.arena_off == UINT64_MAX || d.arena_fd < 0) return nullptr;
+  ArenaId id;
+  id.pid = d.pid;
+  id.fd = d.arena_fd;
+  id.size = d.arena_size;
+  return arena_peer(id);
 }
 
 Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer,
@@ -266,9 +286,15 @@ void MpiTransport::pump_cma() {
                              (unsigned long long)r.bytes));
     runs_of(d, &remote);
     MPI_Request q;
-    if (remote.size() <= r.local.size()) {
-      std::string why = cma_copy((pid_t)d.pid, r.local, remote, false);
-      if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+    char *peer_arena = mapped_arena(d);
+    if (peer_arena || (r.mine->arena_off == UINT64_MAX && remote.size() <= r.local.size())) {
+      if (peer_arena) {  // the sender's buffer is mapped here: one memcpy
+        runs_rebase(&remote, d.addr, (uint64_t)(uintptr_t)peer_arena + d.arena_off);
+        runs_memcpy(r.local, remote);
+      } else {
+        std::string why = cma_copy((pid_t)d.pid, r.local, remote, false);
+        if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+      }
       static const uint32_t done = kDone;
       check(MPI_Isend(&done, (int)sizeof done, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
             "reshard: MPI_Isend (node-local reply)");
@@ -276,7 +302,8 @@ void MpiTransport::pump_cma() {
       r.state = 2;
       --cma_open_;
     } else {
-      // The sender's side has more runs: it writes into ours (mine), then says so.
+      // Our buffer is in our arena (the sender memcpys into it), or the sender's side has more
+      // runs: it writes into ours (mine), then says so.
       check(MPI_Isend(r.mine, (int)sizeof(CmaDesc), MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
             "reshard: MPI_Isend (node-local reply)");
       MPI_Request_free(&q);  // r.mine lives until reset(), after the sender has read it
@@ -298,8 +325,13 @@ void MpiTransport::pump_cma() {
       std::vector<Run> local;
       runs_of(*s.sent, &local);
       runs_of(*s.reply, &remote);
-      std::string why = cma_copy((pid_t)s.reply->pid, local, remote, true);
-      if (!why.empty()) failed_copy("process_vm_writev", s.sent->bytes, s.peer, why);
+      if (char *peer_arena = mapped_arena(*s.reply)) {  // the receiver's buffer is mapped here
+        runs_rebase(&remote, s.reply->addr, (uint64_t)(uintptr_t)peer_arena + s.reply->arena_off);
+        runs_memcpy(remote, local);
+      } else {
+        std::string why = cma_copy((pid_t)s.reply->pid, local, remote, true);
+        if (!why.empty()) failed_copy("process_vm_writev", s.sent->bytes, s.peer, why);
+      }
       MPI_Request q;
       check(MPI_Isend(nullptr, 0, MPI_BYTE, s.peer, done_tag(s.tag), comm_, &q),
             "reshard: MPI_Isend (node-local notice)");

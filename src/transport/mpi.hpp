@@ -75,15 +75,19 @@ class MpiTransport : public Transport {
   // ---- The node-local path
   // One message: the sender posts a kData descriptor (where its bytes are) and a receive of the
   // reply. The receiver, holding both sides' geometry, picks the copier: itself when the sender's
-  // side has no more runs than its own (it reads, process_vm_readv, and replies kDone), else the
-  // sender (it replies kPush with its own geometry; the sender writes, process_vm_writev, and
-  // sends an empty "pushed" notice). The kernel pins the remote side run by run, so the copy
-  // goes towards the side with the fewer runs.
+  // buffer is in the sender's shared arena and maps here (it memcpys from it, replies kDone);
+  // else the sender when the receiver's buffer is in the receiver's arena (kPush with its own
+  // geometry; the sender memcpys into it, or writes with process_vm_writev if it cannot map it,
+  // and sends an empty "pushed" notice); else, through the kernel, the side facing fewer runs:
+  // the receiver when the sender's side has no more runs than its own (process_vm_readv), else
+  // the sender (kPush, process_vm_writev). The kernel pins the remote side run by run.
   enum : uint32_t { kData = 0, kDone = 1, kPush = 2 };
   struct CmaDesc {
     uint32_t kind = kData;
     int32_t pid = 0, ndim = -1;  // ndim < 0: contiguous bytes at addr
-    uint32_t pad = 0;
+    int32_t arena_fd = -1;       // the buffer lies in the owner's shared arena (arena.hpp):
+    uint64_t arena_size = 0;     //   its descriptor and size, and the offset of addr in it
+    uint64_t arena_off = UINT64_MAX;  // UINT64_MAX: not in the arena
     uint64_t addr = 0, bytes = 0, esize = 0;
     int64_t shape[kBoxMaxDims], off[kBoxMaxDims], len[kBoxMaxDims];
   };
@@ -106,6 +110,9 @@ class MpiTransport : public Transport {
   bool cma_peer(int peer, size_t bytes);
   static void describe(CmaDesc &d, const void *buf, const BoxRef *b, size_t bytes);
   static void runs_of(const CmaDesc &d, std::vector<Run> *out);
+  // Where the shared arena of d's owner is mapped in this process, or NULL (d's buffer is not in
+  // an arena, or the arena cannot be mapped: then the kernel copies).
+  static char *mapped_arena(const CmaDesc &d);
   Ticket cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
   Ticket cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
   // Moves every node-local message whose next message arrived (a peer's in posting order, per

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "mesh/agree.hpp"
+#include "transport/arena.hpp"
 
 namespace lm {
 
@@ -85,6 +86,8 @@ void node_probe(AgreeComm *ac) {
       if (r.rank != ac->rank) ac->node_peers.push_back(r.rank);
   std::sort(ac->node_peers.begin(), ac->node_peers.end());
   MPI_Comm_free(&node);
+  // Peers that can be read: from now on large pool buffers live in memory they can map.
+  if (!ac->node_peers.empty()) arena_activate();
 }
 
 void node_attach(MPI_Comm comm, const AgreeComm *ac) {
@@ -215,6 +218,22 @@ std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector
   };
   if (rest(lc) || rest(rc)) return "the two sides cover different byte counts";
   return "";
+}
+
+void runs_memcpy(const std::vector<Run> &dst, const std::vector<Run> &src) {
+  size_t i = 0, j = 0;
+  uint64_t oi = 0, oj = 0;
+  while (i < dst.size() && j < src.size()) {
+    const uint64_t k = std::min(dst[i].bytes - oi, src[j].bytes - oj);
+    std::memcpy((char *)(uintptr_t)(dst[i].addr + oi), (const char *)(uintptr_t)(src[j].addr + oj),
+                (size_t)k);
+    if ((oi += k) == dst[i].bytes) ++i, oi = 0;
+    if ((oj += k) == src[j].bytes) ++j, oj = 0;
+  }
+}
+
+void runs_rebase(std::vector<Run> *runs, uint64_t from, uint64_t to) {
+  for (Run &r : *runs) r.addr = r.addr - from + to;
 }
 
 }  // namespace lm

@@ -57,4 +57,11 @@ void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off,
 std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote,
                      bool write);
 
+// Copies the bytes of the runs `src` into the runs `dst`, in order, with memcpy: both lists are
+// addresses of this process (a peer's arena mapped here, transport/arena.hpp). Both must cover
+// the same number of bytes.
+void runs_memcpy(const std::vector<Run> &dst, const std::vector<Run> &src);
+// Moves every run by (to - from): a peer's addresses to where its arena is mapped here.
+void runs_rebase(std::vector<Run> *runs, uint64_t from, uint64_t to);
+
 }  // namespace lm
