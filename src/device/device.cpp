@@ -550,13 +550,14 @@ bool device_plan_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, i
   NcclComm *nc = nullptr;
   lm_mesh_s *m2 = nullptr;
   void *stream = nullptr;
-  std::vector<int> map((size_t)src_mesh->world_size, -1);  // parent rank -> NCCL rank
+  std::vector<int> map;  // parent rank -> NCCL rank (-1: none)
   if (src_mesh == dst_mesh) {
     if (!src_mesh->member) return false;
     if (device_transport(src_mesh, device_id) != LM_TRANSPORT_NCCL) return false;
     nccl_comm(src_mesh, device_id);
     nc = &mesh_device(src_mesh).nccl;
     stream = mesh_device(src_mesh).config.stream;
+    map.assign((size_t)src_mesh->world_size, -1);
     for (int64_t i = 0; i < src_mesh->grid->size(); ++i)
       map[(size_t)src_mesh->grid->rank_at_index(i)] = (int)i;
   } else {

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <deque>
 
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "reshard/plan.hpp"
 #include "transport/mpi.hpp"
@@ -35,16 +36,8 @@ size_t step_staging(const Transport &tp) {
 }  // namespace
 
 size_t staging_bytes() {
-  static const size_t v = [] {
-    size_t b = size_t(64) << 20;
-    const char *e = std::getenv("LM_STAGING_BYTES");
-    if (e && *e) {
-      char *end = nullptr;
-      unsigned long long x = std::strtoull(e, &end, 10);
-      if (end && *end == '\0') b = (size_t)x;
-    }
-    return std::min(std::max(b, size_t(256)), size_t(1) << 30);
-  }();
+  static const size_t v = (size_t)std::min(
+      std::max(env_bytes("LM_STAGING_BYTES", uint64_t(64) << 20), uint64_t(256)), uint64_t(1) << 30);
   return v;
 }
 

@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "core/env.hpp"
 #include "transport/node.hpp"
 
 namespace lm {
@@ -41,17 +41,6 @@ Arena &arena() {
   return *a;
 }
 
-
-uint64_t env_bytes(const char *name, uint64_t dflt) {
-  const char *e = std::getenv(name);
-  if (!e || !*e) return dflt;
-  char *end = nullptr;
-  unsigned long long x = std::strtoull(e, &end, 10);
-  if (end && *end == '\0') return x;
-  std::fprintf(stderr, "localmap: %s=%s is not a byte count; using %llu\n", name, e,
-               (unsigned long long)dflt);
-  return dflt;
-}
 
 // fork(): the child does not get the arena's pages (MADV_DONTFORK), so it must not hand them out.
 void fork_prepare() { arena().mu.lock(); }

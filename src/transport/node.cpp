@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/env.hpp"
 #include "mesh/agree.hpp"
 #include "transport/arena.hpp"
 
@@ -35,16 +36,8 @@ bool node_local_enabled() {
 }
 
 size_t node_local_min_bytes() {
-  static const size_t v = [] {
-    size_t b = size_t(64) << 10;
-    const char *e = std::getenv("LM_NODE_LOCAL_MIN_BYTES");
-    if (e && *e) {
-      char *end = nullptr;
-      unsigned long long x = std::strtoull(e, &end, 10);
-      if (end && *end == '\0') b = (size_t)x;
-    }
-    return std::max(b, size_t(1));
-  }();
+  static const size_t v =
+      (size_t)std::max(env_bytes("LM_NODE_LOCAL_MIN_BYTES", uint64_t(64) << 10), uint64_t(1));
   return v;
 }
 
