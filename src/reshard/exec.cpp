@@ -56,7 +56,29 @@ struct Ring {
     size_t msg;
     int64_t sub;
   };
-  std::deque<Entry> fifo;
+  // The pieces in flight, oldest first: a vector used as a FIFO (entries before `head` are
+  // retired), so that a step reuses its storage from one execution to the next instead of
+  // allocating (a std::deque allocates its blocks afresh).
+  struct Fifo {
+    std::vector<Entry> v;
+    size_t head = 0;
+    bool empty() const { return head == v.size(); }
+    const Entry &front() const { return v[head]; }
+    const Entry &back() const { return v.back(); }
+    void push_back(const Entry &e) { v.push_back(e); }
+    void pop_front() {
+      if (++head == v.size()) clear();
+    }
+    void clear() {
+      v.clear();
+      head = 0;
+    }
+  } fifo;
+  void reset(char *b, size_t n) {
+    base = b;
+    size = n;
+    fifo.clear();
+  }
   bool alloc(size_t bytes, size_t *off) {
     if (fifo.empty()) {
       *off = 0;
@@ -127,21 +149,28 @@ BoxCopy unpack_copy(const Shape &shape, const SubBox &s, size_t esize) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+// The staging buffer of a plan's execution: one, shared by its steps (they run one after the
+// other), so that a plan never holds more than one staging buffer, also when it keeps it from one
+// execution to the next (LM_PLAN_KEEP_BUFFERS).
+struct Staging {
+  char *p = nullptr;
+  size_t cap = 0, bytes = 0;
+};
+
 // One step's execution state.
 class StepRun {
  public:
-  StepRun(const SchedStep &st, size_t index, Transport &tp, DType dt)
-      : st_(st), index_(index), tp_(tp), dt_(dt), esize_(st.esize) {}
+  StepRun(const SchedStep &st, size_t index, Transport &tp, DType dt, Staging &stage)
+      : st_(st), index_(index), tp_(tp), dt_(dt), esize_(st.esize), stage_(stage) {}
   virtual ~StepRun() = default;
   virtual void start(const void *in, void *out) = 0;
   // true when complete; block: wait instead of test.
   virtual bool progress(bool block) = 0;
-  // Gives staging back (also on failure).
+  // Gives staging back (also on failure) unless the plan keeps it.
   void release() {
-    if (stage_ && !keep_) {
-      tp_.staging_give(stage_, stage_cap_, stage_bytes_);
-      stage_ = nullptr;
-      stage_cap_ = stage_bytes_ = 0;
+    if (stage_.p && !keep_) {
+      tp_.staging_give(stage_.p, stage_.cap, stage_.bytes);
+      stage_ = Staging{};
     }
   }
   void drop_kept() {
@@ -153,22 +182,21 @@ class StepRun {
  protected:
   char *take_stage(size_t bytes) {
     if (bytes == 0) return nullptr;
-    if (stage_ && stage_bytes_ >= bytes) return stage_;  // kept from an earlier execution
-    if (stage_) {
-      tp_.staging_give(stage_, stage_cap_, stage_bytes_);
-      stage_ = nullptr;
+    if (stage_.p && stage_.bytes >= bytes) return stage_.p;  // kept, or an earlier step's
+    if (stage_.p) {  // too small: given back before the larger one is taken
+      tp_.staging_give(stage_.p, stage_.cap, stage_.bytes);
+      stage_ = Staging{};
     }
-    stage_ = static_cast<char *>(tp_.staging_take(bytes, &stage_cap_));
-    stage_bytes_ = bytes;
-    return stage_;
+    stage_.p = static_cast<char *>(tp_.staging_take(bytes, &stage_.cap));
+    stage_.bytes = bytes;
+    return stage_.p;
   }
   const SchedStep &st_;
   size_t index_;
   Transport &tp_;
   DType dt_;
   size_t esize_;
-  char *stage_ = nullptr;
-  size_t stage_cap_ = 0, stage_bytes_ = 0;
+  Staging &stage_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -192,8 +220,8 @@ class ExchangeRun : public StepRun {
       rr = std::min(tr_, std::max(ts_ ? S - S / 2 : S, seg_));
     }
     char *stage = take_stage(rs + rr);
-    sring_ = Ring{stage, rs, {}};
-    rring_ = Ring{stage ? stage + rs : nullptr, rr, {}};
+    sring_.reset(stage, rs);
+    rring_.reset(stage ? stage + rs : nullptr, rr);
     sq_ = rq_ = Cursor{};
     // Receives first, then sends, then the local copies; everything that fits is posted before
     // the one flush() (a transport that batches, NCCL, gets the step's posts as one batch).
@@ -424,7 +452,7 @@ class ReduceScatterRun : public StepRun {
     char *stage = take_stage(recv_part + rs);
     acc_ = stage;  // first: the staging buffer is 64-byte aligned, as __int128 lanes need
     bufs_ = stage ? stage + acc_bytes_ : nullptr;
-    sring_ = Ring{stage ? stage + recv_part : nullptr, rs, {}};
+    sring_.reset(stage ? stage + recv_part : nullptr, rs);
     sq_ = 0;
     sqs_ = 0;
     // Receives of the first segments, then the direct sends, then staged sends as they fit.
@@ -625,6 +653,7 @@ struct ExecState {
   const void *in0 = nullptr;
   void *out_final = nullptr;
   size_t cur = 0;
+  Staging stage;  // shared by the steps (declared before them: they refer to it)
   std::vector<std::unique_ptr<StepRun>> runs;
   std::vector<void *> work;
   std::vector<size_t> work_cap;
@@ -664,11 +693,11 @@ void Plan::start(const void *in, void *out, bool blocking) {
       const SchedStep &st = *steps[i];
       std::unique_ptr<StepRun> r;
       if (st.kind == StepKind::kExchange)
-        r = std::make_unique<ExchangeRun>(st, i, *tp_, dt);
+        r = std::make_unique<ExchangeRun>(st, i, *tp_, dt, ex_->stage);
       else if (st.kind == StepKind::kReduceScatter)
-        r = std::make_unique<ReduceScatterRun>(st, i, *tp_, dt);
+        r = std::make_unique<ReduceScatterRun>(st, i, *tp_, dt, ex_->stage);
       else
-        r = std::make_unique<PartialInitRun>(st, i, *tp_, dt);
+        r = std::make_unique<PartialInitRun>(st, i, *tp_, dt, ex_->stage);
       ex_->runs.push_back(std::move(r));
     }
     ex_->work.assign(steps.size(), nullptr);
