@@ -21,6 +21,9 @@ ldd "$BUILD/lib/liblocalmap.so" | grep -qE 'libasan|libmpich' && san=1
 if [ $san = 1 ]; then nps="3"; cases=400; else nps="2 3 4"; cases=1500; fi
 export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$cases}
 export LM_NODE_LOCAL_MIN_BYTES=1
+# Non-contiguous boxes travel as boxes (descriptor geometry, run lists) at every size, as large
+# ones do by default; the tests' small ones would otherwise be staged (LM_DATATYPE_MIN_BYTES).
+export LM_DATATYPE_MIN_BYTES=0
 ARENA="LM_NODE_ARENA_MIN_BYTES=1"   # every pool buffer in the shared arena
 KERNEL="LM_NODE_ARENA_BYTES=0"      # no arena: every copy through the kernel
 for np in $nps; do

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The reshard executor's staging path (pack/unpack through our own buffers) serves boxes that an
-# MPI subarray datatype cannot describe (over 1 GiB, extents past int). Small tests never reach
-# it, so run the randomized and directed reshard suites with datatypes turned off.
+# The reshard executor moves a non-contiguous box either through its own staging (pack/unpack:
+# boxes below LM_DATATYPE_MIN_BYTES, default 64 KiB, and those a subarray datatype cannot
+# describe) or in place as an MPI subarray datatype. The tests' tensors are small, so the default
+# runs stage nearly every box: run the randomized and directed reshard suites once more with
+# datatypes at every size (LM_DATATYPE_MIN_BYTES=0), and once with datatypes off.
 # Then the staging bound: with a tiny LM_STAGING_BYTES every reduction and exchange of the tests
 # is pipelined in many chunks; results must stay exact (randomized suite) and the peak extra
 # memory within the bound (test_reshard_memory), at np 1-4, with and without datatypes.
@@ -14,16 +16,20 @@ BUILD=${BUILD:-build}
 big=3000 small=1500
 if ldd "$BUILD/lib/liblocalmap.so" | grep -qE 'libasan|libmpich'; then big=800 small=400; fi
 export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$big}
+# dt=1: subarray datatypes for every non-contiguous box; dt=0: none (every such box staged).
+dt_env() { if [ "$1" = 1 ]; then echo LM_DATATYPE_MIN_BYTES=0; else echo LM_RESHARD_DATATYPES=0; fi; }
 for np in 3 4; do
-  LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
-  LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
+  for dt in 1 0; do
+    env "$(dt_env $dt)" bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
+    env "$(dt_env $dt)" bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
+  done
 done
-echo "staging path: OK"
+echo "datatype and staging paths: OK"
 for np in 1 2 3 4; do
   for dt in 1 0; do
-    LM_STAGING_BYTES=512 LM_RESHARD_DATATYPES=$dt LM_RESHARD_CASES=$small \
+    env "$(dt_env $dt)" LM_STAGING_BYTES=512 LM_RESHARD_CASES=$small \
       bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
-    LM_STAGING_BYTES=512 LM_RESHARD_DATATYPES=$dt bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_memory"
+    env "$(dt_env $dt)" LM_STAGING_BYTES=512 bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_memory"
   done
 done
 LM_STAGING_BYTES=4096 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"

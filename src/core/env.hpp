@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Byte-count settings from the environment (LM_STAGING_BYTES, LM_NODE_LOCAL_MIN_BYTES,
-// LM_NODE_ARENA_BYTES, LM_NODE_ARENA_MIN_BYTES): one reader, so they all parse alike. Callers
+// LM_NODE_ARENA_BYTES, LM_NODE_ARENA_MIN_BYTES, LM_DATATYPE_MIN_BYTES): one reader, so they all parse alike. Callers
 // read once (a function-local static) and clamp to their own bounds.
 #pragma once
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <unistd.h>
 
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "mesh/agree.hpp"
@@ -37,6 +38,15 @@ bool datatypes_enabled() {
     return !(e && e[0] == '0');
   }();
   return enabled;
+}
+
+// Non-contiguous boxes of fewer bytes are staged (packed by boxcopy) rather than described as a
+// subarray datatype: below some tens of KiB, Open MPI's datatype engine costs more per message
+// than our own pack (docs/PERFORMANCE.md, "Small exchanges"). LM_DATATYPE_MIN_BYTES, default
+// 64 KiB; 0: datatypes at every size.
+size_t datatype_min_bytes() {
+  static const size_t v = (size_t)env_bytes("LM_DATATYPE_MIN_BYTES", uint64_t(64) << 10);
+  return v;
 }
 }  // namespace
 
@@ -352,7 +362,7 @@ bool MpiTransport::box_direct(const BoxRef &b) const {
     if (b.shape[i] > INT_MAX) return false;
     n *= (size_t)b.len[i];
   }
-  return n <= kMaxPiece && b.esize <= (size_t)INT_MAX;
+  return n >= datatype_min_bytes() && n <= kMaxPiece && b.esize <= (size_t)INT_MAX;
 }
 
 // Describes a non-contiguous box as an MPI subarray of the local buffer; then MPI packs straight
