@@ -40,6 +40,7 @@ class NcclTransport : public Transport {
   void flush() override;
   bool bounded_staging() const override { return false; }  // one group per step
   bool done(Ticket t, bool block) override;
+  Ticket posted() const override { return next_; }
   void reset() override;
 
   void copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1) override;

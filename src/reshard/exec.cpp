@@ -208,17 +208,21 @@ class ExchangeRun : public StepRun {
     in_ = static_cast<const char *>(in);
     out_ = static_cast<char *>(out);
     const size_t S = step_staging(tp_);
-    seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
     direct_.clear();
     dcur_ = 0;
-    prepare(st_.sends, st_.inbox.len, sinfo_, &ts_);
-    prepare(st_.recvs, st_.outbox.len, rinfo_, &tr_);
-    // Staging: exactly what is needed when it fits, else S split between the two directions.
-    size_t rs = ts_, rr = tr_;
-    if (ts_ + tr_ > S) {  // each region holds at least one piece (<= seg_ <= S / 2)
-      rs = std::min(ts_, std::max(tr_ ? S / 2 : S, seg_));
-      rr = std::min(tr_, std::max(ts_ ? S - S / 2 : S, seg_));
+    if (!prepared_) {  // the same at every execution: the plan, the settings and the transport
+      seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
+      prepare(st_.sends, st_.inbox.len, sinfo_, &ts_);
+      prepare(st_.recvs, st_.outbox.len, rinfo_, &tr_);
+      prepared_ = true;
     }
+    fit_ = ts_ + tr_ <= S;
+    if (fit_) return start_fit();
+    // Staging: S split between the two directions (each region holds at least one piece,
+    // <= seg_ <= S / 2), pieces pipelined through two rings.
+    size_t rs = ts_, rr = tr_;
+    rs = std::min(ts_, std::max(tr_ ? S / 2 : S, seg_));
+    rr = std::min(tr_, std::max(ts_ ? S - S / 2 : S, seg_));
     char *stage = take_stage(rs + rr);
     sring_.reset(stage, rs);
     rring_.reset(stage ? stage + rs : nullptr, rr);
@@ -230,18 +234,11 @@ class ExchangeRun : public StepRun {
     post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
     pump(true);
     tp_.flush();
-    if (!st_.skip_self) {
-      int64_t n = (int64_t)st_.inbox.len.size();
-      for (auto &b : st_.selfs) {
-        BoxCopy c;
-        boxcopy_init(c, (int)n, b.box.len.data(), st_.inbox.len.data(), b.in_rel.data(),
-                     st_.outbox.len.data(), b.out_rel.data(), (int64_t)esize_);
-        tp_.copy(c, out_, in_, 0, c.numel);
-      }
-    }
+    copy_selfs();
   }
 
   bool progress(bool block) override {
+    if (fit_) return progress_fit(block);
     for (;;) {
       bool staged_left = !(sq_.done(sinfo_) && rq_.done(rinfo_) && sring_.fifo.empty() &&
                            rring_.fifo.empty());
@@ -268,6 +265,78 @@ class ExchangeRun : public StepRun {
     bool staged = false;
     BoxSplit split;
   };
+
+  void copy_selfs() {
+    if (st_.skip_self) return;
+    int64_t n = (int64_t)st_.inbox.len.size();
+    for (auto &b : st_.selfs) {
+      BoxCopy c;
+      boxcopy_init(c, (int)n, b.box.len.data(), st_.inbox.len.data(), b.in_rel.data(),
+                   st_.outbox.len.data(), b.out_rel.data(), (int64_t)esize_);
+      tp_.copy(c, out_, in_, 0, c.numel);
+    }
+  }
+
+  // Everything fits in the step's staging (the common case below LM_STAGING_BYTES): one staging
+  // buffer, sends' pieces then receives', each at a fixed offset; every message posted at the
+  // start (receives first) and no ring bookkeeping. Completion is tested or waited for all at
+  // once (Transport::done_from), then the staged receives are unpacked.
+  void start_fit() {
+    char *stage = take_stage(ts_ + tr_);
+    size_t soff = 0, roff = ts_;
+    unpack_.clear();
+    post_fit(false, st_.recvs, st_.outbox.len, rinfo_, out_, stage, &roff);
+    post_fit(true, st_.sends, st_.inbox.len, sinfo_, const_cast<char *>(in_), stage, &soff);
+    tp_.flush();
+    copy_selfs();
+  }
+  void post_fit(bool send, const std::vector<Msg> &msgs, const Shape &local,
+                const std::vector<Info> &info, char *buf, char *stage, size_t *soff) {
+    SubBox s;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const Msg &m = msgs[i];
+      const Info &f = info[i];
+      for (int64_t k = 0; k < f.split.count; ++k) {
+        sub_box(f.split, m.box.len, m.rel, k, esize_, s);
+        Ticket t;
+        if (m.contiguous) {
+          char *p = buf + m.off + (size_t)s.e0 * esize_;
+          t = send ? tp_.post_send(p, s.bytes, m.peer, st_.tag)
+                   : tp_.post_recv(p, s.bytes, m.peer, st_.tag);
+        } else if (!f.staged) {
+          BoxRef r = box_ref(local, s, esize_, f.split.count == 1 ? box_id(send, i) : -1);
+          t = send ? tp_.post_send_box(buf, r, m.peer, st_.tag)
+                   : tp_.post_recv_box(buf, r, m.peer, st_.tag);
+        } else {
+          char *slot = stage + *soff;
+          *soff += s.bytes;
+          if (send) {
+            BoxCopy c = pack_copy(local, s, esize_);
+            tp_.copy(c, slot, buf, 0, c.numel);
+            t = tp_.post_send(slot, s.bytes, m.peer, st_.tag);
+          } else {
+            t = tp_.post_recv(slot, s.bytes, m.peer, st_.tag);
+            unpack_.push_back(Unpack{i, k, (size_t)(slot - stage)});
+          }
+        }
+        direct_.push_back(t);
+      }
+    }
+  }
+  bool progress_fit(bool block) {
+    // Every ticket of this step was posted at its start, from direct_[0] on.
+    if (!direct_.empty() && !tp_.done_from(direct_[0], block)) return false;
+    for (const Unpack &x : unpack_) {
+      const Msg &m = st_.recvs[x.msg];
+      SubBox s;
+      sub_box(rinfo_[x.msg].split, m.box.len, m.rel, x.sub, esize_, s);
+      BoxCopy c = unpack_copy(st_.outbox.len, s, esize_);
+      tp_.copy(c, out_, stage_.p + x.off, 0, c.numel);
+    }
+    tp_.reset();
+    release();
+    return true;
+  }
   struct Cursor {
     size_t msg = 0;
     int64_t sub = 0;
@@ -390,6 +459,13 @@ class ExchangeRun : public StepRun {
   std::vector<Info> sinfo_, rinfo_;
   std::vector<Ticket> direct_;
   size_t dcur_ = 0;
+  bool prepared_ = false, fit_ = false;
+  struct Unpack {  // a staged receive of the fitting path
+    size_t msg;
+    int64_t sub;
+    size_t off;  // in the staging buffer
+  };
+  std::vector<Unpack> unpack_;
   Ring sring_, rring_;
   Cursor sq_, rq_;
 };

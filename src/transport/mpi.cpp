@@ -451,9 +451,15 @@ bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > tmo) {
       std::string who;
       int listed = 0;
+      // MPI_Testall frees no request until all are complete: ask each (without freeing it)
+      // whether it is, so that only the ranks still awaited are named.
+      auto pending = [&](size_t i) {
+        int flag = 0;
+        return reqs_[i] != MPI_REQUEST_NULL &&
+               (MPI_Request_get_status(reqs_[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag);
+      };
       for (size_t i = first; i < first + n; ++i)
-        if (reqs_[i] != MPI_REQUEST_NULL && listed < 8 &&
-            who.find(strfmt(" %d,", peers_[i])) == std::string::npos) {
+        if (listed < 8 && pending(i) && who.find(strfmt(" %d,", peers_[i])) == std::string::npos) {
           who += strfmt(" %d,", peers_[i]);
           ++listed;
         }
@@ -469,6 +475,15 @@ bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
 bool MpiTransport::done(Ticket t, bool block) {
   const auto &r = tickets_[(size_t)t];
   return complete(r.first, r.second, block, ticket_cma_[(size_t)t]);
+}
+
+// Without node-local messages in flight the tickets from `first` on are one range of requests:
+// one test (or one wait loop) covers them all.
+bool MpiTransport::done_from(Ticket first, bool block) {
+  if ((size_t)first >= tickets_.size()) return true;
+  if (cma_open_) return Transport::done_from(first, block);
+  const size_t r0 = tickets_[(size_t)first].first;
+  return complete(r0, reqs_.size() - r0, block);
 }
 
 void MpiTransport::reset() {

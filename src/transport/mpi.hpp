@@ -45,6 +45,8 @@ class MpiTransport : public Transport {
   Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) override;
   Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
   bool done(Ticket t, bool block) override;
+  bool done_from(Ticket first, bool block) override;
+  Ticket posted() const override { return (Ticket)tickets_.size(); }
   void reset() override;
   void begin_execution(bool blocking) override { blocking_ = blocking; }
 

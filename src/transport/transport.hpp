@@ -73,6 +73,15 @@ class Transport {
   virtual void begin_execution(bool blocking) { (void)blocking; }
   // Tests (block = false) or waits for (block = true) one posted message; true when complete.
   virtual bool done(Ticket t, bool block) = 0;
+  // Tests or waits for every ticket from `first` on (all posted since the last reset()); true
+  // when all are complete. The default asks done() ticket by ticket.
+  virtual bool done_from(Ticket first, bool block) {
+    for (Ticket t = first; t < posted(); ++t)
+      if (!done(t, block)) return false;
+    return true;
+  }
+  // Tickets posted since the last reset() (tickets are numbered from 0 in posting order).
+  virtual Ticket posted() const = 0;
   // Forgets every ticket (all complete): called when a step completes.
   virtual void reset() = 0;
 
