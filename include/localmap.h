@@ -30,7 +30,7 @@
  *    `LM_TIMEOUT=<seconds>` (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
  *    for tests). docs/DESIGN.md, "Failure model", has the rules. Performance: LM_STAGING_BYTES
  *    (staging bound of one reshard step, default 64 MiB), LM_POOL_BYTES (cached buffers, 1 GiB),
- *    LM_DATATYPE_MIN_BYTES (smallest strided box sent as an MPI datatype, 64 KiB; smaller ones
+ *    LM_DATATYPE_MIN_BYTES (smallest strided box sent as an MPI datatype, 32 KiB; smaller ones
  *    are packed by the library; 0: datatypes at every size),
  *    LM_NODE_LOCAL=0 (no direct copies between ranks of one node), LM_NODE_LOCAL_MIN_BYTES,
  *    LM_NODE_ARENA_BYTES / LM_NODE_ARENA_MIN_BYTES (the shared arena holding the library's large

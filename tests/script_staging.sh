@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The reshard executor moves a non-contiguous box either through its own staging (pack/unpack:
-# boxes below LM_DATATYPE_MIN_BYTES, default 64 KiB, and those a subarray datatype cannot
+# boxes below LM_DATATYPE_MIN_BYTES, default 32 KiB, and those a subarray datatype cannot
 # describe) or in place as an MPI subarray datatype. The tests' tensors are small, so the default
 # runs stage nearly every box: run the randomized and directed reshard suites once more with
 # datatypes at every size (LM_DATATYPE_MIN_BYTES=0), and once with datatypes off.

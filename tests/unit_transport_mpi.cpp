@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // unit_transport_mpi: the MPI transport's choice between moving a non-contiguous box in place as
 // a subarray datatype and letting the executor stage (pack) it (MpiTransport::box_direct), on a
-// singleton MPI process: boxes below LM_DATATYPE_MIN_BYTES (64 KiB by default) are staged, boxes
+// singleton MPI process: boxes below LM_DATATYPE_MIN_BYTES (32 KiB by default) are staged, boxes
 // from there up to 1 GiB go as datatypes, and the answer depends on the box's bytes alone (not on
 // its offset or the buffer around it), so that sender and receiver agree. Then a box at and below
 // the size floor is sent to this same rank through post_send_box / post_recv_box and compared
@@ -35,8 +35,8 @@ void test_size_floor() {
   // A column block of rows x 4096 float64: rows * cols * 8 bytes.
   const int64_t shape[2] = {4096, 4096}, off[2] = {0, 8}, toff[2] = {0, 1};
   const int64_t small[2] = {16, 16};       // 2 KiB
-  const int64_t below[2] = {8191, 1};      // 65528 B: one element short of 64 KiB
-  const int64_t at[2] = {8192, 1};         // 64 KiB
+  const int64_t below[2] = {4095, 1};      // 32760 B: one element short of 32 KiB
+  const int64_t at[2] = {4096, 1};         // 32 KiB
   const int64_t tall[2] = {1 << 20, 8};
   const int64_t big[2] = {1024, 64};       // 512 KiB
   CHECK(!tp.box_direct(box(2, shape, off, small, 8)));
@@ -46,7 +46,7 @@ void test_size_floor() {
   // The same bytes in other element sizes and offsets: the same answer.
   const int64_t off2[2] = {100, 0};
   CHECK(tp.box_direct(box(2, tall, off2, at, 8)));
-  const int64_t at1[2] = {16384, 4}, below1[2] = {16383, 4};  // 64 KiB of 1-byte elements, and less
+  const int64_t at1[2] = {8192, 4}, below1[2] = {8191, 4};  // 32 KiB of 1-byte elements, and less
   CHECK(tp.box_direct(box(2, tall, toff, at1, 1)));
   CHECK(!tp.box_direct(box(2, tall, toff, below1, 1)));
   // Over 1 GiB: staged whatever the floor.

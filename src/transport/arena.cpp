@@ -65,7 +65,7 @@ uint64_t arena_bytes() {
 
 size_t arena_min_bytes() {
   static const size_t v = (size_t)std::max<uint64_t>(env_bytes("LM_NODE_ARENA_MIN_BYTES",
-                                                               uint64_t(64) << 10), 1);
+                                                               kNodeLocalDefaultMin), 1);
   return v;
 }
 

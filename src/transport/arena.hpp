@@ -26,8 +26,8 @@
 
 namespace lm {
 
-// The smallest pool buffer the arena serves: LM_NODE_ARENA_MIN_BYTES, default 64 KiB (smaller
-// ones stay on the heap: the node-local path starts at LM_NODE_LOCAL_MIN_BYTES, 64 KiB too; the
+// The smallest pool buffer the arena serves: LM_NODE_ARENA_MIN_BYTES, default 32 KiB (smaller
+// ones stay on the heap: the node-local path starts at LM_NODE_LOCAL_MIN_BYTES, 32 KiB too; the
 // tests set both to 1 so that every message and buffer takes the path).
 size_t arena_min_bytes();
 

@@ -42,10 +42,11 @@ bool datatypes_enabled() {
 
 // Non-contiguous boxes of fewer bytes are staged (packed by boxcopy) rather than described as a
 // subarray datatype: below some tens of KiB, Open MPI's datatype engine costs more per message
-// than our own pack (docs/PERFORMANCE.md, "Small exchanges"). LM_DATATYPE_MIN_BYTES, default
-// 64 KiB; 0: datatypes at every size.
+// than our own pack (docs/PERFORMANCE.md, "Small and mid-size exchanges"). From the node-local
+// path's floor up a box stays a box, so that on one node it is copied once, strided side and all.
+// LM_DATATYPE_MIN_BYTES, default 32 KiB (kNodeLocalDefaultMin); 0: datatypes at every size.
 size_t datatype_min_bytes() {
-  static const size_t v = (size_t)env_bytes("LM_DATATYPE_MIN_BYTES", uint64_t(64) << 10);
+  static const size_t v = (size_t)env_bytes("LM_DATATYPE_MIN_BYTES", kNodeLocalDefaultMin);
   return v;
 }
 }  // namespace

@@ -4,7 +4,7 @@
 //     MPI counts are int);
 //   - a non-contiguous box is moved in place as an MPI subarray datatype when datatypes are on
 //     (LM_RESHARD_DATATYPES, default 1), its extents fit in int, it is at most 1 GiB and at least
-//     LM_DATATYPE_MIN_BYTES (64 KiB: below, our own pack is cheaper than the datatype engine);
+//     LM_DATATYPE_MIN_BYTES (32 KiB: below, our own pack is cheaper than the datatype engine);
 //     otherwise box_direct() says no and the executor stages it;
 //   - staging comes from the host buffer pool (tensor/pool.hpp);
 //   - local work runs on the host: box copies through reshard/boxcopy.hpp, reductions through

@@ -37,7 +37,7 @@ bool node_local_enabled() {
 
 size_t node_local_min_bytes() {
   static const size_t v =
-      (size_t)std::max(env_bytes("LM_NODE_LOCAL_MIN_BYTES", uint64_t(64) << 10), uint64_t(1));
+      (size_t)std::max(env_bytes("LM_NODE_LOCAL_MIN_BYTES", kNodeLocalDefaultMin), uint64_t(1));
   return v;
 }
 

@@ -10,8 +10,9 @@
 //     communicators the plans use, as an MPI attribute);
 //   - the copy: the byte runs of a box in a compact buffer (box_runs) and process_vm_readv or
 //     process_vm_writev over the runs of both sides (cma_copy).
-// LM_NODE_LOCAL=0 turns the path off; LM_NODE_LOCAL_MIN_BYTES (default 64 KiB) is the smallest
-// message that takes it (below, MPI's eager copies cost less than the extra acknowledgement).
+// LM_NODE_LOCAL=0 turns the path off; LM_NODE_LOCAL_MIN_BYTES (default 32 KiB) is the smallest
+// message that takes it (below, MPI's eager copies cost less than the extra acknowledgement:
+// measured, docs/PERFORMANCE.md "Small and mid-size exchanges").
 #pragma once
 
 #include <mpi.h>
@@ -25,6 +26,14 @@
 namespace lm {
 
 struct AgreeComm;
+
+// The default of the three size floors of one-node exchanges: the node-local path's smallest
+// message (LM_NODE_LOCAL_MIN_BYTES), the arena's smallest buffer (LM_NODE_ARENA_MIN_BYTES) and
+// the MPI transport's smallest subarray datatype (LM_DATATYPE_MIN_BYTES). One value: a box of
+// that size is then sent as a box (one copy on the node, in place elsewhere), and the buffers it
+// lies in are in the arena. Measured crossover on the project's VM: between 8 and 32 KiB per
+// message.
+constexpr uint64_t kNodeLocalDefaultMin = uint64_t(32) << 10;
 
 // LM_NODE_LOCAL (default on) and LM_NODE_LOCAL_MIN_BYTES, read once.
 bool node_local_enabled();
