@@ -8,7 +8,8 @@
 # LM_NODE_ARENA_MIN_BYTES=1, also pipelined through tiny staging and with datatypes off, where
 # boxes are staged; the tests' own borrowed buffers are never in the arena, so both copy kinds
 # and both directions meet), every message through the kernel (the arena off), and the path off
-# (LM_NODE_LOCAL=0). Then, where strace is installed, that the kernel copies really run, reading
+# (LM_NODE_LOCAL=0); the agreement suites with the agreement board off (LM_AGREE_BOARD=0).
+# Then, where strace is installed, that the kernel copies really run, reading
 # and writing, that the arena replaces most of them, and that the path really stays off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,16 @@ if [ $san = 0 ]; then  # off: what every other suite's small messages already ru
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
 fi
-echo "node-local path: exact in both modes"
+# Agreements: through the shared-memory board by default (every rank on this node), through
+# MPI_Allreduce with the board off (as on more than one node): the agreement suites both ways.
+for np in 3 4; do
+  LM_AGREE_BOARD=0 bash tools/lm-mpirun "$np" "$BUILD/tests/test_agree_board"
+  LM_AGREE_BOARD=0 bash tools/lm-mpirun "$np" "$BUILD/tests/test_agree"
+done
+LM_AGREE_BOARD=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_timeout_skip"
+LM_AGREE_BOARD=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_timeout_sleep"
+LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_agree_board"
+echo "node-local path: exact in both modes; agreements with and without the board"
 
 if ! command -v strace >/dev/null; then
   if [ "${LM_REQUIRE_TOOLS:-0}" = 1 ]; then echo "script_node_local: LM_REQUIRE_TOOLS=1 but strace is missing"; exit 1; fi

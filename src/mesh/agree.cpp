@@ -263,6 +263,8 @@ void agree(const AgreeArgs &a) {
   if (ac->broken)
     fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", a.fn,
          ac->broken_why.c_str());
+  if (a.nmax < 0 || a.nmax > kMaxAgreeMaxes)
+    fail(LM_ERR_INTERNAL, "%s: %d agreement values (at most %d)", a.fn, a.nmax, kMaxAgreeMaxes);
   const uint64_t seq = ++ac->seq;
   const bool failed = a.local != LM_SUCCESS;
   uint64_t h = 0;
@@ -273,19 +275,15 @@ void agree(const AgreeArgs &a) {
     h = hh.h;
   }
   const int nv = 3 + a.nmax;
-  long long small[8];
-  std::vector<long long> big;
-  long long *v = small;
-  if (nv > 8) {
-    big.resize((size_t)nv);
-    v = big.data();
-  }
+  long long v[3 + kMaxAgreeMaxes];
   v[0] = failed ? (long long)(ac->size - ac->rank) : 0;
   v[1] = (long long)(h >> 1);
   v[2] = -(long long)(h >> 1);
   for (int i = 0; i < a.nmax; ++i) v[3 + i] = a.maxes[i];
   try {
-    if (a.timeout > 0) {
+    if (ac->board) {  // every rank of the set on this node: shared memory (transport/node.hpp)
+      board_max(ac, seq, v, nv, a.timeout, a.fn);
+    } else if (a.timeout > 0) {
       MPI_Request req;
       mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
                 strfmt("%s: MPI_Iallreduce (agreement)", a.fn).c_str());

@@ -30,6 +30,8 @@ struct lm_mesh_s;
 namespace lm {
 
 constexpr int kMaxFields = 14;
+// The most values an agreement maximises besides its own three words (AgreeArgs::nmax).
+constexpr int kMaxAgreeMaxes = 4;
 
 // A communicator for agreements over one set of processes. Shared, never freed before
 // MPI_Finalize (a local free on one rank could leave the ranks with different caches).
@@ -42,6 +44,10 @@ struct AgreeComm {
   // Ranks of comm on this node whose memory this process reads directly (transport/node.hpp):
   // found once, when the set is first seen; empty = the node-local path is not used.
   std::vector<int> node_peers;
+  // The agreement board (transport/node.hpp, board_max): shared memory that every rank of the
+  // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
+  // every rank of the set.
+  void *board = nullptr;
 };
 
 // The agreement communicator of the processes of `group` (a group of `base`). Collective over
@@ -113,7 +119,7 @@ struct AgreeArgs {
   int parent_rank = -1;            // for messages: this rank in the mesh's parent communicator
   long long mesh_rank = -1;        // and in the mesh (-1: none, e.g. cross-mesh)
   long long *maxes = nullptr;      // values to maximise over the ranks (in place)
-  int nmax = 0;
+  int nmax = 0;                    // at most kMaxAgreeMaxes
   lm_mesh_s *m1 = nullptr, *m2 = nullptr;  // meshes to mark broken on an MPI failure / timeout
   double timeout = 0;              // seconds; 0: wait for ever
   long long root = -1;             // mesh rank of the call's root, named so in messages

@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "transport/node.hpp"
 
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
 #include "core/env.hpp"
+#include "core/error.hpp"
 #include "mesh/agree.hpp"
 #include "transport/arena.hpp"
 
@@ -25,7 +28,89 @@ volatile uint64_t g_probe = kProbeWord;
 
 std::atomic<int> g_keyval{MPI_KEYVAL_INVALID};  // the attribute carrying an AgreeComm*
 
+// The agreement board (node.hpp): one cache line per rank and bank.
+constexpr int kBoardValues = 3 + kMaxAgreeMaxes;
+struct alignas(64) BoardSlot {
+  uint64_t seq;
+  long long v[kBoardValues];
+};
+static_assert(sizeof(BoardSlot) == 64, "one cache line per slot");
+
+bool board_enabled() {
+  static const bool on = [] {
+    const char *e = std::getenv("LM_AGREE_BOARD");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+// Collective over ac->comm, at the end of node_probe. Every rank takes the same branches: the
+// node peers are agreed per node, and here every rank of the set is on this one node.
+void board_setup(AgreeComm *ac) {
+  if (!board_enabled() || ac->size < 2 || (int)ac->node_peers.size() != ac->size - 1) return;
+  struct Info {
+    ArenaId id;
+    uint64_t off;
+    int32_t ok, pad;
+  } info{};
+  const size_t bytes = sizeof(BoardSlot) * 2 * (size_t)ac->size;
+  size_t cap = 0;
+  void *mine = nullptr;
+  if (ac->rank == 0 && (mine = arena_alloc(bytes, &cap)) != nullptr) {
+    std::memset(mine, 0, bytes);
+    info.id = arena_self();
+    info.off = arena_offset(mine, bytes);
+    info.ok = info.id.fd >= 0 && info.off != UINT64_MAX;
+  }
+  if (MPI_Bcast(&info, (int)sizeof info, MPI_BYTE, 0, ac->comm) != MPI_SUCCESS) info.ok = 0;
+  char *base = nullptr;
+  if (info.ok) {
+    if (ac->rank == 0) {
+      base = static_cast<char *>(mine);
+    } else if (char *peer = arena_peer(info.id)) {
+      base = peer + info.off;
+    }
+  }
+  int ok = base != nullptr, all = 0;
+  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, ac->comm) == MPI_SUCCESS && all)
+    ac->board = base;
+  else if (mine)
+    arena_free(mine, cap);
+}
+
 }  // namespace
+
+void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout,
+               const char *what) {
+  if (nv > kBoardValues) fail(LM_ERR_INTERNAL, "%s: %d agreement values (board: %d)", what, nv,
+                              kBoardValues);
+  BoardSlot *bank = static_cast<BoardSlot *>(ac->board) + (size_t)(seq & 1) * (size_t)ac->size;
+  BoardSlot &me = bank[ac->rank];
+  for (int i = 0; i < nv; ++i) __atomic_store_n(&me.v[i], v[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&me.seq, seq, __ATOMIC_RELEASE);
+  std::chrono::steady_clock::time_point t0;
+  if (timeout > 0) t0 = std::chrono::steady_clock::now();
+  unsigned spins = 0;
+  for (int j = 0; j < ac->size; ++j) {
+    if (j == ac->rank) continue;
+    while (__atomic_load_n(&bank[j].seq, __ATOMIC_ACQUIRE) != seq) {
+      if (++spins < 8) continue;
+      sched_yield();  // let the peers run (ranks may outnumber cores)
+      if ((spins & 63) == 0) {  // keep MPI moving: a nonblocking plan may need this rank's sends
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ac->comm, &flag, MPI_STATUS_IGNORE);
+      }
+      if (timeout > 0 && (spins & 255) == 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout)
+        fail(LM_ERR_TIMEOUT,
+             "%s: agreement: no answer within LM_TIMEOUT = %g s (some rank of the mesh did not "
+             "make this call)",
+             what, timeout);
+    }
+    for (int i = 0; i < nv; ++i)
+      v[i] = std::max(v[i], __atomic_load_n(&bank[j].v[i], __ATOMIC_RELAXED));
+  }
+}
 
 bool node_local_enabled() {
   static const bool on = [] {
@@ -81,6 +166,7 @@ void node_probe(AgreeComm *ac) {
   MPI_Comm_free(&node);
   // Peers that can be read: from now on large pool buffers live in memory they can map.
   if (!ac->node_peers.empty()) arena_activate();
+  board_setup(ac);
 }
 
 void node_attach(MPI_Comm comm, const AgreeComm *ac) {

@@ -45,6 +45,21 @@ size_t node_local_min_bytes();
 // cannot read any other (the answer is agreed per node, so both sides of a pair always agree), or
 // when an MPI call fails (then the path is simply not used).
 void node_probe(AgreeComm *ac);
+// The agreement board. When every rank of ac's set shares this node (and the node-local path and
+// the arena are on), node_probe also sets up one block of shared memory in rank 0's arena that
+// every rank maps (ac->board): two banks of one 64-byte slot per rank. An agreement's first round
+// (a MAX over a few words, agree.cpp) then goes through it instead of MPI_Allreduce: each rank
+// writes its words into its slot of bank (seq & 1) and publishes seq there (release), then reads
+// every slot of that bank once it holds seq (acquire). Two banks suffice: no rank can write round
+// seq + 2 before every rank published seq + 1, i.e. finished reading round seq. While it waits a
+// rank keeps MPI progressing (MPI_Iprobe: a nonblocking plan of another mesh may need its sends)
+// and yields the processor. LM_AGREE_BOARD=0 keeps MPI_Allreduce.
+//   board_max: v[0..nv) (nv <= 3 + kMaxAgreeMaxes) becomes the MAX over the ranks. timeout > 0:
+//   after that many seconds without every rank, throws LM_ERR_TIMEOUT naming `what` and the ranks
+//   not arrived.
+void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout,
+               const char *what);
+
 // Makes ac's node peers known to `comm` (a communicator over the same processes, e.g. a mesh's
 // private one): node_peers(comm) then answers them as ranks of comm, sorted.
 void node_attach(MPI_Comm comm, const AgreeComm *ac);
