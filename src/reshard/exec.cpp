@@ -220,9 +220,8 @@ class ExchangeRun : public StepRun {
     if (fit_) return start_fit();
     // Staging: S split between the two directions (each region holds at least one piece,
     // <= seg_ <= S / 2), pieces pipelined through two rings.
-    size_t rs = ts_, rr = tr_;
-    rs = std::min(ts_, std::max(tr_ ? S / 2 : S, seg_));
-    rr = std::min(tr_, std::max(ts_ ? S - S / 2 : S, seg_));
+    const size_t rs = std::min(ts_, std::max(tr_ ? S / 2 : S, seg_));
+    const size_t rr = std::min(tr_, std::max(ts_ ? S - S / 2 : S, seg_));
     char *stage = take_stage(rs + rr);
     sring_.reset(stage, rs);
     rring_.reset(stage ? stage + rs : nullptr, rr);
@@ -283,55 +282,47 @@ class ExchangeRun : public StepRun {
   // once (Transport::done_from), then the staged receives are unpacked.
   void start_fit() {
     char *stage = take_stage(ts_ + tr_);
-    size_t soff = 0, roff = ts_;
     unpack_.clear();
-    post_fit(false, st_.recvs, st_.outbox.len, rinfo_, out_, stage, &roff);
-    post_fit(true, st_.sends, st_.inbox.len, sinfo_, const_cast<char *>(in_), stage, &soff);
+    // A peer's message is all direct or all staged (one message per peer and step), so posting
+    // the direct ones first keeps every pair's order.
+    post_direct(st_.recvs, st_.outbox.len, rinfo_, false, out_);
+    post_staged_fit(false, st_.recvs, st_.outbox.len, rinfo_, out_, stage + ts_);
+    post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
+    post_staged_fit(true, st_.sends, st_.inbox.len, sinfo_, const_cast<char *>(in_), stage);
     tp_.flush();
     copy_selfs();
   }
-  void post_fit(bool send, const std::vector<Msg> &msgs, const Shape &local,
-                const std::vector<Info> &info, char *buf, char *stage, size_t *soff) {
+  // The staged pieces, each in its own slot of `region` (sends: packed before posting).
+  void post_staged_fit(bool send, const std::vector<Msg> &msgs, const Shape &local,
+                       const std::vector<Info> &info, char *buf, char *region) {
     SubBox s;
+    size_t off = 0;
     for (size_t i = 0; i < msgs.size(); ++i) {
+      if (!info[i].staged) continue;
       const Msg &m = msgs[i];
-      const Info &f = info[i];
-      for (int64_t k = 0; k < f.split.count; ++k) {
-        sub_box(f.split, m.box.len, m.rel, k, esize_, s);
-        Ticket t;
-        if (m.contiguous) {
-          char *p = buf + m.off + (size_t)s.e0 * esize_;
-          t = send ? tp_.post_send(p, s.bytes, m.peer, st_.tag)
-                   : tp_.post_recv(p, s.bytes, m.peer, st_.tag);
-        } else if (!f.staged) {
-          BoxRef r = box_ref(local, s, esize_, f.split.count == 1 ? box_id(send, i) : -1);
-          t = send ? tp_.post_send_box(buf, r, m.peer, st_.tag)
-                   : tp_.post_recv_box(buf, r, m.peer, st_.tag);
+      for (int64_t k = 0; k < info[i].split.count; ++k, off += s.bytes) {
+        sub_box(info[i].split, m.box.len, m.rel, k, esize_, s);
+        char *slot = region + off;
+        if (send) {
+          BoxCopy c = pack_copy(local, s, esize_);
+          tp_.copy(c, slot, buf, 0, c.numel);
+          direct_.push_back(tp_.post_send(slot, s.bytes, m.peer, st_.tag));
         } else {
-          char *slot = stage + *soff;
-          *soff += s.bytes;
-          if (send) {
-            BoxCopy c = pack_copy(local, s, esize_);
-            tp_.copy(c, slot, buf, 0, c.numel);
-            t = tp_.post_send(slot, s.bytes, m.peer, st_.tag);
-          } else {
-            t = tp_.post_recv(slot, s.bytes, m.peer, st_.tag);
-            unpack_.push_back(Unpack{i, k, (size_t)(slot - stage)});
-          }
+          direct_.push_back(tp_.post_recv(slot, s.bytes, m.peer, st_.tag));
+          unpack_.push_back(Unpack{i, k, slot});
         }
-        direct_.push_back(t);
       }
     }
   }
   bool progress_fit(bool block) {
-    // Every ticket of this step was posted at its start, from direct_[0] on.
+    // Every ticket of this step was posted at its start, from direct_[0] on (all in direct_).
     if (!direct_.empty() && !tp_.done_from(direct_[0], block)) return false;
     for (const Unpack &x : unpack_) {
       const Msg &m = st_.recvs[x.msg];
       SubBox s;
       sub_box(rinfo_[x.msg].split, m.box.len, m.rel, x.sub, esize_, s);
       BoxCopy c = unpack_copy(st_.outbox.len, s, esize_);
-      tp_.copy(c, out_, stage_.p + x.off, 0, c.numel);
+      tp_.copy(c, out_, x.slot, 0, c.numel);
     }
     tp_.reset();
     release();
@@ -463,7 +454,7 @@ class ExchangeRun : public StepRun {
   struct Unpack {  // a staged receive of the fitting path
     size_t msg;
     int64_t sub;
-    size_t off;  // in the staging buffer
+    const char *slot;  // where it lands in the staging buffer
   };
   std::vector<Unpack> unpack_;
   Ring sring_, rring_;
