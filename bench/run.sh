@@ -25,10 +25,12 @@ for np in ${BENCH_NPS:-2 4}; do
   echo "== reshard sweep at np $np with LM_NODE_LOCAL=0" >&2
   LM_NODE_LOCAL=0 "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" --sweep-only | grep '"sweep:' | tee -a "$out.tmp"
 done
-# The cost of the argument agreement (LM_CHECK=1, the default) on the small cases at np 2:
-# the same cases with the check off (lines with "lm_check": "0").
-echo "== small reshards at np 2 with LM_CHECK=0" >&2
-LM_CHECK=0 "$top/tools/lm-mpirun" 2 "$top/$build/bench/bench_reshard" --small-only | tee -a "$out.tmp"
+# The cost of the argument agreement (LM_CHECK=1, the default) on the small cases: the same
+# cases with the check off (lines with "lm_check": "0").
+for np in ${BENCH_NPS:-2 4}; do
+  echo "== small reshards at np $np with LM_CHECK=0" >&2
+  LM_CHECK=0 "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" --small-only | tee -a "$out.tmp"
+done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
 

@@ -30,6 +30,8 @@
  *    `LM_TIMEOUT=<seconds>` (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
  *    for tests). docs/DESIGN.md, "Failure model", has the rules. Performance: LM_STAGING_BYTES
  *    (staging bound of one reshard step, default 64 MiB), LM_POOL_BYTES (cached buffers, 1 GiB),
+ *    LM_AGREE_BOARD=0 (agreements by MPI_Allreduce even when all ranks share a node; by default
+ *    a shared-memory board there),
  *    LM_DATATYPE_MIN_BYTES (smallest strided box sent as an MPI datatype, 32 KiB; smaller ones
  *    are packed by the library; 0: datatypes at every size),
  *    LM_NODE_LOCAL=0 (no direct copies between ranks of one node), LM_NODE_LOCAL_MIN_BYTES,
