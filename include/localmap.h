@@ -31,7 +31,8 @@
  *    for tests). docs/DESIGN.md, "Failure model", has the rules. Performance: LM_STAGING_BYTES
  *    (staging bound of one reshard step, default 64 MiB), LM_POOL_BYTES (cached buffers, 1 GiB),
  *    LM_AGREE_BOARD=0 (agreements by MPI_Allreduce even when all ranks share a node; by default
- *    a shared-memory board there),
+ *    a shared-memory board there), LM_BOARD_EXCHANGE_BYTES (tensor bytes per rank, 32 KiB, up to
+ *    which same-mesh plan executions on one node move their data through that board; 0: off),
  *    LM_DATATYPE_MIN_BYTES (smallest strided box sent as an MPI datatype, 32 KiB; smaller ones
  *    are packed by the library; 0: datatypes at every size),
  *    LM_NODE_LOCAL=0 (no direct copies between ranks of one node), LM_NODE_LOCAL_MIN_BYTES,

@@ -8,7 +8,8 @@
 # LM_NODE_ARENA_MIN_BYTES=1, also pipelined through tiny staging and with datatypes off, where
 # boxes are staged; the tests' own borrowed buffers are never in the arena, so both copy kinds
 # and both directions meet), every message through the kernel (the arena off), and the path off
-# (LM_NODE_LOCAL=0); the agreement suites with the agreement board off (LM_AGREE_BOARD=0).
+# (LM_NODE_LOCAL=0); the agreement suites with the agreement board off (LM_AGREE_BOARD=0), and
+# the reshard suites with the board exchange off (LM_BOARD_EXCHANGE_BYTES=0).
 # Then, where strace is installed, that the kernel copies really run, reading
 # and writing, that the arena replaces most of them, and that the path really stays off.
 set -euo pipefail
@@ -51,7 +52,12 @@ done
 LM_AGREE_BOARD=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_timeout_skip"
 LM_AGREE_BOARD=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_timeout_sleep"
 LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_agree_board"
-echo "node-local path: exact in both modes; agreements with and without the board"
+# Small plans: through the board by default (the board exchange); the MPI transport with it off.
+LM_BOARD_EXCHANGE_BYTES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_board_exchange"
+LM_AGREE_BOARD=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_board_exchange"
+LM_BOARD_EXCHANGE_BYTES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+LM_BOARD_EXCHANGE_BYTES=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
+echo "node-local path: exact in both modes; agreements and small plans with and without the board"
 
 if ! command -v strace >/dev/null; then
   if [ "${LM_REQUIRE_TOOLS:-0}" = 1 ]; then echo "script_node_local: LM_REQUIRE_TOOLS=1 but strace is missing"; exit 1; fi

@@ -282,7 +282,7 @@ void agree(const AgreeArgs &a) {
   for (int i = 0; i < a.nmax; ++i) v[3 + i] = a.maxes[i];
   try {
     if (ac->board) {  // every rank of the set on this node: shared memory (transport/node.hpp)
-      board_max(ac, seq, v, nv, a.timeout, a.fn);
+      board_max(ac, seq, v, nv, a.timeout, a.fn, a.publish, a.publish_ctx);
     } else if (a.timeout > 0) {
       MPI_Request req;
       mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),

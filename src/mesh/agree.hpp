@@ -48,6 +48,10 @@ struct AgreeComm {
   // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
   // every rank of the set.
   void *board = nullptr;
+  // With the board, each rank's outbox (transport/node.hpp, board exchange): per rank of the set,
+  // where its two banks of outbox_bank bytes are mapped here; empty = no board exchange.
+  std::vector<char *> outbox;
+  size_t outbox_bank = 0;
 };
 
 // The agreement communicator of the processes of `group` (a group of `base`). Collective over
@@ -123,6 +127,11 @@ struct AgreeArgs {
   lm_mesh_s *m1 = nullptr, *m2 = nullptr;  // meshes to mark broken on an MPI failure / timeout
   double timeout = 0;              // seconds; 0: wait for ever
   long long root = -1;             // mesh rank of the call's root, named so in messages
+  // Board only (AgreeComm::outbox): called with this rank's outbox bank of the round right
+  // before the rank publishes its words, so that every rank that sees the round completed may
+  // read it (the board exchange of small reshards, reshard/persistent.cpp).
+  void (*publish)(void *ctx, char *bank) = nullptr;
+  void *publish_ctx = nullptr;
 };
 
 // Collective over a.ac. Returns on success on every rank; otherwise throws on every rank:

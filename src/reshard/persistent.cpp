@@ -2,10 +2,13 @@
 #include "reshard/persistent.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "core/error.hpp"
 #include "core/handle.hpp"
+#include "reshard/boxcopy.hpp"
+#include "transport/node.hpp"
 #include "tensor/collective.hpp"
 #include "tensor/ops.hpp"
 
@@ -122,13 +125,118 @@ std::string describe_plan(const void *p, int field) {
   return "?";
 }
 
+// ---- The board exchange (transport/node.hpp): a small same-mesh plan of one exchange step, every
+// rank of its set on one node with the agreement board and outboxes: the agreement round carries
+// the data. Whether a plan may go this way depends on the plan and the settings alone, so every
+// rank with the same plan decides alike; the round itself checks that every rank did (one more
+// MAX), else all take the MPI path.
+bool board_capable(lm_reshard_plan_s *p) {
+  if (p->board >= 0) return p->board == 1;
+  p->board = 0;
+  const Plan &pl = *p->plan;
+  AgreeComm *ac = p->agree;
+  if (!ac || ac->outbox.empty() || p->src_mesh != p->dst_mesh || pl.steps.size() != 1 ||
+      pl.steps[0]->kind != StepKind::kExchange)
+    return false;
+  uint64_t bytes = pl.esize;
+  for (int64_t e : pl.src.gshape) bytes *= (uint64_t)e;
+  if (bytes > (uint64_t)ac->size * board_exchange_bytes()) return false;
+  // What this rank sends must fit its bank (a rank that cannot says so in the round).
+  size_t need = ((size_t)ac->size * 16 + 63) / 64 * 64;
+  for (const Msg &m : pl.steps[0]->sends) need += (m.bytes + 63) / 64 * 64;
+  if (need > ac->outbox_bank) return false;
+  int n = 0;
+  MPI_Group from, to;
+  if (MPI_Comm_size(pl.comm, &n) != MPI_SUCCESS || MPI_Comm_group(pl.comm, &from) != MPI_SUCCESS)
+    return false;
+  if (MPI_Comm_group(ac->comm, &to) != MPI_SUCCESS) {
+    MPI_Group_free(&from);
+    return false;
+  }
+  std::vector<int> in((size_t)n);
+  for (int i = 0; i < n; ++i) in[(size_t)i] = i;
+  p->board_ranks.assign((size_t)n, MPI_UNDEFINED);
+  const int rc = MPI_Group_translate_ranks(from, n, in.data(), to, p->board_ranks.data());
+  MPI_Group_free(&from);
+  MPI_Group_free(&to);
+  if (rc != MPI_SUCCESS) return false;
+  for (int r : p->board_ranks)
+    if (r == MPI_UNDEFINED) return false;
+  p->board = 1;
+  return true;
+}
+
+struct BoardPack {
+  const lm_reshard_plan_s *p;
+  const char *in;
+};
+
+// Publish hook: this rank's sends, packed into its outbox bank: a header of (offset, bytes) per
+// agreement rank, then one 64-byte aligned block per destination.
+void board_pack(void *ctx, char *bank) {
+  const BoardPack &b = *static_cast<const BoardPack *>(ctx);
+  const SchedStep &st = *b.p->plan->steps[0];
+  const AgreeComm &ac = *b.p->agree;
+  uint64_t *hdr = reinterpret_cast<uint64_t *>(bank);
+  std::memset(hdr, 0, (size_t)ac.size * 16);
+  size_t off = ((size_t)ac.size * 16 + 63) / 64 * 64;
+  const int n = (int)st.inbox.len.size();
+  const int64_t zero[kBoxMaxDims] = {0};
+  for (const Msg &m : st.sends) {
+    const int r = b.p->board_ranks[(size_t)m.peer];
+    hdr[2 * r] = off;
+    hdr[2 * r + 1] = m.bytes;
+    BoxCopy c;
+    boxcopy_init(c, n, m.box.len.data(), st.inbox.len.data(), m.rel.data(), m.box.len.data(), zero,
+                 (int64_t)st.esize);
+    boxcopy_range(c, bank + off, b.in, 0, c.numel);
+    off += (m.bytes + 63) / 64 * 64;
+  }
+}
+
+// After the round: this rank's blocks, copied out of its peers' banks, and its own part.
+void board_unpack(lm_reshard_plan_s *p, const char *in, char *out) {
+  const SchedStep &st = *p->plan->steps[0];
+  const AgreeComm &ac = *p->agree;
+  const size_t bank = (size_t)(ac.seq & 1) * ac.outbox_bank;
+  const int n = (int)st.outbox.len.size();
+  const int64_t zero[kBoxMaxDims] = {0};
+  for (const Msg &m : st.recvs) {
+    const char *box = ac.outbox[(size_t)p->board_ranks[(size_t)m.peer]] + bank;
+    const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
+    if (hdr[2 * ac.rank + 1] != m.bytes)
+      fail(LM_ERR_INTERNAL, "board exchange: %llu bytes from rank %d, %zu expected",
+           (unsigned long long)hdr[2 * ac.rank + 1], m.peer, m.bytes);
+    BoxCopy c;
+    boxcopy_init(c, n, m.box.len.data(), m.box.len.data(), zero, st.outbox.len.data(),
+                 m.rel.data(), (int64_t)st.esize);
+    boxcopy_range(c, out, box + hdr[2 * ac.rank], 0, c.numel);
+  }
+  for (const LocalCopy &b : st.selfs) {
+    BoxCopy c;
+    boxcopy_init(c, n, b.box.len.data(), st.inbox.len.data(), b.in_rel.data(), st.outbox.len.data(),
+                 b.out_rel.data(), (int64_t)st.esize);
+    boxcopy_range(c, out, in, 0, c.numel);
+  }
+}
+
 // Checks src/dst against the plan and, at LM_CHECK >= 1, agrees with the other ranks taking part
 // on the plan (meshes, layouts, shape, dtype) before any data moves. Returns whether this rank
-// takes part at all.
+// takes part at all. board (blocking executions; NULL otherwise): set when the agreement round
+// also moved the data (the board exchange): the caller then only copies it out (board_unpack).
 bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                  const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso) {
+                  const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso,
+                  bool *board = nullptr) {
+  if (board) *board = false;
   const int level = check_level(p->src_mesh, p->dst_mesh);
-  if (level == 0 || !p->plan->involved) {
+  // At level 0 no agreement runs before the data moves, except where the data moves with it:
+  // a blocking same-mesh plan that can take the board exchange runs the round anyway (the
+  // failure-only agreement; it is the transfer's own synchronisation).
+  const bool board_round = level == 0 && board && p->plan->involved &&
+                           p->src_mesh == p->dst_mesh &&
+                           (p->agree || (p->agree = collective_comm(p->src_mesh, p->dst_mesh))) &&
+                           board_capable(p);
+  if ((level == 0 && !board_round) || !p->plan->involved) {
     plan_check_tensors(p, src, dst, fn, so, dso);
     return p->plan->involved;
   }
@@ -142,7 +250,9 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
     err = e.message();
   }
   if (!p->agree) p->agree = collective_comm(p->src_mesh, p->dst_mesh);
-  Fingerprint fp("lm_reshard_plan_execute/start");
+  // The operation: execute and start differ (a blocking execution may take the node-local path
+  // or the board exchange, a nonblocking one never does, so they cannot meet).
+  Fingerprint fp(fn);
   fp.add("source mesh", p->src_mesh->id);
   fp.add("target mesh", p->dst_mesh->id);
   fp.add("source placements", hash_placements(p->plan->src.pl.data(), p->plan->src.mesh_ndim()));
@@ -152,7 +262,7 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   AgreeArgs a;
   a.fn = fn;
   a.ac = p->agree;
-  a.fp = &fp;
+  a.fp = level >= 1 ? &fp : nullptr;
   a.describe = describe_plan;
   a.ctx = p;
   a.local = st;
@@ -162,7 +272,23 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   a.m1 = p->src_mesh;
   a.m2 = p->dst_mesh;
   a.timeout = call_timeout(p->src_mesh, p->dst_mesh);
+  // The board exchange: every rank says whether it packed its sends into its outbox (MAX of
+  // both `yes` and `-yes`: all did only when the maxima are 1 and -1).
+  BoardPack pack{p, nullptr};
+  long long yes[2] = {0, 0};
+  if (board && st == LM_SUCCESS && !is_device((*so)->device) && board_capable(p)) {
+    pack.in = static_cast<const char *>((*so)->data());
+    a.publish = board_pack;
+    a.publish_ctx = &pack;
+    yes[0] = 1;
+    yes[1] = -1;
+  }
+  if (p->agree->board) {  // the same on every rank of the set (MPI rounds keep their 3 words)
+    a.maxes = yes;
+    a.nmax = 2;
+  }
   agree(a);
+  if (board) *board = yes[0] == 1 && yes[1] == -1;
   if (level >= 2 && p->src_mesh->member) check_replicas(*so, fn);
   return true;
 }
@@ -171,7 +297,12 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {
   const char *fn = "lm_reshard_plan_execute";
   lm_dist_tensor_s *s = nullptr, *d = nullptr;
-  if (!plan_prepare(p, src, dst, fn, &s, &d)) return;
+  bool board = false;
+  if (!plan_prepare(p, src, dst, fn, &s, &d, &board)) return;
+  if (board) {  // the round moved the data: copy it out (memory reads, nothing to fail)
+    board_unpack(p, static_cast<const char *>(s->data()), static_cast<char *>(d->data()));
+    return;
+  }
   try {
     TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
     if (is_device(s->device))

@@ -11,12 +11,18 @@ constexpr uint32_t kPlanMagic = 0x4e504d4cu;     // "LMPN"
 constexpr uint32_t kRequestMagic = 0x51524d4cu;  // "LMRQ"
 }  // namespace lm
 
+#include <vector>
+
 struct lm_reshard_plan_s {
   uint32_t magic = lm::kPlanMagic;
   std::unique_ptr<lm::Plan> plan;
   lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;  // retained
   lm_request_s *in_flight = nullptr;
   lm::AgreeComm *agree = nullptr;  // where executions agree (found at the first one)
+  // The board exchange (persistent.cpp): the agreement rank of each peer rank of the plan's
+  // communicator; computed at the first execution (-1 entries: not possible), empty before.
+  std::vector<int> board_ranks;
+  int board = -1;  // -1 not decided yet, 0 never, 1 when every rank of the round says so
   ~lm_reshard_plan_s();
 };
 

@@ -44,6 +44,50 @@ bool board_enabled() {
   return on;
 }
 
+// Collective over ac->comm, right after the board: every rank's outbox, mapped by all.
+void outbox_setup(AgreeComm *ac) {
+  if (board_exchange_bytes() == 0) return;
+  // A rank sends at most about the whole tensor (S->R: its shard to every peer; twice that
+  // covers uneven chunks); a rank whose sends do not fit says so in the round.
+  const size_t hdr = ((size_t)ac->size * 16 + 63) / 64 * 64;
+  const size_t bank = hdr + 2 * (size_t)ac->size * board_exchange_bytes() + (size_t)ac->size * 64;
+  struct Info {
+    ArenaId id;
+    uint64_t off;
+    int32_t ok, pad;
+  } me{};
+  size_t cap = 0;
+  void *mine = arena_alloc(2 * bank, &cap);
+  if (mine) {
+    me.id = arena_self();
+    me.off = arena_offset(mine, 2 * bank);
+    me.ok = me.id.fd >= 0 && me.off != UINT64_MAX;
+  }
+  std::vector<Info> all((size_t)ac->size);
+  int ok = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE,
+                         ac->comm) == MPI_SUCCESS;
+  std::vector<char *> boxes((size_t)ac->size, nullptr);
+  for (int r = 0; ok && r < ac->size; ++r) {
+    const Info &x = all[(size_t)r];
+    if (!x.ok) {
+      ok = 0;
+    } else if (r == ac->rank) {
+      boxes[(size_t)r] = static_cast<char *>(mine);
+    } else if (char *peer = arena_peer(x.id)) {
+      boxes[(size_t)r] = peer + x.off;
+    } else {
+      ok = 0;
+    }
+  }
+  int every = 0;
+  if (MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_MIN, ac->comm) == MPI_SUCCESS && every) {
+    ac->outbox = std::move(boxes);
+    ac->outbox_bank = bank;
+  } else if (mine) {
+    arena_free(mine, cap);
+  }
+}
+
 // Collective over ac->comm, at the end of node_probe. Every rank takes the same branches: the
 // node peers are agreed per node, and here every rank of the set is on this one node.
 void board_setup(AgreeComm *ac) {
@@ -76,16 +120,25 @@ void board_setup(AgreeComm *ac) {
     ac->board = base;
   else if (mine)
     arena_free(mine, cap);
+  if (ac->board) outbox_setup(ac);
 }
 
 }  // namespace
 
+size_t board_exchange_bytes() {
+  static const size_t v = (size_t)std::min<uint64_t>(
+      env_bytes("LM_BOARD_EXCHANGE_BYTES", kNodeLocalDefaultMin), uint64_t(1) << 20);
+  return v;
+}
+
 void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout,
-               const char *what) {
+               const char *what, void (*publish)(void *, char *), void *publish_ctx) {
   if (nv > kBoardValues) fail(LM_ERR_INTERNAL, "%s: %d agreement values (board: %d)", what, nv,
                               kBoardValues);
   BoardSlot *bank = static_cast<BoardSlot *>(ac->board) + (size_t)(seq & 1) * (size_t)ac->size;
   BoardSlot &me = bank[ac->rank];
+  if (publish && !ac->outbox.empty())
+    publish(publish_ctx, ac->outbox[(size_t)ac->rank] + (size_t)(seq & 1) * ac->outbox_bank);
   for (int i = 0; i < nv; ++i) __atomic_store_n(&me.v[i], v[i], __ATOMIC_RELAXED);
   __atomic_store_n(&me.seq, seq, __ATOMIC_RELEASE);
   std::chrono::steady_clock::time_point t0;

@@ -58,7 +58,18 @@ void node_probe(AgreeComm *ac);
 //   after that many seconds without every rank, throws LM_ERR_TIMEOUT naming `what` and the ranks
 //   not arrived.
 void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout,
-               const char *what);
+               const char *what, void (*publish)(void *, char *) = nullptr,
+               void *publish_ctx = nullptr);
+// The board exchange: with the board, every rank of the set also has an outbox in its arena,
+// two banks (by round parity, like the board's) of 2 x ranks x board_exchange_bytes() plus a
+// header of 16 bytes per rank, mapped by every other rank (set up with the board, all or
+// nothing). A small same-mesh reshard then packs what it sends into its bank before it publishes
+// its agreement words, and after the round each rank copies its blocks straight out of its
+// peers' banks: no MPI message. A bank is rewritten two rounds later at the earliest, after
+// every rank published the round in between, i.e. finished reading. LM_BOARD_EXCHANGE_BYTES
+// (default 32 KiB, kNodeLocalDefaultMin; 0: off): a tensor of at most that many bytes per rank
+// goes this way (above, its messages take the node-local path's single copy, which wins).
+size_t board_exchange_bytes();
 
 // Makes ac's node peers known to `comm` (a communicator over the same processes, e.g. a mesh's
 // private one): node_peers(comm) then answers them as ranks of comm, sorted.

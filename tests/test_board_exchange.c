@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_board_exchange: small same-mesh plan executions whose ranks all share one node move their
+ * data through the agreement board (transport/node.hpp, reshard/persistent.cpp): every rank packs
+ * what it sends into its outbox before it publishes its agreement words, and copies its blocks out
+ * of its peers' outboxes after the round. This suite checks, against the global index of every
+ * element: S0->S1, S1->S0, S0->R, R->S1, uneven and empty shards, three dtypes, many executions
+ * in a row (the outbox banks alternate), and that no MPI point-to-point message is posted on the
+ * library's communicators for them (counted through PMPI) while a tensor above
+ * LM_BOARD_EXCHANGE_BYTES per rank, or a run with the board or the exchange off (the
+ * environment, tests/script_node_local.sh), posts them. One rank starting the plan nonblocking
+ * while the others execute it: refused on every rank as a mismatch of the operation (a blocking
+ * execution may take the board or the node-local path, a nonblocking one never does).
+ */
+// lm-test-np: 1 2 3 4
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_test.h"
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+static long g_p2p; /* point-to-point posts on communicators other than MPI_COMM_WORLD */
+
+int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c, MPI_Request *q) {
+  if (c != MPI_COMM_WORLD) ++g_p2p;
+  return PMPI_Isend(b, n, t, dst, tag, c, q);
+}
+int MPI_Irecv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Request *q) {
+  if (c != MPI_COMM_WORLD) ++g_p2p;
+  return PMPI_Irecv(b, n, t, src, tag, c, q);
+}
+
+static int env_off(const char *name) {
+  const char *e = getenv(name);
+  return e && e[0] == '0' && e[1] == '\0';
+}
+/* Whether a small plan execution here should go through the board. */
+static int board_expected(void) {
+  return NP > 1 && !env_off("LM_AGREE_BOARD") && !env_off("LM_NODE_LOCAL") &&
+         !env_off("LM_BOARD_EXCHANGE_BYTES") && !env_off("LM_NODE_ARENA_BYTES");
+}
+
+static double value(int64_t i, int64_t j, int64_t cols) { return (double)(i * cols + j) + 0.25; }
+
+static void fill(lm_dist_tensor_t t, DLDataType dt) {
+  DLTensor v;
+  int64_t off[2];
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  int64_t g[2];
+  LM_ASSERT_OK(lm_dist_tensor_global_shape(t, g, 2));
+  for (int64_t i = 0; i < v.shape[0]; ++i)
+    for (int64_t j = 0; j < v.shape[1]; ++j) {
+      double x = value(off[0] + i, off[1] + j, g[1]);
+      int64_t k = i * v.shape[1] + j;
+      if (dt.code == kDLFloat && dt.bits == 64) ((double *)v.data)[k] = x;
+      else if (dt.code == kDLFloat) ((float *)v.data)[k] = (float)x;
+      else ((int32_t *)v.data)[k] = (int32_t)x;
+    }
+}
+
+static int check(lm_dist_tensor_t t, DLDataType dt) {
+  DLTensor v;
+  int64_t off[2], g[2];
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_global_shape(t, g, 2));
+  for (int64_t i = 0; i < v.shape[0]; ++i)
+    for (int64_t j = 0; j < v.shape[1]; ++j) {
+      double x = value(off[0] + i, off[1] + j, g[1]), y;
+      int64_t k = i * v.shape[1] + j;
+      if (dt.code == kDLFloat && dt.bits == 64) y = ((double *)v.data)[k];
+      else if (dt.code == kDLFloat) y = ((float *)v.data)[k], x = (float)x;
+      else y = ((int32_t *)v.data)[k], x = (int32_t)x;
+      if (x != y) {
+        lm_test__diag("rank %d: element (%lld, %lld): %g, expected %g\n", ME,
+                      (long long)(off[0] + i), (long long)(off[1] + j), y, x);
+        return 0;
+      }
+    }
+  return 1;
+}
+
+/* Plan src -> dst placements on a g0 x g1 tensor; reps executions; returns the p2p posts made. */
+static long run_case(lm_mesh_t m, lm_placement_t sp, lm_placement_t dp, int64_t g0, int64_t g1,
+                     DLDataType dt, int reps, int *ok) {
+  int64_t g[2] = {g0, g1};
+  lm_reshard_plan_t plan = NULL;
+  lm_dist_tensor_t src = NULL, dst = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &sp, m, &dp, 2, g, dt));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, dt, LM_CPU, &sp));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+  fill(src, dt);
+  long before = g_p2p;
+  for (int r = 0; r < reps; ++r) {
+    *ok &= lm_reshard_plan_execute(plan, src, dst) == LM_SUCCESS;
+    *ok &= check(dst, dt);
+  }
+  long made = g_p2p - before;
+  lm_dist_tensor_destroy(&src);
+  lm_dist_tensor_destroy(&dst);
+  lm_reshard_plan_destroy(&plan);
+  return made;
+}
+
+static void test_small_plans_through_the_board(void **state) {
+  (void)state;
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {NP};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, NULL));
+  const lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1),
+                       R = LM_PLACEMENT_REPLICATE;
+  const struct {
+    lm_placement_t s, d;
+    int64_t g0, g1;
+  } cases[] = {{S0, S1, 64, 64}, {S1, S0, 64, 64}, {S0, R, 40, 24}, {R, S1, 9, 13},
+               {S0, S1, 7, 5},   {S1, S0, 2, 3},   {S0, S1, 1, 1},  {S1, R, 33, 17}};
+  const DLDataType dts[3] = {LM_FLOAT64, LM_FLOAT32, LM_INT32};
+  int ok = 1, expect = board_expected();
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c)
+    for (int t = 0; t < 3; ++t) {
+      long made = run_case(m, cases[c].s, cases[c].d, cases[c].g0, cases[c].g1, dts[t], 5, &ok);
+      if (expect && made != 0) {
+        lm_test__diag("rank %d: case %zu dtype %d: %ld MPI messages posted\n", ME, c, t, made);
+        ok = 0;
+      }
+    }
+  /* 512 KiB: above LM_BOARD_EXCHANGE_BYTES per rank, the MPI transport. */
+  long made = run_case(m, S0, S1, 256, 256, LM_FLOAT64, 2, &ok);
+  if (NP > 1 && made == 0) {
+    lm_test__diag("rank %d: the 512 KiB reshard posted no MPI message\n", ME);
+    ok = 0;
+  }
+  LM_ASSERT_ALL(ok);
+  lm_mesh_destroy(&m);
+}
+
+/* Rank 0 starts the plan (nonblocking: never the board nor the node-local path) while the others
+ * execute it: the operations differ, every rank refuses (LM_ERR_MISMATCH naming the operation),
+ * nothing moved, and the plan works afterwards. */
+static void test_mixed_start_and_execute(void **state) {
+  (void)state;
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {NP}, g[2] = {64, 64};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, NULL));
+  const lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1);
+  lm_reshard_plan_t plan = NULL;
+  lm_dist_tensor_t src = NULL, dst = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &S0, m, &S1, 2, g, LM_FLOAT64));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, LM_FLOAT64, LM_CPU, &S0));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+  fill(src, LM_FLOAT64);
+  lm_status_t st;
+  lm_request_t q = NULL;
+  const int check_on = !env_off("LM_CHECK");
+  if (!check_on) { /* no agreement: mixed calls are undefined (DESIGN, LM_CHECK levels) */
+    st = lm_reshard_plan_execute(plan, src, dst);
+  } else if (ME == 0) {
+    st = lm_reshard_plan_start(plan, src, dst, &q);
+    if (st == LM_SUCCESS && q) st = lm_request_wait(&q);
+  } else {
+    st = lm_reshard_plan_execute(plan, src, dst);
+  }
+  int ok = NP == 1 || !check_on
+               ? st == LM_SUCCESS
+               : st == LM_ERR_MISMATCH && strstr(lm_last_error_message(), "operation") && q == NULL;
+  if (!ok) lm_test__diag("rank %d: mixed: status %d: %s\n", ME, (int)st, lm_last_error_message());
+  LM_ASSERT_ALL(ok);
+  if (NP == 1 || !check_on) LM_ASSERT_ALL(check(dst, LM_FLOAT64));
+  /* And the board again for all afterwards. */
+  long before = g_p2p;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, dst));
+  LM_ASSERT_ALL(check(dst, LM_FLOAT64));
+  LM_ASSERT_ALL(!board_expected() || g_p2p == before);
+  lm_dist_tensor_destroy(&src);
+  lm_dist_tensor_destroy(&dst);
+  lm_reshard_plan_destroy(&plan);
+  lm_mesh_destroy(&m);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_small_plans_through_the_board),
+    cmocka_unit_test(test_mixed_start_and_execute),
+};
+
+LM_TEST_MAIN(tests)
