@@ -146,20 +146,11 @@ bool board_capable(lm_reshard_plan_s *p) {
   for (const Msg &m : pl.steps[0]->sends) need += (m.bytes + 63) / 64 * 64;
   if (need > ac->outbox_bank) return false;
   int n = 0;
-  MPI_Group from, to;
-  if (MPI_Comm_size(pl.comm, &n) != MPI_SUCCESS || MPI_Comm_group(pl.comm, &from) != MPI_SUCCESS)
-    return false;
-  if (MPI_Comm_group(ac->comm, &to) != MPI_SUCCESS) {
-    MPI_Group_free(&from);
-    return false;
-  }
-  std::vector<int> in((size_t)n);
-  for (int i = 0; i < n; ++i) in[(size_t)i] = i;
-  p->board_ranks.assign((size_t)n, MPI_UNDEFINED);
-  const int rc = MPI_Group_translate_ranks(from, n, in.data(), to, p->board_ranks.data());
-  MPI_Group_free(&from);
-  MPI_Group_free(&to);
-  if (rc != MPI_SUCCESS) return false;
+  if (MPI_Comm_size(pl.comm, &n) != MPI_SUCCESS) return false;
+  std::vector<int> all((size_t)n);
+  for (int i = 0; i < n; ++i) all[(size_t)i] = i;
+  p->board_ranks = translate_ranks(pl.comm, ac->comm, all.data(), n);
+  if (p->board_ranks.size() != (size_t)n) return false;
   for (int r : p->board_ranks)
     if (r == MPI_UNDEFINED) return false;
   p->board = 1;

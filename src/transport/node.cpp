@@ -235,6 +235,21 @@ void node_attach(MPI_Comm comm, const AgreeComm *ac) {
   if (k != MPI_KEYVAL_INVALID) MPI_Comm_set_attr(comm, k, const_cast<AgreeComm *>(ac));
 }
 
+std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to, const int *ranks, int n) {
+  std::vector<int> out;
+  MPI_Group gf, gt;
+  if (MPI_Comm_group(from, &gf) != MPI_SUCCESS) return out;
+  if (MPI_Comm_group(to, &gt) != MPI_SUCCESS) {
+    MPI_Group_free(&gf);
+    return out;
+  }
+  out.assign((size_t)n, MPI_UNDEFINED);
+  if (MPI_Group_translate_ranks(gf, n, ranks, gt, out.data()) != MPI_SUCCESS) out.clear();
+  MPI_Group_free(&gf);
+  MPI_Group_free(&gt);
+  return out;
+}
+
 std::vector<int> node_peers(MPI_Comm comm) {
   std::vector<int> out;
   const int k = g_keyval.load();
@@ -243,18 +258,7 @@ std::vector<int> node_peers(MPI_Comm comm) {
   int flag = 0;
   if (MPI_Comm_get_attr(comm, k, &v, &flag) != MPI_SUCCESS || !flag || !v) return out;
   const AgreeComm *ac = static_cast<const AgreeComm *>(v);
-  MPI_Group from, to;
-  if (MPI_Comm_group(ac->comm, &from) != MPI_SUCCESS) return out;
-  if (MPI_Comm_group(comm, &to) != MPI_SUCCESS) {
-    MPI_Group_free(&from);
-    return out;
-  }
-  out.assign(ac->node_peers.size(), MPI_UNDEFINED);
-  if (MPI_Group_translate_ranks(from, (int)ac->node_peers.size(), ac->node_peers.data(), to,
-                                out.data()) != MPI_SUCCESS)
-    out.clear();
-  MPI_Group_free(&from);
-  MPI_Group_free(&to);
+  out = translate_ranks(ac->comm, comm, ac->node_peers.data(), (int)ac->node_peers.size());
   out.erase(std::remove(out.begin(), out.end(), MPI_UNDEFINED), out.end());
   std::sort(out.begin(), out.end());
   return out;

@@ -75,6 +75,9 @@ size_t board_exchange_bytes();
 // private one): node_peers(comm) then answers them as ranks of comm, sorted.
 void node_attach(MPI_Comm comm, const AgreeComm *ac);
 std::vector<int> node_peers(MPI_Comm comm);
+// Ranks `ranks[0..n)` of communicator `from` as ranks of `to` (MPI_UNDEFINED where a process is
+// not in `to`); empty when an MPI call fails.
+std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to, const int *ranks, int n);
 
 // One contiguous run of bytes.
 struct Run {
