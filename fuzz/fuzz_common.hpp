@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.hpp"
+#include "common/error.hpp"
 #include "layout/layout.hpp"
 
 namespace fz {

@@ -12,8 +12,8 @@
 #include <tuple>
 
 #include "fuzz_common.hpp"
-#include "core/dtype.hpp"
-#include "reshard/plan.hpp"
+#include "common/dtype.hpp"
+#include "exec/plan.hpp"
 
 using namespace lm;
 

@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "tensor/pool.hpp"
-#include "transport/arena.hpp"
+#include "mem/pool.hpp"
+#include "mem/arena.hpp"
 #include "unit_check.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "reshard/boxcopy.hpp"
+#include "layout/boxcopy.hpp"
 #include "unit_check.hpp"
 
 namespace {

@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "device/elementwise.hpp"
-#include "reshard/reduce.hpp"
+#include "common/dtype.hpp"
+#include "layout/elementwise.hpp"
+#include "layout/reduce.hpp"
 
 namespace {
 

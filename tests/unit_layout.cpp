@@ -14,10 +14,10 @@
 #include <tuple>
 #include <vector>
 
-#include "core/error.hpp"
+#include "common/error.hpp"
 #include "layout/layout.hpp"
-#include "reshard/plan.hpp"
-#include "reshard/reduce.hpp"
+#include "exec/plan.hpp"
+#include "layout/reduce.hpp"
 #include "unit_check.hpp"
 
 namespace {

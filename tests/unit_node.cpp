@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "reshard/boxcopy.hpp"
-#include "transport/node.hpp"
+#include "layout/boxcopy.hpp"
+#include "transport/node/node_local.hpp"
 #include "unit_check.hpp"
 
 namespace {

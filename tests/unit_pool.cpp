@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "tensor/pool.hpp"
+#include "mem/pool.hpp"
 #include "unit_check.hpp"
 
 namespace {

@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "reshard/boxcopy.hpp"
-#include "transport/mpi.hpp"
+#include "layout/boxcopy.hpp"
+#include "transport/mpi/mpi.hpp"
 #include "unit_check.hpp"
 
 namespace {

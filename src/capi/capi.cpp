@@ -9,12 +9,13 @@
 #include <memory>
 #include <new>
 
-#include "core/dtype.hpp"
-#include "core/error.hpp"
-#include "device/device.hpp"
+#include "common/dtype.hpp"
+#include "common/error.hpp"
+#include "mem/cuda.hpp"
+#include "mesh/device.hpp"
 #include "localmap/local_map.hpp"
-#include "reshard/persistent.hpp"
-#include "tensor/pool.hpp"
+#include "tensor/persistent.hpp"
+#include "mem/pool.hpp"
 #include "tensor/ops.hpp"
 
 namespace {
@@ -326,7 +327,7 @@ LM_API lm_status_t lm_mesh_set_device_config(lm_mesh_t mesh, const lm_device_con
       LM_CHECK_ARG((c.alloc == nullptr) == (c.free == nullptr),
                    "%s: config->alloc and config->free must be both set or both NULL", fn);
     }
-    mesh_device(m).config = c;
+    mesh_mem(m).config = c;
   });
 }
 
@@ -339,7 +340,7 @@ LM_API lm_status_t lm_mesh_device_config(lm_mesh_t mesh, lm_device_config_t *con
                  "%s: config->size %zu is too small (initialise with LM_DEVICE_CONFIG_INIT)", fn,
                  config->size);
     size_t n = std::min(config->size, sizeof(lm_device_config_t));
-    lm_device_config_t c = mesh_device(m).config;
+    lm_device_config_t c = mesh_mem(m).config;
     c.size = n;
     std::memcpy(config, &c, n);
   });

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/error.hpp"
+#include "common/error.hpp"
 
 namespace lm {
 

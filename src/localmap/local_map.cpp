@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/handle.hpp"
-#include "tensor/collective.hpp"
+#include "common/error.hpp"
+#include "common/handle.hpp"
+#include "mesh/collective.hpp"
 #include "tensor/ops.hpp"
 
 namespace lm {

@@ -4,68 +4,55 @@
 #include <cstring>
 #include <set>
 
-#include "core/error.hpp"
-#include "core/handle.hpp"
-#include "reshard/plan.hpp"
-#include "transport/node.hpp"
+#include <atomic>
+
+#include "comm/node.hpp"
+#include "common/error.hpp"
+#include "common/handle.hpp"
+#include "common/settings.hpp"
+#include "mesh/device.hpp"
 
 namespace lm {
-
-void mpi_check(int rc, const char *what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  fail(LM_ERR_MPI, "%s failed on rank %d: %s", what, world_rank_or_minus1(), msg);
-}
-
-bool mpi_alive() {
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  return init && !fin;
-}
 
 namespace {
 uint64_t g_mesh_serial = 0;  // the highest mesh id this process has seen
 
-struct CreateCtx {
-  int ndim;
-  const Shape *shape;
-  const std::vector<int> *ranks;
-  const std::vector<std::string> *names;
-  const std::vector<int> *parent_world;
+// What lm_mesh_create was asked, once read and checked locally.
+struct MeshArgs {
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  Shape shape;
+  std::vector<int> ranks;              // config->ranks (empty: all of the parent)
+  std::vector<std::string> names;      // config->dim_names ("" each when absent)
+  std::vector<int> parent_world;       // world ranks of the parent, in its order
 };
 
 std::string describe_create(const void *p, int field) {
-  const CreateCtx &c = *static_cast<const CreateCtx *>(p);
+  const MeshArgs &c = *static_cast<const MeshArgs *>(p);
   auto ints = [](const std::vector<int> &v) {
     std::string r = "[";
     for (size_t i = 0; i < v.size() && i < 8; ++i) r += strfmt(i ? ", %d" : "%d", v[i]);
     return r + (v.size() > 8 ? ", ...]" : "]");
   };
   switch (field) {
-    case 1: return ints(*c.parent_world) + " (world ranks of the parent, in its order)";
+    case 1: return ints(c.parent_world) + " (world ranks of the parent, in its order)";
     case 2: {
-      std::string r = strfmt("ndim %d [", c.ndim);
-      for (size_t i = 0; i < c.shape->size(); ++i)
-        r += strfmt(i ? ", %lld" : "%lld", (long long)(*c.shape)[i]);
+      std::string r = strfmt("ndim %zu [", c.shape.size());
+      for (size_t i = 0; i < c.shape.size(); ++i)
+        r += strfmt(i ? ", %lld" : "%lld", (long long)c.shape[i]);
       return r + "]";
     }
-    case 3: return c.ranks->empty() ? std::string("NULL (all ranks)") : ints(*c.ranks);
+    case 3: return c.ranks.empty() ? std::string("NULL (all ranks)") : ints(c.ranks);
     case 4: {
       std::string r;
-      for (auto &n : *c.names) r += (r.empty() ? "\"" : ", \"") + n + "\"";
+      for (auto &n : c.names) r += (r.empty() ? "\"" : ", \"") + n + "\"";
       return r.empty() ? std::string("none") : r;
     }
   }
   return "?";
 }
-}  // namespace
 
-lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_t *shape,
-                       const lm_mesh_config_t *config) {
-  const char *fn = "lm_mesh_create";
+// The parent communicator of an lm_mesh_create call; throws for a handle that is not one.
+MPI_Comm open_parent(int parent_comm_f, const char *fn) {
   if (!mpi_alive())
     fail(LM_ERR_INVALID_USAGE, "%s: MPI is not initialised (call MPI_Init or lm_init first)", fn);
   MPI_Comm parent = MPI_Comm_f2c(static_cast<MPI_Fint>(parent_comm_f));
@@ -78,194 +65,249 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
   plausible = plausible && ((unsigned)parent_comm_f >> 30) != 0u &&
               (((unsigned)parent_comm_f >> 26) & 0xfu) == 1u;
 #endif
-  LM_CHECK_ARG(plausible,
-               "%s: parent_comm %d is not a valid communicator handle", fn, parent_comm_f);
-  int psize = 0, prank = 0;
-  mpi_check(MPI_Comm_size(parent, &psize), "MPI_Comm_size(parent_comm)");
-  mpi_check(MPI_Comm_rank(parent, &prank), "MPI_Comm_rank(parent_comm)");
+  LM_CHECK_ARG(plausible, "%s: parent_comm %d is not a valid communicator handle", fn,
+               parent_comm_f);
+  return parent;
+}
 
-  // Read the config defensively: min(size, sizeof) bytes.
-  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
-  std::string local_error;
-  lm_status_t local_status = LM_SUCCESS;
-  Shape mshape;
-  std::vector<int> ranks;
-  std::vector<std::string> names;
-  try {
-    LM_CHECK_ARG(out != nullptr, "%s: mesh (the output pointer) is NULL", fn);
-    if (config) {
-      LM_CHECK_ARG(config->magic == LM_MESH_CONFIG_MAGIC,
-                   "%s: config->magic is 0x%x, not LM_MESH_CONFIG_MAGIC (initialise the config with "
-                   "LM_MESH_CONFIG_INIT)",
-                   fn, config->magic);
-      LM_CHECK_ARG(config->size >= offsetof(lm_mesh_config_t, dim_names) + sizeof(void *),
-                   "%s: config->size %zu is too small", fn, config->size);
-      std::memcpy(&cfg, config, std::min(config->size, sizeof cfg));
-      cfg.size = sizeof cfg;
-    }
-    LM_CHECK_ARG(ndim >= 1 && ndim <= kMaxDims, "%s: ndim %d must be in [1, %d]", fn, ndim,
-                 kMaxDims);
-    LM_CHECK_ARG(shape != nullptr, "%s: shape is NULL", fn);
-    int64_t total = 1;
-    for (int i = 0; i < ndim; ++i) {
-      LM_CHECK_ARG(shape[i] >= 1, "%s: shape[%d] = %lld must be >= 1", fn, i, (long long)shape[i]);
-      if (shape[i] > (int64_t)psize / total) {  // say what was asked: the shape and its size
-        std::string asked;
-        int64_t want = 1;
-        bool huge = false;
-        for (int k = 0; k < ndim; ++k) {
-          asked += strfmt("%s%lld", k ? ", " : "", (long long)shape[k]);
-          if (shape[k] >= 1 && __builtin_mul_overflow(want, shape[k], &want)) huge = true;
-        }
-        fail(LM_ERR_INVALID_ARGUMENT, "%s: mesh shape [%s] asks for %s ranks but the parent "
-             "communicator has %d", fn, asked.c_str(),
-             huge ? "more than 2^63" : strfmt("%lld", (long long)want).c_str(), psize);
-      }
-      total *= shape[i];
-      mshape.push_back(shape[i]);
-    }
-    if (cfg.ranks) {
-      LM_CHECK_ARG(cfg.nranks == total,
-                   "%s: config->nranks = %d but the mesh shape has %lld ranks", fn, cfg.nranks,
-                   (long long)total);
-      std::set<int> seen;
-      for (int i = 0; i < cfg.nranks; ++i) {
-        int r = cfg.ranks[i];
-        LM_CHECK_ARG(r >= 0 && r < psize,
-                     "%s: config->ranks[%d] = %d is not a rank of the parent (size %d)", fn, i, r,
-                     psize);
-        LM_CHECK_ARG(seen.insert(r).second, "%s: config->ranks[%d] = %d appears twice", fn, i, r);
-        ranks.push_back(r);
-      }
-    } else {
-      LM_CHECK_ARG(cfg.nranks == 0, "%s: config->nranks = %d but config->ranks is NULL", fn,
-                   cfg.nranks);
-      LM_CHECK_ARG(total == psize,
-                   "%s: mesh shape has %lld ranks but the parent communicator has %d (pass "
-                   "config->ranks to use a subset)",
-                   fn, (long long)total, psize);
-    }
-    LM_CHECK_ARG(cfg.check_level >= -1 && cfg.check_level <= 2,
-                 "%s: config->check_level = %d must be -1 (from LM_CHECK), 0, 1 or 2", fn,
-                 cfg.check_level);
-    LM_CHECK_ARG(cfg.timeout == cfg.timeout && cfg.timeout < 1e9,
-                 "%s: config->timeout = %g must be < 0 (from LM_TIMEOUT), 0 (off) or seconds", fn,
-                 cfg.timeout);
-    if (cfg.dim_names) {
-      std::set<std::string> seen;
-      for (int i = 0; i < ndim; ++i) {
-        const char *nm = cfg.dim_names[i];
-        LM_CHECK_ARG(nm && nm[0], "%s: config->dim_names[%d] is NULL or empty", fn, i);
-        LM_CHECK_ARG(std::strlen(nm) <= 63, "%s: config->dim_names[%d] is longer than 63", fn, i);
-        LM_CHECK_ARG(seen.insert(nm).second, "%s: config->dim_names[%d] = \"%s\" appears twice",
-                     fn, i, nm);
-        names.emplace_back(nm);
-      }
-    } else {
-      names.assign(static_cast<size_t>(ndim), std::string());
-    }
-  } catch (const Error &e) {
-    local_status = e.status();
-    local_error = e.message();
+// "mesh shape [2, 3] asks for 6 ranks but the parent communicator has 4".
+[[noreturn]] void too_many_ranks(const char *fn, int ndim, const int64_t *shape, int psize) {
+  std::string asked;
+  int64_t want = 1;
+  bool huge = false;
+  for (int k = 0; k < ndim; ++k) {
+    asked += strfmt("%s%lld", k ? ", " : "", (long long)shape[k]);
+    if (shape[k] >= 1 && __builtin_mul_overflow(want, shape[k], &want)) huge = true;
   }
+  fail(LM_ERR_INVALID_ARGUMENT, "%s: mesh shape [%s] asks for %s ranks but the parent "
+       "communicator has %d", fn, asked.c_str(),
+       huge ? "more than 2^63" : strfmt("%lld", (long long)want).c_str(), psize);
+}
 
-  // Agree over the parent's processes on the arguments, the mesh id, the check level and the
-  // deadline (one allreduce on the agreement communicator shared by meshes over these processes,
-  // so that ranks which passed different parents over the same processes meet and disagree).
+// config->ranks against the shape's size and the parent's.
+void check_ranks(const char *fn, const lm_mesh_config_t &cfg, int64_t total, int psize,
+                 std::vector<int> *ranks) {
+  if (!cfg.ranks) {
+    LM_CHECK_ARG(cfg.nranks == 0, "%s: config->nranks = %d but config->ranks is NULL", fn,
+                 cfg.nranks);
+    LM_CHECK_ARG(total == psize, "%s: mesh shape has %lld ranks but the parent communicator has "
+                 "%d (pass config->ranks to use a subset)", fn, (long long)total, psize);
+    return;
+  }
+  LM_CHECK_ARG(cfg.nranks == total, "%s: config->nranks = %d but the mesh shape has %lld ranks",
+               fn, cfg.nranks, (long long)total);
+  std::set<int> seen;
+  for (int i = 0; i < cfg.nranks; ++i) {
+    int r = cfg.ranks[i];
+    LM_CHECK_ARG(r >= 0 && r < psize,
+                 "%s: config->ranks[%d] = %d is not a rank of the parent (size %d)", fn, i, r, psize);
+    LM_CHECK_ARG(seen.insert(r).second, "%s: config->ranks[%d] = %d appears twice", fn, i, r);
+    ranks->push_back(r);
+  }
+}
+
+void check_names(const char *fn, const lm_mesh_config_t &cfg, int ndim,
+                 std::vector<std::string> *names) {
+  if (!cfg.dim_names) {
+    names->assign(static_cast<size_t>(ndim), std::string());
+    return;
+  }
+  std::set<std::string> seen;
+  for (int i = 0; i < ndim; ++i) {
+    const char *nm = cfg.dim_names[i];
+    LM_CHECK_ARG(nm && nm[0], "%s: config->dim_names[%d] is NULL or empty", fn, i);
+    LM_CHECK_ARG(std::strlen(nm) <= 63, "%s: config->dim_names[%d] is longer than 63", fn, i);
+    LM_CHECK_ARG(seen.insert(nm).second, "%s: config->dim_names[%d] = \"%s\" appears twice", fn,
+                 i, nm);
+    names->emplace_back(nm);
+  }
+}
+
+// The local checks of lm_mesh_create's arguments (throws; the caller agrees on the outcome).
+void check_create_args(const char *fn, lm_mesh_t *out, int ndim, const int64_t *shape,
+                       const lm_mesh_config_t *config, int psize, MeshArgs *a) {
+  LM_CHECK_ARG(out != nullptr, "%s: mesh (the output pointer) is NULL", fn);
+  if (config) {  // read defensively: min(size, sizeof) bytes
+    LM_CHECK_ARG(config->magic == LM_MESH_CONFIG_MAGIC, "%s: config->magic is 0x%x, not "
+                 "LM_MESH_CONFIG_MAGIC (initialise the config with LM_MESH_CONFIG_INIT)",
+                 fn, config->magic);
+    LM_CHECK_ARG(config->size >= offsetof(lm_mesh_config_t, dim_names) + sizeof(void *),
+                 "%s: config->size %zu is too small", fn, config->size);
+    std::memcpy(&a->cfg, config, std::min(config->size, sizeof a->cfg));
+    a->cfg.size = sizeof a->cfg;
+  }
+  LM_CHECK_ARG(ndim >= 1 && ndim <= kMaxDims, "%s: ndim %d must be in [1, %d]", fn, ndim,
+               kMaxDims);
+  LM_CHECK_ARG(shape != nullptr, "%s: shape is NULL", fn);
+  int64_t total = 1;
+  for (int i = 0; i < ndim; ++i) {
+    LM_CHECK_ARG(shape[i] >= 1, "%s: shape[%d] = %lld must be >= 1", fn, i, (long long)shape[i]);
+    if (shape[i] > (int64_t)psize / total) too_many_ranks(fn, ndim, shape, psize);
+    total *= shape[i];
+    a->shape.push_back(shape[i]);
+  }
+  check_ranks(fn, a->cfg, total, psize, &a->ranks);
+  LM_CHECK_ARG(a->cfg.check_level >= -1 && a->cfg.check_level <= 2,
+               "%s: config->check_level = %d must be -1 (from LM_CHECK), 0, 1 or 2", fn,
+               a->cfg.check_level);
+  LM_CHECK_ARG(a->cfg.timeout == a->cfg.timeout && a->cfg.timeout < 1e9,
+               "%s: config->timeout = %g must be < 0 (from LM_TIMEOUT), 0 (off) or seconds", fn,
+               a->cfg.timeout);
+  check_names(fn, a->cfg, ndim, &a->names);
+}
+
+// The world ranks of the parent in its order, and its agreement communicator (settings agreed).
+AgreeComm *parent_agree_comm(MPI_Comm parent, int psize, const char *fn, double timeout,
+                             std::vector<int> *parent_world) {
   MPI_Group pgroup, wgroup;
   mpi_check(MPI_Comm_group(parent, &pgroup), "MPI_Comm_group(parent_comm)");
-  std::vector<int> parent_world((size_t)psize), idx((size_t)psize);
+  std::vector<int> idx((size_t)psize);
+  parent_world->assign((size_t)psize, MPI_UNDEFINED);
   for (int i = 0; i < psize; ++i) idx[(size_t)i] = i;
   MPI_Comm_group(MPI_COMM_WORLD, &wgroup);
-  MPI_Group_translate_ranks(pgroup, psize, idx.data(), wgroup, parent_world.data());
+  MPI_Group_translate_ranks(pgroup, psize, idx.data(), wgroup, parent_world->data());
   MPI_Group_free(&wgroup);
-  AgreeComm *ac = nullptr;
   try {
-    ac = agree_comm_for(parent, pgroup);
+    AgreeComm *ac = agree_comm_for(parent, pgroup, fn, timeout);
+    MPI_Group_free(&pgroup);
+    return ac;
   } catch (...) {
     MPI_Group_free(&pgroup);
     throw;
   }
-  MPI_Group_free(&pgroup);
+}
+
+// One agreement over the parent's processes: the local outcome, the arguments, and the maxima of
+// the mesh id, check level and deadline (maxes[0..2], in place).
+void agree_create(const char *fn, AgreeComm *ac, const MeshArgs &a, lm_status_t st,
+                  const std::string &err, int prank, long long maxes[3]) {
   Fingerprint fp(fn);
-  fp.add("parent communicator", [&] {
-    Hasher x;
-    x.bytes(parent_world.data(), parent_world.size() * sizeof(int));
-    return x.h;
-  }());
-  fp.add("mesh shape", hash_shape(mshape.data(), (int)mshape.size()));
-  fp.add("config->ranks", [&] { Hasher x; x.u64(ranks.size()); x.bytes(ranks.data(), ranks.size() * sizeof(int)); return x.h; }());
-  fp.add("config->dim_names", [&] { Hasher x; for (auto &n : names) x.bytes(n.c_str(), n.size() + 1); return x.h; }());
-  int level = cfg.check_level >= 0 ? std::min(cfg.check_level, 2) : env_check_level();
-  double tmo = cfg.timeout >= 0 ? cfg.timeout : env_timeout();
-  long long maxes[3] = {(long long)g_mesh_serial + 1, level, (long long)(tmo * 1e6)};
-  CreateCtx ctx{ndim, &mshape, &ranks, &names, &parent_world};
+  Hasher pw, rk, nm;
+  pw.bytes(a.parent_world.data(), a.parent_world.size() * sizeof(int));
+  rk.u64(a.ranks.size());
+  rk.bytes(a.ranks.data(), a.ranks.size() * sizeof(int));
+  for (auto &n : a.names) nm.bytes(n.c_str(), n.size() + 1);
+  fp.add("parent communicator", pw.h);
+  fp.add("mesh shape", hash_shape(a.shape.data(), (int)a.shape.size()));
+  fp.add("config->ranks", rk.h);
+  fp.add("config->dim_names", nm.h);
   AgreeArgs aa;
   aa.fn = fn;
   aa.ac = ac;
   aa.fp = &fp;  // mesh creation always agrees on its arguments (it is rare and cheap)
   aa.describe = describe_create;
-  aa.ctx = &ctx;
-  aa.local = local_status;
-  aa.err = &local_error;
+  aa.ctx = &a;
+  aa.local = st;
+  aa.err = &err;
   aa.parent_rank = prank;
   aa.maxes = maxes;
   aa.nmax = 3;
-  aa.timeout = tmo;
+  aa.timeout = (double)maxes[2] / 1e6;
   agree(aa);
-  g_mesh_serial = (uint64_t)maxes[0];
+}
 
+// The mesh's private communicators: world (the parent's processes in its order), comm (the
+// members), one per mesh dim; and the members' agreement communicator.
+void build_comms(lm_mesh_s *m, AgreeComm *ac, int prank, double timeout) {
+  // Made from the agreement communicator (not the parent), so that parents over the same
+  // processes in the same order give one mesh.
+  mpi_check(MPI_Comm_split(ac->comm, 0, prank, &m->world),
+            "lm_mesh_create: MPI_Comm_split(parent processes)");
+  MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+  node_attach(m->world, ac);  // which parent ranks share this node (the plans' transfers run on world)
+  int color = m->member ? 0 : MPI_UNDEFINED;
+  mpi_check(MPI_Comm_split(m->world, color, static_cast<int>(m->index), &m->comm),
+            "lm_mesh_create: MPI_Comm_split(mesh)");
+  if (!m->member) return;
+  MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  m->dim_comms.assign(static_cast<size_t>(m->ndim()), MPI_COMM_NULL);
+  for (int d = 0; d < m->ndim(); ++d) {
+    Shape c = m->coord;
+    c[d] = 0;
+    int64_t col = m->grid->index_at(c.data());
+    mpi_check(MPI_Comm_split(m->comm, static_cast<int>(col), static_cast<int>(m->coord[d]),
+                             &m->dim_comms[d]),
+              "lm_mesh_create: MPI_Comm_split(dim)");
+    MPI_Comm_set_errhandler(m->dim_comms[d], MPI_ERRORS_RETURN);
+  }
+  MPI_Group mg;
+  mpi_check(MPI_Comm_group(m->comm, &mg), "lm_mesh_create: MPI_Comm_group(mesh)");
+  try {
+    m->agree_members = agree_comm_for(m->comm, mg, "lm_mesh_create", timeout);
+  } catch (...) {
+    MPI_Group_free(&mg);
+    throw;
+  }
+  MPI_Group_free(&mg);
+}
+
+}  // namespace
+
+lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_t *shape,
+                       const lm_mesh_config_t *config) {
+  const char *fn = "lm_mesh_create";
+  MPI_Comm parent = open_parent(parent_comm_f, fn);
+  int psize = 0, prank = 0;
+  mpi_check(MPI_Comm_size(parent, &psize), "MPI_Comm_size(parent_comm)");
+  mpi_check(MPI_Comm_rank(parent, &prank), "MPI_Comm_rank(parent_comm)");
+  // 1. Local checks: a failure here still joins the agreement, so that no rank is left waiting.
+  MeshArgs a;
+  lm_status_t st = LM_SUCCESS;
+  std::string err;
+  try {
+    check_create_args(fn, out, ndim, shape, config, psize, &a);
+  } catch (const Error &e) {
+    st = e.status();
+    err = e.message();
+  }
+  // 2. Agree over the parent's processes (on the agreement communicator shared by meshes over
+  // these processes, so that ranks which passed different parents over the same processes meet
+  // and disagree): settings first, then arguments, mesh id, check level and deadline.
+  const int level = a.cfg.check_level >= 0 ? std::min(a.cfg.check_level, 2)
+                                           : (int)setting_int(Setting::Check);
+  const double tmo = a.cfg.timeout >= 0 ? a.cfg.timeout : setting_seconds(Setting::Timeout);
+  AgreeComm *ac = parent_agree_comm(parent, psize, fn, tmo, &a.parent_world);
+  long long maxes[3] = {(long long)g_mesh_serial + 1, level, (long long)(tmo * 1e6)};
+  agree_create(fn, ac, a, st, err, prank, maxes);
+  g_mesh_serial = (uint64_t)maxes[0];
+  // 3. The mesh and its communicators.
   auto m = std::make_unique<lm_mesh_s>();
   m->id = (uint64_t)maxes[0];
   m->check_level = (int)maxes[1];
   m->timeout = (double)maxes[2] / 1e6;
   m->agree_parent = ac;
-  // The private communicator in the parent's rank order, made from the agreement communicator
-  // (not the parent), so that parents over the same processes in the same order give one mesh.
-  mpi_check(MPI_Comm_split(ac->comm, 0, prank, &m->world),
-            "lm_mesh_create: MPI_Comm_split(parent processes)");
-  MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
-  node_attach(m->world, ac);  // which parent ranks share this node (the plans' transfers run on world)
   m->world_rank = prank;
   m->world_size = psize;
-  m->grid = std::make_shared<Grid>(mshape, ranks);
-  m->names = names;
+  m->grid = std::make_shared<Grid>(a.shape, a.ranks);
+  m->names = a.names;
   m->index = m->grid->index_of(prank);
   m->member = m->index >= 0;
   m->coord.assign(static_cast<size_t>(ndim), 0);
   if (m->member) m->grid->coord_of(m->index, m->coord.data());
-  int color = m->member ? 0 : MPI_UNDEFINED;
-  mpi_check(MPI_Comm_split(m->world, color, static_cast<int>(m->index), &m->comm),
-            "lm_mesh_create: MPI_Comm_split(mesh)");
-  if (m->member) {
-    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-    m->dim_comms.assign(static_cast<size_t>(ndim), MPI_COMM_NULL);
-    for (int d = 0; d < ndim; ++d) {
-      Shape c = m->coord;
-      c[d] = 0;
-      int64_t col = m->grid->index_at(c.data());
-      mpi_check(MPI_Comm_split(m->comm, static_cast<int>(col), static_cast<int>(m->coord[d]),
-                               &m->dim_comms[d]),
-                "lm_mesh_create: MPI_Comm_split(dim)");
-      MPI_Comm_set_errhandler(m->dim_comms[d], MPI_ERRORS_RETURN);
-    }
-    MPI_Group mg;
-    mpi_check(MPI_Comm_group(m->comm, &mg), "lm_mesh_create: MPI_Comm_group(mesh)");
-    try {
-      m->agree_members = agree_comm_for(m->comm, mg);
-    } catch (...) {
-      MPI_Group_free(&mg);
-      throw;
-    }
-    MPI_Group_free(&mg);
-  }
+  build_comms(m.get(), ac, prank, m->timeout);
   return m.release();
 }
 
 }  // namespace lm
 
+namespace lm {
+namespace {
+std::atomic<void (*)(uint64_t)> g_destroy_hooks[4];
+}  // namespace
+
+void mesh_on_destroy(void (*hook)(uint64_t id)) {
+  for (auto &h : g_destroy_hooks) {
+    void (*none)(uint64_t) = nullptr;
+    if (h.load() == hook || h.compare_exchange_strong(none, hook)) return;
+  }
+  fail(LM_ERR_INTERNAL, "mesh_on_destroy: too many hooks");
+}
+}  // namespace lm
+
 lm_mesh_s::~lm_mesh_s() {
-  plan_cache.clear();
+  for (auto &h : lm::g_destroy_hooks)
+    if (auto *f = h.load()) f(id);
+  dev.reset();
   // Freeing a communicator is local in practice (OpenMPI, MPICH); skip after MPI_Finalize so that
   // late destructors (Python __del__, Rust Drop) stay safe.
   if (lm::mpi_alive()) {
@@ -369,13 +411,16 @@ void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const c
   }
 }
 
-void mesh_break(lm_mesh_s *m, const Error &e) {
+void mesh_break(lm_mesh_s *m, const Error &e, lm_mesh_s *m2) {
   // Transport failures, deadlines and peers that failed during a transfer leave requests or
   // messages behind: the mesh cannot be trusted any more.
   if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL || e.status() == LM_ERR_TIMEOUT ||
       e.status() == LM_ERR_REMOTE) {
-    m->broken = true;
-    m->broken_why = e.message();
+    for (lm_mesh_s *x : {m, m2}) {
+      if (!x) continue;
+      x->broken = true;
+      x->broken_why = e.message();
+    }
   }
   throw e;
 }

@@ -7,28 +7,21 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "comm/agree.hpp"
+#include "common/error.hpp"
+#include "common/mpi.hpp"
 #include "layout/layout.hpp"
 #include "localmap.h"
-#include "mesh/agree.hpp"
 
 namespace lm {
-class Plan;
-struct MeshDevice;  // device/device.hpp
+struct MeshDevice;  // mesh/device.hpp
 
 constexpr uint32_t kMeshMagic = 0x534d4d4cu;  // "LMMS"
 constexpr uint32_t kDeadMagic = 0xdeadbeefu;
-
-// Throws LM_ERR_MPI ("<what>: <MPI error string>") when rc != MPI_SUCCESS.
-void mpi_check(int rc, const char *what);
-// MPI is initialised and not finalized: destructors may free MPI objects (after MPI_Finalize
-// they must not: Python __del__ and Rust Drop run late).
-bool mpi_alive();
 
 }  // namespace lm
 
@@ -62,12 +55,7 @@ struct lm_mesh_s {
   std::string broken_why;
   bool in_flight = false;  // a nonblocking reshard runs on this mesh's communicators
 
-  // Plan cache of lm_dist_tensor_reshard for reshards within this mesh (not retained by plans):
-  // key -> (plan, last use); the least recently used entry goes when it is full.
-  std::map<std::string, std::pair<std::shared_ptr<lm::Plan>, uint64_t>> plan_cache;
-  uint64_t plan_clock = 0;
-
-  // Device state of this rank (stream, allocator, transport, NCCL comm): device/device.hpp.
+  // Device state of this rank (stream, allocator, transport, NCCL comm): mesh/device.hpp.
   std::shared_ptr<lm::MeshDevice> dev;
 
   int ndim() const { return grid->ndim(); }
@@ -100,7 +88,11 @@ void mesh_release(lm_mesh_s *m);
 // allreduce): rethrows `local` on the ranks where it failed (status != LM_SUCCESS), and throws
 // LM_ERR_REMOTE "<what>: rank R (mesh rank M) failed; this rank did not" on the others.
 void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const char *what);
-// Marks the mesh broken after a transport failure and rethrows.
-[[noreturn]] void mesh_break(lm_mesh_s *m, const Error &e);
+// Marks the mesh (and m2, when given: the other mesh of a cross-mesh call) broken after a
+// transport failure (LM_ERR_MPI, LM_ERR_NCCL, LM_ERR_TIMEOUT, LM_ERR_REMOTE) and rethrows e.
+[[noreturn]] void mesh_break(lm_mesh_s *m, const Error &e, lm_mesh_s *m2 = nullptr);
+// Calls `hook` with a mesh's id whenever a mesh object dies, for state kept by layers above the
+// mesh (the plan cache, exec/plan_cache.hpp). At most a few hooks per process.
+void mesh_on_destroy(void (*hook)(uint64_t id));
 
 }  // namespace lm

@@ -3,9 +3,13 @@
 
 #include <cstring>
 
-#include "core/error.hpp"
-#include "device/device.hpp"
-#include "tensor/collective.hpp"
+#include "common/error.hpp"
+#include "exec/device_run.hpp"
+#include "exec/plan_cache.hpp"
+#include "mem/cuda.hpp"
+#include "mesh/collective.hpp"
+#include "transport/failure.hpp"
+#include "mesh/device.hpp"
 
 namespace lm {
 
@@ -244,8 +248,8 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
       s->bytes = t->local_bytes();
       t->storage = s;
     } else if (is_device(local->device)) {  // a device copy in the mesh's stream order
-      t->storage = device_storage_alloc(m, local->device, t->local_bytes(), false);
-      device_copy_d2d(m, t->storage->data, static_cast<const char *>(local->data) + local->byte_offset,
+      t->storage = device_storage_alloc(mesh_mem(m), local->device, t->local_bytes(), false);
+      device_copy_d2d(mesh_mem(m), t->storage->data, static_cast<const char *>(local->data) + local->byte_offset,
                       t->local_bytes());
     } else {
       t->storage = pre && pre->bytes == t->local_bytes() ? pre : storage_alloc(t->local_bytes(), false);
@@ -513,10 +517,10 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
       try {
         plan->run(h, out);
       } catch (...) {
-        stage_release(m, h);
+        stage_release(mesh_mem(m), h);
         throw;
       }
-      stage_release(m, h);
+      stage_release(mesh_mem(m), h);
     } else {
       plan->run(t->data(), out);
     }
@@ -580,26 +584,10 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
     check_reshard(t->layout, L, t->dt);
     out = tensor_new(dm, L, t->dtype, t->device, false);
     if (!part) return;
-    if (sm == dm) {
-      std::string key = t->layout.key() + "->" + L.key() + strfmt("#%u.%u.%u", t->dtype.code, t->dtype.bits, t->dtype.lanes);
-      if (is_device(t->device)) key += "@cuda";  // device plans keep their own transport
-      auto it = sm->plan_cache.find(key);
-      if (it != sm->plan_cache.end()) {
-        plan = it->second.first;
-        it->second.second = ++sm->plan_clock;
-      } else {
-        plan = plan_build(t->layout, L, t->dtype, comm, sm->world_rank);
-        if (sm->plan_cache.size() >= 64) {
-          auto lru = sm->plan_cache.begin();
-          for (auto i = sm->plan_cache.begin(); i != sm->plan_cache.end(); ++i)
-            if (i->second.second < lru->second.second) lru = i;
-          sm->plan_cache.erase(lru);
-        }
-        sm->plan_cache.emplace(key, std::make_pair(plan, ++sm->plan_clock));
-      }
-    } else {
+    if (sm == dm)
+      plan = cached_plan(sm, t->layout, L, t->dtype, is_device(t->device));
+    else
       plan = plan_build(t->layout, L, t->dtype, comm, sm->world_rank);
-    }
     size_t off = 0;
     // Host only: a device reshard runs collectives of the mesh (the transport choice, NCCL
     // init, the staging agreement) on every rank, so no rank may return early on its own, and
@@ -611,7 +599,7 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
       alias = true;
     } else if (dm->member) {
       out->storage = is_device(t->device)
-                          ? device_storage_alloc(dm, t->device, out->local_bytes(), false)
+                          ? device_storage_alloc(mesh_mem(dm), t->device, out->local_bytes(), false)
                           : storage_alloc(out->local_bytes(), false);
     }
   };
@@ -672,6 +660,45 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
     throw;
   }
   return out;
+}
+
+}  // namespace lm
+
+namespace lm {
+
+void check_replicas(lm_dist_tensor_s *t, const char *fn) {
+  lm_mesh_s *m = t->mesh;
+  if (!m->member) return;
+  bool any = false;
+  for (int k = 0; k < m->ndim(); ++k)
+    if (t->layout.pl[(size_t)k].kind == LM_REPLICATE && m->grid->shape()[(size_t)k] > 1) any = true;
+  if (!any) return;
+  Hasher h;
+  if (t->data()) h.bytes(t->data(), t->local_bytes());
+  unsigned long long mine = h.h;
+  std::vector<unsigned long long> all((size_t)m->grid->size());
+  try {
+    mpi_check(MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1,
+                            MPI_UNSIGNED_LONG_LONG, m->comm),
+              strfmt("%s: MPI_Allgather (LM_CHECK=2 replica hashes)", fn).c_str());
+  } catch (const Error &e) {
+    mesh_break(m, e);
+  }
+  // Ranks whose coordinates differ only along Replicate dims must agree.
+  std::map<Shape, int64_t> first;
+  Shape c((size_t)m->ndim());
+  for (int64_t r = 0; r < m->grid->size(); ++r) {
+    m->grid->coord_of(r, c.data());
+    for (int k = 0; k < m->ndim(); ++k)
+      if (t->layout.pl[(size_t)k].kind == LM_REPLICATE) c[(size_t)k] = 0;
+    auto it = first.emplace(c, r).first;
+    if (all[(size_t)it->second] != all[(size_t)r])
+      fail(LM_ERR_MISMATCH,
+           "%s: ranks disagree on the data of a Replicate tensor (LM_CHECK=2): mesh rank %lld "
+           "(rank %d) and mesh rank %lld (rank %d) hold different values for placements %s",
+           fn, (long long)it->second, m->grid->rank_at_index(it->second), (long long)r,
+           m->grid->rank_at_index(r), t->layout.str().c_str());
+  }
 }
 
 }  // namespace lm

@@ -2,7 +2,7 @@
 // Dist tensor construction, gather and reshard (the logic behind the C API).
 #pragma once
 
-#include "reshard/plan.hpp"
+#include "exec/plan.hpp"
 #include "tensor/tensor.hpp"
 
 namespace lm {
@@ -25,6 +25,10 @@ MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn);
 // A layout over `mesh` with placements checked against `ndim` tensor dims.
 Layout make_layout(lm_mesh_s *mesh, const lm_placement_t *pl, const Shape &gshape,
                    const char *what);
+// LM_CHECK=2: the shards of `t` along its Replicate mesh dims hold equal bytes (one allgather of
+// a hash over the mesh's members, a pass over the shard). Collective over the mesh's members; all
+// ranks reach the same verdict (LM_ERR_MISMATCH naming two mesh ranks that differ).
+void check_replicas(lm_dist_tensor_s *t, const char *fn);
 // Resharding with the mesh's plan cache (same-mesh) or a fresh plan (cross-mesh).
 // dst_mesh NULL: src's mesh.
 lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,

@@ -5,39 +5,16 @@
 #include <cstring>
 #include <memory>
 
-#include "core/error.hpp"
-#include "core/handle.hpp"
-#include "core/fault.hpp"
-#include "device/device.hpp"
-#include "reshard/boxcopy.hpp"
-#include "reshard/reduce.hpp"
-#include "tensor/pool.hpp"
+#include "common/error.hpp"
+#include "common/handle.hpp"
+#include "common/fault.hpp"
+#include "mem/cuda.hpp"
+#include "mesh/device.hpp"
+#include "layout/boxcopy.hpp"
+#include "layout/reduce.hpp"
+#include "mem/pool.hpp"
 
 namespace lm {
-
-Storage::~Storage() {
-  if (free_fn) {
-    free_fn();
-  } else if (managed) {
-    if (managed->deleter) managed->deleter(managed);
-  } else if (owned) {
-    pool_give(data, cap, bytes);
-  }
-}
-
-std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero) {
-  auto s = std::make_shared<Storage>();
-  size_t cap = 0;
-  void *p = fault_hit(FaultKind::Alloc) ? nullptr : pool_take(bytes, &cap);
-  if (!p) fail(LM_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes on rank %d", bytes,
-               world_rank_or_minus1());
-  if (zero) std::memset(p, 0, cap);
-  s->data = p;
-  s->bytes = bytes;
-  s->cap = cap;
-  s->owned = true;
-  return s;
-}
 
 lm_dist_tensor_s *tensor_check(lm_dist_tensor_t h, const char *what) {
   LM_CHECK_ARG(h != nullptr, "%s: tensor is NULL", what);
@@ -107,7 +84,7 @@ lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType d
   t->device = device;
   t->local = local_box(mesh, layout);
   if (alloc && is_device(device)) {
-    if (mesh->member) t->storage = device_storage_alloc(mesh, device, t->local_bytes(), true);
+    if (mesh->member) t->storage = device_storage_alloc(mesh_mem(mesh), device, t->local_bytes(), true);
   } else if (alloc && mesh->member) {
     t->storage = storage_alloc(t->local_bytes());  // placeholders hold none
   }

@@ -7,27 +7,14 @@
 #include <functional>
 #include <memory>
 
-#include "core/dtype.hpp"
+#include "common/dtype.hpp"
 #include "layout/layout.hpp"
+#include "mem/storage.hpp"
 #include "mesh/mesh.hpp"
 
 namespace lm {
 
 constexpr uint32_t kTensorMagic = 0x54444d4cu;  // "LMDT"
-
-struct Storage {
-  void *data = nullptr;
-  size_t bytes = 0;
-  DLManagedTensor *managed = nullptr;  // deleter called on release
-  bool owned = false;                  // back to the buffer pool on release
-  size_t cap = 0;                      // capacity of an owned buffer
-  bool device = false;                 // CUDA memory (kDLCUDA tensors)
-  std::function<void()> free_fn;       // device memory the library allocated: gives it back
-  ~Storage();
-};
-
-// Allocates zeroed host memory of `bytes` (at least 1 byte, 64-byte aligned); LM_ERR_OUT_OF_MEMORY.
-std::shared_ptr<Storage> storage_alloc(size_t bytes, bool zero = true);
 
 }  // namespace lm
 

@@ -1,31 +1,31 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The transport seam. The reshard executor (reshard/plan.cpp) walks a transport-free schedule
-// (reshard/schedule.hpp) and calls these few operations without knowing which transport moves
-// the bytes: MPI today (transport/mpi.cpp), NCCL or a host-staged path for device memory next.
+// The transport seam: the wire. The reshard executor (exec/executor.cpp) walks a transport-free
+// schedule (plan/schedule.hpp) and posts its messages through these few operations without
+// knowing which transport moves the bytes: MPI (transport/mpi/, with the node-local provider of
+// transport/node/ for peers on this node) or NCCL (transport/nccl/) for device memory. Which one
+// runs a plan is decided in one place, transport/select.hpp, which also hands the executor the
+// MemOps (mem/ops.hpp) of the same memory: copies, reductions and staging are not the wire's.
 //
-// Ownership. The caller (executor) owns every buffer it passes: the source and target shards,
-// intermediate step outputs and staging. Staging memory is obtained from the transport
-// (staging_take / staging_give) at execution and given back when the step completes, so a
-// transport decides where staging lives (host pool, pinned host, device pool). A transport owns
-// only its own bookkeeping (requests, cached datatypes, streams).
+// Ownership. The caller (executor) owns every buffer it passes. A transport owns only its own
+// bookkeeping (requests, cached datatypes, descriptors).
 //
 // Messages. The executor posts point-to-point messages: contiguous byte ranges (post_send /
 // post_recv) or, when box_direct() says the transport can move a non-contiguous box in place
-// (MPI subarray datatypes), a box of a local buffer (post_send_box / post_recv_box). Each post
-// returns a ticket; done(ticket, block) is the one place where completion is tested or waited for
-// (for MPI: MpiTransport::complete). Messages between a pair of ranks with one tag match in
+// (MPI subarray datatypes, node-local copies), a box of a local buffer (post_send_box /
+// post_recv_box). Each post returns a ticket; done(ticket, block) is the one place where
+// completion is tested or waited for. Messages between a pair of ranks with one tag match in
 // posting order on both sides. flush() ends a batch of posts (NCCL: ncclGroupEnd).
 //
-// Local work. copy (box copies between local buffers, restricted to a range of box element
-// numbers: reshard/boxcopy.hpp), reduce, identity fill and the avg helpers run where the
-// transport's memory is (host loops for MPI; kernels on a stream for NCCL).
+// Failure. A transport throws lm::Error on failure: it first tells its peers (the abort notices
+// of transport/failure.hpp), waits poll for their notices and for the call's deadline, and
+// LM_FAULT's transport faults fire at its posts. check_errors() reports failures a transport
+// learns of late (NCCL's asynchronous errors). The caller marks its meshes broken.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "core/dtype.hpp"
-#include "reshard/boxcopy.hpp"
+#include "layout/boxcopy.hpp"
 
 namespace lm {
 
@@ -85,21 +85,21 @@ class Transport {
   // Forgets every ticket (all complete): called when a step completes.
   virtual void reset() = 0;
 
-  // ---- Local work (buffers in the transport's memory space)
-  // Copies box elements [e0, e1) of c (boxcopy.hpp) from src to dst.
-  virtual void copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1) = 0;
-  // acc[i] = op(acc[i], in[i]) for n elements (avg accumulates a sum).
-  virtual void reduce(DType t, int op, void *acc, const void *in, int64_t n) = 0;
-  virtual void scale_avg(DType t, void *acc, int64_t n, int64_t k) = 0;
-  virtual void fill_identity(DType t, int op, void *buf, int64_t n) = 0;
-  // Integer avg through a 128-bit accumulator (16 bytes per element).
-  virtual void wide_accumulate(DType t, void *acc, const void *in, int64_t n, bool assign) = 0;
-  virtual void wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k) = 0;
+  // Reports a failure the transport learned of after the fact (NCCL: asynchronous errors, once
+  // the work is enqueued): throws; nothing otherwise.
+  virtual void check_errors(const char *what) { (void)what; }
+};
 
-  // ---- Staging (never zero-filled; contents undefined)
-  virtual void *staging_take(size_t bytes, size_t *cap) = 0;
-  // Gives back a buffer of capacity cap taken for `bytes`.
-  virtual void staging_give(void *p, size_t cap, size_t bytes) = 0;
+// An exchange whose data travels inside the agreement round that precedes it (the board exchange
+// of transport/node/board_exchange.hpp): given by transport/select.hpp for a plan that can take
+// it, else NULL. pack() runs with this rank's outbox bank right before the rank publishes its
+// agreement words; after a round in which every rank packed, unpack() copies this rank's blocks
+// out of its peers' banks and does the plan's local copies: the execution is then complete.
+class FusedExchange {
+ public:
+  virtual ~FusedExchange() = default;
+  virtual void pack(const void *in, char *bank) = 0;
+  virtual void unpack(const void *in, void *out) = 0;
 };
 
 }  // namespace lm

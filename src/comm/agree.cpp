@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "comm/agree.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "comm/board.hpp"
+#include "comm/node.hpp"
+#include "common/mpi.hpp"
+#include "common/settings.hpp"
+
+namespace lm {
+
+namespace {
+
+std::mutex g_registry_mutex;
+std::map<std::vector<int>, AgreeComm *> *g_registry = nullptr;
+int g_free_keyval = MPI_KEYVAL_INVALID;
+
+// Frees the agreement communicators when MPI_COMM_SELF is freed (the first thing MPI_Finalize
+// does), so sanitizer runs see no leak and no communicator outlives MPI.
+int free_registry(MPI_Comm, int, void *, void *) {
+  std::lock_guard<std::mutex> lk(g_registry_mutex);
+  if (g_registry) {
+    for (auto &kv : *g_registry) {
+      if (kv.second->comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second->comm);
+      delete kv.second;
+    }
+    delete g_registry;
+    g_registry = nullptr;
+  }
+  return MPI_SUCCESS;
+}
+
+constexpr int kCreateTag = 0x4c4d;  // MPI_Comm_create_group tag of localmap
+
+}  // namespace
+
+namespace {
+
+// The world ranks of `group`, sorted (the registry key); false when some process is not in
+// MPI_COMM_WORLD (spawned processes: not shareable).
+bool world_key(MPI_Group group, std::vector<int> *key) {
+  int n = 0;
+  mpi_check(MPI_Group_size(group, &n), "MPI_Group_size");
+  std::vector<int> in((size_t)n);
+  key->assign((size_t)n, MPI_UNDEFINED);
+  for (int i = 0; i < n; ++i) in[(size_t)i] = i;
+  MPI_Group wg;
+  mpi_check(MPI_Comm_group(MPI_COMM_WORLD, &wg), "MPI_Comm_group(MPI_COMM_WORLD)");
+  int rc = MPI_Group_translate_ranks(group, n, in.data(), wg, key->data());
+  MPI_Group_free(&wg);
+  bool in_world = rc == MPI_SUCCESS;
+  for (int r : *key)
+    if (r == MPI_UNDEFINED) in_world = false;
+  std::sort(key->begin(), key->end());
+  return in_world;
+}
+
+// A new agreement communicator over the set (collective over it), ranks in world order.
+AgreeComm *create_agree_comm(MPI_Comm base, MPI_Group group, const std::vector<int> &key,
+                             bool in_world) {
+  auto ac = std::make_unique<AgreeComm>();
+  int rc;
+  if (in_world) {
+    MPI_Group wg, sorted;
+    mpi_check(MPI_Comm_group(MPI_COMM_WORLD, &wg), "MPI_Comm_group(MPI_COMM_WORLD)");
+    MPI_Group_incl(wg, (int)key.size(), key.data(), &sorted);
+    rc = MPI_Comm_create_group(MPI_COMM_WORLD, sorted, kCreateTag, &ac->comm);
+    MPI_Group_free(&sorted);
+    MPI_Group_free(&wg);
+  } else {
+    // Processes outside MPI_COMM_WORLD (spawned): an unshared communicator of this mesh only.
+    rc = MPI_Comm_create_group(base, group, kCreateTag, &ac->comm);
+  }
+  mpi_check(rc, "MPI_Comm_create_group (agreement communicator)");
+  MPI_Comm_set_errhandler(ac->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(ac->comm, &ac->rank);
+  MPI_Comm_size(ac->comm, &ac->size);
+  return ac.release();
+}
+
+// Keeps ac for the life of MPI (freed when MPI_COMM_SELF is, at MPI_Finalize). Registry locked.
+void register_agree_comm(AgreeComm *ac, const std::vector<int> &key, bool in_world) {
+  if (!g_registry) {
+    g_registry = new std::map<std::vector<int>, AgreeComm *>();
+    if (g_free_keyval == MPI_KEYVAL_INVALID)
+      MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_registry, &g_free_keyval, nullptr);
+    MPI_Comm_set_attr(MPI_COMM_SELF, g_free_keyval, nullptr);
+  }
+  if (in_world) {
+    (*g_registry)[key] = ac;
+  } else {
+    // Not shareable: kept under a key no world set can have, freed with the others.
+    std::vector<int> k{-1 - (int)g_registry->size()};
+    (*g_registry)[k] = ac;
+  }
+}
+
+}  // namespace
+
+AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double timeout) {
+  std::vector<int> key;
+  const bool in_world = world_key(group, &key);
+  std::lock_guard<std::mutex> lk(g_registry_mutex);
+  if (in_world && g_registry) {
+    auto it = g_registry->find(key);
+    if (it != g_registry->end()) return it->second;
+  }
+  AgreeComm *ac = create_agree_comm(base, group, key, in_world);
+  try {
+    // Before anything that branches on a setting (the node probe and the board are collectives
+    // that only some ranks would enter): the set agrees on its settings.
+    settings_agree(ac, fn, timeout);
+  } catch (...) {
+    if (mpi_alive()) MPI_Comm_free(&ac->comm);
+    delete ac;
+    throw;
+  }
+  node_probe(ac);  // collective over the new set, like its creation
+  register_agree_comm(ac, key, in_world);
+  return ac;
+}
+
+namespace {
+// What one rank says of its must-agree settings (settings_agree's second round).
+struct SettingsRecord {
+  int32_t world_rank;
+  uint32_t from_env;  // bit i: setting i came from the environment
+  uint64_t value[kMustAgreeCount];
+};
+}  // namespace
+
+void settings_agree(AgreeComm *ac, const char *fn, double timeout) {
+  SettingsRecord mine{};
+  mine.world_rank = world_rank_or_minus1();
+  Hasher h;
+  for (int i = 0; i < kMustAgreeCount; ++i) {
+    mine.value[i] = setting_u((Setting)i);
+    if (setting((Setting)i).from_env) mine.from_env |= 1u << i;
+    h.u64(mine.value[i]);
+  }
+  long long v[2] = {(long long)(h.h >> 1), -(long long)(h.h >> 1)};
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
+            strfmt("%s: MPI_Iallreduce (settings agreement)", fn).c_str());
+  wait_deadline(&req, timeout, strfmt("%s: settings agreement", fn).c_str(),
+                " (some rank of the parent communicator did not make this call)");
+  if (v[0] == -v[1]) return;
+  std::vector<SettingsRecord> all((size_t)ac->size);
+  mpi_check(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
+                          MPI_BYTE, ac->comm),
+            strfmt("%s: MPI_Allgather (settings agreement)", fn).c_str());
+  int var = 0;  // the first variable that differs
+  for (; var < kMustAgreeCount; ++var) {
+    bool same = true;
+    for (const SettingsRecord &r : all) same = same && r.value[var] == all[0].value[var];
+    if (!same) break;
+  }
+  if (var == kMustAgreeCount) var = 0;  // hash collision of equal values cannot happen
+  const char *name = setting_info((Setting)var).name;
+  std::string msg = strfmt("%s: ranks disagree on the setting %s (it changes which collectives run "
+                           "or how bytes travel, so every rank needs the same value):", fn, name);
+  int listed = 0;
+  for (const SettingsRecord &r : all) {
+    if (listed == 8) {
+      msg += " ...";
+      break;
+    }
+    msg += strfmt("%s world rank %d: %s (%s)", listed ? "," : "", r.world_rank,
+                  setting_format((Setting)var, r.value[var]).c_str(),
+                  (r.from_env >> var) & 1 ? "environment" : "default");
+    ++listed;
+  }
+  msg += strfmt("; set it alike on every rank (mpirun -x %s, or unset it)", name);
+  throw Error(LM_ERR_MISMATCH, msg);
+}
+
+uint64_t hash_placements(const lm_placement_t *pl, int n) {
+  Hasher h;
+  if (!pl) {
+    h.u64(0x6e756c6cull);
+    return h.h;
+  }
+  h.bytes(pl, sizeof(lm_placement_t) * (size_t)(n > 0 ? n : 0));
+  return h.h;
+}
+
+uint64_t hash_shape(const int64_t *s, int n) {
+  Hasher h;
+  h.u64((uint64_t)n);
+  if (!s) {
+    h.u64(0x6e756c6cull);
+    return h.h;
+  }
+  if (n > 0 && n <= 64) h.bytes(s, sizeof(int64_t) * (size_t)n);
+  return h.h;
+}
+
+uint64_t hash_dtype(DLDataType d) {
+  return (uint64_t)d.code << 24 | (uint64_t)d.bits << 16 | d.lanes;
+}
+
+Fingerprint::Fingerprint(const char *op) {
+  Hasher h;
+  h.bytes(op, std::strlen(op));
+  add("operation", h.h);
+  names_[0] = op;  // field 0 describes itself
+}
+
+uint64_t Fingerprint::total() const {
+  Hasher h;
+  for (int i = 0; i < n_; ++i) h.u64(hashes_[i]);
+  return h.h;
+}
+
+std::string status_name(lm_status_t s) {
+  std::string full = lm_status_string(s);
+  size_t c = full.find(':');
+  return c == std::string::npos ? full : full.substr(0, c);
+}
+
+void wait_deadline(MPI_Request *req, double timeout, const char *what, const char *who) {
+  if (timeout <= 0) {
+    mpi_check(MPI_Wait(req, MPI_STATUS_IGNORE), what);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  int flag = 0;
+  unsigned spins = 0;
+  for (;;) {
+    mpi_check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), what);
+    if (flag) return;
+    if ((++spins & 63) == 0) {
+      double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (el > timeout)
+        fail(LM_ERR_TIMEOUT, "%s: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
+    }
+  }
+}
+
+namespace {
+
+constexpr int kMsg = 200, kDesc = 72;
+
+struct Record {
+  int32_t status;
+  int32_t parent_rank;
+  int64_t mesh_rank;
+  int32_t nfields;
+  int32_t pad;
+  uint64_t hash[kMaxFields + 1];  // + the sequence number
+  char msg[kMsg + 8];
+  char desc[kMaxFields + 1][kDesc];
+};
+
+void copy_text(char *dst, size_t cap, const std::string &s) {
+  size_t n = std::min(s.size(), cap - 1);
+  std::memcpy(dst, s.data(), n);
+  dst[n] = 0;
+  if (s.size() > cap - 1 && cap > 4) std::memcpy(dst + cap - 4, "...", 4);
+}
+
+[[noreturn]] void broken_comm(const AgreeArgs &a, const Error &e) {
+  a.ac->broken = true;
+  a.ac->broken_why = e.message();
+  throw e;
+}
+
+std::string rank_label(const Record &r, long long root) {
+  if (r.mesh_rank >= 0)
+    return strfmt("rank %d (mesh rank %lld%s)", r.parent_rank, (long long)r.mesh_rank,
+                  r.mesh_rank == root ? ", the root" : "");
+  return strfmt("rank %d", r.parent_rank);
+}
+
+}  // namespace
+
+void agree(const AgreeArgs &a) {
+  AgreeComm *ac = a.ac;
+  if (ac->broken)
+    fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", a.fn,
+         ac->broken_why.c_str());
+  if (a.nmax < 0 || a.nmax > kMaxAgreeMaxes)
+    fail(LM_ERR_INTERNAL, "%s: %d agreement values (at most %d)", a.fn, a.nmax, kMaxAgreeMaxes);
+  const uint64_t seq = ++ac->seq;
+  const bool failed = a.local != LM_SUCCESS;
+  uint64_t h = 0;
+  if (a.fp) {
+    Hasher hh;
+    hh.u64(a.fp->total());
+    hh.u64(seq);
+    h = hh.h;
+  }
+  const int nv = 3 + a.nmax;
+  long long v[3 + kMaxAgreeMaxes];
+  v[0] = failed ? (long long)(ac->size - ac->rank) : 0;
+  v[1] = (long long)(h >> 1);
+  v[2] = -(long long)(h >> 1);
+  for (int i = 0; i < a.nmax; ++i) v[3 + i] = a.maxes[i];
+  try {
+    if (ac->board) {  // every rank of the set on this node: shared memory (transport/node.hpp)
+      board_max(ac, seq, v, nv, a.timeout, a.fn, a.publish, a.publish_ctx);
+    } else if (a.timeout > 0) {
+      MPI_Request req;
+      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
+                strfmt("%s: MPI_Iallreduce (agreement)", a.fn).c_str());
+      wait_deadline(&req, a.timeout, strfmt("%s: agreement", a.fn).c_str(),
+                    " (some rank of the mesh did not make this call)");
+    } else {
+      int rc = MPI_Allreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm);
+      if (rc != MPI_SUCCESS) mpi_check(rc, strfmt("%s: MPI_Allreduce (agreement)", a.fn).c_str());
+    }
+  } catch (const Error &e) {
+    broken_comm(a, e);
+  }
+  for (int i = 0; i < a.nmax; ++i) a.maxes[i] = v[3 + i];
+  if (v[0] == 0 && v[1] == -v[2]) return;  // the common case: one small allreduce
+
+  // Second round: every rank's record.
+  std::vector<Record> all((size_t)ac->size);
+  Record mine;
+  std::memset(&mine, 0, sizeof mine);
+  mine.status = (int32_t)a.local;
+  mine.parent_rank = a.parent_rank;
+  mine.mesh_rank = a.mesh_rank;
+  if (failed && a.err) copy_text(mine.msg, kMsg, *a.err);
+  if (a.fp) {
+    mine.nfields = a.fp->size();
+    for (int i = 0; i < a.fp->size(); ++i) mine.hash[i] = a.fp->hash(i);
+    mine.hash[a.fp->size()] = seq;
+    if (!failed) {
+      copy_text(mine.desc[0], kDesc, a.fp->name(0));
+      for (int i = 1; i < a.fp->size(); ++i)
+        copy_text(mine.desc[i], kDesc, a.describe ? a.describe(a.ctx, i) : std::string("?"));
+      copy_text(mine.desc[a.fp->size()], kDesc, std::to_string(seq));
+    }
+  }
+  try {
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
+                             MPI_BYTE, ac->comm, &req),
+              strfmt("%s: MPI_Iallgather (agreement)", a.fn).c_str());
+    wait_deadline(&req, a.timeout, strfmt("%s: agreement", a.fn).c_str());
+  } catch (const Error &e) {
+    broken_comm(a, e);
+  }
+  int lowest = -1, nfailed = 0;
+  for (int r = 0; r < ac->size; ++r)
+    if (all[(size_t)r].status != 0) {
+      if (lowest < 0) lowest = r;
+      ++nfailed;
+    }
+  if (failed) throw Error(a.local, a.err ? *a.err : std::string(a.fn));
+  if (lowest >= 0) {
+    const Record &f = all[(size_t)lowest];
+    std::string msg = strfmt("%s: %s failed: %s: %s", a.fn, rank_label(f, a.root).c_str(),
+                             status_name((lm_status_t)f.status).c_str(), f.msg);
+    if (nfailed > 1) msg += strfmt(" (and %d other rank%s failed)", nfailed - 1, nfailed > 2 ? "s" : "");
+    msg += strfmt("; this rank %d did not", a.parent_rank);
+    throw Error(LM_ERR_REMOTE, msg);
+  }
+  // Mismatch: the first field whose hash differs (fields both sides have), the sequence number
+  // when the field lists are the same, else the operation.
+  int field = -1;
+  const Record &r0 = all[0];
+  int common = r0.nfields;
+  bool same_count = true;
+  for (int r = 1; r < ac->size; ++r) {
+    common = std::min(common, (int)all[(size_t)r].nfields);
+    if (all[(size_t)r].nfields != r0.nfields) same_count = false;
+  }
+  for (int i = 0; i < common + (same_count ? 1 : 0) && field < 0; ++i)
+    for (int r = 1; r < ac->size; ++r)
+      if (all[(size_t)r].hash[i] != r0.hash[i]) {
+        field = i;
+        break;
+      }
+  const char *fname = "operation";
+  if (field == r0.nfields && same_count)
+    fname = "call sequence number (a rank skipped or repeated a call)";
+  else if (field > 0)
+    fname = a.fp->name(field);
+  if (field < 0) field = 0;  // only the field lists differ: report the operation
+  std::string msg = strfmt("%s: ranks disagree on %s:", a.fn, fname);
+  // Distinct values, each with the ranks that hold it (first four values).
+  std::vector<int> done((size_t)ac->size, 0);
+  int groups = 0;
+  for (int r = 0; r < ac->size; ++r) {
+    if (done[(size_t)r]) continue;
+    const Record &x = all[(size_t)r];
+    std::string who;
+    int cnt = 0;
+    for (int q = r; q < ac->size; ++q) {
+      const Record &y = all[(size_t)q];
+      bool same = y.hash[field] == x.hash[field];
+      if (done[(size_t)q] || !same) continue;
+      done[(size_t)q] = 1;
+      if (cnt < 3) who += strfmt("%s%d", cnt ? "," : "", y.parent_rank);
+      ++cnt;
+    }
+    if (cnt > 3) who += strfmt(",... (%d ranks)", cnt);
+    if (groups < 4)
+      msg += strfmt("%s rank%s %s %s", groups ? "," : "", cnt > 1 ? "s" : "", who.c_str(),
+                    x.desc[field]);
+    else if (groups == 4)
+      msg += ", ...";
+    ++groups;
+  }
+  throw Error(LM_ERR_MISMATCH, msg);
+}
+
+}  // namespace lm

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Argument agreement of collective calls (docs/DESIGN.md, "Failure model").
+//
+// Every collective entry point builds a Fingerprint of what it was asked (operation, meshes, layouts,
+// root, flags ...) and calls agree() before any data moves. agree() is one small allreduce (MAX of
+// a few 64-bit words: the lowest failing rank, the min and max of the fingerprint hash, and any
+// values the caller wants maximised). Only when a rank failed or the hashes differ, a second round
+// (one allgather of a fixed record per rank) finds the failing rank's status and message, or which
+// field differs on which ranks, so that every rank throws the same kind of error:
+//   the failing ranks their own error, the others LM_ERR_REMOTE "rank R (mesh rank M) failed: ..."
+//   or, all of them, LM_ERR_MISMATCH "fn: ranks disagree on <field>: rank 0 [S(0)], rank 1 [S(1)]".
+//
+// Agreements run on an *agreement communicator* shared by every mesh over the same set of
+// processes (MPI_Comm_create_group over MPI_COMM_WORLD, cached for the life of the process), so
+// that ranks which passed different meshes over the same processes still meet in one collective
+// and learn that they disagree, instead of each waiting in its own mesh's communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "localmap.h"
+
+namespace lm {
+
+constexpr int kMaxFields = 14;
+// The most values an agreement maximises besides its own three words (AgreeArgs::nmax).
+constexpr int kMaxAgreeMaxes = 4;
+
+// A communicator for agreements over one set of processes. Shared, never freed before
+// MPI_Finalize (a local free on one rank could leave the ranks with different caches).
+struct AgreeComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = -1, size = 0;
+  uint64_t seq = 0;  // agreements so far: every rank of the set takes part in each
+  bool broken = false;
+  std::string broken_why;
+  // Ranks of comm on this node whose memory this process reads directly (transport/node.hpp):
+  // found once, when the set is first seen; empty = the node-local path is not used.
+  std::vector<int> node_peers;
+  // The agreement board (transport/node.hpp, board_max): shared memory that every rank of the
+  // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
+  // every rank of the set.
+  void *board = nullptr;
+  // With the board, each rank's outbox (transport/node.hpp, board exchange): per rank of the set,
+  // where its two banks of outbox_bank bytes are mapped here; empty = no board exchange.
+  std::vector<char *> outbox;
+  size_t outbox_bank = 0;
+};
+
+// The agreement communicator of the processes of `group` (a group of `base`). Collective over
+// those processes the first time that set is seen: the communicator is created, the set agrees
+// on its must-agree settings (settings_agree), then finds its node peers and board
+// (comm/node.hpp). A cache lookup afterwards. fn and timeout: for messages and the deadline of
+// the first agreement.
+AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double timeout);
+
+// Collective over ac->comm: returns when every rank has the same must-agree settings
+// (common/settings.hpp); otherwise throws LM_ERR_MISMATCH on every rank, naming the first
+// variable that differs and each rank's value (world ranks). timeout > 0: LM_ERR_TIMEOUT when some
+// rank does not arrive.
+void settings_agree(AgreeComm *ac, const char *fn, double timeout);
+
+// FNV-1a style mixing.
+struct Hasher {
+  uint64_t h = 1469598103934665603ull;
+  void bytes(const void *p, size_t n) {
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= c[i];
+      h *= 1099511628211ull;
+    }
+  }
+  void u64(uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 1099511628211ull;
+  }
+};
+
+uint64_t hash_placements(const lm_placement_t *pl, int n);  // NULL: a fixed value
+uint64_t hash_shape(const int64_t *s, int n);               // NULL: a fixed value
+uint64_t hash_dtype(DLDataType d);
+
+// What a collective call was asked: up to kMaxFields named 64-bit hashes. Field 0 is the
+// operation. describe(i) (given to agree()) turns field i into text on the error path only.
+class Fingerprint {
+ public:
+  explicit Fingerprint(const char *op);
+  void add(const char *name, uint64_t hash) {
+    if (n_ < kMaxFields) {
+      names_[n_] = name;
+      hashes_[n_++] = hash;
+    }
+  }
+  int size() const { return n_; }
+  const char *name(int i) const { return names_[i]; }
+  uint64_t hash(int i) const { return hashes_[i]; }
+  uint64_t total() const;
+
+ private:
+  int n_ = 0;
+  const char *names_[kMaxFields];
+  uint64_t hashes_[kMaxFields];
+};
+
+// Text of field i on this rank (error path only). Field 0 (operation) and the sequence number
+// are described by agree() itself.
+using DescribeFn = std::string (*)(const void *ctx, int field);
+
+struct AgreeArgs {
+  const char *fn = "";             // entry point, for messages
+  AgreeComm *ac = nullptr;         // where to agree
+  const Fingerprint *fp = nullptr; // NULL: only the failure is agreed (LM_CHECK=0)
+  DescribeFn describe = nullptr;
+  const void *ctx = nullptr;
+  lm_status_t local = LM_SUCCESS;  // this rank's outcome so far
+  const std::string *err = nullptr;
+  int parent_rank = -1;            // for messages: this rank in the mesh's parent communicator
+  long long mesh_rank = -1;        // and in the mesh (-1: none, e.g. cross-mesh)
+  long long *maxes = nullptr;      // values to maximise over the ranks (in place)
+  int nmax = 0;                    // at most kMaxAgreeMaxes
+  double timeout = 0;              // seconds; 0: wait for ever
+  long long root = -1;             // mesh rank of the call's root, named so in messages
+  // Board only (AgreeComm::outbox): called with this rank's outbox bank of the round right
+  // before the rank publishes its words, so that every rank that sees the round completed may
+  // read it (the board exchange of small reshards, reshard/persistent.cpp).
+  void (*publish)(void *ctx, char *bank) = nullptr;
+  void *publish_ctx = nullptr;
+};
+
+// Collective over a.ac. Returns on success on every rank; otherwise throws on every rank:
+// this rank's own error where it failed, LM_ERR_REMOTE (with the lowest failing rank's status
+// name and the start of its message) on the others, or LM_ERR_MISMATCH everywhere. An MPI failure
+// or a deadline (LM_ERR_MPI, LM_ERR_TIMEOUT) breaks a.ac for good and is rethrown: the caller
+// breaks its meshes (mesh/collective.hpp).
+void agree(const AgreeArgs &a);
+
+// The status name without its description ("LM_ERR_USER").
+std::string status_name(lm_status_t s);
+
+// Waits for `req` (a collective or point-to-point request), polling with the deadline when
+// timeout > 0. On expiry throws LM_ERR_TIMEOUT "<what>: no answer within T s<who>".
+void wait_deadline(MPI_Request *req, double timeout, const char *what, const char *who = "");
+
+}  // namespace lm

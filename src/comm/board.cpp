@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "comm/board.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/settings.hpp"
+#include "mem/arena.hpp"
+
+namespace lm {
+
+namespace {
+
+// The agreement board (node.hpp): one cache line per rank and bank.
+constexpr int kBoardValues = 3 + kMaxAgreeMaxes;
+struct alignas(64) BoardSlot {
+  uint64_t seq;
+  long long v[kBoardValues];
+};
+static_assert(sizeof(BoardSlot) == 64, "one cache line per slot");
+
+
+// Collective over ac->comm, right after the board: every rank's outbox, mapped by all.
+void outbox_setup(AgreeComm *ac) {
+  if (board_exchange_bytes() == 0) return;
+  // A rank sends at most about the whole tensor (S->R: its shard to every peer; twice that
+  // covers uneven chunks); a rank whose sends do not fit says so in the round.
+  const size_t hdr = ((size_t)ac->size * 16 + 63) / 64 * 64;
+  const size_t bank = hdr + 2 * (size_t)ac->size * board_exchange_bytes() + (size_t)ac->size * 64;
+  struct Info {
+    ArenaId id;
+    uint64_t off;
+    int32_t ok, pad;
+  } me{};
+  size_t cap = 0;
+  void *mine = arena_alloc(2 * bank, &cap);
+  if (mine) {
+    me.id = arena_self();
+    me.off = arena_offset(mine, 2 * bank);
+    me.ok = me.id.fd >= 0 && me.off != UINT64_MAX;
+  }
+  std::vector<Info> all((size_t)ac->size);
+  int ok = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE,
+                         ac->comm) == MPI_SUCCESS;
+  std::vector<char *> boxes((size_t)ac->size, nullptr);
+  for (int r = 0; ok && r < ac->size; ++r) {
+    const Info &x = all[(size_t)r];
+    if (!x.ok) {
+      ok = 0;
+    } else if (r == ac->rank) {
+      boxes[(size_t)r] = static_cast<char *>(mine);
+    } else if (char *peer = arena_peer(x.id)) {
+      boxes[(size_t)r] = peer + x.off;
+    } else {
+      ok = 0;
+    }
+  }
+  int every = 0;
+  if (MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_MIN, ac->comm) == MPI_SUCCESS && every) {
+    ac->outbox = std::move(boxes);
+    ac->outbox_bank = bank;
+  } else if (mine) {
+    arena_free(mine, cap);
+  }
+}
+
+}  // namespace
+
+// Every rank takes the same branches: the node peers are agreed per node, the settings per set,
+// and here every rank of the set is on this one node.
+void board_setup(AgreeComm *ac) {
+  if (!setting_on(Setting::AgreeBoard) || ac->size < 2 || (int)ac->node_peers.size() != ac->size - 1) return;
+  struct Info {
+    ArenaId id;
+    uint64_t off;
+    int32_t ok, pad;
+  } info{};
+  const size_t bytes = sizeof(BoardSlot) * 2 * (size_t)ac->size;
+  size_t cap = 0;
+  void *mine = nullptr;
+  if (ac->rank == 0 && (mine = arena_alloc(bytes, &cap)) != nullptr) {
+    std::memset(mine, 0, bytes);
+    info.id = arena_self();
+    info.off = arena_offset(mine, bytes);
+    info.ok = info.id.fd >= 0 && info.off != UINT64_MAX;
+  }
+  if (MPI_Bcast(&info, (int)sizeof info, MPI_BYTE, 0, ac->comm) != MPI_SUCCESS) info.ok = 0;
+  char *base = nullptr;
+  if (info.ok) {
+    if (ac->rank == 0) {
+      base = static_cast<char *>(mine);
+    } else if (char *peer = arena_peer(info.id)) {
+      base = peer + info.off;
+    }
+  }
+  int ok = base != nullptr, all = 0;
+  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, ac->comm) == MPI_SUCCESS && all)
+    ac->board = base;
+  else if (mine)
+    arena_free(mine, cap);
+  if (ac->board) outbox_setup(ac);
+}
+
+size_t board_exchange_bytes() { return (size_t)setting_u(Setting::BoardExchangeBytes); }
+
+void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout,
+               const char *what, void (*publish)(void *, char *), void *publish_ctx) {
+  if (nv > kBoardValues) fail(LM_ERR_INTERNAL, "%s: %d agreement values (board: %d)", what, nv,
+                              kBoardValues);
+  BoardSlot *bank = static_cast<BoardSlot *>(ac->board) + (size_t)(seq & 1) * (size_t)ac->size;
+  BoardSlot &me = bank[ac->rank];
+  if (publish && !ac->outbox.empty())
+    publish(publish_ctx, ac->outbox[(size_t)ac->rank] + (size_t)(seq & 1) * ac->outbox_bank);
+  for (int i = 0; i < nv; ++i) __atomic_store_n(&me.v[i], v[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&me.seq, seq, __ATOMIC_RELEASE);
+  std::chrono::steady_clock::time_point t0;
+  if (timeout > 0) t0 = std::chrono::steady_clock::now();
+  unsigned spins = 0;
+  for (int j = 0; j < ac->size; ++j) {
+    if (j == ac->rank) continue;
+    while (__atomic_load_n(&bank[j].seq, __ATOMIC_ACQUIRE) != seq) {
+      if (++spins < 8) continue;
+      sched_yield();  // let the peers run (ranks may outnumber cores)
+      if ((spins & 63) == 0) {  // keep MPI moving: a nonblocking plan may need this rank's sends
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ac->comm, &flag, MPI_STATUS_IGNORE);
+      }
+      if (timeout > 0 && (spins & 255) == 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout)
+        fail(LM_ERR_TIMEOUT,
+             "%s: agreement: no answer within LM_TIMEOUT = %g s (some rank of the mesh did not "
+             "make this call)",
+             what, timeout);
+    }
+    for (int i = 0; i < nv; ++i)
+      v[i] = std::max(v[i], __atomic_load_n(&bank[j].v[i], __ATOMIC_RELAXED));
+  }
+}
+
+}  // namespace lm

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "comm/node.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "comm/board.hpp"
+#include "common/settings.hpp"
+#include "mem/arena.hpp"
+
+namespace lm {
+
+namespace {
+
+// What a peer reads to prove that it can (a word of this process's memory).
+constexpr uint64_t kProbeWord = 0x4c4d4e4f44454c43ull;  // "LMNODELC"
+volatile uint64_t g_probe = kProbeWord;
+
+std::atomic<int> g_keyval{MPI_KEYVAL_INVALID};  // the attribute carrying an AgreeComm*
+
+}  // namespace
+
+void node_probe(AgreeComm *ac) {
+  ac->node_peers.clear();
+  if (!setting_on(Setting::NodeLocal) || ac->comm == MPI_COMM_NULL) return;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(ac->comm, MPI_COMM_TYPE_SHARED, ac->rank, MPI_INFO_NULL, &node) !=
+          MPI_SUCCESS ||
+      node == MPI_COMM_NULL)
+    return;
+  MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+  int n = 0;
+  MPI_Comm_size(node, &n);
+  struct Rec {
+    int rank;  // in ac->comm
+    int pid;
+    uint64_t addr;
+  } me{ac->rank, (int)getpid(), (uint64_t)(uintptr_t)&g_probe};
+  std::vector<Rec> all((size_t)n);
+  int ok = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE,
+                         node) == MPI_SUCCESS;
+  if (ok) {
+    for (const Rec &r : all) {
+      if (r.rank == ac->rank) continue;
+      uint64_t v = 0;
+      struct iovec l = {&v, sizeof v}, rv = {(void *)(uintptr_t)r.addr, sizeof v};
+      if (process_vm_readv((pid_t)r.pid, &l, 1, &rv, 1, 0) != (ssize_t)sizeof v ||
+          v != kProbeWord) {
+        ok = 0;
+        break;
+      }
+    }
+  }
+  // One answer per node: a pair uses the path only if both of its sides say so.
+  int all_ok = 0;
+  if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS && all_ok)
+    for (const Rec &r : all)
+      if (r.rank != ac->rank) ac->node_peers.push_back(r.rank);
+  std::sort(ac->node_peers.begin(), ac->node_peers.end());
+  MPI_Comm_free(&node);
+  // Peers that can be read: from now on large pool buffers live in memory they can map.
+  if (!ac->node_peers.empty()) arena_activate();
+  board_setup(ac);
+}
+
+void node_attach(MPI_Comm comm, const AgreeComm *ac) {
+  if (ac->node_peers.empty()) return;
+  static std::once_flag once;  // meshes may be created from several threads (THREAD_MULTIPLE)
+  std::call_once(once, [] {
+    int k = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &k, nullptr) ==
+        MPI_SUCCESS)
+      g_keyval.store(k);
+  });
+  const int k = g_keyval.load();
+  if (k != MPI_KEYVAL_INVALID) MPI_Comm_set_attr(comm, k, const_cast<AgreeComm *>(ac));
+}
+
+std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to, const int *ranks, int n) {
+  std::vector<int> out;
+  MPI_Group gf, gt;
+  if (MPI_Comm_group(from, &gf) != MPI_SUCCESS) return out;
+  if (MPI_Comm_group(to, &gt) != MPI_SUCCESS) {
+    MPI_Group_free(&gf);
+    return out;
+  }
+  out.assign((size_t)n, MPI_UNDEFINED);
+  if (MPI_Group_translate_ranks(gf, n, ranks, gt, out.data()) != MPI_SUCCESS) out.clear();
+  MPI_Group_free(&gf);
+  MPI_Group_free(&gt);
+  return out;
+}
+
+std::vector<int> node_peers(MPI_Comm comm) {
+  std::vector<int> out;
+  const int k = g_keyval.load();
+  if (k == MPI_KEYVAL_INVALID) return out;
+  void *v = nullptr;
+  int flag = 0;
+  if (MPI_Comm_get_attr(comm, k, &v, &flag) != MPI_SUCCESS || !flag || !v) return out;
+  const AgreeComm *ac = static_cast<const AgreeComm *>(v);
+  out = translate_ranks(ac->comm, comm, ac->node_peers.data(), (int)ac->node_peers.size());
+  out.erase(std::remove(out.begin(), out.end(), MPI_UNDEFINED), out.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace lm

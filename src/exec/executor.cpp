@@ -1,0 +1,863 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The reshard executor: walks a plan's schedule (schedule.hpp) through a Transport
+// (transport/transport.hpp) without knowing which one it is.
+//
+// Messages. Every message (one box per ordered pair of ranks and step) is cut into sub-boxes of
+// at most `seg` bytes (boxcopy.hpp's split); sender and receiver derive `seg` from the same global
+// quantities (LM_STAGING_BYTES, the group size, the dtype), so both post the same sequence of
+// messages. A message is moved in place (contiguous in its local buffer, or a box the transport
+// moves directly) or staged; one message is never mixed, so its pieces stay in order.
+//
+// Staging and memory. Staged pieces go through one staging buffer per step, taken from the
+// transport at the step's start and given back when it completes, never zero-filled, of at most
+// staging_bytes() (when everything fits, exactly what is needed). When it does not fit, pieces
+// are pipelined through a ring: posted in key order (schedule.hpp), the oldest freed first, so
+// the globally smallest pending piece is always posted on both sides and the exchange cannot
+// deadlock. Reduce-scatters receive segment by segment into two segment buffers (the next
+// segment's messages arrive while this one is reduced, in group order).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+
+#include "common/error.hpp"
+#include "common/settings.hpp"
+#include "exec/plan.hpp"
+
+namespace lm {
+
+namespace {
+// The staging budget of a step on transport tp: LM_STAGING_BYTES, or, where the transport needs
+// each step posted in one batch (bounded_staging() false), large enough that nothing is pipelined.
+size_t step_staging(const Transport &tp) {
+  return tp.bounded_staging() ? staging_bytes() : size_t(1) << 60;
+}
+}  // namespace
+
+size_t staging_bytes() { return (size_t)setting_u(Setting::StagingBytes); }
+
+namespace {
+
+using Ticket = Transport::Ticket;
+
+// A FIFO ring over one region of the staging buffer: pieces are allocated in order and freed
+// oldest first. Every piece is at most the region's size, so an empty ring always has room.
+struct Ring {
+  char *base = nullptr;
+  size_t size = 0;
+  struct Entry {
+    size_t off, bytes;
+    Ticket t;
+    size_t msg;
+    int64_t sub;
+  };
+  // The pieces in flight, oldest first: a vector used as a FIFO (entries before `head` are
+  // retired), so that a step reuses its storage from one execution to the next instead of
+  // allocating (a std::deque allocates its blocks afresh).
+  struct Fifo {
+    std::vector<Entry> v;
+    size_t head = 0;
+    bool empty() const { return head == v.size(); }
+    const Entry &front() const { return v[head]; }
+    const Entry &back() const { return v.back(); }
+    void push_back(const Entry &e) { v.push_back(e); }
+    void pop_front() {
+      if (++head == v.size()) clear();
+    }
+    void clear() {
+      v.clear();
+      head = 0;
+    }
+  } fifo;
+  void reset(char *b, size_t n) {
+    base = b;
+    size = n;
+    fifo.clear();
+  }
+  bool alloc(size_t bytes, size_t *off) {
+    if (fifo.empty()) {
+      *off = 0;
+      return bytes <= size;
+    }
+    size_t head = fifo.front().off, tail = fifo.back().off + fifo.back().bytes;
+    if (tail > head) {  // not wrapped (tail == head: full)
+      if (tail + bytes <= size) {
+        *off = tail;
+        return true;
+      }
+      if (bytes <= head) {
+        *off = 0;
+        return true;
+      }
+      return false;
+    }
+    if (tail + bytes <= head) {
+      *off = tail;
+      return true;
+    }
+    return false;
+  }
+};
+
+// The sub-box `sub` of message box `len` under split sp, in the local buffer (rel + offset).
+struct SubBox {
+  int n = 0;
+  int64_t off[kBoxMaxDims], len[kBoxMaxDims];
+  int64_t e0 = 0, e1 = 0;
+  size_t bytes = 0;
+};
+
+void sub_box(const BoxSplit &sp, const Shape &len, const Shape &rel, int64_t sub, size_t esize,
+             SubBox &o) {
+  o.n = (int)len.size();
+  int64_t so[kBoxMaxDims];
+  boxsplit_get(sp, o.n, len.data(), sub, so, o.len, &o.e0, &o.e1);
+  for (int i = 0; i < o.n; ++i) o.off[i] = rel[i] + so[i];
+  o.bytes = (size_t)(o.e1 - o.e0) * esize;
+}
+
+BoxRef box_ref(const Shape &shape, const SubBox &s, size_t esize, int64_t id) {
+  BoxRef r;
+  r.ndim = s.n;
+  r.shape = shape.data();
+  r.off = s.off;
+  r.len = s.len;
+  r.esize = esize;
+  r.id = id;
+  return r;
+}
+
+// Copy between a local buffer (shape, sub-box at s.off) and a compact buffer of the sub-box.
+BoxCopy pack_copy(const Shape &shape, const SubBox &s, size_t esize) {
+  int64_t zero[kBoxMaxDims] = {0};
+  BoxCopy c;
+  boxcopy_init(c, s.n, s.len, shape.data(), s.off, s.len, zero, (int64_t)esize);
+  return c;
+}
+BoxCopy unpack_copy(const Shape &shape, const SubBox &s, size_t esize) {
+  int64_t zero[kBoxMaxDims] = {0};
+  BoxCopy c;
+  boxcopy_init(c, s.n, s.len, s.len, zero, shape.data(), s.off, (int64_t)esize);
+  return c;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The staging buffer of a plan's execution: one, shared by its steps (they run one after the
+// other), so that a plan never holds more than one staging buffer, also when it keeps it from one
+// execution to the next (LM_PLAN_KEEP_BUFFERS).
+struct Staging {
+  char *p = nullptr;
+  size_t cap = 0, bytes = 0;
+};
+
+// One step's execution state.
+class StepRun {
+ public:
+  StepRun(const SchedStep &st, size_t index, Transport &tp, MemOps &mem, DType dt, Staging &stage)
+      : st_(st), index_(index), tp_(tp), mem_(mem), dt_(dt), esize_(st.esize), stage_(stage) {}
+  virtual ~StepRun() = default;
+  virtual void start(const void *in, void *out) = 0;
+  // true when complete; block: wait instead of test.
+  virtual bool progress(bool block) = 0;
+  // Gives staging back (also on failure) unless the plan keeps it.
+  void release() {
+    if (stage_.p && !keep_) {
+      mem_.staging_give(stage_.p, stage_.cap, stage_.bytes);
+      stage_ = Staging{};
+    }
+  }
+  void drop_kept() {
+    keep_ = false;
+    release();
+  }
+  bool keep_ = false;
+
+ protected:
+  char *take_stage(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    if (stage_.p && stage_.bytes >= bytes) return stage_.p;  // kept, or an earlier step's
+    if (stage_.p) {  // too small: given back before the larger one is taken
+      mem_.staging_give(stage_.p, stage_.cap, stage_.bytes);
+      stage_ = Staging{};
+    }
+    stage_.p = static_cast<char *>(mem_.staging_take(bytes, &stage_.cap));
+    stage_.bytes = bytes;
+    return stage_.p;
+  }
+  const SchedStep &st_;
+  size_t index_;
+  Transport &tp_;  // the wire
+  MemOps &mem_;    // copies, reductions, staging
+  DType dt_;
+  size_t esize_;
+  Staging &stage_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class ExchangeRun : public StepRun {
+ public:
+  using StepRun::StepRun;
+
+  void start(const void *in, void *out) override {
+    in_ = static_cast<const char *>(in);
+    out_ = static_cast<char *>(out);
+    const size_t S = step_staging(tp_);
+    direct_.clear();
+    dcur_ = 0;
+    if (!prepared_) {  // the same at every execution: the plan, the settings and the transport
+      seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
+      prepare(st_.sends, st_.inbox.len, sinfo_, &ts_);
+      prepare(st_.recvs, st_.outbox.len, rinfo_, &tr_);
+      prepared_ = true;
+    }
+    fit_ = ts_ + tr_ <= S;
+    if (fit_) return start_fit();
+    // Staging: S split between the two directions (each region holds at least one piece,
+    // <= seg_ <= S / 2), pieces pipelined through two rings.
+    const size_t rs = std::min(ts_, std::max(tr_ ? S / 2 : S, seg_));
+    const size_t rr = std::min(tr_, std::max(ts_ ? S - S / 2 : S, seg_));
+    char *stage = take_stage(rs + rr);
+    sring_.reset(stage, rs);
+    rring_.reset(stage ? stage + rs : nullptr, rr);
+    sq_ = rq_ = Cursor{};
+    // Receives first, then sends, then the local copies; everything that fits is posted before
+    // the one flush() (a transport that batches, NCCL, gets the step's posts as one batch).
+    post_direct(st_.recvs, st_.outbox.len, rinfo_, false, out_);
+    pump(true);
+    post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
+    pump(true);
+    tp_.flush();
+    copy_selfs();
+  }
+
+  bool progress(bool block) override {
+    if (fit_) return progress_fit(block);
+    for (;;) {
+      bool staged_left = !(sq_.done(sinfo_) && rq_.done(rinfo_) && sring_.fifo.empty() &&
+                           rring_.fifo.empty());
+      if (staged_left) {
+        pump();
+        staged_left = !(sq_.done(sinfo_) && rq_.done(rinfo_) && sring_.fifo.empty() &&
+                        rring_.fifo.empty());
+      }
+      if (!staged_left) {
+        while (dcur_ < direct_.size()) {
+          if (!tp_.done(direct_[dcur_], block)) return false;
+          ++dcur_;
+        }
+        tp_.reset();
+        release();
+        return true;
+      }
+      if (!block) return false;
+    }
+  }
+
+ private:
+  struct Info {
+    bool staged = false;
+    BoxSplit split;
+  };
+
+  void copy_selfs() {
+    if (st_.skip_self) return;
+    int64_t n = (int64_t)st_.inbox.len.size();
+    for (auto &b : st_.selfs) {
+      BoxCopy c;
+      boxcopy_init(c, (int)n, b.box.len.data(), st_.inbox.len.data(), b.in_rel.data(),
+                   st_.outbox.len.data(), b.out_rel.data(), (int64_t)esize_);
+      mem_.copy(c, out_, in_, 0, c.numel);
+    }
+  }
+
+  // Everything fits in the step's staging (the common case below LM_STAGING_BYTES): one staging
+  // buffer, sends' pieces then receives', each at a fixed offset; every message posted at the
+  // start (receives first) and no ring bookkeeping. Completion is tested or waited for all at
+  // once (Transport::done_from), then the staged receives are unpacked.
+  void start_fit() {
+    char *stage = take_stage(ts_ + tr_);
+    unpack_.clear();
+    // A peer's message is all direct or all staged (one message per peer and step), so posting
+    // the direct ones first keeps every pair's order.
+    post_direct(st_.recvs, st_.outbox.len, rinfo_, false, out_);
+    post_staged_fit(false, st_.recvs, st_.outbox.len, rinfo_, out_, stage + ts_);
+    post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
+    post_staged_fit(true, st_.sends, st_.inbox.len, sinfo_, const_cast<char *>(in_), stage);
+    tp_.flush();
+    copy_selfs();
+  }
+  // The staged pieces, each in its own slot of `region` (sends: packed before posting).
+  void post_staged_fit(bool send, const std::vector<Msg> &msgs, const Shape &local,
+                       const std::vector<Info> &info, char *buf, char *region) {
+    SubBox s;
+    size_t off = 0;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      if (!info[i].staged) continue;
+      const Msg &m = msgs[i];
+      for (int64_t k = 0; k < info[i].split.count; ++k, off += s.bytes) {
+        sub_box(info[i].split, m.box.len, m.rel, k, esize_, s);
+        char *slot = region + off;
+        if (send) {
+          BoxCopy c = pack_copy(local, s, esize_);
+          mem_.copy(c, slot, buf, 0, c.numel);
+          direct_.push_back(tp_.post_send(slot, s.bytes, m.peer, st_.tag));
+        } else {
+          direct_.push_back(tp_.post_recv(slot, s.bytes, m.peer, st_.tag));
+          unpack_.push_back(Unpack{i, k, slot});
+        }
+      }
+    }
+  }
+  bool progress_fit(bool block) {
+    // Every ticket of this step was posted at its start, from direct_[0] on (all in direct_).
+    if (!direct_.empty() && !tp_.done_from(direct_[0], block)) return false;
+    for (const Unpack &x : unpack_) {
+      const Msg &m = st_.recvs[x.msg];
+      SubBox s;
+      sub_box(rinfo_[x.msg].split, m.box.len, m.rel, x.sub, esize_, s);
+      BoxCopy c = unpack_copy(st_.outbox.len, s, esize_);
+      mem_.copy(c, out_, x.slot, 0, c.numel);
+    }
+    tp_.reset();
+    release();
+    return true;
+  }
+  struct Cursor {
+    size_t msg = 0;
+    int64_t sub = 0;
+    bool done(const std::vector<Info> &info) const { return msg >= info.size(); }
+  };
+
+  void prepare(const std::vector<Msg> &msgs, const Shape &local, std::vector<Info> &info,
+               size_t *staged_bytes) {
+    info.resize(msgs.size());
+    *staged_bytes = 0;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const Msg &m = msgs[i];
+      Info &f = info[i];
+      boxsplit_init(f.split, (int)m.box.len.size(), m.box.len.data(), (int64_t)esize_,
+                    (int64_t)seg_);
+      f.staged = false;
+      if (m.contiguous || f.split.count == 0) continue;
+      SubBox s;
+      sub_box(f.split, m.box.len, m.rel, 0, esize_, s);
+      f.staged = !tp_.box_direct(box_ref(local, s, esize_, -1));
+      if (f.staged) *staged_bytes += m.bytes;
+    }
+  }
+
+  int64_t box_id(bool send, size_t msg) const {
+    return ((int64_t)index_ << 40) | ((int64_t)send << 39) | (int64_t)msg;
+  }
+
+  void post_direct(const std::vector<Msg> &msgs, const Shape &local, std::vector<Info> &info,
+                   bool send, char *buf) {
+    SubBox s;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const Msg &m = msgs[i];
+      const Info &f = info[i];
+      if (f.staged) continue;
+      for (int64_t k = 0; k < f.split.count; ++k) {
+        sub_box(f.split, m.box.len, m.rel, k, esize_, s);
+        Ticket t;
+        if (m.contiguous) {
+          char *p = buf + m.off + (size_t)s.e0 * esize_;
+          t = send ? tp_.post_send(p, s.bytes, m.peer, st_.tag)
+                   : tp_.post_recv(p, s.bytes, m.peer, st_.tag);
+        } else {
+          BoxRef r = box_ref(local, s, esize_, f.split.count == 1 ? box_id(send, i) : -1);
+          t = send ? tp_.post_send_box(buf, r, m.peer, st_.tag)
+                   : tp_.post_recv_box(buf, r, m.peer, st_.tag);
+        }
+        direct_.push_back(t);
+      }
+    }
+  }
+
+  // Retires completed staged pieces (oldest first) and posts queued ones while there is room.
+  // posting_only (the step's start): posts what fits, retires nothing and does not flush, so
+  // that the start's posts reach the transport as one batch.
+  void pump(bool posting_only = false) {
+    SubBox s;
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      // Post only, at the start.
+      if (posting_only) {
+        if (post_next(false, st_.recvs, rinfo_, rq_, rring_)) moved = true;
+        if (post_next(true, st_.sends, sinfo_, sq_, sring_)) moved = true;
+        continue;
+      }
+      // Retire.
+      while (!rring_.fifo.empty() && tp_.done(rring_.fifo.front().t, false)) {
+        auto e = rring_.fifo.front();
+        const Msg &m = st_.recvs[e.msg];
+        sub_box(rinfo_[e.msg].split, m.box.len, m.rel, e.sub, esize_, s);
+        BoxCopy c = unpack_copy(st_.outbox.len, s, esize_);
+        mem_.copy(c, out_, rring_.base + e.off, 0, c.numel);
+        rring_.fifo.pop_front();
+        moved = true;
+      }
+      while (!sring_.fifo.empty() && tp_.done(sring_.fifo.front().t, false)) {
+        sring_.fifo.pop_front();
+        moved = true;
+      }
+      // Post.
+      if (post_next(false, st_.recvs, rinfo_, rq_, rring_)) moved = true;
+      if (post_next(true, st_.sends, sinfo_, sq_, sring_)) moved = true;
+      if (moved) tp_.flush();
+    }
+  }
+
+  bool post_next(bool send, const std::vector<Msg> &msgs, const std::vector<Info> &info,
+                 Cursor &q, Ring &ring) {
+    bool posted = false;
+    SubBox s;
+    for (;;) {
+      while (q.msg < msgs.size() && (!info[q.msg].staged || q.sub >= info[q.msg].split.count)) {
+        ++q.msg;
+        q.sub = 0;
+      }
+      if (q.msg >= msgs.size()) return posted;
+      const Msg &m = msgs[q.msg];
+      sub_box(info[q.msg].split, m.box.len, m.rel, q.sub, esize_, s);
+      size_t off;
+      if (!ring.alloc(s.bytes, &off)) return posted;
+      char *slot = ring.base + off;
+      Ticket t;
+      if (send) {
+        BoxCopy c = pack_copy(st_.inbox.len, s, esize_);
+        mem_.copy(c, slot, in_, 0, c.numel);
+        t = tp_.post_send(slot, s.bytes, m.peer, st_.tag);
+      } else {
+        t = tp_.post_recv(slot, s.bytes, m.peer, st_.tag);
+      }
+      ring.fifo.push_back(Ring::Entry{off, s.bytes, t, q.msg, q.sub});
+      ++q.sub;
+      posted = true;
+    }
+  }
+
+  const char *in_ = nullptr;
+  char *out_ = nullptr;
+  size_t seg_ = 0, ts_ = 0, tr_ = 0;
+  std::vector<Info> sinfo_, rinfo_;
+  std::vector<Ticket> direct_;
+  size_t dcur_ = 0;
+  bool prepared_ = false, fit_ = false;
+  struct Unpack {  // a staged receive of the fitting path
+    size_t msg;
+    int64_t sub;
+    const char *slot;  // where it lands in the staging buffer
+  };
+  std::vector<Unpack> unpack_;
+  Ring sring_, rring_;
+  Cursor sq_, rq_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Pairwise reduce-scatter with the reduction fused as segments arrive, in group order.
+class ReduceScatterRun : public StepRun {
+ public:
+  using StepRun::StepRun;
+
+  void start(const void *in, void *out) override {
+    in_ = static_cast<const char *>(in);
+    out_ = static_cast<char *>(out);
+    finished_ = !st_.member;
+    if (finished_) return;
+    const int64_t k = st_.k, mine = st_.mine;
+    const size_t S = step_staging(tp_);
+    zero_.assign(st_.outbox.len.size(), 0);
+    // Segment size: the same on every member (S, k, dtype, contiguity are the same for all).
+    size_t budget = st_.chunks_contiguous ? S : S / 2;
+    size_t per_el = (size_t)(k - 1) * esize_ * 2 + (st_.wide ? 16 : 0);
+    size_t E = std::max(budget / std::max(per_el, size_t(1)), size_t(1));
+    seg_bytes_ = E * esize_;
+    splits_.resize((size_t)k);
+    for (int64_t j = 0; j < k; ++j)
+      boxsplit_init(splits_[j], (int)st_.chunks[j].len.size(), st_.chunks[j].len.data(),
+                    (int64_t)esize_, (int64_t)seg_bytes_);
+    const BoxSplit &my = splits_[mine];
+    nseg_ = my.count;
+    // Slots per segment buffer: one per contribution that does not land in the output directly.
+    slot_of_.assign((size_t)k, -1);
+    int64_t ns = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      if (j == mine ? (mine != 0 && !st_.chunks_contiguous) : !(j == 0 && mine != 0))
+        slot_of_[j] = ns++;
+    }
+    nbufs_ = std::min<int64_t>(2, nseg_);
+    // A slot holds one piece of my chunk: the first (largest) sub-box, at most seg_bytes_.
+    const size_t piece = my.count ? (size_t)(my.step * my.inner) : 0;
+    slot_bytes_ = piece * esize_;
+    segbuf_ = (size_t)ns * slot_bytes_;
+    acc_bytes_ = st_.wide ? piece * 16 : 0;
+    // Staged sends (non-contiguous chunks the transport cannot move in place).
+    staged_.assign((size_t)k, false);
+    max_count_ = 0;
+    size_t ts = 0;
+    if (!st_.chunks_contiguous)
+      for (int64_t j : st_.order) {
+        if (splits_[j].count == 0) continue;
+        SubBox s;
+        sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], 0, esize_, s);
+        staged_[j] = !tp_.box_direct(box_ref(st_.inbox.len, s, esize_, -1));
+        if (staged_[j]) {
+          ts += (size_t)st_.chunks[j].numel() * esize_;
+          max_count_ = std::max(max_count_, splits_[j].count);
+        }
+      }
+    size_t rs = std::min(ts, std::max(S - std::min(S, budget), seg_bytes_));
+    size_t recv_part = (size_t)nbufs_ * segbuf_ + acc_bytes_;
+    char *stage = take_stage(recv_part + rs);
+    acc_ = stage;  // first: the staging buffer is 64-byte aligned, as __int128 lanes need
+    bufs_ = stage ? stage + acc_bytes_ : nullptr;
+    sring_.reset(stage ? stage + recv_part : nullptr, rs);
+    sq_ = 0;
+    sqs_ = 0;
+    // Receives of the first segments, then the direct sends, then staged sends as they fit.
+    rt_.assign((size_t)(2 * k), -1);
+    for (int64_t s = 0; s < nbufs_; ++s) post_segment(s);
+    send_t_.clear();
+    scur_ = 0;
+    SubBox sb;
+    for (int64_t j : st_.order) {
+      if (staged_[j]) continue;
+      const Box &c = st_.chunks[j];
+      size_t coff = 0;
+      bool contig = box_is_contiguous_in(st_.inbox, c, esize_, &coff);
+      for (int64_t q = 0; q < splits_[j].count; ++q) {
+        sub_box(splits_[j], c.len, st_.chunk_rel[j], q, esize_, sb);
+        if (contig) {
+          send_t_.push_back(tp_.post_send(in_ + coff + (size_t)sb.e0 * esize_, sb.bytes,
+                                          st_.peers[j], st_.tag));
+        } else {
+          BoxRef r = box_ref(st_.inbox.len, sb, esize_,
+                             splits_[j].count == 1 ? ((int64_t)index_ << 40 | j) : -1);
+          send_t_.push_back(tp_.post_send_box(in_, r, st_.peers[j], st_.tag));
+        }
+      }
+    }
+    pump_sends();
+    tp_.flush();
+    seg_ = 0;
+    jj_ = 0;
+  }
+
+  bool progress(bool block) override {
+    if (finished_) return true;
+    for (;;) {
+      bool staged_left = sends_staged_left();
+      if (staged_left) pump_sends();
+      bool reduced = advance(block && !sends_staged_left());
+      if (reduced && !sends_staged_left()) break;  // staged sends may still be queued
+      if (!block) return false;
+    }
+    while (scur_ < send_t_.size()) {
+      if (!tp_.done(send_t_[scur_], block)) return false;
+      ++scur_;
+    }
+    tp_.reset();
+    release();
+    finished_ = true;
+    return true;
+  }
+
+ private:
+  bool sends_staged_left() {
+    int64_t j;
+    return sring_.size && (!sring_.fifo.empty() || next_staged(&j));
+  }
+
+  char *slot(int64_t s, int64_t j) const {
+    return bufs_ + (size_t)(s % 2) * segbuf_ + (size_t)slot_of_[j] * slot_bytes_;
+  }
+
+  void post_segment(int64_t s) {
+    const int64_t k = st_.k, mine = st_.mine;
+    SubBox sb;
+    sub_box(splits_[mine], st_.outbox.len, zero_, s, esize_, sb);
+    for (int64_t j = 0; j < k; ++j) {
+      if (j == mine) continue;
+      char *p = slot_of_[j] < 0 ? out_ + (size_t)sb.e0 * esize_ : slot(s, j);
+      rt_[(size_t)((s % 2) * k + j)] = tp_.post_recv(p, sb.bytes, st_.peers[j], st_.tag);
+    }
+  }
+
+  // Reduces segments in order as their contributions arrive; true when all are reduced.
+  bool advance(bool block) {
+    const int64_t k = st_.k, mine = st_.mine;
+    SubBox sb;
+    while (seg_ < nseg_) {
+      sub_box(splits_[mine], st_.outbox.len, zero_, seg_, esize_, sb);
+      const int64_t n = sb.e1 - sb.e0;
+      char *outseg = out_ + (size_t)sb.e0 * esize_;
+      while (jj_ < k) {
+        const int64_t j = jj_;
+        const char *src;
+        if (j != mine) {
+          if (!tp_.done(rt_[(size_t)((seg_ % 2) * k + j)], block)) return false;
+          src = slot_of_[j] < 0 ? outseg : slot(seg_, j);
+        } else {
+          // My own contribution: straight from the input when contiguous, else through a slot
+          // (or into the output when it comes first).
+          SubBox ob;
+          sub_box(splits_[mine], st_.chunks[mine].len, st_.chunk_rel[mine], seg_, esize_, ob);
+          if (j == 0) {
+            BoxCopy c;
+            int64_t z[kBoxMaxDims] = {0};
+            boxcopy_init(c, ob.n, ob.len, st_.inbox.len.data(), ob.off, ob.len, z,
+                         (int64_t)esize_);
+            mem_.copy(c, outseg, in_, 0, c.numel);
+            src = outseg;
+          } else if (slot_of_[j] >= 0) {
+            BoxCopy c = pack_copy(st_.inbox.len, ob, esize_);
+            mem_.copy(c, slot(seg_, j), in_, 0, c.numel);
+            src = slot(seg_, j);
+          } else {
+            size_t coff = 0;
+            box_is_contiguous_in(st_.inbox, st_.chunks[mine], esize_, &coff);
+            src = in_ + coff + (size_t)sb.e0 * esize_;
+          }
+        }
+        if (st_.wide)
+          mem_.wide_accumulate(dt_, acc_, src, n, j == 0);
+        else if (j != 0)
+          mem_.reduce(dt_, st_.op, outseg, src, n);
+        ++jj_;
+      }
+      if (st_.wide)
+        mem_.wide_finish_avg(dt_, outseg, acc_, n, st_.divide_by);
+      else if (st_.divide_by > 1)
+        mem_.scale_avg(dt_, outseg, n, st_.divide_by);
+      if (seg_ + 2 < nseg_) {
+        post_segment(seg_ + 2);
+        tp_.flush();
+      }
+      ++seg_;
+      jj_ = 0;
+    }
+    return true;
+  }
+
+  // The next staged send in (segment, key) order, or false when none is left.
+  bool next_staged(int64_t *j) {
+    while (sqs_ < max_count_) {
+      while (sq_ < (int64_t)st_.order.size()) {
+        *j = st_.order[(size_t)sq_];
+        if (staged_[*j] && sqs_ < splits_[*j].count) return true;
+        ++sq_;
+      }
+      sq_ = 0;
+      ++sqs_;
+    }
+    return false;
+  }
+
+  // Staged sends in (segment, key) order through the send ring.
+  void pump_sends() {
+    if (!sring_.size) return;
+    SubBox sb;
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      while (!sring_.fifo.empty() && tp_.done(sring_.fifo.front().t, false)) {
+        sring_.fifo.pop_front();
+        moved = true;
+      }
+      int64_t j;
+      while (next_staged(&j)) {
+        sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], sqs_, esize_, sb);
+        size_t off;
+        if (!sring_.alloc(sb.bytes, &off)) break;
+        BoxCopy c = pack_copy(st_.inbox.len, sb, esize_);
+        mem_.copy(c, sring_.base + off, in_, 0, c.numel);
+        Ticket t = tp_.post_send(sring_.base + off, sb.bytes, st_.peers[j], st_.tag);
+        sring_.fifo.push_back(Ring::Entry{off, sb.bytes, t, (size_t)j, sqs_});
+        ++sq_;
+        moved = true;
+      }
+      if (moved) tp_.flush();
+    }
+  }
+
+  const char *in_ = nullptr;
+  char *out_ = nullptr;
+  bool finished_ = true;
+  size_t seg_bytes_ = 0, slot_bytes_ = 0, segbuf_ = 0, acc_bytes_ = 0;
+  std::vector<BoxSplit> splits_;
+  std::vector<int64_t> slot_of_;
+  std::vector<bool> staged_;
+  int64_t nseg_ = 0, nbufs_ = 0, seg_ = 0, jj_ = 0;
+  char *bufs_ = nullptr;
+  void *acc_ = nullptr;
+  std::vector<Ticket> rt_, send_t_;
+  size_t scur_ = 0;
+  Ring sring_;
+  int64_t sq_ = 0, sqs_ = 0, max_count_ = 0;
+  Shape zero_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class PartialInitRun : public StepRun {
+ public:
+  using StepRun::StepRun;
+  void start(const void *, void *out) override {
+    if (st_.fill) mem_.fill_identity(dt_, st_.op, out, st_.fill_n);
+  }
+  bool progress(bool) override { return true; }
+};
+
+// ---------------------------------------------------------------------------------------------
+struct ExecState {
+  const void *in0 = nullptr;
+  void *out_final = nullptr;
+  size_t cur = 0;
+  Staging stage;  // shared by the steps (declared before them: they refer to it)
+  std::vector<std::unique_ptr<StepRun>> runs;
+  std::vector<void *> work;
+  std::vector<size_t> work_cap;
+};
+
+namespace {
+// The buffer step i writes into: the final output (in-place steps and the last moving one), an
+// intermediate buffer, or, when fused, a slice of the next step's output.
+void *out_of(const Plan &p, ExecState &x, size_t i) {
+  if (p.steps[i]->in_place() || i == p.last_moving) return x.out_final;
+  if (p.fused[i] >= 0) return static_cast<char *>(out_of(p, x, i + 1)) + p.fused[i];
+  return x.work[i];
+}
+const void *in_of(const Plan &p, ExecState &x, size_t i) {
+  if (p.steps[i]->in_place()) return x.out_final;
+  return i == 0 ? x.in0 : out_of(p, x, i - 1);
+}
+}  // namespace
+
+Plan::Plan() = default;
+
+Plan::~Plan() {
+  if (ex_) {
+    keep_buffers = false;
+    abandon();
+    for (auto &r : ex_->runs)
+      if (r) r->drop_kept();
+  }
+}
+
+void Plan::start(const void *in, void *out, bool blocking) {
+  if (!route_.wire) {
+    if (spec_.comm == MPI_COMM_NULL) spec_ = host_spec();
+    route_ = select_route(spec_);
+  }
+  Transport &tp = *route_.wire;
+  MemOps &mem = *route_.mem;
+  tp.begin_execution(blocking);
+  if (!ex_) {
+    ex_ = std::make_unique<ExecState>();
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const SchedStep &st = *steps[i];
+      std::unique_ptr<StepRun> r;
+      if (st.kind == StepKind::kExchange)
+        r = std::make_unique<ExchangeRun>(st, i, tp, mem, dt, ex_->stage);
+      else if (st.kind == StepKind::kReduceScatter)
+        r = std::make_unique<ReduceScatterRun>(st, i, tp, mem, dt, ex_->stage);
+      else
+        r = std::make_unique<PartialInitRun>(st, i, tp, mem, dt, ex_->stage);
+      ex_->runs.push_back(std::move(r));
+    }
+    ex_->work.assign(steps.size(), nullptr);
+    ex_->work_cap.assign(steps.size(), 0);
+  }
+  ExecState &x = *ex_;
+  x.in0 = in;
+  x.out_final = out;
+  x.cur = 0;
+  for (auto &r : x.runs) r->keep_ = keep_buffers;
+  // Intermediate outputs, from the pool (never zero-filled: every element is written).
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (work_bytes[i] && !x.work[i]) x.work[i] = mem.staging_take(work_bytes[i], &x.work_cap[i]);
+  active = !steps.empty();
+  if (!active) return;
+  x.runs[0]->start(in_of(*this, x, 0), out_of(*this, x, 0));
+}
+
+bool Plan::progress(bool block) {
+  if (!ex_) return true;
+  ExecState &x = *ex_;
+  while (active) {
+    if (!x.runs[x.cur]->progress(block)) return false;
+    if (++x.cur == steps.size()) {
+      active = false;
+      break;
+    }
+    x.runs[x.cur]->start(in_of(*this, x, x.cur), out_of(*this, x, x.cur));
+  }
+  if (!keep_buffers)
+    for (size_t i = 0; i < x.work.size(); ++i)
+      if (x.work[i]) {
+        route_.mem->staging_give(x.work[i], x.work_cap[i], work_bytes[i]);
+        x.work[i] = nullptr;
+      }
+  return true;
+}
+
+void Plan::abandon() {
+  active = false;
+  if (!ex_) return;
+  for (auto &r : ex_->runs) r->release();
+  for (size_t i = 0; i < ex_->work.size(); ++i)
+    if (ex_->work[i] && !keep_buffers) {
+      route_.mem->staging_give(ex_->work[i], ex_->work_cap[i], work_bytes[i]);
+      ex_->work[i] = nullptr;
+    }
+  // Requests of a failed execution may still be pending: drop the transport state with them.
+  route_.wire->reset();
+}
+
+std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataType dtype,
+                                 MPI_Comm comm, int me) {
+  auto p = std::make_unique<Plan>();
+  build_schedule(*p, src, dst, dtype, me);
+  p->comm = comm;
+  return p;
+}
+
+TransportSpec Plan::host_spec() const {
+  TransportSpec h;
+  h.comm = comm;
+  return h;
+}
+
+void Plan::use(const TransportSpec &spec) {
+  if (route_.wire && spec_.same(spec)) return;
+  if (active) fail(LM_ERR_INTERNAL, "Plan::use during an execution");
+  if (ex_) {  // the execution state belongs to the old route: its buffers go back to it
+    const bool keep = keep_buffers;
+    keep_buffers = false;
+    abandon();
+    for (auto &r : ex_->runs)
+      if (r) r->drop_kept();
+    ex_.reset();
+    keep_buffers = keep;
+  }
+  route_ = Route{};
+  spec_ = spec;
+}
+
+void Plan::check_errors(const char *what) {
+  if (route_.wire) route_.wire->check_errors(what);
+}
+
+std::string Schedule::describe() const {
+  std::string s;
+  for (auto &st : steps) {
+    if (!s.empty()) s += "; ";
+    s += st->describe();
+  }
+  return s.empty() ? "nothing to do on this rank" : s;
+}
+
+}  // namespace lm

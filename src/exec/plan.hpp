@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Executable reshard plans: a Schedule (plan/planner.hpp: what this rank does, built by the pure
+// planner) plus the communicator of its transfers and the state of its executions. The executor
+// (exec/executor.cpp) walks the schedule through a Route (transport/select.hpp: the wire and the
+// memory operations), chosen at the first execution from a TransportSpec (host MPI by default;
+// device plans set theirs, exec/device_run.hpp). Building a plan allocates no buffer whose size
+// depends on the tensor: intermediate step outputs and staging are taken at execution and given
+// back when it completes (keep_buffers: persistent plans with LM_PLAN_KEEP_BUFFERS=1 keep them).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "plan/planner.hpp"
+#include "transport/select.hpp"
+
+namespace lm {
+
+struct ExecState;
+
+class Plan : public Schedule {
+ public:
+  Plan();
+  ~Plan();
+  MPI_Comm comm = MPI_COMM_NULL;  // communicator of the transfers (parent ranks)
+  // Keep intermediate and staging buffers between executions (persistent plans may opt in).
+  bool keep_buffers = false;
+
+  // Execution (one at a time).
+  bool active = false;
+  // blocking: the execution is waited for by this call (run), not by later progress calls.
+  void start(const void *in, void *out, bool blocking = false);
+  bool progress(bool block);  // true when complete
+  void run(const void *in, void *out) {
+    start(in, out, true);
+    progress(true);
+  }
+  // Ends an execution that failed: gives back its buffers (the route's pending work is dropped).
+  void abandon();
+  // The route of the next executions. A different one replaces the current route and drops the
+  // execution state built for it (its buffers go back). Not during an execution.
+  void use(const TransportSpec &spec);
+  // Host data over MPI on `comm` (the default).
+  TransportSpec host_spec() const;
+  // Reports failures the route learned of late (NCCL's asynchronous errors): throws.
+  void check_errors(const char *what);
+
+ private:
+  TransportSpec spec_;
+  Route route_;
+  std::unique_ptr<ExecState> ex_;
+};
+
+// Builds this rank's executable plan: the planner's schedule plus the transfers' communicator
+// (comm is only stored: no MPI call).
+std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataType dtype,
+                                 MPI_Comm comm, int me);
+
+// The staging bound of one reshard step in bytes: LM_STAGING_BYTES (must agree on every rank).
+size_t staging_bytes();
+
+}  // namespace lm

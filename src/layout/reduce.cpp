@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "layout/reduce.hpp"
+
+#include <complex>
+#include <cstring>
+#include <type_traits>
+
+#include "common/error.hpp"
+
+namespace lm {
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) {
+        man <<= 1;
+        --exp;
+      }
+      man &= 0x3ff;
+      bits = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // overflow to inf
+  if (absx < 0x38800000u) {  // subnormal or zero in half
+    if (absx < 0x33000000u) return (uint16_t)sign;
+    uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - e;  // value in units of 2^-24 is m >> shift
+    uint32_t rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    uint32_t v = m >> shift;
+    if (rem > mid || (rem == mid && (v & 1))) ++v;
+    return (uint16_t)(sign | v);
+  }
+  uint32_t v = ((absx >> 13) - ((127 - 15) << 10));
+  uint32_t rem = absx & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (v & 1))) ++v;
+  return (uint16_t)(sign | v);
+}
+
+float bf16_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  // quiet NaN
+  uint32_t lsb = (x >> 16) & 1;
+  x += 0x7fff + lsb;
+  return (uint16_t)(x >> 16);
+}
+
+void check_reduce(DType t, int op, const char *what) {
+  if ((t == DType::C64 || t == DType::C128) && (op == LM_REDUCE_MAX || op == LM_REDUCE_MIN))
+    fail(LM_ERR_NOT_SUPPORTED, "%s: Partial(%s) has no meaning for %s", what,
+         op == LM_REDUCE_MAX ? "max" : "min", dtype_name(t));
+  if (t == DType::BOOL && op == LM_REDUCE_AVG)
+    fail(LM_ERR_NOT_SUPPORTED, "%s: Partial(avg) has no meaning for bool", what);
+}
+
+namespace {
+// Integers add and multiply in uint64_t: wraparound is defined (no signed-overflow UB) and the
+// result is the two's-complement one.
+template <class T>
+inline T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return (T)((uint64_t)a + (uint64_t)b);
+  else
+    return a + b;
+}
+template <class T>
+inline T mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return (T)((uint64_t)a * (uint64_t)b);
+  else
+    return a * b;
+}
+template <class T>
+void red(int op, T *a, const T *b, int64_t n) {
+  switch (op) {
+    case LM_REDUCE_SUM:
+    case LM_REDUCE_AVG:
+      for (int64_t i = 0; i < n; ++i) a[i] = add(a[i], b[i]);
+      break;
+    case LM_REDUCE_PROD:
+      for (int64_t i = 0; i < n; ++i) a[i] = mul(a[i], b[i]);
+      break;
+    case LM_REDUCE_MAX:
+      for (int64_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
+      break;
+    case LM_REDUCE_MIN:
+      for (int64_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+  }
+}
+template <class T>
+void red_complex(int op, T *a, const T *b, int64_t n) {
+  if (op == LM_REDUCE_PROD)
+    for (int64_t i = 0; i < n; ++i) a[i] *= b[i];
+  else
+    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+template <float (*TO)(uint16_t), uint16_t (*FROM)(float)>
+void red16(int op, uint16_t *a, const uint16_t *b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float x = TO(a[i]), y = TO(b[i]), r;
+    switch (op) {
+      case LM_REDUCE_PROD: r = x * y; break;
+      case LM_REDUCE_MAX: r = y > x ? y : x; break;
+      case LM_REDUCE_MIN: r = y < x ? y : x; break;
+      default: r = x + y; break;
+    }
+    a[i] = FROM(r);
+  }
+}
+}  // namespace
+
+void reduce_into(DType t, int op, void *acc, const void *in, int64_t n) {
+  switch (t) {
+    case DType::F32: red(op, (float *)acc, (const float *)in, n); break;
+    case DType::F64: red(op, (double *)acc, (const double *)in, n); break;
+    case DType::I8: red(op, (int8_t *)acc, (const int8_t *)in, n); break;
+    case DType::I16: red(op, (int16_t *)acc, (const int16_t *)in, n); break;
+    case DType::I32: red(op, (int32_t *)acc, (const int32_t *)in, n); break;
+    case DType::I64: red(op, (int64_t *)acc, (const int64_t *)in, n); break;
+    case DType::U8: red(op, (uint8_t *)acc, (const uint8_t *)in, n); break;
+    case DType::BOOL: {
+      uint8_t *a = (uint8_t *)acc;
+      const uint8_t *b = (const uint8_t *)in;
+      bool any = op == LM_REDUCE_SUM || op == LM_REDUCE_MAX;  // or; prod/min: and
+      for (int64_t i = 0; i < n; ++i) a[i] = any ? (a[i] || b[i]) : (a[i] && b[i]);
+      break;
+    }
+    case DType::C64:
+      red_complex(op, (std::complex<float> *)acc, (const std::complex<float> *)in, n);
+      break;
+    case DType::C128:
+      red_complex(op, (std::complex<double> *)acc, (const std::complex<double> *)in, n);
+      break;
+    case DType::F16: red16<half_to_float, float_to_half>(op, (uint16_t *)acc, (const uint16_t *)in, n); break;
+    case DType::BF16: red16<bf16_to_float, float_to_bf16>(op, (uint16_t *)acc, (const uint16_t *)in, n); break;
+  }
+}
+
+namespace {
+template <class T>
+void scale(T *a, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < n; ++i) a[i] = (T)(a[i] / (T)k);
+}
+}  // namespace
+
+void scale_avg(DType t, void *acc, int64_t n, int64_t k) {
+  switch (t) {
+    case DType::F32: scale((float *)acc, n, k); break;
+    case DType::F64: scale((double *)acc, n, k); break;
+    case DType::I8: scale((int8_t *)acc, n, k); break;
+    case DType::I16: scale((int16_t *)acc, n, k); break;
+    case DType::I32: scale((int32_t *)acc, n, k); break;
+    case DType::I64: scale((int64_t *)acc, n, k); break;
+    case DType::U8: scale((uint8_t *)acc, n, k); break;
+    case DType::C64: {
+      auto *a = (std::complex<float> *)acc;
+      for (int64_t i = 0; i < n; ++i) a[i] /= (float)k;
+      break;
+    }
+    case DType::C128: {
+      auto *a = (std::complex<double> *)acc;
+      for (int64_t i = 0; i < n; ++i) a[i] /= (double)k;
+      break;
+    }
+    case DType::F16: {
+      auto *a = (uint16_t *)acc;
+      for (int64_t i = 0; i < n; ++i) a[i] = float_to_half(half_to_float(a[i]) / (float)k);
+      break;
+    }
+    case DType::BF16: {
+      auto *a = (uint16_t *)acc;
+      for (int64_t i = 0; i < n; ++i) a[i] = float_to_bf16(bf16_to_float(a[i]) / (float)k);
+      break;
+    }
+    case DType::BOOL: break;
+  }
+}
+
+bool dtype_is_integer(DType t) {
+  return t == DType::I8 || t == DType::I16 || t == DType::I32 || t == DType::I64 || t == DType::U8;
+}
+
+namespace {
+template <class T>
+void wide_acc(__int128 *acc, const T *in, int64_t n, bool assign) {
+  if (assign)
+    for (int64_t i = 0; i < n; ++i) acc[i] = (__int128)in[i];
+  else
+    for (int64_t i = 0; i < n; ++i) acc[i] += (__int128)in[i];
+}
+template <class T>
+void wide_fin(T *out, const __int128 *acc, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < n; ++i) out[i] = (T)(acc[i] / k);
+}
+}  // namespace
+
+void wide_accumulate(DType t, __int128 *acc, const void *in, int64_t n, bool assign) {
+  switch (t) {
+    case DType::I8: wide_acc(acc, (const int8_t *)in, n, assign); break;
+    case DType::I16: wide_acc(acc, (const int16_t *)in, n, assign); break;
+    case DType::I32: wide_acc(acc, (const int32_t *)in, n, assign); break;
+    case DType::I64: wide_acc(acc, (const int64_t *)in, n, assign); break;
+    case DType::U8: wide_acc(acc, (const uint8_t *)in, n, assign); break;
+    default: fail(LM_ERR_INTERNAL, "wide_accumulate: %s is not an integer type", dtype_name(t));
+  }
+}
+
+void wide_finish_avg(DType t, void *out, const __int128 *acc, int64_t n, int64_t k) {
+  switch (t) {
+    case DType::I8: wide_fin((int8_t *)out, acc, n, k); break;
+    case DType::I16: wide_fin((int16_t *)out, acc, n, k); break;
+    case DType::I32: wide_fin((int32_t *)out, acc, n, k); break;
+    case DType::I64: wide_fin((int64_t *)out, acc, n, k); break;
+    case DType::U8: wide_fin((uint8_t *)out, acc, n, k); break;
+    default: fail(LM_ERR_INTERNAL, "wide_finish_avg: %s is not an integer type", dtype_name(t));
+  }
+}
+
+void fill_identity(DType t, int op, void *buf, int64_t n) {
+  size_t es = dtype_size(t);
+  std::memset(buf, 0, (size_t)n * es);
+  if (op != LM_REDUCE_PROD) return;
+  switch (t) {
+    case DType::F32: for (int64_t i = 0; i < n; ++i) ((float *)buf)[i] = 1.f; break;
+    case DType::F64: for (int64_t i = 0; i < n; ++i) ((double *)buf)[i] = 1.0; break;
+    case DType::I8: case DType::U8: case DType::BOOL: std::memset(buf, 1, (size_t)n); break;
+    case DType::I16: for (int64_t i = 0; i < n; ++i) ((int16_t *)buf)[i] = 1; break;
+    case DType::I32: for (int64_t i = 0; i < n; ++i) ((int32_t *)buf)[i] = 1; break;
+    case DType::I64: for (int64_t i = 0; i < n; ++i) ((int64_t *)buf)[i] = 1; break;
+    case DType::C64: for (int64_t i = 0; i < n; ++i) ((float *)buf)[2 * i] = 1.f; break;
+    case DType::C128: for (int64_t i = 0; i < n; ++i) ((double *)buf)[2 * i] = 1.0; break;
+    case DType::F16: for (int64_t i = 0; i < n; ++i) ((uint16_t *)buf)[i] = 0x3c00; break;
+    case DType::BF16: for (int64_t i = 0; i < n; ++i) ((uint16_t *)buf)[i] = 0x3f80; break;
+  }
+}
+
+}  // namespace lm

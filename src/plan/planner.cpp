@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The reshard planner: a pure function from (source layout, target layout, dtype, this rank) to
+// this rank's schedule (plan/schedule.hpp). No MPI call, no CUDA, no buffer whose size depends on the
+// tensor: O(peers) time and memory.
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "layout/boxcopy.hpp"
+#include "layout/reduce.hpp"
+
+namespace lm {
+
+namespace {
+
+constexpr int kTagBase = 0x4c4d;
+constexpr int64_t kKeyMod = int64_t(1) << 31;
+
+int64_t send_key(int me, int peer) { return ((int64_t)peer - me + kKeyMod) % kKeyMod; }
+int64_t recv_key(int me, int peer) { return ((int64_t)me - peer + kKeyMod) % kKeyMod; }
+
+Shape rel(const Box &box, const Box &local) {
+  Shape o(box.off.size());
+  for (size_t i = 0; i < o.size(); ++i) o[i] = box.off[i] - local.off[i];
+  return o;
+}
+
+Msg make_msg(int peer, const Box &b, const Box &local, size_t esize, int64_t key) {
+  Msg m;
+  m.peer = peer;
+  m.box = b;
+  m.rel = rel(b, local);
+  m.bytes = (size_t)b.numel() * esize;
+  m.contiguous = box_is_contiguous_in(local, b, esize, &m.off);
+  m.key = key;
+  return m;
+}
+
+Box empty_box(size_t n) {
+  Box b;
+  b.off.assign(n, 0);
+  b.len.assign(n, 0);
+  return b;
+}
+
+// The source coordinate a receiver takes replicated data from, per replicated source mesh dim.
+struct SourceChooser {
+  const Layout &in;
+  const Layout &out;
+  bool same_mesh;
+  std::vector<int> rep;  // source mesh dims that are Replicate
+  int64_t rep_span = 1;
+
+  SourceChooser(const Layout &i, const Layout &o, bool s) : in(i), out(o), same_mesh(s) {
+    for (int m = 0; m < in.mesh_ndim(); ++m)
+      if (in.pl[m].kind == LM_REPLICATE) {
+        rep.push_back(m);
+        rep_span *= in.grid->shape()[m];
+      }
+  }
+  // Writes the chosen coordinate along each replicated dim into `fixed` (source mesh dims).
+  void choose(const int64_t *recv_coord, int recv_rank, Shape &fixed) const {
+    if (rep.empty()) return;
+    if (same_mesh) {
+      for (int m : rep) fixed[m] = recv_coord[m];
+      return;
+    }
+    int64_t idx = in.grid->index_of(recv_rank);
+    if (idx >= 0) {  // the receiver holds a replica itself: take it from there
+      Shape c(in.grid->shape().size());
+      in.grid->coord_of(idx, c.data());
+      for (int m : rep) fixed[m] = c[m];
+      return;
+    }
+    int64_t k = out.grid->index_at(recv_coord) % rep_span;  // spread receivers over replicas
+    for (auto it = rep.rbegin(); it != rep.rend(); ++it) {
+      int64_t ext = in.grid->shape()[*it];
+      fixed[*it] = k % ext;
+      k /= ext;
+    }
+  }
+};
+
+
+std::unique_ptr<SchedStep> exchange_step(const Layout &in, const Layout &out, bool same_mesh,
+                                         int me, size_t esize, int tag) {
+  auto st = std::make_unique<SchedStep>();
+  st->kind = StepKind::kExchange;
+  st->in_layout = in;
+  st->out_layout = out;
+  st->tag = tag;
+  st->esize = esize;
+  SourceChooser chooser(in, out, same_mesh);
+  int64_t in_idx = in.grid->index_of(me), out_idx = out.grid->index_of(me);
+  Shape cs(in.mesh_ndim()), cd(out.mesh_ndim());
+  if (in_idx >= 0) {
+    in.grid->coord_of(in_idx, cs.data());
+    st->inbox = in.box_at(cs.data());
+  } else {
+    st->inbox = empty_box(in.gshape.size());
+  }
+  if (out_idx >= 0) {
+    out.grid->coord_of(out_idx, cd.data());
+    st->outbox = out.box_at(cd.data());
+  } else {
+    st->outbox = empty_box(out.gshape.size());
+  }
+  const Box &inbox = st->inbox, &outbox = st->outbox;
+  // Receives: who holds each part of my target box.
+  if (out_idx >= 0 && !outbox.empty()) {
+    Shape fixed(in.mesh_ndim(), -1);
+    chooser.choose(cd.data(), me, fixed);
+    for (int m = 0; m < in.mesh_ndim(); ++m)
+      if (in.pl[m].kind == LM_PARTIAL) fixed[m] = cd[m];  // kept Partial: same coordinate
+    enumerate_intersecting(in, fixed, outbox, [&](const int64_t *c, const Box &b) {
+      int peer = in.grid->rank_at_index(in.grid->index_at(c));
+      if (peer == me) {
+        st->selfs.push_back(LocalCopy{b, rel(b, inbox), rel(b, outbox)});
+        return;
+      }
+      st->recvs.push_back(make_msg(peer, b, outbox, esize, recv_key(me, peer)));
+    });
+  }
+  // Sends: who needs parts of my source box and takes them from me.
+  if (in_idx >= 0 && !inbox.empty()) {
+    Shape fixed(out.mesh_ndim(), -1);
+    if (same_mesh)
+      for (int m = 0; m < in.mesh_ndim(); ++m)
+        if (in.pl[m].kind != LM_SHARD) fixed[m] = cs[m];
+    Shape choice(in.mesh_ndim(), -1);
+    enumerate_intersecting(out, fixed, inbox, [&](const int64_t *c, const Box &b) {
+      int peer = out.grid->rank_at_index(out.grid->index_at(c));
+      if (peer == me) return;  // counted as a local copy on the receive side
+      if (!same_mesh) {
+        chooser.choose(c, peer, choice);
+        for (int m : chooser.rep)
+          if (choice[m] != cs[m]) return;  // the receiver takes it from another replica
+      }
+      st->sends.push_back(make_msg(peer, b, inbox, esize, send_key(me, peer)));
+      st->bytes_sent += (int64_t)st->sends.back().bytes;
+    });
+  }
+  auto by_key = [](const Msg &a, const Msg &b) { return a.key < b.key; };
+  std::stable_sort(st->sends.begin(), st->sends.end(), by_key);
+  std::stable_sort(st->recvs.begin(), st->recvs.end(), by_key);
+  return st;
+}
+
+std::unique_ptr<SchedStep> reduce_scatter_step(const Layout &in, const Layout &out, int m, int d,
+                                               int op, int64_t divide_by, DType dt, int me,
+                                               int tag) {
+  auto st = std::make_unique<SchedStep>();
+  st->kind = StepKind::kReduceScatter;
+  st->in_layout = in;
+  st->out_layout = out;
+  st->tag = tag;
+  st->esize = dtype_size(dt);
+  st->m = m;
+  st->d = d;
+  st->op = op;
+  st->divide_by = divide_by;
+  st->wide = divide_by > 1 && dtype_is_integer(dt);
+  int64_t idx = in.grid->index_of(me);
+  if (idx < 0) {
+    st->inbox = empty_box(in.gshape.size());
+    st->outbox = st->inbox;
+    return st;
+  }
+  Shape c(in.mesh_ndim());
+  in.grid->coord_of(idx, c.data());
+  st->inbox = in.box_at(c.data());
+  st->member = true;
+  st->k = in.grid->shape()[m];
+  st->mine = c[m];
+  st->chunks_contiguous = true;
+  for (int64_t j = 0; j < st->k; ++j) {
+    c[m] = j;
+    st->peers.push_back(in.grid->rank_at_index(in.grid->index_at(c.data())));
+    Box b = st->inbox;
+    Range r = chunk(st->inbox.len[d], st->k, j);
+    b.off[d] += r.off;
+    b.len[d] = r.len;
+    size_t off;
+    if (!box_is_contiguous_in(st->inbox, b, st->esize, &off)) st->chunks_contiguous = false;
+    st->chunk_rel.push_back(rel(b, st->inbox));
+    st->chunks.push_back(std::move(b));
+    if (j != st->mine) st->bytes_sent += st->chunks.back().numel() * (int64_t)st->esize;
+  }
+  st->outbox = st->chunks[st->mine];
+  for (int64_t j = 0; j < st->k; ++j)
+    if (j != st->mine) st->order.push_back(j);
+  std::stable_sort(st->order.begin(), st->order.end(), [&](int64_t a, int64_t b) {
+    return send_key(me, st->peers[a]) < send_key(me, st->peers[b]);
+  });
+  return st;
+}
+
+std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out, DType dt,
+                                             int me) {
+  auto st = std::make_unique<SchedStep>();
+  st->kind = StepKind::kPartialInit;
+  st->in_layout = in;
+  st->out_layout = out;
+  st->esize = dtype_size(dt);
+  int64_t idx = out.grid->index_of(me);
+  if (idx < 0) return st;
+  Shape c(out.mesh_ndim());
+  out.grid->coord_of(idx, c.data());
+  st->fill_n = out.box_at(c.data()).numel();
+  for (int m = 0; m < out.mesh_ndim(); ++m)
+    if (out.pl[m].kind == LM_PARTIAL && in.pl[m].kind != LM_PARTIAL) {
+      st->op = out.pl[m].op;
+      if (c[m] != 0 && (st->op == LM_REDUCE_SUM || st->op == LM_REDUCE_PROD)) st->fill = true;
+    }
+  return st;
+}
+
+int max_order(const Layout &L, int d) {
+  int mx = -1;
+  for (int m = 0; m < L.mesh_ndim(); ++m)
+    if (L.pl[m].kind == LM_SHARD && L.pl[m].dim == d) mx = std::max(mx, (int)L.pl[m].order);
+  return mx;
+}
+
+// Makes mesh dim m shard tensor dim d innermost (after every mesh dim already sharding d).
+void shard_innermost(Layout &L, int m, int d) {
+  int mx = max_order(L, d);  // m itself does not shard anything yet
+  L.pl[m] = lm_placement_t{LM_SHARD, d, 0, mx >= 0 ? mx + 1 : 0};
+  L.derive();
+}
+
+int largest_dim(const Shape &g) {
+  int best = 0;
+  for (int d = 1; d < (int)g.size(); ++d)
+    if (g[d] > g[best]) best = d;
+  return best;
+}
+
+}  // namespace
+
+bool box_is_contiguous_in(const Box &local, const Box &box, size_t esize, size_t *byte_off) {
+  int n = (int)local.len.size();
+  int64_t off[kMaxDims], eoff = 0;
+  for (int i = 0; i < n; ++i) off[i] = box.off[i] - local.off[i];
+  if (!box_contiguous(n, local.len.data(), off, box.len.data(), &eoff)) return false;
+  *byte_off = (size_t)eoff * esize;
+  return true;
+}
+
+bool SchedStep::alias_offset(size_t *byte_off) const {
+  if (kind != StepKind::kExchange) return false;
+  if (!sends.empty() || !recvs.empty() || selfs.size() != 1) return false;
+  const Box &b = selfs[0].box;
+  if (b.off != outbox.off || b.len != outbox.len) return false;
+  return box_is_contiguous_in(inbox, b, esize, byte_off);
+}
+
+bool SchedStep::input_lands_contiguously(size_t *byte_off) const {
+  if (kind != StepKind::kExchange) return false;
+  if (selfs.size() != 1 || inbox.empty()) return false;
+  const Box &b = selfs[0].box;
+  if (b.off != inbox.off || b.len != inbox.len) return false;
+  return box_is_contiguous_in(outbox, b, esize, byte_off);
+}
+
+std::string SchedStep::describe() const {
+  switch (kind) {
+    case StepKind::kExchange:
+      return strfmt("exchange %s->%s (%zu sends, %zu recvs, %zu local%s)", in_layout.str().c_str(),
+                    out_layout.str().c_str(), sends.size(), recvs.size(), selfs.size(),
+                    skip_self ? ", fused" : "");
+    case StepKind::kReduceScatter:
+      return strfmt("reduce-scatter %s->%s over mesh dim %d (%lld ranks)", in_layout.str().c_str(),
+                    out_layout.str().c_str(), m, (long long)in_layout.grid->shape()[m]);
+    case StepKind::kPartialInit:
+      return strfmt("partial-init ->%s (local)", out_layout.str().c_str());
+  }
+  return "";
+}
+
+void check_reshard(const Layout &src, const Layout &dst, DType dt) {
+  const char *fn = "reshard";
+  LM_CHECK_ARG(src.gshape == dst.gshape, "%s: source and target global shapes differ", fn);
+  int src_op = -1, dst_op = -1;
+  for (auto &p : src.pl)
+    if (p.kind == LM_PARTIAL) src_op = p.op;
+  for (auto &p : dst.pl)
+    if (p.kind == LM_PARTIAL) dst_op = p.op;
+  if (src_op >= 0) check_reduce(dt, src_op, "reshard: source placements");
+  if (dst_op >= 0) check_reduce(dt, dst_op, "reshard: target placements");
+  if (src_op >= 0 && dst_op >= 0 && src_op != dst_op)
+    fail(LM_ERR_INVALID_ARGUMENT,
+         "%s: Partial -> Partial with another reduce op (%s -> %s) is not a reshard; reduce to "
+         "Replicate or Shard first",
+         fn, src.str().c_str(), dst.str().c_str());
+
+}
+
+// ---------------------------------------------------------------------------------------------
+void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataType dtype,
+                    int me) {
+  // A 0-d tensor holds one element on every member, as a [1] tensor with no Shard does: plan it
+  // as that (the steps never see a 0-d layout); the plan still reports the caller's layouts.
+  if (src.gshape.empty() && dst.gshape.empty()) {
+    build_schedule(out, as_one_element(src), as_one_element(dst), dtype, me);
+    out.src = src;
+    out.dst = dst;
+    return;
+  }
+  Schedule *plan = &out;
+  plan->me = me;
+  plan->src = src;
+  plan->dst = dst;
+  plan->dtype = dtype;
+  plan->dt = dtype_from_dl(dtype, "reshard: dtype");
+  plan->esize = dtype_size(plan->dt);
+  const bool same_mesh = src.grid->same_as(*dst.grid);
+  int64_t si = src.grid->index_of(me), di = dst.grid->index_of(me);
+  plan->involved = si >= 0 || di >= 0;
+
+  check_reshard(src, dst, plan->dt);
+
+  int tag = kTagBase;
+  Layout cur = src;
+  // 1. Reduce the Partial dims that the target does not keep. Avg reduces as a sum and divides
+  // once, by the product of the reduced extents, on the last reduction (exact for integers).
+  int last_reduced = -1;
+  int64_t reduced_extent = 1;
+  for (int m = 0; m < src.mesh_ndim(); ++m)
+    if (src.pl[m].kind == LM_PARTIAL && !(same_mesh && dst.pl[m].kind == LM_PARTIAL)) {
+      last_reduced = m;
+      reduced_extent *= src.grid->shape()[m];
+    }
+  for (int m = 0; m < src.mesh_ndim(); ++m) {
+    if (src.pl[m].kind != LM_PARTIAL) continue;
+    if (same_mesh && dst.pl[m].kind == LM_PARTIAL) continue;  // kept (same op checked above)
+    int d = (same_mesh && dst.pl[m].kind == LM_SHARD) ? dst.pl[m].dim : largest_dim(src.gshape);
+    Layout next = cur;
+    shard_innermost(next, m, d);
+    // Floats divide once, by all reduced extents, on the last reduction (one rounding);
+    // integers average dim by dim in a 128-bit accumulator (no overflow, exact whenever each
+    // partial mean is).
+    bool avg = src.pl[m].op == LM_REDUCE_AVG;
+    int64_t divide_by = 0;
+    if (avg) divide_by = dtype_is_integer(plan->dt) ? src.grid->shape()[m]
+                         : m == last_reduced      ? reduced_extent
+                                                  : 0;
+    plan->steps.push_back(reduce_scatter_step(cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op,
+                                              divide_by, plan->dt, me, tag++));
+    cur = next;
+  }
+  // 2. Move data to the target without its new Partial dims (they start as Replicate).
+  Layout d0 = dst;
+  for (int m = 0; m < dst.mesh_ndim(); ++m)
+    if (dst.pl[m].kind == LM_PARTIAL && !(same_mesh && src.pl[m].kind == LM_PARTIAL))
+      d0.pl[m] = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+  d0.derive();
+  if (!same_mesh) {
+    // Cross-mesh: every byte crosses once; replication happens inside the target mesh.
+    Layout d1 = d0;
+    bool changed = false;
+    if (!d1.gshape.empty()) {
+      int ds = largest_dim(d1.gshape);
+      for (int m = 0; m < d1.mesh_ndim(); ++m)
+        if (d1.pl[m].kind == LM_REPLICATE && d1.grid->shape()[m] > 1) {
+          shard_innermost(d1, m, ds);
+          changed = true;
+        }
+    }
+    plan->steps.push_back(exchange_step(cur, d1, false, me, plan->esize, tag++));
+    if (changed)
+      plan->steps.push_back(exchange_step(d1, d0, true, me, plan->esize, tag++));
+  } else if (!cur.equals(d0) || plan->steps.empty()) {
+    plan->steps.push_back(exchange_step(cur, d0, true, me, plan->esize, tag++));
+  }
+  // 3. New Partial dims: identity fill where needed.
+  if (!d0.equals(dst))
+    plan->steps.push_back(partial_init_step(d0, dst, plan->dt, me));
+
+  plan->last_moving = 0;
+  for (size_t i = 0; i < plan->steps.size(); ++i) {
+    plan->bytes_sent += plan->steps[i]->bytes_sent;
+    if (!plan->steps[i]->in_place()) plan->last_moving = i;
+  }
+  // Fuse: when step i+1 only copies its whole input into a contiguous part of its output (the
+  // allgather after a reduce-scatter), step i writes there directly.
+  plan->fused.assign(plan->steps.size(), -1);
+  for (size_t i = 0; i + 1 <= plan->last_moving; ++i) {
+    size_t off = 0;
+    if (!plan->steps[i]->in_place() && !plan->steps[i + 1]->in_place() &&
+        plan->steps[i + 1]->input_lands_contiguously(&off)) {
+      plan->fused[i] = (int64_t)off;
+      plan->steps[i + 1]->skip_self = true;
+    }
+  }
+  // Intermediate outputs: sizes only (taken from the pool at execution).
+  plan->work_bytes.assign(plan->steps.size(), 0);
+  for (size_t i = 0; i < plan->steps.size(); ++i) {
+    if (plan->steps[i]->in_place() || i == plan->last_moving || plan->fused[i] >= 0) continue;
+    plan->work_bytes[i] = (size_t)plan->steps[i]->outbox.numel() * plan->esize;
+  }
+}
+
+}  // namespace lm

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The reshard planner: a pure function from (source layout, target layout, dtype, this rank) to
+// this rank's Schedule (plan/schedule.hpp) in O(peers) time and memory. No MPI, no CUDA (the
+// layer test, tools/check-layers.py, holds it to that), no buffer whose size depends on the tensor:
+// a unit test can plan for one rank of a million-rank mesh. Ranks are the ranks of the plan's
+// communicator (the meshes' common parent); the executor (exec/plan.hpp) adds the communicator.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.hpp"
+#include "layout/layout.hpp"
+#include "plan/schedule.hpp"
+
+namespace lm {
+
+struct Schedule {
+  int me = -1;  // this process's rank among the layouts' grid ranks
+  Layout src, dst;
+  DLDataType dtype{};
+  DType dt{};
+  size_t esize = 0;
+  bool involved = false;  // this rank holds data in the source or the target
+  std::vector<std::unique_ptr<SchedStep>> steps;
+  std::vector<size_t> work_bytes;  // > 0: step i's output is an intermediate buffer of this size
+  size_t last_moving = 0;          // index of the last step that is not in place
+  std::vector<int64_t> fused;      // >= 0: step i writes into step i+1's output here
+  int64_t bytes_sent = 0;
+  std::string describe() const;
+};
+
+// Throws when no reshard leads from src to dst (shapes, Partial ops, dtype vs op); every rank,
+// involved or not, runs this check so that all agree.
+void check_reshard(const Layout &src, const Layout &dst, DType dt);
+
+// Fills `out` with this rank's schedule. Pure. Throws LM_ERR_INVALID_ARGUMENT /
+// LM_ERR_NOT_SUPPORTED for impossible reshards.
+void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataType dtype, int me);
+
+}  // namespace lm

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A reshard *schedule*: what one rank does, step by step, to go from one layout to another,
+// with no reference to a transport (no MPI, no CUDA). Built by the pure planner (plan.cpp) in
+// O(peers) time and memory; walked by the executor (exec.cpp) through a Transport
+// (transport/transport.hpp).
+//
+// Steps, each reading the previous step's output (the first reads the source shard):
+//   Exchange       any layout without pending reductions -> any other: boxes sent to and received
+//                  from peers, boxes copied locally (offsets relative to the local buffers).
+//   ReduceScatter  Partial(op) on mesh dim m -> Shard(d) innermost on m: in a group of k ranks,
+//                  group index j receives chunk j of everyone's input and reduces the k
+//                  contributions in group order 0, 1, ..., k-1 (deterministic results).
+//   PartialInit    Replicate -> Partial(op) in place (identity fill on non-zero coordinates).
+// Local buffers are compact row-major arrays of this rank's box of the step's input or output.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.hpp"
+#include "layout/layout.hpp"
+
+namespace lm {
+
+// One box exchanged with one peer (at most one per ordered pair of ranks and step).
+struct Msg {
+  int peer = -1;       // rank in the plan's communicator
+  Box box;             // global coordinates
+  Shape rel;           // the box's offset inside the local buffer
+  size_t bytes = 0;
+  bool contiguous = false;  // one run of the local buffer, starting at byte `off`
+  size_t off = 0;
+  // Posting order: messages are posted by increasing key, (peer - me) mod 2^31 for sends and
+  // (me - peer) mod 2^31 for receives, so that pipelined staging always progresses (the
+  // globally smallest pending key is posted on both sides).
+  int64_t key = 0;
+};
+
+struct LocalCopy {
+  Box box;              // global coordinates
+  Shape in_rel, out_rel;  // offsets inside the input and output local buffers
+};
+
+enum class StepKind { kExchange, kReduceScatter, kPartialInit };
+
+struct SchedStep {
+  StepKind kind = StepKind::kExchange;
+  Layout in_layout, out_layout;
+  int tag = 0;             // distinguishes the steps' messages
+  size_t esize = 0;        // element bytes
+  int64_t bytes_sent = 0;  // by this rank
+  Box inbox, outbox;       // this rank's boxes of input / output (zero extents when none)
+
+  // Exchange
+  std::vector<Msg> sends, recvs;  // sorted by key
+  std::vector<LocalCopy> selfs;
+  bool skip_self = false;  // the step before wrote the input in place inside the output (fused)
+
+  // ReduceScatter (this rank is group index `mine` of k along mesh dim `m`)
+  bool member = false;
+  int m = -1, d = -1;
+  int64_t k = 1, mine = 0;
+  std::vector<int> peers;   // rank per group index
+  std::vector<Box> chunks;  // per group index, global coordinates: chunk j is reduced on peers[j]
+  std::vector<Shape> chunk_rel;        // per group index, offset inside the input box
+  std::vector<int64_t> order;          // group indices != mine by send key (posting order)
+  bool chunks_contiguous = false;      // every chunk is one run of the input (same on all members)
+  int op = 0;               // reduce op (avg is a sum; divide_by > 1 divides)
+  int64_t divide_by = 0;    // > 1: avg, divide by this after the sum
+  bool wide = false;        // integer avg: accumulate in 128 bits
+
+  // PartialInit
+  bool fill = false;  // fill the output with op's identity
+  int64_t fill_n = 0;
+
+  bool in_place() const { return kind == StepKind::kPartialInit; }
+  // True when, on this rank, the output is a contiguous slice of the input at *byte_off and the
+  // step moves nothing (Replicate -> Shard): the caller may alias instead of copying.
+  bool alias_offset(size_t *byte_off) const;
+  // True when this rank's whole input is a local copy into one contiguous region of the output
+  // at *byte_off: the step before may write straight there.
+  bool input_lands_contiguously(size_t *byte_off) const;
+  std::string describe() const;
+};
+
+// Whether `box` (global coordinates) is one contiguous run inside a compact local buffer of
+// `local`; if so, sets *byte_off.
+bool box_is_contiguous_in(const Box &local, const Box &box, size_t esize, size_t *byte_off);
+
+}  // namespace lm

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "tensor/persistent.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "common/error.hpp"
+#include "common/handle.hpp"
+#include "common/settings.hpp"
+#include "exec/device_run.hpp"
+#include "mem/cuda.hpp"
+#include "mesh/collective.hpp"
+#include "transport/failure.hpp"
+#include "tensor/ops.hpp"
+
+namespace lm {
+
+lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
+                               const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
+                               DLDataType dtype) {
+  const char *fn = "lm_reshard_plan_create";
+  lm_mesh_s *sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
+  lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
+  Shape g = check_shape(ndim, gshape, strfmt("%s: global_shape", fn).c_str());
+  dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
+  MPI_Comm comm = transfer_comm(sm, dm, fn);
+  Layout S = make_layout(sm, src_pl, g, strfmt("%s: src_placements", fn).c_str());
+  Layout D = make_layout(dm, dst_pl, g, strfmt("%s: dst_placements", fn).c_str());
+  auto p = std::make_unique<lm_reshard_plan_s>();
+  p->plan = plan_build(S, D, dtype, comm, sm->world_rank);
+  // Opt-in: keep intermediate and staging buffers from one execution to the next.
+  p->plan->keep_buffers = setting_on(Setting::PlanKeepBuffers);
+  mesh_retain(sm);
+  p->src_mesh = sm;
+  mesh_retain(dm);
+  p->dst_mesh = dm;
+  return p.release();
+}
+
+lm_reshard_plan_s *plan_check(lm_reshard_plan_t h, const char *what) {
+  LM_CHECK_ARG(h != nullptr, "%s: plan is NULL", what);
+  void *p = handle_get(h, HandleKind::Plan);
+  LM_CHECK_ARG(p != nullptr, "%s: plan is not a live lm_reshard_plan_t", what);
+  return static_cast<lm_reshard_plan_s *>(p);
+}
+
+lm_reshard_plan_t plan_wrap(lm_reshard_plan_s *p) {
+  try {
+    return handle_as<lm_reshard_plan_s>(handle_new(HandleKind::Plan, p, true));
+  } catch (...) {
+    delete p;
+    throw;
+  }
+}
+
+void plan_destroy_handle(lm_reshard_plan_t *h, const char *what) {
+  lm_reshard_plan_s *p = plan_check(*h, what);
+  if (p->in_flight)
+    fail(LM_ERR_INVALID_USAGE, "%s: a request is in flight; wait for it", what);
+  void *obj = nullptr;
+  if (handle_drop(*h, HandleKind::Plan, &obj) != DropResult::Died)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: plan is not a live lm_reshard_plan_t", what);
+  *h = nullptr;
+  delete static_cast<lm_reshard_plan_s *>(obj);
+}
+
+lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device) {
+  check_device(device, "lm_reshard_plan_alloc_target: device");
+  return tensor_new(p->dst_mesh, p->plan->dst, p->plan->dtype, device, true);
+}
+
+static void check_matches(const lm_dist_tensor_s *t, lm_mesh_s *mesh, const Layout &L,
+                          DLDataType dtype, const char *fn, const char *arg) {
+  LM_CHECK_ARG(t->mesh == mesh || t->mesh->grid->same_as(*mesh->grid),
+               "%s: %s lives on another mesh than the plan's", fn, arg);
+  LM_CHECK_ARG(t->layout.equals(L), "%s: %s has layout %s, the plan expects %s", fn, arg,
+               t->layout.str().c_str(), L.str().c_str());
+  LM_CHECK_ARG(dtype_equal(t->dtype, dtype), "%s: %s has dtype %s, the plan %s", fn, arg,
+               dl_dtype_name(t->dtype).c_str(), dl_dtype_name(dtype).c_str());
+  LM_CHECK_ARG(t->device.device_type == kDLCPU || is_device(t->device),
+               "%s: %s is neither host (kDLCPU) nor CUDA (kDLCUDA) memory", fn, arg);
+}
+
+// Checks src/dst against the plan (no allocation on success).
+static void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                               const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso) {
+  lm_dist_tensor_s *s = static_cast<lm_dist_tensor_s *>(handle_get(src, HandleKind::Tensor));
+  lm_dist_tensor_s *d = static_cast<lm_dist_tensor_s *>(handle_get(dst, HandleKind::Tensor));
+  LM_CHECK_ARG(s != nullptr, "%s: src is NULL or not a live lm_dist_tensor_t", fn);
+  LM_CHECK_ARG(d != nullptr, "%s: dst is NULL or not a live lm_dist_tensor_t", fn);
+  *so = s;
+  *dso = d;
+  LM_CHECK_ARG(p->in_flight == nullptr, "%s: the plan already has a request in flight", fn);
+  mesh_check_usable(p->src_mesh, fn);
+  mesh_check_usable(p->dst_mesh, fn);
+  check_matches(s, p->src_mesh, p->plan->src, p->plan->dtype, fn, "src");
+  check_matches(d, p->dst_mesh, p->plan->dst, p->plan->dtype, fn, "dst");
+  LM_CHECK_ARG(s != d, "%s: src and dst are the same tensor", fn);
+  LM_CHECK_ARG(s->device.device_type == d->device.device_type,
+               "%s: src lives on device type %d, dst on %d: both host or both CUDA", fn,
+               (int)s->device.device_type, (int)d->device.device_type);
+  if (s->storage && d->storage && s->storage == d->storage && s->local_bytes() && d->local_bytes())
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst shares memory with src", fn);
+}
+
+namespace {
+std::string describe_plan(const void *p, int field) {
+  const lm_reshard_plan_s &c = *static_cast<const lm_reshard_plan_s *>(p);
+  switch (field) {
+    case 1: return mesh_desc(c.src_mesh) + " (source)";
+    case 2: return mesh_desc(c.dst_mesh) + " (target)";
+    case 3: return c.plan->src.str();
+    case 4: return c.plan->dst.str();
+    case 5: {
+      std::string r = "[";
+      for (size_t i = 0; i < c.plan->src.gshape.size(); ++i)
+        r += strfmt(i ? ", %lld" : "%lld", (long long)c.plan->src.gshape[i]);
+      return r + "]";
+    }
+    case 6: return dl_dtype_name(c.plan->dtype);
+  }
+  return "?";
+}
+
+// The exchange fused with the agreement round (transport/select.hpp): a small same-mesh host plan
+// whose agreement set shares one node. Decided once per plan, from the plan and the agreed
+// settings alone, so every rank with the same plan decides alike; each round then checks that
+// every rank packed (one more MAX), else all take the transport.
+FusedExchange *fused_exchange(lm_reshard_plan_s *p) {
+  if (p->fused_decided) return p->fused.get();
+  p->fused_decided = true;
+  if (p->agree && p->src_mesh == p->dst_mesh)
+    p->fused = select_fused_exchange(*p->plan, p->plan->comm, p->agree);
+  return p->fused.get();
+}
+
+struct FusedPack {
+  FusedExchange *fx;
+  const void *in;
+};
+void fused_pack(void *ctx, char *bank) {
+  const FusedPack &f = *static_cast<const FusedPack *>(ctx);
+  f.fx->pack(f.in, bank);
+}
+
+// Checks src/dst against the plan and, at LM_CHECK >= 1, agrees with the other ranks taking part
+// on the plan (meshes, layouts, shape, dtype) before any data moves. Returns whether this rank
+// takes part at all. board (blocking executions; NULL otherwise): set when the agreement round
+// also moved the data (the board exchange): the caller then only copies it out (board_unpack).
+bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                  const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso,
+                  bool *board = nullptr) {
+  if (board) *board = false;
+  const int level = check_level(p->src_mesh, p->dst_mesh);
+  // At level 0 no agreement runs before the data moves, except where the data moves with it:
+  // a blocking same-mesh plan that can take the board exchange runs the round anyway (the
+  // failure-only agreement; it is the transfer's own synchronisation).
+  const bool board_round = level == 0 && board && p->plan->involved &&
+                           p->src_mesh == p->dst_mesh &&
+                           (p->agree || (p->agree = collective_comm(p->src_mesh, p->dst_mesh))) &&
+                           fused_exchange(p);
+  if ((level == 0 && !board_round) || !p->plan->involved) {
+    plan_check_tensors(p, src, dst, fn, so, dso);
+    return p->plan->involved;
+  }
+  lm_status_t st = LM_SUCCESS;
+  std::string err;
+  try {
+    plan_check_tensors(p, src, dst, fn, so, dso);
+  } catch (const Error &e) {
+    if (p->src_mesh->broken || p->dst_mesh->broken) throw;  // no agreement on a broken mesh
+    st = e.status();
+    err = e.message();
+  }
+  if (!p->agree) p->agree = collective_comm(p->src_mesh, p->dst_mesh);
+  // The operation: execute and start differ (a blocking execution may take the node-local path
+  // or the board exchange, a nonblocking one never does, so they cannot meet).
+  Fingerprint fp(fn);
+  fp.add("source mesh", p->src_mesh->id);
+  fp.add("target mesh", p->dst_mesh->id);
+  fp.add("source placements", hash_placements(p->plan->src.pl.data(), p->plan->src.mesh_ndim()));
+  fp.add("target placements", hash_placements(p->plan->dst.pl.data(), p->plan->dst.mesh_ndim()));
+  fp.add("global shape", hash_shape(p->plan->src.gshape.data(), p->plan->src.ndim()));
+  fp.add("dtype", hash_dtype(p->plan->dtype));
+  AgreeArgs a;
+  a.fn = fn;
+  a.ac = p->agree;
+  a.fp = level >= 1 ? &fp : nullptr;
+  a.describe = describe_plan;
+  a.ctx = p;
+  a.local = st;
+  a.err = &err;
+  a.parent_rank = p->src_mesh->world_rank;
+  a.mesh_rank = p->src_mesh == p->dst_mesh ? p->src_mesh->index : -1;
+  a.timeout = call_timeout(p->src_mesh, p->dst_mesh);
+  // The fused exchange: every rank says whether it packed its sends into its outbox (MAX of
+  // both `yes` and `-yes`: all did only when the maxima are 1 and -1).
+  FusedPack pack{nullptr, nullptr};
+  long long yes[2] = {0, 0};
+  if (board && st == LM_SUCCESS && !is_device((*so)->device) && (pack.fx = fused_exchange(p))) {
+    pack.in = (*so)->data();
+    a.publish = fused_pack;
+    a.publish_ctx = &pack;
+    yes[0] = 1;
+    yes[1] = -1;
+  }
+  if (p->agree->board) {  // the same on every rank of the set (MPI rounds keep their 3 words)
+    a.maxes = yes;
+    a.nmax = 2;
+  }
+  agree_meshes(a, p->src_mesh, p->dst_mesh);
+  if (board) *board = yes[0] == 1 && yes[1] == -1;
+  if (level >= 2 && p->src_mesh->member) check_replicas(*so, fn);
+  return true;
+}
+}  // namespace
+
+void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {
+  const char *fn = "lm_reshard_plan_execute";
+  lm_dist_tensor_s *s = nullptr, *d = nullptr;
+  bool board = false;
+  if (!plan_prepare(p, src, dst, fn, &s, &d, &board)) return;
+  if (board) {  // the round moved the data: copy it out (memory reads, nothing to fail)
+    p->fused->unpack(s->data(), d->data());
+    return;
+  }
+  try {
+    TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
+    if (is_device(s->device))
+      device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
+                      d->data(), d->local_bytes(), s->device.device_id);
+    else {
+      p->plan->use(p->plan->host_spec());
+      p->plan->run(s->data(), d->data());
+    }
+  } catch (const Error &e) {
+    p->plan->abandon();
+    mesh_break(p->src_mesh, e, p->dst_mesh);
+  }
+}
+
+lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                         const char *fn) {
+  lm_dist_tensor_s *s = nullptr, *d = nullptr;
+  if (!plan_prepare(p, src, dst, fn, &s, &d)) return nullptr;
+  auto r = std::make_unique<lm_request_s>();
+  r->plan = p;
+  tensor_retain(s);
+  r->src = s;
+  tensor_retain(d);
+  r->dst = d;
+  try {
+    if (is_device(s->device)) {
+      r->dev = device_plan_start(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
+                                 d->data(), d->local_bytes(), s->device.device_id);
+    } else {
+      p->plan->use(p->plan->host_spec());
+      p->plan->start(s->data(), d->data());
+    }
+  } catch (const Error &e) {
+    p->plan->abandon();
+    if (r->dev) device_plan_abandon(*r->dev);
+    mesh_break(p->src_mesh, e, p->dst_mesh);
+  }
+  p->in_flight = r.get();
+  p->src_mesh->in_flight = true;
+  p->dst_mesh->in_flight = true;
+  return r.release();
+}
+
+namespace {
+// The request is over (completed or failed): its plan and meshes are free again.
+void request_end(lm_request_s *r) {
+  r->plan->src_mesh->in_flight = r->plan->dst_mesh->in_flight = false;
+  r->plan->in_flight = nullptr;
+}
+}  // namespace
+
+bool request_progress(lm_request_s *r, bool block) {
+  lm_reshard_plan_s *p = r->plan;
+  bool done;
+  try {
+    TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
+    // Later rounds of a device plan launch kernels and NCCL groups: on the tensor's device.
+    std::optional<CurrentDevice> on;
+    if (is_device(r->src->device)) on.emplace(r->src->device.device_id);
+    done = p->plan->progress(block);
+    if (done && r->dev) device_plan_finish(*r->dev, *p->plan);
+  } catch (const Error &e) {
+    request_end(r);
+    p->plan->abandon();
+    if (r->dev) device_plan_abandon(*r->dev);
+    mesh_break(p->src_mesh, e, p->dst_mesh);
+  }
+  if (!done) return false;
+  request_end(r);
+  return true;
+}
+
+lm_request_s *request_check(lm_request_t h, const char *what) {
+  LM_CHECK_ARG(h != nullptr, "%s: request is NULL", what);
+  void *r = handle_get(h, HandleKind::Request);
+  LM_CHECK_ARG(r != nullptr, "%s: request is not a live lm_request_t", what);
+  return static_cast<lm_request_s *>(r);
+}
+
+lm_request_t request_wrap(lm_request_s *r) {
+  try {
+    return handle_as<lm_request_s>(handle_new(HandleKind::Request, r, true));
+  } catch (...) {
+    std::unique_ptr<lm_request_s> own(r);
+    request_progress(r, true);  // the transfer was started: finish it before freeing its buffers
+    throw;
+  }
+}
+
+void request_free_handle(lm_request_t *h, lm_request_s *r) {
+  handle_kill(reinterpret_cast<uintptr_t>(*h));
+  *h = nullptr;
+  delete r;
+}
+
+}  // namespace lm
+
+lm_reshard_plan_s::~lm_reshard_plan_s() {
+  plan.reset();
+  lm::mesh_release(src_mesh);
+  lm::mesh_release(dst_mesh);
+  magic = lm::kDeadMagic;
+}
+
+lm_request_s::~lm_request_s() {
+  lm::tensor_release(src);
+  lm::tensor_release(dst);
+  magic = lm::kDeadMagic;
+}

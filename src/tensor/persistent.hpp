@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Persistent reshard plans and nonblocking requests (the objects behind lm_reshard_plan_t and
+// lm_request_t).
+#pragma once
+
+#include "exec/device_run.hpp"
+#include "exec/plan.hpp"
+
+namespace lm {
+constexpr uint32_t kPlanMagic = 0x4e504d4cu;     // "LMPN"
+constexpr uint32_t kRequestMagic = 0x51524d4cu;  // "LMRQ"
+}  // namespace lm
+
+#include <vector>
+
+struct lm_reshard_plan_s {
+  uint32_t magic = lm::kPlanMagic;
+  std::unique_ptr<lm::Plan> plan;
+  lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;  // retained
+  lm_request_s *in_flight = nullptr;
+  lm::AgreeComm *agree = nullptr;  // where executions agree (found at the first one)
+  // The exchange fused with the agreement round (transport/select.hpp), decided at the first
+  // blocking execution that could take it; NULL: never.
+  std::unique_ptr<lm::FusedExchange> fused;
+  bool fused_decided = false;
+  ~lm_reshard_plan_s();
+};
+
+struct lm_request_s {
+  uint32_t magic = lm::kRequestMagic;
+  lm_reshard_plan_s *plan = nullptr;
+  lm_dist_tensor_s *src = nullptr, *dst = nullptr;  // retained until completion
+  std::unique_ptr<lm::DeviceRequest> dev;            // device tensors: host staging in flight
+  ~lm_request_s();
+};
+
+namespace lm {
+lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
+                               const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
+                               DLDataType dtype);
+// Handles (core/handle.hpp): plan_check unwraps a caller's handle (the C boundary only);
+// plan_wrap makes one (deleting the plan on failure); plan_destroy_handle is lm_reshard_plan_destroy.
+lm_reshard_plan_s *plan_check(lm_reshard_plan_t p, const char *what);
+lm_reshard_plan_t plan_wrap(lm_reshard_plan_s *p);
+void plan_destroy_handle(lm_reshard_plan_t *h, const char *what);
+lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device);
+// Runs the plan to completion (no allocation).
+void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst);
+// Starts the plan; returns a request (NULL when this rank takes no part: already complete).
+lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                         const char *fn);
+// Progress; true when complete (the request is then deleted).
+bool request_progress(lm_request_s *r, bool block);
+lm_request_s *request_check(lm_request_t r, const char *what);
+lm_request_t request_wrap(lm_request_s *r);  // on failure: completes r (blocking) and deletes it
+// Kills the handle *h (which request_check accepted) and deletes its request; *h = NULL.
+void request_free_handle(lm_request_t *h, lm_request_s *r);
+}  // namespace lm

@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "transport/mpi/mpi.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <unistd.h>
+
+#include "comm/node.hpp"
+#include "common/error.hpp"
+#include "common/mpi.hpp"
+#include "common/settings.hpp"
+#include "mem/arena.hpp"
+
+namespace lm {
+
+namespace {
+constexpr int kAbortTag = 0x7fff;  // transport/failure.cpp's notices: acks stay below it
+constexpr size_t kMaxPiece = size_t(1) << 30;  // split messages above 1 GiB (int counts)
+// The acknowledgement of a node-local message travels on its own tag (step tags are kTagBase +
+// step, below 0x5000; acks stay below kAbortTag).
+constexpr int kAckOffset = 0x1000;
+int ack_tag(int tag) { return tag + kAckOffset < kAbortTag ? tag + kAckOffset : kAbortTag - 2; }
+int done_tag(int tag) { return tag + 2 * kAckOffset < kAbortTag ? tag + 2 * kAckOffset : kAbortTag - 1; }
+
+bool datatypes_enabled() { return setting_on(Setting::ReshardDatatypes); }
+
+// Non-contiguous boxes of fewer bytes are staged (packed by boxcopy) rather than described as a
+// subarray datatype: below some tens of KiB, Open MPI's datatype engine costs more per message
+// than our own pack (docs/PERFORMANCE.md, "Small and mid-size exchanges"). From the node-local
+// path's floor up a box stays a box, so that on one node it is copied once, strided side and all.
+// LM_DATATYPE_MIN_BYTES, default 32 KiB (kNodeLocalDefaultMin); 0: datatypes at every size.
+size_t datatype_min_bytes() { return (size_t)setting_u(Setting::DatatypeMinBytes); }
+size_t node_local_min_bytes() { return (size_t)setting_u(Setting::NodeLocalMinBytes); }
+}  // namespace
+
+void MpiTransport::fail_and_notify(lm_status_t st, const std::string &msg) {
+  drop_pending();
+  notices_.notify(st, msg);
+  throw Error(st, msg);
+}
+
+void MpiTransport::check(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  try {
+    mpi_check(rc, what);
+  } catch (const Error &e) {
+    fail_and_notify(e.status(), e.message());
+  }
+}
+
+// A notice from another rank that failed during this transfer.
+void MpiTransport::probe_abort() {
+  Error e(LM_SUCCESS, "");
+  if (!notices_.received(&e)) return;
+  drop_pending();
+  throw e;
+}
+
+// Pending requests of a failed transfer: receives are cancelled (their buffers may be freed),
+// sends are left to complete in the background.
+void MpiTransport::drop_pending() {
+  if (!mpi_alive()) return;
+  for (auto &q : reqs_) {
+    if (q == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&q);
+    MPI_Request_free(&q);
+  }
+}
+
+MpiTransport::~MpiTransport() {
+  if (!mpi_alive()) return;  // after MPI_Finalize the types are gone with MPI
+  drop_pending();
+  for (auto &t : types_) MPI_Type_free(&t);
+  for (auto &kv : cached_) MPI_Type_free(&kv.second);
+}
+
+Transport::Ticket MpiTransport::add_pieces(bool send, char *p, size_t bytes, int peer, int tag) {
+  size_t first = reqs_.size();
+  for (size_t done = 0; done < bytes || (bytes == 0 && done == 0); done += kMaxPiece) {
+    int n = (int)std::min(kMaxPiece, bytes - done);
+    if (transport_fault_here())
+      fail_and_notify(LM_ERR_MPI, injected_fault_message(send ? "MPI_Isend" : "MPI_Irecv"));
+    reqs_.push_back(MPI_REQUEST_NULL);
+    peers_.push_back(peer);
+    int rc = send ? MPI_Isend(p + done, n, MPI_BYTE, peer, tag, comm_, &reqs_.back())
+                  : MPI_Irecv(p + done, n, MPI_BYTE, peer, tag, comm_, &reqs_.back());
+    check(rc, send ? "reshard: MPI_Isend" : "reshard: MPI_Irecv");
+    if (bytes == 0) break;
+  }
+  return add_ticket(first, reqs_.size() - first);
+}
+
+Transport::Ticket MpiTransport::add_ticket(size_t first, size_t n, int64_t cma) {
+  tickets_.emplace_back(first, n);
+  ticket_cma_.push_back(cma);
+  return (Ticket)tickets_.size() - 1;
+}
+
+Transport::Ticket MpiTransport::post_send(const void *p, size_t bytes, int peer, int tag) {
+  if (cma_peer(peer, bytes)) return cma_send(p, nullptr, bytes, peer, tag);
+  return add_pieces(true, const_cast<char *>(static_cast<const char *>(p)), bytes, peer, tag);
+}
+
+Transport::Ticket MpiTransport::post_recv(void *p, size_t bytes, int peer, int tag) {
+  if (cma_peer(peer, bytes)) return cma_recv(p, nullptr, bytes, peer, tag);
+  return add_pieces(false, static_cast<char *>(p), bytes, peer, tag);
+}
+
+namespace {
+size_t box_bytes(const BoxRef &b) {
+  size_t n = b.esize;
+  for (int i = 0; i < b.ndim; ++i) n *= (size_t)b.len[i];
+  return n;
+}
+}  // namespace
+
+// ---- The node-local path (transport/node.hpp)
+bool MpiTransport::cma_peer(int peer, size_t bytes) {
+  if (!blocking_ || bytes < node_local_min_bytes()) return false;
+  if (!node_known_) {
+    node_ = node_peers(comm_);
+    node_known_ = true;
+  }
+  return std::binary_search(node_.begin(), node_.end(), peer);
+}
+
+Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer,
+                                         int tag) {
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Isend"));
+  descs_.emplace_back();
+  CmaDesc &d = descs_.back();
+  region_describe(d.r, buf, b, bytes);
+  descs_.emplace_back();
+  CmaDesc &reply = descs_.back();
+  size_t first = reqs_.size();
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Isend(&d, (int)sizeof d, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
+        "reshard: MPI_Isend (node-local descriptor)");
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Irecv(&reply, (int)sizeof reply, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
+        "reshard: MPI_Irecv (node-local reply)");
+  csend_.push_back(CmaSend{first + 1, peer, tag, &d, &reply, false});
+  ++cma_open_;
+  return add_ticket(first, 1, -2 - (int64_t)(csend_.size() - 1));
+}
+
+Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer,
+                                         int tag) {
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Irecv"));
+  descs_.emplace_back();
+  CmaDesc &in = descs_.back();
+  descs_.emplace_back();
+  CmaDesc &mine = descs_.back();
+  region_describe(mine.r, buf, b, bytes);
+  mine.kind = kPush;
+  size_t first = reqs_.size();
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Irecv(&in, (int)sizeof in, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
+        "reshard: MPI_Irecv (node-local descriptor)");
+  CmaRecv r{first, peer, tag, bytes, &in, &mine, {}, 0};
+  region_runs(mine.r, &r.local);
+  crecv_.push_back(std::move(r));
+  ++cma_open_;
+  return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
+}
+
+void MpiTransport::failed_copy(const char *how, uint64_t bytes, int peer,
+                               const std::string &why) {
+  fail_and_notify(LM_ERR_MPI, strfmt("reshard: node-local copy (%s) of %llu bytes with rank %d "
+                                     "failed on rank %d: %s", how, (unsigned long long)bytes, peer,
+                                     world_rank_or_minus1(), why.c_str()));
+}
+
+void MpiTransport::pump_cma() {
+  // A peer whose earlier message (in this direction) is still waiting: its later ones wait too.
+  // One mark per (node peer, direction), valid for this pass (generation counter).
+  if (blocked_.size() != 2 * node_.size()) blocked_.assign(2 * node_.size(), 0);
+  const uint32_t gen = ++gen_;
+  auto slot = [&](int peer, int dir) -> uint32_t & {
+    size_t k = (size_t)(std::lower_bound(node_.begin(), node_.end(), peer) - node_.begin());
+    return blocked_[2 * k + (size_t)dir];
+  };
+  for (CmaRecv &r : crecv_)
+    if (r.state != 2 && slot(r.peer, 0) != gen && !pump_recv(r)) slot(r.peer, 0) = gen;
+  for (CmaSend &s : csend_)
+    if (!s.done && slot(s.peer, 1) != gen && !pump_send(s)) slot(s.peer, 1) = gen;
+}
+
+// A receive: its descriptor arrived -> copy, or ask the sender to write; its "pushed" notice
+// arrived -> finished.
+bool MpiTransport::pump_recv(CmaRecv &r) {
+  int flag = 0;
+  check(MPI_Test(&reqs_[r.req], &flag, MPI_STATUS_IGNORE), "reshard: MPI_Test");
+  if (!flag) return r.state != 0;  // "pushed" notices may come in any order
+  if (r.state == 1) {  // pushed
+    r.state = 2;
+    --cma_open_;
+    return true;
+  }
+  const CmaDesc &d = *r.desc;
+  if (d.kind != kData || d.r.bytes != r.bytes || d.r.ndim > kBoxMaxDims)
+    fail_and_notify(LM_ERR_INTERNAL,
+                    strfmt("reshard: node-local message from rank %d has %llu bytes, rank %d "
+                           "expects %llu (a bug in localmap)",
+                           r.peer, (unsigned long long)d.r.bytes, world_rank_or_minus1(),
+                           (unsigned long long)r.bytes));
+  MPI_Request q;
+  if (receiver_copies(d.r, r.mine->r)) {
+    std::string why = copy_from_peer(d.r, r.local);
+    if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+    static const uint32_t done = kDone;
+    check(MPI_Isend(&done, (int)sizeof done, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
+          "reshard: MPI_Isend (node-local reply)");
+    MPI_Request_free(&q);  // a static word: nothing to keep alive
+    r.state = 2;
+    --cma_open_;
+    return true;
+  }
+  // The sender writes into our region (mine), then says so.
+  check(MPI_Isend(r.mine, (int)sizeof(CmaDesc), MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
+        "reshard: MPI_Isend (node-local reply)");
+  MPI_Request_free(&q);  // r.mine lives until reset(), after the sender has read it
+  check(MPI_Irecv(nullptr, 0, MPI_BYTE, r.peer, done_tag(r.tag), comm_, &reqs_[r.req]),
+        "reshard: MPI_Irecv (node-local notice)");
+  r.state = 1;
+  return true;
+}
+
+// A send: its reply arrived -> finished, or write into the receiver's region first.
+bool MpiTransport::pump_send(CmaSend &s) {
+  int flag = 0;
+  check(MPI_Test(&reqs_[s.req], &flag, MPI_STATUS_IGNORE), "reshard: MPI_Test");
+  if (!flag) return false;
+  if (s.reply->kind == kPush) {
+    std::vector<Run> mine;
+    region_runs(s.sent->r, &mine);
+    std::string why = copy_to_peer(mine, s.reply->r);
+    if (!why.empty()) failed_copy("process_vm_writev", s.sent->r.bytes, s.peer, why);
+    MPI_Request q;
+    check(MPI_Isend(nullptr, 0, MPI_BYTE, s.peer, done_tag(s.tag), comm_, &q),
+          "reshard: MPI_Isend (node-local notice)");
+    MPI_Request_free(&q);
+  }
+  s.done = true;
+  --cma_open_;
+  return true;
+}
+
+bool MpiTransport::box_direct(const BoxRef &b) const {
+  if (!datatypes_enabled()) return false;
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) return false;
+  size_t n = b.esize;
+  for (int i = 0; i < b.ndim; ++i) {
+    if (b.shape[i] > INT_MAX) return false;
+    n *= (size_t)b.len[i];
+  }
+  return n >= datatype_min_bytes() && n <= kMaxPiece && b.esize <= (size_t)INT_MAX;
+}
+
+// Describes a non-contiguous box as an MPI subarray of the local buffer; then MPI packs straight
+// into its transport buffers (one memory pass fewer than our own staging).
+MPI_Datatype MpiTransport::subarray(const BoxRef &b) {
+  if (b.id >= 0) {
+    auto it = cached_.find(b.id);
+    if (it != cached_.end()) return it->second;
+  }
+  int n = b.ndim;
+  int sizes[kBoxMaxDims], subs[kBoxMaxDims], starts[kBoxMaxDims];
+  for (int i = 0; i < n; ++i) {
+    sizes[i] = (int)b.shape[i];
+    subs[i] = (int)b.len[i];
+    starts[i] = (int)b.off[i];
+  }
+  MPI_Datatype elem, t;
+  mpi_check(MPI_Type_contiguous((int)b.esize, MPI_BYTE, &elem), "reshard: MPI_Type_contiguous");
+  int rc = MPI_Type_create_subarray(n, sizes, subs, starts, MPI_ORDER_C, elem, &t);
+  MPI_Type_free(&elem);
+  mpi_check(rc, "reshard: MPI_Type_create_subarray");
+  rc = MPI_Type_commit(&t);
+  if (rc != MPI_SUCCESS) MPI_Type_free(&t);
+  mpi_check(rc, "reshard: MPI_Type_commit");
+  if (b.id >= 0)
+    cached_.emplace(b.id, t);
+  else
+    types_.push_back(t);
+  return t;
+}
+
+Transport::Ticket MpiTransport::post_send_box(const void *buf, const BoxRef &b, int peer,
+                                              int tag) {
+  if (cma_peer(peer, box_bytes(b))) return cma_send(buf, &b, box_bytes(b), peer, tag);
+  MPI_Datatype t = subarray(b);
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Isend"));
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Isend(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Isend");
+  return add_ticket(reqs_.size() - 1, 1);
+}
+
+Transport::Ticket MpiTransport::post_recv_box(void *buf, const BoxRef &b, int peer, int tag) {
+  if (cma_peer(peer, box_bytes(b))) return cma_recv(buf, &b, box_bytes(b), peer, tag);
+  MPI_Datatype t = subarray(b);
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Irecv"));
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Irecv(buf, 1, t, peer, tag, comm_, &reqs_.back()), "reshard: MPI_Irecv");
+  return add_ticket(reqs_.size() - 1, 1);
+}
+
+bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
+  if (n == 0) return true;
+  if (block && transport_fault_here())
+    fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Waitall"));
+  auto ready = [&] {
+    if (cma_open_) pump_cma();
+    int flag = 0;
+    check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
+          "reshard: MPI_Testall");
+    if (!flag) return false;
+    if (cma >= 0) return crecv_[(size_t)cma].state == 2;
+    if (cma <= -2) return csend_[(size_t)(-2 - cma)].done;
+    return true;
+  };
+  if (!block) {
+    bool ok = ready();
+    if (!ok && (++polls_ & 15) == 0) probe_abort();
+    return ok;
+  }
+  // Blocking: poll, so that a peer's failure notice or the deadline can end the wait.
+  const Deadline deadline;
+  const double tmo = deadline.seconds();
+  for (unsigned spins = 1;; ++spins) {
+    if (ready()) return true;
+    if ((spins & 63) != 0) continue;
+    probe_abort();
+    if (deadline.passed()) {
+      std::string who;
+      int listed = 0;
+      // MPI_Testall frees no request until all are complete: ask each (without freeing it)
+      // whether it is, so that only the ranks still awaited are named.
+      auto pending = [&](size_t i) {
+        int flag = 0;
+        return reqs_[i] != MPI_REQUEST_NULL &&
+               (MPI_Request_get_status(reqs_[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag);
+      };
+      for (size_t i = first; i < first + n; ++i)
+        if (listed < 8 && pending(i) && who.find(strfmt(" %d,", peers_[i])) == std::string::npos) {
+          who += strfmt(" %d,", peers_[i]);
+          ++listed;
+        }
+      if (!who.empty()) who.pop_back();
+      fail_and_notify(LM_ERR_TIMEOUT,
+                      strfmt("reshard: no answer within LM_TIMEOUT = %g s on rank %d; waiting for "
+                             "rank%s%s of the parent communicator",
+                             tmo, world_rank_or_minus1(), listed > 1 ? "s" : "", who.c_str()));
+    }
+  }
+}
+
+bool MpiTransport::done(Ticket t, bool block) {
+  const auto &r = tickets_[(size_t)t];
+  return complete(r.first, r.second, block, ticket_cma_[(size_t)t]);
+}
+
+// Without node-local messages in flight the tickets from `first` on are one range of requests:
+// one test (or one wait loop) covers them all.
+bool MpiTransport::done_from(Ticket first, bool block) {
+  if ((size_t)first >= tickets_.size()) return true;
+  if (cma_open_) return Transport::done_from(first, block);
+  const size_t r0 = tickets_[(size_t)first].first;
+  return complete(r0, reqs_.size() - r0, block);
+}
+
+void MpiTransport::reset() {
+  drop_pending();  // none after a completed step; those of a failed execution
+  reqs_.clear();
+  peers_.clear();
+  tickets_.clear();
+  ticket_cma_.clear();
+  descs_.clear();
+  crecv_.clear();
+  csend_.clear();
+  cma_open_ = 0;
+  if (!types_.empty() && mpi_alive())
+    for (auto &t : types_) MPI_Type_free(&t);
+  types_.clear();
+}
+
+}  // namespace lm

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The MPI transport: host memory, point-to-point messages on the plan's communicator.
+//   - contiguous byte ranges are sent/received in place (split into pieces of at most 1 GiB:
+//     MPI counts are int);
+//   - a non-contiguous box is moved in place as an MPI subarray datatype when datatypes are on
+//     (LM_RESHARD_DATATYPES, default 1), its extents fit in int, it is at most 1 GiB and at least
+//     LM_DATATYPE_MIN_BYTES (32 KiB: below, our own pack is cheaper than the datatype engine);
+//     otherwise box_direct() says no and the executor stages it;
+//   - node-local peers (comm/node.hpp, the provider of transport/node/): in a blocking execution, a message of at least
+//     LM_NODE_LOCAL_MIN_BYTES to a rank on this node whose memory can be read travels as a small
+//     descriptor (pid, address, box geometry); the receiver copies the bytes straight from the
+//     sender's buffer into its own (process_vm_readv: one copy) and acknowledges with an empty
+//     message, which completes the send. Both sides decide from the same (peer, size, mode), so
+//     they always agree on a message's form; messages of one pair and tag keep their order
+//     (receivers copy a peer's messages in posting order).
+// complete() is the single place where the transport tests or waits for requests.
+#pragma once
+
+#include <mpi.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "localmap.h"
+#include "layout/boxcopy.hpp"
+#include "transport/failure.hpp"
+#include "transport/node/node_local.hpp"
+#include "transport/transport.hpp"
+
+namespace lm {
+
+class MpiTransport : public Transport {
+ public:
+  explicit MpiTransport(MPI_Comm comm) : comm_(comm), notices_(comm) {}
+  ~MpiTransport() override;
+  const char *name() const override { return "mpi"; }
+
+  Ticket post_send(const void *p, size_t bytes, int peer, int tag) override;
+  Ticket post_recv(void *p, size_t bytes, int peer, int tag) override;
+  bool box_direct(const BoxRef &b) const override;
+  Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) override;
+  Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
+  bool done(Ticket t, bool block) override;
+  bool done_from(Ticket first, bool block) override;
+  Ticket posted() const override { return (Ticket)tickets_.size(); }
+  void reset() override;
+  void begin_execution(bool blocking) override { blocking_ = blocking; }
+
+ private:
+  // Tests (block = false) or waits for requests [first, first + n), and for node-local message
+  // `cma` (ticket_cma_) to finish; true when all complete. Every completion goes through here.
+  bool complete(size_t first, size_t n, bool block, int64_t cma = -1);
+  // Failure handling (transport/failure.hpp): a failing rank tells every other rank of the
+  // communicator before it throws, so that none waits for it; waits poll for such a notice and
+  // for the deadline of the call.
+  [[noreturn]] void fail_and_notify(lm_status_t st, const std::string &msg);
+  void check(int rc, const char *what);
+  void probe_abort();
+  void drop_pending();
+  Ticket add_pieces(bool send, char *p, size_t bytes, int peer, int tag);
+  Ticket add_ticket(size_t first, size_t n, int64_t cma = -1);
+  MPI_Datatype subarray(const BoxRef &b);
+
+  // ---- The node-local path
+  // One message: the sender posts a kData descriptor (where its bytes are) and a receive of the
+  // reply. The receiver, holding both sides' geometry, picks the copier: itself when the sender's
+  // buffer is in the sender's shared arena and maps here (it memcpys from it, replies kDone);
+  // else the sender when the receiver's buffer is in the receiver's arena (kPush with its own
+  // geometry; the sender memcpys into it, or writes with process_vm_writev if it cannot map it,
+  // and sends an empty "pushed" notice); else, through the kernel, the side facing fewer runs:
+  // the receiver when the sender's side has no more runs than its own (process_vm_readv), else
+  // the sender (kPush, process_vm_writev). The kernel pins the remote side run by run.
+  enum : uint32_t { kData = 0, kDone = 1, kPush = 2 };
+  struct CmaDesc {
+    uint32_t kind = kData;
+    Region r;  // transport/node/node_local.hpp
+  };
+  struct CmaRecv {
+    size_t req;        // the descriptor's receive in reqs_; then the "pushed" notice's
+    int peer, tag;
+    uint64_t bytes;    // what this rank expects
+    const CmaDesc *desc;
+    CmaDesc *mine;     // this side's geometry (sent back with kPush)
+    std::vector<Run> local;
+    int state;         // 0 waiting for the descriptor, 1 waiting for the push, 2 done
+  };
+  struct CmaSend {
+    size_t req;        // the reply's receive in reqs_
+    int peer, tag;
+    const CmaDesc *sent;
+    CmaDesc *reply;
+    bool done;
+  };
+  bool cma_peer(int peer, size_t bytes);
+  Ticket cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
+  Ticket cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
+  // Moves every node-local message whose next message arrived (a peer's in posting order, per
+  // direction) and answers it; runs in every test and wait, so that no rank waits on a peer that
+  // is itself waiting.
+  void pump_cma();
+  // One receive (one send) of pump_cma: false when it must wait (its peer's later ones wait too).
+  bool pump_recv(CmaRecv &r);
+  bool pump_send(CmaSend &s);
+  [[noreturn]] void failed_copy(const char *how, uint64_t bytes, int peer, const std::string &why);
+
+  MPI_Comm comm_;
+  AbortNotices notices_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<int> peers_;  // peer of each request (for deadline messages)
+  unsigned polls_ = 0;
+  std::vector<std::pair<size_t, size_t>> tickets_;  // first request, count
+  std::vector<MPI_Datatype> types_;                 // committed by this step, freed by reset()
+  std::unordered_map<int64_t, MPI_Datatype> cached_;  // by BoxRef::id, freed with the transport
+  // Per ticket: >= 0 its node-local receive, <= -2 its node-local send (-2 - index), -1 none.
+  std::vector<int64_t> ticket_cma_;
+
+  bool blocking_ = false;              // this execution (begin_execution)
+  bool node_known_ = false;
+  std::vector<int> node_;              // ranks of comm_ read directly (sorted)
+  std::deque<CmaDesc> descs_;          // every descriptor of this step (stable addresses)
+  std::vector<CmaRecv> crecv_;
+  std::vector<CmaSend> csend_;
+  size_t cma_open_ = 0;                // node-local messages not finished yet
+  std::vector<uint32_t> blocked_;      // pump_cma's marks per (node peer, direction)
+  uint32_t gen_ = 0;
+};
+
+}  // namespace lm

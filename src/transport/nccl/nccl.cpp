@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Compiled in CUDA builds only (the rest of the library reaches it through device.cpp).
+#ifdef LM_WITH_CUDA
+#include "transport/nccl/nccl.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "common/error.hpp"
+#include "transport/failure.hpp"
+#include "transport/nccl/comm.hpp"
+
+namespace lm {
+
+NcclTransport::NcclTransport(NcclComm *nc, void *stream, int device, std::vector<int> peer_map)
+    : nc_(nc), stream_(stream), device_(device), peer_map_(std::move(peer_map)) {}
+
+void NcclTransport::check_errors(const char *what) { nccl_check_async(*nc_, what); }
+
+NcclTransport::~NcclTransport() = default;
+
+int NcclTransport::nccl_rank(int peer) const {
+  if (peer < 0 || peer >= (int)peer_map_.size() || peer_map_[(size_t)peer] < 0)
+    fail(LM_ERR_INTERNAL, "NCCL transport: rank %d of the plan is not in the mesh", peer);
+  return peer_map_[(size_t)peer];
+}
+
+Transport::Ticket NcclTransport::post_send(const void *p, size_t bytes, int peer, int tag) {
+  (void)tag;  // pairs match in posting order within one communicator, as the seam requires
+  pending_.push_back({true, const_cast<void *>(p), bytes, nccl_rank(peer)});
+  return next_++;
+}
+
+Transport::Ticket NcclTransport::post_recv(void *p, size_t bytes, int peer, int tag) {
+  (void)tag;
+  pending_.push_back({false, p, bytes, nccl_rank(peer)});
+  return next_++;
+}
+
+Transport::Ticket NcclTransport::post_send_box(const void *, const BoxRef &, int, int) {
+  fail(LM_ERR_INTERNAL, "NCCL transport: box_direct() is false, post_send_box must not be called");
+}
+Transport::Ticket NcclTransport::post_recv_box(void *, const BoxRef &, int, int) {
+  fail(LM_ERR_INTERNAL, "NCCL transport: box_direct() is false, post_recv_box must not be called");
+}
+
+void NcclTransport::flush() {
+  if (pending_.empty()) return;
+  ncclComm_t c = static_cast<ncclComm_t>(nc_->comm);
+  if (!c) {  // aborted after an earlier error (the mesh is broken; calls are refused before this)
+    pending_.clear();
+    fail(LM_ERR_NCCL, "NCCL transport: the communicator was aborted after an earlier error");
+  }
+  if (transport_fault_here()) {
+    pending_.clear();
+    fail(LM_ERR_NCCL, "%s", injected_fault_message("ncclGroupEnd").c_str());
+  }
+  nc_->used = true;
+  nc_->stream = stream_;
+  cudaStream_t st = static_cast<cudaStream_t>(stream_);
+  ncclResult_t rc = ncclGroupStart();
+  for (const Op &o : pending_) {
+    if (rc != ncclSuccess && rc != ncclInProgress) break;
+    rc = o.send ? ncclSend(o.p, o.bytes, ncclInt8, o.peer, c, st)
+                : ncclRecv(o.p, o.bytes, ncclInt8, o.peer, c, st);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  pending_.clear();
+  issued_ = next_;
+  if ((rc != ncclSuccess && rc != ncclInProgress) || (end != ncclSuccess && end != ncclInProgress)) {
+    // The async state tells the cause; nccl_check_async aborts, breaks the mesh and throws.
+    nccl_check_async(*nc_, "NCCL transport: ncclSend/ncclRecv group");
+    fail(LM_ERR_NCCL, "NCCL transport: ncclSend/ncclRecv group failed: %s",
+         ncclGetErrorString(rc != ncclSuccess && rc != ncclInProgress ? rc : end));
+  }
+  nccl_check_async(*nc_, "NCCL transport: ncclGroupEnd");  // until enqueued
+}
+
+bool NcclTransport::done(Ticket t, bool block) {
+  (void)block;
+  if (t >= issued_) flush();
+  return true;  // enqueued: later work on the stream is ordered behind it
+}
+
+void NcclTransport::reset() {
+  pending_.clear();
+  issued_ = next_ = 0;
+}
+
+}  // namespace lm
+
+#endif  // LM_WITH_CUDA

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The board exchange: a small plan of one exchange step whose agreement set shares one node (with
+// the agreement board and outboxes of comm/board.hpp) moves its data inside its agreement round,
+// with no MPI message. Each rank packs its sends into its outbox bank right before it publishes
+// its agreement words (a header of (offset, bytes) per agreement rank, then one 64-byte aligned
+// block per destination); after the round each rank copies its blocks straight out of its peers'
+// banks. Chosen by transport/select.hpp (select_fused_exchange).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "transport/transport.hpp"
+
+namespace lm {
+
+struct AgreeComm;
+struct Schedule;
+
+// The board exchange of schedule s (plan communicator comm, agreement set ac), or NULL when the
+// plan cannot take it: not one exchange step, no outboxes, the tensor larger than ranks x
+// LM_BOARD_EXCHANGE_BYTES, or this rank's sends larger than its bank (a rank that cannot says so
+// in the round: the caller agrees on whether every rank packed).
+std::unique_ptr<FusedExchange> board_exchange_for(const Schedule &s, MPI_Comm comm,
+                                                  const AgreeComm *ac);
+
+}  // namespace lm

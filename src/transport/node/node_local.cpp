@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "transport/node/node_local.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "mem/arena.hpp"
+
+namespace lm {
+
+void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
+              size_t esize, std::vector<Run> *out) {
+  out->clear();
+  for (int i = 0; i < ndim; ++i)
+    if (len[i] == 0) return;
+  if (ndim == 0) {
+    out->push_back({base, esize});
+    return;
+  }
+  // Row-major strides in bytes.
+  int64_t stride[64];
+  stride[ndim - 1] = (int64_t)esize;
+  for (int i = ndim - 2; i >= 0; --i) stride[i] = stride[i + 1] * shape[i + 1];
+  // The innermost dims a run covers: d..ndim-1 (dims after d whole).
+  int d = ndim - 1;
+  while (d > 0 && len[d] == shape[d]) --d;
+  const uint64_t run = (uint64_t)len[d] * (uint64_t)stride[d];
+  int64_t idx[64] = {0};  // odometer over dims 0..d-1
+  for (;;) {
+    int64_t a = (int64_t)base + off[d] * stride[d];
+    for (int i = 0; i < d; ++i) a += (off[i] + idx[i]) * stride[i];
+    if (!out->empty() && out->back().addr + out->back().bytes == (uint64_t)a)
+      out->back().bytes += run;
+    else
+      out->push_back({(uint64_t)a, run});
+    int i = d - 1;
+    for (; i >= 0; --i) {
+      if (++idx[i] < len[i]) break;
+      idx[i] = 0;
+    }
+    if (i < 0) break;
+  }
+}
+
+namespace {
+// A position in a run list: run index and bytes of that run already taken.
+struct Cursor {
+  const std::vector<Run> *runs;
+  size_t i = 0;
+  uint64_t off = 0;
+  bool end() const { return i >= runs->size(); }
+  // Bytes in the next `max` runs from here.
+  uint64_t ahead(int max) const {
+    uint64_t b = 0;
+    for (size_t k = i; k < runs->size() && k < i + (size_t)max; ++k)
+      b += (*runs)[k].bytes - (k == i ? off : 0);
+    return b;
+  }
+  // Fills v with iovecs covering the next `bytes` bytes; returns their count.
+  int take(uint64_t bytes, struct iovec *v) {
+    int n = 0;
+    while (bytes) {
+      const Run &r = (*runs)[i];
+      uint64_t k = std::min(bytes, r.bytes - off);
+      v[n].iov_base = (void *)(uintptr_t)(r.addr + off);
+      v[n].iov_len = (size_t)k;
+      ++n;
+      bytes -= k;
+      if ((off += k) == r.bytes) ++i, off = 0;
+    }
+    return n;
+  }
+};
+}  // namespace
+
+// The two lists go to the kernel as they are (not cut into matching pairs): it pins the remote
+// pages run by run, up to 16 pages at a time, and fills the local runs as a stream, so a strided
+// side costs one iovec per run and a contiguous side one iovec in all.
+std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote,
+                     bool write) {
+  constexpr int kMax = 1024;  // IOV_MAX on Linux
+  struct iovec lv[kMax], rv[kMax];
+  Cursor lc{&local}, rc{&remote};
+  while (!lc.end() && !rc.end()) {
+    uint64_t bytes = std::min(lc.ahead(kMax), rc.ahead(kMax));
+    if (bytes == 0) break;
+    int nl = lc.take(bytes, lv), nr = rc.take(bytes, rv);
+    // The kernel may stop early only on a fault: what it did not copy is an error.
+    ssize_t got = write ? process_vm_writev(pid, lv, (unsigned long)nl, rv, (unsigned long)nr, 0)
+                        : process_vm_readv(pid, lv, (unsigned long)nl, rv, (unsigned long)nr, 0);
+    if (got < 0) return std::strerror(errno);
+    if ((uint64_t)got != bytes) return "short read";
+  }
+  auto rest = [](const Cursor &c) {
+    uint64_t b = 0;
+    for (size_t k = c.i; k < c.runs->size(); ++k) b += (*c.runs)[k].bytes - (k == c.i ? c.off : 0);
+    return b;
+  };
+  if (rest(lc) || rest(rc)) return "the two sides cover different byte counts";
+  return "";
+}
+
+void runs_memcpy(const std::vector<Run> &dst, const std::vector<Run> &src) {
+  size_t i = 0, j = 0;
+  uint64_t oi = 0, oj = 0;
+  while (i < dst.size() && j < src.size()) {
+    const uint64_t k = std::min(dst[i].bytes - oi, src[j].bytes - oj);
+    std::memcpy((char *)(uintptr_t)(dst[i].addr + oi), (const char *)(uintptr_t)(src[j].addr + oj),
+                (size_t)k);
+    if ((oi += k) == dst[i].bytes) ++i, oi = 0;
+    if ((oj += k) == src[j].bytes) ++j, oj = 0;
+  }
+}
+
+void runs_rebase(std::vector<Run> *runs, uint64_t from, uint64_t to) {
+  for (Run &r : *runs) r.addr = r.addr - from + to;
+}
+
+void region_describe(Region &r, const void *buf, const BoxRef *b, size_t bytes) {
+  r.addr = (uint64_t)(uintptr_t)buf;
+  r.bytes = bytes;
+  r.pid = (int32_t)getpid();
+  r.ndim = -1;
+  size_t span = bytes;  // the bytes of the buffer the runs lie in
+  if (b) {
+    r.ndim = b->ndim;
+    r.esize = b->esize;
+    span = b->esize;
+    for (int i = 0; i < b->ndim; ++i) {
+      r.shape[i] = b->shape[i];
+      r.off[i] = b->off[i];
+      r.len[i] = b->len[i];
+      span *= (size_t)b->shape[i];
+    }
+  }
+  r.arena_off = arena_offset(buf, span);
+  if (r.arena_off != UINT64_MAX) {
+    ArenaId id = arena_self();
+    r.arena_fd = id.fd;
+    r.arena_size = id.size;
+  }
+}
+
+void region_runs(const Region &r, std::vector<Run> *out) {
+  out->clear();
+  if (r.ndim < 0)
+    out->push_back({r.addr, r.bytes});
+  else
+    box_runs(r.addr, r.ndim, r.shape, r.off, r.len, (size_t)r.esize, out);
+}
+
+char *region_mapping(const Region &r) {
+  if (r.arena_off == UINT64_MAX || r.arena_fd < 0) return nullptr;
+  ArenaId id;
+  id.pid = r.pid;
+  id.fd = r.arena_fd;
+  id.size = r.arena_size;
+  return arena_peer(id);
+}
+
+bool receiver_copies(const Region &sender, const Region &receiver) {
+  if (region_mapping(sender)) return true;
+  if (receiver.arena_off != UINT64_MAX) return false;  // the sender memcpys into it
+  std::vector<Run> s, r;
+  region_runs(sender, &s);
+  region_runs(receiver, &r);
+  return s.size() <= r.size();  // the kernel pins the remote side run by run: fewer remote runs
+}
+
+std::string copy_from_peer(const Region &peer, const std::vector<Run> &mine) {
+  std::vector<Run> remote;
+  region_runs(peer, &remote);
+  if (char *base = region_mapping(peer)) {  // the peer's buffer is mapped here: one memcpy
+    runs_rebase(&remote, peer.addr, (uint64_t)(uintptr_t)base + peer.arena_off);
+    runs_memcpy(mine, remote);
+    return "";
+  }
+  return cma_copy((pid_t)peer.pid, mine, remote, false);
+}
+
+std::string copy_to_peer(const std::vector<Run> &mine, const Region &peer) {
+  std::vector<Run> remote;
+  region_runs(peer, &remote);
+  if (char *base = region_mapping(peer)) {
+    runs_rebase(&remote, peer.addr, (uint64_t)(uintptr_t)base + peer.arena_off);
+    runs_memcpy(remote, mine);
+    return "";
+  }
+  return cma_copy((pid_t)peer.pid, mine, remote, true);
+}
+
+}  // namespace lm

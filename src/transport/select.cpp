@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "transport/select.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/mpi.hpp"
+#include "common/settings.hpp"
+#include "mem/cuda.hpp"
+#include "transport/mpi/mpi.hpp"
+#include "transport/node/board_exchange.hpp"
+
+#ifdef LM_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "transport/nccl/comm.hpp"
+#include "transport/nccl/nccl.hpp"
+#endif
+
+namespace lm {
+
+bool TransportSpec::same(const TransportSpec &o) const {
+  if (kind != o.kind || comm != o.comm) return false;
+  if (kind == kHost) return true;
+  return nccl == o.nccl && stream == o.stream && device == o.device && peer_map == o.peer_map;
+}
+
+Route select_route(const TransportSpec &spec) {
+  Route r;
+  if (spec.kind == TransportSpec::kHost) {
+    r.wire = std::make_unique<MpiTransport>(spec.comm);
+    r.mem = host_ops();
+    return r;
+  }
+#ifdef LM_WITH_CUDA
+  r.wire = std::make_unique<NcclTransport>(spec.nccl, spec.stream, spec.device, spec.peer_map);
+  r.mem = device_ops(spec.stream, spec.device);
+  return r;
+#else
+  fail(LM_ERR_NOT_SUPPORTED, "NCCL transport: this build has no CUDA/NCCL backend");
+#endif
+}
+
+namespace {
+struct GpuId {
+  char host[64];
+  char bus[32];
+};
+}  // namespace
+
+int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, std::string *why) {
+  if (setting_u(Setting::Transport) == kTransportMpi) {
+    *why = "LM_TRANSPORT=mpi";
+    return LM_TRANSPORT_MPI_STAGED;
+  }
+  if (!cuda_built()) {
+    *why = "this build has no NCCL executor: device data is staged through host";
+    return LM_TRANSPORT_MPI_STAGED;
+  }
+  GpuId mine{};
+  gethostname(mine.host, sizeof mine.host - 1);
+  if (const char *hid = std::getenv("NCCL_HOSTID"))  // NCCL_SPLIT_HOSTS test mode: NCCL's view
+    std::snprintf(mine.host, sizeof mine.host, "%s", hid);
+#ifdef LM_WITH_CUDA
+  if (cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus, device_id) != cudaSuccess) {
+    cudaGetLastError();
+    std::snprintf(mine.bus, sizeof mine.bus, "?%d", device_id);
+  }
+#else
+  std::snprintf(mine.bus, sizeof mine.bus, "?%d", device_id);
+#endif
+  std::vector<GpuId> all((size_t)n);
+  mpi_check(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
+                          MPI_BYTE, c),
+            "device transport choice: MPI_Allgather of host and PCI bus ids");
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t j = i + 1; j < all.size(); ++j)
+      if (!std::strcmp(all[i].host, all[j].host) && !std::strcmp(all[i].bus, all[j].bus)) {
+        *why = strfmt("%s %zu and %zu share the GPU %s on host %s", who, i, j, all[i].bus,
+                      all[i].host);
+        return LM_TRANSPORT_MPI_STAGED;
+      }
+  *why = strfmt("NCCL: each of the %s has its own GPU", who);
+  return LM_TRANSPORT_NCCL;
+}
+
+std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
+                                                     const AgreeComm *ac) {
+  return board_exchange_for(s, comm, ac);
+}
+
+}  // namespace lm

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The one place that chooses how a plan's bytes travel (docs/DESIGN.md, "Adding a transport"):
+//   - select_route: the wire (Transport) and the memory operations (MemOps) of a plan's
+//     executions, from what the executor knows: where the data lives (host, or a device with a
+//     NCCL communicator and a stream) and the plan's communicator. Host data goes over MPI, whose
+//     node-local provider (transport/node/) serves peers on this node; device data over NCCL;
+//   - choose_device_transport: whether device data of a set of ranks can go over NCCL (every rank
+//     has its own GPU) or is staged through host memory, and why;
+//   - select_fused_exchange: whether a blocking execution can move its data inside its agreement
+//     round (the board exchange).
+// Nothing outside src/transport/ names a transport type.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mem/ops.hpp"
+#include "transport/transport.hpp"
+
+namespace lm {
+
+struct AgreeComm;
+struct NcclComm;
+struct Schedule;
+
+// What a plan's executions run on.
+struct TransportSpec {
+  enum Kind { kHost, kNccl } kind = kHost;
+  MPI_Comm comm = MPI_COMM_NULL;   // the plan's communicator (parent ranks)
+  NcclComm *nccl = nullptr;        // kNccl: the communicator (the mesh's or the pair's)
+  void *stream = nullptr;          // kNccl: the cudaStream_t all the plan's work is ordered on
+  int device = -1;                 // kNccl: the CUDA device
+  std::vector<int> peer_map;       // kNccl: parent rank -> NCCL rank (-1: none)
+  // The same route (a plan keeps its transport while this holds).
+  bool same(const TransportSpec &o) const;
+};
+
+struct Route {
+  std::unique_ptr<Transport> wire;
+  std::unique_ptr<MemOps> mem;
+};
+Route select_route(const TransportSpec &spec);
+
+// LM_TRANSPORT_NCCL when every one of the n ranks of `c` has its own GPU (one allgather of host
+// name and PCI bus id of device_id: NCCL refuses two ranks of a communicator on one GPU), else
+// LM_TRANSPORT_MPI_STAGED; *why says why in one line. `who` names the ranks ("mesh ranks").
+// Collective over c. LM_TRANSPORT=mpi forces staging.
+int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, std::string *why);
+
+// The exchange fused with the agreement round for this plan (a host plan of one exchange step
+// within one mesh whose agreement set `ac` has the board and outboxes, small enough), or NULL.
+// Depends on the plan and agreed settings alone: every rank with the same plan decides alike.
+std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
+                                                     const AgreeComm *ac);
+
+}  // namespace lm
