@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Layers only point down (docs/DESIGN.md, "Layers"): tools/check-layers.py fails on an include of
+# src/ that points up or across, on MPI/CUDA/NCCL headers reached by the planner or the layout
+# math, and on a transport type named outside src/transport/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=$(command -v python3 || true)
+[ -n "$py" ] || { echo "script_layers: python3 is needed"; exit 1; }
+"$py" tools/check-layers.py src
