@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/handle.hpp"
+#include "common/mpi.hpp"
 #include "mesh/collective.hpp"
 #include "tensor/ops.hpp"
 
@@ -234,182 +235,262 @@ std::string describe_local_map(const void *p, int field) {
   return "(differs)";
 }
 
-}  // namespace
-
-void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
-               const lm_placement_t *const *in_placements, int nout,
-               const lm_placement_t *const *out_placements, const int64_t *const *out_shapes,
-               lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs) {
-  const char *F = "lm_local_map";
-  LM_CHECK_ARG(fn != nullptr, "%s: fn is NULL", F);
-  LM_CHECK_ARG(nin >= 0 && nout >= 0, "%s: nin = %d and nout = %d must be >= 0", F, nin, nout);
-  LM_CHECK_ARG(nin <= LM_LOCAL_MAP_MAX_ARGS && nout <= LM_LOCAL_MAP_MAX_ARGS,
-               "%s: nin = %d and nout = %d must be at most LM_LOCAL_MAP_MAX_ARGS (%d)", F, nin, nout,
-               LM_LOCAL_MAP_MAX_ARGS);
-  LM_CHECK_ARG(nin == 0 || inputs, "%s: inputs is NULL but nin = %d", F, nin);
-  LM_CHECK_ARG(nout == 0 || outputs, "%s: outputs is NULL but nout = %d", F, nout);
-  LM_CHECK_ARG(nout == 0 || out_placements,
-               "%s: out_placements is NULL but nout = %d (pass an array of nout entries, NULL for "
-               "non-tensor outputs)",
-               F, nout);
-  const unsigned known = LM_LOCAL_MAP_RESHARD_INPUTS | LM_LOCAL_MAP_NO_AGREE | LM_LOCAL_MAP_SHAPES_EVEN;
-  LM_CHECK_ARG((flags & ~known) == 0, "%s: unknown flags 0x%x", F, flags & ~known);
-  for (int j = 0; j < nout; ++j) outputs[j] = lm_arg_t{};
-
-  // The mesh: given, or the first dist input's.
-  lm_mesh_s *m = nullptr;
-  if (mesh) {
-    m = mesh_check(mesh, strfmt("%s: mesh", F).c_str());  // usable: checked in the agreement
+// ---------------------------------------------------------------------------------------------
+// One lm_local_map call, in the phases a reader can name (docs/DESIGN.md, "lm_local_map"):
+//   validate (errors return at once: nothing collective has started), find the mesh, decide the
+//   allgathers from the arguments alone, check placements and inputs (from here an error is
+//   recorded and the rank still joins the agreement), agree before moving inputs (with
+//   LM_LOCAL_MAP_RESHARD_INPUTS), move inputs, call fn, check outputs, agree on the outcome,
+//   derive gathered global shapes, wrap outputs.
+class LocalMapCall {
+ public:
+  LocalMapCall(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
+               const lm_placement_t *const *in_pl, int nout, const lm_placement_t *const *out_pl,
+               const int64_t *const *out_shapes, lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs)
+      : fn_(fn), ud_(user_data), nin_(nin), in_(inputs), in_pl_(in_pl), nout_(nout),
+        out_pl_(out_pl), out_shapes_(out_shapes), mesh_(mesh), flags_(flags), out_(outputs),
+        objs_((size_t)(nin > 0 ? nin : 0)), need_gather_((size_t)(nout > 0 ? nout : 0)),
+        args_((size_t)(nin > 0 ? nin : 0)), views_((size_t)(nin > 0 ? nin : 0)),
+        temps_((size_t)(nin > 0 ? nin : 0)), move_((size_t)(nin > 0 ? nin : 0)),
+        gshapes_((size_t)(nout > 0 ? nout : 0)) {}
+  ~LocalMapCall() {
+    for (int i = 0; i < nin_; ++i) tensor_release(temps_[i]);
   }
-  // The objects behind the dist inputs' handles (unwrapped once, here at the boundary).
-  SmallBuf<lm_dist_tensor_s *, 16> objs((size_t)nin);
-  for (int i = 0; i < nin; ++i) {
-    const lm_arg_t &a = inputs[i];
+
+  void run() {
+    validate();
+    find_mesh_and_inputs();
+    decide_gathers();
+    record([&] { check_inputs(); });
+    agree_before_moving_inputs();
+    if (ok()) move_inputs();
+    if (ok()) call_fn();
+    if (ok()) record([&] { check_outputs(); });
+    agree_outcome();
+    derive_gathered_shapes();
+    wrap_outputs();
+  }
+
+ private:
+  static constexpr const char *F = "lm_local_map";
+  bool ok() const { return local_ == LM_SUCCESS; }
+  // Runs f; an error is recorded (the rank still joins the agreement), not thrown.
+  template <class Fn>
+  void record(Fn &&f) {
+    try {
+      f();
+    } catch (const Error &e) {
+      local_ = e.status();
+      err_ = e.message();
+    }
+  }
+  void release_outputs() {
+    for (int j = 0; j < nout_; ++j) release_managed(out_[j]);
+  }
+  void validate();
+  void find_mesh_and_inputs();
+  void decide_gathers();
+  void check_inputs();
+  void check_input(int i);
+  void agree_before_moving_inputs();
+  void move_inputs();
+  void call_fn();
+  void check_outputs();
+  void check_output(int j);
+  void agree_outcome();
+  void gather_extents();
+  void derive_gathered_shapes();
+  void wrap_outputs();
+  AgreeCtx agree_ctx(bool with_outputs) {
+    return AgreeCtx{m_, nin_, nout_, flags_, in_, in_pl_, out_pl_, out_shapes_,
+                    with_outputs ? out_ : nullptr, with_outputs ? gshapes_.data() : nullptr,
+                    objs_.data()};
+  }
+
+  lm_local_fn_t fn_;
+  void *ud_;
+  int nin_;
+  const lm_arg_t *in_;
+  const lm_placement_t *const *in_pl_;
+  int nout_;
+  const lm_placement_t *const *out_pl_;
+  const int64_t *const *out_shapes_;
+  lm_mesh_t mesh_;
+  unsigned flags_;
+  lm_arg_t *out_;
+
+  lm_mesh_s *m_ = nullptr;  // the mesh: given, or the first dist input's
+  bool agree_ = false;
+  int ngather_ = 0;
+  bool any_move_ = false;
+  lm_status_t local_ = LM_SUCCESS;
+  std::string err_;
+  int64_t failed_rank_ = -1;             // a rank that failed, from the allgather
+  std::vector<long long> gathered_;      // the allgathered extents (W per rank)
+  static constexpr int S = kMaxDims + 2;  // per gathered output: ndim, dtype, extents
+  SmallBuf<lm_dist_tensor_s *, 16> objs_;  // the objects behind the dist inputs' handles
+  SmallBuf<int, 16> need_gather_;
+  SmallBuf<lm_arg_t, 16> args_;
+  SmallBuf<DLTensor, 16> views_;
+  SmallBuf<lm_dist_tensor_s *, 16> temps_;  // resharded inputs (released at the end)
+  SmallBuf<char, 16> move_;
+  SmallBuf<Shape, 8> gshapes_;
+};
+
+// Errors here return at once: nothing collective has started.
+void LocalMapCall::validate() {
+  LM_CHECK_ARG(fn_ != nullptr, "%s: fn is NULL", F);
+  LM_CHECK_ARG(nin_ >= 0 && nout_ >= 0, "%s: nin = %d and nout = %d must be >= 0", F, nin_, nout_);
+  LM_CHECK_ARG(nin_ <= LM_LOCAL_MAP_MAX_ARGS && nout_ <= LM_LOCAL_MAP_MAX_ARGS,
+               "%s: nin = %d and nout = %d must be at most LM_LOCAL_MAP_MAX_ARGS (%d)", F, nin_,
+               nout_, LM_LOCAL_MAP_MAX_ARGS);
+  LM_CHECK_ARG(nin_ == 0 || in_, "%s: inputs is NULL but nin = %d", F, nin_);
+  LM_CHECK_ARG(nout_ == 0 || out_, "%s: outputs is NULL but nout = %d", F, nout_);
+  LM_CHECK_ARG(nout_ == 0 || out_pl_,
+               "%s: out_placements is NULL but nout = %d (pass an array of nout entries, NULL for "
+               "non-tensor outputs)", F, nout_);
+  const unsigned known =
+      LM_LOCAL_MAP_RESHARD_INPUTS | LM_LOCAL_MAP_NO_AGREE | LM_LOCAL_MAP_SHAPES_EVEN;
+  LM_CHECK_ARG((flags_ & ~known) == 0, "%s: unknown flags 0x%x", F, flags_ & ~known);
+  for (int j = 0; j < nout_; ++j) out_[j] = lm_arg_t{};
+}
+
+// The mesh (given, else the first dist input's) and the objects behind the dist inputs' handles
+// (unwrapped once, here at the boundary). Errors return at once.
+void LocalMapCall::find_mesh_and_inputs() {
+  if (mesh_) m_ = mesh_check(mesh_, strfmt("%s: mesh", F).c_str());  // usable: agreed later
+  for (int i = 0; i < nin_; ++i) {
+    const lm_arg_t &a = in_[i];
     LM_CHECK_ARG(a.kind >= LM_ARG_NONE && a.kind <= LM_ARG_POINTER,
                  "%s: inputs[%d].kind = %d is not a valid input kind", F, i, a.kind);
     if (a.kind == LM_ARG_DIST_TENSOR) {
       lm_dist_tensor_s *t = nullptr;
       lazily([&](const char *w) { t = tensor_check(static_cast<lm_dist_tensor_t>(a.ptr), w); },
              "%s: inputs[%d]", i);
-      objs[i] = t;
-      if (!m) {
-        m = t->mesh;  // an object the tensor retains (usable: checked in the agreement)
-      }
+      objs_[i] = t;
+      if (!m_) m_ = t->mesh;  // an object the tensor retains (usable: agreed later)
     } else if (a.kind == LM_ARG_TENSOR) {
       LM_CHECK_ARG(a.ptr != nullptr, "%s: inputs[%d] is a TENSOR with a NULL DLTensor*", F, i);
     }
-    if (in_placements && in_placements[i] && a.kind != LM_ARG_DIST_TENSOR)
+    if (in_pl_ && in_pl_[i] && a.kind != LM_ARG_DIST_TENSOR)
       fail(LM_ERR_INVALID_ARGUMENT, "%s: in_placements[%d] is set but inputs[%d] %s, not a "
            "dist tensor", F, i, i, kind_phrase(a.kind));
   }
   bool any_tensor_out = false;
-  for (int j = 0; j < nout; ++j)
-    if (out_placements[j]) any_tensor_out = true;
-  if (!m && any_tensor_out)
+  for (int j = 0; j < nout_; ++j)
+    if (out_pl_[j]) any_tensor_out = true;
+  if (!m_ && any_tensor_out)
     fail(LM_ERR_INVALID_ARGUMENT,
          "%s: an output has placements but there is no mesh (no dist input and mesh is NULL)", F);
-  if (m && !m->member)
-    fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", F, m->world_rank);
+  if (m_ && !m_->member)
+    fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", F, m_->world_rank);
+  agree_ = m_ && !(flags_ & LM_LOCAL_MAP_NO_AGREE);
+}
 
-  // Which Shard outputs take their global shape from the allgather: decided from the arguments
-  // alone, so every rank picks the same collective whatever happened locally.
-  SmallBuf<int, 16> need_gather((size_t)nout);
-  int ngather = 0;
-  for (int j = 0; j < nout; ++j) {
-    const lm_placement_t *pl = out_placements[j];
-    if (!m || !pl || (out_shapes && out_shapes[j]) || (flags & LM_LOCAL_MAP_SHAPES_EVEN)) continue;
-    bool sharded = false;
-    for (int k = 0; k < m->ndim(); ++k)
-      if (pl[k].kind == LM_SHARD) sharded = true;
-    if (sharded) {
-      need_gather[j] = 1;
-      ++ngather;
-    }
+// Which Shard outputs take their global shape from the allgather: decided from the arguments
+// alone, so every rank picks the same collective whatever happens to it locally.
+void LocalMapCall::decide_gathers() {
+  for (int j = 0; j < nout_; ++j) {
+    const lm_placement_t *pl = out_pl_[j];
+    if (!m_ || !pl || (out_shapes_ && out_shapes_[j]) || (flags_ & LM_LOCAL_MAP_SHAPES_EVEN))
+      continue;
+    for (int k = 0; k < m_->ndim(); ++k)
+      if (pl[k].kind == LM_SHARD) {
+        need_gather_[j] = 1;
+        ++ngather_;
+        break;
+      }
   }
-  const bool agree = m && !(flags & LM_LOCAL_MAP_NO_AGREE);
+}
 
-  // Local checks of placements and inputs. From here on an error on one rank still joins the
-  // agreement, so that no rank is left waiting in a collective.
-  lm_status_t local = LM_SUCCESS;
-  std::string err;
-  SmallBuf<lm_arg_t, 16> args((size_t)nin);
-  SmallBuf<DLTensor, 16> views((size_t)nin);
-  SmallBuf<lm_dist_tensor_s *, 16> temps((size_t)nin);
-  SmallBuf<char, 16> move((size_t)nin);
-  struct TempGuard {
-    lm_dist_tensor_s **t;
-    int n;
-    ~TempGuard() {
-      for (int i = 0; i < n; ++i) tensor_release(t[i]);
-    }
-  } guard{temps.data(), nin};
-  bool any_move = false;
-  try {
-    // A broken mesh (or one with a nonblocking reshard in flight) on one rank fails the call on
-    // every rank: the failure joins the agreement.
-    if (m) mesh_check_usable(m, "lm_local_map: mesh");
-    for (int j = 0; j < nout; ++j)
-      if (out_placements[j])
-        lazily([&](const char *w) { validate_placements(out_placements[j], m->ndim(), kMaxDims, w); },
-               "%s: out_placements[%d]", j);
-    for (int i = 0; i < nin; ++i) {
-      args[i] = inputs[i];
-      if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
-      lm_dist_tensor_s *t = objs[i];
-      const lm_placement_t *want = in_placements ? in_placements[i] : nullptr;
-      if (want)
-        lazily([&](const char *w) { validate_placements(want, m->ndim(), t->layout.ndim(), w); },
-               "%s: in_placements[%d]", i);
-      bool other_mesh = t->mesh != m && !t->mesh->grid->same_as(*m->grid);
-      // A sibling mesh: an input kept as it is (in_placements[i] NULL) may live on another mesh
-      // of the same parent when `mesh` is given and every rank of `mesh` holds a shard of it.
-      if (other_mesh && !want && mesh) {
-        lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
-        transfer_comm(t->mesh, m, strfmt("%s: inputs[%d]", F, i).c_str());
-        if (covers(*t->mesh->grid, *m->grid)) continue;
-        fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh that %s of mesh "
-             "is not in, so that rank holds no shard of it; give in_placements[%d] and pass "
-             "LM_LOCAL_MAP_RESHARD_INPUTS to move it", F, i,
-             first_missing(*t->mesh->grid, *m->grid).c_str(), i);
-      }
-      bool differs = other_mesh || (want && !same_placements(t->layout, want));
-      if (!differs) continue;
-      if (!(flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
-        if (other_mesh)
-          fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh than %s; pass "
-               "`mesh` (an input kept as it is may live on a mesh that every rank of `mesh` is "
-               "in), or LM_LOCAL_MAP_RESHARD_INPUTS with in_placements[%d] to move it", F, i,
-               mesh ? "mesh" : "inputs' first dist tensor", i);
-        fail(LM_ERR_INVALID_ARGUMENT,
-             "%s: inputs[%d] has placements %s but fn requires %s; pass "
-             "LM_LOCAL_MAP_RESHARD_INPUTS to reshard it",
-             F, i, t->layout.str().c_str(), format_placements(want, m->ndim()).c_str());
-      }
-      if (other_mesh && !want)
-        fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh and in_placements[%d] "
-             "is NULL: give the placements it should have on the target mesh", F, i, i);
-      mesh_check_usable(t->mesh, "lm_local_map: the mesh of an input to reshard");
-      std::vector<lm_placement_t> w(want ? want : t->layout.pl.data(), (want ? want : t->layout.pl.data()) + m->ndim());
-      lazily([&](const char *wh) {
-        try {
-          check_reshard(t->layout, Layout(m->grid, w, t->layout.gshape), t->dt);
-        } catch (const Error &e) {
-          if (!*wh) throw;
-          throw Error(e.status(), strfmt("%s: %s", wh, e.message().c_str()));
-        }
-      }, "%s: in_placements[%d]", i);
-      move[i] = 1;
-      any_move = true;
-    }
-  } catch (const Error &e) {
-    local = e.status();
-    err = e.message();
+// Placements and inputs. A broken mesh (or one with a nonblocking reshard in flight) on one rank
+// fails the call on every rank: the failure joins the agreement.
+void LocalMapCall::check_inputs() {
+  if (m_) mesh_check_usable(m_, "lm_local_map: mesh");
+  for (int j = 0; j < nout_; ++j)
+    if (out_pl_[j])
+      lazily([&](const char *w) { validate_placements(out_pl_[j], m_->ndim(), kMaxDims, w); },
+             "%s: out_placements[%d]", j);
+  for (int i = 0; i < nin_; ++i) {
+    args_[i] = in_[i];
+    if (in_[i].kind == LM_ARG_DIST_TENSOR) check_input(i);
   }
-  // Reshards are collectives: with LM_LOCAL_MAP_RESHARD_INPUTS every rank first agrees that all
-  // checks passed (one small allreduce, only with that flag).
-  AgreeCtx actx{m, nin, nout, flags, inputs, in_placements, out_placements, out_shapes, nullptr,
-                nullptr, objs.data()};
-  if (agree && (flags & LM_LOCAL_MAP_RESHARD_INPUTS)) {
-    // Before any input moves, the ranks agree on what they were asked (LM_CHECK >= 1).
+}
+
+// One dist input: kept as it is, moved (marked in move_), or refused.
+void LocalMapCall::check_input(int i) {
+  lm_dist_tensor_s *t = objs_[i];
+  const lm_placement_t *want = in_pl_ ? in_pl_[i] : nullptr;
+  if (want)
+    lazily([&](const char *w) { validate_placements(want, m_->ndim(), t->layout.ndim(), w); },
+           "%s: in_placements[%d]", i);
+  const bool other_mesh = t->mesh != m_ && !t->mesh->grid->same_as(*m_->grid);
+  // A sibling mesh: an input kept as it is (in_placements[i] NULL) may live on another mesh of
+  // the same parent when `mesh` is given and every rank of `mesh` holds a shard of it.
+  if (other_mesh && !want && mesh_) {
+    lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
+    transfer_comm(t->mesh, m_, strfmt("%s: inputs[%d]", F, i).c_str());
+    if (covers(*t->mesh->grid, *m_->grid)) return;
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh that %s of mesh is not "
+         "in, so that rank holds no shard of it; give in_placements[%d] and pass "
+         "LM_LOCAL_MAP_RESHARD_INPUTS to move it", F, i,
+         first_missing(*t->mesh->grid, *m_->grid).c_str(), i);
+  }
+  if (!other_mesh && !(want && !same_placements(t->layout, want))) return;  // kept as it is
+  if (!(flags_ & LM_LOCAL_MAP_RESHARD_INPUTS)) {
+    if (other_mesh)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh than %s; pass `mesh` "
+           "(an input kept as it is may live on a mesh that every rank of `mesh` is in), or "
+           "LM_LOCAL_MAP_RESHARD_INPUTS with in_placements[%d] to move it", F, i,
+           mesh_ ? "mesh" : "inputs' first dist tensor", i);
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] has placements %s but in_placements[%d] "
+         "requires %s; pass LM_LOCAL_MAP_RESHARD_INPUTS to reshard it",
+         F, i, t->layout.str().c_str(), i, format_placements(want, m_->ndim()).c_str());
+  }
+  if (other_mesh && !want)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh and in_placements[%d] is "
+         "NULL: give the placements it should have on the target mesh", F, i, i);
+  mesh_check_usable(t->mesh, "lm_local_map: the mesh of an input to reshard");
+  const lm_placement_t *pl = want ? want : t->layout.pl.data();
+  std::vector<lm_placement_t> w(pl, pl + m_->ndim());
+  lazily([&](const char *wh) {
+    try {
+      check_reshard(t->layout, Layout(m_->grid, w, t->layout.gshape), t->dt);
+    } catch (const Error &e) {
+      if (!*wh) throw;
+      throw Error(e.status(), strfmt("%s: %s", wh, e.message().c_str()));
+    }
+  }, "%s: in_placements[%d]", i);
+  move_[i] = 1;
+  any_move_ = true;
+}
+
+// Reshards are collectives: with LM_LOCAL_MAP_RESHARD_INPUTS every rank first agrees that all
+// checks passed and, at LM_CHECK >= 1, on what they were asked (one small allreduce).
+void LocalMapCall::agree_before_moving_inputs() {
+  if (agree_ && (flags_ & LM_LOCAL_MAP_RESHARD_INPUTS)) {
+    AgreeCtx ctx = agree_ctx(false);
     Fingerprint fp("lm_local_map (before resharding its inputs)");
-    if (m->check_level >= 1) fingerprint_local_map(fp, actx, true);
-    agree_call("lm_local_map", m, nullptr, m->check_level >= 1 ? &fp : nullptr,
-               describe_local_map, &actx, local, err);
-  } else if (local != LM_SUCCESS && !agree && ngather == 0) {
-    throw Error(local, err);  // no collective follows: nobody waits for this rank
+    if (m_->check_level >= 1) fingerprint_local_map(fp, ctx, true);
+    agree_call(F, m_, nullptr, m_->check_level >= 1 ? &fp : nullptr, describe_local_map, &ctx,
+               local_, err_);
+  } else if (!ok() && !agree_ && ngather_ == 0) {
+    throw Error(local_, err_);  // no collective follows: nobody waits for this rank
   }
-  if (local == LM_SUCCESS && any_move) {
-    for (int i = 0; i < nin; ++i) {
-      if (!move[i]) continue;
-      lm_dist_tensor_s *t = objs[i];
-      const lm_placement_t *want = in_placements ? in_placements[i] : t->layout.pl.data();
-      temps[i] = tensor_reshard(t, m, want, strfmt("%s: reshard of inputs[%d]", F, i).c_str());
-    }
+}
+
+// The marked inputs resharded into temporaries; every dist input as a DLTensor view.
+void LocalMapCall::move_inputs() {
+  for (int i = 0; i < nin_ && any_move_; ++i) {
+    if (!move_[i]) continue;
+    lm_dist_tensor_s *t = objs_[i];
+    const lm_placement_t *want = in_pl_ ? in_pl_[i] : t->layout.pl.data();
+    temps_[i] = tensor_reshard(t, m_, want, strfmt("%s: reshard of inputs[%d]", F, i).c_str());
   }
-  for (int i = 0; i < nin && local == LM_SUCCESS; ++i) {
-    if (inputs[i].kind != LM_ARG_DIST_TENSOR) continue;
-    lm_dist_tensor_s *t = temps[i] ? temps[i] : objs[i];
-    DLTensor &v = views[i];
+  for (int i = 0; i < nin_; ++i) {
+    if (in_[i].kind != LM_ARG_DIST_TENSOR) continue;
+    lm_dist_tensor_s *t = temps_[i] ? temps_[i] : objs_[i];
+    DLTensor &v = views_[i];
     v.data = t->data();
     v.device = t->device;
     v.ndim = t->layout.ndim();
@@ -417,208 +498,203 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
     v.shape = t->local.len.data();
     v.strides = nullptr;
     v.byte_offset = 0;
-    args[i].kind = LM_ARG_TENSOR;
-    args[i].ptr = &v;
+    args_[i].kind = LM_ARG_TENSOR;
+    args_[i].ptr = &v;
   }
+}
 
-  // Call fn (unless a check failed); then check its outputs and what can be known locally of
-  // their global shapes.
-  if (local == LM_SUCCESS) {
-    set_user_message(nullptr);
-    lm_status_t st;
-    try {
-      // fn gets a handle: the caller's, else the one of the inputs' mesh (borrowed: see mesh_borrow).
-      st = fn(user_data, mesh ? mesh : m ? mesh_borrow(m) : nullptr, nin, args.data(), nout, outputs);
-    } catch (...) {
-      st = LM_ERR_USER;
-      set_user_message("fn threw a C++ exception (it must not)");
-    }
-    // The same DLManagedTensor in two outputs would be wrapped (and deleted) twice: keep the
-    // first, drop the others without their deleter, and fail.
-    int dup = first_duplicate_output(nout, outputs);
-    if (dup >= 0 && st == LM_SUCCESS) {
-      st = LM_ERR_INVALID_ARGUMENT;
-      local = LM_ERR_INVALID_ARGUMENT;
-      err = strfmt("%s: outputs[%d] is a DLManagedTensor that fn returned in an earlier output too; "
-                   "each output needs its own", F, dup);
-    } else if (st != LM_SUCCESS) {
-      std::string um = take_user_message();
-      local = LM_ERR_USER;
-      err = strfmt("%s: fn returned %s on rank %d%s%s", F, lm_status_string(st),
-                   m ? m->world_rank : world_rank_or_minus1(), um.empty() ? "" : ": ", um.c_str());
-    }
+// fn gets a mesh handle: the caller's, else the inputs' mesh's (borrowed: see mesh_borrow). A
+// C++ exception from fn and any status but LM_SUCCESS become LM_ERR_USER.
+void LocalMapCall::call_fn() {
+  set_user_message(nullptr);
+  lm_status_t st;
+  try {
+    st = fn_(ud_, mesh_ ? mesh_ : m_ ? mesh_borrow(m_) : nullptr, nin_, args_.data(), nout_, out_);
+  } catch (...) {
+    st = LM_ERR_USER;
+    set_user_message("fn threw a C++ exception (it must not)");
   }
-  SmallBuf<Shape, 8> gshapes((size_t)nout);
-  if (local == LM_SUCCESS) {
-    try {
-      for (int j = 0; j < nout; ++j) {
-        lm_arg_t &o = outputs[j];
-        const lm_placement_t *pl = out_placements[j];
-        if (o.kind == LM_ARG_DIST_TENSOR)
-          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is already a dist tensor; fn must return "
-               "local tensors (LM_ARG_MANAGED_TENSOR)", F, j);
-        if (o.kind == LM_ARG_TENSOR)
-          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is a borrowed TENSOR; fn must hand tensors "
-               "over as LM_ARG_MANAGED_TENSOR", F, j);
-        LM_CHECK_ARG(o.kind >= LM_ARG_NONE && o.kind <= LM_ARG_MANAGED_TENSOR,
-                     "%s: outputs[%d].kind = %d is not a valid kind", F, j, o.kind);
-        if (o.kind != LM_ARG_MANAGED_TENSOR) {
-          if (pl)
-            fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] %s but out_placements[%d] is set",
-                 F, j, kind_phrase(o.kind), j);
-          continue;
-        }
-        LM_CHECK_ARG(o.ptr != nullptr, "%s: outputs[%d] is a MANAGED_TENSOR with a NULL pointer", F, j);
-        if (!pl) continue;  // a plain local tensor: handed back to the caller as it is
-        const DLTensor &lt = static_cast<DLManagedTensor *>(o.ptr)->dl_tensor;
-        Shape ls;
-        lazily([&](const char *w) { ls = check_shape(lt.ndim, lt.shape, w); }, "%s: outputs[%d]", j);
-        lazily([&](const char *w) { dtype_from_dl(lt.dtype, w); }, "%s: outputs[%d].dtype", j);
-        lazily([&](const char *w) { check_device(lt.device, w); }, "%s: outputs[%d].device", j);
-        lazily([&](const char *w) { validate_placements(pl, m->ndim(), lt.ndim, w); },
-               "%s: out_placements[%d]", j);
-        lazily([&](const char *w) { check_partial_dtype(pl, m->ndim(), dtype_from_dl(lt.dtype, w), w); },
-               "%s: out_placements[%d]", j);
-        lazily([&](const char *w) { check_alignment(&lt, dtype_from_dl(lt.dtype, w), w); },
-               "%s: outputs[%d]", j);
-        LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
-        int64_t numel = 1;
-        for (int64_t e : ls) numel *= e;
-        LM_CHECK_ARG(lt.data != nullptr || numel == 0, "%s: outputs[%d] has NULL data", F, j);
-        if (need_gather[j]) continue;
-        bool sharded = false;
-        for (int k = 0; k < m->ndim(); ++k)
-          if (pl[k].kind == LM_SHARD) sharded = true;
-        if (out_shapes && out_shapes[j]) {
-          gshapes[j] = check_shape(lt.ndim, out_shapes[j], strfmt("%s: out_shapes[%d]", F, j).c_str());
-        } else if (!sharded) {
-          gshapes[j] = ls;
-        } else {  // LM_LOCAL_MAP_SHAPES_EVEN
-          gshapes[j] = ls;
-          for (int k = 0; k < m->ndim(); ++k)
-            if (pl[k].kind == LM_SHARD) gshapes[j][pl[k].dim] *= m->grid->shape()[k];
-        }
-        lazily([&](const char *w) { check_numel(gshapes[j], w); },
-               "%s: the global shape of outputs[%d]", j);
-        Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), gshapes[j]);
-        Box b = L.box_at(m->coord.data());
-        if (b.len != ls)
-          fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d]: the local shape does not match its shard "
-               "of global shape with placements %s on rank %d%s", F, j, L.str().c_str(),
-               m->world_rank, (flags & LM_LOCAL_MAP_SHAPES_EVEN) ? " (uneven: drop "
-               "LM_LOCAL_MAP_SHAPES_EVEN)" : "");
+  // The same DLManagedTensor in two outputs would be wrapped (and deleted) twice: keep the
+  // first, drop the others without their deleter, and fail.
+  int dup = first_duplicate_output(nout_, out_);
+  if (dup >= 0 && st == LM_SUCCESS) {
+    local_ = LM_ERR_INVALID_ARGUMENT;
+    err_ = strfmt("%s: outputs[%d] is a DLManagedTensor that fn returned in an earlier output too; "
+                  "each output needs its own", F, dup);
+  } else if (st != LM_SUCCESS) {
+    std::string um = take_user_message();
+    local_ = LM_ERR_USER;
+    err_ = strfmt("%s: fn returned %s on rank %d%s%s", F, lm_status_string(st),
+                  m_ ? m_->world_rank : world_rank_or_minus1(), um.empty() ? "" : ": ", um.c_str());
+  }
+}
+
+void LocalMapCall::check_outputs() {
+  for (int j = 0; j < nout_; ++j) check_output(j);
+}
+
+// One output: its kind, and for a tensor with placements everything that can be known locally
+// of its shard and global shape.
+void LocalMapCall::check_output(int j) {
+  lm_arg_t &o = out_[j];
+  const lm_placement_t *pl = out_pl_[j];
+  if (o.kind == LM_ARG_DIST_TENSOR)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is already a dist tensor; fn must return "
+         "local tensors (LM_ARG_MANAGED_TENSOR)", F, j);
+  if (o.kind == LM_ARG_TENSOR)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] is a borrowed TENSOR; fn must hand tensors "
+         "over as LM_ARG_MANAGED_TENSOR", F, j);
+  LM_CHECK_ARG(o.kind >= LM_ARG_NONE && o.kind <= LM_ARG_MANAGED_TENSOR,
+               "%s: outputs[%d].kind = %d is not a valid kind", F, j, o.kind);
+  if (o.kind != LM_ARG_MANAGED_TENSOR) {
+    if (pl)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d] %s but out_placements[%d] is set", F, j,
+           kind_phrase(o.kind), j);
+    return;
+  }
+  LM_CHECK_ARG(o.ptr != nullptr, "%s: outputs[%d] is a MANAGED_TENSOR with a NULL pointer", F, j);
+  if (!pl) return;  // a plain local tensor: handed back to the caller as it is
+  const DLTensor &lt = static_cast<DLManagedTensor *>(o.ptr)->dl_tensor;
+  Shape ls;
+  lazily([&](const char *w) { ls = check_shape(lt.ndim, lt.shape, w); }, "%s: outputs[%d]", j);
+  lazily([&](const char *w) { dtype_from_dl(lt.dtype, w); }, "%s: outputs[%d].dtype", j);
+  lazily([&](const char *w) { check_device(lt.device, w); }, "%s: outputs[%d].device", j);
+  lazily([&](const char *w) { validate_placements(pl, m_->ndim(), lt.ndim, w); },
+         "%s: out_placements[%d]", j);
+  lazily([&](const char *w) { check_partial_dtype(pl, m_->ndim(), dtype_from_dl(lt.dtype, w), w); },
+         "%s: out_placements[%d]", j);
+  lazily([&](const char *w) { check_alignment(&lt, dtype_from_dl(lt.dtype, w), w); },
+         "%s: outputs[%d]", j);
+  LM_CHECK_ARG(is_compact(&lt), "%s: outputs[%d] must be compact row-major", F, j);
+  int64_t numel = 1;
+  for (int64_t e : ls) numel *= e;
+  LM_CHECK_ARG(lt.data != nullptr || numel == 0, "%s: outputs[%d] has NULL data", F, j);
+  if (need_gather_[j]) return;
+  bool sharded = false;
+  for (int k = 0; k < m_->ndim(); ++k)
+    if (pl[k].kind == LM_SHARD) sharded = true;
+  gshapes_[j] = ls;  // no Shard: the local shape
+  if (out_shapes_ && out_shapes_[j]) {
+    gshapes_[j] = check_shape(lt.ndim, out_shapes_[j], strfmt("%s: out_shapes[%d]", F, j).c_str());
+  } else if (sharded) {  // LM_LOCAL_MAP_SHAPES_EVEN
+    for (int k = 0; k < m_->ndim(); ++k)
+      if (pl[k].kind == LM_SHARD) gshapes_[j][pl[k].dim] *= m_->grid->shape()[k];
+  }
+  lazily([&](const char *w) { check_numel(gshapes_[j], w); },
+         "%s: the global shape of outputs[%d]", j);
+  Layout L(m_->grid, std::vector<lm_placement_t>(pl, pl + m_->ndim()), gshapes_[j]);
+  if (L.box_at(m_->coord.data()).len != ls)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d]: the local shape does not match its shard of "
+         "global shape with placements %s on rank %d%s", F, j, L.str().c_str(), m_->world_rank,
+         (flags_ & LM_LOCAL_MAP_SHAPES_EVEN) ? " (uneven: drop LM_LOCAL_MAP_SHAPES_EVEN)" : "");
+}
+
+// One collective decides the outcome: the allgather of extents when some output needs it (after
+// the agreement of failure and arguments), else one allreduce carrying the failure (with its
+// cause, on the error path) and the fingerprint: at LM_CHECK >= 1 the arguments, always nin/nout
+// and the outputs' kinds, dtypes and derived global shapes, so ranks that disagree fail together.
+void LocalMapCall::agree_outcome() {
+  try {
+    if (m_ && ngather_ > 0) {
+      if (agree_) {
+        AgreeCtx ctx = agree_ctx(false);
+        Fingerprint fp("lm_local_map");
+        if (m_->check_level >= 1) fingerprint_local_map(fp, ctx, true);
+        agree_call(F, m_, nullptr, m_->check_level >= 1 ? &fp : nullptr, describe_local_map,
+                   &ctx, local_, err_);
       }
-    } catch (const Error &e) {
-      local = e.status();
-      err = e.message();
-    }
-  }
-
-  // Agree (one collective): the failure flag travels with the local extents when those are needed.
-  int64_t failed_rank = -1;
-  std::vector<long long> gathered;
-  const int S = kMaxDims + 2;  // per gathered output: ndim, dtype, extents
-  const int W = 1 + ngather * S;
-  if (m && ngather > 0) {
-    if (agree) {
-      // The failure and the arguments are agreed first (the failing rank's cause travels with it).
+      gather_extents();
+    } else if (agree_) {
+      AgreeCtx ctx = agree_ctx(true);
       Fingerprint fp("lm_local_map");
-      if (m->check_level >= 1) fingerprint_local_map(fp, actx, true);
-      try {
-        agree_call("lm_local_map", m, nullptr, m->check_level >= 1 ? &fp : nullptr,
-                   describe_local_map, &actx, local, err);
-      } catch (...) {
-        for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
-        throw;
-      }
+      if (ok()) fingerprint_local_map(fp, ctx, m_->check_level >= 1);
+      agree_call(F, m_, nullptr, &fp, describe_local_map, &ctx, local_, err_);
     }
-    std::vector<long long> mine((size_t)W, 0);
-    mine[0] = local != LM_SUCCESS;
-    int slot = 0;
-    for (int j = 0; j < nout && local == LM_SUCCESS; ++j) {
-      if (!need_gather[j]) continue;
-      const DLTensor &lt = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor;
-      long long *e = &mine[(size_t)(1 + slot * S)];
-      e[0] = lt.ndim;
-      e[1] = (long long)lt.dtype.code << 16 | (long long)lt.dtype.bits << 8 | lt.dtype.lanes;
-      for (int d = 0; d < lt.ndim; ++d) e[2 + d] = lt.shape[d];
-      ++slot;
-    }
-    gathered.resize((size_t)W * m->grid->size());
-    int rc = MPI_Allgather(mine.data(), W, MPI_LONG_LONG, gathered.data(), W, MPI_LONG_LONG, m->comm);
-    if (rc != MPI_SUCCESS) {
-      for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
-      try {
-        mpi_check(rc, "lm_local_map: MPI_Allgather");
-      } catch (const Error &e) {
-        mesh_break(m, e);
-      }
-    }
-    for (int64_t r = 0; r < m->grid->size(); ++r)
-      if (gathered[(size_t)(r * W)] && failed_rank < 0) failed_rank = r;
-  } else if (agree) {
-    // One allreduce carries the failure (with its cause, on the error path) and the fingerprint:
-    // at LM_CHECK >= 1 the arguments, always nin/nout and the outputs' kinds, dtypes and derived
-    // global shapes, so ranks that disagree fail together.
-    actx.outputs = outputs;
-    actx.gshapes = gshapes.data();
-    Fingerprint fp("lm_local_map");
-    if (local == LM_SUCCESS) fingerprint_local_map(fp, actx, m->check_level >= 1);
-    try {
-      agree_call("lm_local_map", m, nullptr, &fp, describe_local_map, &actx, local, err);
-    } catch (...) {
-      for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
-      throw;
-    }
+  } catch (...) {
+    release_outputs();
+    throw;
   }
-  if (local != LM_SUCCESS || failed_rank >= 0) {
-    for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
-    if (local != LM_SUCCESS) throw Error(local, err);
+  if (!ok() || failed_rank_ >= 0) {
+    release_outputs();
+    if (!ok()) throw Error(local_, err_);
     fail(LM_ERR_REMOTE, "%s: rank %d (mesh rank %lld) failed; this rank %d did not", F,
-         m->grid->rank_at_index(failed_rank), (long long)failed_rank, m->world_rank);
+         m_->grid->rank_at_index(failed_rank_), (long long)failed_rank_, m_->world_rank);
   }
+}
 
-  // Global shapes from the gathered extents (every rank checks every rank, so all agree).
+// The allgather of every gathered output's (ndim, dtype, extents), with the failure flag first.
+void LocalMapCall::gather_extents() {
+  const int W = 1 + ngather_ * S;
+  std::vector<long long> mine((size_t)W, 0);
+  mine[0] = !ok();
+  int slot = 0;
+  for (int j = 0; j < nout_ && ok(); ++j) {
+    if (!need_gather_[j]) continue;
+    const DLTensor &lt = static_cast<DLManagedTensor *>(out_[j].ptr)->dl_tensor;
+    long long *e = &mine[(size_t)(1 + slot * S)];
+    e[0] = lt.ndim;
+    e[1] = (long long)lt.dtype.code << 16 | (long long)lt.dtype.bits << 8 | lt.dtype.lanes;
+    for (int d = 0; d < lt.ndim; ++d) e[2 + d] = lt.shape[d];
+    ++slot;
+  }
+  gathered_.resize((size_t)W * m_->grid->size());
+  int rc = MPI_Allgather(mine.data(), W, MPI_LONG_LONG, gathered_.data(), W, MPI_LONG_LONG,
+                         m_->comm);
+  if (rc != MPI_SUCCESS) {
+    try {
+      mpi_check(rc, "lm_local_map: MPI_Allgather");
+    } catch (const Error &e) {
+      mesh_break(m_, e);
+    }
+  }
+  for (int64_t r = 0; r < m_->grid->size(); ++r)
+    if (gathered_[(size_t)(r * W)] && failed_rank_ < 0) failed_rank_ = r;
+}
+
+// Global shapes from the gathered extents (every rank checks every rank's, so all agree).
+void LocalMapCall::derive_gathered_shapes() {
+  if (ngather_ == 0) return;
+  const int W = 1 + ngather_ * S;
   try {
     int slot = 0;
-    for (int j = 0; j < nout; ++j) {
-      if (!need_gather[j]) continue;
-      const lm_placement_t *pl = out_placements[j];
-      const DLTensor &lt = static_cast<DLManagedTensor *>(outputs[j].ptr)->dl_tensor;
-      size_t base = (size_t)(1 + slot * S);
-      const long long my_dtype = gathered[(size_t)(m->index * W) + base + 1];
-      for (int64_t r = 0; r < m->grid->size(); ++r) {
-        if (gathered[(size_t)(r * W) + base] != lt.ndim)
-          fail(LM_ERR_MISMATCH, "%s: outputs[%d] has ndim %d here but %lld on mesh rank %lld", F, j,
-               lt.ndim, gathered[(size_t)(r * W) + base], (long long)r);
-        if (gathered[(size_t)(r * W) + base + 1] != my_dtype)
+    for (int j = 0; j < nout_; ++j) {
+      if (!need_gather_[j]) continue;
+      const DLTensor &lt = static_cast<DLManagedTensor *>(out_[j].ptr)->dl_tensor;
+      const size_t base = (size_t)(1 + slot++ * S);
+      const long long my_dtype = gathered_[(size_t)(m_->index * W) + base + 1];
+      for (int64_t r = 0; r < m_->grid->size(); ++r) {
+        if (gathered_[(size_t)(r * W) + base] != lt.ndim)
+          fail(LM_ERR_MISMATCH, "%s: outputs[%d] has ndim %d here but %lld on mesh rank %lld", F,
+               j, lt.ndim, gathered_[(size_t)(r * W) + base], (long long)r);
+        if (gathered_[(size_t)(r * W) + base + 1] != my_dtype)
           fail(LM_ERR_MISMATCH, "%s: outputs[%d] has dtype %s here but another on mesh rank %lld",
                F, j, dl_dtype_name(lt.dtype).c_str(), (long long)r);
       }
-      Shape g = global_shape_from_extents(
-          m->grid, pl, lt.ndim, lt.shape,
-          [&](int64_t r, int d) { return (int64_t)gathered[(size_t)(r * W) + base + 2 + d]; },
+      gshapes_[j] = global_shape_from_extents(
+          m_->grid, out_pl_[j], lt.ndim, lt.shape,
+          [&](int64_t r, int d) { return (int64_t)gathered_[(size_t)(r * W) + base + 2 + d]; },
           strfmt("%s: outputs[%d]", F, j).c_str());
-      check_numel(g, strfmt("%s: outputs[%d]", F, j).c_str());
-      gshapes[j] = g;
-      ++slot;
+      check_numel(gshapes_[j], strfmt("%s: outputs[%d]", F, j).c_str());
     }
   } catch (...) {
-    for (int j = 0; j < nout; ++j) release_managed(outputs[j]);
+    release_outputs();
     throw;
   }
+}
 
-  // Wrap tensor outputs; on any failure undo everything.
+// Tensor outputs with placements become dist tensors (ownership passes); on any failure every
+// output made so far is destroyed and the remaining deleters run.
+void LocalMapCall::wrap_outputs() {
   int done = 0;
   try {
-    for (; done < nout; ++done) {
-      lm_arg_t &o = outputs[done];
-      if (o.kind != LM_ARG_MANAGED_TENSOR || !out_placements[done]) continue;
+    for (; done < nout_; ++done) {
+      lm_arg_t &o = out_[done];
+      if (o.kind != LM_ARG_MANAGED_TENSOR || !out_pl_[done]) continue;
       auto *mt = static_cast<DLManagedTensor *>(o.ptr);
       lm_dist_tensor_s *t;
       try {
-        t = tensor_from_local(m, &mt->dl_tensor, out_placements[done], LM_SHAPE_GIVEN,
-                              gshapes[done].data(), 0, mt, "lm_local_map: output");
+        t = tensor_from_local(m_, &mt->dl_tensor, out_pl_[done], LM_SHAPE_GIVEN,
+                              gshapes_[done].data(), 0, mt, "lm_local_map: output");
       } catch (const Error &e) {  // name the output as the caller knows it
         std::string msg = e.message(), from = "lm_local_map: output";
         if (msg.compare(0, from.size(), from) == 0)
@@ -630,17 +706,28 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
       o.ptr = tensor_wrap(t);  // releases t if it throws
     }
   } catch (...) {
-    for (int j = 0; j < nout; ++j) {
-      if (j < done && outputs[j].kind == LM_ARG_DIST_TENSOR) {
-        lm_dist_tensor_t h = static_cast<lm_dist_tensor_t>(outputs[j].ptr);
+    for (int j = 0; j < nout_; ++j) {
+      if (j < done && out_[j].kind == LM_ARG_DIST_TENSOR) {
+        lm_dist_tensor_t h = static_cast<lm_dist_tensor_t>(out_[j].ptr);
         if (h) tensor_destroy_handle(&h, "lm_local_map");
-        outputs[j] = lm_arg_t{};
+        out_[j] = lm_arg_t{};
       } else {
-        release_managed(outputs[j]);
+        release_managed(out_[j]);
       }
     }
     throw;
   }
+}
+
+}  // namespace
+
+void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
+               const lm_placement_t *const *in_placements, int nout,
+               const lm_placement_t *const *out_placements, const int64_t *const *out_shapes,
+               lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs) {
+  LocalMapCall(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, mesh,
+               flags, outputs)
+      .run();
 }
 
 }  // namespace lm
