@@ -283,30 +283,14 @@ std::string rank_label(const Record &r, long long root) {
 
 }  // namespace
 
-void agree(const AgreeArgs &a) {
+namespace {
+
+// The first round: a MAX over v[0..nv) on the board or over MPI, with the deadline. An MPI
+// failure or a deadline breaks the agreement communicator for good and is rethrown.
+void first_round(const AgreeArgs &a, uint64_t seq, long long *v, int nv) {
   AgreeComm *ac = a.ac;
-  if (ac->broken)
-    fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", a.fn,
-         ac->broken_why.c_str());
-  if (a.nmax < 0 || a.nmax > kMaxAgreeMaxes)
-    fail(LM_ERR_INTERNAL, "%s: %d agreement values (at most %d)", a.fn, a.nmax, kMaxAgreeMaxes);
-  const uint64_t seq = ++ac->seq;
-  const bool failed = a.local != LM_SUCCESS;
-  uint64_t h = 0;
-  if (a.fp) {
-    Hasher hh;
-    hh.u64(a.fp->total());
-    hh.u64(seq);
-    h = hh.h;
-  }
-  const int nv = 3 + a.nmax;
-  long long v[3 + kMaxAgreeMaxes];
-  v[0] = failed ? (long long)(ac->size - ac->rank) : 0;
-  v[1] = (long long)(h >> 1);
-  v[2] = -(long long)(h >> 1);
-  for (int i = 0; i < a.nmax; ++i) v[3 + i] = a.maxes[i];
   try {
-    if (ac->board) {  // every rank of the set on this node: shared memory (transport/node.hpp)
+    if (ac->board) {  // every rank of the set on this node: shared memory (comm/board.hpp)
       board_max(ac, seq, v, nv, a.timeout, a.fn, a.publish, a.publish_ctx);
     } else if (a.timeout > 0) {
       MPI_Request req;
@@ -321,89 +305,88 @@ void agree(const AgreeArgs &a) {
   } catch (const Error &e) {
     broken_comm(a, e);
   }
-  for (int i = 0; i < a.nmax; ++i) a.maxes[i] = v[3 + i];
-  if (v[0] == 0 && v[1] == -v[2]) return;  // the common case: one small allreduce
+}
 
-  // Second round: every rank's record.
-  std::vector<Record> all((size_t)ac->size);
-  Record mine;
+// What this rank tells the others in the second round: its outcome, and its fingerprint with
+// each field described (the error path only).
+void fill_record(const AgreeArgs &a, uint64_t seq, Record &mine) {
   std::memset(&mine, 0, sizeof mine);
+  const bool failed = a.local != LM_SUCCESS;
   mine.status = (int32_t)a.local;
   mine.parent_rank = a.parent_rank;
   mine.mesh_rank = a.mesh_rank;
   if (failed && a.err) copy_text(mine.msg, kMsg, *a.err);
-  if (a.fp) {
-    mine.nfields = a.fp->size();
-    for (int i = 0; i < a.fp->size(); ++i) mine.hash[i] = a.fp->hash(i);
-    mine.hash[a.fp->size()] = seq;
-    if (!failed) {
-      copy_text(mine.desc[0], kDesc, a.fp->name(0));
-      for (int i = 1; i < a.fp->size(); ++i)
-        copy_text(mine.desc[i], kDesc, a.describe ? a.describe(a.ctx, i) : std::string("?"));
-      copy_text(mine.desc[a.fp->size()], kDesc, std::to_string(seq));
-    }
-  }
-  try {
-    MPI_Request req;
-    mpi_check(MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
-                             MPI_BYTE, ac->comm, &req),
-              strfmt("%s: MPI_Iallgather (agreement)", a.fn).c_str());
-    wait_deadline(&req, a.timeout, strfmt("%s: agreement", a.fn).c_str());
-  } catch (const Error &e) {
-    broken_comm(a, e);
-  }
+  if (!a.fp) return;
+  mine.nfields = a.fp->size();
+  for (int i = 0; i < a.fp->size(); ++i) mine.hash[i] = a.fp->hash(i);
+  mine.hash[a.fp->size()] = seq;
+  if (failed) return;
+  copy_text(mine.desc[0], kDesc, a.fp->name(0));
+  for (int i = 1; i < a.fp->size(); ++i)
+    copy_text(mine.desc[i], kDesc, a.describe ? a.describe(a.ctx, i) : std::string("?"));
+  copy_text(mine.desc[a.fp->size()], kDesc, std::to_string(seq));
+}
+
+// A rank failed: its own error where it failed, LM_ERR_REMOTE naming the lowest failing rank on
+// the others. Returns when no rank failed.
+void throw_if_failed(const AgreeArgs &a, const std::vector<Record> &all) {
   int lowest = -1, nfailed = 0;
-  for (int r = 0; r < ac->size; ++r)
-    if (all[(size_t)r].status != 0) {
-      if (lowest < 0) lowest = r;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].status != 0) {
+      if (lowest < 0) lowest = (int)r;
       ++nfailed;
     }
-  if (failed) throw Error(a.local, a.err ? *a.err : std::string(a.fn));
-  if (lowest >= 0) {
-    const Record &f = all[(size_t)lowest];
-    std::string msg = strfmt("%s: %s failed: %s: %s", a.fn, rank_label(f, a.root).c_str(),
-                             status_name((lm_status_t)f.status).c_str(), f.msg);
-    if (nfailed > 1) msg += strfmt(" (and %d other rank%s failed)", nfailed - 1, nfailed > 2 ? "s" : "");
-    msg += strfmt("; this rank %d did not", a.parent_rank);
-    throw Error(LM_ERR_REMOTE, msg);
-  }
-  // Mismatch: the first field whose hash differs (fields both sides have), the sequence number
-  // when the field lists are the same, else the operation.
+  if (a.local != LM_SUCCESS) throw Error(a.local, a.err ? *a.err : std::string(a.fn));
+  if (lowest < 0) return;
+  const Record &f = all[(size_t)lowest];
+  std::string msg = strfmt("%s: %s failed: %s: %s", a.fn, rank_label(f, a.root).c_str(),
+                           status_name((lm_status_t)f.status).c_str(), f.msg);
+  if (nfailed > 1) msg += strfmt(" (and %d other rank%s failed)", nfailed - 1, nfailed > 2 ? "s" : "");
+  msg += strfmt("; this rank %d did not", a.parent_rank);
+  throw Error(LM_ERR_REMOTE, msg);
+}
+
+// The first field whose hash differs (fields both sides have), the sequence number when the
+// field lists are the same, else the operation.
+int differing_field(const std::vector<Record> &all, const char **fname, const Fingerprint *fp) {
   int field = -1;
   const Record &r0 = all[0];
   int common = r0.nfields;
   bool same_count = true;
-  for (int r = 1; r < ac->size; ++r) {
-    common = std::min(common, (int)all[(size_t)r].nfields);
-    if (all[(size_t)r].nfields != r0.nfields) same_count = false;
+  for (size_t r = 1; r < all.size(); ++r) {
+    common = std::min(common, (int)all[r].nfields);
+    if (all[r].nfields != r0.nfields) same_count = false;
   }
   for (int i = 0; i < common + (same_count ? 1 : 0) && field < 0; ++i)
-    for (int r = 1; r < ac->size; ++r)
-      if (all[(size_t)r].hash[i] != r0.hash[i]) {
+    for (size_t r = 1; r < all.size(); ++r)
+      if (all[r].hash[i] != r0.hash[i]) {
         field = i;
         break;
       }
-  const char *fname = "operation";
+  *fname = "operation";
   if (field == r0.nfields && same_count)
-    fname = "call sequence number (a rank skipped or repeated a call)";
+    *fname = "call sequence number (a rank skipped or repeated a call)";
   else if (field > 0)
-    fname = a.fp->name(field);
-  if (field < 0) field = 0;  // only the field lists differ: report the operation
+    *fname = fp->name(field);
+  return field < 0 ? 0 : field;  // only the field lists differ: report the operation
+}
+
+// LM_ERR_MISMATCH: the differing field's distinct values, each with the ranks that hold it.
+[[noreturn]] void throw_mismatch(const AgreeArgs &a, const std::vector<Record> &all) {
+  const char *fname = "operation";
+  const int field = differing_field(all, &fname, a.fp);
   std::string msg = strfmt("%s: ranks disagree on %s:", a.fn, fname);
-  // Distinct values, each with the ranks that hold it (first four values).
-  std::vector<int> done((size_t)ac->size, 0);
+  std::vector<int> done(all.size(), 0);
   int groups = 0;
-  for (int r = 0; r < ac->size; ++r) {
-    if (done[(size_t)r]) continue;
-    const Record &x = all[(size_t)r];
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (done[r]) continue;
+    const Record &x = all[r];
     std::string who;
     int cnt = 0;
-    for (int q = r; q < ac->size; ++q) {
-      const Record &y = all[(size_t)q];
-      bool same = y.hash[field] == x.hash[field];
-      if (done[(size_t)q] || !same) continue;
-      done[(size_t)q] = 1;
-      if (cnt < 3) who += strfmt("%s%d", cnt ? "," : "", y.parent_rank);
+    for (size_t q = r; q < all.size(); ++q) {
+      if (done[q] || all[q].hash[field] != x.hash[field]) continue;
+      done[q] = 1;
+      if (cnt < 3) who += strfmt("%s%d", cnt ? "," : "", all[q].parent_rank);
       ++cnt;
     }
     if (cnt > 3) who += strfmt(",... (%d ranks)", cnt);
@@ -415,6 +398,49 @@ void agree(const AgreeArgs &a) {
     ++groups;
   }
   throw Error(LM_ERR_MISMATCH, msg);
+}
+
+}  // namespace
+
+void agree(const AgreeArgs &a) {
+  AgreeComm *ac = a.ac;
+  if (ac->broken)
+    fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", a.fn,
+         ac->broken_why.c_str());
+  if (a.nmax < 0 || a.nmax > kMaxAgreeMaxes)
+    fail(LM_ERR_INTERNAL, "%s: %d agreement values (at most %d)", a.fn, a.nmax, kMaxAgreeMaxes);
+  const uint64_t seq = ++ac->seq;
+  uint64_t h = 0;
+  if (a.fp) {
+    Hasher hh;
+    hh.u64(a.fp->total());
+    hh.u64(seq);
+    h = hh.h;
+  }
+  const int nv = 3 + a.nmax;
+  long long v[3 + kMaxAgreeMaxes];
+  v[0] = a.local != LM_SUCCESS ? (long long)(ac->size - ac->rank) : 0;
+  v[1] = (long long)(h >> 1);
+  v[2] = -(long long)(h >> 1);
+  for (int i = 0; i < a.nmax; ++i) v[3 + i] = a.maxes[i];
+  first_round(a, seq, v, nv);
+  for (int i = 0; i < a.nmax; ++i) a.maxes[i] = v[3 + i];
+  if (v[0] == 0 && v[1] == -v[2]) return;  // the common case: one small allreduce
+  // Second round: every rank's record.
+  std::vector<Record> all((size_t)ac->size);
+  Record mine;
+  fill_record(a, seq, mine);
+  try {
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
+                             MPI_BYTE, ac->comm, &req),
+              strfmt("%s: MPI_Iallgather (agreement)", a.fn).c_str());
+    wait_deadline(&req, a.timeout, strfmt("%s: agreement", a.fn).c_str());
+  } catch (const Error &e) {
+    broken_comm(a, e);
+  }
+  throw_if_failed(a, all);
+  throw_mismatch(a, all);
 }
 
 }  // namespace lm

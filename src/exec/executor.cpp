@@ -468,50 +468,10 @@ class ReduceScatterRun : public StepRun {
     out_ = static_cast<char *>(out);
     finished_ = !st_.member;
     if (finished_) return;
-    const int64_t k = st_.k, mine = st_.mine;
     const size_t S = step_staging(tp_);
-    zero_.assign(st_.outbox.len.size(), 0);
-    // Segment size: the same on every member (S, k, dtype, contiguity are the same for all).
-    size_t budget = st_.chunks_contiguous ? S : S / 2;
-    size_t per_el = (size_t)(k - 1) * esize_ * 2 + (st_.wide ? 16 : 0);
-    size_t E = std::max(budget / std::max(per_el, size_t(1)), size_t(1));
-    seg_bytes_ = E * esize_;
-    splits_.resize((size_t)k);
-    for (int64_t j = 0; j < k; ++j)
-      boxsplit_init(splits_[j], (int)st_.chunks[j].len.size(), st_.chunks[j].len.data(),
-                    (int64_t)esize_, (int64_t)seg_bytes_);
-    const BoxSplit &my = splits_[mine];
-    nseg_ = my.count;
-    // Slots per segment buffer: one per contribution that does not land in the output directly.
-    slot_of_.assign((size_t)k, -1);
-    int64_t ns = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      if (j == mine ? (mine != 0 && !st_.chunks_contiguous) : !(j == 0 && mine != 0))
-        slot_of_[j] = ns++;
-    }
-    nbufs_ = std::min<int64_t>(2, nseg_);
-    // A slot holds one piece of my chunk: the first (largest) sub-box, at most seg_bytes_.
-    const size_t piece = my.count ? (size_t)(my.step * my.inner) : 0;
-    slot_bytes_ = piece * esize_;
-    segbuf_ = (size_t)ns * slot_bytes_;
-    acc_bytes_ = st_.wide ? piece * 16 : 0;
-    // Staged sends (non-contiguous chunks the transport cannot move in place).
-    staged_.assign((size_t)k, false);
-    max_count_ = 0;
-    size_t ts = 0;
-    if (!st_.chunks_contiguous)
-      for (int64_t j : st_.order) {
-        if (splits_[j].count == 0) continue;
-        SubBox s;
-        sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], 0, esize_, s);
-        staged_[j] = !tp_.box_direct(box_ref(st_.inbox.len, s, esize_, -1));
-        if (staged_[j]) {
-          ts += (size_t)st_.chunks[j].numel() * esize_;
-          max_count_ = std::max(max_count_, splits_[j].count);
-        }
-      }
-    size_t rs = std::min(ts, std::max(S - std::min(S, budget), seg_bytes_));
-    size_t recv_part = (size_t)nbufs_ * segbuf_ + acc_bytes_;
+    const size_t budget = st_.chunks_contiguous ? S : S / 2;
+    size_t recv_part = size_segments(budget);
+    size_t rs = std::min(find_staged_sends(), std::max(S - std::min(S, budget), seg_bytes_));
     char *stage = take_stage(recv_part + rs);
     acc_ = stage;  // first: the staging buffer is 64-byte aligned, as __int128 lanes need
     bufs_ = stage ? stage + acc_bytes_ : nullptr;
@@ -519,28 +479,9 @@ class ReduceScatterRun : public StepRun {
     sq_ = 0;
     sqs_ = 0;
     // Receives of the first segments, then the direct sends, then staged sends as they fit.
-    rt_.assign((size_t)(2 * k), -1);
+    rt_.assign((size_t)(2 * st_.k), -1);
     for (int64_t s = 0; s < nbufs_; ++s) post_segment(s);
-    send_t_.clear();
-    scur_ = 0;
-    SubBox sb;
-    for (int64_t j : st_.order) {
-      if (staged_[j]) continue;
-      const Box &c = st_.chunks[j];
-      size_t coff = 0;
-      bool contig = box_is_contiguous_in(st_.inbox, c, esize_, &coff);
-      for (int64_t q = 0; q < splits_[j].count; ++q) {
-        sub_box(splits_[j], c.len, st_.chunk_rel[j], q, esize_, sb);
-        if (contig) {
-          send_t_.push_back(tp_.post_send(in_ + coff + (size_t)sb.e0 * esize_, sb.bytes,
-                                          st_.peers[j], st_.tag));
-        } else {
-          BoxRef r = box_ref(st_.inbox.len, sb, esize_,
-                             splits_[j].count == 1 ? ((int64_t)index_ << 40 | j) : -1);
-          send_t_.push_back(tp_.post_send_box(in_, r, st_.peers[j], st_.tag));
-        }
-      }
-    }
+    post_direct_sends();
     pump_sends();
     tp_.flush();
     seg_ = 0;
@@ -567,6 +508,79 @@ class ReduceScatterRun : public StepRun {
   }
 
  private:
+  // Segments: the same size on every member (staging, k, dtype, contiguity are the same for
+  // all), the splits of every chunk, the slots of the two segment buffers. Returns the bytes of
+  // the receiving part of the staging (segment buffers and the integer-avg accumulator).
+  size_t size_segments(size_t budget) {
+    const int64_t k = st_.k, mine = st_.mine;
+    zero_.assign(st_.outbox.len.size(), 0);
+    size_t per_el = (size_t)(k - 1) * esize_ * 2 + (st_.wide ? 16 : 0);
+    size_t E = std::max(budget / std::max(per_el, size_t(1)), size_t(1));
+    seg_bytes_ = E * esize_;
+    splits_.resize((size_t)k);
+    for (int64_t j = 0; j < k; ++j)
+      boxsplit_init(splits_[j], (int)st_.chunks[j].len.size(), st_.chunks[j].len.data(),
+                    (int64_t)esize_, (int64_t)seg_bytes_);
+    const BoxSplit &my = splits_[mine];
+    nseg_ = my.count;
+    // Slots per segment buffer: one per contribution that does not land in the output directly.
+    slot_of_.assign((size_t)k, -1);
+    int64_t ns = 0;
+    for (int64_t j = 0; j < k; ++j)
+      if (j == mine ? (mine != 0 && !st_.chunks_contiguous) : !(j == 0 && mine != 0))
+        slot_of_[j] = ns++;
+    nbufs_ = std::min<int64_t>(2, nseg_);
+    // A slot holds one piece of my chunk: the first (largest) sub-box, at most seg_bytes_.
+    const size_t piece = my.count ? (size_t)(my.step * my.inner) : 0;
+    slot_bytes_ = piece * esize_;
+    segbuf_ = (size_t)ns * slot_bytes_;
+    acc_bytes_ = st_.wide ? piece * 16 : 0;
+    return (size_t)nbufs_ * segbuf_ + acc_bytes_;
+  }
+
+  // Staged sends: non-contiguous chunks the transport cannot move in place. Returns their bytes.
+  size_t find_staged_sends() {
+    staged_.assign((size_t)st_.k, false);
+    max_count_ = 0;
+    size_t ts = 0;
+    if (st_.chunks_contiguous) return 0;
+    for (int64_t j : st_.order) {
+      if (splits_[j].count == 0) continue;
+      SubBox s;
+      sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], 0, esize_, s);
+      staged_[j] = !tp_.box_direct(box_ref(st_.inbox.len, s, esize_, -1));
+      if (staged_[j]) {
+        ts += (size_t)st_.chunks[j].numel() * esize_;
+        max_count_ = std::max(max_count_, splits_[j].count);
+      }
+    }
+    return ts;
+  }
+
+  // The sends that move in place: contiguous chunks, or boxes the transport moves directly.
+  void post_direct_sends() {
+    send_t_.clear();
+    scur_ = 0;
+    SubBox sb;
+    for (int64_t j : st_.order) {
+      if (staged_[j]) continue;
+      const Box &c = st_.chunks[j];
+      size_t coff = 0;
+      bool contig = box_is_contiguous_in(st_.inbox, c, esize_, &coff);
+      for (int64_t q = 0; q < splits_[j].count; ++q) {
+        sub_box(splits_[j], c.len, st_.chunk_rel[j], q, esize_, sb);
+        if (contig) {
+          send_t_.push_back(tp_.post_send(in_ + coff + (size_t)sb.e0 * esize_, sb.bytes,
+                                          st_.peers[j], st_.tag));
+        } else {
+          BoxRef r = box_ref(st_.inbox.len, sb, esize_,
+                             splits_[j].count == 1 ? ((int64_t)index_ << 40 | j) : -1);
+          send_t_.push_back(tp_.post_send_box(in_, r, st_.peers[j], st_.tag));
+        }
+      }
+    }
+  }
+
   bool sends_staged_left() {
     int64_t j;
     return sring_.size && (!sring_.fifo.empty() || next_staged(&j));

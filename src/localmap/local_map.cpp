@@ -249,16 +249,19 @@ class LocalMapCall {
                const int64_t *const *out_shapes, lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs)
       : fn_(fn), ud_(user_data), nin_(nin), in_(inputs), in_pl_(in_pl), nout_(nout),
         out_pl_(out_pl), out_shapes_(out_shapes), mesh_(mesh), flags_(flags), out_(outputs),
-        objs_((size_t)(nin > 0 ? nin : 0)), need_gather_((size_t)(nout > 0 ? nout : 0)),
-        args_((size_t)(nin > 0 ? nin : 0)), views_((size_t)(nin > 0 ? nin : 0)),
-        temps_((size_t)(nin > 0 ? nin : 0)), move_((size_t)(nin > 0 ? nin : 0)),
-        gshapes_((size_t)(nout > 0 ? nout : 0)) {}
+        objs_((size_t)nin), need_gather_((size_t)nout), args_((size_t)nin), views_((size_t)nin),
+        temps_((size_t)nin), move_((size_t)nin), gshapes_((size_t)nout) {}
   ~LocalMapCall() {
     for (int i = 0; i < nin_; ++i) tensor_release(temps_[i]);
   }
 
+  // Errors here return at once: nothing collective has started (and nothing is allocated yet:
+  // the counts are checked before the per-argument buffers exist).
+  static void validate(lm_local_fn_t fn, int nin, const lm_arg_t *in, int nout,
+                       const lm_placement_t *const *out_pl, unsigned flags, lm_arg_t *out);
+
   void run() {
-    validate();
+    for (int j = 0; j < nout_; ++j) out_[j] = lm_arg_t{};
     find_mesh_and_inputs();
     decide_gathers();
     record([&] { check_inputs(); });
@@ -287,7 +290,6 @@ class LocalMapCall {
   void release_outputs() {
     for (int j = 0; j < nout_; ++j) release_managed(out_[j]);
   }
-  void validate();
   void find_mesh_and_inputs();
   void decide_gathers();
   void check_inputs();
@@ -337,22 +339,21 @@ class LocalMapCall {
   SmallBuf<Shape, 8> gshapes_;
 };
 
-// Errors here return at once: nothing collective has started.
-void LocalMapCall::validate() {
-  LM_CHECK_ARG(fn_ != nullptr, "%s: fn is NULL", F);
-  LM_CHECK_ARG(nin_ >= 0 && nout_ >= 0, "%s: nin = %d and nout = %d must be >= 0", F, nin_, nout_);
-  LM_CHECK_ARG(nin_ <= LM_LOCAL_MAP_MAX_ARGS && nout_ <= LM_LOCAL_MAP_MAX_ARGS,
-               "%s: nin = %d and nout = %d must be at most LM_LOCAL_MAP_MAX_ARGS (%d)", F, nin_,
-               nout_, LM_LOCAL_MAP_MAX_ARGS);
-  LM_CHECK_ARG(nin_ == 0 || in_, "%s: inputs is NULL but nin = %d", F, nin_);
-  LM_CHECK_ARG(nout_ == 0 || out_, "%s: outputs is NULL but nout = %d", F, nout_);
-  LM_CHECK_ARG(nout_ == 0 || out_pl_,
+void LocalMapCall::validate(lm_local_fn_t fn, int nin, const lm_arg_t *in, int nout,
+                            const lm_placement_t *const *out_pl, unsigned flags, lm_arg_t *out) {
+  LM_CHECK_ARG(fn != nullptr, "%s: fn is NULL", F);
+  LM_CHECK_ARG(nin >= 0 && nout >= 0, "%s: nin = %d and nout = %d must be >= 0", F, nin, nout);
+  LM_CHECK_ARG(nin <= LM_LOCAL_MAP_MAX_ARGS && nout <= LM_LOCAL_MAP_MAX_ARGS,
+               "%s: nin = %d and nout = %d must be at most LM_LOCAL_MAP_MAX_ARGS (%d)", F, nin,
+               nout, LM_LOCAL_MAP_MAX_ARGS);
+  LM_CHECK_ARG(nin == 0 || in, "%s: inputs is NULL but nin = %d", F, nin);
+  LM_CHECK_ARG(nout == 0 || out, "%s: outputs is NULL but nout = %d", F, nout);
+  LM_CHECK_ARG(nout == 0 || out_pl,
                "%s: out_placements is NULL but nout = %d (pass an array of nout entries, NULL for "
-               "non-tensor outputs)", F, nout_);
+               "non-tensor outputs)", F, nout);
   const unsigned known =
       LM_LOCAL_MAP_RESHARD_INPUTS | LM_LOCAL_MAP_NO_AGREE | LM_LOCAL_MAP_SHAPES_EVEN;
-  LM_CHECK_ARG((flags_ & ~known) == 0, "%s: unknown flags 0x%x", F, flags_ & ~known);
-  for (int j = 0; j < nout_; ++j) out_[j] = lm_arg_t{};
+  LM_CHECK_ARG((flags & ~known) == 0, "%s: unknown flags 0x%x", F, flags & ~known);
 }
 
 // The mesh (given, else the first dist input's) and the objects behind the dist inputs' handles
@@ -725,6 +726,7 @@ void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *input
                const lm_placement_t *const *in_placements, int nout,
                const lm_placement_t *const *out_placements, const int64_t *const *out_shapes,
                lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs) {
+  LocalMapCall::validate(fn, nin, inputs, nout, out_placements, flags, outputs);
   LocalMapCall(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, mesh,
                flags, outputs)
       .run();

@@ -301,6 +301,96 @@ void check_reshard(const Layout &src, const Layout &dst, DType dt) {
 }
 
 // ---------------------------------------------------------------------------------------------
+namespace {
+
+// 1. ReduceScatter for each source Partial mesh dim the target does not keep (a target keeps it
+// only when it is on the same mesh and Partial on it too). Avg reduces as a sum and divides
+// once: floats by all reduced extents on the last reduction (one rounding); integers dim by dim
+// in a 128-bit accumulator (no overflow, exact whenever each partial mean is). Returns the layout
+// the reductions leave.
+Layout reduce_partials(Schedule &p, const Layout &src, const Layout &dst, bool same_mesh,
+                       int *tag) {
+  int last_reduced = -1;
+  int64_t reduced_extent = 1;
+  for (int m = 0; m < src.mesh_ndim(); ++m)
+    if (src.pl[m].kind == LM_PARTIAL && !(same_mesh && dst.pl[m].kind == LM_PARTIAL)) {
+      last_reduced = m;
+      reduced_extent *= src.grid->shape()[m];
+    }
+  Layout cur = src;
+  for (int m = 0; m < src.mesh_ndim(); ++m) {
+    if (src.pl[m].kind != LM_PARTIAL) continue;
+    if (same_mesh && dst.pl[m].kind == LM_PARTIAL) continue;  // kept (same op checked before)
+    int d = (same_mesh && dst.pl[m].kind == LM_SHARD) ? dst.pl[m].dim : largest_dim(src.gshape);
+    Layout next = cur;
+    shard_innermost(next, m, d);
+    const bool avg = src.pl[m].op == LM_REDUCE_AVG;
+    int64_t divide_by = 0;
+    if (avg) divide_by = dtype_is_integer(p.dt) ? src.grid->shape()[m]
+                         : m == last_reduced    ? reduced_extent
+                                                : 0;
+    p.steps.push_back(reduce_scatter_step(cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op,
+                                          divide_by, p.dt, p.me, (*tag)++));
+    cur = next;
+  }
+  return cur;
+}
+
+// 2. Exchanges from `cur` to the target without its new Partial dims (they start as Replicate;
+// returned). Cross-mesh: every byte crosses once, to a layout where the target's Replicate dims
+// shard the largest dim, then an allgather inside the target mesh.
+Layout exchange_to(Schedule &p, const Layout &cur, const Layout &dst, bool same_mesh, int *tag) {
+  Layout d0 = dst;
+  for (int m = 0; m < dst.mesh_ndim(); ++m)
+    if (dst.pl[m].kind == LM_PARTIAL && !(same_mesh && cur.pl[m].kind == LM_PARTIAL))
+      d0.pl[m] = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+  d0.derive();
+  if (same_mesh) {
+    if (!cur.equals(d0) || p.steps.empty())
+      p.steps.push_back(exchange_step(cur, d0, true, p.me, p.esize, (*tag)++));
+    return d0;
+  }
+  Layout d1 = d0;
+  bool changed = false;
+  if (!d1.gshape.empty()) {
+    int ds = largest_dim(d1.gshape);
+    for (int m = 0; m < d1.mesh_ndim(); ++m)
+      if (d1.pl[m].kind == LM_REPLICATE && d1.grid->shape()[m] > 1) {
+        shard_innermost(d1, m, ds);
+        changed = true;
+      }
+  }
+  p.steps.push_back(exchange_step(cur, d1, false, p.me, p.esize, (*tag)++));
+  if (changed) p.steps.push_back(exchange_step(d1, d0, true, p.me, p.esize, (*tag)++));
+  return d0;
+}
+
+// The buffers: which step is the last that moves data, which steps write straight into the next
+// one's output (the reduce-scatter before an allgather: fused), the intermediate outputs' sizes.
+void plan_buffers(Schedule &p) {
+  p.last_moving = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    p.bytes_sent += p.steps[i]->bytes_sent;
+    if (!p.steps[i]->in_place()) p.last_moving = i;
+  }
+  p.fused.assign(p.steps.size(), -1);
+  for (size_t i = 0; i + 1 <= p.last_moving; ++i) {
+    size_t off = 0;
+    if (!p.steps[i]->in_place() && !p.steps[i + 1]->in_place() &&
+        p.steps[i + 1]->input_lands_contiguously(&off)) {
+      p.fused[i] = (int64_t)off;
+      p.steps[i + 1]->skip_self = true;
+    }
+  }
+  p.work_bytes.assign(p.steps.size(), 0);  // sizes only: taken from the pool at execution
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i]->in_place() || i == p.last_moving || p.fused[i] >= 0) continue;
+    p.work_bytes[i] = (size_t)p.steps[i]->outbox.numel() * p.esize;
+  }
+}
+
+}  // namespace
+
 void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataType dtype,
                     int me) {
   // A 0-d tensor holds one element on every member, as a [1] tensor with no Shard does: plan it
@@ -311,98 +401,21 @@ void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataT
     out.dst = dst;
     return;
   }
-  Schedule *plan = &out;
-  plan->me = me;
-  plan->src = src;
-  plan->dst = dst;
-  plan->dtype = dtype;
-  plan->dt = dtype_from_dl(dtype, "reshard: dtype");
-  plan->esize = dtype_size(plan->dt);
+  out.me = me;
+  out.src = src;
+  out.dst = dst;
+  out.dtype = dtype;
+  out.dt = dtype_from_dl(dtype, "reshard: dtype");
+  out.esize = dtype_size(out.dt);
+  out.involved = src.grid->index_of(me) >= 0 || dst.grid->index_of(me) >= 0;
+  check_reshard(src, dst, out.dt);
   const bool same_mesh = src.grid->same_as(*dst.grid);
-  int64_t si = src.grid->index_of(me), di = dst.grid->index_of(me);
-  plan->involved = si >= 0 || di >= 0;
-
-  check_reshard(src, dst, plan->dt);
-
   int tag = kTagBase;
-  Layout cur = src;
-  // 1. Reduce the Partial dims that the target does not keep. Avg reduces as a sum and divides
-  // once, by the product of the reduced extents, on the last reduction (exact for integers).
-  int last_reduced = -1;
-  int64_t reduced_extent = 1;
-  for (int m = 0; m < src.mesh_ndim(); ++m)
-    if (src.pl[m].kind == LM_PARTIAL && !(same_mesh && dst.pl[m].kind == LM_PARTIAL)) {
-      last_reduced = m;
-      reduced_extent *= src.grid->shape()[m];
-    }
-  for (int m = 0; m < src.mesh_ndim(); ++m) {
-    if (src.pl[m].kind != LM_PARTIAL) continue;
-    if (same_mesh && dst.pl[m].kind == LM_PARTIAL) continue;  // kept (same op checked above)
-    int d = (same_mesh && dst.pl[m].kind == LM_SHARD) ? dst.pl[m].dim : largest_dim(src.gshape);
-    Layout next = cur;
-    shard_innermost(next, m, d);
-    // Floats divide once, by all reduced extents, on the last reduction (one rounding);
-    // integers average dim by dim in a 128-bit accumulator (no overflow, exact whenever each
-    // partial mean is).
-    bool avg = src.pl[m].op == LM_REDUCE_AVG;
-    int64_t divide_by = 0;
-    if (avg) divide_by = dtype_is_integer(plan->dt) ? src.grid->shape()[m]
-                         : m == last_reduced      ? reduced_extent
-                                                  : 0;
-    plan->steps.push_back(reduce_scatter_step(cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op,
-                                              divide_by, plan->dt, me, tag++));
-    cur = next;
-  }
-  // 2. Move data to the target without its new Partial dims (they start as Replicate).
-  Layout d0 = dst;
-  for (int m = 0; m < dst.mesh_ndim(); ++m)
-    if (dst.pl[m].kind == LM_PARTIAL && !(same_mesh && src.pl[m].kind == LM_PARTIAL))
-      d0.pl[m] = lm_placement_t{LM_REPLICATE, 0, 0, 0};
-  d0.derive();
-  if (!same_mesh) {
-    // Cross-mesh: every byte crosses once; replication happens inside the target mesh.
-    Layout d1 = d0;
-    bool changed = false;
-    if (!d1.gshape.empty()) {
-      int ds = largest_dim(d1.gshape);
-      for (int m = 0; m < d1.mesh_ndim(); ++m)
-        if (d1.pl[m].kind == LM_REPLICATE && d1.grid->shape()[m] > 1) {
-          shard_innermost(d1, m, ds);
-          changed = true;
-        }
-    }
-    plan->steps.push_back(exchange_step(cur, d1, false, me, plan->esize, tag++));
-    if (changed)
-      plan->steps.push_back(exchange_step(d1, d0, true, me, plan->esize, tag++));
-  } else if (!cur.equals(d0) || plan->steps.empty()) {
-    plan->steps.push_back(exchange_step(cur, d0, true, me, plan->esize, tag++));
-  }
-  // 3. New Partial dims: identity fill where needed.
-  if (!d0.equals(dst))
-    plan->steps.push_back(partial_init_step(d0, dst, plan->dt, me));
-
-  plan->last_moving = 0;
-  for (size_t i = 0; i < plan->steps.size(); ++i) {
-    plan->bytes_sent += plan->steps[i]->bytes_sent;
-    if (!plan->steps[i]->in_place()) plan->last_moving = i;
-  }
-  // Fuse: when step i+1 only copies its whole input into a contiguous part of its output (the
-  // allgather after a reduce-scatter), step i writes there directly.
-  plan->fused.assign(plan->steps.size(), -1);
-  for (size_t i = 0; i + 1 <= plan->last_moving; ++i) {
-    size_t off = 0;
-    if (!plan->steps[i]->in_place() && !plan->steps[i + 1]->in_place() &&
-        plan->steps[i + 1]->input_lands_contiguously(&off)) {
-      plan->fused[i] = (int64_t)off;
-      plan->steps[i + 1]->skip_self = true;
-    }
-  }
-  // Intermediate outputs: sizes only (taken from the pool at execution).
-  plan->work_bytes.assign(plan->steps.size(), 0);
-  for (size_t i = 0; i < plan->steps.size(); ++i) {
-    if (plan->steps[i]->in_place() || i == plan->last_moving || plan->fused[i] >= 0) continue;
-    plan->work_bytes[i] = (size_t)plan->steps[i]->outbox.numel() * plan->esize;
-  }
+  Layout cur = reduce_partials(out, src, dst, same_mesh, &tag);  // 1. reductions
+  Layout d0 = exchange_to(out, cur, dst, same_mesh, &tag);        // 2. exchanges
+  if (!d0.equals(dst))                                              // 3. new Partial dims
+    out.steps.push_back(partial_init_step(d0, dst, out.dt, me));
+  plan_buffers(out);
 }
 
 }  // namespace lm

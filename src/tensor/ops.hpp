@@ -22,6 +22,14 @@ void tensor_gather(lm_dist_tensor_t t, int root, DLTensor *dst);
 // The communicator for transfers between two meshes (the source's private dup of the common
 // parent); throws when the meshes come from different parents.
 MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn);
+// "[2, 3]" for messages.
+std::string shape_str(const Shape &s);
+// Checks a host buffer holding a whole tensor of layout L (gather's dst, from_global's global):
+// ndim, shape, dtype, kDLCPU, compact, data. Throws LM_ERR_INVALID_ARGUMENT naming `arg`.
+void check_global_buffer(const DLTensor *g, const Layout &L, DLDataType dtype, const char *fn,
+                         const char *arg);
+// A one-rank layout on parent rank `rank`, fully replicated: "the root holds all".
+Layout root_layout(int rank, const Shape &g);
 // A layout over `mesh` with placements checked against `ndim` tensor dims.
 Layout make_layout(lm_mesh_s *mesh, const lm_placement_t *pl, const Shape &gshape,
                    const char *what);

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// lm_dist_tensor_reshard: a new dist tensor with other placements, on the same mesh (through the
+// mesh's plan cache) or another mesh of the same parent (a fresh plan; O(peers) planning).
+#include "common/error.hpp"
+#include "exec/device_run.hpp"
+#include "exec/plan_cache.hpp"
+#include "mem/cuda.hpp"
+#include "mesh/collective.hpp"
+#include "mesh/device.hpp"
+#include "tensor/ops.hpp"
+#include "transport/failure.hpp"
+
+namespace lm {
+
+namespace {
+struct ReshardCtx {
+  lm_dist_tensor_s *t;
+  lm_mesh_s *sm, *dm;
+  const lm_placement_t *pl;
+};
+std::string describe_reshard(const void *p, int field) {
+  const ReshardCtx &c = *static_cast<const ReshardCtx *>(p);
+  switch (field) {
+    case 1: return mesh_desc(c.sm) + " (source)";
+    case 2: return mesh_desc(c.dm) + " (target)";
+    case 3: return c.t->layout.str();
+    case 4: {
+      std::string r = "[";
+      for (size_t i = 0; i < c.t->layout.gshape.size(); ++i)
+        r += strfmt(i ? ", %lld" : "%lld", (long long)c.t->layout.gshape[i]);
+      return r + "]";
+    }
+    case 5: return dl_dtype_name(c.t->dtype);
+    case 6: return c.pl ? format_placements(c.pl, c.dm->ndim()) : std::string("NULL");
+  }
+  return "?";
+}
+}  // namespace
+
+namespace {
+
+// What a reshard prepares before any data moves.
+struct Reshard {
+  lm_dist_tensor_s *t = nullptr;
+  lm_mesh_s *sm = nullptr, *dm = nullptr;
+  const lm_placement_t *pl = nullptr;
+  const char *fn = nullptr;
+  bool part = false;  // this rank is in one of the meshes
+  lm_dist_tensor_s *out = nullptr;
+  std::shared_ptr<Plan> plan;
+  bool alias = false;
+};
+
+// Checks, plan and output buffer: everything that can fail locally, so that with the agreement
+// a failure on one rank is a failure on all.
+void prepare(Reshard &r) {
+  lm_dist_tensor_s *t = r.t;
+  mesh_check_usable(r.sm, strfmt("%s: src mesh", r.fn).c_str());
+  mesh_check_usable(r.dm, strfmt("%s: dst_mesh", r.fn).c_str());
+  MPI_Comm comm = transfer_comm(r.sm, r.dm, r.fn);
+  Layout L = make_layout(r.dm, r.pl, t->layout.gshape, strfmt("%s: placements", r.fn).c_str());
+  check_reshard(t->layout, L, t->dt);
+  r.out = tensor_new(r.dm, L, t->dtype, t->device, false);
+  if (!r.part) return;
+  if (r.sm == r.dm)
+    r.plan = cached_plan(r.sm, t->layout, L, t->dtype, is_device(t->device));
+  else
+    r.plan = plan_build(t->layout, L, t->dtype, comm, r.sm->world_rank);
+  size_t off = 0;
+  // Host only: a device reshard runs collectives of the mesh (the transport choice, NCCL init,
+  // the staging agreement) on every rank, so no rank may return early on its own, and whether a
+  // rank can alias depends on its shard (an empty one cannot).
+  if (r.plan->steps.size() == 1 && r.plan->steps[0]->alias_offset(&off) && t->storage &&
+      !is_device(t->device)) {
+    r.out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
+    r.out->byte_offset = t->byte_offset + off;
+    r.alias = true;
+  } else if (r.dm->member) {
+    r.out->storage = is_device(t->device)
+                         ? device_storage_alloc(mesh_mem(r.dm), t->device, r.out->local_bytes(),
+                                                false)
+                         : storage_alloc(r.out->local_bytes(), false);
+  }
+}
+
+// prepare(), its outcome agreed (with a fingerprint of the call) over both meshes' ranks.
+void prepare_agreed(Reshard &r, int level) {
+  lm_status_t st = LM_SUCCESS;
+  std::string err;
+  try {
+    prepare(r);
+  } catch (const Error &e) {
+    st = e.status();
+    err = e.message();
+  } catch (const std::bad_alloc &) {
+    st = LM_ERR_OUT_OF_MEMORY;
+    err = strfmt("%s: out of memory", r.fn);
+  }
+  lm_dist_tensor_s *t = r.t;
+  Fingerprint fp("lm_dist_tensor_reshard");
+  fp.add("source mesh", r.sm->id);
+  fp.add("target mesh", r.dm->id);
+  fp.add("source placements", hash_placements(t->layout.pl.data(), r.sm->ndim()));
+  fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+  fp.add("dtype", hash_dtype(t->dtype));
+  fp.add("target placements", hash_placements(r.pl, r.dm->ndim()));
+  ReshardCtx ctx{t, r.sm, r.dm, r.pl};
+  agree_call(r.fn, r.sm, r.dm, &fp, describe_reshard, &ctx, st, err);
+  if (level >= 2 && r.sm->member) check_replicas(t, r.fn);
+}
+
+// The data moves; a transfer failure breaks both meshes.
+void move(Reshard &r) {
+  lm_dist_tensor_s *t = r.t;
+  try {
+    TimeoutScope ts(call_timeout(r.sm, r.dm));
+    if (is_device(t->device))
+      device_run_plan(r.sm, r.dm, *r.plan, t->data(), t->local_bytes(), r.out->data(),
+                      r.out->local_bytes(), t->device.device_id);
+    else
+      r.plan->run(t->data(), r.out->data());
+  } catch (const Error &e) {
+    mesh_break(r.sm, e, r.dm != r.sm ? r.dm : nullptr);
+  }
+}
+
+}  // namespace
+
+lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
+                                 const lm_placement_t *pl, const char *fn) {
+  expect_object(t, fn);
+  Reshard r;
+  r.t = t;
+  r.sm = t->mesh;
+  r.dm = dst_mesh ? dst_mesh : t->mesh;
+  r.pl = pl;
+  r.fn = fn;
+  r.part = r.sm->member || r.dm->member;
+  const int level = check_level(r.sm, r.dm);
+  try {
+    if (level == 0 || !r.part)
+      prepare(r);
+    else
+      prepare_agreed(r, level);
+    if (r.part && !r.alias) move(r);  // neither mesh: nothing to do, never waited on
+  } catch (...) {
+    tensor_release(r.out);
+    throw;
+  }
+  return r.out;
+}
+
+}  // namespace lm
