@@ -229,6 +229,12 @@ static void hand_baselines(int64_t n64, int dir, double lm_ms, char *extra, size
   free(h.tmp);
 }
 
+/* Open MPI's single-copy mechanism of the MPI baselines (tools/lm-mpirun exports it). */
+static const char *mpi_single_copy(void) {
+  const char *m = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+  return m && *m ? m : "mpi-default";
+}
+
 /* ---------------------------------------------------------------- cases */
 static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, const char *bname,
                  double b_ms, int64_t sent, double reshard_ms, const char *extra) {
@@ -239,13 +245,13 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
          "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"plan_ms\": %.4f, "
          "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"memcpy_floor_ms\": %.4f, "
          "\"floor_ratio\": %.3f, \"target_floor_ms\": %.4f, \"target_floor_ratio\": %.3f, "
-         "\"node_local\": %s, \"lm_check\": \"%s\"%s}\n",
+         "\"node_local\": %s, \"lm_check\": \"%s\", \"mpi_single_copy\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
          b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, g_plan_ms, (long long)g_peak_plan,
          (long long)g_peak_reshard, g_floor_ms, g_floor_ms > 0 ? lm_ms / g_floor_ms : 0.0,
          g_tfloor_ms, g_tfloor_ms > 0 ? lm_ms / g_tfloor_ms : 0.0,
          getenv("LM_NODE_LOCAL") && getenv("LM_NODE_LOCAL")[0] == '0' ? "false" : "true",
-         getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", extra ? extra : "");
+         getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", mpi_single_copy(), extra ? extra : "");
   fflush(stdout);
 }
 
