@@ -26,19 +26,15 @@
  *    Every collective call (mesh_create, reshard, plan execute/start, gather, from_global with a
  *    root, from_local with LM_SHAPE_ALLGATHER, local_map) also checks, before any data moves, that
  *    the ranks were asked the same thing: otherwise every rank returns LM_ERR_MISMATCH naming the
- *    field and the ranks. Environment: LM_CHECK=0|1|2 (default 1; see lm_mesh_config_t),
- *    `LM_TIMEOUT=<seconds>` (deadline of blocking waits: LM_ERR_TIMEOUT), LM_FAULT (fault injection
- *    for tests). docs/DESIGN.md, "Failure model", has the rules. Performance: LM_STAGING_BYTES
- *    (staging bound of one reshard step, default 64 MiB), LM_POOL_BYTES (cached buffers, 1 GiB),
- *    LM_AGREE_BOARD=0 (agreements by MPI_Allreduce even when all ranks share a node; by default
- *    a shared-memory board there), LM_BOARD_EXCHANGE_BYTES (tensor bytes per rank, 32 KiB, up to
- *    which same-mesh plan executions on one node move their data through that board; 0: off),
- *    LM_DATATYPE_MIN_BYTES (smallest strided box sent as an MPI datatype, 32 KiB; smaller ones
- *    are packed by the library; 0: datatypes at every size),
- *    LM_NODE_LOCAL=0 (no direct copies between ranks of one node), LM_NODE_LOCAL_MIN_BYTES,
- *    LM_NODE_ARENA_BYTES / LM_NODE_ARENA_MIN_BYTES (the shared arena holding the library's large
- *    host buffers on a node with node-local peers; 0 bytes: off). Tensors the library allocated
- *    are not accessible in a fork() child.
+ *    field and the ranks. docs/DESIGN.md, "Failure model", has the rules.
+ *  - Settings come from the environment, read once per process (README, "Settings"): LM_CHECK
+ *    (0|1|2, default 1; see lm_mesh_config_t), LM_TIMEOUT (seconds, deadline of blocking waits:
+ *    LM_ERR_TIMEOUT), LM_STAGING_BYTES, LM_POOL_BYTES, LM_TRANSPORT, LM_NCCL_TIMEOUT, and expert
+ *    switches of the one-node paths. Sizes take K/M/G/T suffixes, booleans 0/1/true/false/yes/no/
+ *    on/off; an unreadable value is named on stderr and the default applies. Settings that change
+ *    which collectives run or how bytes travel must be equal on every rank: lm_mesh_create
+ *    returns LM_ERR_MISMATCH on every rank, naming the variable, when one differs. Tensors the
+ *    library allocated are not accessible in a fork() child.
  *  - Thread safety: distinct handles may be used from distinct threads when MPI was initialised
  *    with MPI_THREAD_MULTIPLE; one mesh (and everything on it) must not be used by two threads at
  *    once, because its collectives would interleave.
@@ -336,7 +332,10 @@ typedef struct lm_mesh_config_t {
  * (a Fortran handle: MPI_Comm_c2f(comm), mpi4py's comm.py2f(), mpi_f08's comm%MPI_VAL).
  * Collective over the parent (every parent rank calls, members or not, with the same arguments;
  * agrees). Ranks outside the mesh get a handle whose membership query says 0; they may create
- * placeholder tensors on it and take part in cross-mesh reshards. config may be NULL. */
+ * placeholder tensors on it and take part in cross-mesh reshards. config may be NULL.
+ * LM_ERR_MISMATCH on every rank when the ranks passed different arguments, or when a setting that
+ * must agree (README, "Settings") differs between the parent's processes: the message names the
+ * variable and each world rank's value. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim,
                                                const int64_t *shape,
                                                const lm_mesh_config_t *config);
