@@ -12,7 +12,9 @@ Also checked:
   - no transport type (MpiTransport, NcclTransport, BoardExchange) and no dynamic_cast to a
     transport appears outside src/transport/.
 Prints each violation as "file:line: message" and exits 1 when there is one.
-Usage: tools/check-layers.py [SRC_DIR]   (default: src next to this script)
+Usage: tools/check-layers.py [--graph] [SRC_DIR]   (default: src next to this script)
+  --graph: print, top layer first, the layers each layer's files include (the picture of
+           docs/DESIGN.md, "Layers"), then check as usual.
 """
 import os
 import re
@@ -55,7 +57,9 @@ def unit_of(rel):
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "src")
+    args = [a for a in sys.argv[1:] if a != "--graph"]
+    show_graph = len(args) != len(sys.argv) - 1
+    src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "src")
     src = os.path.normpath(src)
     files = {}
     for root, _, names in os.walk(src):
@@ -115,6 +119,17 @@ def main():
         for path, sysh in reach(rel):
             errors.append(f"{src}/{rel}: reaches <{sysh}> through " + " -> ".join(path) +
                           f" ({u} code must not see MPI, CUDA or NCCL)")
+    if show_graph:
+        uses = {}
+        for rel, edges in graph.items():
+            for _, t, kind in edges:
+                u, tu = unit_of(rel), unit_of(t)
+                if kind == "project" and u and tu and u != tu:
+                    uses.setdefault(u, set()).add(tu)
+        for units in reversed(LEVELS):
+            for u in units:
+                below = sorted(uses.get(u, ()), key=lambda x: -LEVEL.get(x, -1))
+                print(f"  {u:18} -> {', '.join(below) if below else '(nothing)'}")
     for e in errors:
         print(e)
     if errors:
