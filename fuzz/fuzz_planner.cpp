@@ -6,7 +6,7 @@
 // every rank must refuse or accept alike), the step chain ends in the target layout, ranks in
 // neither layout send nothing, an identity reshard sends nothing, and the source boxes that meet
 // a rank's target box tile it exactly (what it receives covers what it must hold, once). On the
-// schedule (reshard/schedule.hpp): every exchange send has the matching receive (same step, same
+// schedule (plan/schedule.hpp): every exchange send has the matching receive (same step, same
 // box) on its peer, and each rank's receives and local copies tile its output box exactly.
 #include <map>
 #include <tuple>

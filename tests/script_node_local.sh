@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The node-local path of the MPI transport (src/transport/node.hpp; issue 12 item 4): on one node
+# The node-local path of the MPI transport (src/comm/node.hpp, src/transport/node/, src/transport/mpi/): on one node
 # a blocking reshard's large messages are copied once, instead of twice through MPI's shared
 # memory: with memcpy where a side's buffer is in its owner's shared arena (arena.hpp), else
 # through the kernel (process_vm_readv/writev). The suites that check every byte run in every

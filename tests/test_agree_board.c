@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_agree_board: where the argument agreement runs. When every rank of a mesh's process set
- * shares one node (as here), agreements go through the shared-memory board (transport/node.hpp)
+ * shares one node (as here), agreements go through the shared-memory board (comm/board.hpp)
  * and no MPI allreduce is made for them; with LM_AGREE_BOARD=0 or LM_NODE_LOCAL=0 in the
  * environment (tests/script_node_local.sh), or on one rank, each agreement is one MPI_Allreduce
  * on the agreement communicator. The program counts, through the MPI profiling interface, the

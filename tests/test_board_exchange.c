@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_board_exchange: small same-mesh plan executions whose ranks all share one node move their
- * data through the agreement board (transport/node.hpp, reshard/persistent.cpp): every rank packs
+ * data through the agreement board (comm/board.hpp, transport/node/board_exchange.cpp): every rank packs
  * what it sends into its outbox before it publishes its agreement words, and copies its blocks out
  * of its peers' outboxes after the round. This suite checks, against the global index of every
  * element: S0->S1, S1->S0, S0->R, R->S1, uneven and empty shards, three dtypes, many executions

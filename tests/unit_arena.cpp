@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// unit_arena: the shared arena of the node-local path (src/transport/arena.hpp) on a 1 MiB arena
+// unit_arena: the shared arena of the node-local path (src/mem/arena.hpp) on a 1 MiB arena
 // (LM_NODE_ARENA_BYTES, set before first use). Blocks are page-rounded, first fit, coalesced on
 // free, the arena refuses what does not fit; freed pages go back to the kernel (a reused block
 // reads zeros); offsets name blocks; a second mapping of the arena (what a node-local peer gets

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// unit_boxcopy: the box pack/unpack arithmetic of src/reshard/boxcopy.hpp (the code the host
+// unit_boxcopy: the box pack/unpack arithmetic of src/layout/boxcopy.hpp (the code the host
 // transport runs and the device kernels compile), checked on the CPU against a naive
 // element-by-element reference: box copies (whole and by element ranges, as staging pipelines
 // them), per-element locate (a kernel thread's body), contiguity, and splits into sub-boxes.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// unit_device_ops: the elementwise arithmetic the CUDA kernels run (src/device/elementwise.hpp,
-// compiled here by g++) against the host path (src/reshard/reduce.cpp), bit for bit, for every
+// unit_device_ops: the elementwise arithmetic the CUDA kernels run (src/layout/elementwise.hpp,
+// compiled here by g++) against the host path (src/layout/reduce.cpp), bit for bit, for every
 // dtype and reduce op, on random values plus edge cases (wraparound, NaN, inf, subnormals,
 // 128-bit avg with negative sums). Runs in every build: no CUDA, no MPI at run time.
 // Prints "<N> passed, <N> failed" last and exits nonzero on any failure.

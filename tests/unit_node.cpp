@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// unit_node: the arithmetic of the node-local path (src/transport/node.hpp) without MPI. The byte
+// unit_node: the arithmetic of the node-local path (src/transport/node/node_local.hpp) without MPI. The byte
 // runs of boxes (box_runs) against the element offsets of the box copy every other path uses
-// (reshard/boxcopy.hpp), and cma_copy moving a box (read and write) of one buffer into a box of another (of other
+// (layout/boxcopy.hpp), and cma_copy moving a box (read and write) of one buffer into a box of another (of other
 // extents) through process_vm_readv on this very process, compared element by element with
 // boxcopy_range. Random boxes of 0-4 dims, element sizes 1-16, empty extents included.
 // Prints "<N> passed, <N> failed" last and exits nonzero on any failure.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// unit_pool: the host buffer pool of src/tensor/pool.hpp. Size classes (small requests are served
+// unit_pool: the host buffer pool of src/mem/pool.hpp. Size classes (small requests are served
 // from the pool and reused across sizes of one class), the LM_POOL_BYTES bound on cached bytes
 // (never exceeded, however many buffers are given back), and the in-use accounting. No MPI.
 // Prints "<N> passed, <N> failed" last and exits nonzero on any failure.

@@ -39,14 +39,14 @@ struct AgreeComm {
   uint64_t seq = 0;  // agreements so far: every rank of the set takes part in each
   bool broken = false;
   std::string broken_why;
-  // Ranks of comm on this node whose memory this process reads directly (transport/node.hpp):
+  // Ranks of comm on this node whose memory this process reads directly (comm/node.hpp):
   // found once, when the set is first seen; empty = the node-local path is not used.
   std::vector<int> node_peers;
-  // The agreement board (transport/node.hpp, board_max): shared memory that every rank of the
+  // The agreement board (comm/board.hpp, board_max): shared memory that every rank of the
   // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
   // every rank of the set.
   void *board = nullptr;
-  // With the board, each rank's outbox (transport/node.hpp, board exchange): per rank of the set,
+  // With the board, each rank's outbox (comm/board.hpp; the board exchange of transport/node/): per rank of the set,
   // where its two banks of outbox_bank bytes are mapped here; empty = no board exchange.
   std::vector<char *> outbox;
   size_t outbox_bank = 0;
@@ -127,7 +127,7 @@ struct AgreeArgs {
   long long root = -1;             // mesh rank of the call's root, named so in messages
   // Board only (AgreeComm::outbox): called with this rank's outbox bank of the round right
   // before the rank publishes its words, so that every rank that sees the round completed may
-  // read it (the board exchange of small reshards, reshard/persistent.cpp).
+  // read it (the board exchange of small reshards, transport/node/board_exchange.hpp).
   void (*publish)(void *ctx, char *bank) = nullptr;
   void *publish_ctx = nullptr;
 };

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Elementwise arithmetic of Partial reductions, written once for host and device: nvcc compiles it
 // into the device kernels (kernels.cu), g++ into tests/unit_device_ops.cpp, which checks it bit for
-// bit against the host path (reshard/reduce.cpp) for every dtype and op, so the CPU suite tests the
+// bit against the host path (layout/reduce.cpp) for every dtype and op, so the CPU suite tests the
 // arithmetic the kernels run. Semantics are localmap's (localmap.h, lm_placement_t):
 //   integers: sum/prod wrap (computed in uint64_t), avg through a 128-bit accumulator and one
 //             division truncating toward zero per reduced mesh dim;
@@ -39,7 +39,7 @@ LM_HD inline float u2f(uint32_t u) {
   return f;
 }
 
-// IEEE half <-> float, the same algorithm as reshard/reduce.cpp (round to nearest even; NaN keeps
+// IEEE half <-> float, the same algorithm as layout/reduce.cpp (round to nearest even; NaN keeps
 // its sign and becomes a quiet NaN with payload bit 9).
 LM_HD inline float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;

@@ -5,7 +5,7 @@
 // Memory that both processes map can: this is that memory.
 //
 // One sparse memfd per process (LM_NODE_ARENA_BYTES of address space, default 256 GiB; pages
-// exist only once touched), mapped MAP_SHARED once. The buffer pool (tensor/pool.cpp) carves its
+// exist only once touched), mapped MAP_SHARED once. The buffer pool (mem/pool.cpp) carves its
 // buffers of kArenaMinBytes and more from it, so library-allocated host shards, reshard outputs,
 // intermediate and staging buffers live there; borrowed user buffers do not. A node-local peer
 // maps the whole arena once, through /proc/<pid>/fd/<fd> (the access check is the one

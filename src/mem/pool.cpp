@@ -24,7 +24,7 @@ struct Pool {
   Pool() : limit((size_t)setting_u(Setting::PoolBytes)) {}
 };
 Pool &pool();
-// fork(): a child does not inherit the shared arena's pages (transport/arena.hpp), so it drops
+// fork(): a child does not inherit the shared arena's pages (mem/arena.hpp), so it drops
 // the cached buffers that lie there (the pool's lock is held across the fork).
 void fork_prepare() { pool().mu.lock(); }
 void fork_parent() { pool().mu.unlock(); }

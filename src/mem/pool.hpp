@@ -10,7 +10,7 @@
 // at most LM_POOL_BYTES bytes of cached buffers (default 1 GiB; 0 disables it): a buffer given
 // back that would exceed the bound is freed. Thread-safe.
 //
-// Where buffers come from: the shared arena of the node-local path (transport/arena.hpp) for
+// Where buffers come from: the shared arena of the node-local path (mem/arena.hpp) for
 // capacities of at least LM_NODE_ARENA_MIN_BYTES once it is active (a process with node-local
 // peers), the C heap (64-byte aligned) otherwise and when the arena is full.
 //

@@ -183,7 +183,7 @@ void check_device(DLDevice device, const char *what) {
   fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);
 }
 
-// Box copy through the shared host/device arithmetic (reshard/boxcopy.hpp).
+// Box copy through the shared host/device arithmetic (layout/boxcopy.hpp).
 void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const void *src,
               const Shape &src_shape, const Shape &src_off, const Shape &len, size_t esize) {
   BoxCopy c;

@@ -119,7 +119,7 @@ size_t box_bytes(const BoxRef &b) {
 }
 }  // namespace
 
-// ---- The node-local path (transport/node.hpp)
+// ---- The node-local path (comm/node.hpp finds the peers; transport/node/ copies)
 bool MpiTransport::cma_peer(int peer, size_t bytes) {
   if (!blocking_ || bytes < node_local_min_bytes()) return false;
   if (!node_known_) {
