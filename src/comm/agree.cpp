@@ -24,14 +24,28 @@ std::mutex g_registry_mutex;
 std::map<std::vector<int>, AgreeComm *> *g_registry = nullptr;
 int g_free_keyval = MPI_KEYVAL_INVALID;
 
+// Whether the requests of ac's abandoned agreements completed (they are then forgotten).
+bool abandoned_done(AgreeComm *ac) {
+  if (ac->abandoned.empty()) return true;
+  if (!mpi_alive()) return false;
+  for (auto &x : ac->abandoned) {
+    int flag = 0;
+    if (x.req != MPI_REQUEST_NULL && (MPI_Test(&x.req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag))
+      return false;
+  }
+  ac->abandoned.clear();
+  return true;
+}
+
 // Frees the agreement communicators when MPI_COMM_SELF is freed (the first thing MPI_Finalize
 // does), so sanitizer runs see no leak and no communicator outlives MPI.
 int free_registry(MPI_Comm, int, void *, void *) {
   std::lock_guard<std::mutex> lk(g_registry_mutex);
   if (g_registry) {
     for (auto &kv : *g_registry) {
-      if (kv.second->comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second->comm);
-      delete kv.second;
+      AgreeComm *ac = kv.second;
+      if (ac->comm != MPI_COMM_NULL && abandoned_done(ac)) MPI_Comm_free(&ac->comm);
+      if (ac->abandoned.empty()) delete ac;  // else its buffers may still be written: kept
     }
     delete g_registry;
     g_registry = nullptr;
@@ -119,7 +133,13 @@ AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double
     // Before anything that branches on a setting (the node probe and the board are collectives
     // that only some ranks would enter): the set agrees on its settings.
     settings_agree(ac, fn, timeout);
-  } catch (...) {
+  } catch (const Error &e) {
+    if (!ac->abandoned.empty()) {  // a request given up may still use it: kept, broken
+      ac->broken = true;
+      ac->broken_why = e.message();
+      register_agree_comm(ac, key, false);
+      throw;
+    }
     if (mpi_alive()) MPI_Comm_free(&ac->comm);
     delete ac;
     throw;
@@ -127,6 +147,52 @@ AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double
   node_probe(ac);  // collective over the new set, like its creation
   register_agree_comm(ac, key, in_world);
   return ac;
+}
+
+bool private_channels() {
+  int level = MPI_THREAD_SINGLE;
+  return mpi_alive() && MPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE;
+}
+
+namespace {
+// A new channel: settings (when asked) before the node probe, which branches on them.
+AgreeComm *finish_private(AgreeComm *ac, const char *fn, double timeout, bool settings) {
+  MPI_Comm_set_errhandler(ac->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(ac->comm, &ac->rank);
+  MPI_Comm_size(ac->comm, &ac->size);
+  try {
+    if (settings) settings_agree(ac, fn, timeout);
+  } catch (...) {
+    free_agree_comm(ac);
+    throw;
+  }
+  node_probe(ac);
+  return ac;
+}
+}  // namespace
+
+AgreeComm *private_agree_comm(MPI_Comm comm, const char *fn, double timeout, bool settings) {
+  auto ac = std::make_unique<AgreeComm>();
+  mpi_check(MPI_Comm_dup(comm, &ac->comm), strfmt("%s: MPI_Comm_dup (agreement channel)", fn).c_str());
+  return finish_private(ac.release(), fn, timeout, settings);
+}
+
+AgreeComm *private_agree_comm_of(MPI_Comm base, MPI_Group group, const char *fn, double timeout) {
+  auto ac = std::make_unique<AgreeComm>();
+  mpi_check(MPI_Comm_create_group(base, group, kCreateTag, &ac->comm),
+            strfmt("%s: MPI_Comm_create_group (agreement channel)", fn).c_str());
+  return finish_private(ac.release(), fn, timeout, false);
+}
+
+void free_agree_comm(AgreeComm *ac) {
+  if (!ac) return;
+  if (!abandoned_done(ac)) {  // a request given up may still use it: freed at MPI_Finalize
+    std::lock_guard<std::mutex> lk(g_registry_mutex);
+    register_agree_comm(ac, {}, false);
+    return;
+  }
+  if (ac->comm != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&ac->comm);
+  delete ac;
 }
 
 namespace {
@@ -148,11 +214,8 @@ void settings_agree(AgreeComm *ac, const char *fn, double timeout) {
     h.u64(mine.value[i]);
   }
   long long v[2] = {(long long)(h.h >> 1), -(long long)(h.h >> 1)};
-  MPI_Request req;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
-            strfmt("%s: MPI_Iallreduce (settings agreement)", fn).c_str());
-  wait_deadline(&req, timeout, strfmt("%s: settings agreement", fn).c_str(),
-                " (some rank of the parent communicator did not make this call)");
+  mpi_max(ac, v, 2, timeout, strfmt("%s: settings agreement", fn).c_str(),
+          " (some rank of the parent communicator did not make this call)");
   if (v[0] == -v[1]) return;
   std::vector<SettingsRecord> all((size_t)ac->size);
   mpi_check(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
@@ -227,7 +290,8 @@ std::string status_name(lm_status_t s) {
   return c == std::string::npos ? full : full.substr(0, c);
 }
 
-void wait_deadline(MPI_Request *req, double timeout, const char *what, const char *who) {
+void wait_or_abandon(AgreeComm *ac, MPI_Request *req, std::shared_ptr<void> keep, double timeout,
+                     const char *what, const char *who) {
   if (timeout <= 0) {
     mpi_check(MPI_Wait(req, MPI_STATUS_IGNORE), what);
     return;
@@ -238,12 +302,46 @@ void wait_deadline(MPI_Request *req, double timeout, const char *what, const cha
   for (;;) {
     mpi_check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), what);
     if (flag) return;
-    if ((++spins & 63) == 0) {
-      double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (el > timeout)
-        fail(LM_ERR_TIMEOUT, "%s: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
+    if ((++spins & 63) == 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
+      ac->abandoned.push_back({*req, std::move(keep)});
+      fail(LM_ERR_TIMEOUT, "%s: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
     }
   }
+}
+
+void mpi_max(AgreeComm *ac, long long *v, int nv, double timeout, const char *what,
+             const char *who) {
+  if (timeout <= 0) {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm),
+              strfmt("%s: MPI_Allreduce", what).c_str());
+    return;
+  }
+  // The buffers live on the heap: a request this rank gives up keeps them (ac->abandoned).
+  auto vals = std::make_shared<std::vector<long long>>(v, v + nv);
+  auto gave_up = std::make_shared<long long>(0);
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, vals->data(), nv, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
+            strfmt("%s: MPI_Iallreduce", what).c_str());
+  try {
+    wait_or_abandon(ac, &req, vals, timeout, what, who);
+  } catch (const Error &e) {
+    if (e.status() == LM_ERR_TIMEOUT) {  // say so in the second round, and never wait for it
+      *gave_up = 1;
+      MPI_Request r2;
+      if (MPI_Iallreduce(MPI_IN_PLACE, gave_up.get(), 1, MPI_LONG_LONG, MPI_MAX, ac->comm, &r2) ==
+          MPI_SUCCESS)
+        ac->abandoned.push_back({r2, gave_up});
+    }
+    throw;
+  }
+  std::copy(vals->begin(), vals->end(), v);
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, gave_up.get(), 1, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
+            strfmt("%s: MPI_Iallreduce (second round)", what).c_str());
+  wait_or_abandon(ac, &req, gave_up, timeout, what, who);
+  if (*gave_up)
+    fail(LM_ERR_TIMEOUT, "%s: the other ranks gave up waiting before this rank arrived "
+         "(LM_TIMEOUT = %g s); the mesh is unusable now", what, timeout);
 }
 
 namespace {
@@ -290,18 +388,11 @@ namespace {
 void first_round(const AgreeArgs &a, uint64_t seq, long long *v, int nv) {
   AgreeComm *ac = a.ac;
   try {
-    if (ac->board) {  // every rank of the set on this node: shared memory (comm/board.hpp)
+    if (ac->board)  // every rank of the set on this node: shared memory (comm/board.hpp)
       board_max(ac, seq, v, nv, a.timeout, a.fn, a.publish, a.publish_ctx);
-    } else if (a.timeout > 0) {
-      MPI_Request req;
-      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
-                strfmt("%s: MPI_Iallreduce (agreement)", a.fn).c_str());
-      wait_deadline(&req, a.timeout, strfmt("%s: agreement", a.fn).c_str(),
-                    " (some rank of the mesh did not make this call)");
-    } else {
-      int rc = MPI_Allreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm);
-      if (rc != MPI_SUCCESS) mpi_check(rc, strfmt("%s: MPI_Allreduce (agreement)", a.fn).c_str());
-    }
+    else
+      mpi_max(ac, v, nv, a.timeout, strfmt("%s: agreement", a.fn).c_str(),
+              " (some rank of the mesh did not make this call)");
   } catch (const Error &e) {
     broken_comm(a, e);
   }
@@ -403,6 +494,7 @@ int differing_field(const std::vector<Record> &all, const char **fname, const Fi
 }  // namespace
 
 void agree(const AgreeArgs &a) {
+  require_mpi(a.fn);
   AgreeComm *ac = a.ac;
   if (ac->broken)
     fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", a.fn,
@@ -426,21 +518,25 @@ void agree(const AgreeArgs &a) {
   first_round(a, seq, v, nv);
   for (int i = 0; i < a.nmax; ++i) a.maxes[i] = v[3 + i];
   if (v[0] == 0 && v[1] == -v[2]) return;  // the common case: one small allreduce
-  // Second round: every rank's record.
-  std::vector<Record> all((size_t)ac->size);
-  Record mine;
-  fill_record(a, seq, mine);
+  // Second round: every rank's record (on the heap: a request given up keeps its buffers).
+  struct Records {
+    Record mine;
+    std::vector<Record> all;
+  };
+  auto rec = std::make_shared<Records>();
+  rec->all.resize((size_t)ac->size);
+  fill_record(a, seq, rec->mine);
   try {
     MPI_Request req;
-    mpi_check(MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
-                             MPI_BYTE, ac->comm, &req),
+    mpi_check(MPI_Iallgather(&rec->mine, (int)sizeof(Record), MPI_BYTE, rec->all.data(),
+                             (int)sizeof(Record), MPI_BYTE, ac->comm, &req),
               strfmt("%s: MPI_Iallgather (agreement)", a.fn).c_str());
-    wait_deadline(&req, a.timeout, strfmt("%s: agreement", a.fn).c_str());
+    wait_or_abandon(ac, &req, rec, a.timeout, strfmt("%s: agreement", a.fn).c_str());
   } catch (const Error &e) {
     broken_comm(a, e);
   }
-  throw_if_failed(a, all);
-  throw_mismatch(a, all);
+  throw_if_failed(a, rec->all);
+  throw_mismatch(a, rec->all);
 }
 
 }  // namespace lm

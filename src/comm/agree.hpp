@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,14 @@ struct AgreeComm {
   // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
   // every rank of the set.
   void *board = nullptr;
+  // Collective requests of agreements this rank gave up at its deadline, with the buffers MPI may
+  // still read or write: kept until they complete, so no request outlives its buffers. While one
+  // is pending the communicator is not freed (not even at MPI_Finalize).
+  struct Abandoned {
+    MPI_Request req;
+    std::shared_ptr<void> keep;
+  };
+  std::vector<Abandoned> abandoned;
   // With the board, each rank's outbox (comm/board.hpp; the board exchange of transport/node/): per rank of the set,
   // where its two banks of outbox_bank bytes are mapped here; empty = no board exchange.
   std::vector<char *> outbox;
@@ -58,6 +67,23 @@ struct AgreeComm {
 // (comm/node.hpp). A cache lookup afterwards. fn and timeout: for messages and the deadline of
 // the first agreement.
 AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double timeout);
+
+// Agreement channels. With MPI_THREAD_MULTIPLE, threads may use distinct meshes at once, so
+// every mesh (and every pair of meshes of a cross-mesh call) agrees on channels of its own:
+// private_agree_comm. Otherwise meshes over one process set share that set's channel
+// (agree_comm_for), so that ranks which passed different meshes or parents over the same
+// processes meet in one collective and learn that they disagree (with private channels such a
+// mistake waits, until LM_TIMEOUT).
+bool private_channels();
+// A new agreement communicator over the processes of `comm` (a duplicate; collective over comm):
+// the settings agreed first when `settings`, then the node probe and board. The caller owns it
+// (free_agree_comm).
+AgreeComm *private_agree_comm(MPI_Comm comm, const char *fn, double timeout, bool settings);
+// The same over the processes of `group` of `base` (MPI_Comm_create_group: collective over the
+// group's processes only).
+AgreeComm *private_agree_comm_of(MPI_Comm base, MPI_Group group, const char *fn, double timeout);
+// Local. One whose abandoned requests may still use it is kept (freed at MPI_Finalize).
+void free_agree_comm(AgreeComm *ac);
 
 // Collective over ac->comm: returns when every rank has the same must-agree settings
 // (common/settings.hpp); otherwise throws LM_ERR_MISMATCH on every rank, naming the first
@@ -142,8 +168,17 @@ void agree(const AgreeArgs &a);
 // The status name without its description ("LM_ERR_USER").
 std::string status_name(lm_status_t s);
 
-// Waits for `req` (a collective or point-to-point request), polling with the deadline when
-// timeout > 0. On expiry throws LM_ERR_TIMEOUT "<what>: no answer within T s<who>".
-void wait_deadline(MPI_Request *req, double timeout, const char *what, const char *who = "");
+// Waits for `req` (a collective request on ac->comm), polling with the deadline when timeout > 0.
+// On expiry the request and `keep` (the buffers it uses) go to ac->abandoned, and it throws
+// LM_ERR_TIMEOUT "<what>: no answer within T s<who>".
+void wait_or_abandon(AgreeComm *ac, MPI_Request *req, std::shared_ptr<void> keep, double timeout,
+                     const char *what, const char *who = "");
+// A MAX over v[0..nv) across ac's ranks through MPI (nv <= 8). Without a deadline one
+// MPI_Allreduce. With one (timeout > 0) two rounds, so that a rank arriving after the others gave
+// up fails too: the values, then whether any rank gave up (a rank that gives up at its deadline
+// still posts its second round, saying so, and never waits for it). Throws LM_ERR_TIMEOUT (and
+// LM_ERR_MPI); the caller breaks ac.
+void mpi_max(AgreeComm *ac, long long *v, int nv, double timeout, const char *what,
+             const char *who);
 
 }  // namespace lm

@@ -79,7 +79,8 @@ void board_setup(AgreeComm *ac) {
     uint64_t off;
     int32_t ok, pad;
   } info{};
-  const size_t bytes = sizeof(BoardSlot) * 2 * (size_t)ac->size;
+  // Two banks of slots, then one state line per bank (board_max: arrivals and abandonment).
+  const size_t bytes = sizeof(BoardSlot) * 2 * (size_t)ac->size + 2 * sizeof(BoardSlot);
   size_t cap = 0;
   void *mine = nullptr;
   if (ac->rank == 0 && (mine = arena_alloc(bytes, &cap)) != nullptr) {
@@ -107,18 +108,84 @@ void board_setup(AgreeComm *ac) {
 
 size_t board_exchange_bytes() { return (size_t)setting_u(Setting::BoardExchangeBytes); }
 
+namespace {
+
+// The state word of a bank: the round (low 40 bits of seq), an "abandoned" bit, and how many
+// ranks arrived. Arriving and abandoning are CASes on it, so they are ordered: either every rank
+// arrived before a rank gave up waiting (then nobody can give up: the round completes), or the
+// give-up came first (then every rank, late ones included, fails the round). A rank gives up only
+// at its deadline; the round is then abandoned for good (the agreement communicator is broken).
+constexpr int kSeqShift = 24;
+constexpr uint64_t kAbandoned = uint64_t(1) << 23, kCountMask = kAbandoned - 1;
+constexpr uint64_t kSeqMask = (uint64_t(1) << (64 - kSeqShift)) - 1;
+
+uint64_t *bank_state(AgreeComm *ac, uint64_t seq) {
+  BoardSlot *states = static_cast<BoardSlot *>(ac->board) + 2 * (size_t)ac->size;
+  return reinterpret_cast<uint64_t *>(&states[seq & 1]);
+}
+uint64_t round_of(uint64_t s) { return s >> kSeqShift; }
+
+[[noreturn]] void round_abandoned(const char *what, double timeout, bool late) {
+  fail(LM_ERR_TIMEOUT, "%s: agreement: %s (LM_TIMEOUT = %g s); the mesh is unusable now", what,
+       late ? "the other ranks gave up waiting before this rank arrived"
+            : "another rank gave up waiting for a rank that did not make this call",
+       timeout);
+}
+
+// This rank arrives at round seq (false: the round was abandoned before it came).
+bool arrive(uint64_t *st, uint64_t seq) {
+  const uint64_t r = seq & kSeqMask;
+  uint64_t s = __atomic_load_n(st, __ATOMIC_ACQUIRE);
+  for (;;) {
+    uint64_t next;
+    if (round_of(s) == r) {
+      if (s & kAbandoned) return false;
+      next = s + 1;
+    } else {  // the word holds a round two before this one: this rank is the first of the round
+      next = r << kSeqShift | 1;
+    }
+    if (__atomic_compare_exchange_n(st, &s, next, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return true;
+  }
+}
+
+// At the deadline: true when this rank may give up (not every rank arrived; the round is now
+// abandoned, or another rank already abandoned it); false when every rank arrived (the round will
+// complete: wait on).
+bool give_up(uint64_t *st, uint64_t seq, int size) {
+  const uint64_t r = seq & kSeqMask;
+  uint64_t s = __atomic_load_n(st, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if (round_of(s) != r || (s & kAbandoned)) return true;
+    if ((s & kCountMask) >= (uint64_t)size) return false;
+    if (__atomic_compare_exchange_n(st, &s, s | kAbandoned, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return true;
+  }
+}
+
+bool abandoned(const uint64_t *st, uint64_t seq) {
+  uint64_t s = __atomic_load_n(st, __ATOMIC_ACQUIRE);
+  return round_of(s) == (seq & kSeqMask) && (s & kAbandoned);
+}
+
+}  // namespace
+
 void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout,
                const char *what, void (*publish)(void *, char *), void *publish_ctx) {
   if (nv > kBoardValues) fail(LM_ERR_INTERNAL, "%s: %d agreement values (board: %d)", what, nv,
                               kBoardValues);
   BoardSlot *bank = static_cast<BoardSlot *>(ac->board) + (size_t)(seq & 1) * (size_t)ac->size;
   BoardSlot &me = bank[ac->rank];
+  uint64_t *st = bank_state(ac, seq);
+  if (!arrive(st, seq)) round_abandoned(what, timeout, true);
   if (publish && !ac->outbox.empty())
     publish(publish_ctx, ac->outbox[(size_t)ac->rank] + (size_t)(seq & 1) * ac->outbox_bank);
   for (int i = 0; i < nv; ++i) __atomic_store_n(&me.v[i], v[i], __ATOMIC_RELAXED);
   __atomic_store_n(&me.seq, seq, __ATOMIC_RELEASE);
   std::chrono::steady_clock::time_point t0;
   if (timeout > 0) t0 = std::chrono::steady_clock::now();
+  bool deadline_on = timeout > 0;
   unsigned spins = 0;
   for (int j = 0; j < ac->size; ++j) {
     if (j == ac->rank) continue;
@@ -129,12 +196,15 @@ void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout
         int flag = 0;
         MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ac->comm, &flag, MPI_STATUS_IGNORE);
       }
-      if (timeout > 0 && (spins & 255) == 0 &&
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout)
-        fail(LM_ERR_TIMEOUT,
-             "%s: agreement: no answer within LM_TIMEOUT = %g s (some rank of the mesh did not "
-             "make this call)",
-             what, timeout);
+      if (!deadline_on || (spins & 255) != 0) continue;
+      if (abandoned(st, seq)) round_abandoned(what, timeout, false);
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
+        if (give_up(st, seq, ac->size))
+          fail(LM_ERR_TIMEOUT,
+               "%s: agreement: no answer within LM_TIMEOUT = %g s (some rank of the mesh did not "
+               "make this call)", what, timeout);
+        deadline_on = false;  // every rank arrived: the round completes
+      }
     }
     for (int i = 0; i < nv; ++i)
       v[i] = std::max(v[i], __atomic_load_n(&bank[j].v[i], __ATOMIC_RELAXED));

@@ -20,4 +20,9 @@ bool mpi_alive() {
   return init && !fin;
 }
 
+void require_mpi(const char *what) {
+  if (!mpi_alive())
+    fail(LM_ERR_INVALID_USAGE, "%s: MPI is not initialised or was already finalized", what);
+}
+
 }  // namespace lm

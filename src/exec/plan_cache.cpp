@@ -19,7 +19,7 @@ struct MeshPlans {
 
 struct Cache {
   std::mutex mu;
-  std::unordered_map<uint64_t, MeshPlans> by_mesh;  // mesh id -> its plans
+  std::unordered_map<uint64_t, MeshPlans> by_mesh;  // mesh local id -> its plans
 };
 
 // Never destroyed: meshes may die after static destructors ran (late finalizers).
@@ -51,7 +51,7 @@ std::shared_ptr<Plan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout 
   Cache &c = cache();
   {
     std::lock_guard<std::mutex> lk(c.mu);
-    MeshPlans &mp = c.by_mesh[m->id];
+    MeshPlans &mp = c.by_mesh[m->local_id];
     auto it = mp.plans.find(key);
     if (it != mp.plans.end()) {
       it->second.second = ++mp.clock;
@@ -61,7 +61,7 @@ std::shared_ptr<Plan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout 
   std::shared_ptr<Plan> plan = plan_build(src, dst, dtype, m->world, m->world_rank);
   std::shared_ptr<Plan> evicted;  // destroyed outside the lock
   std::lock_guard<std::mutex> lk(c.mu);
-  MeshPlans &mp = c.by_mesh[m->id];
+  MeshPlans &mp = c.by_mesh[m->local_id];
   if (mp.plans.size() >= kPlansPerMesh) {
     auto lru = mp.plans.begin();
     for (auto i = mp.plans.begin(); i != mp.plans.end(); ++i)

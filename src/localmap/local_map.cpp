@@ -625,6 +625,7 @@ void LocalMapCall::agree_outcome() {
 
 // The allgather of every gathered output's (ndim, dtype, extents), with the failure flag first.
 void LocalMapCall::gather_extents() {
+  require_mpi(F);
   const int W = 1 + ngather_ * S;
   std::vector<long long> mine((size_t)W, 0);
   mine[0] = !ok();

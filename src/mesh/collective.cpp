@@ -16,6 +16,14 @@ AgreeComm *collective_comm(lm_mesh_s *sm, lm_mesh_s *dm) {
   for (int64_t i = 0; i < sm->grid->size(); ++i) u.insert(sm->grid->rank_at_index(i));
   for (int64_t i = 0; i < dm->grid->size(); ++i) u.insert(dm->grid->rank_at_index(i));
   if ((int)u.size() == sm->world_size) return sm->agree_parent;
+  // The union's channel: the set's shared one, or with private channels the pair's own, kept by
+  // the mesh of the smaller local id (both meshes are in every call that uses it).
+  lm_mesh_s *lo = sm->local_id < dm->local_id ? sm : dm, *hi = lo == sm ? dm : sm;
+  const bool priv = !sm->own_agree.empty();
+  if (priv) {
+    auto it = lo->union_agree.find(hi->local_id);
+    if (it != lo->union_agree.end()) return it->second;
+  }
   std::vector<int> r(u.begin(), u.end());
   MPI_Group wg, g;
   mpi_check(MPI_Comm_group(sm->world, &wg), "MPI_Comm_group");
@@ -23,7 +31,11 @@ AgreeComm *collective_comm(lm_mesh_s *sm, lm_mesh_s *dm) {
   MPI_Group_free(&wg);
   AgreeComm *ac = nullptr;
   try {
-    ac = agree_comm_for(sm->world, g, "cross-mesh call", call_timeout(sm, dm));
+    if (priv)
+      ac = lo->union_agree[hi->local_id] =
+          private_agree_comm_of(sm->world, g, "cross-mesh call", call_timeout(sm, dm));
+    else
+      ac = agree_comm_for(sm->world, g, "cross-mesh call", call_timeout(sm, dm));
   } catch (...) {
     MPI_Group_free(&g);
     throw;

@@ -81,9 +81,9 @@ static void make_pair_comm(PairDevice &p, lm_mesh_s *sm, lm_mesh_s *dm, MPI_Comm
 }
 
 PairDevice &pair_device(lm_mesh_s *sm, lm_mesh_s *dm, MPI_Comm parent, int device_id) {
-  lm_mesh_s *lo = sm->id < dm->id ? sm : dm, *hi = lo == sm ? dm : sm;
+  lm_mesh_s *lo = sm->local_id < dm->local_id ? sm : dm, *hi = lo == sm ? dm : sm;
   MeshDevice &d = mesh_device(lo);
-  auto it = d.pairs.find(hi->id);
+  auto it = d.pairs.find(hi->local_id);
   if (it != d.pairs.end()) return *it->second;
   auto p = std::make_unique<PairDevice>();
   try {
@@ -93,7 +93,7 @@ PairDevice &pair_device(lm_mesh_s *sm, lm_mesh_s *dm, MPI_Comm parent, int devic
   } catch (const Error &e) {
     mesh_break(sm, e, dm);
   }
-  return *(d.pairs[hi->id] = std::move(p));
+  return *(d.pairs[hi->local_id] = std::move(p));
 }
 
 NcclComm &pair_nccl(PairDevice &p, lm_mesh_s *sm, lm_mesh_s *dm, int device_id) {
@@ -111,9 +111,9 @@ NcclComm &pair_nccl(PairDevice &p, lm_mesh_s *sm, lm_mesh_s *dm, int device_id) 
 
 void pair_agree(lm_mesh_s *sm, lm_mesh_s *dm, lm_status_t local, const std::string &err,
                 const char *what) {
-  lm_mesh_s *lo = sm->id < dm->id ? sm : dm, *hi = lo == sm ? dm : sm;
+  lm_mesh_s *lo = sm->local_id < dm->local_id ? sm : dm, *hi = lo == sm ? dm : sm;
   MeshDevice &d = mesh_device(lo);
-  auto it = d.pairs.find(hi->id);
+  auto it = d.pairs.find(hi->local_id);
   if (it == d.pairs.end() || it->second->comm == MPI_COMM_NULL) {
     if (local != LM_SUCCESS) throw Error(local, err);
     return;

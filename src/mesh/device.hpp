@@ -17,7 +17,7 @@
 
 namespace lm {
 
-// A pair of meshes' device state: kept by the mesh of the smaller id, keyed by the other's id.
+// A pair of meshes' device state: kept by the mesh of the smaller local id, keyed by the other's.
 struct PairDevice {
   int transport = LM_TRANSPORT_UNDECIDED;
   std::string transport_why;
@@ -33,8 +33,8 @@ struct MeshDevice {
   int transport = LM_TRANSPORT_UNDECIDED;
   std::string transport_why;  // one line: why this transport (for messages and docs)
   NcclComm nccl;              // of the mesh's ranks
-  // Cross-mesh: one entry per other mesh (its id) with a larger id, i.e. created later, that this
-  // mesh moved device data with. Lives as long as this mesh (ids are never reused).
+  // Cross-mesh: one entry per other mesh (its local id) with a larger local id that this mesh moved
+  // device data with. Lives as long as this mesh (local ids are never reused).
   std::map<uint64_t, std::unique_ptr<PairDevice>> pairs;
   ~MeshDevice();
 };

@@ -15,7 +15,8 @@
 namespace lm {
 
 namespace {
-uint64_t g_mesh_serial = 0;  // the highest mesh id this process has seen
+std::atomic<uint64_t> g_mesh_serial{0};  // the highest mesh id this process has seen
+std::atomic<uint64_t> g_local_ids{0};
 
 // What lm_mesh_create was asked, once read and checked locally.
 struct MeshArgs {
@@ -156,9 +157,10 @@ void check_create_args(const char *fn, lm_mesh_t *out, int ndim, const int64_t *
   check_names(fn, a->cfg, ndim, &a->names);
 }
 
-// The world ranks of the parent in its order, and its agreement communicator (settings agreed).
+// The world ranks of the parent in its order, and its agreement communicator (settings agreed):
+// the one shared by the parent's processes, or with private channels one of the mesh's own.
 AgreeComm *parent_agree_comm(MPI_Comm parent, int psize, const char *fn, double timeout,
-                             std::vector<int> *parent_world) {
+                             std::vector<int> *parent_world, bool priv) {
   MPI_Group pgroup, wgroup;
   mpi_check(MPI_Comm_group(parent, &pgroup), "MPI_Comm_group(parent_comm)");
   std::vector<int> idx((size_t)psize);
@@ -167,6 +169,10 @@ AgreeComm *parent_agree_comm(MPI_Comm parent, int psize, const char *fn, double 
   MPI_Comm_group(MPI_COMM_WORLD, &wgroup);
   MPI_Group_translate_ranks(pgroup, psize, idx.data(), wgroup, parent_world->data());
   MPI_Group_free(&wgroup);
+  if (priv) {
+    MPI_Group_free(&pgroup);
+    return private_agree_comm(parent, fn, timeout, true);
+  }
   try {
     AgreeComm *ac = agree_comm_for(parent, pgroup, fn, timeout);
     MPI_Group_free(&pgroup);
@@ -208,7 +214,7 @@ void agree_create(const char *fn, AgreeComm *ac, const MeshArgs &a, lm_status_t 
 
 // The mesh's private communicators: world (the parent's processes in its order), comm (the
 // members), one per mesh dim; and the members' agreement communicator.
-void build_comms(lm_mesh_s *m, AgreeComm *ac, int prank, double timeout) {
+void build_comms(lm_mesh_s *m, AgreeComm *ac, int prank, double timeout, bool priv) {
   // Made from the agreement communicator (not the parent), so that parents over the same
   // processes in the same order give one mesh.
   mpi_check(MPI_Comm_split(ac->comm, 0, prank, &m->world),
@@ -229,6 +235,11 @@ void build_comms(lm_mesh_s *m, AgreeComm *ac, int prank, double timeout) {
                              &m->dim_comms[d]),
               "lm_mesh_create: MPI_Comm_split(dim)");
     MPI_Comm_set_errhandler(m->dim_comms[d], MPI_ERRORS_RETURN);
+  }
+  if (priv) {
+    m->agree_members = private_agree_comm(m->comm, "lm_mesh_create", timeout, false);
+    m->own_agree.push_back(m->agree_members);
+    return;
   }
   MPI_Group mg;
   mpi_check(MPI_Comm_group(m->comm, &mg), "lm_mesh_create: MPI_Comm_group(mesh)");
@@ -266,13 +277,19 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
   const int level = a.cfg.check_level >= 0 ? std::min(a.cfg.check_level, 2)
                                            : (int)setting_int(Setting::Check);
   const double tmo = a.cfg.timeout >= 0 ? a.cfg.timeout : setting_seconds(Setting::Timeout);
-  AgreeComm *ac = parent_agree_comm(parent, psize, fn, tmo, &a.parent_world);
-  long long maxes[3] = {(long long)g_mesh_serial + 1, level, (long long)(tmo * 1e6)};
+  const bool priv = private_channels();
+  AgreeComm *ac = parent_agree_comm(parent, psize, fn, tmo, &a.parent_world, priv);
+  std::unique_ptr<AgreeComm, void (*)(AgreeComm *)> owned(priv ? ac : nullptr, free_agree_comm);
+  long long maxes[3] = {(long long)g_mesh_serial.load() + 1, level, (long long)(tmo * 1e6)};
   agree_create(fn, ac, a, st, err, prank, maxes);
-  g_mesh_serial = (uint64_t)maxes[0];
+  for (uint64_t cur = g_mesh_serial.load(); cur < (uint64_t)maxes[0] &&
+                                            !g_mesh_serial.compare_exchange_weak(cur, (uint64_t)maxes[0]);) {
+  }
   // 3. The mesh and its communicators.
   auto m = std::make_unique<lm_mesh_s>();
   m->id = (uint64_t)maxes[0];
+  m->local_id = ++g_local_ids;
+  if (priv) m->own_agree.push_back(owned.release());
   m->check_level = (int)maxes[1];
   m->timeout = (double)maxes[2] / 1e6;
   m->agree_parent = ac;
@@ -284,7 +301,7 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
   m->member = m->index >= 0;
   m->coord.assign(static_cast<size_t>(ndim), 0);
   if (m->member) m->grid->coord_of(m->index, m->coord.data());
-  build_comms(m.get(), ac, prank, m->timeout);
+  build_comms(m.get(), ac, prank, m->timeout, priv);
   return m.release();
 }
 
@@ -306,8 +323,10 @@ void mesh_on_destroy(void (*hook)(uint64_t id)) {
 
 lm_mesh_s::~lm_mesh_s() {
   for (auto &h : lm::g_destroy_hooks)
-    if (auto *f = h.load()) f(id);
+    if (auto *f = h.load()) f(local_id);
   dev.reset();
+  for (lm::AgreeComm *ac : own_agree) lm::free_agree_comm(ac);
+  for (auto &kv : union_agree) lm::free_agree_comm(kv.second);
   // Freeing a communicator is local in practice (OpenMPI, MPICH); skip after MPI_Finalize so that
   // late destructors (Python __del__, Rust Drop) stay safe.
   if (lm::mpi_alive()) {
@@ -381,6 +400,7 @@ void mesh_destroy_handle(lm_mesh_t *h, const char *what) {
 
 lm_mesh_s *mesh_check_usable(lm_mesh_s *m, const char *what) {
   expect_object(m, what);
+  require_mpi(what);
   if (m->broken)
     fail(LM_ERR_INVALID_USAGE, "%s: the mesh is broken by an earlier failure (%s)", what,
          m->broken_why.c_str());
@@ -397,6 +417,7 @@ void mesh_release(lm_mesh_s *m) {
 }
 
 void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const char *what) {
+  require_mpi(what);
   int v = local != LM_SUCCESS ? (int)(m->grid->size() - m->index) : 0;
   try {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, m->comm), what);
@@ -420,6 +441,14 @@ void mesh_break(lm_mesh_s *m, const Error &e, lm_mesh_s *m2) {
       if (!x) continue;
       x->broken = true;
       x->broken_why = e.message();
+      // A deadline means some rank is unresponsive: the next call must not wait for it again,
+      // so the mesh's agreements fail at once too (INVALID_USAGE, naming this cause).
+      if (e.status() != LM_ERR_TIMEOUT) continue;
+      for (AgreeComm *ac : {x->agree_members, x->agree_parent})
+        if (ac && !ac->broken) {
+          ac->broken = true;
+          ac->broken_why = e.message();
+        }
     }
   }
   throw e;

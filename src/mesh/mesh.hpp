@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,12 +43,19 @@ struct lm_mesh_s {
   MPI_Comm comm = MPI_COMM_NULL;          // all mesh ranks
   std::vector<MPI_Comm> dim_comms;        // one per mesh dim (members)
 
-  // Agreement (docs/DESIGN.md, "Failure model"): an id every rank agreed at creation, the
-  // communicators shared with every mesh over the same processes (parent set; member set on
-  // members), the check level and deadline (agreed: the highest any rank asked for).
+  // Agreement (docs/DESIGN.md, "Meshes and agreement"): an id every rank agreed at creation
+  // (for fingerprints), the agreement channels of the parent's processes and of the members
+  // (shared with every mesh over the same processes, or, with MPI_THREAD_MULTIPLE, the mesh's own:
+  // then listed in own_agree and freed with it), the check level and deadline (agreed: the
+  // highest any rank asked for). local_id: unique in this process, for process-local maps (plan
+  // cache, pairs of meshes), since agreed ids of meshes made concurrently may coincide.
   uint64_t id = 0;
+  uint64_t local_id = 0;
   lm::AgreeComm *agree_parent = nullptr;
   lm::AgreeComm *agree_members = nullptr;
+  std::vector<lm::AgreeComm *> own_agree;
+  // With private channels: the channel of each cross-mesh union with a mesh of larger local_id.
+  std::map<uint64_t, lm::AgreeComm *> union_agree;
   int check_level = 1;
   double timeout = 0;
 

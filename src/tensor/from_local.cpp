@@ -17,6 +17,7 @@ namespace {
 // learns of the failure instead of waiting; then it rethrows its own error, the others report it.
 Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, const DLTensor *local,
                                     const char *fn, const Error *failed) {
+  require_mpi(fn);
   int n = failed ? 0 : local->ndim;
   const int W = kMaxDims + 2;
   std::vector<long long> mine(W, 0), all((size_t)W * m->grid->size());
@@ -90,7 +91,7 @@ void check_local(FromLocal &c) {
   check_partial_dtype(c.pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
   for (int64_t e : c.ls) c.numel *= e;
   if (m->member) LM_CHECK_ARG(local->data != nullptr || c.numel == 0, "%s: local->data is NULL", fn);
-  if (m->member && c.numel > 0) {
+  if (m->member && c.numel > 0) {  // the bytes it reaches lie after data, without wrapping
     check_strides_span(local, dtype_size(dt), strfmt("%s: local", fn).c_str());
     if (c.borrow) check_alignment(local, dt, strfmt("%s: local", fn).c_str());
   }

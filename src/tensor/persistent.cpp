@@ -100,8 +100,14 @@ static void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_di
   LM_CHECK_ARG(s->device.device_type == d->device.device_type,
                "%s: src lives on device type %d, dst on %d: both host or both CUDA", fn,
                (int)s->device.device_type, (int)d->device.device_type);
-  if (s->storage && d->storage && s->storage == d->storage && s->local_bytes() && d->local_bytes())
-    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst shares memory with src", fn);
+  // Any overlap of the two shards' bytes (two tensors may borrow one buffer): the copy would read
+  // what it already overwrote.
+  const uintptr_t sp = (uintptr_t)s->data(), dp = (uintptr_t)d->data();
+  if (sp && dp && s->local_bytes() && d->local_bytes() && sp < dp + d->local_bytes() &&
+      dp < sp + s->local_bytes())
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst's memory overlaps src's (bytes [%p, +%zu) and "
+         "[%p, +%zu) on rank %d)", fn, d->data(), d->local_bytes(), s->data(), s->local_bytes(),
+         world_rank_or_minus1());
 }
 
 namespace {
@@ -169,7 +175,8 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   try {
     plan_check_tensors(p, src, dst, fn, so, dso);
   } catch (const Error &e) {
-    if (p->src_mesh->broken || p->dst_mesh->broken) throw;  // no agreement on a broken mesh
+    // A broken mesh joins the agreement with its failure too (as every collective call does), so
+    // that no rank waits for it; a mesh broken by a deadline fails at once in agree().
     st = e.status();
     err = e.message();
   }
@@ -279,6 +286,13 @@ void request_end(lm_request_s *r) {
 
 bool request_progress(lm_request_s *r, bool block) {
   lm_reshard_plan_s *p = r->plan;
+  if (!mpi_alive()) {  // Rust Drop and Fortran finalizers may wait on a request this late
+    request_end(r);
+    p->plan->abandon();
+    if (r->dev) device_plan_abandon(*r->dev);
+    fail(LM_ERR_INVALID_USAGE, "lm_request_wait/test: MPI was finalized before the request "
+         "completed; it is dropped (its target holds undefined data)");
+  }
   bool done;
   try {
     TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));

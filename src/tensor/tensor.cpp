@@ -205,24 +205,34 @@ bool is_compact(const DLTensor *t) {
 }
 
 void check_strides_span(const DLTensor *t, size_t esize, const char *what) {
-  if (!t->strides) return;
-  int64_t span = 0;  // largest |offset| in elements
-  for (int i = 0; i < t->ndim; ++i) {
+  // The element offsets the tensor reaches, relative to data + byte_offset: [-below, hi].
+  int64_t below = 0, hi = 0, compact = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
     if (t->shape[i] == 0) return;  // empty: nothing is read
+    const int64_t st = t->strides ? t->strides[i] : compact;
+    if (!t->strides && __builtin_mul_overflow(compact, t->shape[i], &compact)) compact = INT64_MAX;
     if (t->shape[i] == 1) continue;
-    int64_t st = t->strides[i], a, ext;
-    bool bad = st == INT64_MIN;
-    if (!bad) {
-      a = st < 0 ? -st : st;
-      bad = __builtin_mul_overflow(a, t->shape[i] - 1, &ext) || __builtin_add_overflow(span, ext, &span);
-    }
-    LM_CHECK_ARG(!bad, "%s: strides[%d] = %lld: the byte span of shape x strides overflows", what, i,
-                 (long long)st);
+    int64_t ext = 0;
+    const bool bad = st == INT64_MIN ||
+                     __builtin_mul_overflow(st < 0 ? -st : st, t->shape[i] - 1, &ext) ||
+                     __builtin_add_overflow(st < 0 ? below : hi, ext, st < 0 ? &below : &hi);
+    LM_CHECK_ARG(!bad, "%s: strides[%d] = %lld: the byte span of shape x strides overflows", what,
+                 i, (long long)st);
   }
-  int64_t bytes;
-  LM_CHECK_ARG(!__builtin_add_overflow(span, 1, &bytes) &&
-                   !__builtin_mul_overflow(bytes, (int64_t)esize, &bytes),
-               "%s: the byte span of shape x strides overflows", what);
+  const int64_t lo = -below;
+  // In bytes from data: [byte_offset + lo * esize, byte_offset + (hi + 1) * esize).
+  int64_t first = 0, end = 0;
+  const bool wraps = t->byte_offset > (uint64_t)INT64_MAX ||
+                     __builtin_mul_overflow(lo, (int64_t)esize, &first) ||
+                     __builtin_add_overflow(first, (int64_t)t->byte_offset, &first) ||
+                     __builtin_add_overflow(hi, (int64_t)1, &end) ||
+                     __builtin_mul_overflow(end, (int64_t)esize, &end) ||
+                     __builtin_add_overflow(end, (int64_t)t->byte_offset, &end);
+  LM_CHECK_ARG(!wraps, "%s: byte_offset %llu with shape x strides reaches past the address space",
+               what, (unsigned long long)t->byte_offset);
+  LM_CHECK_ARG(first >= 0, "%s: negative strides reach %lld bytes before data (byte_offset %llu "
+               "must cover them: DLPack's data points at the start of the allocation)", what,
+               (long long)-first, (unsigned long long)t->byte_offset);
 }
 
 void check_alignment(const DLTensor *t, DType dt, const char *what) {

@@ -207,9 +207,10 @@ bool MpiTransport::pump_recv(CmaRecv &r) {
   }
   const CmaDesc &d = *r.desc;
   if (d.kind != kData || d.r.bytes != r.bytes || d.r.ndim > kBoxMaxDims)
-    fail_and_notify(LM_ERR_INTERNAL,
-                    strfmt("reshard: node-local message from rank %d has %llu bytes, rank %d "
-                           "expects %llu (a bug in localmap)",
+    fail_and_notify(LM_ERR_MISMATCH,
+                    strfmt("reshard: a node-local message from rank %d has %llu bytes where rank "
+                           "%d's plan expects %llu: the ranks ran different reshards (with "
+                           "LM_CHECK=0 no agreement compares their arguments first)",
                            r.peer, (unsigned long long)d.r.bytes, world_rank_or_minus1(),
                            (unsigned long long)r.bytes));
   MPI_Request q;

@@ -51,8 +51,10 @@ class BoardExchange final : public FusedExchange {
       const char *box = ac_.outbox[(size_t)ranks_[(size_t)m.peer]] + bank;
       const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
       if (hdr[2 * ac_.rank + 1] != m.bytes)
-        fail(LM_ERR_INTERNAL, "board exchange: %llu bytes from rank %d, %zu expected",
-             (unsigned long long)hdr[2 * ac_.rank + 1], m.peer, m.bytes);
+        fail(LM_ERR_MISMATCH, "reshard (board exchange): rank %d sent %llu bytes where this "
+             "rank's plan expects %zu: the ranks ran different reshards (with LM_CHECK=0 no "
+             "agreement compares their arguments first)",
+             m.peer, (unsigned long long)hdr[2 * ac_.rank + 1], m.bytes);
       BoxCopy c;
       boxcopy_init(c, n, m.box.len.data(), m.box.len.data(), zero, st_.outbox.len.data(),
                    m.rel.data(), (int64_t)st_.esize);
