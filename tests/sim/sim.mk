@@ -30,3 +30,32 @@ $(SIM_OUT)/obj/%.o: $(SIM_DIR)/lib/%.cpp $(SIM_HDRS)
 
 $(SIM_LIB): $(SIM_OBJS)
 	$(SIM_CXX) -shared -pthread $(SAN) -Wl,-soname,libcudasim.so -Wl,--no-undefined -o $@ $^ -lrt
+
+# Self-tests: single-process ones with g++, the NCCL ones with the MPI wrappers (ranks under
+# tools/lm-mpirun share unique ids with MPI_Bcast).
+SIM_TEST_CXXFLAGS := -std=c++17 -pthread $(OPT) -g $(WARN) $(SAN)
+SIM_TESTS := $(SIM_OUT)/test_cuda
+
+$(SIM_OUT)/test_cuda: $(SIM_DIR)/selftest/test_cuda.cpp $(SIM_DIR)/selftest/sim_test.h $(SIM_LIB)
+	$(SIM_CXX) $(SIM_CPPFLAGS) $(SIM_TEST_CXXFLAGS) -o $@ $< $(SIM_LINK) $(SAN)
+
+sim-tests: $(SIM_TESTS)
+
+# The prototype kernels.cu (tests/sim/proto: src/device/kernels.cu with the launch macros of
+# INTEGRATION.md) compiled as C++ the way a CUDA=sim build compiles src/**/*.cu: our headers
+# first, then the prototype folder (device/launch.hpp), then the library's own headers.
+SIM_PROTO_CPPFLAGS := $(SIM_CPPFLAGS) -I$(SIM_DIR)/proto $(LIB_CPPFLAGS) -DLM_WITH_CUDA
+SIM_PROTO_OBJS := $(SIM_OUT)/proto/kernels.o $(SIM_OUT)/proto/error.o $(SIM_OUT)/proto/dtype.o
+
+$(SIM_OUT)/proto/kernels.o: $(SIM_DIR)/proto/device/kernels.cu $(SIM_DIR)/proto/device/launch.hpp $(SIM_HDRS)
+	@mkdir -p $(@D)
+	$(MPICXX) $(SIM_PROTO_CPPFLAGS) $(LIB_CXXFLAGS) -x c++ -c -o $@ $<
+
+$(SIM_OUT)/proto/%.o: src/core/%.cpp
+	@mkdir -p $(@D)
+	$(MPICXX) $(SIM_PROTO_CPPFLAGS) $(LIB_CXXFLAGS) -c -o $@ $<
+
+$(SIM_OUT)/test_kernels: $(SIM_DIR)/selftest/test_kernels.cpp $(SIM_PROTO_OBJS) $(SIM_DIR)/selftest/sim_test.h $(SIM_LIB)
+	$(MPICXX) $(SIM_PROTO_CPPFLAGS) $(SIM_TEST_CXXFLAGS) -o $@ $< $(SIM_PROTO_OBJS) $(SIM_LINK) $(SAN)
+
+SIM_TESTS += $(SIM_OUT)/test_kernels

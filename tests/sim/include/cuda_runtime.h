@@ -22,7 +22,6 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 
 /* The built-in indices: per worker thread, set by the launch before each simulated thread.

@@ -161,7 +161,7 @@ void wait_dep(const Dep &d, const char *what) {
     g.cv.wait_for(lk, std::chrono::milliseconds(100));
     if (!dep_done(d) && now_seconds() - t0 > limit) {
       lk.unlock();
-      report("%s has waited %.0f s (CUDASIM_HANG_TIMEOUT) for stream %p (device %d): a hang; "
+      report("%s has waited %g s (CUDASIM_HANG_TIMEOUT) for stream %p (device %d): a hang; "
              "streams:", what, limit, (void *)d.s.get(), d.s->device);
       report_streams();
       std::abort();
