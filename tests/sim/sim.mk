@@ -59,3 +59,11 @@ $(SIM_OUT)/test_kernels: $(SIM_DIR)/selftest/test_kernels.cpp $(SIM_PROTO_OBJS) 
 	$(MPICXX) $(SIM_PROTO_CPPFLAGS) $(SIM_TEST_CXXFLAGS) -o $@ $< $(SIM_PROTO_OBJS) $(SIM_LINK) $(SAN)
 
 SIM_TESTS += $(SIM_OUT)/test_kernels
+
+$(SIM_OUT)/test_nccl: $(SIM_DIR)/selftest/test_nccl.cpp $(SIM_LIB)
+	$(MPICXX) $(SIM_CPPFLAGS) $(MPI_CPPFLAGS) $(SIM_TEST_CXXFLAGS) -o $@ $< $(SIM_LINK) $(SAN)
+
+SIM_TESTS += $(SIM_OUT)/test_nccl
+
+sim-check: sim-tests
+	$(RUN_ENV) bash $(SIM_DIR)/run-sim-tests.sh

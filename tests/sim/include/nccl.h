@@ -9,7 +9,7 @@
 #include <limits.h>
 #include <stddef.h>
 
-#include "cuda_runtime_api.h"
+#include "cuda_runtime.h"
 
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 28

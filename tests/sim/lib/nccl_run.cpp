@@ -99,7 +99,9 @@ void report_ranks(CommState &c, double stuck) {
       for (uint32_t i = 0; i < n && i < (uint32_t)kOpsShown; ++i) {
         const OpInfo &o = ri.ops[i];
         if (o.phase.load() == kDone) continue;
-        line += "\n    " + std::string(o.coll) + (o.send ? " send #" : " recv #") +
+        std::string coll = o.coll;
+        coll = coll == "send" || coll == "recv" ? "" : coll + ": ";
+        line += "\n    " + coll + (o.send ? "send #" : "recv #") +
                 std::to_string(o.seq) + (o.send ? " to rank " : " from rank ") +
                 std::to_string(o.peer) + ", " + std::to_string(o.bytes) + " bytes: " +
                 pending_reason(c, r, o);
@@ -190,10 +192,10 @@ bool step_recv(CommState &c, P2p &o) {
     if (h.magic != kMsgMagic || h.seq != o.seq || h.bytes != o.bytes) {
       char why[512];
       std::snprintf(why, sizeof why, "size mismatch: rank %d's send #%llu to rank %d (group #%d) "
-                    "is %llu bytes (%s), rank %d's %s receive #%llu from rank %d expects %zu bytes "
+                    "is %llu bytes (%s), rank %d's receive #%llu (%s) from rank %d expects %zu bytes "
                     "(%s)", o.peer, (unsigned long long)h.seq, c.rank, h.group,
-                    (unsigned long long)h.bytes, type_name(h.type), c.rank, o.coll,
-                    (unsigned long long)o.seq, o.peer, o.bytes, type_name(o.type));
+                    (unsigned long long)h.bytes, type_name(h.type), c.rank,
+                    (unsigned long long)o.seq, o.coll, o.peer, o.bytes, type_name(o.type));
       fatal(c, ncclInvalidUsage, why, 0);
       return false;
     }
@@ -263,8 +265,10 @@ bool progress(CommState &c, Group &g) {
     if (moved) {
       last = t;
     } else if (t - last > settings().nccl_seconds) {
-      fatal(c, ncclSystemError, "no progress in group #" + std::to_string(g.seq) + " for " +
-            std::to_string((int)(t - last)) + " s (a hang)", t - last);
+      char why[128];
+      std::snprintf(why, sizeof why, "no progress in group #%llu for %.1f s (a hang)",
+                    (unsigned long long)g.seq, t - last);
+      fatal(c, ncclSystemError, why, t - last);
       return false;
     } else {
       wait_bell(me, seen);
