@@ -39,7 +39,6 @@ SIM_TESTS := $(SIM_OUT)/test_cuda
 $(SIM_OUT)/test_cuda: $(SIM_DIR)/selftest/test_cuda.cpp $(SIM_DIR)/selftest/sim_test.h $(SIM_LIB)
 	$(SIM_CXX) $(SIM_CPPFLAGS) $(SIM_TEST_CXXFLAGS) -o $@ $< $(SIM_LINK) $(SAN)
 
-sim-tests: $(SIM_TESTS)
 
 # The prototype kernels.cu (tests/sim/proto: src/device/kernels.cu with the launch macros of
 # INTEGRATION.md) compiled as C++ the way a CUDA=sim build compiles src/**/*.cu: our headers
@@ -64,6 +63,8 @@ $(SIM_OUT)/test_nccl: $(SIM_DIR)/selftest/test_nccl.cpp $(SIM_LIB)
 	$(MPICXX) $(SIM_CPPFLAGS) $(MPI_CPPFLAGS) $(SIM_TEST_CXXFLAGS) -o $@ $< $(SIM_LINK) $(SAN)
 
 SIM_TESTS += $(SIM_OUT)/test_nccl
+
+sim-tests: $(SIM_TESTS)
 
 sim-check: sim-tests
 	$(RUN_ENV) bash $(SIM_DIR)/run-sim-tests.sh
