@@ -178,7 +178,7 @@ void use_after_free_async_faults() {
 // that point faults on it.
 void malloc_async_pending_faults() {
   cudaStream_t a = make_stream(cudaStreamNonBlocking), b = make_stream(cudaStreamNonBlocking);
-  SIM_CUDA(cudasimStreamDelay(a, 200000));
+  SIM_CUDA(cudasimStreamDelay(a, 500000));
   void *p = nullptr;
   SIM_CUDA(cudaMallocAsync(&p, 4096, a));
   SIM_CUDA(cudaMemsetAsync(p, 0, 4096, b));  // b does not wait for a
@@ -191,14 +191,14 @@ void stream_is_asynchronous() {
   int *d = dev_ints(4096), *h = nullptr;
   SIM_CUDA(cudaMallocHost(reinterpret_cast<void **>(&h), 4096 * sizeof(int)));
   double t0 = sim_now();
-  SIM_CUDA(cudasimStreamDelay(s, 300000));
+  SIM_CUDA(cudasimStreamDelay(s, 1000000));
   CUDASIM_LAUNCH(k_iota, 4, 128, 0, s, d, 4096, 7);
   SIM_CUDA(cudaMemcpyAsync(h, d, 4096 * sizeof(int), cudaMemcpyDeviceToHost, s));
-  SIM_CHECK(sim_now() - t0 < 0.1);  // the calls returned at once
+  SIM_CHECK(sim_now() - t0 < 0.5);  // the calls returned at once (margin for a loaded machine)
   SIM_CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
   SIM_CHECK(cudaGetLastError() == cudaSuccess);  // not-ready is not an error
   SIM_CUDA(cudaStreamSynchronize(s));
-  SIM_CHECK(sim_now() - t0 >= 0.3);
+  SIM_CHECK(sim_now() - t0 >= 1.0);
   SIM_CHECK(cudaStreamQuery(s) == cudaSuccess);
   for (int i = 0; i < 4096; ++i) SIM_CHECK(h[i] == 7 + i);
 }
@@ -221,7 +221,7 @@ void blocking_waits_for_legacy() {
   SIM_CUDA(cudaMemsetAsync(d, 4, 64 * sizeof(int), b));  // after the legacy memset
   SIM_CUDA(cudaStreamSynchronize(b));
   SIM_CHECK(all_equal(download(d, 64), 0x04040404));
-  SIM_CUDA(cudasimStreamDelay(nullptr, 200000));
+  SIM_CUDA(cudasimStreamDelay(nullptr, 500000));
   SIM_CUDA(cudaMemset(d, 5, 64 * sizeof(int)));
   SIM_CUDA(cudaMemsetAsync(d, 6, 64 * sizeof(int), n));  // not ordered: runs first
   SIM_CUDA(cudaDeviceSynchronize());
@@ -236,11 +236,11 @@ void nonblocking_not_ordered_with_memcpy() {
   int *d = dev_ints(64);
   SIM_CUDA(cudaMemset(d, 0, 64 * sizeof(int)));
   SIM_CUDA(cudaDeviceSynchronize());
-  SIM_CUDA(cudasimStreamDelay(n, 300000));
+  SIM_CUDA(cudasimStreamDelay(n, 1000000));
   SIM_CUDA(cudaMemsetAsync(d, 2, 64 * sizeof(int), n));
   double t0 = sim_now();
   SIM_CHECK(all_equal(download(d, 64), 0));  // cudaMemcpy did not wait for n
-  SIM_CHECK(sim_now() - t0 < 0.25);
+  SIM_CHECK(sim_now() - t0 < 0.5);
   SIM_CUDA(cudaStreamSynchronize(n));
   SIM_CHECK(all_equal(download(d, 64), 0x02020202));
 }
@@ -256,7 +256,7 @@ void events_order_streams() {
   SIM_CUDA(cudaEventCreate(&never));
   SIM_CHECK(cudaEventQuery(never) == cudaSuccess);  // never recorded: complete
   SIM_CUDA(cudaStreamWaitEvent(b, never, 0));       // and nothing to wait for
-  SIM_CUDA(cudasimStreamDelay(a, 200000));
+  SIM_CUDA(cudasimStreamDelay(a, 500000));
   CUDASIM_LAUNCH(k_iota, 1, 64, 0, a, d, 64, 100);
   SIM_CUDA(cudaEventRecord(e, a));
   SIM_CHECK(cudaEventQuery(e) == cudaErrorNotReady);
@@ -277,7 +277,7 @@ void planted_missing_event_wait() {
   SIM_CUDA(cudaDeviceSynchronize());
   cudaEvent_t e;
   SIM_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  SIM_CUDA(cudasimStreamDelay(a, 100000));  // the producer is a slow kernel
+  SIM_CUDA(cudasimStreamDelay(a, 500000));  // the producer is a slow kernel
   CUDASIM_LAUNCH(k_iota, 1, 64, 0, a, d, 64, 100);
   SIM_CUDA(cudaEventRecord(e, a));
   /* BUG (planted): cudaStreamWaitEvent(b, e, 0) missing */
