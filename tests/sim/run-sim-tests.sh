@@ -77,6 +77,8 @@ nccl 2 size_mismatch CUDASIM_NCCL_ON_ERROR=error
 nccl 3 duplicate_gpu CUDASIM_TOPOLOGY=shared
 # shellcheck disable=SC2086
 nccl 3 abort_leaves_peer_waiting $ERR
+# shellcheck disable=SC2086
+nccl 2 planted_abort_in_flight $ERR CUDASIM_NCCL_LATENCY_US=300000
 nccl_dies 2 planted_wrong_group_order "NCCL watchdog" 30 CUDASIM_NCCL_TIMEOUT=2
 nccl_dies 2 size_mismatch "size mismatch" 30
 

@@ -48,6 +48,7 @@ Settings read_settings() {
   s.nccl_abort = !env_choice("CUDASIM_NCCL_ON_ERROR", "abort", "error");
   s.ring_bytes = (size_t)env_num("CUDASIM_NCCL_RING_KB", 256, 4, 1 << 20) << 10;
   s.enqueue_us = (unsigned)env_num("CUDASIM_NCCL_ENQUEUE_DELAY_US", 200, 0, 1e7);
+  s.latency_us = (unsigned)env_num("CUDASIM_NCCL_LATENCY_US", 1000, 0, 1e7);
   s.verbose = env_num("CUDASIM_VERBOSE", 0, 0, 1) != 0;
   return s;
 }

@@ -42,8 +42,10 @@ void ring_copy_out(const char *ring, size_t cap, uint64_t pos, char *dst, size_t
   std::memcpy(dst + first, ring, n - first);
 }
 
-void wait_bell(RankInfo &me, uint32_t seen) {
-  timespec ts{0, 20 * 1000 * 1000};
+// Sleeps until the bell rings, at most 20 ms or until `due` (a message becomes visible).
+void wait_bell(RankInfo &me, uint32_t seen, double due) {
+  double left = std::min(0.02, std::max(due - now_seconds(), 0.0));
+  timespec ts{0, (long)(left * 1e9) + 1000};
   syscall(SYS_futex, reinterpret_cast<uint32_t *>(&me.bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
@@ -72,6 +74,11 @@ std::string pending_reason(CommState &c, int r, const OpInfo &o) {
     else
       std::snprintf(buf, sizeof buf, "%llu bytes in flight, not yet received by rank %d",
                     (unsigned long long)(ch.head.load() - ch.tail.load()), p);
+  } else if (c.ranks[p].state.load() == kAborted) {
+    Chan &ch = c.chan(p, r);
+    std::snprintf(buf, sizeof buf, "rank %d ABORTED its communicator with %llu bytes for rank %d "
+                  "still in flight (NCCL's abort drops them: finalize first)", p,
+                  (unsigned long long)(ch.head.load() - ch.tail.load()), r);
   } else {
     std::snprintf(buf, sizeof buf, "waits for rank %d's send #%llu to rank %d", p,
                   (unsigned long long)o.seq, r);
@@ -157,7 +164,8 @@ bool step_send(CommState &c, P2p &o, int group) {
     if (c.sends_done[(size_t)o.peer] != o.seq) return false;           // earlier sends on the pair first
     if (ch.recvs_posted.load(std::memory_order_acquire) <= o.seq) return false;  // rendezvous
     if (cap - (head - tail) < sizeof(MsgHeader)) return false;
-    MsgHeader h{kMsgMagic, o.seq, o.bytes, o.type, group};
+    MsgHeader h{kMsgMagic, o.seq, o.bytes, o.type, group,
+                now_seconds() + settings().latency_us * 1e-6};
     ring_copy_in(ring, cap, head, reinterpret_cast<const char *>(&h), sizeof h);
     head += sizeof h;
     o.phase = kMoving;
@@ -176,8 +184,10 @@ bool step_send(CommState &c, P2p &o, int group) {
   return moved;
 }
 
-// One step of a receive; true if it moved something. A size mismatch is fatal.
-bool step_recv(CommState &c, P2p &o) {
+// One step of a receive; true if it moved something. A size mismatch is fatal. A message is
+// taken only from its `visible` time on (*due: the earliest such time still ahead), so a
+// completed send stays in flight for a while, and an abort meanwhile drops it, as NCCL's can.
+bool step_recv(CommState &c, P2p &o, double *due) {
   Chan &ch = c.chan(o.peer, c.rank);
   const char *ring = c.ring(o.peer, c.rank);
   const size_t cap = c.ring_bytes;
@@ -189,6 +199,10 @@ bool step_recv(CommState &c, P2p &o) {
     if (head - tail < sizeof(MsgHeader)) return false;
     MsgHeader h;
     ring_copy_out(ring, cap, tail, reinterpret_cast<char *>(&h), sizeof h);
+    if (h.magic == kMsgMagic && now_seconds() < h.visible) {
+      *due = std::min(*due, h.visible);
+      return false;
+    }
     if (h.magic != kMsgMagic || h.seq != o.seq || h.bytes != o.bytes) {
       char why[512];
       std::snprintf(why, sizeof why, "size mismatch: rank %d's send #%llu to rank %d (group #%d) "
@@ -248,10 +262,11 @@ bool progress(CommState &c, Group &g) {
   for (;;) {
     uint32_t seen = me.bell.load(std::memory_order_acquire);
     bool all = true, moved = false;
+    double due = 1e300;
     for (size_t i = 0; i < g.ops.size(); ++i) {
       P2p &o = g.ops[i];
       if (o.phase == kDone) continue;
-      moved |= o.send ? step_send(c, o, (int)g.seq) : step_recv(c, o);
+      moved |= o.send ? step_send(c, o, (int)g.seq) : step_recv(c, o, &due);
       if (i < (size_t)kOpsShown) me.ops[i].phase.store(o.phase);
       all &= o.phase == kDone;
     }
@@ -271,7 +286,7 @@ bool progress(CommState &c, Group &g) {
       fatal(c, ncclSystemError, why, t - last);
       return false;
     } else {
-      wait_bell(me, seen);
+      wait_bell(me, seen, due);
     }
   }
 }

@@ -75,6 +75,7 @@ struct MsgHeader {
   uint64_t bytes;
   int32_t type;  // ncclDataType_t of the sender (for messages)
   int32_t group;
+  double visible;  // steady-clock time from which the receiver may take it (delivery latency)
 };
 constexpr uint64_t kMsgMagic = 0x6d73672d63756461ull;
 

@@ -31,6 +31,7 @@ struct Settings {
   bool nccl_abort = true;          // CUDASIM_NCCL_ON_ERROR=abort|error
   size_t ring_bytes = 256 << 10;   // CUDASIM_NCCL_RING_KB per ordered pair of ranks
   unsigned enqueue_us = 200;       // CUDASIM_NCCL_ENQUEUE_DELAY_US of non-blocking communicators
+  unsigned latency_us = 1000;      // CUDASIM_NCCL_LATENCY_US: a message's delivery latency
   bool verbose = false;            // CUDASIM_VERBOSE=1: every error returned is printed
 };
 const Settings &settings();

@@ -259,6 +259,43 @@ void abort_leaves_peer_waiting() {
   }
 }
 
+// Issue 18, 2.2: a rank whose stream finished its sends aborts at once; its last message may
+// still be in flight (CUDASIM_NCCL_LATENCY_US), and NCCL's abort drops it: the receiver hangs and
+// the watchdog says so (planted, run with CUDASIM_NCCL_ON_ERROR=error). Then the right way:
+// ncclCommFinalize (waits until the peers received everything) before ncclCommDestroy.
+void planted_abort_in_flight() {
+  if (g_size < 2) return;
+  float *b = dev_floats(256, 5);
+  for (int round = 0; round < 2; ++round) {
+    const bool finalize = round == 1;
+    ncclComm_t c = make_comm();
+    if (g_rank == 1) NC(ncclRecv(b, 256, ncclFloat, 0, c, g_stream));
+    if (g_rank == 0) {
+      NC(ncclSend(b, 256, ncclFloat, 1, c, g_stream));
+      CU(cudaStreamSynchronize(g_stream));  // the send completed: its data is in flight
+      if (finalize) {
+        NC(ncclCommFinalize(c));
+        NC(ncclCommDestroy(c));
+      } else {
+        NC(ncclCommAbort(c));  /* BUG (planted): abort drops what is in flight */
+      }
+    }
+    if (g_rank != 0) {
+      cudaStreamSynchronize(g_stream);
+      ncclResult_t st = ncclSuccess;
+      NC(ncclCommGetAsyncError(c, &st));
+      if (g_rank == 1) {
+        CHECK(finalize ? st == ncclSuccess : st == ncclSystemError);
+        std::vector<float> h = host_floats(b, 256);
+        if (finalize) CHECK(h[255] == 5.f + 255.f);
+      }
+      NC(finalize ? ncclCommDestroy(c) : ncclCommAbort(c));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (g_rank == 1) std::printf("planted abort with data in flight caught; finalize delivered it\n");
+}
+
 struct Scenario {
   const char *name;
   void (*fn)();
@@ -272,6 +309,7 @@ const Scenario kScenarios[] = {
     {"size_mismatch", size_mismatch},
     {"duplicate_gpu", duplicate_gpu},
     {"abort_leaves_peer_waiting", abort_leaves_peer_waiting},
+    {"planted_abort_in_flight", planted_abort_in_flight},
 };
 
 }  // namespace
