@@ -3,8 +3,9 @@
 # prototype kernels.cu (tests/sim/proto). Included at the end of the top-level Makefile, whose
 # variables it uses (BUILD, OPT, WARN, SAN, MPICC, MPICXX, RUN_ENV).
 #
-#   make sim-lib     $(BUILD)/sim/libcudasim.so
-#   make sim-check   build and run the self-tests (tests/sim/run-sim-tests.sh)
+#   make sim-lib        $(BUILD)/sim/libcudasim.so
+#   make sim-check      build and run the self-tests (tests/sim/run-sim-tests.sh)
+#   make sim-gpu-check  prototype CUDA=sim build of the library, tests/gpu on it (see below)
 #
 # Never installed: libcudasim.so is a test fixture, not part of the release library.
 

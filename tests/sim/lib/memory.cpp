@@ -127,7 +127,7 @@ Block *mem_alloc(size_t size, Kind kind, int device, State state) {
   b->kind = kind;
   b->device = device;
   b->state = state;
-  evict_locked();  // a quarantined block with this address range was unmapped before: forget it
+  evict_locked();  // keep the quarantine within its bound
   r.blocks[(uintptr_t)b->base] = b;
   return b;
 }
