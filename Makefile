@@ -508,3 +508,5 @@ help:
 include fuzz/fuzz.mk
 
 -include $(LIB_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))
+
+-include tests/sim/sim.mk

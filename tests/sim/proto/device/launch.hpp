@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Kernel launches written once for nvcc and for the simulated runtime of tests/sim (CUDA=sim,
+// where g++ compiles kernels.cu as host C++ against tests/sim/include):
+//   LM_LAUNCH(kernel, grid, block, stream, args...)  kernel<<<grid, block, 0, stream>>>(args...)
+//   LM_DEVICE_ACCESS(ptr, width)  states a width-byte access at ptr: nothing under nvcc (the GPU
+//       checks alignment itself and faults); under the simulator a misaligned or out-of-bounds
+//       access becomes the sticky cudaErrorMisalignedAddress / cudaErrorIllegalAddress a GPU
+//       would raise. Put it before every access wider than the pointer's own element type
+//       (reinterpret_cast loads and stores); typed pointer arguments are checked by the launch.
+// (Prototype of src/device/launch.hpp: tests/sim/INTEGRATION.md.)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#if defined(CUDASIM_VERSION)
+#define LM_LAUNCH(kernel, grid, block, stream, ...) \
+  CUDASIM_LAUNCH(kernel, grid, block, 0, stream, __VA_ARGS__)
+#define LM_DEVICE_ACCESS(ptr, width) cudasimCheckAccess((ptr), (width))
+#else
+#define LM_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define LM_DEVICE_ACCESS(ptr, width) ((void)0)
+#endif

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// cudasim self-test, kernels: the prototype copy of src/device/kernels.cu (tests/sim/proto, the
+// LM_LAUNCH / LM_DEVICE_ACCESS edits of INTEGRATION.md) compiled as host C++ against the
+// simulator and run through lm::cuda::* on device memory: every dtype's reduction bit for bit
+// against the host arithmetic (device/elementwise.hpp), avg, identity fills, box copies of every
+// element size; and the complex128 box copy at an address 8 mod 16 (issue 18's bug: 16-byte
+// loads where 8-byte alignment was checked) must fault as on a GPU.
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/error.hpp"
+#include "device/elementwise.hpp"
+#include "device/kernels.hpp"
+#include "sim_test.h"
+
+namespace lm {
+// device.cpp's, which this test does not link.
+[[noreturn]] void cuda_fail(int err, const char *what) {
+  fail(LM_ERR_CUDA, "%s failed: %s", what, cudaGetErrorName(static_cast<cudaError_t>(err)));
+}
+}  // namespace lm
+
+namespace {
+
+using lm::DType;
+namespace ew = lm::ew;
+
+cudaStream_t g_stream;
+
+void setup() { SIM_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)); }
+
+void *upload(const std::vector<char> &h, size_t extra_offset = 0) {
+  char *d = nullptr;
+  SIM_CUDA(cudaMalloc(reinterpret_cast<void **>(&d), h.size() + extra_offset + 16));
+  SIM_CUDA(cudaMemcpy(d + extra_offset, h.data(), h.size(), cudaMemcpyHostToDevice));
+  return d + extra_offset;
+}
+
+std::vector<char> download(const void *d, size_t bytes) {
+  std::vector<char> h(bytes);
+  SIM_CUDA(cudaStreamSynchronize(g_stream));
+  SIM_CUDA(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Random elements that are valid for the type (finite floats, 0/1 bools).
+std::vector<char> random_data(DType t, size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  size_t es = lm::dtype_size(t);
+  std::vector<char> v(n * es);
+  for (size_t i = 0; i < n; ++i) {
+    char *p = v.data() + i * es;
+    int r = (int)(rng() % 200) - 100;
+    switch (t) {
+      case DType::F32: { float f = (float)r / 8; std::memcpy(p, &f, 4); break; }
+      case DType::C64: { float f[2] = {(float)r / 8, (float)(r % 7)}; std::memcpy(p, f, 8); break; }
+      case DType::F64: { double f = r / 8.0; std::memcpy(p, &f, 8); break; }
+      case DType::C128: { double f[2] = {r / 8.0, (double)(r % 5)}; std::memcpy(p, f, 16); break; }
+      case DType::F16: { uint16_t h = ew::float_to_half((float)r / 4); std::memcpy(p, &h, 2); break; }
+      case DType::BF16: { uint16_t h = ew::float_to_bf16((float)r / 4); std::memcpy(p, &h, 2); break; }
+      case DType::BOOL: *p = (char)(r & 1); break;
+      default:
+        for (size_t b = 0; b < es; ++b) p[b] = (char)rng();
+    }
+  }
+  return v;
+}
+
+// The host's acc = op(acc, in), element by element, with the kernels' own arithmetic.
+template <class T>
+void host_loop(std::vector<char> &a, const std::vector<char> &b, T (*f)(int, T, T), int op) {
+  for (size_t i = 0; i < a.size() / sizeof(T); ++i) {
+    T x, y;
+    std::memcpy(&x, &a[i * sizeof(T)], sizeof x);
+    std::memcpy(&y, &b[i * sizeof(T)], sizeof y);
+    x = f(op, x, y);
+    std::memcpy(&a[i * sizeof(T)], &x, sizeof x);
+  }
+}
+
+template <class R>
+void host_complex(std::vector<char> &a, const std::vector<char> &b, int op) {
+  for (size_t i = 0; i < a.size() / (2 * sizeof(R)); ++i) {
+    R x[2], y[2];
+    std::memcpy(x, &a[i * sizeof x], sizeof x);
+    std::memcpy(y, &b[i * sizeof y], sizeof y);
+    ew::reduce_complex<R>(op, x, y);
+    std::memcpy(&a[i * sizeof x], x, sizeof x);
+  }
+}
+
+uint16_t half_op(int op, uint16_t a, uint16_t b) { return ew::reduce_16(op, false, a, b); }
+uint16_t bf16_op(int op, uint16_t a, uint16_t b) { return ew::reduce_16(op, true, a, b); }
+
+void host_reduce(DType t, int op, std::vector<char> &a, const std::vector<char> &b) {
+  switch (t) {
+    case DType::F32: host_loop<float>(a, b, ew::reduce_float<float>, op); break;
+    case DType::F64: host_loop<double>(a, b, ew::reduce_float<double>, op); break;
+    case DType::I8: host_loop<int8_t>(a, b, ew::reduce_int<int8_t>, op); break;
+    case DType::I16: host_loop<int16_t>(a, b, ew::reduce_int<int16_t>, op); break;
+    case DType::I32: host_loop<int32_t>(a, b, ew::reduce_int<int32_t>, op); break;
+    case DType::I64: host_loop<int64_t>(a, b, ew::reduce_int<int64_t>, op); break;
+    case DType::U8: host_loop<uint8_t>(a, b, ew::reduce_int<uint8_t>, op); break;
+    case DType::BOOL: host_loop<uint8_t>(a, b, ew::reduce_bool, op); break;
+    case DType::F16: host_loop<uint16_t>(a, b, half_op, op); break;
+    case DType::BF16: host_loop<uint16_t>(a, b, bf16_op, op); break;
+    case DType::C64: host_complex<float>(a, b, op); break;
+    case DType::C128: host_complex<double>(a, b, op); break;
+  }
+}
+
+const DType kAll[] = {DType::F16, DType::BF16, DType::F32, DType::F64, DType::I8,  DType::I16,
+                      DType::I32, DType::I64,  DType::U8,  DType::BOOL, DType::C64, DType::C128};
+
+void reduce_every_dtype() {
+  setup();
+  const size_t n = 3001;  // 12 blocks of 256, the last partly idle
+  int checked = 0;
+  for (DType t : kAll)
+    for (int op : {ew::kSum, ew::kProd, ew::kMax, ew::kMin}) {
+      if ((t == DType::C64 || t == DType::C128) && (op == ew::kMax || op == ew::kMin)) continue;
+      std::vector<char> a = random_data(t, n, 1 + op), b = random_data(t, n, 100 + op);
+      void *da = upload(a), *db = upload(b);
+      lm::cuda::reduce(t, op, da, db, (int64_t)n, g_stream);
+      host_reduce(t, op, a, b);
+      SIM_CHECK(download(da, a.size()) == a);
+      SIM_CUDA(cudaFree(da));
+      SIM_CUDA(cudaFree(db));
+      ++checked;
+    }
+  std::printf("%d dtype/op reductions bit-equal to the host\n", checked);
+}
+
+void avg_and_identity() {
+  setup();
+  const size_t n = 1000;
+  // float avg: sum then scale
+  std::vector<char> a = random_data(DType::F64, n, 7);
+  void *da = upload(a);
+  lm::cuda::scale_avg(DType::F64, da, (int64_t)n, 3, g_stream);
+  std::vector<char> back = download(da, a.size());
+  for (size_t i = 0; i < n; ++i) {
+    double x, y;
+    std::memcpy(&x, &a[i * 8], 8);
+    std::memcpy(&y, &back[i * 8], 8);
+    SIM_CHECK(y == ew::scale<double>(x, 3));
+  }
+  // integer avg through the 128-bit accumulator: (x + x + x) / 3 == x
+  std::vector<char> xi = random_data(DType::I32, n, 9);
+  void *dx = upload(xi), *acc = nullptr, *out = nullptr;
+  SIM_CUDA(cudaMalloc(&acc, n * 16));
+  SIM_CUDA(cudaMalloc(&out, n * 4));
+  lm::cuda::wide_accumulate(DType::I32, acc, dx, (int64_t)n, true, g_stream);
+  lm::cuda::wide_accumulate(DType::I32, acc, dx, (int64_t)n, false, g_stream);
+  lm::cuda::wide_accumulate(DType::I32, acc, dx, (int64_t)n, false, g_stream);
+  lm::cuda::wide_finish_avg(DType::I32, out, acc, (int64_t)n, 3, g_stream);
+  SIM_CHECK(download(out, n * 4) == xi);
+  // prod's identity: ones, (1, 0) for complex; sum's: zeros
+  lm::cuda::fill_identity(DType::C128, ew::kProd, da, (int64_t)(n / 2), g_stream);
+  back = download(da, n * 8);
+  for (size_t i = 0; i < n / 2; ++i) {
+    double z[2];
+    std::memcpy(z, &back[i * 16], 16);
+    SIM_CHECK(z[0] == 1.0 && z[1] == 0.0);
+  }
+  lm::cuda::fill_identity(DType::F16, ew::kProd, da, (int64_t)n, g_stream);
+  back = download(da, n * 2);
+  for (size_t i = 0; i < n; ++i) SIM_CHECK(back[2 * i] == 0x00 && back[2 * i + 1] == 0x3c);
+  lm::cuda::fill_identity(DType::I64, ew::kSum, da, (int64_t)(n / 8), g_stream);
+  back = download(da, n);
+  for (char c : back) SIM_CHECK(c == 0);
+}
+
+// A 3x2 box of a 6x5 buffer at (1, 2) into a compact 3x2 buffer, elements of `es` bytes;
+// `offset` shifts both device buffers from their (256-aligned) allocations.
+void box_copy_once(int64_t es, size_t offset) {
+  const int64_t len[2] = {3, 2}, src_shape[2] = {6, 5}, src_off[2] = {1, 2};
+  const int64_t dst_shape[2] = {3, 2}, dst_off[2] = {0, 0};
+  lm::BoxCopy c;
+  lm::boxcopy_init(c, 2, len, src_shape, src_off, dst_shape, dst_off, es);
+  SIM_CHECK(c.n == 2);  // not one contiguous run: the kernel path
+  std::vector<char> src((size_t)(30 * es)), want((size_t)(6 * es), 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = (char)(i * 7 + 1);
+  lm::boxcopy_range(c, want.data(), src.data(), 0, c.numel);
+  void *ds = upload(src, offset), *dd = upload(std::vector<char>(want.size(), 0), offset);
+  lm::cuda::box_copy(c, dd, ds, 0, c.numel, g_stream);
+  SIM_CHECK(download(dd, want.size()) == want);
+}
+
+void box_copy_every_size() {
+  setup();
+  for (int64_t es : {1, 2, 4, 8, 16}) box_copy_once(es, 0);
+  box_copy_once(8, 8);  // complex64 / float64 at 8 mod 16: 8-byte accesses, fine
+}
+
+// Issue 18: a complex128 shard at 8 mod 16 passes the 8-byte alignment check of a borrow, but
+// k_box_copy<Bytes16> loads 16 bytes: cudaErrorMisalignedAddress on a GPU, and here.
+void box_copy_c128_at_8_mod_16_faults() {
+  setup();
+  const int64_t len[2] = {3, 2}, src_shape[2] = {6, 5}, src_off[2] = {1, 2};
+  const int64_t dst_shape[2] = {3, 2}, dst_off[2] = {0, 0};
+  lm::BoxCopy c;
+  lm::boxcopy_init(c, 2, len, src_shape, src_off, dst_shape, dst_off, 16);
+  void *ds = upload(std::vector<char>(30 * 16, 1), 8), *dd = upload(std::vector<char>(6 * 16, 0));
+  lm::cuda::box_copy(c, dd, ds, 0, c.numel, g_stream);  // the launch succeeds
+  cudaError_t e = cudaStreamSynchronize(g_stream);
+  SIM_CHECK(e == cudaErrorMisalignedAddress);
+  SIM_CHECK(cudaGetLastError() == cudaErrorMisalignedAddress);  // sticky
+  std::printf("complex128 box copy at 8 mod 16 caught: %s\n", cudaGetErrorName(e));
+}
+
+// A launch failure reaches the library as an exception (check_launch after each launch).
+void launch_error_throws() {
+  setup();
+  void *d = nullptr;
+  SIM_CUDA(cudaMalloc(&d, 64));
+  bool thrown = false;
+  try {
+    lm::cuda::reduce(DType::F32, ew::kSum, d, d, 16, reinterpret_cast<void *>(0x1234));
+  } catch (const lm::Error &e) {
+    thrown = e.status() == LM_ERR_CUDA && std::strstr(e.what(), "cudaErrorInvalidResourceHandle");
+  }
+  SIM_CHECK(thrown);
+}
+
+const sim_case cases[] = {
+    {"reduce_every_dtype", reduce_every_dtype},
+    {"avg_and_identity", avg_and_identity},
+    {"box_copy_every_size", box_copy_every_size},
+    {"box_copy_c128_at_8_mod_16_faults", box_copy_c128_at_8_mod_16_faults},
+    {"launch_error_throws", launch_error_throws},
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  return sim_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
