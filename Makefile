@@ -7,6 +7,9 @@
 #   make check ASAN=1 UBSAN=1   same with sanitizers, in build-asan/ by default
 #   make check MPI=mpich    same against MPICH (mpicc.mpich, mpiexec.mpich), in build-mpich/
 #   make check-gpu [NPS="1 2 4"] [NCCL_SPLIT_HOSTS=1]   device tests (tests/gpu/) only
+#   make check-gpu-sim      the device path on the simulated CUDA runtime and NCCL (tests/sim):
+#                           its self-tests, tests/gpu at np 1, 2, 4 in every topology, bench_device
+#   make check CUDA=sim     the whole suite against the simulator (build-sim/), then the same
 #   make demo | bench | examples | tests
 #   make install [PREFIX=/usr/local] [DESTDIR=...] [LIBDIR=...] [INCLUDEDIR=...] | uninstall
 #   make docs               HTML API reference (doxygen; a warning fails) and the localmap(3) man page
@@ -32,26 +35,62 @@ DOCDIR     ?= $(DATAROOTDIR)/doc/localmap
 MANDIR     ?= $(DATAROOTDIR)/man
 
 # CUDA/NCCL backend. CUDA=auto (default): on when $(CUDA_HOME)/bin/nvcc (or nvcc on PATH) and
-# nccl.h are found; CUDA=0: off; CUDA=1: required (the build stops when they are missing).
-# A CUDA build compiles src/**/*.cu with nvcc into the same liblocalmap.so and links the CUDA
-# runtime and NCCL; it runs the whole CPU suite on machines without a GPU (device tests skip).
+# nccl.h are found, and says what it chose; CUDA=0: off; CUDA=1: required (the build stops when
+# they are missing). A CUDA build compiles src/**/*.cu with nvcc into the same liblocalmap.so and
+# links the CUDA runtime and NCCL; it runs the whole CPU suite on machines without a GPU (device
+# tests skip). CUDA=sim: the device path against tests/sim's simulated CUDA runtime and NCCL
+# (libcudasim.so, tests/sim/README.md): kernels compiled as host C++, its own build trees
+# (build-sim/, build-sim-asan/), a test build that is never installed.
+# NCCL_HOME: where include/nccl.h is (default CUDA_HOME); NCCL_LIB: the folder of libnccl.so or,
+# as in the nvidia-nccl-cu13 wheel, of libnccl.so.2 alone.
 CUDA       ?= auto
+ifeq ($(CUDA),sim)
+override CUDA     := 1
+override CUDA_SIM := 1
+else
+override CUDA_SIM := 0
+endif
 CUDA_HOME  ?= $(or $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v nvcc 2>/dev/null))),/usr/local/cuda)
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 # Compute capabilities compiled (SASS) plus PTX of the newest for JIT on later GPUs.
 CUDA_ARCHS ?= 80 90
 CUDA_LIBDIR ?= $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so $(CUDA_HOME)/lib/libcudart.so))
-override CUDA_FOUND := $(if $(and $(wildcard $(NVCC)),$(wildcard $(CUDA_HOME)/include/nccl.h),$(CUDA_LIBDIR)),1,0)
+NCCL_HOME  ?= $(CUDA_HOME)
+NCCL_LIB   ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(foreach d,lib64 lib,$(NCCL_HOME)/$(d)/libnccl.so \
+                $(NCCL_HOME)/$(d)/libnccl.so.2)))))
+NCCL_LINK  := $(if $(or $(wildcard $(NCCL_LIB)/libnccl.so),$(if $(wildcard $(NCCL_LIB)/libnccl.so.2),,1)),-lnccl,-l:libnccl.so.2)
+override CUDA_FOUND := $(if $(and $(wildcard $(NVCC)),$(wildcard $(NCCL_HOME)/include/nccl.h),$(CUDA_LIBDIR)),1,0)
 ifeq ($(CUDA),auto)
 override CUDA := $(CUDA_FOUND)
+override CUDA_AUTO := 1
+else ifeq ($(CUDA_SIM),1)
 else ifeq ($(CUDA),1)
 ifneq ($(CUDA_FOUND),1)
-$(error CUDA=1 but nvcc, nccl.h or libcudart.so is missing under CUDA_HOME=$(CUDA_HOME) (give CUDA_HOME=..., or CUDA=0))
+$(error CUDA=1 but nvcc, nccl.h or libcudart.so is missing under CUDA_HOME=$(CUDA_HOME) / NCCL_HOME=$(NCCL_HOME) (give CUDA_HOME=..., NCCL_HOME=..., or CUDA=0))
 endif
 else ifneq ($(CUDA),0)
-$(error CUDA must be auto, 0 or 1 (got "$(CUDA)"))
+$(error CUDA must be auto, 0, 1 or sim (got "$(CUDA)"))
 endif
 CUDA_LIBDIR := $(patsubst %/,%,$(dir $(CUDA_LIBDIR)))
+# CUDA=sim links libcudasim (Libs.private, rpaths into the build tree): never installed.
+ifeq ($(CUDA_SIM),1)
+ifneq ($(filter install abi-dump abi-check abi-baseline,$(MAKECMDGOALS)),)
+$(error CUDA=sim is a test build (the simulated CUDA runtime of tests/sim): not installable)
+endif
+endif
+# Whether this machine shows a GPU (a device node of the NVIDIA driver): for messages and
+# LM_EXPECT_GPU, never for what is built.
+GPU_SEEN   := $(if $(wildcard /dev/nvidia[0-9]*),1,0)
+# CUDA=auto says what it chose (on stderr, once per top-level make; not for print-cuda).
+ifeq ($(CUDA_AUTO)$(MAKELEVEL),10)
+ifeq ($(filter print-cuda help clean,$(MAKECMDGOALS)),)
+ifeq ($(CUDA),1)
+$(shell echo 'CUDA=auto: a CUDA build (nvcc and nccl.h under $(NCCL_HOME)): liblocalmap links libcudart and libnccl; $(if $(filter 1,$(GPU_SEEN)),a GPU is visible: tests/gpu run,no GPU on this machine: tests/gpu skip) (CUDA=0: CPU only; CUDA=sim: the device path on the simulator)' >&2)
+else
+$(shell echo 'CUDA=auto: a CPU-only build (no nvcc with nccl.h under CUDA_HOME=$(CUDA_HOME); CUDA=1 requires them; CUDA=sim: the device path on the simulator)' >&2)
+endif
+endif
+endif
 
 OPT        ?= -O2
 WERROR     ?= 1
@@ -70,7 +109,10 @@ else
 $(error MPI=$(MPI): use MPI=openmpi or MPI=mpich, or leave it empty for the default mpicc)
 endif
 
-# Sanitizer builds get their own tree unless BUILD is given, so objects never mix.
+# Sanitizer builds get their own tree unless BUILD is given, so objects never mix; CUDA=sim too.
+ifeq ($(CUDA_SIM),1)
+BUILD      ?= build-sim$(if $(filter 1,$(ASAN) $(UBSAN)),-asan)$(if $(filter mpich,$(MPI)),-mpich)
+endif
 ifneq ($(filter 1,$(ASAN) $(UBSAN)),)
 BUILD      ?= build-asan$(if $(filter mpich,$(MPI)),-mpich)
 else
@@ -153,21 +195,37 @@ ifeq ($(UBSAN),1)
 SAN      += -fsanitize=undefined -fno-sanitize-recover=undefined
 endif
 
+comma := ,
+ABS_BUILD  := $(abspath $(BUILD))
+# The simulator's drop-in CUDA/NCCL headers (tests/sim/include; its rules: tests/sim/sim.mk).
+SIM_CPPFLAGS := -Itests/sim/include
+
 # Skip OpenMPI's deprecated C++ bindings (mpi.h from C++): they fail -Wextra -Werror.
 MPI_CPPFLAGS := -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1
 PUB_CPPFLAGS := -Iinclude $(DLPACK_CPPFLAGS)
 LIB_CPPFLAGS := $(PUB_CPPFLAGS) -Isrc $(MPI_CPPFLAGS)
 LIB_LDLIBS   :=
+# The CUDA runtime and NCCL headers, and the libraries: CUDA's, or in CUDA=sim the simulator's
+# (tests/sim/sim.mk: SIM_CPPFLAGS, $(BUILD)/sim/libcudasim.so stands for libcudart AND libnccl).
+ifeq ($(CUDA_SIM),1)
+CUDA_INC      = $(SIM_CPPFLAGS)
+CUDA_RT_LIBS  = -L$(ABS_BUILD)/sim -Wl,-rpath,$(ABS_BUILD)/sim -lcudasim
+CUDA_NCCL_LIBS = $(CUDA_RT_LIBS)
+else
+CUDA_INC      = -I$(CUDA_HOME)/include $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-I$(NCCL_HOME)/include)
+CUDA_RT_LIBS  = -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart
+CUDA_NCCL_LIBS = $(if $(NCCL_LIB),-L$(NCCL_LIB) -Wl$(comma)-rpath$(comma)$(NCCL_LIB)) $(NCCL_LINK) $(CUDA_RT_LIBS)
+endif
 ifeq ($(CUDA),1)
-LIB_CPPFLAGS += -DLM_WITH_CUDA -I$(CUDA_HOME)/include
-LIB_LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl -lcudart
+# The CUDA headers first: in CUDA=sim the simulator's cuda_runtime.h and nccl.h must win.
+LIB_CPPFLAGS := $(CUDA_INC) $(LIB_CPPFLAGS) -DLM_WITH_CUDA
+LIB_LDLIBS   += $(CUDA_NCCL_LIBS)
 endif
 
 LIB_CXXFLAGS  := -std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidden $(OPT) -g $(WARN) $(SAN)
 TEST_CFLAGS   := -std=gnu11 $(OPT) -g $(WARN) $(SAN)
 TEST_CXXFLAGS := -std=c++17 $(MPI_CPPFLAGS) $(OPT) -g $(WARN) $(SAN)
 DEPFLAGS       = -MMD -MP -MF $@.d
-comma := ,
 # nvcc: host code through g++ with the library's warnings (-Werror included), device code for
 # CUDA_ARCHS. -Wno-... none needed so far; keep the host side as strict as the .cpp files.
 NVCC_GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -178,7 +236,6 @@ NVCC_FLAGS    := -std=c++17 $(OPT) -g $(NVCC_GENCODE) --expt-relaxed-constexpr -
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) \
                  -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror)
 
-ABS_BUILD  := $(abspath $(BUILD))
 # Programs link the shared library in the build tree, found at run time through the rpath.
 LINK_SHARED = -L$(BUILD)/lib -llocalmap -Wl,-rpath,$(ABS_BUILD)/lib
 
@@ -220,8 +277,8 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 # Rebuild when flags change: each stamp file is rewritten only when its content changes
 # (the GIT-CFLAGS trick), and what it describes depends on it.
 # ---------------------------------------------------------------------------------------------
-STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) CUDA=$(CUDA) $(NVCC_FLAGS)
-STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION)
+STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) CUDA=$(CUDA) CUDA_SIM=$(CUDA_SIM) $(NVCC_FLAGS)
+STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION) CUDA_SIM=$(CUDA_SIM)
 STAMP_prog := $(MPICC) $(MPICXX) $(MPIFC) $(FFLAGS) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
 STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS) \
               $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER)
@@ -240,7 +297,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check check-tcp check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
+.PHONY: all lib tests examples check check-tcp check-gpu check-gpu-sim gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples
@@ -262,14 +319,22 @@ $(BUILD)/obj/%.o: src/%.cpp $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
 	$(MPICXX) $(LIB_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 # CUDA sources: nvcc, host code compiled by g++ underneath (-Werror clean), MPI headers included.
+# CUDA=sim: no nvcc; the kernels compile as host C++ with the library's flags against the
+# simulator's headers (mem/launch.hpp turns launches into CUDASIM_LAUNCH).
+ifeq ($(CUDA_SIM),1)
+$(BUILD)/obj/%.cu.o: src/%.cu $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) $(LIB_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -x c++ -c -o $@ $<
+else
 MPI_INC := $(shell $(MPICXX) --showme:compile 2>/dev/null || $(MPICXX) -compile_info 2>/dev/null | cut -d' ' -f2-)
 $(BUILD)/obj/%.cu.o: src/%.cu $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(NVCC) -ccbin $(CXX_FOR_NVCC) $(LIB_CPPFLAGS) $(filter -I% -D%,$(MPI_INC)) $(CPPFLAGS) $(NVCC_FLAGS) \
 	  -MMD -MP -MF $@.d -c -o $@ $<
 CXX_FOR_NVCC ?= g++
+endif
 
-$(SHLIB_REAL): $(LIB_OBJS) src/localmap.map $(BUILD)/.stamp-link
+$(SHLIB_REAL): $(LIB_OBJS) src/localmap.map $(BUILD)/.stamp-link $(if $(filter 1,$(CUDA_SIM)),$(SIM_LIB))
 	@mkdir -p $(@D)
 	$(MPICXX) -shared $(SAN) $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--version-script=src/localmap.map \
 	  -Wl,--no-undefined -o $@ $(LIB_OBJS) $(LIB_LDLIBS) $(LDLIBS)
@@ -314,9 +379,8 @@ $(BUILD)/tests/%: tests/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 # Device tests use the CUDA runtime directly to make and check device data.
 $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
-	$(MPICC) $(PUB_CPPFLAGS) -Itests -Itests/gpu -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) \
-	  $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) \
-	  -lcudart -lcmocka -lm $(LDLIBS)
+	$(MPICC) $(PUB_CPPFLAGS) -Itests -Itests/gpu $(CUDA_INC) $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) \
+	  $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) $(CUDA_RT_LIBS) -lcmocka -lm $(LDLIBS)
 
 # unit_*.cpp test internals: they may include src/ headers and link the static library.
 $(BUILD)/tests/unit_%: tests/unit_%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
@@ -350,9 +414,8 @@ $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 # The device bench calls NCCL collectives itself as the baseline.
 $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
 	@mkdir -p $(@D)
-	$(MPICC) $(PUB_CPPFLAGS) -Ibench -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
-	  -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl \
-	  -lcudart -lm $(LDLIBS)
+	$(MPICC) $(PUB_CPPFLAGS) -Ibench $(CUDA_INC) $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) \
+	  -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) $(CUDA_NCCL_LIBS) -lm $(LDLIBS)
 
 # ---------------------------------------------------------------------------------------------
 # Running
@@ -376,9 +439,39 @@ endif
 ifeq ($(UBSAN),1)
 RUN_ENV += UBSAN_OPTIONS=print_stacktrace=1$(if $(UBSAN_OPTIONS),:$(UBSAN_OPTIONS))
 endif
+# Whether the tests expect a GPU (tests/gpu/expect_gpu.h), decided here and never by the library
+# under test: never in a CUDA=0 build, always on the simulator, else as LM_EXPECT_GPU=0|1 says
+# (CI and tests/gpu/device-check.sh set it) or, unset, by the CUDA runtime's own device count.
+ifeq ($(CUDA_SIM),1)
+RUN_ENV += LM_EXPECT_GPU=1
+else ifeq ($(CUDA),0)
+RUN_ENV += LM_EXPECT_GPU=0
+else ifneq ($(LM_EXPECT_GPU),)
+RUN_ENV += LM_EXPECT_GPU=$(LM_EXPECT_GPU)
+endif
 
+ifneq ($(CUDA_SIM),1)
 check: all
 	$(RUN_ENV) bash tests/run-tests.sh $(TESTS)
+
+check-gpu-sim:
+	$(MAKE) CUDA=sim $@
+else
+# CUDA=sim: the programs' suite (unit, MPI and device tests; the script tests build and install
+# real trees, and this one is not installable), then the simulator's self-tests and tests/gpu in
+# the other topologies (tests/sim/check-gpu-sim.sh; the default one, per-rank, ran in the suite).
+check: all sim-tests gpu-progs
+	$(RUN_ENV) bash tests/run-tests.sh $(or $(TESTS),'unit_*' 'test_*')
+	$(RUN_ENV) bash tests/sim/run-sim-tests.sh
+	$(RUN_ENV) SIM_CONFIGS="$(or $(SIM_CONFIGS),shared:1 shared:4 staging)" bash tests/sim/check-gpu-sim.sh
+
+# The device path on the simulator: its self-tests, the CPU tests that pin the device answer,
+# tests/gpu at np 1, 2, 4 in every topology (SIM_CONFIGS), a bench_device run.
+check-gpu-sim: sim-tests gpu-progs $(BUILD)/tests/test_device_api $(BUILD)/tests/test_api_misc
+	$(RUN_ENV) bash tests/sim/run-sim-tests.sh
+	$(RUN_ENV) NPS="1 2" bash tests/run-tests.sh test_device_api test_api_misc unit_device_ops
+	$(RUN_ENV) $(if $(SIM_CONFIGS),SIM_CONFIGS="$(SIM_CONFIGS)") bash tests/sim/check-gpu-sim.sh
+endif
 
 # The whole suite over TCP only (no shared-memory BTL): what a multi-node job sees. Extra mpirun
 # flags also work directly: LM_MPIRUN_FLAGS="--mca btl tcp,self" make check (tools/lm-mpirun).
@@ -493,9 +586,9 @@ abi-baseline: abi-dump
 clean:
 	rm -rf $(BUILD)
 
-# What CUDA=auto resolved to here (1 or 0): for scripts.
+# What CUDA=auto resolved to here (1 or 0; sim in CUDA=sim): for scripts.
 print-cuda:
-	@echo $(CUDA)
+	@echo $(if $(filter 1,$(CUDA_SIM)),sim,$(CUDA))
 
 help:
 	@sed -n '2,22p' Makefile

@@ -245,6 +245,7 @@ void wide_finish_avg(DType t, void *out, const __int128 *acc, int64_t n, int64_t
 }
 
 void fill_identity(DType t, int op, void *buf, int64_t n) {
+  if (n <= 0) return;  // an empty shard may have no buffer (NULL): memset(NULL, 0, 0) is UB
   size_t es = dtype_size(t);
   std::memset(buf, 0, (size_t)n * es);
   if (op != LM_REDUCE_PROD) return;

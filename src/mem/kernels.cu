@@ -1,11 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// CUDA kernels: elementwise reductions (layout/elementwise.hpp) for every dtype localmap supports.
+// CUDA kernels: elementwise reductions (layout/elementwise.hpp) for every dtype localmap supports,
+// and box copies. Launched through mem/launch.hpp, so CUDA=sim compiles this file as host C++.
+// Alignment: every kernel accesses memory through the element type of its dtype, or for complex
+// through the component type (float, double); the box copy picks its word from the buffers' real
+// alignment. So the kernels need no more than the component alignment that a borrowed tensor is
+// checked for (tensor.cpp, check_alignment), and LM_DEVICE_ACCESS states every wider access.
 #include <cuda_runtime.h>
 
 #include "common/error.hpp"
-#include "mem/cuda.hpp"
 #include "layout/elementwise.hpp"
+#include "mem/cuda.hpp"
 #include "mem/kernels.hpp"
+#include "mem/launch.hpp"
 
 namespace lm {
 namespace cuda {
@@ -73,7 +79,7 @@ void check_launch(const char *what) {
 }
 
 #define LAUNCH(kernel, n, st, ...) \
-  kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(st)>>>(__VA_ARGS__)
+  LM_LAUNCH(kernel, blocks_for(n), kThreads, static_cast<cudaStream_t>(st), __VA_ARGS__)
 
 template <class T>
 void fill_typed(void *buf, int64_t n, T v, void *st) {
@@ -172,17 +178,38 @@ void wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k, 
 }
 
 namespace {
+// One thread per element, which it moves as c.esize / sizeof(T) words of T (T: copy_word).
 template <class T>
 __global__ void k_box_copy(BoxCopy c, char *dst, const char *src, int64_t e0, int64_t n) {
+  const int64_t words = c.esize / (int64_t)sizeof(T);
   LM_GRID_LOOP(i, n) {
     int64_t so, dof;
     boxcopy_locate(c, e0 + i, &so, &dof);
-    *reinterpret_cast<T *>(dst + dof * c.esize) = *reinterpret_cast<const T *>(src + so * c.esize);
+    T *d = reinterpret_cast<T *>(dst + dof * c.esize);
+    const T *s = reinterpret_cast<const T *>(src + so * c.esize);
+    for (int64_t w = 0; w < words; ++w) {
+      LM_DEVICE_ACCESS(s + w, sizeof(T));
+      LM_DEVICE_ACCESS(d + w, sizeof(T));
+      d[w] = s[w];
+    }
   }
 }
 struct alignas(16) Bytes16 {
   uint64_t a, b;
 };
+
+// The widest word (1 to 16 bytes, dividing the element size) at which every element of both
+// buffers is aligned. Elements sit at base + k * esize, so that is the alignment the two base
+// addresses share with esize: a complex128 shard at 8 mod 16 (a borrowed tensor may be: its
+// check asks the 8-byte component alignment) moves as two 8-byte words, never a misaligned
+// 16-byte load, which faults the context on a GPU (cudaErrorMisalignedAddress).
+int64_t copy_word(int64_t esize, const void *dst, const void *src) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
+                      static_cast<uintptr_t>(esize);
+  int64_t w = 16;
+  while (w > 1 && a % (uintptr_t)w) w /= 2;
+  return w;
+}
 }  // namespace
 
 void box_copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1, void *st) {
@@ -199,13 +226,14 @@ void box_copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t 
   const int64_t n = e1 - e0;
   char *d = static_cast<char *>(dst);
   const char *sp = static_cast<const char *>(src);
-  switch (c.esize) {
+  if (c.esize < 1 || c.esize > 16 || (c.esize & (c.esize - 1)))
+    fail(LM_ERR_INTERNAL, "cuda::box_copy: element size %lld", (long long)c.esize);
+  switch (copy_word(c.esize, d, sp)) {
     case 1: LAUNCH(k_box_copy<uint8_t>, n, st, c, d, sp, e0, n); break;
     case 2: LAUNCH(k_box_copy<uint16_t>, n, st, c, d, sp, e0, n); break;
     case 4: LAUNCH(k_box_copy<uint32_t>, n, st, c, d, sp, e0, n); break;
     case 8: LAUNCH(k_box_copy<uint64_t>, n, st, c, d, sp, e0, n); break;
-    case 16: LAUNCH(k_box_copy<Bytes16>, n, st, c, d, sp, e0, n); break;
-    default: fail(LM_ERR_INTERNAL, "cuda::box_copy: element size %lld", (long long)c.esize);
+    default: LAUNCH(k_box_copy<Bytes16>, n, st, c, d, sp, e0, n); break;
   }
   check_launch("box copy kernel launch");
 }

@@ -1,16 +1,21 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* NCCL error handling and the transport choice. With one GPU per rank as NCCL sees it (a machine
- * with several GPUs, or `make check-gpu NCCL_SPLIT_HOSTS=1`), device reshards run on NCCL: then a
- * communicator init that fails on one rank (LM_NCCL_FAULT_INIT_RANK, the library's fault hook)
- * must fail the call on EVERY rank with LM_ERR_NCCL and leave the mesh broken (later calls:
- * LM_ERR_INVALID_USAGE), while a fresh mesh works. Where ranks share a GPU, NCCL must not be
- * tried at all: the same fault hook has no effect, the reshard succeeds host-staged and is
- * correct. Both outcomes are asserted; which one applies is decided by the mesh's transport. */
+/* NCCL error handling, the transport choice and the release of communicators. With one GPU per
+ * rank as NCCL sees it (a machine with several GPUs, `make check-gpu NCCL_SPLIT_HOSTS=1`, the
+ * simulator's per-rank topology), device reshards run on NCCL: then a communicator init that
+ * fails on one rank (test_gpu_nccl_fault: LM_NCCL_FAULT_INIT_RANK=0, the library's fault hook,
+ * for the whole process) must fail the call on EVERY rank with LM_ERR_NCCL and leave the mesh
+ * broken (later calls: LM_ERR_INVALID_USAGE), while without the hook (this program) a mesh and a
+ * pair of meshes work. Where ranks share a GPU, NCCL must not be tried at all: the same
+ * fault hook has no effect, the reshard succeeds host-staged and is correct. Which outcome
+ * applies is decided by the test itself (lm_gpu_ranks_share_gpu: host and PCI bus ids, as NCCL
+ * decides), and the mesh's transport must match it. A mesh destroyed while a peer still waits
+ * for its data must deliver it (issue 18: finalize, not abort). */
 // lm-test-np: 1 2 4
 #include "gpu_test.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static lm_mesh_t mesh_1d(void) {
   int64_t s[1] = {lm_test_size()};
@@ -51,56 +56,78 @@ static lm_status_t gather_on_device(lm_mesh_t m, int *values_ok) {
   return st;
 }
 
-static void test_nccl_init_failure(void **state) {
+/* Every NCCL init of this process fails on communicator rank 0 (test_gpu_nccl_fault.c). */
+static LM_TEST_UNUSED void test_nccl_init_failure(void **state) {
   (void)state;
   int np = lm_test_size(), ok = 0, tr = -1;
-  char rank_s[16];
-  snprintf(rank_s, sizeof rank_s, "%d", np - 1);
-  setenv("LM_NCCL_FAULT_INIT_RANK", rank_s, 1);
+  const int want = lm_gpu_ranks_share_gpu() ? LM_TRANSPORT_MPI_STAGED : LM_TRANSPORT_NCCL;
   lm_mesh_t m = mesh_1d();
   lm_status_t st = gather_on_device(m, &ok);
   LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
-  if (tr == LM_TRANSPORT_NCCL) {
+  LM_ASSERT_ALL(tr == want);
+  if (want == LM_TRANSPORT_NCCL) {
     /* every rank failed alike, naming NCCL; the mesh is broken */
     LM_ASSERT_ALL(st == LM_ERR_NCCL && strstr(lm_last_error_message(), "NCCL") != NULL);
     lm_dist_tensor_t t = NULL;
     lm_placement_t R = LM_PLACEMENT_REPLICATE;
-    int64_t g[1] = {4};
     lm_status_t again = lm_dist_tensor_from_global(&t, m, NULL, &R, 0);
     LM_ASSERT_ALL(again == LM_ERR_INVALID_USAGE && strstr(lm_last_error_message(), "broken"));
-    (void)g;
     if (lm_test_rank() == 0) printf("test_gpu_nccl: NCCL init failure agreed on %d ranks\n", np);
   } else {
-    LM_ASSERT_ALL(tr == LM_TRANSPORT_MPI_STAGED && st == LM_SUCCESS && ok);
+    LM_ASSERT_ALL(st == LM_SUCCESS && ok);
     if (lm_test_rank() == 0) printf("test_gpu_nccl: host-staged (NCCL not used), fault hook inert\n");
   }
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
-  unsetenv("LM_NCCL_FAULT_INIT_RANK");
-  /* A fresh mesh works, on whichever transport it chooses. */
-  m = mesh_1d();
+}
+
+/* Without the fault: a mesh moves device data on the transport the test expects (NCCL where
+ * every rank has a GPU of its own), and a cross-mesh reshard (a pair communicator) works too. */
+static LM_TEST_UNUSED void test_transport_and_values(void **state) {
+  (void)state;
+  int np = lm_test_size(), ok = 0, tr = -1;
+  const int want = lm_gpu_ranks_share_gpu() ? LM_TRANSPORT_MPI_STAGED : LM_TRANSPORT_NCCL;
+  lm_mesh_t m = mesh_1d();
   LM_ASSERT_ALL(gather_on_device(m, &ok) == LM_SUCCESS && ok);
   LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
+  LM_ASSERT_ALL(tr == want);
+  int rev[64];
+  for (int i = 0; i < np; ++i) rev[i] = np - 1 - i;
+  lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
+  c.ranks = rev;
+  c.nranks = np;
+  int64_t sz[1] = {np}, n = 3 * (int64_t)np + 1;
+  lm_mesh_t b = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&b, lm_test_comm_f(), 1, sz, &c));
+  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
+  dc.stream = lm_gpu_stream;
+  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(b, &dc));
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, &n, LM_INT32, lm_gpu_dev(), &S));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, b, &R));
+  int32_t back[256];
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &v));
+  lm_gpu_download(back, v.data, (size_t)n * 4);
+  ok = 1;
+  for (int64_t i = 0; i < n; ++i) ok &= back[i] == 0;
+  LM_ASSERT_ALL(ok);
   if (lm_test_rank() == 0)
     printf("test_gpu_nccl: transport %s\n", tr == LM_TRANSPORT_NCCL ? "NCCL" : "MPI_STAGED");
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&b));
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
-
 /* The same for a pair of meshes (a cross-mesh device reshard): the pair gets a communicator of its
- * own over the union of both meshes' ranks, so the fault hook (rank np-1 of that union) fails
- * the call on every rank of either mesh and breaks both meshes; a mesh of all ranks tells first
- * whether NCCL applies to these processes (the pair's choice is the same check over the same
- * processes). B is A's ranks reversed; with np 1 the union is one rank. */
-static void test_pair_init_failure(void **state) {
+ * own over the union of both meshes' ranks, so the fault hook (rank 0 of that union) fails the
+ * call on every rank of either mesh and breaks both meshes (the pair's transport is the same
+ * check over the same processes). B is A's ranks reversed; with np 1 the union is one rank. */
+static LM_TEST_UNUSED void test_pair_init_failure(void **state) {
   (void)state;
-  int np = lm_test_size(), ok = 0, tr = -1;
-  lm_mesh_t probe = mesh_1d();
-  LM_ASSERT_ALL(gather_on_device(probe, &ok) == LM_SUCCESS && ok);
-  LM_ASSERT_OK_ALL(lm_mesh_transport(probe, kDLCUDA, &tr));
-  LM_ASSERT_OK_ALL(lm_mesh_destroy(&probe));
-  char rank_s[16];
-  snprintf(rank_s, sizeof rank_s, "%d", np - 1);
-  setenv("LM_NCCL_FAULT_INIT_RANK", rank_s, 1);
+  int np = lm_test_size();
+  const int want = lm_gpu_ranks_share_gpu() ? LM_TRANSPORT_MPI_STAGED : LM_TRANSPORT_NCCL;
   int rev[64];
   for (int i = 0; i < np; ++i) rev[i] = np - 1 - i;
   lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
@@ -117,7 +144,7 @@ static void test_pair_init_failure(void **state) {
   lm_dist_tensor_t t = NULL, r = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, a, 1, &n, LM_INT32, lm_gpu_dev(), &S));
   lm_status_t st = lm_dist_tensor_reshard(&r, t, b, &R);
-  if (tr == LM_TRANSPORT_NCCL) {
+  if (want == LM_TRANSPORT_NCCL) {
     LM_ASSERT_ALL(st == LM_ERR_NCCL && strstr(lm_last_error_message(), "NCCL") != NULL);
     lm_dist_tensor_t u = NULL;
     lm_status_t sa = lm_dist_tensor_from_global(&u, a, NULL, &R, 0);
@@ -132,12 +159,61 @@ static void test_pair_init_failure(void **state) {
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&b));
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&a));
-  unsetenv("LM_NCCL_FAULT_INIT_RANK");
   LM_CUDA_OK(cudaDeviceSynchronize());
 }
 
+/* Issue 18 (2.2): a mesh destroyed while a peer still waits for its data. After a first reshard
+ * (the transport chosen, the communicator made), every rank but the last reshards S(0) -> R and
+ * destroys its tensors and the mesh at once, without waiting for its stream; the last rank comes
+ * 300 ms later. The others' sends can complete only once it posts its receives, and their data
+ * is then in flight: the release of the communicator must deliver it (drain, ncclCommFinalize),
+ * not drop it (ncclCommAbort right after the stream drained), or the last rank waits forever
+ * (the simulator's watchdog names the dropped sends). Host-staged meshes pass trivially. */
+static LM_TEST_UNUSED void test_release_with_lagging_peer(void **state) {
+  (void)state;
+  int np = lm_test_size(), me = lm_test_rank(), ok = 0;
+  lm_mesh_t m = mesh_1d();
+  LM_ASSERT_ALL(gather_on_device(m, &ok) == LM_SUCCESS && ok);
+  int64_t n = 64 * (int64_t)np, off = 0, len = 0;
+  LM_ASSERT_OK(lm_chunk(n, np, me, &off, &len));
+  int32_t host[256], back[256];
+  for (int64_t i = 0; i < len; ++i) host[i] = 3 * (int32_t)(off + i) + 1;
+  void *d = lm_gpu_upload(host, (size_t)len * 4);
+  DLTensor dl = {d, lm_gpu_dev(), 1, LM_INT32, &len, NULL, 0};
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &S, LM_SHAPE_GIVEN, &n, LM_FROM_LOCAL_BORROW));
+  if (me == np - 1 && np > 1) {
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  LM_ASSERT_OK(lm_dist_tensor_reshard(&r, t, NULL, &R));
+  ok = 1;
+  if (me == np - 1) { /* the lagging rank reads what the others sent before they released */
+    DLTensor v;
+    LM_ASSERT_OK(lm_dist_tensor_local(r, &v));
+    lm_gpu_download(back, v.data, (size_t)n * 4);
+    for (int64_t i = 0; i < n; ++i) ok &= back[i] == 3 * (int32_t)i + 1;
+  }
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK(lm_mesh_destroy(&m)); /* local: returns without waiting for the peers */
+  LM_ASSERT_ALL(ok);
+  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+  LM_CUDA_OK(cudaFree(d));
+  if (me == 0) printf("test_gpu_nccl: release with a lagging peer: its data arrived\n");
+}
+
+#ifdef LM_GPU_NCCL_FAULT
+LM_GPU_TEST_ENV("LM_NCCL_FAULT_INIT_RANK", "0")
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_nccl_init_failure),
     cmocka_unit_test(test_pair_init_failure),
 };
+#else
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_transport_and_values),
+    cmocka_unit_test(test_release_with_lagging_peer),
+};
+#endif
 LM_GPU_TEST_MAIN(tests)

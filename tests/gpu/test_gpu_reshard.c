@@ -359,7 +359,7 @@ static void test_first_moves(void **state) {
   int32_t *cols = calloc((size_t)(g[0] * g[1]), 4), *rows = calloc((size_t)(g[0] * g[1]), 4);
   for (int64_t i = 0; i < g[0]; ++i)
     for (int64_t j = 0; j < cl; ++j) cols[i * cl + j] = (int32_t)(1000 * i + co + j);
-  void *dc = lm_gpu_upload(cols, (size_t)(g[0] * cl) * 4 + 4);
+  void *dc = lm_gpu_upload(cols, (size_t)(g[0] * cl) * 4);
   int64_t ls[2] = {g[0], cl};
   DLTensor dlc = {dc, lm_gpu_dev(), 2, LM_INT32, ls, NULL, 0};
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dlc, &S1, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
@@ -506,8 +506,7 @@ static int shard_holds(lm_dist_tensor_t t, int64_t n, int32_t base, cudaStream_t
   LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 1));
   if (!v.data || v.shape[0] == 0) return 1;
   int32_t *h = malloc((size_t)v.shape[0] * 4);
-  LM_CUDA_OK(cudaStreamSynchronize(stream));
-  LM_CUDA_OK(cudaMemcpy(h, v.data, (size_t)v.shape[0] * 4, cudaMemcpyDeviceToHost));
+  lm_gpu_download_on(h, v.data, (size_t)v.shape[0] * 4, stream);
   int ok = off[0] + v.shape[0] <= n;
   for (int64_t i = 0; i < v.shape[0]; ++i) ok &= h[i] == base + (int32_t)(off[0] + i);
   free(h);
@@ -545,8 +544,7 @@ static void test_cross_union(void **state) {
     if (v.shape[0]) {
       int32_t *h = malloc((size_t)v.shape[0] * 4);
       for (int64_t i = 0; i < v.shape[0]; ++i) h[i] = 50 + (int32_t)(off[0] + i);
-      LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
-      LM_CUDA_OK(cudaMemcpy(v.data, h, (size_t)v.shape[0] * 4, cudaMemcpyHostToDevice));
+      lm_gpu_copy_to(v.data, h, (size_t)v.shape[0] * 4); /* after the zeros, on A's stream */
       free(h);
     }
   }
@@ -585,8 +583,67 @@ static void test_cross_union(void **state) {
   LM_CUDA_OK(cudaStreamDestroy(s2));
 }
 
+/* Issue 18: borrowed shards at the least alignment their borrow check allows (the component
+ * size): complex128 at 8 mod 16, complex64 at 4 mod 8. The device box copies choose their
+ * access width from the real alignment; a 16-byte (8-byte) load there faults the context on a
+ * GPU (cudaErrorMisalignedAddress), and in the simulator. Shard(1) -> Shard(0) and -> Replicate
+ * of a 2-D tensor: strided boxes, so the kernels run (wherever the plan runs on the device). */
+static void expect_2d(DLDataType dt, int64_t g1, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                      char *out) {
+  size_t es = esize(dt);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      put_value(dt, out + (size_t)(i * cols + j) * es, (int)(((r0 + i) * g1 + c0 + j) % 97) - 40);
+}
+
+static void test_component_alignment(void **state) {
+  (void)state;
+  int np = lm_test_size(), me = lm_test_rank();
+  lm_mesh_t m = make_mesh(0);
+  const DLDataType types[2] = {{kDLComplex, 128, 1}, {kDLComplex, 64, 1}};
+  lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1), R = LM_PLACEMENT_REPLICATE;
+  for (int k = 0; k < 2; ++k) {
+    DLDataType dt = types[k];
+    size_t es = esize(dt), shift = es / 2; /* the component size: what the borrow check allows */
+    int64_t g[2] = {3 * (int64_t)np, 2 * (int64_t)np + 1}, co = 0, cl = 0, ro = 0, rl = 0;
+    LM_ASSERT_OK(lm_chunk(g[1], np, me, &co, &cl));
+    LM_ASSERT_OK(lm_chunk(g[0], np, me, &ro, &rl));
+    size_t bytes = (size_t)(g[0] * cl) * es, full = (size_t)(g[0] * g[1]) * es;
+    char *src = calloc(1, bytes + 1), *want = calloc(1, full), *got = calloc(1, full);
+    expect_2d(dt, g[1], 0, g[0], co, cl, src);
+    char *base = NULL;
+    LM_CUDA_OK(cudaMalloc((void **)&base, bytes + 32));
+    lm_gpu_copy_to(base + shift, src, bytes);
+    int64_t ls[2] = {g[0], cl};
+    DLTensor dl = {base + shift, lm_gpu_dev(), 2, dt, ls, NULL, 0};
+    lm_dist_tensor_t t = NULL, r = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &S1, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
+    for (int to = 0; to < 2; ++to) {
+      LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, to ? &R : &S0));
+      int64_t r0 = to ? 0 : ro, rows = to ? g[0] : rl;
+      expect_2d(dt, g[1], r0, rows, 0, g[1], want);
+      DLTensor v;
+      LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &v));
+      lm_gpu_download(got, v.data, (size_t)(rows * g[1]) * es);
+      int ok = memcmp(got, want, (size_t)(rows * g[1]) * es) == 0;
+      if (!ok) fprintf(stderr, "rank %d: complex%d at +%zu: S(1) -> %s differs\n", me, dt.bits,
+                       shift, to ? "R" : "S(0)");
+      LM_ASSERT_ALL(ok);
+      LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+    }
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+    LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+    LM_CUDA_OK(cudaFree(base));
+    free(src);
+    free(want);
+    free(got);
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_first_moves),
+    cmocka_unit_test(test_component_alignment),
     cmocka_unit_test(test_directed),
     cmocka_unit_test(test_table),
     cmocka_unit_test(test_cross_union),

@@ -7,6 +7,8 @@
 
 namespace lm {
 void NcclComm::release() { comm = nullptr; }
+void NcclComm::used_on(void *) {}
+void nccl_retire_progress(bool) {}
 [[noreturn]] static void no_nccl() {
   fail(LM_ERR_NOT_SUPPORTED, "NCCL: this build has no CUDA/NCCL backend (CUDA=0)");
 }
@@ -20,6 +22,8 @@ void nccl_check_device(const NcclComm &, int, const char *) { no_nccl(); }
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -43,22 +47,164 @@ bool nccl_fault_here(int64_t rank) { return setting_int(Setting::NcclFaultInitRa
 
 }  // namespace
 
+void NcclComm::used_on(void *stream) {
+  for (void *s : streams)
+    if (s == stream) return;
+  streams.push_back(stream);
+}
+
+// ------------------------------------------------------------------------------ retirement
+// Why a released communicator is finalized, not aborted: after its streams drained, this rank's
+// sends are complete but their data may still be in flight (over sockets, a network); an abort
+// drops it and the peer waits forever. ncclCommFinalize flushes it and returns (its async state
+// becomes ncclSuccess) once the communicator is quiescent with its peers: that is the agreement,
+// NCCL's own. The library adds no MPI agreement, because destroy is local (a rank may destroy a
+// mesh long before, or after, the others: Python's __del__, Rust's Drop): release() only queues
+// the communicator, and the retirement advances without blocking at later NCCL calls of the
+// library, and, bounded, at MPI_Finalize. An error, or no quiescence within LM_NCCL_TIMEOUT
+// after the release, aborts it (saying so on stderr).
+namespace {
+
+struct Retiring {
+  ncclComm_t comm = nullptr;
+  int device = -1;
+  std::vector<cudaEvent_t> drained;  // recorded at release on every stream the comm used
+  bool finalizing = false;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+std::mutex g_retire_mutex;
+// Never destroyed: communicators may be released from static destructors and atexit handlers.
+std::vector<Retiring> &retiring() {
+  static auto *v = new std::vector<Retiring>();
+  return *v;
+}
+int g_retire_keyval = MPI_KEYVAL_INVALID;
+
+// The device of a communicator current for a scope; never throws (destructors call it).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int dev) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+    if (dev >= 0 && prev_ != dev) cudaSetDevice(dev);
+  }
+  ~DeviceScope() {
+    int cur = -1;
+    if (prev_ >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev_) cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = -1;
+};
+
+void retire_abort(Retiring &r, const char *why) {
+  std::fprintf(stderr, "localmap: rank %d: a released NCCL communicator %s: aborted (a peer "
+               "may have missed data it sent)\n", world_rank_or_minus1(), why);
+  for (cudaEvent_t ev : r.drained) cudaEventDestroy(ev);
+  r.drained.clear();
+  ncclCommAbort(r.comm);
+  cudaGetLastError();
+}
+
+// One step of r's retirement; true when it is over (destroyed or aborted).
+bool retire_step(Retiring &r, bool late) {
+  DeviceScope on(r.device);
+  if (!r.finalizing) {  // 1. drain: the work enqueued before the release is done
+    for (cudaEvent_t ev : r.drained) {
+      cudaError_t q = cudaEventQuery(ev);
+      if (q == cudaErrorNotReady && !late) return false;
+      if (q != cudaSuccess) {
+        retire_abort(r, q == cudaErrorNotReady ? "did not drain within LM_NCCL_TIMEOUT"
+                                               : "failed while draining");
+        return true;
+      }
+    }
+    for (cudaEvent_t ev : r.drained) cudaEventDestroy(ev);
+    r.drained.clear();
+    ncclResult_t rc = ncclCommFinalize(r.comm);  // 2. finalize (non-blocking: polled)
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      retire_abort(r, "failed to finalize");
+      return true;
+    }
+    r.finalizing = true;
+  }
+  ncclResult_t st = ncclInternalError;
+  if (ncclCommGetAsyncError(r.comm, &st) != ncclSuccess) st = ncclInternalError;
+  if (st == ncclInProgress) {
+    if (!late) return false;
+    retire_abort(r, "was not quiescent within LM_NCCL_TIMEOUT");
+    return true;
+  }
+  if (st != ncclSuccess) {
+    retire_abort(r, "reported an error while finalizing");
+    return true;
+  }
+  ncclCommDestroy(r.comm);  // 3. local once finalized
+  return true;
+}
+
+// At MPI_Finalize (MPI_COMM_SELF's attributes are deleted first): the rest, bounded.
+int retire_at_finalize(MPI_Comm, int, void *, void *) {
+  nccl_retire_progress(true);
+  return MPI_SUCCESS;
+}
+
+}  // namespace
+
+void nccl_retire_progress(bool wait) {
+  std::lock_guard<std::mutex> lk(g_retire_mutex);
+  std::vector<Retiring> &v = retiring();
+  while (!v.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < v.size();) {
+      if (retire_step(v[i], now >= v[i].deadline)) {
+        v[i] = v.back();
+        v.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (!wait || v.empty()) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 void NcclComm::release() {
   if (!comm) return;
-  // Let enqueued NCCL work finish (peers may be waiting for it), at most LM_NCCL_TIMEOUT, then
-  // abort: local, never waits for peers (ncclCommFinalize/Destroy could).
-  if (used) {
-    const double limit = nccl_timeout_seconds();
-    const auto t0 = std::chrono::steady_clock::now();
-    while (cudaStreamQuery(static_cast<cudaStream_t>(stream)) == cudaErrorNotReady &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < limit)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  Retiring r;
+  r.comm = static_cast<ncclComm_t>(comm);
+  r.device = device;
+  r.deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(nccl_timeout_seconds()));
+  {
+    DeviceScope on(device);
+    for (void *s : streams) {
+      cudaEvent_t ev = nullptr;
+      if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) break;
+      if (cudaEventRecord(ev, static_cast<cudaStream_t>(s)) != cudaSuccess) {
+        cudaEventDestroy(ev);  // e.g. the user's stream is gone: nothing of ours is left on it
+        continue;
+      }
+      r.drained.push_back(ev);
+    }
+    cudaGetLastError();
   }
-  ncclCommAbort(static_cast<ncclComm_t>(comm));
   comm = nullptr;
+  streams.clear();
+  {
+    std::lock_guard<std::mutex> lk(g_retire_mutex);
+    retiring().push_back(std::move(r));
+    if (g_retire_keyval == MPI_KEYVAL_INVALID && mpi_alive() &&
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, retire_at_finalize, &g_retire_keyval,
+                               nullptr) == MPI_SUCCESS)
+      MPI_Comm_set_attr(MPI_COMM_SELF, g_retire_keyval, nullptr);
+  }
+  nccl_retire_progress(!mpi_alive());  // after MPI_Finalize no hook is left to wait for it
 }
 
 void nccl_init(NcclComm &out, MPI_Comm c, int n, int rank, int device_id) {
+  nccl_retire_progress(false);
   const int world_rank = world_rank_or_minus1();
   // 1. The unique id from rank 0, with its status, to every member.
   struct {

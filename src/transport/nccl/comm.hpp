@@ -7,19 +7,29 @@
 
 #include <mpi.h>
 
+#include <vector>
+
 namespace lm {
 
 // One NCCL communicator: over a mesh's ranks, or over the union of the ranks of two meshes
 // (cross-mesh reshards). Created lazily by its owner, released when the owner goes.
 struct NcclComm {
-  void *comm = nullptr;    // ncclComm_t; NULL: not created yet, or aborted after an error
-  int device = -1;         // the CUDA device it was created on
-  void *stream = nullptr;  // the stream NCCL work was last enqueued on
-  bool used = false;
-  // Local (never waits for peers): lets enqueued work finish, at most LM_NCCL_TIMEOUT, then
-  // aborts the communicator.
+  void *comm = nullptr;        // ncclComm_t; NULL: not created yet, or aborted after an error
+  int device = -1;             // the CUDA device it was created on
+  std::vector<void *> streams;  // every stream NCCL work was enqueued on (cudaStream_t)
+  // Notes that NCCL work was enqueued on `stream`.
+  void used_on(void *stream);
+  // Local and immediate (a mesh destroy must never wait for peers): hands the communicator to
+  // its retirement, which drains the streams it used, then finalizes it (ncclCommFinalize:
+  // NCCL delivers what was sent and becomes quiescent with its peers) and destroys it; only an
+  // error, or LM_NCCL_TIMEOUT after the release, aborts it. Retirement progresses at later
+  // NCCL calls of the library and is waited for (bounded) at MPI_Finalize.
   void release();
 };
+
+// Advances the retirement of released communicators; wait: until none is left (each bounded by
+// its deadline). Thread-safe; never throws.
+void nccl_retire_progress(bool wait);
 
 // Creates `out` over the n ranks of `c` (this rank: `rank`) on device_id, collective over c: the
 // unique id from rank 0 by MPI_Bcast, non-blocking ncclCommInitRankConfig polled until done or

@@ -55,8 +55,7 @@ void NcclTransport::flush() {
     pending_.clear();
     fail(LM_ERR_NCCL, "%s", injected_fault_message("ncclGroupEnd").c_str());
   }
-  nc_->used = true;
-  nc_->stream = stream_;
+  nc_->used_on(stream_);
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
   ncclResult_t rc = ncclGroupStart();
   for (const Op &o : pending_) {

@@ -121,8 +121,11 @@ cudaError_t get_stream(const char *call, cudaStream_t h, StreamRef *s) {
   return cudaSuccess;
 }
 
+// stage_src: the source bytes are copied aside now and the op copies from there (the caller
+// may reuse its buffer at once).
 cudaError_t enqueue_copy(const char *call, void *dst, const void *src, size_t n,
-                         cudaMemcpyKind kind, const StreamRef &s, uint64_t *seq) {
+                         cudaMemcpyKind kind, const StreamRef &s, uint64_t *seq,
+                         bool stage_src = false) {
   if (!dst || !src) return fail(cudaErrorInvalidValue, "%s: NULL pointer", call);
   Where wd = where(dst), ws = where(src);
   cudaError_t e = check_kind(call, kind, wd, ws);
@@ -135,7 +138,12 @@ cudaError_t enqueue_copy(const char *call, void *dst, const void *src, size_t n,
   op->what = what;
   if (wd.b) op->touches.push_back({dst, n, 1});
   if (ws.b) op->touches.push_back({src, n, 1});
-  op->run = [dst, src, n](Op &) { std::memmove(dst, src, n); };
+  if (stage_src) {
+    auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+    op->run = [dst, staged, n](Op &) { std::memcpy(dst, staged->data(), n); };
+  } else {
+    op->run = [dst, src, n](Op &) { std::memmove(dst, src, n); };
+  }
   *seq = enqueue(s, std::move(op));
   return cudaSuccess;
 }
@@ -314,15 +322,19 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 }
 
 // On the legacy stream (ordered with blocking streams, NOT with non-blocking ones); returns once
-// the copy is done, except device to device.
+// the copy is done, except device to device (at once) and from pageable host memory to the
+// device: CUDA returns once the bytes are staged, "the DMA to final destination may not have
+// completed", so here the source is copied aside and the device is written later, in the legacy
+// stream's order (a non-blocking stream that reads at once sees stale bytes).
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
   cudaError_t e = check_context();
   if (e != cudaSuccess || n == 0) return e;
   StreamRef s = stream_of(nullptr);
   uint64_t seq = 0;
-  e = enqueue_copy("cudaMemcpy", dst, src, n, kind, s, &seq);
-  if (e != cudaSuccess) return e;
-  if (where(dst).device() && where(src).device()) return cudaSuccess;
+  const Where wd = where(dst), ws = where(src);
+  const bool staged = wd.device() && !ws.b;  // pageable host to device
+  e = enqueue_copy("cudaMemcpy", dst, src, n, kind, s, &seq, staged);
+  if (e != cudaSuccess || staged || (wd.device() && ws.device())) return e;
   wait_dep({s, seq}, "cudaMemcpy");
   return check_context();
 }

@@ -245,6 +245,28 @@ void nonblocking_not_ordered_with_memcpy() {
   SIM_CHECK(all_equal(download(d, 64), 0x02020202));
 }
 
+// A cudaMemcpy from pageable host memory to the device returns once the bytes are staged (CUDA:
+// "the DMA to final destination may not have completed"): the host buffer is free at once, but
+// the device is written in the legacy stream's order, which a non-blocking stream is not ordered
+// with. The old upload of tests/gpu/gpu_test.h (cudaMemcpy, then the test's non-blocking stream
+// reads) is caught: the reader sees stale bytes.
+void pageable_upload_not_ordered_with_nonblocking() {
+  cudaStream_t n = make_stream(cudaStreamNonBlocking);
+  int *d = dev_ints(64), *out = dev_ints(64);
+  std::vector<int> h(64, 9);
+  SIM_CUDA(cudasimStreamDelay(nullptr, 300000));
+  double t0 = sim_now();
+  SIM_CUDA(cudaMemcpy(d, h.data(), 64 * sizeof(int), cudaMemcpyHostToDevice));
+  SIM_CHECK(sim_now() - t0 < 0.2);  // returned before the device was written
+  std::fill(h.begin(), h.end(), 7);  // the source may be reused at once: 9s were staged
+  SIM_CUDA(cudaMemcpyAsync(out, d, 64 * sizeof(int), cudaMemcpyDeviceToDevice, n));  // not ordered
+  SIM_CUDA(cudaStreamSynchronize(n));
+  SIM_CHECK(all_equal(download(out, 64), 0));  // caught: stale
+  SIM_CUDA(cudaDeviceSynchronize());
+  SIM_CHECK(all_equal(download(d, 64), 9));
+  std::printf("pageable cudaMemcpy read early by a non-blocking stream: stale values, caught\n");
+}
+
 void events_order_streams() {
   cudaStream_t a = make_stream(cudaStreamNonBlocking), b = make_stream(cudaStreamNonBlocking);
   int *d = dev_ints(64), *h = nullptr;
@@ -297,7 +319,7 @@ void kernel_launches() {
   SIM_CUDA(cudaMalloc(reinterpret_cast<void **>(&d), n * sizeof(double)));
   std::vector<double> h(n);
   for (int i = 0; i < n; ++i) h[i] = i;
-  SIM_CUDA(cudaMemcpy(d, h.data(), n * sizeof(double), cudaMemcpyHostToDevice));
+  SIM_CUDA(cudaMemcpyAsync(d, h.data(), n * sizeof(double), cudaMemcpyHostToDevice, s));
   CUDASIM_LAUNCH(k_scale3d, dim3(7, 3, 2), dim3(32, 2, 2), 0, s, d, n, 0.5);
   SIM_CHECK(cudaGetLastError() == cudaSuccess);
   SIM_CUDA(cudaStreamSynchronize(s));
@@ -444,6 +466,7 @@ const sim_case cases[] = {
     {"legacy_waits_for_blocking", legacy_waits_for_blocking},
     {"blocking_waits_for_legacy", blocking_waits_for_legacy},
     {"nonblocking_not_ordered_with_memcpy", nonblocking_not_ordered_with_memcpy},
+    {"pageable_upload_not_ordered_with_nonblocking", pageable_upload_not_ordered_with_nonblocking},
     {"events_order_streams", events_order_streams},
     {"planted_missing_event_wait", planted_missing_event_wait},
     {"kernel_launches", kernel_launches},

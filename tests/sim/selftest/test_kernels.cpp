@@ -1,26 +1,21 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// cudasim self-test, kernels: the prototype copy of src/device/kernels.cu (tests/sim/proto, the
-// LM_LAUNCH / LM_DEVICE_ACCESS edits of INTEGRATION.md) compiled as host C++ against the
-// simulator and run through lm::cuda::* on device memory: every dtype's reduction bit for bit
-// against the host arithmetic (device/elementwise.hpp), avg, identity fills, box copies of every
-// element size; and the complex128 box copy at an address 8 mod 16 (issue 18's bug: 16-byte
-// loads where 8-byte alignment was checked) must fault as on a GPU.
+// cudasim self-test, kernels: the library's own src/mem/kernels.cu, compiled as host C++ by the
+// CUDA=sim build (mem/launch.hpp) and linked from its static library, run through lm::cuda::* on
+// device memory: every dtype's reduction bit for bit against the host arithmetic
+// (layout/elementwise.hpp), avg, identity fills, box copies of every element size and at every
+// alignment a borrowed tensor may have (complex128 at 8 mod 16, complex64 at 4 mod 8: issue 18,
+// once 16-byte loads where 8-byte alignment was checked). And the simulator's own alignment check:
+// a 16-byte access at 8 mod 16 (what the old k_box_copy did) must fault as on a GPU.
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include "core/error.hpp"
-#include "device/elementwise.hpp"
-#include "device/kernels.hpp"
+#include "common/error.hpp"
+#include "layout/elementwise.hpp"
+#include "mem/kernels.hpp"
+#include "mem/launch.hpp"
 #include "sim_test.h"
-
-namespace lm {
-// device.cpp's, which this test does not link.
-[[noreturn]] void cuda_fail(int err, const char *what) {
-  fail(LM_ERR_CUDA, "%s failed: %s", what, cudaGetErrorName(static_cast<cudaError_t>(err)));
-}
-}  // namespace lm
 
 namespace {
 
@@ -31,17 +26,19 @@ cudaStream_t g_stream;
 
 void setup() { SIM_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)); }
 
+// In the stream's order (a cudaMemcpy from pageable memory is not ordered with g_stream).
 void *upload(const std::vector<char> &h, size_t extra_offset = 0) {
   char *d = nullptr;
   SIM_CUDA(cudaMalloc(reinterpret_cast<void **>(&d), h.size() + extra_offset + 16));
-  SIM_CUDA(cudaMemcpy(d + extra_offset, h.data(), h.size(), cudaMemcpyHostToDevice));
+  SIM_CUDA(cudaMemcpyAsync(d + extra_offset, h.data(), h.size(), cudaMemcpyHostToDevice, g_stream));
+  SIM_CUDA(cudaStreamSynchronize(g_stream));
   return d + extra_offset;
 }
 
 std::vector<char> download(const void *d, size_t bytes) {
   std::vector<char> h(bytes);
+  SIM_CUDA(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, g_stream));
   SIM_CUDA(cudaStreamSynchronize(g_stream));
-  SIM_CUDA(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
   return h;
 }
 
@@ -174,8 +171,9 @@ void avg_and_identity() {
 }
 
 // A 3x2 box of a 6x5 buffer at (1, 2) into a compact 3x2 buffer, elements of `es` bytes;
-// `offset` shifts both device buffers from their (256-aligned) allocations.
-void box_copy_once(int64_t es, size_t offset) {
+// `offset` shifts the source buffer from its (256-aligned) allocation, `doff` the target.
+void box_copy_once(int64_t es, size_t offset, size_t doff = (size_t)-1) {
+  if (doff == (size_t)-1) doff = offset;
   const int64_t len[2] = {3, 2}, src_shape[2] = {6, 5}, src_off[2] = {1, 2};
   const int64_t dst_shape[2] = {3, 2}, dst_off[2] = {0, 0};
   lm::BoxCopy c;
@@ -184,7 +182,7 @@ void box_copy_once(int64_t es, size_t offset) {
   std::vector<char> src((size_t)(30 * es)), want((size_t)(6 * es), 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = (char)(i * 7 + 1);
   lm::boxcopy_range(c, want.data(), src.data(), 0, c.numel);
-  void *ds = upload(src, offset), *dd = upload(std::vector<char>(want.size(), 0), offset);
+  void *ds = upload(src, offset), *dd = upload(std::vector<char>(want.size(), 0), doff);
   lm::cuda::box_copy(c, dd, ds, 0, c.numel, g_stream);
   SIM_CHECK(download(dd, want.size()) == want);
 }
@@ -195,20 +193,41 @@ void box_copy_every_size() {
   box_copy_once(8, 8);  // complex64 / float64 at 8 mod 16: 8-byte accesses, fine
 }
 
-// Issue 18: a complex128 shard at 8 mod 16 passes the 8-byte alignment check of a borrow, but
-// k_box_copy<Bytes16> loads 16 bytes: cudaErrorMisalignedAddress on a GPU, and here.
-void box_copy_c128_at_8_mod_16_faults() {
+// Issue 18: a borrowed complex128 shard may sit at 8 mod 16 (its check asks the 8-byte component
+// alignment), a complex64 one at 4 mod 8: the box copy moves them in words their real alignment
+// allows (the old kernel loaded 16 / 8 bytes and faulted the context). Each offset on either side.
+void box_copy_at_component_alignment() {
   setup();
-  const int64_t len[2] = {3, 2}, src_shape[2] = {6, 5}, src_off[2] = {1, 2};
-  const int64_t dst_shape[2] = {3, 2}, dst_off[2] = {0, 0};
-  lm::BoxCopy c;
-  lm::boxcopy_init(c, 2, len, src_shape, src_off, dst_shape, dst_off, 16);
-  void *ds = upload(std::vector<char>(30 * 16, 1), 8), *dd = upload(std::vector<char>(6 * 16, 0));
-  lm::cuda::box_copy(c, dd, ds, 0, c.numel, g_stream);  // the launch succeeds
+  for (size_t off : {(size_t)8, (size_t)24}) {
+    box_copy_once(16, off);
+    box_copy_once(16, off, 0);
+    box_copy_once(16, 0, off);
+  }
+  for (size_t off : {(size_t)4, (size_t)12}) {
+    box_copy_once(8, off);
+    box_copy_once(8, 0, off);
+  }
+  box_copy_once(4, 2);  // int32 at 2 mod 4 is refused at borrow; the copy would still be right
+  SIM_CHECK(cudaGetLastError() == cudaSuccess);
+  std::printf("complex128 at 8 mod 16, complex64 at 4 mod 8: box copies right, no fault\n");
+}
+
+// The simulator catches what a GPU faults on: a 16-byte access at 8 mod 16 (the old
+// k_box_copy<Bytes16> on such a shard) is a sticky cudaErrorMisalignedAddress.
+__global__ void k_wide_load(char *p) {
+  LM_DEVICE_ACCESS(p, 16);
+  p[0] = 1;
+}
+void planted_misaligned_16_byte_access() {
+  setup();
+  char *d = nullptr;
+  SIM_CUDA(cudaMalloc(reinterpret_cast<void **>(&d), 64));
+  LM_LAUNCH(k_wide_load, 1, 1, g_stream, d + 8);
+  SIM_CHECK(cudaGetLastError() == cudaSuccess);  // the launch succeeds
   cudaError_t e = cudaStreamSynchronize(g_stream);
   SIM_CHECK(e == cudaErrorMisalignedAddress);
   SIM_CHECK(cudaGetLastError() == cudaErrorMisalignedAddress);  // sticky
-  std::printf("complex128 box copy at 8 mod 16 caught: %s\n", cudaGetErrorName(e));
+  std::printf("16-byte access at 8 mod 16 caught: %s\n", cudaGetErrorName(e));
 }
 
 // A launch failure reaches the library as an exception (check_launch after each launch).
@@ -229,7 +248,8 @@ const sim_case cases[] = {
     {"reduce_every_dtype", reduce_every_dtype},
     {"avg_and_identity", avg_and_identity},
     {"box_copy_every_size", box_copy_every_size},
-    {"box_copy_c128_at_8_mod_16_faults", box_copy_c128_at_8_mod_16_faults},
+    {"box_copy_at_component_alignment", box_copy_at_component_alignment},
+    {"planted_misaligned_16_byte_access", planted_misaligned_16_byte_access},
     {"launch_error_throws", launch_error_throws},
 };
 

@@ -60,7 +60,9 @@ float *dev_floats(size_t n, float fill_base) {
   for (size_t i = 0; i < n; ++i) h[i] = fill_base + (float)i;
   void *d = nullptr;
   CU(cudaMalloc(&d, n * sizeof(float)));
-  CU(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  // In g_stream's order (a cudaMemcpy from pageable memory is not ordered with g_stream).
+  CU(cudaMemcpyAsync(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice, g_stream));
+  CU(cudaStreamSynchronize(g_stream));
   return static_cast<float *>(d);
 }
 
