@@ -8,7 +8,8 @@
 #   shared:1  one GPU for all ranks: "Duplicate GPU" for NCCL, localmap's host-staged fallback;
 #   shared:4  a node of 4 GPUs (device = local rank % 4): NCCL up to np 4;
 #   staging   per-rank with LM_STAGING_BYTES=512: steps a host transport would pipeline through
-#             bounded staging (NCCL must still get each step as one group);
+#             bounded staging (NCCL must still get each step as one group); the programs on
+#             NCCL only (test_gpu_api_staged's 64 MiB through 512-byte pieces would take minutes);
 # then bench_device at np 2 in per-rank and shared:1 (--mib 1 --reps 3). LM_EXPECT_GPU=1: a
 # device test may not skip, so any SKIP fails the run.
 # Environment: BUILD (build-sim), SIM_CONFIGS (default "per-rank shared:1 shared:4 staging"),
@@ -21,13 +22,16 @@ CONFIGS=${SIM_CONFIGS:-per-rank shared:1 shared:4 staging}
 export LM_EXPECT_GPU=1 LM_TEST_GPU_ONLY=1 NPS=${NPS:-1 2 4} BUILD
 passed=0 failed=0 skipped=0 failures=()
 
-# run LABEL ENV... : one tests/run-tests.sh pass over tests/gpu with ENV, totals added.
+# run LABEL ENV... : one tests/run-tests.sh pass over $only (default all of tests/gpu) with ENV,
+# totals added.
+only=
 run() {
   local label=$1 log line p f s; shift
   log=$BUILD/test-logs/sim-$label.log
   mkdir -p "$BUILD/test-logs"
   echo "== tests/gpu on cudasim: $label ($*)"
-  env "$@" bash tests/run-tests.sh 'test_gpu_*' 2>&1 | tee "$log" | grep -E '^(PASS|FAIL|SKIP|    \|)'
+  # shellcheck disable=SC2086
+  env "$@" bash tests/run-tests.sh ${only:-'test_gpu_*'} 2>&1 | tee "$log" | grep -E '^(PASS|FAIL|SKIP|    \|)'
   line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" | tail -n 1)
   read -r p f s <<<"$(echo "$line" | sed 's/^\([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\1 \2 \3/')"
   if [ -z "$line" ]; then p=0 f=1 s=0; fi
@@ -39,7 +43,9 @@ for cfg in $CONFIGS; do
   case $cfg in
     per-rank) run per-rank CUDASIM_TOPOLOGY=per-rank CUDASIM_DEVICES=1 ;;
     shared:*) run "$cfg" CUDASIM_TOPOLOGY=shared CUDASIM_DEVICES="${cfg#shared:}" ;;
-    staging) run staging CUDASIM_TOPOLOGY=per-rank CUDASIM_DEVICES=1 LM_STAGING_BYTES=512 ;;
+    staging) only="test_gpu_api test_gpu_nccl test_gpu_nccl_fault test_gpu_reshard"
+             run staging CUDASIM_TOPOLOGY=per-rank CUDASIM_DEVICES=1 LM_STAGING_BYTES=512
+             only="" ;;
     *) echo "check-gpu-sim: unknown configuration '$cfg'"; failed=$((failed + 1)); failures+=("$cfg") ;;
   esac
 done
