@@ -7,11 +7,15 @@
  * reduce-scatter (n-1)/n, allreduce 2(n-1)/n, all-to-all (n-1)/n), in GB/s.
  * Rank 0 prints one JSON object per line, like bench_reshard:
  *   {"case","np","bytes","dtype","lm_ms","baseline","baseline_ms","ratio","lm_algbw_GBps",
- *    "lm_busbw_GBps","baseline_algbw_GBps","baseline_busbw_GBps","transport","reps"}
- * The NCCL baseline needs one GPU per rank as NCCL sees it (or NCCL_HOSTID per rank, see
- * tests/gpu/split-hosts.sh); LM_BENCH_NCCL=0 leaves it out ("baseline": "none").
+ *    "lm_busbw_GBps","baseline_algbw_GBps","baseline_busbw_GBps","copy_GBps","transport","reps"}
+ * copy_GBps: a device-to-device cudaMemcpyAsync of the same bytes on one GPU (bytes / time), the
+ * ceiling any reshard step is measured against. The NCCL baseline needs one GPU per rank as NCCL
+ * sees it (or NCCL_HOSTID per rank, see tests/gpu/split-hosts.sh); LM_BENCH_NCCL=0 leaves it out
+ * ("baseline": "none").
  * Usage: mpirun -np N bench_device [--mib 1,16,128] [--reps 10]
- * Without a GPU it prints one line saying so and exits 0. */
+ * Whether there is a GPU is the runtime's answer (cudaGetDeviceCount), or LM_EXPECT_GPU=0|1:
+ * without one it prints one line saying so and exits 0, unless LM_EXPECT_GPU=1 (exit 1);
+ * lm_device_supported(kDLCUDA) must agree with it. */
 #include <cuda_runtime.h>
 #include <localmap.h>
 #include <mpi.h>
@@ -104,17 +108,63 @@ static void nccl_run(void *a) {
   }
 }
 
+typedef struct {
+  void *dst;
+  const void *src;
+  size_t bytes;
+} copy_case;
+static void copy_run(void *a) {
+  copy_case *c = (copy_case *)a;
+  CU(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+/* GB/s of a device-to-device copy of `bytes` on this rank's GPU (the max time over ranks). */
+static double copy_rate(size_t bytes) {
+  copy_case c = {NULL, NULL, bytes};
+  CU(cudaMalloc(&c.dst, bytes));
+  CU(cudaMalloc((void **)&c.src, bytes));
+  double ms = timeit(copy_run, &c);
+  CU(cudaStreamSynchronize(stream));
+  CU(cudaFree(c.dst));
+  CU(cudaFree((void *)c.src));
+  return ms > 0 ? (double)bytes / (ms * 1e6) : 0;
+}
+
 static void emit(const char *name, double bytes, double lm_ms, const char *bname, double b_ms,
-                 double factor, const char *transport) {
+                 double factor, double copy_gbps, const char *transport) {
   if (rank) return;
   double lm_alg = lm_ms > 0 ? bytes / (lm_ms * 1e6) : 0, b_alg = b_ms > 0 ? bytes / (b_ms * 1e6) : 0;
   printf("{\"case\": \"%s\", \"np\": %d, \"bytes\": %.0f, \"dtype\": \"float32\", \"device\": \"cuda\", "
          "\"lm_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, \"ratio\": %.3f, "
          "\"lm_algbw_GBps\": %.3f, \"lm_busbw_GBps\": %.3f, \"baseline_algbw_GBps\": %.3f, "
-         "\"baseline_busbw_GBps\": %.3f, \"transport\": \"%s\", \"reps\": %d}\n",
+         "\"baseline_busbw_GBps\": %.3f, \"copy_GBps\": %.3f, \"transport\": \"%s\", \"reps\": %d}\n",
          name, np, bytes, lm_ms, bname, b_ms, b_ms > 0 ? lm_ms / b_ms : 0.0, lm_alg, lm_alg * factor,
-         b_alg, b_alg * factor, transport, REPS);
+         b_alg, b_alg * factor, copy_gbps, transport, REPS);
   fflush(stdout);
+}
+
+/* 1: a GPU to measure on every rank; 0: none expected anywhere (nothing measured); exits 1 when
+ * one was expected (LM_EXPECT_GPU=1) but is missing, or the library disagrees with the runtime. */
+static int have_gpu(void) {
+  int n = 0, sup = 0, bad = 0, all = 0;
+  const char *e = getenv("LM_EXPECT_GPU");
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  if (lm_device_supported(kDLCUDA, &sup) != LM_SUCCESS) sup = -1;
+  if ((e && !strcmp(e, "1") && n < 1) || sup != (n > 0)) {
+    fprintf(stderr, "rank %d: bench_device: %d CUDA devices, lm_device_supported(kDLCUDA) = %d, "
+            "LM_EXPECT_GPU=%s\n", rank, n, sup, e ? e : "(unset)");
+    bad = 1;
+  }
+  MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (all) {
+    MPI_Finalize();
+    exit(1);
+  }
+  MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all > 0;
 }
 
 int main(int argc, char **argv) {
@@ -127,10 +177,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--reps")) REPS = atoi(argv[i + 1]);
   }
   if (REPS < 1 || REPS > 64) REPS = 10;
-  int sup = 0, all = 0;
-  if (lm_device_supported(kDLCUDA, &sup) != LM_SUCCESS) sup = 0;
-  MPI_Allreduce(&sup, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-  if (!all) {
+  if (!have_gpu()) {
     if (!rank) printf("bench_device: no CUDA device on some rank: nothing measured\n");
     MPI_Finalize();
     return 0;
@@ -191,7 +238,7 @@ int main(int argc, char **argv) {
     if (rows < np * np) rows = (int64_t)np * np;
     int64_t g[2] = {rows, cols};
     size_t count = (size_t)(rows * cols);
-    double bytes = (double)count * 4;
+    double bytes = (double)count * 4, copy_gbps = copy_rate(count * 4);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
       lm_case c = {0};
       OK(lm_reshard_plan_create(&c.plan, m, &cases[k].from, NULL, &cases[k].to, 2, g, LM_FLOAT32));
@@ -209,12 +256,13 @@ int main(int argc, char **argv) {
         nccl_case b = {cases[k].kind, NULL, NULL, count};
         CU(cudaMalloc(&b.sbuf, count * 4));
         CU(cudaMalloc(&b.rbuf, count * 4));
-        CU(cudaMemset(b.sbuf, 0, count * 4));
+        CU(cudaMemsetAsync(b.sbuf, 0, count * 4, stream));
         b_ms = timeit(nccl_run, &b);
         CU(cudaFree(b.sbuf));
         CU(cudaFree(b.rbuf));
       }
-      emit(cases[k].name, bytes, lm_ms, nccl ? cases[k].bname : "none", b_ms, cases[k].factor, tname);
+      emit(cases[k].name, bytes, lm_ms, nccl ? cases[k].bname : "none", b_ms, cases[k].factor,
+           copy_gbps, tname);
       OK(lm_dist_tensor_destroy(&c.src));
       OK(lm_dist_tensor_destroy(&c.dst));
       OK(lm_reshard_plan_destroy(&c.plan));

@@ -1,94 +1,250 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The one script a GPU machine runs for localmap's device path (issue 9). It
-#   1. builds the library, tests and benchmarks with CUDA=1 into build-device/ (-Werror);
-#   2. runs unit_device_ops (kernel arithmetic vs host) and `make check-gpu NPS="1 2 4"`: np 2 and 4
-#      share the one GPU, so the mesh must choose the host-staged transport (shared GPU detected);
-#   3. runs `make check-gpu NPS="2 4" NCCL_SPLIT_HOSTS=1`: each rank its own NCCL_HOSTID and
-#      NCCL_SOCKET_IFNAME=lo, so NCCL sees separate hosts and several ranks run real NCCL on one GPU;
-#   4. runs bench_device at np 1 and at np 2 in split-hosts mode (NCCL baseline: whether NCCL
-#      accepts two ranks on one GPU with distinct NCCL_HOSTIDs is recorded as a result line);
-# writing every log and a JSON-lines summary (results.jsonl) into OUTDIR. Every phase has its own
-# timeout, cut to what is left of a total budget (LM_DEVICE_CHECK_BUDGET seconds, default 450), so
-# that even a run whose phases all hang ends under 8 minutes; a phase with under 15 s left is
-# skipped (recorded as rc 124). The exit status is nonzero when the build or any test failed.
-# Usage: tests/gpu/device-check.sh OUTDIR      (from anywhere; works in the repository root)
+# The one script a GPU machine runs for localmap's device path (issues 9 and 18). The GPU machine
+# has nvcc, PyTorch, CuPy and the nvidia-nccl-cu13 wheel but no OpenMPI, CMocka or DLPack, no
+# network and no apt: everything else comes from the kit that tests/gpu/prepare-kit.sh fills here
+# (build-device-kit/, carried along). Phases, each cut to what is left of a total budget
+# (LM_DEVICE_CHECK_BUDGET, 420 s, so the whole script ends within 8 minutes; a phase with under
+# 15 s left is skipped and counts as failed):
+#   0. probe (seconds): the GPU, nvcc, the host compiler, make, MPI, CMocka, DLPack, NCCL (header
+#      and library: NCCL_HOME / NCCL_LIB, else CUDA_HOME, else the Python wheel, libnccl.so.2
+#      alone is fine), the CUDA runtime; printed as a table;
+#   1. build: make CUDA=1 WERROR=0 gpu-progs into build-device/, for the GPU's compute capability;
+#   2. unit_device_ops, then tests/gpu at np 1, 2, 4 (ranks share the one GPU: host-staged);
+#   3. tests/gpu at np 2, 4 with each rank its own NCCL_HOSTID (tests/gpu/split-hosts.sh: real
+#      NCCL on one GPU), LM_NCCL_TIMEOUT=60, NCCL_DEBUG=WARN, 40 random cases instead of 150;
+#   4. bench_device at np 1, and at np 2 split (localmap next to NCCL's collectives and the
+#      device-to-device copy rate).
+# LM_EXPECT_GPU is set from the probe, so a device test cannot skip where a GPU was seen.
+# Output: OUTDIR/device-check.tar.gz (every log, probe.txt, results.jsonl, bench_device.jsonl)
+# and OUTDIR/summary.txt, also printed: what ran, passed, failed, skipped, and the bench table.
+# Exit status: 0 when every phase passed; 1 when something failed, or a GPU was seen and a device
+# test skipped; 2 when no GPU was seen (without --dry-run).
+#   --dry-run: where no GPU is seen (CI), probe and package only, and exit 0.
+#   LM_DEVICE_CHECK_CUDA=sim: a rehearsal on this machine: every phase against the simulated
+#      CUDA runtime and NCCL (CUDA=sim, CUDASIM_TOPOLOGY=shared: one GPU shared by the ranks).
+# Usage: tests/gpu/device-check.sh [--dry-run] OUTDIR       (from anywhere)
 set -u
-OUT=${1:?usage: tests/gpu/device-check.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+DRY=0
+if [ "${1:-}" = --dry-run ]; then DRY=1; shift; fi
+OUT=${1:?usage: tests/gpu/device-check.sh [--dry-run] OUTDIR}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build-device}
+ROOT=$PWD
+SIM=0; [ "${LM_DEVICE_CHECK_CUDA:-}" = sim ] && SIM=1
+BUILD=${BUILD:-$([ $SIM = 1 ] && echo build-device-sim || echo build-device)}
+KIT=${LM_KIT:-$ROOT/build-device-kit}
 JOBS=$(nproc 2>/dev/null || echo 4)
 T0=$(date +%s)
-BUDGET=${LM_DEVICE_CHECK_BUDGET:-450}
-RESULTS=$OUT/results.jsonl
-: > "$RESULTS"
+BUDGET=${LM_DEVICE_CHECK_BUDGET:-420}
+WORK=$ROOT/$BUILD/device-check
+rm -rf "$WORK" && mkdir -p "$WORK"
+RESULTS=$WORK/results.jsonl SUMMARY=$WORK/summary.txt
+: > "$RESULTS"; : > "$SUMMARY"
 status=0
 
-note() { echo "[device-check +$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/summary.txt"; }
-# phase NAME TIMEOUT LOG COMMAND...: runs, records {"phase","rc","seconds",counts} in results.jsonl.
+note() { echo "[device-check +$(( $(date +%s) - T0 ))s] $*" | tee -a "$SUMMARY"; }
+
+# ------------------------------------------------------------------------------ 0. probe
+PROBE=$WORK/probe.txt
+row() { printf '%-10s %-4s %s\n' "$1" "$2" "$3" | tee -a "$PROBE"; }
+first_line() { "$@" 2>&1 | head -n 1; }
+
+probe_gpu() {
+  GPU_SEEN=0 CC_ARCH=""
+  if [ $SIM = 1 ]; then GPU_SEEN=1; row gpu yes "simulated (tests/sim, CUDA=sim rehearsal)"; return; fi
+  local l="nvidia-smi: not found"
+  command -v nvidia-smi >/dev/null && l=$(timeout 15 nvidia-smi -L 2>&1 | head -n 1)
+  case $l in GPU*) GPU_SEEN=1 ;; esac
+  [ $GPU_SEEN = 0 ] && ls /dev/nvidia[0-9]* >/dev/null 2>&1 && l="$l (/dev/nvidia* present)"
+  CC_ARCH=$(timeout 15 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+  row gpu "$([ $GPU_SEEN = 1 ] && echo yes || echo no)" "${l:-nvidia-smi: no output}${CC_ARCH:+, sm_$CC_ARCH}"
+  [ $GPU_SEEN = 1 ] && timeout 15 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$PROBE" 2>&1
+}
+
+probe_tools() {
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")}
+  row nvcc "$([ -x "$CUDA_HOME/bin/nvcc" ] && echo yes || echo no)" "$CUDA_HOME/bin/nvcc $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*')"
+  row c++ "$(command -v c++ >/dev/null && echo yes || echo no)" "$(first_line c++ --version)"
+  row make "$(command -v make >/dev/null && echo yes || echo no)" "$(first_line make --version)"
+  row python3 "$(command -v python3 >/dev/null && echo yes || echo no)" "$(first_line python3 --version)"
+}
+
+probe_mpi() {
+  local p; p=$(ls -d "$KIT"/openmpi/openmpi-*.data/data 2>/dev/null | head -n 1)
+  if [ -n "$p" ] && [ -x "$p/bin/mpicc" ]; then
+    MPICC=$p/bin/mpicc MPICXX=$p/bin/mpicxx MPIRUN=$p/bin/mpirun
+  else
+    MPICC=$(command -v mpicc || echo mpicc) MPICXX=$(command -v mpicxx || echo mpicxx)
+    MPIRUN=$(command -v mpirun || echo mpirun)
+  fi
+  local v; v=$(first_line "$MPIRUN" --version)
+  MPI_OK=0; "$MPICC" --showme:version >/dev/null 2>&1 && [ -n "$v" ] && MPI_OK=1
+  row mpi "$([ $MPI_OK = 1 ] && echo yes || echo no)" "$MPICC, $v"
+}
+
+probe_headers() {
+  SYSROOT=$KIT/sysroot
+  CMOCKA_INC="" CMOCKA_LIB="" DLPACK_INC=""
+  if [ -f "$SYSROOT/usr/include/cmocka.h" ]; then
+    CMOCKA_INC=$SYSROOT/usr/include CMOCKA_LIB=$SYSROOT/usr/lib/x86_64-linux-gnu
+  elif [ -f /usr/include/cmocka.h ]; then CMOCKA_INC=/usr/include; fi
+  for d in "$SYSROOT/usr/include" /usr/include /usr/local/include; do
+    [ -f "$d/dlpack/dlpack.h" ] && { DLPACK_INC=$d; break; }
+  done
+  row cmocka "$([ -n "$CMOCKA_INC" ] && echo yes || echo no)" "${CMOCKA_INC:-not found (run tests/gpu/prepare-kit.sh and carry the kit)}"
+  row dlpack "$([ -n "$DLPACK_INC" ] && echo yes || echo no)" "${DLPACK_INC:-not found}"
+}
+
+# NCCL's header and library: NCCL_HOME/NCCL_LIB, CUDA_HOME, the Python wheel (libnccl.so.2,
+# maybe no header: then the kit's nccl.h).
+probe_nccl() {
+  if [ -z "${NCCL_LIB:-}" ]; then
+    local h=${NCCL_HOME:-$CUDA_HOME} w
+    for d in "$h/lib64" "$h/lib"; do ls "$d"/libnccl.so* >/dev/null 2>&1 && { NCCL_LIB=$d; break; }; done
+    if [ -z "${NCCL_LIB:-}" ] && command -v python3 >/dev/null; then
+      w=$(timeout 20 python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = [p for p in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(p)]
+for r in roots:
+    libs = sorted(glob.glob(os.path.join(r, "nvidia", "**", "libnccl.so*"), recursive=True))
+    if libs:
+        hdrs = glob.glob(os.path.join(r, "nvidia", "**", "include", "nccl.h"), recursive=True)
+        print(os.path.dirname(libs[0]), os.path.dirname(os.path.dirname(hdrs[0])) if hdrs else "")
+        break
+PY
+)
+      NCCL_LIB=${w%% *}; [ -z "${NCCL_HOME:-}" ] && NCCL_HOME=${w#* }
+    fi
+  fi
+  NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
+  [ -f "$NCCL_HOME/include/nccl.h" ] || NCCL_HOME=$KIT/nccl
+  local ok=no; [ -f "$NCCL_HOME/include/nccl.h" ] && ls "${NCCL_LIB:-/nonexistent}"/libnccl.so* >/dev/null 2>&1 && ok=yes
+  row nccl $ok "header $NCCL_HOME/include/nccl.h, library $(ls "${NCCL_LIB:-/nonexistent}"/libnccl.so* 2>/dev/null | head -n 1)"
+}
+
+# The CUDA runtime for -lcudart: CUDA_HOME's libcudart.so, else a link to libcudart.so.N there.
+probe_cudart() {
+  CUDA_LIBDIR=""
+  for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib"; do
+    [ -e "$d/libcudart.so" ] && { CUDA_LIBDIR=$d; break; }
+    local v; v=$(ls "$d"/libcudart.so.[0-9]* 2>/dev/null | head -n 1)
+    if [ -n "$v" ]; then mkdir -p "$WORK/lib"; ln -sf "$v" "$WORK/lib/libcudart.so"; CUDA_LIBDIR=$WORK/lib; break; fi
+  done
+  row cudart "$([ -n "$CUDA_LIBDIR" ] && echo yes || echo no)" "${CUDA_LIBDIR:-no libcudart.so under $CUDA_HOME}"
+}
+
+probe() {
+  echo "== probe: what this machine has (kit: $KIT)" | tee "$PROBE"
+  probe_gpu; probe_tools; probe_mpi; probe_headers
+  if [ $SIM = 0 ]; then probe_nccl; probe_cudart; fi
+  git log -1 --oneline >> "$PROBE" 2>/dev/null
+  BUILDABLE=1
+  grep -qE '^(nvcc|c\+\+|make|mpi|cmocka|dlpack|nccl|cudart) +no' "$PROBE" && BUILDABLE=0
+  [ $SIM = 1 ] && ! grep -qE '^(c\+\+|make|mpi|cmocka|dlpack) +no' "$PROBE" && BUILDABLE=1
+  note "probe: GPU $([ $GPU_SEEN = 1 ] && echo seen || echo 'not seen: no GPU on this machine'), $([ $BUILDABLE = 1 ] && echo buildable || echo 'NOT buildable (see the table)')"
+}
+
+# ------------------------------------------------------------------------------ phases
+# phase NAME LIMIT LOG COMMAND...: runs with a timeout cut to the budget; records
+# {"phase","rc","seconds","passed","failed","skipped","log"} in results.jsonl.
 phase() {
   local name=$1 limit=$2 log=$3 t rc line p f s left
   shift 3
-  t=$(date +%s)
-  left=$(( BUDGET - (t - T0) ))
+  t=$(date +%s); left=$(( BUDGET - (t - T0) ))
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 15 ]; then
-    echo "skipped: the budget of ${BUDGET}s is spent" > "$OUT/$log"
-    rc=124
+    echo "skipped: the budget of ${BUDGET}s is spent" > "$WORK/$log"; rc=124
   else
-    timeout -k 5 "$limit" "$@" > "$OUT/$log" 2>&1
-    rc=$?
+    timeout -k 5 "$limit" "$@" > "$WORK/$log" 2>&1; rc=$?
   fi
-  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$log" | tail -n 1)
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$WORK/$log" | tail -n 1)
   p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
   f=$(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
   s=$(echo "$line" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')
   printf '{"phase": "%s", "rc": %d, "seconds": %d, "passed": %s, "failed": %s, "skipped": %s, "log": "%s"}\n' \
     "$name" "$rc" $(( $(date +%s) - t )) "${p:-null}" "${f:-null}" "${s:-null}" "$log" >> "$RESULTS"
-  note "$name: rc=$rc ${line:-} (log: $log)"
+  note "$name: rc=$rc${line:+, $line} ($log)"
+  [ "${s:-0}" != 0 ] && [ $GPU_SEEN = 1 ] && { note "$name: a device test SKIPPED on a machine with a GPU"; rc=1; }
   return $rc
 }
 
-note "start: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $JOBS cores"
-{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } > "$OUT/gpu.txt" 2>&1
-note "GPU: $(head -n 1 "$OUT/gpu.txt")"
-git log -1 --oneline > "$OUT/commit.txt" 2>/dev/null
+make_vars() {
+  MAKE_ARGS=(BUILD="$BUILD" WERROR=0 MPICC="$MPICC" MPICXX="$MPICXX" MPIRUN="$MPIRUN"
+             DLPACK_INCLUDE_DIR="$DLPACK_INC" CPPFLAGS="-I$CMOCKA_INC"
+             LDFLAGS="${CMOCKA_LIB:+-L$CMOCKA_LIB -Wl,-rpath,$CMOCKA_LIB}")
+  if [ $SIM = 1 ]; then MAKE_ARGS+=(CUDA=sim); return; fi
+  MAKE_ARGS+=(CUDA=1 CUDA_HOME="$CUDA_HOME" CUDA_LIBDIR="$CUDA_LIBDIR" NCCL_HOME="$NCCL_HOME"
+              NCCL_LIB="$NCCL_LIB" ${CC_ARCH:+CUDA_ARCHS=$CC_ARCH})
+}
 
-if ! sh tools/ensure-deps.sh -q > "$OUT/deps.log" 2>&1; then
-  note "missing build dependencies (see deps.log): this machine cannot build localmap"
-  printf '{"phase": "deps", "rc": 1}\n' >> "$RESULTS"
-  exit 1
+# The environment of every run: the kit's launcher, the expectation, no SKIP allowed.
+run_env() {
+  export BUILD LM_MPIRUN=$MPIRUN LM_MPI_FLAVOR=openmpi LM_EXPECT_GPU=$GPU_SEEN LM_TEST_GPU_ONLY=1
+  [ -n "${CMOCKA_LIB:-}" ] && export LD_LIBRARY_PATH=$CMOCKA_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  [ $SIM = 1 ] && export CUDASIM_TOPOLOGY=shared CUDASIM_DEVICES=1
+  return 0
+}
+
+run_phases() {
+  make_vars; run_env
+  if ! phase build 240 build.log make -j"$JOBS" "${MAKE_ARGS[@]}" gpu-progs; then
+    tail -n 30 "$WORK/build.log"; status=1; return
+  fi
+  phase unit_device_ops 30 unit_device_ops.log "$BUILD/tests/unit_device_ops" || status=1
+  LM_TEST_TIMEOUT=90 NPS="1 2 4" phase check-gpu 150 check-gpu.log \
+    bash tests/run-tests.sh 'test_gpu_*' || status=1
+  cp -r "$BUILD/test-logs" "$WORK/test-logs-shared" 2>/dev/null
+  LM_TEST_TIMEOUT=90 NPS="2 4" LM_NCCL_SPLIT_HOSTS=1 LM_NCCL_TIMEOUT=60 NCCL_DEBUG=WARN LM_GPU_CASES=40 \
+    phase check-gpu-split-hosts 150 check-gpu-split.log bash tests/run-tests.sh 'test_gpu_*' || status=1
+  cp -r "$BUILD/test-logs" "$WORK/test-logs-split" 2>/dev/null
+  phase bench-np1 45 bench-np1.log bash tools/lm-mpirun 1 "$BUILD/bench/bench_device" --mib 1,16,256 || status=1
+  LM_NCCL_TIMEOUT=60 NCCL_DEBUG=WARN phase bench-np2-split 60 bench-np2-split.log \
+    bash tools/lm-mpirun 2 bash tests/gpu/split-hosts.sh "$BUILD/bench/bench_device" --mib 1,16,128 || status=1
+  grep -h '^{' "$WORK/bench-np1.log" "$WORK/bench-np2-split.log" > "$WORK/bench_device.jsonl" 2>/dev/null
+}
+
+# ------------------------------------------------------------------------------ report
+bench_table() {
+  [ -s "$WORK/bench_device.jsonl" ] || { echo "(no bench results)"; return; }
+  python3 - "$WORK/bench_device.jsonl" <<'PY' 2>/dev/null || cat "$WORK/bench_device.jsonl"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("%-10s %2s %8s %-10s %9s %9s %-18s %9s %9s %8s" % ("case", "np", "MiB", "transport", "lm_ms",
+      "lm_busbw", "baseline", "base_ms", "base_bus", "copy"))
+for r in rows:
+    print("%-10s %2d %8.1f %-10s %9.3f %9.2f %-18s %9.3f %9.2f %8.1f" % (r["case"], r["np"],
+          r["bytes"] / 2**20, r["transport"], r["lm_ms"], r["lm_busbw_GBps"], r["baseline"],
+          r["baseline_ms"], r["baseline_busbw_GBps"], r.get("copy_GBps", 0.0)))
+PY
+}
+
+report() {
+  {
+    echo "== device-check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname), $JOBS cores, $(( $(date +%s) - T0 )) s, status $status"
+    cat "$PROBE"
+    echo "== phases (rc, passed / failed / skipped):"
+    sed 's/^/  /' "$RESULTS"
+    grep -h -E '^(FAIL|SKIP) ' "$WORK"/check-gpu*.log 2>/dev/null | sed 's/^/  /'
+    echo "== bench_device (GB/s; copy: device-to-device cudaMemcpyAsync of the same bytes)"
+    bench_table
+  } > "$OUT/summary.txt"
+  cp "$OUT/summary.txt" "$WORK/summary-final.txt"
+  tar czf "$OUT/device-check.tar.gz" -C "$ROOT/$BUILD" device-check 2>/dev/null
+  cat "$OUT/summary.txt"
+  echo "== packaged: $OUT/device-check.tar.gz ($(du -h "$OUT/device-check.tar.gz" | cut -f1)), $OUT/summary.txt"
+}
+
+note "start: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $JOBS cores, budget ${BUDGET}s$([ $SIM = 1 ] && echo ', CUDA=sim rehearsal')"
+probe
+if [ $GPU_SEEN = 0 ]; then
+  note "no GPU on this machine: nothing built or run$([ $DRY = 1 ] && echo ' (dry run: probe and packaging only)')"
+  [ $DRY = 1 ] || status=2
+elif [ $BUILDABLE = 0 ]; then
+  note "a GPU, but this machine cannot build localmap (see the probe): nothing run"; status=1
+else
+  run_phases
 fi
-
-# 1. Build (CUDA required).
-if ! phase build 300 build.log make -j"$JOBS" CUDA=1 BUILD="$BUILD" gpu-progs; then
-  tail -n 40 "$OUT/build.log"
-  exit 1
-fi
-
-# 2. Kernel arithmetic (CPU) and device tests with the shared-GPU fallback.
-phase unit_device_ops 30 unit_device_ops.log "$BUILD/tests/unit_device_ops" || status=1
-LM_TEST_TIMEOUT=100 phase check-gpu 150 check-gpu.log \
-  make CUDA=1 BUILD="$BUILD" check-gpu NPS="1 2 4" || status=1
-cp -r "$BUILD/test-logs" "$OUT/test-logs-fallback" 2>/dev/null
-
-# 3. Several NCCL ranks on one GPU (NCCL_HOSTID per rank).
-LM_TEST_TIMEOUT=100 phase check-gpu-split-hosts 150 check-gpu-split.log \
-  make CUDA=1 BUILD="$BUILD" check-gpu NPS="2 4" NCCL_SPLIT_HOSTS=1 || status=1
-cp -r "$BUILD/test-logs" "$OUT/test-logs-split" 2>/dev/null
-
-# 4. Benchmarks (JSON lines), never fatal.
-phase bench-np1 60 bench-np1.log bash tools/lm-mpirun 1 "$BUILD/bench/bench_device" --mib 1,16,256
-phase bench-np2-split 90 bench-np2-split.log \
-  bash tools/lm-mpirun 2 bash tests/gpu/split-hosts.sh "$BUILD/bench/bench_device" --mib 1,16,128
-grep -h '^{' "$OUT/bench-np1.log" "$OUT/bench-np2-split.log" > "$OUT/bench_device.jsonl" 2>/dev/null
-if grep -q '"baseline": "nccl' "$OUT/bench-np2-split.log" 2>/dev/null; then works=true
-elif grep -q 'no CUDA device' "$OUT/bench-np2-split.log" 2>/dev/null; then works=null  # no GPU here
-else works=false; fi
-printf '{"phase": "nccl-split-hosts-probe", "nccl_two_ranks_one_gpu_with_hostid": %s}\n' "$works" >> "$RESULTS"
-note "NCCL with NCCL_HOSTID per rank on one GPU: $works"
-
-note "done in $(( $(date +%s) - T0 ))s, status $status; results in $RESULTS"
+note "done in $(( $(date +%s) - T0 ))s, status $status"
+report
 exit $status
