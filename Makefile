@@ -197,8 +197,9 @@ endif
 
 comma := ,
 ABS_BUILD  := $(abspath $(BUILD))
-# The simulator's drop-in CUDA/NCCL headers (tests/sim/include; its rules: tests/sim/sim.mk).
+# The simulator's drop-in CUDA/NCCL headers and its library (rules: tests/sim/sim.mk).
 SIM_CPPFLAGS := -Itests/sim/include
+SIM_LIB      := $(BUILD)/sim/libcudasim.so
 
 # Skip OpenMPI's deprecated C++ bindings (mpi.h from C++): they fail -Wextra -Werror.
 MPI_CPPFLAGS := -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1

@@ -12,7 +12,7 @@
 
 SIM_DIR      := tests/sim
 SIM_OUT      := $(BUILD)/sim
-SIM_LIB      := $(SIM_OUT)/libcudasim.so
+SIM_LIB      := $(SIM_OUT)/libcudasim.so  # also in the Makefile (the library's prerequisite)
 SIM_SRCS     := $(wildcard $(SIM_DIR)/lib/*.cpp)
 SIM_OBJS     := $(patsubst $(SIM_DIR)/lib/%.cpp,$(SIM_OUT)/obj/%.o,$(SIM_SRCS))
 SIM_HDRS     := $(wildcard $(SIM_DIR)/include/*.h $(SIM_DIR)/lib/*.hpp)
