@@ -641,12 +641,68 @@ static void test_component_alignment(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
+/* Keeps `s` busy for a while before the work enqueued next (the simulator's slow-kernel hook; on a
+ * GPU nothing: the orderings below then hold by the events alone, or by luck). */
+static void slow_stream(cudaStream_t s) {
+#ifdef CUDASIM_VERSION
+  LM_CUDA_OK(cudasimStreamDelay(s, 150000));
+#else
+  (void)s;
+#endif
+}
+
+/* Cross-mesh stream order on ranks of both meshes (A on the test stream, B, A's ranks reversed,
+ * on a second stream; the plan runs on B's): (1) the source is written on A's stream and not
+ * waited for, so the plan must wait for A's stream (an event) or it reads the old bytes; (2) the
+ * source is destroyed right after the reshard, a free in A's stream order, so A's stream must
+ * wait for the plan's reads (an event) or the free overtakes them (a use after free: the
+ * simulator faults the context). */
+static void test_cross_stream_order(void **state) {
+  (void)state;
+  int np = lm_test_size();
+  int ra[64], rb[64];
+  for (int i = 0; i < np; ++i) ra[i] = i, rb[i] = np - 1 - i;
+  cudaStream_t s2 = NULL;
+  LM_CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  lm_mesh_t A = mesh_of(ra, np, lm_gpu_stream), B = mesh_of(rb, np, s2);
+  const int64_t n = 1024 * (int64_t)np + 5;
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t src = NULL, r = NULL;
+  for (int round = 0; round < 2; ++round) {
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, A, 1, &n, LM_INT32, lm_gpu_dev(), &S));
+    LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+    DLTensor v;
+    LM_ASSERT_OK(lm_dist_tensor_local(src, &v));
+    if (round == 0) slow_stream(lm_gpu_stream); /* the write below lands late */
+    if (v.shape[0]) LM_CUDA_OK(cudaMemsetAsync(v.data, 0x01, (size_t)v.shape[0] * 4, lm_gpu_stream));
+    if (round == 1) slow_stream(s2); /* the plan's reads come late */
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, src, B, &R));
+    if (round == 1) LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src)); /* freed in A's order */
+    int32_t *h = malloc((size_t)n * 4);
+    LM_ASSERT_OK(lm_dist_tensor_local(r, &v));
+    lm_gpu_download_on(h, v.data, (size_t)n * 4, s2);
+    int ok = 1;
+    for (int64_t i = 0; i < n; ++i) ok &= h[i] == 0x01010101;
+    free(h);
+    if (!ok) fprintf(stderr, "rank %d: cross-mesh round %d: the plan read before the source was written\n",
+                     lm_test_rank(), round);
+    LM_ASSERT_ALL(ok);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&r));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&B));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&A));
+  LM_CUDA_OK(cudaDeviceSynchronize());
+  LM_CUDA_OK(cudaStreamDestroy(s2));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_first_moves),
     cmocka_unit_test(test_component_alignment),
     cmocka_unit_test(test_directed),
     cmocka_unit_test(test_table),
     cmocka_unit_test(test_cross_union),
+    cmocka_unit_test(test_cross_stream_order),
     cmocka_unit_test(test_random),
 };
 LM_GPU_TEST_MAIN(tests)
