@@ -20,9 +20,9 @@
 #   make check-tcp          make check with LM_MPIRUN_FLAGS="--mca btl tcp,self" (no shared memory)
 #   make clean | deps
 #
-# Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto), BUILD (build), MPI (openmpi|mpich),
-# MPICC, MPICXX, DLPACK_INCLUDE_DIR, and the usual CPPFLAGS CFLAGS CXXFLAGS LDFLAGS LDLIBS,
-# appended to ours.
+# Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto|0|1|sim), CUDA_HOME, NCCL_HOME,
+# NCCL_LIB, BUILD (build), MPI (openmpi|mpich), MPICC, MPICXX, DLPACK_INCLUDE_DIR, and the usual
+# CPPFLAGS CFLAGS CXXFLAGS LDFLAGS LDLIBS, appended to ours.
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -592,7 +592,7 @@ print-cuda:
 	@echo $(if $(filter 1,$(CUDA_SIM)),sim,$(CUDA))
 
 help:
-	@sed -n '2,22p' Makefile
+	@sed -n '2,/^$$/p' Makefile
 
 # Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
 # its tests from make check.
