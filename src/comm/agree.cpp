@@ -434,7 +434,7 @@ void throw_if_failed(const AgreeArgs &a, const std::vector<Record> &all) {
                            status_name((lm_status_t)f.status).c_str(), f.msg);
   if (nfailed > 1) msg += strfmt(" (and %d other rank%s failed)", nfailed - 1, nfailed > 2 ? "s" : "");
   msg += strfmt("; this rank %d did not", a.parent_rank);
-  throw Error(LM_ERR_REMOTE, msg);
+  throw Error(LM_ERR_REMOTE, msg, (lm_status_t)f.status);
 }
 
 // The first field whose hash differs (fields both sides have), the sequence number when the
