@@ -605,14 +605,18 @@ contains
     integer(c_int), intent(in) :: st
     integer, intent(out), optional :: ierr
     character(len=*), intent(in) :: where
+    character(len=:), allocatable :: msg
     if (present(ierr)) ierr = int(st)
     if (st == LM_SUCCESS) return
     if (.not. allocated(errmsg_)) errmsg_ = ""
     if (present(ierr)) return
+    ! The binding's own messages start with the wrapper's name already: say it once.
+    msg = errmsg_
+    if (index(msg, where // ": ") == 1) msg = msg(len(where) + 3:)
     write(error_unit, '(5a)') "localmap: ", where, " failed: ", lm_status_string(int(st)), &
-      ": " // errmsg_
+      ": " // msg
     flush(error_unit)
-    error stop "localmap: " // where // ": " // errmsg_
+    error stop "localmap: " // where // ": " // msg
   end subroutine
 
   !> After a C call: remember the library's message on failure.
