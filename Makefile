@@ -88,6 +88,13 @@ MPIRUN     ?= $(if $(filter mpich,$(MPI)),mpiexec.mpich,mpirun$(MPI_SUFFIX))
 ifndef MPI_C_COMPILER
 MPI_C_COMPILER := $(or $(shell command -v $(MPICC) 2>/dev/null),$(MPICC))
 endif
+# Likewise for C++-only and Fortran consumers (the package finds MPI for the languages enabled).
+ifndef MPI_CXX_COMPILER
+MPI_CXX_COMPILER := $(or $(shell command -v $(MPICXX) 2>/dev/null),$(MPICXX))
+endif
+ifndef MPI_Fortran_COMPILER
+MPI_Fortran_COMPILER := $(or $(shell command -v $(MPIFC) 2>/dev/null),$(MPIFC))
+endif
 AR         ?= ar
 INSTALL    ?= install
 PKG_CONFIG ?= pkg-config
@@ -224,7 +231,7 @@ STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) 
 STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION)
 STAMP_prog := $(MPICC) $(MPICXX) $(MPIFC) $(FFLAGS) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
 STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS) \
-              $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER)
+              $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER) $(MPI_CXX_COMPILER) $(MPI_Fortran_COMPILER)
 
 STAMPS := $(BUILD)/.stamp-cxx $(BUILD)/.stamp-link $(BUILD)/.stamp-prog $(BUILD)/.stamp-pc
 $(STAMPS): $(BUILD)/.stamp-%: FORCE
@@ -290,6 +297,7 @@ SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLU
 	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(VERSION_MAJOR)|g' \
 	    -e 's|@MPI_REQUIRES@|$(MPI_PC)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|g' \
 	    -e 's|@DLPACK_INCLUDE_DIR@|$(DLPACK_INCLUDE_DIR)|g' -e 's|@MPI_C_COMPILER@|$(MPI_C_COMPILER)|g' \
+	    -e 's|@MPI_CXX_COMPILER@|$(MPI_CXX_COMPILER)|g' -e 's|@MPI_Fortran_COMPILER@|$(MPI_Fortran_COMPILER)|g' \
 	    -e 's|@LIBS_PRIVATE_CMAKE@|$(strip $(patsubst -l%,%,$(filter -l%,$(LIB_LDLIBS))))|g' \
 	    -e 's|@LIBDIRS_PRIVATE_CMAKE@|$(strip $(patsubst -L%,%,$(filter -L%,$(LIB_LDLIBS))))|g'
 

@@ -7,7 +7,8 @@
 # run under mpirun: a C program built with nothing but `pkg-config --cflags --libs localmap`
 # (np 4); a CMake project using find_package(localmap 0.1 CONFIG REQUIRED) with
 # localmap::localmap (np 4) and localmap::localmap_static (np 2), and one asking for 1.0, which
-# must fail (SameMajorVersion); the installed examples Makefile (hello at np 3). DLPack's
+# must fail (SameMajorVersion); a C++-only CMake project (LANGUAGES CXX) with localmap.hpp and
+# localmap::environment (np 2); the installed examples Makefile (hello at np 3). DLPack's
 # include dir (found, or DLPACK_INCLUDE_DIR) is in the .pc file and the CMake package. Then
 # `make uninstall` removes every file it installed. LM_MPI (set by make check) picks the MPI.
 set -euo pipefail
@@ -116,7 +117,43 @@ CMAKE
     echo "find_package(localmap 1.0) accepted version 0.x"; exit 1
   fi
   grep -q 'compatible with requested version' "$tmp/cm1.log" || { cat "$tmp/cm1.log"; exit 1; }
-  cmake_ok="CMake consumers (shared np 4, static np 2, version check)"
+
+  # A C++-only project (no C enabled: FindMPI cannot look for MPI_C there) using localmap.hpp,
+  # with localmap::environment owning MPI (it must finalise it: the job fails otherwise).
+  mkdir -p "$tmp/cxx"
+  cat > "$tmp/cxx/consumer.cpp" <<'CPP'
+#include <localmap.hpp>
+#include <cstdio>
+#include <vector>
+int main(int argc, char **argv) {
+  localmap::environment env(argc, argv);
+  localmap::mesh m = localmap::mesh::world({env.size()});
+  std::vector<double> full(10);
+  for (int i = 0; i < 10; ++i) full[i] = i;
+  int64_t shape[1] = {10};
+  DLTensor g = {full.data(), LM_CPU, 1, LM_FLOAT64, shape, nullptr, 0};
+  localmap::dist_tensor x = localmap::dist_tensor::from_global(m, &g, {localmap::shard(0)});
+  localmap::dist_tensor r = x.reshard({localmap::replicate()});
+  int bad = !env.owns_mpi();
+  for (int i = 0; i < 10; ++i) bad += r.local_data<double>()[i] != i;
+  if (env.rank() == 0) std::printf("C++-only consumer: %s (np %d)\n", bad ? "FAIL" : "OK", env.size());
+  return bad;
+}
+CPP
+  cat > "$tmp/cxx/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(localmap_cxx_consumer LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(localmap 0.1 CONFIG REQUIRED)
+add_executable(consumer_cxx consumer.cpp)
+target_link_libraries(consumer_cxx PRIVATE localmap::localmap)
+CMAKE
+  cmake -S "$tmp/cxx" -B "$tmp/cxx/build" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cxx.log" 2>&1 ||
+    { cat "$tmp/cxx.log"; echo "cmake configure of the C++-only consumer failed"; exit 1; }
+  cmake --build "$tmp/cxx/build" >>"$tmp/cxx.log" 2>&1 || { cat "$tmp/cxx.log"; echo "C++-only build failed"; exit 1; }
+  same_mpi "$tmp/cxx/build/consumer_cxx"
+  bash tools/lm-mpirun 2 "$tmp/cxx/build/consumer_cxx"
+  cmake_ok="CMake consumers (shared np 4, static np 2, version check, C++-only np 2)"
 else
   [ -z "${LM_REQUIRE_TOOLS:-}" ] || { echo "cmake not found"; exit 1; }
   cmake_ok="SKIPPED the CMake consumer: no cmake (apt-get install cmake)"
