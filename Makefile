@@ -262,8 +262,10 @@ tests: $(TEST_BINS) $(UNIT_BINS)
 
 examples: $(EX_BINS)
 
+# For `make check` it also sees to the test tools (doxygen, abigail-tools, cmake, ...: --check).
 deps:
-	@MPICC=$(MPICC) MPICXX=$(MPICXX) LM_MPIRUN=$(MPIRUN) DLPACK_INCLUDE_DIR=$(DLPACK_INCLUDE_DIR) sh tools/ensure-deps.sh
+	@MPICC=$(MPICC) MPICXX=$(MPICXX) LM_MPIRUN=$(MPIRUN) DLPACK_INCLUDE_DIR=$(DLPACK_INCLUDE_DIR) PYTHON=$(PYTHON) \
+	  sh tools/ensure-deps.sh $(if $(filter check,$(MAKECMDGOALS)),--check)
 
 # ---------------------------------------------------------------------------------------------
 # Library
