@@ -30,7 +30,9 @@ CARGO=${CARGO:-$(command -v cargo || true)}
 [ -n "$CARGO" ] || skip "cargo not found (PATH, ~/.cargo/bin); install Rust (rustup) to test the Rust bindings"
 PATH=$(dirname "$CARGO"):$PATH
 "$CARGO" --version
-if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+# (ldd's output in a variable: `ldd | grep -q` fails under pipefail when grep exits first.)
+lib_deps=$(ldd "$BUILD/lib/liblocalmap.so")
+if [[ $lib_deps == *libasan* ]]; then
   # A sanitizer build: the ASan runtime must come first, so the Rust programs (never cargo, rustc
   # or cc) run with it preloaded: through cargo's target runner, and mpirun's -x for the ranks.
   libasan=$(${CC:-cc} -print-file-name=libasan.so)
@@ -44,7 +46,7 @@ if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
   echo "sanitizer build: Rust programs run with LD_PRELOAD=$libasan, linked to liblocalmap.so"
 fi
 
-if ldd "$BUILD/lib/liblocalmap.so" | grep -q 'libasan\|libubsan'; then
+if [[ $lib_deps == *libasan* || $lib_deps == *libubsan* ]]; then
   export LOCALMAP_LINK=dynamic san=1   # instrumented objects need the sanitizer runtimes linked
 fi
 

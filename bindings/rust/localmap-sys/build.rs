@@ -72,7 +72,7 @@ fn link_static(lib: &Path) -> Result<Vec<String>, String> {
             }
         } else if let Some(d) = f.strip_prefix("-Wl,-rpath,") {
             rpath.push(d.to_string());
-        } else if f != "-pthread" {
+        } else if f != "-pthread" && !f.starts_with("-Wl,-z,") {  // (hardening flags: MPICH's)
             println!("cargo:warning=localmap-sys: ignoring the link flag {f} of {pc_s}");
         }
     }
