@@ -25,6 +25,7 @@ PREFIX     ?= /usr/local
 DESTDIR    ?=
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 CMAKEDIR   ?= $(LIBDIR)/cmake/localmap
 DATAROOTDIR ?= $(PREFIX)/share
@@ -88,6 +89,13 @@ MPIRUN     ?= $(if $(filter mpich,$(MPI)),mpiexec.mpich,mpirun$(MPI_SUFFIX))
 ifndef MPI_C_COMPILER
 MPI_C_COMPILER := $(or $(shell command -v $(MPICC) 2>/dev/null),$(MPICC))
 endif
+# Likewise for C++-only and Fortran consumers (the package finds MPI for the languages enabled).
+ifndef MPI_CXX_COMPILER
+MPI_CXX_COMPILER := $(or $(shell command -v $(MPICXX) 2>/dev/null),$(MPICXX))
+endif
+ifndef MPI_Fortran_COMPILER
+MPI_Fortran_COMPILER := $(or $(shell command -v $(MPIFC) 2>/dev/null),$(MPIFC))
+endif
 AR         ?= ar
 INSTALL    ?= install
 PKG_CONFIG ?= pkg-config
@@ -122,6 +130,9 @@ SHLIB_DEV  := $(BUILD)/lib/$(LIBNAME).so
 STATICLIB  := $(BUILD)/lib/$(LIBNAME).a
 PCFILE     := $(BUILD)/localmap.pc
 MANPAGE    := $(BUILD)/docs/localmap.3
+MAN3DIR    := $(BUILD)/docs/man3
+DOCS_HTML  := $(BUILD)/docs/html/index.html
+DOCS_FORTRAN := $(BUILD)/docs/fortran/html/index.html
 CMAKE_CONFIG  := $(BUILD)/cmake/localmapConfig.cmake
 CMAKE_VERSION_FILE := $(BUILD)/cmake/localmapConfigVersion.cmake
 ABIFILE    := $(BUILD)/localmap.abi
@@ -224,7 +235,7 @@ STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) 
 STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION)
 STAMP_prog := $(MPICC) $(MPICXX) $(MPIFC) $(FFLAGS) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
 STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS) \
-              $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER)
+              $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER) $(MPI_CXX_COMPILER) $(MPI_Fortran_COMPILER)
 
 STAMPS := $(BUILD)/.stamp-cxx $(BUILD)/.stamp-link $(BUILD)/.stamp-prog $(BUILD)/.stamp-pc
 $(STAMPS): $(BUILD)/.stamp-%: FORCE
@@ -251,8 +262,10 @@ tests: $(TEST_BINS) $(UNIT_BINS)
 
 examples: $(EX_BINS)
 
+# For `make check` it also sees to the test tools (doxygen, abigail-tools, cmake, ...: --check).
 deps:
-	@MPICC=$(MPICC) MPICXX=$(MPICXX) LM_MPIRUN=$(MPIRUN) DLPACK_INCLUDE_DIR=$(DLPACK_INCLUDE_DIR) sh tools/ensure-deps.sh
+	@MPICC=$(MPICC) MPICXX=$(MPICXX) LM_MPIRUN=$(MPIRUN) DLPACK_INCLUDE_DIR=$(DLPACK_INCLUDE_DIR) PYTHON=$(PYTHON) \
+	  sh tools/ensure-deps.sh $(if $(filter check,$(MAKECMDGOALS)),--check)
 
 # ---------------------------------------------------------------------------------------------
 # Library
@@ -290,6 +303,7 @@ SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLU
 	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(VERSION_MAJOR)|g' \
 	    -e 's|@MPI_REQUIRES@|$(MPI_PC)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|g' \
 	    -e 's|@DLPACK_INCLUDE_DIR@|$(DLPACK_INCLUDE_DIR)|g' -e 's|@MPI_C_COMPILER@|$(MPI_C_COMPILER)|g' \
+	    -e 's|@MPI_CXX_COMPILER@|$(MPI_CXX_COMPILER)|g' -e 's|@MPI_Fortran_COMPILER@|$(MPI_Fortran_COMPILER)|g' \
 	    -e 's|@LIBS_PRIVATE_CMAKE@|$(strip $(patsubst -l%,%,$(filter -l%,$(LIB_LDLIBS))))|g' \
 	    -e 's|@LIBDIRS_PRIVATE_CMAKE@|$(strip $(patsubst -L%,%,$(filter -L%,$(LIB_LDLIBS))))|g'
 
@@ -410,15 +424,20 @@ bench: $(BENCH_BINS)
 # ---------------------------------------------------------------------------------------------
 # Install
 # ---------------------------------------------------------------------------------------------
-# Under $(DOCDIR): README.md, LICENSE, and examples/ (the sources with a Makefile that builds them
-# against the installed tree through pkg-config). The man page under $(MANDIR)/man3, the CMake
-# package under $(CMAKEDIR).
+# Under $(DOCDIR): README.md, LICENSE, examples/ (the sources with a Makefile that builds them
+# against the installed tree through pkg-config; the Fortran ones in examples/fortran/ when the
+# Fortran bindings are built), and, where doxygen builds them, the HTML API references (html/ for
+# C and C++, fortran/ for the Fortran module). The man pages under $(MANDIR)/man3: localmap(3) and
+# one page per function. The CMake package under $(CMAKEDIR). tools/lm-mpirun as
+# $(BINDIR)/lm-mpirun, its default launcher the one of this build's MPI.
 DOC_FILES  := README.md LICENSE
 EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h examples/README.md))
+MAN_FUNCS   = $(shell sh tools/gen-manpage.sh --list)
+HAVE_DOXYGEN = $(shell command -v $(DOXYGEN) 2>/dev/null)
 
 install: lib $(MANPAGE)
 	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
-	  $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(MANDIR)/man3
+	  $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BINDIR)
 	$(INSTALL) -m 755 $(SHLIB_REAL) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(notdir $(SHLIB_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/$(LIBNAME).so
@@ -429,7 +448,16 @@ install: lib $(MANPAGE)
 	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 644 $(EX_FILES) $(DESTDIR)$(DOCDIR)/examples/
 	$(INSTALL) -m 644 examples/Makefile.installed $(DESTDIR)$(DOCDIR)/examples/Makefile
-	$(INSTALL) -m 644 $(MANPAGE) $(DESTDIR)$(MANDIR)/man3/localmap.3
+	$(INSTALL) -m 644 $(MANPAGE) $(MAN3DIR)/lm_*.3 $(DESTDIR)$(MANDIR)/man3/
+	sed -e 's|^launcher=$${LM_MPIRUN:-mpirun}$$|launcher=$${LM_MPIRUN:-$(MPIRUN)}|' tools/lm-mpirun \
+	  > $(DESTDIR)$(BINDIR)/lm-mpirun.tmp && chmod 755 $(DESTDIR)$(BINDIR)/lm-mpirun.tmp && \
+	  mv $(DESTDIR)$(BINDIR)/lm-mpirun.tmp $(DESTDIR)$(BINDIR)/lm-mpirun
+	@if [ -n "$(HAVE_DOXYGEN)" ] && $(MAKE) --no-print-directory -s $(DOCS_HTML) $(DOCS_FORTRAN) >/dev/null 2>&1; then \
+	  $(INSTALL) -d $(DESTDIR)$(DOCDIR)/html $(DESTDIR)$(DOCDIR)/fortran && \
+	  cp -R $(BUILD)/docs/html/. $(DESTDIR)$(DOCDIR)/html/ && \
+	  cp -R $(BUILD)/docs/fortran/html/. $(DESTDIR)$(DOCDIR)/fortran/ && \
+	  echo "install: HTML API references in $(DESTDIR)$(DOCDIR)/html and $(DESTDIR)$(DOCDIR)/fortran"; \
+	else echo "install: the HTML API references are not installed ($(if $(HAVE_DOXYGEN),make docs fails: run it to see why,no $(DOXYGEN): apt-get install doxygen))"; fi
 
 # Removes what install put there, then the directories that are localmap's own once empty.
 uninstall:
@@ -440,25 +468,49 @@ uninstall:
 	      $(DESTDIR)$(CMAKEDIR)/localmapConfig.cmake $(DESTDIR)$(CMAKEDIR)/localmapConfigVersion.cmake \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
-	      $(DESTDIR)$(MANDIR)/man3/localmap.3
+	      $(DESTDIR)$(MANDIR)/man3/localmap.3 $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(addsuffix .3,$(MAN_FUNCS))) \
+	      $(DESTDIR)$(BINDIR)/lm-mpirun
+	rm -rf $(DESTDIR)$(DOCDIR)/html $(DESTDIR)$(DOCDIR)/fortran
 	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 # ---------------------------------------------------------------------------------------------
-# Documentation: `make docs` = the HTML reference in $(BUILD)/docs/html (doxygen with warnings
-# as errors: an undocumented public item fails) and the man page $(BUILD)/docs/localmap.3.
+# Documentation: `make docs` = the HTML reference of the C and C++ headers in $(BUILD)/docs/html
+# (doxygen with warnings as errors: an undocumented public item fails), the Fortran module's in
+# $(BUILD)/docs/fortran/html (an undocumented public procedure, generic or type fails), and the
+# man pages: $(BUILD)/docs/localmap.3 and one per function in $(BUILD)/docs/man3
+# (`man -l build/docs/man3/lm_dist_tensor_reshard.3`).
 # ---------------------------------------------------------------------------------------------
 .PHONY: docs man
-docs: $(MANPAGE)
-	@command -v $(DOXYGEN) >/dev/null 2>&1 || { echo "docs: $(DOXYGEN) not found (apt-get install doxygen)"; exit 1; }
-	@mkdir -p $(BUILD)/docs
-	( cat docs/Doxyfile; echo "PROJECT_NUMBER = $(VERSION)"; echo "OUTPUT_DIRECTORY = $(BUILD)/docs" ) | $(DOXYGEN) -
-	@echo "docs: $(BUILD)/docs/html/index.html, $(MANPAGE)"
+docs: $(MANPAGE) $(DOCS_HTML) $(DOCS_FORTRAN)
+	@echo "docs: $(DOCS_HTML), $(DOCS_FORTRAN), $(MANPAGE), $(MAN3DIR)/lm_*.3"
 
 man: $(MANPAGE)
 
-$(MANPAGE): docs/localmap.3.in tools/gen-manpage.sh $(PUB_HDRS)
+# localmap(3) and, as a side product, $(MAN3DIR)/<function>.3 for every function.
+$(MANPAGE): docs/localmap.3.in docs/man-examples.txt tools/gen-manpage.sh $(PUB_HDRS)
 	@mkdir -p $(@D)
-	sh tools/gen-manpage.sh $(VERSION) $@
+	sh tools/gen-manpage.sh $(VERSION) $@ $(MAN3DIR)
+
+$(DOCS_HTML): docs/Doxyfile docs/api-mainpage.md $(PUB_HDRS)
+	@command -v $(DOXYGEN) >/dev/null 2>&1 || { echo "docs: $(DOXYGEN) not found (apt-get install doxygen)"; exit 1; }
+	@mkdir -p $(BUILD)/docs
+	( cat docs/Doxyfile; echo "PROJECT_NUMBER = $(VERSION)"; echo "OUTPUT_DIRECTORY = $(BUILD)/docs" ) | $(DOXYGEN) -
+
+# Two runs: the check (EXTRACT_ALL = NO: Doxygen names what has no `!>` comment; named constants
+# and the per-kind procedures behind the generics need none), then the pages (EXTRACT_ALL = YES:
+# constants listed with their values).
+F_DOC_SRCS := docs/Doxyfile.fortran docs/fortran-mainpage.md bindings/fortran/localmap.f90 \
+              bindings/fortran/localmap_generic.inc
+$(DOCS_FORTRAN): $(F_DOC_SRCS)
+	@command -v $(DOXYGEN) >/dev/null 2>&1 || { echo "docs: $(DOXYGEN) not found (apt-get install doxygen)"; exit 1; }
+	@mkdir -p $(BUILD)/docs/fortran
+	@( cat docs/Doxyfile.fortran; echo "OUTPUT_DIRECTORY = $(BUILD)/docs/fortran"; \
+	   echo "EXTRACT_ALL = NO"; echo "GENERATE_HTML = NO" ) | $(DOXYGEN) - 2>&1 | \
+	  grep 'is not documented' | grep -v '(variable)\|of interface\|_final_ (function)' \
+	  > $(BUILD)/docs/fortran/undocumented.txt || true
+	@if [ -s $(BUILD)/docs/fortran/undocumented.txt ]; then cat $(BUILD)/docs/fortran/undocumented.txt; \
+	  echo "docs: the Fortran module has public items without a !> comment (above)"; exit 1; fi
+	( cat docs/Doxyfile.fortran; echo "PROJECT_NUMBER = $(VERSION)"; echo "OUTPUT_DIRECTORY = $(BUILD)/docs/fortran" ) | $(DOXYGEN) -
 
 # ---------------------------------------------------------------------------------------------
 # ABI

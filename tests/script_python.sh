@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Python binding (bindings/python): the coverage check against include/localmap.h; the package
-# installed with pip (offline: --no-build-isolation) into a temporary directory, and everything
+# installed with pip (offline: --no-build-isolation) from ./bindings/python into a temporary
+# directory, leaving nothing (build/, *.egg-info) in the checkout, and everything
 # below run against that installed copy: the library lookup tests (serial), the pytest suites
 # under mpirun -np 2 and -np 4 (mpi4py initialises MPI first there), a run without mpi4py (localmap
 # initialises MPI, and does not import mpi4py), and the masked-loss example at np 1, 2 and 4,
@@ -76,11 +77,17 @@ if [ -n "$mpich" ]; then
   echo "MPICH build: mpi4py runs with MPI4PY_MPIABI=mpich on $mpich"
 fi
 
-step "pip install --no-build-isolation (offline) into a temporary target"
-cp -r bindings/python "$tmp/src"   # a clean copy: pip's build leaves files next to the sources
-rm -rf "$tmp/src/build" "$tmp/src"/*.egg-info
+step "pip install --no-build-isolation (offline) of ./bindings/python into a temporary target"
+# Straight from the checkout, as a user does: the package's build backend works on a copy, so
+# nothing (build/, *.egg-info) may appear next to the sources.
+before=$(git status --porcelain --ignored bindings/python 2>/dev/null || true)
 "$PY" -m pip install -q --no-build-isolation --no-deps --no-index \
-  --target "$tmp/site" "$tmp/src" || fail "pip install of bindings/python"
+  --target "$tmp/site" ./bindings/python || fail "pip install of bindings/python"
+after=$(git status --porcelain --ignored bindings/python 2>/dev/null || true)
+[ "$before" = "$after" ] || fail "pip install ./bindings/python left files in the checkout: $(diff <(echo "$before") <(echo "$after") | sed -n 's/^> //p' | tr '\n' ' ')"
+for d in bindings/python/build bindings/python/*.egg-info; do
+  [ ! -e "$d" ] || fail "pip install ./bindings/python left $d"
+done
 so=$(find "$tmp/site" -name '*.so*' | head -1)
 [ -z "$so" ] || fail "the package contains compiled code: $so"
 [ -f "$tmp/site/localmap/__init__.py" ] || fail "pip installed no localmap package"
