@@ -44,6 +44,27 @@ void MpiTransport::fail_and_notify(lm_status_t st, const std::string &msg) {
   throw Error(st, msg);
 }
 
+// MPI_ERR_IN_STATUS: the error of the first failed request. A truncated message means the two
+// sides expected different sizes: the ranks ran different reshards (at LM_CHECK=0 nothing compared
+// their arguments first), which is said as such.
+int MpiTransport::in_status(int rc, size_t n) {
+  int cls = MPI_SUCCESS;
+  MPI_Error_class(rc, &cls);
+  if (cls == MPI_ERR_IN_STATUS)
+    for (size_t i = 0; i < n; ++i)
+      if (statuses_[i].MPI_ERROR != MPI_SUCCESS && statuses_[i].MPI_ERROR != MPI_ERR_PENDING) {
+        rc = statuses_[i].MPI_ERROR;
+        MPI_Error_class(rc, &cls);
+        break;
+      }
+  if (cls == MPI_ERR_TRUNCATE)
+    fail_and_notify(LM_ERR_MISMATCH,
+                    strfmt("reshard: a message to rank %d was longer than its receive (MPI_ERR_TRUNCATE): "
+                           "the ranks ran different reshards (with LM_CHECK=0 no agreement compares "
+                           "their arguments first)", world_rank_or_minus1()));
+  return rc;
+}
+
 void MpiTransport::check(int rc, const char *what) {
   if (rc == MPI_SUCCESS) return;
   try {
@@ -325,8 +346,9 @@ bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
   auto ready = [&] {
     if (cma_open_) pump_cma();
     int flag = 0;
-    check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
-          "reshard: MPI_Testall");
+    if (statuses_.size() < n) statuses_.resize(n);
+    const int rc = MPI_Testall((int)n, reqs_.data() + first, &flag, statuses_.data());
+    if (rc != MPI_SUCCESS) check(in_status(rc, n), "reshard: MPI_Testall");
     if (!flag) return false;
     if (cma >= 0) return crecv_[(size_t)cma].state == 2;
     if (cma <= -2) return csend_[(size_t)(-2 - cma)].done;

@@ -58,6 +58,7 @@ class MpiTransport : public Transport {
   // for the deadline of the call.
   [[noreturn]] void fail_and_notify(lm_status_t st, const std::string &msg);
   void check(int rc, const char *what);
+  int in_status(int rc, size_t n);
   void probe_abort();
   void drop_pending();
   Ticket add_pieces(bool send, char *p, size_t bytes, int peer, int tag);
@@ -109,6 +110,7 @@ class MpiTransport : public Transport {
   MPI_Comm comm_;
   AbortNotices notices_;
   std::vector<MPI_Request> reqs_;
+  std::vector<MPI_Status> statuses_;  // of the last MPI_Testall (reused)
   std::vector<int> peers_;  // peer of each request (for deadline messages)
   unsigned polls_ = 0;
   std::vector<std::pair<size_t, size_t>> tickets_;  // first request, count
