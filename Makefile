@@ -251,16 +251,20 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples check check-tcp check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
+.PHONY: all lib tests examples info check check-tcp check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
 .DEFAULT_GOAL := all
 
-all: deps lib tests examples
+all: deps lib tests examples info
 
 lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE) $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE)
 
 tests: $(TEST_BINS) $(UNIT_BINS)
 
 examples: $(EX_BINS)
+
+# lm-info (tools/lm-info.cpp): the library's diagnostic tool, installed in $(BINDIR).
+LM_INFO := $(BUILD)/bin/lm-info
+info: $(LM_INFO)
 
 # For `make check` it also sees to the test tools (doxygen, abigail-tools, cmake, ...: --check).
 deps:
@@ -331,6 +335,12 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h $(PROG_DEPS) | $(DEPS_F
 	$(MPICC) $(PUB_CPPFLAGS) -Itests -Itests/gpu -I$(CUDA_HOME)/include $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) \
 	  $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) \
 	  -lcudart -lcmocka -lm $(LDLIBS)
+
+# lm-info reads the internals it reports: the static library and src/ headers, like unit tests.
+$(LM_INFO): tools/lm-info.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) $(filter-out $(MPI_CPPFLAGS),$(LIB_CPPFLAGS)) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) \
+	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS)
 
 # unit_*.cpp test internals: they may include src/ headers and link the static library.
 $(BUILD)/tests/unit_%: tests/unit_%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
@@ -435,7 +445,7 @@ EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h example
 MAN_FUNCS   = $(shell sh tools/gen-manpage.sh --list)
 HAVE_DOXYGEN = $(shell command -v $(DOXYGEN) 2>/dev/null)
 
-install: lib $(MANPAGE)
+install: lib $(MANPAGE) $(LM_INFO)
 	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 	  $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BINDIR)
 	$(INSTALL) -m 755 $(SHLIB_REAL) $(DESTDIR)$(LIBDIR)/
@@ -452,6 +462,7 @@ install: lib $(MANPAGE)
 	sed -e 's|^launcher=$${LM_MPIRUN:-mpirun}$$|launcher=$${LM_MPIRUN:-$(MPIRUN)}|' tools/lm-mpirun \
 	  > $(DESTDIR)$(BINDIR)/lm-mpirun.tmp && chmod 755 $(DESTDIR)$(BINDIR)/lm-mpirun.tmp && \
 	  mv $(DESTDIR)$(BINDIR)/lm-mpirun.tmp $(DESTDIR)$(BINDIR)/lm-mpirun
+	$(INSTALL) -m 755 $(LM_INFO) $(DESTDIR)$(BINDIR)/lm-info
 	@if [ -n "$(HAVE_DOXYGEN)" ] && $(MAKE) --no-print-directory -s $(DOCS_HTML) $(DOCS_FORTRAN) >/dev/null 2>&1; then \
 	  $(INSTALL) -d $(DESTDIR)$(DOCDIR)/html $(DESTDIR)$(DOCDIR)/fortran && \
 	  cp -R $(BUILD)/docs/html/. $(DESTDIR)$(DOCDIR)/html/ && \
@@ -469,7 +480,7 @@ uninstall:
 	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
 	      $(DESTDIR)$(MANDIR)/man3/localmap.3 $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(addsuffix .3,$(MAN_FUNCS))) \
-	      $(DESTDIR)$(BINDIR)/lm-mpirun
+	      $(DESTDIR)$(BINDIR)/lm-mpirun $(DESTDIR)$(BINDIR)/lm-info
 	rm -rf $(DESTDIR)$(DOCDIR)/html $(DESTDIR)$(DOCDIR)/fortran
 	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
 

@@ -36,7 +36,7 @@ for f in lib/liblocalmap.so.0 lib/liblocalmap.so lib/liblocalmap.a include/local
          lib/cmake/localmap/localmapConfig.cmake lib/cmake/localmap/localmapConfigVersion.cmake \
          share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE \
          share/doc/localmap/examples/Makefile share/doc/localmap/examples/hello.c \
-         share/man/man3/lm_dist_tensor_reshard.3 share/man/man3/lm_mesh_create_mpi.3 bin/lm-mpirun; do
+         share/man/man3/lm_dist_tensor_reshard.3 share/man/man3/lm_mesh_create_mpi.3 bin/lm-mpirun bin/lm-info; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 for f in examples/*.c examples/*.cpp; do
@@ -65,6 +65,9 @@ fi
 want="launcher=\${LM_MPIRUN:-${LM_MPIRUN:-mpirun}}"
 grep -qxF "$want" "$prefix/bin/lm-mpirun" ||
   { grep -n '^launcher=' "$prefix/bin/lm-mpirun"; echo "bin/lm-mpirun: expected $want"; exit 1; }
+# The diagnostic tool runs from the prefix, under the installed launcher.
+"$prefix/bin/lm-mpirun" 2 "$prefix/bin/lm-info" | grep -q "job: 2 rank(s)" ||
+  { echo "bin/lm-info under bin/lm-mpirun 2 did not report the job"; exit 1; }
 if [ -f "$BUILD/fortran/lib/liblocalmap_fortran.a" ]; then
   for f in bindings/fortran/examples/*.f90; do
     cmp -s "$f" "$prefix/share/doc/localmap/examples/fortran/$(basename "$f")" || { echo "not installed: $f"; exit 1; }

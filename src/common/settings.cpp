@@ -49,9 +49,9 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_PLAN_KEEP_BUFFERS", SettingType::Bool, "0", false, Audience::Expert, 0, 1, nullptr,
      "persistent plans keep staging and intermediate buffers between executions"},
     {"LM_FAULT", SettingType::Text, "", false, Audience::Test, 0, 0, nullptr,
-     "test hook: kind:rank=R:nth=N[,...] makes the N-th alloc or transport call fail"},
+     "kind:rank=R:nth=N[,...] makes the N-th alloc or transport call fail"},
     {"LM_NCCL_FAULT_INIT_RANK", SettingType::Int, "-1", false, Audience::Test, (uint64_t)-1,
-     INT_MAX, nullptr, "test hook: this communicator rank reports a failed NCCL init"},
+     INT_MAX, nullptr, "this communicator rank reports a failed NCCL init"},
 };
 
 std::string strfmt_g(double d) {
