@@ -22,6 +22,8 @@ namespace {
 
 std::mutex g_registry_mutex;
 std::map<std::vector<int>, AgreeComm *> *g_registry = nullptr;
+// Channels with abandoned requests still pending at MPI_Finalize: never freed (never destroyed).
+std::vector<AgreeComm *> *g_kept = new std::vector<AgreeComm *>();
 int g_free_keyval = MPI_KEYVAL_INVALID;
 
 // Whether the requests of ac's abandoned agreements completed (they are then forgotten).
@@ -45,7 +47,10 @@ int free_registry(MPI_Comm, int, void *, void *) {
     for (auto &kv : *g_registry) {
       AgreeComm *ac = kv.second;
       if (ac->comm != MPI_COMM_NULL && abandoned_done(ac)) MPI_Comm_free(&ac->comm);
-      if (ac->abandoned.empty()) delete ac;  // else its buffers may still be written: kept
+      if (ac->abandoned.empty())
+        delete ac;
+      else  // its buffers may still be written: kept, and reachable (not a leak)
+        g_kept->push_back(ac);
     }
     delete g_registry;
     g_registry = nullptr;
