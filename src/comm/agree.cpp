@@ -47,10 +47,11 @@ int free_registry(MPI_Comm, int, void *, void *) {
     for (auto &kv : *g_registry) {
       AgreeComm *ac = kv.second;
       if (ac->comm != MPI_COMM_NULL && abandoned_done(ac)) MPI_Comm_free(&ac->comm);
-      if (ac->abandoned.empty())
-        delete ac;
-      else  // its buffers may still be written: kept, and reachable (not a leak)
-        g_kept->push_back(ac);
+      // Kept (reachable, never destroyed): meshes that outlive MPI still point at their channels,
+      // and a pending abandoned request may still write into its buffers.
+      ac->broken = true;
+      ac->broken_why = "MPI was finalized";
+      g_kept->push_back(ac);
     }
     delete g_registry;
     g_registry = nullptr;
