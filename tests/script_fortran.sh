@@ -19,8 +19,8 @@ if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --c
 fc_of() { "$MPIFC" --showme:command 2>/dev/null || "$MPIFC" -show 2>/dev/null | awk '{print $1; exit}'; }
 if ! command -v "$MPIFC" >/dev/null || ! command -v "$(fc_of || echo gfortran)" >/dev/null; then
   why="$MPIFC or its Fortran compiler not found (apt-get install gfortran libopenmpi-dev)"
-  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_fortran: LM_REQUIRE_BINDINGS=1 but: $why"; exit 1; fi
-  echo "script_fortran: SKIP: $why"; exit 77
+  . tests/lm_test.sh
+  lm_missing_binding "$why"
 fi
 unset MAKEFLAGS MFLAGS
 # make check built them (with its flags); build them here only when run by hand on a plain build.
