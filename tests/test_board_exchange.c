@@ -38,10 +38,12 @@ static int env_off(const char *name) {
   const char *e = getenv(name);
   return e && e[0] == '0' && e[1] == '\0';
 }
-/* Whether a small plan execution here should go through the board. */
+/* Whether a small plan execution here should go through the board: every rank on one node
+ * (simulated nodes: LM_TEST_NODES, tests/README.md) and nothing turned off. */
 static int board_expected(void) {
-  return NP > 1 && !env_off("LM_AGREE_BOARD") && !env_off("LM_NODE_LOCAL") &&
-         !env_off("LM_BOARD_EXCHANGE_BYTES") && !env_off("LM_NODE_ARENA_BYTES");
+  return NP > 1 && lm_test_one_node(NULL, 0) && !env_off("LM_AGREE_BOARD") &&
+         !env_off("LM_NODE_LOCAL") && !env_off("LM_BOARD_EXCHANGE_BYTES") &&
+         !env_off("LM_NODE_ARENA_BYTES");
 }
 
 static double value(int64_t i, int64_t j, int64_t cols) { return (double)(i * cols + j) + 0.25; }
