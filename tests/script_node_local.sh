@@ -44,6 +44,8 @@ if [ $san = 0 ]; then  # off: what every other suite's small messages already ru
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
 fi
+# MPI objects per create/destroy cycle with every message through MPI and boxes as datatypes.
+LM_NODE_LOCAL=0 LM_DATATYPE_MIN_BYTES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_mpi_objects"
 # Agreements: through the shared-memory board by default (every rank on this node), through
 # MPI_Allreduce with the board off (as on more than one node): the agreement suites both ways.
 for np in 3 4; do
@@ -69,7 +71,8 @@ fi
 calls() {  # "readv writev" calls of one run of test_reshard_directed at np 2
   local log r w
   log=$(mktemp)
-  env "$@" strace -f -qq -c -e trace=process_vm_readv,process_vm_writev -o "$log" \
+  # (on one real node: simulated nodes, LM_TEST_NODES, would leave np 2 without node-local peers)
+  env -u LM_TEST_NODES "$@" strace -f -qq -c -e trace=process_vm_readv,process_vm_writev -o "$log" \
     bash tools/lm-mpirun 2 "$BUILD/tests/test_reshard_directed" >/dev/null 2>&1 || { rm -f "$log"; echo "-1 -1"; return; }
   r=$(awk '$NF == "process_vm_readv" { print $4; exit }' "$log")
   w=$(awk '$NF == "process_vm_writev" { print $4; exit }' "$log")

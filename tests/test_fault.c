@@ -19,6 +19,10 @@
 // lm-test-np: 1 2 4
 #include "lm_test.h"
 
+/* After an injected transport failure MPI keeps failure notices and abandoned messages
+ * unreceived, or abandons requests (tests/lm_test.h). */
+LM_TEST_ABANDONED_MPI_OK()
+
 #define NP lm_test_size()
 #define ME lm_test_rank()
 
