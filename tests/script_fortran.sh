@@ -12,14 +12,18 @@ ROOT=$PWD
 BUILD=${BUILD:-build}
 MPIFC=${MPIFC:-mpif90}
 F=$BUILD/fortran
+. tests/lm_test.sh
 
 sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
-if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --check; fi
+if command -v python3 >/dev/null; then
+  python3 bindings/fortran/gen_typed.py --check
+else
+  lm_defer_skip "generated files up to date (gen_typed.py --check): no python3"
+fi
 # The compiler behind the wrapper: OpenMPI says it with --showme:command, MPICH with -show.
 fc_of() { "$MPIFC" --showme:command 2>/dev/null || "$MPIFC" -show 2>/dev/null | awk '{print $1; exit}'; }
 if ! command -v "$MPIFC" >/dev/null || ! command -v "$(fc_of || echo gfortran)" >/dev/null; then
   why="$MPIFC or its Fortran compiler not found (apt-get install gfortran libopenmpi-dev)"
-  . tests/lm_test.sh
   lm_missing_binding "$why"
 fi
 unset MAKEFLAGS MFLAGS
@@ -68,4 +72,4 @@ make -s install PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
 bash tools/lm-mpirun 2 "$tmp/first" | tee "$tmp/out"
 [ "$(grep -c 'gathered all: T' "$tmp/out")" = 2 ] || { echo "the installed hello failed"; exit 1; }
 make -s uninstall PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
-echo "fortran bindings: OK"
+lm_finish "fortran bindings: OK"
