@@ -15,6 +15,7 @@
 #   make abi-baseline       regenerate abi/localmap.abi from this build (at a release)
 #   make fuzz [FUZZ_SECONDS=60]  libFuzzer targets (clang 14) in build-fuzz/; see fuzz/fuzz.mk
 #   make check-tcp          make check with LM_MPIRUN_FLAGS="--mca btl tcp,self" (no shared memory)
+#   make check-multinode [NODES=2]   the MPI tests on simulated nodes over TCP (tests/README.md)
 #   make clean | deps
 #
 # Variables: OPT (-O2), WERROR (1), ASAN, UBSAN, CUDA (auto), BUILD (build), MPI (openmpi|mpich),
@@ -251,7 +252,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples info check check-tcp check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
+.PHONY: all lib tests examples info check check-tcp check-multinode check-gpu gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples info
@@ -408,6 +409,18 @@ check: all
 # flags also work directly: LM_MPIRUN_FLAGS="--mca btl tcp,self" make check (tools/lm-mpirun).
 check-tcp:
 	LM_MPIRUN_FLAGS="--mca btl tcp,self $(LM_MPIRUN_FLAGS)" $(MAKE) check
+
+# Simulated nodes (tests/README.md): LM_TEST_NODES=$(NODES) (default 2) splits this machine's ranks
+# into nodes (world rank r on node r % NODES; a test-only hook of the node probe), and OpenMPI runs
+# over TCP only, so that agreements over sets that span nodes go through MPI, each node has its own
+# board, and transfers mix node-local and remote peers: the paths of a multi-node job. By default
+# the MPI tests, the examples and the transport scripts (TESTS=... for others).
+MULTINODE_TESTS := 'test_*' script_staging script_node_local script_fault \
+                   $(shell awk '!/^\#/ && NF { printf "%s ", $$1 }' tests/examples.list 2>/dev/null)
+check-multinode:
+	LM_TEST_NODES=$(or $(NODES),2) \
+	LM_MPIRUN_FLAGS="$(if $(filter mpich,$(MPI)),,--mca btl tcp,self) $(LM_MPIRUN_FLAGS)" \
+	  $(MAKE) check TESTS="$(or $(TESTS),$(MULTINODE_TESTS))"
 
 # Device tests only (tests/gpu/), at NPS (default "1 2 4"). NCCL_SPLIT_HOSTS=1 gives each rank its
 # own NCCL_HOSTID (and NCCL_SOCKET_IFNAME=lo), so several ranks on ONE GPU run real NCCL.

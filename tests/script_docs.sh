@@ -13,6 +13,7 @@
 # Without doxygen the last part says SKIP, unless LM_REQUIRE_TOOLS is set (CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/lm_test.sh
 BUILD=${BUILD:-build}
 MPI=${LM_MPI:-}
 unset MAKEFLAGS MFLAGS
@@ -35,6 +36,8 @@ n=$(printf '%s\n' "$listed" | grep -c .)
 if command -v man >/dev/null 2>&1; then
   warn=$(MANWIDTH=100 man --warnings -l "$page" 2>&1 >/dev/null || true)
   [ -z "$warn" ] || { echo "man warns about localmap(3):"; echo "$warn"; exit 1; }
+else
+  lm_defer_skip "localmap(3) formatting: no man (apt-get install man-db)"
 fi
 echo "localmap(3): $n functions, the same as exported + inline helpers"
 
@@ -58,9 +61,8 @@ extra=$(ls "$man3" | sed -n 's/\.3$//p' | grep -vxF -f <(printf '%s\n' $listed) 
 echo "man3: $n pages ($man3), each with synopsis, description, errors and an example"
 
 if ! command -v doxygen >/dev/null 2>&1; then
-  [ -z "${LM_REQUIRE_TOOLS:-}" ] || { echo "doxygen not found"; exit 1; }
-  echo "script_docs: SKIP: make docs not checked: no doxygen (apt-get install doxygen)"
-  exit 77
+  lm_defer_skip "make docs: no doxygen (apt-get install doxygen)"
+  lm_finish "localmap(3) checked"
 fi
 make -s docs BUILD="$BUILD" MPI="$MPI" >"$tmp/docs.log" 2>&1 || { cat "$tmp/docs.log"; echo "make docs failed"; exit 1; }
 [ -s "$BUILD/docs/html/index.html" ] || { echo "make docs wrote no index.html"; exit 1; }
@@ -94,4 +96,4 @@ if make -s -C "$tmp/f" docs BUILD=b >"$tmp/f.log" 2>&1; then
   cat "$tmp/f.log"; echo "make docs passed with an undocumented Fortran subroutine"; exit 1
 fi
 grep -q 'lm_docs_test_undoc.*not documented' "$tmp/f.log" || { cat "$tmp/f.log"; exit 1; }
-echo "make docs: builds $BUILD/docs/html and $BUILD/docs/fortran/html; an undocumented C function or Fortran subroutine fails it: OK"
+lm_finish "make docs: builds $BUILD/docs/html and $BUILD/docs/fortran/html; an undocumented C function or Fortran subroutine fails it: OK"

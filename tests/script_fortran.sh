@@ -13,15 +13,19 @@ ROOT=$PWD
 BUILD=${BUILD:-build}
 MPIFC=${MPIFC:-mpif90}
 F=$BUILD/fortran
+. tests/lm_test.sh
 
 sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
-if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --check; fi
+if command -v python3 >/dev/null; then
+  python3 bindings/fortran/gen_typed.py --check
+else
+  lm_defer_skip "generated files up to date (gen_typed.py --check): no python3"
+fi
 # The compiler behind the wrapper: OpenMPI says it with --showme:command, MPICH with -show.
 fc_of() { "$MPIFC" --showme:command 2>/dev/null || "$MPIFC" -show 2>/dev/null | awk '{print $1; exit}'; }
 if ! command -v "$MPIFC" >/dev/null || ! command -v "$(fc_of || echo gfortran)" >/dev/null; then
   why="$MPIFC or its Fortran compiler not found (apt-get install gfortran libopenmpi-dev)"
-  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_fortran: LM_REQUIRE_BINDINGS=1 but: $why"; exit 1; fi
-  echo "script_fortran: SKIP: $why"; exit 77
+  lm_missing_binding "$why"
 fi
 unset MAKEFLAGS MFLAGS
 # make check built them (with its flags); build them here only when run by hand on a plain build.
@@ -86,4 +90,4 @@ make -s install PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
 bash tools/lm-mpirun 2 "$tmp/first" | tee "$tmp/out"
 [ "$(grep -c 'gathered all: T' "$tmp/out")" = 2 ] || { echo "the installed hello failed"; exit 1; }
 make -s uninstall PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
-echo "fortran bindings: OK"
+lm_finish "fortran bindings: OK"

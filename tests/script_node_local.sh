@@ -14,6 +14,7 @@
 # and writing, that the arena replaces most of them, and that the path really stays off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/lm_test.sh
 BUILD=${BUILD:-build}
 # Under the sanitizers (several times slower) and MPICH (whose waits spin, slow when ranks
 # outnumber cores) the same modes run on fewer cases and rank counts: what they add there is
@@ -43,6 +44,8 @@ if [ $san = 0 ]; then  # off: what every other suite's small messages already ru
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
 fi
+# MPI objects per create/destroy cycle with every message through MPI and boxes as datatypes.
+LM_NODE_LOCAL=0 LM_DATATYPE_MIN_BYTES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_mpi_objects"
 # Agreements: through the shared-memory board by default (every rank on this node), through
 # MPI_Allreduce with the board off (as on more than one node): the agreement suites both ways.
 for np in 3 4; do
@@ -59,18 +62,17 @@ LM_BOARD_EXCHANGE_BYTES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_rand
 LM_BOARD_EXCHANGE_BYTES=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
 echo "node-local path: exact in both modes; agreements and small plans with and without the board"
 
-if ! command -v strace >/dev/null; then
-  if [ "${LM_REQUIRE_TOOLS:-0}" = 1 ]; then echo "script_node_local: LM_REQUIRE_TOOLS=1 but strace is missing"; exit 1; fi
-  echo "script_node_local: SKIP of the path check: no strace (apt-get install strace)"
-  exit 0
-fi
 if [ $san = 1 ]; then
-  echo "node-local path check: in the plain OpenMPI build only (ptrace under ASan)"; exit 0
+  lm_skip "the suites passed in every mode; the strace check of the path runs in the plain OpenMPI build only (ptrace under ASan, MPICH's spinning waits)"
+fi
+if ! command -v strace >/dev/null; then
+  lm_missing_tool "the suites passed in every mode, but the path check needs strace (apt-get install strace)"
 fi
 calls() {  # "readv writev" calls of one run of test_reshard_directed at np 2
   local log r w
   log=$(mktemp)
-  env "$@" strace -f -qq -c -e trace=process_vm_readv,process_vm_writev -o "$log" \
+  # (on one real node: simulated nodes, LM_TEST_NODES, would leave np 2 without node-local peers)
+  env -u LM_TEST_NODES "$@" strace -f -qq -c -e trace=process_vm_readv,process_vm_writev -o "$log" \
     bash tools/lm-mpirun 2 "$BUILD/tests/test_reshard_directed" >/dev/null 2>&1 || { rm -f "$log"; echo "-1 -1"; return; }
   r=$(awk '$NF == "process_vm_readv" { print $4; exit }' "$log")
   w=$(awk '$NF == "process_vm_writev" { print $4; exit }' "$log")

@@ -17,10 +17,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 # LM_REQUIRE_BINDINGS=1 (set by CI) turns a skip into a failure.
-skip() {
-  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_python: FAIL (LM_REQUIRE_BINDINGS=1): $*"; exit 1; fi
-  echo "script_python: SKIP: $*"; exit 77
-}
+. tests/lm_test.sh
+skip() { lm_missing_binding "$@"; }
 fail() { echo "script_python: FAIL: $*"; exit 1; }
 step() { printf '\n--- %s\n' "$*"; }
 
@@ -35,11 +33,12 @@ if [ -z "$PY" ]; then
 fi
 PY=${PY:-$(command -v python3 || true)}
 [ -n "$PY" ] || skip "no python3 (apt-get install python3 python3-venv, then make python-venv)"
-missing=$("$PY" - <<'P' 2>/dev/null
+# An interpreter that is there but does not start is broken, not missing: a failure.
+missing=$("$PY" - <<'P'
 import importlib.util
 print(" ".join(m for m in ("numpy", "mpi4py", "pytest", "setuptools", "wheel") if importlib.util.find_spec(m) is None))
 P
-) || skip "$PY does not run"
+) || fail "$PY is there but does not run"
 [ -z "$missing" ] || skip "$PY lacks $missing (make python-venv installs them with pip, or set LM_PYTHON)"
 echo "python: $PY ($("$PY" -c 'import sys, numpy, mpi4py, pytest; print(sys.version.split()[0], "numpy", numpy.__version__, "mpi4py", mpi4py.__version__, "pytest", pytest.__version__)'))"
 

@@ -17,10 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
-skip() {
-  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_rust: LM_REQUIRE_BINDINGS=1 but: $*"; exit 1; fi
-  echo "script_rust: SKIP: $*"; exit 77
-}
+. tests/lm_test.sh
+skip() { lm_missing_binding "$@"; }
 
 sh tools/check-binding-coverage.sh bindings/rust '*.rs'
 

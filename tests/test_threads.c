@@ -135,9 +135,9 @@ int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   if (provided < MPI_THREAD_MULTIPLE) {
-    printf("SKIP: this MPI provides thread level %d, not MPI_THREAD_MULTIPLE\n", provided);
-    MPI_Finalize();
-    return 77;
+    char why[96];
+    snprintf(why, sizeof why, "this MPI provides thread level %d, not MPI_THREAD_MULTIPLE", provided);
+    lm_test_skip_program(why);
   }
   lm_test_init(&argc, &argv);
   return lm_test_run(tests, sizeof tests / sizeof tests[0], "test_threads");

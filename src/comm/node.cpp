@@ -28,10 +28,19 @@ void node_probe(AgreeComm *ac) {
   ac->node_peers.clear();
   if (!setting_on(Setting::NodeLocal) || ac->comm == MPI_COMM_NULL) return;
   MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(ac->comm, MPI_COMM_TYPE_SHARED, ac->rank, MPI_INFO_NULL, &node) !=
-          MPI_SUCCESS ||
-      node == MPI_COMM_NULL)
-    return;
+  int rc;
+  // TEST ONLY (tests/README.md, "Simulated nodes"): LM_TEST_NODES=k > 1 splits this machine's
+  // ranks into k simulated nodes, world rank r on node r % k, so that one machine runs the paths
+  // of a multi-node job (agreements over MPI, remote and node-local peers mixed, a board per node).
+  // A must-agree setting: settings_agree has compared it before this runs.
+  if (int64_t k = setting_int(Setting::TestNodes); k > 1) {
+    int wr = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    rc = MPI_Comm_split(ac->comm, (int)(wr % k), ac->rank, &node);
+  } else {
+    rc = MPI_Comm_split_type(ac->comm, MPI_COMM_TYPE_SHARED, ac->rank, MPI_INFO_NULL, &node);
+  }
+  if (rc != MPI_SUCCESS || node == MPI_COMM_NULL) return;
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   int n = 0;
   MPI_Comm_size(node, &n);

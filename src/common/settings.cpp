@@ -34,6 +34,8 @@ const SettingInfo kTable[kSettingCount] = {
      "MPI subarray datatypes for strided boxes (0: always pack)"},
     {"LM_TRANSPORT", SettingType::Choice, "auto", true, Audience::User, 0, 0, "auto|mpi",
      "device data: auto (NCCL where every rank has its own GPU) or mpi (staged through host)"},
+    {"LM_TEST_NODES", SettingType::Int, "0", true, Audience::Test, 0, 4096, nullptr,
+     "k > 1: split one machine's ranks into k simulated nodes (world rank r on node r % k)"},
     {"LM_CHECK", SettingType::Int, "1", false, Audience::User, 0, 2, nullptr,
      "argument checks: 0 local only, 1 agreed across ranks, 2 also data invariants"},
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,
