@@ -10,29 +10,11 @@
  *    one scenario per program, test_timeout_next has the transfer deadline);
  *  - MPI_Finalize after all that does not crash (no request outlives its buffers; the program's
  *    exit status shows it).
- * tests/script_timeouts.sh runs it with agreements over MPI (LM_AGREE_BOARD=0, LM_NODE_LOCAL=0) as
+ * tests/script_failures.sh runs it with agreements over MPI (LM_AGREE_BOARD=0, LM_NODE_LOCAL=0) as
  * well as over the shared-memory board (the default on one node).
  */
 // lm-test-np: 2 3
-#include "lm_test.h"
-
-#define NP lm_test_size()
-#define ME lm_test_rank()
-#define LATE (NP - 1)
-#define TMO 2.0
-
-static lm_status_t noop(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
-                        lm_arg_t *out) {
-  (void)ud; (void)mesh; (void)nin; (void)in; (void)nout; (void)out;
-  return LM_SUCCESS;
-}
-
-static lm_status_t call(lm_mesh_t m, char *msg, size_t cap) {
-  lm_arg_t x = lm_arg_i64(1);
-  lm_status_t st = lm_local_map(noop, NULL, 1, &x, NULL, 0, NULL, NULL, m, 0, NULL);
-  snprintf(msg, cap, "%s", lm_last_error_message());
-  return st;
-}
+#include "lm_late_rank.h"
 
 static void test_late_rank_fails_too(void **state) {
   (void)state;

@@ -3,28 +3,10 @@
  * test_timeout_next: after a transfer deadline the next call fails at once (issue 19 item 1): the
  * transfer's timeout breaks the mesh and its agreement channels, so the next call, also one that
  * agrees, returns INVALID_USAGE without waiting for the unresponsive rank again. MPI_Finalize
- * afterwards does not crash. tests/script_timeouts.sh also runs it with agreements over MPI.
+ * afterwards does not crash. tests/script_failures.sh also runs it with agreements over MPI.
  */
 // lm-test-np: 2 3
-#include "lm_test.h"
-
-#define NP lm_test_size()
-#define ME lm_test_rank()
-#define LATE (NP - 1)
-#define TMO 2.0
-
-static lm_status_t noop(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
-                        lm_arg_t *out) {
-  (void)ud; (void)mesh; (void)nin; (void)in; (void)nout; (void)out;
-  return LM_SUCCESS;
-}
-
-static lm_status_t call(lm_mesh_t m, char *msg, size_t cap) {
-  lm_arg_t x = lm_arg_i64(1);
-  lm_status_t st = lm_local_map(noop, NULL, 1, &x, NULL, 0, NULL, NULL, m, 0, NULL);
-  snprintf(msg, cap, "%s", lm_last_error_message());
-  return st;
-}
+#include "lm_late_rank.h"
 
 /* A transfer deadline (check level 0: no agreement before the data moves; the last rank skips
  * the reshard) breaks the mesh, and the next call on it fails at once, also a call that agrees
