@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Node discovery: which ranks of a process set share this node and can read each other's memory
-// (Linux cross memory attach: process_vm_readv). Found once per agreement communicator, right
-// after the set agreed on its settings; node_attach/node_peers carry the answer to the
-// communicators the plans use (an MPI attribute). The node-local data path that uses it lives in
-// transport/node/ and the MPI transport; the agreement board (comm/board.hpp) is set up here too.
+// Node discovery: which ranks of a process set share this node and how they can reach each
+// other's memory (Linux cross memory attach: process_vm_readv; mapping each other's arenas).
+// Found once per agreement communicator, right after the set agreed on its settings;
+// node_attach/node_peers/node_caps carry the answer to the communicators the plans use (an MPI
+// attribute). The node-local data path that uses it lives in transport/node/ and the MPI
+// transport; the agreement board (comm/board.hpp) is set up here too.
 #pragma once
 
 #include <mpi.h>
@@ -24,11 +25,11 @@ struct NodeCaps {
 
 // Collective over ac->comm: fills ac->node_peers (ranks of ac->comm on this node, without this
 // rank, whose memory this process can copy from and to; ac->node_kernel and ac->node_mapped say
-// how). Each
-// capability holds only when every rank of the node has it with every other (agreed per node, so
-// both sides of a pair always agree); the peers are empty when neither does, when LM_NODE_LOCAL is
-// off, or when an MPI call fails (then the path is simply not used). Activates the shared arena
-// (its test needs it) when the node holds other ranks of the set, then sets up the board.
+// how). Each capability holds only when every rank of the node has it with every other (agreed
+// per node, so both sides of a pair always agree); the peers are empty when neither does, when
+// LM_NODE_LOCAL is off, or when an MPI call fails (then the path is simply not used). Activates
+// the shared arena (its test needs it) when the node holds other ranks of the set, then sets up
+// the board.
 void node_probe(AgreeComm *ac);
 
 // Makes ac's node peers known to `comm` (a communicator over the same processes, e.g. a mesh's
