@@ -259,7 +259,7 @@ all: deps lib tests examples info
 
 lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE) $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE)
 
-tests: $(TEST_BINS) $(UNIT_BINS)
+tests: $(TEST_BINS) $(UNIT_BINS) $(BUILD)/tests/deny_cma
 
 examples: $(EX_BINS)
 
@@ -329,6 +329,12 @@ $(BUILD)/tests/%: tests/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICC) $(PUB_CPPFLAGS) -Itests $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka -lm $(LDLIBS)
+
+# A wrapper, not a test: runs a rank program with process_vm_readv/writev refused (seccomp), as a
+# restricted host does (tests/script_node_local.sh). No localmap, no sanitizers.
+$(BUILD)/tests/deny_cma: tests/deny_cma.c $(BUILD)/.stamp-prog | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICC) -std=gnu11 $(OPT) -g $(WARN) $(CPPFLAGS) -o $@ $<
 
 # Device tests use the CUDA runtime directly to make and check device data.
 $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h $(PROG_DEPS) | $(DEPS_FIRST)

@@ -42,6 +42,7 @@ enum class Setting : int {
   PoolBytes,           // LM_POOL_BYTES
   NodeArenaBytes,      // LM_NODE_ARENA_BYTES
   NodeArenaMinBytes,   // LM_NODE_ARENA_MIN_BYTES
+  NodePeerMapBytes,    // LM_NODE_PEER_MAP_BYTES
   PlanKeepBuffers,     // LM_PLAN_KEEP_BUFFERS
   // test hooks
   Fault,               // LM_FAULT
