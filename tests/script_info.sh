@@ -36,5 +36,22 @@ import json, sys
 d = json.loads(sys.argv[1])
 assert all(not r["board"] and "LM_AGREE_BOARD=0" in r["board_why"] for r in d["per_rank"]), d["per_rank"]
 PY
+# Kernel copies refused (a seccomp filter, tests/deny_cma): the path stays on through mapped arenas.
+json=$(bash tools/lm-mpirun 2 "$BUILD/tests/deny_cma" "$info" --json)
+"$py" - "$json" <<'PY' || fail "lm-info --json under deny_cma"
+import json, sys
+d = json.loads(sys.argv[1])
+assert all(r["node_local"] and not r["node_kernel"] and r["node_mapped"] and "mapped arenas only" in r["node_local_why"]
+           for r in d["per_rank"]), d["per_rank"]
+PY
+# Simulated nodes: the ranks are grouped as the library groups them.
+json=$(LM_TEST_NODES=2 bash tools/lm-mpirun 3 "$info" --json)
+"$py" - "$json" <<'PY' || fail "lm-info --json with LM_TEST_NODES=2"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["nodes"] == 2, d
+assert [r["node_ranks"] for r in d["per_rank"]] == [2, 1, 2], d["per_rank"]
+assert all(not r["board"] and "spans nodes" in r["board_why"] for r in d["per_rank"]), d["per_rank"]
+PY
 "$info" --bogus >/dev/null 2>&1 && fail "lm-info accepted --bogus"
 echo "lm-info: text and JSON OK"

@@ -34,11 +34,16 @@ struct RankInfo {
   char host[64];
   int world_rank;
   int node_peers;     // ranks of the job on this node it can copy from directly
+  int node_kernel;    // ... by kernel copies (process_vm_readv/writev)
+  int node_mapped;    // ... through windows on their arenas
   int node_ranks;     // ranks of the job on this node
   int board;          // agreements through shared memory
   int board_exchange; // small plans move data inside the agreement round
   int arena;          // shared arena active
-  double arena_gib;
+  double arena_gib;   // its bound
+  double peer_gib;    // address space for peers' windows
+  double as_gib;      // RLIMIT_AS (0: unlimited)
+  int as_capped;      // RLIMIT_AS made the arena or the windows smaller than asked
   int devices;
   char device_why[96];
   int transport;      // LM_TRANSPORT_* for device data (UNDECIDED: not asked)
@@ -99,22 +104,42 @@ std::string cuda_versions() {
 #endif
 }
 
+// The ranks of this node, grouped as the library's node probe groups them (comm/node.cpp): by
+// shared memory, or world rank r on node r % k under simulated nodes (LM_TEST_NODES=k).
+MPI_Comm node_comm(int world_rank) {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (int64_t k = lm::setting_int(lm::Setting::TestNodes); k > 1)
+    MPI_Comm_split(MPI_COMM_WORLD, (int)(world_rank % k), 0, &node);
+  else
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  return node;
+}
+
 RankInfo probe(lm_mesh_s *m) {
   RankInfo r{};
   gethostname(r.host, sizeof r.host - 1);
   r.world_rank = m->world_rank;
+  if (int64_t k = lm::setting_int(lm::Setting::TestNodes); k > 1) {  // "host/sim1"
+    size_t n = std::strlen(r.host);
+    std::snprintf(r.host + n, sizeof r.host - n, "/sim%d", (int)(r.world_rank % k));
+  }
   const lm::AgreeComm *ac = m->agree_parent;
   r.node_peers = (int)ac->node_peers.size();
+  r.node_kernel = ac->node_kernel;
+  r.node_mapped = ac->node_mapped;
   r.board = ac->board != nullptr;
   r.board_exchange = !ac->outbox.empty();
-  lm::ArenaId id = lm::arena_self();
-  r.arena = id.fd >= 0;
-  r.arena_gib = (double)id.size / (double)(uint64_t(1) << 30);
+  const double gib = (double)(uint64_t(1) << 30);
+  const lm::ArenaLimits &lim = lm::arena_limits();
+  r.arena = lm::arena_self().fd >= 0;
+  r.arena_gib = (double)lim.size / gib;
+  r.peer_gib = (double)lim.peer_budget / gib;
+  r.as_gib = (double)lim.as_limit / gib;
+  r.as_capped = lim.as_capped;
   r.devices = lm::cuda_device_count();
   std::snprintf(r.device_why, sizeof r.device_why, "%s", lm::cuda_absent_reason());
   r.transport = LM_TRANSPORT_UNDECIDED;
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm node = node_comm(r.world_rank);
   MPI_Comm_size(node, &r.node_ranks);
   MPI_Comm_free(&node);
   return r;
@@ -130,11 +155,18 @@ void probe_device(lm_mesh_s *m, RankInfo &r) {
                 lm::mesh_device(m).transport_why.c_str());
 }
 
-const char *node_local_why(const RankInfo &r) {
+std::string node_local_why(const RankInfo &r) {
   if (!lm::setting_on(lm::Setting::NodeLocal)) return "off: LM_NODE_LOCAL=0";
   if (r.node_ranks < 2) return "off: no other rank of the job on this node";
-  if (r.node_peers == 0) return "off: the kernel refused process_vm_readv between the ranks (ptrace policy or seccomp)";
-  return "on: messages from 32 KiB between ranks of this node are copied once";
+  if (r.node_peers == 0)
+    return "off: the ranks can neither copy with process_vm_readv nor map each other's arenas "
+           "(ptrace policy, seccomp, or no shared arena)";
+  if (!r.node_kernel)
+    return "on, through mapped arenas only: the kernel refuses process_vm_readv (ptrace policy or "
+           "seccomp), so user buffers outside the arena go over MPI";
+  if (!r.node_mapped) return "on, through kernel copies only: peers' arenas cannot be mapped";
+  return "on: messages of " + std::to_string(lm::setting_u(lm::Setting::NodeLocalMinBytes) >> 10) +
+         " KiB and more between ranks of this node are copied once";
 }
 
 const char *board_why(const RankInfo &r, int nodes) {
@@ -142,7 +174,7 @@ const char *board_why(const RankInfo &r, int nodes) {
   if (!lm::setting_on(lm::Setting::AgreeBoard)) return "off: LM_AGREE_BOARD=0";
   if (nodes > 1) return "off: the job spans nodes (agreements over MPI)";
   if (r.node_ranks < 2) return "off: one rank (no agreement to make)";
-  return "off: needs the node-local path and the shared arena";
+  return "off: needs peers' arenas mapped (the shared arena on every rank of the node)";
 }
 
 const char *transport_name(int t) {
@@ -171,9 +203,14 @@ void print_text(const std::vector<RankInfo> &all, int nodes) {
       }
     const RankInfo &r = all[i];
     std::printf("node %s (ranks %s):\n", r.host, ranks.c_str());
-    std::printf("  node-local path:  %s\n", node_local_why(r));
+    std::printf("  node-local path:  %s\n", node_local_why(r).c_str());
     std::printf("  shared arena:     %s", r.arena ? "on" : "off");
-    if (r.arena) std::printf(" (%.0f GiB of address space per process)", r.arena_gib);
+    if (r.arena)
+      std::printf(" (at most %.1f GiB, mapped as used; peers' windows up to %.1f GiB)", r.arena_gib,
+                  r.peer_gib);
+    if (r.as_gib > 0)
+      std::printf("%s RLIMIT_AS %.2f GiB%s", r.arena ? ";" : ":", r.as_gib,
+                  r.as_capped ? " made it smaller than asked" : "");
     std::printf("\n  agreement board:  %s\n", board_why(r, nodes));
     std::printf("  board exchange:   %s\n", r.board_exchange ? "on (small plans)" : "off");
     std::printf("  GPUs:             %d%s%s\n", r.devices, r.devices ? "" : " (",
@@ -202,12 +239,14 @@ void print_json(const std::vector<RankInfo> &all, int nodes) {
     const RankInfo &r = all[i];
     std::printf("%s\n  {\"rank\": %d, \"host\": %s, \"node_ranks\": %d, \"node_local\": %s, "
                 "\"node_local_why\": %s, \"board\": %s, \"board_why\": %s, \"board_exchange\": %s, "
-                "\"arena\": %s, \"arena_gib\": %.0f, \"gpus\": %d, \"gpus_why\": %s, "
+                "\"node_kernel\": %s, \"node_mapped\": %s, "
+                "\"arena\": %s, \"arena_gib\": %.2f, \"peer_map_gib\": %.2f, \"rlimit_as_gib\": %.2f, \"gpus\": %d, \"gpus_why\": %s, "
                 "\"device_transport\": %s, \"device_transport_why\": %s}",
                 i ? "," : "", r.world_rank, json_str(r.host).c_str(), r.node_ranks,
                 r.node_peers ? "true" : "false", json_str(node_local_why(r)).c_str(),
                 r.board ? "true" : "false", json_str(board_why(r, nodes)).c_str(),
-                r.board_exchange ? "true" : "false", r.arena ? "true" : "false", r.arena_gib,
+                r.board_exchange ? "true" : "false", r.node_kernel ? "true" : "false",
+                r.node_mapped ? "true" : "false", r.arena ? "true" : "false", r.arena_gib, r.peer_gib, r.as_gib,
                 r.devices, json_str(r.device_why).c_str(), json_str(transport_name(r.transport)).c_str(),
                 json_str(r.transport_why).c_str());
   }
@@ -258,8 +297,7 @@ int main(int argc, char **argv) {
   MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine, MPI_BYTE, 0,
              MPI_COMM_WORLD);
   int node_leader = 0, nodes = 0;
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm node = node_comm(me);
   int nrank = 0;
   MPI_Comm_rank(node, &nrank);
   MPI_Comm_free(&node);
