@@ -79,7 +79,7 @@ def test_reshard_inputs_and_mesh(mesh2):
         strict(x)
     # every rank fails the same local check, so each reports its own error (none is REMOTE)
     assert ei.value.status == lm.ERR_INVALID_ARGUMENT, ei.value
-    assert "fn requires" in ei.value.message
+    assert "in_placements[0] requires" in ei.value.message
     # out_shapes and shapes_even
     ev = lm.local_map(lambda s: s.copy(), [lm.Shard(0), lm.Replicate()],
                       out_shapes=[(6, 4)])(y)
