@@ -20,9 +20,12 @@ int main(int argc, char **argv) {
   CHECK(lm_dist_tensor_local_offset(x, &off, 1));
   CHECK(lm_dist_tensor_local_shape(x, &len, 1));
   CHECK(lm_dist_tensor_gather(x, 0, rank == 0 ? &b : NULL)); /* the full tensor on rank 0 */
+  int wrong = 0;
+  for (int i = 0; rank == 0 && i < 10; ++i) wrong += back[i] != full[i];
   printf("rank %d holds [%lld, %lld)%s\n", rank, (long long)off, (long long)(off + len),
-         rank == 0 && back[9] == 9 ? ", gathered all 10" : "");
+         rank != 0 ? "" : wrong ? ", gathered WRONG data" : ", gathered all 10");
   lm_dist_tensor_destroy(&x);
   lm_mesh_destroy(&mesh);
-  return lm_finalize();
+  CHECK(lm_finalize());
+  return wrong ? 1 : 0;
 }

@@ -215,7 +215,7 @@ LM_NODISCARD LM_API lm_status_t lm_device_supported(DLDeviceType device_type, in
  * @param out     receives the tensor; set to NULL on failure.
  * @param ndim    0 .. 32; a 0-d tensor (a scalar, shape may be NULL) holds one element.
  * @param shape   ndim extents, each >= 0 (copied; the tensor's shape is its own).
- * @param dtype   a supported dtype (see above).
+ * @param dtype   a supported dtype (LM_FLOAT16 ... LM_COMPLEX128, LM_BOOL).
  * @param device  kDLCPU (other devices: LM_ERR_NOT_SUPPORTED; a device output comes from the
  *                framework's allocator, handed over as a DLManagedTensor).
  * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT naming the argument; LM_ERR_OUT_OF_MEMORY.
@@ -355,7 +355,7 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_size(lm_mesh_t mesh, int *size);
 LM_NODISCARD LM_API lm_status_t lm_mesh_is_member(lm_mesh_t mesh, int *is_member);
 /** This rank's coordinate (n >= ndim); LM_ERR_INVALID_USAGE on a non-member. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_coord(lm_mesh_t mesh, int64_t *coord, int n);
-/** This rank's row-major index in the mesh (0..size); LM_ERR_INVALID_USAGE on a non-member. */
+/** This rank's row-major index in the mesh (0 .. size-1); LM_ERR_INVALID_USAGE on a non-member. */
 LM_NODISCARD LM_API lm_status_t lm_mesh_rank(lm_mesh_t mesh, int *mesh_rank);
 /** The parent-communicator rank at a coordinate (n == ndim). */
 LM_NODISCARD LM_API lm_status_t lm_mesh_rank_at(lm_mesh_t mesh, const int64_t *coord, int n,

@@ -46,6 +46,100 @@ inline void check(lm_status_t s) {
     throw error(s, std::string(lm_status_string(s)) + ": " + lm_last_error_message());
 }
 
+namespace detail {
+// A binding-side refusal: the C call would read past the end of a vector (or cut it), so the
+// wrapper throws before calling it, with the status and message layout of the C errors.
+[[noreturn]] inline void invalid(const std::string &message) {
+  throw error(LM_ERR_INVALID_ARGUMENT,
+              std::string(lm_status_string(LM_ERR_INVALID_ARGUMENT)) + ": " + message);
+}
+inline int mesh_ndim(lm_mesh_t m) {
+  int n = 0;
+  check(lm_mesh_ndim(m, &n));
+  return n;
+}
+inline int tensor_mesh_ndim(lm_dist_tensor_t t) {
+  lm_mesh_t m = nullptr;
+  check(lm_dist_tensor_mesh(t, &m));
+  return mesh_ndim(m);
+}
+// The C API reads one placement per mesh dim.
+inline void check_count(size_t n, int ndim, const char *what) {
+  if (n != static_cast<size_t>(ndim))
+    invalid(std::string(what) + ": " + std::to_string(n) + " placements for a mesh of " +
+            std::to_string(ndim) + " dims (one per mesh dim)");
+}
+}  // namespace detail
+
+/// MPI for the life of a scope, through localmap: the constructor calls lm_init (which starts
+/// MPI unless someone already did) and asks lm_world_rank; the destructor calls lm_finalize if
+/// this environment is the one that started MPI (so an environment inside a program that
+/// initialised MPI itself, or a nested one, never ends it). Declare it first in main, before any
+/// mesh:
+///
+///     int main(int argc, char **argv) {
+///       localmap::environment env(argc, argv);
+///       localmap::mesh m = localmap::mesh::world({env.size()});
+///       ...
+///     }   // m is destroyed, then MPI is finalised
+///
+/// Neither copyable nor movable. finalize() ends it early and throws on failure.
+class environment {
+ public:
+  /// lm_init(&argc, &argv): MPI may remove its own arguments from argv.
+  environment(int &argc, char **&argv) : active_(!mpi_running()) {
+    check(lm_init(&argc, &argv));
+    query();
+  }
+  /// lm_init(NULL, NULL).
+  environment() : active_(!mpi_running()) {
+    check(lm_init(nullptr, nullptr));
+    query();
+  }
+  /// lm_finalize when this environment started MPI (errors ignored: a destructor does not
+  /// throw).
+  ~environment() {
+    if (active_) ignore(lm_finalize());
+  }
+  environment(const environment &) = delete;
+  environment &operator=(const environment &) = delete;
+
+  /// This process's rank in MPI_COMM_WORLD.
+  int rank() const noexcept { return rank_; }
+  /// The number of processes in MPI_COMM_WORLD.
+  int size() const noexcept { return size_; }
+  /// MPI_COMM_WORLD as a Fortran handle (lm_comm_world), e.g. for localmap::mesh's parent.
+  int comm_world() const noexcept { return comm_; }
+  /// Whether this environment started MPI (and so ends it).
+  bool owns_mpi() const noexcept { return active_; }
+  /// lm_finalize now if this environment started MPI (every mesh, tensor and plan should be
+  /// gone); throws localmap::error on failure. The destructor then does nothing.
+  void finalize() {
+    if (!active_) return;
+    active_ = false;
+    check(lm_finalize());
+  }
+
+ private:
+  // Whether MPI is initialised (and not finalised) already: lm_world_rank answers only then.
+  static bool mpi_running() noexcept {
+    int r = 0, n = 0;
+    return lm_world_rank(&r, &n) == LM_SUCCESS;
+  }
+  void query() {
+    try {
+      check(lm_world_rank(&rank_, &size_));
+      check(lm_comm_world(&comm_));
+    } catch (...) {
+      if (active_) ignore(lm_finalize());
+      throw;
+    }
+  }
+  static void ignore(lm_status_t) noexcept {}  // (a (void) cast does not silence nodiscard)
+  bool active_;
+  int rank_ = 0, size_ = 1, comm_ = 0;
+};
+
 /// Shard(dim), with a co-shard order (see lm_placement_t).
 inline lm_placement_t shard(int dim, int order = 0) { return lm_placement_t{LM_SHARD, dim, 0, order}; }
 /// Replicate.
@@ -76,6 +170,9 @@ class mesh {
   /// names fill lm_mesh_config_t when not empty.
   mesh(int parent_comm_f, const shape &extents, const std::vector<int> &ranks = {},
        const std::vector<std::string> &names = {}) {
+    if (!names.empty() && names.size() != extents.size())
+      detail::invalid("localmap::mesh: " + std::to_string(names.size()) + " names for " +
+                      std::to_string(extents.size()) + " mesh dims");
     lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
     std::vector<const char *> cnames;
     for (auto &n : names) cnames.push_back(n.c_str());
@@ -201,6 +298,7 @@ class dist_tensor {
   /// lm_dist_tensor_zeros (local).
   static dist_tensor zeros(const mesh &m, const shape &global, DLDataType dtype,
                            const placements &p, DLDevice device = DLDevice{kDLCPU, 0}) {
+    detail::check_count(p.size(), m.ndim(), "localmap::dist_tensor::zeros: placements");
     lm_dist_tensor_t h = nullptr;
     check(lm_dist_tensor_zeros(&h, m.get(), static_cast<int>(global.size()), global.data(), dtype,
                                device, p.data()));
@@ -210,6 +308,7 @@ class dist_tensor {
   /// mesh rank (others nullptr).
   static dist_tensor from_global(const mesh &m, const DLTensor *global, const placements &p,
                                  int root = -1) {
+    detail::check_count(p.size(), m.ndim(), "localmap::dist_tensor::from_global: placements");
     lm_dist_tensor_t h = nullptr;
     check(lm_dist_tensor_from_global(&h, m.get(), global, p.data(), root));
     return dist_tensor(h);
@@ -218,6 +317,10 @@ class dist_tensor {
   static dist_tensor from_local(const mesh &m, const DLTensor &local, const placements &p,
                                 lm_shape_mode_t mode = LM_SHAPE_ALLGATHER,
                                 const shape &global = {}, unsigned flags = LM_FROM_LOCAL_COPY) {
+    detail::check_count(p.size(), m.ndim(), "localmap::dist_tensor::from_local: placements");
+    if (mode == LM_SHAPE_GIVEN && !global.empty() && global.size() != static_cast<size_t>(local.ndim))
+      detail::invalid("localmap::dist_tensor::from_local: global: " + std::to_string(global.size()) +
+                      " extents for a local tensor of " + std::to_string(local.ndim) + " dims");
     lm_dist_tensor_t h = nullptr;
     check(lm_dist_tensor_from_local(&h, m.get(), &local, p.data(), mode,
                                     global.empty() ? nullptr : global.data(), flags));
@@ -226,6 +329,8 @@ class dist_tensor {
 
   /// lm_dist_tensor_reshard. Collective; dst_mesh nullptr: the same mesh.
   dist_tensor reshard(const placements &p, const mesh *dst_mesh = nullptr) const {
+    detail::check_count(p.size(), dst_mesh ? dst_mesh->ndim() : detail::tensor_mesh_ndim(h_),
+                        "localmap::dist_tensor::reshard: placements");
     lm_dist_tensor_t h = nullptr;
     check(lm_dist_tensor_reshard(&h, h_, dst_mesh ? dst_mesh->get() : nullptr, p.data()));
     return dist_tensor(h);
@@ -296,6 +401,9 @@ class reshard_plan {
   /// lm_reshard_plan_create (local); dst_mesh nullptr: src_mesh.
   reshard_plan(const mesh &src_mesh, const placements &src, const mesh *dst_mesh,
                const placements &dst, const shape &global, DLDataType dtype) {
+    detail::check_count(src.size(), src_mesh.ndim(), "localmap::reshard_plan: src placements");
+    detail::check_count(dst.size(), (dst_mesh ? *dst_mesh : src_mesh).ndim(),
+                        "localmap::reshard_plan: dst placements");
     check(lm_reshard_plan_create(&h_, src_mesh.get(), src.data(),
                                  dst_mesh ? dst_mesh->get() : nullptr, dst.data(),
                                  static_cast<int>(global.size()), global.data(), dtype));
@@ -420,6 +528,31 @@ inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inpu
                                   const std::vector<placements> &out_placements,
                                   const std::vector<placements> &in_placements = {},
                                   const mesh *m = nullptr, unsigned flags = 0) {
+  // The C call reads one placement per dim of the call's mesh (m, else the first dist input's)
+  // from every entry, and one in_placements entry per input.
+  if (!in_placements.empty() && in_placements.size() != inputs.size())
+    detail::invalid("localmap::local_map: in_placements: " + std::to_string(in_placements.size()) +
+                    " entries for " + std::to_string(inputs.size()) + " inputs");
+  int ndim = -1;
+  if (m) {
+    ndim = m->ndim();
+  } else {
+    for (const lm_arg_t &a : inputs)
+      if (a.kind == LM_ARG_DIST_TENSOR) {
+        ndim = detail::tensor_mesh_ndim(static_cast<lm_dist_tensor_t>(a.ptr));
+        break;
+      }
+  }
+  if (ndim >= 0) {  // (a local call, with no mesh: the library refuses placements itself)
+    for (size_t i = 0; i < in_placements.size(); ++i)
+      if (!in_placements[i].empty())
+        detail::check_count(in_placements[i].size(), ndim,
+                            ("localmap::local_map: in_placements[" + std::to_string(i) + "]").c_str());
+    for (size_t j = 0; j < out_placements.size(); ++j)
+      if (!out_placements[j].empty())
+        detail::check_count(out_placements[j].size(), ndim,
+                            ("localmap::local_map: out_placements[" + std::to_string(j) + "]").c_str());
+  }
   std::vector<const lm_placement_t *> inp, outp;
   for (auto &p : in_placements) inp.push_back(p.empty() ? nullptr : p.data());
   for (auto &p : out_placements) outp.push_back(p.empty() ? nullptr : p.data());

@@ -13,8 +13,20 @@
 #  - each $BUILD/tests/gpu/test_* (device tests, CUDA builds) under mpirun like the MPI tests.
 # Every run is one unit, passed, failed or skipped, under `timeout -k 5 ${LM_TEST_TIMEOUT:-300}`;
 # the full output goes to $BUILD/test-logs/<name>.np<N>.log, and a failure prints its last 60
-# lines. A program that exits 77 (automake's SKIP) is skipped, not passed: it prints one line
-# saying why (e.g. no GPU), shown after SKIP. Device tests of a CUDA=0 build are skipped too.
+# lines. Honest results (tests/README.md):
+#  - SKIP only by the marker protocol: a program or script that cannot run its checks prints one
+#    line "LM-SKIP: <reason>" and exits 77 (tests/lm_test.h lm_test_skip_program, tests/lm_test.sh
+#    lm_skip). Exit status 77 without that line is a FAIL (a test program's exit status is its
+#    failure count), and so is the line with any other status.
+#  - A test inside a program that skipped (lm_test_skip, or CMocka's skip()) prints
+#    "LM-SKIP-TEST: <test>: <reason>": each is its own SKIP line "name/test np=N (reason)",
+#    counted, next to the PASS of the rest; tests skipped at every np of this run are listed at
+#    the end ("never ran").
+#  - A test whose `// lm-test-np:` counts are all outside NPS is a counted SKIP too.
+#  - Device tests (tests/gpu/) run where a GPU is expected: LM_EXPECT_GPU=0|1, decided here
+#    outside the library (the build's CUDA switch, then `nvidia-smi -L`; set it to override) and
+#    exported, so the CPU tests can pin lm_device_supported's answer. LM_EXPECT_GPU=0: each device
+#    test is one counted SKIP saying so; 1: they run, and a skip is only what they print.
 # The last line is "<N> passed, <N> failed, <N> skipped"; the exit status is nonzero if anything
 # failed.
 #
@@ -24,7 +36,8 @@
 # LM_MPI (the MPI flavour make was given, for the script tests), LM_MPIRUN_FLAGS (extra launcher
 # flags; see tools/lm-mpirun), LM_TEST_GPU_ONLY=1 (device tests only: make check-gpu),
 # LM_NCCL_SPLIT_HOSTS=1 (device tests run each rank with its own NCCL_HOSTID and
-# NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU).
+# NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU), LM_EXPECT_GPU (above), LM_TEST_NODES=k
+# (simulated nodes: `make check-multinode`, tests/README.md).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +55,8 @@ passed=0
 failed=0
 skipped=0
 failed_names=()
+skip_seen=()
+declare -A skip_why=() ran_seen=()
 GPU_ONLY=${LM_TEST_GPU_ONLY:-0}
 FILTERS=("$@")
 
@@ -56,33 +71,70 @@ selected() {
 }
 
 now() { date +%s.%N; }
+RUN_KIND=program
 
 # run_one LABEL NP COMMAND...
 run_one() {
   local label=$1 np=$2; shift 2
-  local log="$LOGDIR/$label.np$np.log" t0 t1 secs rc reason
+  local log="$LOGDIR/$label.np$np.log" t0 t1 secs rc reason marker nskip=0 line tname twhy note=""
   t0=$(now)
   timeout -k 5 "$TIMEOUT" "$@" </dev/null >"$log" 2>&1
   rc=$?
   t1=$(now)
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
-  if [ $rc -eq 0 ]; then
-    echo "PASS $label np=$np (${secs}s)"
-    passed=$((passed + 1))
-  elif [ $rc -eq 77 ]; then
-    reason=$(grep -m 1 -o 'SKIP.*' "$log" | sed 's/^SKIP:* *//')
-    echo "SKIP $label np=$np (${reason:-exit status 77})"
+  marker=$(grep -m 1 -a '^LM-SKIP: ' "$log" | sed 's/^LM-SKIP: *//')
+  reason=""
+  if [ $rc -eq 77 ] && [ -n "$marker" ]; then
+    echo "SKIP $label np=$np ($marker)"
     skipped=$((skipped + 1))
-  else
+    return
+  elif [ $rc -eq 77 ]; then
+    reason="exit status 77 without an LM-SKIP line: a failure count, not a skip"
+  elif [ $rc -eq 0 ] && [ -n "$marker" ] && [ "$RUN_KIND" != script ]; then
+    reason="printed LM-SKIP ($marker) but exited 0"
+  elif [ $rc -eq 0 ]; then
+    # Tests skipped inside the program: each one a counted SKIP with its reason. (Not for the
+    # script tests: the programs they run in their modes report to the script, which judges.)
+    [ "$RUN_KIND" = script ] || while IFS= read -r line; do
+      line=${line#LM-SKIP-TEST: }
+      tname=${line%%: *}
+      twhy=${line#*: }
+      echo "SKIP $label/$tname np=$np ($twhy)"
+      skipped=$((skipped + 1))
+      nskip=$((nskip + 1))
+      skip_seen+=("$label/$tname")
+      skip_why["$label/$tname"]=$twhy
+    done < <(grep -a '^LM-SKIP-TEST: ' "$log")
+    while IFS= read -r line; do ran_seen["$label/$line"]=1; done \
+      < <(sed -n 's/^\[       OK \] \([A-Za-z0-9_]*\)$/\1/p' "$log")
+    [ $nskip -gt 0 ] && note="; $nskip test(s) skipped, above"
+    echo "PASS $label np=$np (${secs}s$note)"
+    passed=$((passed + 1))
+    return
+  fi
+  if [ -z "$reason" ]; then
     case $rc in
       124|137) reason="timed out after ${TIMEOUT}s" ;;
       *) reason="exit status $rc" ;;
     esac
-    echo "FAIL $label np=$np ($reason, ${secs}s; log: $log)"
-    tail -n 60 "$log" | sed 's/^/    | /'
-    failed=$((failed + 1))
-    failed_names+=("$label np=$np")
   fi
+  echo "FAIL $label np=$np ($reason, ${secs}s; log: $log)"
+  tail -n 60 "$log" | sed 's/^/    | /'
+  failed=$((failed + 1))
+  failed_names+=("$label np=$np")
+}
+
+# skip_unit LABEL REASON: a unit that does not run here, counted.
+skip_unit() {
+  echo "SKIP $1 ($2)"
+  skipped=$((skipped + 1))
+}
+
+# A test's own `// lm-test-np:` counts (empty: none given).
+nps_own() {
+  local own
+  own=$(sed -n 's|^[[:space:]]*//[[:space:]]*lm-test-np:[[:space:]]*||p' "$1" | head -n 1)
+  echo "${own//,/ }"
 }
 
 # The np counts of a test: its `// lm-test-np:` line, if any, else $NPS.
@@ -98,7 +150,35 @@ nps_of_source() {
   echo "$out"
 }
 
+# Is a GPU expected here? Decided outside the library under test (tests/README.md).
+cuda_build=0
+grep -q 'CUDA=1' "$BUILD/.stamp-cxx" 2>/dev/null && cuda_build=1
+gpu_error=""
+if [ -n "${LM_EXPECT_GPU:-}" ]; then
+  gpu_why="LM_EXPECT_GPU given"
+  case $LM_EXPECT_GPU in
+    0) ;;
+    1) [ $cuda_build = 1 ] || gpu_error="LM_EXPECT_GPU=1, but $BUILD is a CUDA=0 build" ;;
+    *) gpu_error="LM_EXPECT_GPU must be 0 or 1 (got '$LM_EXPECT_GPU')" ;;
+  esac
+elif [ $cuda_build = 0 ]; then
+  LM_EXPECT_GPU=0 gpu_why="a CUDA=0 build"
+elif [ "${CUDA_VISIBLE_DEVICES-unset}" = "" ] || [ "${CUDA_VISIBLE_DEVICES:-}" = "-1" ]; then
+  LM_EXPECT_GPU=0 gpu_why="a CUDA build, CUDA_VISIBLE_DEVICES hides every GPU"
+elif nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]'; then
+  LM_EXPECT_GPU=1 gpu_why="a CUDA build, nvidia-smi -L lists a GPU"
+else
+  LM_EXPECT_GPU=0 gpu_why="a CUDA build, nvidia-smi lists no GPU"
+fi
+export LM_EXPECT_GPU
+
 echo "== localmap tests: BUILD=$BUILD NPS=\"$NPS\" launcher=${LM_MPIRUN:-mpirun} timeout=${TIMEOUT}s logs=$LOGDIR"
+echo "== LM_EXPECT_GPU=$LM_EXPECT_GPU ($gpu_why)${LM_TEST_NODES:+; simulated nodes: LM_TEST_NODES=$LM_TEST_NODES}"
+if [ -n "$gpu_error" ]; then
+  echo "FAIL (setup) $gpu_error"
+  failed=$((failed + 1))
+  failed_names+=("(LM_EXPECT_GPU)")
+fi
 
 # 1. unit tests: once, directly.
 for src in tests/unit_*.cpp; do
@@ -131,7 +211,7 @@ for src in tests/test_*.c tests/test_*.cpp; do
     echo "FAIL $name (not built: $bin)"; failed=$((failed + 1)); failed_names+=("$name"); continue
   fi
   nps=$(nps_of_source "$src")
-  if [ -z "${nps// /}" ]; then echo "SKIP $name (no np of its lm-test-np line is in NPS)"; continue; fi
+  if [ -z "${nps// /}" ]; then skip_unit "$name" "runs at np $(nps_own "$src") only, none of NPS=\"$NPS\""; continue; fi
   for np in $nps; do
     run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin"
   done
@@ -160,25 +240,23 @@ for src in tests/script_*.sh; do
   [ -e "$src" ] || continue
   name=$(basename "$src" .sh)
   selected "$name" || continue
-  run_one "$name" 1 env BUILD="$BUILD" bash "$src"
+  RUN_KIND=script run_one "$name" 1 env BUILD="$BUILD" bash "$src"
 done
 
-# 5. device tests: tests/gpu/test_*.c, built in CUDA builds; each skips (exit 77) without a GPU.
-cuda_build=0
-grep -q 'CUDA=1' "$BUILD/.stamp-cxx" 2>/dev/null && cuda_build=1
+# 5. device tests: tests/gpu/test_*.c, built in CUDA builds; run where a GPU is expected.
 for src in tests/gpu/test_*.c; do
   [ -e "$src" ] || continue
   name=$(basename "$src" .c)
   selected "$name" || continue
   bin=$BUILD/tests/gpu/$name
+  if [ "$LM_EXPECT_GPU" != 1 ]; then
+    skip_unit "$name" "device test; LM_EXPECT_GPU=$LM_EXPECT_GPU: $gpu_why"; continue
+  fi
   if [ ! -x "$bin" ]; then
-    if [ $cuda_build = 0 ]; then
-      echo "SKIP $name (a CUDA=0 build: no device tests)"; skipped=$((skipped + 1)); continue
-    fi
     echo "FAIL $name (not built: $bin)"; failed=$((failed + 1)); failed_names+=("$name"); continue
   fi
   nps=$(nps_of_source "$src")
-  if [ -z "${nps// /}" ]; then echo "SKIP $name (no np of its lm-test-np line is in NPS)"; continue; fi
+  if [ -z "${nps// /}" ]; then skip_unit "$name" "runs at np $(nps_own "$src") only, none of NPS=\"$NPS\""; continue; fi
   for np in $nps; do
     if [ "${LM_NCCL_SPLIT_HOSTS:-0}" = 1 ]; then
       run_one "$name.split" "$np" bash "$MPIRUN" "$np" bash tests/gpu/split-hosts.sh "$bin"
@@ -187,6 +265,18 @@ for src in tests/gpu/test_*.c; do
     fi
   done
 done
+
+# Tests skipped at every np they had in this run: say so once more, at the end.
+never=()
+for t in "${skip_seen[@]}"; do
+  [ -n "${ran_seen[$t]:-}" ] && continue
+  case " ${never[*]} " in *" $t "*) continue ;; esac
+  never+=("$t")
+done
+if [ ${#never[@]} -gt 0 ]; then
+  echo "== never ran in this run (skipped at every np of it):"
+  for t in "${never[@]}"; do echo "   $t: ${skip_why[$t]}"; done
+fi
 
 if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed + skipped)) -eq 0 ]; then
   echo "no test, unit test or listed example matches: ${FILTERS[*]}"

@@ -10,21 +10,18 @@
 # public ABI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/lm_test.sh
 BUILD=${BUILD:-build}
 MPI=${LM_MPI:-}
 deps=$(ldd "$BUILD/lib/liblocalmap.so")
 if [[ $deps == *libasan* ]]; then
-  echo "script_abi: sanitizer build; the ABI check runs in the plain build"
-  exit 0
+  lm_skip "sanitizer build: the ABI check (the same public types) runs in the plain build"
 fi
 if [ "$MPI" = mpich ]; then
-  echo "script_abi: SKIP: MPICH build; the ABI check (the same public types) runs in the default build"
-  exit 77
+  lm_skip "MPICH build: the ABI check (the same public types) runs in the default build"
 fi
 if ! command -v abidw >/dev/null 2>&1 || ! command -v abidiff >/dev/null 2>&1; then
-  [ -z "${LM_REQUIRE_TOOLS:-}" ] || { echo "script_abi: abidw/abidiff not found"; exit 1; }
-  echo "script_abi: SKIP: no abidw/abidiff (apt-get install abigail-tools)"
-  exit 77
+  lm_missing_tool "no abidw/abidiff (apt-get install abigail-tools)"
 fi
 unset MAKEFLAGS MFLAGS
 # The two rebuilds below are most of this script's time: use every core (tests run one at a time).

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # The Fortran bindings (bindings/fortran): coverage of the C API, generated files up to date,
 # bind(C) layouts and constants against the C header, `error stop` with the library's message
-# when ierr is absent, the module's tests and the masked-loss example under mpirun at np 2 and 4
-# (the example must print the C demo's loss), and an installed module used with the documented
+# when ierr is absent (and the binding's own, naming the wrapper once), the module's tests and the
+# masked-loss example under mpirun at np 2 and 4 (the example must print the C demo's loss), the
+# README's local_map example (local_sum) at np 3, and an installed module used with the documented
 # flags. Exits 77 (reported as SKIP with the reason) when mpif90 is missing; with
 # LM_REQUIRE_BINDINGS=1 (CI) that is a failure.
 set -euo pipefail
@@ -12,19 +13,23 @@ ROOT=$PWD
 BUILD=${BUILD:-build}
 MPIFC=${MPIFC:-mpif90}
 F=$BUILD/fortran
+. tests/lm_test.sh
 
 sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
-if command -v python3 >/dev/null; then python3 bindings/fortran/gen_typed.py --check; fi
+if command -v python3 >/dev/null; then
+  python3 bindings/fortran/gen_typed.py --check
+else
+  lm_defer_skip "generated files up to date (gen_typed.py --check): no python3"
+fi
 # The compiler behind the wrapper: OpenMPI says it with --showme:command, MPICH with -show.
 fc_of() { "$MPIFC" --showme:command 2>/dev/null || "$MPIFC" -show 2>/dev/null | awk '{print $1; exit}'; }
 if ! command -v "$MPIFC" >/dev/null || ! command -v "$(fc_of || echo gfortran)" >/dev/null; then
   why="$MPIFC or its Fortran compiler not found (apt-get install gfortran libopenmpi-dev)"
-  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_fortran: LM_REQUIRE_BINDINGS=1 but: $why"; exit 1; fi
-  echo "script_fortran: SKIP: $why"; exit 77
+  lm_missing_binding "$why"
 fi
 unset MAKEFLAGS MFLAGS
 # make check built them (with its flags); build them here only when run by hand on a plain build.
-for p in layout_c test_layout test_error_stop test_localmap masked_loss hello; do
+for p in layout_c test_layout test_error_stop test_error_prefix test_localmap masked_loss hello local_sum; do
   [ -x "$F/$p" ] || { make -s fortran BUILD="$BUILD" >/dev/null; break; }
 done
 
@@ -41,6 +46,17 @@ if [ $rc -eq 0 ] || ! echo "$out" | grep -q 'no_such_dim' || echo "$out" | grep 
   echo "test_error_stop: expected a failure naming no_such_dim (exit $rc):"; echo "$out"; exit 1
 fi
 echo "error stop without ierr: $(echo "$out" | grep -m1 'localmap:')"
+# A failure the binding detects itself names the wrapper once (not "lm_from_global: lm_from_global:").
+set +e
+out=$(bash tools/lm-mpirun 1 "$F/test_error_prefix" 2>&1)
+rc=$?
+set -e
+want='localmap: lm_from_global: 2 placements for a mesh of 1 dims'
+if [ $rc -eq 0 ] || ! echo "$out" | grep -qF "$want" || echo "$out" | grep -q 'lm_from_global: lm_from_global' ||
+   echo "$out" | grep -q 'not reached'; then
+  echo "test_error_prefix: expected '$want' once, without a repeated prefix (exit $rc):"; echo "$out"; exit 1
+fi
+echo "binding-side error stop: $(echo "$out" | grep -m1 -F "$want")"
 
 c_loss() { bash tools/lm-mpirun "$1" "$BUILD/examples/demo" | sed -n 's/.*loss = \([0-9.eE+-]*\).*/\1/p'; }
 for np in 2 4; do
@@ -53,8 +69,14 @@ for np in 2 4; do
   echo "np $np: masked loss $fl, as the C demo"
 done
 
+# The README's lm_local_map example (examples/local_sum.f90).
+out=$(bash tools/lm-mpirun 3 "$F/local_sum")
+echo "$out"
+[ "$(echo "$out" | grep -c 'total 435.0')" = 3 ] || { echo "local_sum: expected total 435.0 on 3 ranks"; exit 1; }
+
 # Installed: README's first program builds with the documented flags and runs.
-if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+lib_deps=$(ldd "$BUILD/lib/liblocalmap.so")   # (not `ldd | grep -q`: under pipefail it can fail)
+if [[ $lib_deps == *libasan* ]]; then
   echo "fortran bindings: OK (install check runs in the plain build)"
   exit 0
 fi
@@ -68,4 +90,4 @@ make -s install PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
 bash tools/lm-mpirun 2 "$tmp/first" | tee "$tmp/out"
 [ "$(grep -c 'gathered all: T' "$tmp/out")" = 2 ] || { echo "the installed hello failed"; exit 1; }
 make -s uninstall PREFIX="$tmp/prefix" BUILD="$BUILD" >/dev/null
-echo "fortran bindings: OK"
+lm_finish "fortran bindings: OK"

@@ -7,18 +7,24 @@
 # run under mpirun: a C program built with nothing but `pkg-config --cflags --libs localmap`
 # (np 4); a CMake project using find_package(localmap 0.1 CONFIG REQUIRED) with
 # localmap::localmap (np 4) and localmap::localmap_static (np 2), and one asking for 1.0, which
-# must fail (SameMajorVersion); the installed examples Makefile (hello at np 3). DLPack's
-# include dir (found, or DLPACK_INCLUDE_DIR) is in the .pc file and the CMake package. Then
-# `make uninstall` removes every file it installed. LM_MPI (set by make check) picks the MPI.
+# must fail (SameMajorVersion); a C++-only CMake project (LANGUAGES CXX) with localmap.hpp and
+# localmap::environment (np 2); the installed examples Makefile (hello at np 3), and the commands
+# of examples/README.md's installed-commands block run as written (as root, on this machine's
+# cores, with the installed bin/lm-mpirun); that Makefile's own one-line error when pkg-config
+# finds no localmap. The man pages: one per exported function, and `man lm_dist_tensor_reshard`
+# finds the installed page through PATH. The Fortran examples (with the Fortran bindings) and the
+# HTML references (with doxygen) are installed. DLPack's include dir (found, or
+# DLPACK_INCLUDE_DIR) is in the .pc file and the CMake package. Then `make uninstall` removes
+# every file it installed. LM_MPI (set by make check) picks the MPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/lm_test.sh
 BUILD=${BUILD:-build}
 MPI=${LM_MPI:-}
 lib=$BUILD/lib/liblocalmap.so
 deps=$(ldd "$lib")
 if [[ $deps == *libasan* ]]; then
-  echo "script_install: sanitizer build; the packaging check runs in the plain build"
-  exit 0
+  lm_skip "sanitizer build: the packaging check runs in the plain build"
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -29,7 +35,8 @@ for f in lib/liblocalmap.so.0 lib/liblocalmap.so lib/liblocalmap.a include/local
          include/localmap_mpi.h include/localmap.hpp lib/pkgconfig/localmap.pc \
          lib/cmake/localmap/localmapConfig.cmake lib/cmake/localmap/localmapConfigVersion.cmake \
          share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE \
-         share/doc/localmap/examples/Makefile share/doc/localmap/examples/hello.c; do
+         share/doc/localmap/examples/Makefile share/doc/localmap/examples/hello.c \
+         share/man/man3/lm_dist_tensor_reshard.3 share/man/man3/lm_mesh_create_mpi.3 bin/lm-mpirun bin/lm-info; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 for f in examples/*.c examples/*.cpp; do
@@ -37,6 +44,42 @@ for f in examples/*.c examples/*.cpp; do
   cmp -s "$f" "$prefix/share/doc/localmap/$f" || { echo "not installed: $f"; exit 1; }
 done
 grep -q '^\.TH LOCALMAP 3' "$prefix/share/man/man3/localmap.3" || { echo "man page: no .TH"; exit 1; }
+# One page per function the library exports (and per inline helper of the headers).
+for f in $(nm -D --defined-only "$prefix/lib/liblocalmap.so.0" | awk '$2 == "T" && $3 ~ /^lm_/ {sub(/@.*/, "", $3); print $3}') \
+         $(sh tools/gen-manpage.sh --list); do
+  [ -f "$prefix/share/man/man3/$f.3" ] || { echo "no man page $f(3) installed"; exit 1; }
+done
+echo "man pages: $(ls "$prefix/share/man/man3" | grep -c '^lm_') function pages, localmap(3)"
+if command -v man >/dev/null 2>&1; then
+  # man finds <prefix>/share/man from <prefix>/bin on PATH (man-db's manpath).
+  where=$(env -u MANPATH PATH="$prefix/bin:$PATH" man -w lm_dist_tensor_reshard)
+  [ "$where" = "$prefix/share/man/man3/lm_dist_tensor_reshard.3" ] ||
+    { echo "man -w lm_dist_tensor_reshard: '$where', not the installed page"; exit 1; }
+  page=$(env -u MANPATH PATH="$prefix/bin:$PATH" MANWIDTH=100 man lm_dist_tensor_reshard 2>/dev/null)
+  for sec in NAME SYNOPSIS DESCRIPTION ERRORS EXAMPLE 'SEE ALSO'; do
+    [[ $page == *"$sec"* ]] || { echo "man lm_dist_tensor_reshard lacks $sec"; exit 1; }
+  done
+  echo "man lm_dist_tensor_reshard: the installed page, found through PATH=\$prefix/bin"
+fi
+# The launcher, with this build's MPI launcher as its default.
+want="launcher=\${LM_MPIRUN:-${LM_MPIRUN:-mpirun}}"
+grep -qxF "$want" "$prefix/bin/lm-mpirun" ||
+  { grep -n '^launcher=' "$prefix/bin/lm-mpirun"; echo "bin/lm-mpirun: expected $want"; exit 1; }
+# The diagnostic tool runs from the prefix, under the installed launcher.
+"$prefix/bin/lm-mpirun" 2 "$prefix/bin/lm-info" | grep -q "job: 2 rank(s)" ||
+  { echo "bin/lm-info under bin/lm-mpirun 2 did not report the job"; exit 1; }
+if [ -f "$BUILD/fortran/lib/liblocalmap_fortran.a" ]; then
+  for f in bindings/fortran/examples/*.f90; do
+    cmp -s "$f" "$prefix/share/doc/localmap/examples/fortran/$(basename "$f")" || { echo "not installed: $f"; exit 1; }
+  done
+fi
+if command -v doxygen >/dev/null 2>&1; then
+  for f in html/index.html fortran/index.html; do
+    [ -f "$prefix/share/doc/localmap/$f" ] || { echo "HTML reference not installed: share/doc/localmap/$f"; exit 1; }
+  done
+  grep -q 'lm_local_map' "$prefix/share/doc/localmap/fortran/namespacelocalmap.html" ||
+    { echo "the Fortran reference lacks lm_local_map"; exit 1; }
+fi
 bad=$(nm -D --defined-only "$prefix/lib/liblocalmap.so.0" | awk '{print $3}' | grep -v '^lm_' | grep -v '^LOCALMAP_' || true)
 [ -z "$bad" ] || { echo "symbols exported outside lm_*:"; echo "$bad"; exit 1; }
 dyn=$(readelf -d "$prefix/lib/liblocalmap.so.0")
@@ -116,10 +159,46 @@ CMAKE
     echo "find_package(localmap 1.0) accepted version 0.x"; exit 1
   fi
   grep -q 'compatible with requested version' "$tmp/cm1.log" || { cat "$tmp/cm1.log"; exit 1; }
-  cmake_ok="CMake consumers (shared np 4, static np 2, version check)"
+
+  # A C++-only project (no C enabled: FindMPI cannot look for MPI_C there) using localmap.hpp,
+  # with localmap::environment owning MPI (it must finalise it: the job fails otherwise).
+  mkdir -p "$tmp/cxx"
+  cat > "$tmp/cxx/consumer.cpp" <<'CPP'
+#include <localmap.hpp>
+#include <cstdio>
+#include <vector>
+int main(int argc, char **argv) {
+  localmap::environment env(argc, argv);
+  localmap::mesh m = localmap::mesh::world({env.size()});
+  std::vector<double> full(10);
+  for (int i = 0; i < 10; ++i) full[i] = i;
+  int64_t shape[1] = {10};
+  DLTensor g = {full.data(), LM_CPU, 1, LM_FLOAT64, shape, nullptr, 0};
+  localmap::dist_tensor x = localmap::dist_tensor::from_global(m, &g, {localmap::shard(0)});
+  localmap::dist_tensor r = x.reshard({localmap::replicate()});
+  int bad = !env.owns_mpi();
+  for (int i = 0; i < 10; ++i) bad += r.local_data<double>()[i] != i;
+  if (env.rank() == 0) std::printf("C++-only consumer: %s (np %d)\n", bad ? "FAIL" : "OK", env.size());
+  return bad;
+}
+CPP
+  cat > "$tmp/cxx/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(localmap_cxx_consumer LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(localmap 0.1 CONFIG REQUIRED)
+add_executable(consumer_cxx consumer.cpp)
+target_link_libraries(consumer_cxx PRIVATE localmap::localmap)
+CMAKE
+  cmake -S "$tmp/cxx" -B "$tmp/cxx/build" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cxx.log" 2>&1 ||
+    { cat "$tmp/cxx.log"; echo "cmake configure of the C++-only consumer failed"; exit 1; }
+  cmake --build "$tmp/cxx/build" >>"$tmp/cxx.log" 2>&1 || { cat "$tmp/cxx.log"; echo "C++-only build failed"; exit 1; }
+  same_mpi "$tmp/cxx/build/consumer_cxx"
+  bash tools/lm-mpirun 2 "$tmp/cxx/build/consumer_cxx"
+  cmake_ok="CMake consumers (shared np 4, static np 2, version check, C++-only np 2)"
 else
-  [ -z "${LM_REQUIRE_TOOLS:-}" ] || { echo "cmake not found"; exit 1; }
-  cmake_ok="SKIPPED the CMake consumer: no cmake (apt-get install cmake)"
+  lm_defer_skip "the CMake consumers: no cmake (apt-get install cmake)"
+  cmake_ok="(no CMake consumer)"
 fi
 
 # The installed examples build against the installed tree through their Makefile.
@@ -133,6 +212,37 @@ for f in examples/*.c examples/*.cpp; do
 done
 same_mpi "$tmp/ex/hello"
 bash tools/lm-mpirun 3 "$tmp/ex/hello"
+if [ -f "$prefix/include/localmap.mod" ]; then
+  for f in bindings/fortran/examples/*.f90; do
+    b=$(basename "$f" .f90)
+    [ -x "$tmp/ex/fortran/$b" ] || { echo "installed examples Makefile did not build fortran/$b"; exit 1; }
+  done
+  "$prefix/bin/lm-mpirun" 2 "$tmp/ex/fortran/hello" | grep -c 'gathered all: T' | grep -qx 2 ||
+    { echo "the installed Fortran hello failed"; exit 1; }
+  echo "installed Fortran examples: built and run"
+fi
+
+# examples/README.md's block for an installed tree, run as written: nothing but PREFIX set (no
+# LM_MPIRUN, no OMPI_* from this script's environment; root and 2 cores are fine).
+block=$(sed -n '/^<!-- installed-commands/,/^```$/p' examples/README.md | sed '1,2d;$d')
+[ -n "$block" ] || { echo "examples/README.md has no installed-commands block"; exit 1; }
+mkdir -p "$tmp/readme"
+(cd "$tmp/readme" && env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin PREFIX="$prefix" bash -euc "$block") \
+  >"$tmp/readme.log" 2>&1 || { cat "$tmp/readme.log"; echo "examples/README.md's installed commands failed"; exit 1; }
+grep -q 'PASS' "$tmp/readme.log" || { cat "$tmp/readme.log"; echo "the README's demo printed no PASS"; exit 1; }
+echo "examples/README.md's installed commands: OK ($(grep -c PASS "$tmp/readme.log") PASS lines)"
+
+# Without PKG_CONFIG_PATH the installed Makefile says what to do, first and alone.
+set +e
+out=$(PKG_CONFIG_LIBDIR="$tmp/empty" PKG_CONFIG_PATH= make --no-print-directory -C "$tmp/ex" \
+      -f "$prefix/share/doc/localmap/examples/Makefile" 2>&1)
+rc=$?
+set -e
+first=$(echo "$out" | head -n 1)
+if [ $rc -eq 0 ] || [[ $first != *"pkg-config finds no localmap"*"PKG_CONFIG_PATH"* ]] || [[ $out == *"was not found in the pkg-config search path"* ]]; then
+  echo "installed Makefile without PKG_CONFIG_PATH: expected only its own error first (exit $rc):"; echo "$out"; exit 1
+fi
+echo "installed Makefile without pkg-config's localmap: '$first'"
 
 # DLPACK_INCLUDE_DIR reaches the .pc file and the CMake package (generated only: no rebuild).
 mkdir -p "$tmp/dl/dlpack" "$tmp/gen"
@@ -148,7 +258,7 @@ dl=$(pkg-config --variable=dlpack_includedir localmap)
 make -s uninstall PREFIX="$prefix" BUILD="$BUILD" MPI="$MPI" >/dev/null
 left=$(find "$prefix" -type f -o -type l | head -5)
 [ -z "$left" ] || { echo "left after uninstall: $left"; exit 1; }
-for d in lib/cmake/localmap share/doc/localmap; do
+for d in lib/cmake/localmap share/doc/localmap bin/lm-mpirun; do
   [ ! -e "$prefix/$d" ] || { echo "left after uninstall: $d"; exit 1; }
 done
-echo "install, pkg-config consumer at np 4, $cmake_ok, installed examples, uninstall: OK"
+lm_finish "install, pkg-config consumer at np 4, $cmake_ok, installed examples, uninstall: OK"

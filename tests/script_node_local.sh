@@ -9,11 +9,13 @@
 # boxes are staged; the tests' own borrowed buffers are never in the arena, so both copy kinds
 # and both directions meet), every message through the kernel (the arena off), and the path off
 # (LM_NODE_LOCAL=0); the agreement suites with the agreement board off (LM_AGREE_BOARD=0), and
-# the reshard suites with the board exchange off (LM_BOARD_EXCHANGE_BYTES=0).
+# the reshard suites with the board exchange off (LM_BOARD_EXCHANGE_BYTES=0); then on a restricted
+# host (kernel copies refused by a seccomp filter: tests/deny_cma) and under RLIMIT_AS.
 # Then, where strace is installed, that the kernel copies really run, reading
 # and writing, that the arena replaces most of them, and that the path really stays off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/lm_test.sh
 BUILD=${BUILD:-build}
 # Under the sanitizers (several times slower) and MPICH (whose waits spin, slow when ranks
 # outnumber cores) the same modes run on fewer cases and rank counts: what they add there is
@@ -43,6 +45,8 @@ if [ $san = 0 ]; then  # off: what every other suite's small messages already ru
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
 fi
+# MPI objects per create/destroy cycle with every message through MPI and boxes as datatypes.
+LM_NODE_LOCAL=0 LM_DATATYPE_MIN_BYTES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_mpi_objects"
 # Agreements: through the shared-memory board by default (every rank on this node), through
 # MPI_Allreduce with the board off (as on more than one node): the agreement suites both ways.
 for np in 3 4; do
@@ -59,18 +63,47 @@ LM_BOARD_EXCHANGE_BYTES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_rand
 LM_BOARD_EXCHANGE_BYTES=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
 echo "node-local path: exact in both modes; agreements and small plans with and without the board"
 
-if ! command -v strace >/dev/null; then
-  if [ "${LM_REQUIRE_TOOLS:-0}" = 1 ]; then echo "script_node_local: LM_REQUIRE_TOOLS=1 but strace is missing"; exit 1; fi
-  echo "script_node_local: SKIP of the path check: no strace (apt-get install strace)"
-  exit 0
+# Restricted hosts: process_vm_readv/writev refused (tests/deny_cma installs a seccomp filter, as
+# Yama ptrace_scope 1 or a container's profile refuses them) while mapping peers' arenas works:
+# the board (test_agree_board counts no agreement allreduce), the board exchange and memcpy
+# through arena windows stay on; bytes that no side can map travel over MPI. With the arena off
+# too (LM_NODE_ARENA_BYTES=0) nothing node-local is left, and everything still works.
+DENY="$BUILD/tests/deny_cma"
+env $ARENA bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_reshard_random"
+env $ARENA bash tools/lm-mpirun 2 "$DENY" "$BUILD/tests/test_reshard_directed"
+bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_agree_board"
+bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_board_exchange"
+bash tools/lm-mpirun 4 "$DENY" "$BUILD/tests/test_node_safety"
+env $KERNEL bash tools/lm-mpirun 2 "$DENY" "$BUILD/tests/test_reshard_directed"
+echo "node-local path: exact with kernel copies refused (mapping only, and neither)"
+
+# Address space: under an RLIMIT_AS of 3 GiB (ulimit -v, as batch schedulers set) the arena and
+# peers' windows shrink, one line on stderr says so, and the path stays on (the board in
+# test_agree_board; peers' windows in test_node_safety). Not under ASan (its shadow memory alone
+# is terabytes of address space).
+if ! ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+  limited() { (ulimit -v $((3 << 20)) && env "$@"); }
+  out=$(limited $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random" 2>&1) ||
+    { echo "$out" | tail -n 30; echo "script_node_local: FAILED under RLIMIT_AS"; exit 1; }
+  echo "$out" | grep -q "localmap: RLIMIT_AS (3.00 GiB, .*): shared arena of at most" ||
+    { echo "$out" | tail -n 30; echo "script_node_local: no note of the smaller arena"; exit 1; }
+  limited bash tools/lm-mpirun 3 "$BUILD/tests/test_agree_board"
+  limited bash tools/lm-mpirun 4 "$BUILD/tests/test_node_safety"
+  echo "node-local path: exact and on under RLIMIT_AS = 3 GiB"
 fi
+
 if [ $san = 1 ]; then
-  echo "node-local path check: in the plain OpenMPI build only (ptrace under ASan)"; exit 0
+  lm_skip "the suites passed in every mode; the strace check of the path runs in the plain OpenMPI build only (ptrace under ASan, MPICH's spinning waits)"
+fi
+if ! command -v strace >/dev/null; then
+  lm_missing_tool "the suites passed in every mode, but the path check needs strace (apt-get install strace)"
 fi
 calls() {  # "readv writev" calls of one run of test_reshard_directed at np 2
   local log r w
   log=$(mktemp)
-  env "$@" strace -f -qq -c -e trace=process_vm_readv,process_vm_writev -o "$log" \
+  # On one real node (simulated nodes, LM_TEST_NODES, would leave np 2 without node-local peers);
+  # Open MPI's own single copy (CMA, where lm-mpirun finds the kernel allows it) would be counted too.
+  env -u LM_TEST_NODES OMPI_MCA_btl_vader_single_copy_mechanism=none "$@" strace -f -qq -c -e trace=process_vm_readv,process_vm_writev -o "$log" \
     bash tools/lm-mpirun 2 "$BUILD/tests/test_reshard_directed" >/dev/null 2>&1 || { rm -f "$log"; echo "-1 -1"; return; }
   r=$(awk '$NF == "process_vm_readv" { print $4; exit }' "$log")
   w=$(awk '$NF == "process_vm_writev" { print $4; exit }' "$log")

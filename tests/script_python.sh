@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Python binding (bindings/python): the coverage check against include/localmap.h; the package
-# installed with pip (offline: --no-build-isolation) into a temporary directory, and everything
+# installed with pip (offline: --no-build-isolation) from ./bindings/python into a temporary
+# directory, leaving nothing (build/, *.egg-info) in the checkout, and everything
 # below run against that installed copy: the library lookup tests (serial), the pytest suites
 # under mpirun -np 2 and -np 4 (mpi4py initialises MPI first there), a run without mpi4py (localmap
 # initialises MPI, and does not import mpi4py), and the masked-loss example at np 1, 2 and 4,
@@ -16,10 +17,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 # LM_REQUIRE_BINDINGS=1 (set by CI) turns a skip into a failure.
-skip() {
-  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_python: FAIL (LM_REQUIRE_BINDINGS=1): $*"; exit 1; fi
-  echo "script_python: SKIP: $*"; exit 77
-}
+. tests/lm_test.sh
+skip() { lm_missing_binding "$@"; }
 fail() { echo "script_python: FAIL: $*"; exit 1; }
 step() { printf '\n--- %s\n' "$*"; }
 
@@ -34,11 +33,12 @@ if [ -z "$PY" ]; then
 fi
 PY=${PY:-$(command -v python3 || true)}
 [ -n "$PY" ] || skip "no python3 (apt-get install python3 python3-venv, then make python-venv)"
-missing=$("$PY" - <<'P' 2>/dev/null
+# An interpreter that is there but does not start is broken, not missing: a failure.
+missing=$("$PY" - <<'P'
 import importlib.util
 print(" ".join(m for m in ("numpy", "mpi4py", "pytest", "setuptools", "wheel") if importlib.util.find_spec(m) is None))
 P
-) || skip "$PY does not run"
+) || fail "$PY is there but does not run"
 [ -z "$missing" ] || skip "$PY lacks $missing (make python-venv installs them with pip, or set LM_PYTHON)"
 echo "python: $PY ($("$PY" -c 'import sys, numpy, mpi4py, pytest; print(sys.version.split()[0], "numpy", numpy.__version__, "mpi4py", mpi4py.__version__, "pytest", pytest.__version__)'))"
 
@@ -76,11 +76,17 @@ if [ -n "$mpich" ]; then
   echo "MPICH build: mpi4py runs with MPI4PY_MPIABI=mpich on $mpich"
 fi
 
-step "pip install --no-build-isolation (offline) into a temporary target"
-cp -r bindings/python "$tmp/src"   # a clean copy: pip's build leaves files next to the sources
-rm -rf "$tmp/src/build" "$tmp/src"/*.egg-info
+step "pip install --no-build-isolation (offline) of ./bindings/python into a temporary target"
+# Straight from the checkout, as a user does: the package's build backend works on a copy, so
+# nothing (build/, *.egg-info) may appear next to the sources.
+before=$(git status --porcelain --ignored bindings/python 2>/dev/null || true)
 "$PY" -m pip install -q --no-build-isolation --no-deps --no-index \
-  --target "$tmp/site" "$tmp/src" || fail "pip install of bindings/python"
+  --target "$tmp/site" ./bindings/python || fail "pip install of bindings/python"
+after=$(git status --porcelain --ignored bindings/python 2>/dev/null || true)
+[ "$before" = "$after" ] || fail "pip install ./bindings/python left files in the checkout: $(diff <(echo "$before") <(echo "$after") | sed -n 's/^> //p' | tr '\n' ' ')"
+for d in bindings/python/build bindings/python/*.egg-info; do
+  [ ! -e "$d" ] || fail "pip install ./bindings/python left $d"
+done
 so=$(find "$tmp/site" -name '*.so*' | head -1)
 [ -z "$so" ] || fail "the package contains compiled code: $so"
 [ -f "$tmp/site/localmap/__init__.py" ] || fail "pip installed no localmap package"

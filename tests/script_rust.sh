@@ -4,17 +4,21 @@
 # `cargo test --offline` with an empty crate cache (a fresh CARGO_HOME: no third-party crate can
 # sneak in), the layout test, then the MPI tests and the masked-loss example under mpirun at np 2
 # and 4; the example must print the C demo's loss. Cargo's target dir is $BUILD/rust-target.
-# In a sanitizer build the Rust programs run with the ASan runtime preloaded.
+# Then a consumer crate outside the workspace, depending on `localmap` by path, built against a
+# `make install` prefix with nothing but PKG_CONFIG_PATH set: it links liblocalmap statically
+# (nothing of the prefix or the checkout at run time) and runs at np 3; without PKG_CONFIG_PATH
+# its build warns that it links the checkout's build tree; with LOCALMAP_LINK=dynamic and the
+# one-line build.rs the README shows, it runs against the prefix's liblocalmap.so.
+# In a sanitizer build the Rust programs run with the ASan runtime preloaded, linked dynamically,
+# and the consumer check is left to the plain build.
 # Exits 77 (reported as SKIP with the reason) when cargo is missing; with LM_REQUIRE_BINDINGS=1 (CI)
 # that is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
-skip() {
-  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "script_rust: LM_REQUIRE_BINDINGS=1 but: $*"; exit 1; fi
-  echo "script_rust: SKIP: $*"; exit 77
-}
+. tests/lm_test.sh
+skip() { lm_missing_binding "$@"; }
 
 sh tools/check-binding-coverage.sh bindings/rust '*.rs'
 
@@ -24,7 +28,9 @@ CARGO=${CARGO:-$(command -v cargo || true)}
 [ -n "$CARGO" ] || skip "cargo not found (PATH, ~/.cargo/bin); install Rust (rustup) to test the Rust bindings"
 PATH=$(dirname "$CARGO"):$PATH
 "$CARGO" --version
-if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+# (ldd's output in a variable: `ldd | grep -q` fails under pipefail when grep exits first.)
+lib_deps=$(ldd "$BUILD/lib/liblocalmap.so")
+if [[ $lib_deps == *libasan* ]]; then
   # A sanitizer build: the ASan runtime must come first, so the Rust programs (never cargo, rustc
   # or cc) run with it preloaded: through cargo's target runner, and mpirun's -x for the ranks.
   libasan=$(${CC:-cc} -print-file-name=libasan.so)
@@ -32,7 +38,14 @@ if ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
   host=$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')
   export "CARGO_TARGET_${host}_RUNNER=env LD_PRELOAD=$libasan"
   export LM_MPIRUN_FLAGS="${LM_MPIRUN_FLAGS:-} -x LD_PRELOAD=$libasan"
-  echo "sanitizer build: Rust programs run with LD_PRELOAD=$libasan"
+  # The ASan-instrumented liblocalmap.a cannot go into a binary that preloads the runtime.
+  export LOCALMAP_LINK=dynamic
+  san=1
+  echo "sanitizer build: Rust programs run with LD_PRELOAD=$libasan, linked to liblocalmap.so"
+fi
+
+if [[ $lib_deps == *libasan* || $lib_deps == *libubsan* ]]; then
+  export LOCALMAP_LINK=dynamic san=1   # instrumented objects need the sanitizer runtimes linked
 fi
 
 cargo_home=$(mktemp -d)
@@ -66,4 +79,56 @@ done
 out=$(bash tools/lm-mpirun 3 "$CARGO_TARGET_DIR/debug/examples/hello")
 echo "$out"
 [ "$(echo "$out" | grep -c 'gathered all 10')" = 3 ] || { echo "README's hello (Rust) failed"; exit 1; }
+
+# A consumer crate against an installed prefix (plain builds only).
+if [ "${san:-0}" = 1 ]; then echo "rust bindings: OK (the consumer check runs in the plain build)"; exit 0; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$cargo_home" "$tmp"' EXIT
+prefix=$tmp/prefix
+(unset MAKEFLAGS MFLAGS; make -s install PREFIX="$prefix" BUILD="$BUILD" MPI="${LM_MPI:-}" >/dev/null)
+mk_consumer() {  # DIR [extra Cargo.toml lines]
+  mkdir -p "$1/src"
+  cp bindings/rust/localmap/examples/hello.rs "$1/src/main.rs"
+  printf '[package]\nname = "consumer"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nlocalmap = { path = "%s" }\n%s' \
+    "$ROOT/bindings/rust/localmap" "${2:-}" > "$1/Cargo.toml"
+}
+consumer_build() {  # DIR, then env assignments
+  local dir=$1; shift
+  (cd "$dir" && env -u LOCALMAP_LIB_DIR -u LOCALMAP_INCLUDE_DIR -u LOCALMAP_LINK -u PKG_CONFIG_PATH \
+     CARGO_TARGET_DIR="$tmp/target" "$@" "$CARGO" build --offline 2>&1)
+}
+run3() {  # the README's hello at np 3, with no LD_LIBRARY_PATH
+  local out
+  out=$(env -u LD_LIBRARY_PATH bash tools/lm-mpirun 3 "$1")
+  echo "$out"
+  [ "$(echo "$out" | grep -c 'gathered all 10')" = 3 ] || { echo "the consumer $1 failed"; exit 1; }
+}
+mk_consumer "$tmp/c1"
+consumer_build "$tmp/c1" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" > "$tmp/c1.log" || { cat "$tmp/c1.log"; echo "consumer build failed"; exit 1; }
+bin=$tmp/target/debug/consumer
+grep -rqs "lib_dir=$prefix/lib" "$tmp/target/debug/build/"localmap-sys-*/output ||
+  { cat "$tmp/c1.log"; echo "the consumer did not use the installed prefix"; exit 1; }
+deps=$(ldd "$bin")
+if [[ $deps == *liblocalmap* ]] || readelf -d "$bin" | grep -q "$ROOT"; then
+  echo "$deps"; readelf -d "$bin" | grep -i path || true
+  echo "the consumer needs liblocalmap or the checkout at run time"; exit 1
+fi
+mv "$prefix" "$tmp/moved"   # nothing of the prefix is needed at run time
+run3 "$bin"
+mv "$tmp/moved" "$prefix"
+echo "consumer crate: built against the prefix (PKG_CONFIG_PATH only), liblocalmap linked statically, runs at np 3"
+consumer_build "$tmp/c1" > "$tmp/c1b.log" || { cat "$tmp/c1b.log"; echo "consumer build without PKG_CONFIG_PATH failed"; exit 1; }
+grep -q "links the source tree's build" "$tmp/c1b.log" ||
+  { cat "$tmp/c1b.log"; echo "no warning when the checkout's build tree is linked"; exit 1; }
+echo "without PKG_CONFIG_PATH: $(grep -m1 -o "no installed localmap found[^;]*" "$tmp/c1b.log")"
+# Dynamic linking with the README's one-line build.rs (it reads DEP_LOCALMAP_LIB_DIR).
+mk_consumer "$tmp/c2" 'localmap-sys = { path = "'"$ROOT"'/bindings/rust/localmap-sys" }
+'
+printf 'fn main() { println!("cargo:rustc-link-arg=-Wl,-rpath,{}", std::env::var("DEP_LOCALMAP_LIB_DIR").unwrap()); }\n' > "$tmp/c2/build.rs"
+consumer_build "$tmp/c2" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" LOCALMAP_LINK=dynamic > "$tmp/c2.log" ||
+  { cat "$tmp/c2.log"; echo "dynamic consumer build failed"; exit 1; }
+deps=$(ldd "$bin")
+[[ $deps == *"$prefix/lib/liblocalmap.so.0"* ]] || { echo "$deps"; echo "the dynamic consumer does not load the prefix's liblocalmap.so.0"; exit 1; }
+run3 "$bin"
+echo "consumer crate, LOCALMAP_LINK=dynamic + build.rs: loads $prefix/lib/liblocalmap.so.0, runs at np 3"
 echo "rust bindings: OK"

@@ -30,10 +30,15 @@ int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI
   return PMPI_Iallreduce(s, r, n, t, op, c, q);
 }
 
-static int board_expected(void) {
-  const char *b = getenv("LM_AGREE_BOARD"), *n = getenv("LM_NODE_LOCAL");
-  return NP > 1 && !(b && b[0] == '0') && !(n && n[0] == '0');
+/* Whether agreements over the world ranks ranks[0..n) (NULL: all) go through the board: more than
+ * one rank, all on one node (simulated nodes: LM_TEST_NODES, tests/README.md), board and
+ * node-local path on. */
+static int board_expected_for(const int *ranks, int n) {
+  const char *b = getenv("LM_AGREE_BOARD"), *l = getenv("LM_NODE_LOCAL");
+  return (ranks ? n : NP) > 1 && lm_test_one_node(ranks, n) && !(b && b[0] == '0') &&
+         !(l && l[0] == '0');
 }
+static int board_expected(void) { return board_expected_for(NULL, 0); }
 
 static lm_status_t noop_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
                            lm_arg_t *out) {
@@ -68,6 +73,39 @@ static void test_agreements_use_the_board(void **state) {
   lm_dist_tensor_destroy(&src);
   lm_dist_tensor_destroy(&dst);
   lm_reshard_plan_destroy(&plan);
+  lm_mesh_destroy(&m);
+}
+
+/* A mesh over the ranks of one node (with simulated nodes, LM_TEST_NODES=k: the world ranks
+ * r % k == 0; on one real node: all but the last rank) agrees through that node's board, while
+ * agreements over the whole world do so only when the world is on one node (checked above). */
+static void test_board_of_one_node(void **state) {
+  (void)state;
+  int ranks[64], n = 0, member = 0;
+  for (int r = 0; r < NP; ++r)
+    if (lm_test_node_of(r) == lm_test_node_of(0) && (lm_test_nodes() > 1 || r < NP - 1)) ranks[n++] = r;
+  if (n < 2) lm_test_skip("the ranks of node 0 (%d of np %d) are fewer than 2", n, NP);
+  for (int i = 0; i < n; ++i) member |= ranks[i] == ME;
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {n};
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.ranks = ranks;
+  cfg.nranks = n;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, &cfg));
+  const int calls = 10;
+  long before = g_allreduces;
+  int ok = 1;
+  if (member)
+    for (int i = 0; i < calls; ++i)
+      ok &= lm_local_map(noop_fn, NULL, 0, NULL, NULL, 0, NULL, NULL, m, 0, NULL) == LM_SUCCESS;
+  long made = g_allreduces - before;
+  int expect = board_expected_for(ranks, n);
+  if (member && (expect ? made != 0 : made < calls)) {
+    lm_test__diag("rank %d: %ld agreement allreduces for %d calls on node %d's mesh (board expected: %d)\n",
+                  ME, made, calls, lm_test_node_of(ME), expect);
+    ok = 0;
+  }
+  LM_ASSERT_ALL(ok);
   lm_mesh_destroy(&m);
 }
 
@@ -109,6 +147,7 @@ static void test_mismatch_and_failure_agreed(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_agreements_use_the_board),
+    cmocka_unit_test(test_board_of_one_node),
     cmocka_unit_test(test_mismatch_and_failure_agreed),
 };
 

@@ -11,6 +11,8 @@
  * environment, tests/script_node_local.sh), posts them. One rank starting the plan nonblocking
  * while the others execute it: refused on every rank as a mismatch of the operation (a blocking
  * execution may take the board or the node-local path, a nonblocking one never does).
+ * Positions come from this file's own torch.chunk (docs/DESIGN.md, "Layout math"), not from the
+ * library: every shard's offset and shape must equal it, and values are checked there.
  */
 // lm-test-np: 1 2 3 4
 #include <stdlib.h>
@@ -36,21 +38,55 @@ static int env_off(const char *name) {
   const char *e = getenv(name);
   return e && e[0] == '0' && e[1] == '\0';
 }
-/* Whether a small plan execution here should go through the board. */
+/* Whether a small plan execution here should go through the board: every rank on one node
+ * (simulated nodes: LM_TEST_NODES, tests/README.md) and nothing turned off. */
 static int board_expected(void) {
-  return NP > 1 && !env_off("LM_AGREE_BOARD") && !env_off("LM_NODE_LOCAL") &&
-         !env_off("LM_BOARD_EXCHANGE_BYTES") && !env_off("LM_NODE_ARENA_BYTES");
+  return NP > 1 && lm_test_one_node(NULL, 0) && !env_off("LM_AGREE_BOARD") &&
+         !env_off("LM_NODE_LOCAL") && !env_off("LM_BOARD_EXCHANGE_BYTES") &&
+         !env_off("LM_NODE_ARENA_BYTES");
 }
 
 static double value(int64_t i, int64_t j, int64_t cols) { return (double)(i * cols + j) + 0.25; }
 
-static void fill(lm_dist_tensor_t t, DLDataType dt) {
+/* torch.chunk, written again from the documented rule: b = ceil(n / parts), part i is
+ * [min(n, i*b), min(n, (i+1)*b)). */
+static void my_chunk(int64_t n, int64_t parts, int64_t i, int64_t *off, int64_t *len) {
+  int64_t b = (n + parts - 1) / parts;
+  int64_t lo = i * b < n ? i * b : n, hi = (i + 1) * b < n ? (i + 1) * b : n;
+  *off = lo;
+  *len = hi - lo;
+}
+
+/* This rank's box (off, len) of t, placement p on the 1-D mesh of every rank, global shape g;
+ * 1 when the library's local offset and shape (and the local DLTensor's) agree with it. */
+static int oracle_box(lm_dist_tensor_t t, lm_placement_t p, const int64_t *g, int64_t *off,
+                      int64_t *len) {
+  int64_t lo[2], ll[2];
   DLTensor v;
-  int64_t off[2];
+  off[0] = off[1] = 0;
+  len[0] = g[0];
+  len[1] = g[1];
+  if (p.kind == LM_SHARD) my_chunk(g[p.dim], NP, ME, &off[p.dim], &len[p.dim]);
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ll, 2));
   LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
-  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  int ok = lo[0] == off[0] && lo[1] == off[1] && ll[0] == len[0] && ll[1] == len[1] &&
+           v.shape[0] == len[0] && v.shape[1] == len[1];
+  if (!ok)
+    lm_test__diag("rank %d: shard at (%lld, %lld) of (%lld, %lld), torch.chunk says (%lld, %lld) of "
+                  "(%lld, %lld)\n", ME, (long long)lo[0], (long long)lo[1], (long long)ll[0],
+                  (long long)ll[1], (long long)off[0], (long long)off[1], (long long)len[0],
+                  (long long)len[1]);
+  return ok;
+}
+
+static int fill(lm_dist_tensor_t t, lm_placement_t p, DLDataType dt) {
+  DLTensor v;
+  int64_t off[2], len[2];
   int64_t g[2];
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
   LM_ASSERT_OK(lm_dist_tensor_global_shape(t, g, 2));
+  if (!oracle_box(t, p, g, off, len)) return 0;
   for (int64_t i = 0; i < v.shape[0]; ++i)
     for (int64_t j = 0; j < v.shape[1]; ++j) {
       double x = value(off[0] + i, off[1] + j, g[1]);
@@ -59,14 +95,15 @@ static void fill(lm_dist_tensor_t t, DLDataType dt) {
       else if (dt.code == kDLFloat) ((float *)v.data)[k] = (float)x;
       else ((int32_t *)v.data)[k] = (int32_t)x;
     }
+  return 1;
 }
 
-static int check(lm_dist_tensor_t t, DLDataType dt) {
+static int check(lm_dist_tensor_t t, lm_placement_t p, DLDataType dt) {
   DLTensor v;
-  int64_t off[2], g[2];
+  int64_t off[2], len[2], g[2];
   LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
-  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
   LM_ASSERT_OK(lm_dist_tensor_global_shape(t, g, 2));
+  if (!oracle_box(t, p, g, off, len)) return 0;
   for (int64_t i = 0; i < v.shape[0]; ++i)
     for (int64_t j = 0; j < v.shape[1]; ++j) {
       double x = value(off[0] + i, off[1] + j, g[1]), y;
@@ -92,11 +129,11 @@ static long run_case(lm_mesh_t m, lm_placement_t sp, lm_placement_t dp, int64_t 
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &sp, m, &dp, 2, g, dt));
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, dt, LM_CPU, &sp));
   LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
-  fill(src, dt);
+  *ok &= fill(src, sp, dt);
   long before = g_p2p;
   for (int r = 0; r < reps; ++r) {
     *ok &= lm_reshard_plan_execute(plan, src, dst) == LM_SUCCESS;
-    *ok &= check(dst, dt);
+    *ok &= check(dst, dp, dt);
   }
   long made = g_p2p - before;
   lm_dist_tensor_destroy(&src);
@@ -151,7 +188,7 @@ static void test_mixed_start_and_execute(void **state) {
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &S0, m, &S1, 2, g, LM_FLOAT64));
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, LM_FLOAT64, LM_CPU, &S0));
   LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
-  fill(src, LM_FLOAT64);
+  LM_ASSERT_ALL(fill(src, S0, LM_FLOAT64));
   lm_status_t st;
   lm_request_t q = NULL;
   const int check_on = !env_off("LM_CHECK");
@@ -168,11 +205,11 @@ static void test_mixed_start_and_execute(void **state) {
                : st == LM_ERR_MISMATCH && strstr(lm_last_error_message(), "operation") && q == NULL;
   if (!ok) lm_test__diag("rank %d: mixed: status %d: %s\n", ME, (int)st, lm_last_error_message());
   LM_ASSERT_ALL(ok);
-  if (NP == 1 || !check_on) LM_ASSERT_ALL(check(dst, LM_FLOAT64));
+  if (NP == 1 || !check_on) LM_ASSERT_ALL(check(dst, S1, LM_FLOAT64));
   /* And the board again for all afterwards. */
   long before = g_p2p;
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, dst));
-  LM_ASSERT_ALL(check(dst, LM_FLOAT64));
+  LM_ASSERT_ALL(check(dst, S1, LM_FLOAT64));
   LM_ASSERT_ALL(!board_expected() || g_p2p == before);
   lm_dist_tensor_destroy(&src);
   lm_dist_tensor_destroy(&dst);

@@ -7,19 +7,90 @@
  * call on the mesh fails on every rank (the failed rank's broken mesh joins the agreement). Run plainly by `make check` (everything succeeds) and by
  * tests/script_fault.sh under LM_FAULT (docs/DESIGN.md, "Failure model"), which fails an
  * allocation or a transport call on a chosen rank at the Nth call.
+ *
+ * Not only agreement: every status is the one the fault calls for (docs/DESIGN.md, "Error model"),
+ * read from LM_FAULT by this file. Without a fault every call succeeds. alloc: the rank whose
+ * allocation failed returns LM_ERR_OUT_OF_MEMORY, the others LM_ERR_REMOTE naming it, and later
+ * calls work again. transport: the failing rank returns LM_ERR_MPI, a rank waiting on it
+ * LM_ERR_REMOTE carrying LM_ERR_MPI (both break their mesh), a rank whose part completed returns
+ * success; afterwards every call on the mesh fails, LM_ERR_INVALID_USAGE ("broken") on the ranks
+ * whose mesh broke and LM_ERR_REMOTE on the others.
  */
 // lm-test-np: 1 2 4
 #include "lm_test.h"
+
+/* After an injected transport failure MPI keeps failure notices and abandoned messages
+ * unreceived, or abandons requests (tests/lm_test.h). */
+LM_TEST_ABANDONED_MPI_OK()
 
 #define NP lm_test_size()
 #define ME lm_test_rank()
 
 static int g_first_failure = 0, g_op = 0, g_diverged = 0;
 
+/* The injected fault, from LM_FAULT ("kind:rank=R:nth=N", the first one when several). */
+enum { F_NONE, F_ALLOC, F_TRANSPORT };
+static int g_kind = F_NONE, g_frank = -1;
+static int g_broken = 0;     /* this rank's mesh is broken (transport faults) */
+static int g_any_broken = 0; /* some rank's is (agreed after each call) */
+
+static void read_fault(void) {
+  const char *e = getenv("LM_FAULT");
+  char kind[32] = {0};
+  int rank = -1;
+  g_kind = F_NONE;
+  if (e == NULL || !*e || sscanf(e, "%31[a-z]:rank=%d", kind, &rank) < 1) return;
+  g_kind = strcmp(kind, "alloc") == 0 ? F_ALLOC : strcmp(kind, "transport") == 0 ? F_TRANSPORT : F_NONE;
+  g_frank = rank;
+}
+static int eligible(void) { return g_frank < 0 || g_frank == ME; }
+static int has(const char *msg, const char *w) { return strstr(msg, w) != NULL; }
+
+/* Whether st (with message msg) is a status this rank may return from a collective call now. */
+static int code_expected(lm_status_t st, const char *msg) {
+  switch (g_kind) {
+    case F_ALLOC: {
+      char who[32]; /* the others name the failing rank */
+      snprintf(who, sizeof who, "rank %d ", g_frank);
+      return st == LM_SUCCESS || (st == LM_ERR_OUT_OF_MEMORY && eligible()) ||
+             (st == LM_ERR_REMOTE && has(msg, "LM_ERR_OUT_OF_MEMORY") && (g_frank < 0 || has(msg, who)));
+    }
+    case F_TRANSPORT:
+      if (g_broken) return st == LM_ERR_INVALID_USAGE && has(msg, "broken");
+      if (g_any_broken) return st == LM_ERR_REMOTE;
+      return st == LM_SUCCESS || (st == LM_ERR_MPI && eligible() && has(msg, "LM_FAULT")) ||
+             (st == LM_ERR_REMOTE && has(msg, "LM_ERR_MPI"));
+    default:
+      return st == LM_SUCCESS;
+  }
+}
+
+/* Collective: the code of every rank is the one the fault calls for, and a failure that is the
+ * fault's first shows its own code on some rank (LM_ERR_OUT_OF_MEMORY or LM_ERR_MPI). */
+static void expected_codes(lm_status_t st, const char *msg) {
+  int ok = code_expected(st, msg), own = 0, any_own = 0, fail = st != LM_SUCCESS, any_fail = 0;
+  if (!ok)
+    lm_test__diag("rank %d: op %d: status %s is not what LM_FAULT=%s calls for (mesh broken here: "
+                  "%d, somewhere: %d): %s\n", ME, g_op, lm_status_string(st),
+                  getenv("LM_FAULT") ? getenv("LM_FAULT") : "(none)", g_broken, g_any_broken, msg);
+  own = (g_kind == F_ALLOC && st == LM_ERR_OUT_OF_MEMORY) || (g_kind == F_TRANSPORT && st == LM_ERR_MPI);
+  MPI_Allreduce(&own, &any_own, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&fail, &any_fail, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any_fail && !g_any_broken && !any_own) {
+    if (ME == 0) lm_test__diag("op %d failed, but no rank returned the injected fault's own code\n", g_op);
+    ok = 0;
+  }
+  if (g_kind == F_TRANSPORT && fail) g_broken = 1;
+  MPI_Allreduce(&g_broken, &g_any_broken, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  LM_ASSERT_ALL(ok);
+}
+
 /* Collective over the world: every rank got the same verdict (success or failure), or the
  * verdicts differed at the previous call and every rank fails this one. */
 static void same_outcome(lm_status_t st) {
   int ok = st == LM_SUCCESS, lo = 0, hi = 0;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", lm_last_error_message());
   ++g_op;
   MPI_Allreduce(&ok, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&ok, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -38,6 +109,7 @@ static void same_outcome(lm_status_t st) {
     fprintf(stderr, "rank %d: op %d: status %d (%s), not failed on every rank after a divergence\n",
             ME, g_op, (int)st, lm_last_error_message());
   LM_ASSERT_ALL(good);
+  expected_codes(st, msg);
 }
 
 static void free_managed(DLManagedTensor *mt) {
@@ -67,6 +139,7 @@ static lm_status_t copy_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in
 
 static void test_collectives_agree_under_faults(void **state) {
   (void)state;
+  read_fault();
   lm_mesh_t m = NULL;
   int64_t ms[1] = {NP}, n = 37;
   same_outcome(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, NULL));
@@ -113,6 +186,11 @@ static void test_collectives_agree_under_faults(void **state) {
      * the test itself agrees before the collective that needs the target. */
     lm_status_t st = lm_reshard_plan_alloc_target(plan, LM_CPU, &u);
     int mine = st == LM_SUCCESS, all = 0;
+    /* local: only an allocation fault of this very rank may fail it, with its own code */
+    int local_ok = st == LM_SUCCESS || (g_kind == F_ALLOC && eligible() && st == LM_ERR_OUT_OF_MEMORY);
+    if (!local_ok)
+      lm_test__diag("rank %d: alloc_target: %s: %s\n", ME, lm_status_string(st), lm_last_error_message());
+    LM_ASSERT_ALL(local_ok);
     ++g_op;
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all && !g_first_failure) g_first_failure = g_op;

@@ -1129,7 +1129,7 @@ static void test_fn_fails_on_two_ranks(void **state) {
   (void)state;
   const int np = lm_test_size(), r = lm_test_rank();
   if (np < 3) {
-    LM_ASSERT_ALL(1);
+    lm_test_skip("needs 3 ranks or more (np %d)", np);
     return;
   }
   lm_mesh_t mesh = world_mesh();
@@ -1144,8 +1144,7 @@ static void test_fn_fails_on_two_ranks(void **state) {
   mk.fail_rank2 = 2;
   lm_status_t st = call_lm(maker_fn, &mk, 0, NULL, NULL, 1, outpl, NULL, mesh, 0, out);
   LM_ASSERT_STATUS_ALL(st, (r == 1 || r == 2) ? LM_ERR_USER : LM_ERR_REMOTE);
-  if (r != 1 && r != 2) LM_ASSERT_ALL(has(g_msg, "rank 1"));
-  else LM_ASSERT_ALL(1);
+  LM_ASSERT_ALL(r == 1 || r == 2 || has(g_msg, "rank 1"));
   LM_ASSERT_ALL(all_none(out, 1) && g_deleted - del0 == 1);
   lm_mesh_destroy(&mesh);
 }
@@ -1375,7 +1374,7 @@ static void test_counts_disagree(void **state) {
   (void)state;
   const int np = lm_test_size(), r = lm_test_rank();
   if (np < 2) {
-    LM_ASSERT_ALL(1);
+    lm_test_skip("needs 2 ranks or more (np 1)");
     return;
   }
   lm_mesh_t mesh = world_mesh();

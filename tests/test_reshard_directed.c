@@ -748,14 +748,14 @@ static void run_mesh_pairs(int mdim, const char *prefix) {
 
 static void test_mesh_2x2_all_pairs(void **state) {
   (void)state;
-  if (lm_test_size() != 4) skip();
+  if (lm_test_size() != 4) lm_test_skip("runs at np 4 only (np %d)", lm_test_size());
   run_mesh_pairs(2, "2x2");
   finish("2x2 all pairs");
 }
 
 static void test_mesh_2x2x2_pairs(void **state) {
   (void)state;
-  if (lm_test_size() != 8) skip();
+  if (lm_test_size() != 8) lm_test_skip("runs at np 8 only (np %d)", lm_test_size());
   run_mesh_pairs(3, "2x2x2");
   finish("2x2x2 pairs");
 }
@@ -763,7 +763,7 @@ static void test_mesh_2x2x2_pairs(void **state) {
 /* [S(0), S(0)] vs [S(0)@1, S(0)] on a 2x2 mesh: the offsets of docs/DESIGN.md's table. */
 static void test_coshard_order(void **state) {
   (void)state;
-  if (lm_test_size() != 4) skip();
+  if (lm_test_size() != 4) lm_test_skip("runs at np 4 only (np %d)", lm_test_size());
   int64_t shape[2] = {2, 2};
   lm_mesh_t mesh = make_mesh(2, shape, NULL, 0);
   minfo_t mi = minfo(mesh);
@@ -839,7 +839,7 @@ static void test_coshard_order(void **state) {
 /* ============================================================================ 4. cross-mesh */
 static void test_cross_mesh_pipeline(void **state) {
   (void)state;
-  if (lm_test_size() != 8) skip();
+  if (lm_test_size() != 8) lm_test_skip("runs at np 8 only (np %d)", lm_test_size());
   int64_t shape[2] = {2, 2};
   const int ra[4] = {0, 1, 2, 3}, rb[4] = {4, 5, 6, 7};
   lm_mesh_t A = make_mesh(2, shape, ra, 4), B = make_mesh(2, shape, rb, 4);
@@ -907,7 +907,7 @@ static void test_cross_mesh_pipeline(void **state) {
 /* Ranks in neither mesh return at once with a placeholder. */
 static void test_cross_mesh_bystanders(void **state) {
   (void)state;
-  if (lm_test_size() != 8) skip();
+  if (lm_test_size() != 8) lm_test_skip("runs at np 8 only (np %d)", lm_test_size());
   int rank = lm_test_rank();
   int64_t two[1] = {2};
   const int rc[2] = {0, 1}, rd[2] = {2, 3};
@@ -989,7 +989,7 @@ static void test_cross_mesh_bystanders(void **state) {
 /* Overlapping rank sets: source [0,1,2,3], target [2,3,4,5]. */
 static void test_cross_mesh_overlap(void **state) {
   (void)state;
-  if (lm_test_size() != 8) skip();
+  if (lm_test_size() != 8) lm_test_skip("runs at np 8 only (np %d)", lm_test_size());
   int64_t four[1] = {4}, sq[2] = {2, 2};
   const int ra[4] = {0, 1, 2, 3}, rb[4] = {2, 3, 4, 5};
   lm_mesh_t A = make_mesh(1, four, ra, 4), B = make_mesh(1, four, rb, 4);
@@ -1214,7 +1214,7 @@ static void test_nonblocking(void **state) {
  * never communicate, so a disagreement cannot hang). */
 static void test_inflight_uninvolved_ranks(void **state) {
   (void)state;
-  if (lm_test_size() < 2) skip();
+  if (lm_test_size() < 2) lm_test_skip("needs 2 ranks or more (np 1)");
   lm_mesh_t mesh = make_1d();
   const int64_t g[2] = {1, 1}, gr[2] = {16, 2};
   lm_placement_t s0 = S_(0), s1 = S_(1), r = R_();

@@ -7,7 +7,9 @@
  * one, whose size the test computes). Everything taken is given back when the execution completes
  * (with LM_PLAN_KEEP_BUFFERS=1: when the persistent plan is destroyed, and a second execution takes
  * nothing new), and the results are exact. Run with a small LM_STAGING_BYTES (tests/script_staging.sh) the
- * tensors are many times the bound, so reductions and exchanges must pipeline chunk by chunk. */
+ * tensors are many times the bound, so reductions and exchanges must pipeline chunk by chunk.
+ * Positions come from this file's own torch.chunk (docs/DESIGN.md, "Layout math"), not from the
+ * library: each shard's offset and shape must equal it, and values are checked there. */
 // lm-test-np: 1 2 3 4
 #include "lm_test.h"
 
@@ -25,6 +27,30 @@ static int64_t staging_bound(void) {
 }
 
 #define note(...) (lm_test__diag("rank %d: ", lm_test_rank()), lm_test__diag(__VA_ARGS__), lm_test__diag("\n"))
+
+/* torch.chunk, written again from the documented rule: b = ceil(n / parts), part i is
+ * [min(n, i*b), min(n, (i+1)*b)). */
+static void my_chunk(int64_t n, int64_t parts, int64_t i, int64_t *off, int64_t *len) {
+  int64_t b = (n + parts - 1) / parts;
+  int64_t lo = i * b < n ? i * b : n, hi = (i + 1) * b < n ? (i + 1) * b : n;
+  *off = lo;
+  *len = hi - lo;
+}
+
+/* This rank's box of a g[0] x g[1] tensor with placement p on the 1-D mesh of every rank; 1 when
+ * the library's local offset and shape of t agree with it. */
+static int oracle_box(lm_dist_tensor_t t, lm_placement_t p, const int64_t *g, int64_t *off,
+                      int64_t *ls) {
+  int64_t lo[2], ll[2];
+  for (int d = 0; d < 2; ++d) {
+    off[d] = 0;
+    ls[d] = g[d];
+  }
+  if (p.kind == LM_SHARD) my_chunk(g[p.dim], lm_test_size(), lm_test_rank(), &off[p.dim], &ls[p.dim]);
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ll, 2));
+  return lo[0] == off[0] && lo[1] == off[1] && ll[0] == ls[0] && ll[1] == ls[1];
+}
 
 static int64_t rup64(int64_t b) { return b == 0 ? 64 : (b + 63) / 64 * 64; }
 
@@ -60,12 +86,11 @@ static double want_value(const mcase *c, int64_t k, int np, int rank) {
   return (double)(k % 1000) * (np * (np + 1) / 2);
 }
 
-static void fill(lm_dist_tensor_t t, const mcase *c, int rank) {
+static int fill(lm_dist_tensor_t t, const mcase *c, int rank) {
   DLTensor v;
   int64_t off[2], ls[2];
   LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
-  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
-  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, 2));
+  if (!oracle_box(t, c->sp, c->g, off, ls)) return 0;
   for (int64_t i = 0; i < ls[0]; ++i)
     for (int64_t j = 0; j < ls[1]; ++j) {
       int64_t k = (off[0] + i) * c->g[1] + off[1] + j;
@@ -75,14 +100,14 @@ static void fill(lm_dist_tensor_t t, const mcase *c, int rank) {
       else
         ((double *)v.data)[i * ls[1] + j] = x;
     }
+  return 1;
 }
 
 static int check(lm_dist_tensor_t t, const mcase *c, int np, int rank) {
   DLTensor v;
   int64_t off[2], ls[2];
   LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
-  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
-  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, 2));
+  if (!oracle_box(t, c->dp, c->g, off, ls)) return 0;
   for (int64_t i = 0; i < ls[0]; ++i)
     for (int64_t j = 0; j < ls[1]; ++j) {
       int64_t k = (off[0] + i) * c->g[1] + off[1] + j;
@@ -125,13 +150,16 @@ static void test_memory_bound(void **state) {
     int64_t inter = 0;
     if (c->inter_dim >= 0 && np > 1) {
       int64_t off, len;
-      LM_ASSERT_OK(lm_chunk(c->g[c->inter_dim], np, rank, &off, &len));
+      my_chunk(c->g[c->inter_dim], np, rank, &off, &len);
       inter = rup64(len * c->g[1 - c->inter_dim] * esize);
     }
     for (int path = 0; path < 2; ++path) {
       lm_dist_tensor_t src = NULL, dst = NULL;
       LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, c->g, dt, LM_CPU, &c->sp));
-      fill(src, c, rank);
+      if (!fill(src, c, rank)) {
+        note("%s: the source shard is not where torch.chunk puts it", c->name);
+        ++bad;
+      }
       int64_t before = in_use_now(), extra = 0, target = 0, after = 0;
       if (path == 0) {
         lm_reshard_plan_t plan = NULL;
@@ -181,7 +209,8 @@ static void test_memory_bound(void **state) {
         ++bad;
       }
       if (!check(dst, c, np, rank)) {
-        note("%s (%s): wrong values at np %d", c->name, path ? "reshard" : "plan", np);
+        note("%s (%s): wrong position (offset/shape) or values at np %d", c->name,
+             path ? "reshard" : "plan", np);
         ++bad;
       }
       LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dst));

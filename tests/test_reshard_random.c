@@ -9,6 +9,10 @@
  * checks its own shard without gathering; Partial targets are reduced by a second reshard to
  * Replicate first. The API path (plain reshard, persistent plan, nonblocking start/test/wait) is
  * drawn too. Failures print the seed and case so `LM_SEED=s LM_CASE=c` replays one case.
+ * Positions come from an oracle of this file, not from the library: torch.chunk written again
+ * from the documented rule (docs/DESIGN.md, "Layout math, worked"), the mesh coordinates from the
+ * rank lists the test gave. Each shard's local offset and shape must equal the oracle's box, and
+ * every element is written and checked at the oracle's position.
  * Cases per run: LM_RESHARD_CASES, default chosen per np so that np 1,2,3,4,8 sum to > 10,000. */
 #include "lm_test.h"
 
@@ -182,6 +186,8 @@ typedef struct {
   lm_mesh_t mesh;
   int ndim;
   int64_t shape[3];
+  int nranks;    /* 0: every world rank, in order */
+  int ranks[64]; /* else the world rank of each mesh index, row-major */
   char desc[64];
 } pool_mesh;
 static pool_mesh pool[MAXM];
@@ -195,6 +201,8 @@ static void add_mesh(int ndim, const int64_t *shape, const int *ranks, int nrank
   LM_ASSERT_OK_ALL(lm_mesh_create(&pm->mesh, lm_test_comm_f(), ndim, shape, ranks ? &cfg : NULL));
   pm->ndim = ndim;
   for (int i = 0; i < ndim; ++i) pm->shape[i] = shape[i];
+  pm->nranks = ranks ? nranks : 0;
+  for (int i = 0; ranks && i < nranks; ++i) pm->ranks[i] = ranks[i];
   snprintf(pm->desc, sizeof pm->desc, "%s", d);
   ++npool;
 }
@@ -253,6 +261,70 @@ static void build_pool(void) {
 
 static void free_pool(void) {
   for (int i = 0; i < npool; ++i) LM_ASSERT_OK(lm_mesh_destroy(&pool[i].mesh));
+}
+
+/* ----------------------------------------------------------------------------- the oracle */
+/* torch.chunk, written here again from the documented rule so that the checks do not trust the
+ * library's layout math: block b = ceil(n / parts); part i is [min(n, i*b), min(n, (i+1)*b)). */
+static void my_chunk(int64_t n, int64_t parts, int64_t i, int64_t *off, int64_t *len) {
+  int64_t b = (n + parts - 1) / parts;
+  int64_t lo = i * b < n ? i * b : n, hi = (i + 1) * b < n ? (i + 1) * b : n;
+  *off = lo;
+  *len = hi - lo;
+}
+
+/* This rank's coordinates in pm (row-major over its rank list); 0 when it is not a member. */
+static int my_coord(const pool_mesh *pm, int64_t *coord) {
+  int me = lm_test_rank(), idx = -1;
+  if (pm->nranks == 0) idx = me;
+  for (int i = 0; i < pm->nranks; ++i)
+    if (pm->ranks[i] == me) idx = i;
+  if (idx < 0) return 0;
+  for (int d = pm->ndim - 1; d >= 0; --d) {
+    coord[d] = idx % pm->shape[d];
+    idx /= (int)pm->shape[d];
+  }
+  return 1;
+}
+
+/* The global box of the member at coord: per tensor dim, the mesh dims that shard it split it in
+ * turn, ordered by (order, mesh dim) (co-sharding; docs/DESIGN.md "Nested sharding"). */
+static void my_box(const pool_mesh *pm, const int64_t *coord, const lm_placement_t *pl, int ndim,
+                   const int64_t *g, int64_t *off, int64_t *len) {
+  for (int d = 0; d < ndim; ++d) {
+    int ms[3], k = 0;
+    for (int m = 0; m < pm->ndim; ++m)
+      if (pl[m].kind == LM_SHARD && pl[m].dim == d) ms[k++] = m;
+    for (int i = 1; i < k; ++i) /* stable insertion sort by order */
+      for (int j = i; j > 0 && pl[ms[j - 1]].order > pl[ms[j]].order; --j) {
+        int t = ms[j];
+        ms[j] = ms[j - 1];
+        ms[j - 1] = t;
+      }
+    int64_t lo = 0, n = g[d];
+    for (int i = 0; i < k; ++i) {
+      int64_t o, l;
+      my_chunk(n, pm->shape[ms[i]], coord[ms[i]], &o, &l);
+      lo += o;
+      n = l;
+    }
+    off[d] = lo;
+    len[d] = n;
+  }
+}
+
+/* The oracle's box of this rank for tensor t (placements pl on pm), compared with the library's
+ * local offset and shape. Returns 1 when they agree (and the box in off/len), 0 otherwise. */
+static int oracle_box(lm_dist_tensor_t t, const pool_mesh *pm, const lm_placement_t *pl, int ndim,
+                      const int64_t *g, int64_t *off, int64_t *len) {
+  int64_t coord[3] = {0, 0, 0}, lo[3] = {0, 0, 0}, ls[3] = {0, 0, 0};
+  my_coord(pm, coord);
+  my_box(pm, coord, pl, ndim, g, off, len);
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, ndim));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, ndim));
+  for (int d = 0; d < ndim; ++d)
+    if (lo[d] != off[d] || ls[d] != len[d]) return 0;
+  return 1;
 }
 
 /* ----------------------------------------------------------------------------- cases */
@@ -336,30 +408,27 @@ static int has_partial(const lm_placement_t *pl, int n, int *op) {
   return 0;
 }
 
-/* Partial linear coordinate of this rank and the group size over the Partial mesh dims. */
-static void partial_coord(lm_mesh_t mesh, const lm_placement_t *pl, int *p, int *K) {
-  int ndim;
-  int64_t shape[3], coord[3];
+/* Partial linear coordinate of this rank and the group size over the Partial mesh dims (the
+ * oracle's coordinates). */
+static void partial_coord(const pool_mesh *pm, const lm_placement_t *pl, int *p, int *K) {
+  int64_t coord[3] = {0, 0, 0};
   *p = 0;
   *K = 1;
   pc_n = 0;
-  LM_ASSERT_OK(lm_mesh_ndim(mesh, &ndim));
-  LM_ASSERT_OK(lm_mesh_shape(mesh, shape, 3));
-  LM_ASSERT_OK(lm_mesh_coord(mesh, coord, 3));
-  for (int m = 0; m < ndim; ++m)
+  my_coord(pm, coord);
+  for (int m = 0; m < pm->ndim; ++m)
     if (pl[m].kind == LM_PARTIAL) {
-      *p = *p * (int)shape[m] + (int)coord[m];
-      *K *= (int)shape[m];
+      *p = *p * (int)pm->shape[m] + (int)coord[m];
+      *K *= (int)pm->shape[m];
       pc_c[pc_n] = (int)coord[m];
-      pc_e[pc_n++] = (int)shape[m];
+      pc_e[pc_n++] = (int)pm->shape[m];
     }
 }
 
-/* Calls fn(local linear index, global linear index) over this rank's shard. */
-static int64_t visit(lm_dist_tensor_t t, int ndim, const int64_t *g, int64_t *lin_out, int64_t cap) {
-  int64_t ls[3], lo[3], idx[3] = {0, 0, 0}, n = 1;
-  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, ndim));
-  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, ndim));
+/* The global linear index of every element of the box (lo, ls), in local row-major order. */
+static int64_t visit(const int64_t *lo, const int64_t *ls, int ndim, const int64_t *g,
+                     int64_t *lin_out, int64_t cap) {
+  int64_t idx[3] = {0, 0, 0}, n = 1;
   for (int i = 0; i < ndim; ++i) n *= ls[i];
   if (n > cap) return -1;
   for (int64_t e = 0; e < n; ++e) {
@@ -374,10 +443,14 @@ static int64_t visit(lm_dist_tensor_t t, int ndim, const int64_t *g, int64_t *li
   return n;
 }
 
-static int is_member(lm_mesh_t m) {
-  int mem = 0;
-  LM_ASSERT_OK(lm_mesh_is_member(m, &mem));
-  return mem;
+/* Membership by the oracle (the rank lists), checked against the library's answer. */
+static int mismatched_member;
+static int is_member(const pool_mesh *pm) {
+  int64_t coord[3];
+  int mem = 0, mine = my_coord(pm, coord);
+  LM_ASSERT_OK(lm_mesh_is_member(pm->mesh, &mem));
+  if (mem != mine) mismatched_member = 1;
+  return mine;
 }
 
 static char failbuf[4096];
@@ -396,12 +469,20 @@ static void note_fail(uint64_t seed, int k, const case_t *c, const char *what) {
            c->path, what, lm_last_error_message());
 }
 
-/* Checks every element of t's local shard equals the value (t must hold no Partial). */
-static int check_values(lm_dist_tensor_t t, const case_t *c) {
+/* Checks that t's local shard is where the oracle puts it (placements pl on pm) and that every
+ * element equals the value of its global position (t must hold no Partial). */
+static int check_values(lm_dist_tensor_t t, const pool_mesh *pm, const lm_placement_t *pl,
+                        const case_t *c, const char **why) {
   static int64_t lin[4096];
+  int64_t off[3], len[3];
   DLTensor v;
+  if (!oracle_box(t, pm, pl, c->ndim, c->g, off, len)) {
+    *why = "the target shard is not where torch.chunk puts it (local offset/shape)";
+    return 0;
+  }
   LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
-  int64_t n = visit(t, c->ndim, c->g, lin, 4096);
+  int64_t n = visit(off, len, c->ndim, c->g, lin, 4096);
+  *why = "wrong values at the oracle's positions";
   if (n < 0) return 0;
   for (int64_t e = 0; e < n; ++e) {
     double re, im, er, ei;
@@ -414,16 +495,24 @@ static int check_values(lm_dist_tensor_t t, const case_t *c) {
 
 static int run_case(uint64_t seed, int k, const case_t *c) {
   lm_mesh_t sm = pool[c->sm].mesh, dm = pool[c->dm].mesh;
+  const pool_mesh *spm = &pool[c->sm], *dpm = &pool[c->dm];
   lm_dist_tensor_t src = NULL, dst = NULL, rep = NULL;
   static int64_t lin[4096];
+  const char *why = "";
   int ok = 1;
+  mismatched_member = 0;
   LM_ASSERT_OK(lm_dist_tensor_zeros(&src, sm, c->ndim, c->g, dl_of(c->t), (DLDevice){kDLCPU, 0}, c->sp));
-  if (is_member(sm)) {
+  if (is_member(spm)) {
     int p, K;
+    int64_t off[3], len[3];
     DLTensor v;
-    partial_coord(sm, c->sp, &p, &K);
+    partial_coord(spm, c->sp, &p, &K);
+    if (!oracle_box(src, spm, c->sp, c->ndim, c->g, off, len)) {
+      note_fail(seed, k, c, "the source shard is not where torch.chunk puts it (local offset/shape)");
+      ok = 0;
+    }
     LM_ASSERT_OK(lm_dist_tensor_local(src, &v));
-    int64_t n = visit(src, c->ndim, c->g, lin, 4096);
+    int64_t n = ok ? visit(off, len, c->ndim, c->g, lin, 4096) : 0;
     for (int64_t e = 0; e < n; ++e) {
       double re, im;
       part(c->t, c->op, lin[e], p, K, &re, &im);
@@ -467,16 +556,24 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
     ok = 0;
   } else if (has_partial(c->dp, pool[c->dm].ndim, NULL)) {
     lm_placement_t r[3] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE};
+    int64_t off[3], len[3];
     st = lm_dist_tensor_reshard(&rep, dst, NULL, r);
     if (st != LM_SUCCESS) {
       note_fail(seed, k, c, "reduce of the Partial target failed");
       ok = 0;
-    } else if (is_member(dm) && !check_values(rep, c)) {
-      note_fail(seed, k, c, "wrong values after reducing the Partial target");
+    } else if (is_member(dpm) && !oracle_box(dst, dpm, c->dp, c->ndim, c->g, off, len)) {
+      note_fail(seed, k, c, "the Partial target shard is not where torch.chunk puts it");
+      ok = 0;
+    } else if (is_member(dpm) && !check_values(rep, dpm, r, c, &why)) {
+      note_fail(seed, k, c, why);
       ok = 0;
     }
-  } else if (is_member(dm) && !check_values(dst, c)) {
-    note_fail(seed, k, c, "wrong values in the target shard");
+  } else if (is_member(dpm) && !check_values(dst, dpm, c->dp, c, &why)) {
+    note_fail(seed, k, c, why);
+    ok = 0;
+  }
+  if (mismatched_member) {
+    note_fail(seed, k, c, "lm_mesh_is_member disagrees with the mesh's rank list");
     ok = 0;
   }
   lm_dist_tensor_destroy(&rep);

@@ -6,6 +6,7 @@ Run after editing TYPES or RANKS:  python3 bindings/fortran/gen_typed.py
 tests/script_fortran.sh checks that the committed files are what this script writes."""
 import os
 import sys
+import textwrap
 
 TYPES = [  # suffix, Fortran type, dtype constant
     ("r4", "real(c_float)", "LM_FLOAT32"),
@@ -26,14 +27,43 @@ def dims(r):
     return "(" + ",".join([":"] * r) + ")"
 
 
+# The API reference (make docs, Doxygen) documents each generic interface with these comments.
+GENERIC_DOCS = {
+    "lm_from_local": """call lm_from_local(x, mesh, a, placements [, global_shape] [, shape_mode] [, ierr]):
+a dist tensor x from this rank's shard `a` (any kind below, any rank; copied). The global shape
+is `global_shape`, else from shape_mode: LM_SHAPE_ALLGATHER (default; collective over the mesh)
+or LM_SHAPE_EVEN. placements: one lm_placement per mesh dim.""",
+    "lm_from_global": """call lm_from_global(x, mesh, a, placements [, root] [, ierr]): a dist tensor x
+from the full array `a`. root absent or < 0: every rank passes `a` and keeps its shard (local);
+root >= 0: only mesh rank root's `a` is read, and scattered (collective over the mesh).""",
+    "lm_gather": """call lm_gather(x, a [, root] [, ierr]): the full value of x (Partial reduced)
+into `a`, an array of the global shape: on every member rank (root absent or < 0) or on mesh
+rank root only. Collective over the mesh.""",
+    "lm_arg_set": """call lm_arg_set(outputs(j), a [, ierr]) inside an lm_local_fn: output j becomes
+a copy of the array `a` (any kind below, any rank).""",
+    "lm_local": """call lm_local(x, p [, ierr]): p points at this rank's shard of x, a Fortran array
+of the local shape (ranks 1 to 4; the kind must match x's dtype). Writing through p changes x.""",
+    "lm_arg_get": """call lm_arg_get(inputs(i), p [, ierr]) inside an lm_local_fn: p points at input
+i's shard (ranks 1 to 4; the kind must match its dtype); treat it as read-only.""",
+}
+KINDS_DOC = "Kinds: " + ", ".join(t for _, t, _ in TYPES) + "."
+
+
+def doc_lines(name):
+    text = GENERIC_DOCS[name] + "\n" + "\n".join(textwrap.wrap(KINDS_DOC, 96))
+    return "".join(f"!> {ln}\n" for ln in text.split("\n"))
+
+
 def generic():
     out = [HEAD]
     for name, kinds in [("lm_from_local", None), ("lm_from_global", None), ("lm_gather", None),
                         ("lm_arg_set", None)]:
+        out.append(doc_lines(name))
         out.append(f"interface {name}\n")
         out += [f"  module procedure {name}_{s}\n" for s, _, _ in TYPES]
         out.append(f"end interface {name}\n")
     for name in ["lm_local", "lm_arg_get"]:
+        out.append(doc_lines(name))
         out.append(f"interface {name}\n")
         out += [f"  module procedure {name}_{s}_{r}\n" for s, _, _ in TYPES for r in RANKS]
         out.append(f"end interface {name}\n")

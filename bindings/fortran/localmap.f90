@@ -40,24 +40,24 @@ module localmap
   integer, parameter, public :: LM_VERSION_MAJOR = 0, LM_VERSION_MINOR = 1, LM_VERSION_PATCH = 0
   integer, parameter, public :: LM_VERSION_CODE = LM_VERSION_MAJOR * 10000 + LM_VERSION_MINOR * 100 &
                                                   + LM_VERSION_PATCH
-  ! Status codes (lm_status_t).
+  !> Status codes (lm_status_t).
   integer, parameter, public :: LM_SUCCESS = 0, LM_ERR_INVALID_ARGUMENT = 1, LM_ERR_INVALID_USAGE = 2, &
     LM_ERR_OUT_OF_MEMORY = 3, LM_ERR_NOT_SUPPORTED = 4, LM_ERR_MISMATCH = 5, LM_ERR_MPI = 6, &
     LM_ERR_NCCL = 7, LM_ERR_CUDA = 8, LM_ERR_REMOTE = 9, LM_ERR_INTERNAL = 10, LM_ERR_USER = 11, LM_ERR_TIMEOUT = 12
-  ! DLPack device types and type codes.
+  !> DLPack device types and type codes.
   integer, parameter, public :: kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLROCM = 10, kDLCUDAManaged = 13
   integer, parameter, public :: kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComplex = 5, &
     LM_DL_BOOL = 6
-  ! Placement kinds and reduce ops.
+  !> Placement kinds and reduce ops.
   ! (C's LM_REPLICATE, LM_SHARD, LM_PARTIAL: Fortran names are case-blind, lm_shard() is the
   ! constructor.)
   integer, parameter, public :: LM_KIND_REPLICATE = 0, LM_KIND_SHARD = 1, LM_KIND_PARTIAL = 2
   integer, parameter, public :: LM_REDUCE_SUM = 0, LM_REDUCE_AVG = 1, LM_REDUCE_MAX = 2, &
     LM_REDUCE_MIN = 3, LM_REDUCE_PROD = 4
-  ! Shape modes of lm_from_local, flags of lmc_dist_tensor_from_local.
+  !> Shape modes of lm_from_local, flags of lmc_dist_tensor_from_local.
   integer, parameter, public :: LM_SHAPE_GIVEN = 0, LM_SHAPE_EVEN = 1, LM_SHAPE_ALLGATHER = 2
   integer, parameter, public :: LM_FROM_LOCAL_COPY = 0, LM_FROM_LOCAL_BORROW = 1
-  ! local_map argument kinds and flags.
+  !> local_map argument kinds and flags.
   integer, parameter, public :: LM_ARG_NONE = 0, LM_ARG_DIST_TENSOR = 1, LM_ARG_TENSOR = 2, &
     LM_ARG_INT64 = 3, LM_ARG_DOUBLE = 4, LM_ARG_POINTER = 5, LM_ARG_MANAGED_TENSOR = 6
   integer, parameter, public :: LM_LOCAL_MAP_RESHARD_INPUTS = 1, LM_LOCAL_MAP_NO_AGREE = 2, &
@@ -66,22 +66,25 @@ module localmap
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 2
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_MAGIC = int(z'4c4d4443', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_VERSION = 1
-  ! How a mesh moves tensor data (lm_mesh_transport).
+  !> How a mesh moves tensor data (lm_mesh_transport).
   integer, parameter, public :: LM_TRANSPORT_UNDECIDED = 0, LM_TRANSPORT_MPI = 1, LM_TRANSPORT_NCCL = 2, &
     LM_TRANSPORT_MPI_STAGED = 3
 
   ! ---------------------------------------------------------------------------------------------
   ! The C structs (bind(C); layouts checked against the header by tests/test_layout.f90)
   ! ---------------------------------------------------------------------------------------------
+  !> DLPack's DLDevice: a device type (kDLCPU, kDLCUDA, ...) and id.
   type, bind(C), public :: DLDevice
     integer(c_int) :: device_type = kDLCPU
     integer(c_int) :: device_id = 0
   end type
+  !> DLPack's DLDataType (LM_FLOAT64, LM_INT32, ...; compare with ==).
   type, bind(C), public :: DLDataType
     integer(c_int8_t) :: code = 0      ! uint8_t in C
     integer(c_int8_t) :: bits = 0      ! uint8_t in C (128 is stored as -128)
     integer(c_int16_t) :: lanes = 1
   end type
+  !> DLPack's DLTensor (C layout: row-major shape, as the C library sees a shard).
   type, bind(C), public :: DLTensor
     type(c_ptr) :: data = c_null_ptr
     type(DLDevice) :: device
@@ -91,6 +94,7 @@ module localmap
     type(c_ptr) :: strides = c_null_ptr
     integer(c_int64_t) :: byte_offset = 0   ! uint64_t in C
   end type
+  !> DLPack's DLManagedTensor: a DLTensor with an owner and its deleter.
   type, bind(C), public :: DLManagedTensor
     type(DLTensor) :: dl_tensor
     type(c_ptr) :: manager_ctx = c_null_ptr
@@ -100,6 +104,7 @@ module localmap
   type, bind(C), public :: lm_placement_t
     integer(c_int32_t) :: kind, dim, op, order
   end type
+  !> The C options of lm_mesh_create (lmc_mesh_create); lm_mesh_create takes them as arguments.
   type, bind(C), public :: lm_mesh_config_t
     integer(c_size_t) :: size = 0
     integer(c_int32_t) :: magic = 0       ! uint32_t in C
@@ -130,7 +135,7 @@ module localmap
     type(c_ptr) :: ptr = c_null_ptr
   end type
 
-  ! Data types (DLDataType values) and the host device.
+  !> Data types (DLDataType values) and the host device.
   type(DLDataType), parameter, public :: &
     LM_FLOAT16 = DLDataType(int(kDLFloat, c_int8_t), 16_c_int8_t, 1_c_int16_t), &
     LM_BFLOAT16 = DLDataType(int(kDLBfloat, c_int8_t), 16_c_int8_t, 1_c_int16_t), &
@@ -605,14 +610,18 @@ contains
     integer(c_int), intent(in) :: st
     integer, intent(out), optional :: ierr
     character(len=*), intent(in) :: where
+    character(len=:), allocatable :: msg
     if (present(ierr)) ierr = int(st)
     if (st == LM_SUCCESS) return
     if (.not. allocated(errmsg_)) errmsg_ = ""
     if (present(ierr)) return
+    ! The binding's own messages start with the wrapper's name already: say it once.
+    msg = errmsg_
+    if (index(msg, where // ": ") == 1) msg = msg(len(where) + 3:)
     write(error_unit, '(5a)') "localmap: ", where, " failed: ", lm_status_string(int(st)), &
-      ": " // errmsg_
+      ": " // msg
     flush(error_unit)
-    error stop "localmap: " // where // ": " // errmsg_
+    error stop "localmap: " // where // ": " // msg
   end subroutine
 
   !> After a C call: remember the library's message on failure.
@@ -701,6 +710,7 @@ contains
   ! =============================================================================================
   ! Placements
   ! =============================================================================================
+  !> Replicate: every rank along the mesh dim holds the full value.
   type(lm_placement) function lm_replicate()
     lm_replicate = lm_placement(LM_KIND_REPLICATE, 0, 0, 0)
   end function
@@ -953,6 +963,7 @@ contains
     mesh%owned = .false.
   end subroutine
 
+  !> The number of mesh dims (lm_mesh_ndim).
   subroutine lm_mesh_ndim(mesh, ndim, ierr)
     type(lm_mesh), intent(in) :: mesh
     integer, intent(out) :: ndim
@@ -972,6 +983,7 @@ contains
     call done_(st, ierr, "lm_mesh_shape")
   end subroutine
 
+  !> The number of ranks in the mesh (lm_mesh_size).
   subroutine lm_mesh_size(mesh, size, ierr)
     type(lm_mesh), intent(in) :: mesh
     integer, intent(out) :: size
@@ -981,6 +993,7 @@ contains
     call done_(st, ierr, "lm_mesh_size")
   end subroutine
 
+  !> Whether this rank belongs to the mesh (lm_mesh_is_member).
   subroutine lm_mesh_is_member(mesh, is_member, ierr)
     type(lm_mesh), intent(in) :: mesh
     logical, intent(out) :: is_member
@@ -1414,6 +1427,7 @@ contains
     call done_(st, ierr, "lm_dist_tensor_mesh")
   end subroutine
 
+  !> The tensor's number of dims (local).
   subroutine lm_dist_tensor_ndim(x, ndim, ierr)
     type(lm_dist_tensor), intent(in) :: x
     integer, intent(out) :: ndim
@@ -1423,6 +1437,7 @@ contains
     call done_(st, ierr, "lm_dist_tensor_ndim")
   end subroutine
 
+  !> The tensor's dtype (compare with LM_FLOAT64, ... using ==).
   subroutine lm_dist_tensor_dtype(x, dtype, ierr)
     type(lm_dist_tensor), intent(in) :: x
     type(DLDataType), intent(out) :: dtype
@@ -1431,6 +1446,7 @@ contains
     st = lmc_dist_tensor_dtype(x%ptr, dtype); call c_(st); call done_(st, ierr, "lm_dist_tensor_dtype")
   end subroutine
 
+  !> The device of the tensor's local shard (local).
   subroutine lm_dist_tensor_device(x, device, ierr)
     type(lm_dist_tensor), intent(in) :: x
     type(DLDevice), intent(out) :: device
@@ -1685,6 +1701,7 @@ contains
                          dtype, ierr)
   end subroutine
 
+  !> A zero-filled tensor y laid out as the plan's target, on `device` (default: the host). Local.
   subroutine lm_reshard_plan_alloc_target(plan, y, device, ierr)
     type(lm_reshard_plan), intent(in) :: plan
     type(lm_dist_tensor), intent(inout) :: y
@@ -1740,6 +1757,7 @@ contains
     call done_(st, ierr, "lm_request_test")
   end subroutine
 
+  !> Completes a nonblocking reshard (lm_reshard_plan_start) and frees the request.
   subroutine lm_request_wait(request, ierr)
     type(lm_request), intent(inout) :: request
     integer, intent(out), optional :: ierr
@@ -1763,6 +1781,7 @@ contains
     if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) error stop "localmap: a type(lm_request) cannot be copied"
   end subroutine
 
+  !> The bytes this rank sends to other ranks when executing the plan.
   subroutine lm_reshard_plan_bytes_sent(plan, bytes, ierr)
     type(lm_reshard_plan), intent(in) :: plan
     integer(c_int64_t), intent(out) :: bytes
@@ -1773,6 +1792,7 @@ contains
     call done_(st, ierr, "lm_reshard_plan_bytes_sent")
   end subroutine
 
+  !> A one-line description of the plan's steps.
   subroutine lm_reshard_plan_describe(plan, text, ierr)
     type(lm_reshard_plan), intent(in) :: plan
     character(len=:), allocatable, intent(out) :: text

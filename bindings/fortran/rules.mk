@@ -3,7 +3,9 @@
 #
 #   make fortran      $(BUILD)/fortran/include/localmap.mod, $(BUILD)/fortran/lib/liblocalmap_fortran.a,
 #                     the tests and the masked-loss example (tests/script_fortran.sh runs them)
-#   make install      also installs localmap.mod to $(INCLUDEDIR), liblocalmap_fortran.a to $(LIBDIR)
+#   make install      also installs localmap.mod to $(INCLUDEDIR), liblocalmap_fortran.a to $(LIBDIR),
+#                     and the examples to $(DOCDIR)/examples/fortran (the installed examples
+#                     Makefile builds them with the mpif90 localmap.pc names)
 #
 # MPIFC (mpif90) must provide mpi_f08. FORTRAN=0 skips the bindings; FORTRAN=auto (default) builds
 # them when $(MPIFC) is found, and otherwise says so. FFLAGS is appended to ours.
@@ -58,9 +60,10 @@ $(F_BUILD)/layout_c: bindings/fortran/tests/layout.c include/localmap.h
 	$(MPICC) -std=gnu11 -Iinclude -o $@ $<
 
 install-fortran: $(F_LIB)
-	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)
+	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(DOCDIR)/examples/fortran
 	$(INSTALL) -m 644 $(F_LIB) $(DESTDIR)$(LIBDIR)/
 	$(INSTALL) -m 644 $(F_MODDIR)/localmap.mod $(DESTDIR)$(INCLUDEDIR)/
+	$(INSTALL) -m 644 $(wildcard bindings/fortran/examples/*.f90) $(DESTDIR)$(DOCDIR)/examples/fortran/
 else
 fortran:
 	@echo "fortran: $(if $(filter 0,$(FORTRAN)),FORTRAN=0,$(MPIFC) not found): the Fortran bindings are not built"
@@ -68,4 +71,6 @@ install-fortran:
 endif
 
 uninstall-fortran:
-	rm -f $(DESTDIR)$(LIBDIR)/liblocalmap_fortran.a $(DESTDIR)$(INCLUDEDIR)/localmap.mod
+	rm -f $(DESTDIR)$(LIBDIR)/liblocalmap_fortran.a $(DESTDIR)$(INCLUDEDIR)/localmap.mod \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/fortran/,$(notdir $(wildcard bindings/fortran/examples/*.f90)))
+	-rmdir $(DESTDIR)$(DOCDIR)/examples/fortran 2>/dev/null

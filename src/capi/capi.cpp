@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -20,12 +21,20 @@
 
 namespace {
 
+// Every message says which rank it comes from: " (rank N)" unless it already names this rank as
+// "rank N" followed by a delimiter (messages about other ranks get the suffix too).
 lm_status_t report(lm_status_t st, const std::string &msg) {
-  int r = lm::world_rank_or_minus1();
-  if (msg.find("rank") == std::string::npos && r >= 0)
-    lm::set_last_error(msg + lm::strfmt(" (rank %d)", r));
-  else
-    lm::set_last_error(msg);
+  const int r = lm::world_rank_or_minus1();
+  bool named = false;
+  if (r >= 0) {
+    const std::string me = lm::strfmt("rank %d", r);
+    for (size_t at = msg.find(me); at != std::string::npos && !named; at = msg.find(me, at + 1)) {
+      const size_t end = at + me.size();
+      const bool word_start = at == 0 || msg[at - 1] == ' ' || msg[at - 1] == '(';
+      named = word_start && (end == msg.size() || !std::isdigit((unsigned char)msg[end]));
+    }
+  }
+  lm::set_last_error(named || r < 0 ? msg : msg + lm::strfmt(" (rank %d)", r));
   return st;
 }
 

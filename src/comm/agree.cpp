@@ -22,6 +22,8 @@ namespace {
 
 std::mutex g_registry_mutex;
 std::map<std::vector<int>, AgreeComm *> *g_registry = nullptr;
+// Channels with abandoned requests still pending at MPI_Finalize: never freed (never destroyed).
+std::vector<AgreeComm *> *g_kept = new std::vector<AgreeComm *>();
 int g_free_keyval = MPI_KEYVAL_INVALID;
 
 // Whether the requests of ac's abandoned agreements completed (they are then forgotten).
@@ -45,7 +47,11 @@ int free_registry(MPI_Comm, int, void *, void *) {
     for (auto &kv : *g_registry) {
       AgreeComm *ac = kv.second;
       if (ac->comm != MPI_COMM_NULL && abandoned_done(ac)) MPI_Comm_free(&ac->comm);
-      if (ac->abandoned.empty()) delete ac;  // else its buffers may still be written: kept
+      // Kept (reachable, never destroyed): meshes that outlive MPI still point at their channels,
+      // and a pending abandoned request may still write into its buffers.
+      ac->broken = true;
+      ac->broken_why = "MPI was finalized";
+      g_kept->push_back(ac);
     }
     delete g_registry;
     g_registry = nullptr;
@@ -434,7 +440,7 @@ void throw_if_failed(const AgreeArgs &a, const std::vector<Record> &all) {
                            status_name((lm_status_t)f.status).c_str(), f.msg);
   if (nfailed > 1) msg += strfmt(" (and %d other rank%s failed)", nfailed - 1, nfailed > 2 ? "s" : "");
   msg += strfmt("; this rank %d did not", a.parent_rank);
-  throw Error(LM_ERR_REMOTE, msg);
+  throw Error(LM_ERR_REMOTE, msg, (lm_status_t)f.status);
 }
 
 // The first field whose hash differs (fields both sides have), the sequence number when the

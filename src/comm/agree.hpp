@@ -41,8 +41,10 @@ struct AgreeComm {
   bool broken = false;
   std::string broken_why;
   // Ranks of comm on this node whose memory this process reads directly (comm/node.hpp):
-  // found once, when the set is first seen; empty = the node-local path is not used.
+  // found once, when the set is first seen; empty = the node-local path is not used. What they
+  // can do: kernel copies, mapping each other's arenas (agreed per node).
   std::vector<int> node_peers;
+  bool node_kernel = false, node_mapped = false;
   // The agreement board (comm/board.hpp, board_max): shared memory that every rank of the
   // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
   // every rank of the set.

@@ -53,8 +53,8 @@ void outbox_setup(AgreeComm *ac) {
       ok = 0;
     } else if (r == ac->rank) {
       boxes[(size_t)r] = static_cast<char *>(mine);
-    } else if (char *peer = arena_peer(x.id)) {
-      boxes[(size_t)r] = peer + x.off;
+    } else if (char *peer = arena_peer_pin(x.id, x.off, 2 * bank, false)) {  // read only
+      boxes[(size_t)r] = peer;
     } else {
       ok = 0;
     }
@@ -73,7 +73,9 @@ void outbox_setup(AgreeComm *ac) {
 // Every rank takes the same branches: the node peers are agreed per node, the settings per set,
 // and here every rank of the set is on this one node.
 void board_setup(AgreeComm *ac) {
-  if (!setting_on(Setting::AgreeBoard) || ac->size < 2 || (int)ac->node_peers.size() != ac->size - 1) return;
+  if (!setting_on(Setting::AgreeBoard) || ac->size < 2 || !ac->node_mapped ||
+      (int)ac->node_peers.size() != ac->size - 1)
+    return;
   struct Info {
     ArenaId id;
     uint64_t off;
@@ -94,8 +96,8 @@ void board_setup(AgreeComm *ac) {
   if (info.ok) {
     if (ac->rank == 0) {
       base = static_cast<char *>(mine);
-    } else if (char *peer = arena_peer(info.id)) {
-      base = peer + info.off;
+    } else {  // every rank writes its slots: read-write
+      base = arena_peer_pin(info.id, info.off, bytes, true);
     }
   }
   int ok = base != nullptr, all = 0;

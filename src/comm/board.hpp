@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The agreement board: when every rank of a process set shares this node (and the node-local path,
-// the arena and LM_AGREE_BOARD allow), an agreement's first round (a MAX over a few words,
-// comm/agree.cpp) goes through shared memory instead of MPI_Allreduce. One block in rank 0's
-// arena (mem/arena.hpp) that every rank maps: two banks of one 64-byte slot per rank. A rank
+// mapping each other's arenas and LM_AGREE_BOARD allow: kernel copies are not needed), an
+// agreement's first round (a MAX over a few words, comm/agree.cpp) goes through shared memory
+// instead of MPI_Allreduce. One block in rank 0's arena (mem/arena.hpp) that every rank maps
+// read-write (just its pages, for the life of the process): two banks of one 64-byte slot per rank. A rank
 // writes its words into its slot of bank (seq & 1) and publishes seq there (release), then reads
 // every slot of that bank once it holds seq (acquire). Two banks suffice: no rank can write round
 // seq + 2 before every rank published seq + 1, i.e. finished reading round seq. While it waits a
@@ -11,10 +12,10 @@
 //
 // The outboxes: with the board, every rank of the set also has an outbox in its arena, two banks
 // (by round parity, like the board's) of 2 x ranks x LM_BOARD_EXCHANGE_BYTES plus a header of 16
-// bytes per rank, mapped by every other rank (set up with the board, all or nothing). The board
-// exchange (transport/node/board_exchange.hpp) packs a small plan's sends there before the rank
-// publishes its agreement words; peers copy their blocks out after the round. A bank is rewritten
-// two rounds later at the earliest, after every rank published the round in between.
+// bytes per rank, mapped read-only by every other rank (set up with the board, all or nothing).
+// The board exchange (transport/node/board_exchange.hpp) packs a small plan's sends there before
+// the rank publishes its agreement words; peers copy their blocks out after the round. A bank is
+// rewritten two rounds later at the earliest, after every rank published the round in between.
 #pragma once
 
 #include <cstddef>

@@ -24,46 +24,77 @@ std::atomic<int> g_keyval{MPI_KEYVAL_INVALID};  // the attribute carrying an Agr
 
 }  // namespace
 
+namespace {
+
+// What a rank tells the others of its node.
+struct ProbeRec {
+  int32_t rank;  // in ac->comm
+  int32_t pid;
+  uint64_t addr;  // of g_probe
+  ArenaId arena;  // fd < 0: none
+};
+
+// Whether this process can read a word of every other rank's memory with process_vm_readv.
+bool probe_kernel(const std::vector<ProbeRec> &all, int me) {
+  for (const ProbeRec &r : all) {
+    if (r.rank == me) continue;
+    uint64_t v = 0;
+    struct iovec l = {&v, sizeof v}, rv = {(void *)(uintptr_t)r.addr, sizeof v};
+    if (process_vm_readv((pid_t)r.pid, &l, 1, &rv, 1, 0) != (ssize_t)sizeof v || v != kProbeWord)
+      return false;
+  }
+  return true;
+}
+
+// Whether this process has an arena and can open every other rank's (as itself, read-write).
+bool probe_mapping(const std::vector<ProbeRec> &all, int me) {
+  for (const ProbeRec &r : all)
+    if (r.arena.fd < 0 || (r.rank != me && !arena_peer_check(r.arena))) return false;
+  return true;
+}
+
+}  // namespace
+
 void node_probe(AgreeComm *ac) {
   ac->node_peers.clear();
+  ac->node_kernel = ac->node_mapped = false;
   if (!setting_on(Setting::NodeLocal) || ac->comm == MPI_COMM_NULL) return;
   MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(ac->comm, MPI_COMM_TYPE_SHARED, ac->rank, MPI_INFO_NULL, &node) !=
-          MPI_SUCCESS ||
-      node == MPI_COMM_NULL)
-    return;
+  int rc;
+  // TEST ONLY (tests/README.md, "Simulated nodes"): LM_TEST_NODES=k > 1 splits this machine's
+  // ranks into k simulated nodes, world rank r on node r % k, so that one machine runs the paths
+  // of a multi-node job (agreements over MPI, remote and node-local peers mixed, a board per node).
+  // A must-agree setting: settings_agree has compared it before this runs.
+  if (int64_t k = setting_int(Setting::TestNodes); k > 1) {
+    int wr = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    rc = MPI_Comm_split(ac->comm, (int)(wr % k), ac->rank, &node);
+  } else {
+    rc = MPI_Comm_split_type(ac->comm, MPI_COMM_TYPE_SHARED, ac->rank, MPI_INFO_NULL, &node);
+  }
+  if (rc != MPI_SUCCESS || node == MPI_COMM_NULL) return;
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   int n = 0;
   MPI_Comm_size(node, &n);
-  struct Rec {
-    int rank;  // in ac->comm
-    int pid;
-    uint64_t addr;
-  } me{ac->rank, (int)getpid(), (uint64_t)(uintptr_t)&g_probe};
-  std::vector<Rec> all((size_t)n);
-  int ok = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE,
-                         node) == MPI_SUCCESS;
-  if (ok) {
-    for (const Rec &r : all) {
-      if (r.rank == ac->rank) continue;
-      uint64_t v = 0;
-      struct iovec l = {&v, sizeof v}, rv = {(void *)(uintptr_t)r.addr, sizeof v};
-      if (process_vm_readv((pid_t)r.pid, &l, 1, &rv, 1, 0) != (ssize_t)sizeof v ||
-          v != kProbeWord) {
-        ok = 0;
-        break;
-      }
-    }
+  if (n > 1) arena_activate();  // large pool buffers from now on live where peers can map them
+  ProbeRec me{ac->rank, (int32_t)getpid(), (uint64_t)(uintptr_t)&g_probe, arena_self()};
+  std::vector<ProbeRec> all((size_t)n);
+  int ok[2] = {0, 0}, every[2] = {0, 0};
+  if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE, node) ==
+      MPI_SUCCESS) {
+    ok[0] = probe_kernel(all, ac->rank);
+    ok[1] = probe_mapping(all, ac->rank);
   }
-  // One answer per node: a pair uses the path only if both of its sides say so.
-  int all_ok = 0;
-  if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS && all_ok)
-    for (const Rec &r : all)
-      if (r.rank != ac->rank) ac->node_peers.push_back(r.rank);
+  // One answer per node and capability: a pair uses one only if both of its sides say so.
+  if (n > 1 && MPI_Allreduce(ok, every, 2, MPI_INT, MPI_MIN, node) == MPI_SUCCESS) {
+    ac->node_kernel = every[0] != 0;
+    ac->node_mapped = every[1] != 0;
+    if (ac->node_kernel || ac->node_mapped)
+      for (const ProbeRec &r : all)
+        if (r.rank != ac->rank) ac->node_peers.push_back(r.rank);
+  }
   std::sort(ac->node_peers.begin(), ac->node_peers.end());
   MPI_Comm_free(&node);
-  // Peers that can be read: from now on large pool buffers live in memory they can map.
-  if (!ac->node_peers.empty()) arena_activate();
   board_setup(ac);
 }
 
@@ -107,6 +138,21 @@ std::vector<int> node_peers(MPI_Comm comm) {
   out.erase(std::remove(out.begin(), out.end(), MPI_UNDEFINED), out.end());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+NodeCaps node_caps(MPI_Comm comm) {
+  NodeCaps c;
+  const int k = g_keyval.load();
+  void *v = nullptr;
+  int flag = 0;
+  if (k == MPI_KEYVAL_INVALID || MPI_Comm_get_attr(comm, k, &v, &flag) != MPI_SUCCESS || !flag ||
+      !v)
+    return c;
+  const AgreeComm *ac = static_cast<const AgreeComm *>(v);
+  if (ac->node_peers.empty()) return c;
+  c.kernel = ac->node_kernel;
+  c.mapped = ac->node_mapped;
+  return c;
 }
 
 }  // namespace lm

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "common/error.hpp"
 
+#include <atomic>
+
 #include <mpi.h>
 
 #include <cstdarg>
@@ -44,13 +46,18 @@ void fail(lm_status_t status, const char *fmt, ...) {
   throw Error(status, std::move(s));
 }
 
+namespace {
+std::atomic<int> g_world_rank{-1};  // remembered, so messages after MPI_Finalize still say it
+}
+
 int world_rank_or_minus1() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (!init || fin) return -1;
+  if (!init || fin) return g_world_rank.load(std::memory_order_relaxed);
   int r = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  g_world_rank.store(r, std::memory_order_relaxed);
   return r;
 }
 

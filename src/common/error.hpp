@@ -12,13 +12,17 @@ namespace lm {
 
 class Error : public std::exception {
  public:
-  Error(lm_status_t status, std::string message) : status_(status), message_(std::move(message)) {}
+  Error(lm_status_t status, std::string message, lm_status_t cause = LM_SUCCESS)
+      : status_(status), cause_(cause == LM_SUCCESS ? status : cause), message_(std::move(message)) {}
   lm_status_t status() const noexcept { return status_; }
+  // What went wrong at the origin: the status itself, or for LM_ERR_REMOTE the other rank's.
+  lm_status_t cause() const noexcept { return cause_; }
   const char *what() const noexcept override { return message_.c_str(); }
   const std::string &message() const noexcept { return message_; }
 
  private:
   lm_status_t status_;
+  lm_status_t cause_;
   std::string message_;
 };
 

@@ -34,6 +34,7 @@ enum class Setting : int {
   DatatypeMinBytes,    // LM_DATATYPE_MIN_BYTES
   ReshardDatatypes,    // LM_RESHARD_DATATYPES
   Transport,           // LM_TRANSPORT
+  TestNodes,           // LM_TEST_NODES (a test hook, but how ranks group into nodes must agree)
   // per process
   Check,               // LM_CHECK (agreed by mesh creation: the highest wins)
   Timeout,             // LM_TIMEOUT (agreed likewise)
@@ -41,6 +42,7 @@ enum class Setting : int {
   PoolBytes,           // LM_POOL_BYTES
   NodeArenaBytes,      // LM_NODE_ARENA_BYTES
   NodeArenaMinBytes,   // LM_NODE_ARENA_MIN_BYTES
+  NodePeerMapBytes,    // LM_NODE_PEER_MAP_BYTES
   PlanKeepBuffers,     // LM_PLAN_KEEP_BUFFERS
   // test hooks
   Fault,               // LM_FAULT

@@ -43,7 +43,7 @@ int cuda_device_count() {
     cudaError_t rc = cudaGetDeviceCount(&n);
     if (rc == cudaErrorNoDevice || (rc == cudaErrorInsufficientDriver && !driver_present())) {
       g_absent_why = rc == cudaErrorNoDevice ? "no GPU on this machine"
-                                             : "no GPU on this machine (no NVIDIA driver)";
+                                             : "no GPU on this machine: no NVIDIA driver";
       cudaGetLastError();
       n = 0;
     } else if (rc != cudaSuccess) {  // a driver problem: say what the runtime says

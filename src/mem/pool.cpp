@@ -24,8 +24,9 @@ struct Pool {
   Pool() : limit((size_t)setting_u(Setting::PoolBytes)) {}
 };
 Pool &pool();
-// fork(): a child does not inherit the shared arena's pages (mem/arena.hpp), so it drops
-// the cached buffers that lie there (the pool's lock is held across the fork).
+// fork(): in a child the shared arena is a private copy of the parent's (mem/arena.hpp) that it
+// must never hand out, so it drops the cached buffers that lie there (the pool's lock is held
+// across the fork), and pool_give never caches one there.
 void fork_prepare() { pool().mu.lock(); }
 void fork_parent() { pool().mu.unlock(); }
 void fork_child() {
@@ -118,7 +119,7 @@ void *pool_take(size_t bytes, size_t *cap) {
 void pool_give(void *b, size_t cap, size_t bytes) {
   if (!b) return;
   g_in_use.fetch_sub(rounded(bytes), std::memory_order_relaxed);
-  if (cap >= kPoolSmallBytes) {
+  if (cap >= kPoolSmallBytes && !(arena_in_child() && arena_owns(b))) {
     Pool &p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
     if (p.held + cap <= p.limit) {

@@ -54,6 +54,7 @@ std::string mesh_desc(const lm_mesh_s *m) {
 void agree_call(const char *fn, lm_mesh_s *sm, lm_mesh_s *dm, const Fingerprint *fp,
                 DescribeFn describe, const void *ctx, lm_status_t local, const std::string &err,
                 long long root) {
+  require_mpi(fn);  // after MPI_Finalize the channels are gone: fail before looking them up
   AgreeArgs a;
   a.fn = fn;
   a.ac = collective_comm(sm, dm);

@@ -441,9 +441,10 @@ void mesh_break(lm_mesh_s *m, const Error &e, lm_mesh_s *m2) {
       if (!x) continue;
       x->broken = true;
       x->broken_why = e.message();
-      // A deadline means some rank is unresponsive: the next call must not wait for it again,
-      // so the mesh's agreements fail at once too (INVALID_USAGE, naming this cause).
-      if (e.status() != LM_ERR_TIMEOUT) continue;
+      // A deadline (here, or another rank's that it told this one about) means some rank is
+      // unresponsive: the next call must not wait for it again, so the mesh's agreements fail at
+      // once too (INVALID_USAGE, naming this cause), on every rank that learned of it.
+      if (e.cause() != LM_ERR_TIMEOUT) continue;
       for (AgreeComm *ac : {x->agree_members, x->agree_parent})
         if (ac && !ac->broken) {
           ac->broken = true;

@@ -48,7 +48,8 @@ bool AbortNotices::received(Error *out) {
   *out = Error(LM_ERR_REMOTE,
                strfmt("rank %d failed during the transfer: %s: %s; this rank %d did not",
                       stt.MPI_SOURCE, status_name((lm_status_t)st).c_str(), bar ? bar + 1 : buf,
-                      world_rank_or_minus1()));
+                      world_rank_or_minus1()),
+               (lm_status_t)st);
   return true;
 }
 

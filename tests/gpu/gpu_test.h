@@ -6,9 +6,10 @@
  *
  * Whether the tests run is decided without the library (expect_gpu.h: LM_EXPECT_GPU, else the
  * CUDA runtime's own device count), and agreed by all ranks:
- *   - no GPU expected: rank 0 prints ONE line "SKIP: ..." and the program exits 77, which
- *     tests/run-tests.sh counts as skipped (never as passed); but a library that claims a GPU the
- *     runtime does not see fails (exit 1);
+ *   - no GPU expected: the program skips (lm_test_skip_program: rank 0 prints "LM-SKIP: ...",
+ *     exit 77, which tests/run-tests.sh counts as skipped, never as passed; run-tests.sh itself
+ *     runs device tests only where LM_EXPECT_GPU=1); but a library that claims a GPU the runtime
+ *     does not see fails (exit 1);
  *   - a GPU expected: every device call of the setup must work (cudaGetDeviceCount,
  *     lm_device_supported(kDLCUDA) == 1, cudaSetDevice, the stream): any failure is a FAIL
  *     (exit 1, each failing rank saying why), never a SKIP.
@@ -156,12 +157,12 @@ static LM_TEST_UNUSED int lm_gpu_setup(char *why, size_t why_size) {
     char why_[512];                                                                               \
     lm_test_init(&argc, &argv);                                                                   \
     int setup_ = lm_gpu_setup(why_, sizeof why_);                                                 \
-    if (setup_ <= 0) {                                                                            \
-      if (lm_test_rank() == 0)                                                                    \
-        printf("%s: %s: %s\n", setup_ ? "FAIL" : "SKIP", lm_test_basename(argv[0]), why_);       \
+    if (setup_ == 0) lm_test_skip_program(why_); /* "LM-SKIP: ...", exit 77 */                     \
+    if (setup_ < 0) {                                                                             \
+      if (lm_test_rank() == 0) printf("FAIL: %s: %s\n", lm_test_basename(argv[0]), why_);        \
       fflush(stdout);                                                                             \
       MPI_Finalize();                                                                             \
-      return setup_ ? 1 : 77;                                                                     \
+      return 1;                                                                                   \
     }                                                                                             \
     return lm_test_run((tests), sizeof(tests) / sizeof((tests)[0]), lm_test_basename(argv[0]));   \
   }

@@ -317,8 +317,10 @@ def _placement_from_c(p):
     return Placement(p.kind, p.dim, p.op, p.order)
 
 
-def _placements_c(placements, argname):
-    """A ctypes array of lm_placement_t from a sequence of Placement objects."""
+def _placements_c(placements, argname, ndim=None):
+    """A ctypes array of lm_placement_t from a sequence of Placement objects. With `ndim` (the
+    mesh's), there must be exactly one placement per mesh dim: the C library reads that many, so a
+    shorter list would be read past its end and a longer one silently cut."""
     if isinstance(placements, Placement):
         placements = [placements]
     try:
@@ -330,6 +332,9 @@ def _placements_c(placements, argname):
         if not isinstance(p, Placement):
             raise _bad(f"{argname}[{i}]: {p!r} is not a placement (Shard(d), Replicate(), "
                        "Partial(op))")
+    if ndim is not None and len(items) != ndim:
+        raise _bad(f"{argname}: {len(items)} placements for a mesh of {ndim} dims (one per "
+                   "mesh dim)")
     return (L.lm_placement_t * max(len(items), 1))(*(p._c() for p in items)), len(items)
 
 
@@ -651,6 +656,20 @@ def _mesh_h(mesh, argname="mesh"):
     return mesh._handle()
 
 
+def _ndim_of(mesh_handle):
+    """The ndim of a mesh given by its C handle."""
+    v = c_int()
+    L.lm_mesh_ndim(mesh_handle, byref(v))
+    return v.value
+
+
+def _tensor_mesh_ndim(tensor_handle):
+    """The ndim of a dist tensor's mesh (by C handles: no borrowed Mesh object)."""
+    m = c_void_p()
+    L.lm_dist_tensor_mesh(tensor_handle, byref(m))
+    return _ndim_of(m)
+
+
 class DistTensor(_Handle):
     """A distributed tensor: a refcounted handle on a tensor laid out over a Mesh.
 
@@ -807,8 +826,9 @@ class DistTensor(_Handle):
         """A tensor with this value and `placements` on `mesh` (default: this tensor's mesh).
         Collective over both meshes. A Replicate -> Shard reshard may return a view sharing
         memory with this tensor."""
-        pl, _ = _placements_c(placements, "placements")
         mh = None if mesh is None else _mesh_h(mesh)
+        nd = _tensor_mesh_ndim(self._handle()) if mh is None else _ndim_of(mh)
+        pl, _ = _placements_c(placements, "placements", nd)
         out = c_void_p()
         L.lm_dist_tensor_reshard(byref(out), self._handle(), mh, pl)
         return DistTensor._wrap(out.value)
@@ -830,7 +850,7 @@ def zeros(mesh, shape, dtype, placements, device="cpu"):
     """A zero-filled tensor; each member rank allocates its shard. Local."""
     mh = _mesh_h(mesh)
     shp, n = _shape_c(shape, "shape")
-    pl, _ = _placements_c(placements, "placements")
+    pl, _ = _placements_c(placements, "placements", _ndim_of(mh))
     out = c_void_p()
     L.lm_dist_tensor_zeros(byref(out), mh, n, shp, dl.dl_dtype(dtype), dl.dl_device(device), pl)
     return DistTensor._wrap(out.value)
@@ -840,12 +860,18 @@ def _shape_mode(global_shape, shape_mode):
     if global_shape is not None:
         if shape_mode not in (None, "given"):
             raise _bad(f"shape_mode: {shape_mode!r} with a global_shape (which means \"given\")")
-        return SHAPE_GIVEN, _shape_c(global_shape, "global_shape")[0]
+        return (SHAPE_GIVEN,) + _shape_c(global_shape, "global_shape")
     mode = _SHAPE_MODES.get(shape_mode or "allgather")
     if mode is None or mode == SHAPE_GIVEN:
         raise _bad(f"shape_mode: {shape_mode!r} is not \"allgather\" or \"even\" (or pass "
                    "global_shape)")
-    return mode, None
+    return mode, None, None
+
+
+def _check_given(n_given, ndim):
+    """The C library reads one global extent per dim of the local tensor."""
+    if n_given is not None and n_given != ndim:
+        raise _bad(f"global_shape: {n_given} extents for a local tensor of {ndim} dims")
 
 
 def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, copy=None):
@@ -861,13 +887,14 @@ def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, c
     alive and writes through either show in both. copy=True always copies.
     """
     mh = _mesh_h(mesh)
-    pl, _ = _placements_c(placements, "placements")
-    mode, gs = _shape_mode(global_shape, shape_mode)
+    pl, _ = _placements_c(placements, "placements", _ndim_of(mh))
+    mode, gs, n_given = _shape_mode(global_shape, shape_mode)
     out = c_void_p()
     if not isinstance(local, np.ndarray) and hasattr(local, "__dlpack__"):
         cap = local.__dlpack__()
         addr = dl.managed_from_capsule(cap)
         m = L.DLManagedTensor.from_address(addr)
+        _check_given(n_given, m.dl_tensor.ndim)  # (the capsule still owns the tensor)
         if not copy and dl.dltensor_is_compact(m.dl_tensor):
             L.lm_dist_tensor_from_managed(byref(out), mh, addr, pl, mode, gs)
             dl.mark_consumed(cap)  # the tensor owns it now; on failure the capsule still does
@@ -876,6 +903,7 @@ def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, c
                                         FROM_LOCAL_COPY)
         return DistTensor._wrap(out.value)
     a = np.asarray(local)
+    _check_given(n_given, a.ndim)
     if not copy and dl.zero_copy_ok(a):
         addr = dl.managed_from_array(a)
         try:
@@ -900,7 +928,7 @@ def from_global(full, mesh, placements, root=-1):
     slice (local; a copy). root >= 0: only mesh rank `root` passes it (others None) and it is
     scattered (collective over the mesh)."""
     mh = _mesh_h(mesh)
-    pl, _ = _placements_c(placements, "placements")
+    pl, _ = _placements_c(placements, "placements", _ndim_of(mh))
     out = c_void_p()
     if full is None:
         L.lm_dist_tensor_from_global(byref(out), mh, None, pl, int(root))
@@ -928,8 +956,8 @@ class ReshardPlan(_Handle):
     def __init__(self, src_mesh, src_placements, dst_mesh, dst_placements, shape, dtype):
         sm = _mesh_h(src_mesh, "src_mesh")
         dm = _mesh_h(dst_mesh, "dst_mesh")
-        sp, _ = _placements_c(src_placements, "src_placements")
-        dp, _ = _placements_c(dst_placements, "dst_placements")
+        sp, _ = _placements_c(src_placements, "src_placements", _ndim_of(sm))
+        dp, _ = _placements_c(dst_placements, "dst_placements", _ndim_of(dm))
         shp, n = _shape_c(shape, "shape")
         h = c_void_p()
         L.lm_reshard_plan_create(byref(h), sm, sp, dm, dp, n, shp, dl.dl_dtype(dtype))
@@ -1051,7 +1079,7 @@ _next_call = [1]
 
 class _Call:
     __slots__ = ("fn", "args", "kwargs", "with_mesh", "nout", "tensor_out", "views", "exc",
-                 "out_objects", "keep")
+                 "out_objects", "keep", "out_ndims")
 
     def __init__(self, fn, args, kwargs, with_mesh, tensor_out):
         self.fn, self.args, self.kwargs, self.with_mesh = fn, args, kwargs, with_mesh
@@ -1061,6 +1089,7 @@ class _Call:
         self.exc = None
         self.out_objects = {}
         self.keep = []
+        self.out_ndims = [None] * self.nout  # per output: len(out_shapes[j]), or None
 
 
 def _output_managed(r, j, views):
@@ -1126,6 +1155,11 @@ def _trampoline(user_data, mesh, nin, inputs, nout, outputs):
                 raise TypeError(f"fn returned {len(res)} outputs; expected {call.nout}")
         for j, r in enumerate(res):
             if call.tensor_out[j]:
+                want = call.out_ndims[j]
+                if want is not None and np.ndim(r) != want:
+                    # (the library reads one out_shapes[j] extent per dim of the output)
+                    raise ValueError(f"output {j} has {np.ndim(r)} dims but out_shapes[{j}] "
+                                     f"has {want} extents")
                 try:
                     outputs[j].ptr = _output_managed(r, j, call.views)
                 except Error as e:
@@ -1163,8 +1197,8 @@ class _OutSpec(list):
     single = False
 
 
-def _out_spec(out_placements):
-    """(list of placement arrays or None per output, _OutSpec)."""
+def _out_spec(out_placements, ndim=None):
+    """(list of placement arrays or None per output, _OutSpec). ndim: the call's mesh's."""
     if isinstance(out_placements, Placement):
         out_placements = [out_placements]
     try:
@@ -1177,7 +1211,7 @@ def _out_spec(out_placements):
         items = [items]
     spec = _OutSpec(p is not None for p in items)
     spec.single = single
-    arrs = [None if p is None else _placements_c(p, f"out_placements[{j}]")[0]
+    arrs = [None if p is None else _placements_c(p, f"out_placements[{j}]", ndim)[0]
             for j, p in enumerate(items)]
     return arrs, spec
 
@@ -1190,9 +1224,21 @@ def _ptr_array(items, elem_type):
     return arr
 
 
+def _call_mesh_ndim(args, mesh):
+    """The ndim of the call's mesh: `mesh`, else the first dist input's; None for a local call
+    (no mesh, no dist input: the library refuses placements itself)."""
+    if mesh is not None:
+        return _ndim_of(_mesh_h(mesh))
+    for a in args:
+        if isinstance(a, DistTensor):
+            return _tensor_mesh_ndim(a._handle())
+    return None
+
+
 def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, mesh, flags,
                    with_mesh):
-    out_arrs, spec = _out_spec(out_placements)
+    ndim = _call_mesh_ndim(args, mesh)
+    out_arrs, spec = _out_spec(out_placements, ndim)
     nout = len(out_arrs)
     nin = len(args)
     inputs = (L.lm_arg_t * max(nin, 1))()
@@ -1221,7 +1267,7 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
         items = list(in_placements)
         if len(items) != nin:
             raise _bad(f"in_placements: {len(items)} entries for {nin} inputs")
-        pls = [None if p is None else _placements_c(p, f"in_placements[{i}]")[0]
+        pls = [None if p is None else _placements_c(p, f"in_placements[{i}]", ndim)[0]
                for i, p in enumerate(items)]
         keep.append(pls)
         in_pl = _ptr_array(pls, L.lm_placement_t)
@@ -1231,13 +1277,17 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
         items = list(out_shapes)
         if len(items) != nout:
             raise _bad(f"out_shapes: {len(items)} entries for {nout} outputs")
-        arrs = [None if s is None else _shape_c(s, f"out_shapes[{j}]")[0]
-                for j, s in enumerate(items)]
+        shp = [None if s is None else _shape_c(s, f"out_shapes[{j}]") for j, s in enumerate(items)]
+        arrs = [None if s is None else s[0] for s in shp]
+        out_ndims = [None if s is None else s[1] for s in shp]
         keep.append(arrs)
         shapes = _ptr_array(arrs, c_int64)
+    else:
+        out_ndims = [None] * nout
     mh = None if mesh is None else _mesh_h(mesh)
     outputs = (L.lm_arg_t * max(nout, 1))()
     call = _Call(fn, args, kwargs, with_mesh, spec)
+    call.out_ndims = out_ndims
     with _call_lock:
         key = _next_call[0]
         _next_call[0] += 1

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Persistent reshard plans and nonblocking requests, and the library-level helpers."""
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -41,7 +43,9 @@ def test_plan_bad_arguments(mesh1):
             lm.from_global(np.arange(5.0), mesh1, [lm.Shard(0)]) as wrong:
         with pytest.raises(lm.Error) as ei:
             p.execute(wrong)                    # another global shape than the plan's
-        assert ei.value.status in (lm.ERR_INVALID_ARGUMENT, lm.ERR_MISMATCH)
+        # a local check, the same verdict on every rank: no agreement is needed to refuse it
+        assert ei.value.status == lm.ERR_INVALID_ARGUMENT, ei.value
+        assert "the plan expects" in ei.value.message
 
 
 def test_cross_mesh_reshard():
@@ -65,7 +69,13 @@ def test_library_helpers():
     with pytest.raises(lm.InvalidArgumentError):
         lm.chunk(5, 0, 0)
     assert lm.device_supported("cpu") is True
-    assert lm.device_supported("cuda") in (True, False)
+    # pinned to what the build and machine call for, decided outside the library
+    # (LM_EXPECT_GPU, set by tests/run-tests.sh); unset: only the type is known
+    expect = os.environ.get("LM_EXPECT_GPU")
+    if expect in ("0", "1"):
+        assert lm.device_supported("cuda") is (expect == "1")
+    else:
+        assert lm.device_supported("cuda") in (True, False)
     with pytest.raises(lm.InvalidArgumentError):
         lm.device_supported("abacus")
     lm.init()       # MPI already initialised (by mpi4py): a no-op

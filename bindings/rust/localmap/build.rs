@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
-//! Adds an rpath to liblocalmap's directory (found by localmap-sys's build script) for this
-//! crate's tests and examples, so they run without LD_LIBRARY_PATH. A program of yours can do the
-//! same in its own build.rs with `DEP_LOCALMAP_LIB_DIR` when it depends on localmap-sys directly,
-//! or set LD_LIBRARY_PATH, or use an installed liblocalmap on the loader's path.
+//! Adds an rpath for this crate's tests and examples to the directories localmap-sys's build
+//! script reports (`DEP_LOCALMAP_RPATH`): liblocalmap's own when it is linked dynamically
+//! (`LOCALMAP_LINK=dynamic`), and those of the library's dependencies that a CUDA build names.
+//! Linked statically (the default), a program needs no rpath for localmap itself: a crate that
+//! depends on `localmap` runs as it is.
 fn main() {
-    println!("cargo:rerun-if-env-changed=DEP_LOCALMAP_LIB_DIR");
-    if let Ok(dir) = std::env::var("DEP_LOCALMAP_LIB_DIR") {
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+    println!("cargo:rerun-if-env-changed=DEP_LOCALMAP_RPATH");
+    if let Ok(dirs) = std::env::var("DEP_LOCALMAP_RPATH") {
+        for d in dirs.split(':').filter(|d| !d.is_empty()) {
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{d}");
+        }
     }
 }

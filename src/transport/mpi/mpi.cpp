@@ -44,6 +44,27 @@ void MpiTransport::fail_and_notify(lm_status_t st, const std::string &msg) {
   throw Error(st, msg);
 }
 
+// MPI_ERR_IN_STATUS: the error of the first failed request. A truncated message means the two
+// sides expected different sizes: the ranks ran different reshards (at LM_CHECK=0 nothing compared
+// their arguments first), which is said as such.
+int MpiTransport::in_status(int rc, size_t n) {
+  int cls = MPI_SUCCESS;
+  MPI_Error_class(rc, &cls);
+  if (cls == MPI_ERR_IN_STATUS)
+    for (size_t i = 0; i < n; ++i)
+      if (statuses_[i].MPI_ERROR != MPI_SUCCESS && statuses_[i].MPI_ERROR != MPI_ERR_PENDING) {
+        rc = statuses_[i].MPI_ERROR;
+        MPI_Error_class(rc, &cls);
+        break;
+      }
+  if (cls == MPI_ERR_TRUNCATE)
+    fail_and_notify(LM_ERR_MISMATCH,
+                    strfmt("reshard: a message to rank %d was longer than its receive (MPI_ERR_TRUNCATE): "
+                           "the ranks ran different reshards (with LM_CHECK=0 no agreement compares "
+                           "their arguments first)", world_rank_or_minus1()));
+  return rc;
+}
+
 void MpiTransport::check(int rc, const char *what) {
   if (rc == MPI_SUCCESS) return;
   try {
@@ -124,6 +145,7 @@ bool MpiTransport::cma_peer(int peer, size_t bytes) {
   if (!blocking_ || bytes < node_local_min_bytes()) return false;
   if (!node_known_) {
     node_ = node_peers(comm_);
+    caps_ = node_caps(comm_);
     node_known_ = true;
   }
   return std::binary_search(node_.begin(), node_.end(), peer);
@@ -146,7 +168,8 @@ Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_
   peers_.push_back(peer);
   check(MPI_Irecv(&reply, (int)sizeof reply, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
         "reshard: MPI_Irecv (node-local reply)");
-  csend_.push_back(CmaSend{first + 1, peer, tag, &d, &reply, false});
+  CmaBuf cb{const_cast<void *>(buf), b ? b->id : -1, b != nullptr};
+  csend_.push_back(CmaSend{first + 1, peer, tag, &d, &reply, cb, 0});
   ++cma_open_;
   return add_ticket(first, 1, -2 - (int64_t)(csend_.size() - 1));
 }
@@ -165,11 +188,47 @@ Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t byte
   peers_.push_back(peer);
   check(MPI_Irecv(&in, (int)sizeof in, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
         "reshard: MPI_Irecv (node-local descriptor)");
-  CmaRecv r{first, peer, tag, bytes, &in, &mine, {}, 0};
+  CmaBuf cb{buf, b ? b->id : -1, b != nullptr};
+  CmaRecv r{first, peer, tag, bytes, &in, &mine, {}, cb, 0};
   region_runs(mine.r, &r.local);
   crecv_.push_back(std::move(r));
   ++cma_open_;
   return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
+}
+
+// The bytes of one side's buffer as one MPI message: a box as its subarray datatype (box_direct
+// said it fits), a range as bytes, or above 1 GiB as blocks of 1 GiB and the rest (int counts).
+void MpiTransport::wire_post(bool send, const CmaBuf &b, const Region &r, int peer, int tag,
+                             MPI_Request *q) {
+  MPI_Datatype t = MPI_BYTE;
+  int count = (int)r.bytes;
+  if (b.is_box) {
+    BoxRef box;
+    box.ndim = r.ndim;
+    box.shape = r.shape;
+    box.off = r.off;
+    box.len = r.len;
+    box.esize = (size_t)r.esize;
+    box.id = b.box_id;
+    t = subarray(box);
+    count = 1;
+  } else if (r.bytes > kMaxPiece) {
+    MPI_Datatype block;
+    mpi_check(MPI_Type_contiguous((int)kMaxPiece, MPI_BYTE, &block), "reshard: MPI_Type_contiguous");
+    int lens[2] = {(int)(r.bytes / kMaxPiece), (int)(r.bytes % kMaxPiece)};
+    MPI_Aint disp[2] = {0, (MPI_Aint)(r.bytes / kMaxPiece * kMaxPiece)};
+    MPI_Datatype types[2] = {block, MPI_BYTE};
+    int rc = MPI_Type_create_struct(2, lens, disp, types, &t);
+    MPI_Type_free(&block);
+    mpi_check(rc, "reshard: MPI_Type_create_struct");
+    rc = MPI_Type_commit(&t);
+    types_.push_back(t);  // freed by reset()
+    mpi_check(rc, "reshard: MPI_Type_commit");
+    count = 1;
+  }
+  check(send ? MPI_Isend(b.p, count, t, peer, tag, comm_, q)
+             : MPI_Irecv(b.p, count, t, peer, tag, comm_, q),
+        send ? "reshard: MPI_Isend (node-local bytes)" : "reshard: MPI_Irecv (node-local bytes)");
 }
 
 void MpiTransport::failed_copy(const char *how, uint64_t bytes, int peer,
@@ -191,16 +250,16 @@ void MpiTransport::pump_cma() {
   for (CmaRecv &r : crecv_)
     if (r.state != 2 && slot(r.peer, 0) != gen && !pump_recv(r)) slot(r.peer, 0) = gen;
   for (CmaSend &s : csend_)
-    if (!s.done && slot(s.peer, 1) != gen && !pump_send(s)) slot(s.peer, 1) = gen;
+    if (s.state != 2 && slot(s.peer, 1) != gen && !pump_send(s)) slot(s.peer, 1) = gen;
 }
 
-// A receive: its descriptor arrived -> copy, or ask the sender to write; its "pushed" notice
-// arrived -> finished.
+// A receive: its descriptor arrived -> copy, or ask the sender to write or to send the bytes
+// (then receive them, or its empty "pushed" notice, on the notice tag); that arrived -> finished.
 bool MpiTransport::pump_recv(CmaRecv &r) {
   int flag = 0;
   check(MPI_Test(&reqs_[r.req], &flag, MPI_STATUS_IGNORE), "reshard: MPI_Test");
-  if (!flag) return r.state != 0;  // "pushed" notices may come in any order
-  if (r.state == 1) {  // pushed
+  if (!flag) return r.state != 0;  // notices may come in any order
+  if (r.state == 1) {  // pushed, or the bytes came
     r.state = 2;
     --cma_open_;
     return true;
@@ -214,8 +273,9 @@ bool MpiTransport::pump_recv(CmaRecv &r) {
                            r.peer, (unsigned long long)d.r.bytes, world_rank_or_minus1(),
                            (unsigned long long)r.bytes));
   MPI_Request q;
-  if (receiver_copies(d.r, r.mine->r)) {
-    std::string why = copy_from_peer(d.r, r.local);
+  bool push = false;
+  std::string why;
+  if (receiver_copy(d.r, r.mine->r, r.local, caps_, &push, &why)) {
     if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
     static const uint32_t done = kDone;
     check(MPI_Isend(&done, (int)sizeof done, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
@@ -225,34 +285,49 @@ bool MpiTransport::pump_recv(CmaRecv &r) {
     --cma_open_;
     return true;
   }
-  // The sender writes into our region (mine), then says so.
+  // The sender writes into our region (mine) and says so, or sends the bytes: either comes on
+  // the notice tag, into the buffer (an empty notice writes nothing).
+  wire_post(false, r.buf, r.mine->r, r.peer, done_tag(r.tag), &reqs_[r.req]);
+  r.mine->kind = push ? kPush : kWire;
   check(MPI_Isend(r.mine, (int)sizeof(CmaDesc), MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
         "reshard: MPI_Isend (node-local reply)");
   MPI_Request_free(&q);  // r.mine lives until reset(), after the sender has read it
-  check(MPI_Irecv(nullptr, 0, MPI_BYTE, r.peer, done_tag(r.tag), comm_, &reqs_[r.req]),
-        "reshard: MPI_Irecv (node-local notice)");
   r.state = 1;
   return true;
 }
 
-// A send: its reply arrived -> finished, or write into the receiver's region first.
+// A send: its reply arrived -> finished, or write into the receiver's region (or send the bytes)
+// first; the bytes sent -> finished.
 bool MpiTransport::pump_send(CmaSend &s) {
   int flag = 0;
   check(MPI_Test(&reqs_[s.req], &flag, MPI_STATUS_IGNORE), "reshard: MPI_Test");
-  if (!flag) return false;
+  if (!flag) return s.state != 0;  // a later message's reply may be read meanwhile
+  if (s.state == 0 && s.reply->kind != kDone) {
+    pushed_or_wire(s);
+    if (s.state == 1) return true;
+  }
+  s.state = 2;
+  --cma_open_;
+  return true;
+}
+
+// After a kPush or kWire reply: the empty "pushed" notice once written, else the bytes.
+void MpiTransport::pushed_or_wire(CmaSend &s) {
+  std::string why;
   if (s.reply->kind == kPush) {
     std::vector<Run> mine;
     region_runs(s.sent->r, &mine);
-    std::string why = copy_to_peer(mine, s.reply->r);
-    if (!why.empty()) failed_copy("process_vm_writev", s.sent->r.bytes, s.peer, why);
-    MPI_Request q;
-    check(MPI_Isend(nullptr, 0, MPI_BYTE, s.peer, done_tag(s.tag), comm_, &q),
-          "reshard: MPI_Isend (node-local notice)");
-    MPI_Request_free(&q);
+    if (sender_push(mine, s.reply->r, caps_, &why)) {
+      if (!why.empty()) failed_copy("process_vm_writev", s.sent->r.bytes, s.peer, why);
+      MPI_Request q;
+      check(MPI_Isend(nullptr, 0, MPI_BYTE, s.peer, done_tag(s.tag), comm_, &q),
+            "reshard: MPI_Isend (node-local notice)");
+      MPI_Request_free(&q);
+      return;
+    }
   }
-  s.done = true;
-  --cma_open_;
-  return true;
+  wire_post(true, s.buf, s.sent->r, s.peer, done_tag(s.tag), &reqs_[s.req]);
+  s.state = 1;
 }
 
 bool MpiTransport::box_direct(const BoxRef &b) const {
@@ -325,11 +400,12 @@ bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
   auto ready = [&] {
     if (cma_open_) pump_cma();
     int flag = 0;
-    check(MPI_Testall((int)n, reqs_.data() + first, &flag, MPI_STATUSES_IGNORE),
-          "reshard: MPI_Testall");
+    if (statuses_.size() < n) statuses_.resize(n);
+    const int rc = MPI_Testall((int)n, reqs_.data() + first, &flag, statuses_.data());
+    if (rc != MPI_SUCCESS) check(in_status(rc, n), "reshard: MPI_Testall");
     if (!flag) return false;
     if (cma >= 0) return crecv_[(size_t)cma].state == 2;
-    if (cma <= -2) return csend_[(size_t)(-2 - cma)].done;
+    if (cma <= -2) return csend_[(size_t)(-2 - cma)].state == 2;
     return true;
   };
   if (!block) {

@@ -6,13 +6,15 @@
 //     (LM_RESHARD_DATATYPES, default 1), its extents fit in int, it is at most 1 GiB and at least
 //     LM_DATATYPE_MIN_BYTES (32 KiB: below, our own pack is cheaper than the datatype engine);
 //     otherwise box_direct() says no and the executor stages it;
-//   - node-local peers (comm/node.hpp, the provider of transport/node/): in a blocking execution, a message of at least
-//     LM_NODE_LOCAL_MIN_BYTES to a rank on this node whose memory can be read travels as a small
-//     descriptor (pid, address, box geometry); the receiver copies the bytes straight from the
-//     sender's buffer into its own (process_vm_readv: one copy) and acknowledges with an empty
-//     message, which completes the send. Both sides decide from the same (peer, size, mode), so
-//     they always agree on a message's form; messages of one pair and tag keep their order
-//     (receivers copy a peer's messages in posting order).
+//   - node-local peers (comm/node.hpp, the provider of transport/node/): in a blocking execution, a
+//     message of at least LM_NODE_LOCAL_MIN_BYTES to a rank on this node that can map or read
+//     this one's memory travels as a small descriptor (pid, address, box geometry, arena); the
+//     receiver copies the bytes straight from the sender's buffer into its own (memcpy through a
+//     window of the sender's arena, or process_vm_readv: one copy) and acknowledges, which
+//     completes the send; or it lets the sender write, or asks for the bytes over MPI (below).
+//     Both sides decide from the same (peer, size, mode) that a message takes this protocol, and
+//     the receiver alone decides the rest and says so; messages of one pair and tag keep their
+//     order (receivers handle a peer's messages in posting order).
 // complete() is the single place where the transport tests or waits for requests.
 #pragma once
 
@@ -58,6 +60,7 @@ class MpiTransport : public Transport {
   // for the deadline of the call.
   [[noreturn]] void fail_and_notify(lm_status_t st, const std::string &msg);
   void check(int rc, const char *what);
+  int in_status(int rc, size_t n);
   void probe_abort();
   void drop_pending();
   Ticket add_pieces(bool send, char *p, size_t bytes, int peer, int tag);
@@ -66,33 +69,42 @@ class MpiTransport : public Transport {
 
   // ---- The node-local path
   // One message: the sender posts a kData descriptor (where its bytes are) and a receive of the
-  // reply. The receiver, holding both sides' geometry, picks the copier: itself when the sender's
-  // buffer is in the sender's shared arena and maps here (it memcpys from it, replies kDone);
-  // else the sender when the receiver's buffer is in the receiver's arena (kPush with its own
-  // geometry; the sender memcpys into it, or writes with process_vm_writev if it cannot map it,
-  // and sends an empty "pushed" notice); else, through the kernel, the side facing fewer runs:
-  // the receiver when the sender's side has no more runs than its own (process_vm_readv), else
-  // the sender (kPush, process_vm_writev). The kernel pins the remote side run by run.
-  enum : uint32_t { kData = 0, kDone = 1, kPush = 2 };
+  // reply. The receiver, holding both sides' geometry, decides (transport/node/node_local.hpp,
+  // receiver_copy): it copies itself and replies kDone; or it replies kPush with its own geometry
+  // (the sender writes into its buffer, through a window of its arena or the kernel) or kWire, and
+  // posts a receive of its buffer from the sender on the notice tag. After a push the sender sends
+  // an empty notice there; when it cannot push, and on kWire, it sends the bytes themselves. So
+  // the receiver picks the form and tells the sender: the two never disagree, whatever each side
+  // can map.
+  enum : uint32_t { kData = 0, kDone = 1, kPush = 2, kWire = 3 };
   struct CmaDesc {
     uint32_t kind = kData;
     Region r;  // transport/node/node_local.hpp
   };
+  // This side's buffer, for the bytes over MPI when nobody copies them (a box's geometry is
+  // its Region's).
+  struct CmaBuf {
+    void *p;
+    int64_t box_id;    // BoxRef::id
+    bool is_box;
+  };
   struct CmaRecv {
-    size_t req;        // the descriptor's receive in reqs_; then the "pushed" notice's
+    size_t req;        // the descriptor's receive in reqs_; then the notice's (or the bytes')
     int peer, tag;
     uint64_t bytes;    // what this rank expects
     const CmaDesc *desc;
     CmaDesc *mine;     // this side's geometry (sent back with kPush)
     std::vector<Run> local;
-    int state;         // 0 waiting for the descriptor, 1 waiting for the push, 2 done
+    CmaBuf buf;
+    int state;         // 0 waiting for the descriptor, 1 for the notice or the bytes, 2 done
   };
   struct CmaSend {
-    size_t req;        // the reply's receive in reqs_
+    size_t req;        // the reply's receive in reqs_; then the bytes' send
     int peer, tag;
     const CmaDesc *sent;
     CmaDesc *reply;
-    bool done;
+    CmaBuf buf;
+    int state;         // 0 waiting for the reply, 1 sending the bytes, 2 done
   };
   bool cma_peer(int peer, size_t bytes);
   Ticket cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
@@ -104,11 +116,15 @@ class MpiTransport : public Transport {
   // One receive (one send) of pump_cma: false when it must wait (its peer's later ones wait too).
   bool pump_recv(CmaRecv &r);
   bool pump_send(CmaSend &s);
+  void pushed_or_wire(CmaSend &s);
+  // Posts the bytes of buffer b (region r) over MPI on `tag` (a send or a receive) into *q.
+  void wire_post(bool send, const CmaBuf &b, const Region &r, int peer, int tag, MPI_Request *q);
   [[noreturn]] void failed_copy(const char *how, uint64_t bytes, int peer, const std::string &why);
 
   MPI_Comm comm_;
   AbortNotices notices_;
   std::vector<MPI_Request> reqs_;
+  std::vector<MPI_Status> statuses_;  // of the last MPI_Testall (reused)
   std::vector<int> peers_;  // peer of each request (for deadline messages)
   unsigned polls_ = 0;
   std::vector<std::pair<size_t, size_t>> tickets_;  // first request, count
@@ -120,6 +136,7 @@ class MpiTransport : public Transport {
   bool blocking_ = false;              // this execution (begin_execution)
   bool node_known_ = false;
   std::vector<int> node_;              // ranks of comm_ read directly (sorted)
+  NodeCaps caps_;                      // what they can do (agreed per node)
   std::deque<CmaDesc> descs_;          // every descriptor of this step (stable addresses)
   std::vector<CmaRecv> crecv_;
   std::vector<CmaSend> csend_;

@@ -104,22 +104,6 @@ std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector
   return "";
 }
 
-void runs_memcpy(const std::vector<Run> &dst, const std::vector<Run> &src) {
-  size_t i = 0, j = 0;
-  uint64_t oi = 0, oj = 0;
-  while (i < dst.size() && j < src.size()) {
-    const uint64_t k = std::min(dst[i].bytes - oi, src[j].bytes - oj);
-    std::memcpy((char *)(uintptr_t)(dst[i].addr + oi), (const char *)(uintptr_t)(src[j].addr + oj),
-                (size_t)k);
-    if ((oi += k) == dst[i].bytes) ++i, oi = 0;
-    if ((oj += k) == src[j].bytes) ++j, oj = 0;
-  }
-}
-
-void runs_rebase(std::vector<Run> *runs, uint64_t from, uint64_t to) {
-  for (Run &r : *runs) r.addr = r.addr - from + to;
-}
-
 void region_describe(Region &r, const void *buf, const BoxRef *b, size_t bytes) {
   r.addr = (uint64_t)(uintptr_t)buf;
   r.bytes = bytes;
@@ -138,11 +122,7 @@ void region_describe(Region &r, const void *buf, const BoxRef *b, size_t bytes) 
     }
   }
   r.arena_off = arena_offset(buf, span);
-  if (r.arena_off != UINT64_MAX) {
-    ArenaId id = arena_self();
-    r.arena_fd = id.fd;
-    r.arena_size = id.size;
-  }
+  r.arena = r.arena_off != UINT64_MAX ? arena_self() : ArenaId{};
 }
 
 void region_runs(const Region &r, std::vector<Run> *out) {
@@ -153,44 +133,62 @@ void region_runs(const Region &r, std::vector<Run> *out) {
     box_runs(r.addr, r.ndim, r.shape, r.off, r.len, (size_t)r.esize, out);
 }
 
-char *region_mapping(const Region &r) {
-  if (r.arena_off == UINT64_MAX || r.arena_fd < 0) return nullptr;
-  ArenaId id;
-  id.pid = r.pid;
-  id.fd = r.arena_fd;
-  id.size = r.arena_size;
-  return arena_peer(id);
+// Walks both run lists in step, one window of the peer's arena at a time (a window is pinned only
+// while its bytes are copied, so a copy of any size needs one window of address space).
+bool mapped_copy(const Region &peer, const std::vector<Run> &mine, bool write) {
+  if (!region_in_arena(peer)) return false;
+  std::vector<Run> remote;
+  region_runs(peer, &remote);
+  PeerView v;
+  uint64_t vstart = 0, vend = 0;  // the arena offsets v maps
+  size_t i = 0, j = 0;
+  uint64_t oi = 0, oj = 0;
+  while (i < mine.size() && j < remote.size()) {
+    const uint64_t roff = remote[j].addr - peer.addr + peer.arena_off + oj;
+    if (!v || roff < vstart || roff >= vend) {
+      v = PeerView(peer.arena, roff, write);
+      if (!v) return false;
+      vstart = roff;
+      vend = roff + v.avail();
+    }
+    const uint64_t k = std::min({mine[i].bytes - oi, remote[j].bytes - oj, vend - roff});
+    char *there = v.data() + (roff - vstart), *here = (char *)(uintptr_t)(mine[i].addr + oi);
+    if (write)
+      std::memcpy(there, here, (size_t)k);
+    else
+      std::memcpy(here, there, (size_t)k);
+    if ((oi += k) == mine[i].bytes) ++i, oi = 0;
+    if ((oj += k) == remote[j].bytes) ++j, oj = 0;
+  }
+  return true;
 }
 
-bool receiver_copies(const Region &sender, const Region &receiver) {
-  if (region_mapping(sender)) return true;
-  if (receiver.arena_off != UINT64_MAX) return false;  // the sender memcpys into it
-  std::vector<Run> s, r;
+bool receiver_copy(const Region &sender, const Region &receiver, const std::vector<Run> &mine,
+                   NodeCaps caps, bool *push, std::string *why) {
+  why->clear();
+  if (caps.mapped && mapped_copy(sender, mine, false)) return true;
+  *push = true;
+  if (caps.mapped && region_in_arena(receiver)) return false;  // the sender memcpys into it
+  if (!caps.kernel) {
+    *push = false;  // neither side is mapped: MPI moves the bytes
+    return false;
+  }
+  std::vector<Run> s;
   region_runs(sender, &s);
-  region_runs(receiver, &r);
-  return s.size() <= r.size();  // the kernel pins the remote side run by run: fewer remote runs
+  if (s.size() > mine.size()) return false;  // the sender writes: fewer remote runs for it
+  *why = cma_copy((pid_t)sender.pid, mine, s, false);
+  return true;
 }
 
-std::string copy_from_peer(const Region &peer, const std::vector<Run> &mine) {
+bool sender_push(const std::vector<Run> &mine, const Region &receiver, NodeCaps caps,
+                 std::string *why) {
+  why->clear();
+  if (caps.mapped && mapped_copy(receiver, mine, true)) return true;
+  if (!caps.kernel) return false;
   std::vector<Run> remote;
-  region_runs(peer, &remote);
-  if (char *base = region_mapping(peer)) {  // the peer's buffer is mapped here: one memcpy
-    runs_rebase(&remote, peer.addr, (uint64_t)(uintptr_t)base + peer.arena_off);
-    runs_memcpy(mine, remote);
-    return "";
-  }
-  return cma_copy((pid_t)peer.pid, mine, remote, false);
-}
-
-std::string copy_to_peer(const std::vector<Run> &mine, const Region &peer) {
-  std::vector<Run> remote;
-  region_runs(peer, &remote);
-  if (char *base = region_mapping(peer)) {
-    runs_rebase(&remote, peer.addr, (uint64_t)(uintptr_t)base + peer.arena_off);
-    runs_memcpy(remote, mine);
-    return "";
-  }
-  return cma_copy((pid_t)peer.pid, mine, remote, true);
+  region_runs(receiver, &remote);
+  *why = cma_copy((pid_t)receiver.pid, mine, remote, true);
+  return true;
 }
 
 }  // namespace lm

@@ -367,6 +367,29 @@ fn raw_placements(p: &[Placement]) -> Vec<sys::lm_placement_t> {
     p.iter().map(|x| x.raw()).collect()
 }
 
+/// The C API reads one placement per mesh dim: a shorter slice would be read past its end (an
+/// empty one is a dangling pointer), a longer one silently cut. Refused here, naming the argument.
+fn mesh_placements(mesh: &Mesh, p: &[Placement], what: &str) -> Result<Vec<sys::lm_placement_t>> {
+    mesh_placements_n(mesh.ndim()?, p, what)
+}
+
+fn mesh_placements_n(ndim: usize, p: &[Placement], what: &str) -> Result<Vec<sys::lm_placement_t>> {
+    if p.len() != ndim {
+        return arg_error(format!("{what}: {} placements for a mesh of {ndim} dims (one per mesh dim)", p.len()));
+    }
+    Ok(raw_placements(p))
+}
+
+/// A `ShapeMode::Given` global shape must have one extent per tensor dim (the C API reads that
+/// many).
+fn check_given(mode: &ShapeMode, ndim: usize, what: &str) -> Result<()> {
+    match mode {
+        ShapeMode::Given(s) if s.len() != ndim => arg_error(format!(
+            "{what}: ShapeMode::Given has {} extents for a tensor of {ndim} dims", s.len())),
+        _ => Ok(()),
+    }
+}
+
 fn read_buf(f: impl FnOnce(*mut c_char, usize) -> sys::lm_status_t) -> Result<String> {
     let mut buf = vec![0 as c_char; 4096];
     check(f(buf.as_mut_ptr(), buf.len()))?;
@@ -840,7 +863,7 @@ impl DistTensor {
     /// `lm_dist_tensor_zeros` (local).
     pub fn zeros(mesh: &Mesh, global_shape: &[i64], dtype: DType, device: Device, placements: &[Placement])
         -> Result<DistTensor> {
-        let pl = raw_placements(placements);
+        let pl = mesh_placements(mesh, placements, "DistTensor::zeros: placements")?;
         let mut raw = ptr::null_mut();
         check(unsafe {
             sys::lm_dist_tensor_zeros(&mut raw, mesh.raw, to_int(global_shape.len(), "global_shape")?,
@@ -869,7 +892,8 @@ impl DistTensor {
     /// `local` must describe valid memory; with BORROW it must outlive the tensor and every view.
     pub unsafe fn from_dltensor(mesh: &Mesh, local: &sys::DLTensor, placements: &[Placement], mode: ShapeMode,
                                 flags: u32) -> Result<DistTensor> {
-        let pl = raw_placements(placements);
+        let pl = mesh_placements(mesh, placements, "DistTensor::from_local: placements")?;
+        check_given(&mode, usize::try_from(local.ndim).unwrap_or(0), "DistTensor::from_local")?;
         let (m, gs) = mode.raw();
         let mut raw = ptr::null_mut();
         check(sys::lm_dist_tensor_from_local(&mut raw, mesh.raw, local, pl.as_ptr(), m, gs, flags))?;
@@ -886,7 +910,8 @@ impl DistTensor {
     /// `lm_dist_tensor_from_managed`: takes ownership of `local` (on failure it is dropped here).
     pub fn from_managed(mesh: &Mesh, local: ManagedTensor, placements: &[Placement], mode: ShapeMode)
         -> Result<DistTensor> {
-        let pl = raw_placements(placements);
+        let pl = mesh_placements(mesh, placements, "DistTensor::from_managed: placements")?;
+        check_given(&mode, usize::try_from(local.dl_tensor().ndim).unwrap_or(0), "DistTensor::from_managed")?;
         let (m, gs) = mode.raw();
         let mut raw = ptr::null_mut();
         let st = unsafe { sys::lm_dist_tensor_from_managed(&mut raw, mesh.raw, local.raw, pl.as_ptr(), m, gs) };
@@ -905,7 +930,7 @@ impl DistTensor {
         }
         let view = host_view(data.map_or(ptr::null(), |d| d.as_ptr()), shape);
         let vp: *const sys::DLTensor = if root >= 0 && data.is_none() { ptr::null() } else { &view };
-        let pl = raw_placements(placements);
+        let pl = mesh_placements(mesh, placements, "DistTensor::from_global: placements")?;
         let mut raw = ptr::null_mut();
         check(unsafe { sys::lm_dist_tensor_from_global(&mut raw, mesh.raw, vp, pl.as_ptr(), root) })?;
         Ok(DistTensor { raw })
@@ -1012,7 +1037,11 @@ impl DistTensor {
     }
     /// `lm_dist_tensor_reshard` onto `dst_mesh` (`None`: this tensor's mesh). Collective over both.
     pub fn reshard(&self, dst_mesh: Option<&Mesh>, placements: &[Placement]) -> Result<DistTensor> {
-        let pl = raw_placements(placements);
+        let ndim = match dst_mesh {
+            Some(m) => m.ndim()?,
+            None => self.mesh()?.ndim()?,
+        };
+        let pl = mesh_placements_n(ndim, placements, "DistTensor::reshard: placements")?;
         let mut raw = ptr::null_mut();
         check(unsafe {
             sys::lm_dist_tensor_reshard(&mut raw, self.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pl.as_ptr())
@@ -1041,7 +1070,8 @@ impl ReshardPlan {
     /// `lm_reshard_plan_create` (local).
     pub fn new(src_mesh: &Mesh, src_placements: &[Placement], dst_mesh: &Mesh, dst_placements: &[Placement],
                global_shape: &[i64], dtype: DType) -> Result<ReshardPlan> {
-        let (sp, dp) = (raw_placements(src_placements), raw_placements(dst_placements));
+        let sp = mesh_placements(src_mesh, src_placements, "ReshardPlan::new: src_placements")?;
+        let dp = mesh_placements(dst_mesh, dst_placements, "ReshardPlan::new: dst_placements")?;
         let mut raw = ptr::null_mut();
         check(unsafe {
             sys::lm_reshard_plan_create(&mut raw, src_mesh.raw, sp.as_ptr(), dst_mesh.raw, dp.as_ptr(),
@@ -1340,7 +1370,11 @@ impl<'a> LocalMap<'a> {
     where
         F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
     {
-        let mut f = f;
+        self.check_placements()?;
+        let mut call = Call {
+            f,
+            out_ndims: self.out_shapes.iter().map(|s| s.as_ref().map(|v| v.len())).collect(),
+        };
         let nin = to_int(self.inputs.len(), "inputs")?;
         let nout = to_int(self.out_pl.len(), "outputs")?;
         let in_pl: Vec<*const sys::lm_placement_t> =
@@ -1355,7 +1389,7 @@ impl<'a> LocalMap<'a> {
         let st = unsafe {
             sys::lm_local_map(
                 Some(trampoline::<F>),
-                &mut f as *mut F as *mut c_void,
+                &mut call as *mut Call<F> as *mut c_void,
                 nin,
                 self.inputs.as_ptr(),
                 if any_in_pl { in_pl.as_ptr() } else { ptr::null() },
@@ -1381,6 +1415,55 @@ impl<'a> LocalMap<'a> {
     }
 }
 
+impl LocalMap<'_> {
+    /// The mesh of the call: the one given, else the first dist input's (None: a local call).
+    fn call_mesh_ndim(&self) -> Result<Option<usize>> {
+        if let Some(m) = self.mesh {
+            return Ok(Some(m.ndim()?));
+        }
+        match self.inputs.iter().find(|a| a.kind == sys::LM_ARG_DIST_TENSOR) {
+            Some(a) => {
+                let (mut m, mut n) = (ptr::null_mut(), 0);
+                check(unsafe { sys::lm_dist_tensor_mesh(a.ptr as sys::lm_dist_tensor_t, &mut m) })?;
+                check(unsafe { sys::lm_mesh_ndim(m, &mut n) })?;
+                Ok(Some(n as usize))
+            }
+            None => Ok(None),
+        }
+    }
+    /// `lm_local_map` reads one placement per dim of the call's mesh from each entry.
+    fn check_placements(&self) -> Result<()> {
+        let n = match self.call_mesh_ndim()? {
+            Some(n) => n,
+            None => return Ok(()), // a local call: the library refuses placements itself
+        };
+        for (i, p) in self.in_pl.iter().enumerate() {
+            if let Some(v) = p {
+                if v.len() != n {
+                    return arg_error(format!("LocalMap: input_as placements of inputs[{i}]: {} placements for a mesh \
+                                              of {n} dims (one per mesh dim)", v.len()));
+                }
+            }
+        }
+        for (j, p) in self.out_pl.iter().enumerate() {
+            if let Some(v) = p {
+                if v.len() != n {
+                    return arg_error(format!("LocalMap: placements of outputs[{j}]: {} placements for a mesh \
+                                              of {n} dims (one per mesh dim)", v.len()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the trampoline gets: the closure, and the length of each `output_shaped` global shape
+/// (the library reads as many extents as the tensor the closure returns has dims).
+struct Call<F> {
+    f: F,
+    out_ndims: Vec<Option<usize>>,
+}
+
 fn panic_text(p: &(dyn Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
@@ -1401,8 +1484,9 @@ where
     F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
 {
     let run = || -> sys::lm_status_t {
-        // SAFETY: user_data is the &mut F of LocalMap::run, alive for the whole call.
-        let f = unsafe { &mut *(user_data as *mut F) };
+        // SAFETY: user_data is the &mut Call<F> of LocalMap::run, alive for the whole call.
+        let call = unsafe { &mut *(user_data as *mut Call<F>) };
+        let f = &mut call.f;
         let ins = if nin > 0 { unsafe { std::slice::from_raw_parts(inputs, nin as usize) } } else { &[] };
         let locals: Vec<Local<'_>> = ins
             .iter()
@@ -1423,6 +1507,16 @@ where
                 if outs.len() != nout as usize {
                     set_error_message(&format!("the function returned {} outputs, {} declared", outs.len(), nout));
                     return sys::LM_ERR_USER;
+                }
+                for (j, o) in outs.iter().enumerate() {
+                    if let (Out::Tensor(m), Some(Some(n))) = (o, call.out_ndims.get(j)) {
+                        let nd = m.dl_tensor().ndim;
+                        if usize::try_from(nd).ok() != Some(*n) {
+                            set_error_message(&format!("LocalMap: outputs[{j}] is a {nd}-d tensor but output_shaped \
+                                                        gave a global shape of {n} extents"));
+                            return sys::LM_ERR_INVALID_ARGUMENT;
+                        }
+                    }
                 }
                 let slots = unsafe { std::slice::from_raw_parts_mut(outputs, nout as usize) };
                 for (slot, o) in slots.iter_mut().zip(outs) {

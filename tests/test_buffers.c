@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_buffers: buffers that must not be trusted, and what a rank is told at LM_CHECK=0 (issue 19
+ * item 4):
+ *  - from_local COPY of a tensor whose negative strides reach before `data` (DLPack's data points
+ *    at the start of the allocation; byte_offset must cover them) or whose byte_offset wraps the
+ *    address space: LM_ERR_INVALID_ARGUMENT, nothing read (before: a heap-buffer-overflow under
+ *    ASan in copy_strided_to_compact); a negative stride that byte_offset does cover works;
+ *  - plan execute/start with a source and a target that borrow overlapping bytes of one buffer:
+ *    LM_ERR_INVALID_ARGUMENT (before: only a shared storage object was refused; two borrows of
+ *    one buffer passed, and a quarter to a half of the elements came out wrong);
+ *  - at LM_CHECK=0 (no agreement before data moves) ranks that run different reshards are told
+ *    that (LM_ERR_MISMATCH "the ranks ran different reshards ... LM_CHECK=0", or LM_ERR_REMOTE
+ *    from a peer that saw it), never "LM_ERR_INTERNAL ... a bug in localmap".
+ */
+// lm-test-np: 1 2 3
+#include "lm_test.h"
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+static lm_mesh_t make_mesh(int check_level) {
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {NP};
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.check_level = check_level;
+  cfg.timeout = 20.0; /* a regression fails the test instead of hanging it */
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, &cfg));
+  return m;
+}
+
+static void test_strides_and_byte_offset(void **state) {
+  (void)state;
+  lm_mesh_t m = make_mesh(1);
+  double buf[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  int64_t n = 8, back = -1, g = 8 * NP;
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0);
+  lm_dist_tensor_t t = NULL;
+  /* Reversed view, element 0 at data[7]: byte_offset 0 reaches 7 elements before data. */
+  DLTensor bad = {buf, LM_CPU, 1, LM_FLOAT64, &n, &back, 0};
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &bad, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_COPY),
+                LM_ERR_INVALID_ARGUMENT, "before data");
+  LM_ASSERT_ALL(t == NULL);
+  DLTensor wraps = {buf, LM_CPU, 1, LM_FLOAT64, &n, NULL, UINT64_MAX - 7};
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &wraps, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_COPY),
+                LM_ERR_INVALID_ARGUMENT, "byte_offset");
+  /* The same reversed view with byte_offset at the last element: valid, copied reversed. */
+  DLTensor good = {buf, LM_CPU, 1, LM_FLOAT64, &n, &back, 7 * sizeof(double)};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &good, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_COPY));
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(t, &v));
+  int ok = 1;
+  for (int i = 0; i < 8; ++i) ok = ok && ((double *)v.data)[i] == (double)(7 - i);
+  LM_ASSERT_ALL(ok);
+  lm_dist_tensor_destroy(&t);
+  lm_mesh_destroy(&m);
+}
+
+static void test_overlapping_borrows_refused(void **state) {
+  (void)state;
+  lm_mesh_t m = make_mesh(1);
+  enum { K = 16 };
+  double buf[2 * K];
+  for (int i = 0; i < 2 * K; ++i) buf[i] = i;
+  int64_t n = K, g = (int64_t)K * NP;
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0);
+  lm_reshard_plan_t p = NULL;
+  lm_dist_tensor_t a = NULL, b = NULL, c = NULL;
+  lm_request_t r = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, NULL, &s0, 1, &g, LM_FLOAT64));
+  DLTensor la = {buf, LM_CPU, 1, LM_FLOAT64, &n, NULL, 0};
+  DLTensor lb = {buf, LM_CPU, 1, LM_FLOAT64, &n, NULL, (K / 2) * sizeof(double)}; /* half overlap */
+  DLTensor lc = {buf, LM_CPU, 1, LM_FLOAT64, &n, NULL, K * sizeof(double)};       /* adjacent */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&a, m, &la, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&b, m, &lb, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&c, m, &lc, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_BORROW));
+  LM_EXPECT_ALL(lm_reshard_plan_execute(p, a, b), LM_ERR_INVALID_ARGUMENT, "overlaps");
+  LM_EXPECT_ALL(lm_reshard_plan_execute(p, b, a), LM_ERR_INVALID_ARGUMENT, "overlaps");
+  LM_EXPECT_ALL(lm_reshard_plan_start(p, a, b, &r), LM_ERR_INVALID_ARGUMENT, "overlaps");
+  LM_ASSERT_ALL(r == NULL);
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, a, c)); /* adjacent, not overlapping: fine */
+  int ok = 1;
+  for (int i = 0; i < K; ++i) ok = ok && buf[K + i] == (double)i;
+  LM_ASSERT_ALL(ok);
+  lm_dist_tensor_destroy(&a);
+  lm_dist_tensor_destroy(&b);
+  lm_dist_tensor_destroy(&c);
+  LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
+  lm_mesh_destroy(&m);
+}
+
+/* LM_CHECK=0: rank 0 reshards a longer tensor than the others. Plan executions small enough for
+ * the board exchange, and allocating reshards large enough for the node-local path. */
+static void check0_mismatch(lm_status_t st, const char *msg, int *mismatch) {
+  int ok = st == LM_SUCCESS || st == LM_ERR_MISMATCH || st == LM_ERR_REMOTE;
+  ok = ok && !strstr(msg, "a bug in localmap");
+  if (st == LM_ERR_MISMATCH) {
+    *mismatch = 1;
+    ok = ok && strstr(msg, "different reshards") && strstr(msg, "LM_CHECK=0");
+  }
+  if (!ok) fprintf(stderr, "rank %d: status %d: %s\n", ME, (int)st, msg);
+  LM_ASSERT_ALL(ok);
+}
+
+static void test_check0_mismatch_says_what_is_known(void **state) {
+  (void)state;
+  if (NP < 2) return; /* needs two ranks that disagree */
+  int mismatch = 0, any = 0;
+  char msg[1024];
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1), rep = LM_PLACEMENT_REPLICATE;
+  { /* plan execute, small: the board exchange on one node */
+    lm_mesh_t m = make_mesh(0);
+    int64_t shape[2] = {8, ME == 0 ? 10 : 6};
+    lm_reshard_plan_t p = NULL;
+    lm_dist_tensor_t a = NULL, b = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, NULL, &s1, 2, shape, LM_FLOAT64));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&a, m, 2, shape, LM_FLOAT64, LM_CPU, &s0));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &b));
+    lm_status_t st = lm_reshard_plan_execute(p, a, b);
+    snprintf(msg, sizeof msg, "%s", st ? lm_last_error_message() : "");
+    check0_mismatch(st, msg, &mismatch);
+    lm_dist_tensor_destroy(&a);
+    lm_dist_tensor_destroy(&b);
+    LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
+    lm_mesh_destroy(&m);
+  }
+  { /* allocating reshard, large: node-local messages of more than 32 KiB */
+    lm_mesh_t m = make_mesh(0);
+    int64_t n = ME == 0 ? 8192 * NP + 64 : 8192 * NP;
+    lm_dist_tensor_t a = NULL, b = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&a, m, 1, &n, LM_FLOAT64, LM_CPU, &s0));
+    lm_status_t st = lm_dist_tensor_reshard(&b, a, NULL, &rep);
+    snprintf(msg, sizeof msg, "%s", st ? lm_last_error_message() : "");
+    check0_mismatch(st, msg, &mismatch);
+    lm_dist_tensor_destroy(&a);
+    lm_dist_tensor_destroy(&b);
+    lm_mesh_destroy(&m);
+  }
+  MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  LM_ASSERT_ALL(any);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_strides_and_byte_offset),
+    cmocka_unit_test(test_overlapping_borrows_refused),
+    cmocka_unit_test(test_check0_mismatch_says_what_is_known),
+};
+
+LM_TEST_MAIN(tests)

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The C++ wrapper's own checks and helpers (include/localmap.hpp), beside tests/test_cpp.cpp:
+//  - localmap::environment (lm_init / lm_world_rank / lm_comm_world / lm_finalize), made first
+//    in main here, before the harness sees MPI;
+//  - every placements vector is checked against the mesh's ndim before the C call (issue 19: one
+//    placement on a 2-D mesh was read past the end of the vector, and ranks reported different
+//    garbage), and so are mesh names, in_placements entries and a given global shape.
+// lm-test-np: 1 2 3 4
+#include "lm_test.h"
+
+#include <localmap.hpp>
+
+#include <cstring>
+#include <string>
+
+namespace lmx = localmap;
+
+static const lmx::environment *g_env = nullptr;
+
+static void test_environment(void **) {
+  int inited = 0, rank = -1, size = 0, comm = 0;
+  MPI_Initialized(&inited);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  LM_ASSERT_ALL(inited && g_env != nullptr);
+  LM_ASSERT_ALL(g_env->rank() == rank && g_env->size() == size);
+  LM_ASSERT_OK_ALL(lm_comm_world(&comm));
+  LM_ASSERT_ALL(g_env->comm_world() == comm && g_env->owns_mpi());
+  // A second environment in a nested scope is harmless: MPI is up, so it does not own MPI and
+  // its destructor does not end it.
+  {
+    lmx::environment inner;
+    LM_ASSERT_ALL(inner.rank() == rank && inner.size() == size && !inner.owns_mpi());
+  }
+  int still = 0, fin = 0;
+  MPI_Initialized(&still);
+  MPI_Finalized(&fin);
+  LM_ASSERT_ALL(still && !fin);
+  lmx::mesh m(g_env->comm_world(), {g_env->size()});
+  LM_ASSERT_ALL(m.size() == size);
+}
+
+// Runs f, which must throw localmap::error LM_ERR_INVALID_ARGUMENT whose message contains want.
+template <class F>
+static int refuses(F f, const char *want) {
+  try {
+    f();
+  } catch (const lmx::error &e) {
+    if (e.status() == LM_ERR_INVALID_ARGUMENT && std::strstr(e.what(), want)) return 1;
+    fprintf(stderr, "rank %d: unexpected error: %s (wanted \"%s\")\n", lm_test_rank(), e.what(), want);
+    return 0;
+  }
+  fprintf(stderr, "rank %d: nothing thrown (wanted \"%s\")\n", lm_test_rank(), want);
+  return 0;
+}
+
+static void test_placement_counts(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m1 = lmx::mesh::world({n});
+  lmx::mesh m2 = lmx::mesh::world({1, n});
+  std::vector<double> full(48);
+  for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<double>(i);
+  int64_t g[2] = {8, 6};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
+  const lmx::placements none, one = {lmx::shard(0)}, two = {lmx::replicate(), lmx::replicate()},
+                              three = {lmx::shard(0), lmx::replicate(), lmx::replicate()};
+  int ok = 1;
+  ok &= refuses([&] { lmx::dist_tensor::from_global(m2, &gt, one); },
+                "from_global: placements: 1 placements for a mesh of 2 dims");
+  ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, none); },
+                "from_global: placements: 0 placements for a mesh of 1 dims");
+  ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, three); }, "3 placements for a mesh of 1");
+  ok &= refuses([&] { lmx::dist_tensor::zeros(m2, {8, 6}, LM_DTYPE(kDLFloat, 64), one); },
+                "zeros: placements: 1 placements");
+  DLTensor lt = gt;
+  ok &= refuses([&] { lmx::dist_tensor::from_local(m2, lt, one, LM_SHAPE_EVEN); },
+                "from_local: placements: 1 placements");
+  ok &= refuses([&] { lmx::dist_tensor::from_local(m1, lt, one, LM_SHAPE_GIVEN, {8}); },
+                "from_local: global: 1 extents for a local tensor of 2 dims");
+  lmx::dist_tensor x = lmx::dist_tensor::from_global(m1, &gt, one);
+  ok &= refuses([&] { x.reshard(two); }, "reshard: placements: 2 placements for a mesh of 1");
+  ok &= refuses([&] { x.reshard(one, &m2); }, "reshard: placements: 1 placements for a mesh of 2");
+  ok &= refuses([&] { lmx::reshard_plan(m1, one, &m2, one, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
+                "reshard_plan: dst placements: 1 placements for a mesh of 2");
+  ok &= refuses([&] { lmx::reshard_plan(m2, one, nullptr, two, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
+                "reshard_plan: src placements: 1 placements for a mesh of 2");
+  auto fn = [](lm_mesh_t, const std::vector<lm_arg_t> &, std::vector<lm_arg_t> &) {};
+  ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x)}, {two}); },
+                "local_map: out_placements[0]: 2 placements for a mesh of 1");
+  ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x)}, {{}}, {three}); },
+                "local_map: in_placements[0]: 3 placements");
+  ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x), lmx::arg_i64(1)}, {{}}, {one}); },
+                "local_map: in_placements: 1 entries for 2 inputs");
+  ok &= refuses([&] { lmx::local_map(fn, {lmx::arg_i64(1)}, {one}, {}, &m2); },
+                "local_map: out_placements[0]: 1 placements for a mesh of 2");
+  ok &= refuses([&] { lmx::mesh(g_env->comm_world(), {1, n}, {}, {"dp"}); },
+                "localmap::mesh: 1 names for 2 mesh dims");
+  LM_ASSERT_ALL(ok);
+  // The right counts work, and every handle still does after the refusals.
+  lmx::dist_tensor r = x.reshard(two, &m2);
+  int same = 1;
+  for (int i = 0; i < 48; ++i) same &= r.local_data<double>()[i] == static_cast<double>(i);
+  LM_ASSERT_ALL(same && lmx::to_string(r.placement()) == "[R, R]");
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_environment),
+    cmocka_unit_test(test_placement_counts),
+};
+
+int main(int argc, char **argv) {
+  lmx::environment env(argc, argv);  // first: lm_init starts MPI here, not the harness
+  g_env = &env;
+  lm_test_init(&argc, &argv);
+  return lm_test_run(tests, sizeof(tests) / sizeof(tests[0]), lm_test_basename(argv[0]));
+}  // the harness finalised MPI; env's lm_finalize then does nothing

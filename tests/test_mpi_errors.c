@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_mpi_errors: a real MPI error return (not LM_FAULT) during a transfer is LM_ERR_MPI on the
+ * rank whose MPI call failed (docs/DESIGN.md, "Error model": MPI_ERRORS_RETURN on the library's
+ * communicators), and every other rank learns of it: LM_ERR_REMOTE carrying LM_ERR_MPI, or success
+ * when its part had completed, then LM_ERR_REMOTE at its next call on the mesh; the failing
+ * rank's mesh is broken (LM_ERR_INVALID_USAGE naming it). The MPI calls fail through the profiling
+ * interface: this program's MPI_Isend / MPI_Irecv return MPI_ERR_OTHER once, without posting,
+ * on a chosen rank, for the first call on a communicator of the library (not MPI_COMM_WORLD).
+ * Each scenario on a mesh of its own (a broken mesh stays broken); a fresh mesh over the same
+ * processes works afterwards.
+ */
+// lm-test-np: 2 3 4
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_test.h"
+
+/* MPI keeps failure notices nobody reads unreceived, or abandons requests (tests/lm_test.h). */
+LM_TEST_ABANDONED_MPI_OK()
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+static int g_fail_isend = 0, g_fail_irecv = 0; /* armed on this rank: fail the next one */
+static int g_failed_calls = 0;
+
+int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c, MPI_Request *q) {
+  if (g_fail_isend && c != MPI_COMM_WORLD) {
+    g_fail_isend = 0;
+    ++g_failed_calls;
+    *q = MPI_REQUEST_NULL;
+    return MPI_ERR_OTHER;
+  }
+  return PMPI_Isend(b, n, t, dst, tag, c, q);
+}
+/* The message a failed MPI_Irecv was for is still sent: the test receives it itself into a
+ * buffer of its own (drained after the scenario), so that no unmatched message stays in MPI. */
+static void *g_drain_buf = NULL;
+static MPI_Request g_drain = MPI_REQUEST_NULL;
+int MPI_Irecv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Request *q) {
+  if (g_fail_irecv && c != MPI_COMM_WORLD) {
+    MPI_Aint lb = 0, extent = 0;
+    g_fail_irecv = 0;
+    ++g_failed_calls;
+    *q = MPI_REQUEST_NULL;
+    MPI_Type_get_extent(t, &lb, &extent);
+    g_drain_buf = calloc(1, (size_t)(lb + extent * (n > 0 ? n : 1)) + 64);
+    PMPI_Irecv(g_drain_buf, n, t, src, tag, c, &g_drain);
+    return MPI_ERR_OTHER;
+  }
+  return PMPI_Irecv(b, n, t, src, tag, c, q);
+}
+
+static int has(const char *msg, const char *w) { return strstr(msg, w) != NULL; }
+
+/* A 512 KiB S(0) -> S(1) reshard (above the board exchange: MPI messages, or node-local
+ * descriptors sent through MPI) with `bad`'s next Isend (send = 1) or Irecv failing. */
+static void one_scenario(int bad, int send, const char *call) {
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {NP}, g[2] = {256, 256};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, NULL));
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1);
+  lm_dist_tensor_t x = NULL, y = NULL, z = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, g, LM_FLOAT64, LM_CPU, &s0));
+  MPI_Barrier(MPI_COMM_WORLD);
+  g_failed_calls = 0;
+  if (ME == bad) *(send ? &g_fail_isend : &g_fail_irecv) = 1;
+  lm_status_t st = lm_dist_tensor_reshard(&y, x, NULL, &s1);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", lm_last_error_message());
+  g_fail_isend = g_fail_irecv = 0;
+  int fired = 0;
+  MPI_Allreduce(&g_failed_calls, &fired, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  LM_ASSERT_ALL(fired == 1); /* the reshard made the call that was to fail */
+  int ok = ME == bad ? st == LM_ERR_MPI && has(msg, call) && y == NULL
+                     : st == LM_SUCCESS || (st == LM_ERR_REMOTE && has(msg, "LM_ERR_MPI") && y == NULL);
+  if (!ok) lm_test__diag("rank %d: %s failing on rank %d: %s: %s\n", ME, call, bad, lm_status_string(st), msg);
+  LM_ASSERT_ALL(ok);
+  /* Next call on the mesh: fails on every rank; broken meshes say so, the others hear it. */
+  int broken = st != LM_SUCCESS;
+  st = lm_dist_tensor_reshard(&z, x, NULL, &s1);
+  snprintf(msg, sizeof msg, "%s", lm_last_error_message());
+  ok = broken ? st == LM_ERR_INVALID_USAGE && has(msg, "broken") : st == LM_ERR_REMOTE;
+  if (!ok) lm_test__diag("rank %d: the call after: %s: %s\n", ME, lm_status_string(st), msg);
+  LM_ASSERT_ALL(ok && z == NULL);
+  lm_dist_tensor_destroy(&y);
+  lm_dist_tensor_destroy(&x);
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+  /* The peer posted its send before it heard of the failure; it arrives (a generous bound in
+   * case it does not: then the receive is cancelled). */
+  double t0 = MPI_Wtime();
+  int drained = g_drain == MPI_REQUEST_NULL;
+  while (!drained && MPI_Wtime() - t0 < 60) PMPI_Test(&g_drain, &drained, MPI_STATUS_IGNORE);
+  if (!drained) {
+    PMPI_Cancel(&g_drain);
+    PMPI_Wait(&g_drain, MPI_STATUS_IGNORE);
+  }
+  free(g_drain_buf);
+  g_drain_buf = NULL;
+  /* A fresh mesh over the same processes works. */
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, NULL));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, g, LM_FLOAT64, LM_CPU, &s0));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, NULL, &s1));
+  lm_dist_tensor_destroy(&y);
+  lm_dist_tensor_destroy(&x);
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+static void test_isend_error_is_lm_err_mpi(void **state) {
+  (void)state;
+  one_scenario(NP - 1, 1, "MPI_Isend");
+}
+
+static void test_irecv_error_is_lm_err_mpi(void **state) {
+  (void)state;
+  one_scenario(0, 0, "MPI_Irecv");
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_isend_error_is_lm_err_mpi),
+    cmocka_unit_test(test_irecv_error_is_lm_err_mpi),
+};
+
+LM_TEST_MAIN(tests)
