@@ -19,10 +19,18 @@ class Error : public std::exception {
   lm_status_t cause() const noexcept { return cause_; }
   const char *what() const noexcept override { return message_.c_str(); }
   const std::string &message() const noexcept { return message_; }
+  // Agreed before any data moved: every rank of the call knows of the failure and nothing of the
+  // call is in flight, so the meshes stay usable (mesh_break leaves them alone).
+  bool agreed() const noexcept { return agreed_; }
+  Error &mark_agreed() noexcept {
+    agreed_ = true;
+    return *this;
+  }
 
  private:
   lm_status_t status_;
   lm_status_t cause_;
+  bool agreed_ = false;
   std::string message_;
 };
 

@@ -424,17 +424,20 @@ void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const c
   } catch (const Error &e) {
     mesh_break(m, e);
   }
-  if (local != LM_SUCCESS) throw Error(local, err);
+  if (local != LM_SUCCESS) throw Error(local, err).mark_agreed();
   if (v) {
     int64_t failed = m->grid->size() - v;
-    fail(LM_ERR_REMOTE, "%s: rank %d (mesh rank %lld) failed; this rank %d did not", what,
-         m->grid->rank_at_index(failed), (long long)failed, m->world_rank);
+    throw Error(LM_ERR_REMOTE, strfmt("%s: rank %d (mesh rank %lld) failed; this rank %d did not",
+                                      what, m->grid->rank_at_index(failed), (long long)failed,
+                                      m->world_rank)).mark_agreed();
   }
 }
 
 void mesh_break(lm_mesh_s *m, const Error &e, lm_mesh_s *m2) {
   // Transport failures, deadlines and peers that failed during a transfer leave requests or
-  // messages behind: the mesh cannot be trusted any more.
+  // messages behind: the mesh cannot be trusted any more. A failure every rank agreed on before
+  // any data moved (mesh_agree) leaves nothing behind.
+  if (e.agreed()) throw e;
   if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL || e.status() == LM_ERR_TIMEOUT ||
       e.status() == LM_ERR_REMOTE) {
     for (lm_mesh_s *x : {m, m2}) {

@@ -95,7 +95,7 @@ void mesh_release(lm_mesh_s *m);
 // Makes the mesh's ranks agree on a local outcome (collective over the mesh, one small
 // allreduce): rethrows `local` on the ranks where it failed (status != LM_SUCCESS), and throws
 // LM_ERR_REMOTE "<what>: rank R (mesh rank M) failed; this rank did not" on the others.
-void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const char *what);
+void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const char *what);  // throws agreed errors
 // Marks the mesh (and m2, when given: the other mesh of a cross-mesh call) broken after a
 // transport failure (LM_ERR_MPI, LM_ERR_NCCL, LM_ERR_TIMEOUT, LM_ERR_REMOTE) and rethrows e.
 [[noreturn]] void mesh_break(lm_mesh_s *m, const Error &e, lm_mesh_s *m2 = nullptr);
