@@ -225,6 +225,8 @@ report() {
   {
     echo "== device-check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname), $JOBS cores, $(( $(date +%s) - T0 )) s, status $status"
     cat "$PROBE"
+    echo "== log:"
+    sed 's/^/  /' "$SUMMARY"
     echo "== phases (rc, passed / failed / skipped):"
     sed 's/^/  /' "$RESULTS"
     grep -h -E '^(FAIL|SKIP) ' "$WORK"/check-gpu*.log 2>/dev/null | sed 's/^/  /'
