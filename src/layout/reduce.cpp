@@ -6,71 +6,17 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "layout/elementwise.hpp"
 
 namespace lm {
 
-float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400)) {
-        man <<= 1;
-        --exp;
-      }
-      man &= 0x3ff;
-      bits = sign | (exp << 23) | (man << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp - 15 + 127) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
-  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // overflow to inf
-  if (absx < 0x38800000u) {  // subnormal or zero in half
-    if (absx < 0x33000000u) return (uint16_t)sign;
-    uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
-    uint32_t shift = 126 - e;  // value in units of 2^-24 is m >> shift
-    uint32_t rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    uint32_t v = m >> shift;
-    if (rem > mid || (rem == mid && (v & 1))) ++v;
-    return (uint16_t)(sign | v);
-  }
-  uint32_t v = ((absx >> 13) - ((127 - 15) << 10));
-  uint32_t rem = absx & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (v & 1))) ++v;
-  return (uint16_t)(sign | v);
-}
-
-float bf16_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  // quiet NaN
-  uint32_t lsb = (x >> 16) & 1;
-  x += 0x7fff + lsb;
-  return (uint16_t)(x >> 16);
-}
+// The 16-bit float conversions are the ones the device kernels run (layout/elementwise.hpp, one
+// source for host and device); tests/unit_layout.cpp checks them against the IEEE rules and
+// tests/unit_device_ops.cpp against the compiler's own _Float16.
+float half_to_float(uint16_t h) { return ew::half_to_float(h); }
+uint16_t float_to_half(float f) { return ew::float_to_half(f); }
+float bf16_to_float(uint16_t h) { return ew::bf16_to_float(h); }
+uint16_t float_to_bf16(float f) { return ew::float_to_bf16(f); }
 
 void check_reduce(DType t, int op, const char *what) {
   if ((t == DType::C64 || t == DType::C128) && (op == LM_REDUCE_MAX || op == LM_REDUCE_MIN))
