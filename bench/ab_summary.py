@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Medians of an interleaved before/after run (bench/ab.sh): per case and np, the library's time
+and its ratio to the MPI baseline of the same run, before and after."""
+import json
+import statistics
+import sys
+
+
+def main(path):
+    rows = {}
+    for line in open(path):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if "lm_ms" not in d:
+            continue
+        key = (d["case"], d["np"])
+        rows.setdefault(key, {}).setdefault(d["lib"], []).append((d["lm_ms"], d.get("ratio", 0.0)))
+    print(f"{'case':34} {'np':>2} {'before ms':>10} {'after ms':>10} {'after/before':>12} "
+          f"{'ratio before':>12} {'ratio after':>11}")
+    for (case, np), libs in sorted(rows.items()):
+        if "before" not in libs or "after" not in libs:
+            continue
+        b = statistics.median(x[0] for x in libs["before"])
+        a = statistics.median(x[0] for x in libs["after"])
+        rb = statistics.median(x[1] for x in libs["before"])
+        ra = statistics.median(x[1] for x in libs["after"])
+        print(f"{case:34} {np:>2} {b:10.4f} {a:10.4f} {a / b if b else 0:12.2f} {rb:12.2f} {ra:11.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
