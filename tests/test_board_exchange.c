@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lm_oracle.h"
 #include "lm_test.h"
 
 #define NP lm_test_size()
@@ -48,15 +49,6 @@ static int board_expected(void) {
 
 static double value(int64_t i, int64_t j, int64_t cols) { return (double)(i * cols + j) + 0.25; }
 
-/* torch.chunk, written again from the documented rule: b = ceil(n / parts), part i is
- * [min(n, i*b), min(n, (i+1)*b)). */
-static void my_chunk(int64_t n, int64_t parts, int64_t i, int64_t *off, int64_t *len) {
-  int64_t b = (n + parts - 1) / parts;
-  int64_t lo = i * b < n ? i * b : n, hi = (i + 1) * b < n ? (i + 1) * b : n;
-  *off = lo;
-  *len = hi - lo;
-}
-
 /* This rank's box (off, len) of t, placement p on the 1-D mesh of every rank, global shape g;
  * 1 when the library's local offset and shape (and the local DLTensor's) agree with it. */
 static int oracle_box(lm_dist_tensor_t t, lm_placement_t p, const int64_t *g, int64_t *off,
@@ -66,7 +58,7 @@ static int oracle_box(lm_dist_tensor_t t, lm_placement_t p, const int64_t *g, in
   off[0] = off[1] = 0;
   len[0] = g[0];
   len[1] = g[1];
-  if (p.kind == LM_SHARD) my_chunk(g[p.dim], NP, ME, &off[p.dim], &len[p.dim]);
+  if (p.kind == LM_SHARD) lm_oracle_chunk(g[p.dim], NP, ME, &off[p.dim], &len[p.dim]);
   LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, 2));
   LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ll, 2));
   LM_ASSERT_OK(lm_dist_tensor_local(t, &v));

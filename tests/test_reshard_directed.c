@@ -18,6 +18,7 @@
  * where the header/design fix them (R -> P(sum): the value at coordinate 0, zeros elsewhere;
  * R -> P(max)/P(avg): the value everywhere; identity: the parts unchanged).
  * Failures are collected per rank and printed by rank 0 before the agreed assertion. */
+#include "lm_oracle.h"
 #include "lm_test.h"
 
 #include <localmap.h>
@@ -137,41 +138,6 @@ static lm_mesh_t make_mesh(int ndim, const int64_t *shape, const int *ranks, int
 static lm_mesh_t make_1d(void) {
   int64_t s[1] = {lm_test_size()};
   return make_mesh(1, s, NULL, 0);
-}
-
-/* ----------------------------------------------------------------------------- layout math */
-/* torch.chunk, written here again so the checks do not trust the library's layout math. */
-static void my_chunk(int64_t n, int64_t parts, int64_t i, int64_t *off, int64_t *len) {
-  int64_t b = (n + parts - 1) / parts;
-  int64_t lo = i * b < n ? i * b : n, hi = (i + 1) * b < n ? (i + 1) * b : n;
-  *off = lo;
-  *len = hi - lo;
-}
-
-/* The box of the member at mi->coord: per tensor dim, the mesh dims sharding it split in order
- * of (order, mesh dim). */
-static void my_box(const minfo_t *mi, const lm_placement_t *pl, int ndim, const int64_t *g,
-                   int64_t *off, int64_t *len) {
-  for (int d = 0; d < ndim; ++d) {
-    int ms[3], k = 0;
-    for (int m = 0; m < mi->mdim; ++m)
-      if (pl[m].kind == LM_SHARD && pl[m].dim == d) ms[k++] = m;
-    for (int i = 1; i < k; ++i) /* stable insertion sort by order */
-      for (int j = i; j > 0 && pl[ms[j - 1]].order > pl[ms[j]].order; --j) {
-        int t = ms[j];
-        ms[j] = ms[j - 1];
-        ms[j - 1] = t;
-      }
-    int64_t lo = 0, n = g[d];
-    for (int i = 0; i < k; ++i) {
-      int64_t o, l;
-      my_chunk(n, mi->shape[ms[i]], mi->coord[ms[i]], &o, &l);
-      lo += o;
-      n = l;
-    }
-    off[d] = lo;
-    len[d] = n;
-  }
 }
 
 /* This rank's position among the Partial mesh dims of pl. */
@@ -307,7 +273,7 @@ static int check_tensor(lm_dist_tensor_t t, const lm_placement_t *pl, int ndim, 
     }
     return 1;
   }
-  my_box(&mi, pl, ndim, g, off, len);
+  lm_oracle_box(mi.shape, mi.mdim, mi.coord, pl, ndim, g, off, len);
   for (int d = 0; d < ndim; ++d)
     if (off[d] != loff[d] || len[d] != llen[d]) {
       note("%s: local box dim %d is [%lld,+%lld), expected [%lld,+%lld)", label, d,
@@ -355,7 +321,7 @@ static void refill(lm_dist_tensor_t t, const lm_placement_t *pl, int ndim, const
   minfo_t mi = minfo(mesh);
   if (!mi.member) return;
   int64_t off[4], len[4], n;
-  my_box(&mi, pl, ndim, g, off, len);
+  lm_oracle_box(mi.shape, mi.mdim, mi.coord, pl, ndim, g, off, len);
   void *data = local_data(t, &n);
   int64_t want = 1;
   for (int d = 0; d < ndim; ++d) want *= len[d];
@@ -1438,7 +1404,6 @@ static void test_bad_inputs(void **state) {
   lm_mesh_destroy(&mesh2);
   finish("bad inputs");
 }
-
 
 /* ============================================================================ 0-d tensors */
 /* A scalar (0-d) dist tensor holds one element on every member. Every pair of the placements a

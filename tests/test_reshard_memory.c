@@ -11,6 +11,7 @@
  * Positions come from this file's own torch.chunk (docs/DESIGN.md, "Layout math"), not from the
  * library: each shard's offset and shape must equal it, and values are checked there. */
 // lm-test-np: 1 2 3 4
+#include "lm_oracle.h"
 #include "lm_test.h"
 
 #include <localmap.h>
@@ -28,15 +29,6 @@ static int64_t staging_bound(void) {
 
 #define note(...) (lm_test__diag("rank %d: ", lm_test_rank()), lm_test__diag(__VA_ARGS__), lm_test__diag("\n"))
 
-/* torch.chunk, written again from the documented rule: b = ceil(n / parts), part i is
- * [min(n, i*b), min(n, (i+1)*b)). */
-static void my_chunk(int64_t n, int64_t parts, int64_t i, int64_t *off, int64_t *len) {
-  int64_t b = (n + parts - 1) / parts;
-  int64_t lo = i * b < n ? i * b : n, hi = (i + 1) * b < n ? (i + 1) * b : n;
-  *off = lo;
-  *len = hi - lo;
-}
-
 /* This rank's box of a g[0] x g[1] tensor with placement p on the 1-D mesh of every rank; 1 when
  * the library's local offset and shape of t agree with it. */
 static int oracle_box(lm_dist_tensor_t t, lm_placement_t p, const int64_t *g, int64_t *off,
@@ -46,7 +38,7 @@ static int oracle_box(lm_dist_tensor_t t, lm_placement_t p, const int64_t *g, in
     off[d] = 0;
     ls[d] = g[d];
   }
-  if (p.kind == LM_SHARD) my_chunk(g[p.dim], lm_test_size(), lm_test_rank(), &off[p.dim], &ls[p.dim]);
+  if (p.kind == LM_SHARD) lm_oracle_chunk(g[p.dim], lm_test_size(), lm_test_rank(), &off[p.dim], &ls[p.dim]);
   LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, 2));
   LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ll, 2));
   return lo[0] == off[0] && lo[1] == off[1] && ll[0] == ls[0] && ll[1] == ls[1];
@@ -150,7 +142,7 @@ static void test_memory_bound(void **state) {
     int64_t inter = 0;
     if (c->inter_dim >= 0 && np > 1) {
       int64_t off, len;
-      my_chunk(c->g[c->inter_dim], np, rank, &off, &len);
+      lm_oracle_chunk(c->g[c->inter_dim], np, rank, &off, &len);
       inter = rup64(len * c->g[1 - c->inter_dim] * esize);
     }
     for (int path = 0; path < 2; ++path) {

@@ -14,6 +14,7 @@
  * rank lists the test gave. Each shard's local offset and shape must equal the oracle's box, and
  * every element is written and checked at the oracle's position.
  * Cases per run: LM_RESHARD_CASES, default chosen per np so that np 1,2,3,4,8 sum to > 10,000. */
+#include "lm_oracle.h"
 #include "lm_test.h"
 
 #include <localmap.h>
@@ -263,16 +264,6 @@ static void free_pool(void) {
   for (int i = 0; i < npool; ++i) LM_ASSERT_OK(lm_mesh_destroy(&pool[i].mesh));
 }
 
-/* ----------------------------------------------------------------------------- the oracle */
-/* torch.chunk, written here again from the documented rule so that the checks do not trust the
- * library's layout math: block b = ceil(n / parts); part i is [min(n, i*b), min(n, (i+1)*b)). */
-static void my_chunk(int64_t n, int64_t parts, int64_t i, int64_t *off, int64_t *len) {
-  int64_t b = (n + parts - 1) / parts;
-  int64_t lo = i * b < n ? i * b : n, hi = (i + 1) * b < n ? (i + 1) * b : n;
-  *off = lo;
-  *len = hi - lo;
-}
-
 /* This rank's coordinates in pm (row-major over its rank list); 0 when it is not a member. */
 static int my_coord(const pool_mesh *pm, int64_t *coord) {
   int me = lm_test_rank(), idx = -1;
@@ -287,39 +278,13 @@ static int my_coord(const pool_mesh *pm, int64_t *coord) {
   return 1;
 }
 
-/* The global box of the member at coord: per tensor dim, the mesh dims that shard it split it in
- * turn, ordered by (order, mesh dim) (co-sharding; docs/DESIGN.md "Nested sharding"). */
-static void my_box(const pool_mesh *pm, const int64_t *coord, const lm_placement_t *pl, int ndim,
-                   const int64_t *g, int64_t *off, int64_t *len) {
-  for (int d = 0; d < ndim; ++d) {
-    int ms[3], k = 0;
-    for (int m = 0; m < pm->ndim; ++m)
-      if (pl[m].kind == LM_SHARD && pl[m].dim == d) ms[k++] = m;
-    for (int i = 1; i < k; ++i) /* stable insertion sort by order */
-      for (int j = i; j > 0 && pl[ms[j - 1]].order > pl[ms[j]].order; --j) {
-        int t = ms[j];
-        ms[j] = ms[j - 1];
-        ms[j - 1] = t;
-      }
-    int64_t lo = 0, n = g[d];
-    for (int i = 0; i < k; ++i) {
-      int64_t o, l;
-      my_chunk(n, pm->shape[ms[i]], coord[ms[i]], &o, &l);
-      lo += o;
-      n = l;
-    }
-    off[d] = lo;
-    len[d] = n;
-  }
-}
-
 /* The oracle's box of this rank for tensor t (placements pl on pm), compared with the library's
  * local offset and shape. Returns 1 when they agree (and the box in off/len), 0 otherwise. */
 static int oracle_box(lm_dist_tensor_t t, const pool_mesh *pm, const lm_placement_t *pl, int ndim,
                       const int64_t *g, int64_t *off, int64_t *len) {
   int64_t coord[3] = {0, 0, 0}, lo[3] = {0, 0, 0}, ls[3] = {0, 0, 0};
   my_coord(pm, coord);
-  my_box(pm, coord, pl, ndim, g, off, len);
+  lm_oracle_box(pm->shape, pm->ndim, coord, pl, ndim, g, off, len);
   LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, ndim));
   LM_ASSERT_OK(lm_dist_tensor_local_offset(t, lo, ndim));
   for (int d = 0; d < ndim; ++d)
