@@ -16,6 +16,10 @@
 // lm-test-np: 1 2 3
 #include "lm_test.h"
 
+/* At LM_CHECK=0 the ranks that ran the longer reshard sent bytes the others never receive: MPI
+ * keeps them as unexpected messages (tests/lm_test.h). */
+LM_TEST_ABANDONED_MPI_OK()
+
 #define NP lm_test_size()
 #define ME lm_test_rank()
 

@@ -8,6 +8,9 @@
 // lm-test-np: 2 3
 #include "lm_late_rank.h"
 
+/* The round given up at the deadline leaves its messages unreceived (tests/lm_test.h). */
+LM_TEST_ABANDONED_MPI_OK()
+
 /* A transfer deadline (check level 0: no agreement before the data moves; the last rank skips
  * the reshard) breaks the mesh, and the next call on it fails at once, also a call that agrees
  * (local_map joins its failure agreement), instead of waiting for the unresponsive rank again. */
