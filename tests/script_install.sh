@@ -66,8 +66,12 @@ want="launcher=\${LM_MPIRUN:-${LM_MPIRUN:-mpirun}}"
 grep -qxF "$want" "$prefix/bin/lm-mpirun" ||
   { grep -n '^launcher=' "$prefix/bin/lm-mpirun"; echo "bin/lm-mpirun: expected $want"; exit 1; }
 # The diagnostic tool runs from the prefix, under the installed launcher.
-"$prefix/bin/lm-mpirun" 2 "$prefix/bin/lm-info" | grep -q "job: 2 rank(s)" ||
-  { echo "bin/lm-info under bin/lm-mpirun 2 did not report the job"; exit 1; }
+# (the whole output first: grep -q would close the pipe early, and under pipefail the launcher's
+# SIGPIPE on its next line failed the check, under MPICH's mpiexec)
+info=$("$prefix/bin/lm-mpirun" 2 "$prefix/bin/lm-info" 2>&1) ||
+  { echo "$info"; echo "bin/lm-info under bin/lm-mpirun 2 failed"; exit 1; }
+[[ $info == *"job: 2 rank(s)"* ]] ||
+  { echo "$info"; echo "bin/lm-info under bin/lm-mpirun 2 did not report the job"; exit 1; }
 if [ -f "$BUILD/fortran/lib/liblocalmap_fortran.a" ]; then
   for f in bindings/fortran/examples/*.f90; do
     cmp -s "$f" "$prefix/share/doc/localmap/examples/fortran/$(basename "$f")" || { echo "not installed: $f"; exit 1; }
