@@ -29,7 +29,8 @@
  *  LM_ASSERT_STATUS(expr, code)    local: expr == code and lm_last_error_message() is not empty
  *  LM_ASSERT_STATUS_ALL(expr, code) collective version of LM_ASSERT_STATUS
  * The collective ones must be reached by every rank of MPI_COMM_WORLD (like any collective).
- * Helpers: lm_test_rank(), lm_test_size(), lm_test_comm_f() (MPI_COMM_WORLD as MPI_Fint).
+ * Helpers: lm_test_rank(), lm_test_size(), lm_test_comm_f() (MPI_COMM_WORLD as MPI_Fint),
+ *          lm_test_world_mesh() (collective: the 1-D mesh of every world rank).
  *
  * Honest results (tests/README.md): a test that cannot run its checks here skips with a reason,
  * never passes silently.
@@ -582,6 +583,14 @@ static LM_TEST_UNUSED void lm_test__assert_status_all(int status, int expected, 
   lm_test__assert_status((int)(expr), (int)(code), #expr, __FILE__, __LINE__)
 #define LM_ASSERT_STATUS_ALL(expr, code) \
   lm_test__assert_status_all((int)(expr), (int)(code), #expr, __FILE__, __LINE__)
+
+/* Collective: the 1-D mesh of every world rank (config NULL). */
+static LM_TEST_UNUSED lm_mesh_t lm_test_world_mesh(void) {
+  lm_mesh_t m = NULL;
+  int64_t shape[1] = {lm_test_size()};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, shape, NULL));
+  return m;
+}
 
 /* Collective: every rank checks that `msg` names `needle` (NULL: only that it is non-empty). */
 static LM_TEST_UNUSED void lm_test__check_msg_all(int status, const char *msg, const char *needle,

@@ -81,13 +81,6 @@ static lm_arg_t arg_none(void) {
 }
 
 /* The 1-D mesh over every rank of MPI_COMM_WORLD, in order. */
-static lm_mesh_t world_mesh(void) {
-  lm_mesh_t m = NULL;
-  int64_t shape[1] = {lm_test_size()};
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, shape, NULL));
-  return m;
-}
-
 /* The 1-D mesh over the world ranks in reverse order. */
 static lm_mesh_t reversed_mesh(void) {
   lm_mesh_t m = NULL;
@@ -332,7 +325,7 @@ static maker maker_init(void) {
  * (allgather) shape mode; the output's deleter runs only when the dist tensor dies. */
 static void test_inferred_mesh_null_in_placements(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int64_t rows = 2 * lm_test_size() + 1, cols = 3; /* uneven on every np > 1 */
   double *g = global_matrix(rows, cols);
   lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
@@ -447,7 +440,7 @@ static lm_status_t mixed_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *i
 
 static void test_mixed_inputs_and_outputs(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int64_t rows = lm_test_size() + 2, cols = 2;
   double *g = global_matrix(rows, cols);
   lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
@@ -527,7 +520,7 @@ static lm_status_t no_mesh_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t 
 
 static void test_mesh_given_or_missing(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   lm_placement_t psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
   const lm_placement_t *outpl[2] = {rep, psum};
@@ -588,7 +581,7 @@ static void check_one_rank_fails(lm_mesh_t mesh, int fail_rank, const lm_placeme
 
 static void test_output_kind_errors(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   lm_arg_t out[3];
   maker mk;
@@ -749,7 +742,7 @@ static void test_output_kind_errors(void **state) {
  * required ones without RESHARD_INPUTS; fn sees the resharded shard with it. */
 static void test_in_placements_reshard(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int64_t rows = 2 * lm_test_size() + 1, cols = 2;
   double *g = global_matrix(rows, cols);
   lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
@@ -838,7 +831,7 @@ static void test_in_placements_reshard(void **state) {
 /* A tensor on a mesh over the ranks in reverse order, moved onto the world mesh. */
 static void test_cross_mesh_input(void **state) {
   (void)state;
-  lm_mesh_t world = world_mesh();
+  lm_mesh_t world = lm_test_world_mesh();
   lm_mesh_t rev = reversed_mesh();
   const int np = lm_test_size();
   const int64_t rows = 2 * np + 1, cols = 3;
@@ -930,7 +923,7 @@ static void test_cross_mesh_input(void **state) {
 /* Uneven Shard outputs under each shape mode. */
 static void test_output_shape_modes(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int np = lm_test_size(), r = lm_test_rank();
   const int64_t rows = 2 * np - 1; /* 1, 3 (2+1), 5 (2+2+1), 7 (2+2+2+1) */
   lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
@@ -1086,7 +1079,7 @@ static void check_one_rank_fails(lm_mesh_t mesh, int fail_rank, const lm_placeme
 
 static void test_fn_fails_on_one_rank(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int np = lm_test_size();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   lm_placement_t psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
@@ -1132,7 +1125,7 @@ static void test_fn_fails_on_two_ranks(void **state) {
     lm_test_skip("needs 3 ranks or more (np %d)", np);
     return;
   }
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   const lm_placement_t *outpl[1] = {rep};
   maker mk = maker_init();
@@ -1153,7 +1146,7 @@ static void test_fn_fails_on_two_ranks(void **state) {
  * each reports its own error. */
 static void test_no_agree(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int np = lm_test_size(), r = lm_test_rank();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   const lm_placement_t *outpl[1] = {rep};
@@ -1377,7 +1370,7 @@ static void test_counts_disagree(void **state) {
     lm_test_skip("needs 2 ranks or more (np 1)");
     return;
   }
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   const lm_placement_t *outpl[2] = {rep, rep};
   lm_arg_t in[2] = {arg_i64(1), arg_i64(2)};
@@ -1409,7 +1402,7 @@ static void test_counts_disagree(void **state) {
 /* Bad arguments: INVALID_ARGUMENT with a message, fn never runs, nothing changes. */
 static void test_bad_arguments(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
   lm_placement_t bad[1] = {{LM_SHARD, -1, 0, 0}};
@@ -1590,7 +1583,7 @@ static void expect_total(lm_dist_tensor_t t, lm_mesh_t mesh, int out_mdim, doubl
 static void test_sibling_mesh_inputs(void **state) {
   (void)state;
   const int np = lm_test_size();
-  lm_mesh_t world = world_mesh(), rev = reversed_mesh();
+  lm_mesh_t world = lm_test_world_mesh(), rev = reversed_mesh();
   int64_t d0 = 0, d1 = 0;
   lm_mesh_t grid = grid_mesh(&d0, &d1);
   const int64_t rows = 2 * np + 1, cols = 3;
@@ -1743,7 +1736,7 @@ static void test_tensor_alloc(void **state) {
 /* Messages read as English and name the argument as the caller wrote it. */
 static void test_messages_name_arguments(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE}, pavg[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_AVG)};
   const lm_placement_t *inpl[2] = {NULL, rep};
   lm_arg_t in[2] = {lm_arg_none(), lm_arg_i64(4)}, out[1];
@@ -1796,7 +1789,7 @@ static lm_status_t scalar_in_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_
 
 static void test_scalar_inputs(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int n = lm_test_size(), r = lm_test_rank();
   lm_placement_t psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)}, rep[1] = {LM_PLACEMENT_REPLICATE};
   double mine = r + 1, seen = -1, got = -1, sum = n * (n + 1) / 2.0;
@@ -1848,7 +1841,7 @@ static void test_zz_no_leaks(void **state) {
  * hangs until the per-test timeout aborts it. */
 static void test_zz_fn_fails_with_allgather_shapes(void **state) {
   (void)state;
-  lm_mesh_t mesh = world_mesh();
+  lm_mesh_t mesh = lm_test_world_mesh();
   const int np = lm_test_size();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};

@@ -24,17 +24,10 @@
 #define NP lm_test_size()
 #define ME lm_test_rank()
 
-static lm_mesh_t world_mesh(void) {
-  lm_mesh_t m = NULL;
-  int64_t s[1] = {NP};
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
-  return m;
-}
-
 /* ----------------------------------------------------------------------------- meshes */
 static void mesh_cycle(void *arg) {
   (void)arg;
-  lm_mesh_t a = world_mesh(), b = NULL, c = NULL;
+  lm_mesh_t a = lm_test_world_mesh(), b = NULL, c = NULL;
   int f = 0;
   LM_ASSERT_OK(lm_mesh_comm(a, &f));
   LM_ASSERT_OK(lm_mesh_dim_comm(a, 0, &f));
@@ -66,7 +59,7 @@ static void test_mesh_create_destroy(void **state) {
   /* The counts see the library's own calls: a live mesh holds communicators of its own (its
    * private dup of the parent, its members', one per dim), and its destroy frees them. */
   lm_pmpi_counts_t before = lm_pmpi_counts(), live, after;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   live = lm_pmpi_counts();
   LM_ASSERT_OK(lm_mesh_destroy(&m));
   after = lm_pmpi_counts();
@@ -108,7 +101,7 @@ static void tensor_cycle(void *arg) {
 
 static void test_tensor_create_destroy(void **state) {
   (void)state;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   lm_pmpi_cycle_check(tensor_cycle, m, "tensors on one mesh");
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
@@ -116,7 +109,7 @@ static void test_tensor_create_destroy(void **state) {
 /* Cross-mesh: a tensor on the whole world resharded onto a mesh over the ranks in reverse. */
 static void cross_cycle(void *arg) {
   (void)arg;
-  lm_mesh_t a = world_mesh(), b = NULL;
+  lm_mesh_t a = lm_test_world_mesh(), b = NULL;
   int ranks[8];
   int64_t s[1] = {NP}, g[1] = {1000};
   lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
@@ -171,7 +164,7 @@ static void plan_cycle(void *arg) {
 
 static void test_plan_create_destroy(void **state) {
   (void)state;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   lm_pmpi_cycle_check(plan_cycle, m, "plans");
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
@@ -227,7 +220,7 @@ static void local_map_cycle(void *arg) {
 
 static void test_local_map(void **state) {
   (void)state;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   lm_pmpi_cycle_check(local_map_cycle, m, "local_map");
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
@@ -249,7 +242,7 @@ static void mismatch_cycle(void *arg) {
 
 static void test_agreed_failures(void **state) {
   (void)state;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   lm_pmpi_cycle_check(mismatch_cycle, m, "agreed failures");
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }

@@ -29,13 +29,6 @@
 #define NP lm_test_size()
 #define ME lm_test_rank()
 
-static lm_mesh_t world_mesh(void) {
-  lm_mesh_t m = NULL;
-  int64_t s[1] = {NP};
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
-  return m;
-}
-
 static double value(int64_t i, int round) { return (double)(i * 3 + round) + 0.25; }
 
 /* A [n] float64 tensor sharded on dim 0 holding value(i, round), and its replica (a reshard
@@ -94,7 +87,7 @@ static int child_work(lm_mesh_t m, lm_dist_tensor_t s, lm_dist_tensor_t r, int64
 
 static void test_fork_child_reads_parent_tensors(void **state) {
   (void)state;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   const int64_t n = (int64_t)NP << 16; /* 512 KiB per rank: in the arena when NP > 1 */
   lm_dist_tensor_t s = NULL, r = NULL;
   make_pair(m, n, 0, &s, &r);
@@ -167,7 +160,7 @@ static void peer_mappings(unsigned long long *all, unsigned long long *writable)
 static void test_address_space_and_privilege(void **state) {
   (void)state;
   const unsigned long long vm0 = vm_size(); /* before the first mesh (ASan's shadow is in it) */
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   for (int round = 0; round < 4; ++round) {
     lm_dist_tensor_t s = NULL, r = NULL;
     make_pair(m, (int64_t)NP << (17 + round % 2), round, &s, &r); /* 1-2 MiB per rank */

@@ -15,16 +15,9 @@ static int pool_off(void) {
   return e != NULL && strtoll(e, NULL, 10) == 0 && e[0] == '0';
 }
 
-static lm_mesh_t world_mesh(void) {
-  lm_mesh_t m = NULL;
-  int64_t s[1] = {lm_test_size()};
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
-  return m;
-}
-
 static void test_zeros_after_dirty_reuse(void **state) {
   (void)state;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   lm_placement_t r = LM_PLACEMENT_REPLICATE;
   int64_t g[1] = {1 << 19}; /* 4 MiB of float64 per rank: pooled */
   void *first = NULL;
@@ -55,7 +48,7 @@ static void test_zeros_after_dirty_reuse(void **state) {
 static void test_size_class_reuse(void **state) {
   (void)state;
   if (pool_off()) lm_test_skip("LM_POOL_BYTES=0: the pool is off, no reuse to check");
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   lm_placement_t r = LM_PLACEMENT_REPLICATE;
   int64_t a[1] = {300 * 1024}, b[1] = {400 * 1024}; /* bytes of uint8 */
   lm_dist_tensor_t t = NULL;
@@ -75,7 +68,7 @@ static void test_size_class_reuse(void **state) {
 
 static void test_reshard_outputs_reuse_buffers(void **state) {
   (void)state;
-  lm_mesh_t m = world_mesh();
+  lm_mesh_t m = lm_test_world_mesh();
   lm_placement_t s0 = LM_PLACEMENT_SHARD(0), r = LM_PLACEMENT_REPLICATE;
   int64_t g[2] = {1031, 257}; /* ~2 MiB, uneven rows */
   void *prev[2] = {NULL, NULL};
