@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <cstdint>
+
 namespace lm {
 
 // Throws LM_ERR_MPI ("<what> failed on rank R: <MPI error string>") when rc != MPI_SUCCESS.
@@ -16,5 +18,19 @@ bool mpi_alive();
 // mpi_alive(): every collective checks it before its first MPI call (a call after MPI_Finalize
 // must return an error, not abort the process).
 void require_mpi(const char *what);
+
+// Frees a communicator of the library, or, when `tainted` (a failed transfer or agreement ran on
+// it: messages nobody will receive may be queued on it, at this rank or its peers), keeps it until
+// MPI_Finalize (freed when MPI_COMM_SELF is). MPI implementations reuse a freed communicator's
+// context id for the next one made over the same processes, and a stale message queued under it
+// would then match that communicator's receives (docs/DESIGN.md, "Failure model"). *c becomes
+// MPI_COMM_NULL. Nothing after MPI_Finalize.
+void comm_release(MPI_Comm *c, bool tainted);
+
+// The epoch of a library communicator: the agreed id of the object it belongs to (the mesh id),
+// attached when it is made; 0 when none was. Messages that must not be taken for another
+// communicator's that reuses the context id (abort notices) carry it.
+void comm_set_epoch(MPI_Comm c, uint64_t epoch);
+uint64_t comm_epoch(MPI_Comm c);
 
 }  // namespace lm

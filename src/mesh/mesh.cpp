@@ -220,6 +220,7 @@ void build_comms(lm_mesh_s *m, AgreeComm *ac, int prank, double timeout, bool pr
   mpi_check(MPI_Comm_split(ac->comm, 0, prank, &m->world),
             "lm_mesh_create: MPI_Comm_split(parent processes)");
   MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+  comm_set_epoch(m->world, m->id);  // abort notices on world carry it (transport/failure.hpp)
   node_attach(m->world, ac);  // which parent ranks share this node (the plans' transfers run on world)
   int color = m->member ? 0 : MPI_UNDEFINED;
   mpi_check(MPI_Comm_split(m->world, color, static_cast<int>(m->index), &m->comm),
@@ -327,14 +328,13 @@ lm_mesh_s::~lm_mesh_s() {
   dev.reset();
   for (lm::AgreeComm *ac : own_agree) lm::free_agree_comm(ac);
   for (auto &kv : union_agree) lm::free_agree_comm(kv.second);
-  // Freeing a communicator is local in practice (OpenMPI, MPICH); skip after MPI_Finalize so that
-  // late destructors (Python __del__, Rust Drop) stay safe.
-  if (lm::mpi_alive()) {
-    for (auto &c : dim_comms)
-      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
-    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-    if (world != MPI_COMM_NULL) MPI_Comm_free(&world);
-  }
+  // Freeing a communicator is local in practice (OpenMPI, MPICH); skipped after MPI_Finalize so
+  // that late destructors (Python __del__, Rust Drop) stay safe. A broken mesh's are kept until
+  // MPI_Finalize: a failed transfer leaves messages on them that nobody receives, which a new
+  // mesh reusing their context ids would otherwise receive (common/mpi.hpp, comm_release).
+  for (auto &c : dim_comms) lm::comm_release(&c, broken);
+  lm::comm_release(&comm, broken);
+  lm::comm_release(&world, broken);
   uint64_t h = handle.load(std::memory_order_acquire);
   if (h && !lm::handle_is_owned(h)) lm::handle_kill(h);  // a borrowed handle dies with the object
   magic = lm::kDeadMagic;

@@ -11,11 +11,19 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "common/error.hpp"
 
 namespace lm {
+
+// The tag of abort notices: above every plan step's tag and its node-local acks.
+constexpr int kAbortTag = 0x7fff;
+// What a notice carries: "<epoch>|<status>|<message>", the epoch of its communicator first
+// (common/mpi.hpp, comm_epoch), so that a notice nobody received, still queued under a context
+// id a later communicator reuses, is not taken for that communicator's failure.
+std::string abort_payload(uint64_t epoch, lm_status_t st, const std::string &msg);
 
 class AbortNotices {
  public:
@@ -24,7 +32,8 @@ class AbortNotices {
   // never throws (the caller is already failing).
   void notify(lm_status_t st, const std::string &msg);
   // True when another rank's notice arrived: *out is then LM_ERR_REMOTE "rank R failed during
-  // the transfer: <its status>: <its message>; this rank M did not".
+  // the transfer: <its status>: <its message>; this rank M did not". Notices of another epoch
+  // (or unreadable) are received and dropped.
   bool received(Error *out);
 
  private:

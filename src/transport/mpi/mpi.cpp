@@ -19,7 +19,6 @@
 namespace lm {
 
 namespace {
-constexpr int kAbortTag = 0x7fff;  // transport/failure.cpp's notices: acks stay below it
 constexpr size_t kMaxPiece = size_t(1) << 30;  // split messages above 1 GiB (int counts)
 // The acknowledgement of a node-local message travels on its own tag (step tags are kTagBase +
 // step, below 0x5000; acks stay below kAbortTag).
