@@ -627,6 +627,60 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t pla
 /** Writes a one-line human description of the plan's steps into buf. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf,
                                                          size_t size);
+/** Routes of a plan's data (lm_reshard_plan_info_t::routes), bits. */
+typedef enum lm_route_t {
+  LM_ROUTE_MPI = 1,        /**< MPI messages between ranks */
+  LM_ROUTE_NODE_LOCAL = 2, /**< copies between ranks of one node (process_vm_readv/writev, arena) */
+  LM_ROUTE_BOARD = 4       /**< the board exchange: small plans moved inside their agreement round */
+} lm_route_t;
+
+/** What executing a plan moves, from the plan's own schedule (lm_reshard_plan_info). Counts are
+ * this rank's, or every rank's summed with LM_PLAN_INFO_ALL_RANKS. A flow is one peer's share of
+ * one step in one direction: the transport may carry it as several messages (staged pieces of
+ * LM_STAGING_BYTES, 1 GiB pieces, reduce-scatter segments), never as more bytes. Initialise with
+ * LM_RESHARD_PLAN_INFO_INIT; the library writes min(size, its own sizeof) bytes, so an older
+ * caller keeps working. */
+typedef struct lm_reshard_plan_info_t {
+  size_t size;                 /**< sizeof(lm_reshard_plan_info_t) of the caller */
+  uint32_t version;            /**< LM_RESHARD_PLAN_INFO_VERSION of the caller */
+  uint32_t routes;             /**< lm_route_t bits a blocking host execution uses */
+  int64_t steps;               /**< steps of the schedule (exchange, reduce-scatter, fill) */
+  int64_t peers;               /**< distinct other ranks this rank exchanges bytes with */
+  int64_t flows_sent;          /**< (peer, step) pairs this rank sends to */
+  int64_t flows_received;      /**< (peer, step) pairs this rank receives from */
+  int64_t bytes_sent;          /**< bytes to other ranks (as lm_reshard_plan_bytes_sent) */
+  int64_t bytes_received;      /**< bytes from other ranks */
+  int64_t bytes_copied;        /**< bytes copied locally from this rank's input to its output */
+  int64_t bytes_reduced;       /**< other ranks' contributions reduced into this rank's output */
+  int64_t bytes_node_local;    /**< of bytes_sent + bytes_received: to or from ranks of this
+                                    node at or above LM_NODE_LOCAL_MIN_BYTES (blocking host
+                                    executions copy them between the processes) */
+  int64_t work_bytes;          /**< intermediate step outputs an execution holds */
+  int64_t staging_bytes_max;   /**< bound on the staging an execution holds: the most one step
+                                    sends and receives (plus an integer average's 128-bit
+                                    accumulator), at most LM_STAGING_BYTES */
+} lm_reshard_plan_info_t;
+/** The version of lm_reshard_plan_info_t this header describes. */
+#define LM_RESHARD_PLAN_INFO_VERSION 1u
+/** An lm_reshard_plan_info_t ready for lm_reshard_plan_info. */
+#define LM_RESHARD_PLAN_INFO_INIT \
+  {sizeof(lm_reshard_plan_info_t), LM_RESHARD_PLAN_INFO_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+/** lm_reshard_plan_info flags. */
+enum {
+  LM_PLAN_INFO_ALL_RANKS = 1 /**< sum over every rank of the plan's meshes (routes: OR); collective */
+};
+
+/** Fills `info` with what executing the plan moves (see lm_reshard_plan_info_t). Local, no
+ * communication, unless flags has LM_PLAN_INFO_ALL_RANKS: then collective over the ranks of both
+ * meshes (one small reduction) and every rank gets the sums.
+ * @param plan  a live plan
+ * @param flags 0 or LM_PLAN_INFO_ALL_RANKS
+ * @param info  initialised with LM_RESHARD_PLAN_INFO_INIT (size and version are checked)
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a NULL or dead plan, a NULL info, a size below
+ *         the first version's or a version this library does not know, unknown flags */
+LM_NODISCARD LM_API lm_status_t lm_reshard_plan_info(lm_reshard_plan_t plan, int flags,
+                                                     lm_reshard_plan_info_t *info);
+
 /** Host memory handed out by the library's buffer pool on this process (tensor storage, reshard
  * staging and intermediate buffers): the bytes in use now and their high-water mark, counted as
  * requested sizes rounded up to 64 bytes. Local and thread-safe. A reshard's peak extra memory is

@@ -438,6 +438,13 @@ class reshard_plan {
     check(lm_reshard_plan_bytes_sent(h_, &b));
     return b;
   }
+  /// lm_reshard_plan_info: this rank's counts (local), or every rank's summed (all_ranks:
+  /// collective over both meshes).
+  lm_reshard_plan_info_t info(bool all_ranks = false) const {
+    lm_reshard_plan_info_t i = LM_RESHARD_PLAN_INFO_INIT;
+    check(lm_reshard_plan_info(h_, all_ranks ? LM_PLAN_INFO_ALL_RANKS : 0, &i));
+    return i;
+  }
   /// lm_reshard_plan_describe.
   std::string describe() const {
     char buf[2048];

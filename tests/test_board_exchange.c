@@ -8,9 +8,10 @@
  * in a row (the outbox banks alternate), and that no MPI point-to-point message is posted on the
  * library's communicators for them (counted through PMPI) while a tensor above
  * LM_BOARD_EXCHANGE_BYTES per rank, or a run with the board or the exchange off (the
- * environment, tests/script_node_local.sh), posts them. One rank starting the plan nonblocking
- * while the others execute it: refused on every rank as a mismatch of the operation (a blocking
- * execution may take the board or the node-local path, a nonblocking one never does).
+ * environment, tests/script_node_local.sh), posts them; lm_reshard_plan_info says which route.
+ * One rank starting the plan nonblocking while the others execute it: refused on every rank as a
+ * mismatch of the operation (a blocking execution may take the board or the node-local path, a
+ * nonblocking one never does).
  * Positions come from this file's own torch.chunk (docs/DESIGN.md, "Layout math"), not from the
  * library: every shard's offset and shape must equal it, and values are checked there.
  */
@@ -128,6 +129,17 @@ static long run_case(lm_mesh_t m, lm_placement_t sp, lm_placement_t dp, int64_t 
     *ok &= check(dst, dp, dt);
   }
   long made = g_p2p - before;
+  /* lm_reshard_plan_info names the route the executions took: the board exactly when something
+   * moves between ranks and no MPI message was posted for it. */
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+  *ok &= lm_reshard_plan_info(plan, 0, &info) == LM_SUCCESS;
+  const int moves = info.flows_sent + info.flows_received > 0;
+  if (((info.routes & LM_ROUTE_BOARD) != 0) != (moves && made == 0) ||
+      (info.routes & LM_ROUTE_BOARD && info.routes != LM_ROUTE_BOARD)) {
+    lm_test__diag("rank %d: routes %u, %lld flows, %ld MPI posts\n", ME, info.routes,
+                  (long long)(info.flows_sent + info.flows_received), made);
+    *ok = 0;
+  }
   lm_dist_tensor_destroy(&src);
   lm_dist_tensor_destroy(&dst);
   lm_reshard_plan_destroy(&plan);

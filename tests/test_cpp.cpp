@@ -68,6 +68,10 @@ static void test_plan(void **) {
     for (int64_t j = 0; j < l2[1]; ++j) ok &= e[i * l2[1] + j] == i * 5 + o2[1] + j;
   LM_ASSERT_ALL(ok);
   LM_ASSERT_ALL(!p.describe().empty() && p.bytes_sent() >= 0);
+  // Every element of the 7 x 5 int64 target is received or copied once, over all ranks.
+  const lm_reshard_plan_info_t mine = p.info(), all = p.info(true);
+  LM_ASSERT_ALL(mine.bytes_sent == p.bytes_sent() && all.bytes_sent == all.bytes_received &&
+                all.bytes_received + all.bytes_copied == 7 * 5 * 8 && all.steps == n);
 }
 
 static int64_t one[1] = {1};

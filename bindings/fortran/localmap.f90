@@ -63,6 +63,8 @@ module localmap
   integer, parameter, public :: LM_LOCAL_MAP_RESHARD_INPUTS = 1, LM_LOCAL_MAP_NO_AGREE = 2, &
     LM_LOCAL_MAP_SHAPES_EVEN = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_MAGIC = int(z'4c4d4d43', c_int32_t)
+  integer(c_int32_t), parameter, public :: LM_RESHARD_PLAN_INFO_VERSION = 1
+  integer(c_int32_t), parameter, public :: LM_ROUTE_MPI = 1, LM_ROUTE_NODE_LOCAL = 2, LM_ROUTE_BOARD = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 2
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_MAGIC = int(z'4c4d4443', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_VERSION = 1
@@ -125,6 +127,16 @@ module localmap
     type(c_funptr) :: alloc = c_null_funptr
     type(c_funptr) :: free = c_null_funptr
     type(c_ptr) :: alloc_ctx = c_null_ptr
+  end type
+  !> What executing a plan moves (lm_reshard_plan_info; C's lm_reshard_plan_info_t, with the
+  !> same fields and meaning; routes: LM_ROUTE_* bits).
+  type, bind(C), public :: lm_reshard_plan_info_t
+    integer(c_size_t) :: size = 0
+    integer(c_int32_t) :: version = 0     ! uint32_t in C
+    integer(c_int32_t) :: routes = 0      ! uint32_t in C
+    integer(c_int64_t) :: steps = 0, peers = 0, flows_sent = 0, flows_received = 0
+    integer(c_int64_t) :: bytes_sent = 0, bytes_received = 0, bytes_copied = 0, bytes_reduced = 0
+    integer(c_int64_t) :: bytes_node_local = 0, work_bytes = 0, staging_bytes_max = 0
   end type
   !> One argument or result of lm_local_map (kind: LM_ARG_*).
   type, bind(C), public :: lm_arg_t
@@ -437,6 +449,10 @@ module localmap
       import; type(c_ptr), value :: plan; integer(c_int64_t), intent(out) :: bytes
       integer(c_int) :: lmc_reshard_plan_bytes_sent
     end function
+    function lmc_reshard_plan_info(plan, flags, info) bind(C, name="lm_reshard_plan_info")
+      import; type(c_ptr), value :: plan; integer(c_int), value :: flags
+      type(lm_reshard_plan_info_t), intent(inout) :: info; integer(c_int) :: lmc_reshard_plan_info
+    end function
     function lmc_reshard_plan_describe(plan, buf, size) bind(C, name="lm_reshard_plan_describe")
       import; type(c_ptr), value :: plan; character(kind=c_char), intent(out) :: buf(*)
       integer(c_size_t), value :: size; integer(c_int) :: lmc_reshard_plan_describe
@@ -480,7 +496,8 @@ module localmap
     lmc_dist_tensor_local, lmc_dist_tensor_export, lmc_dist_tensor_retain, lmc_dist_tensor_destroy, &
     lmc_dist_tensor_reshard, lmc_reshard_plan_create, lmc_reshard_plan_alloc_target, &
     lmc_reshard_plan_execute, lmc_reshard_plan_start, lmc_request_test, lmc_request_wait, &
-    lmc_reshard_plan_bytes_sent, lmc_reshard_plan_describe, lmc_reshard_plan_destroy, lmc_local_map, &
+    lmc_reshard_plan_bytes_sent, lmc_reshard_plan_info, lmc_reshard_plan_describe, &
+    lmc_reshard_plan_destroy, lmc_local_map, &
     lmc_tensor_alloc, lmc_pool_stats, lmc_mesh_set_device_config, lmc_mesh_device_config, lmc_mesh_transport
 
   ! ---------------------------------------------------------------------------------------------
@@ -499,7 +516,7 @@ module localmap
     lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard
   public :: lm_reshard_plan_create, lm_reshard_plan_alloc_target, lm_reshard_plan_execute, &
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
-    lm_reshard_plan_describe, lm_reshard_plan_destroy
+    lm_reshard_plan_info, lm_reshard_plan_describe, lm_reshard_plan_destroy
   public :: lm_local_map, lm_arg, lm_arg_get, lm_arg_set, lm_arg_take, lm_arg_shape, lm_mesh_borrow
   public :: lm_tensor_alloc, lm_pool_stats, lm_mesh_set_device_config, lm_mesh_device_config, lm_mesh_transport
   public :: lm_destroy, assignment(=), operator(==)
@@ -1790,6 +1807,24 @@ contains
     bytes = 0
     st = lmc_reshard_plan_bytes_sent(plan%ptr, bytes); call c_(st)
     call done_(st, ierr, "lm_reshard_plan_bytes_sent")
+  end subroutine
+
+  !> What executing the plan moves: this rank's counts (local), or with all_ranks = .true. every
+  !> rank's summed (collective over both meshes). See lm_reshard_plan_info_t.
+  subroutine lm_reshard_plan_info(plan, info, all_ranks, ierr)
+    type(lm_reshard_plan), intent(in) :: plan
+    type(lm_reshard_plan_info_t), intent(out) :: info
+    logical, intent(in), optional :: all_ranks
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, flags
+    flags = 0
+    if (present(all_ranks)) then
+      if (all_ranks) flags = 1
+    end if
+    info%size = c_sizeof(info)
+    info%version = LM_RESHARD_PLAN_INFO_VERSION
+    st = lmc_reshard_plan_info(plan%ptr, flags, info); call c_(st)
+    call done_(st, ierr, "lm_reshard_plan_info")
   end subroutine
 
   !> A one-line description of the plan's steps.

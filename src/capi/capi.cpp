@@ -644,6 +644,25 @@ LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *b
   });
 }
 
+LM_API lm_status_t lm_reshard_plan_info(lm_reshard_plan_t plan, int flags,
+                                        lm_reshard_plan_info_t *info) {
+  return guard([&] {
+    const char *fn = "lm_reshard_plan_info";
+    lm_reshard_plan_s *p = plan_check(plan, fn);
+    OUT_ARG(info, "info", fn);
+    LM_CHECK_ARG(info->size >= offsetof(lm_reshard_plan_info_t, staging_bytes_max) + sizeof(int64_t),
+                 "%s: info->size %zu is below the first version's (%zu): initialise it with "
+                 "LM_RESHARD_PLAN_INFO_INIT", fn, info->size,
+                 offsetof(lm_reshard_plan_info_t, staging_bytes_max) + sizeof(int64_t));
+    LM_CHECK_ARG(info->version >= 1 && info->version <= LM_RESHARD_PLAN_INFO_VERSION,
+                 "%s: info->version %u is not one this library knows (1..%u): initialise it with "
+                 "LM_RESHARD_PLAN_INFO_INIT", fn, info->version, LM_RESHARD_PLAN_INFO_VERSION);
+    LM_CHECK_ARG((flags & ~LM_PLAN_INFO_ALL_RANKS) == 0,
+                 "%s: flags %d has unknown bits (0 or LM_PLAN_INFO_ALL_RANKS)", fn, flags);
+    plan_info(p, flags, info);
+  });
+}
+
 LM_API lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, int reset_peak) {
   return guard([&] {
     size_t u = 0, pk = 0;

@@ -418,4 +418,38 @@ void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataT
   plan_buffers(out);
 }
 
+Traffic schedule_traffic(const Schedule &s) {
+  Traffic t;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const SchedStep &st = *s.steps[i];
+    const int step = (int)i;
+    const uint64_t es = st.esize;
+    const size_t first = t.flows.size();
+    uint64_t acc = 0;  // the integer average's accumulator
+    if (st.kind == StepKind::kExchange) {
+      for (const Msg &m : st.sends)
+        if (m.bytes) t.flows.push_back(Flow{step, m.peer, true, m.bytes});
+      for (const Msg &m : st.recvs)
+        if (m.bytes) t.flows.push_back(Flow{step, m.peer, false, m.bytes});
+      if (!st.skip_self)
+        for (const LocalCopy &c : st.selfs) t.bytes_copied += (uint64_t)c.box.numel() * es;
+    } else if (st.kind == StepKind::kReduceScatter && st.member) {
+      const uint64_t mine = (uint64_t)st.chunks[(size_t)st.mine].numel() * es;
+      for (int64_t j : st.order) {
+        const uint64_t b = (uint64_t)st.chunks[(size_t)j].numel() * es;
+        if (b) t.flows.push_back(Flow{step, st.peers[(size_t)j], true, b});
+      }
+      for (int64_t j : st.order)
+        if (mine) t.flows.push_back(Flow{step, st.peers[(size_t)j], false, mine});
+      t.bytes_reduced += mine * (uint64_t)(st.k - 1);
+      if (st.wide) acc = (uint64_t)st.chunks[(size_t)st.mine].numel() * 16;
+    }
+    uint64_t moved = acc;
+    for (size_t f = first; f < t.flows.size(); ++f) moved += t.flows[f].bytes;
+    t.staging_need = std::max(t.staging_need, moved);
+  }
+  for (size_t w : s.work_bytes) t.work_bytes += w;
+  return t;
+}
+
 }  // namespace lm

@@ -6,6 +6,7 @@
 // communicator (the meshes' common parent); the executor (exec/plan.hpp) adds the communicator.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,27 @@ struct Schedule {
   int64_t bytes_sent = 0;
   std::string describe() const;
 };
+
+// What one rank's schedule moves (lm_reshard_plan_info): one flow per peer, step and direction,
+// the bytes of that step's box or chunk. The executor may post a flow as several MPI messages
+// (staged pieces under LM_STAGING_BYTES, 1 GiB pieces, reduce-scatter segments): the bytes and
+// the (peer, step) pairs are what a transport sees, whatever the pieces.
+struct Flow {
+  int step = 0;
+  int peer = -1;
+  bool send = false;
+  uint64_t bytes = 0;
+};
+struct Traffic {
+  std::vector<Flow> flows;      // by step, sends before receives
+  uint64_t bytes_copied = 0;    // this rank's boxes copied from its input to its output
+  uint64_t bytes_reduced = 0;   // other ranks' contributions combined into this rank's chunks
+  uint64_t work_bytes = 0;      // intermediate step outputs held during an execution
+  // The most one step can stage: the bytes it sends and receives, plus a 128-bit accumulator per
+  // element of an integer average (the executor stages no more, and at most LM_STAGING_BYTES).
+  uint64_t staging_need = 0;
+};
+Traffic schedule_traffic(const Schedule &s);
 
 // Throws when no reshard leads from src to dst (shapes, Partial ops, dtype vs op); every rank,
 // involved or not, runs this check so that all agree.

@@ -223,6 +223,12 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 }
 }  // namespace
 
+bool plan_takes_board(lm_reshard_plan_s *p) {
+  if (p->src_mesh != p->dst_mesh) return false;  // (and finding a union's channel may be collective)
+  if (!p->agree) p->agree = collective_comm(p->src_mesh, p->dst_mesh);
+  return fused_exchange(p) != nullptr;
+}
+
 void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {
   const char *fn = "lm_reshard_plan_execute";
   lm_dist_tensor_s *s = nullptr, *d = nullptr;

@@ -49,6 +49,11 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 // Starts the plan; returns a request (NULL when this rank takes no part: already complete).
 lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
                          const char *fn);
+// Whether a blocking execution moves this plan's data inside its agreement round (the board
+// exchange); decided once per plan, from the plan and the agreed settings alone.
+bool plan_takes_board(lm_reshard_plan_s *p);
+// lm_reshard_plan_info (tensor/plan_info.cpp): `info` validated by the caller, filled here.
+void plan_info(lm_reshard_plan_s *p, int flags, lm_reshard_plan_info_t *info);
 // Progress; true when complete (the request is then deleted).
 bool request_progress(lm_request_s *r, bool block);
 lm_request_s *request_check(lm_request_t r, const char *what);

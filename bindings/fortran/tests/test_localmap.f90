@@ -195,6 +195,7 @@ program test_localmap
   logical :: supported, done
   character(len=:), allocatable :: s, msg
   type(c_ptr) :: mt
+  type(lm_reshard_plan_info_t) :: info, info_all
 
   call lm_init()
   call lm_world_rank(rank, size)
@@ -392,6 +393,13 @@ program test_localmap
   call check(len(s) > 0, "describe")
   call lm_reshard_plan_bytes_sent(plan, bytes)
   call check(bytes >= 0, "bytes sent")
+  call lm_reshard_plan_info(plan, info)
+  call lm_reshard_plan_info(plan, info_all, all_ranks=.true.)
+  call check(info%bytes_sent == bytes .and. info_all%bytes_sent == info_all%bytes_received, &
+             "plan info: bytes")
+  ! every element of the replicated 7 x 3 target, on every rank, is received or copied once
+  call check(info_all%bytes_received + info_all%bytes_copied == 7 * 3 * 8 * size, &
+             "plan info: every target byte once")
   call lm_reshard_plan_alloc_target(plan, y)
   call lm_reshard_plan_execute(plan, x, y)
   call lm_local(y, p)

@@ -996,6 +996,18 @@ class ReshardPlan(_Handle):
         L.lm_reshard_plan_bytes_sent(self._handle(), byref(b))
         return b.value
 
+    def info(self, all_ranks=False):
+        """What an execution moves, as a dict (lm_reshard_plan_info): this rank's counts (local),
+        or every rank's summed with all_ranks=True (collective over both meshes). 'routes' is a
+        set of 'mpi', 'node_local', 'board'."""
+        i = L.lm_reshard_plan_info_t()
+        L.lm_reshard_plan_info(self._handle(), L.LM_PLAN_INFO_ALL_RANKS if all_ranks else 0,
+                               byref(i))
+        out = {name: getattr(i, name) for name, _ in i._fields_[3:]}
+        out["routes"] = {n for bit, n in ((1, "mpi"), (2, "node_local"), (4, "board"))
+                         if i.routes & bit}
+        return out
+
     def describe(self):
         """A one-line description of the plan's steps."""
         buf = ctypes.create_string_buffer(4096)

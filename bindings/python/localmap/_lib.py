@@ -175,6 +175,26 @@ class lm_device_config_t(Structure):  # noqa: N801
         self.version = LM_DEVICE_CONFIG_VERSION
 
 
+LM_RESHARD_PLAN_INFO_VERSION = 1
+LM_PLAN_INFO_ALL_RANKS = 1
+
+
+class lm_reshard_plan_info_t(Structure):  # noqa: N801
+    """What executing a plan moves (lm_reshard_plan_info). The library writes min(size, its
+    sizeof) bytes, so a shorter struct stays valid when the header grows."""
+    _fields_ = [("size", c_size_t), ("version", c_uint32), ("routes", c_uint32),
+                ("steps", c_int64), ("peers", c_int64), ("flows_sent", c_int64),
+                ("flows_received", c_int64), ("bytes_sent", c_int64), ("bytes_received", c_int64),
+                ("bytes_copied", c_int64), ("bytes_reduced", c_int64),
+                ("bytes_node_local", c_int64), ("work_bytes", c_int64),
+                ("staging_bytes_max", c_int64)]
+
+    def __init__(self):
+        super().__init__()
+        self.size = ctypes.sizeof(lm_reshard_plan_info_t)
+        self.version = LM_RESHARD_PLAN_INFO_VERSION
+
+
 class lm_arg_t(Structure):  # noqa: N801
     _fields_ = [("kind", c_int32), ("reserved", c_int32), ("i64", c_int64), ("f64", c_double),
                 ("ptr", c_void_p)]
@@ -267,6 +287,8 @@ _PROTOTYPES = [
     ("lm_request_wait", status_t, [POINTER(lm_request_t)]),
     ("lm_reshard_plan_bytes_sent", status_t, [lm_reshard_plan_t, P_i64]),
     ("lm_reshard_plan_describe", status_t, [lm_reshard_plan_t, c_char_p, c_size_t]),
+    ("lm_reshard_plan_info", status_t, [lm_reshard_plan_t, c_int,
+                                        POINTER(lm_reshard_plan_info_t)]),
     ("lm_pool_stats", status_t, [P_i64, P_i64, c_int]),
     ("lm_reshard_plan_destroy", status_t, [POINTER(lm_reshard_plan_t)]),
     ("lm_local_map", status_t, [lm_local_fn_t, c_void_p, c_int, POINTER(lm_arg_t), PP_placement,

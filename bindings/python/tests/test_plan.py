@@ -18,6 +18,13 @@ def test_plan_execute_start_wait(mesh2):
             lm.ReshardPlan(mesh2, src_pl, mesh2, dst_pl, full.shape, np.int32) as plan:
         assert isinstance(plan.describe(), str) and plan.describe()
         assert plan.bytes_sent >= 0
+        mine, total = plan.info(), plan.info(all_ranks=True)
+        assert mine["bytes_sent"] == plan.bytes_sent and mine["steps"] >= 1
+        # every element of the target's replicas (along mesh dim 0) is received or copied once
+        replicas = 2 if COMM.size % 2 == 0 else COMM.size
+        assert total["bytes_sent"] == total["bytes_received"]
+        assert total["bytes_received"] + total["bytes_copied"] == full.nbytes * replicas
+        assert total["routes"] <= {"mpi", "node_local", "board"}
         dst = plan.alloc_target()
         assert dst.placements == tuple(dst_pl) and dst.gather().sum() == 0
         plan.execute(src, dst)

@@ -172,6 +172,50 @@ pub struct lm_mesh_config_t {
     pub timeout: f64,
 }
 
+/// What executing a plan moves (`lm_reshard_plan_info`); initialise with
+/// [`LM_RESHARD_PLAN_INFO_INIT`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct lm_reshard_plan_info_t {
+    pub size: usize,
+    pub version: u32,
+    /// `LM_ROUTE_*` bits.
+    pub routes: u32,
+    pub steps: i64,
+    pub peers: i64,
+    pub flows_sent: i64,
+    pub flows_received: i64,
+    pub bytes_sent: i64,
+    pub bytes_received: i64,
+    pub bytes_copied: i64,
+    pub bytes_reduced: i64,
+    pub bytes_node_local: i64,
+    pub work_bytes: i64,
+    pub staging_bytes_max: i64,
+}
+pub const LM_RESHARD_PLAN_INFO_VERSION: u32 = 1;
+pub const LM_PLAN_INFO_ALL_RANKS: c_int = 1;
+pub const LM_ROUTE_MPI: u32 = 1;
+pub const LM_ROUTE_NODE_LOCAL: u32 = 2;
+pub const LM_ROUTE_BOARD: u32 = 4;
+/// `LM_RESHARD_PLAN_INFO_INIT`.
+pub const LM_RESHARD_PLAN_INFO_INIT: lm_reshard_plan_info_t = lm_reshard_plan_info_t {
+    size: std::mem::size_of::<lm_reshard_plan_info_t>(),
+    version: LM_RESHARD_PLAN_INFO_VERSION,
+    routes: 0,
+    steps: 0,
+    peers: 0,
+    flows_sent: 0,
+    flows_received: 0,
+    bytes_sent: 0,
+    bytes_received: 0,
+    bytes_copied: 0,
+    bytes_reduced: 0,
+    bytes_node_local: 0,
+    work_bytes: 0,
+    staging_bytes_max: 0,
+};
+
 /// `LM_MESH_CONFIG_INIT`.
 pub const LM_MESH_CONFIG_INIT: lm_mesh_config_t = lm_mesh_config_t {
     size: std::mem::size_of::<lm_mesh_config_t>(),
@@ -377,6 +421,7 @@ extern "C" {
     pub fn lm_request_wait(request: *mut lm_request_t) -> lm_status_t;
     pub fn lm_reshard_plan_bytes_sent(plan: lm_reshard_plan_t, bytes: *mut i64) -> lm_status_t;
     pub fn lm_reshard_plan_describe(plan: lm_reshard_plan_t, buf: *mut c_char, size: usize) -> lm_status_t;
+    pub fn lm_reshard_plan_info(plan: lm_reshard_plan_t, flags: c_int, info: *mut lm_reshard_plan_info_t) -> lm_status_t;
     pub fn lm_reshard_plan_destroy(plan: *mut lm_reshard_plan_t) -> lm_status_t;
 
     pub fn lm_local_map(fn_: lm_local_fn_t, user_data: *mut c_void, nin: c_int, inputs: *const lm_arg_t,

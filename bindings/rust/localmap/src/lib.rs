@@ -1105,6 +1105,14 @@ impl ReshardPlan {
         check(unsafe { sys::lm_reshard_plan_bytes_sent(self.raw, &mut b) })?;
         Ok(b)
     }
+    /// What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with
+    /// `all_ranks` every rank's summed (collective over both meshes).
+    pub fn info(&self, all_ranks: bool) -> Result<sys::lm_reshard_plan_info_t> {
+        let mut i = sys::LM_RESHARD_PLAN_INFO_INIT;
+        let flags = if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 };
+        check(unsafe { sys::lm_reshard_plan_info(self.raw, flags, &mut i) })?;
+        Ok(i)
+    }
     /// A one-line description of the plan's steps.
     pub fn describe(&self) -> Result<String> {
         read_buf(|b, s| unsafe { sys::lm_reshard_plan_describe(self.raw, b, s) })

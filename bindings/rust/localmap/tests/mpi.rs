@@ -190,6 +190,10 @@ fn plans(_rank: i32, size: i32) -> T {
     ensure!(!plan.describe().map_err(e)?.is_empty());
     let bytes = plan.bytes_sent().map_err(e)?;
     ensure!(bytes >= 0);
+    // Every element of the replicated target, on every rank, is received or copied once.
+    let (mine, all) = (plan.info(false).map_err(e)?, plan.info(true).map_err(e)?);
+    ensure!(mine.bytes_sent == bytes && all.bytes_sent == all.bytes_received);
+    ensure!(all.bytes_received + all.bytes_copied == 30 * 8 * size as i64);
     let mut y = plan.alloc_target(Device::Cpu).map_err(e)?;
     ensure!(y.local::<i64>().map_err(e)?.iter().all(|&v| v == 0));
     plan.execute(&x, &mut y).map_err(e)?;
