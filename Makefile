@@ -285,6 +285,9 @@ ifneq ($(CUDA),1)
 BENCH_C    := $(filter-out bench/bench_device.c,$(BENCH_C))
 endif
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
+# bench/*.cpp time internals (the planner): src/ headers and the static library, like unit tests.
+BENCH_CXX  := $(wildcard bench/*.cpp)
+BENCH_BINS += $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(BENCH_CXX))
 
 # ---------------------------------------------------------------------------------------------
 # Rebuild when flags change: each stamp file is rewritten only when its content changes
@@ -442,6 +445,11 @@ $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 	@mkdir -p $(@D)
 	$(MPICC) $(PUB_CPPFLAGS) -Ibench $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lm $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) $(filter-out $(MPI_CPPFLAGS),$(LIB_CPPFLAGS)) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) \
+	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS)
 
 # The device bench calls NCCL collectives itself as the baseline.
 $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)

@@ -3,6 +3,7 @@
 # Runs the benchmarks (never part of `make check`):
 #   reshard:   bench_reshard at np 2 and 4  -> bench/results/reshard.jsonl
 #   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl
+#   plan:      bench_plan (serial: the planner on 2^20-rank meshes) -> bench/results/plan.jsonl
 #   plot:      bench/plot.py (matplotlib, from PyPI; skipped with a note when missing)
 #              -> docs/reshard_time_per_byte.png
 # BENCH_NPS overrides the reshard rank counts, BENCH_ARGS replaces the reshard arguments
@@ -40,6 +41,12 @@ for np in 1 2; do
   echo "== local_map overhead at np $np" >&2
   "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_local_map" | tee -a "$out.tmp"
 done
+mv "$out.tmp" "$out"
+echo "wrote $out" >&2
+
+out="$here/results/plan.jsonl"
+echo "== planning one rank's part on 2^20-rank meshes (serial)" >&2
+"$top/$build/bench/bench_plan" > "$out.tmp"
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
 
