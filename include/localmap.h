@@ -279,6 +279,19 @@ typedef struct lm_placement_t {
 LM_NODISCARD LM_API lm_status_t lm_placements_format(const lm_placement_t *placements, int n,
                                                      char *buf, size_t size);
 
+/** The placements of the gradient of a value placed as `placements` (local), PyTorch DTensor's
+ * convention (its redistribute backward): gradients of replicated values are replicated.
+ * Shard(d) -> Shard(d), Replicate -> Replicate, Partial(sum) -> Replicate (the gradient of each
+ * rank's partial is the whole gradient). lm_reshard_plan_adjoint uses it on both ends of a plan.
+ * @param placements n placements (kinds and ops are checked)
+ * @param n          0 .. 32 (a mesh's dims)
+ * @param out        n placements written (may be placements itself)
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a bad placement or n;
+ *         LM_ERR_NOT_SUPPORTED for Partial(avg) (the gradient is scaled by 1/k: no placement says
+ *         that) and Partial(max/min/prod) (no linear adjoint), naming placements[i] */
+LM_NODISCARD LM_API lm_status_t lm_placements_adjoint(const lm_placement_t *placements, int n,
+                                                      lm_placement_t *out);
+
 /** Torch.chunk layout math: the [offset, offset+length) range that block `index` of `parts` gets
  * of an extent `n` (block = ceil(n/parts); trailing blocks may be short or empty). Exact for every
  * n >= 0, parts >= 1 and 0 <= index < parts, up to INT64_MAX (nothing overflows). */
@@ -627,6 +640,18 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t pla
 /** Writes a one-line human description of the plan's steps into buf. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf,
                                                          size_t size);
+/** The backward plan of `plan` (local, like lm_reshard_plan_create): it moves a gradient laid
+ * out as lm_placements_adjoint(target placements) on the target mesh to
+ * lm_placements_adjoint(source placements) on the source mesh, same global shape and dtype. So the
+ * adjoint of an all-gather S(d) -> R is a slice R -> S(d) (nothing moves), of a reduce-scatter
+ * P(sum) -> S(d) an all-gather S(d) -> R, of R -> P(sum) nothing (R -> R). Destroy it with
+ * lm_reshard_plan_destroy.
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a NULL or dead plan, a NULL adjoint;
+ *         LM_ERR_NOT_SUPPORTED when either end has Partial(avg/max/min/prod) (see
+ *         lm_placements_adjoint) */
+LM_NODISCARD LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t plan,
+                                                        lm_reshard_plan_t *adjoint);
+
 /** Routes of a plan's data (lm_reshard_plan_info_t::routes), bits. */
 typedef enum lm_route_t {
   LM_ROUTE_MPI = 1,        /**< MPI messages between ranks */

@@ -153,6 +153,14 @@ using placements = std::vector<lm_placement_t>;
 /// A shape, extents or coordinate.
 using shape = std::vector<int64_t>;
 
+/// The placements of a gradient (lm_placements_adjoint): Partial(sum) -> Replicate, the others
+/// kept; Partial(avg/max/min/prod) throws.
+inline placements placements_adjoint(const placements &p) {
+  placements out(p.size());
+  check(lm_placements_adjoint(p.data(), static_cast<int>(p.size()), out.data()));
+  return out;
+}
+
 /// The placements as text, e.g. "[S(0), R, P(sum)]" (lm_placements_format).
 inline std::string to_string(const placements &p) {
   char buf[512];
@@ -421,6 +429,8 @@ class reshard_plan {
   }
   reshard_plan(const reshard_plan &) = delete;
   reshard_plan &operator=(const reshard_plan &) = delete;
+  /// Takes ownership of a C plan handle (e.g. from lm_reshard_plan_adjoint).
+  explicit reshard_plan(lm_reshard_plan_t h) noexcept : h_(h) {}
 
   /// lm_reshard_plan_alloc_target (local).
   dist_tensor alloc_target(DLDevice device = DLDevice{kDLCPU, 0}) const {
@@ -437,6 +447,12 @@ class reshard_plan {
     int64_t b = 0;
     check(lm_reshard_plan_bytes_sent(h_, &b));
     return b;
+  }
+  /// lm_reshard_plan_adjoint: the backward plan (gradients, target mesh -> source mesh).
+  reshard_plan adjoint() const {
+    lm_reshard_plan_t a = nullptr;
+    check(lm_reshard_plan_adjoint(h_, &a));
+    return reshard_plan(a);
   }
   /// lm_reshard_plan_info: this rank's counts (local), or every rank's summed (all_ranks:
   /// collective over both meshes).

@@ -72,6 +72,14 @@ static void test_plan(void **) {
   const lm_reshard_plan_info_t mine = p.info(), all = p.info(true);
   LM_ASSERT_ALL(mine.bytes_sent == p.bytes_sent() && all.bytes_sent == all.bytes_received &&
                 all.bytes_received + all.bytes_copied == 7 * 5 * 8 && all.steps == n);
+  // The backward plan runs S(1) -> S(0), and brings the values back.
+  lmx::reshard_plan back = p.adjoint();
+  lmx::dist_tensor again = back.alloc_target();
+  back.execute(dst, again);
+  const int64_t *a = again.local_data<int64_t>();
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int64_t j = 0; j < 5; ++j) ok &= a[i * 5 + j] == (off[0] + i) * 5 + j;
+  LM_ASSERT_ALL(ok && lmx::to_string(lmx::placements_adjoint({lmx::partial(LM_REDUCE_SUM)})) == "[R]");
 }
 
 static int64_t one[1] = {1};

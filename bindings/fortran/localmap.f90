@@ -279,6 +279,14 @@ module localmap
       character(kind=c_char), intent(out) :: buf(*); integer(c_size_t), value :: size
       integer(c_int) :: lmc_placements_format
     end function
+    function lmc_placements_adjoint(placements, n, out) bind(C, name="lm_placements_adjoint")
+      import; type(lm_placement_t), intent(in) :: placements(*); integer(c_int), value :: n
+      type(lm_placement_t), intent(out) :: out(*); integer(c_int) :: lmc_placements_adjoint
+    end function
+    function lmc_reshard_plan_adjoint(plan, adjoint) bind(C, name="lm_reshard_plan_adjoint")
+      import; type(c_ptr), value :: plan; type(c_ptr), intent(out) :: adjoint
+      integer(c_int) :: lmc_reshard_plan_adjoint
+    end function
     function lmc_chunk(n, parts, index, offset, length) bind(C, name="lm_chunk")
       import; integer(c_int64_t), value :: n, parts, index
       integer(c_int64_t), intent(out) :: offset, length; integer(c_int) :: lmc_chunk
@@ -486,7 +494,8 @@ module localmap
   end interface
   public :: lmc_get_version, lmc_status_string, lmc_last_error_message, lmc_set_error_message, &
     lmc_init, lmc_finalize, lmc_comm_world, lmc_world_rank, lmc_device_supported, &
-    lmc_placements_format, lmc_chunk, lmc_mesh_create, lmc_mesh_destroy, lmc_mesh_ndim, &
+    lmc_placements_format, lmc_placements_adjoint, lmc_reshard_plan_adjoint, &
+    lmc_chunk, lmc_mesh_create, lmc_mesh_destroy, lmc_mesh_ndim, &
     lmc_mesh_shape, lmc_mesh_size, lmc_mesh_is_member, lmc_mesh_coord, lmc_mesh_rank, &
     lmc_mesh_rank_at, lmc_mesh_dim_index, lmc_mesh_dim_name, lmc_mesh_dim_comm, lmc_mesh_comm, &
     lmc_dist_tensor_zeros, lmc_dist_tensor_from_local, lmc_dist_tensor_from_managed, &
@@ -505,7 +514,8 @@ module localmap
   ! ---------------------------------------------------------------------------------------------
   public :: lm_get_version, lm_status_string, lm_last_error_message, lm_set_error_message
   public :: lm_init, lm_finalize, lm_comm_world, lm_world_rank, lm_device_supported
-  public :: lm_replicate, lm_shard, lm_partial, lm_placements_format, lm_chunk
+  public :: lm_replicate, lm_shard, lm_partial, lm_placements_format, lm_placements_adjoint, &
+    lm_chunk
   public :: lm_mesh_create, lm_mesh_destroy, lm_mesh_ndim, lm_mesh_shape, lm_mesh_size, &
     lm_mesh_is_member, lm_mesh_coord, lm_mesh_rank, lm_mesh_rank_at, lm_mesh_dim_index, &
     lm_mesh_dim_name, lm_mesh_dim_comm, lm_mesh_comm
@@ -516,7 +526,8 @@ module localmap
     lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard
   public :: lm_reshard_plan_create, lm_reshard_plan_alloc_target, lm_reshard_plan_execute, &
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
-    lm_reshard_plan_info, lm_reshard_plan_describe, lm_reshard_plan_destroy
+    lm_reshard_plan_info, lm_reshard_plan_adjoint, lm_reshard_plan_describe, &
+    lm_reshard_plan_destroy
   public :: lm_local_map, lm_arg, lm_arg_get, lm_arg_set, lm_arg_take, lm_arg_shape, lm_mesh_borrow
   public :: lm_tensor_alloc, lm_pool_stats, lm_mesh_set_device_config, lm_mesh_device_config, lm_mesh_transport
   public :: lm_destroy, assignment(=), operator(==)
@@ -833,6 +844,27 @@ contains
     st = lmc_placements_format(cpl, int(size(cpl), c_int), buf, int(size(buf), c_size_t)); call c_(st)
     str = c_chars_(buf)
     call done_(st, ierr, "lm_placements_format")
+  end subroutine
+
+  !> The placements of a gradient (PyTorch DTensor's convention): lm_partial(LM_REDUCE_SUM) becomes
+  !> lm_replicate(), Shard and Replicate are kept; Partial avg/max/min/prod fail (LM_ERR_NOT_SUPPORTED).
+  subroutine lm_placements_adjoint(placements, adjoint, ierr)
+    type(lm_placement), intent(in) :: placements(:)
+    type(lm_placement), intent(out) :: adjoint(size(placements))
+    integer, intent(out), optional :: ierr
+    type(lm_placement_t) :: cpl(size(placements)), cout(size(placements))
+    integer(c_int) :: st
+    integer :: i
+    do i = 1, size(placements)
+      cpl(i) = lm_placement_t(placements(i)%kind, placements(i)%dim, placements(i)%op, placements(i)%order)
+    end do
+    st = lmc_placements_adjoint(cpl, int(size(cpl), c_int), cout); call c_(st)
+    if (st == LM_SUCCESS) then
+      do i = 1, size(placements)
+        adjoint(i) = lm_placement(cout(i)%kind, cout(i)%dim, cout(i)%op, cout(i)%order)
+      end do
+    end if
+    call done_(st, ierr, "lm_placements_adjoint")
   end subroutine
 
   !> torch.chunk layout math: block `index` (0-based) of `parts` of an extent n starts at offset
@@ -1807,6 +1839,23 @@ contains
     bytes = 0
     st = lmc_reshard_plan_bytes_sent(plan%ptr, bytes); call c_(st)
     call done_(st, ierr, "lm_reshard_plan_bytes_sent")
+  end subroutine
+
+  !> The backward plan of `plan` (local): gradients from the target mesh, in the adjoint of the
+  !> target placements, to the source mesh, in the adjoint of the source placements.
+  subroutine lm_reshard_plan_adjoint(plan, adjoint, ierr)
+    type(lm_reshard_plan), intent(in) :: plan
+    type(lm_reshard_plan), intent(inout) :: adjoint
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    type(c_ptr) :: h
+    h = c_null_ptr
+    st = lmc_reshard_plan_adjoint(plan%ptr, h); call c_(st)
+    if (st == LM_SUCCESS) then
+      call lm_reshard_plan_destroy(adjoint)
+      adjoint%ptr = h
+    end if
+    call done_(st, ierr, "lm_reshard_plan_adjoint")
   end subroutine
 
   !> What executing the plan moves: this rank's counts (local), or with all_ranks = .true. every

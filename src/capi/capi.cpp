@@ -163,6 +163,18 @@ LM_API lm_status_t lm_placements_format(const lm_placement_t *placements, int n,
   });
 }
 
+LM_API lm_status_t lm_placements_adjoint(const lm_placement_t *placements, int n,
+                                         lm_placement_t *out) {
+  return guard([&] {
+    const char *fn = "lm_placements_adjoint";
+    LM_CHECK_ARG(n >= 0 && n <= kMaxDims, "%s: n = %d must be in [0, %d]", fn, n, kMaxDims);
+    LM_CHECK_ARG(placements || n == 0, "%s: placements is NULL", fn);
+    LM_CHECK_ARG(out || n == 0, "%s: out is NULL", fn);
+    std::vector<lm_placement_t> a = placements_adjoint(placements, n, strfmt("%s: placements", fn).c_str());
+    if (n) std::memcpy(out, a.data(), sizeof(lm_placement_t) * (size_t)n);
+  });
+}
+
 LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
                             int64_t *length) {
   return guard([&] {
@@ -641,6 +653,16 @@ LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *b
     lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_bytes_sent");
     OUT_ARG(bytes, "bytes", "lm_reshard_plan_bytes_sent");
     *bytes = p->plan->bytes_sent;
+  });
+}
+
+LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t plan, lm_reshard_plan_t *adjoint) {
+  return guard([&] {
+    const char *fn = "lm_reshard_plan_adjoint";
+    lm_reshard_plan_s *p = plan_check(plan, fn);
+    OUT_ARG(adjoint, "adjoint", fn);
+    *adjoint = nullptr;
+    *adjoint = plan_wrap(plan_adjoint(p));
   });
 }
 

@@ -2,6 +2,7 @@
 #include "layout/layout.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "common/error.hpp"
@@ -118,6 +119,23 @@ std::string format_placements(const lm_placement_t *pl, int n) {
     }
   }
   return s + "]";
+}
+
+std::vector<lm_placement_t> placements_adjoint(const lm_placement_t *pl, int n, const char *what) {
+  validate_placements(pl, n, INT32_MAX, what);
+  std::vector<lm_placement_t> out(pl, pl + n);
+  for (int i = 0; i < n; ++i) {
+    if (pl[i].kind != LM_PARTIAL) continue;
+    if (pl[i].op == LM_REDUCE_AVG)
+      fail(LM_ERR_NOT_SUPPORTED, "%s[%d]: Partial(avg) has no adjoint placement: the gradient of "
+           "each rank's partial is the gradient divided by the mesh dim's extent, a scaling no "
+           "placement expresses (scale it yourself, then use Partial(sum))", what, i);
+    if (pl[i].op != LM_REDUCE_SUM)
+      fail(LM_ERR_NOT_SUPPORTED, "%s[%d]: Partial(%s) has no linear adjoint (only Partial(sum) "
+           "and Partial(avg) are linear in their partials)", what, i, op_name(pl[i].op));
+    out[(size_t)i] = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+  }
+  return out;
 }
 
 void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndim,

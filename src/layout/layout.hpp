@@ -78,6 +78,13 @@ void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndi
                          const char *what);
 
 std::string format_placements(const lm_placement_t *pl, int n);
+// The placements of the gradient of a value placed as `pl` (lm_placements_adjoint), PyTorch
+// DTensor's convention (its redistribute backward): gradients of replicated values are
+// replicated, so Shard(d) -> Shard(d) (its order kept), Replicate -> Replicate, Partial(sum) ->
+// Replicate (d(x_1 + ... + x_k)/dx_i is the whole gradient on every rank). Partial(avg) scales each
+// rank's gradient by 1/k and max/min/prod have no linear adjoint: LM_ERR_NOT_SUPPORTED naming
+// what[i]. Placements are validated first (their kinds and ops; tensor dims are not known here).
+std::vector<lm_placement_t> placements_adjoint(const lm_placement_t *pl, int n, const char *what);
 
 // Placements + global shape over a grid.
 struct Layout {

@@ -38,6 +38,26 @@ lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
   return p.release();
 }
 
+lm_reshard_plan_s *plan_adjoint(lm_reshard_plan_s *p) {
+  const char *fn = "lm_reshard_plan_adjoint";
+  const Layout &S = p->plan->src, &D = p->plan->dst;
+  std::vector<lm_placement_t> gs = placements_adjoint(S.pl.data(), S.mesh_ndim(),
+                                                      strfmt("%s: the plan's source placements", fn).c_str());
+  std::vector<lm_placement_t> gd = placements_adjoint(D.pl.data(), D.mesh_ndim(),
+                                                      strfmt("%s: the plan's target placements", fn).c_str());
+  lm_mesh_s *sm = p->dst_mesh, *dm = p->src_mesh;  // backward: target mesh -> source mesh
+  MPI_Comm comm = transfer_comm(sm, dm, fn);
+  auto a = std::make_unique<lm_reshard_plan_s>();
+  a->plan = plan_build(Layout(D.grid, gd, D.gshape), Layout(S.grid, gs, S.gshape), p->plan->dtype,
+                       comm, sm->world_rank);
+  a->plan->keep_buffers = p->plan->keep_buffers;
+  mesh_retain(sm);
+  a->src_mesh = sm;
+  mesh_retain(dm);
+  a->dst_mesh = dm;
+  return a.release();
+}
+
 lm_reshard_plan_s *plan_check(lm_reshard_plan_t h, const char *what) {
   LM_CHECK_ARG(h != nullptr, "%s: plan is NULL", what);
   void *p = handle_get(h, HandleKind::Plan);

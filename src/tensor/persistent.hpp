@@ -38,6 +38,10 @@ namespace lm {
 lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
                                const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
                                DLDataType dtype);
+// lm_reshard_plan_adjoint: the backward plan of p, from the gradient placements of p's target
+// (on its target mesh) to those of its source (on its source mesh); layout/layout.hpp,
+// placements_adjoint, says which. Local, like plan_create.
+lm_reshard_plan_s *plan_adjoint(lm_reshard_plan_s *p);
 // Handles (core/handle.hpp): plan_check unwraps a caller's handle (the C boundary only);
 // plan_wrap makes one (deleting the plan on failure); plan_destroy_handle is lm_reshard_plan_destroy.
 lm_reshard_plan_s *plan_check(lm_reshard_plan_t p, const char *what);

@@ -172,7 +172,7 @@ program test_localmap
   type(lm_mesh) :: mesh, m2
   type(lm_dist_tensor) :: x, y, z, w
   type(lm_dist_tensor), allocatable :: t
-  type(lm_reshard_plan) :: plan
+  type(lm_reshard_plan) :: plan, bplan
   type(lm_request) :: req
   type(lm_placement) :: rows(2), cols(2), rep(2), psum(2), pl(2), rep1(2)
   type(lm_arg_t) :: outs(3)
@@ -400,6 +400,13 @@ program test_localmap
   ! every element of the replicated 7 x 3 target, on every rank, is received or copied once
   call check(info_all%bytes_received + info_all%bytes_copied == 7 * 3 * 8 * size, &
              "plan info: every target byte once")
+  call lm_placements_adjoint([lm_partial(LM_REDUCE_SUM), lm_shard(1)], pl)
+  call check(pl(1)%kind == LM_KIND_REPLICATE .and. pl(2)%kind == LM_KIND_SHARD .and. pl(2)%dim == 1, &
+             "placements adjoint: Partial(sum) -> Replicate, Shard kept")
+  call lm_reshard_plan_adjoint(plan, bplan)
+  call lm_reshard_plan_info(bplan, info_all, all_ranks=.true.)
+  call check(info_all%bytes_sent == 0, "the adjoint of rows -> replicated is a slice")
+  call lm_reshard_plan_destroy(bplan)
   call lm_reshard_plan_alloc_target(plan, y)
   call lm_reshard_plan_execute(plan, x, y)
   call lm_local(y, p)

@@ -338,6 +338,15 @@ def _placements_c(placements, argname, ndim=None):
     return (L.lm_placement_t * max(len(items), 1))(*(p._c() for p in items)), len(items)
 
 
+def placements_adjoint(placements):
+    """The placements of a gradient, PyTorch DTensor's convention: Partial('sum') becomes
+    Replicate(), Shard and Replicate are kept; Partial avg/max/min/prod raise NotSupportedError."""
+    arr, n = _placements_c(placements, "placements")
+    out = (L.lm_placement_t * max(n, 1))()
+    L.lm_placements_adjoint(arr, n, out)
+    return tuple(_placement_from_c(out[i]) for i in range(n))
+
+
 def format_placements(placements):
     """The library's short form, e.g. "[S(0), R, P(sum)]"."""
     arr, n = _placements_c(placements, "placements")
@@ -995,6 +1004,16 @@ class ReshardPlan(_Handle):
         b = c_int64()
         L.lm_reshard_plan_bytes_sent(self._handle(), byref(b))
         return b.value
+
+    def adjoint(self):
+        """The backward plan: a gradient in placements_adjoint(target placements) on the target
+        mesh to placements_adjoint(source placements) on the source mesh. Local."""
+        h = c_void_p()
+        L.lm_reshard_plan_adjoint(self._handle(), byref(h))
+        plan = ReshardPlan.__new__(ReshardPlan)
+        _Handle.__init__(plan, h.value)
+        plan._request = None
+        return plan
 
     def info(self, all_ranks=False):
         """What an execution moves, as a dict (lm_reshard_plan_info): this rank's counts (local),

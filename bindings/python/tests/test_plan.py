@@ -29,6 +29,13 @@ def test_plan_execute_start_wait(mesh2):
         assert dst.placements == tuple(dst_pl) and dst.gather().sum() == 0
         plan.execute(src, dst)
         np.testing.assert_array_equal(dst.gather(), full)
+        with plan.adjoint() as back:            # the gradient's way back: [R, S(0)] -> [S(0), S(1)]
+            grad = back.execute(dst)
+            assert grad.placements == tuple(src_pl)
+            np.testing.assert_array_equal(grad.gather(), full)
+        assert lm.placements_adjoint([lm.Partial("sum"), lm.Shard(1)]) == (lm.Replicate(), lm.Shard(1))
+        with pytest.raises(lm.NotSupportedError):
+            lm.placements_adjoint([lm.Partial("max")])
         req = plan.start(src)                   # a fresh target
         with pytest.raises(lm.InvalidUsageError):
             plan.close()                        # refused while the request is in flight

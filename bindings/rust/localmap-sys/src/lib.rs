@@ -355,6 +355,7 @@ extern "C" {
                            device: DLDevice) -> lm_status_t;
     pub fn lm_pool_stats(in_use: *mut i64, peak: *mut i64, reset_peak: c_int) -> lm_status_t;
 
+    pub fn lm_placements_adjoint(placements: *const lm_placement_t, n: c_int, out: *mut lm_placement_t) -> lm_status_t;
     pub fn lm_placements_format(placements: *const lm_placement_t, n: c_int, buf: *mut c_char,
                                 size: usize) -> lm_status_t;
     pub fn lm_chunk(n: i64, parts: i64, index: i64, offset: *mut i64, length: *mut i64) -> lm_status_t;
@@ -421,6 +422,7 @@ extern "C" {
     pub fn lm_request_wait(request: *mut lm_request_t) -> lm_status_t;
     pub fn lm_reshard_plan_bytes_sent(plan: lm_reshard_plan_t, bytes: *mut i64) -> lm_status_t;
     pub fn lm_reshard_plan_describe(plan: lm_reshard_plan_t, buf: *mut c_char, size: usize) -> lm_status_t;
+    pub fn lm_reshard_plan_adjoint(plan: lm_reshard_plan_t, adjoint: *mut lm_reshard_plan_t) -> lm_status_t;
     pub fn lm_reshard_plan_info(plan: lm_reshard_plan_t, flags: c_int, info: *mut lm_reshard_plan_info_t) -> lm_status_t;
     pub fn lm_reshard_plan_destroy(plan: *mut lm_reshard_plan_t) -> lm_status_t;
 

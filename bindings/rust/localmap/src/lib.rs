@@ -404,6 +404,18 @@ pub fn format_placements(placements: &[Placement]) -> Result<String> {
     read_buf(|b, s| unsafe { sys::lm_placements_format(raw.as_ptr(), n, b, s) })
 }
 
+/// `lm_placements_adjoint`: the placements of a gradient (PyTorch DTensor's convention):
+/// `Partial(Sum)` becomes `Replicate`, Shard and Replicate are kept; avg/max/min/prod are refused.
+pub fn placements_adjoint(placements: &[Placement]) -> Result<Vec<Placement>> {
+    let raw = raw_placements(placements);
+    let n = to_int(raw.len(), "placements")?;
+    let mut out = raw.clone();
+    check(unsafe { sys::lm_placements_adjoint(raw.as_ptr(), n, out.as_mut_ptr()) })?;
+    out.into_iter()
+        .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::Internal, format!("placement {p:?}"))))
+        .collect()
+}
+
 /// `lm_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`.
 pub fn chunk(n: i64, parts: i64, index: i64) -> Result<(i64, i64)> {
     let (mut o, mut l) = (0, 0);
@@ -1104,6 +1116,13 @@ impl ReshardPlan {
         let mut b = 0;
         check(unsafe { sys::lm_reshard_plan_bytes_sent(self.raw, &mut b) })?;
         Ok(b)
+    }
+    /// The backward plan (`lm_reshard_plan_adjoint`): gradients from the target mesh, in
+    /// `placements_adjoint(target)`, to the source mesh, in `placements_adjoint(source)`. Local.
+    pub fn adjoint(&self) -> Result<ReshardPlan> {
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { sys::lm_reshard_plan_adjoint(self.raw, &mut raw) })?;
+        Ok(ReshardPlan { raw })
     }
     /// What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with
     /// `all_ranks` every rank's summed (collective over both meshes).

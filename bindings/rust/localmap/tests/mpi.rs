@@ -194,6 +194,10 @@ fn plans(_rank: i32, size: i32) -> T {
     let (mine, all) = (plan.info(false).map_err(e)?, plan.info(true).map_err(e)?);
     ensure!(mine.bytes_sent == bytes && all.bytes_sent == all.bytes_received);
     ensure!(all.bytes_received + all.bytes_copied == 30 * 8 * size as i64);
+    // The backward of rows -> replicated is a slice back to rows: nothing moves between ranks.
+    ensure!(placements_adjoint(&[Placement::Partial(ReduceOp::Sum)]).map_err(e)? == vec![Placement::Replicate]);
+    let back = plan.adjoint().map_err(e)?;
+    ensure!(back.info(true).map_err(e)?.bytes_sent == 0);
     let mut y = plan.alloc_target(Device::Cpu).map_err(e)?;
     ensure!(y.local::<i64>().map_err(e)?.iter().all(|&v| v == 0));
     plan.execute(&x, &mut y).map_err(e)?;
