@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // lm_reshard_plan_info: what executing a plan moves, from the plan's own schedule
-// (plan/planner.hpp, schedule_traffic) and the route choices the transports make from it
-// (the board exchange: transport/select.hpp; node-local copies: transport/mpi, cma_peer).
+// (plan/planner.hpp, schedule_traffic) and the rules the transports choose routes by (the board
+// exchange: transport/select.hpp; node-local copies: transport/node, takes_node_local).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -10,9 +10,9 @@
 #include "comm/node.hpp"
 #include "common/error.hpp"
 #include "common/mpi.hpp"
-#include "common/settings.hpp"
 #include "mesh/collective.hpp"
 #include "tensor/persistent.hpp"
+#include "transport/node/node_local.hpp"
 
 namespace lm {
 
@@ -24,28 +24,18 @@ void local_info(lm_reshard_plan_s *p, lm_reshard_plan_info_t &out) {
   const Traffic t = schedule_traffic(*p->plan);
   const bool board = p->plan->involved && plan_takes_board(p);
   const std::vector<int> node = node_peers(p->plan->comm);
-  const uint64_t node_min = setting_u(Setting::NodeLocalMinBytes);
   std::vector<int> peers;
-  std::vector<std::pair<int, int>> sent, received;  // (peer, step)
-  uint32_t routes = 0;
-  for (const Flow &f : t.flows) {
+  for (const Flow &f : t.flows) {  // one per (peer, step, direction)
     peers.push_back(f.peer);
-    (f.send ? sent : received).emplace_back(f.peer, f.step);
+    ++(f.send ? out.flows_sent : out.flows_received);
     (f.send ? out.bytes_sent : out.bytes_received) += (int64_t)f.bytes;
-    const bool local = f.bytes >= node_min && std::binary_search(node.begin(), node.end(), f.peer);
+    const bool local = !board && takes_node_local(node, f.peer, f.bytes);
     if (local) out.bytes_node_local += (int64_t)f.bytes;
-    routes |= board ? LM_ROUTE_BOARD : local ? LM_ROUTE_NODE_LOCAL : LM_ROUTE_MPI;
+    out.routes |= board ? LM_ROUTE_BOARD : local ? LM_ROUTE_NODE_LOCAL : LM_ROUTE_MPI;
   }
-  auto distinct = [](auto v) {
-    std::sort(v.begin(), v.end());
-    return (int64_t)(std::unique(v.begin(), v.end()) - v.begin());
-  };
-  if (board) out.bytes_node_local = 0;  // the board carries them, not the copy path
-  out.routes = routes;
+  std::sort(peers.begin(), peers.end());
+  out.peers = (int64_t)(std::unique(peers.begin(), peers.end()) - peers.begin());
   out.steps = (int64_t)p->plan->steps.size();
-  out.peers = distinct(peers);
-  out.flows_sent = distinct(sent);
-  out.flows_received = distinct(received);
   out.bytes_copied = (int64_t)t.bytes_copied;
   out.bytes_reduced = (int64_t)t.bytes_reduced;
   out.work_bytes = (int64_t)t.work_bytes;

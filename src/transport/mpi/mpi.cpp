@@ -141,13 +141,13 @@ size_t box_bytes(const BoxRef &b) {
 
 // ---- The node-local path (comm/node.hpp finds the peers; transport/node/ copies)
 bool MpiTransport::cma_peer(int peer, size_t bytes) {
-  if (!blocking_ || bytes < node_local_min_bytes()) return false;
+  if (!blocking_ || bytes < node_local_min_bytes()) return false;  // (before the node lookup)
   if (!node_known_) {
     node_ = node_peers(comm_);
     caps_ = node_caps(comm_);
     node_known_ = true;
   }
-  return std::binary_search(node_.begin(), node_.end(), peer);
+  return takes_node_local(node_, peer, bytes);
 }
 
 Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer,

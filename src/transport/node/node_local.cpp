@@ -8,9 +8,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/settings.hpp"
 #include "mem/arena.hpp"
 
 namespace lm {
+
+bool takes_node_local(const std::vector<int> &node, int peer, size_t bytes) {
+  return bytes >= (size_t)setting_u(Setting::NodeLocalMinBytes) &&
+         std::binary_search(node.begin(), node.end(), peer);
+}
 
 void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
               size_t esize, std::vector<Run> *out) {

@@ -20,6 +20,11 @@
 
 namespace lm {
 
+// The rule of the node-local path for one blocking host message of `bytes` to `peer` (node: the
+// sorted node_peers of the communicator): at or above LM_NODE_LOCAL_MIN_BYTES to a peer on this
+// node. The MPI transport applies it (cma_peer); lm_reshard_plan_info reports with it.
+bool takes_node_local(const std::vector<int> &node, int peer, size_t bytes);
+
 // One contiguous run of bytes.
 struct Run {
   uint64_t addr;
