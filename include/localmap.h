@@ -720,6 +720,73 @@ LM_NODISCARD LM_API lm_status_t lm_pool_stats(int64_t *in_use, int64_t *peak, in
 LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan);
 
 /* ---------------------------------------------------------------------------------------------
+ * Grouped reshards: many tensors in one communication round.
+ * ------------------------------------------------------------------------------------------- */
+/** A grouped reshard plan handle (typed opaque pointer): N reshards between one pair of meshes. */
+typedef struct lm_reshard_group_s *lm_reshard_group_t;
+/** One entry of a group: what lm_reshard_plan_create takes, for one tensor. */
+typedef struct lm_reshard_entry_t {
+  int ndim;                               /**< tensor rank (0..LM_MAX_NDIM) */
+  const int64_t *global_shape;            /**< ndim extents */
+  DLDataType dtype;                       /**< element type */
+  const lm_placement_t *src_placements;   /**< one per source mesh dim */
+  const lm_placement_t *dst_placements;   /**< one per target mesh dim */
+} lm_reshard_entry_t;
+/** The version of lm_reshard_group_config_t this header describes. */
+#define LM_RESHARD_GROUP_CONFIG_VERSION 1
+/** Options of lm_reshard_group_create (versioned: set size and version, or use the INIT macro). */
+typedef struct lm_reshard_group_config_t {
+  size_t size;          /**< sizeof(lm_reshard_group_config_t) of the caller */
+  int version;          /**< LM_RESHARD_GROUP_CONFIG_VERSION */
+  /** Bound of a bucket, in global bytes (shape x dtype size summed over its entries); 0: the
+   * default, 64 MiB. Entries are dealt in order into buckets; each bucket moves all its entries'
+   * bytes for a peer in one message per step, so one execution stages at most about twice a
+   * bucket's bytes at a time. An entry larger than the bound runs alone, through its own plan. */
+  size_t bucket_bytes;
+} lm_reshard_group_config_t;
+/** An lm_reshard_group_config_t with the defaults. */
+#define LM_RESHARD_GROUP_CONFIG_INIT \
+  {sizeof(lm_reshard_group_config_t), LM_RESHARD_GROUP_CONFIG_VERSION, 0}
+/** A grouped plan for n reshards from src_mesh to dst_mesh (NULL: src_mesh), created once and
+ * executed many times. Each step of an execution sends one message per peer carrying every
+ * entry's bytes for it (per bucket, see lm_reshard_group_config_t), not one round per tensor; the
+ * results are bit-identical to n lm_reshard_plan_execute calls. Local, like
+ * lm_reshard_plan_create; entries (n >= 0 of them) are copied. config may be NULL (defaults). */
+LM_NODISCARD LM_API lm_status_t lm_reshard_group_create(lm_reshard_group_t *group,
+                                                        lm_mesh_t src_mesh, lm_mesh_t dst_mesh,
+                                                        int n, const lm_reshard_entry_t *entries,
+                                                        const lm_reshard_group_config_t *config);
+/** Zero-filled tensors laid out as the n entries' targets, on `device` (out: n handles; on failure
+ * none is left). Local. */
+LM_NODISCARD LM_API lm_status_t lm_reshard_group_alloc_targets(lm_reshard_group_t group,
+                                                               DLDevice device, int n,
+                                                               lm_dist_tensor_t *out);
+/** Runs the group: src[i] into dst[i] for every entry (n must be the group's size). Collective over
+ * the ranks of both meshes; one agreement covers the whole group. No target may overlap another
+ * target or any source. Device tensors run entry by entry on the device path. */
+LM_NODISCARD LM_API lm_status_t lm_reshard_group_execute(lm_reshard_group_t group, int n,
+                                                         const lm_dist_tensor_t *src,
+                                                         const lm_dist_tensor_t *dst);
+/** Starts the group without waiting (complete it with lm_request_wait / lm_request_test). The
+ * tensors must not be touched until then; at most one request per group is in flight. */
+LM_NODISCARD LM_API lm_status_t lm_reshard_group_start(lm_reshard_group_t group, int n,
+                                                       const lm_dist_tensor_t *src,
+                                                       const lm_dist_tensor_t *dst,
+                                                       lm_request_t *request);
+/** The group's number of entries and of buckets (either may be NULL). Local. */
+LM_NODISCARD LM_API lm_status_t lm_reshard_group_size(lm_reshard_group_t group, int *n,
+                                                      int *buckets);
+/** Destroys a group (local, NULL-safe; sets *group = NULL); not while a request is in flight. */
+LM_API lm_status_t lm_reshard_group_destroy(lm_reshard_group_t *group);
+/** Reshards n tensors at once (all on one mesh) to dst_mesh (NULL: theirs) with
+ * dst_placements[i] for tensor i: a group created, executed and destroyed; out gets n new
+ * tensors (on failure none). Collective, like lm_dist_tensor_reshard. */
+LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *src,
+                                                            lm_mesh_t dst_mesh,
+                                                            const lm_placement_t *const *dst_placements,
+                                                            lm_dist_tensor_t *out);
+
+/* ---------------------------------------------------------------------------------------------
  * lm_local_map: run a function written for local tensors on dist tensors.
  * ------------------------------------------------------------------------------------------- */
 /** What an lm_arg_t holds, and in which field. */

@@ -15,6 +15,7 @@
 #include "mem/cuda.hpp"
 #include "mesh/device.hpp"
 #include "localmap/local_map.hpp"
+#include "tensor/group.hpp"
 #include "tensor/persistent.hpp"
 #include "mem/pool.hpp"
 #include "tensor/ops.hpp"
@@ -709,6 +710,88 @@ LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan) {
   return guard([&] {
     if (!plan || !*plan) return;
     plan_destroy_handle(plan, "lm_reshard_plan_destroy");
+  });
+}
+
+// ---- Grouped reshards
+LM_API lm_status_t lm_reshard_group_create(lm_reshard_group_t *group, lm_mesh_t src_mesh,
+                                           lm_mesh_t dst_mesh, int n,
+                                           const lm_reshard_entry_t *entries,
+                                           const lm_reshard_group_config_t *config) {
+  return guard([&] {
+    OUT_ARG(group, "group", "lm_reshard_group_create");
+    *group = nullptr;
+    *group = group_wrap(group_create(src_mesh, dst_mesh, n, entries, config));
+  });
+}
+
+LM_API lm_status_t lm_reshard_group_alloc_targets(lm_reshard_group_t group, DLDevice device,
+                                                  int n, lm_dist_tensor_t *out) {
+  return guard([&] {
+    const char *fn = "lm_reshard_group_alloc_targets";
+    lm_reshard_group_s *g = group_check(group, fn);
+    OUT_ARG(out, "out", fn);
+    std::vector<lm_dist_tensor_s *> t = group_alloc_targets(g, device, n);
+    int i = 0;
+    try {
+      for (; i < n; ++i) {
+        lm_dist_tensor_s *x = t[(size_t)i];
+        t[(size_t)i] = nullptr;
+        out[i] = tensor_wrap(x);  // releases x on failure
+      }
+    } catch (...) {
+      for (auto *x : t)
+        if (x) tensor_release(x);
+      for (int j = 0; j < i; ++j) tensor_destroy_handle(&out[j], fn);
+      throw;
+    }
+  });
+}
+
+LM_API lm_status_t lm_reshard_group_execute(lm_reshard_group_t group, int n,
+                                            const lm_dist_tensor_t *src,
+                                            const lm_dist_tensor_t *dst) {
+  return guard([&] {
+    group_execute(group_check(group, "lm_reshard_group_execute"), n, src, dst);
+  });
+}
+
+LM_API lm_status_t lm_reshard_group_start(lm_reshard_group_t group, int n,
+                                          const lm_dist_tensor_t *src, const lm_dist_tensor_t *dst,
+                                          lm_request_t *request) {
+  return guard([&] {
+    lm_reshard_group_s *g = group_check(group, "lm_reshard_group_start");
+    OUT_ARG(request, "request", "lm_reshard_group_start");
+    *request = nullptr;
+    lm_request_s *r = group_start(g, n, src, dst);
+    if (r) *request = request_wrap(r);
+  });
+}
+
+LM_API lm_status_t lm_reshard_group_size(lm_reshard_group_t group, int *n, int *buckets) {
+  return guard([&] {
+    lm_reshard_group_s *g = group_check(group, "lm_reshard_group_size");
+    if (n) *n = (int)g->entries.size();
+    if (buckets) *buckets = g->entries.empty() ? 0 : (int)group_bucket_count(g);
+  });
+}
+
+LM_API lm_status_t lm_reshard_group_destroy(lm_reshard_group_t *group) {
+  return guard([&] {
+    if (!group || !*group) return;
+    group_destroy_handle(group, "lm_reshard_group_destroy");
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *src,
+                                               lm_mesh_t dst_mesh,
+                                               const lm_placement_t *const *dst_placements,
+                                               lm_dist_tensor_t *out) {
+  return guard([&] {
+    const char *fn = "lm_dist_tensor_reshard_many";
+    OUT_ARG(out, "out", fn);
+    std::vector<lm_dist_tensor_t> t = tensors_reshard_many(n, src, dst_mesh, dst_placements);
+    for (size_t i = 0; i < t.size(); ++i) out[i] = t[i];
   });
 }
 

@@ -16,7 +16,7 @@
 
 namespace lm {
 
-enum class HandleKind : uint32_t { Mesh = 1, Tensor = 2, Plan = 3, Request = 4 };
+enum class HandleKind : uint32_t { Mesh = 1, Tensor = 2, Plan = 3, Request = 4, Group = 5 };
 
 // True when `p` is a tagged handle value (as opposed to an object address).
 inline bool is_handle_value(const void *p) {

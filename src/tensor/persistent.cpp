@@ -12,14 +12,14 @@
 #include "mem/cuda.hpp"
 #include "mesh/collective.hpp"
 #include "transport/failure.hpp"
+#include "tensor/group.hpp"
 #include "tensor/ops.hpp"
 
 namespace lm {
 
 lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
                                const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
-                               DLDataType dtype) {
-  const char *fn = "lm_reshard_plan_create";
+                               DLDataType dtype, const char *fn) {
   lm_mesh_s *sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
   lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
   Shape g = check_shape(ndim, gshape, strfmt("%s: global_shape", fn).c_str());
@@ -102,32 +102,32 @@ static void check_matches(const lm_dist_tensor_s *t, lm_mesh_s *mesh, const Layo
                "%s: %s is neither host (kDLCPU) nor CUDA (kDLCUDA) memory", fn, arg);
 }
 
-// Checks src/dst against the plan (no allocation on success).
-static void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                               const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso) {
+void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                        const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso,
+                        const char *sname, const char *dname) {
   lm_dist_tensor_s *s = static_cast<lm_dist_tensor_s *>(handle_get(src, HandleKind::Tensor));
   lm_dist_tensor_s *d = static_cast<lm_dist_tensor_s *>(handle_get(dst, HandleKind::Tensor));
-  LM_CHECK_ARG(s != nullptr, "%s: src is NULL or not a live lm_dist_tensor_t", fn);
-  LM_CHECK_ARG(d != nullptr, "%s: dst is NULL or not a live lm_dist_tensor_t", fn);
+  LM_CHECK_ARG(s != nullptr, "%s: %s is NULL or not a live lm_dist_tensor_t", fn, sname);
+  LM_CHECK_ARG(d != nullptr, "%s: %s is NULL or not a live lm_dist_tensor_t", fn, dname);
   *so = s;
   *dso = d;
   LM_CHECK_ARG(p->in_flight == nullptr, "%s: the plan already has a request in flight", fn);
   mesh_check_usable(p->src_mesh, fn);
   mesh_check_usable(p->dst_mesh, fn);
-  check_matches(s, p->src_mesh, p->plan->src, p->plan->dtype, fn, "src");
-  check_matches(d, p->dst_mesh, p->plan->dst, p->plan->dtype, fn, "dst");
-  LM_CHECK_ARG(s != d, "%s: src and dst are the same tensor", fn);
+  check_matches(s, p->src_mesh, p->plan->src, p->plan->dtype, fn, sname);
+  check_matches(d, p->dst_mesh, p->plan->dst, p->plan->dtype, fn, dname);
+  LM_CHECK_ARG(s != d, "%s: %s and %s are the same tensor", fn, sname, dname);
   LM_CHECK_ARG(s->device.device_type == d->device.device_type,
-               "%s: src lives on device type %d, dst on %d: both host or both CUDA", fn,
-               (int)s->device.device_type, (int)d->device.device_type);
+               "%s: %s lives on device type %d, %s on %d: both host or both CUDA", fn, sname,
+               (int)s->device.device_type, dname, (int)d->device.device_type);
   // Any overlap of the two shards' bytes (two tensors may borrow one buffer): the copy would read
   // what it already overwrote.
   const uintptr_t sp = (uintptr_t)s->data(), dp = (uintptr_t)d->data();
   if (sp && dp && s->local_bytes() && d->local_bytes() && sp < dp + d->local_bytes() &&
       dp < sp + s->local_bytes())
-    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst's memory overlaps src's (bytes [%p, +%zu) and "
-         "[%p, +%zu) on rank %d)", fn, d->data(), d->local_bytes(), s->data(), s->local_bytes(),
-         world_rank_or_minus1());
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: %s's memory overlaps %s's (bytes [%p, +%zu) and "
+         "[%p, +%zu) on rank %d)", fn, dname, sname, d->data(), d->local_bytes(), s->data(),
+         s->local_bytes(), world_rank_or_minus1());
 }
 
 namespace {
@@ -311,6 +311,7 @@ void request_end(lm_request_s *r) {
 }  // namespace
 
 bool request_progress(lm_request_s *r, bool block) {
+  if (r->group) return group_request_progress(r, block);
   lm_reshard_plan_s *p = r->plan;
   if (!mpi_alive()) {  // Rust Drop and Fortran finalizers may wait on a request this late
     request_end(r);
@@ -373,5 +374,6 @@ lm_reshard_plan_s::~lm_reshard_plan_s() {
 lm_request_s::~lm_request_s() {
   lm::tensor_release(src);
   lm::tensor_release(dst);
+  for (auto *t : tensors) lm::tensor_release(t);
   magic = lm::kDeadMagic;
 }

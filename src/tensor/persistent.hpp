@@ -26,10 +26,14 @@ struct lm_reshard_plan_s {
   ~lm_reshard_plan_s();
 };
 
+struct lm_reshard_group_s;
+
 struct lm_request_s {
   uint32_t magic = lm::kRequestMagic;
-  lm_reshard_plan_s *plan = nullptr;
+  lm_reshard_plan_s *plan = nullptr;    // a plan's request, or
+  lm_reshard_group_s *group = nullptr;  // a group's (tensor/group.hpp)
   lm_dist_tensor_s *src = nullptr, *dst = nullptr;  // retained until completion
+  std::vector<lm_dist_tensor_s *> tensors;           // a group's sources and targets, retained
   std::unique_ptr<lm::DeviceRequest> dev;            // device tensors: host staging in flight
   ~lm_request_s();
 };
@@ -37,7 +41,12 @@ struct lm_request_s {
 namespace lm {
 lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
                                const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
-                               DLDataType dtype);
+                               DLDataType dtype, const char *fn = "lm_reshard_plan_create");
+// Checks src/dst (named sname/dname in messages) against the plan: live handles, meshes, layouts,
+// dtypes, memory kinds, no overlap (no allocation on success).
+void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                        const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso,
+                        const char *sname = "src", const char *dname = "dst");
 // lm_reshard_plan_adjoint: the backward plan of p, from the gradient placements of p's target
 // (on its target mesh) to those of its source (on its source mesh); layout/layout.hpp,
 // placements_adjoint, says which. Local, like plan_create.
