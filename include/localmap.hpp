@@ -474,6 +474,113 @@ class reshard_plan {
   lm_reshard_plan_t h_ = nullptr;
 };
 
+// --------------------------------------------------------------------------- reshard_group
+/// One entry of a reshard_group: a tensor's global shape, dtype and both placements.
+struct reshard_entry {
+  shape global;
+  DLDataType dtype;
+  placements src, dst;
+};
+
+/// A grouped reshard plan (lm_reshard_group_t): many tensors, one message per peer and step.
+/// Move-only.
+class reshard_group {
+ public:
+  /// lm_reshard_group_create (local); dst_mesh nullptr: src_mesh; bucket_bytes 0: the default.
+  reshard_group(const mesh &src_mesh, const std::vector<reshard_entry> &entries,
+                const mesh *dst_mesh = nullptr, size_t bucket_bytes = 0) {
+    std::vector<lm_reshard_entry_t> e;
+    e.reserve(entries.size());
+    for (const reshard_entry &x : entries) {
+      detail::check_count(x.src.size(), src_mesh.ndim(), "localmap::reshard_group: src placements");
+      detail::check_count(x.dst.size(), (dst_mesh ? *dst_mesh : src_mesh).ndim(),
+                          "localmap::reshard_group: dst placements");
+      e.push_back(lm_reshard_entry_t{static_cast<int>(x.global.size()), x.global.data(), x.dtype,
+                                     x.src.data(), x.dst.data()});
+    }
+    lm_reshard_group_config_t c = LM_RESHARD_GROUP_CONFIG_INIT;
+    c.bucket_bytes = bucket_bytes;
+    check(lm_reshard_group_create(&h_, src_mesh.get(), dst_mesh ? dst_mesh->get() : nullptr,
+                                  static_cast<int>(e.size()), e.data(), &c));
+  }
+  ~reshard_group() { lm_reshard_group_destroy(&h_); }
+  /// Takes o's group; o becomes empty.
+  reshard_group(reshard_group &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  /// Destroys this group and takes o's; o becomes empty.
+  reshard_group &operator=(reshard_group &&o) noexcept {
+    if (this != &o) {
+      lm_reshard_group_destroy(&h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  reshard_group(const reshard_group &) = delete;
+  reshard_group &operator=(const reshard_group &) = delete;
+
+  /// The number of entries (lm_reshard_group_size).
+  size_t size() const {
+    int n = 0;
+    check(lm_reshard_group_size(h_, &n, nullptr));
+    return static_cast<size_t>(n);
+  }
+  /// The number of buckets of an execution (lm_reshard_group_size).
+  int buckets() const {
+    int b = 0;
+    check(lm_reshard_group_size(h_, nullptr, &b));
+    return b;
+  }
+  /// lm_reshard_group_alloc_targets (local).
+  std::vector<dist_tensor> alloc_targets(DLDevice device = DLDevice{kDLCPU, 0}) const {
+    std::vector<lm_dist_tensor_t> h(size(), nullptr);
+    check(lm_reshard_group_alloc_targets(h_, device, static_cast<int>(h.size()), h.data()));
+    std::vector<dist_tensor> out;
+    out.reserve(h.size());
+    for (lm_dist_tensor_t t : h) out.emplace_back(t);
+    return out;
+  }
+  /// lm_reshard_group_execute (collective over both meshes).
+  void execute(const std::vector<dist_tensor> &src, const std::vector<dist_tensor> &dst) const {
+    std::vector<lm_dist_tensor_t> s = handles(src), d = handles(dst);
+    if (s.size() != d.size())
+      throw error(LM_ERR_INVALID_ARGUMENT, "localmap::reshard_group::execute: " +
+                  std::to_string(s.size()) + " sources for " + std::to_string(d.size()) + " targets");
+    check(lm_reshard_group_execute(h_, static_cast<int>(s.size()), s.data(), d.data()));
+  }
+  /// The C handle (still owned here).
+  lm_reshard_group_t get() const noexcept { return h_; }
+
+ private:
+  static std::vector<lm_dist_tensor_t> handles(const std::vector<dist_tensor> &v) {
+    std::vector<lm_dist_tensor_t> h;
+    h.reserve(v.size());
+    for (const dist_tensor &t : v) h.push_back(t.get());
+    return h;
+  }
+  lm_reshard_group_t h_ = nullptr;
+};
+
+/// lm_dist_tensor_reshard_many: src[i] with dst[i]'s placements on dst_mesh (nullptr: theirs),
+/// as one grouped reshard (collective).
+inline std::vector<dist_tensor> reshard_many(const std::vector<dist_tensor> &src,
+                                             const std::vector<placements> &dst,
+                                             const mesh *dst_mesh = nullptr) {
+  if (src.size() != dst.size())
+    throw error(LM_ERR_INVALID_ARGUMENT, "localmap::reshard_many: " + std::to_string(src.size()) +
+                " tensors for " + std::to_string(dst.size()) + " placement lists");
+  std::vector<lm_dist_tensor_t> s, out(src.size(), nullptr);
+  std::vector<const lm_placement_t *> p;
+  for (size_t i = 0; i < src.size(); ++i) {
+    s.push_back(src[i].get());
+    p.push_back(dst[i].data());
+  }
+  check(lm_dist_tensor_reshard_many(static_cast<int>(s.size()), s.data(),
+                                    dst_mesh ? dst_mesh->get() : nullptr, p.data(), out.data()));
+  std::vector<dist_tensor> r;
+  r.reserve(out.size());
+  for (lm_dist_tensor_t t : out) r.emplace_back(t);
+  return r;
+}
+
 // ------------------------------------------------------------------------------ local_map
 /// The function of localmap::local_map: fn(mesh, inputs, outputs). It may throw: the trampoline
 /// turns the exception into LM_ERR_USER with its what() as the message, so nothing unwinds

@@ -103,9 +103,48 @@ static void test_placement_counts(void **) {
   LM_ASSERT_ALL(same && lmx::to_string(r.placement()) == "[R, R]");
 }
 
+
+// reshard_group and reshard_many give what one reshard per tensor gives; counts are refused.
+static void test_reshard_group(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m = lmx::mesh::world({n});
+  std::vector<double> full(48);
+  for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<double>(i) * 0.5;
+  int64_t g[2] = {8, 6};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
+  const lmx::placements s0 = {lmx::shard(0)}, s1 = {lmx::shard(1)}, r = {lmx::replicate()};
+  std::vector<lmx::dist_tensor> x;
+  x.push_back(lmx::dist_tensor::from_global(m, &gt, s0));
+  x.push_back(lmx::dist_tensor::from_global(m, &gt, s1));
+  x.push_back(lmx::dist_tensor::from_global(m, &gt, r));
+  const std::vector<lmx::placements> to = {r, s0, s1};
+  std::vector<lmx::reshard_entry> e;
+  for (size_t i = 0; i < x.size(); ++i)
+    e.push_back({{8, 6}, LM_DTYPE(kDLFloat, 64), i == 0 ? s0 : i == 1 ? s1 : r, to[i]});
+  lmx::reshard_group grp(m, e, nullptr, 1);  // every entry in a bucket of its own
+  std::vector<lmx::dist_tensor> y = grp.alloc_targets();
+  grp.execute(x, y);
+  std::vector<lmx::dist_tensor> z = lmx::reshard_many(x, to);
+  int ok = grp.size() == 3 && grp.buckets() == 3 && y.size() == 3 && z.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) {
+    lmx::dist_tensor ref = x[i].reshard(to[i]);
+    size_t k = 1;
+    for (int64_t d : ref.local_shape()) k *= static_cast<size_t>(d);
+    for (size_t j = 0; j < k; ++j)
+      ok &= y[i].local_data<double>()[j] == ref.local_data<double>()[j] &&
+            z[i].local_data<double>()[j] == ref.local_data<double>()[j];
+  }
+  ok &= refuses([&] { grp.execute(z, y); }, "src[0]");  // z[0] is not laid out as entry 0's source
+  ok &= refuses([&] { lmx::reshard_many(x, {r}); }, "reshard_many: 3 tensors for 1 placement lists");
+  ok &= refuses([&] { lmx::reshard_group(m, {{{8, 6}, LM_DTYPE(kDLFloat, 64), {}, r}}); },
+                "reshard_group: src placements: 0 placements");
+  LM_ASSERT_ALL(ok);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_environment),
     cmocka_unit_test(test_placement_counts),
+    cmocka_unit_test(test_reshard_group),
 };
 
 int main(int argc, char **argv) {
