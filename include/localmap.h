@@ -743,10 +743,15 @@ typedef struct lm_reshard_group_config_t {
    * bytes for a peer in one message per step, so one execution stages at most about twice a
    * bucket's bytes at a time. An entry larger than the bound runs alone, through its own plan. */
   size_t bucket_bytes;
+  /** Entries larger than this (global bytes) run alone, through their own plan; 0: the default,
+   * 1 MiB. Coalescing saves a message per peer and step but packs and unpacks the bytes: it pays
+   * for small tensors, whose cost is latency, not for large ones, whose plans move their bytes
+   * in place (node-local single copies). */
+  size_t alone_bytes;
 } lm_reshard_group_config_t;
 /** An lm_reshard_group_config_t with the defaults. */
 #define LM_RESHARD_GROUP_CONFIG_INIT \
-  {sizeof(lm_reshard_group_config_t), LM_RESHARD_GROUP_CONFIG_VERSION, 0}
+  {sizeof(lm_reshard_group_config_t), LM_RESHARD_GROUP_CONFIG_VERSION, 0, 0}
 /** A grouped plan for n reshards from src_mesh to dst_mesh (NULL: src_mesh), created once and
  * executed many times. Each step of an execution sends one message per peer carrying every
  * entry's bytes for it (per bucket, see lm_reshard_group_config_t), not one round per tensor; the

@@ -186,17 +186,19 @@ void copy_selfs(MemOps &mem, const SchedStep &st, const void *in, void *out) {
 
 }  // namespace
 
-GroupExec::GroupExec(std::vector<Plan *> plans, MPI_Comm comm, size_t bucket_bytes)
+GroupExec::GroupExec(std::vector<Plan *> plans, MPI_Comm comm, size_t bucket_bytes,
+                     size_t alone_bytes)
     : plans_(std::move(plans)), comm_(comm) {
+  auto alone = [&](size_t g) { return g > bucket_bytes || g > alone_bytes; };
   size_t e = 0;
   while (e < plans_.size()) {
     auto b = std::make_unique<GroupBucket>();
     b->first = e;
     size_t sum = global_bytes(*plans_[e]);
-    b->alone = sum > bucket_bytes;
+    b->alone = alone(sum);
     for (++e; !b->alone && e < plans_.size(); ++e) {
       const size_t g = global_bytes(*plans_[e]);
-      if (g > bucket_bytes || sum + g > bucket_bytes) break;
+      if (alone(g) || sum + g > bucket_bytes) break;
       sum += g;
     }
     b->last = e;

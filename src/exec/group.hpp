@@ -4,7 +4,7 @@
 //
 // Buckets. Entries are dealt in order into buckets of consecutive entries whose global sizes
 // (shape x dtype, the same on every rank) sum to at most `bucket_bytes`; an entry larger than
-// that is a bucket of its own and runs through its own plan (the executor of exec/plan.hpp, with
+// that or than `alone_bytes` is a bucket of its own and runs through its own plan (the executor of exec/plan.hpp, with
 // its pipelined staging and node-local path). Buckets run one after the other, so an execution
 // holds the staging of one bucket at a time.
 //
@@ -31,8 +31,8 @@ struct GroupBucket;
 
 class GroupExec {
  public:
-  // plans: the entries' plans (not owned; all on `comm`). bucket_bytes >= 1.
-  GroupExec(std::vector<Plan *> plans, MPI_Comm comm, size_t bucket_bytes);
+  // plans: the entries' plans (not owned; all on `comm`). bucket_bytes, alone_bytes >= 1.
+  GroupExec(std::vector<Plan *> plans, MPI_Comm comm, size_t bucket_bytes, size_t alone_bytes);
   ~GroupExec();
   // One execution at a time: in[i] / out[i] are entry i's local source and target shards (NULL
   // where this rank holds none). blocking: run() waits for it (node-local copies may be used).

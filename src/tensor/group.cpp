@@ -17,16 +17,18 @@ namespace lm {
 
 namespace {
 
-size_t config_bucket_bytes(const lm_reshard_group_config_t *c, const char *fn) {
-  if (!c) return kDefaultBucketBytes;
-  const size_t need = offsetof(lm_reshard_group_config_t, bucket_bytes) + sizeof(size_t);
+// The config's bounds (NULL: the defaults), into g.
+void apply_config(lm_reshard_group_s &g, const lm_reshard_group_config_t *c, const char *fn) {
+  if (!c) return;
+  const size_t need = offsetof(lm_reshard_group_config_t, alone_bytes) + sizeof(size_t);
   LM_CHECK_ARG(c->size >= need, "%s: config->size is %zu, at least %zu expected (set it to "
                "sizeof(lm_reshard_group_config_t) or use LM_RESHARD_GROUP_CONFIG_INIT)", fn,
                c->size, need);
   LM_CHECK_ARG(c->version >= 1 && c->version <= LM_RESHARD_GROUP_CONFIG_VERSION,
                "%s: config->version is %d; this library knows versions 1..%d", fn, c->version,
                LM_RESHARD_GROUP_CONFIG_VERSION);
-  return c->bucket_bytes ? c->bucket_bytes : kDefaultBucketBytes;
+  if (c->bucket_bytes) g.bucket_bytes = c->bucket_bytes;
+  if (c->alone_bytes) g.alone_bytes = c->alone_bytes;
 }
 
 uint64_t mix(uint64_t h, uint64_t v) {
@@ -154,7 +156,7 @@ GroupExec &host_exec(lm_reshard_group_s *g) {
     std::vector<Plan *> plans;
     for (auto &e : g->entries) plans.push_back(e->plan.get());
     g->exec = std::make_unique<GroupExec>(std::move(plans), g->entries[0]->plan->comm,
-                                          g->bucket_bytes);
+                                          g->bucket_bytes, g->alone_bytes);
   }
   return *g->exec;
 }
@@ -189,9 +191,8 @@ lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
   lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
   LM_CHECK_ARG(n >= 0, "%s: n is %d (0 or more entries)", fn, n);
   LM_CHECK_ARG(n == 0 || entries != nullptr, "%s: entries is NULL with n = %d", fn, n);
-  const size_t bucket = config_bucket_bytes(config, fn);
   auto g = std::make_unique<lm_reshard_group_s>();
-  g->bucket_bytes = bucket;
+  apply_config(*g, config, fn);
   mesh_retain(sm);  // the group holds its meshes also when it has no entry
   g->src_mesh = sm;
   mesh_retain(dm);

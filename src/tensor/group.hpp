@@ -13,6 +13,7 @@
 namespace lm {
 constexpr uint32_t kGroupMagic = 0x47524d4cu;  // "LMRG"
 constexpr size_t kDefaultBucketBytes = size_t(64) << 20;
+constexpr size_t kDefaultAloneBytes = size_t(1) << 20;
 }  // namespace lm
 
 struct lm_reshard_group_s {
@@ -21,6 +22,7 @@ struct lm_reshard_group_s {
   lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;        // (held through the entries)
   std::unique_ptr<lm::GroupExec> exec;                      // host executions
   size_t bucket_bytes = lm::kDefaultBucketBytes;
+  size_t alone_bytes = lm::kDefaultAloneBytes;
   uint64_t hash = 0;                     // of every entry's layouts, shape and dtype
   lm_request_s *in_flight = nullptr;
   lm::AgreeComm *agree = nullptr;

@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * bench_group: 64 tensors resharded at once (issue 22, section 1). Two mixes of 1-D tensors,
+ * f32 and bf16 alternating: "small" (4 KiB to 64 KiB each, 1.4 MiB in all: latency-bound) and
+ * "block" (a transformer block's parameters and norms, 4 KiB to 16 MiB, 51 MiB in all). For S0 -> R and P(sum) -> S0,
+ * three ways, timed in interleaved rounds (median over rounds of the max over ranks):
+ *   group  lm_reshard_group_execute of the 64 entries (one plan, created once);
+ *   each   lm_reshard_plan_execute of 64 persistent plans, one after the other;
+ *   mpi    the same bytes in one hand-written collective on buffers already packed the way the
+ *          collective wants them (MPI_Allgatherv of MPI_BYTE; MPI_Reduce_scatter of MPI_FLOAT
+ *          over the same bytes, bf16 counted as half a float): the floor a user's own packing
+ *          code could reach, without its packing and unpacking.
+ * Targets: group within 1.1x of mpi; each at least 3x group for the small mix.
+ * One JSON line per (mix, case); run by bench/run.sh at np 2 and 4.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "localmap.h"
+
+enum { N = 64, ROUNDS = 9, INNER = 3 };
+
+static int rank, size;
+
+#define OK(x)                                                                                \
+  do {                                                                                       \
+    lm_status_t s_ = (x);                                                                    \
+    if (s_ != LM_SUCCESS) {                                                                  \
+      fprintf(stderr, "rank %d: %s failed: %s\n", rank, #x, lm_last_error_message());       \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+    }                                                                                        \
+  } while (0)
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Chunk j of n elements over size ranks (torch.chunk): ceil-sized blocks. */
+static int64_t chunk_len(int64_t n, int j) {
+  int64_t c = (n + size - 1) / size, lo = c * j;
+  return lo >= n ? 0 : (n - lo < c ? n - lo : c);
+}
+
+typedef struct {
+  const char *mix, *name;
+  int64_t n[N];          /* elements of each tensor */
+  DLDataType dt[N];
+  lm_placement_t src, dst;
+  lm_mesh_t mesh;
+  lm_dist_tensor_t x[N], y[N];
+  lm_reshard_plan_t plan[N];
+  lm_reshard_group_t group;
+  char *mbuf, *mout;     /* the MPI baseline's buffers */
+  int *counts, *displs;
+  int64_t total_bytes;
+} bench_t;
+
+static void run_group(bench_t *b) { OK(lm_reshard_group_execute(b->group, N, b->x, b->y)); }
+static void run_each(bench_t *b) {
+  for (int i = 0; i < N; ++i) OK(lm_reshard_plan_execute(b->plan[i], b->x[i], b->y[i]));
+}
+static void run_mpi(bench_t *b) {
+  if (b->src.kind == LM_SHARD)
+    MPI_Allgatherv(b->mbuf, b->counts[rank], MPI_BYTE, b->mout, b->counts, b->displs, MPI_BYTE,
+                   MPI_COMM_WORLD);
+  else
+    MPI_Reduce_scatter(b->mbuf, b->mout, b->counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+static double once(void (*fn)(bench_t *), bench_t *b) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int k = 0; k < INNER; ++k) fn(b);
+  double t = (MPI_Wtime() - t0) * 1e3 / INNER, m = 0;
+  MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+static void setup(bench_t *b) {
+  lm_reshard_entry_t e[N];
+  int64_t shapes[N][1];
+  int64_t per_rank[8] = {0};
+  b->total_bytes = 0;
+  for (int i = 0; i < N; ++i) {
+    shapes[i][0] = b->n[i];
+    e[i] = (lm_reshard_entry_t){1, shapes[i], b->dt[i], &b->src, &b->dst};
+    OK(lm_dist_tensor_zeros(&b->x[i], b->mesh, 1, shapes[i], b->dt[i], LM_CPU, &b->src));
+    OK(lm_reshard_plan_create(&b->plan[i], b->mesh, &b->src, NULL, &b->dst, 1, shapes[i], b->dt[i]));
+    OK(lm_reshard_plan_alloc_target(b->plan[i], LM_CPU, &b->y[i]));
+    const int64_t es = b->dt[i].bits / 8;
+    b->total_bytes += b->n[i] * es;
+    for (int j = 0; j < size; ++j) per_rank[j] += chunk_len(b->n[i], j) * es;
+  }
+  OK(lm_reshard_group_create(&b->group, b->mesh, NULL, N, e, NULL));
+  b->counts = calloc((size_t)size, sizeof(int));
+  b->displs = calloc((size_t)size, sizeof(int));
+  int64_t off = 0;
+  for (int j = 0; j < size; ++j) {
+    /* Allgatherv: bytes; Reduce_scatter: floats (bytes / 4, rounded up) */
+    b->counts[j] = (int)(b->src.kind == LM_SHARD ? per_rank[j] : (per_rank[j] + 3) / 4);
+    b->displs[j] = (int)off;
+    off += b->counts[j];
+  }
+  const size_t el = b->src.kind == LM_SHARD ? 1 : 4;
+  b->mbuf = calloc((size_t)(b->src.kind == LM_SHARD ? b->counts[rank] : off) * el + 64, 1);
+  b->mout = calloc((size_t)(b->src.kind == LM_SHARD ? off : b->counts[rank]) * el + 64, 1);
+}
+
+static void teardown(bench_t *b) {
+  for (int i = 0; i < N; ++i) {
+    lm_dist_tensor_destroy(&b->x[i]);
+    lm_dist_tensor_destroy(&b->y[i]);
+    lm_reshard_plan_destroy(&b->plan[i]);
+  }
+  lm_reshard_group_destroy(&b->group);
+  free(b->mbuf);
+  free(b->mout);
+  free(b->counts);
+  free(b->displs);
+}
+
+static void measure(bench_t *b) {
+  setup(b);
+  double tg[ROUNDS], te[ROUNDS], tm[ROUNDS];
+  run_group(b), run_each(b), run_mpi(b); /* warm: pools, transports, MPI's connections */
+  for (int r = 0; r < ROUNDS; ++r) { /* interleaved */
+    tg[r] = once(run_group, b);
+    te[r] = once(run_each, b);
+    tm[r] = once(run_mpi, b);
+  }
+  qsort(tg, ROUNDS, sizeof(double), cmp);
+  qsort(te, ROUNDS, sizeof(double), cmp);
+  qsort(tm, ROUNDS, sizeof(double), cmp);
+  const double g = tg[ROUNDS / 2], e = te[ROUNDS / 2], m = tm[ROUNDS / 2];
+  int buckets = 0;
+  OK(lm_reshard_group_size(b->group, NULL, &buckets));
+  if (rank == 0)
+    printf("{\"bench\": \"group\", \"mix\": \"%s\", \"case\": \"%s\", \"np\": %d, \"tensors\": %d, "
+           "\"bytes\": %lld, \"buckets\": %d, \"group_ms\": %.4f, \"each_ms\": %.4f, "
+           "\"mpi_ms\": %.4f, \"group_over_mpi\": %.2f, \"each_over_group\": %.2f}\n",
+           b->mix, b->name, size, N, (long long)b->total_bytes, buckets, g, e, m, g / m, e / g);
+  fflush(stdout);
+  teardown(b);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 8) {
+    if (rank == 0) fprintf(stderr, "bench_group: at most 8 ranks\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  lm_mesh_t mesh = NULL;
+  int64_t shape[1] = {size};
+  OK(lm_mesh_create(&mesh, (int)MPI_Comm_c2f(MPI_COMM_WORLD), 1, shape, NULL));
+  /* small: 4, 8, 16, 64 KiB repeating; block: per 8 tensors 2 x 4 KiB (norms), 16 and 64 KiB
+   * (biases), 256 KiB, 1 MiB, 2 MiB and 1 MiB (projections), the last one 16 MiB (an MLP). */
+  static const int64_t small_kib[4] = {4, 8, 16, 64};
+  static const int64_t block_kib[8] = {4, 4, 16, 64, 256, 1024, 2048, 1024};
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), rep = LM_PLACEMENT_REPLICATE,
+                       psum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+  const char *mixes[2] = {"small", "block"};
+  for (int mx = 0; mx < 2; ++mx)
+    for (int c = 0; c < 2; ++c) {
+      bench_t b;
+      memset(&b, 0, sizeof b);
+      b.mix = mixes[mx];
+      b.name = c == 0 ? "S0->R" : "P(sum)->S0";
+      b.src = c == 0 ? s0 : psum;
+      b.dst = c == 0 ? rep : s0;
+      b.mesh = mesh;
+      for (int i = 0; i < N; ++i) {
+        b.dt[i] = i % 2 ? LM_BFLOAT16 : LM_FLOAT32;
+        const int64_t kib = mx == 0 ? small_kib[i % 4] : i == N - 1 ? 16384 : block_kib[i % 8];
+        b.n[i] = kib * 1024 / (b.dt[i].bits / 8);
+      }
+      measure(&b);
+    }
+  OK(lm_mesh_destroy(&mesh));
+  MPI_Finalize();
+  return 0;
+}
