@@ -6,8 +6,9 @@
 !>  - `lmc_*`: bind(C) interfaces of every C function, one for one (`lmc_mesh_create` is
 !>    `lm_mesh_create`), with the C structs as bind(C) types (DLTensor, lm_placement_t, lm_arg_t,
 !>    ...). C numbering and row-major shapes: use them only to talk to C code.
-!>  - `lm_*`: the Fortran API. Derived types `lm_mesh`, `lm_dist_tensor`, `lm_reshard_plan` and
-!>    `lm_request` with `final` procedures that call the local destroy; Fortran arrays in and out
+!>  - `lm_*`: the Fortran API. Derived types `lm_mesh`, `lm_dist_tensor`, `lm_reshard_plan`,
+!>    `lm_reshard_group` and `lm_request` with `final` procedures that call the local destroy
+!>    (and `lm_reshard_entry`, one reshard of a group, a plain value); Fortran arrays in and out
 !>    as shards; optional `ierr` arguments (absent: a failure does `error stop` with the library's
 !>    message); communicators as `type(MPI_Comm)` (mpi_f08) or plain `integer` (`use mpi`).
 !>
@@ -64,6 +65,8 @@ module localmap
     LM_LOCAL_MAP_SHAPES_EVEN = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_MAGIC = int(z'4c4d4d43', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_RESHARD_PLAN_INFO_VERSION = 1
+  !> The version of lm_reshard_group_config_t this module describes.
+  integer(c_int), parameter, public :: LM_RESHARD_GROUP_CONFIG_VERSION = 1
   integer(c_int32_t), parameter, public :: LM_ROUTE_MPI = 1, LM_ROUTE_NODE_LOCAL = 2, LM_ROUTE_BOARD = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 2
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_MAGIC = int(z'4c4d4443', c_int32_t)
@@ -138,6 +141,22 @@ module localmap
     integer(c_int64_t) :: bytes_sent = 0, bytes_received = 0, bytes_copied = 0, bytes_reduced = 0
     integer(c_int64_t) :: bytes_node_local = 0, work_bytes = 0, staging_bytes_max = 0
   end type
+  !> One entry of a group (lmc_reshard_group_create; C's lm_reshard_entry_t: C numbering, the
+  !> row-major global shape). Fortran code uses type(lm_reshard_entry).
+  type, bind(C), public :: lm_reshard_entry_t
+    integer(c_int) :: ndim = 0
+    type(c_ptr) :: global_shape = c_null_ptr      ! const int64_t *
+    type(DLDataType) :: dtype
+    type(c_ptr) :: src_placements = c_null_ptr    ! const lm_placement_t *
+    type(c_ptr) :: dst_placements = c_null_ptr    ! const lm_placement_t *
+  end type
+  !> The C options of lm_reshard_group_create (lmc_reshard_group_create); lm_reshard_group_create
+  !> takes them as arguments.
+  type, bind(C), public :: lm_reshard_group_config_t
+    integer(c_size_t) :: size = 0
+    integer(c_int) :: version = 0
+    integer(c_size_t) :: bucket_bytes = 0
+  end type
   !> One argument or result of lm_local_map (kind: LM_ARG_*).
   type, bind(C), public :: lm_arg_t
     integer(c_int32_t) :: kind = LM_ARG_NONE
@@ -198,6 +217,21 @@ module localmap
     type(c_ptr) :: ptr = c_null_ptr
   contains
     final :: plan_final_
+  end type
+  !> A grouped reshard plan: N reshards between one pair of meshes run as one (not copyable).
+  type, public :: lm_reshard_group
+    type(c_ptr) :: ptr = c_null_ptr
+  contains
+    final :: group_final_
+  end type
+  !> One reshard of a group (lm_reshard_group_create), in Fortran terms: the global shape in
+  !> Fortran order, the dtype, and one placement per mesh dim on the source and on the target mesh
+  !> (Fortran dims). Make it with lm_reshard_entry(shape, dtype, src_placements, dst_placements)
+  !> (shape: integer(c_int64_t) or integer(c_int32_t); a scalar: shape=[integer(c_int64_t) ::]).
+  type, public :: lm_reshard_entry
+    integer(c_int64_t), allocatable :: shape(:)
+    type(DLDataType) :: dtype
+    type(lm_placement), allocatable :: src_placements(:), dst_placements(:)
   end type
   !> A nonblocking reshard in flight; finalizing it waits for completion.
   type, public :: lm_request
@@ -468,6 +502,39 @@ module localmap
     function lmc_reshard_plan_destroy(plan) bind(C, name="lm_reshard_plan_destroy")
       import; type(c_ptr), intent(inout) :: plan; integer(c_int) :: lmc_reshard_plan_destroy
     end function
+    function lmc_reshard_group_create(group, src_mesh, dst_mesh, n, entries, config) &
+        bind(C, name="lm_reshard_group_create")
+      import; type(c_ptr), intent(out) :: group; type(c_ptr), value :: src_mesh, dst_mesh
+      integer(c_int), value :: n; type(lm_reshard_entry_t), intent(in) :: entries(*)
+      type(c_ptr), value :: config; integer(c_int) :: lmc_reshard_group_create
+    end function
+    function lmc_reshard_group_alloc_targets(group, device, n, out) bind(C, name="lm_reshard_group_alloc_targets")
+      import; type(c_ptr), value :: group; type(DLDevice), value :: device
+      integer(c_int), value :: n; type(c_ptr), intent(out) :: out(*)
+      integer(c_int) :: lmc_reshard_group_alloc_targets
+    end function
+    function lmc_reshard_group_execute(group, n, src, dst) bind(C, name="lm_reshard_group_execute")
+      import; type(c_ptr), value :: group; integer(c_int), value :: n
+      type(c_ptr), intent(in) :: src(*), dst(*); integer(c_int) :: lmc_reshard_group_execute
+    end function
+    function lmc_reshard_group_start(group, n, src, dst, request) bind(C, name="lm_reshard_group_start")
+      import; type(c_ptr), value :: group; integer(c_int), value :: n
+      type(c_ptr), intent(in) :: src(*), dst(*); type(c_ptr), intent(out) :: request
+      integer(c_int) :: lmc_reshard_group_start
+    end function
+    function lmc_reshard_group_size(group, n, buckets) bind(C, name="lm_reshard_group_size")
+      import; type(c_ptr), value :: group, n, buckets   ! int *, int * (either may be NULL)
+      integer(c_int) :: lmc_reshard_group_size
+    end function
+    function lmc_reshard_group_destroy(group) bind(C, name="lm_reshard_group_destroy")
+      import; type(c_ptr), intent(inout) :: group; integer(c_int) :: lmc_reshard_group_destroy
+    end function
+    function lmc_dist_tensor_reshard_many(n, src, dst_mesh, dst_placements, out) &
+        bind(C, name="lm_dist_tensor_reshard_many")
+      import; integer(c_int), value :: n; type(c_ptr), intent(in) :: src(*)
+      type(c_ptr), value :: dst_mesh; type(c_ptr), intent(in) :: dst_placements(*)
+      type(c_ptr), intent(out) :: out(*); integer(c_int) :: lmc_dist_tensor_reshard_many
+    end function
 
     function lmc_local_map(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, &
                            mesh, flags, outputs) bind(C, name="lm_local_map")
@@ -506,7 +573,9 @@ module localmap
     lmc_dist_tensor_reshard, lmc_reshard_plan_create, lmc_reshard_plan_alloc_target, &
     lmc_reshard_plan_execute, lmc_reshard_plan_start, lmc_request_test, lmc_request_wait, &
     lmc_reshard_plan_bytes_sent, lmc_reshard_plan_info, lmc_reshard_plan_describe, &
-    lmc_reshard_plan_destroy, lmc_local_map, &
+    lmc_reshard_plan_destroy, lmc_reshard_group_create, lmc_reshard_group_alloc_targets, &
+    lmc_reshard_group_execute, lmc_reshard_group_start, lmc_reshard_group_size, &
+    lmc_reshard_group_destroy, lmc_dist_tensor_reshard_many, lmc_local_map, &
     lmc_tensor_alloc, lmc_pool_stats, lmc_mesh_set_device_config, lmc_mesh_device_config, lmc_mesh_transport
 
   ! ---------------------------------------------------------------------------------------------
@@ -528,6 +597,9 @@ module localmap
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
     lm_reshard_plan_info, lm_reshard_plan_adjoint, lm_reshard_plan_describe, &
     lm_reshard_plan_destroy
+  public :: lm_reshard_group_create, lm_reshard_group_alloc_targets, &
+    lm_reshard_group_execute, lm_reshard_group_start, lm_reshard_group_size, &
+    lm_reshard_group_destroy, lm_reshard_many
   public :: lm_local_map, lm_arg, lm_arg_get, lm_arg_set, lm_arg_take, lm_arg_shape, lm_mesh_borrow
   public :: lm_tensor_alloc, lm_pool_stats, lm_mesh_set_device_config, lm_mesh_device_config, lm_mesh_transport
   public :: lm_destroy, assignment(=), operator(==)
@@ -555,6 +627,11 @@ module localmap
   interface lm_reshard_plan_create
     module procedure plan_create_i8_, plan_create_i4_
   end interface
+  !> lm_reshard_entry(shape, dtype, src_placements, dst_placements): one reshard of a group
+  !> (shape: integer(c_int64_t) or integer(c_int32_t), Fortran order).
+  interface lm_reshard_entry
+    module procedure entry_i8_, entry_i4_
+  end interface
   interface lm_local
     module procedure lm_dist_tensor_local_view
   end interface
@@ -562,10 +639,10 @@ module localmap
     module procedure arg_dist_, arg_i8_, arg_i4_, arg_r8_, arg_ptr_, arg_dl_
   end interface
   interface lm_destroy
-    module procedure lm_mesh_destroy, lm_dist_tensor_destroy, lm_reshard_plan_destroy
+    module procedure lm_mesh_destroy, lm_dist_tensor_destroy, lm_reshard_plan_destroy, lm_reshard_group_destroy
   end interface
   interface assignment(=)
-    module procedure mesh_assign_, tensor_assign_, plan_assign_, request_assign_
+    module procedure mesh_assign_, tensor_assign_, plan_assign_, group_assign_, request_assign_
   end interface
   interface operator(==)
     module procedure dtype_eq_, placement_eq_
@@ -1806,7 +1883,8 @@ contains
     call done_(st, ierr, "lm_request_test")
   end subroutine
 
-  !> Completes a nonblocking reshard (lm_reshard_plan_start) and frees the request.
+  !> Completes a nonblocking reshard (lm_reshard_plan_start, lm_reshard_group_start) and frees the
+  !> request (one already complete, or never started, is a no-op).
   subroutine lm_request_wait(request, ierr)
     type(lm_request), intent(inout) :: request
     integer, intent(out), optional :: ierr
@@ -1907,6 +1985,270 @@ contains
     type(lm_reshard_plan), intent(in) :: rhs
     if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &
       error stop "localmap: a type(lm_reshard_plan) cannot be copied"
+  end subroutine
+
+  ! =============================================================================================
+  ! Grouped reshards
+  ! =============================================================================================
+  type(lm_reshard_entry) function entry_i8_(shape, dtype, src_placements, dst_placements) result(e)
+    integer(c_int64_t), intent(in) :: shape(:)
+    type(DLDataType), intent(in) :: dtype
+    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
+    allocate(e%shape, source=shape)
+    allocate(e%src_placements, source=src_placements)
+    allocate(e%dst_placements, source=dst_placements)
+    e%dtype = dtype
+  end function
+  type(lm_reshard_entry) function entry_i4_(shape, dtype, src_placements, dst_placements) result(e)
+    integer(c_int32_t), intent(in) :: shape(:)
+    type(DLDataType), intent(in) :: dtype
+    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
+    e = entry_i8_(int(shape, c_int64_t), dtype, src_placements, dst_placements)
+  end function
+
+  !> A grouped plan for the reshards entries(:) (lm_reshard_entry) from src_mesh to dst_mesh
+  !> (absent: src_mesh), created once and executed many times (lm_reshard_group_execute,
+  !> lm_reshard_group_start). Each step of an execution sends one message per peer carrying every
+  !> entry's bytes, not one round per tensor; the results are bit-identical to one
+  !> lm_reshard_plan per entry. bucket_bytes: the bound of a bucket in global bytes (absent or 0:
+  !> 64 MiB); entries are dealt in order into buckets, and one larger than the bound runs alone.
+  !> Local, like lm_reshard_plan_create; the entries are copied.
+  subroutine lm_reshard_group_create(group, src_mesh, entries, dst_mesh, bucket_bytes, ierr)
+    type(lm_reshard_group), intent(inout) :: group
+    type(lm_mesh), intent(in) :: src_mesh
+    type(lm_reshard_entry), intent(in) :: entries(:)
+    type(lm_mesh), intent(in), optional :: dst_mesh
+    integer(c_size_t), intent(in), optional :: bucket_bytes
+    integer, intent(out), optional :: ierr
+    type(lm_reshard_entry_t), allocatable, target :: cent(:)
+    integer(c_int64_t), allocatable, target :: cshape(:, :)
+    type(lm_placement_t), allocatable, target :: csrc(:, :), cdst(:, :)
+    type(lm_reshard_group_config_t), target :: cfg
+    type(c_ptr) :: p, dm, dcheck
+    integer(c_int) :: st
+    integer :: n, i, nd, mnd, mns, mdd
+    character(len=200) :: what
+    call lm_reshard_group_destroy(group)
+    n = size(entries)
+    st = LM_SUCCESS
+    dm = c_null_ptr
+    if (present(dst_mesh)) dm = dst_mesh%ptr
+    dcheck = src_mesh%ptr
+    if (present(dst_mesh)) dcheck = dm
+    cfg = lm_reshard_group_config_t(c_sizeof(cfg), LM_RESHARD_GROUP_CONFIG_VERSION, 0_c_size_t)
+    if (present(bucket_bytes)) then
+      if (bucket_bytes < 0) call bad_(st, "lm_reshard_group_create: bucket_bytes is negative")
+      cfg%bucket_bytes = bucket_bytes
+    end if
+    mnd = 1; mns = 1; mdd = 1
+    do i = 1, n
+      if (st /= LM_SUCCESS) exit
+      if (.not. (allocated(entries(i)%shape) .and. allocated(entries(i)%src_placements) .and. &
+                 allocated(entries(i)%dst_placements))) then
+        write(what, '(a,i0,a)') "lm_reshard_group_create: entries(", i, &
+          ") lacks its shape or placements (make it with lm_reshard_entry)"
+        call bad_(st, trim(what))
+        exit
+      end if
+      mnd = max(mnd, size(entries(i)%shape))
+      mns = max(mns, size(entries(i)%src_placements))
+      mdd = max(mdd, size(entries(i)%dst_placements))
+    end do
+    allocate(cent(max(n, 1)), cshape(mnd, max(n, 1)), csrc(mns, max(n, 1)), cdst(mdd, max(n, 1)))
+    ! Per entry: the C shape is the reversed Fortran shape, Shard dims count from the other end.
+    do i = 1, n
+      if (st /= LM_SUCCESS) exit
+      nd = size(entries(i)%shape)
+      write(what, '("lm_reshard_group_create: entries(",i0,")%src_placements")') i
+      call to_c_pl_(entries(i)%src_placements, nd, csrc(:, i), st, trim(what))
+      call check_npl_(src_mesh%ptr, size(entries(i)%src_placements), st, trim(what))
+      write(what, '("lm_reshard_group_create: entries(",i0,")%dst_placements")') i
+      if (st == LM_SUCCESS) call to_c_pl_(entries(i)%dst_placements, nd, cdst(:, i), st, trim(what))
+      call check_npl_(dcheck, size(entries(i)%dst_placements), st, trim(what))
+      if (nd > 0) cshape(1:nd, i) = reversed_(entries(i)%shape)
+      cent(i) = lm_reshard_entry_t(int(nd, c_int), c_loc(cshape(1, i)), entries(i)%dtype, c_loc(csrc(1, i)), &
+                                   c_loc(cdst(1, i)))
+    end do
+    if (st == LM_SUCCESS) then
+      st = lmc_reshard_group_create(p, src_mesh%ptr, dm, int(n, c_int), cent, c_loc(cfg))
+      call c_(st)
+      if (st == LM_SUCCESS) group%ptr = p
+    end if
+    call done_(st, ierr, "lm_reshard_group_create")
+  end subroutine
+
+  !> The C handles of x(:) and y(:), which must be as many.
+  subroutine pair_handles_(x, y, xs, ys, st, where)
+    type(lm_dist_tensor), intent(in) :: x(:), y(:)
+    type(c_ptr), allocatable, intent(out) :: xs(:), ys(:)
+    integer(c_int), intent(out) :: st
+    character(len=*), intent(in) :: where
+    character(len=160) :: msg
+    integer :: i
+    st = LM_SUCCESS
+    allocate(xs(max(size(x), 1)), ys(max(size(x), 1)))
+    xs = c_null_ptr
+    ys = c_null_ptr
+    if (size(x) /= size(y)) then
+      write(msg, '(a,": x has ",i0," tensors, y ",i0)') where, size(x), size(y)
+      call bad_(st, trim(msg))
+      return
+    end if
+    do i = 1, size(x)
+      xs(i) = x(i)%ptr
+      ys(i) = y(i)%ptr
+    end do
+  end subroutine
+
+  !> Zero-filled tensors y(:) laid out as the group's targets, on `device` (default: the host);
+  !> size(y) must be the group's number of entries. On failure y is left as it was. Local.
+  subroutine lm_reshard_group_alloc_targets(group, y, device, ierr)
+    type(lm_reshard_group), intent(in) :: group
+    type(lm_dist_tensor), intent(inout) :: y(:)
+    type(DLDevice), intent(in), optional :: device
+    integer, intent(out), optional :: ierr
+    type(DLDevice) :: dev
+    type(c_ptr) :: p(max(size(y), 1))
+    integer(c_int) :: st
+    integer :: i
+    dev = LM_CPU
+    if (present(device)) dev = device
+    p = c_null_ptr
+    st = lmc_reshard_group_alloc_targets(group%ptr, dev, int(size(y), c_int), p); call c_(st)
+    if (st == LM_SUCCESS) then
+      do i = 1, size(y)
+        call set_(y(i), p(i))
+      end do
+    end if
+    call done_(st, ierr, "lm_reshard_group_alloc_targets")
+  end subroutine
+
+  !> Runs the group: x(i) into y(i) for every entry (size(x) = size(y) = the group's number of
+  !> entries). Collective over the ranks of both meshes; one agreement covers the whole group. No
+  !> target may overlap another target or any source.
+  subroutine lm_reshard_group_execute(group, x, y, ierr)
+    type(lm_reshard_group), intent(in) :: group
+    type(lm_dist_tensor), intent(in) :: x(:)
+    type(lm_dist_tensor), intent(inout) :: y(:)
+    integer, intent(out), optional :: ierr
+    type(c_ptr), allocatable :: xs(:), ys(:)
+    integer(c_int) :: st
+    call pair_handles_(x, y, xs, ys, st, "lm_reshard_group_execute")
+    if (st == LM_SUCCESS) then
+      st = lmc_reshard_group_execute(group%ptr, int(size(x), c_int), xs, ys); call c_(st)
+    end if
+    call done_(st, ierr, "lm_reshard_group_execute")
+  end subroutine
+
+  !> Starts the group without waiting (complete it with lm_request_wait or lm_request_test); x and
+  !> y must not be touched until then, and a group has at most one request in flight.
+  subroutine lm_reshard_group_start(group, x, y, request, ierr)
+    type(lm_reshard_group), intent(in) :: group
+    type(lm_dist_tensor), intent(in) :: x(:)
+    type(lm_dist_tensor), intent(inout) :: y(:)
+    type(lm_request), intent(inout) :: request
+    integer, intent(out), optional :: ierr
+    type(c_ptr), allocatable :: xs(:), ys(:)
+    type(c_ptr) :: r
+    integer(c_int) :: st
+    call pair_handles_(x, y, xs, ys, st, "lm_reshard_group_start")
+    if (st == LM_SUCCESS) then
+      st = lmc_reshard_group_start(group%ptr, int(size(x), c_int), xs, ys, r); call c_(st)
+      if (st == LM_SUCCESS) request%ptr = r
+    end if
+    call done_(st, ierr, "lm_reshard_group_start")
+  end subroutine
+
+  !> The group's number of entries and of buckets (either may be absent). Local.
+  subroutine lm_reshard_group_size(group, n, buckets, ierr)
+    type(lm_reshard_group), intent(in) :: group
+    integer, intent(out), optional :: n, buckets
+    integer, intent(out), optional :: ierr
+    integer(c_int), target :: cn, cb
+    integer(c_int) :: st
+    cn = 0
+    cb = 0
+    st = lmc_reshard_group_size(group%ptr, c_loc(cn), c_loc(cb)); call c_(st)
+    if (present(n)) n = int(cn)
+    if (present(buckets)) buckets = int(cb)
+    call done_(st, ierr, "lm_reshard_group_size")
+  end subroutine
+
+  !> Local; a group with a request in flight must not be destroyed before it completes.
+  subroutine lm_reshard_group_destroy(group)
+    type(lm_reshard_group), intent(inout) :: group
+    integer(c_int) :: st
+    if (c_associated(group%ptr)) st = lmc_reshard_group_destroy(group%ptr)
+    group%ptr = c_null_ptr
+  end subroutine
+
+  subroutine group_final_(group)
+    type(lm_reshard_group), intent(inout) :: group
+    call lm_reshard_group_destroy(group)
+  end subroutine
+
+  subroutine group_assign_(lhs, rhs)
+    type(lm_reshard_group), intent(inout) :: lhs
+    type(lm_reshard_group), intent(in) :: rhs
+    if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &
+      error stop "localmap: a type(lm_reshard_group) cannot be copied"
+  end subroutine
+
+  !> y(j) = x(j) resharded to placements(:, j) on dst_mesh (absent: the tensors' mesh, which they
+  !> all share), for every j, as one group (lm_reshard_group_create, executed once). placements:
+  !> (mesh ndim, size(x)), column j in Fortran dims of x(j). Collective, like lm_reshard; on
+  !> failure no y(j) changes.
+  subroutine lm_reshard_many(y, x, placements, dst_mesh, ierr)
+    type(lm_dist_tensor), intent(inout) :: y(:)
+    type(lm_dist_tensor), intent(in) :: x(:)
+    type(lm_placement), intent(in) :: placements(:, :)
+    type(lm_mesh), intent(in), optional :: dst_mesh
+    integer, intent(out), optional :: ierr
+    type(lm_placement_t), allocatable, target :: cpl(:, :)
+    type(c_ptr), allocatable :: xs(:), out(:)
+    type(c_ptr), allocatable :: pp(:)
+    type(c_ptr) :: dm, m
+    integer(c_int) :: st, nd
+    integer :: n, j
+    character(len=160) :: msg
+    n = size(x)
+    st = LM_SUCCESS
+    dm = c_null_ptr
+    if (present(dst_mesh)) dm = dst_mesh%ptr
+    allocate(cpl(max(size(placements, 1), 1), max(n, 1)), xs(max(n, 1)), out(max(n, 1)), pp(max(n, 1)))
+    xs = c_null_ptr
+    out = c_null_ptr
+    pp = c_null_ptr
+    if (size(y) /= n .or. size(placements, 2) /= n) then
+      write(msg, '("lm_reshard_many: ",i0," tensors x, ",i0," y and ",i0," columns of placements")') &
+        n, size(y), size(placements, 2)
+      call bad_(st, trim(msg))
+    end if
+    do j = 1, n
+      if (st /= LM_SUCCESS) exit
+      xs(j) = x(j)%ptr
+      st = lmc_dist_tensor_ndim(x(j)%ptr, nd); call c_(st)
+      write(msg, '("lm_reshard_many: placements(:,",i0,")")') j
+      if (st == LM_SUCCESS) call to_c_pl_(placements(:, j), int(nd), cpl(:, j), st, trim(msg))
+      pp(j) = c_loc(cpl(1, j))
+    end do
+    ! One placement per dim of the target mesh (C reads that many).
+    if (st == LM_SUCCESS .and. n > 0) then
+      m = dm
+      if (.not. present(dst_mesh)) then
+        st = lmc_dist_tensor_mesh(x(1)%ptr, m); call c_(st)
+      end if
+      call check_npl_(m, size(placements, 1), st, "lm_reshard_many: placements")
+    end if
+    if (st == LM_SUCCESS) then
+      st = lmc_dist_tensor_reshard_many(int(n, c_int), xs, dm, pp, out); call c_(st)
+      if (st == LM_SUCCESS) then
+        do j = 1, n
+          call set_(y(j), out(j))
+        end do
+      end if
+    end if
+    call done_(st, ierr, "lm_reshard_many")
   end subroutine
 
   ! =============================================================================================

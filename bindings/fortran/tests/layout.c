@@ -22,6 +22,11 @@ int main(void) {
   SZ(lm_device_config_t); OFF(lm_device_config_t, size); OFF(lm_device_config_t, magic);
   OFF(lm_device_config_t, version); OFF(lm_device_config_t, stream); OFF(lm_device_config_t, alloc);
   OFF(lm_device_config_t, free); OFF(lm_device_config_t, alloc_ctx);
+  SZ(lm_reshard_entry_t); OFF(lm_reshard_entry_t, ndim); OFF(lm_reshard_entry_t, global_shape);
+  OFF(lm_reshard_entry_t, dtype); OFF(lm_reshard_entry_t, src_placements);
+  OFF(lm_reshard_entry_t, dst_placements);
+  SZ(lm_reshard_group_config_t); OFF(lm_reshard_group_config_t, size);
+  OFF(lm_reshard_group_config_t, version); OFF(lm_reshard_group_config_t, bucket_bytes);
   SZ(lm_arg_t); OFF(lm_arg_t, kind); OFF(lm_arg_t, reserved); OFF(lm_arg_t, i64); OFF(lm_arg_t, f64);
   OFF(lm_arg_t, ptr);
   K(LM_VERSION_CODE);
@@ -39,7 +44,7 @@ int main(void) {
   K(LM_ARG_NONE); K(LM_ARG_DIST_TENSOR); K(LM_ARG_TENSOR); K(LM_ARG_INT64); K(LM_ARG_DOUBLE);
   K(LM_ARG_POINTER); K(LM_ARG_MANAGED_TENSOR);
   K(LM_LOCAL_MAP_RESHARD_INPUTS); K(LM_LOCAL_MAP_NO_AGREE); K(LM_LOCAL_MAP_SHAPES_EVEN);
-  K(LM_MESH_CONFIG_MAGIC); K(LM_MESH_CONFIG_VERSION);
+  K(LM_MESH_CONFIG_MAGIC); K(LM_MESH_CONFIG_VERSION); K(LM_RESHARD_GROUP_CONFIG_VERSION);
   D(LM_FLOAT16); D(LM_BFLOAT16); D(LM_FLOAT32); D(LM_FLOAT64); D(LM_INT8); D(LM_INT16); D(LM_INT32);
   D(LM_INT64); D(LM_UINT8); D(LM_BOOL); D(LM_COMPLEX64); D(LM_COMPLEX128);
   printf("LM_CPU.device_type %d\nLM_CPU.device_id %d\n", (int)LM_CPU.device_type, LM_CPU.device_id);

@@ -14,6 +14,8 @@ program test_layout
   type(lm_mesh_config_t), target :: cfg
   type(lm_arg_t), target :: a
   type(lm_device_config_t), target :: dc
+  type(lm_reshard_entry_t), target :: re
+  type(lm_reshard_group_config_t), target :: gc
 
   call sz("DLDevice", c_sizeof(dev))
   call off("DLDevice", "device_type", c_loc(dev), c_loc(dev%device_type))
@@ -56,6 +58,16 @@ program test_layout
   call off("lm_device_config_t", "alloc", c_loc(dc), c_loc(dc%alloc))
   call off("lm_device_config_t", "free", c_loc(dc), c_loc(dc%free))
   call off("lm_device_config_t", "alloc_ctx", c_loc(dc), c_loc(dc%alloc_ctx))
+  call sz("lm_reshard_entry_t", c_sizeof(re))
+  call off("lm_reshard_entry_t", "ndim", c_loc(re), c_loc(re%ndim))
+  call off("lm_reshard_entry_t", "global_shape", c_loc(re), c_loc(re%global_shape))
+  call off("lm_reshard_entry_t", "dtype", c_loc(re), c_loc(re%dtype))
+  call off("lm_reshard_entry_t", "src_placements", c_loc(re), c_loc(re%src_placements))
+  call off("lm_reshard_entry_t", "dst_placements", c_loc(re), c_loc(re%dst_placements))
+  call sz("lm_reshard_group_config_t", c_sizeof(gc))
+  call off("lm_reshard_group_config_t", "size", c_loc(gc), c_loc(gc%size))
+  call off("lm_reshard_group_config_t", "version", c_loc(gc), c_loc(gc%version))
+  call off("lm_reshard_group_config_t", "bucket_bytes", c_loc(gc), c_loc(gc%bucket_bytes))
   call sz("lm_arg_t", c_sizeof(a))
   call off("lm_arg_t", "kind", c_loc(a), c_loc(a%kind))
   call off("lm_arg_t", "reserved", c_loc(a), c_loc(a%reserved))
@@ -93,6 +105,7 @@ program test_layout
   call k("LM_LOCAL_MAP_NO_AGREE", LM_LOCAL_MAP_NO_AGREE)
   call k("LM_LOCAL_MAP_SHAPES_EVEN", LM_LOCAL_MAP_SHAPES_EVEN)
   call k("LM_MESH_CONFIG_MAGIC", int(LM_MESH_CONFIG_MAGIC)); call k("LM_MESH_CONFIG_VERSION", int(LM_MESH_CONFIG_VERSION))
+  call k("LM_RESHARD_GROUP_CONFIG_VERSION", int(LM_RESHARD_GROUP_CONFIG_VERSION))
   call d("LM_FLOAT16", LM_FLOAT16); call d("LM_BFLOAT16", LM_BFLOAT16); call d("LM_FLOAT32", LM_FLOAT32)
   call d("LM_FLOAT64", LM_FLOAT64); call d("LM_INT8", LM_INT8); call d("LM_INT16", LM_INT16)
   call d("LM_INT32", LM_INT32); call d("LM_INT64", LM_INT64); call d("LM_UINT8", LM_UINT8)

@@ -28,6 +28,31 @@ contains
     deleted = .true.
   end subroutine
 
+  ! Whether two dist tensors' local shards have the same rank, dtype, shape and bytes.
+  logical function same_local(a, b)
+    type(lm_dist_tensor), intent(in) :: a, b
+    type(DLTensor) :: va, vb
+    integer(c_int64_t), pointer :: sa(:), sb(:)
+    integer(c_int8_t), pointer :: da(:), db(:)
+    integer(c_int64_t) :: nbytes
+    call lm_dist_tensor_local_view(a, va)
+    call lm_dist_tensor_local_view(b, vb)
+    same_local = va%ndim == vb%ndim .and. va%dtype == vb%dtype
+    if (.not. same_local) return
+    nbytes = iand(int(va%dtype%bits), 255) / 8
+    if (va%ndim > 0) then
+      call c_f_pointer(va%shape, sa, [va%ndim])
+      call c_f_pointer(vb%shape, sb, [vb%ndim])
+      same_local = all(sa == sb)
+      if (.not. same_local) return
+      nbytes = nbytes * product(sa)
+    end if
+    if (nbytes == 0) return
+    call c_f_pointer(va%data, da, [nbytes])
+    call c_f_pointer(vb%data, db, [nbytes])
+    same_local = all(da == db)
+  end function
+
   ! local_map function: sum of the shard times a double, the int + 1, the doubled shard; fails
   ! on the rank given as inputs(2) when inputs(4) is 1.
   function fn(user_data, mesh, nin, inputs, nout, outputs) bind(C) result(status)
@@ -162,6 +187,146 @@ subroutine mesh_with_mpi_f08_comm(rank, size)
     call lm_dist_tensor_global_shape(y, gs)
     call check(gs(1) == 6, "placeholder from_local on a non-member")
   end if
+end subroutine
+
+! Grouped reshards: a group of mixed entries (an uneven all-gather, a reduce-scatter, an
+! all-to-all, a rank-3 int32 tensor) gives what one lm_reshard per entry gives, blocking and
+! nonblocking, on one mesh and across meshes, one bucket and one per entry; lm_reshard_many;
+! argument errors.
+subroutine reshard_groups(rank, size)
+  use mpi_f08
+  use localmap
+  use checks
+  implicit none
+  integer, intent(in) :: rank, size
+  integer, parameter :: n = 4
+  type(lm_mesh) :: mesh, rev
+  type(lm_reshard_entry) :: e(n), bad(2)
+  type(lm_reshard_group) :: g, g2
+  type(lm_dist_tensor) :: x(n), y(n), ref(n), y2(n), ref2(n), many(n)
+  type(lm_request) :: req, req2
+  type(lm_placement) :: dst(1, n)
+  real(c_double) :: a1(7, 5), b2(9, 4), want2(9, 4)
+  real(c_float) :: a3(6, 10), b3(6, 10)
+  integer(c_int32_t) :: a4(4, 3, 5), b4(4, 3, 5)
+  real(c_double), pointer :: p(:, :)
+  integer :: i, j, r, ierr, entries, buckets
+  character(len=:), allocatable :: msg
+
+  call lm_mesh_create(mesh, MPI_COMM_WORLD, [size])
+  call lm_mesh_create(rev, MPI_COMM_WORLD, [size], ranks=[(size - 1 - i, i = 0, size - 1)])
+  a1 = reshape([(real(i, c_double), i = 1, 35)], [7, 5])
+  a3 = reshape([(real(i, c_float) / 4, i = 1, 60)], [6, 10])
+  a4 = reshape([(int(i - 30, c_int32_t), i = 1, 60)], [4, 3, 5])
+  e(1) = lm_reshard_entry([7_c_int64_t, 5_c_int64_t], LM_FLOAT64, [lm_shard(1)], [lm_replicate()])
+  e(2) = lm_reshard_entry([9_c_int64_t, 4_c_int64_t], LM_FLOAT64, [lm_partial(LM_REDUCE_SUM)], [lm_shard(1)])
+  e(3) = lm_reshard_entry([6, 10], LM_FLOAT32, [lm_shard(1)], [lm_shard(2)])
+  e(4) = lm_reshard_entry([4, 3, 5], LM_INT32, [lm_shard(3)], [lm_shard(1)])
+  call check(all(e(3)%shape == [6, 10]) .and. e(4)%dst_placements(1) == lm_shard(1), "lm_reshard_entry")
+  call lm_from_global(x(1), mesh, a1, e(1)%src_placements)
+  ! A Partial(sum) source: rank-dependent values; the sum over the ranks is want2.
+  call lm_zeros(x(2), mesh, e(2)%shape, LM_FLOAT64, e(2)%src_placements)
+  call lm_local(x(2), p)
+  want2 = 0
+  do j = 1, 4
+    do i = 1, 9
+      p(i, j) = val(i, j, rank)
+      do r = 0, size - 1
+        want2(i, j) = want2(i, j) + val(i, j, r)
+      end do
+    end do
+  end do
+  call lm_from_global(x(3), mesh, a3, e(3)%src_placements)
+  call lm_from_global(x(4), mesh, a4, e(4)%src_placements)
+  do i = 1, n
+    call lm_reshard(ref(i), x(i), e(i)%dst_placements)
+    call lm_reshard(ref2(i), x(i), e(i)%dst_placements, dst_mesh=rev)
+    dst(:, i) = e(i)%dst_placements
+  end do
+
+  ! Blocking, one bucket (the default bound), executed twice.
+  call lm_reshard_group_create(g, mesh, e)
+  call lm_reshard_group_size(g, entries, buckets)
+  call check(entries == n .and. buckets == 1, "group size: 4 entries in one bucket")
+  call lm_reshard_group_alloc_targets(g, y)
+  do r = 1, 2
+    call lm_reshard_group_execute(g, x, y)
+    do i = 1, n
+      call check(same_local(y(i), ref(i)), "group execute: an entry differs from its lm_reshard")
+    end do
+  end do
+  call lm_local(y(1), p)
+  call check(all(p == a1), "group: S(1) -> R")
+  b2 = 0
+  call lm_gather(y(2), b2)
+  call check(all(b2 == want2), "group: P(sum) -> S(1)")
+  b3 = 0
+  call lm_gather(y(3), b3)
+  call check(all(b3 == a3), "group: S(1) -> S(2)")
+  b4 = 0
+  call lm_gather(y(4), b4)
+  call check(all(b4 == a4), "group: rank 3, S(3) -> S(1)")
+
+  ! Nonblocking, to another mesh, every entry in its own bucket.
+  call lm_reshard_group_create(g2, mesh, e, dst_mesh=rev, bucket_bytes=1_c_size_t)
+  call lm_reshard_group_size(g2, buckets=buckets)
+  call check(buckets == n, "bucket_bytes = 1: one bucket per entry")
+  call lm_reshard_group_alloc_targets(g2, y2)
+  call lm_reshard_group_start(g2, x, y2, req)
+  call lm_request_wait(req)
+  call check(.not. c_associated(req%ptr), "the request is freed")
+  do i = 1, n
+    call check(same_local(y2(i), ref2(i)), "group start + wait across meshes: an entry differs")
+  end do
+
+  ! lm_reshard_many: one column of placements per tensor.
+  call lm_reshard_many(many, x, dst)
+  do i = 1, n
+    call check(same_local(many(i), ref(i)), "lm_reshard_many: a tensor differs from its lm_reshard")
+  end do
+
+  ! Errors: a status and a message; nothing changes.
+  call lm_reshard_group_execute(g, x(1:2), y(1:2), ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "n is 2") > 0, "2 tensors for a group of 4: " // msg)
+  call lm_reshard_group_execute(g, x, y(1:3), ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "x has 4 tensors, y 3") > 0, "x and y differ: " // msg)
+  call lm_reshard_group_alloc_targets(g, y(1:3), ierr=ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "alloc_targets of 3 for a group of 4")
+  call check(same_local(y(1), ref(1)), "a failed alloc_targets keeps y")
+  bad(1) = e(1)
+  bad(2) = lm_reshard_entry([9, 4], LM_FLOAT64, [lm_shard(3)], [lm_replicate()])
+  call lm_reshard_group_create(g2, mesh, bad, ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "entries(2)%src_placements(1): lm_shard(3)") > 0 &
+             .and. .not. c_associated(g2%ptr), "a bad entry: " // msg)
+  call lm_reshard_many(many(1:3), x, dst, ierr=ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "reshard_many: 3 outputs for 4 tensors")
+  call check(same_local(many(1), ref(1)), "a failed reshard_many keeps its outputs")
+  call lm_reshard_group_start(g, x, y, req)
+  if (c_associated(req%ptr)) then
+    call lm_reshard_group_start(g, x, y, req2, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "in flight") > 0, "a second start: " // msg)
+  end if
+  call lm_request_wait(req)
+  ! A group of no entries; destroy is local, NULL-safe, and a destroyed group is refused.
+  call lm_reshard_group_create(g2, mesh, e(1:0))
+  call lm_reshard_group_execute(g2, x(1:0), y(1:0))
+  call lm_reshard_group_size(g2, entries)
+  call check(entries == 0, "a group of no entries")
+  call lm_destroy(g)
+  call check(.not. c_associated(g%ptr), "destroy nulls the group")
+  call lm_destroy(g)
+  call lm_reshard_group_execute(g, x, y, ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "a destroyed group")
+  deallocate(msg)
+contains
+  real(c_double) function val(i, j, r)
+    integer, intent(in) :: i, j, r
+    val = real(mod(i * 7 + j * 13 + r * 17, 97) - 40, c_double) / 8
+  end function
 end subroutine
 
 program test_localmap
@@ -424,6 +589,7 @@ program test_localmap
   call lm_reshard_plan_execute(plan, x, y, ierr)
   call check(ierr == LM_ERR_INVALID_ARGUMENT, "plan of another dtype")
   call lm_destroy(plan)
+  call reshard_groups(rank, size)
 
   ! ---- local_map
   call lm_local_map(fn, [lm_arg(x), lm_arg(int(size - 1, c_int64_t)), lm_arg(0.5_c_double), lm_arg(0_c_int64_t)], &
