@@ -156,6 +156,7 @@ module localmap
     integer(c_size_t) :: size = 0
     integer(c_int) :: version = 0
     integer(c_size_t) :: bucket_bytes = 0
+    integer(c_size_t) :: alone_bytes = 0
   end type
   !> One argument or result of lm_local_map (kind: LM_ARG_*).
   type, bind(C), public :: lm_arg_t
@@ -2035,7 +2036,8 @@ contains
     if (present(dst_mesh)) dm = dst_mesh%ptr
     dcheck = src_mesh%ptr
     if (present(dst_mesh)) dcheck = dm
-    cfg = lm_reshard_group_config_t(c_sizeof(cfg), LM_RESHARD_GROUP_CONFIG_VERSION, 0_c_size_t)
+    cfg = lm_reshard_group_config_t(c_sizeof(cfg), LM_RESHARD_GROUP_CONFIG_VERSION, 0_c_size_t, &
+                                    0_c_size_t)
     if (present(bucket_bytes)) then
       if (bucket_bytes < 0) call bad_(st, "lm_reshard_group_create: bucket_bytes is negative")
       cfg%bucket_bytes = bucket_bytes

@@ -20,7 +20,8 @@ namespace {
 // The config's bounds (NULL: the defaults), into g.
 void apply_config(lm_reshard_group_s &g, const lm_reshard_group_config_t *c, const char *fn) {
   if (!c) return;
-  const size_t need = offsetof(lm_reshard_group_config_t, alone_bytes) + sizeof(size_t);
+  // The library reads the fields the caller's size covers (bucket_bytes at least).
+  const size_t need = offsetof(lm_reshard_group_config_t, bucket_bytes) + sizeof(size_t);
   LM_CHECK_ARG(c->size >= need, "%s: config->size is %zu, at least %zu expected (set it to "
                "sizeof(lm_reshard_group_config_t) or use LM_RESHARD_GROUP_CONFIG_INIT)", fn,
                c->size, need);
@@ -28,7 +29,8 @@ void apply_config(lm_reshard_group_s &g, const lm_reshard_group_config_t *c, con
                "%s: config->version is %d; this library knows versions 1..%d", fn, c->version,
                LM_RESHARD_GROUP_CONFIG_VERSION);
   if (c->bucket_bytes) g.bucket_bytes = c->bucket_bytes;
-  if (c->alone_bytes) g.alone_bytes = c->alone_bytes;
+  if (c->size >= offsetof(lm_reshard_group_config_t, alone_bytes) + sizeof(size_t) && c->alone_bytes)
+    g.alone_bytes = c->alone_bytes;
 }
 
 uint64_t mix(uint64_t h, uint64_t v) {

@@ -583,6 +583,49 @@ static void test_cross_union(void **state) {
   LM_CUDA_OK(cudaStreamDestroy(s2));
 }
 
+
+/* Grouped reshards of device tensors (entry by entry on the device path): S -> R and S -> S of
+ * one source, blocking and nonblocking, hold the source's values. */
+static void test_group(void **state) {
+  (void)state;
+  int np = lm_test_size();
+  lm_mesh_t m = make_mesh(0);
+  const int64_t n = 5 * (int64_t)np + 2;
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t src = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 1, &n, LM_INT32, lm_gpu_dev(), &S));
+  DLTensor v;
+  int64_t off[1] = {0};
+  LM_ASSERT_OK(lm_dist_tensor_local(src, &v));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(src, off, 1));
+  if (v.shape[0]) {
+    int32_t *h = malloc((size_t)v.shape[0] * 4);
+    for (int64_t i = 0; i < v.shape[0]; ++i) h[i] = 70 + (int32_t)(off[0] + i);
+    lm_gpu_copy_to(v.data, h, (size_t)v.shape[0] * 4);
+    free(h);
+  }
+  lm_reshard_entry_t e[2] = {{1, &n, LM_INT32, &S, &R}, {1, &n, LM_INT32, &S, &S}};
+  lm_reshard_group_t g = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 2, e, NULL));
+  lm_dist_tensor_t in[2] = {src, src}, out[2] = {NULL, NULL};
+  for (int nb = 0; nb < 2; ++nb) {
+    LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, lm_gpu_dev(), 2, out));
+    if (nb) {
+      lm_request_t r = NULL;
+      LM_ASSERT_OK_ALL(lm_reshard_group_start(g, 2, in, out, &r));
+      LM_ASSERT_OK_ALL(lm_request_wait(&r));
+    } else {
+      LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 2, in, out));
+    }
+    LM_ASSERT_ALL(shard_holds(out[0], n, 70, lm_gpu_stream) && shard_holds(out[1], n, 70, lm_gpu_stream));
+    for (int i = 0; i < 2; ++i) LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out[i]));
+  }
+  LM_ASSERT_OK_ALL(lm_reshard_group_destroy(&g));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+  LM_CUDA_OK(cudaDeviceSynchronize());
+}
+
 /* Issue 18: borrowed shards at the least alignment their borrow check allows (the component
  * size): complex128 at 8 mod 16, complex64 at 4 mod 8. The device box copies choose their
  * access width from the real alignment; a 16-byte (8-byte) load there faults the context on a
@@ -702,6 +745,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_directed),
     cmocka_unit_test(test_table),
     cmocka_unit_test(test_cross_union),
+    cmocka_unit_test(test_group),
     cmocka_unit_test(test_cross_stream_order),
     cmocka_unit_test(test_random),
 };

@@ -27,6 +27,7 @@ int main(void) {
   OFF(lm_reshard_entry_t, dst_placements);
   SZ(lm_reshard_group_config_t); OFF(lm_reshard_group_config_t, size);
   OFF(lm_reshard_group_config_t, version); OFF(lm_reshard_group_config_t, bucket_bytes);
+  OFF(lm_reshard_group_config_t, alone_bytes);
   SZ(lm_arg_t); OFF(lm_arg_t, kind); OFF(lm_arg_t, reserved); OFF(lm_arg_t, i64); OFF(lm_arg_t, f64);
   OFF(lm_arg_t, ptr);
   K(LM_VERSION_CODE);

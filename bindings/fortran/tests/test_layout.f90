@@ -68,6 +68,7 @@ program test_layout
   call off("lm_reshard_group_config_t", "size", c_loc(gc), c_loc(gc%size))
   call off("lm_reshard_group_config_t", "version", c_loc(gc), c_loc(gc%version))
   call off("lm_reshard_group_config_t", "bucket_bytes", c_loc(gc), c_loc(gc%bucket_bytes))
+  call off("lm_reshard_group_config_t", "alone_bytes", c_loc(gc), c_loc(gc%alone_bytes))
   call sz("lm_arg_t", c_sizeof(a))
   call off("lm_arg_t", "kind", c_loc(a), c_loc(a%kind))
   call off("lm_arg_t", "reserved", c_loc(a), c_loc(a%reserved))
