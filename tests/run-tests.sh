@@ -26,6 +26,9 @@
 #    again at the end ("never ran"). A program that skipped as a whole (exit 77) at some np and
 #    passed at another is settled the same way.
 #  - A test whose `// lm-test-np:` counts are all outside NPS is a counted SKIP too.
+#  - LM_ONLY_GPU_SKIPS=1 (CI's plain `make check`): any SKIP whose reason is not a GPU's fails
+#    the run. A GPU reason: a device test (tests/gpu/), or a reason naming GPU, CUDA, NCCL or a
+#    device (as a word).
 #  - Device tests (tests/gpu/) run where a GPU is expected: LM_EXPECT_GPU=0|1, decided here
 #    outside the library (the build's CUDA switch, then `nvidia-smi -L`; set it to override) and
 #    exported, so the CPU tests can pin lm_device_supported's answer. LM_EXPECT_GPU=0: each device
@@ -40,7 +43,7 @@
 # flags; see tools/lm-mpirun), LM_TEST_GPU_ONLY=1 (device tests only: make check-gpu),
 # LM_NCCL_SPLIT_HOSTS=1 (device tests run each rank with its own NCCL_HOSTID and
 # NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU), LM_EXPECT_GPU (above), LM_TEST_NODES=k
-# (simulated nodes: `make check-multinode`, tests/README.md).
+# (simulated nodes: `make check-multinode`, tests/README.md), LM_ONLY_GPU_SKIPS=1 (above).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,6 +63,7 @@ skipped=0
 napp=0
 failed_names=()
 skip_seen=()
+nongpu_skips=()
 declare -A skip_why=() ran_seen=()
 # What one program's runs left to settle once all its np have run (settle, below): its whole-run
 # skips ("label<TAB>np<TAB>reason"), its tests' skips ("label/test<TAB>np<TAB>reason"), the np at
@@ -67,6 +71,8 @@ declare -A skip_why=() ran_seen=()
 pend_prog=()
 pend_test=()
 pass_nps=""
+IN_GPU_DIR=0
+ONLY_GPU_SKIPS=${LM_ONLY_GPU_SKIPS:-0}
 GPU_ONLY=${LM_TEST_GPU_ONLY:-0}
 FILTERS=("$@")
 
@@ -146,10 +152,18 @@ pend_tests_of() {
   done < <(grep -a '^LM-SKIP-TEST: ' "$3")
 }
 
-# count_skip WHAT REASON: one counted SKIP line.
+# is_gpu_reason REASON: a skip for want of a GPU (the word GPU, CUDA, NCCL or device).
+is_gpu_reason() {
+  [ "$IN_GPU_DIR" = 1 ] && return 0
+  echo "$1" | grep -Eiq '(^|[^A-Za-z0-9_])(GPUs?|CUDA|NCCL|devices?)([^A-Za-z0-9_]|$)'
+}
+
+# count_skip WHAT REASON: one counted SKIP line; a reason that is not a GPU's is kept for the
+# LM_ONLY_GPU_SKIPS gate.
 count_skip() {
   echo "SKIP $1 ($2)"
   skipped=$((skipped + 1))
+  is_gpu_reason "$2" || nongpu_skips+=("$1 ($2)")
 }
 
 # skip_unit LABEL REASON: a unit that does not run here, counted.
@@ -268,6 +282,13 @@ if [ -n "$gpu_error" ]; then
   failed=$((failed + 1))
   failed_names+=("(LM_EXPECT_GPU)")
 fi
+case $ONLY_GPU_SKIPS in
+  0) ;;
+  1) echo "== LM_ONLY_GPU_SKIPS=1: a SKIP for any reason but a GPU fails the run" ;;
+  *) echo "FAIL (setup) LM_ONLY_GPU_SKIPS must be 0 or 1 (got '$ONLY_GPU_SKIPS')"
+     failed=$((failed + 1))
+     failed_names+=("(LM_ONLY_GPU_SKIPS)") ;;
+esac
 
 # 1. unit tests: once, directly.
 for src in tests/unit_*.cpp; do
@@ -337,6 +358,7 @@ for src in tests/script_*.sh; do
 done
 
 # 5. device tests: tests/gpu/test_*.c, built in CUDA builds; run where a GPU is expected.
+IN_GPU_DIR=1
 for src in tests/gpu/test_*.c; do
   [ -e "$src" ] || continue
   name=$(basename "$src" .c)
@@ -359,6 +381,7 @@ for src in tests/gpu/test_*.c; do
   done
   settle
 done
+IN_GPU_DIR=0
 
 # Tests skipped at every np they had in this run: say so once more, at the end.
 never=()
@@ -372,6 +395,14 @@ if [ ${#never[@]} -gt 0 ]; then
   for t in "${never[@]}"; do echo "   $t: ${skip_why[$t]}"; done
 fi
 [ $napp -eq 0 ] || echo "== n/a: $napp test(s) or program(s) not applicable at some np, run at another np of this run (not skips)"
+
+# LM_ONLY_GPU_SKIPS=1: a skip for anything but a GPU fails the run.
+if [ "$ONLY_GPU_SKIPS" = 1 ] && [ ${#nongpu_skips[@]} -gt 0 ]; then
+  echo "FAIL (LM_ONLY_GPU_SKIPS=1) ${#nongpu_skips[@]} skip(s) for a reason other than a GPU:"
+  printf '   %s\n' "${nongpu_skips[@]}"
+  failed=$((failed + 1))
+  failed_names+=("(LM_ONLY_GPU_SKIPS=1: ${#nongpu_skips[@]} non-GPU skip(s))")
+fi
 
 if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed + skipped)) -eq 0 ]; then
   echo "no test, unit test or listed example matches: ${FILTERS[*]}"
