@@ -19,10 +19,16 @@
 #    lm_skip). Exit status 77 without that line is a FAIL (a test program's exit status is its
 #    failure count), and so is the line with any other status.
 #  - A test inside a program that skipped (lm_test_skip, or CMocka's skip()) prints
-#    "LM-SKIP-TEST: <test>: <reason>": each is its own SKIP line "name/test np=N (reason)",
-#    counted, next to the PASS of the rest; tests skipped at every np of this run are listed at
-#    the end ("never ran").
+#    "LM-SKIP-TEST: <test>: <reason>". Once every np of the program has run, each such test is
+#    settled: one that ran (passed) at another np of this run is "n/a" there, not a skip (one
+#    line "n/a name/test np=1,2 (reason; ran at np 8)", counted apart from the skips); one that
+#    ran at no np of this run is one counted SKIP line "name/test np=1,2 (reason)", and is listed
+#    again at the end ("never ran"). A program that skipped as a whole (exit 77) at some np and
+#    passed at another is settled the same way.
 #  - A test whose `// lm-test-np:` counts are all outside NPS is a counted SKIP too.
+#  - LM_ONLY_GPU_SKIPS=1 (CI's plain `make check`): any SKIP whose reason is not a GPU's fails
+#    the run. A GPU reason: a device test (tests/gpu/), or a reason naming GPU, CUDA, NCCL or a
+#    device (as a word).
 #  - Device tests (tests/gpu/) run where a GPU is expected: LM_EXPECT_GPU=0|1, decided here
 #    outside the library (the build's CUDA switch, then `nvidia-smi -L`; set it to override) and
 #    exported, so the CPU tests can pin lm_device_supported's answer. LM_EXPECT_GPU=0: each device
@@ -37,7 +43,7 @@
 # flags; see tools/lm-mpirun), LM_TEST_GPU_ONLY=1 (device tests only: make check-gpu),
 # LM_NCCL_SPLIT_HOSTS=1 (device tests run each rank with its own NCCL_HOSTID and
 # NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU), LM_EXPECT_GPU (above), LM_TEST_NODES=k
-# (simulated nodes: `make check-multinode`, tests/README.md).
+# (simulated nodes: `make check-multinode`, tests/README.md), LM_ONLY_GPU_SKIPS=1 (above).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,9 +60,19 @@ mkdir -p "$LOGDIR"
 passed=0
 failed=0
 skipped=0
+napp=0
 failed_names=()
 skip_seen=()
+nongpu_skips=()
 declare -A skip_why=() ran_seen=()
+# What one program's runs left to settle once all its np have run (settle, below): its whole-run
+# skips ("label<TAB>np<TAB>reason"), its tests' skips ("label/test<TAB>np<TAB>reason"), the np at
+# which it passed.
+pend_prog=()
+pend_test=()
+pass_nps=""
+IN_GPU_DIR=0
+ONLY_GPU_SKIPS=${LM_ONLY_GPU_SKIPS:-0}
 GPU_ONLY=${LM_TEST_GPU_ONLY:-0}
 FILTERS=("$@")
 
@@ -76,7 +92,7 @@ RUN_KIND=program
 # run_one LABEL NP COMMAND...
 run_one() {
   local label=$1 np=$2; shift 2
-  local log="$LOGDIR/$label.np$np.log" t0 t1 secs rc reason marker nskip=0 line tname twhy note=""
+  local log="$LOGDIR/$label.np$np.log" t0 t1 secs rc reason marker nskip=0 line note=""
   t0=$(now)
   timeout -k 5 "$TIMEOUT" "$@" </dev/null >"$log" 2>&1
   rc=$?
@@ -85,29 +101,28 @@ run_one() {
   marker=$(grep -m 1 -a '^LM-SKIP: ' "$log" | sed 's/^LM-SKIP: *//')
   reason=""
   if [ $rc -eq 77 ] && [ -n "$marker" ]; then
-    echo "SKIP $label np=$np ($marker)"
-    skipped=$((skipped + 1))
+    # Settled with the program's other np (settle): a skip, or n/a where it passed at another.
+    pend_prog+=("$label"$'\t'"$np"$'\t'"$marker")
+    if [ "$RUN_KIND" != script ]; then
+      pend_tests_of "$label" "$np" "$log"
+      echo "  (skipped at np=$np: $marker; settled below)"
+    fi
     return
   elif [ $rc -eq 77 ]; then
     reason="exit status 77 without an LM-SKIP line: a failure count, not a skip"
   elif [ $rc -eq 0 ] && [ -n "$marker" ] && [ "$RUN_KIND" != script ]; then
     reason="printed LM-SKIP ($marker) but exited 0"
   elif [ $rc -eq 0 ]; then
-    # Tests skipped inside the program: each one a counted SKIP with its reason. (Not for the
-    # script tests: the programs they run in their modes report to the script, which judges.)
-    [ "$RUN_KIND" = script ] || while IFS= read -r line; do
-      line=${line#LM-SKIP-TEST: }
-      tname=${line%%: *}
-      twhy=${line#*: }
-      echo "SKIP $label/$tname np=$np ($twhy)"
-      skipped=$((skipped + 1))
-      nskip=$((nskip + 1))
-      skip_seen+=("$label/$tname")
-      skip_why["$label/$tname"]=$twhy
-    done < <(grep -a '^LM-SKIP-TEST: ' "$log")
-    while IFS= read -r line; do ran_seen["$label/$line"]=1; done \
-      < <(sed -n 's/^\[       OK \] \([A-Za-z0-9_]*\)$/\1/p' "$log")
-    [ $nskip -gt 0 ] && note="; $nskip test(s) skipped, above"
+    # Tests skipped inside the program: settled with the program's other np (settle). (Not for
+    # the script tests: the programs they run in their modes report to the script, which judges.)
+    if [ "$RUN_KIND" != script ]; then
+      pend_tests_of "$label" "$np" "$log"
+      nskip=$pend_added
+      while IFS= read -r line; do ran_seen["$label/$line"]+=" $np"; done \
+        < <(sed -n 's/^\[       OK \] \([A-Za-z0-9_]*\)$/\1/p' "$log")
+    fi
+    [ "$nskip" -gt 0 ] && note="; $nskip test(s) skipped here, settled below"
+    pass_nps="$pass_nps $np"
     echo "PASS $label np=$np (${secs}s$note)"
     passed=$((passed + 1))
     return
@@ -124,10 +139,98 @@ run_one() {
   failed_names+=("$label np=$np")
 }
 
-# skip_unit LABEL REASON: a unit that does not run here, counted.
-skip_unit() {
+# pend_tests_of LABEL NP LOG: the tests the run skipped inside the program (LM-SKIP-TEST lines),
+# kept for settle; pend_added says how many.
+pend_tests_of() {
+  local line tname
+  pend_added=0
+  while IFS= read -r line; do
+    line=${line#LM-SKIP-TEST: }
+    tname=${line%%: *}
+    pend_test+=("$1/$tname"$'\t'"$2"$'\t'"${line#*: }")
+    pend_added=$((pend_added + 1))
+  done < <(grep -a '^LM-SKIP-TEST: ' "$3")
+}
+
+# is_gpu_reason REASON: a skip for want of a GPU (the word GPU, CUDA, NCCL or device).
+is_gpu_reason() {
+  [ "$IN_GPU_DIR" = 1 ] && return 0
+  echo "$1" | grep -Eiq '(^|[^A-Za-z0-9_])(GPUs?|CUDA|NCCL|devices?)([^A-Za-z0-9_]|$)'
+}
+
+# count_skip WHAT REASON: one counted SKIP line; a reason that is not a GPU's is kept for the
+# LM_ONLY_GPU_SKIPS gate.
+count_skip() {
   echo "SKIP $1 ($2)"
   skipped=$((skipped + 1))
+  is_gpu_reason "$2" || nongpu_skips+=("$1 ($2)")
+}
+
+# skip_unit LABEL REASON: a unit that does not run here, counted.
+skip_unit() {
+  count_skip "$1" "$2"
+  skip_seen+=("$1")
+  skip_why["$1"]=$2
+}
+
+# csv " 1 2 8": "1,2,8".
+csv() { local v=${1# }; echo "${v// /,}"; }
+
+# settle_group KIND: the entries of pend_prog (KIND prog) or pend_test (KIND test), grouped by
+# name in order: "name<TAB>np,np<TAB>reason" lines, the reason of the first np (of several, less
+# its own " (np N)" ending).
+settle_group() {
+  local -n arr=pend_$1
+  [ ${#arr[@]} -gt 0 ] || return 0
+  printf '%s\n' "${arr[@]}" | awk -F'\t' '
+    !($1 in nps) {
+      order[++n] = $1; why[$1] = $3; nps[$1] = $2; k[$1] = 1
+      end = " (np " $2 ")"; short[$1] = $3
+      if (length($3) > length(end) && substr($3, length($3) - length(end) + 1) == end)
+        short[$1] = substr($3, 1, length($3) - length(end))
+      next
+    }
+    { nps[$1] = nps[$1] "," $2; ++k[$1] }
+    END {
+      for (i = 1; i <= n; ++i) {
+        t = order[i]
+        print t "\t" nps[t] "\t" (k[t] > 1 ? short[t] : why[t])
+      }
+    }'
+}
+
+# settle: once every np of one program has run. Where it passed at some np, its whole-run skips
+# at other np are n/a (not applicable there), and so is each test it skipped at one np and ran
+# (passed) at another; a test that ran at no np of this run is a counted SKIP. A program that
+# passed at no np: each whole-run skip is a counted SKIP.
+settle() {
+  local name nps why
+  if [ -n "$pass_nps" ]; then
+    while IFS=$'\t' read -r name nps why; do
+      echo "n/a  $name np=$nps ($why; it passed at np $(csv "$pass_nps"))"
+      napp=$((napp + 1))
+    done < <(settle_group prog)
+    while IFS=$'\t' read -r name nps why; do
+      if [ -n "${ran_seen[$name]:-}" ]; then
+        echo "n/a  $name np=$nps ($why; ran at np $(csv "${ran_seen[$name]}"))"
+        napp=$((napp + 1))
+      else
+        count_skip "$name np=$nps" "$why"
+        skip_seen+=("$name")
+        skip_why["$name"]=$why
+      fi
+    done < <(settle_group test)
+  else
+    # (the tests of a program that skipped as a whole are in its reason: not counted again)
+    while IFS=$'\t' read -r name nps why; do
+      count_skip "$name np=$nps" "$why"
+      skip_seen+=("$name")
+      skip_why["$name"]=$why
+    done < <(settle_group prog)
+  fi
+  pend_prog=()
+  pend_test=()
+  pass_nps=""
 }
 
 # A test's own `// lm-test-np:` counts (empty: none given).
@@ -179,6 +282,13 @@ if [ -n "$gpu_error" ]; then
   failed=$((failed + 1))
   failed_names+=("(LM_EXPECT_GPU)")
 fi
+case $ONLY_GPU_SKIPS in
+  0) ;;
+  1) echo "== LM_ONLY_GPU_SKIPS=1: a SKIP for any reason but a GPU fails the run" ;;
+  *) echo "FAIL (setup) LM_ONLY_GPU_SKIPS must be 0 or 1 (got '$ONLY_GPU_SKIPS')"
+     failed=$((failed + 1))
+     failed_names+=("(LM_ONLY_GPU_SKIPS)") ;;
+esac
 
 # 1. unit tests: once, directly.
 for src in tests/unit_*.cpp; do
@@ -198,6 +308,7 @@ for src in tests/unit_*.cpp; do
   else
     run_one "$name" 1 "$bin"
   fi
+  settle
 done
 
 # 2. MPI tests: under mpirun at each np.
@@ -215,6 +326,7 @@ for src in tests/test_*.c tests/test_*.cpp; do
   for np in $nps; do
     run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin"
   done
+  settle
 done
 
 # 3. examples listed in tests/examples.list: <name> <np,list|-> [args...]
@@ -231,6 +343,7 @@ if [ -f tests/examples.list ] && [ "$GPU_ONLY" != 1 ]; then
       # shellcheck disable=SC2086
       run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin" $args
     done
+    settle
   done < tests/examples.list
 fi
 
@@ -241,9 +354,11 @@ for src in tests/script_*.sh; do
   name=$(basename "$src" .sh)
   selected "$name" || continue
   RUN_KIND=script run_one "$name" 1 env BUILD="$BUILD" bash "$src"
+  settle
 done
 
 # 5. device tests: tests/gpu/test_*.c, built in CUDA builds; run where a GPU is expected.
+IN_GPU_DIR=1
 for src in tests/gpu/test_*.c; do
   [ -e "$src" ] || continue
   name=$(basename "$src" .c)
@@ -264,7 +379,9 @@ for src in tests/gpu/test_*.c; do
       run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin"
     fi
   done
+  settle
 done
+IN_GPU_DIR=0
 
 # Tests skipped at every np they had in this run: say so once more, at the end.
 never=()
@@ -276,6 +393,15 @@ done
 if [ ${#never[@]} -gt 0 ]; then
   echo "== never ran in this run (skipped at every np of it):"
   for t in "${never[@]}"; do echo "   $t: ${skip_why[$t]}"; done
+fi
+[ $napp -eq 0 ] || echo "== n/a: $napp test(s) or program(s) not applicable at some np, run at another np of this run (not skips)"
+
+# LM_ONLY_GPU_SKIPS=1: a skip for anything but a GPU fails the run.
+if [ "$ONLY_GPU_SKIPS" = 1 ] && [ ${#nongpu_skips[@]} -gt 0 ]; then
+  echo "FAIL (LM_ONLY_GPU_SKIPS=1) ${#nongpu_skips[@]} skip(s) for a reason other than a GPU:"
+  printf '   %s\n' "${nongpu_skips[@]}"
+  failed=$((failed + 1))
+  failed_names+=("(LM_ONLY_GPU_SKIPS=1: ${#nongpu_skips[@]} non-GPU skip(s))")
 fi
 
 if [ ${#FILTERS[@]} -gt 0 ] && [ $((passed + failed + skipped)) -eq 0 ]; then

@@ -24,8 +24,10 @@ python-venv: $(PY_VENV)/.stamp
 $(PY_VENV)/.stamp:
 	sh tools/python-venv.sh $(PYTHON) $(PY_VENV) $(PY_PIP_PACKAGES)
 
+# After deps (order-only): under `make -j check` the venv must not be tried before ensure-deps.sh
+# --check has installed python3-venv.
 check: python-venv-auto
-python-venv-auto:
+python-venv-auto: | deps
 	@if [ ! -f build/python-venv/.stamp ]; then sh tools/python-venv.sh --auto $(PYTHON) $(PY_VENV) $(PY_PIP_PACKAGES); fi
 
 python-check: lib $(BUILD)/examples/demo
