@@ -13,6 +13,7 @@
 #include "mem/cuda.hpp"
 #include "transport/mpi/mpi.hpp"
 #include "transport/node/board_exchange.hpp"
+#include "transport/node/node_local.hpp"
 
 #ifdef LM_WITH_CUDA
 #include <cuda_runtime.h>
@@ -91,6 +92,10 @@ int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, s
 std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
                                                      const AgreeComm *ac) {
   return board_exchange_for(s, comm, ac);
+}
+
+bool select_node_local_route(const std::vector<int> &node, int peer, size_t bytes) {
+  return takes_node_local(node, peer, bytes);
 }
 
 }  // namespace lm

@@ -7,12 +7,15 @@
 //   - choose_device_transport: whether device data of a set of ranks can go over NCCL (every rank
 //     has its own GPU) or is staged through host memory, and why;
 //   - select_fused_exchange: whether a blocking execution can move its data inside its agreement
-//     round (the board exchange).
+//     round (the board exchange);
+//   - select_node_local_route: whether one host message takes the node-local path (the rule the
+//     MPI transport applies, for those that report routes: lm_reshard_plan_info).
 // Nothing outside src/transport/ names a transport type.
 #pragma once
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,5 +58,10 @@ int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, s
 // Depends on the plan and agreed settings alone: every rank with the same plan decides alike.
 std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
                                                      const AgreeComm *ac);
+
+// Whether a blocking host message of `bytes` to `peer` goes through the node-local provider
+// rather than over MPI (node: the sorted node_peers of the plan's communicator, comm/node.hpp):
+// the MPI transport's own rule (transport/node/node_local.hpp, takes_node_local).
+bool select_node_local_route(const std::vector<int> &node, int peer, size_t bytes);
 
 }  // namespace lm
