@@ -96,6 +96,10 @@ struct Values {
       if (parse_setting((Setting)i, raw, &x)) {
         x.from_env = true;
         v[i] = x;
+        if (x.clamped)
+          std::fprintf(stderr, "localmap: %s=%s is outside [%llu, %llu]; using %llu\n", info.name,
+                       raw, (unsigned long long)info.lo, (unsigned long long)info.hi,
+                       (unsigned long long)x.u);
       } else {
         std::fprintf(stderr, "localmap: %s=%s is not %s; using the default %s\n", info.name, raw,
                      describe_type(info).c_str(), info.dflt[0] ? info.dflt : "(empty)");
@@ -194,6 +198,7 @@ bool parse_setting(Setting s, const char *raw, SettingValue *out) {
   switch (i.type) {
     case SettingType::Bytes:
       if (!parse_bytes(raw, &v.u)) return false;
+      v.clamped = v.u < i.lo || v.u > i.hi;
       v.u = v.u < i.lo ? i.lo : v.u > i.hi ? i.hi : v.u;
       break;
     case SettingType::Bool: {
