@@ -41,7 +41,8 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,
      "deadline in seconds of every collective call (0: wait for ever)"},
     {"LM_NCCL_TIMEOUT", SettingType::Seconds, "300", false, Audience::User, 0, 0, nullptr,
-     "deadline in seconds of NCCL communicator creation and teardown"},
+     "deadline in seconds of NCCL communicator creation, enqueuing and teardown (LM_TIMEOUT, "
+     "when earlier, bounds the first two)"},
     {"LM_POOL_BYTES", SettingType::Bytes, "1G", false, Audience::User, 0, kMax, nullptr,
      "bytes of freed buffers the buffer pool keeps for reuse (0: none)"},
     {"LM_NODE_ARENA_BYTES", SettingType::Bytes, "256G", false, Audience::Expert, 0, kMax, nullptr,
