@@ -136,7 +136,7 @@ def main():
                     uses.setdefault(u, set()).add(tu)
         for units in reversed(LEVELS):
             for u in units:
-                below = sorted(uses.get(u, ()), key=lambda x: -LEVEL.get(x, -1))
+                below = sorted(uses.get(u, ()), key=lambda x: (-LEVEL.get(x, -1), x))
                 print(f"  {u:18} -> {', '.join(below) if below else '(nothing)'}")
     for e in errors:
         print(e)
