@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Layers only point down (docs/DESIGN.md, "Layers"): tools/check-layers.py fails on an include of
 # src/ that points up or across, on MPI/CUDA/NCCL headers reached by the planner or the layout
-# math, and on a transport type named outside src/transport/.
+# math, and on a transport type, a node-local internal or an include of transport/mpi/, nccl/ or
+# node/ outside src/transport/ (the rest of the library goes through transport/select.hpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(command -v python3 || true)

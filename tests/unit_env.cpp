@@ -2,9 +2,15 @@
 // unit_env: the parsers of the settings table (src/common/settings.hpp): byte counts with binary
 // suffixes, booleans, seconds, bounded integers, choices. A value that is not valid is refused
 // (the library then warns once and keeps the default) instead of being read as something else:
-// atoi("two") == 0 once turned every check off, and LM_POOL_BYTES=1G once meant one byte. No MPI.
+// atoi("two") == 0 once turned every check off, and LM_POOL_BYTES=1G once meant one byte. A byte
+// count outside its bounds is clamped with one warning naming the variable and the value used
+// (test_clamp_warning: the process's settings, read once). No MPI.
 // Prints "<N> passed, <N> failed" last and exits nonzero on any failure.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "common/settings.hpp"
 #include "unit_check.hpp"
@@ -71,9 +77,12 @@ void test_int() {
 // Each setting's own parse: bounds clamp byte counts, refuse integers and choices outside.
 void test_settings() {
   lm::SettingValue v;
-  CHECK(lm::parse_setting(lm::Setting::StagingBytes, "1", &v) && v.u == 256);  // clamped up
-  CHECK(lm::parse_setting(lm::Setting::StagingBytes, "8G", &v) && v.u == (uint64_t)1 << 30);
-  CHECK(lm::parse_setting(lm::Setting::StagingBytes, "512K", &v) && v.u == 512 << 10);
+  CHECK(lm::parse_setting(lm::Setting::StagingBytes, "1", &v) && v.u == 256 && v.clamped);
+  CHECK(lm::parse_setting(lm::Setting::StagingBytes, "8G", &v) && v.u == (uint64_t)1 << 30 &&
+        v.clamped);
+  CHECK(lm::parse_setting(lm::Setting::StagingBytes, "512K", &v) && v.u == 512 << 10 &&
+        !v.clamped);
+  CHECK(lm::parse_setting(lm::Setting::StagingBytes, "256", &v) && v.u == 256 && !v.clamped);
   CHECK(lm::parse_setting(lm::Setting::BoardExchangeBytes, "4M", &v) && v.u == 1 << 20);
   CHECK(lm::parse_setting(lm::Setting::NodeLocalMinBytes, "0", &v) && v.u == 1);
   CHECK(lm::parse_setting(lm::Setting::PoolBytes, "1G", &v) && v.u == (uint64_t)1 << 30);
@@ -95,9 +104,47 @@ void test_settings() {
   CHECK(lm::setting_format(lm::Setting::Transport, lm::kTransportMpi) == "mpi");
 }
 
+// The process's settings (read on the first setting() call, so before any other): an
+// out-of-range size is clamped with one warning on stderr naming the variable, its value and the
+// value used; reading it again warns no more.
+void test_clamp_warning() {
+  setenv("LM_STAGING_BYTES", "100", 1);
+  std::fflush(stderr);
+  char path[] = "/tmp/unit_env_XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  const int saved = dup(2);
+  dup2(fd, 2);
+  const uint64_t first = lm::setting_u(lm::Setting::StagingBytes);
+  const uint64_t again = lm::setting_u(lm::Setting::StagingBytes);
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::string err;
+  char buf[4096];
+  ssize_t n;
+  lseek(fd, 0, SEEK_SET);
+  while ((n = read(fd, buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
+  close(fd);
+  unlink(path);
+  CHECK(first == 256 && again == 256);
+  CHECK(lm::setting(lm::Setting::StagingBytes).from_env);
+  const std::string want =
+      "localmap: LM_STAGING_BYTES=100 is outside [256, 1073741824]; using 256\n";
+  size_t count = 0;
+  for (size_t at = err.find("LM_STAGING_BYTES"); at != std::string::npos;
+       at = err.find("LM_STAGING_BYTES", at + 1))
+    ++count;
+  CHECK(count == 1);  // one warning, not one per read
+  CHECK(err.find(want) != std::string::npos);
+  if (err.find(want) == std::string::npos) std::fprintf(stderr, "stderr was: %s\n", err.c_str());
+}
+
 }  // namespace
 
 int main() {
+  test_clamp_warning();  // first: the settings are read once, on the first setting() call
   test_bytes();
   test_bool();
   test_seconds();

@@ -9,8 +9,11 @@ Also checked:
   - the planner and the layout math (src/plan, src/layout) and common/ reach no <mpi.h>, CUDA or
     NCCL header, directly or through the project's headers (common/mpi.hpp is the one exception
     in common/, and nothing in layout/ or plan/ may include it);
-  - no transport type (MpiTransport, NcclTransport, BoardExchange) and no dynamic_cast to a
-    transport appears outside src/transport/.
+  - no transport type (MpiTransport, NcclTransport, BoardExchange, NcclComm), no node-local
+    internal (takes_node_local, the Region copies, cma/mapped copies, the board exchange's
+    factory), no dynamic_cast to a transport and no include of a transport's own folder
+    (transport/mpi/, transport/nccl/, transport/node/) appears outside src/transport/: the rest
+    of the library reaches them through transport/select.hpp only.
 Prints each violation as "file:line: message" and exits 1 when there is one.
 Usage: tools/check-layers.py [--graph] [SRC_DIR]   (default: src next to this script)
   --graph: print, top layer first, the layers each layer's files include (the picture of
@@ -41,7 +44,11 @@ LEVEL = {u: i for i, units in enumerate(LEVELS) for u in units}
 PURE = ("layout", "plan")                # no MPI, no CUDA, no NCCL, even transitively
 SYSTEM_FORBIDDEN = re.compile(r"^(mpi\.h|cuda[a-z_]*\.h|nccl\.h|driver_types\.h)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
-TRANSPORT_TYPES = re.compile(r"\b(MpiTransport|NcclTransport|BoardExchange)\b|dynamic_cast\s*<[^>]*Transport")
+TRANSPORT_TYPES = re.compile(
+    r"\b(MpiTransport|NcclTransport|BoardExchange|NcclComm|takes_node_local|board_exchange_for|"
+    r"cma_copy|mapped_copy|receiver_copy|sender_push|region_describe|region_runs|region_in_arena)\b"
+    r"|dynamic_cast\s*<[^>]*Transport"
+    r"|^\s*#\s*include\s*[<\"]transport/(mpi|nccl|node)/")
 
 
 def unit_of(rel):
@@ -92,7 +99,8 @@ def main():
                 elif SYSTEM_FORBIDDEN.match(os.path.basename(target)):
                     graph[rel].append((no, target, "system"))
             if u is not None and not u.startswith("transport") and TRANSPORT_TYPES.search(line):
-                errors.append(f"{src}/{rel}:{no}: a transport type outside src/transport/: "
+                errors.append(f"{src}/{rel}:{no}: a transport type or internal outside "
+                              f"src/transport/ (reach it through transport/select.hpp): "
                               f"{line.strip()}")
     # Transitive: what system headers a file reaches through project headers.
     memo = {}
@@ -128,7 +136,7 @@ def main():
                     uses.setdefault(u, set()).add(tu)
         for units in reversed(LEVELS):
             for u in units:
-                below = sorted(uses.get(u, ()), key=lambda x: -LEVEL.get(x, -1))
+                below = sorted(uses.get(u, ()), key=lambda x: (-LEVEL.get(x, -1), x))
                 print(f"  {u:18} -> {', '.join(below) if below else '(nothing)'}")
     for e in errors:
         print(e)

@@ -41,7 +41,8 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,
      "deadline in seconds of every collective call (0: wait for ever)"},
     {"LM_NCCL_TIMEOUT", SettingType::Seconds, "300", false, Audience::User, 0, 0, nullptr,
-     "deadline in seconds of NCCL communicator creation and teardown"},
+     "deadline in seconds of NCCL communicator creation, enqueuing and teardown (LM_TIMEOUT, "
+     "when earlier, bounds the first two)"},
     {"LM_POOL_BYTES", SettingType::Bytes, "1G", false, Audience::User, 0, kMax, nullptr,
      "bytes of freed buffers the buffer pool keeps for reuse (0: none)"},
     {"LM_NODE_ARENA_BYTES", SettingType::Bytes, "256G", false, Audience::Expert, 0, kMax, nullptr,
@@ -96,6 +97,10 @@ struct Values {
       if (parse_setting((Setting)i, raw, &x)) {
         x.from_env = true;
         v[i] = x;
+        if (x.clamped)
+          std::fprintf(stderr, "localmap: %s=%s is outside [%llu, %llu]; using %llu\n", info.name,
+                       raw, (unsigned long long)info.lo, (unsigned long long)info.hi,
+                       (unsigned long long)x.u);
       } else {
         std::fprintf(stderr, "localmap: %s=%s is not %s; using the default %s\n", info.name, raw,
                      describe_type(info).c_str(), info.dflt[0] ? info.dflt : "(empty)");
@@ -194,6 +199,7 @@ bool parse_setting(Setting s, const char *raw, SettingValue *out) {
   switch (i.type) {
     case SettingType::Bytes:
       if (!parse_bytes(raw, &v.u)) return false;
+      v.clamped = v.u < i.lo || v.u > i.hi;
       v.u = v.u < i.lo ? i.lo : v.u > i.hi ? i.hi : v.u;
       break;
     case SettingType::Bool: {

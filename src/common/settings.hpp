@@ -3,7 +3,8 @@
 // default, bounds, audience, and whether every rank must agree on it. Each is read and parsed
 // once per process, on first use, by one parser per type:
 //   bytes    a whole number with an optional binary suffix, case-insensitive: K KB KiB, M MB MiB,
-//            G GB GiB, T TB TiB (all powers of 1024), e.g. 64M, 512KiB; then clamped to bounds;
+//            G GB GiB, T TB TiB (all powers of 1024), e.g. 64M, 512KiB; then clamped to bounds
+//            (one warning on stderr names the variable, its value and the value used);
 //   bool     0/1, true/false, yes/no, on/off (case-insensitive);
 //   seconds  a number >= 0 (0 = off);  int  a whole number within bounds;  choice  one of a list;
 //   text     anything (the test hooks parse their own syntax).
@@ -79,6 +80,7 @@ struct SettingValue {
   double d = 0;          // Seconds
   std::string text;      // Text; the raw value for every type when from_env
   bool from_env = false; // set (and valid) in the environment; false: the default
+  bool clamped = false;  // Bytes: the value read lay outside the bounds (u is the bound)
 };
 
 const SettingInfo &setting_info(Setting s);

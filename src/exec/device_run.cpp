@@ -2,11 +2,13 @@
 #include "exec/device_run.hpp"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "mem/cuda.hpp"
 #include "mesh/device.hpp"
+#include "transport/select.hpp"
 
 namespace lm {
 
@@ -20,26 +22,25 @@ void *run_stream(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh) {
 // Sets plan's route to NCCL when the meshes' device transport is NCCL (creating the communicator
 // on first use; collective then); false: the plan is to be staged through host.
 bool route_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id) {
-  TransportSpec spec;
-  spec.kind = TransportSpec::kNccl;
-  spec.comm = plan.comm;
-  spec.device = device_id;
+  DeviceComm *dc = nullptr;
+  void *stream = nullptr;
+  std::vector<int> peer_map;
   if (src_mesh == dst_mesh) {
     if (!src_mesh->member || device_transport(src_mesh, device_id) != LM_TRANSPORT_NCCL)
       return false;
-    spec.nccl = &mesh_nccl(src_mesh, device_id);
-    spec.stream = mesh_mem(src_mesh).config.stream;
-    spec.peer_map.assign((size_t)src_mesh->world_size, -1);
+    dc = mesh_device_comm(src_mesh, device_id);
+    stream = mesh_mem(src_mesh).config.stream;
+    peer_map.assign((size_t)src_mesh->world_size, -1);
     for (int64_t i = 0; i < src_mesh->grid->size(); ++i)
-      spec.peer_map[(size_t)src_mesh->grid->rank_at_index(i)] = (int)i;
+      peer_map[(size_t)src_mesh->grid->rank_at_index(i)] = (int)i;
   } else {
     PairDevice &p = pair_device(src_mesh, dst_mesh, plan.comm, device_id);
     if (p.transport != LM_TRANSPORT_NCCL) return false;
-    spec.nccl = &pair_nccl(p, src_mesh, dst_mesh, device_id);
-    spec.stream = run_stream(src_mesh, dst_mesh);
-    spec.peer_map = p.map;
+    dc = pair_device_comm(p, src_mesh, dst_mesh, device_id);
+    stream = run_stream(src_mesh, dst_mesh);
+    peer_map = p.map;
   }
-  plan.use(spec);
+  plan.use(select_device_spec(plan.comm, dc, stream, device_id, std::move(peer_map)));
   return true;
 }
 

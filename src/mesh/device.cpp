@@ -8,13 +8,13 @@
 namespace lm {
 
 PairDevice::~PairDevice() {
-  nccl.release();
+  device_comm_destroy(&device_comm);
   if (comm != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&comm);
 }
 
 MeshDevice::~MeshDevice() {
   pairs.clear();
-  nccl.release();
+  device_comm_destroy(&device_comm);
 }
 
 MeshDevice &mesh_device(lm_mesh_s *m) {
@@ -34,18 +34,15 @@ int device_transport(lm_mesh_s *m, int device_id) {
   return d.transport;
 }
 
-NcclComm &mesh_nccl(lm_mesh_s *m, int device_id) {
+DeviceComm *mesh_device_comm(lm_mesh_s *m, int device_id) {
   MeshDevice &d = mesh_device(m);
-  if (d.nccl.comm) {
-    nccl_check_device(d.nccl, device_id, "the mesh's");
-    return d.nccl;
-  }
+  if (device_comm_ready(d.device_comm, device_id, "the mesh's")) return d.device_comm;
   try {
-    nccl_init(d.nccl, m->comm, (int)m->grid->size(), (int)m->index, device_id);
+    device_comm_create(&d.device_comm, m->comm, (int)m->grid->size(), (int)m->index, device_id);
   } catch (const Error &e) {
     mesh_break(m, e);
   }
-  return d.nccl;
+  return d.device_comm;
 }
 
 // The tag of MPI_Comm_create_group for pair communicators (distinguishes concurrent creations
@@ -96,17 +93,14 @@ PairDevice &pair_device(lm_mesh_s *sm, lm_mesh_s *dm, MPI_Comm parent, int devic
   return *(d.pairs[hi->local_id] = std::move(p));
 }
 
-NcclComm &pair_nccl(PairDevice &p, lm_mesh_s *sm, lm_mesh_s *dm, int device_id) {
-  if (p.nccl.comm) {
-    nccl_check_device(p.nccl, device_id, "the two meshes'");
-    return p.nccl;
-  }
+DeviceComm *pair_device_comm(PairDevice &p, lm_mesh_s *sm, lm_mesh_s *dm, int device_id) {
+  if (device_comm_ready(p.device_comm, device_id, "the two meshes'")) return p.device_comm;
   try {
-    nccl_init(p.nccl, p.comm, p.size, p.rank, device_id);
+    device_comm_create(&p.device_comm, p.comm, p.size, p.rank, device_id);
   } catch (const Error &e) {
     mesh_break(sm, e, dm);
   }
-  return p.nccl;
+  return p.device_comm;
 }
 
 void pair_agree(lm_mesh_s *sm, lm_mesh_s *dm, lm_status_t local, const std::string &err,

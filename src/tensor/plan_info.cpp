@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // lm_reshard_plan_info: what executing a plan moves, from the plan's own schedule
-// (plan/planner.hpp, schedule_traffic) and the rules the transports choose routes by (the board
-// exchange: transport/select.hpp; node-local copies: transport/node, takes_node_local).
+// (plan/planner.hpp, schedule_traffic) and the rules the transports choose routes by
+// (transport/select.hpp: the board exchange, select_node_local_route).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -12,7 +12,7 @@
 #include "common/mpi.hpp"
 #include "mesh/collective.hpp"
 #include "tensor/persistent.hpp"
-#include "transport/node/node_local.hpp"
+#include "transport/select.hpp"
 
 namespace lm {
 
@@ -29,7 +29,7 @@ void local_info(lm_reshard_plan_s *p, lm_reshard_plan_info_t &out) {
     peers.push_back(f.peer);
     ++(f.send ? out.flows_sent : out.flows_received);
     (f.send ? out.bytes_sent : out.bytes_received) += (int64_t)f.bytes;
-    const bool local = !board && takes_node_local(node, f.peer, f.bytes);
+    const bool local = !board && select_node_local_route(node, f.peer, f.bytes);
     if (local) out.bytes_node_local += (int64_t)f.bytes;
     out.routes |= board ? LM_ROUTE_BOARD : local ? LM_ROUTE_NODE_LOCAL : LM_ROUTE_MPI;
   }

@@ -6,27 +6,65 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
 #include "mem/cuda.hpp"
 #include "transport/mpi/mpi.hpp"
+#include "transport/nccl/comm.hpp"
 #include "transport/node/board_exchange.hpp"
+#include "transport/node/node_local.hpp"
 
 #ifdef LM_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "transport/nccl/comm.hpp"
 #include "transport/nccl/nccl.hpp"
 #endif
 
 namespace lm {
 
+// The one kind of device communicator.
+struct DeviceComm {
+  NcclComm nccl;
+};
+
 bool TransportSpec::same(const TransportSpec &o) const {
   if (kind != o.kind || comm != o.comm) return false;
   if (kind == kHost) return true;
-  return nccl == o.nccl && stream == o.stream && device == o.device && peer_map == o.peer_map;
+  return device_comm == o.device_comm && stream == o.stream && device == o.device &&
+         peer_map == o.peer_map;
+}
+
+TransportSpec select_device_spec(MPI_Comm comm, DeviceComm *dc, void *stream, int device,
+                                 std::vector<int> peer_map) {
+  TransportSpec spec;
+  spec.kind = TransportSpec::kNccl;
+  spec.comm = comm;
+  spec.device_comm = dc;
+  spec.stream = stream;
+  spec.device = device;
+  spec.peer_map = std::move(peer_map);
+  return spec;
+}
+
+bool device_comm_ready(const DeviceComm *dc, int device_id, const char *whose) {
+  if (!dc || !dc->nccl.comm) return false;
+  nccl_check_device(dc->nccl, device_id, whose);
+  return true;
+}
+
+void device_comm_create(DeviceComm **dc, MPI_Comm c, int n, int rank, int device_id) {
+  if (!*dc) *dc = new DeviceComm();
+  nccl_init((*dc)->nccl, c, n, rank, device_id);
+}
+
+void device_comm_destroy(DeviceComm **dc) {
+  if (!*dc) return;
+  (*dc)->nccl.release();
+  delete *dc;
+  *dc = nullptr;
 }
 
 Route select_route(const TransportSpec &spec) {
@@ -37,7 +75,8 @@ Route select_route(const TransportSpec &spec) {
     return r;
   }
 #ifdef LM_WITH_CUDA
-  r.wire = std::make_unique<NcclTransport>(spec.nccl, spec.stream, spec.device, spec.peer_map);
+  r.wire = std::make_unique<NcclTransport>(&spec.device_comm->nccl, spec.stream, spec.device,
+                                           spec.peer_map);
   r.mem = device_ops(spec.stream, spec.device);
   return r;
 #else
@@ -91,6 +130,10 @@ int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, s
 std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
                                                      const AgreeComm *ac) {
   return board_exchange_for(s, comm, ac);
+}
+
+bool select_node_local_route(const std::vector<int> &node, int peer, size_t bytes) {
+  return takes_node_local(node, peer, bytes);
 }
 
 }  // namespace lm

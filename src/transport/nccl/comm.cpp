@@ -31,12 +31,37 @@ void nccl_check_device(const NcclComm &, int, const char *) { no_nccl(); }
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
 #include "mem/cuda.hpp"
+#include "transport/failure.hpp"
 
 namespace lm {
 
 namespace {
 
 double nccl_timeout_seconds() { return setting_seconds(Setting::NcclTimeout); }
+
+// The bound of one NCCL wait of a collective call (a communicator's init, a group's enqueuing),
+// started when made: LM_NCCL_TIMEOUT, or the call's own deadline (LM_TIMEOUT or the mesh's
+// config->timeout: transport/failure.hpp, Deadline, the one the MPI transport's waits honour)
+// when that is earlier. The teardown of a released communicator is no call's: LM_NCCL_TIMEOUT.
+class NcclWait {
+ public:
+  NcclWait() : nccl_(nccl_timeout_seconds()), t0_(std::chrono::steady_clock::now()) {}
+  bool passed() const {
+    return call_.passed() ||
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count() >= nccl_;
+  }
+  // "LM_TIMEOUT = 5 s" or "LM_NCCL_TIMEOUT = 300 s": the earlier of the two (for messages).
+  std::string bound() const {
+    const bool call = call_.seconds() > 0 && call_.seconds() < nccl_;
+    return strfmt("%s = %g s", call ? "LM_TIMEOUT" : "LM_NCCL_TIMEOUT",
+                  call ? call_.seconds() : nccl_);
+  }
+
+ private:
+  const Deadline call_;
+  double nccl_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 // Test hook (fault injection): LM_NCCL_FAULT_INIT_RANK=r makes rank r of the communicator (the
 // mesh index, or the rank in a pair's union) report a failed communicator init, so the agreement,
@@ -225,15 +250,13 @@ void nccl_init(NcclComm &out, MPI_Comm c, int n, int rank, int device_id) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t rc = ncclCommInitRankConfig(&comm, n, boot.id, rank, &cfg);
-    const double limit = nccl_timeout_seconds();
-    const auto t0 = std::chrono::steady_clock::now();
+    const NcclWait wait;
     ncclResult_t st = rc;
     while (comm && (st == ncclSuccess || st == ncclInProgress)) {
       if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) break;
       if (st != ncclInProgress) break;
-      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited >= limit) {
-        err = strfmt("ncclCommInitRankConfig did not finish within LM_NCCL_TIMEOUT = %g s", limit);
+      if (wait.passed()) {
+        err = strfmt("ncclCommInitRankConfig did not finish within %s", wait.bound().c_str());
         break;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -277,11 +300,10 @@ void nccl_check_async(NcclComm &nc, const char *what) {
   if (!nc.comm) return;
   ncclComm_t c = static_cast<ncclComm_t>(nc.comm);
   ncclResult_t st = ncclSuccess;
-  const double limit = nccl_timeout_seconds();
-  const auto t0 = std::chrono::steady_clock::now();
+  const NcclWait wait;
   for (;;) {  // a non-blocking comm may still be enqueuing (ncclInProgress)
     if (ncclCommGetAsyncError(c, &st) != ncclSuccess || st != ncclInProgress) break;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= limit) {
+    if (wait.passed()) {
       st = ncclInProgress;
       break;
     }
@@ -289,8 +311,8 @@ void nccl_check_async(NcclComm &nc, const char *what) {
   }
   if (st == ncclSuccess) return;
   std::string msg = st == ncclInProgress
-                        ? strfmt("%s: NCCL did not finish enqueuing within LM_NCCL_TIMEOUT = %g s",
-                                 what, limit)
+                        ? strfmt("%s: NCCL did not finish enqueuing within %s", what,
+                                 wait.bound().c_str())
                         : strfmt("%s: NCCL reported %s: %s", what, ncclGetErrorString(st),
                                  ncclGetLastError(c));
   ncclCommAbort(c);

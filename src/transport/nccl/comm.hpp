@@ -33,11 +33,13 @@ void nccl_retire_progress(bool wait);
 
 // Creates `out` over the n ranks of `c` (this rank: `rank`) on device_id, collective over c: the
 // unique id from rank 0 by MPI_Bcast, non-blocking ncclCommInitRankConfig polled until done or
-// LM_NCCL_TIMEOUT, one allreduce agreeing on the outcome. Any failure on any rank: every rank
+// the earlier of LM_NCCL_TIMEOUT and the call's deadline (LM_TIMEOUT / config->timeout:
+// transport/failure.hpp), one allreduce agreeing on the outcome. Any failure on any rank: every rank
 // aborts what it made and throws LM_ERR_NCCL (LM_ERR_MPI for a failed MPI call).
 void nccl_init(NcclComm &out, MPI_Comm c, int n, int rank, int device_id);
 // After work was posted: waits until NCCL finished enqueuing (non-blocking communicators), at
-// most LM_NCCL_TIMEOUT; on an asynchronous error aborts the communicator and throws LM_ERR_NCCL.
+// most the earlier of LM_NCCL_TIMEOUT and the call's deadline; on an asynchronous error or the
+// bound passed, aborts the communicator and throws LM_ERR_NCCL naming the bound.
 // Nothing to check when c.comm is NULL.
 void nccl_check_async(NcclComm &c, const char *what);
 // Throws LM_ERR_INVALID_ARGUMENT when a communicator made on one device meets a tensor of another.
