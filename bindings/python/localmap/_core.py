@@ -1050,11 +1050,177 @@ class ReshardPlan(_Handle):
 ReshardPlan._destroy = staticmethod(L.lm_reshard_plan_destroy)
 
 
+def _tensor_array(tensors, argname):
+    """(ctypes array of lm_dist_tensor_t, list of DistTensor) from a sequence of DistTensor."""
+    if isinstance(tensors, DistTensor):
+        tensors = None  # one tensor is not a sequence of them
+    try:
+        items = list(tensors)
+    except TypeError:
+        raise _bad(f"{argname}: expected a sequence of localmap.DistTensor") from None
+    for i, t in enumerate(items):
+        if not isinstance(t, DistTensor):
+            raise _bad(f"{argname}[{i}]: expected a localmap.DistTensor, got {type(t).__name__}")
+    return (c_void_p * max(len(items), 1))(*(t._handle().value for t in items)), items
+
+
+class ReshardGroup(_Handle):
+    """A persistent grouped reshard (lm_reshard_group_t): N reshards between one pair of meshes
+    that run as one. Each step sends one message per peer carrying every entry's bytes (per
+    bucket), not one round per tensor; the results are the same bits as one ReshardPlan per
+    entry. Local.
+
+    ReshardGroup(src_mesh, entries, dst_mesh=None, bucket_bytes=0, alone_bytes=0): `entries` is
+    a sequence of (shape, dtype, src_placements, dst_placements), src_placements one per src_mesh
+    dim and dst_placements one per dst_mesh dim (dst_mesh None: src_mesh). bucket_bytes bounds a
+    bucket in global bytes (0: the library's default, 64 MiB); an entry above it, or above
+    alone_bytes (0: the default, 1 MiB), runs alone through its own plan. len(group) is the
+    number of entries.
+    """
+    _what = "reshard group"
+
+    def __init__(self, src_mesh, entries, dst_mesh=None, bucket_bytes=0, alone_bytes=0):
+        sm = _mesh_h(src_mesh, "src_mesh")
+        dm = None if dst_mesh is None else _mesh_h(dst_mesh, "dst_mesh")
+        snd = _ndim_of(sm)
+        dnd = snd if dm is None else _ndim_of(dm)
+        try:
+            items = list(entries)
+        except TypeError:
+            raise _bad("entries: expected a sequence of (shape, dtype, src_placements, "
+                       f"dst_placements), got {type(entries).__name__}") from None
+        arr = (L.lm_reshard_entry_t * max(len(items), 1))()
+        keep = []  # the arrays the entries point to, alive during the call (the C copies them)
+        for i, e in enumerate(items):
+            try:
+                shape, dtype, src_pl, dst_pl = e
+            except (TypeError, ValueError):
+                raise _bad(f"entries[{i}]: expected (shape, dtype, src_placements, "
+                           f"dst_placements), got {e!r}") from None
+            shp, n = _shape_c(shape, f"entries[{i}].shape")
+            sp, _ = _placements_c(src_pl, f"entries[{i}].src_placements", snd)
+            dp, _ = _placements_c(dst_pl, f"entries[{i}].dst_placements", dnd)
+            keep.append((shp, sp, dp))
+            arr[i].ndim = n
+            arr[i].global_shape = ctypes.cast(shp, L.P_i64)
+            arr[i].dtype = dl.dl_dtype(dtype, f"entries[{i}].dtype")
+            arr[i].src_placements = ctypes.cast(sp, L.P_placement)
+            arr[i].dst_placements = ctypes.cast(dp, L.P_placement)
+        for name, v in (("bucket_bytes", bucket_bytes), ("alone_bytes", alone_bytes)):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0:
+                raise _bad(f"{name}: {v!r} is not a byte count >= 0 (0: the default)")
+        cfg = None  # NULL: the library's defaults
+        if bucket_bytes or alone_bytes:
+            cfg = L.lm_reshard_group_config_t()
+            cfg.bucket_bytes, cfg.alone_bytes = int(bucket_bytes), int(alone_bytes)
+        h = c_void_p()
+        L.lm_reshard_group_create(byref(h), sm, dm, len(items), arr,
+                                  None if cfg is None else byref(cfg))
+        super().__init__(h.value)
+        self._request = None
+
+    def _counts(self):
+        n, b = c_int(), c_int()
+        L.lm_reshard_group_size(self._handle(), byref(n), byref(b))
+        return n.value, b.value
+
+    def size(self):
+        """The number of entries (len(group))."""
+        return self._counts()[0]
+
+    def __len__(self):
+        return self.size()
+
+    def __bool__(self):
+        return True  # a handle, even of no entries (len() would make an empty group false)
+
+    @property
+    def buckets(self):
+        """The number of buckets the entries were dealt into (0 for no entries)."""
+        return self._counts()[1]
+
+    def alloc_targets(self, device="cpu"):
+        """A list of zero-filled tensors laid out as the entries' targets. Local."""
+        n = self.size()
+        out = (c_void_p * max(n, 1))()
+        L.lm_reshard_group_alloc_targets(self._handle(), dl.dl_device(device), n, out)
+        return [DistTensor._wrap(out[i]) for i in range(n)]
+
+    def _arrays(self, what, srcs, dsts):
+        """The handle arrays, the sources, and the targets (the caller's list when it gave one)."""
+        src, srcs = _tensor_array(srcs, "srcs")
+        if dsts is None:
+            dsts = self.alloc_targets(srcs[0].device if srcs else "cpu")
+        dst, items = _tensor_array(dsts, "dsts")
+        if len(items) != len(srcs):  # the C call reads one count for both arrays
+            raise _bad(f"ReshardGroup.{what}: dsts: {len(items)} tensors for {len(srcs)} srcs")
+        return src, srcs, dst, dsts if isinstance(dsts, list) else items
+
+    def execute(self, srcs, dsts=None):
+        """Runs every entry, srcs[i] into dsts[i] (allocated with alloc_targets() when None);
+        returns the list of targets. Collective over the ranks of both meshes (one agreement for
+        the whole group). No target may overlap another target or any source."""
+        src, srcs, dst, dsts = self._arrays("execute", srcs, dsts)
+        L.lm_reshard_group_execute(self._handle(), len(srcs), src, dst)
+        return dsts
+
+    def start(self, srcs, dsts=None):
+        """Starts the group without waiting; returns a Request whose wait() returns the list of
+        targets. Do not touch the tensors until it completes; one request per group at a time."""
+        src, srcs, dst, dsts = self._arrays("start", srcs, dsts)
+        r = c_void_p()
+        L.lm_reshard_group_start(self._handle(), len(srcs), src, dst, byref(r))
+        req = Request(r.value, self, srcs, dsts)
+        self._request = weakref.ref(req)
+        return req
+
+    def close(self):
+        """Releases the group (local). Refused while a request started from it is in flight."""
+        req = self._request() if getattr(self, "_request", None) is not None else None
+        if req is not None and not req.done:
+            raise InvalidUsageError(ERR_INVALID_USAGE, "ReshardGroup.close: a request started "
+                                    "from this group is in flight; wait() for it first")
+        _Handle.close(self)
+
+    destroy = close
+
+    def __repr__(self):
+        if self.closed:
+            return "ReshardGroup(<closed>)"
+        n, b = self._counts()
+        return f"ReshardGroup(entries={n}, buckets={b})"
+
+
+ReshardGroup._destroy = staticmethod(L.lm_reshard_group_destroy)
+
+
+def reshard_many(tensors, placements_list, mesh=None):
+    """DistTensor.reshard for many tensors of one mesh at once (lm_dist_tensor_reshard_many):
+    tensors[i] gets placements_list[i] on `mesh` (default: theirs), through one grouped reshard
+    (one message per peer and step for all of them). Returns a list of new tensors. Collective
+    over both meshes."""
+    src, items = _tensor_array(tensors, "tensors")
+    try:
+        pls = list(placements_list)
+    except TypeError:
+        raise _bad("placements_list: expected one list of placements per tensor") from None
+    if len(pls) != len(items):
+        raise _bad(f"placements_list: {len(pls)} entries for {len(items)} tensors")
+    mh = None if mesh is None else _mesh_h(mesh)
+    nd = _ndim_of(mh) if mh is not None else \
+        (_tensor_mesh_ndim(items[0]._handle()) if items else 0)
+    arrs = [_placements_c(p, f"placements_list[{i}]", nd)[0] for i, p in enumerate(pls)]
+    n = len(items)
+    out = (c_void_p * max(n, 1))()
+    L.lm_dist_tensor_reshard_many(n, src, mh, _ptr_array(arrs, L.lm_placement_t), out)
+    return [DistTensor._wrap(out[i]) for i in range(n)]
+
+
 class Request:
-    """A nonblocking reshard in flight: test() makes progress, wait() completes it. It keeps
-    its plan, source and target alive. A request dropped unfinished is never completed by the
-    garbage collector (that would be collective): it and its tensors are kept, with a
-    ResourceWarning."""
+    """A nonblocking reshard in flight (ReshardPlan.start, ReshardGroup.start): test() makes
+    progress, wait() completes it. It keeps its plan or group, sources and targets alive. A
+    request dropped unfinished is never completed by the garbage collector (that would be
+    collective): it and its tensors are kept, with a ResourceWarning."""
 
     def __init__(self, handle, plan, src, dst):
         self._h = c_void_p(handle)
@@ -1073,7 +1239,8 @@ class Request:
         return bool(d.value)
 
     def wait(self):
-        """Completes the request; returns the target tensor."""
+        """Completes the request; returns the target tensor (a ReshardGroup's: the list of
+        targets)."""
         if not self.done:
             L.lm_request_wait(byref(self._h))
         return self.dst

@@ -195,6 +195,30 @@ class lm_reshard_plan_info_t(Structure):  # noqa: N801
         self.version = LM_RESHARD_PLAN_INFO_VERSION
 
 
+class lm_reshard_entry_t(Structure):  # noqa: N801
+    """One entry of a grouped reshard: what lm_reshard_plan_create takes, for one tensor."""
+    _fields_ = [("ndim", c_int), ("global_shape", POINTER(c_int64)), ("dtype", DLDataType),
+                ("src_placements", POINTER(lm_placement_t)),
+                ("dst_placements", POINTER(lm_placement_t))]
+
+
+LM_RESHARD_GROUP_CONFIG_VERSION = 1
+
+
+class lm_reshard_group_config_t(Structure):  # noqa: N801
+    """Options of lm_reshard_group_create (LM_RESHARD_GROUP_CONFIG_INIT's defaults). The library
+    reads min(size, its sizeof) bytes and defaults newer fields."""
+    _fields_ = [("size", c_size_t), ("version", c_int), ("bucket_bytes", c_size_t),
+                ("alone_bytes", c_size_t)]
+
+    def __init__(self):
+        super().__init__()
+        self.size = ctypes.sizeof(lm_reshard_group_config_t)
+        self.version = LM_RESHARD_GROUP_CONFIG_VERSION
+        self.bucket_bytes = 0  # the library's defaults (64 MiB, 1 MiB)
+        self.alone_bytes = 0
+
+
 class lm_arg_t(Structure):  # noqa: N801
     _fields_ = [("kind", c_int32), ("reserved", c_int32), ("i64", c_int64), ("f64", c_double),
                 ("ptr", c_void_p)]
@@ -210,6 +234,8 @@ lm_mesh_t = c_void_p
 lm_dist_tensor_t = c_void_p
 lm_reshard_plan_t = c_void_p
 lm_request_t = c_void_p
+lm_reshard_group_t = c_void_p
+P_tensor = POINTER(lm_dist_tensor_t)
 P_placement = POINTER(lm_placement_t)
 PP_placement = POINTER(P_placement)
 P_i64 = POINTER(c_int64)
@@ -293,6 +319,18 @@ _PROTOTYPES = [
                                         POINTER(lm_reshard_plan_info_t)]),
     ("lm_pool_stats", status_t, [P_i64, P_i64, c_int]),
     ("lm_reshard_plan_destroy", status_t, [POINTER(lm_reshard_plan_t)]),
+    ("lm_reshard_group_create", status_t, [POINTER(lm_reshard_group_t), lm_mesh_t, lm_mesh_t,
+                                           c_int, POINTER(lm_reshard_entry_t),
+                                           POINTER(lm_reshard_group_config_t)]),
+    ("lm_reshard_group_alloc_targets", status_t, [lm_reshard_group_t, DLDevice, c_int,
+                                                  P_tensor]),
+    ("lm_reshard_group_execute", status_t, [lm_reshard_group_t, c_int, P_tensor, P_tensor]),
+    ("lm_reshard_group_start", status_t, [lm_reshard_group_t, c_int, P_tensor, P_tensor,
+                                          POINTER(lm_request_t)]),
+    ("lm_reshard_group_size", status_t, [lm_reshard_group_t, P_int, P_int]),
+    ("lm_reshard_group_destroy", status_t, [POINTER(lm_reshard_group_t)]),
+    ("lm_dist_tensor_reshard_many", status_t, [c_int, P_tensor, lm_mesh_t, PP_placement,
+                                               P_tensor]),
     ("lm_local_map", status_t, [lm_local_fn_t, c_void_p, c_int, POINTER(lm_arg_t), PP_placement,
                                 c_int, PP_placement, PP_i64, lm_mesh_t, c_uint,
                                 POINTER(lm_arg_t)]),

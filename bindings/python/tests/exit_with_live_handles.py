@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Run by tests/script_python.sh under mpirun: leaves meshes, tensors, shard views, capsules, a
-plan and a finished request alive in globals at interpreter exit, so that their finalisers run
-after MPI_Finalize (localmap's atexit when it initialised MPI, mpi4py's with --mpi4py). Must exit
-0 without a crash, a hang or an error message."""
+plan, a group and finished requests alive in globals at interpreter exit, so that their
+finalisers run after MPI_Finalize (localmap's atexit when it initialised MPI, mpi4py's with
+--mpi4py). Must exit 0 without a crash, a hang or an error message."""
 import sys
 
 if "--mpi4py" in sys.argv:
@@ -23,8 +23,11 @@ r = t.reshard([lm.Replicate()])
 plan = lm.ReshardPlan(mesh, [lm.Shard(0)], mesh, [lm.Replicate()], t.shape, np.float64)
 req = plan.start(t)
 req.wait()
+group = lm.ReshardGroup(mesh, [(t.shape, np.float64, [lm.Shard(0)], [lm.Replicate()])])
+group_req = group.start([t])
+group_req.wait()
 y = lm.local_map(lambda s: s * 2, [lm.Shard(0)])(t)
 cycle = [t, mesh]
 cycle.append(cycle)  # only the cycle collector (or nothing) frees these
 assert r.gather().shape == (4 * size,)
-print(f"rank {rank}: leaving {len([mesh, sub, t, r, plan, y])} handles alive at exit")
+print(f"rank {rank}: leaving {len([mesh, sub, t, r, plan, group, y])} handles alive at exit")
