@@ -286,6 +286,47 @@ pub struct lm_request_s {
 }
 pub type lm_request_t = *mut lm_request_s;
 
+#[repr(C)]
+pub struct lm_reshard_group_s {
+    _private: [u8; 0],
+}
+/// A grouped reshard plan: N reshards between one pair of meshes.
+pub type lm_reshard_group_t = *mut lm_reshard_group_s;
+
+/// One entry of a group: what `lm_reshard_plan_create` takes, for one tensor.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lm_reshard_entry_t {
+    pub ndim: c_int,
+    pub global_shape: *const i64,
+    pub dtype: DLDataType,
+    pub src_placements: *const lm_placement_t,
+    pub dst_placements: *const lm_placement_t,
+}
+
+pub const LM_RESHARD_GROUP_CONFIG_VERSION: c_int = 1;
+
+/// Options of `lm_reshard_group_create`; initialise with [`LM_RESHARD_GROUP_CONFIG_INIT`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct lm_reshard_group_config_t {
+    pub size: usize,
+    pub version: c_int,
+    /// Bound of a bucket in global bytes; 0: the default (64 MiB).
+    pub bucket_bytes: usize,
+    /// Entries larger than this (global bytes) run alone, through their own plan; 0: the
+    /// default (1 MiB).
+    pub alone_bytes: usize,
+}
+
+/// `LM_RESHARD_GROUP_CONFIG_INIT`.
+pub const LM_RESHARD_GROUP_CONFIG_INIT: lm_reshard_group_config_t = lm_reshard_group_config_t {
+    size: std::mem::size_of::<lm_reshard_group_config_t>(),
+    version: LM_RESHARD_GROUP_CONFIG_VERSION,
+    bucket_bytes: 0,
+    alone_bytes: 0,
+};
+
 pub type lm_shape_mode_t = c_int;
 pub const LM_SHAPE_GIVEN: lm_shape_mode_t = 0;
 pub const LM_SHAPE_EVEN: lm_shape_mode_t = 1;
@@ -425,6 +466,21 @@ extern "C" {
     pub fn lm_reshard_plan_adjoint(plan: lm_reshard_plan_t, adjoint: *mut lm_reshard_plan_t) -> lm_status_t;
     pub fn lm_reshard_plan_info(plan: lm_reshard_plan_t, flags: c_int, info: *mut lm_reshard_plan_info_t) -> lm_status_t;
     pub fn lm_reshard_plan_destroy(plan: *mut lm_reshard_plan_t) -> lm_status_t;
+
+    pub fn lm_reshard_group_create(group: *mut lm_reshard_group_t, src_mesh: lm_mesh_t, dst_mesh: lm_mesh_t,
+                                   n: c_int, entries: *const lm_reshard_entry_t,
+                                   config: *const lm_reshard_group_config_t) -> lm_status_t;
+    pub fn lm_reshard_group_alloc_targets(group: lm_reshard_group_t, device: DLDevice, n: c_int,
+                                          out: *mut lm_dist_tensor_t) -> lm_status_t;
+    pub fn lm_reshard_group_execute(group: lm_reshard_group_t, n: c_int, src: *const lm_dist_tensor_t,
+                                    dst: *const lm_dist_tensor_t) -> lm_status_t;
+    pub fn lm_reshard_group_start(group: lm_reshard_group_t, n: c_int, src: *const lm_dist_tensor_t,
+                                  dst: *const lm_dist_tensor_t, request: *mut lm_request_t) -> lm_status_t;
+    pub fn lm_reshard_group_size(group: lm_reshard_group_t, n: *mut c_int, buckets: *mut c_int) -> lm_status_t;
+    pub fn lm_reshard_group_destroy(group: *mut lm_reshard_group_t) -> lm_status_t;
+    pub fn lm_dist_tensor_reshard_many(n: c_int, src: *const lm_dist_tensor_t, dst_mesh: lm_mesh_t,
+                                       dst_placements: *const *const lm_placement_t,
+                                       out: *mut lm_dist_tensor_t) -> lm_status_t;
 
     pub fn lm_local_map(fn_: lm_local_fn_t, user_data: *mut c_void, nin: c_int, inputs: *const lm_arg_t,
                         in_placements: *const *const lm_placement_t, nout: c_int,

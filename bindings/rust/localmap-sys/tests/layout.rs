@@ -37,6 +37,8 @@ fn structs_and_constants_match_the_c_header() {
         layout!(lm_mesh_config_t { size, magic, version, ranks, nranks, dim_names, check_level, timeout }),
         layout!(lm_device_config_t { size, magic, version, stream, alloc, free, alloc_ctx }),
         layout!(lm_arg_t { kind, reserved, i64, f64, ptr }),
+        layout!(lm_reshard_entry_t { ndim, global_shape, dtype, src_placements, dst_placements }),
+        layout!(lm_reshard_group_config_t { size, version, bucket_bytes, alone_bytes }),
     ];
     let dt = |d: DLDataType| (d.code as i64) | (d.bits as i64) << 8 | (d.lanes as i64) << 16;
     let consts: Vec<(&str, i64)> = vec![
@@ -71,6 +73,7 @@ fn structs_and_constants_match_the_c_header() {
         ("LM_LOCAL_MAP_RESHARD_INPUTS", LM_LOCAL_MAP_RESHARD_INPUTS as i64),
         ("LM_LOCAL_MAP_NO_AGREE", LM_LOCAL_MAP_NO_AGREE as i64),
         ("LM_LOCAL_MAP_SHAPES_EVEN", LM_LOCAL_MAP_SHAPES_EVEN as i64),
+        ("LM_RESHARD_GROUP_CONFIG_VERSION", LM_RESHARD_GROUP_CONFIG_VERSION as i64),
     ];
     let dtypes: Vec<(&str, i64)> = vec![
         ("LM_FLOAT16", dt(LM_FLOAT16)), ("LM_BFLOAT16", dt(LM_BFLOAT16)), ("LM_FLOAT32", dt(LM_FLOAT32)),
@@ -131,6 +134,7 @@ fn structs_and_constants_match_the_c_header() {
     assert!(bad.is_empty(), "layout/constant mismatches:\n  {}", bad.join("\n  "));
     assert_eq!(LM_MESH_CONFIG_INIT.size, size_of::<lm_mesh_config_t>());
     assert_eq!(LM_DEVICE_CONFIG_INIT.size, size_of::<lm_device_config_t>());
+    assert_eq!(LM_RESHARD_GROUP_CONFIG_INIT.size, size_of::<lm_reshard_group_config_t>());
     println!("layout: {} sizes, offsets and constants match the C header", rust_values.len());
 }
 

@@ -3,8 +3,17 @@
 //! `local_map`, over the C ABI in `include/localmap.h` (raw declarations: [`sys`]).
 //!
 //! - Every call returns [`Result`]; an [`Error`] carries the [`Status`] and the library's message.
-//! - Handles ([`Mesh`], [`DistTensor`], [`ReshardPlan`], [`Request`]) free themselves on `Drop`
-//!   (local, never collective). [`DistTensor`] clones share one tensor by reference count.
+//! - Handles ([`Mesh`], [`DistTensor`], [`ReshardPlan`], [`ReshardGroup`], [`Request`]) free
+//!   themselves on `Drop` (local, never collective). [`DistTensor`] clones share one tensor by
+//!   reference count.
+//! - Reshards: [`DistTensor::reshard`] one at a time; a [`ReshardPlan`] is created once for one
+//!   layout pair and executed many times, blocking or through [`start`](ReshardPlan::start) and
+//!   a [`Request`]. A [`ReshardGroup`] does the same for N tensors at once
+//!   (`ReshardGroup::new(&src_mesh, None, &[ReshardEntry::new(&shape, DType::F64, &from, &to), ...])`,
+//!   then `alloc_targets`, `execute(&srcs, &mut dsts)` or `start`): each step sends one message
+//!   per peer for all entries (buckets of at most `ReshardGroupOptions::bucket_bytes`; entries
+//!   above `alone_bytes` run alone), with the same bits as one plan per entry. [`reshard_many`]
+//!   is the one-shot form.
 //! - Communicators cross as the `MPI_Fint` integer of the C ABI ([`Comm`]): [`comm_world`], or
 //!   `MPI_Comm_c2f(comm)` from any MPI binding. No MPI crate is needed.
 //! - Local shards are slices (`&[T]`, compact row-major), for every `T: Element`.
@@ -29,6 +38,7 @@
 pub use localmap_sys as sys;
 
 use std::any::Any;
+use std::borrow::{Borrow, BorrowMut};
 use std::ffi::{c_void, CStr, CString};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -1138,8 +1148,190 @@ impl ReshardPlan {
     }
 }
 
-/// A nonblocking reshard in flight. Dropping it waits for completion (errors are then lost: call
-/// [`wait`](Request::wait) to see them).
+// ================================================================================================
+// Grouped reshards
+// ================================================================================================
+
+/// One entry of a [`ReshardGroup`] (`lm_reshard_entry_t`): what [`ReshardPlan::new`] takes, for
+/// one tensor. `src_placements` has one placement per source mesh dim, `dst_placements` one per
+/// target mesh dim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReshardEntry<'a> {
+    pub global_shape: &'a [i64],
+    pub dtype: DType,
+    pub src_placements: &'a [Placement],
+    pub dst_placements: &'a [Placement],
+}
+
+impl<'a> ReshardEntry<'a> {
+    pub fn new(global_shape: &'a [i64], dtype: DType, src_placements: &'a [Placement],
+               dst_placements: &'a [Placement]) -> ReshardEntry<'a> {
+        ReshardEntry { global_shape, dtype, src_placements, dst_placements }
+    }
+}
+
+/// Options of [`ReshardGroup::with_options`] (`lm_reshard_group_config_t`); `None`: the library's
+/// default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReshardGroupOptions {
+    /// Bound of a bucket in global bytes (default 64 MiB). Entries are dealt in order into
+    /// buckets; an entry above the bound runs alone, through its own plan.
+    pub bucket_bytes: Option<usize>,
+    /// Entries larger than this (global bytes, default 1 MiB) run alone, through their own plan:
+    /// coalescing pays for small, latency-bound tensors.
+    pub alone_bytes: Option<usize>,
+}
+
+/// A grouped reshard plan (`lm_reshard_group_t`): N reshards between one pair of meshes that
+/// run as one. Each step sends one message per peer carrying every entry's bytes (per bucket),
+/// not one round per tensor; the results are the same bits as one [`ReshardPlan`] per entry.
+#[derive(Debug)]
+pub struct ReshardGroup {
+    raw: sys::lm_reshard_group_t,
+}
+
+impl Drop for ReshardGroup {
+    fn drop(&mut self) {
+        unsafe { sys::lm_reshard_group_destroy(&mut self.raw) };
+    }
+}
+
+/// The handles of a slice of tensors, for the C arrays.
+fn raw_tensors<S: Borrow<DistTensor>>(t: &[S]) -> Vec<sys::lm_dist_tensor_t> {
+    t.iter().map(|x| x.borrow().raw).collect()
+}
+
+impl ReshardGroup {
+    /// `lm_reshard_group_create` from `src_mesh` to `dst_mesh` (`None`: `src_mesh`), with the
+    /// default options (local).
+    pub fn new(src_mesh: &Mesh, dst_mesh: Option<&Mesh>, entries: &[ReshardEntry<'_>]) -> Result<ReshardGroup> {
+        ReshardGroup::with_options(src_mesh, dst_mesh, entries, &ReshardGroupOptions::default())
+    }
+
+    /// `lm_reshard_group_create` with [`ReshardGroupOptions`] (local).
+    pub fn with_options(src_mesh: &Mesh, dst_mesh: Option<&Mesh>, entries: &[ReshardEntry<'_>],
+                        options: &ReshardGroupOptions) -> Result<ReshardGroup> {
+        let snd = src_mesh.ndim()?;
+        let dnd = match dst_mesh {
+            Some(m) => m.ndim()?,
+            None => snd,
+        };
+        let mut pls = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            let what = |arg: &str| format!("ReshardGroup::new: entries[{i}].{arg}");
+            let sp = mesh_placements_n(snd, e.src_placements, &what("src_placements"))?;
+            let dp = mesh_placements_n(dnd, e.dst_placements, &what("dst_placements"))?;
+            pls.push((sp, dp));
+        }
+        let mut raw_entries = Vec::with_capacity(entries.len());
+        for (i, (e, (sp, dp))) in entries.iter().zip(&pls).enumerate() {
+            raw_entries.push(sys::lm_reshard_entry_t {
+                ndim: to_int(e.global_shape.len(), &format!("entries[{i}].global_shape"))?,
+                global_shape: e.global_shape.as_ptr(),
+                dtype: e.dtype.raw(),
+                src_placements: sp.as_ptr(),
+                dst_placements: dp.as_ptr(),
+            });
+        }
+        let mut cfg = sys::LM_RESHARD_GROUP_CONFIG_INIT;
+        if let Some(b) = options.bucket_bytes {
+            cfg.bucket_bytes = b;
+        }
+        if let Some(a) = options.alone_bytes {
+            cfg.alone_bytes = a;
+        }
+        // Default options: NULL, the library's defaults.
+        let cfg_ptr: *const sys::lm_reshard_group_config_t =
+            if *options == ReshardGroupOptions::default() { ptr::null() } else { &cfg };
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::lm_reshard_group_create(&mut raw, src_mesh.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw),
+                                         to_int(raw_entries.len(), "entries")?, raw_entries.as_ptr(), cfg_ptr)
+        })?;
+        Ok(ReshardGroup { raw })
+    }
+    pub fn as_raw(&self) -> sys::lm_reshard_group_t {
+        self.raw
+    }
+    fn counts(&self) -> Result<(usize, usize)> {
+        let (mut n, mut b) = (0, 0);
+        check(unsafe { sys::lm_reshard_group_size(self.raw, &mut n, &mut b) })?;
+        Ok((n as usize, b as usize))
+    }
+    /// The number of entries (`lm_reshard_group_size`).
+    pub fn len(&self) -> Result<usize> {
+        Ok(self.counts()?.0)
+    }
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// The number of buckets the entries were dealt into (0 for no entries).
+    pub fn buckets(&self) -> Result<usize> {
+        Ok(self.counts()?.1)
+    }
+    /// `lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local).
+    pub fn alloc_targets(&self, device: Device) -> Result<Vec<DistTensor>> {
+        let n = self.len()?;
+        let mut raw = vec![ptr::null_mut(); n];
+        check(unsafe { sys::lm_reshard_group_alloc_targets(self.raw, device.raw(), n as c_int, raw.as_mut_ptr()) })?;
+        Ok(raw.into_iter().map(|raw| DistTensor { raw }).collect())
+    }
+    /// `src` and `dst` as C arrays of one length (the C calls read one count for both).
+    fn arrays<S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(what: &str, src: &[S], dst: &[D])
+        -> Result<(c_int, Vec<sys::lm_dist_tensor_t>, Vec<sys::lm_dist_tensor_t>)> {
+        if src.len() != dst.len() {
+            return arg_error(format!("ReshardGroup::{what}: dst: {} tensors for {} src tensors", dst.len(), src.len()));
+        }
+        let d: Vec<sys::lm_dist_tensor_t> = dst.iter().map(|x| x.borrow().raw).collect();
+        Ok((to_int(src.len(), "src")?, raw_tensors(src), d))
+    }
+    /// `lm_reshard_group_execute`: `src[i]` -> `dst[i]` (overwritten) for every entry. Collective
+    /// over both meshes; one agreement covers the whole group. No target may overlap another
+    /// target or any source (clones share storage: the library refuses them).
+    pub fn execute<S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(&self, src: &[S], dst: &mut [D]) -> Result<()> {
+        let (n, s, d) = ReshardGroup::arrays("execute", src, dst)?;
+        check(unsafe { sys::lm_reshard_group_execute(self.raw, n, s.as_ptr(), d.as_ptr()) })
+    }
+    /// `lm_reshard_group_start`: nonblocking; the tensors stay borrowed until the request ends
+    /// (at most one request per group at a time).
+    pub fn start<'a, S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(&'a self, src: &'a [S], dst: &'a mut [D])
+        -> Result<Request<'a>> {
+        let (n, s, d) = ReshardGroup::arrays("start", src, dst)?;
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::lm_reshard_group_start(self.raw, n, s.as_ptr(), d.as_ptr(), &mut raw) })?;
+        Ok(Request { raw, _life: PhantomData })
+    }
+}
+
+/// `lm_dist_tensor_reshard_many`: [`DistTensor::reshard`] for many tensors of one mesh at once,
+/// `tensors[i]` to `placements[i]` on `dst_mesh` (`None`: theirs), through one grouped reshard
+/// (one message per peer and step for all of them). Collective over both meshes.
+pub fn reshard_many<S: Borrow<DistTensor>, P: AsRef<[Placement]>>(tensors: &[S], dst_mesh: Option<&Mesh>,
+                                                                   placements: &[P]) -> Result<Vec<DistTensor>> {
+    if placements.len() != tensors.len() {
+        return arg_error(format!("reshard_many: placements: {} entries for {} tensors", placements.len(),
+                                 tensors.len()));
+    }
+    let ndim = match (dst_mesh, tensors.first()) {
+        (Some(m), _) => m.ndim()?,
+        (None, Some(t)) => t.borrow().mesh()?.ndim()?,
+        (None, None) => 0,
+    };
+    let pls = placements.iter().enumerate()
+        .map(|(i, p)| mesh_placements_n(ndim, p.as_ref(), &format!("reshard_many: placements[{i}]")))
+        .collect::<Result<Vec<_>>>()?;
+    let pp: Vec<*const sys::lm_placement_t> = pls.iter().map(|p| p.as_ptr()).collect();
+    let src = raw_tensors(tensors);
+    let mut out = vec![ptr::null_mut(); src.len()];
+    check(unsafe {
+        sys::lm_dist_tensor_reshard_many(to_int(src.len(), "tensors")?, src.as_ptr(),
+                                         dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pp.as_ptr(), out.as_mut_ptr())
+    })?;
+    Ok(out.into_iter().map(|raw| DistTensor { raw }).collect())
+}
+
+/// A nonblocking reshard in flight ([`ReshardPlan::start`], [`ReshardGroup::start`]). Dropping it
+/// waits for completion (errors are then lost: call [`wait`](Request::wait) to see them).
 pub struct Request<'a> {
     raw: sys::lm_request_t,
     _life: PhantomData<&'a mut DistTensor>,

@@ -220,6 +220,149 @@ fn plans(_rank: i32, size: i32) -> T {
     Ok(())
 }
 
+/// Local shards of two tensors of one dtype equal, bit for bit.
+fn same_local(a: &DistTensor, b: &DistTensor) -> std::result::Result<bool, String> {
+    if a.dtype().map_err(e)? != b.dtype().map_err(e)? || a.local_shape().map_err(e)? != b.local_shape().map_err(e)?
+        || a.placements().map_err(e)? != b.placements().map_err(e)? {
+        return Ok(false);
+    }
+    fn bits<F: Copy, B: PartialEq>(x: &[F], y: &[F], f: fn(F) -> B) -> bool {
+        x.iter().map(|v| f(*v)).eq(y.iter().map(|v| f(*v)))
+    }
+    Ok(match a.dtype().map_err(e)? {
+        DType::F64 => bits(a.local::<f64>().map_err(e)?, b.local::<f64>().map_err(e)?, f64::to_bits),
+        DType::F32 => bits(a.local::<f32>().map_err(e)?, b.local::<f32>().map_err(e)?, f32::to_bits),
+        DType::I32 => a.local::<i32>().map_err(e)? == b.local::<i32>().map_err(e)?,
+        other => return Err(format!("same_local: no comparison for {other:?}")),
+    })
+}
+
+fn all_same(outs: &[DistTensor], refs: &[DistTensor], what: &str) -> T {
+    ensure!(outs.len() == refs.len(), "{what}: {} results for {} entries", outs.len(), refs.len());
+    for (i, (o, r)) in outs.iter().zip(refs).enumerate() {
+        ensure!(same_local(o, r)?, "{what}: entry {i} differs from its per-tensor reshard");
+    }
+    Ok(())
+}
+
+/// A source for entry `i`: values depending on the entry (and, for a Partial source, the rank).
+fn group_source(m: &Mesh, rank: i32, i: usize, shape: &[i64], dtype: DType, pl: &[Placement]) -> Result<DistTensor> {
+    let n: i64 = shape.iter().product();
+    let partial = matches!(pl[0], Placement::Partial(_));
+    let vals: Vec<i64> = (0..n)
+        .map(|k| (k * 7 + i as i64 * 131 + if partial { rank as i64 * 17 } else { 0 }) % 97 - 40)
+        .collect();
+    macro_rules! make {
+        ($t:ty) => {{
+            let v: Vec<$t> = vals.iter().map(|&x| x as $t).collect();
+            if partial {
+                DistTensor::from_local(m, &v, shape, pl, ShapeMode::Given(shape.to_vec()))
+            } else {
+                DistTensor::from_global(m, Some(&v[..]), shape, pl, -1)
+            }
+        }};
+    }
+    match dtype {
+        DType::F64 => make!(f64),
+        DType::F32 => make!(f32),
+        _ => make!(i32),
+    }
+}
+
+/// Grouped reshards: a group of mixed entries (all-gather of uneven rows, reduce-scatter,
+/// all-to-all, a slice) gives every entry the per-tensor reshard's result, for several bucket
+/// bounds, blocking and nonblocking, across meshes, and through reshard_many; bad arguments are
+/// refused naming them.
+fn groups(rank: i32, size: i32) -> T {
+    let w = comm_world().map_err(e)?;
+    let m = Mesh::new(w, &[size as i64]).map_err(e)?;
+    let (s0, s1, r, psum) = (Placement::Shard(0), Placement::Shard(1), Placement::Replicate,
+                             Placement::Partial(ReduceOp::Sum));
+    let shapes: [&[i64]; 4] = [&[7, 5], &[9, 4], &[8, 6], &[11]];
+    let (from, to) = ([[s0], [psum], [s0], [r]], [[r], [s0], [s1], [s0]]);
+    let dtypes = [DType::F64, DType::F64, DType::F32, DType::I32];
+    let entries: Vec<ReshardEntry<'_>> =
+        (0..4).map(|i| ReshardEntry::new(shapes[i], dtypes[i], &from[i], &to[i])).collect();
+    let srcs = (0..4).map(|i| group_source(&m, rank, i, shapes[i], dtypes[i], &from[i]))
+        .collect::<Result<Vec<_>>>().map_err(e)?;
+    let refs = srcs.iter().zip(&to).map(|(x, p)| x.reshard(None, p)).collect::<Result<Vec<_>>>().map_err(e)?;
+    // The defaults (one bucket), every entry alone (by either bound), a few buckets.
+    for (bucket, alone) in [(None, None), (Some(1), None), (None, Some(1)), (Some(700), None)] {
+        let what = format!("bucket_bytes {bucket:?}, alone_bytes {alone:?}");
+        let options = ReshardGroupOptions { bucket_bytes: bucket, alone_bytes: alone };
+        let g = ReshardGroup::with_options(&m, None, &entries, &options).map_err(e)?;
+        let (n, b) = (g.len().map_err(e)?, g.buckets().map_err(e)?);
+        let all_alone = bucket == Some(1) || alone == Some(1);
+        ensure!(n == 4 && (1..=4).contains(&b) && (!all_alone || b == 4), "{what}: {n} entries, {b} buckets");
+        let mut dsts = g.alloc_targets(Device::Cpu).map_err(e)?;
+        ensure!(dsts.len() == 4 && dsts[2].placements().map_err(e)? == vec![s1]);
+        for _ in 0..2 { // the group runs again with its state reused
+            g.execute(&srcs, &mut dsts).map_err(e)?;
+            all_same(&dsts, &refs, &what)?;
+        }
+        let mut fresh = g.alloc_targets(Device::Cpu).map_err(e)?;
+        {
+            let mut req = g.start(&srcs, &mut fresh).map_err(e)?;
+            while !req.test().map_err(e)? {}
+            req.wait().map_err(e)?;
+        }
+        all_same(&fresh, &refs, &format!("{what}, start"))?;
+        let borrowed: Vec<&DistTensor> = srcs.iter().collect(); // slices of references work too
+        let mut targets: Vec<&mut DistTensor> = dsts.iter_mut().collect();
+        g.start(&borrowed, &mut targets).map_err(e)?.wait().map_err(e)?;
+        all_same(&dsts, &refs, &format!("{what}, start again"))?;
+    }
+    // Across meshes: to the same ranks in reverse order.
+    let rev: Vec<i32> = (0..size).rev().collect();
+    let m_rev = Mesh::with_config(w, &[size as i64], Some(&rev), None).map_err(e)?;
+    let cross_refs = srcs.iter().zip(&to).map(|(x, p)| x.reshard(Some(&m_rev), p)).collect::<Result<Vec<_>>>()
+        .map_err(e)?;
+    let g = ReshardGroup::new(&m, Some(&m_rev), &entries).map_err(e)?;
+    let mut dsts = g.alloc_targets(Device::Cpu).map_err(e)?;
+    g.execute(&srcs, &mut dsts).map_err(e)?;
+    all_same(&dsts, &cross_refs, "across meshes")?;
+    // reshard_many, onto the tensors' mesh and across meshes.
+    all_same(&reshard_many(&srcs, None, &to).map_err(e)?, &refs, "reshard_many")?;
+    all_same(&reshard_many(&srcs, Some(&m_rev), &to).map_err(e)?, &cross_refs, "reshard_many across")?;
+    ensure!(reshard_many::<DistTensor, [Placement; 1]>(&[], None, &[]).map_err(e)?.is_empty());
+    let empty = ReshardGroup::new(&m, None, &[]).map_err(e)?;
+    ensure!(empty.is_empty().map_err(e)? && empty.buckets().map_err(e)? == 0);
+    empty.execute::<DistTensor, DistTensor>(&[], &mut []).map_err(e)?;
+
+    // Bad arguments: refused naming them; the group still works afterwards.
+    let shape = [12i64];
+    let x = (0..2).map(|_| DistTensor::from_global(&m, Some(&[1.5f64; 12][..]), &shape, &[s0], -1))
+        .collect::<Result<Vec<_>>>().map_err(e)?;
+    let ok = ReshardEntry::new(&shape, DType::F64, &from[0], &to[0]);
+    let err = ReshardGroup::new(&m, None, &[ok, ReshardEntry::new(&shape, DType::F64, &[s0], &[r, r])]).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument
+            && err.message.contains("entries[1].dst_placements: 2 placements for a mesh of 1 dims"), "{err}");
+    let err = ReshardGroup::new(&m, None, &[ok, ReshardEntry::new(&shape, DType::F64, &[s0], &[Placement::Shard(3)])])
+        .unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("lm_reshard_group_create")
+            && err.message.contains("entries[1]"), "{err}");
+    let g = ReshardGroup::new(&m, None, &[ok, ok]).map_err(e)?;
+    let mut y = g.alloc_targets(Device::Cpu).map_err(e)?;
+    let err = g.execute(&x[..1], &mut y[..1]).unwrap_err(); // one tensor for a group of 2
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("lm_reshard_group_execute: n is 1"), "{err}");
+    let err = g.execute(&x, &mut y[..1]).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("dst: 1 tensors for 2 src tensors"), "{err}");
+    let err = g.start(&x, &mut y[..1]).map(|_| ()).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("ReshardGroup::start: dst"), "{err}");
+    let mut twice = vec![y[0].clone(), y[0].clone()]; // clones share storage: overlapping targets
+    let err = g.execute(&x, &mut twice).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("dst[1]"), "{err}");
+    g.execute(&x, &mut y).map_err(e)?;
+    ensure!(y.iter().all(|t| t.local::<f64>().map(|v| v == &[1.5; 12][..]).unwrap_or(false)));
+    let err = reshard_many(&x, None, &[[r]]).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("placements: 1 entries for 2 tensors"),
+            "{err}");
+    let err = reshard_many(&x, None, &[vec![r], vec![]]).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument
+            && err.message.contains("reshard_many: placements[1]: 0 placements for a mesh of 1 dims"), "{err}");
+    Ok(())
+}
+
 fn local_maps(rank: i32, size: i32) -> T {
     let m = mesh2(size).map_err(e)?;
     let nd = m.ndim().map_err(e)?;
@@ -359,11 +502,12 @@ fn slice_lengths(_rank: i32, size: i32) -> T {
 fn main() {
     init().expect("lm_init");
     let (rank, size) = world_rank().expect("lm_world_rank");
-    let tests: [(&str, fn(i32, i32) -> T); 6] = [
+    let tests: [(&str, fn(i32, i32) -> T); 7] = [
         ("statics", |_, _| statics()),
         ("mesh_queries", mesh_queries),
         ("tensors", tensors),
         ("plans", plans),
+        ("groups", groups),
         ("local_maps", local_maps),
         ("slice_lengths", slice_lengths),
     ];
