@@ -187,8 +187,8 @@ void start_host(lm_reshard_group_s *g, const std::vector<lm_dist_tensor_s *> &S,
 
 lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
                                  const lm_reshard_entry_t *entries,
-                                 const lm_reshard_group_config_t *config) {
-  const char *fn = "lm_reshard_group_create";
+                                 const lm_reshard_group_config_t *config, const char *fn,
+                                 const char *item) {
   lm_mesh_s *sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
   lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
   LM_CHECK_ARG(n >= 0, "%s: n is %d (0 or more entries)", fn, n);
@@ -201,7 +201,7 @@ lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
   g->dst_mesh = dm;
   for (int i = 0; i < n; ++i) {
     const lm_reshard_entry_t &e = entries[i];
-    const std::string what = strfmt("%s: entries[%d]", fn, i);
+    const std::string what = strfmt("%s: %s[%d]", fn, item, i);
     g->entries.emplace_back(plan_create(src_mesh, e.src_placements, dm == sm ? nullptr : dst_mesh,
                                         e.dst_placements, e.ndim, e.global_shape, e.dtype,
                                         what.c_str()));
@@ -350,7 +350,7 @@ std::vector<lm_dist_tensor_t> tensors_reshard_many(int n, const lm_dist_tensor_t
                                       t.layout.pl.data(), placements[i]};
   }
   std::unique_ptr<lm_reshard_group_s> g(group_create(mesh_borrow(mesh), dst_mesh, n, E.data(),
-                                                     nullptr));
+                                                     nullptr, fn, "tensor"));
   std::vector<lm_dist_tensor_s *> t = group_alloc_targets(g.get(), tensor_check(src[0], fn)->device, n);
   std::vector<lm_dist_tensor_t> out;
   try {

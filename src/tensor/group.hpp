@@ -32,7 +32,9 @@ struct lm_reshard_group_s {
 namespace lm {
 lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
                                  const lm_reshard_entry_t *entries,
-                                 const lm_reshard_group_config_t *config);
+                                 const lm_reshard_group_config_t *config,
+                                 const char *fn = "lm_reshard_group_create",
+                                 const char *item = "entries");
 lm_reshard_group_s *group_check(lm_reshard_group_t h, const char *what);
 lm_reshard_group_t group_wrap(lm_reshard_group_s *g);  // deletes g on failure
 void group_destroy_handle(lm_reshard_group_t *h, const char *what);
