@@ -505,11 +505,13 @@ check: all sim-tests gpu-progs
 	$(RUN_ENV) bash tests/sim/run-sim-tests.sh
 	$(RUN_ENV) SIM_CONFIGS="$(or $(SIM_CONFIGS),shared:1 shared:4 staging)" bash tests/sim/check-gpu-sim.sh
 
-# The device path on the simulator: its self-tests, the CPU tests that pin the device answer,
+# The device path on the simulator: its self-tests, the CPU tests that pin the device answer
+# (also on a machine without a GPU: CUDASIM_DEVICES=0, the CUDA build's "no GPU on this machine"),
 # tests/gpu at np 1, 2, 4 in every topology (SIM_CONFIGS), a bench_device run.
 check-gpu-sim: sim-tests gpu-progs $(BUILD)/tests/test_device_api $(BUILD)/tests/test_api_misc
 	$(RUN_ENV) bash tests/sim/run-sim-tests.sh
 	$(RUN_ENV) NPS="1 2" bash tests/run-tests.sh test_device_api test_api_misc unit_device_ops
+	$(RUN_ENV) LM_EXPECT_GPU=0 CUDASIM_DEVICES=0 NPS="1 2" bash tests/run-tests.sh test_device_api test_api_misc
 	$(RUN_ENV) $(if $(SIM_CONFIGS),SIM_CONFIGS="$(SIM_CONFIGS)") bash tests/sim/check-gpu-sim.sh
 endif
 

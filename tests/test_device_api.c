@@ -3,10 +3,12 @@
  * CUDA: lm_device_supported, lm_mesh_transport, lm_mesh_set_device_config /
  * lm_mesh_device_config (defaults, round trip, older smaller structs, bad configs), and the
  * refusal of kDLCUDA tensors where no device can hold them (never a crash or an abort of the
- * CUDA runtime). tests/gpu/ runs the device paths themselves where a GPU is present. */
+ * CUDA runtime), with the reason this build and machine call for ("no GPU on this machine" in a
+ * CUDA build without one). tests/gpu/ runs the device paths themselves where a GPU is present. */
 // lm-test-np: 1 2
 #include "lm_test.h"
 
+#include <glob.h>
 #include <localmap.h>
 #include <stddef.h>
 #include <string.h>
@@ -14,6 +16,33 @@
 #include "gpu/expect_gpu.h"
 
 static int msg_has(const char *word) { return strstr(lm_last_error_message(), word) != NULL; }
+
+/* Whether this machine shows a GPU: an NVIDIA device node, as the Makefile's GPU_SEEN decides
+ * (never the library under test). */
+static int gpu_node_seen(void) {
+  glob_t g;
+  memset(&g, 0, sizeof g);
+  int seen = glob("/dev/nvidia[0-9]*", 0, NULL, &g) == 0 && g.gl_pathc > 0;
+  globfree(&g);
+  return seen;
+}
+
+/* The reason of the last refusal of a kDLCUDA tensor, as this build and machine call for (issue
+ * 18): a CUDA=0 build says that the backend is not built in; a CUDA build says that no device is
+ * visible and, on a machine that shows no GPU, "no GPU on this machine" (the library's reason,
+ * src/mem/cuda.cpp; the Makefile's CUDA=auto says the same, tests/script_cuda_auto.sh), never the
+ * runtime's "CUDA driver version is insufficient", which would send a user after a driver
+ * upgrade. A driver that is there but fails may say what the runtime says. */
+static int refusal_reason_pinned(int cuda_build) {
+  const char *msg = lm_last_error_message();
+  int ok = cuda_build ? msg_has("no CUDA device is visible") && !msg_has("insufficient") &&
+                            (gpu_node_seen() || msg_has("(no GPU on this machine"))
+                      : msg_has("not supported by this build") && msg_has("not built in");
+  if (!ok)
+    lm_test__diag("rank %d: a %s build, %s GPU device node: refusal reason \"%s\"\n",
+                  lm_test_rank(), cuda_build ? "CUDA" : "CUDA=0", gpu_node_seen() ? "a" : "no", msg);
+  return ok;
+}
 
 static lm_mesh_t mesh_1d(void) {
   int64_t shape[1] = {lm_test_size()};
@@ -138,6 +167,7 @@ static void test_refusals_without_device(void **state) {
   lm_dist_tensor_t t = NULL;
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT32, cuda, pl), LM_ERR_NOT_SUPPORTED, "kDLCUDA");
   LM_ASSERT_ALL(t == NULL);
+  LM_ASSERT_ALL(refusal_reason_pinned(lm_cuda_runtime_loaded()));
   float buf[8] = {0};
   DLTensor loc = {buf, cuda, 1, LM_FLOAT32, g, NULL, 0};
   LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &loc, pl, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW),
@@ -148,6 +178,7 @@ static void test_refusals_without_device(void **state) {
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, pl, NULL, pl, 1, g, LM_FLOAT32));
   LM_EXPECT_ALL(lm_reshard_plan_alloc_target(p, cuda, &t), LM_ERR_NOT_SUPPORTED, "kDLCUDA");
   LM_ASSERT_ALL(t == NULL);
+  LM_ASSERT_ALL(refusal_reason_pinned(lm_cuda_runtime_loaded()));
   LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
   /* The mesh still works. */
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT32, LM_CPU, pl));

@@ -739,6 +739,80 @@ static void test_cross_stream_order(void **state) {
   LM_CUDA_OK(cudaStreamDestroy(s2));
 }
 
+/* Issue 18 (the fixes of cd8c1b1 and 3c40e7c): a device plan launches its kernels and NCCL groups
+ * on the tensor's device whatever device the calling thread has current, and leaves the caller's
+ * current device as it found it: a blocking reshard and plan execute made with another device
+ * current, and a nonblocking plan started on the tensor's device and waited for (lm_request_test,
+ * then lm_request_wait: its later rounds) with another one current. CUDA fails a kernel launch on
+ * a stream of another device than the current one (so does the simulator). Partial(sum) ->
+ * Replicate of an uneven 1-D tensor: more than one step, so rounds after the start launch
+ * kernels. Needs two visible devices (a node of several GPUs); with one it says so and returns,
+ * as test_cross_union does below np 3, and tests/sim/check-gpu-sim.sh requires it to have run in
+ * the simulator's shared:4 topology. */
+static void test_other_device_current(void **state) {
+  (void)state;
+  int np = lm_test_size(), me = lm_test_rank(), ndev = 0, cur = -1;
+  LM_CUDA_OK(cudaGetDeviceCount(&ndev));
+  int min_dev = ndev;
+  MPI_Allreduce(&ndev, &min_dev, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (min_dev < 2) {
+    if (me == 0) printf("test_gpu_reshard: other_device_current: needs 2 visible devices (%d)\n", min_dev);
+    return;
+  }
+  const int other = (lm_gpu_device + 1) % ndev;
+  lm_mesh_t m = make_mesh(0);
+  const int64_t n = 8 * (int64_t)np + 3;
+  int32_t *host = malloc((size_t)n * 4), *back = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; ++i) host[i] = (int32_t)(me + i % 7);
+  void *d = lm_gpu_upload(host, (size_t)n * 4);
+  DLTensor dl = {d, lm_gpu_dev(), 1, LM_INT32, (int64_t *)&n, NULL, 0};
+  lm_placement_t P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM), R = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, out = NULL;
+  lm_reshard_plan_t p = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &P, LM_SHAPE_GIVEN, &n, LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &P, NULL, &R, 1, &n, LM_INT32));
+  for (int path = 0; path < 3; ++path) {
+    lm_request_t req = NULL;
+    int done = 0;
+    if (path == 2) { /* started on the tensor's device, progressed on another one */
+      LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &out));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, t, out, &req));
+    }
+    if (path == 1) LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &out));
+    /* The calls with the other device current; checked after the test's device is back. */
+    LM_CUDA_OK(cudaSetDevice(other));
+    lm_status_t st = LM_SUCCESS;
+    if (path == 0) st = lm_dist_tensor_reshard(&out, t, NULL, &R);
+    if (path == 1) st = lm_reshard_plan_execute(p, t, out);
+    if (path == 2) {
+      st = lm_request_test(&req, &done);
+      if (st == LM_SUCCESS && !done) st = lm_request_wait(&req);
+    }
+    LM_CUDA_OK(cudaGetDevice(&cur));
+    LM_CUDA_OK(cudaSetDevice(lm_gpu_device));
+    if (st != LM_SUCCESS)
+      fprintf(stderr, "rank %d: path %d with device %d current: %s\n", me, path, other,
+              lm_last_error_message());
+    LM_ASSERT_ALL(st == LM_SUCCESS && cur == other && req == NULL);
+    DLTensor v;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_local(out, &v));
+    lm_gpu_download(back, v.data, (size_t)n * 4);
+    int ok = 1;
+    for (int64_t i = 0; i < n; ++i) ok &= back[i] == (int32_t)(np * (i % 7) + np * (np - 1) / 2);
+    if (!ok) fprintf(stderr, "rank %d: path %d with device %d current: wrong sum\n", me, path, other);
+    LM_ASSERT_ALL(ok);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out));
+  }
+  LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+  LM_CUDA_OK(cudaFree(d));
+  free(host);
+  free(back);
+  if (me == 0) printf("test_gpu_reshard: other_device_current: device %d current, 3 paths\n", other);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_first_moves),
     cmocka_unit_test(test_component_alignment),
@@ -747,6 +821,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cross_union),
     cmocka_unit_test(test_group),
     cmocka_unit_test(test_cross_stream_order),
+    cmocka_unit_test(test_other_device_current),
     cmocka_unit_test(test_random),
 };
 LM_GPU_TEST_MAIN(tests)

@@ -6,7 +6,8 @@
 #   per-rank  CUDASIM_TOPOLOGY=per-rank: every rank its own GPU (as with CUDA_VISIBLE_DEVICES per
 #             rank): the NCCL path;
 #   shared:1  one GPU for all ranks: "Duplicate GPU" for NCCL, localmap's host-staged fallback;
-#   shared:4  a node of 4 GPUs (device = local rank % 4): NCCL up to np 4;
+#   shared:4  a node of 4 GPUs (device = local rank % 4): NCCL up to np 4; the tests that need
+#             several devices per process must run here (test_gpu_reshard other_device_current);
 #   staging   per-rank with LM_STAGING_BYTES=512: steps a host transport would pipeline through
 #             bounded staging (NCCL must still get each step as one group); the programs on
 #             NCCL only (test_gpu_api_staged's 64 MiB through 512-byte pieces would take minutes);
@@ -39,10 +40,26 @@ run() {
   [ "$f" = 0 ] && [ "$s" = 0 ] || failures+=("$label: $line")
 }
 
+# ran LABEL PROGRAM TEXT: a test that needs several devices per process says so and returns
+# elsewhere (test_gpu_reshard's other_device_current); where there are several it must have run:
+# its line in every np's log of PROGRAM.
+ran() {
+  local np log
+  for np in $NPS; do
+    log=$BUILD/test-logs/$2.np$np.log
+    [ -f "$log" ] || continue
+    grep -q "$3" "$log" && continue
+    echo "FAIL $2 np=$np ($1): '$3' did not run"
+    failed=$((failed + 1)); failures+=("$1: $2 np=$np did not run '$3'")
+  done
+}
+
 for cfg in $CONFIGS; do
   case $cfg in
     per-rank) run per-rank CUDASIM_TOPOLOGY=per-rank CUDASIM_DEVICES=1 ;;
-    shared:*) run "$cfg" CUDASIM_TOPOLOGY=shared CUDASIM_DEVICES="${cfg#shared:}" ;;
+    shared:*) run "$cfg" CUDASIM_TOPOLOGY=shared CUDASIM_DEVICES="${cfg#shared:}"
+              [ "${cfg#shared:}" -lt 2 ] ||
+                ran "$cfg" test_gpu_reshard "other_device_current: device [0-9]* current" ;;
     staging) only="test_gpu_api test_gpu_nccl test_gpu_nccl_fault test_gpu_reshard"
              run staging CUDASIM_TOPOLOGY=per-rank CUDASIM_DEVICES=1 LM_STAGING_BYTES=512
              only="" ;;

@@ -69,6 +69,12 @@ cudaError_t cudasimLaunchKernel(cudaStream_t h, dim3 grid, dim3 block, size_t sh
     return fail(cudaErrorNotSupported, "kernel %s: cudaStreamPerThread is not simulated", name);
   StreamRef s = stream_of(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle, "kernel %s: unknown stream %p", name, (void *)h);
+  // CUDA: "a kernel launch will fail if it is issued to a stream that is not associated to the
+  // current device" (copies and event waits across devices are allowed; not a sticky error).
+  if (s->device != current_device())
+    return fail(cudaErrorInvalidResourceHandle, "kernel %s (%s:%d): stream %p is a stream of "
+                "device %d, the current device is %d", name, file, line, (void *)h, s->device,
+                current_device());
   char why[128];
   e = check_config(grid, block, shmem, why, sizeof why);
   if (e != cudaSuccess) return fail(e, "kernel %s (%s:%d): %s", name, file, line, why);

@@ -428,6 +428,26 @@ void devices_and_per_rank_topology() {
   SIM_CHECK(cudaSetDevice(2) == cudaErrorInvalidDevice);
 }
 
+// A kernel launched on a stream of another device than the current one fails, as in CUDA (not
+// sticky); a copy on that stream is allowed.
+void launch_on_other_device_stream_fails() {
+  setenv("CUDASIM_DEVICES", "2", 1);
+  SIM_CUDA(cudaSetDevice(1));
+  cudaStream_t s1 = make_stream(cudaStreamNonBlocking);
+  int *d = dev_ints(64);
+  SIM_CUDA(cudaSetDevice(0));
+  CUDASIM_LAUNCH(k_iota, 1, 64, 0, s1, d, 64, 0);
+  SIM_CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+  SIM_CHECK(cudaGetLastError() == cudaSuccess);  // not sticky
+  SIM_CUDA(cudaMemsetAsync(d, 0, 64 * sizeof(int), s1));
+  SIM_CUDA(cudaStreamSynchronize(s1));
+  SIM_CUDA(cudaSetDevice(1));
+  CUDASIM_LAUNCH(k_iota, 1, 64, 0, s1, d, 64, 7);
+  SIM_CUDA(cudaGetLastError());
+  SIM_CUDA(cudaStreamSynchronize(s1));
+  SIM_CHECK(download(d, 64)[63] == 7 + 63);
+}
+
 void shared_topology() {
   setenv("CUDASIM_TOPOLOGY", "shared", 1);
   char b0[32];
@@ -477,6 +497,7 @@ const sim_case cases[] = {
     {"host_pointer_to_kernel_faults", host_pointer_to_kernel_faults},
     {"hang_aborts", hang_aborts},
     {"devices_and_per_rank_topology", devices_and_per_rank_topology},
+    {"launch_on_other_device_stream_fails", launch_on_other_device_stream_fails},
     {"shared_topology", shared_topology},
     {"no_device", no_device},
     {"out_of_memory", out_of_memory},
