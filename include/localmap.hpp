@@ -477,9 +477,10 @@ class reshard_plan {
 // --------------------------------------------------------------------------- reshard_group
 /// One entry of a reshard_group: a tensor's global shape, dtype and both placements.
 struct reshard_entry {
-  shape global;
-  DLDataType dtype;
-  placements src, dst;
+  shape global;       ///< the tensor's global shape
+  DLDataType dtype;   ///< its element type
+  placements src;     ///< one per source mesh dim
+  placements dst;     ///< one per target mesh dim
 };
 
 /// A grouped reshard plan (lm_reshard_group_t): many tensors, one message per peer and step.
