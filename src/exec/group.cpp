@@ -63,8 +63,10 @@ GroupPart &add_part(std::vector<GroupPeerMsg> &v, std::map<int, size_t> &idx, in
   }
   GroupPeerMsg &m = v[it->second];
   m.parts.push_back(p);
-  m.parts.back().off = m.bytes;
-  m.bytes += p.bytes;
+  // Every part at a 16-byte offset: reductions and device copies read it as its dtype (both
+  // sides lay the message out alike, padding included).
+  m.parts.back().off = (m.bytes + 15) / 16 * 16;
+  m.bytes = m.parts.back().off + p.bytes;
   return m.parts.back();
 }
 
