@@ -9,12 +9,20 @@
 #   lm_missing_binding REASON   the same for a binding's toolchain, under LM_REQUIRE_BINDINGS=1.
 #   lm_defer_skip REASON     a check that could not run, while the script's other checks go on:
 #                            lm_finish then skips (naming every deferred check) instead of passing.
+#   lm_lib_links ERE         liblocalmap.so of $BUILD links a library matching ERE (libasan...):
+#                            ldd's output is read whole, never piped into `grep -q`, which under
+#                            pipefail fails the pipeline when grep exits before ldd is done.
 #   lm_finish MESSAGE        the script's last line: "MESSAGE" and exit 0 when every check ran,
 #                            else the deferred skips.
 # Every skip says why; a script that did not run all its checks never exits 0.
 _lm_name=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 _lm_deferred=()
 lm_skip() { echo "LM-SKIP: $*"; exit 77; }
+lm_lib_links() {
+  local deps
+  deps=$(ldd "${BUILD:-build}/lib/liblocalmap.so") || return 2
+  grep -qE -- "$1" <<<"$deps"
+}
 lm_missing_tool() {
   if [ -n "${LM_REQUIRE_TOOLS:-}" ] && [ "${LM_REQUIRE_TOOLS}" != 0 ]; then
     echo "$_lm_name: FAIL (LM_REQUIRE_TOOLS=$LM_REQUIRE_TOOLS): $*"; exit 1

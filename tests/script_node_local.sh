@@ -21,7 +21,7 @@ BUILD=${BUILD:-build}
 # outnumber cores) the same modes run on fewer cases and rank counts: what they add there is
 # memory checking of the copies and the other MPI, not coverage of more layouts.
 san=0
-ldd "$BUILD/lib/liblocalmap.so" | grep -qE 'libasan|libmpich' && san=1
+lm_lib_links 'libasan|libmpich' && san=1
 if [ $san = 1 ]; then nps="3"; cases=400; else nps="2 3 4"; cases=1500; fi
 export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$cases}
 export LM_NODE_LOCAL_MIN_BYTES=1
@@ -81,7 +81,7 @@ echo "node-local path: exact with kernel copies refused (mapping only, and neith
 # peers' windows shrink, one line on stderr says so, and the path stays on (the board in
 # test_agree_board; peers' windows in test_node_safety). Not under ASan (its shadow memory alone
 # is terabytes of address space).
-if ! ldd "$BUILD/lib/liblocalmap.so" | grep -q libasan; then
+if ! lm_lib_links libasan; then
   limited() { (ulimit -v $((3 << 20)) && env "$@"); }
   out=$(limited $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random" 2>&1) ||
     { echo "$out" | tail -n 30; echo "script_node_local: FAILED under RLIMIT_AS"; exit 1; }

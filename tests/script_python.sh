@@ -69,7 +69,8 @@ trap 'rm -rf "$tmp"' EXIT
 mpich=$(ldd "$lib" | awk '$1 ~ /^libmpich\.so/ { print $3; exit }')
 if [ -n "$mpich" ]; then
   export MPI4PY_MPIABI=mpich
-  if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.12 '; then
+  cache=$(/sbin/ldconfig -p 2>/dev/null || true)   # (not `| grep -q`: pipefail)
+  if ! grep -q 'libmpi\.so\.12 ' <<<"$cache"; then
     mkdir "$tmp/mpiabi" && ln -s "$mpich" "$tmp/mpiabi/libmpi.so.12"
     export LD_LIBRARY_PATH=$tmp/mpiabi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   fi

@@ -10,11 +10,12 @@
 # memory within the bound (test_reshard_memory), at np 1-4, with and without datatypes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/lm_test.sh
 BUILD=${BUILD:-build}
 # Under the sanitizers (several times slower) and MPICH (whose waits spin when ranks outnumber
 # cores) the same modes run on fewer random cases.
 big=3000 small=1500
-if ldd "$BUILD/lib/liblocalmap.so" | grep -qE 'libasan|libmpich'; then big=800 small=400; fi
+if lm_lib_links 'libasan|libmpich'; then big=800 small=400; fi
 export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$big}
 # dt=1: subarray datatypes for every non-contiguous box; dt=0: none (every such box staged).
 dt_env() { if [ "$1" = 1 ]; then echo LM_DATATYPE_MIN_BYTES=0; else echo LM_RESHARD_DATATYPES=0; fi; }
