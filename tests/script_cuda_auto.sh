@@ -27,7 +27,7 @@ bad() { echo "script_cuda_auto: FAIL: $*"; exit 1; }
 expect() {
   local what=$1 got=$2 p; shift 2
   [ "$(printf '%s\n' "$got" | grep -c .)" = 1 ] || bad "$what: expected one line, got: '$got'"
-  for p in "$@"; do printf '%s\n' "$got" | grep -qE -- "$p" || bad "$what: '$got' does not match '$p'"; done
+  for p in "$@"; do grep -qE -- "$p" <<<"$got" || bad "$what: '$got' does not match '$p'"; done
   checks=$((checks + 1))
 }
 silent() {  # silent WHAT ARGS...

@@ -42,7 +42,7 @@ set +e
 out=$(bash tools/lm-mpirun 1 "$F/test_error_stop" 2>&1)
 rc=$?
 set -e
-if [ $rc -eq 0 ] || ! echo "$out" | grep -q 'no_such_dim' || echo "$out" | grep -q 'not reached'; then
+if [ $rc -eq 0 ] || ! grep -q 'no_such_dim' <<<"$out" || grep -q 'not reached' <<<"$out"; then
   echo "test_error_stop: expected a failure naming no_such_dim (exit $rc):"; echo "$out"; exit 1
 fi
 echo "error stop without ierr: $(echo "$out" | grep -m1 'localmap:')"
@@ -52,8 +52,8 @@ out=$(bash tools/lm-mpirun 1 "$F/test_error_prefix" 2>&1)
 rc=$?
 set -e
 want='localmap: lm_from_global: 2 placements for a mesh of 1 dims'
-if [ $rc -eq 0 ] || ! echo "$out" | grep -qF "$want" || echo "$out" | grep -q 'lm_from_global: lm_from_global' ||
-   echo "$out" | grep -q 'not reached'; then
+if [ $rc -eq 0 ] || ! grep -qF "$want" <<<"$out" || grep -q 'lm_from_global: lm_from_global' <<<"$out" ||
+   grep -q 'not reached' <<<"$out"; then
   echo "test_error_prefix: expected '$want' once, without a repeated prefix (exit $rc):"; echo "$out"; exit 1
 fi
 echo "binding-side error stop: $(echo "$out" | grep -m1 -F "$want")"

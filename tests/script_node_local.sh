@@ -85,7 +85,7 @@ if ! lm_lib_links libasan; then
   limited() { (ulimit -v $((3 << 20)) && env "$@"); }
   out=$(limited $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random" 2>&1) ||
     { echo "$out" | tail -n 30; echo "script_node_local: FAILED under RLIMIT_AS"; exit 1; }
-  echo "$out" | grep -q "localmap: RLIMIT_AS (3.00 GiB, .*): shared arena of at most" ||
+  grep -q "localmap: RLIMIT_AS (3.00 GiB, .*): shared arena of at most" <<<"$out" ||
     { echo "$out" | tail -n 30; echo "script_node_local: no note of the smaller arena"; exit 1; }
   limited bash tools/lm-mpirun 3 "$BUILD/tests/test_agree_board"
   limited bash tools/lm-mpirun 4 "$BUILD/tests/test_node_safety"

@@ -135,7 +135,7 @@ for mode in "" --mpi4py; do
   out=$(bash tools/lm-mpirun 2 "${SAN[@]}" "$PY" bindings/python/tests/exit_with_live_handles.py $mode 2>&1) \
     || fail "exit with live handles $mode: $out"
   echo "$out"
-  if echo "$out" | grep -qiE 'error|exception|warning|traceback'; then fail "messages at exit: $out"; fi
+  if grep -qiE 'error|exception|warning|traceback' <<<"$out"; then fail "messages at exit: $out"; fi
 done
 
 for np in 1 2 4; do
