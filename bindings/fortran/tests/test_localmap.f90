@@ -322,6 +322,18 @@ subroutine reshard_groups(rank, size)
   call lm_reshard_group_execute(g, x, y, ierr)
   call check(ierr == LM_ERR_INVALID_ARGUMENT, "a destroyed group")
   deallocate(msg)
+  ! Everything explicitly: gfortran 12 does not finalize a subroutine's locals on return.
+  call lm_destroy(g2)
+  do i = 1, n
+    call lm_destroy(x(i))
+    call lm_destroy(y(i))
+    call lm_destroy(ref(i))
+    call lm_destroy(y2(i))
+    call lm_destroy(ref2(i))
+    call lm_destroy(many(i))
+  end do
+  call lm_destroy(rev)
+  call lm_destroy(mesh)
 contains
   real(c_double) function val(i, j, r)
     integer, intent(in) :: i, j, r
