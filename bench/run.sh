@@ -53,6 +53,15 @@ done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
 
+out="$here/results/estimate.jsonl"
+: > "$out.tmp"
+for np in ${BENCH_NPS:-2 4}; do
+  echo "== the cost of a cost estimate (lm_reshard_estimate) at np $np" >&2
+  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_estimate" | tee -a "$out.tmp"
+done
+mv "$out.tmp" "$out"
+echo "wrote $out" >&2
+
 out="$here/results/plan.jsonl"
 echo "== planning one rank's part on 2^20-rank meshes (serial)" >&2
 "$top/$build/bench/bench_plan" > "$out.tmp"

@@ -705,6 +705,21 @@ enum {
  *         the first version's or a version this library does not know, unknown flags */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_info(lm_reshard_plan_t plan, int flags,
                                                      lm_reshard_plan_info_t *info);
+/** What a reshard would move, without building a plan: the numbers lm_reshard_plan_info gives
+ * for the plan lm_reshard_plan_create would build from the same arguments (this rank's schedule,
+ * the transports' route rules). For layout searches (auto-sharding): local and pure unless flags
+ * has LM_PLAN_INFO_ALL_RANKS (then collective over both meshes, as lm_reshard_plan_info), no
+ * handle, no buffer that depends on the tensor, O(peers) time (bench/bench_estimate.c).
+ * @param info  initialised with LM_RESHARD_PLAN_INFO_INIT
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT / LM_ERR_NOT_SUPPORTED as lm_reshard_plan_create
+ *         for the arguments, and as lm_reshard_plan_info for info and flags */
+LM_NODISCARD LM_API lm_status_t lm_reshard_estimate(lm_mesh_t src_mesh,
+                                                    const lm_placement_t *src_placements,
+                                                    lm_mesh_t dst_mesh,
+                                                    const lm_placement_t *dst_placements,
+                                                    int ndim, const int64_t *global_shape,
+                                                    DLDataType dtype, int flags,
+                                                    lm_reshard_plan_info_t *info);
 
 /** Host memory handed out by the library's buffer pool on this process (tensor storage, reshard
  * staging and intermediate buffers): the bytes in use now and their high-water mark, counted as

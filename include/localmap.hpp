@@ -474,6 +474,22 @@ class reshard_plan {
   lm_reshard_plan_t h_ = nullptr;
 };
 
+/// lm_reshard_estimate: what the reshard plan of these arguments would move, without building
+/// it (local; all_ranks: summed over both meshes' ranks, collective). dst_mesh nullptr: src_mesh.
+inline lm_reshard_plan_info_t reshard_estimate(const mesh &src_mesh, const placements &src,
+                                               const placements &dst, const shape &global,
+                                               DLDataType dtype, const mesh *dst_mesh = nullptr,
+                                               bool all_ranks = false) {
+  detail::check_count(src.size(), src_mesh.ndim(), "localmap::reshard_estimate: src placements");
+  detail::check_count(dst.size(), (dst_mesh ? *dst_mesh : src_mesh).ndim(),
+                      "localmap::reshard_estimate: dst placements");
+  lm_reshard_plan_info_t i = LM_RESHARD_PLAN_INFO_INIT;
+  check(lm_reshard_estimate(src_mesh.get(), src.data(), dst_mesh ? dst_mesh->get() : nullptr,
+                            dst.data(), static_cast<int>(global.size()), global.data(), dtype,
+                            all_ranks ? LM_PLAN_INFO_ALL_RANKS : 0, &i));
+  return i;
+}
+
 // --------------------------------------------------------------------------- reshard_group
 /// One entry of a reshard_group: a tensor's global shape, dtype and both placements.
 struct reshard_entry {

@@ -138,6 +138,13 @@ static void test_reshard_group(void **) {
   ok &= refuses([&] { lmx::reshard_many(x, {r}); }, "reshard_many: 3 tensors for 1 placement lists");
   ok &= refuses([&] { lmx::reshard_group(m, {{{8, 6}, LM_DTYPE(kDLFloat, 64), {}, r}}); },
                 "reshard_group: src placements: 0 placements");
+  // reshard_estimate gives what the plan of the same arguments says it moves.
+  lmx::reshard_plan pl(m, s0, nullptr, r, {8, 6}, LM_DTYPE(kDLFloat, 64));
+  const lm_reshard_plan_info_t a = pl.info(), b = lmx::reshard_estimate(m, s0, r, {8, 6}, LM_DTYPE(kDLFloat, 64));
+  ok &= a.bytes_sent == b.bytes_sent && a.bytes_received == b.bytes_received &&
+        a.flows_sent == b.flows_sent && a.steps == b.steps && a.routes == b.routes;
+  ok &= refuses([&] { lmx::reshard_estimate(m, {}, r, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
+                "reshard_estimate: src placements: 0 placements");
   LM_ASSERT_ALL(ok);
 }
 

@@ -101,6 +101,20 @@ static void run_case(const case_t *c, const char *what) {
   LM_ASSERT_OK_ALL(lm_reshard_plan_info(plan, LM_PLAN_INFO_ALL_RANKS, &all));
   int64_t legacy = -1;
   LM_ASSERT_OK(lm_reshard_plan_bytes_sent(plan, &legacy));
+  /* lm_reshard_estimate: the same numbers without a plan, this rank's and all ranks'. */
+  lm_reshard_plan_info_t est = LM_RESHARD_PLAN_INFO_INIT, est_all = LM_RESHARD_PLAN_INFO_INIT;
+  LM_ASSERT_OK(lm_reshard_estimate(sm, c->src, dm, c->dst, c->ndim, c->shape, c->dt, 0, &est));
+  LM_ASSERT_OK_ALL(lm_reshard_estimate(sm, c->src, dm, c->dst, c->ndim, c->shape, c->dt,
+                                       LM_PLAN_INFO_ALL_RANKS, &est_all));
+  const int same_est = memcmp(&est, &mine, sizeof est) == 0 && memcmp(&est_all, &all, sizeof all) == 0;
+  if (!same_est)
+    lm_test__diag("rank %d: %s: estimate sent %lld received %lld flows %lld/%lld routes %u; plan "
+                  "info %lld %lld %lld/%lld routes %u\n", ME, what, (long long)est.bytes_sent,
+                  (long long)est.bytes_received, (long long)est.flows_sent,
+                  (long long)est.flows_received, est.routes, (long long)mine.bytes_sent,
+                  (long long)mine.bytes_received, (long long)mine.flows_sent,
+                  (long long)mine.flows_received, mine.routes);
+  LM_ASSERT_ALL(same_est);
 
   lm_dist_tensor_t x = NULL, y = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, sm, c->ndim, c->shape, c->dt, LM_CPU, c->src));
@@ -243,6 +257,17 @@ static void test_arguments(void **state) {
   LM_ASSERT_ALL(strstr(lm_last_error_message(), "plan") != NULL);
   LM_ASSERT_STATUS(lm_reshard_plan_info(plan, 0, NULL), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(strstr(lm_last_error_message(), "info is NULL") != NULL);
+  /* lm_reshard_estimate names its bad arguments as lm_reshard_plan_create does. */
+  LM_ASSERT_STATUS(lm_reshard_estimate(NULL, &s0, NULL, &r, 1, g, LM_FLOAT64, 0, &info), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(strstr(lm_last_error_message(), "lm_reshard_estimate: src_mesh") != NULL);
+  LM_ASSERT_STATUS(lm_reshard_estimate(m, &s0, NULL, NULL, 1, g, LM_FLOAT64, 0, &info), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(strstr(lm_last_error_message(), "dst_placements") != NULL);
+  LM_ASSERT_STATUS(lm_reshard_estimate(m, &s0, NULL, &r, 1, g, LM_FLOAT64, 4, &info), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(strstr(lm_last_error_message(), "flags") != NULL);
+  LM_ASSERT_STATUS(lm_reshard_estimate(m, &s0, NULL, &r, 1, g, LM_FLOAT64, 0, NULL), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(strstr(lm_last_error_message(), "info is NULL") != NULL);
+  lm_placement_t pmax = P(LM_REDUCE_MAX), psum = P(LM_REDUCE_SUM);
+  LM_ASSERT_STATUS(lm_reshard_estimate(m, &pmax, NULL, &psum, 1, g, LM_FLOAT64, 0, &info), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_STATUS(lm_reshard_plan_info(plan, 2, &info), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(strstr(lm_last_error_message(), "flags") != NULL);
   info.size = 16;

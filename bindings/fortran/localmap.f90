@@ -65,6 +65,8 @@ module localmap
     LM_LOCAL_MAP_SHAPES_EVEN = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_MAGIC = int(z'4c4d4d43', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_RESHARD_PLAN_INFO_VERSION = 1
+  !> Flags of lmc_reshard_plan_info and lmc_reshard_estimate (all_ranks = .true. in Fortran).
+  integer(c_int), parameter, public :: LM_PLAN_INFO_ALL_RANKS = 1
   !> The version of lm_reshard_group_config_t this module describes.
   integer(c_int), parameter, public :: LM_RESHARD_GROUP_CONFIG_VERSION = 1
   integer(c_int32_t), parameter, public :: LM_ROUTE_MPI = 1, LM_ROUTE_NODE_LOCAL = 2, LM_ROUTE_BOARD = 4
@@ -496,6 +498,14 @@ module localmap
       import; type(c_ptr), value :: plan; integer(c_int), value :: flags
       type(lm_reshard_plan_info_t), intent(inout) :: info; integer(c_int) :: lmc_reshard_plan_info
     end function
+    function lmc_reshard_estimate(src_mesh, src_placements, dst_mesh, dst_placements, ndim, global_shape, &
+                                  dtype, flags, info) bind(C, name="lm_reshard_estimate")
+      import; type(c_ptr), value :: src_mesh, dst_mesh
+      type(lm_placement_t), intent(in) :: src_placements(*), dst_placements(*)
+      integer(c_int), value :: ndim; integer(c_int64_t), intent(in) :: global_shape(*)
+      type(DLDataType), value :: dtype; integer(c_int), value :: flags
+      type(lm_reshard_plan_info_t), intent(inout) :: info; integer(c_int) :: lmc_reshard_estimate
+    end function
     function lmc_reshard_plan_describe(plan, buf, size) bind(C, name="lm_reshard_plan_describe")
       import; type(c_ptr), value :: plan; character(kind=c_char), intent(out) :: buf(*)
       integer(c_size_t), value :: size; integer(c_int) :: lmc_reshard_plan_describe
@@ -573,7 +583,7 @@ module localmap
     lmc_dist_tensor_local, lmc_dist_tensor_export, lmc_dist_tensor_retain, lmc_dist_tensor_destroy, &
     lmc_dist_tensor_reshard, lmc_reshard_plan_create, lmc_reshard_plan_alloc_target, &
     lmc_reshard_plan_execute, lmc_reshard_plan_start, lmc_request_test, lmc_request_wait, &
-    lmc_reshard_plan_bytes_sent, lmc_reshard_plan_info, lmc_reshard_plan_describe, &
+    lmc_reshard_plan_bytes_sent, lmc_reshard_plan_info, lmc_reshard_estimate, lmc_reshard_plan_describe, &
     lmc_reshard_plan_destroy, lmc_reshard_group_create, lmc_reshard_group_alloc_targets, &
     lmc_reshard_group_execute, lmc_reshard_group_start, lmc_reshard_group_size, &
     lmc_reshard_group_destroy, lmc_dist_tensor_reshard_many, lmc_local_map, &
@@ -596,7 +606,7 @@ module localmap
     lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard
   public :: lm_reshard_plan_create, lm_reshard_plan_alloc_target, lm_reshard_plan_execute, &
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
-    lm_reshard_plan_info, lm_reshard_plan_adjoint, lm_reshard_plan_describe, &
+    lm_reshard_plan_info, lm_reshard_estimate, lm_reshard_plan_adjoint, lm_reshard_plan_describe, &
     lm_reshard_plan_destroy
   public :: lm_reshard_group_create, lm_reshard_group_alloc_targets, &
     lm_reshard_group_execute, lm_reshard_group_start, lm_reshard_group_size, &
@@ -627,6 +637,13 @@ module localmap
   end interface
   interface lm_reshard_plan_create
     module procedure plan_create_i8_, plan_create_i4_
+  end interface
+  !> lm_reshard_estimate(info, src_mesh, src_placements, dst_placements, shape, dtype [, dst_mesh]
+  !> [, all_ranks] [, ierr]): what lm_reshard_plan_info would give for the plan
+  !> lm_reshard_plan_create would build, without building it (shape: integer(c_int64_t) or
+  !> integer(c_int32_t), Fortran order).
+  interface lm_reshard_estimate
+    module procedure estimate_i8_, estimate_i4_
   end interface
   !> lm_reshard_entry(shape, dtype, src_placements, dst_placements): one reshard of a group
   !> (shape: integer(c_int64_t) or integer(c_int32_t), Fortran order).
@@ -1947,12 +1964,63 @@ contains
     integer(c_int) :: st, flags
     flags = 0
     if (present(all_ranks)) then
-      if (all_ranks) flags = 1
+      if (all_ranks) flags = LM_PLAN_INFO_ALL_RANKS
     end if
     info%size = c_sizeof(info)
     info%version = LM_RESHARD_PLAN_INFO_VERSION
     st = lmc_reshard_plan_info(plan%ptr, flags, info); call c_(st)
     call done_(st, ierr, "lm_reshard_plan_info")
+  end subroutine
+
+  !> What a reshard from (src_mesh, src_placements) to (dst_mesh, default src_mesh; dst_placements)
+  !> of a tensor of `shape` (Fortran order) and `dtype` would move: the `info` that
+  !> lm_reshard_plan_info gives for the plan lm_reshard_plan_create builds from the same arguments,
+  !> without building a plan. This rank's counts (local, no communication), or with all_ranks =
+  !> .true. every rank's summed (collective over both meshes). For layout searches (auto-sharding).
+  subroutine estimate_i8_(info, src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh, &
+                          all_ranks, ierr)
+    type(lm_reshard_plan_info_t), intent(out) :: info
+    type(lm_mesh), intent(in) :: src_mesh
+    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
+    integer(c_int64_t), intent(in) :: shape(:)
+    type(DLDataType), intent(in) :: dtype
+    type(lm_mesh), intent(in), optional :: dst_mesh
+    logical, intent(in), optional :: all_ranks
+    integer, intent(out), optional :: ierr
+    type(lm_placement_t) :: sp(size(src_placements)), dp(size(dst_placements))
+    type(c_ptr) :: dm
+    integer(c_int) :: st, flags
+    dm = src_mesh%ptr
+    if (present(dst_mesh)) dm = dst_mesh%ptr
+    flags = 0
+    if (present(all_ranks)) then
+      if (all_ranks) flags = LM_PLAN_INFO_ALL_RANKS
+    end if
+    info%size = c_sizeof(info)
+    info%version = LM_RESHARD_PLAN_INFO_VERSION
+    call to_c_pl_(src_placements, size(shape), sp, st, "lm_reshard_estimate: src_placements")
+    call check_npl_(src_mesh%ptr, size(src_placements), st, "lm_reshard_estimate: src_placements")
+    if (st == LM_SUCCESS) call to_c_pl_(dst_placements, size(shape), dp, st, "lm_reshard_estimate: dst_placements")
+    call check_npl_(dm, size(dst_placements), st, "lm_reshard_estimate: dst_placements")
+    if (st == LM_SUCCESS) then
+      st = lmc_reshard_estimate(src_mesh%ptr, sp, dm, dp, int(size(shape), c_int), reversed_(shape), &
+                                dtype, flags, info)
+      call c_(st)
+    end if
+    call done_(st, ierr, "lm_reshard_estimate")
+  end subroutine
+  subroutine estimate_i4_(info, src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh, &
+                          all_ranks, ierr)
+    type(lm_reshard_plan_info_t), intent(out) :: info
+    type(lm_mesh), intent(in) :: src_mesh
+    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
+    integer(c_int32_t), intent(in) :: shape(:)
+    type(DLDataType), intent(in) :: dtype
+    type(lm_mesh), intent(in), optional :: dst_mesh
+    logical, intent(in), optional :: all_ranks
+    integer, intent(out), optional :: ierr
+    call estimate_i8_(info, src_mesh, src_placements, dst_placements, int(shape, c_int64_t), dtype, &
+                      dst_mesh, all_ranks, ierr)
   end subroutine
 
   !> A one-line description of the plan's steps.

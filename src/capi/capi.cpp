@@ -667,22 +667,38 @@ LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t plan, lm_reshard_pl
   });
 }
 
+// An lm_reshard_plan_info_t argument: non-NULL, a size and version this library knows; flags.
+static void check_info_arg(const lm_reshard_plan_info_t *info, int flags, const char *fn) {
+  OUT_ARG(info, "info", fn);
+  const size_t v1 = offsetof(lm_reshard_plan_info_t, staging_bytes_max) + sizeof(int64_t);
+  LM_CHECK_ARG(info->size >= v1, "%s: info->size %zu is below the first version's (%zu): "
+               "initialise it with LM_RESHARD_PLAN_INFO_INIT", fn, info->size, v1);
+  LM_CHECK_ARG(info->version >= 1 && info->version <= LM_RESHARD_PLAN_INFO_VERSION,
+               "%s: info->version %u is not one this library knows (1..%u): initialise it with "
+               "LM_RESHARD_PLAN_INFO_INIT", fn, info->version, LM_RESHARD_PLAN_INFO_VERSION);
+  LM_CHECK_ARG((flags & ~LM_PLAN_INFO_ALL_RANKS) == 0,
+               "%s: flags %d has unknown bits (0 or LM_PLAN_INFO_ALL_RANKS)", fn, flags);
+}
+
 LM_API lm_status_t lm_reshard_plan_info(lm_reshard_plan_t plan, int flags,
                                         lm_reshard_plan_info_t *info) {
   return guard([&] {
     const char *fn = "lm_reshard_plan_info";
     lm_reshard_plan_s *p = plan_check(plan, fn);
-    OUT_ARG(info, "info", fn);
-    LM_CHECK_ARG(info->size >= offsetof(lm_reshard_plan_info_t, staging_bytes_max) + sizeof(int64_t),
-                 "%s: info->size %zu is below the first version's (%zu): initialise it with "
-                 "LM_RESHARD_PLAN_INFO_INIT", fn, info->size,
-                 offsetof(lm_reshard_plan_info_t, staging_bytes_max) + sizeof(int64_t));
-    LM_CHECK_ARG(info->version >= 1 && info->version <= LM_RESHARD_PLAN_INFO_VERSION,
-                 "%s: info->version %u is not one this library knows (1..%u): initialise it with "
-                 "LM_RESHARD_PLAN_INFO_INIT", fn, info->version, LM_RESHARD_PLAN_INFO_VERSION);
-    LM_CHECK_ARG((flags & ~LM_PLAN_INFO_ALL_RANKS) == 0,
-                 "%s: flags %d has unknown bits (0 or LM_PLAN_INFO_ALL_RANKS)", fn, flags);
+    check_info_arg(info, flags, fn);
     plan_info(p, flags, info);
+  });
+}
+
+LM_API lm_status_t lm_reshard_estimate(lm_mesh_t src_mesh, const lm_placement_t *src_placements,
+                                       lm_mesh_t dst_mesh, const lm_placement_t *dst_placements,
+                                       int ndim, const int64_t *global_shape, DLDataType dtype,
+                                       int flags, lm_reshard_plan_info_t *info) {
+  return guard([&] {
+    const char *fn = "lm_reshard_estimate";
+    check_info_arg(info, flags, fn);
+    reshard_estimate(src_mesh, src_placements, dst_mesh, dst_placements, ndim, global_shape,
+                     dtype, flags, info);
   });
 }
 

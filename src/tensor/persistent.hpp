@@ -67,6 +67,11 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
 bool plan_takes_board(lm_reshard_plan_s *p);
 // lm_reshard_plan_info (tensor/plan_info.cpp): `info` validated by the caller, filled here.
 void plan_info(lm_reshard_plan_s *p, int flags, lm_reshard_plan_info_t *info);
+// lm_reshard_estimate (tensor/plan_info.cpp): the same numbers from this rank's schedule alone,
+// without a plan (`info` validated by the caller).
+void reshard_estimate(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
+                      const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
+                      DLDataType dtype, int flags, lm_reshard_plan_info_t *info);
 // Progress; true when complete (the request is then deleted).
 bool request_progress(lm_request_s *r, bool block);
 lm_request_s *request_check(lm_request_t r, const char *what);

@@ -28,6 +28,14 @@ int main(void) {
   SZ(lm_reshard_group_config_t); OFF(lm_reshard_group_config_t, size);
   OFF(lm_reshard_group_config_t, version); OFF(lm_reshard_group_config_t, bucket_bytes);
   OFF(lm_reshard_group_config_t, alone_bytes);
+  SZ(lm_reshard_plan_info_t); OFF(lm_reshard_plan_info_t, size);
+  OFF(lm_reshard_plan_info_t, version); OFF(lm_reshard_plan_info_t, routes);
+  OFF(lm_reshard_plan_info_t, steps); OFF(lm_reshard_plan_info_t, peers);
+  OFF(lm_reshard_plan_info_t, flows_sent); OFF(lm_reshard_plan_info_t, flows_received);
+  OFF(lm_reshard_plan_info_t, bytes_sent); OFF(lm_reshard_plan_info_t, bytes_received);
+  OFF(lm_reshard_plan_info_t, bytes_copied); OFF(lm_reshard_plan_info_t, bytes_reduced);
+  OFF(lm_reshard_plan_info_t, bytes_node_local); OFF(lm_reshard_plan_info_t, work_bytes);
+  OFF(lm_reshard_plan_info_t, staging_bytes_max);
   SZ(lm_arg_t); OFF(lm_arg_t, kind); OFF(lm_arg_t, reserved); OFF(lm_arg_t, i64); OFF(lm_arg_t, f64);
   OFF(lm_arg_t, ptr);
   K(LM_VERSION_CODE);
@@ -46,6 +54,8 @@ int main(void) {
   K(LM_ARG_POINTER); K(LM_ARG_MANAGED_TENSOR);
   K(LM_LOCAL_MAP_RESHARD_INPUTS); K(LM_LOCAL_MAP_NO_AGREE); K(LM_LOCAL_MAP_SHAPES_EVEN);
   K(LM_MESH_CONFIG_MAGIC); K(LM_MESH_CONFIG_VERSION); K(LM_RESHARD_GROUP_CONFIG_VERSION);
+  K(LM_RESHARD_PLAN_INFO_VERSION); K(LM_PLAN_INFO_ALL_RANKS);
+  K(LM_ROUTE_MPI); K(LM_ROUTE_NODE_LOCAL); K(LM_ROUTE_BOARD);
   D(LM_FLOAT16); D(LM_BFLOAT16); D(LM_FLOAT32); D(LM_FLOAT64); D(LM_INT8); D(LM_INT16); D(LM_INT32);
   D(LM_INT64); D(LM_UINT8); D(LM_BOOL); D(LM_COMPLEX64); D(LM_COMPLEX128);
   printf("LM_CPU.device_type %d\nLM_CPU.device_id %d\n", (int)LM_CPU.device_type, LM_CPU.device_id);

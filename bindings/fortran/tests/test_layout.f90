@@ -16,6 +16,7 @@ program test_layout
   type(lm_device_config_t), target :: dc
   type(lm_reshard_entry_t), target :: re
   type(lm_reshard_group_config_t), target :: gc
+  type(lm_reshard_plan_info_t), target :: pi
 
   call sz("DLDevice", c_sizeof(dev))
   call off("DLDevice", "device_type", c_loc(dev), c_loc(dev%device_type))
@@ -69,6 +70,21 @@ program test_layout
   call off("lm_reshard_group_config_t", "version", c_loc(gc), c_loc(gc%version))
   call off("lm_reshard_group_config_t", "bucket_bytes", c_loc(gc), c_loc(gc%bucket_bytes))
   call off("lm_reshard_group_config_t", "alone_bytes", c_loc(gc), c_loc(gc%alone_bytes))
+  call sz("lm_reshard_plan_info_t", c_sizeof(pi))
+  call off("lm_reshard_plan_info_t", "size", c_loc(pi), c_loc(pi%size))
+  call off("lm_reshard_plan_info_t", "version", c_loc(pi), c_loc(pi%version))
+  call off("lm_reshard_plan_info_t", "routes", c_loc(pi), c_loc(pi%routes))
+  call off("lm_reshard_plan_info_t", "steps", c_loc(pi), c_loc(pi%steps))
+  call off("lm_reshard_plan_info_t", "peers", c_loc(pi), c_loc(pi%peers))
+  call off("lm_reshard_plan_info_t", "flows_sent", c_loc(pi), c_loc(pi%flows_sent))
+  call off("lm_reshard_plan_info_t", "flows_received", c_loc(pi), c_loc(pi%flows_received))
+  call off("lm_reshard_plan_info_t", "bytes_sent", c_loc(pi), c_loc(pi%bytes_sent))
+  call off("lm_reshard_plan_info_t", "bytes_received", c_loc(pi), c_loc(pi%bytes_received))
+  call off("lm_reshard_plan_info_t", "bytes_copied", c_loc(pi), c_loc(pi%bytes_copied))
+  call off("lm_reshard_plan_info_t", "bytes_reduced", c_loc(pi), c_loc(pi%bytes_reduced))
+  call off("lm_reshard_plan_info_t", "bytes_node_local", c_loc(pi), c_loc(pi%bytes_node_local))
+  call off("lm_reshard_plan_info_t", "work_bytes", c_loc(pi), c_loc(pi%work_bytes))
+  call off("lm_reshard_plan_info_t", "staging_bytes_max", c_loc(pi), c_loc(pi%staging_bytes_max))
   call sz("lm_arg_t", c_sizeof(a))
   call off("lm_arg_t", "kind", c_loc(a), c_loc(a%kind))
   call off("lm_arg_t", "reserved", c_loc(a), c_loc(a%reserved))
@@ -107,6 +123,10 @@ program test_layout
   call k("LM_LOCAL_MAP_SHAPES_EVEN", LM_LOCAL_MAP_SHAPES_EVEN)
   call k("LM_MESH_CONFIG_MAGIC", int(LM_MESH_CONFIG_MAGIC)); call k("LM_MESH_CONFIG_VERSION", int(LM_MESH_CONFIG_VERSION))
   call k("LM_RESHARD_GROUP_CONFIG_VERSION", int(LM_RESHARD_GROUP_CONFIG_VERSION))
+  call k("LM_RESHARD_PLAN_INFO_VERSION", int(LM_RESHARD_PLAN_INFO_VERSION))
+  call k("LM_PLAN_INFO_ALL_RANKS", int(LM_PLAN_INFO_ALL_RANKS))
+  call k("LM_ROUTE_MPI", int(LM_ROUTE_MPI)); call k("LM_ROUTE_NODE_LOCAL", int(LM_ROUTE_NODE_LOCAL))
+  call k("LM_ROUTE_BOARD", int(LM_ROUTE_BOARD))
   call d("LM_FLOAT16", LM_FLOAT16); call d("LM_BFLOAT16", LM_BFLOAT16); call d("LM_FLOAT32", LM_FLOAT32)
   call d("LM_FLOAT64", LM_FLOAT64); call d("LM_INT8", LM_INT8); call d("LM_INT16", LM_INT16)
   call d("LM_INT32", LM_INT32); call d("LM_INT64", LM_INT64); call d("LM_UINT8", LM_UINT8)

@@ -341,6 +341,109 @@ contains
   end function
 end subroutine
 
+! lm_reshard_estimate: for several transitions (an uneven all-gather, a reduce-scatter, an
+! all-to-all, one across meshes, one on a 2-D mesh) the estimate equals lm_reshard_plan_info of
+! the plan lm_reshard_plan_create builds from the same arguments, field by field, this rank's and
+! all ranks'; bad arguments give their status.
+subroutine reshard_estimates(rank, size)
+  use mpi_f08
+  use localmap
+  use checks
+  implicit none
+  integer, intent(in) :: rank, size
+  type(lm_mesh) :: mesh, rev, mesh2
+  type(lm_reshard_plan_info_t) :: est, got, first
+  integer(c_int64_t) :: o, l
+  integer :: i, ierr
+  character(len=:), allocatable :: msg
+
+  call lm_mesh_create(mesh, MPI_COMM_WORLD, [size])
+  call lm_mesh_create(rev, MPI_COMM_WORLD, [size], ranks=[(size - 1 - i, i = 0, size - 1)])
+  call lm_mesh_create(mesh2, MPI_COMM_WORLD, [size, 1])
+  call same_as_plan("S(1) -> R", mesh, [lm_shard(1)], mesh, [lm_replicate()], [7_c_int64_t, 5_c_int64_t], &
+                    LM_FLOAT64)
+  call same_as_plan("P(sum) -> S(1)", mesh, [lm_partial(LM_REDUCE_SUM)], mesh, [lm_shard(1)], &
+                    [9_c_int64_t, 4_c_int64_t], LM_FLOAT64)
+  call same_as_plan("S(1) -> S(2)", mesh, [lm_shard(1)], mesh, [lm_shard(2)], [6_c_int64_t, 11_c_int64_t], &
+                    LM_FLOAT32)
+  call same_as_plan("S(3) -> S(1) across meshes", mesh, [lm_shard(3)], rev, [lm_shard(1)], &
+                    [4_c_int64_t, 3_c_int64_t, 5_c_int64_t], LM_INT32)
+  call same_as_plan("2-D mesh [S(1), S(2)] -> [R, S(1)]", mesh2, [lm_shard(1), lm_shard(2)], mesh2, &
+                    [lm_replicate(), lm_shard(1)], [8_c_int64_t, 6_c_int64_t], LM_FLOAT64)
+  ! The shape in Fortran order: S(1) of a 7 x 5 tensor splits the 7 rows. Every byte of the
+  ! replicated target, on every rank, arrives or is copied once; the own rows are copied.
+  call lm_reshard_estimate(est, mesh, [lm_shard(1)], [lm_replicate()], [7, 5], LM_FLOAT64, all_ranks=.true.)
+  call check(est%bytes_received + est%bytes_copied == 7 * 5 * 8 * size, "estimate: every target byte once")
+  call lm_reshard_estimate(first, mesh, [lm_shard(1)], [lm_replicate()], [7, 5], LM_FLOAT64)
+  call lm_chunk(7_c_int64_t, int(size, c_int64_t), int(rank, c_int64_t), o, l)
+  call check(first%bytes_copied == 5 * 8 * l, "estimate: the shard's rows are copied (the shape is reversed)")
+  ! Bad arguments: nothing estimated, the named status.
+  call lm_reshard_estimate(est, mesh, [lm_partial(LM_REDUCE_MAX)], [lm_partial(LM_REDUCE_SUM)], [7, 5], &
+                           LM_FLOAT64, ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "[P(max)] -> [P(sum)]") > 0, &
+             "estimate P(max) -> P(sum): " // msg)
+  call lm_reshard_estimate(est, mesh, [lm_shard(3)], [lm_replicate()], [7, 5], LM_FLOAT64, all_ranks=.true., &
+                           ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "src_placements(1): lm_shard(3)") > 0, &
+             "estimate with lm_shard(3) of a rank-2 tensor: " // msg)
+  call lm_reshard_estimate(est, mesh, [lm_shard(1)], [lm_replicate(), lm_replicate()], [7, 5], LM_FLOAT64, &
+                           dst_mesh=rev, ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "dst_placements: 2 placements") > 0, &
+             "estimate with 2 placements for a 1-D dst_mesh: " // msg)
+  call lm_reshard_estimate(est, mesh, [lm_shard(1)], [lm_replicate()], [7, 5], LM_FLOAT64)
+  call check(same(est, first), "estimates work after failures")
+  call lm_destroy(mesh); call lm_destroy(rev); call lm_destroy(mesh2)
+  deallocate(msg)
+contains
+  ! The estimate, with dst_mesh given and (on one mesh) left out, equals the plan's info; this
+  ! rank's and all ranks'.
+  subroutine same_as_plan(what, sm, sp, dm, dp, shape, dtype)
+    character(len=*), intent(in) :: what
+    type(lm_mesh), intent(in) :: sm, dm
+    type(lm_placement), intent(in) :: sp(:), dp(:)
+    integer(c_int64_t), intent(in) :: shape(:)
+    type(DLDataType), intent(in) :: dtype
+    type(lm_reshard_plan) :: plan
+    logical :: all
+    integer :: k
+    call lm_reshard_plan_create(plan, sm, sp, dm, dp, shape, dtype)
+    do k = 0, 1
+      all = k == 1
+      call lm_reshard_plan_info(plan, got, all_ranks=all)
+      call lm_reshard_estimate(est, sm, sp, dp, shape, dtype, dst_mesh=dm, all_ranks=all)
+      call check(same(est, got), "estimate " // what // merge(" all ranks", " this rank", all) // ": " // &
+                 str(est) // " vs plan info " // str(got))
+      if (.not. c_associated(sm%ptr, dm%ptr)) cycle
+      call lm_reshard_estimate(est, sm, sp, dp, int(shape, c_int32_t), dtype, all_ranks=all)
+      call check(same(est, got), "estimate without dst_mesh, int32 shape " // what // &
+                 merge(" all ranks", " this rank", all) // ": " // str(est) // " vs plan info " // str(got))
+    end do
+    call lm_destroy(plan)
+  end subroutine
+  logical function same(a, b)
+    type(lm_reshard_plan_info_t), intent(in) :: a, b
+    same = a%size == b%size .and. a%version == b%version .and. a%routes == b%routes .and. &
+           a%steps == b%steps .and. a%peers == b%peers .and. a%flows_sent == b%flows_sent .and. &
+           a%flows_received == b%flows_received .and. a%bytes_sent == b%bytes_sent .and. &
+           a%bytes_received == b%bytes_received .and. a%bytes_copied == b%bytes_copied .and. &
+           a%bytes_reduced == b%bytes_reduced .and. a%bytes_node_local == b%bytes_node_local .and. &
+           a%work_bytes == b%work_bytes .and. a%staging_bytes_max == b%staging_bytes_max
+  end function
+  function str(a) result(s)
+    type(lm_reshard_plan_info_t), intent(in) :: a
+    character(len=:), allocatable :: s
+    character(len=400) :: buf
+    write(buf, '("routes ",i0," steps ",i0," peers ",i0," flows ",i0,"/",i0," bytes sent ",i0," received ",i0, &
+               &" copied ",i0," reduced ",i0," node-local ",i0," work ",i0," staging ",i0)') &
+      a%routes, a%steps, a%peers, a%flows_sent, a%flows_received, a%bytes_sent, a%bytes_received, &
+      a%bytes_copied, a%bytes_reduced, a%bytes_node_local, a%work_bytes, a%staging_bytes_max
+    s = trim(buf)
+  end function
+end subroutine
+
 program test_localmap
   use, intrinsic :: iso_c_binding
   use localmap
@@ -602,6 +705,7 @@ program test_localmap
   call check(ierr == LM_ERR_INVALID_ARGUMENT, "plan of another dtype")
   call lm_destroy(plan)
   call reshard_groups(rank, size)
+  call reshard_estimates(rank, size)
 
   ! ---- local_map
   call lm_local_map(fn, [lm_arg(x), lm_arg(int(size - 1, c_int64_t)), lm_arg(0.5_c_double), lm_arg(0_c_int64_t)], &

@@ -33,7 +33,8 @@ from ._core import (ARG_DIST_TENSOR, ARG_DOUBLE, ARG_INT64, ARG_MANAGED_TENSOR, 
                     ReshardGroup, ReshardPlan, Shard, UserError, chunk, comm_world,
                     device_supported,
                     finalize, format_placements, placements_adjoint, from_dlpack, from_global, from_local, init,
-                    library_path, library_version, local_map, pool_stats, reshard_many,
+                    library_path, library_version, local_map, pool_stats, reshard_estimate,
+                    reshard_many,
                     status_string,
                     tensor_alloc,
                     world_rank, zeros)
@@ -44,6 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Mesh", "DistTensor", "ReshardPlan", "ReshardGroup", "Request", "Placement", "Shard",
     "Replicate", "Partial", "zeros", "from_local", "from_global", "from_dlpack", "reshard_many",
+    "reshard_estimate",
     "local_map", "format_placements", "placements_adjoint",
     "chunk", "tensor_alloc", "pool_stats", "init", "finalize", "comm_world", "world_rank", "device_supported",
     "library_version", "library_path", "status_string", "REDUCE_OPS",

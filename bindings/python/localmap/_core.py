@@ -1022,10 +1022,7 @@ class ReshardPlan(_Handle):
         i = L.lm_reshard_plan_info_t()
         L.lm_reshard_plan_info(self._handle(), L.LM_PLAN_INFO_ALL_RANKS if all_ranks else 0,
                                byref(i))
-        out = {name: getattr(i, name) for name, _ in i._fields_[3:]}
-        out["routes"] = {n for bit, n in ((1, "mpi"), (2, "node_local"), (4, "board"))
-                         if i.routes & bit}
-        return out
+        return _plan_info_dict(i)
 
     def describe(self):
         """A one-line description of the plan's steps."""
@@ -1048,6 +1045,31 @@ class ReshardPlan(_Handle):
 
 
 ReshardPlan._destroy = staticmethod(L.lm_reshard_plan_destroy)
+
+
+def _plan_info_dict(i):
+    """The dict of ReshardPlan.info() and reshard_estimate() from an lm_reshard_plan_info_t."""
+    out = {name: getattr(i, name) for name, _ in i._fields_[3:]}
+    out["routes"] = {n for bit, n in ((1, "mpi"), (2, "node_local"), (4, "board"))
+                     if i.routes & bit}
+    return out
+
+
+def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None,
+                     all_ranks=False):
+    """What a reshard would move, without building a plan (lm_reshard_estimate): the dict
+    ReshardPlan(src_mesh, src_placements, dst_mesh or src_mesh, dst_placements, shape,
+    dtype).info(all_ranks) would give. Local, unless all_ranks=True (then collective over both
+    meshes). For layout searches: no handle, no buffer."""
+    sm = _mesh_h(src_mesh, "src_mesh")
+    dm = None if dst_mesh is None else _mesh_h(dst_mesh, "dst_mesh")
+    sp, _ = _placements_c(src_placements, "src_placements", _ndim_of(sm))
+    dp, _ = _placements_c(dst_placements, "dst_placements", _ndim_of(sm if dm is None else dm))
+    shp, n = _shape_c(shape, "shape")
+    i = L.lm_reshard_plan_info_t()
+    L.lm_reshard_estimate(sm, sp, dm, dp, n, shp, dl.dl_dtype(dtype),
+                          L.LM_PLAN_INFO_ALL_RANKS if all_ranks else 0, byref(i))
+    return _plan_info_dict(i)
 
 
 def _tensor_array(tensors, argname):

@@ -219,3 +219,30 @@ def test_group_bad_arguments(mesh1):
     with pytest.raises(lm.InvalidArgumentError,
                        match=r"placements_list\[1\]: 0 placements for a mesh of 1 dims"):
         lm.reshard_many(x, [[R], []])
+
+
+# -- estimates -------------------------------------------------------------------------------
+def test_reshard_estimate_matches_plan_info(mesh1):
+    """lm_reshard_estimate gives what the plan built from the same arguments reports, this
+    rank's and every rank's, without building it."""
+    for shape, dtype, src_pl, dst_pl in [((7, 5), np.float64, [S0], [R]),
+                                         ((9, 4), np.float32, [PSUM], [S0]),
+                                         ((8, 6), np.int32, [S0], [S1])]:
+        with lm.ReshardPlan(mesh1, src_pl, mesh1, dst_pl, shape, dtype) as plan:
+            mine, total = plan.info(), plan.info(all_ranks=True)
+        est = lm.reshard_estimate(mesh1, src_pl, dst_pl, shape, dtype)
+        assert est == mine, (src_pl, dst_pl, est, mine)
+        assert lm.reshard_estimate(mesh1, src_pl, dst_pl, shape, dtype, dst_mesh=mesh1,
+                                   all_ranks=True) == total, (src_pl, dst_pl)
+
+
+def test_reshard_estimate_bad_arguments(mesh1):
+    with pytest.raises(lm.InvalidArgumentError) as ei:      # the library's own check
+        lm.reshard_estimate(mesh1, [lm.Shard(2)], [R], (4,), np.float64)
+    assert "lm_reshard_estimate" in ei.value.message and "src_placements" in ei.value.message, \
+        ei.value
+    with pytest.raises(lm.InvalidArgumentError,
+                       match="dst_placements: 2 placements for a mesh of 1 dims"):
+        lm.reshard_estimate(mesh1, [S0], [R, R], (4,), np.float64)
+    with pytest.raises(lm.InvalidArgumentError, match="dst_mesh: expected a localmap.Mesh"):
+        lm.reshard_estimate(mesh1, [S0], [R], (4,), np.float64, dst_mesh="world")

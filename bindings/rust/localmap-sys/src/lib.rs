@@ -465,6 +465,9 @@ extern "C" {
     pub fn lm_reshard_plan_describe(plan: lm_reshard_plan_t, buf: *mut c_char, size: usize) -> lm_status_t;
     pub fn lm_reshard_plan_adjoint(plan: lm_reshard_plan_t, adjoint: *mut lm_reshard_plan_t) -> lm_status_t;
     pub fn lm_reshard_plan_info(plan: lm_reshard_plan_t, flags: c_int, info: *mut lm_reshard_plan_info_t) -> lm_status_t;
+    pub fn lm_reshard_estimate(src_mesh: lm_mesh_t, src_placements: *const lm_placement_t, dst_mesh: lm_mesh_t,
+                               dst_placements: *const lm_placement_t, ndim: c_int, global_shape: *const i64,
+                               dtype: DLDataType, flags: c_int, info: *mut lm_reshard_plan_info_t) -> lm_status_t;
     pub fn lm_reshard_plan_destroy(plan: *mut lm_reshard_plan_t) -> lm_status_t;
 
     pub fn lm_reshard_group_create(group: *mut lm_reshard_group_t, src_mesh: lm_mesh_t, dst_mesh: lm_mesh_t,

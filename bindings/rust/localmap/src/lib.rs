@@ -1148,6 +1148,25 @@ impl ReshardPlan {
     }
 }
 
+/// What a reshard would move, without building a plan (`lm_reshard_estimate`): what
+/// [`ReshardPlan::info`] gives for `ReshardPlan::new(src_mesh, src_placements, dst_mesh
+/// (None: src_mesh), dst_placements, global_shape, dtype)`. Local, or with `all_ranks` every
+/// rank's summed (collective over both meshes). For layout searches: no handle, no buffer.
+pub fn reshard_estimate(src_mesh: &Mesh, src_placements: &[Placement], dst_mesh: Option<&Mesh>,
+                        dst_placements: &[Placement], global_shape: &[i64], dtype: DType, all_ranks: bool)
+                        -> Result<sys::lm_reshard_plan_info_t> {
+    let sp = mesh_placements(src_mesh, src_placements, "reshard_estimate: src_placements")?;
+    let dp = mesh_placements(dst_mesh.unwrap_or(src_mesh), dst_placements, "reshard_estimate: dst_placements")?;
+    let mut i = sys::LM_RESHARD_PLAN_INFO_INIT;
+    let flags = if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 };
+    check(unsafe {
+        sys::lm_reshard_estimate(src_mesh.raw, sp.as_ptr(), dst_mesh.map_or(ptr::null_mut(), |m| m.raw), dp.as_ptr(),
+                                 to_int(global_shape.len(), "global_shape")?, global_shape.as_ptr(), dtype.raw(),
+                                 flags, &mut i)
+    })?;
+    Ok(i)
+}
+
 // ================================================================================================
 // Grouped reshards
 // ================================================================================================

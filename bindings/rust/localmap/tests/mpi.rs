@@ -220,6 +220,31 @@ fn plans(_rank: i32, size: i32) -> T {
     Ok(())
 }
 
+/// `reshard_estimate` gives what `ReshardPlan::info` reports for the plan built from the same
+/// arguments, this rank's and every rank's; a bad argument names the function and the argument.
+fn estimates(_rank: i32, size: i32) -> T {
+    let m = Mesh::new(comm_world().map_err(e)?, &[size as i64]).map_err(e)?; // the world, 1-D
+    let (s0, s1, r, psum) = (Placement::Shard(0), Placement::Shard(1), Placement::Replicate,
+                             Placement::Partial(ReduceOp::Sum));
+    let cases: [(&[i64], DType, Placement, Placement); 3] =
+        [(&[7, 5], DType::F64, s0, r), (&[9, 4], DType::F32, psum, s0), (&[8, 6], DType::I32, s0, s1)];
+    for (shape, dtype, src, dst) in cases {
+        let plan = ReshardPlan::new(&m, &[src], &m, &[dst], shape, dtype).map_err(e)?;
+        let (mine, all) = (plan.info(false).map_err(e)?, plan.info(true).map_err(e)?);
+        let est = reshard_estimate(&m, &[src], None, &[dst], shape, dtype, false).map_err(e)?;
+        ensure!(est == mine, "{src:?} -> {dst:?}: estimate {est:?}, plan {mine:?}");
+        let est = reshard_estimate(&m, &[src], Some(&m), &[dst], shape, dtype, true).map_err(e)?;
+        ensure!(est == all, "{src:?} -> {dst:?} (all ranks): estimate {est:?}, plan {all:?}");
+    }
+    let err = reshard_estimate(&m, &[Placement::Shard(2)], None, &[r], &[4], DType::F64, false).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("lm_reshard_estimate")
+            && err.message.contains("src_placements"), "{err}");
+    let err = reshard_estimate(&m, &[s0], None, &[r, r], &[4], DType::F64, false).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument
+            && err.message.contains("reshard_estimate: dst_placements: 2 placements for a mesh of 1 dims"), "{err}");
+    Ok(())
+}
+
 /// Local shards of two tensors of one dtype equal, bit for bit.
 fn same_local(a: &DistTensor, b: &DistTensor) -> std::result::Result<bool, String> {
     if a.dtype().map_err(e)? != b.dtype().map_err(e)? || a.local_shape().map_err(e)? != b.local_shape().map_err(e)?
@@ -502,11 +527,12 @@ fn slice_lengths(_rank: i32, size: i32) -> T {
 fn main() {
     init().expect("lm_init");
     let (rank, size) = world_rank().expect("lm_world_rank");
-    let tests: [(&str, fn(i32, i32) -> T); 7] = [
+    let tests: [(&str, fn(i32, i32) -> T); 8] = [
         ("statics", |_, _| statics()),
         ("mesh_queries", mesh_queries),
         ("tensors", tensors),
         ("plans", plans),
+        ("estimates", estimates),
         ("groups", groups),
         ("local_maps", local_maps),
         ("slice_lengths", slice_lengths),
