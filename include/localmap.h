@@ -710,6 +710,14 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_info(lm_reshard_plan_t plan, int
  * the transports' route rules). For layout searches (auto-sharding): local and pure unless flags
  * has LM_PLAN_INFO_ALL_RANKS (then collective over both meshes, as lm_reshard_plan_info), no
  * handle, no buffer that depends on the tensor, O(peers) time (bench/bench_estimate.c).
+ * @param src_mesh        the source layout's mesh
+ * @param src_placements  its placements (one per dimension of src_mesh)
+ * @param dst_mesh        the target layout's mesh; NULL means src_mesh
+ * @param dst_placements  the target placements (one per dimension of dst_mesh)
+ * @param ndim            the tensor's number of dimensions (0 for a scalar)
+ * @param global_shape    its global shape (ndim entries; may be NULL when ndim is 0)
+ * @param dtype           its element type
+ * @param flags           0 or LM_PLAN_INFO_ALL_RANKS
  * @param info  initialised with LM_RESHARD_PLAN_INFO_INIT
  * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT / LM_ERR_NOT_SUPPORTED as lm_reshard_plan_create
  *         for the arguments, and as lm_reshard_plan_info for info and flags */
