@@ -941,6 +941,91 @@ LM_NODISCARD LM_API lm_status_t lm_local_map(lm_local_fn_t fn, void *user_data, 
                                              const int64_t *const *out_shapes, lm_mesh_t mesh,
                                              unsigned flags, lm_arg_t *outputs);
 
+/* ---------------------------------------------------------------------------------------------
+ * Gradient placements: what a hand-written backward pass of an lm_local_map call needs.
+ * ------------------------------------------------------------------------------------------- */
+/** What the backward pass of one lm_local_map_ex call needs (typed opaque pointer): for each dist
+ * input its mesh, global shape and placements (its own, the ones fn saw, its gradient's), for
+ * each dist output its placements and its gradient's. Local object; see lm_local_map_ex. */
+typedef struct lm_local_map_record_s *lm_local_map_record_t;
+
+/** The version of lm_local_map_options_t this header describes. */
+#define LM_LOCAL_MAP_OPTIONS_VERSION 1u
+/** Options of lm_local_map_ex (versioned: set size and version, or use the INIT macro). */
+typedef struct lm_local_map_options_t {
+  size_t size;  /**< sizeof(lm_local_map_options_t) of the caller */
+  uint32_t version;   /**< LM_LOCAL_MAP_OPTIONS_VERSION */
+  uint32_t reserved;  /**< 0 */
+  /** NULL, or nin entries (PyTorch's in_grad_placements): for a dist input, NULL or mesh-ndim
+   * placements of the gradient of the local view fn gets, as the backward pass computes it
+   * (e.g. Partial(sum) for a replicated weight whose gradient each rank sums over its own batch
+   * rows); NULL means the placements fn saw. Non-dist inputs take NULL. */
+  const lm_placement_t *const *in_grad_placements;
+  /** NULL, or where the call puts a new lm_local_map_record_t (NULL when the call fails). */
+  lm_local_map_record_t *record;
+} lm_local_map_options_t;
+/** An lm_local_map_options_t with no gradient placements and no record. */
+#define LM_LOCAL_MAP_OPTIONS_INIT \
+  {sizeof(lm_local_map_options_t), LM_LOCAL_MAP_OPTIONS_VERSION, 0, NULL, NULL}
+
+/** lm_local_map with options: the same call, arguments and agreement, plus gradient placements for
+ * the inputs and a record of the call for its backward pass (docs/DESIGN.md, "Gradients across
+ * lm_local_map"). A backward pass is then one more lm_local_map whose inputs are the outputs'
+ * gradients resharded to LM_RECORD_OUT_GRAD placements (and any saved inputs, as LM_RECORD_IN),
+ * whose outputs take LM_RECORD_IN_GRAD placements, followed by lm_local_map_record_input_grad for
+ * each input, which moves a gradient to its input's own mesh and layout. options NULL is
+ * lm_local_map. in_grad_placements are checked like in_placements (errors name
+ * in_grad_placements[i]) and, like the record, are local: nothing about them is agreed here (the
+ * reshards of the backward pass agree as usual).
+ * @return as lm_local_map; LM_ERR_INVALID_ARGUMENT also for a size below the first version's, a
+ *         version this library does not know, or a bad in_grad_placements entry */
+LM_NODISCARD LM_API lm_status_t lm_local_map_ex(lm_local_fn_t fn, void *user_data, int nin,
+                                                const lm_arg_t *inputs,
+                                                const lm_placement_t *const *in_placements,
+                                                int nout,
+                                                const lm_placement_t *const *out_placements,
+                                                const int64_t *const *out_shapes, lm_mesh_t mesh,
+                                                unsigned flags,
+                                                const lm_local_map_options_t *options,
+                                                lm_arg_t *outputs);
+
+/** Which placements lm_local_map_record_placements reports. */
+typedef enum lm_record_which_t {
+  LM_RECORD_INPUT = 0,    /**< inputs[index]'s own placements, before any move (on its own mesh) */
+  LM_RECORD_IN = 1,       /**< the placements of the view fn got (the call's mesh) */
+  LM_RECORD_IN_GRAD = 2,  /**< the gradient of that view: in_grad_placements[index] or LM_RECORD_IN */
+  LM_RECORD_OUT = 3,      /**< outputs[index]'s placements (out_placements[index]) */
+  LM_RECORD_OUT_GRAD = 4  /**< its gradient's: lm_placements_adjoint of LM_RECORD_OUT */
+} lm_record_which_t;
+
+/** Copies the recorded placements `which` (an lm_record_which_t) of input or output `index` into
+ * placements (capacity entries) and their number (the mesh's ndim) into *n. Local.
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a NULL or dead record, a bad which or index, an
+ *         index that was not a dist tensor (input) or has no placements (output), NULL n, a
+ *         capacity below *n (*n is still set) or placements NULL with capacity > 0;
+ *         LM_ERR_NOT_SUPPORTED for LM_RECORD_OUT_GRAD of an output with no linear adjoint
+ *         (Partial(avg/max/min/prod), as lm_placements_adjoint) */
+LM_NODISCARD LM_API lm_status_t lm_local_map_record_placements(lm_local_map_record_t record,
+                                                               int which, int index, int capacity,
+                                                               lm_placement_t *placements, int *n);
+
+/** The gradient of inputs[index] in its own layout: grad (a dist tensor with that input's global
+ * shape, normally placed LM_RECORD_IN_GRAD on the call's mesh) resharded to the input's own mesh,
+ * with the adjoint of its own placements (lm_placements_adjoint: Partial(sum) becomes Replicate).
+ * *out is a new tensor. Collective over the meshes of grad and of the input, like
+ * lm_dist_tensor_reshard.
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a NULL or dead record or grad, NULL out, an index
+ *         out of range or not a dist tensor, a grad whose global shape differs from the input's;
+ *         LM_ERR_NOT_SUPPORTED when the input's placements have no linear adjoint; the errors of
+ *         lm_dist_tensor_reshard */
+LM_NODISCARD LM_API lm_status_t lm_local_map_record_input_grad(lm_local_map_record_t record,
+                                                               int index, lm_dist_tensor_t grad,
+                                                               lm_dist_tensor_t *out);
+
+/** Destroys a record (local, NULL-safe; sets *record = NULL). It holds references to the meshes it
+ * names, released here. */
+LM_API lm_status_t lm_local_map_record_destroy(lm_local_map_record_t *record);
+
 #ifdef __cplusplus
 }
 #endif

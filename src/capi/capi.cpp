@@ -15,6 +15,7 @@
 #include "mem/cuda.hpp"
 #include "mesh/device.hpp"
 #include "localmap/local_map.hpp"
+#include "localmap/record.hpp"
 #include "tensor/group.hpp"
 #include "tensor/persistent.hpp"
 #include "mem/pool.hpp"
@@ -819,7 +820,47 @@ LM_API lm_status_t lm_local_map(lm_local_fn_t fn, void *user_data, int nin, cons
                                 lm_arg_t *outputs) {
   return guard([&] {
     local_map(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, mesh,
-              flags, outputs);
+              flags, nullptr, outputs);
+  });
+}
+
+LM_API lm_status_t lm_local_map_ex(lm_local_fn_t fn, void *user_data, int nin,
+                                   const lm_arg_t *inputs,
+                                   const lm_placement_t *const *in_placements, int nout,
+                                   const lm_placement_t *const *out_placements,
+                                   const int64_t *const *out_shapes, lm_mesh_t mesh, unsigned flags,
+                                   const lm_local_map_options_t *options, lm_arg_t *outputs) {
+  return guard([&] {
+    local_map(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, mesh,
+              flags, options, outputs);
+  });
+}
+
+LM_API lm_status_t lm_local_map_record_placements(lm_local_map_record_t record, int which,
+                                                  int index, int capacity,
+                                                  lm_placement_t *placements, int *n) {
+  return guard([&] {
+    const char *fn = "lm_local_map_record_placements";
+    record_placements(record_check(record, fn), which, index, capacity, placements, n, fn);
+  });
+}
+
+LM_API lm_status_t lm_local_map_record_input_grad(lm_local_map_record_t record, int index,
+                                                  lm_dist_tensor_t grad, lm_dist_tensor_t *out) {
+  return guard([&] {
+    const char *fn = "lm_local_map_record_input_grad";
+    LM_CHECK_ARG(out != nullptr, "%s: out is NULL", fn);
+    *out = nullptr;
+    lm_local_map_record_s *r = record_check(record, fn);
+    lm_dist_tensor_s *g = tensor_check(grad, strfmt("%s: grad", fn).c_str());
+    *out = tensor_wrap(record_input_grad(r, index, g, fn));
+  });
+}
+
+LM_API lm_status_t lm_local_map_record_destroy(lm_local_map_record_t *record) {
+  return guard([&] {
+    if (!record || !*record) return;
+    record_destroy_handle(record, "lm_local_map_record_destroy");
   });
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Caller handles, kept apart from the shared objects behind them.
 //
-// What the C API gives out (lm_mesh_t, lm_dist_tensor_t, lm_reshard_plan_t, lm_request_t) is a
+// What the C API gives out (meshes, tensors, plans, requests, groups, local_map records) is a
 // tagged value, never an object's address: bit 63 set, then the kind, a 24-bit generation and a
 // 32-bit slot index of a process-wide table. Looking a handle up reads only that table, so a
 // destroyed (stale) handle is refused without touching freed memory, and a slot's generation
@@ -16,7 +16,7 @@
 
 namespace lm {
 
-enum class HandleKind : uint32_t { Mesh = 1, Tensor = 2, Plan = 3, Request = 4, Group = 5 };
+enum class HandleKind : uint32_t { Mesh = 1, Tensor = 2, Plan = 3, Request = 4, Group = 5, Record = 6 };
 
 // True when `p` is a tagged handle value (as opposed to an object address).
 inline bool is_handle_value(const void *p) {

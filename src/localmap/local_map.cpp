@@ -10,6 +10,7 @@
 #include "common/error.hpp"
 #include "common/handle.hpp"
 #include "common/mpi.hpp"
+#include "localmap/record.hpp"
 #include "mesh/collective.hpp"
 #include "tensor/ops.hpp"
 
@@ -244,11 +245,18 @@ std::string describe_local_map(const void *p, int field) {
 //   derive gathered global shapes, wrap outputs.
 class LocalMapCall {
  public:
+  // lm_local_map_ex's options as read (fields the caller's struct does not cover stay NULL).
+  struct Options {
+    const lm_placement_t *const *in_grad = nullptr;
+    lm_local_map_record_t *record = nullptr;
+  };
   LocalMapCall(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
                const lm_placement_t *const *in_pl, int nout, const lm_placement_t *const *out_pl,
-               const int64_t *const *out_shapes, lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs)
+               const int64_t *const *out_shapes, lm_mesh_t mesh, unsigned flags,
+               const Options &opt, lm_arg_t *outputs)
       : fn_(fn), ud_(user_data), nin_(nin), in_(inputs), in_pl_(in_pl), nout_(nout),
-        out_pl_(out_pl), out_shapes_(out_shapes), mesh_(mesh), flags_(flags), out_(outputs),
+        out_pl_(out_pl), out_shapes_(out_shapes), mesh_(mesh), flags_(flags), opt_(opt),
+        out_(outputs),
         objs_((size_t)nin), need_gather_((size_t)nout), args_((size_t)nin), views_((size_t)nin),
         temps_((size_t)nin), move_((size_t)nin), gshapes_((size_t)nout) {}
   ~LocalMapCall() {
@@ -259,9 +267,11 @@ class LocalMapCall {
   // the counts are checked before the per-argument buffers exist).
   static void validate(lm_local_fn_t fn, int nin, const lm_arg_t *in, int nout,
                        const lm_placement_t *const *out_pl, unsigned flags, lm_arg_t *out);
+  static Options read_options(const lm_local_map_options_t *o);
 
   void run() {
     for (int j = 0; j < nout_; ++j) out_[j] = lm_arg_t{};
+    if (opt_.record) *opt_.record = nullptr;
     find_mesh_and_inputs();
     decide_gathers();
     record([&] { check_inputs(); });
@@ -271,7 +281,14 @@ class LocalMapCall {
     if (ok()) record([&] { check_outputs(); });
     agree_outcome();
     derive_gathered_shapes();
-    wrap_outputs();
+    lm_local_map_record_t rec = opt_.record ? make_record() : nullptr;
+    try {
+      wrap_outputs();
+    } catch (...) {
+      if (rec) record_destroy_handle(&rec, F);
+      throw;
+    }
+    if (opt_.record) *opt_.record = rec;
   }
 
  private:
@@ -303,6 +320,7 @@ class LocalMapCall {
   void gather_extents();
   void derive_gathered_shapes();
   void wrap_outputs();
+  lm_local_map_record_t make_record();
   AgreeCtx agree_ctx(bool with_outputs) {
     return AgreeCtx{m_, nin_, nout_, flags_, in_, in_pl_, out_pl_, out_shapes_,
                     with_outputs ? out_ : nullptr, with_outputs ? gshapes_.data() : nullptr,
@@ -319,6 +337,7 @@ class LocalMapCall {
   const int64_t *const *out_shapes_;
   lm_mesh_t mesh_;
   unsigned flags_;
+  Options opt_;
   lm_arg_t *out_;
 
   lm_mesh_s *m_ = nullptr;  // the mesh: given, or the first dist input's
@@ -376,6 +395,9 @@ void LocalMapCall::find_mesh_and_inputs() {
     if (in_pl_ && in_pl_[i] && a.kind != LM_ARG_DIST_TENSOR)
       fail(LM_ERR_INVALID_ARGUMENT, "%s: in_placements[%d] is set but inputs[%d] %s, not a "
            "dist tensor", F, i, i, kind_phrase(a.kind));
+    if (opt_.in_grad && opt_.in_grad[i] && a.kind != LM_ARG_DIST_TENSOR)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: in_grad_placements[%d] is set but inputs[%d] %s, not a "
+           "dist tensor", F, i, i, kind_phrase(a.kind));
   }
   bool any_tensor_out = false;
   for (int j = 0; j < nout_; ++j)
@@ -425,6 +447,10 @@ void LocalMapCall::check_input(int i) {
   if (want)
     lazily([&](const char *w) { validate_placements(want, m_->ndim(), t->layout.ndim(), w); },
            "%s: in_placements[%d]", i);
+  if (opt_.in_grad && opt_.in_grad[i])
+    lazily([&](const char *w) {
+      validate_placements(opt_.in_grad[i], m_->ndim(), t->layout.ndim(), w);
+    }, "%s: in_grad_placements[%d]", i);
   const bool other_mesh = t->mesh != m_ && !t->mesh->grid->same_as(*m_->grid);
   // A sibling mesh: an input kept as it is (in_placements[i] NULL) may live on another mesh of
   // the same parent when `mesh` is given and every rank of `mesh` holds a shard of it.
@@ -721,15 +747,64 @@ void LocalMapCall::wrap_outputs() {
   }
 }
 
+// The fields the caller's size covers (the first version's at least).
+LocalMapCall::Options LocalMapCall::read_options(const lm_local_map_options_t *o) {
+  Options r;
+  if (!o) return r;
+  const size_t v1 = offsetof(lm_local_map_options_t, record) + sizeof(void *);
+  LM_CHECK_ARG(o->size >= v1, "%s: options->size is %zu, at least %zu expected (set it to "
+               "sizeof(lm_local_map_options_t) or use LM_LOCAL_MAP_OPTIONS_INIT)", F, o->size, v1);
+  LM_CHECK_ARG(o->version >= 1 && o->version <= LM_LOCAL_MAP_OPTIONS_VERSION,
+               "%s: options->version is %u; this library knows versions 1..%u", F, o->version,
+               LM_LOCAL_MAP_OPTIONS_VERSION);
+  LM_CHECK_ARG(o->reserved == 0, "%s: options->reserved is %u, not 0", F, o->reserved);
+  r.in_grad = o->in_grad_placements;
+  r.record = o->record;
+  return r;
+}
+
+// The record of a call that succeeded so far (outputs checked and agreed, not yet wrapped): a
+// new handle. On failure the outputs' deleters run.
+lm_local_map_record_t LocalMapCall::make_record() {
+  try {
+    std::unique_ptr<lm_local_map_record_s> r(new lm_local_map_record_s);
+    r->in.resize((size_t)nin_);
+    r->out.resize((size_t)nout_);
+    for (int i = 0; i < nin_; ++i) {
+      if (in_[i].kind != LM_ARG_DIST_TENSOR) continue;
+      const lm_dist_tensor_s *t = objs_[i];
+      lm_local_map_record_s::Input &in = r->in[(size_t)i];
+      const int n = m_->ndim();  // (an input kept on a sibling mesh: fn saw its own layout)
+      in.own = t->layout.pl;
+      if (in_pl_ && in_pl_[i]) in.seen.assign(in_pl_[i], in_pl_[i] + n);
+      else in.seen = in.own;
+      if (opt_.in_grad && opt_.in_grad[i]) in.grad.assign(opt_.in_grad[i], opt_.in_grad[i] + n);
+      else in.grad = in.seen;
+      in.gshape = t->layout.gshape;
+      mesh_retain(t->mesh);
+      in.own_mesh = t->mesh;
+    }
+    for (int j = 0; j < nout_; ++j)
+      if (out_[j].kind == LM_ARG_MANAGED_TENSOR && out_pl_[j])
+        r->out[(size_t)j].assign(out_pl_[j], out_pl_[j] + m_->ndim());
+    return record_wrap(r.release());
+  } catch (...) {
+    release_outputs();
+    throw;
+  }
+}
+
 }  // namespace
 
 void local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
                const lm_placement_t *const *in_placements, int nout,
                const lm_placement_t *const *out_placements, const int64_t *const *out_shapes,
-               lm_mesh_t mesh, unsigned flags, lm_arg_t *outputs) {
+               lm_mesh_t mesh, unsigned flags, const lm_local_map_options_t *options,
+               lm_arg_t *outputs) {
   LocalMapCall::validate(fn, nin, inputs, nout, out_placements, flags, outputs);
+  const LocalMapCall::Options opt = LocalMapCall::read_options(options);
   LocalMapCall(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, mesh,
-               flags, outputs)
+               flags, opt, outputs)
       .run();
 }
 
