@@ -660,56 +660,113 @@ struct managed_deleter {
 /** An owned DLManagedTensor (e.g. a local_map output whose out placements were empty). */
 using managed_tensor = std::unique_ptr<DLManagedTensor, managed_deleter>;
 
+/// The record of a local_map call (lm_local_map_record_t, owned): what its backward pass needs.
+class local_map_record {
+ public:
+  local_map_record() = default;
+  /// Adopts a record handle.
+  explicit local_map_record(lm_local_map_record_t h) : h_(h) {}
+  ~local_map_record() { lm_local_map_record_destroy(&h_); }
+  /// Takes o's record; o becomes empty.
+  local_map_record(local_map_record &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  /// Destroys this record and takes o's; o becomes empty.
+  local_map_record &operator=(local_map_record &&o) noexcept {
+    if (this != &o) {
+      lm_local_map_record_destroy(&h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  local_map_record(const local_map_record &) = delete;
+  local_map_record &operator=(const local_map_record &) = delete;
+  /// Whether this holds a record.
+  explicit operator bool() const { return h_ != nullptr; }
+  /// The handle (still owned here).
+  lm_local_map_record_t get() const { return h_; }
+  /// lm_local_map_record_placements: which is an lm_record_which_t (LM_RECORD_IN_GRAD...).
+  placements get_placements(int which, int index) const {
+    int n = 0;
+    lm_status_t st = lm_local_map_record_placements(h_, which, index, 0, nullptr, &n);
+    if (st != LM_SUCCESS && n <= 0) check(st);
+    placements p(static_cast<size_t>(n));
+    check(lm_local_map_record_placements(h_, which, index, n, p.data(), &n));
+    return p;
+  }
+  /// lm_local_map_record_input_grad: grad moved to inputs[index]'s own layout (collective).
+  dist_tensor input_grad(int index, const dist_tensor &grad) const {
+    lm_dist_tensor_t out = nullptr;
+    check(lm_local_map_record_input_grad(h_, index, grad.get(), &out));
+    return dist_tensor(out);
+  }
+
+ private:
+  lm_local_map_record_t h_ = nullptr;
+};
+
 /// What lm_local_map returned.
 struct local_map_result {
   std::vector<lm_arg_t> args;          ///< args[j]: output j as the C API gives it
   std::vector<dist_tensor> tensors;    ///< tensors[j]: owns output j's dist tensor (empty if none)
   std::vector<managed_tensor> locals;  ///< locals[j]: owns a plain local tensor output (empty out
                                        ///< placements; args[j].ptr is then a borrowed view of it)
+  local_map_record record;             ///< the call's record (local_map_ex with a record asked)
 };
 
-/// lm_local_map: runs fn on the local shards (collective over the mesh). out_placements: one entry
-/// per output, empty for a non-tensor output. in_placements: empty, or one entry per input (empty:
-/// as it is).
-inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inputs,
-                                  const std::vector<placements> &out_placements,
-                                  const std::vector<placements> &in_placements = {},
-                                  const mesh *m = nullptr, unsigned flags = 0) {
-  // The C call reads one placement per dim of the call's mesh (m, else the first dist input's)
-  // from every entry, and one in_placements entry per input.
-  if (!in_placements.empty() && in_placements.size() != inputs.size())
-    detail::invalid("localmap::local_map: in_placements: " + std::to_string(in_placements.size()) +
-                    " entries for " + std::to_string(inputs.size()) + " inputs");
-  int ndim = -1;
-  if (m) {
-    ndim = m->ndim();
-  } else {
-    for (const lm_arg_t &a : inputs)
-      if (a.kind == LM_ARG_DIST_TENSOR) {
-        ndim = detail::tensor_mesh_ndim(static_cast<lm_dist_tensor_t>(a.ptr));
-        break;
-      }
+namespace detail {
+// One placements table as the C call reads it (empty vector: empty table, empty entry: NULL),
+// each entry checked against the call's mesh ndim (when known).
+inline std::vector<const lm_placement_t *> placement_table(const std::vector<placements> &t,
+                                                           int ndim, const char *name) {
+  std::vector<const lm_placement_t *> r;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (ndim >= 0 && !t[i].empty())
+      check_count(t[i].size(), ndim,
+                  ("localmap::local_map: " + std::string(name) + "[" + std::to_string(i) + "]").c_str());
+    r.push_back(t[i].empty() ? nullptr : t[i].data());
   }
-  if (ndim >= 0) {  // (a local call, with no mesh: the library refuses placements itself)
-    for (size_t i = 0; i < in_placements.size(); ++i)
-      if (!in_placements[i].empty())
-        detail::check_count(in_placements[i].size(), ndim,
-                            ("localmap::local_map: in_placements[" + std::to_string(i) + "]").c_str());
-    for (size_t j = 0; j < out_placements.size(); ++j)
-      if (!out_placements[j].empty())
-        detail::check_count(out_placements[j].size(), ndim,
-                            ("localmap::local_map: out_placements[" + std::to_string(j) + "]").c_str());
-  }
-  std::vector<const lm_placement_t *> inp, outp;
-  for (auto &p : in_placements) inp.push_back(p.empty() ? nullptr : p.data());
-  for (auto &p : out_placements) outp.push_back(p.empty() ? nullptr : p.data());
+  return r;
+}
+// The call's mesh ndim: m's, else the first dist input's; -1 for a local call.
+inline int local_map_ndim(const std::vector<lm_arg_t> &inputs, const mesh *m) {
+  if (m) return m->ndim();
+  for (const lm_arg_t &a : inputs)
+    if (a.kind == LM_ARG_DIST_TENSOR)
+      return tensor_mesh_ndim(static_cast<lm_dist_tensor_t>(a.ptr));
+  return -1;
+}
+}  // namespace detail
+
+/// lm_local_map_ex: local_map with gradient placements for the inputs (one entry per input or
+/// none; an empty entry: the placements fn saw) and, when want_record, the call's record in
+/// result.record for a hand-written backward pass.
+inline local_map_result local_map_ex(local_fn fn, const std::vector<lm_arg_t> &inputs,
+                                     const std::vector<placements> &out_placements,
+                                     const std::vector<placements> &in_placements,
+                                     const std::vector<placements> &in_grad_placements,
+                                     bool want_record, const mesh *m = nullptr,
+                                     unsigned flags = 0) {
+  for (const auto *t : {&in_placements, &in_grad_placements})
+    if (!t->empty() && t->size() != inputs.size())
+      detail::invalid(std::string("localmap::local_map: ") +
+                      (t == &in_placements ? "in_placements: " : "in_grad_placements: ") +
+                      std::to_string(t->size()) + " entries for " +
+                      std::to_string(inputs.size()) + " inputs");
+  const int ndim = detail::local_map_ndim(inputs, m);
+  auto inp = detail::placement_table(in_placements, ndim, "in_placements");
+  auto gradp = detail::placement_table(in_grad_placements, ndim, "in_grad_placements");
+  auto outp = detail::placement_table(out_placements, ndim, "out_placements");
   local_map_result r;
   r.args.resize(out_placements.size());
-  check(lm_local_map(detail::localmap_hpp_local_map_trampoline, &fn,
-                     static_cast<int>(inputs.size()), inputs.data(),
-                     in_placements.empty() ? nullptr : inp.data(),
-                     static_cast<int>(r.args.size()), outp.data(), nullptr, m ? m->get() : nullptr,
-                     flags, r.args.data()));
+  lm_local_map_record_t rec = nullptr;
+  lm_local_map_options_t opt = LM_LOCAL_MAP_OPTIONS_INIT;
+  opt.in_grad_placements = in_grad_placements.empty() ? nullptr : gradp.data();
+  opt.record = want_record ? &rec : nullptr;
+  check(lm_local_map_ex(detail::localmap_hpp_local_map_trampoline, &fn,
+                        static_cast<int>(inputs.size()), inputs.data(),
+                        in_placements.empty() ? nullptr : inp.data(),
+                        static_cast<int>(r.args.size()), outp.data(), nullptr,
+                        m ? m->get() : nullptr, flags, &opt, r.args.data()));
+  r.record = local_map_record(rec);
   r.tensors.resize(r.args.size());
   r.locals.resize(r.args.size());
   for (size_t j = 0; j < r.args.size(); ++j) {
@@ -719,6 +776,16 @@ inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inpu
       r.locals[j].reset(static_cast<DLManagedTensor *>(r.args[j].ptr));  // adopt
   }
   return r;
+}
+
+/// lm_local_map: runs fn on the local shards (collective over the mesh). out_placements: one entry
+/// per output, empty for a non-tensor output. in_placements: empty, or one entry per input (empty:
+/// as it is).
+inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inputs,
+                                  const std::vector<placements> &out_placements,
+                                  const std::vector<placements> &in_placements = {},
+                                  const mesh *m = nullptr, unsigned flags = 0) {
+  return local_map_ex(std::move(fn), inputs, out_placements, in_placements, {}, false, m, flags);
 }
 
 }  // namespace localmap

@@ -148,10 +148,45 @@ static void test_reshard_group(void **) {
   LM_ASSERT_ALL(ok);
 }
 
+// local_map_ex: the record says where gradients go; input_grad sums a Partial(sum) gradient of
+// a replicated input (each rank contributes ones: the result is the rank count everywhere).
+static void test_local_map_record(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m = lmx::mesh::world({n});
+  std::vector<double> full(4, 1.0);
+  int64_t g[1] = {4};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, g, nullptr, 0};
+  const lmx::placements r = {lmx::replicate()}, psum = {lmx::partial(LM_REDUCE_SUM)};
+  lmx::dist_tensor w = lmx::dist_tensor::from_global(m, &gt, r);
+  auto ones = [](lm_mesh_t, const std::vector<lm_arg_t> &in, std::vector<lm_arg_t> &out) {
+    const DLTensor *t = static_cast<const DLTensor *>(in[0].ptr);
+    DLManagedTensor *o = nullptr;
+    lmx::check(lm_tensor_alloc(&o, t->ndim, t->shape, t->dtype, t->device));
+    for (int64_t i = 0; i < t->shape[0]; ++i) static_cast<double *>(o->dl_tensor.data)[i] = 1.0;
+    out[0] = lm_arg_managed(o);
+  };
+  lmx::local_map_result fwd = lmx::local_map_ex(ones, {lmx::arg(w)}, {psum}, {}, {psum}, true);
+  int ok = static_cast<bool>(fwd.record);
+  ok &= lmx::to_string(fwd.record.get_placements(LM_RECORD_IN_GRAD, 0)) == "[P(sum)]" &&
+        lmx::to_string(fwd.record.get_placements(LM_RECORD_OUT_GRAD, 0)) == "[R]" &&
+        lmx::to_string(fwd.record.get_placements(LM_RECORD_INPUT, 0)) == "[R]";
+  lmx::local_map_result bwd =
+      lmx::local_map(ones, {lmx::arg(w)}, {fwd.record.get_placements(LM_RECORD_IN_GRAD, 0)});
+  lmx::dist_tensor dw = fwd.record.input_grad(0, bwd.tensors[0]);
+  for (int i = 0; i < 4; ++i) ok &= dw.local_data<double>()[i] == static_cast<double>(n);
+  ok &= lmx::to_string(dw.placement()) == "[R]";
+  ok &= refuses([&] { fwd.record.get_placements(LM_RECORD_IN, 1); }, "index 1 is out of range");
+  ok &= refuses([&] { lmx::local_map_ex(ones, {lmx::arg(w)}, {psum}, {}, {psum, psum}, true); },
+                "local_map: in_grad_placements: 2 entries for 1 inputs");
+  ok &= !lmx::local_map(ones, {lmx::arg(w)}, {psum}).record;  // none unless asked
+  LM_ASSERT_ALL(ok);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_environment),
     cmocka_unit_test(test_placement_counts),
     cmocka_unit_test(test_reshard_group),
+    cmocka_unit_test(test_local_map_record),
 };
 
 int main(int argc, char **argv) {
