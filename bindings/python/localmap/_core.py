@@ -1455,8 +1455,21 @@ def _call_mesh_ndim(args, mesh):
     return None
 
 
+def _placement_table(items, nin, name, ndim, keep):
+    """One entry per input (None: NULL) as the C call reads it, or None for no table."""
+    if items is None:
+        return None
+    items = list(items)
+    if len(items) != nin:
+        raise _bad(f"{name}: {len(items)} entries for {nin} inputs")
+    pls = [None if p is None else _placements_c(p, f"{name}[{i}]", ndim)[0]
+           for i, p in enumerate(items)]
+    keep.append(pls)
+    return _ptr_array(pls, L.lm_placement_t)
+
+
 def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, mesh, flags,
-                   with_mesh):
+                   with_mesh, in_grad_placements=None, record=False):
     ndim = _call_mesh_ndim(args, mesh)
     out_arrs, spec = _out_spec(out_placements, ndim)
     nout = len(out_arrs)
@@ -1482,15 +1495,13 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
             inputs[i].kind = ARG_NONE
         else:
             inputs[i].kind, inputs[i].ptr = ARG_POINTER, id(a)
-    in_pl = None
-    if in_placements is not None:
-        items = list(in_placements)
-        if len(items) != nin:
-            raise _bad(f"in_placements: {len(items)} entries for {nin} inputs")
-        pls = [None if p is None else _placements_c(p, f"in_placements[{i}]", ndim)[0]
-               for i, p in enumerate(items)]
-        keep.append(pls)
-        in_pl = _ptr_array(pls, L.lm_placement_t)
+    in_pl = _placement_table(in_placements, nin, "in_placements", ndim, keep)
+    grad_pl = _placement_table(in_grad_placements, nin, "in_grad_placements", ndim, keep)
+    opt, rec = None, c_void_p()
+    if grad_pl is not None or record:
+        opt = L.lm_local_map_options_t()
+        opt.in_grad_placements = None if grad_pl is None else ctypes.cast(grad_pl, c_void_p)
+        opt.record = ctypes.addressof(rec) if record else None
     out_pl = _ptr_array(out_arrs, L.lm_placement_t)
     shapes = None
     if out_shapes is not None:
@@ -1513,8 +1524,12 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
         _next_call[0] += 1
     _calls[key] = call
     try:
-        L.lm_local_map(_trampoline_c, key, nin, inputs, in_pl, nout, out_pl, shapes, mh, flags,
-                       outputs)
+        if opt is None:
+            L.lm_local_map(_trampoline_c, key, nin, inputs, in_pl, nout, out_pl, shapes, mh,
+                           flags, outputs)
+        else:
+            L.lm_local_map_ex(_trampoline_c, key, nin, inputs, in_pl, nout, out_pl, shapes, mh,
+                              flags, byref(opt), outputs)
     except Error as e:
         if call.exc is not None:
             raise e from call.exc
@@ -1535,7 +1550,60 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
             res.append(call.out_objects.get(j))
         else:
             res.append(None)
-    return res[0] if spec.single else tuple(res)
+    out = res[0] if spec.single else tuple(res)
+    return (out, LocalMapRecord(rec.value)) if record else out
+
+
+RECORD_INPUT, RECORD_IN, RECORD_IN_GRAD, RECORD_OUT, RECORD_OUT_GRAD = range(5)
+
+
+class LocalMapRecord(_Handle):
+    """The record of one local_map call (lm_local_map_record_t), for a hand-written backward
+    pass: local_map(..., record=True) returns (outputs, record). For each DistTensor input i:
+    input(i), the placements it had; seen(i), those fn saw; in_grad(i), those of the gradient of
+    fn's view (in_grad_placements[i], else seen(i)). For each dist output j: out(j) and
+    out_grad(j) (placements_adjoint(out(j)): Partial(sum) -> Replicate). input_grad(i, grad)
+    moves a gradient to input i's own mesh and layout (collective). Local otherwise."""
+    _what = "local_map record"
+
+    def placements(self, which, index):
+        """The recorded placements `which` (RECORD_INPUT ... RECORD_OUT_GRAD) of index."""
+        n = c_int()
+        arr = (L.lm_placement_t * 32)()
+        L.lm_local_map_record_placements(self._handle(), which, index, 32, arr, byref(n))
+        return tuple(_placement_from_c(arr[i]) for i in range(n.value))
+
+    def input(self, i):
+        return self.placements(RECORD_INPUT, i)
+
+    def seen(self, i):
+        return self.placements(RECORD_IN, i)
+
+    def in_grad(self, i):
+        return self.placements(RECORD_IN_GRAD, i)
+
+    def out(self, j):
+        return self.placements(RECORD_OUT, j)
+
+    def out_grad(self, j):
+        return self.placements(RECORD_OUT_GRAD, j)
+
+    def input_grad(self, index, grad):
+        """grad (a DistTensor with input `index`'s global shape, normally placed in_grad(index)
+        on the call's mesh) resharded to that input's own mesh and the adjoint of its own
+        placements: a new DistTensor. Collective."""
+        if not isinstance(grad, DistTensor):
+            raise _bad(f"LocalMapRecord.input_grad: grad: expected a DistTensor, got "
+                       f"{type(grad).__name__}")
+        out = c_void_p()
+        L.lm_local_map_record_input_grad(self._handle(), index, grad._handle(), byref(out))
+        return DistTensor._wrap(out.value)
+
+    def __repr__(self):
+        return "LocalMapRecord(<closed>)" if self.closed else "LocalMapRecord()"
+
+
+LocalMapRecord._destroy = staticmethod(L.lm_local_map_record_destroy)
 
 
 _MISSING = object()
@@ -1543,7 +1611,7 @@ _MISSING = object()
 
 def local_map(fn=None, out_placements=_MISSING, in_placements=None, mesh=None, *,
               out_shapes=None, reshard_inputs=False, agree=True, shapes_even=False,
-              with_mesh=False):
+              with_mesh=False, in_grad_placements=None, record=False):
     """Runs a function written for local arrays on the local shards of dist tensors, and wraps
     its outputs as dist tensors with the placements you declare (lm_local_map).
 
@@ -1562,6 +1630,10 @@ def local_map(fn=None, out_placements=_MISSING, in_placements=None, mesh=None, *
     out_shapes: None, or one global shape (or None) per output. agree=False skips the failure
     agreement (then every rank must fail alike). shapes_even: derive Shard outputs' global shapes
     assuming even chunks. with_mesh: fn receives the Mesh as its first argument.
+    in_grad_placements: None, or one entry per positional argument: the placements of the
+    gradient of a DistTensor's local view as a backward pass computes it (None: those fn saw).
+    record=True: the wrapped function returns (outputs, LocalMapRecord) for that backward pass
+    (lm_local_map_ex).
 
     Collective over the mesh. If fn raises on a rank, that rank gets UserError (chained to the
     exception, whose text is in the message) and the other ranks RemoteError; no rank hangs.
@@ -1577,7 +1649,7 @@ def local_map(fn=None, out_placements=_MISSING, in_placements=None, mesh=None, *
         @functools.wraps(f)
         def wrapped(*args, **kwargs):
             return _run_local_map(f, args, kwargs, out_placements, in_placements, out_shapes,
-                                  mesh, flags, with_mesh)
+                                  mesh, flags, with_mesh, in_grad_placements, record)
         return wrapped
 
     return decorate if fn is None else decorate(fn)

@@ -219,6 +219,21 @@ class lm_reshard_group_config_t(Structure):  # noqa: N801
         self.alone_bytes = 0
 
 
+LM_LOCAL_MAP_OPTIONS_VERSION = 1
+
+
+class lm_local_map_options_t(Structure):  # noqa: N801
+    """Options of lm_local_map_ex (LM_LOCAL_MAP_OPTIONS_INIT: no gradient placements, no
+    record). The library reads min(size, its sizeof) bytes."""
+    _fields_ = [("size", c_size_t), ("version", c_uint32), ("reserved", c_uint32),
+                ("in_grad_placements", c_void_p), ("record", c_void_p)]
+
+    def __init__(self):
+        super().__init__()
+        self.size = ctypes.sizeof(lm_local_map_options_t)
+        self.version = LM_LOCAL_MAP_OPTIONS_VERSION
+
+
 class lm_arg_t(Structure):  # noqa: N801
     _fields_ = [("kind", c_int32), ("reserved", c_int32), ("i64", c_int64), ("f64", c_double),
                 ("ptr", c_void_p)]
@@ -337,6 +352,14 @@ _PROTOTYPES = [
     ("lm_local_map", status_t, [lm_local_fn_t, c_void_p, c_int, POINTER(lm_arg_t), PP_placement,
                                 c_int, PP_placement, PP_i64, lm_mesh_t, c_uint,
                                 POINTER(lm_arg_t)]),
+    ("lm_local_map_ex", status_t, [lm_local_fn_t, c_void_p, c_int, POINTER(lm_arg_t),
+                                   PP_placement, c_int, PP_placement, PP_i64, lm_mesh_t, c_uint,
+                                   POINTER(lm_local_map_options_t), POINTER(lm_arg_t)]),
+    ("lm_local_map_record_placements", status_t, [c_void_p, c_int, c_int, c_int, P_placement,
+                                                  P_int]),
+    ("lm_local_map_record_input_grad", status_t, [c_void_p, c_int, lm_dist_tensor_t,
+                                                  POINTER(lm_dist_tensor_t)]),
+    ("lm_local_map_record_destroy", status_t, [POINTER(c_void_p)]),
 ]
 
 # Set by localmap/_core.py: raise_status(status, function_name, message=None) raises the Error
