@@ -377,6 +377,44 @@ pub const LM_LOCAL_MAP_RESHARD_INPUTS: c_uint = 1;
 pub const LM_LOCAL_MAP_NO_AGREE: c_uint = 2;
 pub const LM_LOCAL_MAP_SHAPES_EVEN: c_uint = 4;
 
+#[repr(C)]
+pub struct lm_local_map_record_s {
+    _private: [u8; 0],
+}
+/// The record of one `lm_local_map_ex` call: what its backward pass needs.
+pub type lm_local_map_record_t = *mut lm_local_map_record_s;
+
+pub const LM_LOCAL_MAP_OPTIONS_VERSION: u32 = 1;
+
+/// Options of `lm_local_map_ex`; initialise with [`LM_LOCAL_MAP_OPTIONS_INIT`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lm_local_map_options_t {
+    pub size: usize,
+    pub version: u32,
+    pub reserved: u32,
+    /// NULL, or one entry per input: the placements of the gradient of a dist input's view.
+    pub in_grad_placements: *const *const lm_placement_t,
+    /// NULL, or where the call puts a new record.
+    pub record: *mut lm_local_map_record_t,
+}
+
+/// `LM_LOCAL_MAP_OPTIONS_INIT`.
+pub const LM_LOCAL_MAP_OPTIONS_INIT: lm_local_map_options_t = lm_local_map_options_t {
+    size: std::mem::size_of::<lm_local_map_options_t>(),
+    version: LM_LOCAL_MAP_OPTIONS_VERSION,
+    reserved: 0,
+    in_grad_placements: std::ptr::null(),
+    record: std::ptr::null_mut(),
+};
+
+/// `lm_record_which_t`: which placements `lm_local_map_record_placements` reports.
+pub const LM_RECORD_INPUT: c_int = 0;
+pub const LM_RECORD_IN: c_int = 1;
+pub const LM_RECORD_IN_GRAD: c_int = 2;
+pub const LM_RECORD_OUT: c_int = 3;
+pub const LM_RECORD_OUT_GRAD: c_int = 4;
+
 // ------------------------------------------------------------------------------------------------
 // Functions
 // ------------------------------------------------------------------------------------------------
@@ -489,4 +527,15 @@ extern "C" {
                         in_placements: *const *const lm_placement_t, nout: c_int,
                         out_placements: *const *const lm_placement_t, out_shapes: *const *const i64,
                         mesh: lm_mesh_t, flags: c_uint, outputs: *mut lm_arg_t) -> lm_status_t;
+    pub fn lm_local_map_ex(fn_: lm_local_fn_t, user_data: *mut c_void, nin: c_int, inputs: *const lm_arg_t,
+                           in_placements: *const *const lm_placement_t, nout: c_int,
+                           out_placements: *const *const lm_placement_t, out_shapes: *const *const i64,
+                           mesh: lm_mesh_t, flags: c_uint, options: *const lm_local_map_options_t,
+                           outputs: *mut lm_arg_t) -> lm_status_t;
+    pub fn lm_local_map_record_placements(record: lm_local_map_record_t, which: c_int, index: c_int,
+                                          capacity: c_int, placements: *mut lm_placement_t,
+                                          n: *mut c_int) -> lm_status_t;
+    pub fn lm_local_map_record_input_grad(record: lm_local_map_record_t, index: c_int,
+                                          grad: lm_dist_tensor_t, out: *mut lm_dist_tensor_t) -> lm_status_t;
+    pub fn lm_local_map_record_destroy(record: *mut lm_local_map_record_t) -> lm_status_t;
 }

@@ -1523,6 +1523,7 @@ pub type FnError = Box<dyn std::error::Error + Send + Sync>;
 pub struct LocalMap<'a> {
     inputs: Vec<sys::lm_arg_t>,
     in_pl: Vec<Option<Vec<sys::lm_placement_t>>>,
+    in_grad: Vec<Option<Vec<sys::lm_placement_t>>>,
     out_pl: Vec<Option<Vec<sys::lm_placement_t>>>,
     out_shapes: Vec<Option<Vec<i64>>>,
     mesh: Option<&'a Mesh>,
@@ -1546,6 +1547,16 @@ impl<'a> LocalMap<'a> {
         }
         self.inputs.push(r);
         self.in_pl.push(pl.map(raw_placements));
+        self.in_grad.push(None);
+        self
+    }
+    /// The placements of the gradient of the input just added, as a backward pass computes it
+    /// (PyTorch's `in_grad_placements`; default: the placements `f` sees). Read by
+    /// [`run_recorded`](Self::run_recorded).
+    pub fn grad_placements(mut self, placements: &[Placement]) -> Self {
+        if let Some(g) = self.in_grad.last_mut() {
+            *g = Some(raw_placements(placements));
+        }
         self
     }
     /// An input as it is.
@@ -1608,6 +1619,23 @@ impl<'a> LocalMap<'a> {
     where
         F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
     {
+        self.run_impl(f, false).map(|(o, _)| o)
+    }
+
+    /// [`run`](Self::run) through `lm_local_map_ex`, with the [`grad_placements`](Self::grad_placements)
+    /// given, returning also the call's [`LocalMapRecord`] for a hand-written backward pass.
+    pub fn run_recorded<F>(self, f: F) -> Result<(Vec<Output>, LocalMapRecord)>
+    where
+        F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
+    {
+        let (o, r) = self.run_impl(f, true)?;
+        Ok((o, r.expect("lm_local_map_ex succeeded without a record")))
+    }
+
+    fn run_impl<F>(self, f: F, want_record: bool) -> Result<(Vec<Output>, Option<LocalMapRecord>)>
+    where
+        F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
+    {
         self.check_placements()?;
         let mut call = Call {
             f,
@@ -1623,9 +1651,19 @@ impl<'a> LocalMap<'a> {
             self.out_shapes.iter().map(|s| s.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
         let any_shape = self.out_shapes.iter().any(|s| s.is_some());
         let any_in_pl = self.in_pl.iter().any(|p| p.is_some());
+        let in_grad: Vec<*const sys::lm_placement_t> =
+            self.in_grad.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
+        let mut record: sys::lm_local_map_record_t = ptr::null_mut();
+        let mut opt = sys::LM_LOCAL_MAP_OPTIONS_INIT;
+        if self.in_grad.iter().any(|p| p.is_some()) {
+            opt.in_grad_placements = in_grad.as_ptr();
+        }
+        if want_record {
+            opt.record = &mut record;
+        }
         let mut outputs = vec![sys::lm_arg_t::default(); self.out_pl.len()];
         let st = unsafe {
-            sys::lm_local_map(
+            sys::lm_local_map_ex(
                 Some(trampoline::<F>),
                 &mut call as *mut Call<F> as *mut c_void,
                 nin,
@@ -1636,11 +1674,13 @@ impl<'a> LocalMap<'a> {
                 if any_shape { out_shapes.as_ptr() } else { ptr::null() },
                 self.mesh.map_or(ptr::null_mut(), |m| m.raw),
                 self.flags,
+                &opt,
                 outputs.as_mut_ptr(),
             )
         };
         check(st)?;
-        Ok(outputs
+        let record = if record.is_null() { None } else { Some(LocalMapRecord { raw: record }) };
+        let outputs = outputs
             .into_iter()
             .map(|o| match o.kind {
                 sys::LM_ARG_DIST_TENSOR => Output::Dist(DistTensor { raw: o.ptr as sys::lm_dist_tensor_t }),
@@ -1649,7 +1689,65 @@ impl<'a> LocalMap<'a> {
                 sys::LM_ARG_POINTER => Output::Pointer(o.ptr),
                 _ => Output::None,
             })
-            .collect())
+            .collect();
+        Ok((outputs, record))
+    }
+}
+
+/// Which placements [`LocalMapRecord::placements`] reports (`lm_record_which_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordWhich {
+    /// An input's own placements, before any move (on its own mesh).
+    Input,
+    /// The placements of the view `f` got.
+    In,
+    /// Those of its gradient: [`LocalMap::grad_placements`], else `In`.
+    InGrad,
+    /// An output's placements.
+    Out,
+    /// Its gradient's: [`placements_adjoint`] of `Out`.
+    OutGrad,
+}
+
+/// The record of one [`LocalMap::run_recorded`] call (`lm_local_map_record_t`): what its backward
+/// pass needs. Dropping it destroys it (local).
+#[derive(Debug)]
+pub struct LocalMapRecord {
+    raw: sys::lm_local_map_record_t,
+}
+
+impl LocalMapRecord {
+    /// `lm_local_map_record_placements`: the recorded placements `which` of input or output `index`.
+    pub fn placements(&self, which: RecordWhich, index: usize) -> Result<Vec<Placement>> {
+        let w = match which {
+            RecordWhich::Input => sys::LM_RECORD_INPUT,
+            RecordWhich::In => sys::LM_RECORD_IN,
+            RecordWhich::InGrad => sys::LM_RECORD_IN_GRAD,
+            RecordWhich::Out => sys::LM_RECORD_OUT,
+            RecordWhich::OutGrad => sys::LM_RECORD_OUT_GRAD,
+        };
+        let i = to_int(index, "index")?;
+        let mut v = vec![sys::lm_placement_t::default(); 32];
+        let mut n: c_int = 0;
+        check(unsafe { sys::lm_local_map_record_placements(self.raw, w, i, 32, v.as_mut_ptr(), &mut n) })?;
+        v.truncate(n as usize);
+        v.into_iter()
+            .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::NotSupported, format!("placement {p:?}"))))
+            .collect()
+    }
+    /// `lm_local_map_record_input_grad`: `grad` moved to input `index`'s own mesh and the adjoint
+    /// of its own placements (collective).
+    pub fn input_grad(&self, index: usize, grad: &DistTensor) -> Result<DistTensor> {
+        let i = to_int(index, "index")?;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::lm_local_map_record_input_grad(self.raw, i, grad.raw, &mut out) })?;
+        Ok(DistTensor { raw: out })
+    }
+}
+
+impl Drop for LocalMapRecord {
+    fn drop(&mut self) {
+        unsafe { sys::lm_local_map_record_destroy(&mut self.raw) };
     }
 }
 
@@ -1680,6 +1778,14 @@ impl LocalMap<'_> {
                 if v.len() != n {
                     return arg_error(format!("LocalMap: input_as placements of inputs[{i}]: {} placements for a mesh \
                                               of {n} dims (one per mesh dim)", v.len()));
+                }
+            }
+        }
+        for (i, p) in self.in_grad.iter().enumerate() {
+            if let Some(v) = p {
+                if v.len() != n {
+                    return arg_error(format!("LocalMap: grad_placements of inputs[{i}]: {} placements for a \
+                                              mesh of {n} dims (one per mesh dim)", v.len()));
                 }
             }
         }

@@ -472,6 +472,44 @@ fn local_maps(rank: i32, size: i32) -> T {
     Ok(())
 }
 
+/// `run_recorded`: the record says where gradients go, and `input_grad` sums a replicated
+/// input's Partial(sum) gradient (each rank contributes ones: the rank count everywhere).
+fn local_map_records(_rank: i32, size: i32) -> T {
+    let m = Mesh::new(comm_world().map_err(e)?, &[size as i64]).map_err(e)?;
+    let (r, psum) = (Placement::Replicate, Placement::Partial(ReduceOp::Sum));
+    let w = DistTensor::from_global(&m, Some(&[1.0f64; 4][..]), &[4], &[r], -1).map_err(e)?;
+    let ones = |_: &Ctx<'_>, inp: &[Local<'_>]| -> std::result::Result<Vec<Out>, FnError> {
+        let n = inp[0].tensor()?.shape()[0] as usize;
+        Ok(vec![Out::tensor(vec![1.0f64; n], &[n as i64])?])
+    };
+    let (outs, rec) = LocalMap::new()
+        .input(Arg::Dist(&w))
+        .grad_placements(&[psum])
+        .output(&[psum])
+        .run_recorded(ones)
+        .map_err(e)?;
+    ensure!(outs.len() == 1);
+    ensure!(rec.placements(RecordWhich::Input, 0).map_err(e)? == vec![r]);
+    ensure!(rec.placements(RecordWhich::In, 0).map_err(e)? == vec![r]);
+    ensure!(rec.placements(RecordWhich::InGrad, 0).map_err(e)? == vec![psum]);
+    ensure!(rec.placements(RecordWhich::Out, 0).map_err(e)? == vec![psum]);
+    ensure!(rec.placements(RecordWhich::OutGrad, 0).map_err(e)? == vec![r]);
+    let back = LocalMap::new()
+        .input(Arg::Dist(&w))
+        .output(&rec.placements(RecordWhich::InGrad, 0).map_err(e)?)
+        .run(ones)
+        .map_err(e)?;
+    let view = back.into_iter().next().unwrap().into_dist().map_err(e)?;
+    let dw = rec.input_grad(0, &view).map_err(e)?;
+    ensure!(dw.placements().map_err(e)? == vec![r]);
+    ensure!(dw.local::<f64>().map_err(e)? == &[size as f64; 4]);
+    let err = rec.placements(RecordWhich::In, 1).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("index 1"), "{err}");
+    let err = LocalMap::new().input(Arg::Dist(&w)).grad_placements(&[r, r]).output(&[r]).run_recorded(ones).unwrap_err();
+    ensure!(err.message.contains("grad_placements of inputs[0]: 2 placements"), "{err}");
+    Ok(())
+}
+
 /// Every slice of placements the safe API takes is checked against the mesh's ndim (issue 19:
 /// an empty slice reached the C library as a dangling pointer and crashed; a longer one was
 /// silently cut), and so is a `ShapeMode::Given` shape against the tensor's ndim.
@@ -527,7 +565,7 @@ fn slice_lengths(_rank: i32, size: i32) -> T {
 fn main() {
     init().expect("lm_init");
     let (rank, size) = world_rank().expect("lm_world_rank");
-    let tests: [(&str, fn(i32, i32) -> T); 8] = [
+    let tests: [(&str, fn(i32, i32) -> T); 9] = [
         ("statics", |_, _| statics()),
         ("mesh_queries", mesh_queries),
         ("tensors", tensors),
@@ -535,6 +573,7 @@ fn main() {
         ("estimates", estimates),
         ("groups", groups),
         ("local_maps", local_maps),
+        ("local_map_records", local_map_records),
         ("slice_lengths", slice_lengths),
     ];
     let hook = std::panic::take_hook();
