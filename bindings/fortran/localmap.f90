@@ -69,6 +69,10 @@ module localmap
   integer(c_int), parameter, public :: LM_PLAN_INFO_ALL_RANKS = 1
   !> The version of lm_reshard_group_config_t this module describes.
   integer(c_int), parameter, public :: LM_RESHARD_GROUP_CONFIG_VERSION = 1
+  !> lm_local_map_record_placements: which placements (lm_record_which_t).
+  integer, parameter, public :: LM_RECORD_INPUT = 0, LM_RECORD_IN = 1, LM_RECORD_IN_GRAD = 2, &
+    LM_RECORD_OUT = 3, LM_RECORD_OUT_GRAD = 4
+  integer(c_int32_t), parameter, public :: LM_LOCAL_MAP_OPTIONS_VERSION = 1
   integer(c_int32_t), parameter, public :: LM_ROUTE_MPI = 1, LM_ROUTE_NODE_LOCAL = 2, LM_ROUTE_BOARD = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 2
   integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_MAGIC = int(z'4c4d4443', c_int32_t)
@@ -160,6 +164,14 @@ module localmap
     integer(c_size_t) :: bucket_bytes = 0
     integer(c_size_t) :: alone_bytes = 0
   end type
+  !> The C options of lm_local_map_ex (lmc_local_map_ex); lm_local_map takes them as arguments.
+  type, bind(C), public :: lm_local_map_options_t
+    integer(c_size_t) :: size = 0
+    integer(c_int32_t) :: version = 0
+    integer(c_int32_t) :: reserved = 0
+    type(c_ptr) :: in_grad_placements = c_null_ptr
+    type(c_ptr) :: record = c_null_ptr
+  end type
   !> One argument or result of lm_local_map (kind: LM_ARG_*).
   type, bind(C), public :: lm_arg_t
     integer(c_int32_t) :: kind = LM_ARG_NONE
@@ -226,6 +238,13 @@ module localmap
     type(c_ptr) :: ptr = c_null_ptr
   contains
     final :: group_final_
+  end type
+  !> The record of one lm_local_map call made with record= (not copyable): what its backward pass
+  !> needs (lm_local_map_record_placements, lm_local_map_record_input_grad).
+  type, public :: lm_local_map_record
+    type(c_ptr) :: ptr = c_null_ptr
+  contains
+    final :: record_final_
   end type
   !> One reshard of a group (lm_reshard_group_create), in Fortran terms: the global shape in
   !> Fortran order, the dtype, and one placement per mesh dim on the source and on the target mesh
@@ -555,6 +574,29 @@ module localmap
       integer(c_int), value :: flags; type(lm_arg_t), intent(inout) :: outputs(*)
       integer(c_int) :: lmc_local_map
     end function
+    function lmc_local_map_ex(fn, user_data, nin, inputs, in_placements, nout, out_placements, out_shapes, &
+                              mesh, flags, options, outputs) bind(C, name="lm_local_map_ex")
+      import; type(c_funptr), value :: fn; type(c_ptr), value :: user_data
+      integer(c_int), value :: nin, nout; type(lm_arg_t), intent(in) :: inputs(*)
+      type(c_ptr), value :: in_placements, out_placements, out_shapes, mesh
+      integer(c_int), value :: flags; type(lm_local_map_options_t), intent(in) :: options
+      type(lm_arg_t), intent(inout) :: outputs(*)
+      integer(c_int) :: lmc_local_map_ex
+    end function
+    function lmc_local_map_record_placements(record, which, index, capacity, placements, n) &
+        bind(C, name="lm_local_map_record_placements")
+      import; type(c_ptr), value :: record; integer(c_int), value :: which, index, capacity
+      type(lm_placement_t), intent(out) :: placements(*); integer(c_int), intent(out) :: n
+      integer(c_int) :: lmc_local_map_record_placements
+    end function
+    function lmc_local_map_record_input_grad(record, index, grad, out) &
+        bind(C, name="lm_local_map_record_input_grad")
+      import; type(c_ptr), value :: record, grad; integer(c_int), value :: index
+      type(c_ptr), intent(out) :: out; integer(c_int) :: lmc_local_map_record_input_grad
+    end function
+    function lmc_local_map_record_destroy(record) bind(C, name="lm_local_map_record_destroy")
+      import; type(c_ptr), intent(inout) :: record; integer(c_int) :: lmc_local_map_record_destroy
+    end function
 
     ! libc, for output tensors made by lm_arg_set.
     function c_malloc_(size) bind(C, name="malloc")
@@ -611,6 +653,7 @@ module localmap
   public :: lm_reshard_group_create, lm_reshard_group_alloc_targets, &
     lm_reshard_group_execute, lm_reshard_group_start, lm_reshard_group_size, &
     lm_reshard_group_destroy, lm_reshard_many
+  public :: lm_local_map_record_placements, lm_local_map_record_input_grad, lm_local_map_record_destroy
   public :: lm_local_map, lm_arg, lm_arg_get, lm_arg_set, lm_arg_take, lm_arg_shape, lm_mesh_borrow
   public :: lm_tensor_alloc, lm_pool_stats, lm_mesh_set_device_config, lm_mesh_device_config, lm_mesh_transport
   public :: lm_destroy, assignment(=), operator(==)
@@ -657,10 +700,11 @@ module localmap
     module procedure arg_dist_, arg_i8_, arg_i4_, arg_r8_, arg_ptr_, arg_dl_
   end interface
   interface lm_destroy
-    module procedure lm_mesh_destroy, lm_dist_tensor_destroy, lm_reshard_plan_destroy, lm_reshard_group_destroy
+    module procedure lm_mesh_destroy, lm_dist_tensor_destroy, lm_reshard_plan_destroy, lm_reshard_group_destroy, &
+      lm_local_map_record_destroy
   end interface
   interface assignment(=)
-    module procedure mesh_assign_, tensor_assign_, plan_assign_, group_assign_, request_assign_
+    module procedure mesh_assign_, tensor_assign_, plan_assign_, group_assign_, request_assign_, record_assign_
   end interface
   interface operator(==)
     module procedure dtype_eq_, placement_eq_
@@ -2431,9 +2475,13 @@ contains
   !>  out_shapes(max rank, nout): column j's first out_ranks(j) entries = output j's global shape
   !>    (Fortran order); a column starting with -1: derived.
   !>  mesh: default the dist inputs'; flags: LM_LOCAL_MAP_*; user_data: fn's first argument.
+  !>  in_grad_placements(mesh ndim, nin): the placements of the gradient of a dist input's local
+  !>    view as a backward pass computes it (e.g. lm_partial(LM_REDUCE_SUM) for a replicated
+  !>    weight); a column starting with LM_NO_PLACEMENT: those fn saw.
+  !>  record: receives the call's record for a hand-written backward pass (lm_local_map_ex).
   !> Collective over the mesh and agrees: a failure of fn on one rank fails the call everywhere.
   subroutine lm_local_map(fn, inputs, out_placements, outputs, in_placements, out_ranks, out_shapes, mesh, &
-                          flags, user_data, ierr)
+                          flags, user_data, ierr, in_grad_placements, record)
     procedure(lm_local_fn) :: fn
     type(lm_arg_t), intent(in) :: inputs(:)
     type(lm_placement), intent(in) :: out_placements(:, :)
@@ -2445,10 +2493,14 @@ contains
     integer, intent(in), optional :: flags
     type(c_ptr), intent(in), optional :: user_data
     integer, intent(out), optional :: ierr
+    type(lm_placement), intent(in), optional :: in_grad_placements(:, :)
+    type(lm_local_map_record), intent(inout), optional :: record
     integer :: nin, nout, mnd, i, j, r
-    type(lm_placement_t), allocatable, target :: cin(:, :), cout(:, :)
+    type(lm_placement_t), allocatable, target :: cin(:, :), cout(:, :), cgrad(:, :)
     integer(c_int64_t), allocatable, target :: cshapes(:, :)
-    type(c_ptr), allocatable, target :: pin(:), pout(:), pshape(:)
+    type(c_ptr), allocatable, target :: pin(:), pout(:), pshape(:), pgrad(:)
+    type(lm_local_map_options_t) :: opt
+    type(c_ptr), target :: rec
     type(lm_arg_t), allocatable, target :: cinputs(:), coutputs(:)
     type(c_ptr) :: m, mp, ud, inp, shp
     integer(c_int) :: st, nd, fl
@@ -2488,6 +2540,10 @@ contains
     if (st == LM_SUCCESS .and. present(out_ranks)) then
       if (size(out_ranks) /= nout) call bad_(st, "lm_local_map: out_ranks needs one entry per output")
     end if
+    allocate(cgrad(max(mnd, 1), max(nin, 1)), pgrad(max(nin, 1)))
+    pgrad = c_null_ptr
+    if (st == LM_SUCCESS .and. present(in_grad_placements)) &
+      call local_map_grad_pl_(inputs, in_grad_placements, mnd, cgrad, pgrad, st)
     allocate(cin(max(mnd, 1), max(nin, 1)), cout(max(mnd, 1), max(nout, 1)), pin(max(nin, 1)), &
              pout(max(nout, 1)), pshape(max(nout, 1)), cinputs(max(nin, 1)), coutputs(max(nout, 1)))
     pin = c_null_ptr
@@ -2551,12 +2607,122 @@ contains
       if (present(flags)) fl = int(flags, c_int)
       if (nin > 0) cinputs(1:nin) = inputs
       coutputs = lm_arg_t(LM_ARG_NONE, 0, 0_c_int64_t, 0d0, c_null_ptr)
-      st = lmc_local_map(c_funloc(fn), ud, int(nin, c_int), cinputs, inp, int(nout, c_int), c_loc(pout), &
-                         shp, mp, fl, coutputs)
+      if (present(in_grad_placements) .or. present(record)) then
+        opt = lm_local_map_options_t(c_sizeof(opt), LM_LOCAL_MAP_OPTIONS_VERSION, 0, c_null_ptr, c_null_ptr)
+        if (present(in_grad_placements)) opt%in_grad_placements = c_loc(pgrad)
+        rec = c_null_ptr
+        if (present(record)) opt%record = c_loc(rec)
+        st = lmc_local_map_ex(c_funloc(fn), ud, int(nin, c_int), cinputs, inp, int(nout, c_int), c_loc(pout), &
+                              shp, mp, fl, opt, coutputs)
+        if (st == LM_SUCCESS .and. present(record)) then
+          call lm_local_map_record_destroy(record)
+          record%ptr = rec
+        end if
+      else
+        st = lmc_local_map(c_funloc(fn), ud, int(nin, c_int), cinputs, inp, int(nout, c_int), c_loc(pout), &
+                           shp, mp, fl, coutputs)
+      end if
       call c_(st)
       if (nout > 0) outputs = coutputs(1:nout)
     end if
     call done_(st, ierr, "lm_local_map")
+  end subroutine
+
+  !> in_grad_placements of lm_local_map as the C table: column i in Fortran dims of input i's rank.
+  subroutine local_map_grad_pl_(inputs, pl, mnd, cgrad, pgrad, st)
+    type(lm_arg_t), intent(in) :: inputs(:)
+    type(lm_placement), intent(in) :: pl(:, :)
+    integer, intent(in) :: mnd
+    type(lm_placement_t), intent(inout), target :: cgrad(:, :)
+    type(c_ptr), intent(inout) :: pgrad(:)
+    integer(c_int), intent(inout) :: st
+    integer :: i
+    integer(c_int) :: nd
+    character(len=200) :: msg
+    if (size(pl, 2) /= size(inputs) .or. (size(inputs) > 0 .and. size(pl, 1) /= mnd)) then
+      write(msg, '("lm_local_map: in_grad_placements is ",i0,"x",i0,", not ",i0,"x",i0," (mesh dims x inputs)")') &
+        size(pl, 1), size(pl, 2), mnd, size(inputs)
+      call bad_(st, trim(msg))
+      return
+    end if
+    do i = 1, size(inputs)
+      if (pl(1, i)%kind == LM_NO_PLACEMENT%kind) cycle
+      nd = 0
+      if (inputs(i)%kind == LM_ARG_DIST_TENSOR) then
+        if (lmc_dist_tensor_ndim(inputs(i)%ptr, nd) /= LM_SUCCESS) nd = 0
+      end if
+      write(msg, '("lm_local_map: in_grad_placements(:,",i0,")")') i
+      call to_c_pl_(pl(:, i), int(nd), cgrad(:, i), st, trim(msg))
+      if (st /= LM_SUCCESS) return
+      pgrad(i) = c_loc(cgrad(1, i))
+    end do
+  end subroutine
+
+  !> The recorded placements `which` (LM_RECORD_INPUT, LM_RECORD_IN, LM_RECORD_IN_GRAD,
+  !> LM_RECORD_OUT, LM_RECORD_OUT_GRAD) of input or output `index` (1-based), one per mesh dim, in
+  !> Fortran dims of a tensor of rank `rank` (needed when they hold an lm_shard). Local.
+  subroutine lm_local_map_record_placements(record, which, index, placements, rank, ierr)
+    type(lm_local_map_record), intent(in) :: record
+    integer, intent(in) :: which, index
+    type(lm_placement), intent(out) :: placements(:)
+    integer, intent(in), optional :: rank
+    integer, intent(out), optional :: ierr
+    type(lm_placement_t) :: cpl(max(size(placements), 1))
+    integer(c_int) :: st, n
+    character(len=200) :: msg
+    st = lmc_local_map_record_placements(record%ptr, int(which, c_int), int(index - 1, c_int), &
+                                         int(size(placements), c_int), cpl, n)
+    call c_(st)
+    if (st == LM_SUCCESS .and. n /= size(placements)) then
+      write(msg, '("lm_local_map_record_placements: placements has ",i0," entries for ",i0)') size(placements), n
+      call bad_(st, trim(msg))
+    end if
+    if (st == LM_SUCCESS .and. .not. present(rank) .and. any(cpl(1:n)%kind == LM_KIND_SHARD)) &
+      call bad_(st, "lm_local_map_record_placements: they hold a Shard: give rank (the tensor's rank)")
+    if (st == LM_SUCCESS) then
+      if (present(rank)) then
+        call from_c_pl_(cpl(1:n), rank, placements)
+      else
+        call from_c_pl_(cpl(1:n), 0, placements)
+      end if
+    end if
+    call done_(st, ierr, "lm_local_map_record_placements")
+  end subroutine
+
+  !> grad_out = grad (a gradient of input `index`'s local view, normally placed LM_RECORD_IN_GRAD
+  !> on the call's mesh) moved to that input's own mesh, with the adjoint of its own placements
+  !> (lm_partial(LM_REDUCE_SUM) -> lm_replicate()). Collective, like lm_reshard.
+  subroutine lm_local_map_record_input_grad(record, index, grad, grad_out, ierr)
+    type(lm_local_map_record), intent(in) :: record
+    integer, intent(in) :: index
+    type(lm_dist_tensor), intent(in) :: grad
+    type(lm_dist_tensor), intent(inout) :: grad_out
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: st
+    st = lmc_local_map_record_input_grad(record%ptr, int(index - 1, c_int), grad%ptr, p); call c_(st)
+    if (st == LM_SUCCESS) call set_(grad_out, p)
+    call done_(st, ierr, "lm_local_map_record_input_grad")
+  end subroutine
+
+  !> Local (never collective); safe on an empty record.
+  subroutine lm_local_map_record_destroy(record)
+    type(lm_local_map_record), intent(inout) :: record
+    integer(c_int) :: st
+    if (c_associated(record%ptr)) st = lmc_local_map_record_destroy(record%ptr)
+    record%ptr = c_null_ptr
+  end subroutine
+
+  subroutine record_final_(record)
+    type(lm_local_map_record), intent(inout) :: record
+    call lm_local_map_record_destroy(record)
+  end subroutine
+
+  subroutine record_assign_(lhs, rhs)
+    type(lm_local_map_record), intent(inout) :: lhs
+    type(lm_local_map_record), intent(in) :: rhs
+    if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &
+      error stop "localmap: a type(lm_local_map_record) cannot be copied"
   end subroutine
 
   include "localmap_typed.inc"

@@ -28,6 +28,9 @@ int main(void) {
   SZ(lm_reshard_group_config_t); OFF(lm_reshard_group_config_t, size);
   OFF(lm_reshard_group_config_t, version); OFF(lm_reshard_group_config_t, bucket_bytes);
   OFF(lm_reshard_group_config_t, alone_bytes);
+  SZ(lm_local_map_options_t); OFF(lm_local_map_options_t, size);
+  OFF(lm_local_map_options_t, version); OFF(lm_local_map_options_t, reserved);
+  OFF(lm_local_map_options_t, in_grad_placements); OFF(lm_local_map_options_t, record);
   SZ(lm_reshard_plan_info_t); OFF(lm_reshard_plan_info_t, size);
   OFF(lm_reshard_plan_info_t, version); OFF(lm_reshard_plan_info_t, routes);
   OFF(lm_reshard_plan_info_t, steps); OFF(lm_reshard_plan_info_t, peers);

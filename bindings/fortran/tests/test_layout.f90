@@ -16,6 +16,7 @@ program test_layout
   type(lm_device_config_t), target :: dc
   type(lm_reshard_entry_t), target :: re
   type(lm_reshard_group_config_t), target :: gc
+  type(lm_local_map_options_t), target :: lo
   type(lm_reshard_plan_info_t), target :: pi
 
   call sz("DLDevice", c_sizeof(dev))
@@ -70,6 +71,12 @@ program test_layout
   call off("lm_reshard_group_config_t", "version", c_loc(gc), c_loc(gc%version))
   call off("lm_reshard_group_config_t", "bucket_bytes", c_loc(gc), c_loc(gc%bucket_bytes))
   call off("lm_reshard_group_config_t", "alone_bytes", c_loc(gc), c_loc(gc%alone_bytes))
+  call sz("lm_local_map_options_t", c_sizeof(lo))
+  call off("lm_local_map_options_t", "size", c_loc(lo), c_loc(lo%size))
+  call off("lm_local_map_options_t", "version", c_loc(lo), c_loc(lo%version))
+  call off("lm_local_map_options_t", "reserved", c_loc(lo), c_loc(lo%reserved))
+  call off("lm_local_map_options_t", "in_grad_placements", c_loc(lo), c_loc(lo%in_grad_placements))
+  call off("lm_local_map_options_t", "record", c_loc(lo), c_loc(lo%record))
   call sz("lm_reshard_plan_info_t", c_sizeof(pi))
   call off("lm_reshard_plan_info_t", "size", c_loc(pi), c_loc(pi%size))
   call off("lm_reshard_plan_info_t", "version", c_loc(pi), c_loc(pi%version))

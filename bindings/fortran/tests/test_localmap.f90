@@ -87,7 +87,66 @@ contains
     call lm_arg_set(outputs(3), 2 * a)
     status = LM_SUCCESS
   end function
+
+  ! local_map function: ones of the shape of its rank-1 input.
+  function ones_fn(user_data, mesh, nin, inputs, nout, outputs) bind(C) result(status)
+    type(c_ptr), value :: user_data, mesh
+    integer(c_int), value :: nin, nout
+    type(lm_arg_t), intent(in) :: inputs(nin)
+    type(lm_arg_t), intent(inout) :: outputs(nout)
+    integer(c_int) :: status
+    real(c_double), pointer :: a(:)
+    integer :: ierr
+    call lm_arg_get(inputs(1), a, ierr)
+    status = ierr
+    if (ierr /= 0) return
+    call lm_arg_set(outputs(1), 0 * a + 1)
+  end function
 end module
+
+! lm_local_map with in_grad_placements and record=: the record says where gradients go, and
+! lm_local_map_record_input_grad sums a replicated weight's Partial(sum) gradient (every rank
+! contributes ones: the rank count everywhere).
+subroutine local_map_records(size)
+  use mpi_f08
+  use localmap
+  use checks
+  implicit none
+  integer, intent(in) :: size
+  type(lm_mesh) :: mesh
+  type(lm_dist_tensor) :: w, view, dw
+  type(lm_local_map_record) :: rec
+  type(lm_arg_t) :: outs(1)
+  type(lm_placement) :: pl(1), psum(1, 1)
+  real(c_double), pointer :: p(:)
+  integer :: ierr
+  character(len=:), allocatable :: msg
+  psum(1, 1) = lm_partial(LM_REDUCE_SUM)
+  call lm_mesh_create(mesh, MPI_COMM_WORLD, [size])
+  call lm_from_global(w, mesh, [1d0, 1d0, 1d0, 1d0], [lm_replicate()])
+  call lm_local_map(ones_fn, [lm_arg(w)], psum, outs, out_ranks=[1], in_grad_placements=psum, record=rec)
+  call lm_arg_take(outs(1), view)
+  call lm_destroy(view)
+  call lm_local_map_record_placements(rec, LM_RECORD_INPUT, 1, pl)
+  call check(pl(1)%kind == LM_KIND_REPLICATE, "record: the input's own placements")
+  call lm_local_map_record_placements(rec, LM_RECORD_IN_GRAD, 1, pl)
+  call check(pl(1)%kind == LM_KIND_PARTIAL .and. pl(1)%op == LM_REDUCE_SUM, "record: in_grad_placements")
+  call lm_local_map_record_placements(rec, LM_RECORD_OUT_GRAD, 1, pl)
+  call check(pl(1)%kind == LM_KIND_REPLICATE, "record: Partial(sum) output -> Replicate gradient")
+  call lm_local_map(ones_fn, [lm_arg(w)], psum, outs, out_ranks=[1])
+  call lm_arg_take(outs(1), view)
+  call lm_local_map_record_input_grad(rec, 1, view, dw)
+  call lm_local(dw, p)
+  call check(all(p == real(size, c_double)), "record: the gradient summed to the input's layout")
+  call lm_local_map_record_placements(rec, LM_RECORD_IN, 2, pl, ierr=ierr)
+  msg = lm_last_error_message()
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "index 1") > 0, "record: an index out of range")
+  call lm_local_map_record_destroy(rec)
+  call lm_local_map_record_placements(rec, LM_RECORD_IN, 1, pl, ierr=ierr)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT, "record: destroyed")
+  call lm_destroy(w); call lm_destroy(view); call lm_destroy(dw); call lm_destroy(mesh)
+  deallocate(msg)
+end subroutine
 
 subroutine mesh_with_mpi_integer_comm(size)
   use mpi
@@ -706,6 +765,7 @@ program test_localmap
   call lm_destroy(plan)
   call reshard_groups(rank, size)
   call reshard_estimates(rank, size)
+  call local_map_records(size)
 
   ! ---- local_map
   call lm_local_map(fn, [lm_arg(x), lm_arg(int(size - 1, c_int64_t)), lm_arg(0.5_c_double), lm_arg(0_c_int64_t)], &
