@@ -18,7 +18,14 @@
  * exactly the serial loss, whatever the shard sizes (a Partial(avg) of per-rank means would not
  * be).
  *
- * Every rank checks the result against a serial reference computed from the full data. The
+ * Then its backward pass, from the forward call's record (lm_local_map_ex): the gradient of
+ * loss_sum is 1 / count, placed as the record says for a Partial(sum) output's gradient
+ * (LM_RECORD_OUT_GRAD: Replicate); a second lm_local_map computes each rank's rows of
+ * d loss / d predictions = 2 (pred - onehot) / count (0 for ignored rows), placed LM_RECORD_IN_GRAD
+ * ([S(0), R]: the placements fn saw), and lm_local_map_record_input_grad gives it in the
+ * predictions' own layout.
+ *
+ * Every rank checks the results against a serial reference computed from the full data. The
  * program prints PASS or FAIL and exits nonzero on a mismatch.
  */
 #include <mpi.h>
@@ -97,6 +104,73 @@ static lm_status_t masked_loss_fn(void *user_data, lm_mesh_t mesh, int nin, cons
   }
   lm_status_t st = scalar_out(&out[0], loss_sum);
   return st != LM_SUCCESS ? st : scalar_out(&out[1], count);
+}
+
+/* fn of the backward pass: g (the gradient of loss_sum), local predictions and labels -> the
+ * gradient of the predictions' rows. */
+static lm_status_t masked_loss_backward_fn(void *user_data, lm_mesh_t mesh, int nin,
+                                           const lm_arg_t *in, int nout, lm_arg_t *out) {
+  (void)user_data;
+  (void)mesh;
+  if (nin != 3 || nout != 1) return LM_ERR_INVALID_ARGUMENT;
+  const DLTensor *g = in[0].ptr, *pred = in[1].ptr, *lab = in[2].ptr;
+  DLManagedTensor *d = NULL; /* zero-filled: ignored rows keep 0 */
+  lm_status_t st = lm_tensor_alloc(&d, 2, pred->shape, LM_FLOAT64, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  out[0] = lm_arg_managed(d);
+  const double gv = *(const double *)g->data, *p = pred->data;
+  const int64_t *l = lab->data;
+  double *dp = d->dl_tensor.data;
+  for (int64_t i = 0; i < pred->shape[0]; i++)
+    for (int c = 0; l[i] != IGNORE && c < C; c++)
+      dp[i * C + c] = 2.0 * gv * (p[i * C + c] - (c == l[i] ? 1.0 : 0.0));
+  return LM_SUCCESS;
+}
+
+/* The recorded placements `which` of index i on the 2-D mesh. */
+static void recorded(lm_local_map_record_t rec, int which, int i, lm_placement_t pl[2]) {
+  int n = 0;
+  CHECK(lm_local_map_record_placements(rec, which, i, 2, pl, &n));
+}
+
+/* The backward pass of the forward call `rec` for d loss / d predictions (loss = loss_sum / n):
+ * returns whether it equals the serial gradient. */
+static int masked_loss_backward(lm_local_map_record_t rec, lm_mesh_t mesh, lm_dist_tensor_t pred,
+                                lm_dist_tensor_t labels, double n, const double *pred_full,
+                                const int64_t *lab_full, int rank) {
+  lm_placement_t g_pl[2], pred_pl[2], lab_pl[2], d_pl[2];
+  recorded(rec, LM_RECORD_OUT_GRAD, 0, g_pl); /* [P(sum), R] -> [R, R] */
+  recorded(rec, LM_RECORD_IN, 0, pred_pl);
+  recorded(rec, LM_RECORD_IN, 1, lab_pl);
+  recorded(rec, LM_RECORD_IN_GRAD, 0, d_pl);
+  double gv = 1.0 / n; /* d loss / d loss_sum */
+  DLTensor gg = {&gv, LM_CPU, 0, LM_FLOAT64, NULL, NULL, 0};
+  lm_dist_tensor_t g = NULL;
+  CHECK(lm_dist_tensor_from_global(&g, mesh, &gg, g_pl, -1));
+  lm_arg_t in[3] = {lm_arg_dist(g), lm_arg_dist(pred), lm_arg_dist(labels)}, out[1];
+  const lm_placement_t *in_pl[3] = {g_pl, pred_pl, lab_pl}, *out_pl[1] = {d_pl};
+  CHECK(lm_local_map(masked_loss_backward_fn, NULL, 3, in, in_pl, 1, out_pl, NULL, NULL,
+                     LM_LOCAL_MAP_RESHARD_INPUTS, out));
+  lm_dist_tensor_t view = out[0].ptr, dpred = NULL;
+  CHECK(lm_local_map_record_input_grad(rec, 0, view, &dpred));
+  double got[B * C];
+  int64_t shape[2] = {B, C};
+  DLTensor dst = {got, LM_CPU, 2, LM_FLOAT64, shape, NULL, 0};
+  CHECK(lm_dist_tensor_gather(dpred, -1, &dst));
+  double worst = 0;
+  for (int i = 0; i < B; i++)
+    for (int c = 0; c < C; c++) {
+      double want = lab_full[i] == IGNORE ? 0.0
+                    : 2.0 * (pred_full[i * C + c] - (c == lab_full[i] ? 1.0 : 0.0)) / n;
+      double e = got[i * C + c] > want ? got[i * C + c] - want : want - got[i * C + c];
+      if (e > worst) worst = e;
+    }
+  if (rank == 0)
+    printf("  backward: d loss / d predictions [%d,%d], max error vs serial %.3g\n", B, C, worst);
+  lm_dist_tensor_destroy(&g);
+  lm_dist_tensor_destroy(&view);
+  lm_dist_tensor_destroy(&dpred);
+  return worst <= 1e-14; /* (2 g (p - y) against 2 (p - y) / n: rounding only) */
 }
 
 /* The value of a replicated scalar. */
@@ -195,8 +269,11 @@ int main(int argc, char **argv) {
   const lm_placement_t *in_pl[2] = {batch, batch};
   const lm_placement_t *out_pl[2] = {partial, partial};
   lm_arg_t out[2];
-  CHECK(lm_local_map(masked_loss_fn, NULL, 2, in, in_pl, 2, out_pl, NULL, NULL,
-                     LM_LOCAL_MAP_RESHARD_INPUTS, out));
+  lm_local_map_record_t rec = NULL; /* what the backward pass needs */
+  lm_local_map_options_t opt = LM_LOCAL_MAP_OPTIONS_INIT;
+  opt.record = &rec;
+  CHECK(lm_local_map_ex(masked_loss_fn, NULL, 2, in, in_pl, 2, out_pl, NULL, NULL,
+                        LM_LOCAL_MAP_RESHARD_INPUTS, &opt, out));
   lm_dist_tensor_t loss_sum = out[0].ptr, count = out[1].ptr;
   {
     DLTensor v;
@@ -231,6 +308,8 @@ int main(int argc, char **argv) {
   ok &= n == ref_n && err <= 1e-12 * ref; /* summation order differs, nothing else */
   if (rank == 0)
     printf("  loss = %.12f over %g tokens (serial: %.12f over %g)\n", loss, n, ref, ref_n);
+  ok &= masked_loss_backward(rec, mesh, pred, labels, n, pred_full, lab_full, rank);
+  lm_local_map_record_destroy(&rec);
 
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   if (rank == 0) printf("%s\n", all_ok ? "PASS" : "FAIL");
