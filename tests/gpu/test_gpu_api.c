@@ -264,6 +264,48 @@ static void test_local_map_device(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
+/* lm_local_map_ex on a device input: the record's input_grad moves a device gradient (a
+ * Partial(sum) view of a replicated input, each rank's copy of it) back to the input's layout,
+ * Replicate: a device all-reduce, np * x on every rank. */
+static void test_local_map_record_device(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_1d();
+  int np = lm_test_size();
+  int64_t g[1] = {5}, host[5], back[5];
+  for (int64_t i = 0; i < 5; ++i) host[i] = 10 * i - 7;
+  void *d = lm_gpu_upload(host, sizeof host);
+  DLTensor dl = {d, lm_gpu_dev(), 1, LM_INT64, g, NULL, 0};
+  lm_placement_t R = LM_PLACEMENT_REPLICATE, P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+  lm_dist_tensor_t x = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, m, &dl, &R, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
+  lm_arg_t in[1] = {{LM_ARG_DIST_TENSOR, 0, 0, 0.0, x}}, out[1];
+  const lm_placement_t *outp[1] = {&P}, *gradp[1] = {&P};
+  lm_local_map_record_t rec = NULL;
+  lm_local_map_options_t opt = LM_LOCAL_MAP_OPTIONS_INIT;
+  opt.in_grad_placements = gradp;
+  opt.record = &rec;
+  LM_ASSERT_OK_ALL(lm_local_map_ex(fn_copy, NULL, 1, in, NULL, 1, outp, NULL, m, 0, &opt, out));
+  lm_dist_tensor_t view = (lm_dist_tensor_t)out[0].ptr, dx = NULL;
+  LM_ASSERT_OK_ALL(lm_local_map_record_input_grad(rec, 0, view, &dx));
+  DLDevice dev;
+  lm_placement_t got;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_device(dx, &dev));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_placements(dx, &got, 1));
+  LM_ASSERT_ALL(dev.device_type == kDLCUDA && got.kind == LM_REPLICATE);
+  DLTensor v;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(dx, &v));
+  lm_gpu_download(back, v.data, sizeof back);
+  int same = 1;
+  for (int i = 0; i < 5; ++i) same &= back[i] == np * host[i];
+  LM_ASSERT_ALL(same);
+  LM_ASSERT_OK_ALL(lm_local_map_record_destroy(&rec));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dx));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&view));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&x));
+  LM_CUDA_OK(cudaFree(d));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
 /* The transport query before and after the first device movement; LM_TRANSPORT=mpi
  * (test_gpu_api_staged) forces the host-staged path; otherwise ranks sharing a GPU (same host or
  * NCCL_HOSTID, same PCI bus id: decided by the test itself) get the host-staged path and ranks
@@ -361,6 +403,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_borrow_managed_export),
     cmocka_unit_test(test_stream_order),
     cmocka_unit_test(test_local_map_device),
+    cmocka_unit_test(test_local_map_record_device),
     cmocka_unit_test(test_transport_choice),
 #ifdef LM_GPU_FORCE_STAGED
     cmocka_unit_test(test_staged_start_failure_agreed),
