@@ -24,18 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
+
 static int rank, np, REPS = 10, WARMUP = 3;
 static cudaStream_t stream;
 static ncclComm_t nccl = NULL;
 
-#define OK(x)                                                                          \
-  do {                                                                                 \
-    lm_status_t s_ = (x);                                                              \
-    if (s_ != LM_SUCCESS) {                                                            \
-      fprintf(stderr, "rank %d: %s failed: %s\n", rank, #x, lm_last_error_message()); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                    \
-    }                                                                                  \
-  } while (0)
 #define CU(x)                                                                              \
   do {                                                                                     \
     cudaError_t e_ = (x);                                                                  \
@@ -53,11 +47,6 @@ static ncclComm_t nccl = NULL;
     }                                                                                      \
   } while (0)
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 typedef void (*op_fn)(void *);
 static double timeit(op_fn fn, void *arg) {
   double t[64];
@@ -71,7 +60,7 @@ static double timeit(op_fn fn, void *arg) {
     t[i] = (MPI_Wtime() - t0) * 1e3;
   }
   MPI_Allreduce(MPI_IN_PLACE, t, REPS, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  qsort(t, (size_t)REPS, sizeof(double), cmp);
+  qsort(t, (size_t)REPS, sizeof(double), bench_cmp);
   return REPS % 2 ? t[REPS / 2] : 0.5 * (t[REPS / 2 - 1] + t[REPS / 2]);
 }
 

@@ -11,23 +11,11 @@
 #include <stdlib.h>
 
 #include "localmap.h"
+#include "bench_util.h"
 
 enum { CALLS = 2000, ROUNDS = 7 };
 static int rank, size;
 
-#define OK(x)                                                                          \
-  do {                                                                                 \
-    lm_status_t s_ = (x);                                                              \
-    if (s_ != LM_SUCCESS) {                                                            \
-      fprintf(stderr, "rank %d: %s failed: %s\n", rank, #x, lm_last_error_message()); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                    \
-    }                                                                                  \
-  } while (0)
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 typedef struct {
   lm_mesh_t m;
@@ -55,7 +43,7 @@ static double per_call_us(void (*fn)(const case_t *), const case_t *c) {
     double us = (MPI_Wtime() - t0) * 1e6 / CALLS;
     MPI_Allreduce(&us, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   }
-  qsort(t, ROUNDS, sizeof(double), cmp);
+  qsort(t, ROUNDS, sizeof(double), bench_cmp);
   return t[ROUNDS / 2];
 }
 

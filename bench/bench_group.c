@@ -19,24 +19,12 @@
 #include <string.h>
 
 #include "localmap.h"
+#include "bench_util.h"
 
 enum { N = 64, ROUNDS = 9, INNER = 3 };
 
 static int rank, size;
 
-#define OK(x)                                                                                \
-  do {                                                                                       \
-    lm_status_t s_ = (x);                                                                    \
-    if (s_ != LM_SUCCESS) {                                                                  \
-      fprintf(stderr, "rank %d: %s failed: %s\n", rank, #x, lm_last_error_message());       \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-    }                                                                                        \
-  } while (0)
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* Chunk j of n elements over size ranks (torch.chunk): ceil-sized blocks. */
 static int64_t chunk_len(int64_t n, int j) {
@@ -131,9 +119,9 @@ static void measure(bench_t *b) {
     te[r] = once(run_each, b);
     tm[r] = once(run_mpi, b);
   }
-  qsort(tg, ROUNDS, sizeof(double), cmp);
-  qsort(te, ROUNDS, sizeof(double), cmp);
-  qsort(tm, ROUNDS, sizeof(double), cmp);
+  qsort(tg, ROUNDS, sizeof(double), bench_cmp);
+  qsort(te, ROUNDS, sizeof(double), bench_cmp);
+  qsort(tm, ROUNDS, sizeof(double), bench_cmp);
   const double g = tg[ROUNDS / 2], e = te[ROUNDS / 2], m = tm[ROUNDS / 2];
   int buckets = 0;
   OK(lm_reshard_group_size(b->group, NULL, &buckets));

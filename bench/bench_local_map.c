@@ -7,17 +7,11 @@
 #include <localmap.h>
 #include <mpi.h>
 #include <stdio.h>
+
+#include "bench_util.h"
 #include <stdlib.h>
 
 static int rank, np;
-#define OK(x)                                                                         \
-  do {                                                                                \
-    lm_status_t s_ = (x);                                                             \
-    if (s_) {                                                                         \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, lm_last_error_message());       \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                   \
-    }                                                                                 \
-  } while (0)
 
 static lm_status_t fn_scalar(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
                              lm_arg_t *out) {

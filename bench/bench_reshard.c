@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
+
 static int rank, np, REPS = 10, WARMUP = 2;
 static int wf;
 /* Weak, so that the same benchmark also runs against an older library (before/after figures). */
@@ -34,19 +36,6 @@ static int64_t g_peak_plan, g_peak_reshard;
 static double g_floor_ms, g_tfloor_ms;
 static int64_t g_sweep_max = 4096;
 
-#define OK(x)                                                                                \
-  do {                                                                                       \
-    lm_status_t s_ = (x);                                                                    \
-    if (s_ != LM_SUCCESS) {                                                                  \
-      fprintf(stderr, "rank %d: %s failed: %s\n", rank, #x, lm_last_error_message());       \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-    }                                                                                        \
-  } while (0)
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* Runs fn REPS times after WARMUP, returns the median over reps of the max over ranks (ms). */
 typedef void (*op_fn)(void *);
@@ -60,7 +49,7 @@ static double timeit(op_fn fn, void *arg) {
     t[i] = (MPI_Wtime() - t0) * 1e3;
   }
   MPI_Allreduce(MPI_IN_PLACE, t, REPS, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  qsort(t, (size_t)REPS, sizeof(double), cmp);
+  qsort(t, (size_t)REPS, sizeof(double), bench_cmp);
   return REPS % 2 ? t[REPS / 2] : 0.5 * (t[REPS / 2 - 1] + t[REPS / 2]);
 }
 
@@ -279,7 +268,7 @@ static double plan_time(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, co
     OK(lm_reshard_plan_destroy(&p));
   }
   MPI_Allreduce(MPI_IN_PLACE, t, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  qsort(t, (size_t)reps, sizeof(double), cmp);
+  qsort(t, (size_t)reps, sizeof(double), bench_cmp);
   return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
 }
 
