@@ -17,25 +17,43 @@
 
 namespace lm {
 
-lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
-                               const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
-                               DLDataType dtype, const char *fn) {
-  lm_mesh_s *sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
-  lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
+ReshardArgs check_reshard_args(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
+                               lm_mesh_t dst_mesh, const lm_placement_t *dst_pl, int ndim,
+                               const int64_t *gshape, DLDataType dtype, const char *fn) {
+  ReshardArgs a;
+  a.sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
+  a.dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : a.sm;
   Shape g = check_shape(ndim, gshape, strfmt("%s: global_shape", fn).c_str());
   dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
-  MPI_Comm comm = transfer_comm(sm, dm, fn);
-  Layout S = make_layout(sm, src_pl, g, strfmt("%s: src_placements", fn).c_str());
-  Layout D = make_layout(dm, dst_pl, g, strfmt("%s: dst_placements", fn).c_str());
+  a.comm = transfer_comm(a.sm, a.dm, fn);
+  a.src = make_layout(a.sm, src_pl, g, strfmt("%s: src_placements", fn).c_str());
+  a.dst = make_layout(a.dm, dst_pl, g, strfmt("%s: dst_placements", fn).c_str());
+  return a;
+}
+
+namespace {
+
+// A plan object from sm's layout S to dm's layout D over comm, holding both meshes.
+lm_reshard_plan_s *new_plan(lm_mesh_s *sm, lm_mesh_s *dm, const Layout &S, const Layout &D,
+                            DLDataType dtype, MPI_Comm comm, bool keep_buffers) {
   auto p = std::make_unique<lm_reshard_plan_s>();
   p->plan = plan_build(S, D, dtype, comm, sm->world_rank);
-  // Opt-in: keep intermediate and staging buffers from one execution to the next.
-  p->plan->keep_buffers = setting_on(Setting::PlanKeepBuffers);
+  p->plan->keep_buffers = keep_buffers;
   mesh_retain(sm);
   p->src_mesh = sm;
   mesh_retain(dm);
   p->dst_mesh = dm;
   return p.release();
+}
+
+}  // namespace
+
+lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
+                               const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
+                               DLDataType dtype, const char *fn) {
+  ReshardArgs a = check_reshard_args(src_mesh, src_pl, dst_mesh, dst_pl, ndim, gshape, dtype, fn);
+  // Opt-in: keep intermediate and staging buffers from one execution to the next.
+  return new_plan(a.sm, a.dm, a.src, a.dst, dtype, a.comm, setting_on(Setting::PlanKeepBuffers));
 }
 
 lm_reshard_plan_s *plan_adjoint(lm_reshard_plan_s *p) {
@@ -46,16 +64,8 @@ lm_reshard_plan_s *plan_adjoint(lm_reshard_plan_s *p) {
   std::vector<lm_placement_t> gd = placements_adjoint(D.pl.data(), D.mesh_ndim(),
                                                       strfmt("%s: the plan's target placements", fn).c_str());
   lm_mesh_s *sm = p->dst_mesh, *dm = p->src_mesh;  // backward: target mesh -> source mesh
-  MPI_Comm comm = transfer_comm(sm, dm, fn);
-  auto a = std::make_unique<lm_reshard_plan_s>();
-  a->plan = plan_build(Layout(D.grid, gd, D.gshape), Layout(S.grid, gs, S.gshape), p->plan->dtype,
-                       comm, sm->world_rank);
-  a->plan->keep_buffers = p->plan->keep_buffers;
-  mesh_retain(sm);
-  a->src_mesh = sm;
-  mesh_retain(dm);
-  a->dst_mesh = dm;
-  return a.release();
+  return new_plan(sm, dm, Layout(D.grid, gd, D.gshape), Layout(S.grid, gs, S.gshape),
+                  p->plan->dtype, transfer_comm(sm, dm, fn), p->plan->keep_buffers);
 }
 
 lm_reshard_plan_s *plan_check(lm_reshard_plan_t h, const char *what) {

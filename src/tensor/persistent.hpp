@@ -39,6 +39,16 @@ struct lm_request_s {
 };
 
 namespace lm {
+// The arguments of lm_reshard_plan_create and lm_reshard_estimate, checked (errors name them):
+// both meshes (dst NULL: src), the communicator a transfer between them uses, both layouts.
+struct ReshardArgs {
+  lm_mesh_s *sm = nullptr, *dm = nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;
+  Layout src, dst;
+};
+ReshardArgs check_reshard_args(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
+                               lm_mesh_t dst_mesh, const lm_placement_t *dst_pl, int ndim,
+                               const int64_t *gshape, DLDataType dtype, const char *fn);
 lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
                                const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
                                DLDataType dtype, const char *fn = "lm_reshard_plan_create");

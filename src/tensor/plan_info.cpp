@@ -94,15 +94,11 @@ void reshard_estimate(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_
                       const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
                       DLDataType dtype, int flags, lm_reshard_plan_info_t *info) {
   const char *fn = "lm_reshard_estimate";
-  lm_mesh_s *sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
-  lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
-  Shape g = check_shape(ndim, gshape, strfmt("%s: global_shape", fn).c_str());
-  dtype_from_dl(dtype, strfmt("%s: dtype", fn).c_str());
-  MPI_Comm comm = transfer_comm(sm, dm, fn);
-  Layout S = make_layout(sm, src_pl, g, strfmt("%s: src_placements", fn).c_str());
-  Layout D = make_layout(dm, dst_pl, g, strfmt("%s: dst_placements", fn).c_str());
+  ReshardArgs a = check_reshard_args(src_mesh, src_pl, dst_mesh, dst_pl, ndim, gshape, dtype, fn);
+  lm_mesh_s *sm = a.sm, *dm = a.dm;
+  MPI_Comm comm = a.comm;
   Schedule s;  // this rank's, as a plan would hold it (pure; no buffer)
-  build_schedule(s, S, D, dtype, sm->world_rank);
+  build_schedule(s, a.src, a.dst, dtype, sm->world_rank);
   // The board exchange, decided as for a plan (same mesh only; the mesh's own channel: local).
   const bool board = s.involved && sm == dm && select_fused_exchange(s, comm, sm->agree_members);
   lm_reshard_plan_info_t out = fresh_info();
