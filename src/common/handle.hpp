@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "common/error.hpp"
+
 namespace lm {
 
 enum class HandleKind : uint32_t { Mesh = 1, Tensor = 2, Plan = 3, Request = 4, Group = 5, Record = 6 };
@@ -43,6 +45,28 @@ bool handle_is_owned(uintptr_t h);
 template <class T>
 inline T *handle_as(uintptr_t h) {
   return reinterpret_cast<T *>(h);
+}
+
+// The object behind a caller's handle `h` of `kind`, or LM_ERR_INVALID_ARGUMENT naming it:
+// "<what>: <arg> is NULL" / "<what>: <arg> is not a live <type>".
+template <class T>
+T *handle_object(const void *h, HandleKind kind, const char *what, const char *arg,
+                 const char *type) {
+  LM_CHECK_ARG(h != nullptr, "%s: %s is NULL", what, arg);
+  void *p = handle_get(h, kind);
+  LM_CHECK_ARG(p != nullptr, "%s: %s is not a live %s", what, arg, type);
+  return static_cast<T *>(p);
+}
+
+// A new owned handle of `kind` for obj (its one caller reference); obj is deleted on failure.
+template <class T>
+T *handle_wrap_owned(T *obj, HandleKind kind) {
+  try {
+    return handle_as<T>(handle_new(kind, obj, true));
+  } catch (...) {
+    delete obj;
+    throw;
+  }
 }
 
 }  // namespace lm

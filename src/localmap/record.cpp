@@ -16,19 +16,11 @@ lm_local_map_record_s::~lm_local_map_record_s() {
 namespace lm {
 
 lm_local_map_record_s *record_check(lm_local_map_record_t h, const char *what) {
-  LM_CHECK_ARG(h != nullptr, "%s: record is NULL", what);
-  void *p = handle_get(h, HandleKind::Record);
-  LM_CHECK_ARG(p != nullptr, "%s: record is not a live lm_local_map_record_t", what);
-  return static_cast<lm_local_map_record_s *>(p);
+  return handle_object<lm_local_map_record_s>(h, HandleKind::Record, what, "record", "lm_local_map_record_t");
 }
 
 lm_local_map_record_t record_wrap(lm_local_map_record_s *r) {
-  try {
-    return handle_as<lm_local_map_record_s>(handle_new(HandleKind::Record, r, true));
-  } catch (...) {
-    delete r;
-    throw;
-  }
+  return handle_wrap_owned(r, HandleKind::Record);
 }
 
 void record_destroy_handle(lm_local_map_record_t *h, const char *what) {

@@ -213,19 +213,11 @@ lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
 size_t group_bucket_count(lm_reshard_group_s *g) { return host_exec(g).bucket_count(); }
 
 lm_reshard_group_s *group_check(lm_reshard_group_t h, const char *what) {
-  LM_CHECK_ARG(h != nullptr, "%s: group is NULL", what);
-  void *p = handle_get(h, HandleKind::Group);
-  LM_CHECK_ARG(p != nullptr, "%s: group is not a live lm_reshard_group_t", what);
-  return static_cast<lm_reshard_group_s *>(p);
+  return handle_object<lm_reshard_group_s>(h, HandleKind::Group, what, "group", "lm_reshard_group_t");
 }
 
 lm_reshard_group_t group_wrap(lm_reshard_group_s *g) {
-  try {
-    return handle_as<lm_reshard_group_s>(handle_new(HandleKind::Group, g, true));
-  } catch (...) {
-    delete g;
-    throw;
-  }
+  return handle_wrap_owned(g, HandleKind::Group);
 }
 
 void group_destroy_handle(lm_reshard_group_t *h, const char *what) {

@@ -69,19 +69,11 @@ lm_reshard_plan_s *plan_adjoint(lm_reshard_plan_s *p) {
 }
 
 lm_reshard_plan_s *plan_check(lm_reshard_plan_t h, const char *what) {
-  LM_CHECK_ARG(h != nullptr, "%s: plan is NULL", what);
-  void *p = handle_get(h, HandleKind::Plan);
-  LM_CHECK_ARG(p != nullptr, "%s: plan is not a live lm_reshard_plan_t", what);
-  return static_cast<lm_reshard_plan_s *>(p);
+  return handle_object<lm_reshard_plan_s>(h, HandleKind::Plan, what, "plan", "lm_reshard_plan_t");
 }
 
 lm_reshard_plan_t plan_wrap(lm_reshard_plan_s *p) {
-  try {
-    return handle_as<lm_reshard_plan_s>(handle_new(HandleKind::Plan, p, true));
-  } catch (...) {
-    delete p;
-    throw;
-  }
+  return handle_wrap_owned(p, HandleKind::Plan);
 }
 
 void plan_destroy_handle(lm_reshard_plan_t *h, const char *what) {
