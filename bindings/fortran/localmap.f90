@@ -2670,15 +2670,21 @@ contains
     type(lm_placement_t) :: cpl(max(size(placements), 1))
     integer(c_int) :: st, n
     character(len=200) :: msg
+    n = 0
     st = lmc_local_map_record_placements(record%ptr, int(which, c_int), int(index - 1, c_int), &
                                          int(size(placements), c_int), cpl, n)
     call c_(st)
-    if (st == LM_SUCCESS .and. n /= size(placements)) then
-      write(msg, '("lm_local_map_record_placements: placements has ",i0," entries for ",i0)') size(placements), n
-      call bad_(st, trim(msg))
+    ! Fortran's .and. does not short-circuit: n is only read once the call succeeded.
+    if (st == LM_SUCCESS) then
+      if (n /= size(placements)) then
+        write(msg, '("lm_local_map_record_placements: placements has ",i0," entries for ",i0)') &
+          size(placements), n
+        call bad_(st, trim(msg))
+      else if (.not. present(rank)) then
+        if (any(cpl(1:n)%kind == LM_KIND_SHARD)) &
+          call bad_(st, "lm_local_map_record_placements: they hold a Shard: give rank (the tensor's rank)")
+      end if
     end if
-    if (st == LM_SUCCESS .and. .not. present(rank) .and. any(cpl(1:n)%kind == LM_KIND_SHARD)) &
-      call bad_(st, "lm_local_map_record_placements: they hold a Shard: give rank (the tensor's rank)")
     if (st == LM_SUCCESS) then
       if (present(rank)) then
         call from_c_pl_(cpl(1:n), rank, placements)
