@@ -2,8 +2,9 @@
 /*
  * test_timeout_transfer: LM_TIMEOUT inside a transfer (issue 8 item 2). On a mesh with
  * check_level 0 a reshard runs no agreement, so when the last rank skips it the others wait in
- * the transfer itself: after the deadline they return LM_ERR_TIMEOUT naming the rank they were
- * still waiting for, or LM_ERR_REMOTE carrying the timeout of a rank whose deadline passed first
+ * the transfer itself (on one node this small reshard moves inside the failure-only round of the
+ * board exchange, which is then its transfer; across nodes, as in make check-multinode, over
+ * MPI): after the deadline they return LM_ERR_TIMEOUT naming the rank they were still waiting for, or LM_ERR_REMOTE carrying the timeout of a rank whose deadline passed first
  * (the agreement-phase timeouts are in test_timeout_skip/_sleep), and their mesh is broken. One
  * scenario per program: the skipped messages are never matched. The ranks line up with a barrier
  * before the calls under the 2 s deadline; the time bound checked is a lower one, the behaviour:

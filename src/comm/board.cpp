@@ -127,11 +127,13 @@ uint64_t *bank_state(AgreeComm *ac, uint64_t seq) {
 }
 uint64_t round_of(uint64_t s) { return s >> kSeqShift; }
 
-[[noreturn]] void round_abandoned(const char *what, double timeout, bool late) {
-  fail(LM_ERR_TIMEOUT, "%s: agreement: %s (LM_TIMEOUT = %g s); the mesh is unusable now", what,
+// who: ", waiting for ..." (missing_ranks) when another rank gave up.
+[[noreturn]] void round_abandoned(const char *what, double timeout, bool late,
+                                  const std::string &who = std::string()) {
+  fail(LM_ERR_TIMEOUT, "%s: agreement: %s%s (LM_TIMEOUT = %g s); the mesh is unusable now", what,
        late ? "the other ranks gave up waiting before this rank arrived"
             : "another rank gave up waiting for a rank that did not make this call",
-       timeout);
+       who.c_str(), timeout);
 }
 
 // This rank arrives at round seq (false: the round was abandoned before it came).
@@ -173,6 +175,34 @@ bool abandoned(const uint64_t *st, uint64_t seq) {
 
 }  // namespace
 
+namespace {
+
+// ", waiting for rank(s) R of MPI_COMM_WORLD": the ranks of the set that had not posted round
+// seq when this rank gave up (at most 8 named; empty when they cannot be named).
+std::string missing_ranks(const AgreeComm *ac, const BoardSlot *bank, uint64_t seq) {
+  std::vector<int> late;
+  for (int j = 0; j < ac->size; ++j)
+    if (j != ac->rank && __atomic_load_n(&bank[j].seq, __ATOMIC_ACQUIRE) != seq) late.push_back(j);
+  if (late.empty()) return std::string();
+  std::vector<int> world(late.size(), MPI_UNDEFINED);
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  if (MPI_Comm_group(ac->comm, &g) == MPI_SUCCESS &&
+      MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS)
+    MPI_Group_translate_ranks(g, (int)late.size(), late.data(), wg, world.data());
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (wg != MPI_GROUP_NULL) MPI_Group_free(&wg);
+  std::string who;
+  for (size_t i = 0; i < world.size() && i < 8; ++i) {
+    if (world[i] == MPI_UNDEFINED) return std::string();
+    who += strfmt("%s %d", i ? "," : "", world[i]);
+  }
+  if (world.size() > 8) who += ", ...";
+  return strfmt(", waiting for rank%s%s of MPI_COMM_WORLD", late.size() > 1 ? "s" : "",
+                who.c_str());
+}
+
+}  // namespace
+
 void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout,
                const char *what, void (*publish)(void *, char *), void *publish_ctx) {
   if (nv > kBoardValues) fail(LM_ERR_INTERNAL, "%s: %d agreement values (board: %d)", what, nv,
@@ -199,12 +229,12 @@ void board_max(AgreeComm *ac, uint64_t seq, long long *v, int nv, double timeout
         MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ac->comm, &flag, MPI_STATUS_IGNORE);
       }
       if (!deadline_on || (spins & 255) != 0) continue;
-      if (abandoned(st, seq)) round_abandoned(what, timeout, false);
+      if (abandoned(st, seq)) round_abandoned(what, timeout, false, missing_ranks(ac, bank, seq));
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
         if (give_up(st, seq, ac->size))
           fail(LM_ERR_TIMEOUT,
-               "%s: agreement: no answer within LM_TIMEOUT = %g s (some rank of the mesh did not "
-               "make this call)", what, timeout);
+               "%s: agreement: no answer within LM_TIMEOUT = %g s%s (some rank of the mesh did "
+               "not make this call)", what, timeout, missing_ranks(ac, bank, seq).c_str());
         deadline_on = false;  // every rank arrived: the round completes
       }
     }

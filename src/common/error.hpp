@@ -3,6 +3,7 @@
 // it in one place, stores the thread-local message and returns the status.
 #pragma once
 
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +37,23 @@ class Error : public std::exception {
 
 // printf-style formatting into std::string.
 std::string strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// "fn: arg" (an argument's name in messages) in a buffer of its own, without printf: the hot
+// paths (reshard, local_map) name their arguments on every call, and only a failure reads it.
+// Truncates past 127 characters.
+class ArgName {
+ public:
+  ArgName(const char *fn, const char *arg) {
+    size_t n = 0;
+    for (const char *p : {fn, ": ", arg})
+      for (; *p && n + 1 < sizeof buf_; ++p) buf_[n++] = *p;
+    buf_[n] = '\0';
+  }
+  const char *c_str() const { return buf_; }
+
+ private:
+  char buf_[128];
+};
 
 // Throws Error(status, "<formatted message>").
 [[noreturn]] void fail(lm_status_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -6,6 +6,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "mesh/collective.hpp"
+#include "transport/select.hpp"
+
 namespace lm {
 
 namespace {
@@ -13,7 +16,7 @@ namespace {
 constexpr size_t kPlansPerMesh = 64;
 
 struct MeshPlans {
-  std::map<std::string, std::pair<std::shared_ptr<Plan>, uint64_t>> plans;  // key -> (plan, use)
+  std::map<std::string, std::pair<std::shared_ptr<CachedPlan>, uint64_t>> plans;  // key -> (plan, use)
   uint64_t clock = 0;
 };
 
@@ -41,13 +44,13 @@ void drop_mesh(uint64_t id) {
 
 }  // namespace
 
-std::shared_ptr<Plan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout &dst,
-                                  DLDataType dtype, bool device) {
+std::shared_ptr<CachedPlan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout &dst,
+                                        DLDataType dtype, bool device) {
   static std::once_flag hook;
   std::call_once(hook, [] { mesh_on_destroy(drop_mesh); });
-  std::string key = src.key() + "->" + dst.key() +
-                    strfmt("#%u.%u.%u", dtype.code, dtype.bits, dtype.lanes);
-  if (device) key += "@cuda";  // device plans keep their own transport
+  std::string key = src.key() + dst.key();  // binary, each with its lengths
+  key.append(reinterpret_cast<const char *>(&dtype), sizeof dtype);
+  key += device ? 'd' : 'h';  // device plans keep their own transport
   Cache &c = cache();
   {
     std::lock_guard<std::mutex> lk(c.mu);
@@ -58,8 +61,9 @@ std::shared_ptr<Plan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout 
       return it->second.first;
     }
   }
-  std::shared_ptr<Plan> plan = plan_build(src, dst, dtype, m->world, m->world_rank);
-  std::shared_ptr<Plan> evicted;  // destroyed outside the lock
+  auto plan = std::make_shared<CachedPlan>();
+  plan->plan = plan_build(src, dst, dtype, m->world, m->world_rank);
+  std::shared_ptr<CachedPlan> evicted;  // destroyed outside the lock
   std::lock_guard<std::mutex> lk(c.mu);
   MeshPlans &mp = c.by_mesh[m->local_id];
   if (mp.plans.size() >= kPlansPerMesh) {
@@ -71,6 +75,14 @@ std::shared_ptr<Plan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout 
   }
   mp.plans.emplace(key, std::make_pair(plan, ++mp.clock));
   return plan;
+}
+
+FusedExchange *cached_fused_exchange(CachedPlan &c, lm_mesh_s *m) {
+  if (!c.fused_decided) {
+    c.fused_decided = true;
+    c.fused = select_fused_exchange(*c.plan, c.plan->comm, collective_comm(m, m));
+  }
+  return c.fused.get();
 }
 
 }  // namespace lm

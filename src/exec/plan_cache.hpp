@@ -10,11 +10,24 @@
 
 #include "exec/plan.hpp"
 #include "mesh/mesh.hpp"
+#include "transport/transport.hpp"
 
 namespace lm {
 
+// A cached plan and, for a host plan, the exchange fused with its mesh's agreement round (the
+// board exchange, transport/select.hpp), decided at its first blocking execution.
+struct CachedPlan {
+  std::shared_ptr<Plan> plan;
+  std::unique_ptr<FusedExchange> fused;
+  bool fused_decided = false;
+};
+
 // The cached plan of src -> dst on mesh m (building and caching it when missing).
-std::shared_ptr<Plan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout &dst,
-                                  DLDataType dtype, bool device);
+std::shared_ptr<CachedPlan> cached_plan(lm_mesh_s *m, const Layout &src, const Layout &dst,
+                                        DLDataType dtype, bool device);
+
+// The fused exchange of a cached host plan of mesh m, or NULL; decided once per entry from the
+// plan and the mesh's agreed settings alone (as lm_reshard_plan_execute decides its own).
+FusedExchange *cached_fused_exchange(CachedPlan &c, lm_mesh_s *m);
 
 }  // namespace lm

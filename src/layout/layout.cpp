@@ -223,13 +223,16 @@ bool Layout::has_partial() const {
   return false;
 }
 
+// Binary (the raw values, each field's length first): built on every cached reshard, so no
+// formatting.
 std::string Layout::key() const {
   std::string k;
-  for (int64_t s : grid->shape()) k += strfmt("%lld,", (long long)s);
-  k += "|";
-  for (const auto &p : pl) k += strfmt("%d.%d.%d.%d,", p.kind, p.dim, p.op, p.order);
-  k += "|";
-  for (int64_t s : gshape) k += strfmt("%lld,", (long long)s);
+  auto put = [&k](const void *p, size_t n) { k.append(static_cast<const char *>(p), n); };
+  const size_t n[3] = {grid->shape().size(), pl.size(), gshape.size()};
+  put(n, sizeof n);
+  put(grid->shape().data(), n[0] * sizeof(int64_t));
+  put(pl.data(), n[1] * sizeof(lm_placement_t));
+  put(gshape.data(), n[2] * sizeof(int64_t));
   return k;
 }
 

@@ -47,24 +47,28 @@ struct Reshard {
   const char *fn = nullptr;
   bool part = false;  // this rank is in one of the meshes
   lm_dist_tensor_s *out = nullptr;
+  std::shared_ptr<CachedPlan> cached;  // same mesh: the plan cache's entry
   std::shared_ptr<Plan> plan;
+  FusedExchange *fused = nullptr;  // a same-mesh host plan that can take the board exchange
   bool alias = false;
+  bool moved = false;  // the agreement round moved the data (the board exchange)
 };
 
 // Checks, plan and output buffer: everything that can fail locally, so that with the agreement
 // a failure on one rank is a failure on all.
 void prepare(Reshard &r) {
   lm_dist_tensor_s *t = r.t;
-  mesh_check_usable(r.sm, strfmt("%s: src mesh", r.fn).c_str());
-  mesh_check_usable(r.dm, strfmt("%s: dst_mesh", r.fn).c_str());
+  mesh_check_usable(r.sm, ArgName(r.fn, "src mesh").c_str());
+  mesh_check_usable(r.dm, ArgName(r.fn, "dst_mesh").c_str());
   MPI_Comm comm = transfer_comm(r.sm, r.dm, r.fn);
-  Layout L = make_layout(r.dm, r.pl, t->layout.gshape, strfmt("%s: placements", r.fn).c_str());
+  Layout L = make_layout(r.dm, r.pl, t->layout.gshape, ArgName(r.fn, "placements").c_str());
   check_reshard(t->layout, L, t->dt);
   r.out = tensor_new(r.dm, L, t->dtype, t->device, false);
   if (!r.part) return;
-  if (r.sm == r.dm)
-    r.plan = cached_plan(r.sm, t->layout, L, t->dtype, is_device(t->device));
-  else
+  if (r.sm == r.dm) {
+    r.cached = cached_plan(r.sm, t->layout, L, t->dtype, is_device(t->device));
+    r.plan = r.cached->plan;
+  } else
     r.plan = plan_build(t->layout, L, t->dtype, comm, r.sm->world_rank);
   size_t off = 0;
   // Host only: a device reshard runs collectives of the mesh (the transport choice, NCCL init,
@@ -80,10 +84,61 @@ void prepare(Reshard &r) {
                          ? device_storage_alloc(mesh_mem(r.dm), t->device, r.out->local_bytes(),
                                                 false)
                          : storage_alloc(r.out->local_bytes(), false);
+    // A small exchange within one node moves inside the agreement round (as a blocking
+    // lm_reshard_plan_execute does): decided from the plan and the agreed settings alone.
+    if (r.cached && !is_device(t->device) && r.plan->involved)
+      r.fused = cached_fused_exchange(*r.cached, r.sm);
   }
 }
 
-// prepare(), its outcome agreed (with a fingerprint of the call) over both meshes' ranks.
+void fused_pack(void *ctx, char *bank) {
+  const Reshard &r = *static_cast<const Reshard *>(ctx);
+  r.fused->pack(r.t->data(), bank);
+}
+
+// The agreement round over both meshes' ranks of an outcome st (and, at level >= 1, a
+// fingerprint of the call). With a fused exchange on this rank it also carries the data: every
+// rank says whether it packed (MAX of `yes` and `-yes`: all did only when they are 1 and -1), and
+// r.moved says that they all did.
+void agree_reshard(Reshard &r, int level, lm_status_t st, const std::string &err) {
+  lm_dist_tensor_s *t = r.t;
+  Fingerprint fp("lm_dist_tensor_reshard");
+  fp.add("source mesh", r.sm->id);
+  fp.add("target mesh", r.dm->id);
+  fp.add("source placements", hash_placements(t->layout.pl.data(), r.sm->ndim()));
+  fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
+  fp.add("dtype", hash_dtype(t->dtype));
+  fp.add("target placements", hash_placements(r.pl, r.dm->ndim()));
+  ReshardCtx ctx{t, r.sm, r.dm, r.pl};
+  require_mpi(r.fn);  // after MPI_Finalize the channels are gone: fail before looking them up
+  AgreeArgs a;
+  a.fn = r.fn;
+  a.ac = collective_comm(r.sm, r.dm);
+  a.fp = level >= 1 ? &fp : nullptr;
+  a.describe = describe_reshard;
+  a.ctx = &ctx;
+  a.local = st;
+  a.err = &err;
+  a.parent_rank = r.sm->world_rank;
+  a.mesh_rank = r.sm == r.dm ? r.sm->index : -1;
+  a.timeout = call_timeout(r.sm, r.dm);
+  long long yes[2] = {0, 0};
+  if (st == LM_SUCCESS && r.fused) {
+    a.publish = fused_pack;
+    a.publish_ctx = &r;
+    yes[0] = 1;
+    yes[1] = -1;
+  }
+  if (a.ac->board) {  // the same on every rank of the set (MPI rounds keep their 3 words)
+    a.maxes = yes;
+    a.nmax = 2;
+  }
+  agree_meshes(a, r.sm, r.dm);
+  r.moved = yes[0] == 1 && yes[1] == -1;
+  if (level >= 2 && r.sm->member) check_replicas(t, r.fn);
+}
+
+// prepare(), its outcome agreed over both meshes' ranks.
 void prepare_agreed(Reshard &r, int level) {
   lm_status_t st = LM_SUCCESS;
   std::string err;
@@ -96,17 +151,7 @@ void prepare_agreed(Reshard &r, int level) {
     st = LM_ERR_OUT_OF_MEMORY;
     err = strfmt("%s: out of memory", r.fn);
   }
-  lm_dist_tensor_s *t = r.t;
-  Fingerprint fp("lm_dist_tensor_reshard");
-  fp.add("source mesh", r.sm->id);
-  fp.add("target mesh", r.dm->id);
-  fp.add("source placements", hash_placements(t->layout.pl.data(), r.sm->ndim()));
-  fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
-  fp.add("dtype", hash_dtype(t->dtype));
-  fp.add("target placements", hash_placements(r.pl, r.dm->ndim()));
-  ReshardCtx ctx{t, r.sm, r.dm, r.pl};
-  agree_call(r.fn, r.sm, r.dm, &fp, describe_reshard, &ctx, st, err);
-  if (level >= 2 && r.sm->member) check_replicas(t, r.fn);
+  agree_reshard(r, level, st, err);
 }
 
 // The data moves; a transfer failure breaks both meshes.
@@ -138,11 +183,18 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
   r.part = r.sm->member || r.dm->member;
   const int level = check_level(r.sm, r.dm);
   try {
-    if (level == 0 || !r.part)
+    if (level == 0 || !r.part) {
       prepare(r);
-    else
+      // At level 0 no agreement runs, except where the data moves with it (the failure-only
+      // round is then the transfer's own synchronisation, as in lm_reshard_plan_execute).
+      if (r.fused) agree_reshard(r, 0, LM_SUCCESS, std::string());
+    } else {
       prepare_agreed(r, level);
-    if (r.part && !r.alias) move(r);  // neither mesh: nothing to do, never waited on
+    }
+    if (r.moved)
+      r.fused->unpack(r.t->data(), r.out->data());  // memory reads: nothing left to fail
+    else if (r.part && !r.alias)
+      move(r);  // neither mesh: nothing to do, never waited on
   } catch (...) {
     tensor_release(r.out);
     throw;
