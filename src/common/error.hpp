@@ -3,7 +3,8 @@
 // it in one place, stores the thread-local message and returns the status.
 #pragma once
 
-#include <initializer_list>
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -43,16 +44,28 @@ std::string strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // Truncates past 127 characters.
 class ArgName {
  public:
-  ArgName(const char *fn, const char *arg) {
-    size_t n = 0;
-    for (const char *p : {fn, ": ", arg})
-      for (; *p && n + 1 < sizeof buf_; ++p) buf_[n++] = *p;
-    buf_[n] = '\0';
+  ArgName(const char *fn, const char *arg) { n_ = 0, put(fn), put(": "), put(arg); }
+  // "fn: arg[index]"
+  ArgName(const char *fn, const char *arg, long long index) : ArgName(fn, arg) {
+    char d[24];
+    int k = 0;
+    unsigned long long u = index < 0 ? 0ULL - (unsigned long long)index : (unsigned long long)index;
+    do d[k++] = (char)('0' + u % 10); while (u /= 10);
+    if (index < 0) d[k++] = '-';
+    put("[");
+    while (k > 0 && n_ + 1 < sizeof buf_) buf_[n_++] = d[--k];
+    put("]");
   }
   const char *c_str() const { return buf_; }
 
  private:
+  void put(const char *p) {
+    const size_t k = std::min(std::strlen(p), sizeof buf_ - 1 - n_);
+    std::memcpy(buf_ + n_, p, k);
+    buf_[n_ += k] = '\0';
+  }
   char buf_[128];
+  size_t n_;
 };
 
 // Throws Error(status, "<formatted message>").

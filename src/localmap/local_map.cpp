@@ -378,7 +378,7 @@ void LocalMapCall::validate(lm_local_fn_t fn, int nin, const lm_arg_t *in, int n
 // The mesh (given, else the first dist input's) and the objects behind the dist inputs' handles
 // (unwrapped once, here at the boundary). Errors return at once.
 void LocalMapCall::find_mesh_and_inputs() {
-  if (mesh_) m_ = mesh_check(mesh_, strfmt("%s: mesh", F).c_str());  // usable: agreed later
+  if (mesh_) m_ = mesh_check(mesh_, ArgName(F, "mesh").c_str());  // usable: agreed later
   for (int i = 0; i < nin_; ++i) {
     const lm_arg_t &a = in_[i];
     LM_CHECK_ARG(a.kind >= LM_ARG_NONE && a.kind <= LM_ARG_POINTER,
@@ -456,7 +456,7 @@ void LocalMapCall::check_input(int i) {
   // the same parent when `mesh` is given and every rank of `mesh` holds a shard of it.
   if (other_mesh && !want && mesh_) {
     lazily([&](const char *w) { mesh_check_usable(t->mesh, w); }, "%s: mesh of inputs[%d]", i);
-    transfer_comm(t->mesh, m_, strfmt("%s: inputs[%d]", F, i).c_str());
+    transfer_comm(t->mesh, m_, ArgName(F, "inputs", i).c_str());
     if (covers(*t->mesh->grid, *m_->grid)) return;
     fail(LM_ERR_INVALID_ARGUMENT, "%s: inputs[%d] lives on another mesh that %s of mesh is not "
          "in, so that rank holds no shard of it; give in_placements[%d] and pass "
@@ -602,7 +602,7 @@ void LocalMapCall::check_output(int j) {
     if (pl[k].kind == LM_SHARD) sharded = true;
   gshapes_[j] = ls;  // no Shard: the local shape
   if (out_shapes_ && out_shapes_[j]) {
-    gshapes_[j] = check_shape(lt.ndim, out_shapes_[j], strfmt("%s: out_shapes[%d]", F, j).c_str());
+    gshapes_[j] = check_shape(lt.ndim, out_shapes_[j], ArgName(F, "out_shapes", j).c_str());
   } else if (sharded) {  // LM_LOCAL_MAP_SHAPES_EVEN
     for (int k = 0; k < m_->ndim(); ++k)
       if (pl[k].kind == LM_SHARD) gshapes_[j][pl[k].dim] *= m_->grid->shape()[k];
@@ -701,8 +701,8 @@ void LocalMapCall::derive_gathered_shapes() {
       gshapes_[j] = global_shape_from_extents(
           m_->grid, out_pl_[j], lt.ndim, lt.shape,
           [&](int64_t r, int d) { return (int64_t)gathered_[(size_t)(r * W) + base + 2 + d]; },
-          strfmt("%s: outputs[%d]", F, j).c_str());
-      check_numel(gshapes_[j], strfmt("%s: outputs[%d]", F, j).c_str());
+          ArgName(F, "outputs", j).c_str());
+      check_numel(gshapes_[j], ArgName(F, "outputs", j).c_str());
     }
   } catch (...) {
     release_outputs();

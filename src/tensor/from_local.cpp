@@ -81,26 +81,26 @@ void check_local(FromLocal &c) {
   LM_CHECK_ARG(c.flags == LM_FROM_LOCAL_COPY || c.flags == LM_FROM_LOCAL_BORROW,
                "%s: flags 0x%x unknown (LM_FROM_LOCAL_COPY or LM_FROM_LOCAL_BORROW)", fn, c.flags);
   if (m->member)
-    c.ls = check_shape(local->ndim, local->shape, strfmt("%s: local", fn).c_str());
+    c.ls = check_shape(local->ndim, local->shape, ArgName(fn, "local").c_str());
   else
     LM_CHECK_ARG(local->ndim >= 0 && local->ndim <= kMaxDims, "%s: local->ndim %d must be in "
                  "[0, %d]", fn, local->ndim, kMaxDims);
-  DType dt = dtype_from_dl(local->dtype, strfmt("%s: local->dtype", fn).c_str());
-  check_device(local->device, strfmt("%s: local->device", fn).c_str());
-  validate_placements(c.pl, m->ndim(), local->ndim, strfmt("%s: placements", fn).c_str());
-  check_partial_dtype(c.pl, m->ndim(), dt, strfmt("%s: placements", fn).c_str());
+  DType dt = dtype_from_dl(local->dtype, ArgName(fn, "local->dtype").c_str());
+  check_device(local->device, ArgName(fn, "local->device").c_str());
+  validate_placements(c.pl, m->ndim(), local->ndim, ArgName(fn, "placements").c_str());
+  check_partial_dtype(c.pl, m->ndim(), dt, ArgName(fn, "placements").c_str());
   for (int64_t e : c.ls) c.numel *= e;
   if (m->member) LM_CHECK_ARG(local->data != nullptr || c.numel == 0, "%s: local->data is NULL", fn);
   if (m->member && c.numel > 0) {  // the bytes it reaches lie after data, without wrapping
-    check_strides_span(local, dtype_size(dt), strfmt("%s: local", fn).c_str());
-    if (c.borrow) check_alignment(local, dt, strfmt("%s: local", fn).c_str());
+    check_strides_span(local, dtype_size(dt), ArgName(fn, "local").c_str());
+    if (c.borrow) check_alignment(local, dt, ArgName(fn, "local").c_str());
   }
   if (c.borrow && m->member)
     LM_CHECK_ARG(is_compact(local),
                  "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
   if (is_device(local->device) && m->member && c.numel > 0)
     check_device_pointer(static_cast<const char *>(local->data) + local->byte_offset,
-                         local->device, strfmt("%s: local->data", fn).c_str());
+                         local->device, ArgName(fn, "local->data").c_str());
   if (is_device(local->device) && m->member && !c.borrow && !is_compact(local))
     fail(LM_ERR_NOT_SUPPORTED, "%s: local is a strided device tensor: LM_FROM_LOCAL_COPY copies "
          "compact device tensors only (make it contiguous first)", fn);
@@ -153,7 +153,7 @@ void agree_args(FromLocal &c, const char *op, const char *field3, uint64_t h3, s
 Shape local_mode_shape(FromLocal &c) {
   try {
     if (c.mode == LM_SHAPE_GIVEN)
-      return check_shape(c.local->ndim, c.gshape, strfmt("%s: global_shape", c.fn).c_str());
+      return check_shape(c.local->ndim, c.gshape, ArgName(c.fn, "global_shape").c_str());
     Shape g = c.ls;
     for (int k = 0; k < c.m->ndim(); ++k)
       if (c.pl[k].kind == LM_SHARD) g[c.pl[k].dim] *= c.m->grid->shape()[k];
