@@ -3,6 +3,7 @@
 # Runs the benchmarks (never part of `make check`):
 #   reshard:   bench_reshard at np 2 and 4  -> bench/results/reshard.jsonl
 #   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl
+#   small:     bench_small at np 2 and 4 (small calls, breakdown) -> bench/results/small.jsonl
 #   plan:      bench_plan (serial: the planner on 2^20-rank meshes) -> bench/results/plan.jsonl
 #   plot:      bench/plot.py (matplotlib, from PyPI; skipped with a note when missing)
 #              -> docs/reshard_time_per_byte.png
@@ -58,6 +59,15 @@ out="$here/results/estimate.jsonl"
 for np in ${BENCH_NPS:-2 4}; do
   echo "== the cost of a cost estimate (lm_reshard_estimate) at np $np" >&2
   "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_estimate" | tee -a "$out.tmp"
+done
+mv "$out.tmp" "$out"
+echo "wrote $out" >&2
+
+out="$here/results/small.jsonl"
+: > "$out.tmp"
+for np in ${BENCH_NPS:-2 4}; do
+  echo "== small calls against MPI, with the breakdown of the allocating reshard, at np $np" >&2
+  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_small" | tee -a "$out.tmp"
 done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
