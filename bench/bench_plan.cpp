@@ -3,12 +3,12 @@
 // mesh (1-D 1048576, 2-D 1024 x 1024, 3-D 64 x 128 x 128), for every kind of transition, with the
 // pure planner the library runs (plan/planner.hpp: no MPI, no buffer sized by the tensor).
 // For each case and a few ranks (first, middle, last): the median of repeated plannings (--reps,
-// default 9; 3 where one planning takes over 100 ms), the
-// peers and flows of the schedule, and the heap the schedule holds (glibc mallinfo2: bytes in use
-// with the schedule alive minus before). Prints one JSON object per line; make bench writes them
-// to bench/results/plan.jsonl. The target: under 1 ms and O(peers) memory per rank;
-// transitions whose rank talks to ~2^20 peers (all-gather, reduce-scatter of a 1-D mesh) are
-// O(peers) by necessity and are reported per peer as well.
+// default 9) in the planner's compressed form (regular peers as runs), the heap it holds (glibc
+// mallinfo2: bytes in use with the schedule alive minus before), its runs and single messages,
+// the peers and flows it describes; then, once, the time and heap of expanding it into one
+// message per peer (what a plan's executor walks: O(peers) by necessity for a rank that talks to
+// every other). Prints one JSON object per line; make bench writes them to
+// bench/results/plan.jsonl. The target: under 1 ms and O(peers) memory per rank.
 #include <malloc.h>
 
 #include <algorithm>
@@ -55,26 +55,38 @@ void bench(const char *mesh_name, const Shape &mshape, const Shape &gshape, cons
   const Layout src(grid, c.src, gshape), dst(grid, c.dst, gshape);
   const DLDataType f32{kDLFloat, 32, 1};
   const int64_t n = grid->size();
+  using clock = std::chrono::steady_clock;
+  auto us = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
   for (int64_t me : {int64_t(0), n / 2 + 3, n - 1}) {
     std::vector<double> t;
-    size_t flows = 0, steps = 0, heap = 0;
+    size_t flows = 0, steps = 0, heap = 0, heap_expanded = 0, runs = 0, msgs = 0;
+    double expand_us = 0, traffic_us = 0;
     std::vector<int> peers;
-    int n_reps = reps;
-    for (int r = 0; r < n_reps; ++r) {
+    for (int r = 0; r < reps; ++r) {
       const size_t h0 = heap_in_use();
-      const auto t0 = std::chrono::steady_clock::now();
-      lm::Schedule s;
-      lm::build_schedule(s, src, dst, f32, (int)me);
-      const auto t1 = std::chrono::steady_clock::now();
-      t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      if (t.back() > 1e5) n_reps = std::min(n_reps, 3);  // ~2^20 peers: 3 are enough
-      if (r == 0) {
-        heap = heap_in_use() - h0;
-        const lm::Traffic tr = lm::schedule_traffic(s);
-        flows = tr.flows.size();
-        steps = s.steps.size();
-        for (const lm::Flow &f : tr.flows) peers.push_back(f.peer);
+      const auto t0 = clock::now();
+      lm::Schedule s;  // the planner's own form: runs of regular peers (ScheduleForm)
+      lm::build_schedule(s, src, dst, f32, (int)me, lm::ScheduleForm::kCompressed);
+      t.push_back(us(t0, clock::now()));
+      if (r) continue;
+      heap = heap_in_use() - h0;
+      for (auto &st : s.steps) {
+        runs += st->send_runs.size() + st->recv_runs.size();
+        msgs += st->sends.size() + st->recvs.size();
       }
+      const auto tt = clock::now();  // lm_reshard_estimate's model, on the compressed form
+      const lm::Traffic tr = lm::schedule_traffic(s);
+      traffic_us = us(tt, clock::now());
+      flows = tr.flows.size();
+      steps = s.steps.size();
+      for (const lm::Flow &f : tr.flows) peers.push_back(f.peer);
+      const size_t h1 = heap_in_use();
+      const auto t1 = clock::now();  // what a plan does before its first execution: expand
+      lm::expand_schedule(s);
+      expand_us = us(t1, clock::now());
+      heap_expanded = heap + (heap_in_use() - h1);
     }
     std::sort(t.begin(), t.end());
     std::sort(peers.begin(), peers.end());
@@ -82,12 +94,14 @@ void bench(const char *mesh_name, const Shape &mshape, const Shape &gshape, cons
     const double med = t[t.size() / 2];
     std::printf("{\"bench\": \"plan\", \"mesh\": \"%s\", \"ranks\": %lld, \"case\": \"%s\", "
                 "\"src\": \"%s\", \"dst\": \"%s\", \"rank\": %lld, \"steps\": %zu, "
-                "\"peers\": %zu, \"flows\": %zu, \"median_us\": %.2f, \"min_us\": %.2f, "
-                "\"us_per_peer\": %.4f, \"heap_bytes\": %zu, \"heap_per_flow\": %.1f, "
-                "\"reps\": %d}\n",
+                "\"peers\": %zu, \"flows\": %zu, \"runs\": %zu, \"single_msgs\": %zu, "
+                "\"median_us\": %.2f, \"min_us\": %.2f, \"heap_bytes\": %zu, "
+                "\"traffic_us\": %.1f, \"expand_us\": %.1f, \"expanded_heap_bytes\": %zu, "
+                "\"expanded_heap_per_flow\": %.1f, \"reps\": %d}\n",
                 mesh_name, (long long)n, c.name, fmt(c.src).c_str(), fmt(c.dst).c_str(),
-                (long long)me, steps, np, flows, med, t[0], np ? med / (double)np : 0.0, heap,
-                flows ? (double)heap / (double)flows : 0.0, (int)t.size());
+                (long long)me, steps, np, flows, runs, msgs, med, t[0], heap, traffic_us, expand_us,
+                heap_expanded, flows ? (double)heap_expanded / (double)flows : 0.0,
+                (int)t.size());
     std::fflush(stdout);
   }
 }

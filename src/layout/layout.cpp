@@ -78,6 +78,12 @@ void Grid::coord_of(int64_t index, int64_t *coord) const {
   }
 }
 
+int64_t Grid::index_stride(int m) const {
+  int64_t s = 1;
+  for (int i = m + 1; i < ndim(); ++i) s *= shape_[i];
+  return s;
+}
+
 int64_t Grid::index_at(const int64_t *coord) const {
   int64_t idx = 0;
   for (int m = 0; m < ndim(); ++m) idx = idx * shape_[m] + coord[m];
@@ -291,9 +297,32 @@ struct Enumerator {
   const Shape &fixed;
   const Box &region;
   const std::function<void(const int64_t *, const Box &)> &fn;
+  const std::function<void(const CoordRun &)> *run_fn;  // null: one by one
   std::vector<int64_t> coord;
   Box cur;
   std::vector<int> free_dims;  // mesh dims that shard nothing
+  int run_m = -1;              // the innermost enumerated mesh dim (runs are taken along it)
+  // Capture mode (a run's first coordinate): the one visit is kept instead of reported.
+  bool capturing = false;
+  int captured = 0;
+  std::vector<int64_t> cap_coord;
+  Box cap_box;
+
+  // The last mesh dim in enumeration order that is not fixed: every loop after it has one
+  // iteration at most, so its iterations are the innermost visits.
+  void find_run_dim() {
+    for (size_t d = 0; d < L.gshape.size(); ++d)
+      for (int m : L.order[d])
+        if (fixed[m] < 0) run_m = m;
+    for (int m : free_dims)
+      if (fixed[m] < 0) run_m = m;
+  }
+  void visit() {
+    if (!capturing) return fn(coord.data(), cur);
+    ++captured;
+    cap_coord = coord;
+    cap_box = cur;
+  }
 
   // Level-by-level over tensor dims, then the free mesh dims.
   void tensor_dim(size_t d) {
@@ -302,6 +331,12 @@ struct Enumerator {
       return;
     }
     level(d, 0, 0, L.gshape[d]);
+  }
+  void one_chunk(size_t d, size_t lvl, int m, int64_t len, int64_t parts, int64_t off, int64_t i) {
+    Range r = chunk(len, parts, i);
+    if (r.len == 0) return;
+    coord[m] = i;
+    level(d, lvl + 1, off + r.off, r.len);
   }
   void level(size_t d, size_t lvl, int64_t off, int64_t len) {
     const auto &ord = L.order[d];
@@ -324,16 +359,32 @@ struct Enumerator {
       if (fixed[m] < first || fixed[m] > last) return;
       first = last = fixed[m];
     }
-    for (int64_t i = first; i <= last; ++i) {
-      Range r = chunk(len, parts, i);
-      if (r.len == 0) continue;
-      coord[m] = i;
-      level(d, lvl + 1, off + r.off, r.len);
+    // A run: whole chunks (blk elements, those before index len / blk) inside the region (all
+    // strictly between the first and the last; those two when they are not clipped), their
+    // boxes blk apart along d.
+    const int64_t blk = len / parts + (len % parts != 0);
+    int64_t a = first, b = std::min(last, len / blk - 1);
+    if (a <= b && blk * a < lo) ++a;  // blk * (b + 1) <= len: no overflow
+    if (a <= b && b == last && blk * (b + 1) > hi) --b;
+    if (m != run_m || b - a + 1 < 2) {
+      for (int64_t i = first; i <= last; ++i) one_chunk(d, lvl, m, len, parts, off, i);
+      return;
     }
+    for (int64_t i = first; i < a; ++i) one_chunk(d, lvl, m, len, parts, off, i);
+    capturing = true;
+    captured = 0;
+    one_chunk(d, lvl, m, len, parts, off, a);
+    capturing = false;
+    if (captured == 1) {
+      std::vector<int64_t> c = cap_coord;
+      Box bx = cap_box;
+      (*run_fn)(CoordRun{c.data(), m, b - a + 1, &bx, (int)d, blk});
+    }
+    for (int64_t i = b + 1; i <= last; ++i) one_chunk(d, lvl, m, len, parts, off, i);
   }
   void free_dim(size_t k) {
     if (k == free_dims.size()) {
-      fn(coord.data(), cur);
+      visit();
       return;
     }
     int m = free_dims[k];
@@ -342,23 +393,44 @@ struct Enumerator {
       free_dim(k + 1);
       return;
     }
-    for (int64_t i = 0; i < L.grid->shape()[m]; ++i) {
+    const int64_t n = L.grid->shape()[m];
+    if (m == run_m && n >= 2 && !capturing) {  // every later dim is fixed: one box, n coordinates
+      coord[m] = 0;
+      for (size_t j = k + 1; j < free_dims.size(); ++j) coord[free_dims[j]] = fixed[free_dims[j]];
+      (*run_fn)(CoordRun{coord.data(), m, n, &cur, -1, 0});
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
       coord[m] = i;
       free_dim(k + 1);
     }
   }
 };
-}  // namespace
 
-void enumerate_intersecting(const Layout &L, const Shape &fixed, const Box &region,
-                            const std::function<void(const int64_t *, const Box &)> &fn) {
+void enumerate(const Layout &L, const Shape &fixed, const Box &region,
+               const std::function<void(const int64_t *, const Box &)> &fn,
+               const std::function<void(const CoordRun &)> *run_fn) {
   if (region.empty()) return;
-  Enumerator e{L, fixed, region, fn, std::vector<int64_t>(L.pl.size(), 0), Box{}, {}};
+  Enumerator e{L, fixed, region, fn, run_fn, std::vector<int64_t>(L.pl.size(), 0), Box{}, {},
+               -1, false, 0, {}, Box{}};
   e.cur.off.assign(L.gshape.size(), 0);
   e.cur.len.assign(L.gshape.size(), 0);
   for (int m = 0; m < L.mesh_ndim(); ++m)
     if (L.pl[m].kind != LM_SHARD) e.free_dims.push_back(m);
+  if (run_fn) e.find_run_dim();
   e.tensor_dim(0);
+}
+}  // namespace
+
+void enumerate_intersecting(const Layout &L, const Shape &fixed, const Box &region,
+                            const std::function<void(const int64_t *, const Box &)> &fn) {
+  enumerate(L, fixed, region, fn, nullptr);
+}
+
+void enumerate_intersecting(const Layout &L, const Shape &fixed, const Box &region,
+                            const std::function<void(const int64_t *, const Box &)> &fn,
+                            const std::function<void(const CoordRun &)> &run_fn) {
+  enumerate(L, fixed, region, fn, &run_fn);
 }
 
 }  // namespace lm

@@ -63,6 +63,10 @@ class Grid {
   int64_t index_at(const int64_t *coord) const;
   bool same_as(const Grid &o) const;
   const std::vector<int> &explicit_ranks() const { return ranks_; }
+  // Ranks are base + index (no explicit list): a rank moves by the index stride of a mesh dim.
+  bool affine() const { return ranks_.empty(); }
+  // Index distance between neighbours along mesh dim m (product of the later dims' extents).
+  int64_t index_stride(int m) const;
 
  private:
   Shape shape_;
@@ -129,5 +133,26 @@ Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const l
 // coordinates visited (O(peers)), never the mesh size.
 void enumerate_intersecting(const Layout &L, const Shape &fixed, const Box &region,
                             const std::function<void(const int64_t *coord, const Box &)> &fn);
+
+// A run of coordinates along mesh dim m: coord, coord + e_m, ..., coord + (count - 1) e_m, whose
+// intersections with the region are `box` moved by i * step along tensor dim d (d < 0: the same
+// box for all). count >= 2.
+struct CoordRun {
+  const int64_t *coord;
+  int m;
+  int64_t count;
+  const Box *box;
+  int d;
+  int64_t step;
+};
+// As above, but the coordinates of the innermost enumerated mesh dim whose boxes are regular
+// (whole chunks strictly inside the region, or the same box along a dim that shards nothing) come
+// as runs, one call of run_fn each; the others (the clipped ends, short or empty trailing chunks)
+// one by one through fn. Cost: O(runs + irregular coordinates), so a rank whose 2^20 peers hold
+// torch.chunk blocks is enumerated in a few calls. Together the calls cover exactly the
+// coordinates (and boxes) the form above visits.
+void enumerate_intersecting(const Layout &L, const Shape &fixed, const Box &region,
+                            const std::function<void(const int64_t *coord, const Box &)> &fn,
+                            const std::function<void(const CoordRun &)> &run_fn);
 
 }  // namespace lm

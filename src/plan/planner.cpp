@@ -86,8 +86,68 @@ struct SourceChooser {
 };
 
 
+// The messages of a run of coordinates (enumerate_intersecting's CoordRun) on grid g, `me` cut
+// out: pieces of two or more peers on one side of `me` become MsgRuns (keys stay linear there),
+// the rest go one by one through `one`, as the coordinate-at-a-time enumeration would. A grid
+// with an explicit rank list has no rank stride: its runs go one by one.
+struct RunSplitter {
+  const Grid &g;
+  int me;
+  const Box &local;  // the local buffer's box the messages' offsets are relative to
+  size_t esize;
+  bool send;
+  std::vector<MsgRun> &runs;
+  const std::function<void(const int64_t *, const Box &)> &one;
+
+  void operator()(const CoordRun &r) const {
+    if (!g.affine()) return each(r, 0, r.count);
+    const int64_t p0 = g.rank_at_index(g.index_at(r.coord)), ps = g.index_stride(r.m);
+    if (me < p0 || me > p0 + (r.count - 1) * ps) return piece(r, 0, r.count, p0, ps);
+    const int64_t i = (me - p0) / ps;  // the last index whose peer is <= me
+    if ((me - p0) % ps == 0) {         // me's own coordinate: a local copy or nothing to send
+      piece(r, 0, i, p0, ps);
+      each(r, i, i + 1);
+      piece(r, i + 1, r.count, p0, ps);
+      return;
+    }
+    piece(r, 0, i + 1, p0, ps);
+    piece(r, i + 1, r.count, p0, ps);
+  }
+  Box shifted(const CoordRun &r, int64_t i) const {
+    Box b = *r.box;
+    if (r.d >= 0) b.off[(size_t)r.d] += i * r.step;
+    return b;
+  }
+  void each(const CoordRun &r, int64_t lo, int64_t hi) const {
+    std::vector<int64_t> c(r.coord, r.coord + g.ndim());
+    for (int64_t i = lo; i < hi; ++i) {
+      c[(size_t)r.m] = r.coord[r.m] + i;
+      one(c.data(), shifted(r, i));
+    }
+  }
+  void piece(const CoordRun &r, int64_t lo, int64_t hi, int64_t p0, int64_t ps) const {
+    if (hi - lo < 2) return each(r, lo, hi);
+    const int peer = (int)(p0 + lo * ps);
+    MsgRun run;
+    run.first = make_msg(peer, shifted(r, lo), local, esize,
+                         send ? send_key(me, peer) : recv_key(me, peer));
+    run.count = hi - lo;
+    run.peer_step = ps;
+    run.key_step = send ? ps : -ps;
+    run.dim = r.d;
+    run.box_step = r.step;
+    if (r.d >= 0) {
+      int64_t inner = 1;
+      for (size_t i = (size_t)r.d + 1; i < local.len.size(); ++i) inner *= local.len[i];
+      run.off_step = r.step * inner * (int64_t)esize;
+    }
+    runs.push_back(std::move(run));
+  }
+};
+
+// with_runs: regular runs of peers become MsgRuns (the compressed form); else one Msg per peer.
 std::unique_ptr<SchedStep> exchange_step(const Layout &in, const Layout &out, bool same_mesh,
-                                         int me, size_t esize, int tag) {
+                                         int me, size_t esize, int tag, bool with_runs) {
   auto st = std::make_unique<SchedStep>();
   st->kind = StepKind::kExchange;
   st->in_layout = in;
@@ -116,14 +176,20 @@ std::unique_ptr<SchedStep> exchange_step(const Layout &in, const Layout &out, bo
     chooser.choose(cd.data(), me, fixed);
     for (int m = 0; m < in.mesh_ndim(); ++m)
       if (in.pl[m].kind == LM_PARTIAL) fixed[m] = cd[m];  // kept Partial: same coordinate
-    enumerate_intersecting(in, fixed, outbox, [&](const int64_t *c, const Box &b) {
+    const std::function<void(const int64_t *, const Box &)> one = [&](const int64_t *c,
+                                                                      const Box &b) {
       int peer = in.grid->rank_at_index(in.grid->index_at(c));
       if (peer == me) {
         st->selfs.push_back(LocalCopy{b, rel(b, inbox), rel(b, outbox)});
         return;
       }
       st->recvs.push_back(make_msg(peer, b, outbox, esize, recv_key(me, peer)));
-    });
+    };
+    if (with_runs)
+      enumerate_intersecting(in, fixed, outbox, one,
+                             RunSplitter{*in.grid, me, outbox, esize, false, st->recv_runs, one});
+    else
+      enumerate_intersecting(in, fixed, outbox, one);
   }
   // Sends: who needs parts of my source box and takes them from me.
   if (in_idx >= 0 && !inbox.empty()) {
@@ -132,7 +198,8 @@ std::unique_ptr<SchedStep> exchange_step(const Layout &in, const Layout &out, bo
       for (int m = 0; m < in.mesh_ndim(); ++m)
         if (in.pl[m].kind != LM_SHARD) fixed[m] = cs[m];
     Shape choice(in.mesh_ndim(), -1);
-    enumerate_intersecting(out, fixed, inbox, [&](const int64_t *c, const Box &b) {
+    const std::function<void(const int64_t *, const Box &)> one = [&](const int64_t *c,
+                                                                      const Box &b) {
       int peer = out.grid->rank_at_index(out.grid->index_at(c));
       if (peer == me) return;  // counted as a local copy on the receive side
       if (!same_mesh) {
@@ -141,18 +208,51 @@ std::unique_ptr<SchedStep> exchange_step(const Layout &in, const Layout &out, bo
           if (choice[m] != cs[m]) return;  // the receiver takes it from another replica
       }
       st->sends.push_back(make_msg(peer, b, inbox, esize, send_key(me, peer)));
-      st->bytes_sent += (int64_t)st->sends.back().bytes;
-    });
+    };
+    // Across meshes a receiver may take its part from another replica: one by one.
+    if (with_runs && same_mesh)
+      enumerate_intersecting(out, fixed, inbox, one,
+                             RunSplitter{*out.grid, me, inbox, esize, true, st->send_runs, one});
+    else
+      enumerate_intersecting(out, fixed, inbox, one);
   }
+  for (const Msg &m : st->sends) st->bytes_sent += (int64_t)m.bytes;
+  for (const MsgRun &r : st->send_runs) st->bytes_sent += (int64_t)r.first.bytes * r.count;
   auto by_key = [](const Msg &a, const Msg &b) { return a.key < b.key; };
   std::stable_sort(st->sends.begin(), st->sends.end(), by_key);
   std::stable_sort(st->recvs.begin(), st->recvs.end(), by_key);
   return st;
 }
 
+// The reduce-scatter's per-member vectors (peers, chunks, chunk_rel, order, chunks_contiguous)
+// of a step built with lazy members.
+void fill_members(SchedStep &st, int me) {
+  if (!st.lazy_members) return;
+  st.lazy_members = false;
+  if (st.peers.empty())
+    for (int64_t j = 0; j < st.k; ++j) st.peers.push_back((int)(st.peer0 + j * st.peer_step));
+  st.chunks_contiguous = true;
+  for (int64_t j = 0; j < st.k; ++j) {
+    Box b = st.inbox;
+    Range r = chunk(st.inbox.len[(size_t)st.d], st.k, j);
+    b.off[(size_t)st.d] += r.off;
+    b.len[(size_t)st.d] = r.len;
+    size_t off;
+    if (!box_is_contiguous_in(st.inbox, b, st.esize, &off)) st.chunks_contiguous = false;
+    st.chunk_rel.push_back(rel(b, st.inbox));
+    st.chunks.push_back(std::move(b));
+  }
+  for (int64_t j = 0; j < st.k; ++j)
+    if (j != st.mine) st.order.push_back(j);
+  std::stable_sort(st.order.begin(), st.order.end(), [&](int64_t a, int64_t b) {
+    return send_key(me, st.peers[(size_t)a]) < send_key(me, st.peers[(size_t)b]);
+  });
+}
+
+// lazy: the per-member vectors are left to fill_members (the compressed form).
 std::unique_ptr<SchedStep> reduce_scatter_step(const Layout &in, const Layout &out, int m, int d,
                                                int op, int64_t divide_by, DType dt, int me,
-                                               int tag) {
+                                               int tag, bool lazy) {
   auto st = std::make_unique<SchedStep>();
   st->kind = StepKind::kReduceScatter;
   st->in_layout = in;
@@ -176,26 +276,23 @@ std::unique_ptr<SchedStep> reduce_scatter_step(const Layout &in, const Layout &o
   st->member = true;
   st->k = in.grid->shape()[m];
   st->mine = c[m];
-  st->chunks_contiguous = true;
-  for (int64_t j = 0; j < st->k; ++j) {
-    c[m] = j;
-    st->peers.push_back(in.grid->rank_at_index(in.grid->index_at(c.data())));
-    Box b = st->inbox;
-    Range r = chunk(st->inbox.len[d], st->k, j);
-    b.off[d] += r.off;
-    b.len[d] = r.len;
-    size_t off;
-    if (!box_is_contiguous_in(st->inbox, b, st->esize, &off)) st->chunks_contiguous = false;
-    st->chunk_rel.push_back(rel(b, st->inbox));
-    st->chunks.push_back(std::move(b));
-    if (j != st->mine) st->bytes_sent += st->chunks.back().numel() * (int64_t)st->esize;
+  c[m] = 0;
+  if (in.grid->affine()) {
+    st->peer0 = in.grid->rank_at_index(in.grid->index_at(c.data()));
+    st->peer_step = in.grid->index_stride(m);
+  } else {
+    for (int64_t j = 0; j < st->k; ++j) {
+      c[m] = j;
+      st->peers.push_back(in.grid->rank_at_index(in.grid->index_at(c.data())));
+    }
   }
-  st->outbox = st->chunks[st->mine];
-  for (int64_t j = 0; j < st->k; ++j)
-    if (j != st->mine) st->order.push_back(j);
-  std::stable_sort(st->order.begin(), st->order.end(), [&](int64_t a, int64_t b) {
-    return send_key(me, st->peers[a]) < send_key(me, st->peers[b]);
-  });
+  st->outbox = st->inbox;  // my chunk
+  Range r = chunk(st->inbox.len[(size_t)d], st->k, st->mine);
+  st->outbox.off[(size_t)d] += r.off;
+  st->outbox.len[(size_t)d] = r.len;
+  st->bytes_sent = (st->inbox.numel() - st->outbox.numel()) * (int64_t)st->esize;
+  st->lazy_members = true;
+  if (!lazy) fill_members(*st, me);
   return st;
 }
 
@@ -251,9 +348,33 @@ bool box_is_contiguous_in(const Box &local, const Box &box, size_t esize, size_t
   return true;
 }
 
+Msg MsgRun::at(int64_t i) const {
+  Msg m = first;
+  m.peer = (int)(first.peer + i * peer_step);
+  m.key = first.key + i * key_step;
+  if (dim >= 0) {
+    m.box.off[(size_t)dim] += i * box_step;
+    m.rel[(size_t)dim] += i * box_step;
+  }
+  if (m.contiguous) m.off = first.off + (size_t)(i * off_step);
+  return m;
+}
+
+int64_t SchedStep::send_count() const {
+  int64_t n = (int64_t)sends.size();
+  for (const MsgRun &r : send_runs) n += r.count;
+  return n;
+}
+
+int64_t SchedStep::recv_count() const {
+  int64_t n = (int64_t)recvs.size();
+  for (const MsgRun &r : recv_runs) n += r.count;
+  return n;
+}
+
 bool SchedStep::alias_offset(size_t *byte_off) const {
   if (kind != StepKind::kExchange) return false;
-  if (!sends.empty() || !recvs.empty() || selfs.size() != 1) return false;
+  if (send_count() || recv_count() || selfs.size() != 1) return false;
   const Box &b = selfs[0].box;
   if (b.off != outbox.off || b.len != outbox.len) return false;
   return box_is_contiguous_in(inbox, b, esize, byte_off);
@@ -270,9 +391,9 @@ bool SchedStep::input_lands_contiguously(size_t *byte_off) const {
 std::string SchedStep::describe() const {
   switch (kind) {
     case StepKind::kExchange:
-      return strfmt("exchange %s->%s (%zu sends, %zu recvs, %zu local%s)", in_layout.str().c_str(),
-                    out_layout.str().c_str(), sends.size(), recvs.size(), selfs.size(),
-                    skip_self ? ", fused" : "");
+      return strfmt("exchange %s->%s (%lld sends, %lld recvs, %zu local%s)",
+                    in_layout.str().c_str(), out_layout.str().c_str(), (long long)send_count(),
+                    (long long)recv_count(), selfs.size(), skip_self ? ", fused" : "");
     case StepKind::kReduceScatter:
       return strfmt("reduce-scatter %s->%s over mesh dim %d (%lld ranks)", in_layout.str().c_str(),
                     out_layout.str().c_str(), m, (long long)in_layout.grid->shape()[m]);
@@ -309,7 +430,7 @@ namespace {
 // in a 128-bit accumulator (no overflow, exact whenever each partial mean is). Returns the layout
 // the reductions leave.
 Layout reduce_partials(Schedule &p, const Layout &src, const Layout &dst, bool same_mesh,
-                       int *tag) {
+                       int *tag, bool runs) {
   int last_reduced = -1;
   int64_t reduced_extent = 1;
   for (int m = 0; m < src.mesh_ndim(); ++m)
@@ -330,7 +451,7 @@ Layout reduce_partials(Schedule &p, const Layout &src, const Layout &dst, bool s
                          : m == last_reduced    ? reduced_extent
                                                 : 0;
     p.steps.push_back(reduce_scatter_step(cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op,
-                                          divide_by, p.dt, p.me, (*tag)++));
+                                          divide_by, p.dt, p.me, (*tag)++, runs));
     cur = next;
   }
   return cur;
@@ -339,7 +460,8 @@ Layout reduce_partials(Schedule &p, const Layout &src, const Layout &dst, bool s
 // 2. Exchanges from `cur` to the target without its new Partial dims (they start as Replicate;
 // returned). Cross-mesh: every byte crosses once, to a layout where the target's Replicate dims
 // shard the largest dim, then an allgather inside the target mesh.
-Layout exchange_to(Schedule &p, const Layout &cur, const Layout &dst, bool same_mesh, int *tag) {
+Layout exchange_to(Schedule &p, const Layout &cur, const Layout &dst, bool same_mesh, int *tag,
+                   bool runs) {
   Layout d0 = dst;
   for (int m = 0; m < dst.mesh_ndim(); ++m)
     if (dst.pl[m].kind == LM_PARTIAL && !(same_mesh && cur.pl[m].kind == LM_PARTIAL))
@@ -347,7 +469,7 @@ Layout exchange_to(Schedule &p, const Layout &cur, const Layout &dst, bool same_
   d0.derive();
   if (same_mesh) {
     if (!cur.equals(d0) || p.steps.empty())
-      p.steps.push_back(exchange_step(cur, d0, true, p.me, p.esize, (*tag)++));
+      p.steps.push_back(exchange_step(cur, d0, true, p.me, p.esize, (*tag)++, runs));
     return d0;
   }
   Layout d1 = d0;
@@ -360,8 +482,8 @@ Layout exchange_to(Schedule &p, const Layout &cur, const Layout &dst, bool same_
         changed = true;
       }
   }
-  p.steps.push_back(exchange_step(cur, d1, false, p.me, p.esize, (*tag)++));
-  if (changed) p.steps.push_back(exchange_step(d1, d0, true, p.me, p.esize, (*tag)++));
+  p.steps.push_back(exchange_step(cur, d1, false, p.me, p.esize, (*tag)++, runs));
+  if (changed) p.steps.push_back(exchange_step(d1, d0, true, p.me, p.esize, (*tag)++, runs));
   return d0;
 }
 
@@ -392,11 +514,11 @@ void plan_buffers(Schedule &p) {
 }  // namespace
 
 void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataType dtype,
-                    int me) {
+                    int me, ScheduleForm form) {
   // A 0-d tensor holds one element on every member, as a [1] tensor with no Shard does: plan it
   // as that (the steps never see a 0-d layout); the plan still reports the caller's layouts.
   if (src.gshape.empty() && dst.gshape.empty()) {
-    build_schedule(out, as_one_element(src), as_one_element(dst), dtype, me);
+    build_schedule(out, as_one_element(src), as_one_element(dst), dtype, me, form);
     out.src = src;
     out.dst = dst;
     return;
@@ -411,12 +533,54 @@ void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataT
   check_reshard(src, dst, out.dt);
   const bool same_mesh = src.grid->same_as(*dst.grid);
   int tag = kTagBase;
-  Layout cur = reduce_partials(out, src, dst, same_mesh, &tag);  // 1. reductions
-  Layout d0 = exchange_to(out, cur, dst, same_mesh, &tag);        // 2. exchanges
-  if (!d0.equals(dst))                                              // 3. new Partial dims
+  const bool runs = form != ScheduleForm::kReference;
+  Layout cur = reduce_partials(out, src, dst, same_mesh, &tag, runs);  // 1. reductions
+  Layout d0 = exchange_to(out, cur, dst, same_mesh, &tag, runs);        // 2. exchanges
+  if (!d0.equals(dst))                                                    // 3. new Partial dims
     out.steps.push_back(partial_init_step(d0, dst, out.dt, me));
   plan_buffers(out);
+  out.compressed = runs;
+  if (form == ScheduleForm::kExpanded) expand_schedule(out);
 }
+
+void expand_schedule(Schedule &s) {
+  auto by_key = [](const Msg &a, const Msg &b) { return a.key < b.key; };
+  for (auto &st : s.steps) {
+    fill_members(*st, s.me);
+    auto expand = [&](std::vector<MsgRun> &runs, std::vector<Msg> &msgs) {
+      if (runs.empty()) return;
+      for (const MsgRun &r : runs)
+        for (int64_t i = 0; i < r.count; ++i) msgs.push_back(r.at(i));
+      std::vector<MsgRun>().swap(runs);
+      std::stable_sort(msgs.begin(), msgs.end(), by_key);
+    };
+    expand(st->send_runs, st->sends);
+    expand(st->recv_runs, st->recvs);
+  }
+  s.compressed = false;
+}
+
+namespace {
+// A reduce-scatter's flows from the grid (lazy members): chunk j of my input to member j, my
+// chunk from each other member; by group index rather than by posting order.
+void rs_lazy_traffic(const SchedStep &st, int step, Traffic &t) {
+  const size_t d = (size_t)st.d;
+  uint64_t rest = st.esize;  // bytes per index of dim d
+  for (size_t i = 0; i < st.inbox.len.size(); ++i)
+    if (i != d) rest *= (uint64_t)st.inbox.len[i];
+  auto peer = [&](int64_t j) {
+    return st.peers.empty() ? (int)(st.peer0 + j * st.peer_step) : st.peers[(size_t)j];
+  };
+  const uint64_t mine = (uint64_t)st.outbox.numel() * st.esize;
+  for (int64_t j = 0; j < st.k; ++j) {
+    const uint64_t b = (uint64_t)chunk(st.inbox.len[d], st.k, j).len * rest;
+    if (j != st.mine && b) t.flows.push_back(Flow{step, peer(j), true, b});
+  }
+  for (int64_t j = 0; mine && j < st.k; ++j)
+    if (j != st.mine) t.flows.push_back(Flow{step, peer(j), false, mine});
+  t.bytes_reduced += mine * (uint64_t)(st.k - 1);
+}
+}  // namespace
 
 Traffic schedule_traffic(const Schedule &s) {
   Traffic t;
@@ -427,12 +591,20 @@ Traffic schedule_traffic(const Schedule &s) {
     const size_t first = t.flows.size();
     uint64_t acc = 0;  // the integer average's accumulator
     if (st.kind == StepKind::kExchange) {
-      for (const Msg &m : st.sends)
-        if (m.bytes) t.flows.push_back(Flow{step, m.peer, true, m.bytes});
-      for (const Msg &m : st.recvs)
-        if (m.bytes) t.flows.push_back(Flow{step, m.peer, false, m.bytes});
+      auto add = [&](const std::vector<Msg> &msgs, const std::vector<MsgRun> &runs, bool send) {
+        for (const Msg &m : msgs)
+          if (m.bytes) t.flows.push_back(Flow{step, m.peer, send, m.bytes});
+        for (const MsgRun &r : runs)  // a run's messages all have the first one's bytes
+          for (int64_t j = 0; r.first.bytes && j < r.count; ++j)
+            t.flows.push_back(Flow{step, (int)(r.first.peer + j * r.peer_step), send, r.first.bytes});
+      };
+      add(st.sends, st.send_runs, true);
+      add(st.recvs, st.recv_runs, false);
       if (!st.skip_self)
         for (const LocalCopy &c : st.selfs) t.bytes_copied += (uint64_t)c.box.numel() * es;
+    } else if (st.kind == StepKind::kReduceScatter && st.member && st.lazy_members) {
+      rs_lazy_traffic(st, step, t);
+      if (st.wide) acc = (uint64_t)st.outbox.numel() * 16;
     } else if (st.kind == StepKind::kReduceScatter && st.member) {
       const uint64_t mine = (uint64_t)st.chunks[(size_t)st.mine].numel() * es;
       for (int64_t j : st.order) {

@@ -29,8 +29,20 @@ struct Schedule {
   size_t last_moving = 0;          // index of the last step that is not in place
   std::vector<int64_t> fused;      // >= 0: step i writes into step i+1's output here
   int64_t bytes_sent = 0;
+  bool compressed = false;  // built as ScheduleForm::kCompressed and not expanded yet
   std::string describe() const;
 };
+
+// The form build_schedule leaves a schedule in.
+//   kExpanded    what the executor walks: one Msg per peer and the reduce-scatter's per-member
+//                vectors. Built as kCompressed, then expanded: O(peers).
+//   kCompressed  the planner's own output: peers at a regular stride holding whole chunks as one
+//                MsgRun, reduce-scatter members computed from the grid: O(runs) time and memory,
+//                under a millisecond for a rank with 2^20 peers. schedule_traffic, describe and
+//                bytes_sent take it as it is; expand_schedule makes it executable.
+//   kReference   expanded without runs, one coordinate at a time (the enumeration the runs must
+//                reproduce exactly: tests compare the two).
+enum class ScheduleForm { kExpanded, kCompressed, kReference };
 
 // What one rank's schedule moves (lm_reshard_plan_info): one flow per peer, step and direction,
 // the bytes of that step's box or chunk. The executor may post a flow as several MPI messages
@@ -51,6 +63,7 @@ struct Traffic {
   // element of an integer average (the executor stages no more, and at most LM_STAGING_BYTES).
   uint64_t staging_need = 0;
 };
+// Either form (a compressed schedule's runs give their flows one by one).
 Traffic schedule_traffic(const Schedule &s);
 
 // Throws when no reshard leads from src to dst (shapes, Partial ops, dtype vs op); every rank,
@@ -59,6 +72,10 @@ void check_reshard(const Layout &src, const Layout &dst, DType dt);
 
 // Fills `out` with this rank's schedule. Pure. Throws LM_ERR_INVALID_ARGUMENT /
 // LM_ERR_NOT_SUPPORTED for impossible reshards.
-void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataType dtype, int me);
+void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataType dtype, int me,
+                    ScheduleForm form = ScheduleForm::kExpanded);
+
+// Turns a compressed schedule into the expanded form (the same as building it kExpanded).
+void expand_schedule(Schedule &s);
 
 }  // namespace lm

@@ -38,6 +38,20 @@ struct Msg {
   int64_t key = 0;
 };
 
+// Messages to `count` peers at a regular rank stride, as one entry (a compressed schedule,
+// build_schedule's ScheduleForm::kCompressed): message i is `first` with its peer moved by
+// i * peer_step, its key by i * key_step, and its box (and offsets) by i * box_step along tensor
+// dim `dim` (dim < 0: the same box). Contiguity is the same for every message of a run.
+struct MsgRun {
+  Msg first;
+  int64_t count = 0;
+  int64_t peer_step = 0, key_step = 0;
+  int dim = -1;
+  int64_t box_step = 0;
+  int64_t off_step = 0;  // bytes, when first.contiguous
+  Msg at(int64_t i) const;
+};
+
 struct LocalCopy {
   Box box;              // global coordinates
   Shape in_rel, out_rel;  // offsets inside the input and output local buffers
@@ -55,6 +69,8 @@ struct SchedStep {
 
   // Exchange
   std::vector<Msg> sends, recvs;  // sorted by key
+  // Compressed form only: runs of messages not in sends / recvs (expand_schedule moves them there).
+  std::vector<MsgRun> send_runs, recv_runs;
   std::vector<LocalCopy> selfs;
   bool skip_self = false;  // the step before wrote the input in place inside the output (fused)
 
@@ -66,6 +82,10 @@ struct SchedStep {
   std::vector<Box> chunks;  // per group index, global coordinates: chunk j is reduced on peers[j]
   std::vector<Shape> chunk_rel;        // per group index, offset inside the input box
   std::vector<int64_t> order;          // group indices != mine by send key (posting order)
+  // Compressed form only (lazy_members): peers, chunks, chunk_rel, order and chunks_contiguous
+  // are not filled; on an affine grid peers[j] = peer0 + j * peer_step (else peers is filled).
+  bool lazy_members = false;
+  int64_t peer0 = 0, peer_step = 0;
   bool chunks_contiguous = false;      // every chunk is one run of the input (same on all members)
   int op = 0;               // reduce op (avg is a sum; divide_by > 1 divides)
   int64_t divide_by = 0;    // > 1: avg, divide by this after the sum
@@ -76,6 +96,9 @@ struct SchedStep {
   int64_t fill_n = 0;
 
   bool in_place() const { return kind == StepKind::kPartialInit; }
+  // Messages of an exchange step in each direction, runs included.
+  int64_t send_count() const;
+  int64_t recv_count() const;
   // True when, on this rank, the output is a contiguous slice of the input at *byte_off and the
   // step moves nothing (Replicate -> Shard): the caller may alias instead of copying.
   bool alias_offset(size_t *byte_off) const;

@@ -97,8 +97,8 @@ void reshard_estimate(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_
   ReshardArgs a = check_reshard_args(src_mesh, src_pl, dst_mesh, dst_pl, ndim, gshape, dtype, fn);
   lm_mesh_s *sm = a.sm, *dm = a.dm;
   MPI_Comm comm = a.comm;
-  Schedule s;  // this rank's, as a plan would hold it (pure; no buffer)
-  build_schedule(s, a.src, a.dst, dtype, sm->world_rank);
+  Schedule s;  // this rank's, in the planner's compressed form (pure; no buffer; O(runs))
+  build_schedule(s, a.src, a.dst, dtype, sm->world_rank, ScheduleForm::kCompressed);
   // The board exchange, decided as for a plan (same mesh only; the mesh's own channel: local).
   const bool board = s.involved && sm == dm && select_fused_exchange(s, comm, sm->agree_members);
   lm_reshard_plan_info_t out = fresh_info();

@@ -85,6 +85,8 @@ std::unique_ptr<FusedExchange> board_exchange_for(const Schedule &s, MPI_Comm co
   if (bytes > (uint64_t)ac->size * board_exchange_bytes()) return nullptr;
   size_t need = header_bytes(*ac);  // what this rank sends must fit its bank
   for (const Msg &m : s.steps[0]->sends) need += block_bytes(m.bytes);
+  for (const MsgRun &r : s.steps[0]->send_runs)  // a compressed schedule (lm_reshard_estimate)
+    need += block_bytes(r.first.bytes) * (size_t)r.count;
   if (need > ac->outbox_bank) return nullptr;
   int n = 0;
   if (MPI_Comm_size(comm, &n) != MPI_SUCCESS) return nullptr;
