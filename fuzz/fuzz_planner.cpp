@@ -7,7 +7,8 @@
 // neither layout send nothing, an identity reshard sends nothing, and the source boxes that meet
 // a rank's target box tile it exactly (what it receives covers what it must hold, once). On the
 // schedule (plan/schedule.hpp): every exchange send has the matching receive (same step, same
-// box) on its peer, and each rank's receives and local copies tile its output box exactly.
+// box) on its peer, and each rank's receives and local copies tile its output box exactly; and the
+// plan's schedule (compressed by the planner, then expanded) is the one-peer-at-a-time one.
 #include <map>
 #include <tuple>
 
@@ -87,6 +88,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(verdict == st);  // every rank accepts or refuses alike
     if (!plan) continue;
     FZ_CHECK(plan->bytes_sent >= 0);
+    {  // the plan's schedule (built compressed, expanded) is the one-peer-at-a-time enumeration's
+      Schedule ref;
+      build_schedule(ref, S, D, dtype, me, ScheduleForm::kReference);
+      FZ_CHECK(ref.bytes_sent == plan->bytes_sent && ref.steps.size() == plan->steps.size());
+      for (size_t i = 0; i < ref.steps.size() && i < plan->steps.size(); ++i) {
+        const SchedStep &x = *ref.steps[i], &y = *plan->steps[i];
+        FZ_CHECK(x.sends.size() == y.sends.size() && x.recvs.size() == y.recvs.size());
+        FZ_CHECK(x.peers == y.peers && x.order == y.order && x.chunks.size() == y.chunks.size());
+        for (size_t j = 0; j < x.sends.size() && j < y.sends.size(); ++j)
+          FZ_CHECK(x.sends[j].peer == y.sends[j].peer && x.sends[j].box.off == y.sends[j].box.off &&
+                   x.sends[j].rel == y.sends[j].rel && x.sends[j].off == y.sends[j].off);
+        for (size_t j = 0; j < x.recvs.size() && j < y.recvs.size(); ++j)
+          FZ_CHECK(x.recvs[j].peer == y.recvs[j].peer && x.recvs[j].box.off == y.recvs[j].box.off &&
+                   x.recvs[j].rel == y.recvs[j].rel && x.recvs[j].off == y.recvs[j].off);
+      }
+    }
     bool in_s = gs->index_of(me) >= 0, in_d = gd->index_of(me) >= 0;
     if (!in_s && !in_d) FZ_CHECK(plan->bytes_sent == 0);
     if (!plan->steps.empty()) FZ_CHECK(plan->steps.back()->out_layout.equals(Dn));
