@@ -375,11 +375,7 @@ struct Enumerator {
     captured = 0;
     one_chunk(d, lvl, m, len, parts, off, a);
     capturing = false;
-    if (captured == 1) {
-      std::vector<int64_t> c = cap_coord;
-      Box bx = cap_box;
-      (*run_fn)(CoordRun{c.data(), m, b - a + 1, &bx, (int)d, blk});
-    }
+    if (captured == 1) (*run_fn)(CoordRun{cap_coord.data(), m, b - a + 1, &cap_box, (int)d, blk});
     for (int64_t i = b + 1; i <= last; ++i) one_chunk(d, lvl, m, len, parts, off, i);
   }
   void free_dim(size_t k) {

@@ -224,19 +224,32 @@ std::unique_ptr<SchedStep> exchange_step(const Layout &in, const Layout &out, bo
   return st;
 }
 
+// A reduce-scatter member's rank: from the list, or (affine grid) from the stride.
+int rs_peer(const SchedStep &st, int64_t j) {
+  return st.peers.empty() ? (int)(st.peer0 + j * st.peer_step) : st.peers[(size_t)j];
+}
+
+// Chunk j of a reduce-scatter's input box (global coordinates): what member j reduces.
+Box rs_chunk(const SchedStep &st, int64_t j) {
+  Box b = st.inbox;
+  Range r = chunk(st.inbox.len[(size_t)st.d], st.k, j);
+  b.off[(size_t)st.d] += r.off;
+  b.len[(size_t)st.d] = r.len;
+  return b;
+}
+
 // The reduce-scatter's per-member vectors (peers, chunks, chunk_rel, order, chunks_contiguous)
 // of a step built with lazy members.
 void fill_members(SchedStep &st, int me) {
   if (!st.lazy_members) return;
   st.lazy_members = false;
-  if (st.peers.empty())
-    for (int64_t j = 0; j < st.k; ++j) st.peers.push_back((int)(st.peer0 + j * st.peer_step));
+  if (st.peers.empty()) {  // affine grid: listed from the stride (rs_peer reads the list once filled)
+    st.peers.resize((size_t)st.k);
+    for (int64_t j = 0; j < st.k; ++j) st.peers[(size_t)j] = (int)(st.peer0 + j * st.peer_step);
+  }
   st.chunks_contiguous = true;
   for (int64_t j = 0; j < st.k; ++j) {
-    Box b = st.inbox;
-    Range r = chunk(st.inbox.len[(size_t)st.d], st.k, j);
-    b.off[(size_t)st.d] += r.off;
-    b.len[(size_t)st.d] = r.len;
+    Box b = rs_chunk(st, j);
     size_t off;
     if (!box_is_contiguous_in(st.inbox, b, st.esize, &off)) st.chunks_contiguous = false;
     st.chunk_rel.push_back(rel(b, st.inbox));
@@ -286,10 +299,7 @@ std::unique_ptr<SchedStep> reduce_scatter_step(const Layout &in, const Layout &o
       st->peers.push_back(in.grid->rank_at_index(in.grid->index_at(c.data())));
     }
   }
-  st->outbox = st->inbox;  // my chunk
-  Range r = chunk(st->inbox.len[(size_t)d], st->k, st->mine);
-  st->outbox.off[(size_t)d] += r.off;
-  st->outbox.len[(size_t)d] = r.len;
+  st->outbox = rs_chunk(*st, st->mine);
   st->bytes_sent = (st->inbox.numel() - st->outbox.numel()) * (int64_t)st->esize;
   st->lazy_members = true;
   if (!lazy) fill_members(*st, me);
@@ -568,16 +578,13 @@ void rs_lazy_traffic(const SchedStep &st, int step, Traffic &t) {
   uint64_t rest = st.esize;  // bytes per index of dim d
   for (size_t i = 0; i < st.inbox.len.size(); ++i)
     if (i != d) rest *= (uint64_t)st.inbox.len[i];
-  auto peer = [&](int64_t j) {
-    return st.peers.empty() ? (int)(st.peer0 + j * st.peer_step) : st.peers[(size_t)j];
-  };
   const uint64_t mine = (uint64_t)st.outbox.numel() * st.esize;
   for (int64_t j = 0; j < st.k; ++j) {
     const uint64_t b = (uint64_t)chunk(st.inbox.len[d], st.k, j).len * rest;
-    if (j != st.mine && b) t.flows.push_back(Flow{step, peer(j), true, b});
+    if (j != st.mine && b) t.flows.push_back(Flow{step, rs_peer(st, j), true, b});
   }
   for (int64_t j = 0; mine && j < st.k; ++j)
-    if (j != st.mine) t.flows.push_back(Flow{step, peer(j), false, mine});
+    if (j != st.mine) t.flows.push_back(Flow{step, rs_peer(st, j), false, mine});
   t.bytes_reduced += mine * (uint64_t)(st.k - 1);
 }
 }  // namespace
