@@ -42,7 +42,8 @@
 # LM_MPI (the MPI flavour make was given, for the script tests), LM_MPIRUN_FLAGS (extra launcher
 # flags; see tools/lm-mpirun), LM_TEST_GPU_ONLY=1 (device tests only: make check-gpu),
 # LM_NCCL_SPLIT_HOSTS=1 (device tests run each rank with its own NCCL_HOSTID and
-# NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU), LM_EXPECT_GPU (above), LM_TEST_NODES=k
+# NCCL_SOCKET_IFNAME=lo: several NCCL ranks on one GPU), LM_GPU_TEST_WRAPPER (a command each
+# rank of a device test runs under, e.g. "compute-sanitizer --error-exitcode 86"), LM_EXPECT_GPU (above), LM_TEST_NODES=k
 # (simulated nodes: `make check-multinode`, tests/README.md), LM_ONLY_GPU_SKIPS=1 (above).
 set -u
 
@@ -74,6 +75,8 @@ pass_nps=""
 IN_GPU_DIR=0
 ONLY_GPU_SKIPS=${LM_ONLY_GPU_SKIPS:-0}
 GPU_ONLY=${LM_TEST_GPU_ONLY:-0}
+# A command every rank of a device test runs under (words split on spaces), e.g. compute-sanitizer.
+GPU_WRAP=${LM_GPU_TEST_WRAPPER:-}
 FILTERS=("$@")
 
 selected() {
@@ -374,9 +377,9 @@ for src in tests/gpu/test_*.c; do
   if [ -z "${nps// /}" ]; then skip_unit "$name" "runs at np $(nps_own "$src") only, none of NPS=\"$NPS\""; continue; fi
   for np in $nps; do
     if [ "${LM_NCCL_SPLIT_HOSTS:-0}" = 1 ]; then
-      run_one "$name.split" "$np" bash "$MPIRUN" "$np" bash tests/gpu/split-hosts.sh "$bin"
+      run_one "$name.split" "$np" bash "$MPIRUN" "$np" bash tests/gpu/split-hosts.sh $GPU_WRAP "$bin"
     else
-      run_one "$name" "$np" bash "$MPIRUN" "$np" "$bin"
+      run_one "$name" "$np" bash "$MPIRUN" "$np" $GPU_WRAP "$bin"
     fi
   done
   settle

@@ -14,7 +14,12 @@
 #   3. tests/gpu at np 2, 4 with each rank its own NCCL_HOSTID (tests/gpu/split-hosts.sh: real
 #      NCCL on one GPU), LM_NCCL_TIMEOUT=60, NCCL_DEBUG=WARN, 40 random cases instead of 150;
 #   4. bench_device at np 1, and at np 2 split (localmap next to NCCL's collectives and the
-#      device-to-device copy rate).
+#      device-to-device copy rate);
+#   5. (only when asked) sanitize: tests/gpu at np 1, 2 with every rank under compute-sanitizer's
+#      memcheck (20 random cases).
+# LM_DEVICE_CHECK_PHASES picks phases 1-5 by name (the build always runs): default
+# "ops,shared,split,bench"; a second run in the same lease might ask for "split,sanitize" with
+# LM_DEVICE_CHECK_SPLIT_CASES=150 (default 40).
 # LM_EXPECT_GPU is set from the probe, so a device test cannot skip where a GPU was seen.
 # Output: OUTDIR/device-check.tar.gz (every log, probe.txt, results.jsonl, bench_device.jsonl)
 # and OUTDIR/summary.txt, also printed: what ran, passed, failed, skipped, and the bench table.
@@ -37,6 +42,8 @@ KIT=${LM_KIT:-$ROOT/build-device-kit}
 JOBS=$(nproc 2>/dev/null || echo 4)
 T0=$(date +%s)
 BUDGET=${LM_DEVICE_CHECK_BUDGET:-420}
+PHASES=${LM_DEVICE_CHECK_PHASES:-ops,shared,split,bench}
+SPLIT_CASES=${LM_DEVICE_CHECK_SPLIT_CASES:-40}
 WORK=$ROOT/$BUILD/device-check
 rm -rf "$WORK" && mkdir -p "$WORK"
 RESULTS=$WORK/results.jsonl SUMMARY=$WORK/summary.txt
@@ -186,18 +193,49 @@ run_env() {
   return 0
 }
 
+wants() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+
+# compute-sanitizer's memcheck around every rank of the device tests: np 1 (NCCL) and np 2
+# (ranks sharing the GPU: host-staged), fewer random cases (the checker slows each launch).
+# Failed API calls are not reported: NCCL probes kernels for other architectures at init
+# (cudaErrorNoKernelImageForDevice, 2026-12-04), and test_gpu_api asks for too much memory on
+# purpose; memcheck's errors are bad device memory accesses.
+phase_sanitize() {
+  local cs=$CUDA_HOME/bin/compute-sanitizer
+  [ $SIM = 1 ] && { note "sanitize: not on the simulator"; return 0; }
+  [ -x "$cs" ] || { note "sanitize: no $cs"; return 1; }
+  LM_GPU_TEST_WRAPPER="$cs --tool memcheck --report-api-errors no --error-exitcode 86 --print-limit 100" LM_TEST_TIMEOUT=150 \
+    NPS="1 2" LM_GPU_CASES=20 phase sanitize-memcheck 300 sanitize.log bash tests/run-tests.sh 'test_gpu_*'
+  local rc=$?
+  cp -r "$BUILD/test-logs" "$WORK/test-logs-sanitize" 2>/dev/null
+  return $rc
+}
+
 run_phases() {
   make_vars; run_env
   if ! phase build 240 build.log make -j"$JOBS" "${MAKE_ARGS[@]}" gpu-progs; then
     tail -n 30 "$WORK/build.log"; status=1; return
   fi
-  phase unit_device_ops 30 unit_device_ops.log "$BUILD/tests/unit_device_ops" || status=1
-  LM_TEST_TIMEOUT=90 NPS="1 2 4" phase check-gpu 150 check-gpu.log \
-    bash tests/run-tests.sh 'test_gpu_*' || status=1
-  cp -r "$BUILD/test-logs" "$WORK/test-logs-shared" 2>/dev/null
-  LM_TEST_TIMEOUT=90 NPS="2 4" LM_NCCL_SPLIT_HOSTS=1 LM_NCCL_TIMEOUT=60 NCCL_DEBUG=WARN LM_GPU_CASES=40 \
-    phase check-gpu-split-hosts 150 check-gpu-split.log bash tests/run-tests.sh 'test_gpu_*' || status=1
-  cp -r "$BUILD/test-logs" "$WORK/test-logs-split" 2>/dev/null
+  if wants ops; then
+    phase unit_device_ops 30 unit_device_ops.log "$BUILD/tests/unit_device_ops" || status=1
+  fi
+  if wants shared; then
+    LM_TEST_TIMEOUT=90 NPS="1 2 4" phase check-gpu 150 check-gpu.log \
+      bash tests/run-tests.sh 'test_gpu_*' || status=1
+    cp -r "$BUILD/test-logs" "$WORK/test-logs-shared" 2>/dev/null
+  fi
+  if wants split; then
+    LM_TEST_TIMEOUT=90 NPS="2 4" LM_NCCL_SPLIT_HOSTS=1 LM_NCCL_TIMEOUT=60 NCCL_DEBUG=WARN \
+      LM_GPU_CASES=$SPLIT_CASES phase check-gpu-split-hosts 150 check-gpu-split.log \
+      bash tests/run-tests.sh 'test_gpu_*' || status=1
+    cp -r "$BUILD/test-logs" "$WORK/test-logs-split" 2>/dev/null
+  fi
+  if wants sanitize; then phase_sanitize || status=1; fi
+  wants bench && run_bench
+  return 0
+}
+
+run_bench() {
   local mib1=1,16,256 mib2=1,16,128
   [ $SIM = 1 ] && mib1=1,16 mib2=1,4  # the simulator copies at a few GB/s: the sizes of a smoke test
   phase bench-np1 45 bench-np1.log bash tools/lm-mpirun 1 "$BUILD/bench/bench_device" --mib $mib1 || status=1
