@@ -231,7 +231,10 @@ LM_NODISCARD LM_API lm_status_t lm_tensor_alloc(DLManagedTensor **out, int ndim,
 typedef enum lm_placement_kind_t {
   LM_REPLICATE = 0, /**< every rank along the mesh dim holds the same full value */
   LM_SHARD = 1,     /**< tensor dim `dim` is chunked along the mesh dim like torch.chunk */
-  LM_PARTIAL = 2    /**< each rank holds a partial value; the value is the `op` reduction */
+  LM_PARTIAL = 2,   /**< each rank holds a partial value; the value is the `op` reduction */
+  LM_RAGGED = 3     /**< tensor dim `dim` is split along the mesh dim into given extents (a
+                         ragged shard: PETSc ownership ranges, numpy.array_split, load balance);
+                         `op` holds the extents' id from lm_extents_create */
 } lm_placement_kind_t;
 
 /** The reduction of a Partial placement (lm_placement_t::op). */
@@ -249,6 +252,14 @@ typedef enum lm_reduce_op_t {
  * tensor dim is split first by the mesh dim with the lowest order (ties: lowest mesh dim), then
  * each block again by the next. With all orders 0, mesh dim 0 splits first (as DTensor does).
  * Fields that do not apply to the kind must be 0. A zero-filled struct is Replicate.
+ * Ragged shards (LM_RAGGED): `dim` as for Shard, `op` is an extents id (lm_extents_create) whose
+ * count is the mesh dim's extent: coordinate i holds [e_0 + ... + e_{i-1}, ... + e_i) of the
+ * tensor dim (empty extents allowed). A ragged dim must split its tensor dim first (the lowest
+ * `order` among the mesh dims sharding it; at most one ragged mesh dim per tensor dim) and its
+ * extents must add up to the global extent; Shard dims of higher order split each ragged block
+ * like torch.chunk. Ids are local to the process: ranks may hold different ids for the same
+ * extents (agreement and plan caches compare the extents, never the ids). Everything that takes
+ * placements takes ragged ones (tensors, from_local, gather, reshards, plans, groups, local_map).
  * All Partial dims of one tensor must use the same op (LM_ERR_NOT_SUPPORTED otherwise: with
  * mixed ops the value would depend on the order of the reductions).
  * Integer reductions: sum and prod wrap like two's complement; avg sums in 128 bits (no overflow)
@@ -257,7 +268,7 @@ typedef enum lm_reduce_op_t {
 typedef struct lm_placement_t {
   int32_t kind;  /**< an lm_placement_kind_t */
   int32_t dim;   /**< the sharded tensor dim (LM_SHARD only, else 0) */
-  int32_t op;    /**< an lm_reduce_op_t (LM_PARTIAL only, else 0) */
+  int32_t op;    /**< an lm_reduce_op_t (LM_PARTIAL), an extents id (LM_RAGGED), else 0 */
   int32_t order; /**< co-shard order (LM_SHARD only, else 0) */
 } lm_placement_t;
 
@@ -265,6 +276,7 @@ typedef struct lm_placement_t {
 #define LM_PLACEMENT_REPLICATE (lm_placement_t{LM_REPLICATE, 0, 0, 0})
 #define LM_PLACEMENT_SHARD(d) (lm_placement_t{LM_SHARD, (int32_t)(d), 0, 0})
 #define LM_PLACEMENT_PARTIAL(o) (lm_placement_t{LM_PARTIAL, 0, (int32_t)(o), 0})
+#define LM_PLACEMENT_RAGGED(d, id) (lm_placement_t{LM_RAGGED, (int32_t)(d), (int32_t)(id), 0})
 #else
 /** Replicate, as an lm_placement_t value. */
 #define LM_PLACEMENT_REPLICATE ((lm_placement_t){LM_REPLICATE, 0, 0, 0})
@@ -272,7 +284,36 @@ typedef struct lm_placement_t {
 #define LM_PLACEMENT_SHARD(d) ((lm_placement_t){LM_SHARD, (int32_t)(d), 0, 0})
 /** Partial(reduce op o), as an lm_placement_t value. */
 #define LM_PLACEMENT_PARTIAL(o) ((lm_placement_t){LM_PARTIAL, 0, (int32_t)(o), 0})
+/** RaggedShard(tensor dim d) with the extents of id `id` (lm_extents_create), as a value. */
+#define LM_PLACEMENT_RAGGED(d, id) ((lm_placement_t){LM_RAGGED, (int32_t)(d), (int32_t)(id), 0})
 #endif
+
+/** Registers the extents of a ragged placement (local, thread-safe): `count` lengths >= 0, one
+ * per coordinate of the mesh dim that will use them, and returns their id (>= 1) for
+ * lm_placement_t::op. Equal extents get the same id (and one more reference): every
+ * lm_extents_create is matched by one lm_extents_destroy. Tensors and plans keep the extents they
+ * were made with.
+ * @param extents count lengths (their sum must fit in int64)
+ * @param count   1 .. 2^31 - 1
+ * @param id      out: the id
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT naming the argument (a negative length, an
+ *         overflowing sum, NULL, count out of range); LM_ERR_OUT_OF_MEMORY */
+LM_NODISCARD LM_API lm_status_t lm_extents_create(const int64_t *extents, int64_t count,
+                                                  int32_t *id);
+
+/** Reads extents back: their count into *count and, when `extents` is not NULL, up to `capacity`
+ * lengths into it (call with extents NULL to learn the count). Ids from lm_dist_tensor_placements
+ * name extents the library registered for the tensor (they stay readable while it lives).
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for an unknown id, NULL count, or a capacity
+ *         below the count with extents not NULL */
+LM_NODISCARD LM_API lm_status_t lm_extents_get(int32_t id, int64_t *extents, int64_t capacity,
+                                               int64_t *count);
+
+/** Drops one reference to the extents of `id` (local). 0 is a no-op. The id stays valid while a
+ * reference or a tensor or plan made with it lives; placements naming it are refused after that
+ * (LM_ERR_INVALID_ARGUMENT: unknown extents id).
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for an id that is not registered */
+LM_NODISCARD LM_API lm_status_t lm_extents_destroy(int32_t id);
 
 /** Writes e.g. "[S(0), R, P(sum)]" for the n placements into buf of `size` bytes (always
  * NUL-terminated when size > 0). */

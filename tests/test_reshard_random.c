@@ -340,6 +340,54 @@ static void draw_case(case_t *c) {
   c->shard_0d = 0;
 }
 
+/* Ragged shards: the first splitter of a tensor dim (lowest (order, mesh dim)) becomes ragged
+ * with probability 1/2, its extents random (cut points drawn in [0, g], so empty blocks occur),
+ * registered with lm_extents_create. Odd ranks register a throwaway set first, so the ids of
+ * equal extents differ between ranks (agreement must compare extents, not ids). */
+static int32_t ragged_ids[6];
+static int nragged;
+
+static void raggedize(lm_placement_t *pl, const pool_mesh *pm, int ndim, const int64_t *g) {
+  for (int d = 0; d < ndim; ++d) {
+    int first = -1;
+    for (int m = 0; m < pm->ndim; ++m)
+      if (pl[m].kind == LM_SHARD && pl[m].dim == d && (first < 0 || pl[m].order < pl[first].order))
+        first = m;
+    if (first < 0 || rndi(2)) continue;
+    int64_t k = pm->shape[first], cut[64], e[64];
+    for (int64_t i = 0; i + 1 < k; ++i) cut[i] = (int64_t)(rnd() % (uint64_t)(g[d] + 1));
+    for (int64_t i = 1; i + 1 < k; ++i) /* sort the cuts */
+      for (int64_t j = i; j > 0 && cut[j - 1] > cut[j]; --j) {
+        int64_t t = cut[j];
+        cut[j] = cut[j - 1];
+        cut[j - 1] = t;
+      }
+    for (int64_t i = 0; i < k; ++i) e[i] = (i + 1 < k ? cut[i] : g[d]) - (i ? cut[i - 1] : 0);
+    if (lm_test_rank() % 2) {
+      int64_t junk[2] = {1 + (int64_t)nragged, 7};
+      int32_t j;
+      LM_ASSERT_OK(lm_extents_create(junk, 2, &j));
+      ragged_ids[nragged++] = j;
+    }
+    int32_t id;
+    LM_ASSERT_OK(lm_extents_create(e, k, &id));
+    ragged_ids[nragged++] = id;
+    pl[first].kind = LM_RAGGED;
+    pl[first].op = id;
+  }
+}
+
+static void release_ragged(void) {
+  for (int i = 0; i < nragged; ++i) LM_ASSERT_OK(lm_extents_destroy(ragged_ids[i]));
+  nragged = 0;
+}
+
+static void draw_case_ragged(case_t *c) {
+  draw_case(c);
+  raggedize(c->sp, &pool[c->sm], c->ndim, c->g);
+  raggedize(c->dp, &pool[c->dm], c->ndim, c->g);
+}
+
 /* A 0-d case: a scalar with Replicate / Partial placements (no Shard can exist), any dtype, op,
  * mesh pair and path; one in ten asks for Shard on the target, which must be refused. */
 static void draw_case_0d(case_t *c) {
@@ -599,9 +647,40 @@ static void test_random_reshards_0d(void **state) {
   LM_ASSERT_ALL(bad == 0);
 }
 
+/* Ragged shards on either side (and both), from their own stream: every mesh of the pool,
+ * co-shards behind a ragged dim, Partial sources reduced into ragged targets, cross-mesh. Cases:
+ * LM_RESHARD_CASES_RAGGED, default 1500 at np 1-2, 1000 at np 3-4, 500 at np 8. */
+static void test_random_reshards_ragged(void **state) {
+  (void)state;
+  int n = lm_test_size();
+  const char *e = getenv("LM_RESHARD_CASES_RAGGED");
+  int cases = e ? atoi(e) : n <= 2 ? 1500 : n <= 4 ? 1000 : 500;
+  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261204ull + (uint64_t)n;
+  int only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
+  build_pool();
+  failbuf[0] = 0;
+  nfail_local = 0;
+  int bad = 0, ran = 0;
+  rng_state = seed;
+  for (int k = 0; k < cases; ++k) {
+    case_t c;
+    draw_case_ragged(&c);
+    if (only < 0 || k == only) {
+      if (!run_case(seed, k, &c)) ++bad;
+      ++ran;
+    }
+    release_ragged();
+  }
+  if (bad) fprintf(stderr, "%s", failbuf);
+  if (lm_test_rank() == 0) printf("reshard random ragged: %d cases at np %d, seed %llu\n", ran, n, (unsigned long long)seed);
+  free_pool();
+  LM_ASSERT_ALL(bad == 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_random_reshards),
     cmocka_unit_test(test_random_reshards_0d),
+    cmocka_unit_test(test_random_reshards_ragged),
 };
 
 LM_TEST_MAIN(tests)

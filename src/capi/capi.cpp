@@ -193,6 +193,39 @@ LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *of
   });
 }
 
+LM_API lm_status_t lm_extents_create(const int64_t *extents, int64_t count, int32_t *id) {
+  return guard([&] {
+    const char *fn = "lm_extents_create";
+    OUT_ARG(id, "id", fn);
+    *id = 0;
+    *id = extents_register(extents, count, fn);
+  });
+}
+
+LM_API lm_status_t lm_extents_get(int32_t id, int64_t *extents, int64_t capacity,
+                                  int64_t *count) {
+  return guard([&] {
+    const char *fn = "lm_extents_get";
+    OUT_ARG(count, "count", fn);
+    auto r = extents_find(id);
+    LM_CHECK_ARG(r != nullptr, "%s: id %d is not a registered extents id", fn, id);
+    if (extents) {
+      LM_CHECK_ARG(capacity >= r->count(), "%s: capacity %lld is below the count %lld", fn,
+                   (long long)capacity, (long long)r->count());
+      for (int64_t i = 0; i < r->count(); ++i) extents[i] = r->len(i);
+    }
+    *count = r->count();
+  });
+}
+
+LM_API lm_status_t lm_extents_destroy(int32_t id) {
+  return guard([&] {
+    if (id == 0) return;
+    LM_CHECK_ARG(extents_release(id), "lm_extents_destroy: id %d holds no reference (not created "
+                 "by lm_extents_create, or destroyed as often as created)", id);
+  });
+}
+
 // ----------------------------------------------------------------------------------- mesh
 LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim, const int64_t *shape,
                                   const lm_mesh_config_t *config) {

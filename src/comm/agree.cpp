@@ -15,6 +15,7 @@
 #include "comm/node.hpp"
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
+#include "layout/extents.hpp"
 
 namespace lm {
 
@@ -258,7 +259,16 @@ uint64_t hash_placements(const lm_placement_t *pl, int n) {
     h.u64(0x6e756c6cull);
     return h.h;
   }
-  h.bytes(pl, sizeof(lm_placement_t) * (size_t)(n > 0 ? n : 0));
+  for (int i = 0; i < n; ++i) {
+    lm_placement_t p = pl[i];
+    std::shared_ptr<const Extents> r;
+    if (p.kind == LM_RAGGED && (r = extents_find(p.op))) {
+      p.op = 0;  // ranks may hold other ids for the same extents: their offsets count
+      h.u64(r->off.size());
+      h.bytes(r->off.data(), r->off.size() * sizeof(int64_t));
+    }
+    h.bytes(&p, sizeof p);
+  }
   return h.h;
 }
 

@@ -121,6 +121,10 @@ std::string format_placements(const lm_placement_t *pl, int n) {
         if (pl[i].order) s += strfmt("@%d", pl[i].order);
         break;
       case LM_PARTIAL: s += strfmt("P(%s)", op_name(pl[i].op)); break;
+      case LM_RAGGED:
+        s += strfmt("RS(%d)", pl[i].dim);
+        if (pl[i].order) s += strfmt("@%d", pl[i].order);
+        break;
       default: s += strfmt("?(kind=%d)", pl[i].kind); break;
     }
   }
@@ -168,6 +172,15 @@ void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndi
         LM_CHECK_ARG(p.dim == 0 && p.order == 0, "%s[%d]: Partial must have dim and order 0",
                      what, i);
         break;
+      case LM_RAGGED:
+        LM_CHECK_ARG(p.dim >= 0 && p.dim < tensor_ndim,
+                     "%s[%d]: Ragged shard dim %d out of range for a %d-d tensor", what, i, p.dim,
+                     tensor_ndim);
+        LM_CHECK_ARG(p.order >= 0, "%s[%d]: Ragged shard order %d must be >= 0", what, i, p.order);
+        LM_CHECK_ARG(extents_find(p.op) != nullptr,
+                     "%s[%d]: Ragged shard extents id %d is not registered (lm_extents_create; "
+                     "destroyed ids are refused)", what, i, p.op);
+        break;
       default:
         fail(LM_ERR_INVALID_ARGUMENT, "%s[%d]: kind %d is not an lm_placement_kind_t", what, i,
              p.kind);
@@ -191,8 +204,19 @@ Layout::Layout(std::shared_ptr<const Grid> g, std::vector<lm_placement_t> p, Sha
 
 void Layout::derive() {
   order.assign(gshape.size(), {});
-  for (int m = 0; m < mesh_ndim(); ++m)
-    if (pl[m].kind == LM_SHARD) order[static_cast<size_t>(pl[m].dim)].push_back(m);
+  rag.resize(pl.size());
+  for (int m = 0; m < mesh_ndim(); ++m) {
+    if (splits(pl[m])) order[static_cast<size_t>(pl[m].dim)].push_back(m);
+    auto &r = rag[(size_t)m];
+    if (pl[m].kind != LM_RAGGED) {
+      r.reset();
+    } else if (!r || r->id != pl[m].op) {
+      r = extents_find(pl[m].op);
+      if (!r)
+        fail(LM_ERR_INVALID_ARGUMENT, "placements[%d]: Ragged shard extents id %d is not "
+             "registered (lm_extents_create)", m, pl[m].op);
+    }
+  }
   for (auto &o : order)
     std::stable_sort(o.begin(), o.end(), [&](int a, int b) { return pl[a].order < pl[b].order; });
 }
@@ -201,10 +225,9 @@ Box Layout::box_at(const int64_t *coord) const {
   Box b;
   b.off.assign(gshape.size(), 0);
   b.len = gshape;
-  const Shape &ms = grid->shape();
   for (size_t d = 0; d < gshape.size(); ++d) {
     for (int m : order[d]) {
-      Range r = chunk(b.len[d], ms[m], coord[m]);
+      Range r = split(m, b.len[d], coord[m]);
       b.off[d] += r.off;
       b.len[d] = r.len;
     }
@@ -217,8 +240,9 @@ bool Layout::equals(const Layout &o) const {
   if (grid != o.grid && !grid->same_as(*o.grid)) return false;
   for (size_t m = 0; m < pl.size(); ++m) {
     if (pl[m].kind != o.pl[m].kind) return false;
-    if (pl[m].kind == LM_SHARD && pl[m].dim != o.pl[m].dim) return false;
+    if (splits(pl[m]) && pl[m].dim != o.pl[m].dim) return false;
     if (pl[m].kind == LM_PARTIAL && pl[m].op != o.pl[m].op) return false;
+    if (pl[m].kind == LM_RAGGED && rag[m] != o.rag[m] && rag[m]->off != o.rag[m]->off) return false;
   }
   return order == o.order;
 }
@@ -230,7 +254,7 @@ bool Layout::has_partial() const {
 }
 
 // Binary (the raw values, each field's length first): built on every cached reshard, so no
-// formatting.
+// formatting. A ragged placement's id stands for its extents: ids are never reused.
 std::string Layout::key() const {
   std::string k;
   auto put = [&k](const void *p, size_t n) { k.append(static_cast<const char *>(p), n); };
@@ -243,6 +267,40 @@ std::string Layout::key() const {
 }
 
 std::string Layout::str() const { return format_placements(pl.data(), mesh_ndim()); }
+
+void check_ragged(const Layout &L, const char *what) {
+  for (int m = 0; m < L.mesh_ndim(); ++m) {
+    const Extents *r = L.rag[(size_t)m].get();
+    if (!r) continue;
+    const int d = L.pl[m].dim;
+    LM_CHECK_ARG(r->count() == L.grid->shape()[m],
+                 "%s[%d]: Ragged shard extents id %d has %lld extents, the mesh dim %lld", what,
+                 m, r->id, (long long)r->count(), (long long)L.grid->shape()[m]);
+    LM_CHECK_ARG(L.order[(size_t)d].front() == m,
+                 "%s[%d]: a Ragged shard must split tensor dim %d first (the lowest order among "
+                 "the mesh dims sharding it; mesh dim %d splits it before)", what, m, d,
+                 L.order[(size_t)d].front());
+    LM_CHECK_ARG(r->total() == L.gshape[(size_t)d],
+                 "%s[%d]: Ragged shard extents id %d add up to %lld, tensor dim %d has %lld", what,
+                 m, r->id, (long long)r->total(), d, (long long)L.gshape[(size_t)d]);
+  }
+}
+
+Shape even_global_shape(const Grid &grid, const lm_placement_t *pl, const Shape &local) {
+  Shape g = local;
+  std::vector<bool> ragged(g.size(), false);
+  for (int m = 0; m < grid.ndim(); ++m) {
+    if (pl[m].kind != LM_RAGGED || (size_t)pl[m].dim >= g.size()) continue;
+    auto r = extents_find(pl[m].op);
+    LM_CHECK_ARG(r != nullptr, "placements[%d]: Ragged shard extents id %d is not registered", m,
+                 pl[m].op);
+    g[(size_t)pl[m].dim] = r->total();
+    ragged[(size_t)pl[m].dim] = true;
+  }
+  for (int m = 0; m < grid.ndim(); ++m)
+    if (pl[m].kind == LM_SHARD && (size_t)pl[m].dim < g.size() && !ragged[(size_t)pl[m].dim]) g[(size_t)pl[m].dim] *= grid.shape()[m];
+  return g;
+}
 
 Layout as_one_element(const Layout &L) {
   if (!L.gshape.empty()) return L;
@@ -257,7 +315,7 @@ Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const l
   const int k = grid->ndim();
   Shape g((size_t)ndim), c((size_t)k);
   for (int d = 0; d < ndim; ++d) {
-    auto shards_d = [&](int m) { return pl[m].kind == LM_SHARD && pl[m].dim == d; };
+    auto shards_d = [&](int m) { return splits(pl[m]) && pl[m].dim == d; };
     bool sharded = false;
     for (int m = 0; m < k; ++m) sharded = sharded || shards_d(m);
     if (!sharded) {
@@ -276,13 +334,15 @@ Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const l
     g[d] = total;
   }
   Layout L(grid, std::vector<lm_placement_t>(pl, pl + k), g);
+  check_ragged(L, what);
   for (int64_t r = 0; r < grid->size(); ++r) {
     grid->coord_of(r, c.data());
     Box b = L.box_at(c.data());
     for (int d = 0; d < ndim; ++d)
       if (b.len[d] != extent(r, d))
         fail(LM_ERR_INVALID_ARGUMENT,
-             "%s: local extents do not follow the torch.chunk layout: mesh rank %lld holds %lld "
+             "%s: local extents do not follow the layout (torch.chunk, ragged extents): mesh "
+             "rank %lld holds %lld "
              "along dim %d, but the global extent %lld with placements %s gives it %lld",
              what, (long long)r, (long long)extent(r, d), d, (long long)g[d], L.str().c_str(),
              (long long)b.len[d]);
@@ -333,7 +393,8 @@ struct Enumerator {
     level(d, 0, 0, L.gshape[d]);
   }
   void one_chunk(size_t d, size_t lvl, int m, int64_t len, int64_t parts, int64_t off, int64_t i) {
-    Range r = chunk(len, parts, i);
+    (void)parts;
+    Range r = L.split(m, len, i);
     if (r.len == 0) return;
     coord[m] = i;
     level(d, lvl + 1, off + r.off, r.len);
@@ -354,10 +415,16 @@ struct Enumerator {
     int64_t first, last;
     int64_t lo = std::max<int64_t>(0, region.off[d] - off);
     int64_t hi = std::min<int64_t>(len, region.off[d] + region.len[d] - off);
-    if (!chunk_span(len, parts, lo, hi, &first, &last)) return;
+    const Extents *rag = L.rag[(size_t)m].get();
+    if (rag ? !rag->span(lo, hi, &first, &last) : !chunk_span(len, parts, lo, hi, &first, &last))
+      return;
     if (fixed[m] >= 0) {
       if (fixed[m] < first || fixed[m] > last) return;
       first = last = fixed[m];
+    }
+    if (rag) {  // ragged blocks: no runs
+      for (int64_t i = first; i <= last; ++i) one_chunk(d, lvl, m, len, parts, off, i);
+      return;
     }
     // A run: whole chunks (blk elements, those before index len / blk) inside the region (all
     // strictly between the first and the last; those two when they are not clipped), their
@@ -412,7 +479,7 @@ void enumerate(const Layout &L, const Shape &fixed, const Box &region,
   e.cur.off.assign(L.gshape.size(), 0);
   e.cur.len.assign(L.gshape.size(), 0);
   for (int m = 0; m < L.mesh_ndim(); ++m)
-    if (L.pl[m].kind != LM_SHARD) e.free_dims.push_back(m);
+    if (!splits(L.pl[m])) e.free_dims.push_back(m);
   if (run_fn) e.find_run_dim();
   e.tensor_dim(0);
 }

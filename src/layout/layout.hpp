@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "layout/extents.hpp"
 #include "localmap.h"
 
 namespace lm {
@@ -76,8 +77,12 @@ class Grid {
   std::unordered_map<int, int64_t> index_;
 };
 
+// Shard or ragged shard: the placement splits tensor dim p.dim.
+inline bool splits(const lm_placement_t &p) { return p.kind == LM_SHARD || p.kind == LM_RAGGED; }
+
 // Checks placements for a mesh of `mesh_ndim` dims and a tensor of `tensor_ndim` dims; throws
-// LM_ERR_INVALID_ARGUMENT naming `what` (e.g. "lm_dist_tensor_zeros: placements").
+// LM_ERR_INVALID_ARGUMENT naming `what` (e.g. "lm_dist_tensor_zeros: placements"). A ragged
+// placement's extents id must be registered (its count and sum are checked by check_ragged).
 void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndim,
                          const char *what);
 
@@ -97,10 +102,20 @@ struct Layout {
   Shape gshape;                    // global tensor shape
   // Derived: per tensor dim, the mesh dims that shard it, outermost first.
   std::vector<std::vector<int>> order;
+  // Derived: per mesh dim, the extents of a ragged placement (else null). Kept across copies and
+  // edits of pl, so a layout outlives the id it was made from.
+  std::vector<std::shared_ptr<const Extents>> rag;
 
   Layout() = default;
   Layout(std::shared_ptr<const Grid> g, std::vector<lm_placement_t> p, Shape gs);
-  void derive();  // recompute `order` after editing pl
+  // Recomputes `order` and `rag` after editing pl (a ragged dim whose id changed is looked up:
+  // LM_ERR_INVALID_ARGUMENT when the id is unknown).
+  void derive();
+  // Block i of a block of `len` elements split along mesh dim m (torch.chunk, or the extents).
+  Range split(int m, int64_t len, int64_t i) const {
+    return rag[(size_t)m] ? Range{rag[(size_t)m]->off[(size_t)i], rag[(size_t)m]->len(i)}
+                          : chunk(len, grid->shape()[m], i);
+  }
 
   int mesh_ndim() const { return static_cast<int>(pl.size()); }
   int ndim() const { return static_cast<int>(gshape.size()); }
@@ -112,6 +127,15 @@ struct Layout {
   std::string key() const;  // for caches
   std::string str() const;  // "[S(0), R]"
 };
+
+// The rules of ragged placements that need the grid and the global shape: the extents' count is
+// the mesh dim's extent, their sum the global extent, the ragged dim splits its tensor dim first
+// (one ragged dim per tensor dim). Throws LM_ERR_INVALID_ARGUMENT naming `what`.
+void check_ragged(const Layout &L, const char *what);
+
+// The global shape where every Shard dim is even (local extent times the mesh extents) and every
+// ragged dim is its extents' sum (an unknown extents id throws LM_ERR_INVALID_ARGUMENT).
+Shape even_global_shape(const Grid &grid, const lm_placement_t *pl, const Shape &local);
 
 // A 0-d layout (no Shard: validate_placements refuses it) as the same layout of shape [1]: both
 // hold one element on every member. Other layouts come back unchanged.

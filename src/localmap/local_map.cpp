@@ -599,17 +599,17 @@ void LocalMapCall::check_output(int j) {
   if (need_gather_[j]) return;
   bool sharded = false;
   for (int k = 0; k < m_->ndim(); ++k)
-    if (pl[k].kind == LM_SHARD) sharded = true;
+    if (splits(pl[k])) sharded = true;
   gshapes_[j] = ls;  // no Shard: the local shape
   if (out_shapes_ && out_shapes_[j]) {
     gshapes_[j] = check_shape(lt.ndim, out_shapes_[j], ArgName(F, "out_shapes", j).c_str());
-  } else if (sharded) {  // LM_LOCAL_MAP_SHAPES_EVEN
-    for (int k = 0; k < m_->ndim(); ++k)
-      if (pl[k].kind == LM_SHARD) gshapes_[j][pl[k].dim] *= m_->grid->shape()[k];
+  } else if (sharded) {  // LM_LOCAL_MAP_SHAPES_EVEN, or ragged dims only
+    gshapes_[j] = even_global_shape(*m_->grid, pl, ls);
   }
   lazily([&](const char *w) { check_numel(gshapes_[j], w); },
          "%s: the global shape of outputs[%d]", j);
   Layout L(m_->grid, std::vector<lm_placement_t>(pl, pl + m_->ndim()), gshapes_[j]);
+  check_ragged(L, ArgName(F, "out_placements", j).c_str());
   if (L.box_at(m_->coord.data()).len != ls)
     fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d]: the local shape does not match its shard of "
          "global shape with placements %s on rank %d%s", F, j, L.str().c_str(), m_->world_rank,

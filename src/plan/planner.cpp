@@ -196,7 +196,7 @@ std::unique_ptr<SchedStep> exchange_step(const Layout &in, const Layout &out, bo
     Shape fixed(out.mesh_ndim(), -1);
     if (same_mesh)
       for (int m = 0; m < in.mesh_ndim(); ++m)
-        if (in.pl[m].kind != LM_SHARD) fixed[m] = cs[m];
+        if (!splits(in.pl[m])) fixed[m] = cs[m];
     Shape choice(in.mesh_ndim(), -1);
     const std::function<void(const int64_t *, const Box &)> one = [&](const int64_t *c,
                                                                       const Box &b) {
@@ -229,10 +229,16 @@ int rs_peer(const SchedStep &st, int64_t j) {
   return st.peers.empty() ? (int)(st.peer0 + j * st.peer_step) : st.peers[(size_t)j];
 }
 
+// Member j's part of the reduce-scatter's input box along d (relative to the box).
+Range rs_range(const SchedStep &st, int64_t j) {
+  return st.rag ? Range{st.rag->off[(size_t)j], st.rag->len(j)}
+                : chunk(st.inbox.len[(size_t)st.d], st.k, j);
+}
+
 // Chunk j of a reduce-scatter's input box (global coordinates): what member j reduces.
 Box rs_chunk(const SchedStep &st, int64_t j) {
   Box b = st.inbox;
-  Range r = chunk(st.inbox.len[(size_t)st.d], st.k, j);
+  Range r = rs_range(st, j);
   b.off[(size_t)st.d] += r.off;
   b.len[(size_t)st.d] = r.len;
   return b;
@@ -289,6 +295,7 @@ std::unique_ptr<SchedStep> reduce_scatter_step(const Layout &in, const Layout &o
   st->member = true;
   st->k = in.grid->shape()[m];
   st->mine = c[m];
+  st->rag = out.rag[(size_t)m];
   c[m] = 0;
   if (in.grid->affine()) {
     st->peer0 = in.grid->rank_at_index(in.grid->index_at(c.data()));
@@ -329,7 +336,7 @@ std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out
 int max_order(const Layout &L, int d) {
   int mx = -1;
   for (int m = 0; m < L.mesh_ndim(); ++m)
-    if (L.pl[m].kind == LM_SHARD && L.pl[m].dim == d) mx = std::max(mx, (int)L.pl[m].order);
+    if (splits(L.pl[m]) && L.pl[m].dim == d) mx = std::max(mx, (int)L.pl[m].order);
   return mx;
 }
 
@@ -452,9 +459,15 @@ Layout reduce_partials(Schedule &p, const Layout &src, const Layout &dst, bool s
   for (int m = 0; m < src.mesh_ndim(); ++m) {
     if (src.pl[m].kind != LM_PARTIAL) continue;
     if (same_mesh && dst.pl[m].kind == LM_PARTIAL) continue;  // kept (same op checked before)
-    int d = (same_mesh && dst.pl[m].kind == LM_SHARD) ? dst.pl[m].dim : largest_dim(src.gshape);
+    int d = (same_mesh && splits(dst.pl[m])) ? dst.pl[m].dim : largest_dim(src.gshape);
     Layout next = cur;
-    shard_innermost(next, m, d);
+    if (same_mesh && dst.pl[m].kind == LM_RAGGED && cur.order[(size_t)d].empty()) {
+      next.pl[m] = dst.pl[m];  // reduce straight into the target's ragged blocks
+      next.rag[(size_t)m] = dst.rag[(size_t)m];
+      next.derive();
+    } else {
+      shard_innermost(next, m, d);
+    }
     const bool avg = src.pl[m].op == LM_REDUCE_AVG;
     int64_t divide_by = 0;
     if (avg) divide_by = dtype_is_integer(p.dt) ? src.grid->shape()[m]
@@ -580,7 +593,7 @@ void rs_lazy_traffic(const SchedStep &st, int step, Traffic &t) {
     if (i != d) rest *= (uint64_t)st.inbox.len[i];
   const uint64_t mine = (uint64_t)st.outbox.numel() * st.esize;
   for (int64_t j = 0; j < st.k; ++j) {
-    const uint64_t b = (uint64_t)chunk(st.inbox.len[d], st.k, j).len * rest;
+    const uint64_t b = (uint64_t)rs_range(st, j).len * rest;
     if (j != st.mine && b) t.flows.push_back(Flow{step, rs_peer(st, j), true, b});
   }
   for (int64_t j = 0; mine && j < st.k; ++j)

@@ -78,6 +78,9 @@ struct SchedStep {
   bool member = false;
   int m = -1, d = -1;
   int64_t k = 1, mine = 0;
+  // Set when the target splits d into ragged blocks (nothing else splits d): chunk j is block j
+  // of these extents, not torch.chunk's.
+  std::shared_ptr<const Extents> rag;
   std::vector<int> peers;   // rank per group index
   std::vector<Box> chunks;  // per group index, global coordinates: chunk j is reduced on peers[j]
   std::vector<Shape> chunk_rel;        // per group index, offset inside the input box

@@ -154,9 +154,7 @@ Shape local_mode_shape(FromLocal &c) {
   try {
     if (c.mode == LM_SHAPE_GIVEN)
       return check_shape(c.local->ndim, c.gshape, ArgName(c.fn, "global_shape").c_str());
-    Shape g = c.ls;
-    for (int k = 0; k < c.m->ndim(); ++k)
-      if (c.pl[k].kind == LM_SHARD) g[c.pl[k].dim] *= c.m->grid->shape()[k];
+    Shape g = even_global_shape(*c.m->grid, c.pl, c.ls);
     check_numel(g, c.fn);
     return g;
   } catch (const Error &e) {
@@ -239,6 +237,7 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
     if (c.level2) check_level2(c, g);
   }
   Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
+  check_ragged(L, ArgName(fn, "placements").c_str());
   if (m->member && L.box_at(m->coord.data()).len != c.ls)
     fail(LM_ERR_INVALID_ARGUMENT,
          "%s: local shape %s on rank %d does not match its shard %s of global shape %s with "

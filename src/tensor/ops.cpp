@@ -13,7 +13,9 @@ namespace lm {
 Layout make_layout(lm_mesh_s *mesh, const lm_placement_t *pl, const Shape &gshape,
                    const char *what) {
   validate_placements(pl, mesh->ndim(), (int)gshape.size(), what);
-  return Layout(mesh->grid, std::vector<lm_placement_t>(pl, pl + mesh->ndim()), gshape);
+  Layout L(mesh->grid, std::vector<lm_placement_t>(pl, pl + mesh->ndim()), gshape);
+  check_ragged(L, what);
+  return L;
 }
 
 std::string shape_str(const Shape &s) {

@@ -64,8 +64,14 @@ lm_reshard_plan_s *plan_adjoint(lm_reshard_plan_s *p) {
   std::vector<lm_placement_t> gd = placements_adjoint(D.pl.data(), D.mesh_ndim(),
                                                       strfmt("%s: the plan's target placements", fn).c_str());
   lm_mesh_s *sm = p->dst_mesh, *dm = p->src_mesh;  // backward: target mesh -> source mesh
-  return new_plan(sm, dm, Layout(D.grid, gd, D.gshape), Layout(S.grid, gs, S.gshape),
-                  p->plan->dtype, transfer_comm(sm, dm, fn), p->plan->keep_buffers);
+  // Copies keep ragged extents whose ids may be gone by now.
+  Layout GD = D, GS = S;
+  GD.pl = gd;
+  GS.pl = gs;
+  GD.derive();
+  GS.derive();
+  return new_plan(sm, dm, GD, GS, p->plan->dtype, transfer_comm(sm, dm, fn),
+                  p->plan->keep_buffers);
 }
 
 lm_reshard_plan_s *plan_check(lm_reshard_plan_t h, const char *what) {

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_ragged: ragged shards (LM_RAGGED, issue 21) through the API, directed. The random suite
+ * (test_reshard_random, test_random_reshards_ragged) reshards them every way; this program pins
+ * what it cannot: the extents registry (ids, references, lifetime), every refusal with the
+ * argument it names, a PETSc-style ownership borrowed without a copy, from_global and gather,
+ * a Partial reduced straight into ragged blocks (bytes counted by lm_reshard_plan_info), a plan
+ * and its adjoint after the id is gone, grouped reshards, and lm_local_map with ragged inputs
+ * and outputs. Rows per rank: rank r owns 2r + (r == 1 ? -2 : 1) rows (rank 1 owns none).
+ */
+// lm-test-np: 1 2 3 4 8
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_test.h"
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+#define COLS 3
+
+static int64_t rows_of(int r) { return r == 1 ? 0 : 2 * r + 1; }
+static int64_t row0_of(int r) {
+  int64_t o = 0;
+  for (int i = 0; i < r; ++i) o += rows_of(i);
+  return o;
+}
+static int64_t total_rows(void) { return row0_of(NP); }
+static double value_at(int64_t i, int64_t j) { return (double)(i * 100 + j); }
+
+/* The ownership extents of the world mesh (rows_of each rank). */
+static int32_t world_extents(void) {
+  int64_t e[64];
+  int32_t id = 0;
+  for (int r = 0; r < NP; ++r) e[r] = rows_of(r);
+  LM_ASSERT_OK(lm_extents_create(e, NP, &id));
+  return id;
+}
+
+/* Checks that t (any placements without Partial) holds value_at at its local offset. */
+static int check_local_values(lm_dist_tensor_t t) {
+  int64_t off[2], ls[2];
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  const double *d = (const double *)v.data;
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int64_t j = 0; j < ls[1]; ++j)
+      if (d[i * ls[1] + j] != value_at(off[0] + i, off[1] + j)) return 0;
+  return 1;
+}
+
+static void test_registry(void **state) {
+  (void)state;
+  int64_t e[3] = {2, 0, 5}, got[3] = {0, 0, 0}, n = 0;
+  int32_t a = 0, b = 0, c = 0;
+  LM_ASSERT_OK(lm_extents_create(e, 3, &a));
+  LM_ASSERT_OK(lm_extents_create(e, 3, &b));
+  LM_ASSERT_ALL(a >= 1 && a == b); /* equal extents, one id, two references */
+  LM_ASSERT_OK(lm_extents_get(a, NULL, 0, &n));
+  LM_ASSERT_ALL(n == 3);
+  LM_ASSERT_OK(lm_extents_get(a, got, 3, &n));
+  LM_ASSERT_ALL(got[0] == 2 && got[1] == 0 && got[2] == 5);
+  LM_EXPECT_ALL(lm_extents_get(a, got, 2, &n), LM_ERR_INVALID_ARGUMENT, "capacity");
+  LM_EXPECT_ALL(lm_extents_get(a, got, 3, NULL), LM_ERR_INVALID_ARGUMENT, "count");
+  int64_t neg[2] = {3, -1}, big[2] = {INT64_MAX, 1};
+  LM_EXPECT_ALL(lm_extents_create(neg, 2, &c), LM_ERR_INVALID_ARGUMENT, "extents[1]");
+  LM_ASSERT_ALL(c == 0);
+  LM_EXPECT_ALL(lm_extents_create(big, 2, &c), LM_ERR_INVALID_ARGUMENT, "overflows");
+  LM_EXPECT_ALL(lm_extents_create(e, 0, &c), LM_ERR_INVALID_ARGUMENT, "count");
+  LM_EXPECT_ALL(lm_extents_create(NULL, 3, &c), LM_ERR_INVALID_ARGUMENT, "extents is NULL");
+  LM_EXPECT_ALL(lm_extents_create(e, 3, NULL), LM_ERR_INVALID_ARGUMENT, "id is NULL");
+  LM_ASSERT_OK(lm_extents_destroy(a));
+  LM_ASSERT_OK(lm_extents_get(a, NULL, 0, &n)); /* one reference left */
+  LM_ASSERT_OK(lm_extents_destroy(b));
+  LM_EXPECT_ALL(lm_extents_get(a, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
+  LM_EXPECT_ALL(lm_extents_destroy(a), LM_ERR_INVALID_ARGUMENT, "holds no reference");
+  LM_ASSERT_OK(lm_extents_destroy(0));
+  LM_ASSERT_OK(lm_extents_create(e, 3, &c));
+  LM_ASSERT_ALL(c != a); /* ids are never reused */
+  LM_ASSERT_OK(lm_extents_destroy(c));
+}
+
+static void test_refusals(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  lm_dist_tensor_t t = NULL;
+  int32_t id = world_extents(), shortid = 0, wrong = 0;
+  int64_t g[2] = {total_rows(), COLS}, e1[1] = {1}, e[64];
+  for (int r = 0; r < NP; ++r) e[r] = rows_of(r) + (r == 0);
+  LM_ASSERT_OK(lm_extents_create(e1, 1, &shortid));
+  LM_ASSERT_OK(lm_extents_create(e, NP, &wrong)); /* adds up to one row too many */
+  DLDataType f64 = {kDLFloat, 64, 1};
+  DLDevice cpu = {kDLCPU, 0};
+  lm_placement_t p = LM_PLACEMENT_RAGGED(0, id);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  p = (lm_placement_t)LM_PLACEMENT_RAGGED(0, 999999);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
+                "placements[0]: Ragged shard extents id 999999 is not registered");
+  p = (lm_placement_t)LM_PLACEMENT_RAGGED(2, id);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
+                "dim 2 out of range");
+  p = (lm_placement_t)LM_PLACEMENT_RAGGED(0, wrong);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
+                "add up to");
+  if (NP > 1) {
+    p = (lm_placement_t)LM_PLACEMENT_RAGGED(0, shortid);
+    LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
+                  "has 1 extents, the mesh dim");
+  }
+  /* A ragged dim must split first: on a 1 x NP mesh, Shard(0) on mesh dim 0 splits row 0 first. */
+  lm_mesh_t m2 = NULL;
+  int64_t s2[2] = {1, NP};
+  int32_t one = 0;
+  int64_t all[1] = {g[0]};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m2, lm_test_comm_f(), 2, s2, NULL));
+  LM_ASSERT_OK(lm_extents_create(all, 1, &one));
+  lm_placement_t q[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_RAGGED(0, id)};
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m2, 2, g, f64, cpu, q), LM_ERR_INVALID_ARGUMENT,
+                "must split tensor dim 0 first");
+  q[0] = (lm_placement_t)LM_PLACEMENT_RAGGED(0, one);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m2, 2, g, f64, cpu, q), LM_ERR_INVALID_ARGUMENT,
+                "must split tensor dim 0 first"); /* two ragged dims on one tensor dim */
+  q[1] = (lm_placement_t)LM_PLACEMENT_SHARD(0); /* ragged first, Shard inside each block: fine */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m2, 2, g, f64, cpu, q));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  char buf[64];
+  LM_ASSERT_OK(lm_placements_format(q, 2, buf, sizeof buf));
+  LM_ASSERT_ALL(strcmp(buf, "[RS(0), S(0)]") == 0);
+  LM_ASSERT_OK(lm_extents_destroy(one));
+  LM_ASSERT_OK(lm_mesh_destroy(&m2));
+  LM_ASSERT_OK(lm_extents_destroy(shortid));
+  LM_ASSERT_OK(lm_extents_destroy(wrong));
+  LM_ASSERT_OK(lm_extents_destroy(id));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+/* PETSc-style ownership: each rank borrows its own rows, without a copy, in every shape mode. */
+static void test_borrow_and_gather(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  int32_t id = world_extents();
+  int64_t rows = rows_of(ME), r0 = row0_of(ME), g[2] = {total_rows(), COLS};
+  double *mine = (double *)malloc(sizeof(double) * (size_t)(rows * COLS + 1));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < COLS; ++j) mine[i * COLS + j] = value_at(r0 + i, j);
+  int64_t ls[2] = {rows, COLS};
+  DLTensor local = {mine, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, ls, NULL, 0};
+  lm_placement_t p = LM_PLACEMENT_RAGGED(0, id);
+  double *full = (double *)calloc((size_t)(g[0] * COLS + 1), sizeof(double));
+  DLTensor dst = {full, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, NULL, 0};
+  const lm_shape_mode_t modes[3] = {LM_SHAPE_GIVEN, LM_SHAPE_EVEN, LM_SHAPE_ALLGATHER};
+  for (int k = 0; k < 3; ++k) {
+    lm_dist_tensor_t t = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, mesh, &local, &p, modes[k], g,
+                                               LM_FROM_LOCAL_BORROW));
+    DLTensor v;
+    LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+    LM_ASSERT_ALL(v.data == (void *)mine); /* borrowed, not copied */
+    int64_t gs[2] = {0, 0};
+    LM_ASSERT_OK(lm_dist_tensor_global_shape(t, gs, 2));
+    LM_ASSERT_ALL(gs[0] == g[0] && gs[1] == COLS);
+    memset(full, 0, sizeof(double) * (size_t)(g[0] * COLS));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, -1, &dst));
+    int ok = 1;
+    for (int64_t i = 0; i < g[0]; ++i)
+      for (int64_t j = 0; j < COLS; ++j) ok = ok && full[i * COLS + j] == value_at(i, j);
+    LM_ASSERT_ALL(ok);
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  }
+  /* A local shape that is not this rank's block is refused, naming the placements. */
+  int64_t bad[2] = {rows + 1, COLS};
+  DLTensor wrong = local;
+  wrong.shape = bad;
+  double *more = (double *)calloc((size_t)((rows + 1) * COLS), sizeof(double));
+  wrong.data = more;
+  lm_dist_tensor_t t = NULL;
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, mesh, &wrong, &p, LM_SHAPE_GIVEN, g,
+                                          LM_FROM_LOCAL_BORROW),
+                LM_ERR_INVALID_ARGUMENT, "RS(0)");
+  /* from_global slices the same blocks. */
+  for (int64_t i = 0; i < g[0]; ++i)
+    for (int64_t j = 0; j < COLS; ++j) full[i * COLS + j] = value_at(i, j);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&t, mesh, &dst, &p, 0));
+  int64_t off[2], lsh[2];
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, lsh, 2));
+  LM_ASSERT_ALL(off[0] == r0 && lsh[0] == rows && check_local_values(t));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  free(more);
+  free(full);
+  free(mine);
+  LM_ASSERT_OK(lm_extents_destroy(id));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+/* Partial(sum) -> ragged: one reduce-scatter into the ragged blocks, no second exchange: each rank
+ * sends every other rank's block once and receives its own block from every other rank. */
+static void test_partial_into_ragged(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  int32_t id = world_extents();
+  int64_t g[2] = {total_rows(), COLS};
+  DLDataType f64 = {kDLFloat, 64, 1};
+  lm_placement_t src = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM), dst = LM_PLACEMENT_RAGGED(0, id);
+  lm_reshard_plan_t plan = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, mesh, &src, NULL, &dst, 2, g, f64));
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+  LM_ASSERT_OK(lm_reshard_plan_info(plan, 0, &info));
+  const int64_t row = COLS * 8;
+  LM_ASSERT_ALL(info.bytes_sent == (g[0] - rows_of(ME)) * row);
+  LM_ASSERT_ALL(info.bytes_received == (NP - 1) * rows_of(ME) * row);
+  LM_ASSERT_ALL(info.steps == 1);
+  /* Values: rank r holds (r + 1) * value; the sum is value * NP (NP + 1) / 2. */
+  lm_dist_tensor_t s = NULL, d = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&s, mesh, 2, g, f64, (DLDevice){kDLCPU, 0}, &src));
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(s, &v));
+  for (int64_t i = 0; i < g[0]; ++i)
+    for (int64_t j = 0; j < COLS; ++j) ((double *)v.data)[i * COLS + j] = (ME + 1) * value_at(i, j);
+  LM_ASSERT_OK(lm_extents_destroy(id)); /* the plan keeps its extents */
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &d));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, s, d));
+  int64_t off[2], ls[2];
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(d, off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(d, ls, 2));
+  LM_ASSERT_ALL(off[0] == row0_of(ME) && ls[0] == rows_of(ME));
+  LM_ASSERT_OK(lm_dist_tensor_local(d, &v));
+  int ok = 1;
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int64_t j = 0; j < COLS; ++j)
+      ok = ok && ((double *)v.data)[i * COLS + j] == value_at(off[0] + i, j) * NP * (NP + 1) / 2;
+  LM_ASSERT_ALL(ok);
+  /* The target's placements name extents the tensor keeps readable. */
+  lm_placement_t got;
+  int64_t n = 0, e[64];
+  LM_ASSERT_OK(lm_dist_tensor_placements(d, &got, 1));
+  LM_ASSERT_ALL(got.kind == LM_RAGGED && got.dim == 0);
+  LM_ASSERT_OK(lm_extents_get(got.op, e, 64, &n));
+  LM_ASSERT_ALL(n == NP && e[ME] == rows_of(ME));
+  /* The adjoint (RS -> R, PyTorch's convention: Partial(sum)'s gradient is replicated). */
+  lm_reshard_plan_t adj = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_adjoint(plan, &adj));
+  lm_dist_tensor_t back = NULL;
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(adj, (DLDevice){kDLCPU, 0}, &back));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(adj, d, back));
+  LM_ASSERT_OK(lm_dist_tensor_local(back, &v));
+  ok = 1;
+  for (int64_t i = 0; i < g[0]; ++i)
+    for (int64_t j = 0; j < COLS; ++j)
+      ok = ok && ((double *)v.data)[i * COLS + j] == value_at(i, j) * NP * (NP + 1) / 2;
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&back));
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&adj));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&d));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&s));
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
+  LM_EXPECT_ALL(lm_extents_get(got.op, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+/* Grouped: two tensors, ragged -> Shard(0) and Shard(1) -> ragged, in one group. */
+static void test_grouped(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  int32_t id = world_extents();
+  int64_t g[2] = {total_rows(), COLS};
+  DLDataType f64 = {kDLFloat, 64, 1};
+  double *full = (double *)malloc(sizeof(double) * (size_t)(g[0] * COLS + 1));
+  for (int64_t i = 0; i < g[0]; ++i)
+    for (int64_t j = 0; j < COLS; ++j) full[i * COLS + j] = value_at(i, j);
+  DLTensor gt = {full, {kDLCPU, 0}, 2, f64, g, NULL, 0};
+  lm_placement_t rs = LM_PLACEMENT_RAGGED(0, id), s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1);
+  lm_dist_tensor_t src[2] = {NULL, NULL}, out[2] = {NULL, NULL};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&src[0], mesh, &gt, &rs, -1));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&src[1], mesh, &gt, &s1, -1));
+  const lm_placement_t *dp[2] = {&s0, &rs};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(2, src, NULL, dp, out));
+  LM_ASSERT_ALL(check_local_values(out[0]) && check_local_values(out[1]));
+  int64_t off[2], ls[2];
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(out[1], off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(out[1], ls, 2));
+  LM_ASSERT_ALL(off[0] == row0_of(ME) && ls[0] == rows_of(ME));
+  for (int i = 0; i < 2; ++i) {
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&out[i]));
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&src[i]));
+  }
+  free(full);
+  LM_ASSERT_OK(lm_extents_destroy(id));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+/* lm_local_map: a ragged input as it is (in_placements NULL), a row-wise function, and two
+ * outputs: the rows doubled (ragged, global shape from the extents, no allgather) and the local
+ * row count (Partial(sum): the total). user_data non-NULL: fn returns one row too many. */
+static void mt_deleter(DLManagedTensor *m) {
+  free(m->dl_tensor.data);
+  free(m->dl_tensor.shape);
+  free(m);
+}
+
+static DLManagedTensor *mt_new(int ndim, int64_t d0, int64_t d1) {
+  DLManagedTensor *m = (DLManagedTensor *)calloc(1, sizeof *m);
+  m->dl_tensor.shape = (int64_t *)calloc(2, sizeof(int64_t));
+  m->dl_tensor.shape[0] = d0;
+  m->dl_tensor.shape[1] = d1;
+  m->dl_tensor.ndim = ndim;
+  m->dl_tensor.dtype = (DLDataType){kDLFloat, 64, 1};
+  m->dl_tensor.device = (DLDevice){kDLCPU, 0};
+  m->dl_tensor.data = calloc((size_t)(d0 * (ndim > 1 ? d1 : 1) + 1), sizeof(double));
+  m->deleter = mt_deleter;
+  return m;
+}
+
+static lm_status_t rowwise(void *user, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                           lm_arg_t *out) {
+  (void)mesh;
+  (void)nin;
+  (void)nout;
+  const DLTensor *x = (const DLTensor *)in[0].ptr;
+  DLManagedTensor *y = mt_new(2, x->shape[0] + (user != NULL), x->shape[1]), *n = mt_new(1, 1, 1);
+  int64_t cnt = x->shape[0] * x->shape[1];
+  for (int64_t i = 0; i < cnt; ++i)
+    ((double *)y->dl_tensor.data)[i] = 2 * ((const double *)x->data)[i];
+  ((double *)n->dl_tensor.data)[0] = (double)x->shape[0];
+  out[0] = lm_arg_managed(y);
+  out[1] = lm_arg_managed(n);
+  return LM_SUCCESS;
+}
+
+static void test_local_map(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  int32_t id = world_extents();
+  int64_t g[2] = {total_rows(), COLS};
+  DLDataType f64 = {kDLFloat, 64, 1};
+  double *full = (double *)malloc(sizeof(double) * (size_t)(g[0] * COLS + 1));
+  double *yfull = (double *)malloc(sizeof(double) * (size_t)(g[0] * COLS + 1));
+  for (int64_t i = 0; i < g[0]; ++i)
+    for (int64_t j = 0; j < COLS; ++j) full[i * COLS + j] = value_at(i, j);
+  DLTensor gt = {full, {kDLCPU, 0}, 2, f64, g, NULL, 0};
+  lm_placement_t rs = LM_PLACEMENT_RAGGED(0, id), psum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+  lm_dist_tensor_t x = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&x, mesh, &gt, &rs, -1));
+  lm_arg_t in[1] = {lm_arg_dist(x)};
+  lm_arg_t out[2];
+  const lm_placement_t *op[2] = {&rs, &psum};
+  LM_ASSERT_OK_ALL(lm_local_map(rowwise, NULL, 1, in, NULL, 2, op, NULL, mesh, 0, out));
+  LM_ASSERT_ALL(out[0].kind == LM_ARG_DIST_TENSOR && out[1].kind == LM_ARG_DIST_TENSOR);
+  lm_dist_tensor_t yt = (lm_dist_tensor_t)out[0].ptr, nt = (lm_dist_tensor_t)out[1].ptr;
+  int64_t gs[2] = {0, 0}, off[2];
+  LM_ASSERT_OK(lm_dist_tensor_global_shape(yt, gs, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(yt, off, 2));
+  LM_ASSERT_ALL(gs[0] == g[0] && gs[1] == COLS && off[0] == row0_of(ME));
+  double tot = 0;
+  int64_t one = 1;
+  DLTensor td = {&tot, {kDLCPU, 0}, 1, f64, &one, NULL, 0};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(nt, -1, &td));
+  LM_ASSERT_ALL(tot == (double)g[0]);
+  DLTensor yd = gt;
+  yd.data = yfull;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(yt, -1, &yd));
+  int ok = 1;
+  for (int64_t i = 0; i < g[0] * COLS; ++i) ok = ok && yfull[i] == 2 * full[i];
+  LM_ASSERT_ALL(ok);
+  /* An output whose local shape is not this rank's ragged block is refused, naming it. */
+  LM_EXPECT_ALL(lm_local_map(rowwise, &one, 1, in, NULL, 2, op, NULL, mesh, 0, out),
+                LM_ERR_INVALID_ARGUMENT, "outputs[0]");
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&yt));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&nt));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  free(yfull);
+  free(full);
+  LM_ASSERT_OK(lm_extents_destroy(id));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_registry),
+    cmocka_unit_test(test_refusals),
+    cmocka_unit_test(test_borrow_and_gather),
+    cmocka_unit_test(test_partial_into_ragged),
+    cmocka_unit_test(test_grouped),
+    cmocka_unit_test(test_local_map),
+};
+
+LM_TEST_MAIN(tests)
