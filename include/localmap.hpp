@@ -153,6 +153,50 @@ using placements = std::vector<lm_placement_t>;
 /// A shape, extents or coordinate.
 using shape = std::vector<int64_t>;
 
+/// The extents of a ragged shard (lm_extents_create), released when destroyed (move-only).
+/// Tensors and plans made from placements naming it keep their own copy.
+class extents {
+ public:
+  /// Registers `lengths` (one per coordinate of the mesh dim that uses them).
+  explicit extents(const shape &lengths) {
+    check(lm_extents_create(lengths.data(), static_cast<int64_t>(lengths.size()), &id_));
+  }
+  extents(extents &&o) noexcept : id_(o.id_) { o.id_ = 0; }
+  extents &operator=(extents &&o) noexcept {
+    if (this != &o) {
+      release();
+      id_ = o.id_;
+      o.id_ = 0;
+    }
+    return *this;
+  }
+  extents(const extents &) = delete;
+  extents &operator=(const extents &) = delete;
+  ~extents() { release(); }
+  /// The id lm_placement_t::op carries.
+  int32_t id() const noexcept { return id_; }
+  /// The lengths of any live extents id (e.g. from dist_tensor::placements()).
+  static shape lengths(int32_t id) {
+    int64_t n = 0;
+    check(lm_extents_get(id, nullptr, 0, &n));
+    shape v(static_cast<size_t>(n));
+    check(lm_extents_get(id, v.data(), n, &n));
+    return v;
+  }
+
+ private:
+  void release() noexcept {
+    if (id_) (void)!lm_extents_destroy(id_);
+    id_ = 0;
+  }
+  int32_t id_ = 0;
+};
+
+/// RaggedShard(dim) with the given extents (see lm_placement_t), with a co-shard order.
+inline lm_placement_t ragged(int dim, const extents &e, int order = 0) {
+  return lm_placement_t{LM_RAGGED, dim, e.id(), order};
+}
+
 /// The placements of a gradient (lm_placements_adjoint): Partial(sum) -> Replicate, the others
 /// kept; Partial(avg/max/min/prod) throws.
 inline placements placements_adjoint(const placements &p) {

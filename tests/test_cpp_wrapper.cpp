@@ -182,7 +182,33 @@ static void test_local_map_record(void **) {
   LM_ASSERT_ALL(ok);
 }
 
+// Ragged shards: localmap::extents registers and releases; the tensor keeps its extents after
+// the object is gone, and a reshard from them to Replicate reassembles the rows in order.
+static void test_ragged(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m = lmx::mesh::world({n});
+  lmx::shape rows(static_cast<size_t>(n));
+  int64_t total = 0;
+  for (int r = 0; r < n; ++r) total += rows[static_cast<size_t>(r)] = (r * 3) % 4;
+  std::vector<double> full(static_cast<size_t>(total * 2 + 1));
+  for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<double>(i);
+  int64_t g[2] = {total, 2};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
+  lmx::dist_tensor x = [&] {
+    lmx::extents e(rows);
+    return lmx::dist_tensor::from_global(m, &gt, {lmx::ragged(0, e)});
+  }();  // e released here
+  int64_t off = 0;
+  for (int r = 0; r < lm_test_rank(); ++r) off += rows[static_cast<size_t>(r)];
+  int ok = x.local_offset()[0] == off && x.local_shape()[0] == rows[static_cast<size_t>(lm_test_rank())];
+  lmx::dist_tensor y = x.reshard({lmx::replicate()});
+  for (int64_t i = 0; ok && i < total * 2; ++i) ok &= y.local_data<double>()[i] == full[static_cast<size_t>(i)];
+  ok &= refuses([&] { lmx::extents bad({1, -1}); }, "extents[1]");
+  LM_ASSERT_ALL(ok);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_ragged),
     cmocka_unit_test(test_environment),
     cmocka_unit_test(test_placement_counts),
     cmocka_unit_test(test_reshard_group),

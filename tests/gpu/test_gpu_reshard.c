@@ -2,7 +2,7 @@
 /* Device reshards against the host path. Every case draws (one seeded generator shared by all
  * ranks) a mesh pair (same mesh, a 2-D mesh, a reversed mesh for cross-mesh), a global shape
  * (0-d, extents smaller than the mesh, zero), a dtype (all 12), placements (Shard with co-shard
- * orders, Replicate, Partial with every op the dtype allows) and an API path (reshard, plan
+ * orders, ragged shards with random extents, Replicate, Partial with every op the dtype allows) and an API path (reshard, plan
  * execute, plan start + test/wait). The same source bytes are resharded once as a host tensor and
  * once as a device tensor (wrapped with LM_FROM_LOCAL_BORROW or copied with LM_FROM_LOCAL_COPY);
  * the device result must equal the host result byte for byte. Values are small integers in every
@@ -84,6 +84,30 @@ static void random_placements(lm_placement_t *pl, int mesh_ndim, int ndim, DLDat
     else pl[k] = (lm_placement_t)LM_PLACEMENT_PARTIAL(op);
   }
   (void)t;
+}
+
+/* Ragged shards (after every other draw, so the cases without them stay what they were): the first
+ * splitter of a tensor dim becomes ragged with probability 1/3, its extents random cut points. */
+static int32_t g_ids[8];
+static int g_nids;
+static void raggedize(lm_mesh_t m, lm_placement_t *pl, int mesh_ndim, int ndim, const int64_t *g) {
+  int64_t ms[2];
+  LM_ASSERT_OK(lm_mesh_shape(m, ms, mesh_ndim));
+  for (int d = 0; d < ndim; ++d) {
+    int first = -1;
+    for (int k = 0; k < mesh_ndim; ++k)
+      if (pl[k].kind == LM_SHARD && pl[k].dim == d && (first < 0 || pl[k].order < pl[first].order))
+        first = k;
+    if (first < 0 || rndi(3)) continue;
+    int64_t e[64], left = g[d];
+    for (int64_t i = 0; i < ms[first]; ++i) {
+      e[i] = i + 1 == ms[first] ? left : (int64_t)(rnd() % (uint64_t)(left + 1));
+      left -= e[i];
+    }
+    LM_ASSERT_OK(lm_extents_create(e, ms[first], &g_ids[g_nids]));
+    pl[first].kind = LM_RAGGED;
+    pl[first].op = g_ids[g_nids++];
+  }
 }
 
 static size_t local_bytes(lm_dist_tensor_t t, int ndim, DLDataType dt) {
@@ -232,10 +256,14 @@ static void test_random(void **state) {
     random_placements(spl, sn, ndim, dt, op);
     random_placements(dpl, dn, ndim, dt, op);
     int path = rndi(3), borrow = rndi(2);
+    raggedize(sm, spl, sn, ndim, g);
+    raggedize(dm, dpl, dn, ndim, g);
     char label[96];
     snprintf(label, sizeof label, "case %d (LM_SEED=%llu LM_CASE=%d)", c, (unsigned long long)seed, c);
     if (compare_case(sm, dm, ndim, g, dt, spl, dpl, path, borrow, label)) ++ran;
     else ++refused;
+    for (int i = 0; i < g_nids; ++i) LM_ASSERT_OK(lm_extents_destroy(g_ids[i]));
+    g_nids = 0;
   }
   if (lm_test_rank() == 0) printf("test_gpu_reshard: %d cases compared, %d refused alike\n", ran, refused);
   LM_ASSERT_ALL(only >= 0 || ran > cases / 2);

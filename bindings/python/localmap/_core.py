@@ -236,7 +236,7 @@ def _mpi4py_comm(handle_f):
 # =============================================================================================
 # Placements
 # =============================================================================================
-REPLICATE, SHARD, PARTIAL = 0, 1, 2
+REPLICATE, SHARD, PARTIAL, RAGGED = 0, 1, 2, 3
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
 
 
@@ -307,7 +307,52 @@ class Partial(Placement):
         super().__init__(PARTIAL, 0, op, 0)
 
 
+class RaggedShard(Placement):
+    """Tensor dim `dim` is split along the mesh dim into the given `extents`, one length per
+    coordinate (empty ones allowed): PETSc ownership ranges, numpy.array_split, load-balanced
+    partitions. It must split its tensor dim first (Shard dims of higher `order` split each
+    block like torch.chunk). The extents are registered with the library (lm_extents_create)
+    while this object lives; tensors made from it keep their own."""
+    __slots__ = ("extents", "_id")
+
+    def __init__(self, dim, extents, order=0):
+        try:
+            ext = tuple(int(e) for e in extents)
+        except TypeError:
+            raise _bad(f"RaggedShard: extents must be a sequence of lengths, got "
+                       f"{type(extents).__name__}") from None
+        self._id = 0
+        ident = ctypes.c_int32()
+        L.lm_extents_create((c_int64 * max(len(ext), 1))(*ext), len(ext), byref(ident))
+        super().__init__(RAGGED, dim, ident.value, order)
+        self.extents, self._id = ext, ident.value
+
+    def __del__(self):
+        try:
+            if self._id:
+                L.lm_extents_destroy(self._id)
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def __eq__(self, other):
+        return isinstance(other, RaggedShard) and (self.dim, self.order, self.extents) == \
+            (other.dim, other.order, other.extents)
+
+    def __hash__(self):
+        return hash((RAGGED, self.dim, self.order, self.extents))
+
+    def __repr__(self):
+        return f"RaggedShard({self.dim}, {list(self.extents)}" + \
+            (f", order={self.order})" if self.order else ")")
+
+
 def _placement_from_c(p):
+    if p.kind == RAGGED:
+        n = c_int64()
+        L.lm_extents_get(p.op, None, 0, byref(n))
+        ext = (c_int64 * max(n.value, 1))()
+        L.lm_extents_get(p.op, ext, n.value, byref(n))
+        return RaggedShard(p.dim, ext[:n.value], p.order)
     if p.kind == SHARD:
         return Shard(p.dim, p.order)
     if p.kind == REPLICATE and p.dim == 0 and p.op == 0 and p.order == 0:
