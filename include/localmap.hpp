@@ -161,7 +161,9 @@ class extents {
   explicit extents(const shape &lengths) {
     check(lm_extents_create(lengths.data(), static_cast<int64_t>(lengths.size()), &id_));
   }
+  /// Takes over another object's reference.
   extents(extents &&o) noexcept : id_(o.id_) { o.id_ = 0; }
+  /// Releases this reference and takes over another's.
   extents &operator=(extents &&o) noexcept {
     if (this != &o) {
       release();
@@ -172,6 +174,7 @@ class extents {
   }
   extents(const extents &) = delete;
   extents &operator=(const extents &) = delete;
+  /// Releases the reference (lm_extents_destroy).
   ~extents() { release(); }
   /// The id lm_placement_t::op carries.
   int32_t id() const noexcept { return id_; }

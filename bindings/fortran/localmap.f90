@@ -52,7 +52,8 @@ module localmap
   !> Placement kinds and reduce ops.
   ! (C's LM_REPLICATE, LM_SHARD, LM_PARTIAL: Fortran names are case-blind, lm_shard() is the
   ! constructor.)
-  integer, parameter, public :: LM_KIND_REPLICATE = 0, LM_KIND_SHARD = 1, LM_KIND_PARTIAL = 2
+  integer, parameter, public :: LM_KIND_REPLICATE = 0, LM_KIND_SHARD = 1, LM_KIND_PARTIAL = 2, &
+    LM_KIND_RAGGED = 3
   integer, parameter, public :: LM_REDUCE_SUM = 0, LM_REDUCE_AVG = 1, LM_REDUCE_MAX = 2, &
     LM_REDUCE_MIN = 3, LM_REDUCE_PROD = 4
   !> Shape modes of lm_from_local, flags of lmc_dist_tensor_from_local.
@@ -347,6 +348,18 @@ module localmap
       import; integer(c_int64_t), value :: n, parts, index
       integer(c_int64_t), intent(out) :: offset, length; integer(c_int) :: lmc_chunk
     end function
+    function lmc_extents_create(extents, count, id) bind(C, name="lm_extents_create")
+      import; integer(c_int64_t), intent(in) :: extents(*); integer(c_int64_t), value :: count
+      integer(c_int32_t), intent(out) :: id; integer(c_int) :: lmc_extents_create
+    end function
+    function lmc_extents_get(id, extents, capacity, count) bind(C, name="lm_extents_get")
+      import; integer(c_int32_t), value :: id; type(c_ptr), value :: extents
+      integer(c_int64_t), value :: capacity; integer(c_int64_t), intent(out) :: count
+      integer(c_int) :: lmc_extents_get
+    end function
+    function lmc_extents_destroy(id) bind(C, name="lm_extents_destroy")
+      import; integer(c_int32_t), value :: id; integer(c_int) :: lmc_extents_destroy
+    end function
 
     function lmc_mesh_create(mesh, parent_comm, ndim, shape, config) bind(C, name="lm_mesh_create")
       import; type(c_ptr), intent(out) :: mesh; integer(c_int), value :: parent_comm, ndim
@@ -615,7 +628,7 @@ module localmap
   public :: lmc_get_version, lmc_status_string, lmc_last_error_message, lmc_set_error_message, &
     lmc_init, lmc_finalize, lmc_comm_world, lmc_world_rank, lmc_device_supported, &
     lmc_placements_format, lmc_placements_adjoint, lmc_reshard_plan_adjoint, &
-    lmc_chunk, lmc_mesh_create, lmc_mesh_destroy, lmc_mesh_ndim, &
+    lmc_chunk, lmc_extents_create, lmc_extents_get, lmc_extents_destroy, lmc_mesh_create, lmc_mesh_destroy, lmc_mesh_ndim, &
     lmc_mesh_shape, lmc_mesh_size, lmc_mesh_is_member, lmc_mesh_coord, lmc_mesh_rank, &
     lmc_mesh_rank_at, lmc_mesh_dim_index, lmc_mesh_dim_name, lmc_mesh_dim_comm, lmc_mesh_comm, &
     lmc_dist_tensor_zeros, lmc_dist_tensor_from_local, lmc_dist_tensor_from_managed, &
@@ -636,8 +649,8 @@ module localmap
   ! ---------------------------------------------------------------------------------------------
   public :: lm_get_version, lm_status_string, lm_last_error_message, lm_set_error_message
   public :: lm_init, lm_finalize, lm_comm_world, lm_world_rank, lm_device_supported
-  public :: lm_replicate, lm_shard, lm_partial, lm_placements_format, lm_placements_adjoint, &
-    lm_chunk
+  public :: lm_replicate, lm_shard, lm_partial, lm_ragged, lm_placements_format, &
+    lm_placements_adjoint, lm_chunk, lm_extents_create, lm_extents_get, lm_extents_destroy
   public :: lm_mesh_create, lm_mesh_destroy, lm_mesh_ndim, lm_mesh_shape, lm_mesh_size, &
     lm_mesh_is_member, lm_mesh_coord, lm_mesh_rank, lm_mesh_rank_at, lm_mesh_dim_index, &
     lm_mesh_dim_name, lm_mesh_dim_comm, lm_mesh_comm
@@ -888,6 +901,15 @@ contains
     lm_shard = lm_placement(LM_KIND_SHARD, int(dim, c_int32_t), 0, 0)
     if (present(order)) lm_shard%order = int(order, c_int32_t)
   end function
+  !> Ragged shard of Fortran dim `dim` into the extents of `id` (lm_extents_create): coordinate i
+  !> of the mesh dim holds extents(i+1) elements; it must split its dim first (lowest order).
+  type(lm_placement) function lm_ragged(dim, id, order)
+    integer, intent(in) :: dim
+    integer(c_int32_t), intent(in) :: id
+    integer, intent(in), optional :: order
+    lm_ragged = lm_placement(LM_KIND_RAGGED, int(dim, c_int32_t), id, 0)
+    if (present(order)) lm_ragged%order = int(order, c_int32_t)
+  end function
   !> Partial with a reduce op (LM_REDUCE_SUM, ...).
   type(lm_placement) function lm_partial(op)
     integer, intent(in) :: op
@@ -915,7 +937,7 @@ contains
     st = LM_SUCCESS
     do i = 1, size(pl)
       cpl(i) = lm_placement_t(pl(i)%kind, pl(i)%dim, pl(i)%op, pl(i)%order)
-      if (pl(i)%kind == LM_KIND_SHARD) then
+      if (pl(i)%kind == LM_KIND_SHARD .or. pl(i)%kind == LM_KIND_RAGGED) then
         if (pl(i)%dim < 1 .or. pl(i)%dim > ndim) then
           write(msg, '(a,"(",i0,"): lm_shard(",i0,") of a rank-",i0," tensor (Fortran dims are 1..",i0,")")') &
             what, i, pl(i)%dim, ndim, ndim
@@ -935,7 +957,8 @@ contains
     integer :: i
     do i = 1, size(cpl)
       pl(i) = lm_placement(cpl(i)%kind, cpl(i)%dim, cpl(i)%op, cpl(i)%order)
-      if (cpl(i)%kind == LM_KIND_SHARD) pl(i)%dim = int(ndim - cpl(i)%dim, c_int32_t)
+      if (cpl(i)%kind == LM_KIND_SHARD .or. cpl(i)%kind == LM_KIND_RAGGED) &
+        pl(i)%dim = int(ndim - cpl(i)%dim, c_int32_t)
     end do
   end subroutine
 
@@ -1014,6 +1037,47 @@ contains
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
     st = lmc_chunk(n, parts, index, offset, length); call c_(st); call done_(st, ierr, "lm_chunk")
+  end subroutine
+
+  !> Registers the extents of a ragged shard (one length per mesh coordinate) and returns their
+  !> id for lm_ragged; every lm_extents_create is matched by one lm_extents_destroy.
+  subroutine lm_extents_create(extents, id, ierr)
+    integer(c_int64_t), intent(in) :: extents(:)
+    integer(c_int32_t), intent(out) :: id
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: e(max(size(extents), 1))
+    integer(c_int) :: st
+    e(1:size(extents)) = extents
+    st = lmc_extents_create(e, int(size(extents), c_int64_t), id); call c_(st)
+    call done_(st, ierr, "lm_extents_create")
+  end subroutine
+
+  !> The number of extents of `id` in count and, when `extents` is present, the lengths (its size
+  !> must be at least count).
+  subroutine lm_extents_get(id, count, extents, ierr)
+    integer(c_int32_t), intent(in) :: id
+    integer(c_int64_t), intent(out) :: count
+    integer(c_int64_t), intent(inout), optional, target :: extents(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (present(extents)) then
+      if (size(extents) > 0) then
+        st = lmc_extents_get(id, c_loc(extents), int(size(extents), c_int64_t), count)
+      else
+        st = lmc_extents_get(id, c_null_ptr, 0_c_int64_t, count)
+      end if
+    else
+      st = lmc_extents_get(id, c_null_ptr, 0_c_int64_t, count)
+    end if
+    call c_(st); call done_(st, ierr, "lm_extents_get")
+  end subroutine
+
+  !> Drops one reference to the extents of `id` (0: nothing).
+  subroutine lm_extents_destroy(id, ierr)
+    integer(c_int32_t), intent(in) :: id
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    st = lmc_extents_destroy(id); call c_(st); call done_(st, ierr, "lm_extents_destroy")
   end subroutine
 
   ! =============================================================================================

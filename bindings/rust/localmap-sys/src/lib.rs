@@ -121,6 +121,7 @@ pub type lm_placement_kind_t = c_int;
 pub const LM_REPLICATE: lm_placement_kind_t = 0;
 pub const LM_SHARD: lm_placement_kind_t = 1;
 pub const LM_PARTIAL: lm_placement_kind_t = 2;
+pub const LM_RAGGED: lm_placement_kind_t = 3;
 
 pub type lm_reduce_op_t = c_int;
 pub const LM_REDUCE_SUM: lm_reduce_op_t = 0;
@@ -438,6 +439,9 @@ extern "C" {
     pub fn lm_placements_format(placements: *const lm_placement_t, n: c_int, buf: *mut c_char,
                                 size: usize) -> lm_status_t;
     pub fn lm_chunk(n: i64, parts: i64, index: i64, offset: *mut i64, length: *mut i64) -> lm_status_t;
+    pub fn lm_extents_create(extents: *const i64, count: i64, id: *mut i32) -> lm_status_t;
+    pub fn lm_extents_get(id: i32, extents: *mut i64, capacity: i64, count: *mut i64) -> lm_status_t;
+    pub fn lm_extents_destroy(id: i32) -> lm_status_t;
 
     pub fn lm_mesh_create(mesh: *mut lm_mesh_t, parent_comm: c_int, ndim: c_int, shape: *const i64,
                           config: *const lm_mesh_config_t) -> lm_status_t;

@@ -350,6 +350,9 @@ pub enum Placement {
     ShardOrdered { dim: i32, order: i32 },
     /// Each rank holds a partial value; the value is the reduction.
     Partial(ReduceOp),
+    /// Tensor dim `dim` is split into the extents of id `extents` (see [`Extents`]); it must
+    /// split its dim first (lowest `order`).
+    Ragged { dim: i32, extents: i32, order: i32 },
 }
 
 impl Placement {
@@ -359,6 +362,7 @@ impl Placement {
             Placement::Shard(d) => sys::LM_PLACEMENT_SHARD(d),
             Placement::ShardOrdered { dim, order } => sys::lm_placement_t { kind: sys::LM_SHARD, dim, op: 0, order },
             Placement::Partial(op) => sys::LM_PLACEMENT_PARTIAL(op.raw()),
+            Placement::Ragged { dim, extents, order } => sys::lm_placement_t { kind: sys::LM_RAGGED, dim, op: extents, order },
         }
     }
     /// `None` for a struct this binding cannot express (an unknown kind or op).
@@ -368,6 +372,7 @@ impl Placement {
             sys::LM_SHARD if p.order == 0 => Some(Placement::Shard(p.dim)),
             sys::LM_SHARD => Some(Placement::ShardOrdered { dim: p.dim, order: p.order }),
             sys::LM_PARTIAL => ReduceOp::from_raw(p.op).map(Placement::Partial),
+            sys::LM_RAGGED => Some(Placement::Ragged { dim: p.dim, extents: p.op, order: p.order }),
             _ => None,
         }
     }
@@ -424,6 +429,46 @@ pub fn placements_adjoint(placements: &[Placement]) -> Result<Vec<Placement>> {
     out.into_iter()
         .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::Internal, format!("placement {p:?}"))))
         .collect()
+}
+
+/// The extents of a ragged shard (`lm_extents_create`): one length per coordinate of the mesh
+/// dim that uses them. Dropping it releases this reference; tensors and plans keep their own.
+#[derive(Debug)]
+pub struct Extents {
+    id: i32,
+}
+
+impl Extents {
+    /// Registers `lengths` (each >= 0).
+    pub fn new(lengths: &[i64]) -> Result<Extents> {
+        let mut id = 0;
+        check(unsafe { sys::lm_extents_create(lengths.as_ptr(), lengths.len() as i64, &mut id) })?;
+        Ok(Extents { id })
+    }
+    /// The id a ragged placement carries.
+    pub fn id(&self) -> i32 {
+        self.id
+    }
+    /// `Placement::Ragged` of tensor dim `dim` with these extents.
+    pub fn placement(&self, dim: i32) -> Placement {
+        Placement::Ragged { dim, extents: self.id, order: 0 }
+    }
+    /// The lengths of any live extents id (e.g. from `DistTensor::placements`).
+    pub fn lengths(id: i32) -> Result<Vec<i64>> {
+        let mut n = 0;
+        check(unsafe { sys::lm_extents_get(id, std::ptr::null_mut(), 0, &mut n) })?;
+        let mut v = vec![0i64; n as usize];
+        check(unsafe { sys::lm_extents_get(id, v.as_mut_ptr(), n, &mut n) })?;
+        Ok(v)
+    }
+}
+
+impl Drop for Extents {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = sys::lm_extents_destroy(self.id);
+        }
+    }
 }
 
 /// `lm_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`.

@@ -562,10 +562,35 @@ fn slice_lengths(_rank: i32, size: i32) -> T {
     Ok(())
 }
 
+// Ragged shards: rank r owns r % 3 rows; from_global slices them, a reshard to Replicate
+// reassembles them, and the placements read back name the same lengths.
+fn ragged(rank: i32, size: i32) -> T {
+    let m = Mesh::new(comm_world().map_err(e)?, &[size as i64]).map_err(e)?;
+    let rows: Vec<i64> = (0..size as i64).map(|r| r % 3).collect();
+    let total: i64 = rows.iter().sum();
+    let full: Vec<f64> = (0..total * 2).map(|i| i as f64).collect();
+    let x = {
+        let ext = Extents::new(&rows).map_err(e)?;
+        DistTensor::from_global(&m, Some(&full[..]), &[total, 2], &[ext.placement(0)], -1).map_err(e)?
+    };
+    let off: i64 = rows[..rank as usize].iter().sum();
+    ensure!(x.local_offset().map_err(e)? == vec![off, 0]);
+    ensure!(x.local_shape().map_err(e)? == vec![rows[rank as usize], 2]);
+    match x.placements().map_err(e)?[0] {
+        Placement::Ragged { dim: 0, extents, order: 0 } => ensure!(Extents::lengths(extents).map_err(e)? == rows),
+        p => return Err(format!("placement {p:?}")),
+    }
+    let y = x.reshard(None, &[Placement::Replicate]).map_err(e)?;
+    ensure!(y.local::<f64>().map_err(e)? == &full[..]);
+    ensure!(Extents::new(&[1, -1]).unwrap_err().status == Status::InvalidArgument);
+    Ok(())
+}
+
 fn main() {
     init().expect("lm_init");
     let (rank, size) = world_rank().expect("lm_world_rank");
-    let tests: [(&str, fn(i32, i32) -> T); 9] = [
+    let tests: [(&str, fn(i32, i32) -> T); 10] = [
+        ("ragged", ragged),
         ("statics", |_, _| statics()),
         ("mesh_queries", mesh_queries),
         ("tensors", tensors),
