@@ -808,6 +808,43 @@ program test_localmap
   call lm_mesh_ndim(mesh, nd)
   call check(nd == 2, "borrowed mesh")
   call lm_destroy(x); call lm_destroy(y); call lm_destroy(z); call lm_destroy(w); call lm_destroy(mesh)
+
+  ! ---- ragged shards: rank r owns mod(r, 3) columns of a 2 x total matrix (Fortran dim 2)
+  block
+    type(lm_mesh) :: rm
+    type(lm_dist_tensor) :: rx
+    type(lm_placement) :: rp(1)
+    integer(c_int32_t) :: rid
+    integer(c_int64_t) :: ext(size), got(size), cnt, total, first
+    real(c_double), allocatable :: full(:, :), whole(:, :)
+    real(c_double), pointer :: rloc(:, :)
+    do i = 1, size
+      ext(i) = mod(i - 1, 3)
+    end do
+    total = sum(ext)
+    first = sum(ext(1:rank))
+    allocate(full(2, total), whole(2, total))
+    do j = 1, int(total)
+      full(:, j) = [real(j, c_double), -real(j, c_double)]
+    end do
+    call lm_extents_create(ext, rid)
+    call lm_extents_get(rid, cnt, got)
+    call check(cnt == size .and. all(got == ext), "lm_extents_get")
+    call lm_mesh_create(rm, MPI_COMM_WORLD_F(), [size])
+    rp(1) = lm_ragged(2, rid)
+    call lm_from_global(rx, rm, full, rp)
+    call lm_extents_destroy(rid)
+    call lm_local(rx, rloc)
+    call check(all(shape(rloc) == [2, int(ext(rank + 1))]), "ragged local shape")
+    if (ext(rank + 1) > 0) &
+      call check(all(rloc == full(:, first + 1:first + ext(rank + 1))), "ragged local values")
+    call lm_gather(rx, whole)
+    call check(all(whole == full), "ragged gather")
+    call lm_destroy(rx); call lm_destroy(rm)
+    call lm_extents_destroy(rid, ierr)
+    call check(ierr == LM_ERR_INVALID_ARGUMENT, "extents destroyed once too often")
+    deallocate(full, whole)
+  end block
   call lm_finalize()
   deallocate(mine, s, msg)   ! main-program allocatables are never freed (LeakSanitizer)
   if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size
