@@ -27,6 +27,14 @@ static int64_t row0_of(int r) {
 static int64_t total_rows(void) { return row0_of(NP); }
 static double value_at(int64_t i, int64_t j) { return (double)(i * 100 + j); }
 
+/* The whole matrix (total_rows() x COLS) holding value_at everywhere; the caller frees it. */
+static double *value_matrix(void) {
+  double *m = (double *)malloc(sizeof(double) * (size_t)(total_rows() * COLS + 1));
+  for (int64_t i = 0; i < total_rows(); ++i)
+    for (int64_t j = 0; j < COLS; ++j) m[i * COLS + j] = value_at(i, j);
+  return m;
+}
+
 /* The ownership extents of the world mesh (rows_of each rank). */
 static int32_t world_extents(void) {
   int64_t e[64];
@@ -180,8 +188,8 @@ static void test_borrow_and_gather(void **state) {
                                           LM_FROM_LOCAL_BORROW),
                 LM_ERR_INVALID_ARGUMENT, "RS(0)");
   /* from_global slices the same blocks. */
-  for (int64_t i = 0; i < g[0]; ++i)
-    for (int64_t j = 0; j < COLS; ++j) full[i * COLS + j] = value_at(i, j);
+  free(full);
+  dst.data = full = value_matrix();
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&t, mesh, &dst, &p, 0));
   int64_t off[2], lsh[2];
   LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
@@ -267,9 +275,7 @@ static void test_grouped(void **state) {
   int32_t id = world_extents();
   int64_t g[2] = {total_rows(), COLS};
   DLDataType f64 = {kDLFloat, 64, 1};
-  double *full = (double *)malloc(sizeof(double) * (size_t)(g[0] * COLS + 1));
-  for (int64_t i = 0; i < g[0]; ++i)
-    for (int64_t j = 0; j < COLS; ++j) full[i * COLS + j] = value_at(i, j);
+  double *full = value_matrix();
   DLTensor gt = {full, {kDLCPU, 0}, 2, f64, g, NULL, 0};
   lm_placement_t rs = LM_PLACEMENT_RAGGED(0, id), s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1);
   lm_dist_tensor_t src[2] = {NULL, NULL}, out[2] = {NULL, NULL};
@@ -335,10 +341,7 @@ static void test_local_map(void **state) {
   int32_t id = world_extents();
   int64_t g[2] = {total_rows(), COLS};
   DLDataType f64 = {kDLFloat, 64, 1};
-  double *full = (double *)malloc(sizeof(double) * (size_t)(g[0] * COLS + 1));
-  double *yfull = (double *)malloc(sizeof(double) * (size_t)(g[0] * COLS + 1));
-  for (int64_t i = 0; i < g[0]; ++i)
-    for (int64_t j = 0; j < COLS; ++j) full[i * COLS + j] = value_at(i, j);
+  double *full = value_matrix(), *yfull = value_matrix();
   DLTensor gt = {full, {kDLCPU, 0}, 2, f64, g, NULL, 0};
   lm_placement_t rs = LM_PLACEMENT_RAGGED(0, id), psum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
   lm_dist_tensor_t x = NULL;

@@ -595,12 +595,11 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
   return ok;
 }
 
-static void test_random_reshards(void **state) {
-  (void)state;
+/* One suite: `cases` cases drawn by `draw` from seed LM_SEED (else `seed0` + np), LM_CASE runs
+ * one of them; ragged extents are released after each case. */
+static void run_suite(const char *name, int cases, uint64_t seed0, void (*draw)(case_t *)) {
   int n = lm_test_size();
-  const char *e = getenv("LM_RESHARD_CASES");
-  int cases = e ? atoi(e) : n == 1 ? 5000 : n == 2 ? 5000 : n == 3 ? 4000 : n == 4 ? 4000 : 2000;
-  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261129ull + (uint64_t)n;
+  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : seed0 + (uint64_t)n;
   int only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
   build_pool();
   failbuf[0] = 0;
@@ -609,42 +608,33 @@ static void test_random_reshards(void **state) {
   rng_state = seed;
   for (int k = 0; k < cases; ++k) {
     case_t c;
-    draw_case(&c);
-    if (only >= 0 && k != only) continue;
-    if (!run_case(seed, k, &c)) ++bad;
-    ++ran;
+    draw(&c);
+    if (only < 0 || k == only) {
+      if (!run_case(seed, k, &c)) ++bad;
+      ++ran;
+    }
+    release_ragged();
   }
   if (bad) fprintf(stderr, "%s", failbuf);
-  if (lm_test_rank() == 0) printf("reshard random: %d cases at np %d, seed %llu\n", ran, n, (unsigned long long)seed);
+  if (lm_test_rank() == 0) printf("%s: %d cases at np %d, seed %llu\n", name, ran, n, (unsigned long long)seed);
   free_pool();
   LM_ASSERT_ALL(bad == 0);
+}
+
+static void test_random_reshards(void **state) {
+  (void)state;
+  int n = lm_test_size();
+  const char *e = getenv("LM_RESHARD_CASES");
+  int cases = e ? atoi(e) : n == 1 ? 5000 : n == 2 ? 5000 : n == 3 ? 4000 : n == 4 ? 4000 : 2000;
+  run_suite("reshard random", cases, 20261129ull, draw_case);
 }
 
 /* 0-d tensors, drawn from their own stream so the cases above stay what they were. Cases:
  * LM_RESHARD_CASES_0D, default 400 per run. */
 static void test_random_reshards_0d(void **state) {
   (void)state;
-  int n = lm_test_size();
   const char *e = getenv("LM_RESHARD_CASES_0D");
-  int cases = e ? atoi(e) : 400;
-  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261201ull + (uint64_t)n;
-  int only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
-  build_pool();
-  failbuf[0] = 0;
-  nfail_local = 0;
-  int bad = 0, ran = 0;
-  rng_state = seed;
-  for (int k = 0; k < cases; ++k) {
-    case_t c;
-    draw_case_0d(&c);
-    if (only >= 0 && k != only) continue;
-    if (!run_case(seed, k, &c)) ++bad;
-    ++ran;
-  }
-  if (bad) fprintf(stderr, "%s", failbuf);
-  if (lm_test_rank() == 0) printf("reshard random 0-d: %d cases at np %d, seed %llu\n", ran, n, (unsigned long long)seed);
-  free_pool();
-  LM_ASSERT_ALL(bad == 0);
+  run_suite("reshard random 0-d", e ? atoi(e) : 400, 20261201ull, draw_case_0d);
 }
 
 /* Ragged shards on either side (and both), from their own stream: every mesh of the pool,
@@ -657,26 +647,7 @@ static void test_random_reshards_ragged(void **state) {
   const char *e = getenv("LM_RESHARD_CASES_RAGGED"), *all = getenv("LM_RESHARD_CASES");
   int cases = e ? atoi(e) : n <= 2 ? 1500 : n <= 4 ? 1000 : 500;
   if (!e && all) cases = atoi(all) / 4 > 1 ? atoi(all) / 4 : 1; /* scripts that cut the suite */
-  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261204ull + (uint64_t)n;
-  int only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
-  build_pool();
-  failbuf[0] = 0;
-  nfail_local = 0;
-  int bad = 0, ran = 0;
-  rng_state = seed;
-  for (int k = 0; k < cases; ++k) {
-    case_t c;
-    draw_case_ragged(&c);
-    if (only < 0 || k == only) {
-      if (!run_case(seed, k, &c)) ++bad;
-      ++ran;
-    }
-    release_ragged();
-  }
-  if (bad) fprintf(stderr, "%s", failbuf);
-  if (lm_test_rank() == 0) printf("reshard random ragged: %d cases at np %d, seed %llu\n", ran, n, (unsigned long long)seed);
-  free_pool();
-  LM_ASSERT_ALL(bad == 0);
+  run_suite("reshard random ragged", cases, 20261204ull, draw_case_ragged);
 }
 
 static const struct CMUnitTest tests[] = {

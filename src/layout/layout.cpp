@@ -392,8 +392,7 @@ struct Enumerator {
     }
     level(d, 0, 0, L.gshape[d]);
   }
-  void one_chunk(size_t d, size_t lvl, int m, int64_t len, int64_t parts, int64_t off, int64_t i) {
-    (void)parts;
+  void one_chunk(size_t d, size_t lvl, int m, int64_t len, int64_t off, int64_t i) {
     Range r = L.split(m, len, i);
     if (r.len == 0) return;
     coord[m] = i;
@@ -423,7 +422,7 @@ struct Enumerator {
       first = last = fixed[m];
     }
     if (rag) {  // ragged blocks: no runs
-      for (int64_t i = first; i <= last; ++i) one_chunk(d, lvl, m, len, parts, off, i);
+      for (int64_t i = first; i <= last; ++i) one_chunk(d, lvl, m, len, off, i);
       return;
     }
     // A run: whole chunks (blk elements, those before index len / blk) inside the region (all
@@ -434,16 +433,16 @@ struct Enumerator {
     if (a <= b && blk * a < lo) ++a;  // blk * (b + 1) <= len: no overflow
     if (a <= b && b == last && blk * (b + 1) > hi) --b;
     if (m != run_m || b - a + 1 < 2) {
-      for (int64_t i = first; i <= last; ++i) one_chunk(d, lvl, m, len, parts, off, i);
+      for (int64_t i = first; i <= last; ++i) one_chunk(d, lvl, m, len, off, i);
       return;
     }
-    for (int64_t i = first; i < a; ++i) one_chunk(d, lvl, m, len, parts, off, i);
+    for (int64_t i = first; i < a; ++i) one_chunk(d, lvl, m, len, off, i);
     capturing = true;
     captured = 0;
-    one_chunk(d, lvl, m, len, parts, off, a);
+    one_chunk(d, lvl, m, len, off, a);
     capturing = false;
     if (captured == 1) (*run_fn)(CoordRun{cap_coord.data(), m, b - a + 1, &cap_box, (int)d, blk});
-    for (int64_t i = b + 1; i <= last; ++i) one_chunk(d, lvl, m, len, parts, off, i);
+    for (int64_t i = b + 1; i <= last; ++i) one_chunk(d, lvl, m, len, off, i);
   }
   void free_dim(size_t k) {
     if (k == free_dims.size()) {
