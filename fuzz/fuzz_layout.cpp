@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // libFuzzer target: layout math (no MPI). torch.chunk against a 128-bit reference, chunk_span
 // against brute force, placement validation on arbitrary ints, box_at tiling the global shape,
-// enumerate_intersecting against brute force, global_shape_from_extents recovering the shape.
+// enumerate_intersecting against brute force, layout_from_extents recovering the shape (and
+// the extents of an agreed ragged dim standing in for the Shard dim that splits first).
 #include <map>
 
 #include "fuzz_common.hpp"
@@ -130,7 +131,7 @@ static void check_layout(fz::Bytes &b) {
   for (auto &kv : got)
     if (fz::volume(kv.second) > 0 || ndim == 0) ++nonempty;
   FZ_CHECK(nonempty == expect);
-  // global_shape_from_extents recovers g from every rank's true extents.
+  // layout_from_extents recovers g from every rank's true extents.
   if (ndim > 0) {
     std::vector<Shape> ext(static_cast<size_t>(grid->size()));
     Shape c(static_cast<size_t>(grid->ndim()));
@@ -138,17 +139,41 @@ static void check_layout(fz::Bytes &b) {
       grid->coord_of(r, c.data());
       ext[r] = L.box_at(c.data()).len;
     }
-    Shape back = global_shape_from_extents(grid, pl.data(), ndim, ext[0].data(),
-                                           [&](int64_t r, int d) { return ext[r][d]; }, "fuzz");
-    FZ_CHECK(back == g);
+    Layout back = layout_from_extents(grid, pl.data(), ndim, ext[0].data(),
+                                      [&](int64_t r, int d) { return ext[r][d]; }, "fuzz");
+    FZ_CHECK(back.gshape == g);
+    // The Shard dim that splits some tensor dim first, as a ragged dim agreed from the extents:
+    // the same boxes everywhere (torch.chunk's lengths are extents like any others).
+    std::vector<lm_placement_t> agreed = pl;
+    for (size_t d = 0; d < L.order.size(); ++d)
+      if (!L.order[d].empty() && pl[L.order[d].front()].kind == LM_SHARD) {
+        lm_placement_t &p = agreed[L.order[d].front()];
+        p = lm_placement_t{LM_RAGGED, p.dim, LM_EXTENTS_AGREED, p.order};
+        break;
+      }
+    // Every extent it accepts is one the layout gives (a perturbed one: a clean refusal, or a
+    // ragged dim that absorbs it).
+    auto agreed_boxes = [&](bool same_offsets) {
+      Layout R = layout_from_extents(grid, agreed.data(), ndim, ext[0].data(),
+                                     [&](int64_t r, int d) { return ext[r][d]; }, "fuzz");
+      for (int64_t r = 0; r < grid->size(); ++r) {
+        grid->coord_of(r, c.data());
+        FZ_CHECK(R.box_at(c.data()).len == ext[r]);
+        FZ_CHECK(!same_offsets || R.box_at(c.data()).off == L.box_at(c.data()).off);
+      }
+    };
+    agreed_boxes(true);
     int64_t r = b.u8() % grid->size();
     int d = b.u8() % ndim;
     ext[r][d] += b.range(1, 3);  // perturbed: a clean verdict either way
-    try {
-      global_shape_from_extents(grid, pl.data(), ndim, ext[0].data(),
-                                [&](int64_t q, int e) { return ext[q][e]; }, "fuzz");
-    } catch (const Error &e) {
-      FZ_CHECK(e.status() == LM_ERR_INVALID_ARGUMENT);
+    for (const auto *p : {&pl, &agreed}) {
+      try {
+        if (p == &agreed) agreed_boxes(false);
+        else layout_from_extents(grid, p->data(), ndim, ext[0].data(),
+                                 [&](int64_t q, int e) { return ext[q][e]; }, "fuzz");
+      } catch (const Error &e) {
+        FZ_CHECK(e.status() == LM_ERR_INVALID_ARGUMENT);
+      }
     }
   }
 }

@@ -260,6 +260,11 @@ typedef enum lm_reduce_op_t {
  * like torch.chunk. Ids are local to the process: ranks may hold different ids for the same
  * extents (agreement and plan caches compare the extents, never the ids). Everything that takes
  * placements takes ragged ones (tensors, from_local, gather, reshards, plans, groups, local_map).
+ * Id 0 (LM_EXTENTS_AGREED) asks for the extents the ranks' local shapes imply, where a call
+ * gathers them: lm_dist_tensor_from_local / _from_managed with LM_SHAPE_ALLGATHER, and
+ * lm_local_map outputs without out_shapes or LM_LOCAL_MAP_SHAPES_EVEN (elsewhere
+ * LM_ERR_INVALID_ARGUMENT). The tensor made then names a registered id (lm_dist_tensor_placements;
+ * readable with lm_extents_get while the tensor lives, no reference to destroy).
  * All Partial dims of one tensor must use the same op (LM_ERR_NOT_SUPPORTED otherwise: with
  * mixed ops the value would depend on the order of the reductions).
  * Integer reductions: sum and prod wrap like two's complement; avg sums in 128 bits (no overflow)
@@ -287,6 +292,10 @@ typedef struct lm_placement_t {
 /** RaggedShard(tensor dim d) with the extents of id `id` (lm_extents_create), as a value. */
 #define LM_PLACEMENT_RAGGED(d, id) ((lm_placement_t){LM_RAGGED, (int32_t)(d), (int32_t)(id), 0})
 #endif
+
+/** The extents id of a ragged placement whose extents are agreed from the local shapes (see
+ * lm_placement_t): LM_PLACEMENT_RAGGED(d, LM_EXTENTS_AGREED). */
+#define LM_EXTENTS_AGREED 0
 
 /** Registers the extents of a ragged placement (local, thread-safe): `count` lengths >= 0, one
  * per coordinate of the mesh dim that will use them, and returns their id (>= 1) for
@@ -535,7 +544,8 @@ typedef struct lm_dist_tensor_s *lm_dist_tensor_t;
 typedef enum lm_shape_mode_t {
   LM_SHAPE_GIVEN = 0,     /**< the caller passes it; checked against the local shape */
   LM_SHAPE_EVEN = 1,      /**< local extent * mesh extent along sharded dims; no communication */
-  LM_SHAPE_ALLGATHER = 2  /**< one small allgather of local extents (right for uneven shards) */
+  LM_SHAPE_ALLGATHER = 2  /**< one small allgather of local extents (right for uneven shards;
+                               ragged dims with LM_EXTENTS_AGREED take their extents from it) */
 } lm_shape_mode_t;
 
 /** A zero-filled tensor: each member rank allocates its shard on `device` (kDLCUDA: from the
@@ -950,7 +960,9 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
  *  out_shapes: NULL, or nout entries, each NULL or a global shape (ndim of that output).
  *    A Shard output without a given shape gets its global shape from one small allgather of local
  *    extents (right for uneven shards), or with LM_LOCAL_MAP_SHAPES_EVEN from local extent * mesh
- *    extent. Outputs with no Shard placement take their local shape.
+ *    extent. Outputs with no Shard placement take their local shape. A ragged output with
+ *    extents id LM_EXTENTS_AGREED takes its extents from that allgather (ragged outputs with a
+ *    registered id need none: their extents give the global extent).
  *  mesh: NULL to infer from the dist inputs (all must share it unless RESHARD_INPUTS moves them to
  *    the first one's mesh). With no dist input and mesh NULL, the call is local: fn runs on this
  *    rank with mesh NULL, nothing is agreed, and only non-tensor outputs are allowed (an output

@@ -178,7 +178,7 @@ class extents {
   ~extents() { release(); }
   /// The id lm_placement_t::op carries.
   int32_t id() const noexcept { return id_; }
-  /// The lengths of any live extents id (e.g. from dist_tensor::placements()).
+  /// The lengths of any live extents id (e.g. from dist_tensor::placement()).
   static shape lengths(int32_t id) {
     int64_t n = 0;
     check(lm_extents_get(id, nullptr, 0, &n));
@@ -198,6 +198,12 @@ class extents {
 /// RaggedShard(dim) with the given extents (see lm_placement_t), with a co-shard order.
 inline lm_placement_t ragged(int dim, const extents &e, int order = 0) {
   return lm_placement_t{LM_RAGGED, dim, e.id(), order};
+}
+
+/// RaggedShard(dim) whose extents the ranks' local shapes give (LM_EXTENTS_AGREED): for
+/// dist_tensor::from_local with LM_SHAPE_ALLGATHER and local_map outputs without a given shape.
+inline lm_placement_t ragged_agreed(int dim, int order = 0) {
+  return lm_placement_t{LM_RAGGED, dim, LM_EXTENTS_AGREED, order};
 }
 
 /// The placements of a gradient (lm_placements_adjoint): Partial(sum) -> Replicate, the others

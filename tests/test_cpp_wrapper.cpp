@@ -204,6 +204,13 @@ static void test_ragged(void **) {
   lmx::dist_tensor y = x.reshard({lmx::replicate()});
   for (int64_t i = 0; ok && i < total * 2; ++i) ok &= y.local_data<double>()[i] == full[static_cast<size_t>(i)];
   ok &= refuses([&] { lmx::extents bad({1, -1}); }, "extents[1]");
+  // The same rows, each rank's own, with extents agreed from the local shapes.
+  const int64_t me = rows[static_cast<size_t>(lm_test_rank())];
+  int64_t ls[2] = {me, 2};
+  DLTensor lt = {full.data() + off * 2, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, ls, nullptr, 0};
+  lmx::dist_tensor z = lmx::dist_tensor::from_local(m, lt, {lmx::ragged_agreed(0)});
+  ok &= z.global_shape()[0] == total && z.local_offset()[0] == off;
+  ok &= lmx::extents::lengths(z.placement()[0].op) == rows;
   LM_ASSERT_ALL(ok);
 }
 

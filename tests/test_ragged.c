@@ -5,8 +5,9 @@
  * what it cannot: the extents registry (ids, references, lifetime), every refusal with the
  * argument it names, a PETSc-style ownership borrowed without a copy, from_global and gather,
  * a Partial reduced straight into ragged blocks (bytes counted by lm_reshard_plan_info), a plan
- * and its adjoint after the id is gone, grouped reshards, and lm_local_map with ragged inputs
- * and outputs. Rows per rank: rank r owns 2r + (r == 1 ? -2 : 1) rows (rank 1 owns none).
+ * and its adjoint after the id is gone, grouped reshards, lm_local_map with ragged inputs
+ * and outputs, and extents agreed from the local shapes (LM_EXTENTS_AGREED: from_local with
+ * LM_SHAPE_ALLGATHER, local_map outputs, co-sharded on a 2-D mesh, refused elsewhere). Rows per rank: rank r owns 2r + (r == 1 ? -2 : 1) rows (rank 1 owns none).
  */
 // lm-test-np: 1 2 3 4 8
 #include <stdlib.h>
@@ -379,6 +380,171 @@ static void test_local_map(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&mesh));
 }
 
+/* The extents of id (count n) equal want[0..n). */
+static int extents_are(int32_t id, const int64_t *want, int64_t n) {
+  int64_t got[64], cnt = -1;
+  if (id == 0 || lm_extents_get(id, got, 64, &cnt) != LM_SUCCESS || cnt != n) return 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (got[i] != want[i]) return 0;
+  return 1;
+}
+
+/* LM_EXTENTS_AGREED with from_local: each rank borrows its own rows, nobody registers extents;
+ * the tensor names extents the library registered, readable while it lives (and while anything
+ * else holds equal extents: here the cached plans of the tests before). */
+static void test_agreed_from_local(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  int64_t rows = rows_of(ME), r0 = row0_of(ME), ls[2] = {rows, COLS}, e[64];
+  for (int r = 0; r < NP; ++r) e[r] = rows_of(r);
+  double *mine = (double *)malloc(sizeof(double) * (size_t)(rows * COLS + 1));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < COLS; ++j) mine[i * COLS + j] = value_at(r0 + i, j);
+  DLTensor local = {mine, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, ls, NULL, 0};
+  lm_placement_t p = LM_PLACEMENT_RAGGED(0, LM_EXTENTS_AGREED), got;
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, mesh, &local, &p, LM_SHAPE_ALLGATHER, NULL,
+                                             LM_FROM_LOCAL_BORROW));
+  DLTensor v;
+  int64_t gs[2] = {0, 0}, off[2] = {-1, -1};
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  LM_ASSERT_OK(lm_dist_tensor_global_shape(t, gs, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_ALL(v.data == (void *)mine && gs[0] == total_rows() && gs[1] == COLS && off[0] == r0);
+  LM_ASSERT_OK(lm_dist_tensor_placements(t, &got, 1));
+  LM_ASSERT_ALL(got.kind == LM_RAGGED && got.dim == 0 && extents_are(got.op, e, NP));
+  /* Gathered whole, and resharded to even rows and back to the tensor's own placements. */
+  double *full = (double *)calloc((size_t)(total_rows() * COLS + 1), sizeof(double));
+  DLTensor dst = {full, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, gs, NULL, 0};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(t, -1, &dst));
+  int ok = 1;
+  for (int64_t i = 0; i < gs[0] * COLS; ++i) ok = ok && full[i] == value_at(i / COLS, i % COLS);
+  LM_ASSERT_ALL(ok);
+  lm_dist_tensor_t s = NULL, back = NULL;
+  lm_placement_t s0 = LM_PLACEMENT_SHARD(0);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&s, t, mesh, &s0));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&back, s, mesh, &got));
+  LM_ASSERT_ALL(check_local_values(s) && check_local_values(back));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&s));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&back));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  /* Only where the local shapes meet: the local modes and everything else refuse id 0. */
+  int64_t g[2] = {total_rows(), COLS};
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, mesh, &local, &p, LM_SHAPE_GIVEN, g,
+                                          LM_FROM_LOCAL_BORROW),
+                LM_ERR_INVALID_ARGUMENT, "placements[0]: Ragged shard extents id 0");
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, mesh, &local, &p, LM_SHAPE_EVEN, NULL,
+                                          LM_FROM_LOCAL_BORROW),
+                LM_ERR_INVALID_ARGUMENT, "LM_SHAPE_ALLGATHER");
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, (DLDataType){kDLFloat, 64, 1},
+                                     (DLDevice){kDLCPU, 0}, &p),
+                LM_ERR_INVALID_ARGUMENT, "LM_EXTENTS_AGREED");
+  char buf[64];
+  LM_ASSERT_OK(lm_placements_format(&p, 1, buf, sizeof buf));
+  LM_ASSERT_ALL(strcmp(buf, "[RS(0, agreed)]") == 0);
+  free(full);
+  free(mine);
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+/* Co-sharded on an A x B mesh (B = 2 when NP is even): RS(0, agreed) on mesh dim 0 splits the rows
+ * into blocks of rows_of(i0), S(0) on mesh dim 1 splits each block like torch.chunk. Extents
+ * that break the chunk rule inside a block are refused on every rank. */
+static void test_agreed_coshard(void **state) {
+  (void)state;
+  const int64_t B = NP % 2 == 0 ? 2 : 1, A = NP / B, i0 = ME / B, i1 = ME % B;
+  int64_t shape[2] = {A, B}, blk[64], row0 = 0, total = 0;
+  for (int64_t i = 0; i < A; ++i) blk[i] = rows_of((int)i);
+  for (int64_t i = 0; i < A; ++i) total += blk[i];
+  for (int64_t i = 0; i < i0; ++i) row0 += blk[i];
+  int64_t c_off = 0, c_len = 0;
+  LM_ASSERT_OK(lm_chunk(blk[i0], B, i1, &c_off, &c_len));
+  lm_mesh_t m2 = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m2, lm_test_comm_f(), 2, shape, NULL));
+  double *mine = (double *)malloc(sizeof(double) * (size_t)((c_len + 3) * COLS));
+  for (int64_t i = 0; i < c_len; ++i)
+    for (int64_t j = 0; j < COLS; ++j) mine[i * COLS + j] = value_at(row0 + c_off + i, j);
+  int64_t ls[2] = {c_len, COLS};
+  DLTensor local = {mine, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, ls, NULL, 0};
+  lm_placement_t p[2] = {LM_PLACEMENT_RAGGED(0, LM_EXTENTS_AGREED), LM_PLACEMENT_SHARD(0)}, got[2];
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m2, &local, p, LM_SHAPE_ALLGATHER, NULL, 0));
+  int64_t gs[2] = {0, 0}, off[2] = {-1, -1};
+  LM_ASSERT_OK(lm_dist_tensor_global_shape(t, gs, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_OK(lm_dist_tensor_placements(t, got, 2));
+  LM_ASSERT_ALL(gs[0] == total && off[0] == row0 + c_off && check_local_values(t));
+  LM_ASSERT_ALL(got[0].kind == LM_RAGGED && extents_are(got[0].op, blk, A));
+  LM_ASSERT_ALL(got[1].kind == LM_SHARD && got[1].dim == 0);
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  if (B == 2) { /* the second rank of each block holds two rows more: no chunk of any block */
+    ls[0] = c_len + 2 * (i1 == 1);
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m2, &local, p, LM_SHAPE_ALLGATHER, NULL, 0),
+                  LM_ERR_INVALID_ARGUMENT, "do not follow the layout");
+    /* RS(0, agreed) on mesh dim 1 with a replicated dim 0: the rows of mesh row 1 disagree. */
+    lm_placement_t q[2] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_RAGGED(0, LM_EXTENTS_AGREED)};
+    ls[0] = i0 == 1 ? 1 + i1 : 2 * i1;
+    if (A > 1)
+      LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m2, &local, q, LM_SHAPE_ALLGATHER, NULL, 0),
+                    LM_ERR_INVALID_ARGUMENT, "mesh rank");
+  }
+  free(mine);
+  LM_ASSERT_OK(lm_mesh_destroy(&m2));
+}
+
+/* fn makes this rank's rows (own_rows_of(ME) of them, value_at), with no dist input: a count only
+ * known locally, as MoE capacity or a load-balanced partition is. Extents no other test uses, so
+ * no cached plan holds them. */
+static int64_t own_rows_of(int r) { return rows_of(r) + 2; }
+static int64_t own_row0_of(int r) { return row0_of(r) + 2 * r; }
+static lm_status_t own_rows(void *user, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                            lm_arg_t *out) {
+  (void)user;
+  (void)mesh;
+  (void)nin;
+  (void)in;
+  (void)nout;
+  DLManagedTensor *y = mt_new(2, own_rows_of(ME), COLS);
+  for (int64_t i = 0; i < own_rows_of(ME); ++i)
+    for (int64_t j = 0; j < COLS; ++j)
+      ((double *)y->dl_tensor.data)[i * COLS + j] = value_at(own_row0_of(ME) + i, j);
+  out[0] = lm_arg_managed(y);
+  return LM_SUCCESS;
+}
+
+/* A local_map output with LM_EXTENTS_AGREED: its extents come from the allgather of local shapes;
+ * the record keeps them readable after the output is gone. With out_shapes: refused. */
+static void test_agreed_local_map(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  lm_placement_t rs = LM_PLACEMENT_RAGGED(0, LM_EXTENTS_AGREED), got, rec_pl;
+  const lm_placement_t *op[1] = {&rs};
+  lm_arg_t out[1];
+  lm_local_map_record_t rec = NULL;
+  lm_local_map_options_t opt = LM_LOCAL_MAP_OPTIONS_INIT;
+  opt.record = &rec;
+  LM_ASSERT_OK_ALL(lm_local_map_ex(own_rows, NULL, 0, NULL, NULL, 1, op, NULL, mesh, 0, &opt, out));
+  LM_ASSERT_ALL(out[0].kind == LM_ARG_DIST_TENSOR);
+  lm_dist_tensor_t y = (lm_dist_tensor_t)out[0].ptr;
+  int64_t e[64], gs[2] = {0, 0}, n = 0;
+  for (int r = 0; r < NP; ++r) e[r] = own_rows_of(r);
+  int cnt = 0;
+  LM_ASSERT_OK(lm_dist_tensor_placements(y, &got, 1));
+  LM_ASSERT_OK(lm_local_map_record_placements(rec, LM_RECORD_OUT, 0, 1, &rec_pl, &cnt));
+  LM_ASSERT_OK(lm_dist_tensor_global_shape(y, gs, 2));
+  LM_ASSERT_ALL(got.kind == LM_RAGGED && extents_are(got.op, e, NP) && rec_pl.op == got.op);
+  LM_ASSERT_ALL(gs[0] == own_row0_of(NP) && check_local_values(y));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
+  LM_ASSERT_ALL(extents_are(got.op, e, NP)); /* the record holds them */
+  LM_ASSERT_OK(lm_local_map_record_destroy(&rec));
+  LM_EXPECT_ALL(lm_extents_get(got.op, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
+  int64_t g[2] = {own_row0_of(NP), COLS};
+  const int64_t *shapes[1] = {g};
+  LM_EXPECT_ALL(lm_local_map(own_rows, NULL, 0, NULL, NULL, 1, op, shapes, mesh, 0, out),
+                LM_ERR_INVALID_ARGUMENT, "out_placements[0][0]: Ragged shard extents id 0");
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_registry),
     cmocka_unit_test(test_refusals),
@@ -386,6 +552,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_partial_into_ragged),
     cmocka_unit_test(test_grouped),
     cmocka_unit_test(test_local_map),
+    cmocka_unit_test(test_agreed_from_local),
+    cmocka_unit_test(test_agreed_coshard),
+    cmocka_unit_test(test_agreed_local_map),
 };
 
 LM_TEST_MAIN(tests)

@@ -122,7 +122,7 @@ std::string format_placements(const lm_placement_t *pl, int n) {
         break;
       case LM_PARTIAL: s += strfmt("P(%s)", op_name(pl[i].op)); break;
       case LM_RAGGED:
-        s += strfmt("RS(%d)", pl[i].dim);
+        s += strfmt(pl[i].op ? "RS(%d)" : "RS(%d, agreed)", pl[i].dim);
         if (pl[i].order) s += strfmt("@%d", pl[i].order);
         break;
       default: s += strfmt("?(kind=%d)", pl[i].kind); break;
@@ -149,7 +149,7 @@ std::vector<lm_placement_t> placements_adjoint(const lm_placement_t *pl, int n, 
 }
 
 void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndim,
-                         const char *what) {
+                         const char *what, bool agreed_ragged) {
   LM_CHECK_ARG(pl != nullptr || mesh_ndim == 0, "%s: NULL (need %d placements, one per mesh dim)",
                what, mesh_ndim);
   for (int i = 0; i < mesh_ndim; ++i) {
@@ -177,7 +177,12 @@ void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndi
                      "%s[%d]: Ragged shard dim %d out of range for a %d-d tensor", what, i, p.dim,
                      tensor_ndim);
         LM_CHECK_ARG(p.order >= 0, "%s[%d]: Ragged shard order %d must be >= 0", what, i, p.order);
-        LM_CHECK_ARG(extents_find(p.op) != nullptr,
+        LM_CHECK_ARG(p.op != 0 || agreed_ragged,
+                     "%s[%d]: Ragged shard extents id 0 (LM_EXTENTS_AGREED: agreed from the local "
+                     "shapes) needs the ranks' local shapes: lm_dist_tensor_from_local with "
+                     "LM_SHAPE_ALLGATHER, or an lm_local_map output without out_shapes and "
+                     "LM_LOCAL_MAP_SHAPES_EVEN", what, i);
+        LM_CHECK_ARG(p.op == 0 || extents_find(p.op) != nullptr,
                      "%s[%d]: Ragged shard extents id %d is not registered (lm_extents_create; "
                      "destroyed ids are refused)", what, i, p.op);
         break;
@@ -308,16 +313,29 @@ Layout as_one_element(const Layout &L) {
 }
 
 // ---------------------------------------------------------------------------------------------
-Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const lm_placement_t *pl,
-                                int ndim, const int64_t *local_shape,
-                                const std::function<int64_t(int64_t, int)> &extent,
-                                const char *what) {
+namespace {
+// Mesh rank r lies on the line of tensor dim d: its coordinates along the mesh dims that do not
+// split d are 0 (the ranks whose extents along d add up to the global extent).
+bool on_line(const Grid &grid, const lm_placement_t *pl, int d, const int64_t *c) {
+  for (int m = 0; m < grid.ndim(); ++m)
+    if (!(splits(pl[m]) && pl[m].dim == d) && c[m] != 0) return false;
+  return true;
+}
+}  // namespace
+
+Layout layout_from_extents(const std::shared_ptr<const Grid> &grid, const lm_placement_t *pl,
+                           int ndim, const int64_t *local_shape,
+                           const std::function<int64_t(int64_t, int)> &extent, const char *what) {
   const int k = grid->ndim();
   Shape g((size_t)ndim), c((size_t)k);
+  std::vector<lm_placement_t> p(pl, pl + k);
+  // Agreed ragged dims (extents id 0): the sum along the line per coordinate of that mesh dim.
+  std::vector<std::vector<int64_t>> agreed((size_t)k);
+  for (int m = 0; m < k; ++m)
+    if (p[m].kind == LM_RAGGED && p[m].op == 0) agreed[m].assign((size_t)grid->shape()[m], 0);
   for (int d = 0; d < ndim; ++d) {
-    auto shards_d = [&](int m) { return splits(pl[m]) && pl[m].dim == d; };
     bool sharded = false;
-    for (int m = 0; m < k; ++m) sharded = sharded || shards_d(m);
+    for (int m = 0; m < k; ++m) sharded = sharded || (splits(pl[m]) && pl[m].dim == d);
     if (!sharded) {
       g[d] = local_shape[d];
       continue;
@@ -325,15 +343,22 @@ Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const l
     int64_t total = 0;  // over the line: other mesh coordinates fixed at 0
     for (int64_t r = 0; r < grid->size(); ++r) {
       grid->coord_of(r, c.data());
-      bool on_line = true;
-      for (int m = 0; m < k; ++m)
-        if (!shards_d(m) && c[m] != 0) on_line = false;
-      if (on_line && __builtin_add_overflow(total, extent(r, d), &total))
+      if (!on_line(*grid, pl, d, c.data())) continue;
+      const int64_t e = extent(r, d);
+      if (__builtin_add_overflow(total, e, &total))
         fail(LM_ERR_INVALID_ARGUMENT, "%s: the local extents along dim %d overflow int64", what, d);
+      for (int m = 0; m < k; ++m)
+        if (!agreed[m].empty() && pl[m].dim == d) agreed[m][(size_t)c[m]] += e;
     }
     g[d] = total;
   }
-  Layout L(grid, std::vector<lm_placement_t>(pl, pl + k), g);
+  std::vector<std::shared_ptr<const Extents>> held((size_t)k);  // alive until L holds them
+  for (int m = 0; m < k; ++m)
+    if (!agreed[m].empty()) {
+      held[m] = extents_adopt(agreed[m]);
+      p[m].op = held[m]->id;
+    }
+  Layout L(grid, std::move(p), g);
   check_ragged(L, what);
   for (int64_t r = 0; r < grid->size(); ++r) {
     grid->coord_of(r, c.data());
@@ -342,12 +367,11 @@ Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const l
       if (b.len[d] != extent(r, d))
         fail(LM_ERR_INVALID_ARGUMENT,
              "%s: local extents do not follow the layout (torch.chunk, ragged extents): mesh "
-             "rank %lld holds %lld "
-             "along dim %d, but the global extent %lld with placements %s gives it %lld",
-             what, (long long)r, (long long)extent(r, d), d, (long long)g[d], L.str().c_str(),
-             (long long)b.len[d]);
+             "rank %lld holds %lld along dim %d, but the global extent %lld with placements %s "
+             "gives it %lld", what, (long long)r, (long long)extent(r, d), d, (long long)g[d],
+             L.str().c_str(), (long long)b.len[d]);
   }
-  return g;
+  return L;
 }
 
 // ---------------------------------------------------------------------------------------------

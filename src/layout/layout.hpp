@@ -82,9 +82,10 @@ inline bool splits(const lm_placement_t &p) { return p.kind == LM_SHARD || p.kin
 
 // Checks placements for a mesh of `mesh_ndim` dims and a tensor of `tensor_ndim` dims; throws
 // LM_ERR_INVALID_ARGUMENT naming `what` (e.g. "lm_dist_tensor_zeros: placements"). A ragged
-// placement's extents id must be registered (its count and sum are checked by check_ragged).
+// placement's extents id must be registered (its count and sum are checked by check_ragged), or
+// be 0 (agreed from the local shapes) where `agreed_ragged` says the caller gathers them.
 void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndim,
-                         const char *what);
+                         const char *what, bool agreed_ragged = false);
 
 std::string format_placements(const lm_placement_t *pl, int n);
 // The placements of the gradient of a value placed as `pl` (lm_placements_adjoint), PyTorch
@@ -141,15 +142,16 @@ Shape even_global_shape(const Grid &grid, const lm_placement_t *pl, const Shape 
 // hold one element on every member. Other layouts come back unchanged.
 Layout as_one_element(const Layout &L);
 
-// The global shape implied by every mesh rank's local extents (extent(r, d): mesh rank r's extent
-// along tensor dim d): along a sharded dim the sum over the coordinates of the mesh dims that
-// shard it, elsewhere local_shape[d]. Then every rank's extents are checked against the
-// torch.chunk layout of that shape (throws LM_ERR_INVALID_ARGUMENT naming `what`), so that every
-// rank, seeing the same extents, reaches the same verdict. Pure; O(mesh size * ndim).
-Shape global_shape_from_extents(const std::shared_ptr<const Grid> &grid, const lm_placement_t *pl,
-                                int ndim, const int64_t *local_shape,
-                                const std::function<int64_t(int64_t, int)> &extent,
-                                const char *what);
+// The layout implied by every mesh rank's local extents (extent(r, d): mesh rank r's extent along
+// tensor dim d): along a sharded dim the global extent is the sum over the coordinates of the mesh
+// dims that shard it, elsewhere local_shape[d]. A ragged placement with extents id 0 takes its
+// extents from those sums (registered with extents_adopt: the layout holds them, its placements
+// name their id). Then every rank's extents are checked against the layout (torch.chunk, ragged
+// extents; throws LM_ERR_INVALID_ARGUMENT naming `what`), so that every rank, seeing the same
+// extents, reaches the same verdict. Pure; O(mesh size * ndim).
+Layout layout_from_extents(const std::shared_ptr<const Grid> &grid, const lm_placement_t *pl,
+                           int ndim, const int64_t *local_shape,
+                           const std::function<int64_t(int64_t, int)> &extent, const char *what);
 
 // Calls fn(coord, intersection) for each coordinate c of layout L whose box intersects `region`,
 // with c[m] restricted to fixed[m] where fixed[m] >= 0. Mesh dims that shard nothing (Replicate,

@@ -356,6 +356,7 @@ class LocalMapCall {
   SmallBuf<lm_dist_tensor_s *, 16> temps_;  // resharded inputs (released at the end)
   SmallBuf<char, 16> move_;
   SmallBuf<Shape, 8> gshapes_;
+  std::vector<Layout> gathered_layouts_;  // per output, when some gather: the agreed layout
 };
 
 void LocalMapCall::validate(lm_local_fn_t fn, int nin, const lm_arg_t *in, int nout,
@@ -418,7 +419,7 @@ void LocalMapCall::decide_gathers() {
     if (!m_ || !pl || (out_shapes_ && out_shapes_[j]) || (flags_ & LM_LOCAL_MAP_SHAPES_EVEN))
       continue;
     for (int k = 0; k < m_->ndim(); ++k)
-      if (pl[k].kind == LM_SHARD) {
+      if (pl[k].kind == LM_SHARD || (pl[k].kind == LM_RAGGED && pl[k].op == LM_EXTENTS_AGREED)) {
         need_gather_[j] = 1;
         ++ngather_;
         break;
@@ -432,8 +433,9 @@ void LocalMapCall::check_inputs() {
   if (m_) mesh_check_usable(m_, "lm_local_map: mesh");
   for (int j = 0; j < nout_; ++j)
     if (out_pl_[j])
-      lazily([&](const char *w) { validate_placements(out_pl_[j], m_->ndim(), kMaxDims, w); },
-             "%s: out_placements[%d]", j);
+      lazily([&](const char *w) {
+        validate_placements(out_pl_[j], m_->ndim(), kMaxDims, w, need_gather_[j]);
+      }, "%s: out_placements[%d]", j);
   for (int i = 0; i < nin_; ++i) {
     args_[i] = in_[i];
     if (in_[i].kind == LM_ARG_DIST_TENSOR) check_input(i);
@@ -586,7 +588,7 @@ void LocalMapCall::check_output(int j) {
   lazily([&](const char *w) { ls = check_shape(lt.ndim, lt.shape, w); }, "%s: outputs[%d]", j);
   lazily([&](const char *w) { dtype_from_dl(lt.dtype, w); }, "%s: outputs[%d].dtype", j);
   lazily([&](const char *w) { check_device(lt.device, w); }, "%s: outputs[%d].device", j);
-  lazily([&](const char *w) { validate_placements(pl, m_->ndim(), lt.ndim, w); },
+  lazily([&](const char *w) { validate_placements(pl, m_->ndim(), lt.ndim, w, need_gather_[j]); },
          "%s: out_placements[%d]", j);
   lazily([&](const char *w) { check_partial_dtype(pl, m_->ndim(), dtype_from_dl(lt.dtype, w), w); },
          "%s: out_placements[%d]", j);
@@ -684,6 +686,7 @@ void LocalMapCall::derive_gathered_shapes() {
   if (ngather_ == 0) return;
   const int W = 1 + ngather_ * S;
   try {
+    gathered_layouts_.resize((size_t)nout_);
     int slot = 0;
     for (int j = 0; j < nout_; ++j) {
       if (!need_gather_[j]) continue;
@@ -698,10 +701,11 @@ void LocalMapCall::derive_gathered_shapes() {
           fail(LM_ERR_MISMATCH, "%s: outputs[%d] has dtype %s here but another on mesh rank %lld",
                F, j, dl_dtype_name(lt.dtype).c_str(), (long long)r);
       }
-      gshapes_[j] = global_shape_from_extents(
+      gathered_layouts_[j] = layout_from_extents(
           m_->grid, out_pl_[j], lt.ndim, lt.shape,
           [&](int64_t r, int d) { return (int64_t)gathered_[(size_t)(r * W) + base + 2 + d]; },
           ArgName(F, "outputs", j).c_str());
+      gshapes_[j] = gathered_layouts_[j].gshape;
       check_numel(gshapes_[j], ArgName(F, "outputs", j).c_str());
     }
   } catch (...) {
@@ -721,7 +725,10 @@ void LocalMapCall::wrap_outputs() {
       auto *mt = static_cast<DLManagedTensor *>(o.ptr);
       lm_dist_tensor_s *t;
       try {
-        t = tensor_from_local(m_, &mt->dl_tensor, out_pl_[done], LM_SHAPE_GIVEN,
+        // A gathered output's placements name the extents agreed for LM_EXTENTS_AGREED.
+        const lm_placement_t *pl =
+            need_gather_[done] ? gathered_layouts_[done].pl.data() : out_pl_[done];
+        t = tensor_from_local(m_, &mt->dl_tensor, pl, LM_SHAPE_GIVEN,
                               gshapes_[done].data(), 0, mt, "lm_local_map: output");
       } catch (const Error &e) {  // name the output as the caller knows it
         std::string msg = e.message(), from = "lm_local_map: output";
@@ -786,7 +793,10 @@ lm_local_map_record_t LocalMapCall::make_record() {
     }
     for (int j = 0; j < nout_; ++j)
       if (out_[j].kind == LM_ARG_MANAGED_TENSOR && out_pl_[j])
-        r->out[(size_t)j].assign(out_pl_[j], out_pl_[j] + m_->ndim());
+        r->out[(size_t)j] = need_gather_[j]
+                                ? gathered_layouts_[(size_t)j].pl
+                                : std::vector<lm_placement_t>(out_pl_[j], out_pl_[j] + m_->ndim());
+    record_keep_extents(r.get());
     return record_wrap(r.release());
   } catch (...) {
     release_outputs();

@@ -19,6 +19,20 @@ lm_local_map_record_s *record_check(lm_local_map_record_t h, const char *what) {
   return handle_object<lm_local_map_record_s>(h, HandleKind::Record, what, "record", "lm_local_map_record_t");
 }
 
+void record_keep_extents(lm_local_map_record_s *r) {
+  auto keep = [r](const std::vector<lm_placement_t> &pl) {
+    for (const lm_placement_t &p : pl)
+      if (p.kind == LM_RAGGED)
+        if (auto e = extents_find(p.op)) r->keep.push_back(std::move(e));
+  };
+  for (const auto &in : r->in) {
+    keep(in.own);
+    keep(in.seen);
+    keep(in.grad);
+  }
+  for (const auto &out : r->out) keep(out);
+}
+
 lm_local_map_record_t record_wrap(lm_local_map_record_s *r) {
   return handle_wrap_owned(r, HandleKind::Record);
 }

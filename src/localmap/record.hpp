@@ -25,12 +25,16 @@ struct lm_local_map_record_s {
   uint32_t magic = lm::kRecordMagic;
   std::vector<Input> in;
   std::vector<std::vector<lm_placement_t>> out;  // empty: outputs[j] is not a dist tensor
+  // The extents of every ragged placement above: their ids stay valid while the record lives.
+  std::vector<std::shared_ptr<const lm::Extents>> keep;
   ~lm_local_map_record_s();
 };
 
 namespace lm {
 lm_local_map_record_s *record_check(lm_local_map_record_t h, const char *what);
 lm_local_map_record_t record_wrap(lm_local_map_record_s *r);  // deletes r on failure
+// Fills r->keep from the ragged placements of r's inputs and outputs.
+void record_keep_extents(lm_local_map_record_s *r);
 void record_destroy_handle(lm_local_map_record_t *h, const char *what);
 // lm_local_map_record_placements: copies (capacity permitting) and sets *n.
 void record_placements(const lm_local_map_record_s *r, int which, int index, int capacity,

@@ -12,11 +12,12 @@ namespace lm {
 
 namespace {
 
-// Global extents from an allgather of local extents over the mesh (members only).
+// The layout from an allgather of local extents over the mesh (members only): the global shape,
+// and the extents of ragged dims with LM_EXTENTS_AGREED.
 // `failed` (this rank's own checks failed): it still takes part, with a flag, so every rank
 // learns of the failure instead of waiting; then it rethrows its own error, the others report it.
-Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, const DLTensor *local,
-                                    const char *fn, const Error *failed) {
+Layout allgather_layout(lm_mesh_s *m, const lm_placement_t *pl, const DLTensor *local,
+                        const char *fn, const Error *failed) {
   require_mpi(fn);
   int n = failed ? 0 : local->ndim;
   const int W = kMaxDims + 2;
@@ -43,7 +44,7 @@ Shape allgather_global_shape(lm_mesh_s *m, const lm_placement_t *pl, const DLTen
       fail(LM_ERR_MISMATCH, "%s: mesh rank %lld passed a local tensor of ndim %lld / another dtype "
            "than mesh rank %lld (ndim %d)", fn, (long long)r, e[0], (long long)m->index, n);
   }
-  return global_shape_from_extents(
+  return layout_from_extents(
       m->grid, pl, n, local->shape,
       [&](int64_t r, int d) { return (int64_t)all[(size_t)(r * W + 2 + d)]; }, fn);
 }
@@ -87,7 +88,8 @@ void check_local(FromLocal &c) {
                  "[0, %d]", fn, local->ndim, kMaxDims);
   DType dt = dtype_from_dl(local->dtype, ArgName(fn, "local->dtype").c_str());
   check_device(local->device, ArgName(fn, "local->device").c_str());
-  validate_placements(c.pl, m->ndim(), local->ndim, ArgName(fn, "placements").c_str());
+  validate_placements(c.pl, m->ndim(), local->ndim, ArgName(fn, "placements").c_str(),
+                      c.mode == LM_SHAPE_ALLGATHER);
   check_partial_dtype(c.pl, m->ndim(), dt, ArgName(fn, "placements").c_str());
   for (int64_t e : c.ls) c.numel *= e;
   if (m->member) LM_CHECK_ARG(local->data != nullptr || c.numel == 0, "%s: local->data is NULL", fn);
@@ -116,7 +118,7 @@ void check_local(FromLocal &c) {
   if (c.mode != LM_SHAPE_ALLGATHER && c.level2)
     agree_call(c.fn, c.m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());
   if (c.mode != LM_SHAPE_ALLGATHER) throw e;
-  if (c.m->check_level == 0) allgather_global_shape(c.m, c.pl, c.local, c.fn, &e);  // throws e
+  if (c.m->check_level == 0) allgather_layout(c.m, c.pl, c.local, c.fn, &e);  // throws e
   agree_call(c.fn, c.m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());
   throw e;
 }
@@ -169,7 +171,7 @@ Shape local_mode_shape(FromLocal &c) {
 void check_level2(FromLocal &c, const Shape &g) {
   agree_args(c, "lm_dist_tensor_from_local (LM_CHECK=2)", "global shape",
              hash_shape(g.data(), (int)g.size()), shape_text(g), c.local->dtype);
-  Shape from_extents = allgather_global_shape(c.m, c.pl, c.local, c.fn, nullptr);
+  Shape from_extents = allgather_layout(c.m, c.pl, c.local, c.fn, nullptr).gshape;
   if (from_extents != g)
     fail(LM_ERR_MISMATCH,
          "%s: the ranks' local extents (LM_CHECK=2) give global shape %s, not the %s %s", c.fn,
@@ -225,24 +227,24 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
   } catch (const Error &e) {
     fail_checked(c, e);
   }
-  Shape g;
+  Layout L;
   if (mode == LM_SHAPE_ALLGATHER) {
     if (m->check_level >= 1)  // the ranks agree on what they were asked before extents travel
       agree_args(c, "lm_dist_tensor_from_local (LM_SHAPE_ALLGATHER)", "local ndim",
                  (uint64_t)local->ndim, std::to_string(local->ndim), local->dtype);
-    g = allgather_global_shape(m, pl, local, fn, nullptr);
-    check_numel(g, fn);
+    L = allgather_layout(m, pl, local, fn, nullptr);
+    check_numel(L.gshape, fn);
   } else {
-    g = local_mode_shape(c);
+    Shape g = local_mode_shape(c);
     if (c.level2) check_level2(c, g);
+    L = Layout(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
+    check_ragged(L, ArgName(fn, "placements").c_str());
   }
-  Layout L(m->grid, std::vector<lm_placement_t>(pl, pl + m->ndim()), g);
-  check_ragged(L, ArgName(fn, "placements").c_str());
   if (m->member && L.box_at(m->coord.data()).len != c.ls)
     fail(LM_ERR_INVALID_ARGUMENT,
          "%s: local shape %s on rank %d does not match its shard %s of global shape %s with "
          "placements %s%s", fn, shape_text(c.ls).c_str(), m->world_rank,
-         shape_text(L.box_at(m->coord.data()).len).c_str(), shape_text(g).c_str(),
+         shape_text(L.box_at(m->coord.data()).len).c_str(), shape_text(L.gshape).c_str(),
          L.str().c_str(),
          mode == LM_SHAPE_EVEN ? " (uneven shards need LM_SHAPE_ALLGATHER or LM_SHAPE_GIVEN)" : "");
   lm_dist_tensor_s *t = tensor_new(m, L, local->dtype, local->device, false);
