@@ -54,6 +54,9 @@ module localmap
   ! constructor.)
   integer, parameter, public :: LM_KIND_REPLICATE = 0, LM_KIND_SHARD = 1, LM_KIND_PARTIAL = 2, &
     LM_KIND_RAGGED = 3
+  !> lm_ragged(dim, LM_EXTENTS_AGREED): the ranks' local shapes give the extents (lm_from_local
+  !> with LM_SHAPE_ALLGATHER, its default; lm_local_map outputs without a given shape).
+  integer(c_int32_t), parameter, public :: LM_EXTENTS_AGREED = 0
   integer, parameter, public :: LM_REDUCE_SUM = 0, LM_REDUCE_AVG = 1, LM_REDUCE_MAX = 2, &
     LM_REDUCE_MIN = 3, LM_REDUCE_PROD = 4
   !> Shape modes of lm_from_local, flags of lmc_dist_tensor_from_local.

@@ -840,6 +840,27 @@ program test_localmap
       call check(all(rloc == full(:, first + 1:first + ext(rank + 1))), "ragged local values")
     call lm_gather(rx, whole)
     call check(all(whole == full), "ragged gather")
+    ! The same columns, each rank's own, with the extents agreed from the local shapes.
+    block
+      type(lm_dist_tensor) :: ra
+      type(lm_placement) :: ap(1)
+      real(c_double), allocatable :: own(:, :)
+      allocate(own(2, ext(rank + 1)))
+      own = full(:, first + 1:first + ext(rank + 1))
+      call lm_from_local(ra, rm, own, [lm_ragged(2, LM_EXTENTS_AGREED)])
+      call lm_dist_tensor_placements(ra, ap)
+      call lm_extents_get(ap(1)%op, cnt, got)
+      call check(ap(1)%kind == LM_KIND_RAGGED .and. ap(1)%dim == 2 .and. cnt == size .and. &
+                 all(got == ext), "agreed ragged extents")
+      whole = 0
+      call lm_gather(ra, whole)
+      call check(all(whole == full), "agreed ragged gather")
+      call lm_destroy(ra)
+      call lm_from_local(ra, rm, own, [lm_ragged(2, LM_EXTENTS_AGREED)], shape_mode=LM_SHAPE_EVEN, &
+                         ierr=ierr)
+      call check(ierr == LM_ERR_INVALID_ARGUMENT, "agreed extents need LM_SHAPE_ALLGATHER")
+      deallocate(own)
+    end block
     call lm_destroy(rx); call lm_destroy(rm)
     call lm_extents_destroy(rid, ierr)
     call check(ierr == LM_ERR_INVALID_ARGUMENT, "extents destroyed once too often")

@@ -312,16 +312,24 @@ class RaggedShard(Placement):
     coordinate (empty ones allowed): PETSc ownership ranges, numpy.array_split, load-balanced
     partitions. It must split its tensor dim first (Shard dims of higher `order` split each
     block like torch.chunk). The extents are registered with the library (lm_extents_create)
-    while this object lives; tensors made from it keep their own."""
+    while this object lives; tensors made from it keep their own.
+
+    extents=None (LM_EXTENTS_AGREED): the ranks' local shapes give the extents, in from_local
+    with shape_mode "allgather" and in local_map outputs without a given shape; the tensor's
+    placements then read back with the agreed extents."""
     __slots__ = ("extents", "_id")
 
-    def __init__(self, dim, extents, order=0):
+    def __init__(self, dim, extents=None, order=0):
+        self._id = 0
+        if extents is None:
+            super().__init__(RAGGED, dim, 0, order)
+            self.extents = None
+            return
         try:
             ext = tuple(int(e) for e in extents)
         except TypeError:
-            raise _bad(f"RaggedShard: extents must be a sequence of lengths, got "
+            raise _bad(f"RaggedShard: extents must be a sequence of lengths or None, got "
                        f"{type(extents).__name__}") from None
-        self._id = 0
         ident = ctypes.c_int32()
         L.lm_extents_create((c_int64 * max(len(ext), 1))(*ext), len(ext), byref(ident))
         super().__init__(RAGGED, dim, ident.value, order)
@@ -342,8 +350,8 @@ class RaggedShard(Placement):
         return hash((RAGGED, self.dim, self.order, self.extents))
 
     def __repr__(self):
-        return f"RaggedShard({self.dim}, {list(self.extents)}" + \
-            (f", order={self.order})" if self.order else ")")
+        ext = "" if self.extents is None else f", {list(self.extents)}"
+        return f"RaggedShard({self.dim}{ext}" + (f", order={self.order})" if self.order else ")")
 
 
 def _placement_from_c(p):

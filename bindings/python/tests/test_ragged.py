@@ -45,6 +45,24 @@ def test_partial_into_ragged(mesh1):
         np.testing.assert_array_equal(r.local(), COMM.size * (COMM.size + 1) / 2)
 
 
+def test_agreed_extents(mesh1):
+    """RaggedShard(d) without extents: the ranks' local shapes give them (from_local with
+    "allgather", local_map outputs); the tensors read back with the agreed extents."""
+    rows, r0, total = ownership()
+    full = np.arange(total * 3, dtype=np.float64).reshape(total, 3)
+    mine = full[r0:r0 + rows[COMM.rank]].copy()
+    with lm.from_local(mine, mesh1, [lm.RaggedShard(0)]) as t:
+        assert t.shape == (total, 3) and t.local_offset == (r0, 0)
+        assert t.placements == (lm.RaggedShard(0, rows),)
+        np.testing.assert_array_equal(t.gather(), full)
+        with lm.local_map(lambda x: x * 2, [lm.RaggedShard(0)])(t) as y:
+            assert y.placements[0].extents == tuple(rows)
+            np.testing.assert_array_equal(y.gather(), 2 * full)
+    with pytest.raises(lm.InvalidArgumentError, match="LM_SHAPE_ALLGATHER"):
+        lm.from_local(mine, mesh1, [lm.RaggedShard(0)], shape_mode="even")
+    assert repr(lm.RaggedShard(0)) == "RaggedShard(0)"
+
+
 def test_bad_extents(mesh1):
     with pytest.raises(lm.InvalidArgumentError, match=r"extents\[0\]"):
         lm.RaggedShard(0, [-1] * COMM.size)

@@ -122,6 +122,8 @@ pub const LM_REPLICATE: lm_placement_kind_t = 0;
 pub const LM_SHARD: lm_placement_kind_t = 1;
 pub const LM_PARTIAL: lm_placement_kind_t = 2;
 pub const LM_RAGGED: lm_placement_kind_t = 3;
+/// The extents id of a ragged placement whose extents the local shapes give.
+pub const LM_EXTENTS_AGREED: i32 = 0;
 
 pub type lm_reduce_op_t = c_int;
 pub const LM_REDUCE_SUM: lm_reduce_op_t = 0;

@@ -351,11 +351,18 @@ pub enum Placement {
     /// Each rank holds a partial value; the value is the reduction.
     Partial(ReduceOp),
     /// Tensor dim `dim` is split into the extents of id `extents` (see [`Extents`]); it must
-    /// split its dim first (lowest `order`).
+    /// split its dim first (lowest `order`). Id `sys::LM_EXTENTS_AGREED` (0): the ranks' local
+    /// shapes give the extents (see [`Placement::ragged_agreed`]).
     Ragged { dim: i32, extents: i32, order: i32 },
 }
 
 impl Placement {
+    /// A ragged shard of tensor dim `dim` whose extents the ranks' local shapes give
+    /// (`LM_EXTENTS_AGREED`): for `from_local` with `ShapeMode::Allgather` and `local_map`
+    /// outputs without a given shape. The tensor's placements then name the agreed extents.
+    pub fn ragged_agreed(dim: i32) -> Placement {
+        Placement::Ragged { dim, extents: sys::LM_EXTENTS_AGREED, order: 0 }
+    }
     pub fn raw(self) -> sys::lm_placement_t {
         match self {
             Placement::Replicate => sys::LM_PLACEMENT_REPLICATE,

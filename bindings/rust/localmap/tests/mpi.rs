@@ -583,6 +583,18 @@ fn ragged(rank: i32, size: i32) -> T {
     let y = x.reshard(None, &[Placement::Replicate]).map_err(e)?;
     ensure!(y.local::<f64>().map_err(e)? == &full[..]);
     ensure!(Extents::new(&[1, -1]).unwrap_err().status == Status::InvalidArgument);
+    // Each rank's own rows, the extents agreed from the local shapes.
+    let mine = &full[(off * 2) as usize..((off + rows[rank as usize]) * 2) as usize];
+    let z = DistTensor::from_local(&m, mine, &[rows[rank as usize], 2], &[Placement::ragged_agreed(0)],
+                                   ShapeMode::Allgather).map_err(e)?;
+    ensure!(z.global_shape().map_err(e)? == vec![total, 2]);
+    match z.placements().map_err(e)?[0] {
+        Placement::Ragged { dim: 0, extents, order: 0 } => ensure!(Extents::lengths(extents).map_err(e)? == rows),
+        p => return Err(format!("placement {p:?}")),
+    }
+    let even = DistTensor::from_local(&m, mine, &[rows[rank as usize], 2], &[Placement::ragged_agreed(0)],
+                                      ShapeMode::Even);
+    ensure!(even.unwrap_err().status == Status::InvalidArgument);
     Ok(())
 }
 
