@@ -19,9 +19,10 @@ void *run_stream(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh) {
   return (dst_mesh->member ? mesh_mem(dst_mesh) : mesh_mem(src_mesh)).config.stream;
 }
 
-// Sets plan's route to NCCL when the meshes' device transport is NCCL (creating the communicator
-// on first use; collective then); false: the plan is to be staged through host.
-bool route_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id) {
+}  // namespace
+
+bool device_nccl_spec(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, MPI_Comm comm, int device_id,
+                      TransportSpec *spec) {
   DeviceComm *dc = nullptr;
   void *stream = nullptr;
   std::vector<int> peer_map;
@@ -34,26 +35,33 @@ bool route_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int dev
     for (int64_t i = 0; i < src_mesh->grid->size(); ++i)
       peer_map[(size_t)src_mesh->grid->rank_at_index(i)] = (int)i;
   } else {
-    PairDevice &p = pair_device(src_mesh, dst_mesh, plan.comm, device_id);
+    PairDevice &p = pair_device(src_mesh, dst_mesh, comm, device_id);
     if (p.transport != LM_TRANSPORT_NCCL) return false;
     dc = pair_device_comm(p, src_mesh, dst_mesh, device_id);
     stream = run_stream(src_mesh, dst_mesh);
     peer_map = p.map;
   }
-  plan.use(select_device_spec(plan.comm, dc, stream, device_id, std::move(peer_map)));
+  *spec = select_device_spec(comm, dc, stream, device_id, std::move(peer_map));
   return true;
 }
 
-// A cross-mesh NCCL plan's stream against the source mesh's stream, on ranks of both meshes whose
-// two streams differ: before, the plan waits for the source shard; after, the source stream waits
-// for the plan's reads (the source may then be freed in its own stream's order).
-void join_streams(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, bool before) {
+void device_join_streams(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, bool before) {
   if (src_mesh == dst_mesh || !src_mesh->member || !dst_mesh->member) return;
   void *src = mesh_mem(src_mesh).config.stream, *run = run_stream(src_mesh, dst_mesh);
   if (before)
     stream_wait(run, src);
   else
     stream_wait(src, run);
+}
+
+namespace {
+
+// Sets plan's route to NCCL when the meshes' device transport is NCCL; false: staged.
+bool route_on_nccl(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, int device_id) {
+  TransportSpec spec;
+  if (!device_nccl_spec(src_mesh, dst_mesh, plan.comm, device_id, &spec)) return false;
+  plan.use(spec);
+  return true;
 }
 
 // Host-staged: pinned copies of the source (copied out) and the target, with the failure agreed
@@ -89,9 +97,9 @@ void device_run_plan(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, const
   if (route_on_nccl(src_mesh, dst_mesh, plan, device_id)) {
     CurrentDevice on(device_id);
     try {
-      join_streams(src_mesh, dst_mesh, true);
+      device_join_streams(src_mesh, dst_mesh, true);
       plan.run(in, out);  // device pointers; everything enqueued on the plan's stream
-      join_streams(src_mesh, dst_mesh, false);
+      device_join_streams(src_mesh, dst_mesh, false);
     } catch (...) {
       plan.abandon();  // a cached plan must not stay mid-execution
       throw;
@@ -123,7 +131,7 @@ std::unique_ptr<DeviceRequest> device_plan_start(lm_mesh_s *src_mesh, lm_mesh_s 
   if (route_on_nccl(src_mesh, dst_mesh, plan, device_id)) {
     r->nccl = true;
     CurrentDevice on(device_id);
-    join_streams(src_mesh, dst_mesh, true);
+    device_join_streams(src_mesh, dst_mesh, true);
     plan.start(in, out);  // enqueued on the plan's stream
     return r;
   }
@@ -143,7 +151,7 @@ std::unique_ptr<DeviceRequest> device_plan_start(lm_mesh_s *src_mesh, lm_mesh_s 
 
 void device_plan_finish(DeviceRequest &r, Plan &plan) {
   if (r.nccl) {
-    join_streams(r.src_mesh, r.dst_mesh, false);
+    device_join_streams(r.src_mesh, r.dst_mesh, false);
     plan.check_errors("reshard on NCCL");
     return;
   }

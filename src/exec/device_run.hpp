@@ -24,6 +24,17 @@ namespace lm {
 void device_run_plan(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, Plan &plan, const void *in,
                      size_t in_bytes, void *out, size_t out_bytes, int device_id);
 
+// The NCCL route of plans on communicator `comm` between src_mesh and dst_mesh (the same mesh or
+// not) on device_id, into *spec: false when these meshes' device data is staged through host.
+// Collective the first time (transport choice, communicator creation). A cross-mesh route runs on
+// the target mesh's stream where this rank has a target shard, else the source's.
+bool device_nccl_spec(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, MPI_Comm comm, int device_id,
+                      TransportSpec *spec);
+// Orders a cross-mesh NCCL route's stream against the source mesh's stream, on ranks of both
+// meshes: before (the route waits for the source shard) and after (the source stream waits for
+// the route's reads, so the source may be freed in its own stream's order). Same mesh: nothing.
+void device_join_streams(lm_mesh_s *src_mesh, lm_mesh_s *dst_mesh, bool before);
+
 // Nonblocking device plans: device_plan_start starts `plan` (on NCCL: enqueued on the plan's
 // stream; staged: the host plan runs on pinned copies) and returns what its request keeps until
 // completion; device_plan_finish runs after the plan completed (the source stream waits for the

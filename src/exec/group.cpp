@@ -190,7 +190,7 @@ void copy_selfs(MemOps &mem, const SchedStep &st, const void *in, void *out) {
 
 GroupExec::GroupExec(std::vector<Plan *> plans, MPI_Comm comm, size_t bucket_bytes,
                      size_t alone_bytes)
-    : plans_(std::move(plans)), comm_(comm) {
+    : plans_(std::move(plans)), comm_(comm), spec_(host_spec()) {
   auto alone = [&](size_t g) { return g > bucket_bytes || g > alone_bytes; };
   size_t e = 0;
   while (e < plans_.size()) {
@@ -219,6 +219,25 @@ GroupExec::GroupExec(std::vector<Plan *> plans, MPI_Comm comm, size_t bucket_byt
 }
 
 GroupExec::~GroupExec() { abandon(); }
+
+TransportSpec GroupExec::host_spec() const {
+  TransportSpec h;
+  h.comm = comm_;
+  return h;
+}
+
+void GroupExec::use(const TransportSpec &spec) {
+  if (spec_.same(spec)) return;
+  if (active_) fail(LM_ERR_INTERNAL, "GroupExec::use during an execution");
+  route_ = Route{};
+  spec_ = spec;
+}
+
+void GroupExec::check_errors(const char *what) {
+  if (route_.wire) route_.wire->check_errors(what);
+  for (const auto &b : buckets_)
+    if (b->alone) plans_[b->first]->check_errors(what);
+}
 
 int64_t GroupExec::coalesced_messages() const {
   int64_t n = 0;
@@ -255,15 +274,11 @@ void GroupExec::begin_bucket() {
   GroupBucket &b = *buckets_[b_];
   if (b.alone) {
     Plan &p = *plans_[b.first];
-    p.use(p.host_spec());
+    p.use(spec_.kind == TransportSpec::kHost ? p.host_spec() : spec_);
     p.start(in_[b.first], out_[b.first], blocking_);
     return;
   }
-  if (!route_.wire) {
-    TransportSpec h;
-    h.comm = comm_;
-    route_ = select_route(h);
-  }
+  if (!route_.wire) route_ = select_route(spec_);
   route_.wire->begin_execution(blocking_);
   MemOps &mem = *route_.mem;
   for (size_t e = b.first; e < b.last; ++e) {

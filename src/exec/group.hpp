@@ -43,6 +43,14 @@ class GroupExec {
     progress(true);
   }
   void abandon();  // after a failure: buffers back, pending work dropped
+  // The route of the next executions (default: host data over MPI on the group's communicator);
+  // a device route (select_device_spec) runs the rounds on device memory and NCCL, enqueued on
+  // its stream, and the entries that run alone on their plans with the same route. Not during an
+  // execution.
+  void use(const TransportSpec &spec);
+  TransportSpec host_spec() const;
+  // Reports failures the route learned of late (NCCL's asynchronous errors): throws.
+  void check_errors(const char *what);
   bool active() const { return active_; }
   size_t bucket_count() const { return buckets_.size(); }
   // Messages one execution sends from this rank (the coalesced rounds' one per peer and round,
@@ -60,6 +68,7 @@ class GroupExec {
 
   std::vector<Plan *> plans_;
   MPI_Comm comm_;
+  TransportSpec spec_;
   std::vector<std::unique_ptr<GroupBucket>> buckets_;
   Route route_;
   std::vector<const void *> in_;

@@ -153,7 +153,7 @@ bool group_prepare(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
   return true;
 }
 
-GroupExec &host_exec(lm_reshard_group_s *g) {
+GroupExec &group_exec(lm_reshard_group_s *g) {
   if (!g->exec) {
     std::vector<Plan *> plans;
     for (auto &e : g->entries) plans.push_back(e->plan.get());
@@ -163,9 +163,38 @@ GroupExec &host_exec(lm_reshard_group_s *g) {
   return *g->exec;
 }
 
-// Device groups: entry by entry on the device path (work enqueued on the meshes' streams).
+// The one device every tensor of the call lives on, else -1.
+int one_device(const std::vector<lm_dist_tensor_s *> &S, const std::vector<lm_dist_tensor_s *> &D) {
+  const int dev = S[0]->device.device_id;
+  for (size_t i = 0; i < S.size(); ++i)
+    if (S[i]->device.device_id != dev || D[i]->device.device_id != dev) return -1;
+  return dev;
+}
+
+// Device groups. Over NCCL: the grouped rounds on device memory (one message per peer and round,
+// enqueued on the route's stream; complete for the host once enqueued). Host-staged meshes, or
+// tensors on several devices: entry by entry on the device path.
 void run_device(lm_reshard_group_s *g, const std::vector<lm_dist_tensor_s *> &S,
                 const std::vector<lm_dist_tensor_s *> &D) {
+  const int dev = one_device(S, D);
+  TransportSpec spec;
+  if (dev >= 0 &&
+      device_nccl_spec(g->src_mesh, g->dst_mesh, g->entries[0]->plan->comm, dev, &spec)) {
+    CurrentDevice on(dev);
+    GroupExec &x = group_exec(g);
+    x.use(spec);
+    std::vector<const void *> in(S.size());
+    std::vector<void *> out(D.size());
+    for (size_t i = 0; i < S.size(); ++i) {
+      in[i] = S[i]->data();
+      out[i] = D[i]->data();
+    }
+    device_join_streams(g->src_mesh, g->dst_mesh, true);
+    x.run(std::move(in), std::move(out));
+    device_join_streams(g->src_mesh, g->dst_mesh, false);
+    x.check_errors("grouped reshard on NCCL");
+    return;
+  }
   for (size_t i = 0; i < S.size(); ++i)
     device_run_plan(g->src_mesh, g->dst_mesh, *g->entries[i]->plan, S[i]->data(),
                     S[i]->local_bytes(), D[i]->data(), D[i]->local_bytes(),
@@ -180,7 +209,9 @@ void start_host(lm_reshard_group_s *g, const std::vector<lm_dist_tensor_s *> &S,
     in[i] = S[i]->data();
     out[i] = D[i]->data();
   }
-  host_exec(g).start(std::move(in), std::move(out), blocking);
+  GroupExec &x = group_exec(g);
+  x.use(x.host_spec());
+  x.start(std::move(in), std::move(out), blocking);
 }
 
 }  // namespace
@@ -210,7 +241,7 @@ lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
   return g.release();
 }
 
-size_t group_bucket_count(lm_reshard_group_s *g) { return host_exec(g).bucket_count(); }
+size_t group_bucket_count(lm_reshard_group_s *g) { return group_exec(g).bucket_count(); }
 
 lm_reshard_group_s *group_check(lm_reshard_group_t h, const char *what) {
   return handle_object<lm_reshard_group_s>(h, HandleKind::Group, what, "group", "lm_reshard_group_t");

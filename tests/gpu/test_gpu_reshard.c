@@ -12,7 +12,10 @@
  * avg of int32 with negative sums, and gather of a device tensor into host memory.
  * Cases: LM_GPU_CASES (default 150). Replay: LM_SEED / LM_CASE. */
 // lm-test-np: 1 2 4
+#define _GNU_SOURCE /* RTLD_NEXT: test_group counts the library's ncclSend calls */
 #include "gpu_test.h"
+
+#include <dlfcn.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +135,17 @@ static void make_pair(lm_mesh_t m, int ndim, const int64_t *g, DLDataType dt, co
   DLTensor dl = v;
   dl.data = *dev_mem;
   dl.device = lm_gpu_dev();
-  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(dev, m, &dl, pl, LM_SHAPE_GIVEN, g,
+  /* Borrowed twins take their ragged extents from the local shapes (LM_EXTENTS_AGREED, with the
+   * allgather); copied twins name the registered extents and give the shape. */
+  lm_placement_t twin[8];
+  int mesh_ndim = 0;
+  LM_ASSERT_OK(lm_mesh_ndim(m, &mesh_ndim));
+  for (int k = 0; k < mesh_ndim; ++k) {
+    twin[k] = pl[k];
+    if (borrow && twin[k].kind == LM_RAGGED) twin[k].op = LM_EXTENTS_AGREED;
+  }
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(dev, m, &dl, twin,
+                                             borrow ? LM_SHAPE_ALLGATHER : LM_SHAPE_GIVEN, g,
                                              borrow ? LM_FROM_LOCAL_BORROW : LM_FROM_LOCAL_COPY));
   (void)member;
 }
@@ -612,44 +625,81 @@ static void test_cross_union(void **state) {
 }
 
 
-/* Grouped reshards of device tensors (entry by entry on the device path): S -> R and S -> S of
- * one source, blocking and nonblocking, hold the source's values. */
+/* ncclSend calls made by the library (this definition interposes NCCL's, the simulator's or the
+ * real one, and forwards to it). The declaration is NCCL's ABI with plain C types. */
+static long g_nccl_sends;
+int ncclSend(const void *buf, size_t count, int datatype, int peer, void *comm, void *stream);
+int ncclSend(const void *buf, size_t count, int datatype, int peer, void *comm, void *stream) {
+  typedef int (*send_fn)(const void *, size_t, int, int, void *, void *);
+  static send_fn next;
+  if (!next) *(void **)&next = dlsym(RTLD_NEXT, "ncclSend");
+  ++g_nccl_sends;
+  return next(buf, count, datatype, peer, comm, stream);
+}
+
+/* One execution of a group of three entries of n int32 (S -> R, S -> S, P(sum) -> S), blocking
+ * or not; the targets must hold base + i. Returns the ncclSend calls it made. */
+static long run_group(lm_reshard_group_t g, lm_dist_tensor_t s, lm_dist_tensor_t p, int64_t n,
+                      int nb) {
+  lm_dist_tensor_t in[3] = {s, s, p}, out[3] = {NULL, NULL, NULL};
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, lm_gpu_dev(), 3, out));
+  const long before = g_nccl_sends;
+  if (nb) {
+    lm_request_t r = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_group_start(g, 3, in, out, &r));
+    LM_ASSERT_OK_ALL(lm_request_wait(&r));
+  } else {
+    LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 3, in, out));
+  }
+  const long sends = g_nccl_sends - before;
+  for (int i = 0; i < 3; ++i) LM_ASSERT_ALL(shard_holds(out[i], n, 70, lm_gpu_stream));
+  for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out[i]));
+  return sends;
+}
+
+/* Grouped reshards of device tensors: S -> R, S -> S and P(sum) -> S of one source, blocking and
+ * nonblocking, hold the source's values. Over NCCL (a GPU per rank) the small entries share one
+ * message per peer: np - 1 ncclSend calls per execution, where one plan per entry makes
+ * 2 (np - 1); with alone_bytes below every entry they run alone, through their plans on NCCL. */
 static void test_group(void **state) {
   (void)state;
   int np = lm_test_size();
   lm_mesh_t m = make_mesh(0);
   const int64_t n = 5 * (int64_t)np + 2;
-  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
-  lm_dist_tensor_t src = NULL;
+  lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE,
+                 P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+  lm_dist_tensor_t src = NULL, part = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 1, &n, LM_INT32, lm_gpu_dev(), &S));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&part, m, 1, &n, LM_INT32, lm_gpu_dev(), &P));
   DLTensor v;
   int64_t off[1] = {0};
   LM_ASSERT_OK(lm_dist_tensor_local(src, &v));
   LM_ASSERT_OK(lm_dist_tensor_local_offset(src, off, 1));
-  if (v.shape[0]) {
-    int32_t *h = malloc((size_t)v.shape[0] * 4);
-    for (int64_t i = 0; i < v.shape[0]; ++i) h[i] = 70 + (int32_t)(off[0] + i);
-    lm_gpu_copy_to(v.data, h, (size_t)v.shape[0] * 4);
-    free(h);
+  int32_t *h = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < v.shape[0]; ++i) h[i] = 70 + (int32_t)(off[0] + i);
+  if (v.shape[0]) lm_gpu_copy_to(v.data, h, (size_t)v.shape[0] * 4);
+  LM_ASSERT_OK(lm_dist_tensor_local(part, &v)); /* rank 0 holds the values, the others 0 */
+  if (lm_test_rank() == 0) {
+    for (int64_t i = 0; i < n; ++i) h[i] = 70 + (int32_t)i;
+    lm_gpu_copy_to(v.data, h, (size_t)n * 4);
   }
-  lm_reshard_entry_t e[2] = {{1, &n, LM_INT32, &S, &R}, {1, &n, LM_INT32, &S, &S}};
-  lm_reshard_group_t g = NULL;
-  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 2, e, NULL));
-  lm_dist_tensor_t in[2] = {src, src}, out[2] = {NULL, NULL};
+  free(h);
+  lm_reshard_entry_t e[3] = {{1, &n, LM_INT32, &S, &R}, {1, &n, LM_INT32, &S, &S},
+                             {1, &n, LM_INT32, &P, &S}};
+  lm_reshard_group_config_t alone = LM_RESHARD_GROUP_CONFIG_INIT;
+  alone.alone_bytes = 1;
+  lm_reshard_group_t g = NULL, ga = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 3, e, NULL));
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&ga, m, NULL, 3, e, &alone));
   for (int nb = 0; nb < 2; ++nb) {
-    LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, lm_gpu_dev(), 2, out));
-    if (nb) {
-      lm_request_t r = NULL;
-      LM_ASSERT_OK_ALL(lm_reshard_group_start(g, 2, in, out, &r));
-      LM_ASSERT_OK_ALL(lm_request_wait(&r));
-    } else {
-      LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 2, in, out));
-    }
-    LM_ASSERT_ALL(shard_holds(out[0], n, 70, lm_gpu_stream) && shard_holds(out[1], n, 70, lm_gpu_stream));
-    for (int i = 0; i < 2; ++i) LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out[i]));
+    const long grouped = run_group(g, src, part, n, nb), each = run_group(ga, src, part, n, nb);
+    if (each > 0) /* on NCCL (0: staged through host, over MPI) */
+      LM_ASSERT_ALL(grouped == np - 1 && each == 2 * (np - 1));
   }
   LM_ASSERT_OK_ALL(lm_reshard_group_destroy(&g));
+  LM_ASSERT_OK_ALL(lm_reshard_group_destroy(&ga));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&part));
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
   LM_CUDA_OK(cudaDeviceSynchronize());
 }
