@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "localmap.h"
@@ -111,6 +112,7 @@ extern "C" int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   In in{data, size};
+  std::deque<Tensor> buffers;  // destroyed last, after the cleanup of the tensors borrowing them
   std::vector<lm_mesh_t> meshes{nullptr, g_mesh};
   std::vector<lm_dist_tensor_t> tensors{nullptr};
   std::vector<lm_reshard_plan_t> plans{nullptr};
@@ -141,7 +143,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; k < 4; ++k)
       if (shp[k] > 7) shp[k] = in.u8() % 2 ? (shp[k] & 7) : (shp[k] | (int64_t(1) << 59));
     int n = static_cast<int>(in.num());
-    Tensor tt;
+    // A borrowed buffer (from_local with LM_FROM_LOCAL_BORROW) must outlive its tensor, which
+    // may live until the cleanup below: each step's buffer stays until the input is done.
+    Tensor &tt = buffers.emplace_back();
     switch (in.u8() % 22) {
       case 0: {  // mesh create: bad shapes, configs, communicators
         lm_mesh_t m = nullptr;
