@@ -65,6 +65,45 @@ static void for_each_coord(const Grid &g, const Shape &fixed,
   }
 }
 
+// A block-cyclic layout that passes its rules: along each block-cyclic dim the coordinates' runs
+// are disjoint and cover the tensor dim, each coordinate's runs sit at consecutive local offsets
+// and add up to its local extent (box_at's, NUMROC), which starts at its first run.
+static void check_block_cyclic(const Layout &L) {
+  try {
+    check_ragged(L, "fuzz");
+  } catch (const Error &e) {
+    FZ_CHECK(e.status() == LM_ERR_INVALID_ARGUMENT);
+    return;
+  }
+  Shape c(static_cast<size_t>(L.mesh_ndim()), 0);
+  for (int m = 0; m < L.mesh_ndim(); ++m) {
+    if (L.pl[m].kind != LM_BLOCK_CYCLIC) continue;
+    const int d = L.pl[m].dim;
+    const int64_t n = L.gshape[(size_t)d];
+    std::vector<char> seen(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < L.grid->shape()[m]; ++i) {
+      c[m] = i;
+      std::vector<Seg> runs;
+      try {
+        runs = L.dim_segments(c.data(), d);
+      } catch (const Error &e) {
+        FZ_CHECK(e.status() == LM_ERR_NOT_SUPPORTED);
+        return;
+      }
+      const Box x = L.box_at(c.data());
+      int64_t l = 0;
+      for (const Seg &r : runs) {
+        FZ_CHECK(r.l == l && r.len > 0 && r.g >= 0 && r.g + r.len <= n);
+        for (int64_t k = r.g; k < r.g + r.len; ++k) FZ_CHECK(!seen[(size_t)k]++);
+        l += r.len;
+      }
+      FZ_CHECK(l == x.len[(size_t)d] && (runs.empty() || runs[0].g == x.off[(size_t)d]));
+    }
+    for (char v : seen) FZ_CHECK(v == 1);
+    c[m] = 0;
+  }
+}
+
 static void check_layout(fz::Bytes &b) {
   auto grid = fz::random_grid(b);
   int ndim = b.range(0, 3);
@@ -78,6 +117,7 @@ static void check_layout(fz::Bytes &b) {
     return;
   }
   Layout L(grid, pl, g);
+  if (L.has_block_cyclic()) return check_block_cyclic(L);
   std::vector<int> shards(static_cast<size_t>(grid->ndim()), 0);
   for (int m = 0; m < grid->ndim(); ++m) shards[m] = pl[m].kind == LM_SHARD;
   // Pin the mesh dims that shard nothing: the boxes of the others tile the global shape.

@@ -232,9 +232,12 @@ typedef enum lm_placement_kind_t {
   LM_REPLICATE = 0, /**< every rank along the mesh dim holds the same full value */
   LM_SHARD = 1,     /**< tensor dim `dim` is chunked along the mesh dim like torch.chunk */
   LM_PARTIAL = 2,   /**< each rank holds a partial value; the value is the `op` reduction */
-  LM_RAGGED = 3     /**< tensor dim `dim` is split along the mesh dim into given extents (a
+  LM_RAGGED = 3,    /**< tensor dim `dim` is split along the mesh dim into given extents (a
                          ragged shard: PETSc ownership ranges, numpy.array_split, load balance);
                          `op` holds the extents' id from lm_extents_create */
+  LM_BLOCK_CYCLIC = 4 /**< tensor dim `dim` is dealt in blocks of `op` elements round-robin over
+                           the mesh dim, starting at coordinate `order` (ScaLAPACK's MB/NB and
+                           RSRC/CSRC); each rank keeps its blocks in order, as ScaLAPACK does */
 } lm_placement_kind_t;
 
 /** The reduction of a Partial placement (lm_placement_t::op). */
@@ -265,6 +268,16 @@ typedef enum lm_reduce_op_t {
  * lm_local_map outputs without out_shapes or LM_LOCAL_MAP_SHAPES_EVEN (elsewhere
  * LM_ERR_INVALID_ARGUMENT). The tensor made then names a registered id (lm_dist_tensor_placements;
  * readable with lm_extents_get while the tensor lives, no reference to destroy).
+ * Block-cyclic (LM_BLOCK_CYCLIC): `dim` the tensor dim, `op` the block size b >= 1, `order` the
+ * source coordinate s (0 <= s < the mesh dim's extent). Block k = [k b, min((k + 1) b, n)) of the
+ * tensor dim belongs to coordinate (k + s) mod P of the P along the mesh dim, which keeps its
+ * blocks one after the other in increasing k: its local extent is ScaLAPACK's NUMROC(n, b, c, s,
+ * P), global index i sits at local (i / (b P)) b + i mod b (INDXG2L). Two block-cyclic dims on a
+ * 2-D mesh give ScaLAPACK's 2-D block-cyclic layout (local arrays row-major here; a Fortran
+ * column-major local array is the transposed tensor). A block-cyclic dim is the only mesh dim
+ * splitting its tensor dim, and a layout with one has no Partial dim (LM_ERR_NOT_SUPPORTED);
+ * reshards to and from every other placement (same mesh or not, Partial sources and targets
+ * included) are supported, device tensors too; grouped reshards refuse them.
  * All Partial dims of one tensor must use the same op (LM_ERR_NOT_SUPPORTED otherwise: with
  * mixed ops the value would depend on the order of the reductions).
  * Integer reductions: sum and prod wrap like two's complement; avg sums in 128 bits (no overflow)
@@ -273,8 +286,10 @@ typedef enum lm_reduce_op_t {
 typedef struct lm_placement_t {
   int32_t kind;  /**< an lm_placement_kind_t */
   int32_t dim;   /**< the sharded tensor dim (LM_SHARD only, else 0) */
-  int32_t op;    /**< an lm_reduce_op_t (LM_PARTIAL), an extents id (LM_RAGGED), else 0 */
-  int32_t order; /**< co-shard order (LM_SHARD only, else 0) */
+  int32_t op;    /**< an lm_reduce_op_t (LM_PARTIAL), an extents id (LM_RAGGED), the block size
+                      (LM_BLOCK_CYCLIC), else 0 */
+  int32_t order; /**< co-shard order (LM_SHARD, LM_RAGGED), the source coordinate
+                      (LM_BLOCK_CYCLIC), else 0 */
 } lm_placement_t;
 
 #ifdef __cplusplus
@@ -282,6 +297,8 @@ typedef struct lm_placement_t {
 #define LM_PLACEMENT_SHARD(d) (lm_placement_t{LM_SHARD, (int32_t)(d), 0, 0})
 #define LM_PLACEMENT_PARTIAL(o) (lm_placement_t{LM_PARTIAL, 0, (int32_t)(o), 0})
 #define LM_PLACEMENT_RAGGED(d, id) (lm_placement_t{LM_RAGGED, (int32_t)(d), (int32_t)(id), 0})
+#define LM_PLACEMENT_BLOCK_CYCLIC(d, b, s) \
+  (lm_placement_t{LM_BLOCK_CYCLIC, (int32_t)(d), (int32_t)(b), (int32_t)(s)})
 #else
 /** Replicate, as an lm_placement_t value. */
 #define LM_PLACEMENT_REPLICATE ((lm_placement_t){LM_REPLICATE, 0, 0, 0})
@@ -291,6 +308,9 @@ typedef struct lm_placement_t {
 #define LM_PLACEMENT_PARTIAL(o) ((lm_placement_t){LM_PARTIAL, 0, (int32_t)(o), 0})
 /** RaggedShard(tensor dim d) with the extents of id `id` (lm_extents_create), as a value. */
 #define LM_PLACEMENT_RAGGED(d, id) ((lm_placement_t){LM_RAGGED, (int32_t)(d), (int32_t)(id), 0})
+/** BlockCyclic(tensor dim d, block b, source coordinate s), as an lm_placement_t value. */
+#define LM_PLACEMENT_BLOCK_CYCLIC(d, b, s) \
+  ((lm_placement_t){LM_BLOCK_CYCLIC, (int32_t)(d), (int32_t)(b), (int32_t)(s)})
 #endif
 
 /** The extents id of a ragged placement whose extents are agreed from the local shapes (see
@@ -625,7 +645,8 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_global_shape(lm_dist_tensor_t ten
 /** The shape of this rank's shard (local): writes n entries; n must equal the tensor ndim. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local_shape(lm_dist_tensor_t tensor, int64_t *shape,
                                                            int n);
-/** Global index of the shard's first element, per dim (0 for non-members). */
+/** Global index of the shard's first element, per dim (0 for non-members; along a block-cyclic
+ * dim the start of its first block, or the extent when it holds none). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local_offset(lm_dist_tensor_t tensor,
                                                             int64_t *offset, int n);
 /** A view of the local shard; its shape points into the tensor, valid while the tensor lives.
@@ -958,9 +979,9 @@ typedef lm_status_t (*lm_local_fn_t)(void *user_data, lm_mesh_t mesh, int nin,
  *    local tensor: outputs[i] is then this rank's LM_ARG_MANAGED_TENSOR as fn made it, and the
  *    caller owns it (call its deleter once). Its shape and dtype may differ between ranks.
  *  out_shapes: NULL, or nout entries, each NULL or a global shape (ndim of that output).
- *    A Shard output without a given shape gets its global shape from one small allgather of local
- *    extents (right for uneven shards), or with LM_LOCAL_MAP_SHAPES_EVEN from local extent * mesh
- *    extent. Outputs with no Shard placement take their local shape. A ragged output with
+ *    A Shard or block-cyclic output without a given shape gets its global shape from one small
+ *    allgather of local extents (right for uneven shards), or with LM_LOCAL_MAP_SHAPES_EVEN from
+ *    local extent * mesh extent. Outputs with no Shard placement take their local shape. A ragged output with
  *    extents id LM_EXTENTS_AGREED takes its extents from that allgather (ragged outputs with a
  *    registered id need none: their extents give the global extent).
  *  mesh: NULL to infer from the dist inputs (all must share it unless RESHARD_INPUTS moves them to

@@ -206,6 +206,12 @@ inline lm_placement_t ragged_agreed(int dim, int order = 0) {
   return lm_placement_t{LM_RAGGED, dim, LM_EXTENTS_AGREED, order};
 }
 
+/// BlockCyclic(dim, block, src): blocks of `block` elements of tensor dim `dim` dealt round-robin
+/// over the mesh dim from coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC; see lm_placement_t).
+inline lm_placement_t block_cyclic(int dim, int block, int src = 0) {
+  return lm_placement_t{LM_BLOCK_CYCLIC, dim, block, src};
+}
+
 /// The placements of a gradient (lm_placements_adjoint): Partial(sum) -> Replicate, the others
 /// kept; Partial(avg/max/min/prod) throws.
 inline placements placements_adjoint(const placements &p) {

@@ -211,6 +211,15 @@ static void test_ragged(void **) {
   lmx::dist_tensor z = lmx::dist_tensor::from_local(m, lt, {lmx::ragged_agreed(0)});
   ok &= z.global_shape()[0] == total && z.local_offset()[0] == off;
   ok &= lmx::extents::lengths(z.placement()[0].op) == rows;
+  // Block-cyclic rows (blocks of 2 from the last rank) through the wrapper: dealt, reassembled.
+  lmx::dist_tensor c = lmx::dist_tensor::from_global(m, &gt, {lmx::block_cyclic(0, 2, n - 1)});
+  const lm_placement_t cp = c.placement()[0];
+  ok &= cp.kind == LM_BLOCK_CYCLIC && cp.dim == 0 && cp.op == 2 && cp.order == n - 1;
+  int64_t mine = 0;  // rows of the blocks dealt to this rank: block k goes to (k + n - 1) mod n
+  for (int64_t i = 0; i < total; ++i) mine += ((i / 2 + n - 1) % n) == lm_test_rank();
+  ok &= c.local_shape()[0] == mine;
+  lmx::dist_tensor cr = c.reshard({lmx::replicate()});
+  for (int64_t i = 0; ok && i < total * 2; ++i) ok &= cr.local_data<double>()[i] == full[static_cast<size_t>(i)];
   LM_ASSERT_ALL(ok);
 }
 

@@ -53,7 +53,8 @@ module localmap
   ! (C's LM_REPLICATE, LM_SHARD, LM_PARTIAL: Fortran names are case-blind, lm_shard() is the
   ! constructor.)
   integer, parameter, public :: LM_KIND_REPLICATE = 0, LM_KIND_SHARD = 1, LM_KIND_PARTIAL = 2, &
-    LM_KIND_RAGGED = 3
+    LM_KIND_RAGGED = 3, &
+    LM_KIND_BLOCK_CYCLIC = 4
   !> lm_ragged(dim, LM_EXTENTS_AGREED): the ranks' local shapes give the extents (lm_from_local
   !> with LM_SHAPE_ALLGATHER, its default; lm_local_map outputs without a given shape).
   integer(c_int32_t), parameter, public :: LM_EXTENTS_AGREED = 0
@@ -652,7 +653,7 @@ module localmap
   ! ---------------------------------------------------------------------------------------------
   public :: lm_get_version, lm_status_string, lm_last_error_message, lm_set_error_message
   public :: lm_init, lm_finalize, lm_comm_world, lm_world_rank, lm_device_supported
-  public :: lm_replicate, lm_shard, lm_partial, lm_ragged, lm_placements_format, &
+  public :: lm_replicate, lm_shard, lm_partial, lm_ragged, lm_block_cyclic, lm_placements_format, &
     lm_placements_adjoint, lm_chunk, lm_extents_create, lm_extents_get, lm_extents_destroy
   public :: lm_mesh_create, lm_mesh_destroy, lm_mesh_ndim, lm_mesh_shape, lm_mesh_size, &
     lm_mesh_is_member, lm_mesh_coord, lm_mesh_rank, lm_mesh_rank_at, lm_mesh_dim_index, &
@@ -913,6 +914,17 @@ contains
     lm_ragged = lm_placement(LM_KIND_RAGGED, int(dim, c_int32_t), id, 0)
     if (present(order)) lm_ragged%order = int(order, c_int32_t)
   end function
+  !> Block-cyclic on Fortran dim `dim`: blocks of `block` elements dealt over the mesh dim from
+  !> coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC; default 0). A ScaLAPACK local array
+  !> (column-major, LLD = its local rows) with lm_block_cyclic(1, MB, RSRC) and
+  !> lm_block_cyclic(2, NB, CSRC) on the BLACS grid's mesh is the distributed matrix.
+  type(lm_placement) function lm_block_cyclic(dim, block, src)
+    integer, intent(in) :: dim, block
+    integer, intent(in), optional :: src
+    lm_block_cyclic = lm_placement(LM_KIND_BLOCK_CYCLIC, int(dim, c_int32_t), &
+                                   int(block, c_int32_t), 0)
+    if (present(src)) lm_block_cyclic%order = int(src, c_int32_t)
+  end function
   !> Partial with a reduce op (LM_REDUCE_SUM, ...).
   type(lm_placement) function lm_partial(op)
     integer, intent(in) :: op
@@ -940,7 +952,8 @@ contains
     st = LM_SUCCESS
     do i = 1, size(pl)
       cpl(i) = lm_placement_t(pl(i)%kind, pl(i)%dim, pl(i)%op, pl(i)%order)
-      if (pl(i)%kind == LM_KIND_SHARD .or. pl(i)%kind == LM_KIND_RAGGED) then
+      if (pl(i)%kind == LM_KIND_SHARD .or. pl(i)%kind == LM_KIND_RAGGED .or. &
+          pl(i)%kind == LM_KIND_BLOCK_CYCLIC) then
         if (pl(i)%dim < 1 .or. pl(i)%dim > ndim) then
           write(msg, '(a,"(",i0,"): lm_shard(",i0,") of a rank-",i0," tensor (Fortran dims are 1..",i0,")")') &
             what, i, pl(i)%dim, ndim, ndim
@@ -960,7 +973,8 @@ contains
     integer :: i
     do i = 1, size(cpl)
       pl(i) = lm_placement(cpl(i)%kind, cpl(i)%dim, cpl(i)%op, cpl(i)%order)
-      if (cpl(i)%kind == LM_KIND_SHARD .or. cpl(i)%kind == LM_KIND_RAGGED) &
+      if (cpl(i)%kind == LM_KIND_SHARD .or. cpl(i)%kind == LM_KIND_RAGGED .or. &
+          cpl(i)%kind == LM_KIND_BLOCK_CYCLIC) &
         pl(i)%dim = int(ndim - cpl(i)%dim, c_int32_t)
     end do
   end subroutine

@@ -726,6 +726,87 @@ class PartialInitRun : public StepRun {
 };
 
 // ---------------------------------------------------------------------------------------------
+// A pieces step (block-cyclic layouts): every message packed into staging at once (not bounded by
+// LM_STAGING_BYTES: p?gemr2d stages the same), receives posted first, local pieces copied while
+// the messages travel, received ones unpacked at the end.
+class PiecesRun : public StepRun {
+ public:
+  using StepRun::StepRun;
+
+  void start(const void *in, void *out) override {
+    in_ = static_cast<const char *>(in);
+    out_ = static_cast<char *>(out);
+    size_t total = 0;
+    for (const PieceMsg &m : st_.precvs) total += m.bytes;
+    for (const PieceMsg &m : st_.psends) total += m.bytes;
+    char *stage = take_stage(total);
+    first_ = tp_.posted();
+    size_t off = 0;
+    for (const PieceMsg &m : st_.precvs) {
+      tp_.post_recv(stage + off, m.bytes, m.peer, st_.tag);
+      off += m.bytes;
+    }
+    for (const PieceMsg &m : st_.psends) {
+      each_piece(m, [&](const int64_t *len, const int64_t *a, const int64_t *) {
+        copy(len, in_, st_.inbox.len.data(), a, stage + off, len, zero_, &off);
+      });
+      tp_.post_send(stage + off - m.bytes, m.bytes, m.peer, st_.tag);
+    }
+    tp_.flush();
+    for (const PieceMsg &m : st_.pselfs)
+      each_piece(m, [&](const int64_t *len, const int64_t *a, const int64_t *b) {
+        copy(len, in_, st_.inbox.len.data(), a, out_, st_.outbox.len.data(), b, nullptr);
+      });
+  }
+
+  bool progress(bool block) override {
+    if (!tp_.done_from(first_, block)) return false;
+    size_t off = 0;
+    for (const PieceMsg &m : st_.precvs)
+      each_piece(m, [&](const int64_t *len, const int64_t *, const int64_t *b) {
+        copy(len, stage_.p + off, len, zero_, out_, st_.outbox.len.data(), b, &off);
+      });
+    tp_.reset();
+    release();
+    return true;
+  }
+
+ private:
+  // Calls fn(len, a, b) for each piece of m in row-major order of its runs (a, b: the piece's
+  // offsets in the input and output buffers).
+  template <class Fn>
+  void each_piece(const PieceMsg &m, Fn fn) const {
+    const int n = (int)m.dims.size();
+    int64_t idx[kBoxMaxDims] = {0}, len[kBoxMaxDims], a[kBoxMaxDims], b[kBoxMaxDims];
+    for (;;) {
+      for (int d = 0; d < n; ++d) {
+        const PieceRun &r = m.dims[(size_t)d][(size_t)idx[d]];
+        len[d] = r.len;
+        a[d] = r.a;
+        b[d] = r.b;
+      }
+      fn(len, a, b);
+      int d = n - 1;
+      while (d >= 0 && ++idx[d] == (int64_t)m.dims[(size_t)d].size()) idx[d--] = 0;
+      if (d < 0) return;
+    }
+  }
+  // Box `len` at soff in src (extents sshape) to doff in dst (extents dshape). Where one side is
+  // staging (extents len, offset 0), *packed (its cursor) advances by the box's bytes.
+  void copy(const int64_t *len, const char *src, const int64_t *sshape, const int64_t *soff,
+            char *dst, const int64_t *dshape, const int64_t *doff, size_t *packed) {
+    BoxCopy c;
+    boxcopy_init(c, (int)st_.inbox.len.size(), len, sshape, soff, dshape, doff, (int64_t)esize_);
+    mem_.copy(c, dst, src, 0, c.numel);
+    if (packed) *packed += (size_t)c.numel * esize_;
+  }
+  const char *in_ = nullptr;
+  char *out_ = nullptr;
+  Transport::Ticket first_ = 0;
+  const int64_t zero_[kBoxMaxDims] = {0};
+};
+
+// ---------------------------------------------------------------------------------------------
 struct ExecState {
   const void *in0 = nullptr;
   void *out_final = nullptr;
@@ -778,6 +859,8 @@ void Plan::start(const void *in, void *out, bool blocking) {
         r = std::make_unique<ExchangeRun>(st, i, tp, mem, dt, ex_->stage);
       else if (st.kind == StepKind::kReduceScatter)
         r = std::make_unique<ReduceScatterRun>(st, i, tp, mem, dt, ex_->stage);
+      else if (st.kind == StepKind::kPieces)
+        r = std::make_unique<PiecesRun>(st, i, tp, mem, dt, ex_->stage);
       else
         r = std::make_unique<PartialInitRun>(st, i, tp, mem, dt, ex_->stage);
       ex_->runs.push_back(std::move(r));

@@ -125,6 +125,9 @@ std::string format_placements(const lm_placement_t *pl, int n) {
         s += strfmt(pl[i].op ? "RS(%d)" : "RS(%d, agreed)", pl[i].dim);
         if (pl[i].order) s += strfmt("@%d", pl[i].order);
         break;
+      case LM_BLOCK_CYCLIC:
+        s += strfmt(pl[i].order ? "BC(%d, %d, %d)" : "BC(%d, %d)", pl[i].dim, pl[i].op, pl[i].order);
+        break;
       default: s += strfmt("?(kind=%d)", pl[i].kind); break;
     }
   }
@@ -186,11 +189,27 @@ void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndi
                      "%s[%d]: Ragged shard extents id %d is not registered (lm_extents_create; "
                      "destroyed ids are refused)", what, i, p.op);
         break;
+      case LM_BLOCK_CYCLIC:
+        LM_CHECK_ARG(p.dim >= 0 && p.dim < tensor_ndim,
+                     "%s[%d]: BlockCyclic dim %d out of range for a %d-d tensor", what, i, p.dim,
+                     tensor_ndim);
+        LM_CHECK_ARG(p.op >= 1, "%s[%d]: BlockCyclic block size (op) %d must be >= 1", what, i,
+                     p.op);
+        LM_CHECK_ARG(p.order >= 0, "%s[%d]: BlockCyclic source coordinate (order) %d must be >= 0",
+                     what, i, p.order);
+        break;
       default:
         fail(LM_ERR_INVALID_ARGUMENT, "%s[%d]: kind %d is not an lm_placement_kind_t", what, i,
              p.kind);
     }
   }
+  // Block-cyclic dims reshard through pieces exchanges that carry no pending reduction.
+  for (int i = 0; i < mesh_ndim; ++i)
+    for (int j = 0; j < mesh_ndim; ++j)
+      if (pl[i].kind == LM_BLOCK_CYCLIC && pl[j].kind == LM_PARTIAL)
+        fail(LM_ERR_NOT_SUPPORTED, "%s: BlockCyclic (mesh dim %d) and Partial (mesh dim %d) in "
+             "one layout (%s) are not supported: reduce the Partial dims first", what, i, j,
+             format_placements(pl, mesh_ndim).c_str());
   // Partial dims of one tensor share one op: with mixed ops the value would depend on the order
   // of the reductions, which no peer library defines either.
   for (int i = 0; i < mesh_ndim; ++i)
@@ -240,6 +259,47 @@ Box Layout::box_at(const int64_t *coord) const {
   return b;
 }
 
+bool Layout::has_block_cyclic() const {
+  for (const auto &p : pl)
+    if (p.kind == LM_BLOCK_CYCLIC) return true;
+  return false;
+}
+
+std::vector<Seg> cyclic_segments(int64_t n, int64_t b, int64_t c, int64_t s, int64_t p) {
+  std::vector<Seg> v;
+  const int64_t dist = (c - s % p + p) % p;
+  int64_t l = 0;
+  for (int64_t k = dist; k <= (n - 1) / b && n > 0; k += p) {
+    const int64_t g = k * b, len = std::min(b, n - g);
+    v.push_back(Seg{g, l, len});
+    l += len;
+  }
+  return v;
+}
+
+std::vector<Seg> Layout::dim_segments(const int64_t *coord, int d) const {
+  for (int m : order[(size_t)d]) {
+    const lm_placement_t &p = pl[(size_t)m];
+    if (p.kind != LM_BLOCK_CYCLIC) continue;  // the only mesh dim splitting d (check_ragged)
+    const int64_t n = gshape[(size_t)d], P = grid->shape()[m];
+    const int64_t per = (n / p.op + 1) / P + 1;  // blocks of one coordinate, at most
+    if (per > kMaxCyclicBlocks)
+      fail(LM_ERR_NOT_SUPPORTED, "placements[%d]: BlockCyclic(%d, %d) deals about %lld blocks of "
+           "tensor dim %d (%lld elements) to each of %lld coordinates; at most %lld per "
+           "coordinate are supported (use a larger block)", m, p.dim, p.op, (long long)per, d,
+           (long long)n, (long long)P, (long long)kMaxCyclicBlocks);
+    return cyclic_segments(n, p.op, coord[m], p.order, P);
+  }
+  int64_t off = 0, len = gshape[(size_t)d];
+  for (int m : order[(size_t)d]) {
+    Range r = split(m, len, coord[m]);
+    off += r.off;
+    len = r.len;
+  }
+  if (len <= 0) return {};
+  return {Seg{off, 0, len}};
+}
+
 bool Layout::equals(const Layout &o) const {
   if (gshape != o.gshape || pl.size() != o.pl.size()) return false;
   if (grid != o.grid && !grid->same_as(*o.grid)) return false;
@@ -247,6 +307,8 @@ bool Layout::equals(const Layout &o) const {
     if (pl[m].kind != o.pl[m].kind) return false;
     if (splits(pl[m]) && pl[m].dim != o.pl[m].dim) return false;
     if (pl[m].kind == LM_PARTIAL && pl[m].op != o.pl[m].op) return false;
+    if (pl[m].kind == LM_BLOCK_CYCLIC && (pl[m].op != o.pl[m].op || pl[m].order != o.pl[m].order))
+      return false;
     if (pl[m].kind == LM_RAGGED && rag[m] != o.rag[m] && rag[m]->off != o.rag[m]->off) return false;
   }
   return order == o.order;
@@ -275,6 +337,15 @@ std::string Layout::str() const { return format_placements(pl.data(), mesh_ndim(
 
 void check_ragged(const Layout &L, const char *what) {
   for (int m = 0; m < L.mesh_ndim(); ++m) {
+    if (L.pl[m].kind == LM_BLOCK_CYCLIC) {
+      const int d = L.pl[m].dim;
+      LM_CHECK_ARG(L.pl[m].order < L.grid->shape()[m],
+                   "%s[%d]: BlockCyclic source coordinate %d is not on the mesh dim (extent %lld)",
+                   what, m, L.pl[m].order, (long long)L.grid->shape()[m]);
+      LM_CHECK_ARG(L.order[(size_t)d].size() == 1,
+                   "%s[%d]: a BlockCyclic dim must be the only mesh dim splitting tensor dim %d "
+                   "(%s): co-sharding it is not defined", what, m, d, L.str().c_str());
+    }
     const Extents *r = L.rag[(size_t)m].get();
     if (!r) continue;
     const int d = L.pl[m].dim;
@@ -303,7 +374,9 @@ Shape even_global_shape(const Grid &grid, const lm_placement_t *pl, const Shape 
     ragged[(size_t)pl[m].dim] = true;
   }
   for (int m = 0; m < grid.ndim(); ++m)
-    if (pl[m].kind == LM_SHARD && (size_t)pl[m].dim < g.size() && !ragged[(size_t)pl[m].dim]) g[(size_t)pl[m].dim] *= grid.shape()[m];
+    if ((pl[m].kind == LM_SHARD || pl[m].kind == LM_BLOCK_CYCLIC) &&
+        (size_t)pl[m].dim < g.size() && !ragged[(size_t)pl[m].dim])
+      g[(size_t)pl[m].dim] *= grid.shape()[m];
   return g;
 }
 
@@ -366,7 +439,7 @@ Layout layout_from_extents(const std::shared_ptr<const Grid> &grid, const lm_pla
     for (int d = 0; d < ndim; ++d)
       if (b.len[d] != extent(r, d))
         fail(LM_ERR_INVALID_ARGUMENT,
-             "%s: local extents do not follow the layout (torch.chunk, ragged extents): mesh "
+             "%s: local extents do not follow the layout (torch.chunk, ragged extents, block-cyclic): mesh "
              "rank %lld holds %lld along dim %d, but the global extent %lld with placements %s "
              "gives it %lld", what, (long long)r, (long long)extent(r, d), d, (long long)g[d],
              L.str().c_str(), (long long)b.len[d]);

@@ -77,8 +77,30 @@ class Grid {
   std::unordered_map<int, int64_t> index_;
 };
 
-// Shard or ragged shard: the placement splits tensor dim p.dim.
-inline bool splits(const lm_placement_t &p) { return p.kind == LM_SHARD || p.kind == LM_RAGGED; }
+// Shard, ragged shard or block-cyclic: the placement splits tensor dim p.dim.
+inline bool splits(const lm_placement_t &p) {
+  return p.kind == LM_SHARD || p.kind == LM_RAGGED || p.kind == LM_BLOCK_CYCLIC;
+}
+
+// Block-cyclic math (ScaLAPACK's): n elements in blocks of b dealt over p coordinates from s.
+// The local extent of coordinate c (NUMROC).
+inline int64_t cyclic_extent(int64_t n, int64_t b, int64_t c, int64_t s, int64_t p) {
+  const int64_t dist = (c - s % p + p) % p;  // c's place in the deal
+  const int64_t blocks = n / b;
+  int64_t e = (blocks / p) * b;
+  if (dist < blocks % p) e += b;
+  else if (dist == blocks % p) e += n % b;
+  return e;
+}
+// A run of one coordinate's elements along a dim: global offset g, local offset l, length len.
+struct Seg {
+  int64_t g, l, len;
+};
+// The blocks coordinate c owns, in increasing order (one Seg per block): O(n / (b p)).
+std::vector<Seg> cyclic_segments(int64_t n, int64_t b, int64_t c, int64_t s, int64_t p);
+// The most blocks of one block-cyclic dim a coordinate may hold where positions are needed
+// (reshards): more is LM_ERR_NOT_SUPPORTED, never a plan of gigabytes.
+constexpr int64_t kMaxCyclicBlocks = int64_t(1) << 20;
 
 // Checks placements for a mesh of `mesh_ndim` dims and a tensor of `tensor_ndim` dims; throws
 // LM_ERR_INVALID_ARGUMENT naming `what` (e.g. "lm_dist_tensor_zeros: placements"). A ragged
@@ -112,16 +134,28 @@ struct Layout {
   // Recomputes `order` and `rag` after editing pl (a ragged dim whose id changed is looked up:
   // LM_ERR_INVALID_ARGUMENT when the id is unknown).
   void derive();
-  // Block i of a block of `len` elements split along mesh dim m (torch.chunk, or the extents).
+  // Block i of a block of `len` elements split along mesh dim m (torch.chunk, or the extents). A
+  // block-cyclic dim owns no single block: its first element's index and its local extent.
   Range split(int m, int64_t len, int64_t i) const {
+    const lm_placement_t &p = pl[(size_t)m];
+    if (p.kind == LM_BLOCK_CYCLIC) {
+      const int64_t P = grid->shape()[m], first = ((i - p.order % P + P) % P) * (int64_t)p.op;
+      return Range{first < len ? first : len, cyclic_extent(len, p.op, i, p.order, P)};
+    }
     return rag[(size_t)m] ? Range{rag[(size_t)m]->off[(size_t)i], rag[(size_t)m]->len(i)}
                           : chunk(len, grid->shape()[m], i);
   }
 
   int mesh_ndim() const { return static_cast<int>(pl.size()); }
   int ndim() const { return static_cast<int>(gshape.size()); }
-  // The global box held at a mesh coordinate.
+  // The global box held at a mesh coordinate. Along a block-cyclic dim, the first held index and
+  // the local extent: the shape of the local buffer is right, the positions are dim_segments'.
   Box box_at(const int64_t *coord) const;
+  bool has_block_cyclic() const;
+  // The runs of global indices along tensor dim d that coordinate `coord` holds, with their local
+  // offsets, in increasing order: one run for every kind but block-cyclic (empty when the box is).
+  // Throws LM_ERR_NOT_SUPPORTED past kMaxCyclicBlocks blocks.
+  std::vector<Seg> dim_segments(const int64_t *coord, int d) const;
   // Semantic equality (same grid, same kinds/ops, same shard orders, same global shape).
   bool equals(const Layout &o) const;
   bool has_partial() const;
@@ -131,7 +165,8 @@ struct Layout {
 
 // The rules of ragged placements that need the grid and the global shape: the extents' count is
 // the mesh dim's extent, their sum the global extent, the ragged dim splits its tensor dim first
-// (one ragged dim per tensor dim). Throws LM_ERR_INVALID_ARGUMENT naming `what`.
+// (one ragged dim per tensor dim). And those of block-cyclic ones: the source coordinate lies on
+// the mesh dim, nothing else splits the tensor dim. Throws LM_ERR_INVALID_ARGUMENT naming `what`.
 void check_ragged(const Layout &L, const char *what);
 
 // The global shape where every Shard dim is even (local extent times the mesh extents) and every

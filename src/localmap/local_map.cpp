@@ -419,7 +419,8 @@ void LocalMapCall::decide_gathers() {
     if (!m_ || !pl || (out_shapes_ && out_shapes_[j]) || (flags_ & LM_LOCAL_MAP_SHAPES_EVEN))
       continue;
     for (int k = 0; k < m_->ndim(); ++k)
-      if (pl[k].kind == LM_SHARD || (pl[k].kind == LM_RAGGED && pl[k].op == LM_EXTENTS_AGREED)) {
+      if (pl[k].kind == LM_SHARD || pl[k].kind == LM_BLOCK_CYCLIC ||
+          (pl[k].kind == LM_RAGGED && pl[k].op == LM_EXTENTS_AGREED)) {
         need_gather_[j] = 1;
         ++ngather_;
         break;

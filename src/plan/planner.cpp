@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "layout/boxcopy.hpp"
 #include "layout/reduce.hpp"
+#include "plan/internal.hpp"
 
 namespace lm {
 
@@ -47,43 +48,6 @@ Box empty_box(size_t n) {
   return b;
 }
 
-// The source coordinate a receiver takes replicated data from, per replicated source mesh dim.
-struct SourceChooser {
-  const Layout &in;
-  const Layout &out;
-  bool same_mesh;
-  std::vector<int> rep;  // source mesh dims that are Replicate
-  int64_t rep_span = 1;
-
-  SourceChooser(const Layout &i, const Layout &o, bool s) : in(i), out(o), same_mesh(s) {
-    for (int m = 0; m < in.mesh_ndim(); ++m)
-      if (in.pl[m].kind == LM_REPLICATE) {
-        rep.push_back(m);
-        rep_span *= in.grid->shape()[m];
-      }
-  }
-  // Writes the chosen coordinate along each replicated dim into `fixed` (source mesh dims).
-  void choose(const int64_t *recv_coord, int recv_rank, Shape &fixed) const {
-    if (rep.empty()) return;
-    if (same_mesh) {
-      for (int m : rep) fixed[m] = recv_coord[m];
-      return;
-    }
-    int64_t idx = in.grid->index_of(recv_rank);
-    if (idx >= 0) {  // the receiver holds a replica itself: take it from there
-      Shape c(in.grid->shape().size());
-      in.grid->coord_of(idx, c.data());
-      for (int m : rep) fixed[m] = c[m];
-      return;
-    }
-    int64_t k = out.grid->index_at(recv_coord) % rep_span;  // spread receivers over replicas
-    for (auto it = rep.rbegin(); it != rep.rend(); ++it) {
-      int64_t ext = in.grid->shape()[*it];
-      fixed[*it] = k % ext;
-      k /= ext;
-    }
-  }
-};
 
 
 // The messages of a run of coordinates (enumerate_intersecting's CoordRun) on grid g, `me` cut
@@ -313,25 +277,6 @@ std::unique_ptr<SchedStep> reduce_scatter_step(const Layout &in, const Layout &o
   return st;
 }
 
-std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out, DType dt,
-                                             int me) {
-  auto st = std::make_unique<SchedStep>();
-  st->kind = StepKind::kPartialInit;
-  st->in_layout = in;
-  st->out_layout = out;
-  st->esize = dtype_size(dt);
-  int64_t idx = out.grid->index_of(me);
-  if (idx < 0) return st;
-  Shape c(out.mesh_ndim());
-  out.grid->coord_of(idx, c.data());
-  st->fill_n = out.box_at(c.data()).numel();
-  for (int m = 0; m < out.mesh_ndim(); ++m)
-    if (out.pl[m].kind == LM_PARTIAL && in.pl[m].kind != LM_PARTIAL) {
-      st->op = out.pl[m].op;
-      if (c[m] != 0 && (st->op == LM_REDUCE_SUM || st->op == LM_REDUCE_PROD)) st->fill = true;
-    }
-  return st;
-}
 
 int max_order(const Layout &L, int d) {
   int mx = -1;
@@ -363,6 +308,26 @@ bool box_is_contiguous_in(const Box &local, const Box &box, size_t esize, size_t
   if (!box_contiguous(n, local.len.data(), off, box.len.data(), &eoff)) return false;
   *byte_off = (size_t)eoff * esize;
   return true;
+}
+
+std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out, DType dt,
+                                             int me) {
+  auto st = std::make_unique<SchedStep>();
+  st->kind = StepKind::kPartialInit;
+  st->in_layout = in;
+  st->out_layout = out;
+  st->esize = dtype_size(dt);
+  int64_t idx = out.grid->index_of(me);
+  if (idx < 0) return st;
+  Shape c(out.mesh_ndim());
+  out.grid->coord_of(idx, c.data());
+  st->fill_n = out.box_at(c.data()).numel();
+  for (int m = 0; m < out.mesh_ndim(); ++m)
+    if (out.pl[m].kind == LM_PARTIAL && in.pl[m].kind != LM_PARTIAL) {
+      st->op = out.pl[m].op;
+      if (c[m] != 0 && (st->op == LM_REDUCE_SUM || st->op == LM_REDUCE_PROD)) st->fill = true;
+    }
+  return st;
 }
 
 Msg MsgRun::at(int64_t i) const {
@@ -416,6 +381,13 @@ std::string SchedStep::describe() const {
                     out_layout.str().c_str(), m, (long long)in_layout.grid->shape()[m]);
     case StepKind::kPartialInit:
       return strfmt("partial-init ->%s (local)", out_layout.str().c_str());
+    case StepKind::kPieces: {
+      int64_t pieces = 0;
+      for (const PieceMsg &m : psends) pieces += m.pieces();
+      return strfmt("pieces %s->%s (%zu sends, %zu recvs, %zu local, %lld pieces sent)",
+                    in_layout.str().c_str(), out_layout.str().c_str(), psends.size(),
+                    precvs.size(), pselfs.size(), (long long)pieces);
+    }
   }
   return "";
 }
@@ -534,6 +506,31 @@ void plan_buffers(Schedule &p) {
   }
 }
 
+// Block-cyclic layouts: one pieces step. A source's Partial dims are reduced first by the ordinary
+// steps, into the target with its block-cyclic dims as Shard of the same tensor dims (on the
+// target's mesh); a target's Partial dims start as Replicate and are filled after the pieces.
+void cyclic_steps(Schedule &p, const Layout &src, const Layout &dst, bool same_mesh, int *tag) {
+  Layout cur = src;
+  if (src.has_partial()) {
+    Layout mid = dst;
+    for (auto &pl : mid.pl)
+      if (pl.kind == LM_BLOCK_CYCLIC) pl = lm_placement_t{LM_SHARD, pl.dim, 0, 0};
+    mid.derive();
+    Schedule pre;
+    build_schedule(pre, src, mid, p.dtype, p.me, ScheduleForm::kExpanded);
+    *tag += (int)pre.steps.size();  // pre's tags start at kTagBase too: one per step at most
+    for (auto &st : pre.steps) p.steps.push_back(std::move(st));
+    cur = mid;
+    same_mesh = true;
+  }
+  Layout d0 = dst;
+  for (auto &pl : d0.pl)
+    if (pl.kind == LM_PARTIAL) pl = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+  d0.derive();
+  p.steps.push_back(pieces_step(cur, d0, same_mesh, p.me, p.esize, (*tag)++));
+  if (!d0.equals(dst)) p.steps.push_back(partial_init_step(d0, dst, p.dt, p.me));
+}
+
 }  // namespace
 
 void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataType dtype,
@@ -557,6 +554,12 @@ void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataT
   const bool same_mesh = src.grid->same_as(*dst.grid);
   int tag = kTagBase;
   const bool runs = form != ScheduleForm::kReference;
+  if (src.has_block_cyclic() || dst.has_block_cyclic()) {
+    cyclic_steps(out, src, dst, same_mesh, &tag);
+    plan_buffers(out);
+    out.compressed = false;  // pieces steps have no compressed form
+    return;
+  }
   Layout cur = reduce_partials(out, src, dst, same_mesh, &tag, runs);  // 1. reductions
   Layout d0 = exchange_to(out, cur, dst, same_mesh, &tag, runs);        // 2. exchanges
   if (!d0.equals(dst))                                                    // 3. new Partial dims
@@ -622,6 +625,10 @@ Traffic schedule_traffic(const Schedule &s) {
       add(st.recvs, st.recv_runs, false);
       if (!st.skip_self)
         for (const LocalCopy &c : st.selfs) t.bytes_copied += (uint64_t)c.box.numel() * es;
+    } else if (st.kind == StepKind::kPieces) {
+      for (const PieceMsg &m : st.psends) t.flows.push_back(Flow{step, m.peer, true, m.bytes});
+      for (const PieceMsg &m : st.precvs) t.flows.push_back(Flow{step, m.peer, false, m.bytes});
+      for (const PieceMsg &m : st.pselfs) t.bytes_copied += m.bytes;
     } else if (st.kind == StepKind::kReduceScatter && st.member && st.lazy_members) {
       rs_lazy_traffic(st, step, t);
       if (st.wide) acc = (uint64_t)st.outbox.numel() * 16;

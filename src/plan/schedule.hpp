@@ -11,6 +11,9 @@
 //                  group index j receives chunk j of everyone's input and reduces the k
 //                  contributions in group order 0, 1, ..., k-1 (deterministic results).
 //   PartialInit    Replicate -> Partial(op) in place (identity fill on non-zero coordinates).
+//   Pieces         to or from a block-cyclic layout (no pending reductions on either side): per
+//                  peer, the row-major product of per-dim runs (plan/cyclic.hpp), packed into
+//                  one message; local runs copied.
 // Local buffers are compact row-major arrays of this rank's box of the step's input or output.
 #pragma once
 
@@ -57,7 +60,21 @@ struct LocalCopy {
   Shape in_rel, out_rel;  // offsets inside the input and output local buffers
 };
 
-enum class StepKind { kExchange, kReduceScatter, kPartialInit };
+// A Pieces step's message, or its local copy: per tensor dim, the runs of the intersection of two
+// ranks' holdings in increasing global order (the same list on both ranks), with their offsets in
+// this rank's input (`a`: sends, copies) and output (`b`: receives, copies) local buffers. The
+// pieces are the row-major product of the runs; a message packs them in that order.
+struct PieceRun {
+  int64_t len = 0, a = 0, b = 0;
+};
+struct PieceMsg {
+  int peer = -1;  // rank in the plan's communicator (the copy: this rank)
+  std::vector<std::vector<PieceRun>> dims;
+  size_t bytes = 0;
+  int64_t pieces() const;
+};
+
+enum class StepKind { kExchange, kReduceScatter, kPartialInit, kPieces };
 
 struct SchedStep {
   StepKind kind = StepKind::kExchange;
@@ -97,6 +114,9 @@ struct SchedStep {
   // PartialInit
   bool fill = false;  // fill the output with op's identity
   int64_t fill_n = 0;
+
+  // Pieces (sends and receives by peer; at most one local copy)
+  std::vector<PieceMsg> psends, precvs, pselfs;
 
   bool in_place() const { return kind == StepKind::kPartialInit; }
   // Messages of an exchange step in each direction, runs included.

@@ -113,6 +113,25 @@ static void raggedize(lm_mesh_t m, lm_placement_t *pl, int mesh_ndim, int ndim, 
   }
 }
 
+/* Block-cyclic dims (after the ragged draw): a tensor dim split by exactly one mesh dim becomes
+ * block-cyclic with probability 1/4 (block 1 to 3, any source coordinate); a layout that gets one
+ * has its Partial dims made Replicate (the library refuses them side by side). */
+static void cyclicize(lm_mesh_t m, lm_placement_t *pl, int mesh_ndim, int ndim) {
+  int64_t ms[2];
+  int any = 0;
+  LM_ASSERT_OK(lm_mesh_shape(m, ms, mesh_ndim));
+  for (int d = 0; d < ndim; ++d) {
+    int only = -1, count = 0;
+    for (int k = 0; k < mesh_ndim; ++k)
+      if ((pl[k].kind == LM_SHARD || pl[k].kind == LM_RAGGED) && pl[k].dim == d) only = k, ++count;
+    if (count != 1 || rndi(4)) continue;
+    pl[only] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(d, 1 + rndi(3), rndi((int)ms[only]));
+    any = 1;
+  }
+  for (int k = 0; any && k < mesh_ndim; ++k)
+    if (pl[k].kind == LM_PARTIAL) pl[k] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
+}
+
 static size_t local_bytes(lm_dist_tensor_t t, int ndim, DLDataType dt) {
   int64_t ls[8];
   size_t n = 1;
@@ -271,6 +290,8 @@ static void test_random(void **state) {
     int path = rndi(3), borrow = rndi(2);
     raggedize(sm, spl, sn, ndim, g);
     raggedize(dm, dpl, dn, ndim, g);
+    cyclicize(sm, spl, sn, ndim);
+    cyclicize(dm, dpl, dn, ndim);
     char label[96];
     snprintf(label, sizeof label, "case %d (LM_SEED=%llu LM_CASE=%d)", c, (unsigned long long)seed, c);
     if (compare_case(sm, dm, ndim, g, dt, spl, dpl, path, borrow, label)) ++ran;

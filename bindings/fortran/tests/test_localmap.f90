@@ -866,6 +866,46 @@ program test_localmap
     call check(ierr == LM_ERR_INVALID_ARGUMENT, "extents destroyed once too often")
     deallocate(full, whole)
   end block
+  ! Block-cyclic rows of a column-major matrix (ScaLAPACK's MB = 2, RSRC = the last rank): each
+  ! rank's local array holds its blocks of rows in order, LLD = its local rows.
+  block
+    type(lm_mesh) :: bm
+    type(lm_dist_tensor) :: bt
+    type(lm_placement) :: bp(1)
+    real(c_double) :: bfull(7, 3), bwhole(7, 3)
+    real(c_double), allocatable :: bown(:, :)
+    integer :: nloc, k
+    do j = 1, 3
+      do i = 1, 7
+        bfull(i, j) = real(100 * i + j, c_double)
+      end do
+    end do
+    nloc = 0
+    do i = 0, 6   ! row i (0-based) is in block i/2, dealt to (i/2 + size-1) mod size
+      if (mod(i / 2 + size - 1, size) == rank) nloc = nloc + 1
+    end do
+    allocate(bown(nloc, 3))
+    k = 0
+    do i = 0, 6
+      if (mod(i / 2 + size - 1, size) == rank) then
+        k = k + 1
+        bown(k, :) = bfull(i + 1, :)
+      end if
+    end do
+    call lm_mesh_create(bm, MPI_COMM_WORLD_F(), [size])
+    call lm_from_local(bt, bm, bown, [lm_block_cyclic(1, 2, size - 1)])
+    call lm_dist_tensor_placements(bt, bp)
+    call check(bp(1)%kind == LM_KIND_BLOCK_CYCLIC .and. bp(1)%dim == 1 .and. bp(1)%op == 2 .and. &
+               bp(1)%order == size - 1, "block-cyclic placements read back")
+    bwhole = 0
+    call lm_gather(bt, bwhole)
+    call check(all(bwhole == bfull), "block-cyclic gather")
+    call lm_destroy(bt)
+    call lm_from_local(bt, bm, bown, [lm_block_cyclic(1, 0)], ierr=ierr)
+    call check(ierr == LM_ERR_INVALID_ARGUMENT, "block-cyclic block size 0 refused")
+    call lm_destroy(bm)
+    deallocate(bown)
+  end block
   call lm_finalize()
   deallocate(mine, s, msg)   ! main-program allocatables are never freed (LeakSanitizer)
   if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size

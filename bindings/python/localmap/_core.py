@@ -236,7 +236,7 @@ def _mpi4py_comm(handle_f):
 # =============================================================================================
 # Placements
 # =============================================================================================
-REPLICATE, SHARD, PARTIAL, RAGGED = 0, 1, 2, 3
+REPLICATE, SHARD, PARTIAL, RAGGED, BLOCK_CYCLIC = 0, 1, 2, 3, 4
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
 
 
@@ -354,7 +354,23 @@ class RaggedShard(Placement):
         return f"RaggedShard({self.dim}{ext}" + (f", order={self.order})" if self.order else ")")
 
 
+class BlockCyclic(Placement):
+    """Blocks of `block` elements of tensor dim `dim` dealt round-robin over the mesh dim,
+    starting at coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC); each rank keeps its blocks
+    in order. Two of them on a 2-D mesh give ScaLAPACK's 2-D block-cyclic layout. It must be the
+    only mesh dim splitting its tensor dim, and no Partial dim may sit beside it."""
+    __slots__ = ()
+
+    def __init__(self, dim, block, src=0):
+        super().__init__(BLOCK_CYCLIC, dim, block, src)
+
+    def __repr__(self):
+        return f"BlockCyclic({self.dim}, {self.op}" + (f", src={self.order})" if self.order else ")")
+
+
 def _placement_from_c(p):
+    if p.kind == BLOCK_CYCLIC:
+        return BlockCyclic(p.dim, p.op, p.order)
     if p.kind == RAGGED:
         n = c_int64()
         L.lm_extents_get(p.op, None, 0, byref(n))

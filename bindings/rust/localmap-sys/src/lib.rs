@@ -122,6 +122,7 @@ pub const LM_REPLICATE: lm_placement_kind_t = 0;
 pub const LM_SHARD: lm_placement_kind_t = 1;
 pub const LM_PARTIAL: lm_placement_kind_t = 2;
 pub const LM_RAGGED: lm_placement_kind_t = 3;
+pub const LM_BLOCK_CYCLIC: lm_placement_kind_t = 4;
 /// The extents id of a ragged placement whose extents the local shapes give.
 pub const LM_EXTENTS_AGREED: i32 = 0;
 

@@ -354,6 +354,9 @@ pub enum Placement {
     /// split its dim first (lowest `order`). Id `sys::LM_EXTENTS_AGREED` (0): the ranks' local
     /// shapes give the extents (see [`Placement::ragged_agreed`]).
     Ragged { dim: i32, extents: i32, order: i32 },
+    /// Blocks of `block` elements of tensor dim `dim` dealt round-robin over the mesh dim from
+    /// coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC); the only mesh dim splitting `dim`.
+    BlockCyclic { dim: i32, block: i32, src: i32 },
 }
 
 impl Placement {
@@ -370,6 +373,7 @@ impl Placement {
             Placement::ShardOrdered { dim, order } => sys::lm_placement_t { kind: sys::LM_SHARD, dim, op: 0, order },
             Placement::Partial(op) => sys::LM_PLACEMENT_PARTIAL(op.raw()),
             Placement::Ragged { dim, extents, order } => sys::lm_placement_t { kind: sys::LM_RAGGED, dim, op: extents, order },
+            Placement::BlockCyclic { dim, block, src } => sys::lm_placement_t { kind: sys::LM_BLOCK_CYCLIC, dim, op: block, order: src },
         }
     }
     /// `None` for a struct this binding cannot express (an unknown kind or op).
@@ -380,6 +384,7 @@ impl Placement {
             sys::LM_SHARD => Some(Placement::ShardOrdered { dim: p.dim, order: p.order }),
             sys::LM_PARTIAL => ReduceOp::from_raw(p.op).map(Placement::Partial),
             sys::LM_RAGGED => Some(Placement::Ragged { dim: p.dim, extents: p.op, order: p.order }),
+            sys::LM_BLOCK_CYCLIC => Some(Placement::BlockCyclic { dim: p.dim, block: p.op, src: p.order }),
             _ => None,
         }
     }

@@ -598,11 +598,33 @@ fn ragged(rank: i32, size: i32) -> T {
     Ok(())
 }
 
+// Block-cyclic rows (blocks of 2 dealt from the last rank): from_global deals them, the local
+// rows follow ScaLAPACK's INDXL2G, a reshard to Replicate reassembles them, placements read back.
+fn block_cyclic(rank: i32, size: i32) -> T {
+    let m = Mesh::new(comm_world().map_err(e)?, &[size as i64]).map_err(e)?;
+    let (n, b, src) = (9i64, 2i64, size - 1);
+    let full: Vec<f64> = (0..n * 2).map(|i| i as f64).collect();
+    let bc = Placement::BlockCyclic { dim: 0, block: b as i32, src };
+    let x = DistTensor::from_global(&m, Some(&full[..]), &[n, 2], &[bc], -1).map_err(e)?;
+    let rows: Vec<i64> = (0..n).filter(|i| ((i / b) + src as i64) % size as i64 == rank as i64).collect();
+    ensure!(x.local_shape().map_err(e)? == vec![rows.len() as i64, 2]);
+    let want: Vec<f64> = rows.iter().flat_map(|i| [(2 * i) as f64, (2 * i + 1) as f64]).collect();
+    ensure!(x.local::<f64>().map_err(e)? == &want[..]);
+    ensure!(x.placements().map_err(e)?[0] == bc);
+    let y = x.reshard(None, &[Placement::Replicate]).map_err(e)?;
+    ensure!(y.local::<f64>().map_err(e)? == &full[..]);
+    let bad = DistTensor::from_global(&m, Some(&full[..]), &[n, 2],
+                                      &[Placement::BlockCyclic { dim: 0, block: 0, src: 0 }], -1);
+    ensure!(bad.unwrap_err().status == Status::InvalidArgument);
+    Ok(())
+}
+
 fn main() {
     init().expect("lm_init");
     let (rank, size) = world_rank().expect("lm_world_rank");
-    let tests: [(&str, fn(i32, i32) -> T); 10] = [
+    let tests: [(&str, fn(i32, i32) -> T); 11] = [
         ("ragged", ragged),
+        ("block_cyclic", block_cyclic),
         ("statics", |_, _| statics()),
         ("mesh_queries", mesh_queries),
         ("tensors", tensors),

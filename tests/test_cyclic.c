@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_cyclic: block-cyclic placements (LM_BLOCK_CYCLIC, issue 21 section 2).
+ *
+ * test_random_cyclic: random reshards between block-cyclic and every other placement (Shard,
+ * ragged, Replicate, Partial sources and targets), 1-D to 3-D tensors with extents 0 to 40, block
+ * sizes 1 to 5 and every source coordinate, on the 1-D world mesh, a 2-D mesh and the reversed
+ * world (cross-mesh), through the three API paths (reshard, persistent plan, nonblocking). Every
+ * element of every shard is checked at the position an oracle of this file gives (ScaLAPACK's
+ * NUMROC and INDXL2G written again from their definitions, torch.chunk, ragged offsets), never
+ * from the library. `LM_SEED=s LM_CASE=c` replays one case; LM_CYCLIC_CASES sets the count.
+ * The directed tests pin the refusals, the format, from_local (borrowed), from_global and gather,
+ * and the ScaLAPACK 2-D layout against row shards.
+ */
+// lm-test-np: 1 2 3 4 8
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_test.h"
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+/* ----------------------------------------------------------------------------- random */
+static uint64_t rng_state;
+static uint64_t rnd(void) { /* splitmix64 */
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
+
+/* ----------------------------------------------------------------------------- oracle */
+/* A layout as the test knows it: mesh shape, the world rank at each mesh index, placements,
+ * ragged extents per mesh dim. */
+typedef struct {
+  int mnd;
+  int64_t mshape[2];
+  int ranks[64];
+  lm_placement_t pl[2];
+  int64_t ext[2][64];
+  lm_mesh_t mesh;
+} olayout_t;
+
+/* Which mesh dim splits tensor dim d (-1: none; the cases never co-shard). */
+static int splitter(const olayout_t *L, int d) {
+  for (int m = 0; m < L->mnd; ++m)
+    if (L->pl[m].kind != LM_REPLICATE && L->pl[m].kind != LM_PARTIAL && L->pl[m].dim == d)
+      return m;
+  return -1;
+}
+
+/* NUMROC: the local extent of coordinate c (blocks of b over p from s). */
+static int64_t numroc(int64_t n, int64_t b, int64_t c, int64_t s, int64_t p) {
+  int64_t e = 0;
+  for (int64_t k = 0; k * b < n; ++k) /* deal every block: the definition, not the formula */
+    if ((k + s) % p == c) e += (k + 1) * b <= n ? b : n - k * b;
+  return e;
+}
+
+/* Local extent and global index of local index l along tensor dim d at mesh coordinate c. */
+static int64_t o_len(const olayout_t *L, const int64_t *c, int d, int64_t n) {
+  int m = splitter(L, d);
+  if (m < 0) return n;
+  int64_t p = L->mshape[m], i = c[m];
+  if (L->pl[m].kind == LM_SHARD) {
+    int64_t b = (n + p - 1) / p, o = i * b < n ? i * b : n;
+    return (o + b < n ? o + b : n) - o;
+  }
+  if (L->pl[m].kind == LM_RAGGED) return L->ext[m][i];
+  return numroc(n, L->pl[m].op, i, L->pl[m].order, p);
+}
+static int64_t o_glob(const olayout_t *L, const int64_t *c, int d, int64_t n, int64_t l) {
+  int m = splitter(L, d);
+  if (m < 0) return l;
+  int64_t p = L->mshape[m], i = c[m];
+  if (L->pl[m].kind == LM_SHARD) {
+    int64_t b = (n + p - 1) / p;
+    return i * b + l;
+  }
+  if (L->pl[m].kind == LM_RAGGED) {
+    int64_t o = 0;
+    for (int64_t k = 0; k < i; ++k) o += L->ext[m][k];
+    return o + l;
+  }
+  int64_t b = L->pl[m].op, dist = (i - L->pl[m].order + p) % p; /* INDXL2G */
+  return ((l / b) * p + dist) * b + l % b;
+}
+
+/* This rank's mesh coordinate in L (false: not a member). */
+static int my_coord(const olayout_t *L, int64_t *c) {
+  int64_t n = L->mshape[0] * (L->mnd > 1 ? L->mshape[1] : 1);
+  for (int64_t i = 0; i < n; ++i)
+    if (L->ranks[i] == ME) {
+      c[L->mnd - 1] = i % L->mshape[L->mnd - 1];
+      if (L->mnd > 1) c[0] = i / L->mshape[1];
+      return 1;
+    }
+  return 0;
+}
+
+static int64_t value_of(const int64_t *g, const int64_t *shape, int nd) {
+  int64_t v = 0;
+  for (int d = 0; d < nd; ++d) v = v * shape[d] + g[d];
+  return v;
+}
+
+/* Walks the local elements of t (laid out as L): fill (partial: value on coordinate 0 of the
+ * Partial dims, 0 elsewhere) or check; returns the number of wrong elements (or wrong extents). */
+static int64_t walk(lm_dist_tensor_t t, const olayout_t *L, int nd, const int64_t *shape, int esz,
+                    int fill) {
+  int64_t c[2] = {0, 0};
+  if (!my_coord(L, c)) return 0;
+  int64_t ls[3] = {1, 1, 1}, got[3] = {0, 0, 0}, n = 1;
+  for (int d = 0; d < nd; ++d) n *= (ls[d] = o_len(L, c, d, shape[d]));
+  if (lm_dist_tensor_local_shape(t, got, nd) != LM_SUCCESS) return 1;
+  for (int d = 0; d < nd; ++d)
+    if (got[d] != ls[d]) return 1;
+  int zero = 0;
+  for (int m = 0; m < L->mnd; ++m) zero = zero || (L->pl[m].kind == LM_PARTIAL && c[m] != 0);
+  DLTensor v;
+  if (lm_dist_tensor_local(t, &v) != LM_SUCCESS) return 1;
+  int64_t bad = 0, idx[3] = {0, 0, 0}, g[3];
+  for (int64_t e = 0; e < n; ++e) {
+    for (int d = nd - 1, r = (int)e; d >= 0; --d) { /* row-major local index */
+      idx[d] = r % ls[d];
+      r = (int)(r / ls[d]);
+    }
+    for (int d = 0; d < nd; ++d) g[d] = o_glob(L, c, d, shape[d], idx[d]);
+    int64_t want = value_of(g, shape, nd);
+    if (esz == 8) {
+      double *p = (double *)v.data + e;
+      if (fill) *p = zero ? 0 : (double)want;
+      else bad += *p != (double)want;
+    } else {
+      int8_t *p = (int8_t *)v.data + e;
+      if (fill) *p = zero ? 0 : (int8_t)(want % 127);
+      else bad += *p != (int8_t)(want % 127);
+    }
+  }
+  return bad;
+}
+
+/* ----------------------------------------------------------------------------- cases */
+static void make_mesh(olayout_t *L, int kind) {
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  for (int i = 0; i < NP; ++i) L->ranks[i] = kind == 2 ? NP - 1 - i : i;
+  cfg.ranks = L->ranks;
+  cfg.nranks = NP;
+  if (kind == 1) { /* 2-D: the largest factor <= sqrt(NP) rows */
+    int a = 1;
+    for (int f = 1; f * f <= NP; ++f)
+      if (NP % f == 0) a = f;
+    L->mnd = 2;
+    L->mshape[0] = a;
+    L->mshape[1] = NP / a;
+  } else {
+    L->mnd = 1;
+    L->mshape[0] = NP;
+  }
+  LM_ASSERT_OK_ALL(lm_mesh_create(&L->mesh, lm_test_comm_f(), L->mnd, L->mshape, &cfg));
+}
+
+/* Random placements: every mesh dim R, S, ragged, block-cyclic or (without block-cyclic) Partial;
+ * no tensor dim split twice. Ragged extents are registered (ids returned in ids[]). */
+static void draw_placements(olayout_t *L, int nd, const int64_t *shape, int want_bc,
+                            int32_t *ids) {
+  int used[3] = {0, 0, 0}, bc = 0;
+  for (int m = 0; m < L->mnd; ++m) {
+    ids[m] = 0;
+    int k = rndi(5), d = nd ? rndi(nd) : 0;
+    if (want_bc && m == L->mnd - 1 && !bc) k = 3;
+    if ((k == 1 || k == 2 || k == 3) && (nd == 0 || used[d])) k = 0;
+    if (k == 4 && want_bc) k = 0;
+    lm_placement_t p = LM_PLACEMENT_REPLICATE;
+    if (k == 1) p = (lm_placement_t)LM_PLACEMENT_SHARD(d);
+    if (k == 2) {
+      int64_t left = shape[d];
+      for (int64_t i = 0; i < L->mshape[m]; ++i) {
+        L->ext[m][i] = i == L->mshape[m] - 1 ? left : (left ? rndi((int)left + 1) : 0);
+        left -= L->ext[m][i];
+      }
+      LM_ASSERT_OK(lm_extents_create(L->ext[m], L->mshape[m], &ids[m]));
+      p = (lm_placement_t)LM_PLACEMENT_RAGGED(d, ids[m]);
+    }
+    if (k == 3) {
+      p = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(d, 1 + rndi(5), rndi((int)L->mshape[m]));
+      bc = 1;
+    }
+    if (k == 4) p = (lm_placement_t)LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+    if (k >= 1 && k <= 3) used[d] = 1;
+    L->pl[m] = p;
+  }
+  if (bc) /* no Partial beside a block-cyclic dim */
+    for (int m = 0; m < L->mnd; ++m)
+      if (L->pl[m].kind == LM_PARTIAL) L->pl[m] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
+}
+
+static int has_kind(const olayout_t *L, int kind) {
+  for (int m = 0; m < L->mnd; ++m)
+    if (L->pl[m].kind == kind) return 1;
+  return 0;
+}
+
+/* Reshards src (laid out as S) to D along the drawn API path; the result, or NULL. */
+static lm_dist_tensor_t run_path(lm_dist_tensor_t src, const olayout_t *S, const olayout_t *D,
+                                 int nd, const int64_t *shape, DLDataType dt, int path) {
+  lm_dist_tensor_t out = NULL;
+  if (path == 0) {
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&out, src, D->mesh, D->pl));
+    return out;
+  }
+  lm_reshard_plan_t plan = NULL;
+  LM_ASSERT_OK(lm_reshard_plan_create(&plan, S->mesh, S->pl, D->mesh, D->pl, nd, shape, dt));
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &out));
+  if (path == 1) {
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, out));
+  } else {
+    lm_request_t rq = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, out, &rq));
+    LM_ASSERT_OK_ALL(lm_request_wait(&rq));
+  }
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
+  return out;
+}
+
+static int one_case(uint64_t seed, int ci, olayout_t *meshes) {
+  rng_state = seed * 1000003ull + (uint64_t)ci;
+  int nd = 1 + rndi(3);
+  int64_t shape[3];
+  for (int d = 0; d < nd; ++d) shape[d] = rndi(4) == 0 ? 20 + rndi(21) : rndi(9);
+  olayout_t S = meshes[rndi(3)], D = meshes[rndi(3)];
+  int32_t sid[2], did[2];
+  const int bc_side = rndi(3); /* 0: source block-cyclic, 1: target, 2: both */
+  draw_placements(&S, nd, shape, bc_side != 1, sid);
+  draw_placements(&D, nd, shape, bc_side != 0, did);
+  if (has_kind(&S, LM_PARTIAL) && has_kind(&D, LM_PARTIAL)) D.pl[0] = S.pl[0] =
+      (lm_placement_t)LM_PLACEMENT_REPLICATE; /* Partial -> Partial is the ordinary engine's */
+  const int esz = rndi(2) ? 8 : 1, path = rndi(3);
+  DLDataType dt = esz == 8 ? (DLDataType){kDLFloat, 64, 1} : (DLDataType){kDLInt, 8, 1};
+  lm_dist_tensor_t src = NULL, out = NULL, red = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, S.mesh, nd, shape, dt, (DLDevice){kDLCPU, 0}, S.pl));
+  walk(src, &S, nd, shape, esz, 1);
+  out = run_path(src, &S, &D, nd, shape, dt, path);
+  olayout_t C = D; /* what is checked: Partial targets reduced to Replicate first */
+  if (has_kind(&D, LM_PARTIAL)) {
+    for (int m = 0; m < C.mnd; ++m)
+      if (C.pl[m].kind == LM_PARTIAL) C.pl[m] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&red, out, C.mesh, C.pl));
+  }
+  int64_t bad = walk(red ? red : out, &C, nd, shape, esz, 0);
+  int64_t all = 0;
+  MPI_Allreduce(&bad, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (all && ME == 0) {
+    char a[128], b[128];
+    LM_ASSERT_OK(lm_placements_format(S.pl, S.mnd, a, sizeof a));
+    LM_ASSERT_OK(lm_placements_format(D.pl, D.mnd, b, sizeof b));
+    fprintf(stderr, "LM_SEED=%llu LM_CASE=%d: %s -> %s, shape [%lld %lld %lld] (nd %d), esize %d, "
+            "path %d: %lld wrong\n", (unsigned long long)seed, ci, a, b, (long long)shape[0],
+            nd > 1 ? (long long)shape[1] : 0LL, nd > 2 ? (long long)shape[2] : 0LL, nd, esz, path,
+            (long long)all);
+  }
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&red));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&out));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&src));
+  for (int m = 0; m < 2; ++m) {
+    if (m < S.mnd && sid[m]) LM_ASSERT_OK(lm_extents_destroy(sid[m]));
+    if (m < D.mnd && did[m]) LM_ASSERT_OK(lm_extents_destroy(did[m]));
+  }
+  return all == 0;
+}
+
+static void test_random_cyclic(void **state) {
+  (void)state;
+  olayout_t meshes[3];
+  for (int k = 0; k < 3; ++k) make_mesh(&meshes[k], k);
+  const char *s = getenv("LM_SEED"), *c = getenv("LM_CASE"), *n = getenv("LM_CYCLIC_CASES");
+  uint64_t seed = s ? strtoull(s, NULL, 10) : 20261205ull;
+  int cases = n ? atoi(n) : 2000, first = 0, fails = 0;
+  if (c) first = atoi(c), cases = first + 1;
+  for (int ci = first; ci < cases; ++ci) fails += !one_case(seed, ci, meshes);
+  if (ME == 0) printf("test_cyclic: %d random reshards checked element by element\n", cases - first);
+  LM_ASSERT_ALL(fails == 0);
+  for (int k = 0; k < 3; ++k) LM_ASSERT_OK(lm_mesh_destroy(&meshes[k].mesh));
+}
+
+
+/* ----------------------------------------------------------------------------- directed */
+static void test_refusals_and_format(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh(), m2 = NULL;
+  lm_dist_tensor_t t = NULL;
+  int64_t g[2] = {7, 3}, s2[2] = {1, NP};
+  DLDataType f64 = {kDLFloat, 64, 1};
+  DLDevice cpu = {kDLCPU, 0};
+  lm_placement_t p = LM_PLACEMENT_BLOCK_CYCLIC(0, 0, 0);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
+                "placements[0]: BlockCyclic block size (op) 0 must be >= 1");
+  p = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, 2, NP);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
+                "source coordinate");
+  p = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(2, 2, 0);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
+                "BlockCyclic dim 2 out of range");
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m2, lm_test_comm_f(), 2, s2, NULL));
+  lm_placement_t q[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_BLOCK_CYCLIC(0, 2, 0)};
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m2, 2, g, f64, cpu, q), LM_ERR_INVALID_ARGUMENT,
+                "the only mesh dim splitting tensor dim 0");
+  q[0] = (lm_placement_t)LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+  LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m2, 2, g, f64, cpu, q), LM_ERR_NOT_SUPPORTED,
+                "BlockCyclic (mesh dim 1) and Partial (mesh dim 0)");
+  lm_placement_t f[2] = {LM_PLACEMENT_BLOCK_CYCLIC(0, 2, 0), LM_PLACEMENT_BLOCK_CYCLIC(1, 3, 1)};
+  char buf[64];
+  LM_ASSERT_OK(lm_placements_format(f, 2, buf, sizeof buf));
+  LM_ASSERT_ALL(strcmp(buf, "[BC(0, 2), BC(1, 3, 1)]") == 0);
+  /* Grouped reshards refuse block-cyclic entries, naming the entry. */
+  p = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, 2, 0);
+  lm_placement_t r = LM_PLACEMENT_REPLICATE;
+  lm_reshard_entry_t e[2] = {{2, g, f64, &r, &r}, {2, g, f64, &r, &p}};
+  lm_reshard_group_t grp = NULL;
+  LM_EXPECT_ALL(lm_reshard_group_create(&grp, mesh, NULL, 2, e, NULL), LM_ERR_NOT_SUPPORTED,
+                "entries[1]: block-cyclic placements ([R] -> [BC(0, 2)])");
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &r));
+  lm_dist_tensor_t outs[1] = {NULL};
+  const lm_placement_t *pls[1] = {&p};
+  LM_EXPECT_ALL(lm_dist_tensor_reshard_many(1, &t, NULL, pls, outs), LM_ERR_NOT_SUPPORTED,
+                "block-cyclic");
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK(lm_mesh_destroy(&m2));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+/* ScaLAPACK's 2-D layout (MB = 3, NB = 2, RSRC = 1 where the grid has rows) of a 13 x 10 matrix:
+ * from_global, from_local borrowed (every shape mode), local offsets, gather, and a reshard to
+ * row shards [S(0), R] whose bytes are counted from the oracle. */
+static void test_scalapack_layout(void **state) {
+  (void)state;
+  olayout_t L;
+  make_mesh(&L, 1);
+  const int64_t M = 13, N = 10, shape[2] = {M, N};
+  const int rsrc = L.mshape[0] > 1 ? 1 : 0;
+  L.pl[0] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, 3, rsrc);
+  L.pl[1] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(1, 2, 0);
+  DLDataType f64 = {kDLFloat, 64, 1};
+  double *full = (double *)malloc(sizeof(double) * (size_t)(M * N));
+  for (int64_t i = 0; i < M * N; ++i) full[i] = (double)i;
+  int64_t gs[2] = {M, N};
+  DLTensor gt = {full, {kDLCPU, 0}, 2, f64, gs, NULL, 0};
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&t, L.mesh, &gt, L.pl, 0));
+  LM_ASSERT_ALL(walk(t, &L, 2, shape, 8, 0) == 0);
+  int64_t c[2], off[2];
+  my_coord(&L, c);
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  LM_ASSERT_ALL(off[0] == (o_len(&L, c, 0, M) ? o_glob(&L, c, 0, M, 0) : M) &&
+                off[1] == (o_len(&L, c, 1, N) ? o_glob(&L, c, 1, N, 0) : N));
+  /* Borrow a local array laid out as ScaLAPACK's (row-major here). */
+  int64_t ls[2] = {o_len(&L, c, 0, M), o_len(&L, c, 1, N)};
+  double *mine = (double *)malloc(sizeof(double) * (size_t)(ls[0] * ls[1] + 1));
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int64_t j = 0; j < ls[1]; ++j)
+      mine[i * ls[1] + j] = (double)(o_glob(&L, c, 0, M, i) * N + o_glob(&L, c, 1, N, j));
+  DLTensor lt = {mine, {kDLCPU, 0}, 2, f64, ls, NULL, 0};
+  double *back = (double *)calloc((size_t)(M * N), sizeof(double));
+  DLTensor bt = {back, {kDLCPU, 0}, 2, f64, gs, NULL, 0};
+  const lm_shape_mode_t modes[2] = {LM_SHAPE_GIVEN, LM_SHAPE_ALLGATHER};
+  for (int k = 0; k < 2; ++k) {
+    lm_dist_tensor_t b = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&b, L.mesh, &lt, L.pl, modes[k], gs,
+                                               LM_FROM_LOCAL_BORROW));
+    DLTensor v;
+    LM_ASSERT_OK(lm_dist_tensor_local(b, &v));
+    LM_ASSERT_ALL(v.data == (void *)mine);
+    memset(back, 0, sizeof(double) * (size_t)(M * N));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_gather(b, -1, &bt));
+    LM_ASSERT_ALL(memcmp(back, full, sizeof(double) * (size_t)(M * N)) == 0);
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&b));
+  }
+  /* To row shards: every element goes to the pc ranks of its row block, but not to myself. */
+  olayout_t R = L;
+  R.pl[0] = (lm_placement_t)LM_PLACEMENT_SHARD(0);
+  R.pl[1] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
+  lm_reshard_plan_t plan = NULL;
+  LM_ASSERT_OK(lm_reshard_plan_create(&plan, L.mesh, L.pl, NULL, R.pl, 2, shape, f64));
+  int64_t sent = -1, want = 0, rb = (M + L.mshape[0] - 1) / L.mshape[0];
+  for (int64_t i = 0; i < ls[0]; ++i) {
+    int64_t row_owner = o_glob(&L, c, 0, M, i) / rb; /* mesh row holding this row */
+    want += (L.mshape[1] - (row_owner == c[0])) * ls[1] * 8;
+  }
+  LM_ASSERT_OK(lm_reshard_plan_bytes_sent(plan, &sent));
+  LM_ASSERT_ALL(sent == want);
+  lm_dist_tensor_t rows = NULL;
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &rows));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, t, rows));
+  LM_ASSERT_ALL(walk(rows, &R, 2, shape, 8, 0) == 0);
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&rows));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  free(back);
+  free(mine);
+  free(full);
+  LM_ASSERT_OK(lm_mesh_destroy(&L.mesh));
+}
+
+/* lm_local_map on block-cyclic rows: an output laid out like its input (global shape agreed from
+ * the local shapes: NUMROCs add up), and an input resharded to Shard(0) first. */
+static void mt_free(DLManagedTensor *m) {
+  free(m->dl_tensor.shape);
+  free(m->dl_tensor.data);
+  free(m);
+}
+static lm_status_t doubled(void *user, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                           lm_arg_t *out) {
+  (void)user, (void)mesh, (void)nin, (void)nout;
+  const DLTensor *x = (const DLTensor *)in[0].ptr;
+  DLManagedTensor *y = (DLManagedTensor *)calloc(1, sizeof *y);
+  y->dl_tensor = *x;
+  y->dl_tensor.shape = (int64_t *)malloc(2 * sizeof(int64_t));
+  y->dl_tensor.shape[0] = x->shape[0];
+  y->dl_tensor.shape[1] = x->shape[1];
+  y->dl_tensor.strides = NULL;
+  y->dl_tensor.byte_offset = 0;
+  int64_t n = x->shape[0] * x->shape[1];
+  y->dl_tensor.data = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; ++i)
+    ((double *)y->dl_tensor.data)[i] = 2 * ((const double *)x->data)[i];
+  y->deleter = mt_free;
+  out[0] = lm_arg_managed(y);
+  return LM_SUCCESS;
+}
+
+static void test_local_map(void **state) {
+  (void)state;
+  lm_mesh_t mesh = lm_test_world_mesh();
+  int64_t g[2] = {11, 3};
+  double full[33], got[33];
+  for (int i = 0; i < 33; ++i) full[i] = (double)i;
+  DLTensor gt = {full, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, NULL, 0}, bt = gt;
+  bt.data = got;
+  lm_placement_t bc = LM_PLACEMENT_BLOCK_CYCLIC(0, 2, NP - 1), s0 = LM_PLACEMENT_SHARD(0);
+  lm_dist_tensor_t x = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&x, mesh, &gt, &bc, 0));
+  lm_arg_t in[1] = {lm_arg_dist(x)}, out[1];
+  const lm_placement_t *ip[1] = {&s0}, *opl[2][1] = {{&bc}, {&s0}};
+  for (int k = 0; k < 2; ++k) {
+    LM_ASSERT_OK_ALL(lm_local_map(doubled, NULL, 1, in, k ? ip : NULL, 1, opl[k], NULL, mesh,
+                                  k ? LM_LOCAL_MAP_RESHARD_INPUTS : 0, out));
+    lm_dist_tensor_t y = (lm_dist_tensor_t)out[0].ptr;
+    lm_placement_t yp;
+    int64_t gs[2] = {0, 0};
+    LM_ASSERT_OK(lm_dist_tensor_placements(y, &yp, 1));
+    LM_ASSERT_OK(lm_dist_tensor_global_shape(y, gs, 2));
+    LM_ASSERT_ALL(yp.kind == (k ? LM_SHARD : LM_BLOCK_CYCLIC) && gs[0] == 11 && gs[1] == 3);
+    memset(got, 0, sizeof got);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_gather(y, -1, &bt));
+    int ok = 1;
+    for (int i = 0; i < 33; ++i) ok = ok && got[i] == 2 * full[i];
+    LM_ASSERT_ALL(ok);
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
+  }
+  /* Without the reshard flag a block-cyclic input is refused where Shard(0) is required. */
+  LM_EXPECT_ALL(lm_local_map(doubled, NULL, 1, in, ip, 1, opl[1], NULL, mesh, 0, out),
+                LM_ERR_INVALID_ARGUMENT, "BC(0, 2");
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_local_map),
+    cmocka_unit_test(test_refusals_and_format),
+    cmocka_unit_test(test_scalapack_layout),
+    cmocka_unit_test(test_random_cyclic),
+};
+
+LM_TEST_MAIN(tests)
