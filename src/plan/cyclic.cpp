@@ -76,13 +76,6 @@ bool chosen(const Shape &fixed, const Shape &c) {
   return true;
 }
 
-Box no_box(size_t n) {
-  Box b;
-  b.off.assign(n, 0);
-  b.len.assign(n, 0);
-  return b;
-}
-
 }  // namespace
 
 std::unique_ptr<SchedStep> pieces_step(const Layout &in, const Layout &out, bool same_mesh, int me,
@@ -94,7 +87,7 @@ std::unique_ptr<SchedStep> pieces_step(const Layout &in, const Layout &out, bool
   st->tag = tag;
   st->esize = esize;
   const size_t n = (size_t)in.ndim();
-  st->inbox = st->outbox = no_box(n);
+  st->inbox = st->outbox = empty_box(n);
   SourceChooser ch(in, out, same_mesh);
   Shape cs((size_t)in.mesh_ndim()), cd((size_t)out.mesh_ndim()), c, fixed;
   const int64_t si = in.grid->index_of(me), di = out.grid->index_of(me);

@@ -49,6 +49,9 @@ struct SourceChooser {
   }
 };
 
+// A box of n dims with zero offsets and extents (a rank that holds nothing).
+Box empty_box(size_t n);
+
 // Replicate -> Partial(op) in place: the identity on every coordinate but 0 of the new Partial
 // dims (sum, prod), or nothing (max, min, avg keep the value).
 std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out, DType dt, int me);

@@ -41,12 +41,6 @@ Msg make_msg(int peer, const Box &b, const Box &local, size_t esize, int64_t key
   return m;
 }
 
-Box empty_box(size_t n) {
-  Box b;
-  b.off.assign(n, 0);
-  b.len.assign(n, 0);
-  return b;
-}
 
 
 
@@ -328,6 +322,13 @@ std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out
       if (c[m] != 0 && (st->op == LM_REDUCE_SUM || st->op == LM_REDUCE_PROD)) st->fill = true;
     }
   return st;
+}
+
+Box empty_box(size_t n) {
+  Box b;
+  b.off.assign(n, 0);
+  b.len.assign(n, 0);
+  return b;
 }
 
 Msg MsgRun::at(int64_t i) const {
