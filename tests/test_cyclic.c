@@ -18,19 +18,10 @@
 #include <string.h>
 
 #include "lm_test.h"
+#include "lm_rng.h"
 
 #define NP lm_test_size()
 #define ME lm_test_rank()
-
-/* ----------------------------------------------------------------------------- random */
-static uint64_t rng_state;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
 
 /* ----------------------------------------------------------------------------- oracle */
 /* A layout as the test knows it: mesh shape, the world rank at each mesh index, placements,

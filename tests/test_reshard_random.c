@@ -16,22 +16,13 @@
  * Cases per run: LM_RESHARD_CASES, default chosen per np so that np 1,2,3,4,8 sum to > 10,000. */
 #include "lm_oracle.h"
 #include "lm_test.h"
+#include "lm_rng.h"
 
 #include <localmap.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ----------------------------------------------------------------------------- random */
-static uint64_t rng_state;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
 
 /* ----------------------------------------------------------------------------- dtypes */
 enum { T_I32, T_I64, T_F32, T_F64, T_I8, T_I16, T_U8, T_BOOL, T_F16, T_BF16, T_C64, T_C128, T_N };

@@ -14,20 +14,13 @@
 // lm-test-np: 1 2 4
 #define _GNU_SOURCE /* RTLD_NEXT: test_group counts the library's ncclSend calls */
 #include "gpu_test.h"
+#include "lm_rng.h"
 
 #include <dlfcn.h>
 
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng_state;
-static uint64_t rnd(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
 
 static const DLDataType kTypes[12] = {
     {kDLInt, 32, 1},   {kDLInt, 64, 1},   {kDLFloat, 32, 1},  {kDLFloat, 64, 1},
