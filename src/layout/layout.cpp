@@ -267,7 +267,7 @@ bool Layout::has_block_cyclic() const {
 
 std::vector<Seg> cyclic_segments(int64_t n, int64_t b, int64_t c, int64_t s, int64_t p) {
   std::vector<Seg> v;
-  const int64_t dist = (c - s % p + p) % p;
+  const int64_t dist = cyclic_place(c, s, p);
   int64_t l = 0;
   for (int64_t k = dist; k <= (n - 1) / b && n > 0; k += p) {
     const int64_t g = k * b, len = std::min(b, n - g);

@@ -83,9 +83,11 @@ inline bool splits(const lm_placement_t &p) {
 }
 
 // Block-cyclic math (ScaLAPACK's): n elements in blocks of b dealt over p coordinates from s.
+// Coordinate c's place in the deal: block k goes to c when k mod p is this.
+inline int64_t cyclic_place(int64_t c, int64_t s, int64_t p) { return (c - s % p + p) % p; }
 // The local extent of coordinate c (NUMROC).
 inline int64_t cyclic_extent(int64_t n, int64_t b, int64_t c, int64_t s, int64_t p) {
-  const int64_t dist = (c - s % p + p) % p;  // c's place in the deal
+  const int64_t dist = cyclic_place(c, s, p);
   const int64_t blocks = n / b;
   int64_t e = (blocks / p) * b;
   if (dist < blocks % p) e += b;
@@ -139,7 +141,7 @@ struct Layout {
   Range split(int m, int64_t len, int64_t i) const {
     const lm_placement_t &p = pl[(size_t)m];
     if (p.kind == LM_BLOCK_CYCLIC) {
-      const int64_t P = grid->shape()[m], first = ((i - p.order % P + P) % P) * (int64_t)p.op;
+      const int64_t P = grid->shape()[m], first = cyclic_place(i, p.order, P) * (int64_t)p.op;
       return Range{first < len ? first : len, cyclic_extent(len, p.op, i, p.order, P)};
     }
     return rag[(size_t)m] ? Range{rag[(size_t)m]->off[(size_t)i], rag[(size_t)m]->len(i)}
