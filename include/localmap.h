@@ -422,6 +422,15 @@ typedef struct lm_mesh_config_t {
 LM_NODISCARD LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim,
                                                const int64_t *shape,
                                                const lm_mesh_config_t *config);
+/** The 2-D mesh [NPROW, NPCOL] of a process grid: its coordinate (r, c) is the rank of
+ * `parent_comm` that passes (myrow, mycol) = (r, c), such as a BLACS grid (pass what
+ * blacs_gridinfo returns), so that lm_dist_tensor_from_scalapack's mesh is the grid. A rank
+ * outside the grid passes -1, -1. NPROW and NPCOL are the largest coordinates passed, plus one.
+ * config as for lm_mesh_create (its ranks are replaced by the grid's). Collective over
+ * parent_comm (one allgather of the coordinates, then lm_mesh_create); a coordinate claimed twice
+ * or by no rank is LM_ERR_INVALID_ARGUMENT on every rank, naming it. */
+LM_NODISCARD LM_API lm_status_t lm_mesh_create_grid(lm_mesh_t *mesh, int parent_comm, int myrow,
+                                                    int mycol, const lm_mesh_config_t *config);
 /** Destroys a mesh handle. Local, NULL-safe; the mesh lives on while tensors or plans reference
  * it. Sets *mesh = NULL. The handle is dead afterwards (LM_ERR_INVALID_ARGUMENT), even while the
  * mesh lives on. A borrowed handle (see lm_dist_tensor_mesh) is refused with
@@ -623,6 +632,38 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_global(lm_dist_tensor_t *out
  * Collective over the mesh. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_gather(lm_dist_tensor_t tensor, int root,
                                                       DLTensor *dst);
+
+/* ScaLAPACK interop. */
+/** Entries of a ScaLAPACK array descriptor (DLEN_): DTYPE_, CTXT_, M_, N_, MB_, NB_, RSRC_,
+ * CSRC_, LLD_. */
+#define LM_SCALAPACK_DLEN 9
+
+/** A dist tensor over this rank's ScaLAPACK local array `data` of the M x N matrix that `desc`
+ * (LM_SCALAPACK_DLEN ints; DTYPE_ 1, dense block-cyclic) describes. ScaLAPACK arrays are
+ * column-major, so the tensor is the matrix's row-major view: global shape [N, M], placements
+ * [BC(1, MB_, RSRC_), BC(0, NB_, CSRC_)] (lm_placement_kind_t LM_BLOCK_CYCLIC) over `mesh`, which
+ * must be the 2-D process grid [NPROW, NPCOL] with the BLACS grid's ranks in its order (mesh
+ * coordinate (r, c) = grid process (r, c); see localmap_scalapack.h). Its local shard is
+ * [LOCc(N), LOCr(M)]. flags: LM_FROM_LOCAL_BORROW wraps `data` without a copy (it must outlive
+ * the tensor; LLD_ must equal max(1, LOCr), else LM_ERR_NOT_SUPPORTED), LM_FROM_LOCAL_COPY copies
+ * it (any LLD_ >= max(1, LOCr)). CTXT_ is not read. Errors name the descriptor entry:
+ * LM_ERR_INVALID_ARGUMENT for a negative M_/N_, blocks < 1, a source outside the grid, LLD_ too
+ * small or a mesh that is not 2-D; LM_ERR_NOT_SUPPORTED for another DTYPE_. A rank outside the
+ * mesh gets a placeholder (data is not read). Local. */
+LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_scalapack(lm_dist_tensor_t *out,
+                                                              lm_mesh_t mesh, const int *desc,
+                                                              void *data, DLDataType dtype,
+                                                              DLDevice device, unsigned flags);
+
+/** Writes the ScaLAPACK descriptor (LM_SCALAPACK_DLEN ints) of a 2-D tensor [N, M] on a 2-D mesh
+ * read as the column-major M x N matrix, the converse of lm_dist_tensor_from_scalapack: CTXT_ =
+ * ctxt, LLD_ = max(1, local extent of dim 1); its local shard (lm_dist_tensor_local) is the local
+ * array. Mesh dim 0 must split tensor dim 1 and mesh dim 1 tensor dim 0, each as BlockCyclic (its
+ * block and source) or a lone Shard (block ceil(extent / mesh extent), source 0), or have mesh
+ * extent 1; anything else (Partial, ragged, co-shards, the other dim) is LM_ERR_NOT_SUPPORTED
+ * naming the placement. Local. */
+LM_NODISCARD LM_API lm_status_t lm_dist_tensor_scalapack_desc(lm_dist_tensor_t tensor, int ctxt,
+                                                              int *desc);
 
 /* Accessors (local). */
 /** The tensor's mesh (local). It is a borrowed handle: the mesh creator's handle while

@@ -12,6 +12,7 @@
 #ifndef LOCALMAP_HPP_
 #define LOCALMAP_HPP_
 
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -251,6 +252,13 @@ class mesh {
     check(lm_mesh_create(&h_, parent_comm_f, static_cast<int>(extents.size()), extents.data(),
                          &cfg));
   }
+  /// lm_mesh_create_grid: the 2-D mesh of a process grid (BLACS's, say) from this rank's grid
+  /// coordinate (-1, -1 outside the grid). Collective over the parent.
+  static mesh grid(int parent_comm_f, int myrow, int mycol) {
+    mesh m;
+    check(lm_mesh_create_grid(&m.h_, parent_comm_f, myrow, mycol, nullptr));
+    return m;
+  }
   /// A mesh over MPI_COMM_WORLD (collective over it).
   static mesh world(const shape &extents, const std::vector<std::string> &names = {}) {
     int f = 0;
@@ -392,6 +400,24 @@ class dist_tensor {
     check(lm_dist_tensor_from_local(&h, m.get(), &local, p.data(), mode,
                                     global.empty() ? nullptr : global.data(), flags));
     return dist_tensor(h);
+  }
+
+  /// ScaLAPACK's descriptor (LM_SCALAPACK_DLEN ints).
+  using scalapack_desc_t = std::array<int, LM_SCALAPACK_DLEN>;
+  /// lm_dist_tensor_from_scalapack: the tensor [N, M] over the local array `data` of the matrix
+  /// that `desc` describes (borrowed by default: `data` must outlive the tensor).
+  static dist_tensor from_scalapack(const mesh &m, const scalapack_desc_t &desc, void *data,
+                                    DLDataType dtype, DLDevice device = DLDevice{kDLCPU, 0},
+                                    unsigned flags = LM_FROM_LOCAL_BORROW) {
+    lm_dist_tensor_t h = nullptr;
+    check(lm_dist_tensor_from_scalapack(&h, m.get(), desc.data(), data, dtype, device, flags));
+    return dist_tensor(h);
+  }
+  /// lm_dist_tensor_scalapack_desc: this tensor's layout as a descriptor with context ctxt.
+  scalapack_desc_t scalapack_desc(int ctxt) const {
+    scalapack_desc_t d{};
+    check(lm_dist_tensor_scalapack_desc(h_, ctxt, d.data()));
+    return d;
   }
 
   /// lm_dist_tensor_reshard. Collective; dst_mesh nullptr: the same mesh.

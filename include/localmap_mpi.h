@@ -39,6 +39,12 @@ static inline lm_status_t lm_mesh_comm_mpi(lm_mesh_t mesh, MPI_Comm *comm) {
   return s;
 }
 
+/** lm_mesh_create_grid over an MPI_Comm. */
+static inline lm_status_t lm_mesh_create_grid_mpi(lm_mesh_t *mesh, MPI_Comm parent, int myrow,
+                                                  int mycol, const lm_mesh_config_t *config) {
+  return lm_mesh_create_grid(mesh, (int)MPI_Comm_c2f(parent), myrow, mycol, config);
+}
+
 #ifdef __cplusplus
 }
 #endif

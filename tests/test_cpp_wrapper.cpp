@@ -220,6 +220,20 @@ static void test_ragged(void **) {
   ok &= c.local_shape()[0] == mine;
   lmx::dist_tensor cr = c.reshard({lmx::replicate()});
   for (int64_t i = 0; ok && i < total * 2; ++i) ok &= cr.local_data<double>()[i] == full[static_cast<size_t>(i)];
+  // A ScaLAPACK array of the 2 x total matrix (the transpose of `full`) on a 1 x n grid: blocks of 3
+  // columns dealt from process column 0; column j of the matrix is row j of `full`.
+  lmx::mesh grid = lmx::mesh::grid(g_env->comm_world(), 0, lm_test_rank());  // a 1 x n grid
+  const int cols = static_cast<int>(total);
+  std::vector<double> arr;
+  for (int j = 0; j < cols; ++j)
+    if ((j / 3) % n == lm_test_rank()) arr.insert(arr.end(), {full[2 * j], full[2 * j + 1]});
+  const lmx::dist_tensor::scalapack_desc_t desc{1, 0, 2, cols, 2, 3, 0, 0, 2};
+  lmx::dist_tensor s = lmx::dist_tensor::from_scalapack(grid, desc, arr.data(), {kDLFloat, 64, 1});
+  ok &= s.global_shape() == lmx::shape{total, 2} && s.scalapack_desc(0) == desc;
+  lmx::dist_tensor sr = s.reshard({lmx::replicate(), lmx::replicate()});
+  for (int64_t i = 0; ok && i < total * 2; ++i) ok &= sr.local_data<double>()[i] == full[static_cast<size_t>(i)];
+  ok &= refuses([&] { lmx::dist_tensor::from_scalapack(m, desc, arr.data(), {kDLFloat, 64, 1}); },
+                "2-D");
   LM_ASSERT_ALL(ok);
 }
 

@@ -395,6 +395,150 @@ static void test_scalapack_layout(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&L.mesh));
 }
 
+/* lm_dist_tensor_from_scalapack / _scalapack_desc: random descriptors on the 2-D mesh, a local
+ * array filled column-major at ScaLAPACK's positions (A(i, j) at i + j * LLD, global indices from
+ * this file's INDXL2G), borrowed without a copy (LLD = max(1, LOCr)) or copied (LLD padded);
+ * every element checked in the tensor [N, M]; the descriptor read back; resharded to row shards and
+ * back into the borrowed array by a plan; the refusals name the descriptor entry. */
+static int64_t desc_case(olayout_t *L, int pad) {
+  const int M = rndi(30), N = rndi(30), mb = 1 + rndi(5), nb = 1 + rndi(5);
+  const int rs = rndi((int)L->mshape[0]), cs = rndi((int)L->mshape[1]);
+  L->pl[0] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(1, mb, rs);
+  L->pl[1] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, nb, cs);
+  const int64_t shape[2] = {N, M};
+  int64_t c[2];
+  my_coord(L, c);
+  const int64_t locc = o_len(L, c, 0, N), locr = o_len(L, c, 1, M);
+  const int lld = (int)(locr > 1 ? locr : 1) + pad;
+  int desc[LM_SCALAPACK_DLEN] = {1, 7, M, N, mb, nb, rs, cs, lld}, back[LM_SCALAPACK_DLEN];
+  double *a = (double *)calloc((size_t)(lld * (locc ? locc : 1)), sizeof(double));
+  for (int64_t j = 0; j < locc; ++j)
+    for (int64_t i = 0; i < locr; ++i)
+      a[i + j * lld] = (double)(o_glob(L, c, 0, N, j) * M + o_glob(L, c, 1, M, i));
+  const DLDataType f64 = {kDLFloat, 64, 1};
+  const DLDevice cpu = {kDLCPU, 0};
+  const int strided = pad && locr > 0 && locc > 1;
+  lm_dist_tensor_t t = NULL;
+  if (pad) { /* a borrow cannot skip the padding: refused where there is some, naming LLD_ */
+    LM_EXPECT_ALL(lm_dist_tensor_from_scalapack(&t, L->mesh, desc, a, f64, cpu,
+                                                LM_FROM_LOCAL_BORROW),
+                  strided ? LM_ERR_NOT_SUPPORTED : LM_SUCCESS, "LLD_");
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  }
+  const unsigned flags = pad ? LM_FROM_LOCAL_COPY : LM_FROM_LOCAL_BORROW;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_scalapack(&t, L->mesh, desc, a, f64, cpu, flags));
+  int64_t bad = walk(t, L, 2, shape, 8, 0);
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  if (!pad) bad += v.data != (void *)a;
+  LM_ASSERT_OK(lm_dist_tensor_scalapack_desc(t, 7, back));
+  desc[8] = (int)(locr > 1 ? locr : 1); /* the tensor's own array is compact */
+  bad += memcmp(back, desc, sizeof desc) != 0;
+  /* Row shards of the matrix (tensor dim 1 over both mesh dims) and back into the array. */
+  lm_placement_t rows[2] = {LM_PLACEMENT_SHARD(1), LM_PLACEMENT_SHARD(1)};
+  rows[1].order = 1;
+  lm_dist_tensor_t r = NULL, dst = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, rows));
+  for (int64_t j = 0; !pad && j < locc; ++j)
+    for (int64_t i = 0; i < locr; ++i) a[i + j * lld] = -1;
+  if (!pad) {
+    lm_reshard_plan_t plan = NULL;
+    LM_ASSERT_OK(lm_reshard_plan_create(&plan, L->mesh, rows, NULL, L->pl, 2, shape, f64));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_scalapack(&dst, L->mesh, desc, a, f64, cpu,
+                                                   LM_FROM_LOCAL_BORROW));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, r, dst));
+    for (int64_t j = 0; j < locc; ++j)
+      for (int64_t i = 0; i < locr; ++i)
+        bad += a[i + j * lld] != (double)(o_glob(L, c, 0, N, j) * M + o_glob(L, c, 1, M, i));
+    LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
+  }
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&dst));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  free(a);
+  return bad;
+}
+
+static void test_scalapack_desc(void **state) {
+  (void)state;
+  olayout_t L;
+  make_mesh(&L, 1);
+  rng_state = 21;
+  int64_t bad = 0;
+  for (int k = 0; k < 60; ++k) bad += desc_case(&L, k % 3 == 2 ? 3 : 0);
+  LM_ASSERT_ALL(bad == 0);
+  /* Refusals, each naming the entry. */
+  const DLDataType f64 = {kDLFloat, 64, 1};
+  const DLDevice cpu = {kDLCPU, 0};
+  double x[64];
+  lm_dist_tensor_t t = NULL;
+  struct {
+    int entry, value;
+    lm_status_t code;
+    const char *needle;
+  } bads[] = {{0, 2, LM_ERR_NOT_SUPPORTED, "DTYPE_"}, {2, -1, LM_ERR_INVALID_ARGUMENT, "M_"},
+              {5, 0, LM_ERR_INVALID_ARGUMENT, "NB_"}, {6, 99, LM_ERR_INVALID_ARGUMENT, "RSRC_"},
+              {7, -1, LM_ERR_INVALID_ARGUMENT, "CSRC_"}, {8, 0, LM_ERR_INVALID_ARGUMENT, "LLD_"}};
+  for (size_t k = 0; k < sizeof bads / sizeof bads[0]; ++k) {
+    int desc[LM_SCALAPACK_DLEN] = {1, 0, 8, 8, 8, 8, 0, 0, 8}; /* all on coordinate (0, 0) */
+    desc[bads[k].entry] = bads[k].value;
+    if (bads[k].entry == 8 && ME != L.ranks[0]) desc[2] = desc[3] = 0; /* LLD 0 < 1 everywhere */
+    LM_EXPECT_ALL(lm_dist_tensor_from_scalapack(&t, L.mesh, desc, x, f64, cpu,
+                                                LM_FROM_LOCAL_BORROW),
+                  bads[k].code, bads[k].needle);
+  }
+  int good[LM_SCALAPACK_DLEN] = {1, 0, 8, 8, 8, 8, 0, 0, 8};
+  LM_EXPECT_ALL(lm_dist_tensor_from_scalapack(&t, L.mesh, NULL, x, f64, cpu, 0),
+                LM_ERR_INVALID_ARGUMENT, "desc");
+  LM_EXPECT_ALL(lm_dist_tensor_from_scalapack(&t, L.mesh, good, x, f64, cpu, 5),
+                LM_ERR_INVALID_ARGUMENT, "flags");
+  lm_mesh_t world = lm_test_world_mesh();
+  LM_EXPECT_ALL(lm_dist_tensor_from_scalapack(&t, world, good, x, f64, cpu, 0),
+                LM_ERR_INVALID_ARGUMENT, "2-D");
+  LM_ASSERT_OK(lm_mesh_destroy(&world));
+  /* Descriptors of other layouts: lone shards become one block per coordinate; the rest refuse. */
+  const int64_t shape[2] = {5, 9};
+  lm_placement_t sh[2] = {LM_PLACEMENT_SHARD(1), LM_PLACEMENT_SHARD(0)};
+  int d[LM_SCALAPACK_DLEN];
+  LM_ASSERT_OK(lm_dist_tensor_zeros(&t, L.mesh, 2, shape, f64, cpu, sh));
+  LM_ASSERT_OK(lm_dist_tensor_scalapack_desc(t, 3, d));
+  const int64_t P = L.mshape[0], Q = L.mshape[1];
+  LM_ASSERT_ALL(d[0] == 1 && d[1] == 3 && d[2] == 9 && d[3] == 5 && d[4] == (int)((9 + P - 1) / P) &&
+                d[5] == (int)((5 + Q - 1) / Q) && d[6] == 0 && d[7] == 0);
+  LM_EXPECT_ALL(lm_dist_tensor_scalapack_desc(t, 0, NULL), LM_ERR_INVALID_ARGUMENT, "desc");
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  lm_placement_t wrong[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
+  LM_ASSERT_OK(lm_dist_tensor_zeros(&t, L.mesh, 2, shape, f64, cpu, wrong));
+  LM_EXPECT_ALL(lm_dist_tensor_scalapack_desc(t, 0, d), LM_ERR_NOT_SUPPORTED, "placement");
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  const int64_t s3[3] = {2, 2, 2};
+  lm_placement_t rr[2] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE};
+  LM_ASSERT_OK(lm_dist_tensor_zeros(&t, L.mesh, 3, s3, f64, cpu, rr));
+  LM_EXPECT_ALL(lm_dist_tensor_scalapack_desc(t, 0, d), LM_ERR_INVALID_ARGUMENT, "has 3 dims");
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  /* A 1 x (NP - 1) grid with the last rank outside: it gets a placeholder and reads no data. */
+  if (NP > 1) {
+    lm_mesh_t g = NULL;
+    const int in = ME < NP - 1;
+    LM_ASSERT_OK_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), in ? 0 : -1, in ? ME : -1, NULL));
+    double col[2] = {ME, ME + 0.5}, all[64];
+    int one[LM_SCALAPACK_DLEN] = {1, 0, 2, NP - 1, 2, 1, 0, 0, 2};
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_scalapack(&t, g, one, in ? col : NULL, f64, cpu,
+                                                   LM_FROM_LOCAL_BORROW));
+    int64_t ls[2] = {-1, -1}, gs[2] = {NP - 1, 2};
+    LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, 2));
+    LM_ASSERT_ALL(in ? ls[0] == 1 && ls[1] == 2 : ls[0] == 0 && ls[1] == 0);
+    DLTensor gt = {all, cpu, 2, f64, gs, NULL, 0};
+    if (in) LM_ASSERT_OK(lm_dist_tensor_gather(t, 0, ME == 0 ? &gt : NULL)); /* members only */
+    int bad = 0;
+    for (int c = 0; ME == 0 && c < NP - 1; ++c) bad += all[2 * c] != c || all[2 * c + 1] != c + 0.5;
+    LM_ASSERT_ALL(bad == 0);
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+    LM_ASSERT_OK(lm_mesh_destroy(&g));
+  }
+  LM_ASSERT_OK(lm_mesh_destroy(&L.mesh));
+}
+
 /* lm_local_map on block-cyclic rows: an output laid out like its input (global shape agreed from
  * the local shapes: NUMROCs add up), and an input resharded to Shard(0) first. */
 static void mt_free(DLManagedTensor *m) {
@@ -462,6 +606,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_local_map),
     cmocka_unit_test(test_refusals_and_format),
     cmocka_unit_test(test_scalapack_layout),
+    cmocka_unit_test(test_scalapack_desc),
     cmocka_unit_test(test_random_cyclic),
 };
 

@@ -719,6 +719,43 @@ static void test_mesh_one_rank_null_out(void **state) {
   if (m != NULL) LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
+/* lm_mesh_create_grid: the mesh of a process grid whose ranks are numbered column-major (BLACS's
+ * "Col" order; 2 x 2 at np 4, 2 x 4 at np 8, the last rank outside at np 3): each rank's mesh coordinate is
+ * the one it claimed; a coordinate claimed twice or by nobody is refused on every rank. */
+static void test_mesh_create_grid(void **state) {
+  (void)state;
+  /* Odd n > 1: the last rank stays outside, so that the grid has an even number of ranks. */
+  const int n = world_size(), me = lm_test_rank(), in = n > 1 && n % 2 ? n - 1 : n;
+  int rows = 1;
+  for (int f = 1; f * f <= in; ++f)
+    if (in % f == 0) rows = f;
+  const int myrow = me < in ? me % rows : -1, mycol = me < in ? me / rows : -1;
+  lm_mesh_t g = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), myrow, mycol, NULL));
+  int64_t shape[2] = {0, 0}, coord[2] = {-1, -1};
+  int member = -1;
+  LM_ASSERT_OK(lm_mesh_shape(g, shape, 2));
+  LM_ASSERT_OK(lm_mesh_is_member(g, &member));
+  if (member) LM_ASSERT_OK(lm_mesh_coord(g, coord, 2));
+  LM_ASSERT_ALL(shape[0] == rows && shape[1] == in / rows && member == (me < in) &&
+                (!member || (coord[0] == myrow && coord[1] == mycol)));
+  LM_ASSERT_OK(lm_mesh_destroy(&g));
+  /* The last rank claims (0, 0) too; or nobody claims (0, 0). */
+  if (n > 1) {
+    LM_EXPECT_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), me == n - 1 ? 0 : myrow,
+                                      me == n - 1 ? 0 : mycol, NULL),
+                  LM_ERR_INVALID_ARGUMENT, "both claim");
+  }
+  if (in > 1)
+    LM_EXPECT_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), me == 0 ? -1 : myrow,
+                                      me == 0 ? -1 : mycol, NULL),
+                  LM_ERR_INVALID_ARGUMENT, "(0, 0)");
+  LM_EXPECT_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), -1, -1, NULL), LM_ERR_INVALID_ARGUMENT,
+                "not a grid");
+  LM_EXPECT_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), me, -1, NULL), LM_ERR_INVALID_ARGUMENT,
+                "neither");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_version),
     cmocka_unit_test(test_status_strings_distinct),
@@ -738,6 +775,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_placements_format),
     cmocka_unit_test(test_mesh_invalid_parent_comm),
     cmocka_unit_test(test_mesh_one_rank_null_out),
+    cmocka_unit_test(test_mesh_create_grid),
 };
 
 LM_TEST_MAIN(tests)

@@ -9,9 +9,10 @@
 #              API references), abigail-tools (the ABI check), cmake (the CMake consumers), strace
 #              (the node-local path check), gfortran (the Fortran bindings), cargo (the Rust
 #              bindings, unless rustup's is in ~/.cargo/bin), python3-venv (the Python venv that
-#              `make check` makes with pip) and man-db (the man page checks). Missing ones that
-#              cannot be installed here do not stop anything: the tests that need them say SKIP,
-#              and this prints the apt-get line that would add them.
+#              `make check` makes with pip), man-db (the man page checks) and, with OpenMPI,
+#              libscalapack-openmpi-dev (the ScaLAPACK examples, tests/script_scalapack.sh).
+#              Missing ones that cannot be installed here do not stop anything: the tests that
+#              need them say SKIP, and this prints the apt-get line that would add them.
 # Environment (make passes them): MPICC, MPICXX, LM_MPIRUN (the MPI's wrappers and launcher; with
 # mpicc.mpich the MPICH packages are the ones wanted), DLPACK_INCLUDE_DIR (where dlpack/dlpack.h is),
 # PYTHON (the interpreter the venv is made from, /usr/bin/python3).
@@ -77,6 +78,9 @@ test_tools() {
   echo "man man-db"
   [ -x "$HOME/.cargo/bin/cargo" ] || echo "cargo cargo"
   "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || echo "/python3-venv python3-venv"
+  case $MPICC in *mpich*) ;; *)
+    pkg-config --exists scalapack-openmpi 2>/dev/null || echo "/scalapack libscalapack-openmpi-dev" ;;
+  esac
 }
 want=""
 for pair in $(test_tools | tr ' ' ':'); do
@@ -89,7 +93,7 @@ done
 want=$(echo $want | tr ' ' '\n' | sort -u | tr '\n' ' ')
 want=${want% }
 if [ -z "$want" ]; then
-  [ $quiet = 1 ] || echo "deps: test tools ok (doxygen, abigail-tools, cmake, strace, gfortran, cargo, python3-venv, man)"
+  [ $quiet = 1 ] || echo "deps: test tools ok (doxygen, abigail-tools, cmake, strace, gfortran, cargo, python3-venv, man, scalapack)"
   exit 0
 fi
 if can_apt; then

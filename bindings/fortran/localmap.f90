@@ -365,6 +365,11 @@ module localmap
       import; integer(c_int32_t), value :: id; integer(c_int) :: lmc_extents_destroy
     end function
 
+    function lmc_mesh_create_grid(mesh, parent_comm, myrow, mycol, config) &
+        bind(C, name="lm_mesh_create_grid")
+      import; type(c_ptr), intent(out) :: mesh; integer(c_int), value :: parent_comm, myrow, mycol
+      type(c_ptr), value :: config; integer(c_int) :: lmc_mesh_create_grid
+    end function
     function lmc_mesh_create(mesh, parent_comm, ndim, shape, config) bind(C, name="lm_mesh_create")
       import; type(c_ptr), intent(out) :: mesh; integer(c_int), value :: parent_comm, ndim
       integer(c_int64_t), intent(in) :: shape(*); type(c_ptr), value :: config
@@ -439,6 +444,18 @@ module localmap
       import; type(c_ptr), intent(out) :: out; type(c_ptr), value :: mesh, local
       type(lm_placement_t), intent(in) :: placements(*); integer(c_int), value :: shape_mode
       type(c_ptr), value :: global_shape; integer(c_int) :: lmc_dist_tensor_from_managed
+    end function
+    function lmc_dist_tensor_from_scalapack(out, mesh, desc, data, dtype, device, flags) &
+        bind(C, name="lm_dist_tensor_from_scalapack")
+      import; type(c_ptr), intent(out) :: out; type(c_ptr), value :: mesh, data
+      integer(c_int), intent(in) :: desc(*); type(DLDataType), value :: dtype
+      type(DLDevice), value :: device; integer(c_int), value :: flags
+      integer(c_int) :: lmc_dist_tensor_from_scalapack
+    end function
+    function lmc_dist_tensor_scalapack_desc(tensor, ctxt, desc) &
+        bind(C, name="lm_dist_tensor_scalapack_desc")
+      import; type(c_ptr), value :: tensor; integer(c_int), value :: ctxt
+      integer(c_int), intent(out) :: desc(*); integer(c_int) :: lmc_dist_tensor_scalapack_desc
     end function
     function lmc_dist_tensor_from_global(out, mesh, global, placements, root) &
         bind(C, name="lm_dist_tensor_from_global")
@@ -630,13 +647,14 @@ module localmap
     end function
   end interface
   public :: lmc_get_version, lmc_status_string, lmc_last_error_message, lmc_set_error_message, &
-    lmc_init, lmc_finalize, lmc_comm_world, lmc_world_rank, lmc_device_supported, &
+    lmc_init, lmc_finalize, lmc_mesh_create_grid, lmc_comm_world, lmc_world_rank, lmc_device_supported, &
     lmc_placements_format, lmc_placements_adjoint, lmc_reshard_plan_adjoint, &
     lmc_chunk, lmc_extents_create, lmc_extents_get, lmc_extents_destroy, lmc_mesh_create, lmc_mesh_destroy, lmc_mesh_ndim, &
     lmc_mesh_shape, lmc_mesh_size, lmc_mesh_is_member, lmc_mesh_coord, lmc_mesh_rank, &
     lmc_mesh_rank_at, lmc_mesh_dim_index, lmc_mesh_dim_name, lmc_mesh_dim_comm, lmc_mesh_comm, &
     lmc_dist_tensor_zeros, lmc_dist_tensor_from_local, lmc_dist_tensor_from_managed, &
     lmc_dist_tensor_from_global, lmc_dist_tensor_gather, lmc_dist_tensor_mesh, lmc_dist_tensor_ndim, &
+    lmc_dist_tensor_from_scalapack, lmc_dist_tensor_scalapack_desc, &
     lmc_dist_tensor_dtype, lmc_dist_tensor_device, lmc_dist_tensor_placements, &
     lmc_dist_tensor_global_shape, lmc_dist_tensor_local_shape, lmc_dist_tensor_local_offset, &
     lmc_dist_tensor_local, lmc_dist_tensor_export, lmc_dist_tensor_retain, lmc_dist_tensor_destroy, &
@@ -655,10 +673,11 @@ module localmap
   public :: lm_init, lm_finalize, lm_comm_world, lm_world_rank, lm_device_supported
   public :: lm_replicate, lm_shard, lm_partial, lm_ragged, lm_block_cyclic, lm_placements_format, &
     lm_placements_adjoint, lm_chunk, lm_extents_create, lm_extents_get, lm_extents_destroy
-  public :: lm_mesh_create, lm_mesh_destroy, lm_mesh_ndim, lm_mesh_shape, lm_mesh_size, &
+  public :: lm_mesh_create, lm_mesh_create_grid, lm_mesh_destroy, lm_mesh_ndim, lm_mesh_shape, lm_mesh_size, &
     lm_mesh_is_member, lm_mesh_coord, lm_mesh_rank, lm_mesh_rank_at, lm_mesh_dim_index, &
     lm_mesh_dim_name, lm_mesh_dim_comm, lm_mesh_comm
   public :: lm_zeros, lm_from_local, lm_from_managed, lm_from_global, lm_gather, lm_local
+  public :: lm_from_scalapack, lm_scalapack_desc
   public :: lm_dist_tensor_mesh, lm_dist_tensor_ndim, lm_dist_tensor_dtype, lm_dist_tensor_device, &
     lm_dist_tensor_placements, lm_dist_tensor_global_shape, lm_dist_tensor_local_shape, &
     lm_dist_tensor_local_offset, lm_dist_tensor_local_view, lm_dist_tensor_export, &
@@ -691,6 +710,18 @@ module localmap
   end interface
   interface lm_mesh_comm
     module procedure mesh_comm_int_, mesh_comm_f08_
+  end interface
+  !> call lm_from_scalapack(x, mesh, desc, a [, copy] [, ierr]): the dist tensor over this rank's
+  !> ScaLAPACK local array `a` (real or complex, single or double; any contiguous array, e.g.
+  !> a(LLD, *)) of the M x N matrix that `desc` (the 9-integer descriptor) describes, without a copy
+  !> (LLD must be max(1, LOCr)) unless copy = .true. (any LLD); `a` is a rank-2 array (a(LLD, *))
+  !> or its flat rank-1 buffer. x is the matrix (M, N), laid out
+  !> block-cyclic over `mesh`, the 2-D process grid (NPROW, NPCOL) in the BLACS grid's order;
+  !> `a` must outlive x when borrowed. Local (lm_dist_tensor_from_scalapack).
+  interface lm_from_scalapack
+    module procedure from_scalapack_r42_, from_scalapack_r82_, from_scalapack_c42_, &
+      from_scalapack_c82_, from_scalapack_r41_, from_scalapack_r81_, from_scalapack_c41_, &
+      from_scalapack_c81_
   end interface
   interface lm_zeros
     module procedure zeros_i8_, zeros_i4_
@@ -1167,6 +1198,20 @@ contains
     integer, intent(out), optional :: ierr
     call mesh_create_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
   end subroutine
+  !> The 2-D mesh (NPROW, NPCOL) of a process grid over communicator comm: its coordinate (r, c)
+  !> is the rank that passes (myrow, mycol) = (r, c), e.g. what blacs_gridinfo returns (-1, -1
+  !> outside the grid); lm_from_scalapack's mesh. Collective over comm (lm_mesh_create_grid).
+  subroutine lm_mesh_create_grid(mesh, comm, myrow, mycol, ierr)
+    type(lm_mesh), intent(inout) :: mesh
+    integer, intent(in) :: comm, myrow, mycol
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    st = lmc_mesh_create_grid(mesh%ptr, int(comm, c_int), int(myrow, c_int), int(mycol, c_int), &
+                              c_null_ptr)
+    call c_(st)
+    if (st == LM_SUCCESS) mesh%owned = .true.
+    call done_(st, ierr, "lm_mesh_create_grid")
+  end subroutine
   subroutine mesh_create_f08_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
     type(lm_mesh), intent(inout) :: mesh
     type(MPI_Comm), intent(in) :: comm
@@ -1532,6 +1577,118 @@ contains
     type(DLDevice), intent(in), optional :: device
     integer, intent(out), optional :: ierr
     call zeros_i8_(x, mesh, int(shape, c_int64_t), dtype, placements, device, ierr)
+  end subroutine
+
+  subroutine from_scalapack_r42_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    real(c_float), intent(inout), target :: a(1, *)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT32, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_r82_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    real(c_double), intent(inout), target :: a(1, *)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT64, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_c42_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    complex(c_float_complex), intent(inout), target :: a(1, *)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX64, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_c82_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    complex(c_double_complex), intent(inout), target :: a(1, *)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX128, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_r41_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    real(c_float), intent(inout), target :: a(*)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT32, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_r81_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    real(c_double), intent(inout), target :: a(*)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT64, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_c41_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    complex(c_float_complex), intent(inout), target :: a(*)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX64, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_c81_(x, mesh, desc, a, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    complex(c_double_complex), intent(inout), target :: a(*)
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX128, copy, ierr)
+  end subroutine
+  subroutine from_scalapack_(x, mesh, desc, data, dtype, copy, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    integer, intent(in) :: desc(:)
+    type(c_ptr), intent(in) :: data
+    type(DLDataType), intent(in) :: dtype
+    logical, intent(in), optional :: copy
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, flags, cdesc(9)
+    type(c_ptr) :: p
+    character(len=80) :: msg
+    flags = int(LM_FROM_LOCAL_BORROW, c_int)
+    if (present(copy)) then
+      if (copy) flags = int(LM_FROM_LOCAL_COPY, c_int)
+    end if
+    if (size(desc) /= 9) then
+      write(msg, '("lm_from_scalapack: desc has ",i0," entries, not 9")') size(desc)
+      call bad_(st, trim(msg))
+    else
+      cdesc = int(desc, c_int)
+      st = lmc_dist_tensor_from_scalapack(p, mesh%ptr, cdesc, data, dtype, LM_CPU, flags)
+      call c_(st)
+      if (st == LM_SUCCESS) call set_(x, p)
+    end if
+    call done_(st, ierr, "lm_from_scalapack")
+  end subroutine
+
+  !> The ScaLAPACK descriptor of x (a 2-D block-cyclic or sharded matrix on a 2-D mesh; see
+  !> lm_dist_tensor_scalapack_desc) with BLACS context ctxt; lm_local gives its local array.
+  subroutine lm_scalapack_desc(x, ctxt, desc, ierr)
+    type(lm_dist_tensor), intent(in) :: x
+    integer, intent(in) :: ctxt
+    integer, intent(out) :: desc(9)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, cdesc(9)
+    st = lmc_dist_tensor_scalapack_desc(x%ptr, int(ctxt, c_int), cdesc); call c_(st)
+    desc = int(cdesc)
+    call done_(st, ierr, "lm_scalapack_desc")
   end subroutine
 
   subroutine from_local_(x, mesh, data, fshape, dtype, placements, global_shape, shape_mode, ierr)

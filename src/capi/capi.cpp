@@ -236,6 +236,15 @@ LM_API lm_status_t lm_mesh_create(lm_mesh_t *mesh, int parent_comm, int ndim, co
   });
 }
 
+LM_API lm_status_t lm_mesh_create_grid(lm_mesh_t *mesh, int parent_comm, int myrow, int mycol,
+                                       const lm_mesh_config_t *config) {
+  return guard([&] {
+    if (mesh) *mesh = nullptr;
+    lm_mesh_s *m = mesh_create_grid(mesh, parent_comm, myrow, mycol, config);
+    *mesh = mesh_wrap(m);
+  });
+}
+
 LM_API lm_status_t lm_mesh_destroy(lm_mesh_t *mesh) {
   return guard([&] {
     if (!mesh || !*mesh) return;
@@ -468,6 +477,25 @@ LM_API lm_status_t lm_dist_tensor_from_global(lm_dist_tensor_t *out, lm_mesh_t m
     OUT_ARG(out, "out", "lm_dist_tensor_from_global");
     *out = nullptr;
     *out = tensor_wrap(tensor_from_global(mesh, global, placements, root));
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_from_scalapack(lm_dist_tensor_t *out, lm_mesh_t mesh,
+                                                 const int *desc, void *data, DLDataType dtype,
+                                                 DLDevice device, unsigned flags) {
+  return guard([&] {
+    const char *fn = "lm_dist_tensor_from_scalapack";
+    OUT_ARG(out, "out", fn);
+    *out = nullptr;
+    *out = tensor_wrap(tensor_from_scalapack(mesh_check(mesh, fn), desc, data, dtype, device,
+                                             flags, fn));
+  });
+}
+
+LM_API lm_status_t lm_dist_tensor_scalapack_desc(lm_dist_tensor_t tensor, int ctxt, int *desc) {
+  return guard([&] {
+    const char *fn = "lm_dist_tensor_scalapack_desc";
+    tensor_scalapack_desc(tensor_check(tensor, fn), ctxt, desc, fn);
   });
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "mesh/mesh.hpp"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <set>
 
@@ -304,6 +306,68 @@ lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_
   if (m->member) m->grid->coord_of(m->index, m->coord.data());
   build_comms(m.get(), ac, prank, m->timeout, priv);
   return m.release();
+}
+
+namespace {
+
+// The grid's ranks in row-major coordinate order from every rank's (myrow, mycol); the same
+// verdict on every rank (they all see the same gathered pairs).
+std::vector<int> grid_ranks(const std::vector<int> &all, int psize, int64_t shape[2],
+                            const char *fn) {
+  int nprow = 0, npcol = 0;
+  for (int r = 0; r < psize; ++r)
+    if ((all[(size_t)(2 * r)] < 0) != (all[(size_t)(2 * r + 1)] < 0))
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: rank %d passed (myrow, mycol) = (%d, %d): both or "
+           "neither must be -1", fn, r, all[(size_t)(2 * r)], all[(size_t)(2 * r + 1)]);
+  for (int r = 0; r < psize; ++r) {
+    nprow = std::max(nprow, all[(size_t)(2 * r)] + 1);
+    npcol = std::max(npcol, all[(size_t)(2 * r + 1)] + 1);
+  }
+  if (nprow == 0 || npcol == 0 || (int64_t)nprow * npcol > psize)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: the ranks claim grid coordinates up to (%d, %d): not a "
+         "grid of at most %d processes (a rank outside the grid passes myrow = mycol = -1)", fn,
+         nprow - 1, npcol - 1, psize);
+  std::vector<int> ranks((size_t)nprow * npcol, -1);
+  for (int r = 0; r < psize; ++r) {
+    const int row = all[(size_t)(2 * r)], col = all[(size_t)(2 * r + 1)];
+    if (row < 0) continue;  // outside the grid
+    int &at = ranks[(size_t)row * npcol + col];
+    if (at >= 0)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: ranks %d and %d both claim grid coordinate (%d, %d)",
+           fn, at, r, row, col);
+    at = r;
+  }
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] < 0)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: no rank claims grid coordinate (%d, %d) of the %d x %d "
+           "grid", fn, (int)i / npcol, (int)i % npcol, nprow, npcol);
+  shape[0] = nprow;
+  shape[1] = npcol;
+  return ranks;
+}
+
+}  // namespace
+
+lm_mesh_s *mesh_create_grid(lm_mesh_t *out, int parent_comm_f, int myrow, int mycol,
+                            const lm_mesh_config_t *config) {
+  const char *fn = "lm_mesh_create_grid";
+  MPI_Comm parent = open_parent(parent_comm_f, fn);
+  int psize = 0;
+  mpi_check(MPI_Comm_size(parent, &psize), "MPI_Comm_size(parent_comm)");
+  const int mine[2] = {myrow < 0 ? -1 : myrow, mycol < 0 ? -1 : mycol};
+  std::vector<int> all((size_t)psize * 2);
+  mpi_check(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, parent),
+            "lm_mesh_create_grid: MPI_Allgather of grid coordinates");
+  int64_t shape[2] = {0, 0};
+  const std::vector<int> ranks = grid_ranks(all, psize, shape, fn);
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  if (config && config->size >= offsetof(lm_mesh_config_t, ranks))
+    std::memcpy(&cfg, config, std::min(config->size, sizeof cfg));
+  else if (config)
+    cfg.size = config->size;  // (mesh_create names the bad size)
+  cfg.ranks = ranks.data();
+  cfg.nranks = (int)ranks.size();
+  return mesh_create(out, parent_comm_f, 2, shape, &cfg);
 }
 
 }  // namespace lm

@@ -75,6 +75,9 @@ namespace lm {
 // Collective over the parent; every check, `out` included, is agreed so no rank is left waiting.
 lm_mesh_s *mesh_create(lm_mesh_t *out, int parent_comm_f, int ndim, const int64_t *shape,
                        const lm_mesh_config_t *config);
+// lm_mesh_create_grid: the 2-D mesh of a process grid from every rank's (myrow, mycol).
+lm_mesh_s *mesh_create_grid(lm_mesh_t *out, int parent_comm_f, int myrow, int mycol,
+                            const lm_mesh_config_t *config);
 // Handles (core/handle.hpp). mesh_check unwraps a caller's handle into its object; a NULL,
 // destroyed, borrowed-and-dead or foreign handle throws LM_ERR_INVALID_ARGUMENT naming `what`.
 // Only the C boundary calls it: below it, code passes objects.

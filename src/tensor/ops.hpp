@@ -18,6 +18,13 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
 lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
                                      const lm_placement_t *pl, int root);
 void tensor_gather(lm_dist_tensor_t t, int root, DLTensor *dst);
+// ScaLAPACK interop (tensor/scalapack.cpp): the tensor [N, M] that a ScaLAPACK local array and
+// descriptor hold, and a tensor's layout as a descriptor (LM_ERR_NOT_SUPPORTED naming the
+// placement that has none).
+lm_dist_tensor_s *tensor_from_scalapack(lm_mesh_s *m, const int *desc, void *data,
+                                        DLDataType dtype, DLDevice device, unsigned flags,
+                                        const char *fn);
+void tensor_scalapack_desc(const lm_dist_tensor_s *t, int ctxt, int *desc, const char *fn);
 
 // The communicator for transfers between two meshes (the source's private dup of the common
 // parent); throws when the meshes come from different parents.

@@ -32,7 +32,7 @@ from ._core import (ARG_DIST_TENSOR, ARG_DOUBLE, ARG_INT64, ARG_MANAGED_TENSOR, 
                     OutOfMemoryError, Partial, Placement, RemoteError, Replicate, Request,
                     RaggedShard, BlockCyclic, ReshardGroup, ReshardPlan, Shard, UserError, chunk, comm_world,
                     device_supported,
-                    finalize, format_placements, placements_adjoint, from_dlpack, from_global, from_local, init,
+                    finalize, format_placements, placements_adjoint, from_dlpack, from_global, from_local, from_scalapack, init,
                     library_path, library_version, local_map, LocalMapRecord, RECORD_INPUT,
                     RECORD_IN, RECORD_IN_GRAD, RECORD_OUT, RECORD_OUT_GRAD, pool_stats,
                     reshard_estimate,
@@ -46,7 +46,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Mesh", "DistTensor", "ReshardPlan", "ReshardGroup", "Request", "Placement", "Shard", "RaggedShard", "BlockCyclic",
-    "Replicate", "Partial", "zeros", "from_local", "from_global", "from_dlpack", "reshard_many",
+    "Replicate", "Partial", "zeros", "from_local", "from_scalapack", "from_global", "from_dlpack", "reshard_many",
     "reshard_estimate",
     "local_map", "LocalMapRecord", "RECORD_INPUT", "RECORD_IN", "RECORD_IN_GRAD", "RECORD_OUT",
     "RECORD_OUT_GRAD", "format_placements", "placements_adjoint",

@@ -536,6 +536,19 @@ class Mesh(_Handle):
         self._device_callbacks = None
 
     @classmethod
+    def grid(cls, myrow, mycol, comm=None):
+        """The 2-D mesh of a process grid (lm_mesh_create_grid): its coordinate (r, c) is the rank
+        of `comm` that passes (myrow, mycol) = (r, c), e.g. what BLACS's gridinfo returns; a rank
+        outside the grid passes -1, -1. Collective over comm (None: MPI_COMM_WORLD)."""
+        h = c_void_p()
+        L.lm_mesh_create_grid(byref(h), _comm_f(comm), int(myrow), int(mycol), None)
+        m = cls.__new__(cls)
+        _Handle.__init__(m, h.value)
+        m._owner = None
+        m._device_callbacks = None
+        return m
+
+    @classmethod
     def _borrow(cls, handle, owner):
         """A Mesh over a handle this object does not own; `owner` keeps it alive. When `owner`
         is a DistTensor, the handle is asked of the tensor at each use (a tensor's mesh handle
@@ -828,6 +841,13 @@ class DistTensor(_Handle):
     def local_shape(self):
         return self._shape(L.lm_dist_tensor_local_shape)
 
+    def scalapack_desc(self, ctxt=0):
+        """This tensor's layout as a ScaLAPACK descriptor (9 ints; lm_dist_tensor_scalapack_desc):
+        the [N, M] tensor read as the column-major M x N matrix; its local shard is the array."""
+        d = (c_int * 9)()
+        L.lm_dist_tensor_scalapack_desc(self._handle(), int(ctxt), d)
+        return list(d)
+
     @property
     def local_offset(self):
         """Global index of the local shard's first element per dim (0 on non-members)."""
@@ -993,6 +1013,57 @@ def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, c
         b = dl.Borrowed(a, "local")
         L.lm_dist_tensor_from_local(byref(out), mh, byref(b.tensor), pl, mode, gs,
                                     FROM_LOCAL_COPY)
+    return DistTensor._wrap(out.value)
+
+
+def from_scalapack(a, desc, mesh, copy=None):
+    """A tensor over a ScaLAPACK local array (lm_dist_tensor_from_scalapack).
+
+    `a` is this rank's local array of the M x N matrix that `desc` (the 9-int descriptor)
+    describes, as ScaLAPACK keeps it: column-major with leading dimension LLD_ = desc[8] (a numpy
+    array of shape (LLD_, LOCc), or its flat buffer). The tensor is the matrix's row-major view:
+    global shape [N, M], placements [BlockCyclic(1, MB_, RSRC_), BlockCyclic(0, NB_, CSRC_)] over
+    `mesh`, the 2-D process grid [NPROW, NPCOL]. copy=None shares a's memory (the tensor keeps `a`
+    alive; LLD_ must be max(1, LOCr)); copy=True copies (any LLD_).
+    """
+    mh = _mesh_h(mesh)
+    d = [int(x) for x in desc]
+    if len(d) != 9:
+        raise InvalidArgumentError(1, f"from_scalapack: desc has {len(d)} entries, not 9")
+    a = np.asarray(a)
+    if a.ndim == 1:
+        if a.size % max(d[8], 1):
+            raise InvalidArgumentError(1, f"from_scalapack: a has {a.size} elements, not a "
+                                       f"multiple of desc[8] (LLD_) = {d[8]}")
+        a = a.reshape((max(d[8], 1), a.size // max(d[8], 1)), order="F")
+    if a.ndim != 2:
+        raise InvalidArgumentError(1, f"from_scalapack: a has {a.ndim} dims; a ScaLAPACK local "
+                                   "array has 2 (LLD_, LOCc)")
+    if a.shape[0] != max(d[8], 1) and a.size:
+        raise InvalidArgumentError(1, f"from_scalapack: a has {a.shape[0]} rows, desc[8] (LLD_) "
+                                   f"says {d[8]}")
+    at = np.asfortranarray(a).T  # the row-major [LOCc, LLD_] view of the same bytes
+    cd = (c_int * 9)(*d)
+    b = dl.Borrowed(at, "a")
+    out = c_void_p()
+    share = not copy and dl.zero_copy_ok(at)
+    flags = FROM_LOCAL_BORROW if share else FROM_LOCAL_COPY
+    L.lm_dist_tensor_from_scalapack(byref(out), mh, cd, b.tensor.data, b.tensor.dtype,
+                                    b.tensor.device, flags)
+    t = DistTensor._wrap(out.value)
+    if not share:
+        return t
+    # The checked borrow gives the layout; the tensor that keeps `a` alive adopts it.
+    pl, shape, local = t.placements, t.shape, t.local_shape
+    t.close()
+    addr = dl.managed_from_array(at[:local[0], :local[1]] if local else at[:0, :0])
+    plc, _ = _placements_c(pl, "placements", _ndim_of(mh))
+    gs = (c_int64 * 2)(*shape)
+    try:
+        L.lm_dist_tensor_from_managed(byref(out), mh, addr, plc, SHAPE_GIVEN, gs)
+    except BaseException:
+        dl.release_managed(addr)
+        raise
     return DistTensor._wrap(out.value)
 
 

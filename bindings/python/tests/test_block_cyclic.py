@@ -42,3 +42,36 @@ def test_repr_and_refusals(mesh1):
         lm.zeros(mesh1, (5,), np.float32, [lm.BlockCyclic(0, 0)])
     with pytest.raises(lm.InvalidArgumentError, match="source coordinate"):
         lm.zeros(mesh1, (5,), np.float32, [lm.BlockCyclic(0, 2, src=COMM.size)])
+
+
+def test_from_scalapack():
+    """A ScaLAPACK local array on a 1 x P grid (blocks of 2 columns from the last process
+    column): shared without a copy, the [N, M] view checked, the descriptor read back; a padded
+    leading dimension is copied, or refused when asked to share."""
+    P = COMM.size
+    m, n, nb, src = 3, 9, 2, P - 1
+    full = np.arange(m * n, dtype=np.float64).reshape(m, n)  # the matrix, M x N
+    cols = my_rows(n, nb, src)  # this process column's matrix columns (the same INDXL2G)
+    with lm.Mesh.grid(0, COMM.rank) as grid:  # a 1 x P process grid, BLACS-style
+        assert grid.shape == (1, P) and grid.coord == (0, COMM.rank)
+        desc = [1, 0, m, n, 3, nb, 0, src, 3]
+        a = np.asfortranarray(full[:, cols])  # ScaLAPACK's column-major local array, LLD 3
+        with lm.from_scalapack(a, desc, grid) as t:
+            assert t.shape == (n, m) and t.local_shape == (len(cols), m)
+            assert a.size == 0 or np.shares_memory(t.local(), a)
+            np.testing.assert_array_equal(t.gather(), full.T)
+            assert t.scalapack_desc(5) == [1, 5, m, n, 3, nb, 0, src, 3]
+        with lm.from_scalapack(a.ravel(order="F"), desc, grid) as t:  # the flat buffer
+            np.testing.assert_array_equal(t.gather(), full.T)
+        padded = np.zeros((5, len(cols)), order="F")
+        padded[:m] = a
+        pdesc = desc[:8] + [5]
+        with lm.from_scalapack(padded, pdesc, grid, copy=True) as t:
+            np.testing.assert_array_equal(t.gather(), full.T)
+        if len(cols) > 1:  # a rank with one column (or none) can share a padded array
+            with pytest.raises(lm.NotSupportedError, match="LLD_"):
+                lm.from_scalapack(padded, pdesc, grid)
+        with pytest.raises(lm.InvalidArgumentError, match="RSRC_"):
+            lm.from_scalapack(a, desc[:6] + [1] + desc[7:], grid)
+        with pytest.raises(lm.InvalidArgumentError, match="not 9"):
+            lm.from_scalapack(a, desc[:8], grid)

@@ -338,6 +338,8 @@ pub const LM_SHAPE_ALLGATHER: lm_shape_mode_t = 2;
 
 pub const LM_FROM_LOCAL_COPY: c_uint = 0;
 pub const LM_FROM_LOCAL_BORROW: c_uint = 1;
+/// Entries of a ScaLAPACK array descriptor.
+pub const LM_SCALAPACK_DLEN: usize = 9;
 
 // ------------------------------------------------------------------------------------------------
 // local_map
@@ -448,6 +450,8 @@ extern "C" {
 
     pub fn lm_mesh_create(mesh: *mut lm_mesh_t, parent_comm: c_int, ndim: c_int, shape: *const i64,
                           config: *const lm_mesh_config_t) -> lm_status_t;
+    pub fn lm_mesh_create_grid(mesh: *mut lm_mesh_t, parent_comm: c_int, myrow: c_int, mycol: c_int,
+                               config: *const lm_mesh_config_t) -> lm_status_t;
     pub fn lm_mesh_destroy(mesh: *mut lm_mesh_t) -> lm_status_t;
     pub fn lm_mesh_ndim(mesh: lm_mesh_t, ndim: *mut c_int) -> lm_status_t;
     pub fn lm_mesh_shape(mesh: lm_mesh_t, shape: *mut i64, n: c_int) -> lm_status_t;
@@ -478,6 +482,10 @@ extern "C" {
     pub fn lm_dist_tensor_from_global(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t, global: *const DLTensor,
                                       placements: *const lm_placement_t, root: c_int) -> lm_status_t;
     pub fn lm_dist_tensor_gather(tensor: lm_dist_tensor_t, root: c_int, dst: *mut DLTensor) -> lm_status_t;
+    pub fn lm_dist_tensor_from_scalapack(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t, desc: *const c_int,
+                                         data: *mut c_void, dtype: DLDataType, device: DLDevice,
+                                         flags: c_uint) -> lm_status_t;
+    pub fn lm_dist_tensor_scalapack_desc(tensor: lm_dist_tensor_t, ctxt: c_int, desc: *mut c_int) -> lm_status_t;
     pub fn lm_dist_tensor_mesh(tensor: lm_dist_tensor_t, mesh: *mut lm_mesh_t) -> lm_status_t;
     pub fn lm_dist_tensor_ndim(tensor: lm_dist_tensor_t, ndim: *mut c_int) -> lm_status_t;
     pub fn lm_dist_tensor_dtype(tensor: lm_dist_tensor_t, dtype: *mut DLDataType) -> lm_status_t;

@@ -525,6 +525,14 @@ impl Mesh {
         Mesh::with_config(parent, shape, None, None)
     }
 
+    /// `lm_mesh_create_grid`: the 2-D mesh of a process grid (a BLACS grid, say) from this rank's
+    /// grid coordinate (`-1, -1` outside the grid). Collective over `parent`.
+    pub fn grid(parent: Comm, myrow: i32, mycol: i32) -> Result<Mesh> {
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::lm_mesh_create_grid(&mut raw, parent.0, myrow, mycol, ptr::null()) })?;
+        Ok(Mesh { raw })
+    }
+
     /// `lm_mesh_create` with dim names (distinct, non-empty, at most 63 chars).
     pub fn with_names(parent: Comm, shape: &[i64], names: &[&str]) -> Result<Mesh> {
         Mesh::with_config(parent, shape, None, Some(names))
@@ -726,6 +734,25 @@ unsafe extern "C" fn vec_deleter<T>(m: *mut sys::DLManagedTensor) {
     // SAFETY: m and manager_ctx were made by managed_from_vec::<T> with Box::into_raw.
     let m = Box::from_raw(m);
     drop(Box::from_raw(m.manager_ctx as *mut VecOwner<T>));
+}
+
+/// LOCc of a ScaLAPACK descriptor at this rank's grid column (NUMROC); 0 where the descriptor or
+/// the mesh is not one the C call accepts (it then names the problem).
+fn scalapack_cols(mesh: &Mesh, desc: &[i32; sys::LM_SCALAPACK_DLEN]) -> Result<usize> {
+    let (shape, coord) = (mesh.shape()?, mesh.coord()?);
+    let (n, nb, src) = (desc[3] as i64, desc[5] as i64, desc[7] as i64);
+    if shape.len() != 2 || n < 0 || nb < 1 || src < 0 || src >= shape[1] {
+        return Ok(0);
+    }
+    let p = shape[1];
+    let dist = (coord[1] - src + p) % p;
+    let blocks = (n + nb - 1) / nb;
+    let mine = if dist < blocks { (blocks - dist + p - 1) / p } else { 0 };
+    let mut cols = mine * nb;
+    if mine > 0 && (dist + (mine - 1) * p) == blocks - 1 {
+        cols -= blocks * nb - n; // this rank holds the last, short block
+    }
+    Ok(cols as usize)
 }
 
 fn check_shape(len: usize, shape: &[i64], what: &str) -> Result<()> {
@@ -979,6 +1006,38 @@ impl DistTensor {
         Ok(DistTensor { raw })
     }
 
+    /// `lm_dist_tensor_from_scalapack` with `LM_FROM_LOCAL_COPY`: the tensor `[N, M]` (the row-major
+    /// view of the column-major M x N matrix) from this rank's ScaLAPACK local array `data`
+    /// (`LLD_ x LOCc`, column-major) and its descriptor; any `LLD_ >= max(1, LOCr)`.
+    pub fn from_scalapack<T: Element>(mesh: &Mesh, desc: &[i32; sys::LM_SCALAPACK_DLEN], data: &[T])
+        -> Result<DistTensor> {
+        let need = desc[8].max(1) as usize * if mesh.is_member()? { scalapack_cols(mesh, desc)? } else { 0 };
+        if data.len() < need {
+            return arg_error(format!(
+                "DistTensor::from_scalapack: data has {} elements, the local array LLD_ x LOCc needs {need}",
+                data.len()));
+        }
+        // SAFETY: `data` covers the array the descriptor describes (checked above); copied here.
+        unsafe {
+            DistTensor::from_scalapack_raw(mesh, desc, data.as_ptr() as *mut c_void, T::DTYPE, Device::Cpu,
+                                           sys::LM_FROM_LOCAL_COPY)
+        }
+    }
+
+    /// `lm_dist_tensor_from_scalapack` on raw memory, with `flags` (`sys::LM_FROM_LOCAL_BORROW`
+    /// wraps the array without a copy; it needs `LLD_ = max(1, LOCr)`).
+    ///
+    /// # Safety
+    /// `data` must hold the local array the descriptor describes; with BORROW it must outlive the
+    /// tensor and every view of it.
+    pub unsafe fn from_scalapack_raw(mesh: &Mesh, desc: &[i32; sys::LM_SCALAPACK_DLEN], data: *mut c_void,
+                                     dtype: DType, device: Device, flags: u32) -> Result<DistTensor> {
+        let mut raw = ptr::null_mut();
+        check(sys::lm_dist_tensor_from_scalapack(&mut raw, mesh.raw, desc.as_ptr(), data, dtype.raw(),
+                                                 device.raw(), flags))?;
+        Ok(DistTensor { raw })
+    }
+
     /// `lm_dist_tensor_from_managed`: the tensor takes over `data` without a copy (its storage is
     /// freed when the tensor dies).
     pub fn from_vec<T: Element>(mesh: &Mesh, data: Vec<T>, local_shape: &[i64], placements: &[Placement],
@@ -1038,6 +1097,14 @@ impl DistTensor {
         self.gather(-1, Some(&mut v[..]))?;
         Ok(v)
     }
+    /// `lm_dist_tensor_scalapack_desc`: this tensor's layout as a ScaLAPACK descriptor with
+    /// context `ctxt` (the `[N, M]` tensor read as the column-major M x N matrix).
+    pub fn scalapack_desc(&self, ctxt: i32) -> Result<[i32; sys::LM_SCALAPACK_DLEN]> {
+        let mut d = [0i32; sys::LM_SCALAPACK_DLEN];
+        check(unsafe { sys::lm_dist_tensor_scalapack_desc(self.raw, ctxt, d.as_mut_ptr()) })?;
+        Ok(d)
+    }
+
 
     /// The tensor's mesh (borrowed: it lives as long as the tensor).
     pub fn mesh(&self) -> Result<MeshRef<'_>> {

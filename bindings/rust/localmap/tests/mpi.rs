@@ -616,6 +616,21 @@ fn block_cyclic(rank: i32, size: i32) -> T {
     let bad = DistTensor::from_global(&m, Some(&full[..]), &[n, 2],
                                       &[Placement::BlockCyclic { dim: 0, block: 0, src: 0 }], -1);
     ensure!(bad.unwrap_err().status == Status::InvalidArgument);
+    // A ScaLAPACK local array (3 x 9 matrix, blocks of 2 columns from the last process column of
+    // a 1 x size grid, LLD 3): the tensor [9, 3] holds A(i, j) = 3 j + i at [j, i].
+    let grid = Mesh::grid(comm_world().map_err(e)?, 0, rank).map_err(e)?;
+    ensure!(grid.shape().map_err(e)? == vec![1, size as i64] && grid.coord().map_err(e)? == vec![0, rank as i64]);
+    let cols: Vec<i64> = (0..n).filter(|j| ((j / b) + src as i64) % size as i64 == rank as i64).collect();
+    let arr: Vec<f64> = cols.iter().flat_map(|j| (0..3).map(move |i| (3 * j + i) as f64)).collect();
+    let desc = [1, 0, 3, n as i32, 3, b as i32, 0, src, 3];
+    let s = DistTensor::from_scalapack(&grid, &desc, &arr[..]).map_err(e)?;
+    ensure!(s.scalapack_desc(0).map_err(e)? == desc);
+    let all: Vec<f64> = (0..n * 3).map(|i| i as f64).collect();
+    ensure!(s.reshard(None, &[Placement::Replicate, Placement::Replicate]).map_err(e)?.local::<f64>().map_err(e)? == &all[..]);
+    if !cols.is_empty() {
+        let short = DistTensor::from_scalapack(&grid, &desc, &arr[..arr.len() - 1]);
+        ensure!(short.unwrap_err().status == Status::InvalidArgument);
+    }
     Ok(())
 }
 
