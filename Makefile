@@ -284,6 +284,15 @@ BENCH_C    := $(wildcard bench/*.c)
 ifneq ($(CUDA),1)
 BENCH_C    := $(filter-out bench/bench_device.c,$(BENCH_C))
 endif
+# bench_scalapack: against ScaLAPACK's pdgemr2d (the MPI's own ScaLAPACK package) and, with
+# COSTA_DIR (an installed COSTA built with COSTA_SCALAPACK), COSTA's costa_pdgemr2d.
+SCALAPACK_PC := scalapack-$(if $(filter mpich,$(MPI_PC)),mpich,openmpi)
+SCALAPACK_LIBS := $(shell pkg-config --libs $(SCALAPACK_PC) 2>/dev/null)
+ifeq ($(SCALAPACK_LIBS),)
+BENCH_C    := $(filter-out bench/bench_scalapack.c,$(BENCH_C))
+endif
+COSTA_DIR  ?=
+COSTA_LINK  = -L$(COSTA_DIR)/lib -Wl,-rpath,$(COSTA_DIR)/lib -lcosta_prefixed_scalapack -lcosta
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 # bench/*.cpp time internals (the planner): src/ headers and the static library, like unit tests.
 BENCH_CXX  := $(wildcard bench/*.cpp)
@@ -295,7 +304,7 @@ BENCH_BINS += $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(BENCH_CXX))
 # ---------------------------------------------------------------------------------------------
 STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) CUDA=$(CUDA) CUDA_SIM=$(CUDA_SIM) $(NVCC_FLAGS)
 STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION) CUDA_SIM=$(CUDA_SIM)
-STAMP_prog := $(MPICC) $(MPICXX) $(MPIFC) $(FFLAGS) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
+STAMP_prog := $(MPICC) $(MPICXX) $(MPIFC) $(COSTA_DIR) $(FFLAGS) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
 STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS) \
               $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER) $(MPI_CXX_COMPILER) $(MPI_Fortran_COMPILER)
 
@@ -450,6 +459,13 @@ $(BUILD)/bench/%: bench/%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICXX) $(filter-out $(MPI_CPPFLAGS),$(LIB_CPPFLAGS)) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) \
 	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS)
+
+$(BUILD)/bench/bench_scalapack: bench/bench_scalapack.c $(PROG_DEPS)
+	@mkdir -p $(@D)
+	$(MPICC) $(PUB_CPPFLAGS) -Ibench $(if $(COSTA_DIR),-DLM_WITH_COSTA) $(CPPFLAGS) $(TEST_CFLAGS) \
+	  $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) \
+	  $(if $(COSTA_DIR),$(COSTA_LINK)) \
+	  $(SCALAPACK_LIBS) -lm $(LDLIBS)
 
 # The device bench calls NCCL collectives itself as the baseline.
 $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)

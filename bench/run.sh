@@ -5,6 +5,8 @@
 #   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl
 #   small:     bench_small at np 2 and 4 (small calls, breakdown) -> bench/results/small.jsonl
 #   plan:      bench_plan (serial: the planner on 2^20-rank meshes) -> bench/results/plan.jsonl
+#   scalapack: bench_scalapack at np 2 and 4 (against pdgemr2d, and COSTA when built with
+#              COSTA_DIR; bench/build-costa.sh) -> bench/results/scalapack.jsonl
 #   plot:      bench/plot.py (matplotlib, from PyPI; skipped with a note when missing)
 #              -> docs/reshard_time_per_byte.png
 # BENCH_NPS overrides the reshard rank counts, BENCH_ARGS replaces the reshard arguments
@@ -71,6 +73,19 @@ for np in ${BENCH_NPS:-2 4}; do
 done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
+
+if [ -x "$top/$build/bench/bench_scalapack" ]; then
+  out="$here/results/scalapack.jsonl"
+  : > "$out.tmp"
+  for np in ${BENCH_NPS:-2 4}; do
+    echo "== block-cyclic redistribution against pdgemr2d (and COSTA) at np $np" >&2
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_scalapack" | tee -a "$out.tmp"
+  done
+  mv "$out.tmp" "$out"
+  echo "wrote $out" >&2
+else
+  echo "== bench_scalapack not built (no ScaLAPACK: apt-get install libscalapack-openmpi-dev)" >&2
+fi
 
 out="$here/results/plan.jsonl"
 echo "== planning one rank's part on 2^20-rank meshes (serial)" >&2

@@ -11,6 +11,7 @@
 # (LM_NODE_LOCAL=0); the agreement suites with the agreement board off (LM_AGREE_BOARD=0), and
 # the reshard suites with the board exchange off (LM_BOARD_EXCHANGE_BYTES=0); then on a restricted
 # host (kernel copies refused by a seccomp filter: tests/deny_cma) and under RLIMIT_AS.
+# Block-cyclic pieces in every mode, straight between the buffers where kernel copies are allowed.
 # Then, where strace is installed, that the kernel copies really run, reading
 # and writing, that the arena replaces most of them, and that the path really stays off.
 set -euo pipefail
@@ -41,6 +42,11 @@ env $ARENA LM_STAGING_BYTES=512 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshar
 env $ARENA LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_memory"
 env $ARENA LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
 env $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"
+# Block-cyclic pieces: rows of a page or more move straight between the buffers (one kernel copy,
+# pieces_direct; test_cyclic's test_wide_rows), shorter ones packed, every message node-local.
+export LM_CYCLIC_CASES=${LM_CYCLIC_CASES:-$((cases / 3))}
+env $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_cyclic"
+env $KERNEL bash tools/lm-mpirun 4 "$BUILD/tests/test_cyclic"
 if [ $san = 0 ]; then  # off: what every other suite's small messages already run
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
@@ -75,6 +81,7 @@ bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_agree_board"
 bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_board_exchange"
 bash tools/lm-mpirun 4 "$DENY" "$BUILD/tests/test_node_safety"
 env $KERNEL bash tools/lm-mpirun 2 "$DENY" "$BUILD/tests/test_reshard_directed"
+env $ARENA bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_cyclic"   # no kernel: pieces packed
 echo "node-local path: exact with kernel copies refused (mapping only, and neither)"
 
 # Address space: under an RLIMIT_AS of 3 GiB (ulimit -v, as batch schedulers set) the arena and

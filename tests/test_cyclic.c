@@ -279,6 +279,46 @@ static void test_random_cyclic(void **state) {
 
 
 /* ----------------------------------------------------------------------------- directed */
+/* Rows of a page and more (f64 x 700): the pieces the MPI transport moves straight between the
+ * two processes' buffers (pieces_direct: one kernel copy, no packing) where the message is large
+ * enough for the node-local path (LM_NODE_LOCAL_MIN_BYTES; tests/script_node_local.sh runs this at
+ * 1 byte), packed otherwise; block-cyclic rows to and from Shard, Replicate and another block size,
+ * on the 1-D and reversed meshes, through the reshard, plan and nonblocking paths. */
+static void test_wide_rows(void **state) {
+  (void)state;
+  olayout_t meshes[2];
+  make_mesh(&meshes[0], 0);
+  make_mesh(&meshes[1], 2);
+  const int64_t shape[2] = {13, 700};
+  const DLDataType f64 = {kDLFloat, 64, 1};
+  const lm_placement_t others[4] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_REPLICATE,
+                                    LM_PLACEMENT_BLOCK_CYCLIC(0, 3, 0),
+                                    LM_PLACEMENT_BLOCK_CYCLIC(0, 1, 1 % NP)};
+  int64_t bad = 0;
+  for (int k = 0; k < 24; ++k) {
+    olayout_t S = meshes[k % 2], D = meshes[(k / 2) % 2];
+    S.pl[0] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, 2, (k / 4) % NP);
+    D.pl[0] = others[(k / 4) % 4];
+    if (k % 8 >= 4) { /* the way back */
+      const lm_placement_t t = S.pl[0];
+      S.pl[0] = D.pl[0];
+      D.pl[0] = t;
+    }
+    lm_dist_tensor_t x = NULL;
+    LM_ASSERT_OK(lm_dist_tensor_zeros(&x, S.mesh, 2, shape, f64, (DLDevice){kDLCPU, 0}, S.pl));
+    walk(x, &S, 2, shape, 8, 1);
+    lm_dist_tensor_t y = run_path(x, &S, &D, 2, shape, f64, k % 3);
+    const int64_t b = walk(y, &D, 2, shape, 8, 0);
+    if (b) fprintf(stderr, "rank %d: wide rows case %d: %lld wrong\n", ME, k, (long long)b);
+    bad += b;
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  }
+  LM_ASSERT_ALL(bad == 0);
+  LM_ASSERT_OK(lm_mesh_destroy(&meshes[0].mesh));
+  LM_ASSERT_OK(lm_mesh_destroy(&meshes[1].mesh));
+}
+
 static void test_refusals_and_format(void **state) {
   (void)state;
   lm_mesh_t mesh = lm_test_world_mesh(), m2 = NULL;
@@ -608,6 +648,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_scalapack_layout),
     cmocka_unit_test(test_scalapack_desc),
     cmocka_unit_test(test_random_cyclic),
+    cmocka_unit_test(test_wide_rows),
 };
 
 LM_TEST_MAIN(tests)

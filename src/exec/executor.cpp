@@ -728,7 +728,9 @@ class PartialInitRun : public StepRun {
 // ---------------------------------------------------------------------------------------------
 // A pieces step (block-cyclic layouts): every message packed into staging at once (not bounded by
 // LM_STAGING_BYTES: p?gemr2d stages the same), receives posted first, local pieces copied while
-// the messages travel, received ones unpacked at the end.
+// the messages travel, received ones unpacked at the end. A message the transport moves straight
+// between the two buffers (kPiecesDirect: one copy between processes of a node) is neither packed
+// nor unpacked; one it places (kPiecesPlaced) is packed by the sender only.
 class PiecesRun : public StepRun {
  public:
   using StepRun::StepRun;
@@ -736,17 +738,33 @@ class PiecesRun : public StepRun {
   void start(const void *in, void *out) override {
     in_ = static_cast<const char *>(in);
     out_ = static_cast<char *>(out);
+    const size_t nr = st_.precvs.size(), ns = st_.psends.size();
+    direct_.assign(nr + ns, false);
     size_t total = 0;
-    for (const PieceMsg &m : st_.precvs) total += m.bytes;
-    for (const PieceMsg &m : st_.psends) total += m.bytes;
+    for (size_t i = 0; i < nr + ns; ++i) {  // receives: placed or direct; sends: direct
+      const PieceMsg &m = i < nr ? st_.precvs[i] : st_.psends[i - nr];
+      const Transport::PiecesMode k = tp_.pieces_mode(ref(m, i < nr), m.peer);
+      direct_[i] = k == Transport::kPiecesDirect || (i < nr && k == Transport::kPiecesPlaced);
+      if (!direct_[i]) total += m.bytes;
+    }
     char *stage = take_stage(total);
     first_ = tp_.posted();
     size_t off = 0;
-    for (const PieceMsg &m : st_.precvs) {
+    for (size_t i = 0; i < nr; ++i) {
+      const PieceMsg &m = st_.precvs[i];
+      if (direct_[i]) {
+        tp_.post_recv_pieces(out_, ref(m, true), m.peer, st_.tag);
+        continue;
+      }
       tp_.post_recv(stage + off, m.bytes, m.peer, st_.tag);
       off += m.bytes;
     }
-    for (const PieceMsg &m : st_.psends) {
+    for (size_t i = 0; i < ns; ++i) {
+      const PieceMsg &m = st_.psends[i];
+      if (direct_[nr + i]) {
+        tp_.post_send_pieces(in_, ref(m, false), m.peer, st_.tag);
+        continue;
+      }
       each_piece(m, [&](const int64_t *len, const int64_t *a, const int64_t *) {
         copy(len, in_, st_.inbox.len.data(), a, stage + off, len, zero_, &off);
       });
@@ -762,10 +780,12 @@ class PiecesRun : public StepRun {
   bool progress(bool block) override {
     if (!tp_.done_from(first_, block)) return false;
     size_t off = 0;
-    for (const PieceMsg &m : st_.precvs)
-      each_piece(m, [&](const int64_t *len, const int64_t *, const int64_t *b) {
+    for (size_t i = 0; i < st_.precvs.size(); ++i) {
+      if (direct_[i]) continue;
+      each_piece(st_.precvs[i], [&](const int64_t *len, const int64_t *, const int64_t *b) {
         copy(len, stage_.p + off, len, zero_, out_, st_.outbox.len.data(), b, &off);
       });
+    }
     tp_.reset();
     release();
     return true;
@@ -800,9 +820,18 @@ class PiecesRun : public StepRun {
     mem_.copy(c, dst, src, 0, c.numel);
     if (packed) *packed += (size_t)c.numel * esize_;
   }
+  // Message m in this side's buffer: the output's for a receive, the input's for a send.
+  PiecesRef ref(const PieceMsg &m, bool recv) const {
+    PiecesRef r;
+    r.msg = &m;
+    r.shape = recv ? st_.outbox.len.data() : st_.inbox.len.data();
+    r.esize = esize_;
+    return r;
+  }
   const char *in_ = nullptr;
   char *out_ = nullptr;
   Transport::Ticket first_ = 0;
+  std::vector<bool> direct_;  // per message (receives, then sends): not staged on this side
   const int64_t zero_[kBoxMaxDims] = {0};
 };
 

@@ -25,7 +25,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/error.hpp"
 #include "layout/boxcopy.hpp"
+#include "plan/schedule.hpp"
 
 namespace lm {
 
@@ -39,6 +41,15 @@ struct BoxRef {
   // >= 0: names this box within the plan (the same box at every execution), so a transport may
   // keep per-box state (MPI: the committed datatype) until it is destroyed; -1: no reuse.
   int64_t id = -1;
+};
+
+// A pieces step's message (plan/schedule.hpp, PieceMsg) in this side's compact local buffer: the
+// row-major product of per-dim runs at offsets `a` (the sender's input) and `b` (the receiver's
+// output); both ranks hold the same list.
+struct PiecesRef {
+  const PieceMsg *msg = nullptr;
+  const int64_t *shape = nullptr;  // this side's buffer extents (msg->dims.size() of them)
+  size_t esize = 0;
 };
 
 class Transport {
@@ -59,6 +70,26 @@ class Transport {
   }
   virtual Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) = 0;
   virtual Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) = 0;
+  // How a pieces message travels: kPiecesPacked (the sender packs it into a contiguous buffer,
+  // the receiver receives one and unpacks it), kPiecesPlaced (the sender packs; the receiver's
+  // transport puts the bytes straight into its pieces: post_recv_pieces) or kPiecesDirect (neither
+  // packs: post_send_pieces and post_recv_pieces, one copy between the two buffers). Must give the
+  // same answer on both ranks of the message (the sender's side of its protocol depends on it).
+  enum PiecesMode { kPiecesPacked = 0, kPiecesPlaced = 1, kPiecesDirect = 2 };
+  virtual PiecesMode pieces_mode(const PiecesRef &p, int peer) {
+    (void)p, (void)peer;
+    return kPiecesPacked;
+  }
+  // Only where pieces_mode said so: the message from (kPiecesDirect) or into (kPiecesPlaced,
+  // kPiecesDirect) this side's buffer at buf.
+  virtual Ticket post_send_pieces(const void *buf, const PiecesRef &p, int peer, int tag) {
+    (void)buf, (void)p, (void)peer, (void)tag;
+    fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no pieces directly", name());
+  }
+  virtual Ticket post_recv_pieces(void *buf, const PiecesRef &p, int peer, int tag) {
+    (void)buf, (void)p, (void)peer, (void)tag;
+    fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no pieces directly", name());
+  }
   virtual void flush() {}
   // Whether staging may be bounded (LM_STAGING_BYTES) and pipelined through rings, so that a
   // step's messages are posted in several batches. false: every message of a step must be posted

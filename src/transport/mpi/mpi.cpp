@@ -195,6 +195,99 @@ Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t byte
   return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
 }
 
+// Pieces between processes of a node with kernel copies (agreed per node, so both sides answer
+// alike): straight between the two buffers (the receiver reads the sender's runs with
+// process_vm_readv) when the pieces' rows average at least a page (the kernel pins the remote
+// side run by run: with shorter runs, 512 bytes for blocks of 64 f64, it costs more than packing);
+// else packed by the sender and copied by the receiver straight into its pieces (memcpy from the
+// sender's arena, or one kernel copy of a contiguous remote run). bench_scalapack measures both.
+constexpr size_t kPiecesMinRun = 4096;
+
+Transport::PiecesMode MpiTransport::pieces_mode(const PiecesRef &p, int peer) {
+  const PieceMsg &m = *p.msg;
+  if (m.dims.empty() || !cma_peer(peer, m.bytes) || !caps_.kernel) return kPiecesPacked;
+  const auto &inner = m.dims.back();
+  int64_t elems = 0;
+  for (const PieceRun &r : inner) elems += r.len;
+  return (size_t)elems * p.esize >= kPiecesMinRun * inner.size() ? kPiecesDirect : kPiecesPlaced;
+}
+
+Transport::Ticket MpiTransport::post_send_pieces(const void *buf, const PiecesRef &p, int peer,
+                                                 int tag) {
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Isend"));
+  descs_.emplace_back();
+  CmaDesc &d = descs_.back();
+  d.kind = kPieces;
+  d.r.pid = (int32_t)getpid();
+  d.r.addr = (uint64_t)(uintptr_t)buf;
+  d.r.bytes = p.msg->bytes;
+  d.r.esize = p.esize;
+  d.r.ndim = (int32_t)p.msg->dims.size();
+  for (int i = 0; i < d.r.ndim; ++i) d.r.shape[i] = p.shape[i];
+  descs_.emplace_back();
+  CmaDesc &reply = descs_.back();
+  size_t first = reqs_.size();
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Isend(&d, (int)sizeof d, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
+        "reshard: MPI_Isend (node-local pieces descriptor)");
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Irecv(&reply, (int)sizeof reply, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
+        "reshard: MPI_Irecv (node-local reply)");
+  csend_.push_back(CmaSend{first + 1, peer, tag, &d, &reply, CmaBuf{nullptr, -1, false}, 0});
+  ++cma_open_;
+  return add_ticket(first, 1, -2 - (int64_t)(csend_.size() - 1));
+}
+
+Transport::Ticket MpiTransport::post_recv_pieces(void *buf, const PiecesRef &p, int peer,
+                                                 int tag) {
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Irecv"));
+  const bool direct = pieces_mode(p, peer) == kPiecesDirect;
+  descs_.emplace_back();
+  CmaDesc &in = descs_.back();
+  descs_.emplace_back();
+  CmaDesc &mine = descs_.back();  // placed: never pushed into (not in an arena), never wired
+  region_describe(mine.r, buf, nullptr, p.msg->bytes);
+  mine.r.arena_off = UINT64_MAX;
+  mine.r.arena = ArenaId{};
+  size_t first = reqs_.size();
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(peer);
+  check(MPI_Irecv(&in, (int)sizeof in, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
+        "reshard: MPI_Irecv (node-local pieces descriptor)");
+  CmaRecv r{first, peer, tag, p.msg->bytes, &in, &mine, {}, CmaBuf{buf, -1, false}, 0};
+  r.pieces = direct ? p.msg : nullptr;
+  r.esize = p.esize;
+  pieces_runs((uint64_t)(uintptr_t)buf, p.shape, p.esize, *p.msg, false, &r.local);
+  crecv_.push_back(std::move(r));
+  ++cma_open_;
+  return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
+}
+
+// A pieces message's descriptor arrived: read the sender's runs into ours, then say so.
+void MpiTransport::pieces_copy(CmaRecv &r) {
+  const CmaDesc &d = *r.desc;
+  if (d.kind != kPieces || d.r.bytes != r.bytes || d.r.esize != r.esize ||
+      d.r.ndim != (int32_t)r.pieces->dims.size())
+    fail_and_notify(LM_ERR_MISMATCH,
+                    strfmt("reshard: a node-local message from rank %d is not the pieces message "
+                           "of %llu bytes rank %d's plan expects: the ranks ran different "
+                           "reshards (with LM_CHECK=0 no agreement compares their arguments first)",
+                           r.peer, (unsigned long long)r.bytes, world_rank_or_minus1()));
+  std::vector<Run> remote;
+  pieces_runs(d.r.addr, d.r.shape, (size_t)d.r.esize, *r.pieces, true, &remote);
+  const std::string why = cma_copy((pid_t)d.r.pid, r.local, remote, false);
+  if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+  static const uint32_t done = kDone;
+  MPI_Request q;
+  check(MPI_Isend(&done, (int)sizeof done, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
+        "reshard: MPI_Isend (node-local reply)");
+  MPI_Request_free(&q);  // a static word: nothing to keep alive
+  r.state = 2;
+  --cma_open_;
+}
+
 // The bytes of one side's buffer as one MPI message: a box as its subarray datatype (box_direct
 // said it fits), a range as bytes, or above 1 GiB as blocks of 1 GiB and the rest (int counts).
 void MpiTransport::wire_post(bool send, const CmaBuf &b, const Region &r, int peer, int tag,
@@ -261,6 +354,10 @@ bool MpiTransport::pump_recv(CmaRecv &r) {
   if (r.state == 1) {  // pushed, or the bytes came
     r.state = 2;
     --cma_open_;
+    return true;
+  }
+  if (r.pieces) {
+    pieces_copy(r);
     return true;
   }
   const CmaDesc &d = *r.desc;

@@ -45,6 +45,9 @@ class MpiTransport : public Transport {
   bool box_direct(const BoxRef &b) const override;
   Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) override;
   Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
+  PiecesMode pieces_mode(const PiecesRef &p, int peer) override;
+  Ticket post_send_pieces(const void *buf, const PiecesRef &p, int peer, int tag) override;
+  Ticket post_recv_pieces(void *buf, const PiecesRef &p, int peer, int tag) override;
   bool done(Ticket t, bool block) override;
   bool done_from(Ticket first, bool block) override;
   Ticket posted() const override { return (Ticket)tickets_.size(); }
@@ -76,7 +79,11 @@ class MpiTransport : public Transport {
   // an empty notice there; when it cannot push, and on kWire, it sends the bytes themselves. So
   // the receiver picks the form and tells the sender: the two never disagree, whatever each side
   // can map.
-  enum : uint32_t { kData = 0, kDone = 1, kPush = 2, kWire = 3 };
+  // A direct pieces message (post_*_pieces) sends kPieces instead of kData: its Region holds the
+  // sender's buffer (address and extents), whose runs the receiver finds in its own copy of the
+  // message (pieces_runs); the receiver always copies them (kernel copies: pieces_mode). A placed
+  // one is an ordinary kData message whose receiver copies into its pieces' runs.
+  enum : uint32_t { kData = 0, kDone = 1, kPush = 2, kWire = 3, kPieces = 4 };
   struct CmaDesc {
     uint32_t kind = kData;
     Region r;  // transport/node/node_local.hpp
@@ -97,6 +104,8 @@ class MpiTransport : public Transport {
     std::vector<Run> local;
     CmaBuf buf;
     int state;         // 0 waiting for the descriptor, 1 for the notice or the bytes, 2 done
+    const PieceMsg *pieces = nullptr;  // a pieces message (local: this side's runs)
+    size_t esize = 0;
   };
   struct CmaSend {
     size_t req;        // the reply's receive in reqs_; then the bytes' send
@@ -116,6 +125,7 @@ class MpiTransport : public Transport {
   // One receive (one send) of pump_cma: false when it must wait (its peer's later ones wait too).
   bool pump_recv(CmaRecv &r);
   bool pump_send(CmaSend &s);
+  void pieces_copy(CmaRecv &r);
   void pushed_or_wire(CmaSend &s);
   // Posts the bytes of buffer b (region r) over MPI on `tag` (a send or a receive) into *q.
   void wire_post(bool send, const CmaBuf &b, const Region &r, int peer, int tag, MPI_Request *q);

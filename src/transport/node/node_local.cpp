@@ -83,6 +83,32 @@ struct Cursor {
 };
 }  // namespace
 
+void pieces_runs(uint64_t base, const int64_t *shape, size_t esize, const PieceMsg &m, bool sender,
+                 std::vector<Run> *out) {
+  out->clear();
+  const int n = (int)m.dims.size();
+  for (int d = 0; d < n; ++d)
+    if (m.dims[(size_t)d].empty()) return;
+  int64_t idx[kBoxMaxDims] = {0}, len[kBoxMaxDims], off[kBoxMaxDims];
+  std::vector<Run> box;
+  for (;;) {
+    for (int d = 0; d < n; ++d) {
+      const PieceRun &r = m.dims[(size_t)d][(size_t)idx[d]];
+      len[d] = r.len;
+      off[d] = sender ? r.a : r.b;
+    }
+    box_runs(base, n, shape, off, len, esize, &box);
+    for (const Run &r : box)
+      if (!out->empty() && out->back().addr + out->back().bytes == r.addr)
+        out->back().bytes += r.bytes;
+      else
+        out->push_back(r);
+    int d = n - 1;
+    while (d >= 0 && ++idx[d] == (int64_t)m.dims[(size_t)d].size()) idx[d--] = 0;
+    if (d < 0) return;
+  }
+}
+
 // The two lists go to the kernel as they are (not cut into matching pairs): it pins the remote
 // pages run by run, up to 16 pages at a time, and fills the local runs as a stream, so a strided
 // side costs one iovec per run and a contiguous side one iovec in all.

@@ -35,6 +35,11 @@ struct Run {
 // that are contiguous merge into one run.
 void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
               size_t esize, std::vector<Run> *out);
+// The runs of a pieces message (transport.hpp, PiecesRef) in a compact buffer of extents `shape`
+// at address base: the sender's (offsets `a`) or the receiver's (offsets `b`), pieces in row-major
+// order of their runs, each piece's rows in order; adjacent runs merge.
+void pieces_runs(uint64_t base, const int64_t *shape, size_t esize, const PieceMsg &m, bool sender,
+                 std::vector<Run> *out);
 // Copies the bytes of the remote runs (in process pid) into the local runs, in order (write:
 // the local runs into the remote ones); both lists must cover the same number of bytes.
 // Returns "" or the reason it failed (errno's text).
