@@ -346,21 +346,67 @@ static void test_refusals_and_format(void **state) {
   char buf[64];
   LM_ASSERT_OK(lm_placements_format(f, 2, buf, sizeof buf));
   LM_ASSERT_ALL(strcmp(buf, "[BC(0, 2), BC(1, 3, 1)]") == 0);
-  /* Grouped reshards refuse block-cyclic entries, naming the entry. */
-  p = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, 2, 0);
-  lm_placement_t r = LM_PLACEMENT_REPLICATE;
-  lm_reshard_entry_t e[2] = {{2, g, f64, &r, &r}, {2, g, f64, &r, &p}};
-  lm_reshard_group_t grp = NULL;
-  LM_EXPECT_ALL(lm_reshard_group_create(&grp, mesh, NULL, 2, e, NULL), LM_ERR_NOT_SUPPORTED,
-                "entries[1]: block-cyclic placements ([R] -> [BC(0, 2)])");
-  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &r));
-  lm_dist_tensor_t outs[1] = {NULL};
-  const lm_placement_t *pls[1] = {&p};
-  LM_EXPECT_ALL(lm_dist_tensor_reshard_many(1, &t, NULL, pls, outs), LM_ERR_NOT_SUPPORTED,
-                "block-cyclic");
-  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
   LM_ASSERT_OK(lm_mesh_destroy(&m2));
   LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
+/* Grouped reshards with block-cyclic entries between coalesced ones (each block-cyclic entry
+ * runs its own plan in the group's order): lm_reshard_group_execute, _start and
+ * lm_dist_tensor_reshard_many, every element of every target checked. */
+static void test_group(void **state) {
+  (void)state;
+  olayout_t L;
+  make_mesh(&L, 0);
+  enum { N = 5 };
+  const int64_t shapes[N][2] = {{9, 4}, {11, 3}, {7, 7}, {0, 5}, {13, 2}};
+  const lm_placement_t src[N] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_BLOCK_CYCLIC(0, 3, 0),
+                                 LM_PLACEMENT_SHARD(1), LM_PLACEMENT_BLOCK_CYCLIC(1, 2, NP - 1),
+                                 LM_PLACEMENT_SHARD(0)};
+  const lm_placement_t dst[N] = {LM_PLACEMENT_BLOCK_CYCLIC(0, 2, 1 % NP), LM_PLACEMENT_SHARD(0),
+                                 LM_PLACEMENT_REPLICATE, LM_PLACEMENT_SHARD(0),
+                                 LM_PLACEMENT_BLOCK_CYCLIC(0, 1, 0)};
+  const DLDataType f64 = {kDLFloat, 64, 1};
+  lm_reshard_entry_t e[N];
+  lm_dist_tensor_t x[N], y[N], z[N];
+  const lm_placement_t *dpl[N];
+  for (int i = 0; i < N; ++i) {
+    e[i] = (lm_reshard_entry_t){2, shapes[i], f64, &src[i], &dst[i]};
+    dpl[i] = &dst[i];
+    olayout_t S = L;
+    S.pl[0] = src[i];
+    LM_ASSERT_OK(lm_dist_tensor_zeros(&x[i], L.mesh, 2, shapes[i], f64, (DLDevice){kDLCPU, 0}, &src[i]));
+    walk(x[i], &S, 2, shapes[i], 8, 1);
+  }
+  lm_reshard_group_t grp = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&grp, L.mesh, NULL, N, e, NULL));
+  LM_ASSERT_OK(lm_reshard_group_alloc_targets(grp, (DLDevice){kDLCPU, 0}, N, y));
+  int64_t bad = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) {
+      LM_ASSERT_OK_ALL(lm_reshard_group_execute(grp, N, x, y));
+    } else {
+      lm_request_t rq = NULL;
+      LM_ASSERT_OK_ALL(lm_reshard_group_start(grp, N, x, y, &rq));
+      LM_ASSERT_OK_ALL(lm_request_wait(&rq));
+    }
+    for (int i = 0; i < N; ++i) {
+      olayout_t D = L;
+      D.pl[0] = dst[i];
+      bad += walk(y[i], &D, 2, shapes[i], 8, 0);
+    }
+  }
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(N, x, NULL, dpl, z));
+  for (int i = 0; i < N; ++i) {
+    olayout_t D = L;
+    D.pl[0] = dst[i];
+    bad += walk(z[i], &D, 2, shapes[i], 8, 0);
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&z[i]));
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&y[i]));
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&x[i]));
+  }
+  LM_ASSERT_ALL(bad == 0);
+  LM_ASSERT_OK(lm_reshard_group_destroy(&grp));
+  LM_ASSERT_OK(lm_mesh_destroy(&L.mesh));
 }
 
 /* ScaLAPACK's 2-D layout (MB = 3, NB = 2, RSRC = 1 where the grid has rows) of a 13 x 10 matrix:
@@ -649,6 +695,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_scalapack_desc),
     cmocka_unit_test(test_random_cyclic),
     cmocka_unit_test(test_wide_rows),
+    cmocka_unit_test(test_group),
 };
 
 LM_TEST_MAIN(tests)

@@ -7,7 +7,8 @@
  * bytes sent and received, flows sent and received, distinct peers; the sums over all ranks
  * (LM_PLAN_INFO_ALL_RANKS) against an MPI_Allreduce of the local ones, and the pool's peak
  * during the execution against work_bytes + staging_bytes_max. Directed transitions (every kind
- * of step, uneven and empty shards, 2-D meshes, cross-mesh) and seeded random ones. The node-
+ * of step, uneven and empty shards, 2-D meshes, cross-mesh, block-cyclic pieces) and seeded
+ * random ones. The node-
  * local path is off here (LM_NODE_LOCAL=0), so that every byte travels in an MPI message.
  * Then the argument checks and the versioned struct.
  */
@@ -173,6 +174,7 @@ static void run_case(const case_t *c, const char *what) {
 #define S(d) LM_PLACEMENT_SHARD(d)
 #define R LM_PLACEMENT_REPLICATE
 #define P(o) LM_PLACEMENT_PARTIAL(o)
+#define BC(d, b, s) LM_PLACEMENT_BLOCK_CYCLIC(d, b, s)
 
 static void test_directed(void **state) {
   (void)state;
@@ -189,6 +191,15 @@ static void test_directed(void **state) {
       {1, {np}, 0, {S(0)}, {S(0)}, 1, {2}, f64},        /* nothing to do; empty shards */
       {1, {np}, 1, {S(0)}, {S(0)}, 2, {33, 3}, f64},    /* cross-mesh: ranks reversed */
       {1, {np}, 1, {P(LM_REDUCE_SUM)}, {R}, 2, {5, 6}, f32},
+      /* block-cyclic: pieces steps (Partial sources reduced first, Partial targets filled) */
+      {1, {np}, 0, {BC(0, 2, 0)}, {S(0)}, 2, {9, 5}, f64},
+      {1, {np}, 0, {S(1)}, {BC(1, 3, np - 1)}, 2, {4, 11}, f32},
+      {1, {np}, 0, {BC(0, 1, 0)}, {R}, 1, {13}, f64},
+      {1, {np}, 0, {R}, {BC(0, 3, 0)}, 2, {10, 3}, f64},   /* local copies only */
+      {1, {np}, 0, {BC(1, 2, 0)}, {BC(1, 3, 1 % np)}, 2, {3, 17}, i32},
+      {1, {np}, 0, {P(LM_REDUCE_SUM)}, {BC(0, 2, 0)}, 2, {7, 4}, f64},
+      {1, {np}, 0, {BC(0, 2, 0)}, {P(LM_REDUCE_SUM)}, 2, {7, 4}, f64},
+      {1, {np}, 1, {BC(0, 2, 0)}, {BC(0, 2, 0)}, 2, {11, 2}, f64}, /* cross-mesh */
   };
   for (size_t i = 0; i < sizeof one / sizeof one[0]; ++i) {
     char what[64];
@@ -202,6 +213,8 @@ static void test_directed(void **state) {
         {2, {a, b}, 0, {P(LM_REDUCE_SUM), S(0)}, {S(0), R}, 2, {8, 5}, f64},
         {2, {a, b}, 0, {S(0), S(0)}, {S(1), P(LM_REDUCE_SUM)}, 2, {13, 9}, f32},
         {2, {a, b}, 1, {S(1), R}, {S(0), S(1)}, 3, {4, 6, 5}, f64},
+        {2, {a, b}, 0, {BC(0, 2, 1), BC(1, 3, 0)}, {S(0), R}, 2, {13, 10}, f64}, /* ScaLAPACK's */
+        {2, {a, b}, 1, {S(1), S(0)}, {BC(1, 2, 0), BC(0, 1, b - 1)}, 2, {9, 7}, f32},
     };
     for (size_t i = 0; i < sizeof two / sizeof two[0]; ++i) {
       char what[64];

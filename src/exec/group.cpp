@@ -191,16 +191,24 @@ void copy_selfs(MemOps &mem, const SchedStep &st, const void *in, void *out) {
 GroupExec::GroupExec(std::vector<Plan *> plans, MPI_Comm comm, size_t bucket_bytes,
                      size_t alone_bytes)
     : plans_(std::move(plans)), comm_(comm), spec_(host_spec()) {
-  auto alone = [&](size_t g) { return g > bucket_bytes || g > alone_bytes; };
+  // Alone: larger than the bounds, or a block-cyclic entry (its pieces step is not coalesced
+  // into rounds: the plan runs it, between the buckets before and after it). Plans are the same
+  // on every rank, so the buckets are too.
+  auto alone = [&](size_t i, size_t g) {
+    if (g > bucket_bytes || g > alone_bytes) return true;
+    for (const auto &st : plans_[i]->steps)
+      if (st->kind == StepKind::kPieces) return true;
+    return false;
+  };
   size_t e = 0;
   while (e < plans_.size()) {
     auto b = std::make_unique<GroupBucket>();
     b->first = e;
     size_t sum = global_bytes(*plans_[e]);
-    b->alone = alone(sum);
+    b->alone = alone(e, sum);
     for (++e; !b->alone && e < plans_.size(); ++e) {
       const size_t g = global_bytes(*plans_[e]);
-      if (alone(g) || sum + g > bucket_bytes) break;
+      if (alone(e, g) || sum + g > bucket_bytes) break;
       sum += g;
     }
     b->last = e;
@@ -237,13 +245,6 @@ void GroupExec::check_errors(const char *what) {
   if (route_.wire) route_.wire->check_errors(what);
   for (const auto &b : buckets_)
     if (b->alone) plans_[b->first]->check_errors(what);
-}
-
-int64_t GroupExec::coalesced_messages() const {
-  int64_t n = 0;
-  for (auto &b : buckets_)
-    for (auto &r : b->rounds) n += (int64_t)r.sends.size();
-  return n;
 }
 
 void *GroupExec::out_of(size_t e, size_t i) {

@@ -53,9 +53,6 @@ class GroupExec {
   void check_errors(const char *what);
   bool active() const { return active_; }
   size_t bucket_count() const { return buckets_.size(); }
-  // Messages one execution sends from this rank (the coalesced rounds' one per peer and round,
-  // plus what the entries running alone send as their plans count them: lm_reshard_group_info).
-  int64_t coalesced_messages() const;
 
  private:
   void begin_bucket();
@@ -80,7 +77,6 @@ class GroupExec {
   size_t stage_cap_ = 0, stage_bytes_ = 0;
   std::vector<std::vector<void *>> work_;       // [entry][step]
   std::vector<std::vector<size_t>> work_cap_;
-  bool alone_started_ = false;
 };
 
 }  // namespace lm

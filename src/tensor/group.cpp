@@ -236,12 +236,7 @@ lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
     g->entries.emplace_back(plan_create(src_mesh, e.src_placements, dm == sm ? nullptr : dst_mesh,
                                         e.dst_placements, e.ndim, e.global_shape, e.dtype,
                                         what.c_str()));
-    const Plan &plan = *g->entries.back()->plan;
-    if (plan.src.has_block_cyclic() || plan.dst.has_block_cyclic())
-      fail(LM_ERR_NOT_SUPPORTED, "%s: block-cyclic placements (%s -> %s) are not supported in "
-           "grouped reshards yet: reshard such tensors one by one", what.c_str(),
-           plan.src.str().c_str(), plan.dst.str().c_str());
-    g->hash = mix(g->hash, entry_hash(plan));
+    g->hash = mix(g->hash, entry_hash(*g->entries.back()->plan));
   }
   return g.release();
 }
