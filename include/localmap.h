@@ -275,9 +275,9 @@ typedef enum lm_reduce_op_t {
  * P), global index i sits at local (i / (b P)) b + i mod b (INDXG2L). Two block-cyclic dims on a
  * 2-D mesh give ScaLAPACK's 2-D block-cyclic layout (local arrays row-major here; a Fortran
  * column-major local array is the transposed tensor). A block-cyclic dim is the only mesh dim
- * splitting its tensor dim, and a layout with one has no Partial dim (LM_ERR_NOT_SUPPORTED);
- * reshards to and from every other placement (same mesh or not, Partial sources and targets
- * included) are supported, device tensors too; grouped reshards refuse them.
+ * splitting its tensor dim; Partial dims may sit beside it. Reshards to and from every other
+ * placement (same mesh or not, Partial sources and targets included) are supported, device
+ * tensors and grouped reshards (where each such entry runs its own plan) too.
  * All Partial dims of one tensor must use the same op (LM_ERR_NOT_SUPPORTED otherwise: with
  * mixed ops the value would depend on the order of the reductions).
  * Integer reductions: sum and prod wrap like two's complement; avg sums in 128 bits (no overflow)

@@ -203,13 +203,6 @@ void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndi
              p.kind);
     }
   }
-  // Block-cyclic dims reshard through pieces exchanges that carry no pending reduction.
-  for (int i = 0; i < mesh_ndim; ++i)
-    for (int j = 0; j < mesh_ndim; ++j)
-      if (pl[i].kind == LM_BLOCK_CYCLIC && pl[j].kind == LM_PARTIAL)
-        fail(LM_ERR_NOT_SUPPORTED, "%s: BlockCyclic (mesh dim %d) and Partial (mesh dim %d) in "
-             "one layout (%s) are not supported: reduce the Partial dims first", what, i, j,
-             format_placements(pl, mesh_ndim).c_str());
   // Partial dims of one tensor share one op: with mixed ops the value would depend on the order
   // of the reductions, which no peer library defines either.
   for (int i = 0; i < mesh_ndim; ++i)

@@ -507,27 +507,63 @@ void plan_buffers(Schedule &p) {
   }
 }
 
-// Block-cyclic layouts: one pieces step. A source's Partial dims are reduced first by the ordinary
-// steps, into the target with its block-cyclic dims as Shard of the same tensor dims (on the
-// target's mesh); a target's Partial dims start as Replicate and are filled after the pieces.
+// `L` without Partial dims (they become Replicate).
+Layout without_partial(const Layout &L) {
+  Layout r = L;
+  for (auto &pl : r.pl)
+    if (pl.kind == LM_PARTIAL) pl = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+  r.derive();
+  return r;
+}
+
+// `L` with each block-cyclic dim as a ragged one of the same local extents (NUMROC per
+// coordinate): the same local buffers, for steps that only combine buffers of ranks with equal
+// coordinates along those dims (a reduction over the other mesh dims). The extents are the
+// layout's own (an id no registry holds).
+Layout cyclic_as_ragged(const Layout &L) {
+  Layout r = L;
+  for (int m = 0; m < r.mesh_ndim(); ++m) {
+    lm_placement_t &pl = r.pl[(size_t)m];
+    if (pl.kind != LM_BLOCK_CYCLIC) continue;
+    const int64_t n = r.gshape[(size_t)pl.dim], P = r.grid->shape()[m];
+    auto e = std::make_shared<Extents>();
+    e->id = INT32_MIN + 1 + m;
+    e->off.assign(1, 0);
+    for (int64_t c = 0; c < P; ++c) e->off.push_back(e->off.back() + cyclic_extent(n, pl.op, c, pl.order, P));
+    pl = lm_placement_t{LM_RAGGED, pl.dim, e->id, 0};
+    r.rag[(size_t)m] = std::move(e);
+  }
+  r.derive();
+  return r;
+}
+
+// Block-cyclic layouts: one pieces step between layouts without Partial dims. A source's Partial
+// dims are reduced first by the ordinary steps: where the source has block-cyclic dims, in place
+// over the other mesh dims (cyclic_as_ragged: the reduction only combines equal buffers); else
+// into the target with its block-cyclic dims as Shard of the same tensor dims (on the target's
+// mesh). A target's Partial dims start as Replicate and are filled after the pieces (a Partial ->
+// Partial change reduces and fills again: correct, not the fewest bytes).
 void cyclic_steps(Schedule &p, const Layout &src, const Layout &dst, bool same_mesh, int *tag) {
   Layout cur = src;
   if (src.has_partial()) {
-    Layout mid = dst;
-    for (auto &pl : mid.pl)
-      if (pl.kind == LM_BLOCK_CYCLIC) pl = lm_placement_t{LM_SHARD, pl.dim, 0, 0};
-    mid.derive();
+    Layout from = src, mid = without_partial(dst);
+    if (src.has_block_cyclic()) {
+      from = cyclic_as_ragged(src);
+      mid = without_partial(from);
+      cur = without_partial(src);
+    } else {
+      for (auto &pl : mid.pl)
+        if (pl.kind == LM_BLOCK_CYCLIC) pl = lm_placement_t{LM_SHARD, pl.dim, 0, 0};
+      mid.derive();
+      cur = mid;
+      same_mesh = true;
+    }
     Schedule pre;
-    build_schedule(pre, src, mid, p.dtype, p.me, ScheduleForm::kExpanded);
+    build_schedule(pre, from, mid, p.dtype, p.me, ScheduleForm::kExpanded);
     *tag += (int)pre.steps.size();  // pre's tags start at kTagBase too: one per step at most
     for (auto &st : pre.steps) p.steps.push_back(std::move(st));
-    cur = mid;
-    same_mesh = true;
   }
-  Layout d0 = dst;
-  for (auto &pl : d0.pl)
-    if (pl.kind == LM_PARTIAL) pl = lm_placement_t{LM_REPLICATE, 0, 0, 0};
-  d0.derive();
+  const Layout d0 = without_partial(dst);
   p.steps.push_back(pieces_step(cur, d0, same_mesh, p.me, p.esize, (*tag)++));
   if (!d0.equals(dst)) p.steps.push_back(partial_init_step(d0, dst, p.dt, p.me));
 }

@@ -358,7 +358,7 @@ class BlockCyclic(Placement):
     """Blocks of `block` elements of tensor dim `dim` dealt round-robin over the mesh dim,
     starting at coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC); each rank keeps its blocks
     in order. Two of them on a 2-D mesh give ScaLAPACK's 2-D block-cyclic layout. It must be the
-    only mesh dim splitting its tensor dim, and no Partial dim may sit beside it."""
+    only mesh dim splitting its tensor dim; Partial dims may sit beside it."""
     __slots__ = ()
 
     def __init__(self, dim, block, src=0):
