@@ -8,6 +8,7 @@
  *                 rows per process on a P x 1 grid (what a row-sharded code holds);
  *   rows_to_bc    the way back;
  *   bc64_to_bc48  a block size change on the same grid (64 x 64 -> 48 x 48).
+ * `--block B` uses blocks of B (and 3B/4 for the change, case "bc_to_bc3/4") instead of 64.
  * localmap runs a persistent plan between tensors borrowed from those arrays
  * (lm_dist_tensor_from_scalapack; `localmap`), and plans anew at every call as pdgemr2d does
  * (`localmap_oneshot`: plan create + execute + destroy). Sizes: 64 MiB (2896 x 2896) and 1 MiB
@@ -193,7 +194,11 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int only_small = argc > 1 && strcmp(argv[1], "--small") == 0;
+  int only_small = 0, nb = 64;  /* --small: the 1 MiB cases; --block B: blocks of B (not 64) */
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--small") == 0) only_small = 1;
+    if (strcmp(argv[i], "--block") == 0 && i + 1 < argc) nb = atoi(argv[++i]);
+  }
   /* COSTA v2.3.2's costa_pdgemr2d between two grids (the rows cases: a P x 1 target) returned
    * wrong elements at np 2 and crashed at np 4 here; LM_BENCH_COSTA_ALL=1 runs it anyway. */
   const int costa_all = getenv("LM_BENCH_COSTA_ALL") != NULL;
@@ -204,12 +209,12 @@ int main(int argc, char **argv) {
   for (int s = 0; s < (only_small ? 1 : 2); ++s) {
     const int n = sizes[s].n, rows = (n + size - 1) / size;
     layout_t bc, bc48, byrows;
-    make_layout(&bc, n, n, pr, size / pr, 64, 64);
-    make_layout(&bc48, n, n, pr, size / pr, 48, 48);
+    make_layout(&bc, n, n, pr, size / pr, nb, nb);
+    make_layout(&bc48, n, n, pr, size / pr, nb * 3 / 4 > 0 ? nb * 3 / 4 : 1, nb * 3 / 4 > 0 ? nb * 3 / 4 : 1);
     make_layout(&byrows, n, n, size, 1, rows, n);
     bench_case("bc_to_rows", n, n, &bc, &byrows, sizes[s].rounds, sizes[s].name, costa_all);
     bench_case("rows_to_bc", n, n, &byrows, &bc, sizes[s].rounds, sizes[s].name, costa_all);
-    bench_case("bc64_to_bc48", n, n, &bc, &bc48, sizes[s].rounds, sizes[s].name, 1);
+    bench_case(nb == 64 ? "bc64_to_bc48" : "bc_to_bc3/4", n, n, &bc, &bc48, sizes[s].rounds, sizes[s].name, 1);
     free_layout(&byrows);
     free_layout(&bc48);
     free_layout(&bc);

@@ -759,31 +759,32 @@ class PiecesRun : public StepRun {
       tp_.post_recv(stage + off, m.bytes, m.peer, st_.tag);
       off += m.bytes;
     }
+    const int64_t *in_shape = st_.inbox.len.data(), *out_shape = st_.outbox.len.data();
     for (size_t i = 0; i < ns; ++i) {
       const PieceMsg &m = st_.psends[i];
       if (direct_[nr + i]) {
         tp_.post_send_pieces(in_, ref(m, false), m.peer, st_.tag);
         continue;
       }
-      each_piece(m, [&](const int64_t *len, const int64_t *a, const int64_t *) {
-        copy(len, in_, st_.inbox.len.data(), a, stage + off, len, zero_, &off);
+      each_piece(m, [&](const int64_t *idx) {  // pack
+        off += copy(m, idx, in_, in_shape, true, stage + off, nullptr, false);
       });
       tp_.post_send(stage + off - m.bytes, m.bytes, m.peer, st_.tag);
     }
     tp_.flush();
     for (const PieceMsg &m : st_.pselfs)
-      each_piece(m, [&](const int64_t *len, const int64_t *a, const int64_t *b) {
-        copy(len, in_, st_.inbox.len.data(), a, out_, st_.outbox.len.data(), b, nullptr);
-      });
+      each_piece(m, [&](const int64_t *idx) { copy(m, idx, in_, in_shape, true, out_, out_shape, false); });
   }
 
   bool progress(bool block) override {
     if (!tp_.done_from(first_, block)) return false;
     size_t off = 0;
+    const int64_t *out_shape = st_.outbox.len.data();
     for (size_t i = 0; i < st_.precvs.size(); ++i) {
       if (direct_[i]) continue;
-      each_piece(st_.precvs[i], [&](const int64_t *len, const int64_t *, const int64_t *b) {
-        copy(len, stage_.p + off, len, zero_, out_, st_.outbox.len.data(), b, &off);
+      const PieceMsg &m = st_.precvs[i];
+      each_piece(m, [&](const int64_t *idx) {  // unpack
+        off += copy(m, idx, stage_.p + off, nullptr, false, out_, out_shape, false);
       });
     }
     tp_.reset();
@@ -792,33 +793,26 @@ class PiecesRun : public StepRun {
   }
 
  private:
-  // Calls fn(len, a, b) for each piece of m in row-major order of its runs (a, b: the piece's
-  // offsets in the input and output buffers).
+  // Calls fn(idx) for each piece of m (idx: one run index per dim) in row-major order of its runs.
   template <class Fn>
   void each_piece(const PieceMsg &m, Fn fn) const {
     const int n = (int)m.dims.size();
-    int64_t idx[kBoxMaxDims] = {0}, len[kBoxMaxDims], a[kBoxMaxDims], b[kBoxMaxDims];
+    int64_t idx[kBoxMaxDims] = {0};
     for (;;) {
-      for (int d = 0; d < n; ++d) {
-        const PieceRun &r = m.dims[(size_t)d][(size_t)idx[d]];
-        len[d] = r.len;
-        a[d] = r.a;
-        b[d] = r.b;
-      }
-      fn(len, a, b);
+      fn(idx);
       int d = n - 1;
       while (d >= 0 && ++idx[d] == (int64_t)m.dims[(size_t)d].size()) idx[d--] = 0;
       if (d < 0) return;
     }
   }
-  // Box `len` at soff in src (extents sshape) to doff in dst (extents dshape). Where one side is
-  // staging (extents len, offset 0), *packed (its cursor) advances by the box's bytes.
-  void copy(const int64_t *len, const char *src, const int64_t *sshape, const int64_t *soff,
-            char *dst, const int64_t *dshape, const int64_t *doff, size_t *packed) {
+  // Piece idx of m from src to dst (a buffer of extents *_shape at the runs' `a` or `b` offsets, or
+  // with shape NULL the piece's staging); returns its bytes.
+  size_t copy(const PieceMsg &m, const int64_t *idx, const char *src, const int64_t *src_shape,
+              bool src_a, char *dst, const int64_t *dst_shape, bool dst_a) {
     BoxCopy c;
-    boxcopy_init(c, (int)st_.inbox.len.size(), len, sshape, soff, dshape, doff, (int64_t)esize_);
+    piece_boxcopy(c, m, idx, src_shape, src_a, dst_shape, dst_a, (int64_t)esize_);
     mem_.copy(c, dst, src, 0, c.numel);
-    if (packed) *packed += (size_t)c.numel * esize_;
+    return (size_t)c.numel * esize_;
   }
   // Message m in this side's buffer: the output's for a receive, the input's for a send.
   PiecesRef ref(const PieceMsg &m, bool recv) const {
@@ -832,7 +826,6 @@ class PiecesRun : public StepRun {
   char *out_ = nullptr;
   Transport::Ticket first_ = 0;
   std::vector<bool> direct_;  // per message (receives, then sends): not staged on this side
-  const int64_t zero_[kBoxMaxDims] = {0};
 };
 
 // ---------------------------------------------------------------------------------------------

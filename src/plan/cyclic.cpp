@@ -28,12 +28,17 @@ std::vector<PieceRun> meet(const std::vector<Seg> &x, const std::vector<Seg> &y)
     const int64_t lo = std::max(x[i].g, y[j].g);
     const int64_t hi = std::min(x[i].g + x[i].len, y[j].g + y[j].len);
     if (hi > lo) {
-      const int64_t a = x[i].l + (lo - x[i].g), b = y[j].l + (lo - y[j].g);
+      const int64_t a = x[i].l + (lo - x[i].g), b = y[j].l + (lo - y[j].g), len = hi - lo;
       PieceRun *last = out.empty() ? nullptr : &out.back();
-      if (last && last->a + last->len == a && last->b + last->len == b)
-        last->len += hi - lo;
+      if (last && last->count == 1 && last->a + last->len == a && last->b + last->len == b)
+        last->len += len;  // continues in both buffers
+      else if (last && last->count == 1 && last->len == len)
+        *last = PieceRun{len, last->a, last->b, 2, a - last->a, b - last->b};  // strided from here
+      else if (last && last->count > 1 && last->len == len &&
+               a == last->a + last->count * last->as && b == last->b + last->count * last->bs)
+        ++last->count;  // the next repetition
       else
-        out.push_back(PieceRun{hi - lo, a, b});
+        out.push_back(PieceRun{len, a, b, 1, 0, 0});
     }
     if (x[i].g + x[i].len <= y[j].g + y[j].len)
       ++i;
@@ -41,6 +46,29 @@ std::vector<PieceRun> meet(const std::vector<Seg> &x, const std::vector<Seg> &y)
       ++j;
   }
   return out;
+}
+
+// A piece's box copy has one dim per tensor dim and one more per strided run: past kBoxMaxDims
+// (tensors of more than 16 dims), the last dims' strided runs are cut back into plain runs.
+void limit_strided(PieceMsg &m) {
+  size_t dims = m.dims.size();
+  for (const auto &d : m.dims)
+    for (const PieceRun &r : d)
+      if (r.count > 1) {
+        ++dims;
+        break;
+      }
+  for (size_t d = m.dims.size(); d-- > 0 && dims > (size_t)kBoxMaxDims;) {
+    std::vector<PieceRun> plain;
+    bool had = false;
+    for (const PieceRun &r : m.dims[d])
+      for (int64_t k = 0; k < r.count; ++k) {
+        plain.push_back(PieceRun{r.len, r.a + k * r.as, r.b + k * r.bs, 1, 0, 0});
+        had = had || r.count > 1;
+      }
+    m.dims[d] = std::move(plain);
+    dims -= had ? 1 : 0;
+  }
 }
 
 // One coordinate's runs per tensor dim (empty: the coordinate holds nothing).
@@ -62,10 +90,11 @@ bool shared(const std::vector<std::vector<Seg>> &s, const std::vector<std::vecto
   for (size_t d = 0; d < s.size(); ++d) {
     m.dims[d] = meet(s[d], t[d]);
     int64_t n = 0;
-    for (const PieceRun &r : m.dims[d]) n += r.len;
+    for (const PieceRun &r : m.dims[d]) n += r.total();
     if (n == 0) return false;
     m.bytes *= (size_t)n;
   }
+  limit_strided(m);
   return true;
 }
 
@@ -77,6 +106,67 @@ bool chosen(const Shape &fixed, const Shape &c) {
 }
 
 }  // namespace
+
+void piece_boxcopy(BoxCopy &c, const PieceMsg &m, const int64_t *idx, const int64_t *src_shape,
+                   bool src_a, const int64_t *dst_shape, bool dst_a, int64_t esize) {
+  const int n = (int)m.dims.size();
+  int64_t bs[kBoxMaxDims], bd[kBoxMaxDims];  // element strides of the tensor dims in each buffer
+  int64_t ss = 1, ds = 1;
+  for (int i = n - 1; i >= 0; --i) {
+    bs[i] = ss;
+    bd[i] = ds;
+    if (src_shape) ss *= src_shape[i];
+    if (dst_shape) ds *= dst_shape[i];
+  }
+  // The piece's dims, a strided run as two: (repetition, index).
+  int64_t len[kBoxMaxDims], sst[kBoxMaxDims], dst[kBoxMaxDims];
+  int k = 0;
+  c.esize = esize;
+  c.sbase = c.dbase = 0;
+  c.numel = 1;
+  for (int i = 0; i < n; ++i) {
+    const PieceRun &r = m.dims[(size_t)i][(size_t)idx[i]];
+    if (src_shape) c.sbase += (src_a ? r.a : r.b) * bs[i];
+    if (dst_shape) c.dbase += (dst_a ? r.a : r.b) * bd[i];
+    if (r.count > 1) {
+      len[k] = r.count;
+      sst[k] = (src_a ? r.as : r.bs) * bs[i];
+      dst[k] = (dst_a ? r.as : r.bs) * bd[i];
+      ++k;
+    }
+    len[k] = r.len;
+    sst[k] = bs[i];
+    dst[k] = bd[i];
+    ++k;
+    c.numel *= r.total();
+  }
+  if (k == 0) {  // (pieces steps never see a 0-d tensor: one element all the same)
+    len[0] = 1;
+    k = 1;
+  }
+  int64_t cs = 1;  // a staging side: compact, in message order
+  for (int i = k - 1; i >= 0; --i) {
+    if (!src_shape) sst[i] = cs;
+    if (!dst_shape) dst[i] = cs;
+    cs *= len[i];
+  }
+  // Merge trailing dims where both sides continue (the innermost dim has stride 1 on both).
+  int top = k - 1;
+  int64_t run = len[top];
+  while (top > 0 && sst[top - 1] == run && dst[top - 1] == run) {
+    --top;
+    run *= len[top];
+  }
+  c.n = top + 1;
+  for (int i = 0; i < top; ++i) {
+    c.len[i] = len[i];
+    c.sstr[i] = sst[i];
+    c.dstr[i] = dst[i];
+  }
+  c.len[top] = run;
+  c.sstr[top] = 1;
+  c.dstr[top] = 1;
+}
 
 std::unique_ptr<SchedStep> pieces_step(const Layout &in, const Layout &out, bool same_mesh, int me,
                                        size_t esize, int tag) {

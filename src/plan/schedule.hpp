@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/dtype.hpp"
+#include "layout/boxcopy.hpp"
 #include "layout/layout.hpp"
 
 namespace lm {
@@ -62,10 +63,15 @@ struct LocalCopy {
 
 // A Pieces step's message, or its local copy: per tensor dim, the runs of the intersection of two
 // ranks' holdings in increasing global order (the same list on both ranks), with their offsets in
-// this rank's input (`a`: sends, copies) and output (`b`: receives, copies) local buffers. The
-// pieces are the row-major product of the runs; a message packs them in that order.
+// this rank's input (`a`: sends, copies) and output (`b`: receives, copies) local buffers. A run
+// may be strided: `count` repetitions of `len` indices, repetition r at a + r as and b + r bs
+// (whole blocks met alike: one run, not one per block). The pieces are the row-major product of
+// the runs, each piece's elements row-major over its dims with a strided run as two (repetition,
+// index); a message packs them in that order.
 struct PieceRun {
   int64_t len = 0, a = 0, b = 0;
+  int64_t count = 1, as = 0, bs = 0;
+  int64_t total() const { return len * count; }
 };
 struct PieceMsg {
   int peer = -1;  // rank in the plan's communicator (the copy: this rank)
@@ -73,6 +79,13 @@ struct PieceMsg {
   size_t bytes = 0;
   int64_t pieces() const;
 };
+
+// The box copy of piece `idx` (one run index per dim) of m, from one side to the other. A side is
+// a compact local buffer of extents `shape` at the runs' offsets `a` (use_a) or `b`, or, with
+// shape NULL, the piece's own compact staging (its elements in message order). Dims contiguous
+// on both sides merge, as boxcopy_init merges them.
+void piece_boxcopy(BoxCopy &c, const PieceMsg &m, const int64_t *idx, const int64_t *src_shape,
+                   bool src_a, const int64_t *dst_shape, bool dst_a, int64_t esize);
 
 enum class StepKind { kExchange, kReduceScatter, kPartialInit, kPieces };
 

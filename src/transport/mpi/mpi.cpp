@@ -200,16 +200,22 @@ Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t byte
 // process_vm_readv) when the pieces' rows average at least a page (the kernel pins the remote
 // side run by run: with shorter runs, 512 bytes for blocks of 64 f64, it costs more than packing);
 // else packed by the sender and copied by the receiver straight into its pieces (memcpy from the
-// sender's arena, or one kernel copy of a contiguous remote run). bench_scalapack measures both.
-constexpr size_t kPiecesMinRun = 4096;
+// sender's arena, or one kernel copy of a contiguous remote run) when its rows average at least
+// 512 bytes; shorter ones are packed and unpacked (thousands of 8-byte iovecs cost more than an
+// unpack). bench_scalapack measures them.
+constexpr size_t kPiecesMinRun = 4096, kPiecesMinPlacedRun = 512;
 
 Transport::PiecesMode MpiTransport::pieces_mode(const PiecesRef &p, int peer) {
   const PieceMsg &m = *p.msg;
   if (m.dims.empty() || !cma_peer(peer, m.bytes) || !caps_.kernel) return kPiecesPacked;
-  const auto &inner = m.dims.back();
-  int64_t elems = 0;
-  for (const PieceRun &r : inner) elems += r.len;
-  return (size_t)elems * p.esize >= kPiecesMinRun * inner.size() ? kPiecesDirect : kPiecesPlaced;
+  int64_t elems = 0, runs = 0;  // the innermost dim's runs (a strided run: count of them)
+  for (const PieceRun &r : m.dims.back()) {
+    elems += r.total();
+    runs += r.count;
+  }
+  const size_t bytes = (size_t)elems * p.esize;
+  if (bytes >= kPiecesMinRun * (size_t)runs) return kPiecesDirect;
+  return bytes >= kPiecesMinPlacedRun * (size_t)runs ? kPiecesPlaced : kPiecesPacked;
 }
 
 Transport::Ticket MpiTransport::post_send_pieces(const void *buf, const PiecesRef &p, int peer,

@@ -89,20 +89,20 @@ void pieces_runs(uint64_t base, const int64_t *shape, size_t esize, const PieceM
   const int n = (int)m.dims.size();
   for (int d = 0; d < n; ++d)
     if (m.dims[(size_t)d].empty()) return;
-  int64_t idx[kBoxMaxDims] = {0}, len[kBoxMaxDims], off[kBoxMaxDims];
-  std::vector<Run> box;
-  for (;;) {
-    for (int d = 0; d < n; ++d) {
-      const PieceRun &r = m.dims[(size_t)d][(size_t)idx[d]];
-      len[d] = r.len;
-      off[d] = sender ? r.a : r.b;
-    }
-    box_runs(base, n, shape, off, len, esize, &box);
-    for (const Run &r : box)
+  int64_t idx[kBoxMaxDims] = {0};
+  for (;;) {  // each piece, in message order: its contiguous runs from the box copy's walk
+    BoxCopy c;
+    piece_boxcopy(c, m, idx, shape, sender, nullptr, false, (int64_t)esize);
+    const int64_t L = c.len[c.n - 1];
+    for (int64_t e = 0; L > 0 && e < c.numel; e += L) {
+      int64_t so = 0, dof = 0;
+      boxcopy_locate(c, e, &so, &dof);
+      const Run r{base + (uint64_t)so * esize, (uint64_t)L * esize};
       if (!out->empty() && out->back().addr + out->back().bytes == r.addr)
         out->back().bytes += r.bytes;
       else
         out->push_back(r);
+    }
     int d = n - 1;
     while (d >= 0 && ++idx[d] == (int64_t)m.dims[(size_t)d].size()) idx[d--] = 0;
     if (d < 0) return;
