@@ -156,6 +156,11 @@ Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_
   descs_.emplace_back();
   CmaDesc &d = descs_.back();
   region_describe(d.r, buf, b, bytes);
+  return send_desc(d, CmaBuf{const_cast<void *>(buf), b ? b->id : -1, b != nullptr}, peer, tag);
+}
+
+// Sends descriptor d (in descs_) and posts the receive of its reply: a node-local send's ticket.
+Transport::Ticket MpiTransport::send_desc(const CmaDesc &d, CmaBuf cb, int peer, int tag) {
   descs_.emplace_back();
   CmaDesc &reply = descs_.back();
   size_t first = reqs_.size();
@@ -167,7 +172,6 @@ Transport::Ticket MpiTransport::cma_send(const void *buf, const BoxRef *b, size_
   peers_.push_back(peer);
   check(MPI_Irecv(&reply, (int)sizeof reply, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
         "reshard: MPI_Irecv (node-local reply)");
-  CmaBuf cb{const_cast<void *>(buf), b ? b->id : -1, b != nullptr};
   csend_.push_back(CmaSend{first + 1, peer, tag, &d, &reply, cb, 0});
   ++cma_open_;
   return add_ticket(first, 1, -2 - (int64_t)(csend_.size() - 1));
@@ -230,20 +234,7 @@ Transport::Ticket MpiTransport::post_send_pieces(const void *buf, const PiecesRe
   d.r.esize = p.esize;
   d.r.ndim = (int32_t)p.msg->dims.size();
   for (int i = 0; i < d.r.ndim; ++i) d.r.shape[i] = p.shape[i];
-  descs_.emplace_back();
-  CmaDesc &reply = descs_.back();
-  size_t first = reqs_.size();
-  reqs_.push_back(MPI_REQUEST_NULL);
-  peers_.push_back(peer);
-  check(MPI_Isend(&d, (int)sizeof d, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
-        "reshard: MPI_Isend (node-local pieces descriptor)");
-  reqs_.push_back(MPI_REQUEST_NULL);
-  peers_.push_back(peer);
-  check(MPI_Irecv(&reply, (int)sizeof reply, MPI_BYTE, peer, ack_tag(tag), comm_, &reqs_.back()),
-        "reshard: MPI_Irecv (node-local reply)");
-  csend_.push_back(CmaSend{first + 1, peer, tag, &d, &reply, CmaBuf{nullptr, -1, false}, 0});
-  ++cma_open_;
-  return add_ticket(first, 1, -2 - (int64_t)(csend_.size() - 1));
+  return send_desc(d, CmaBuf{nullptr, -1, false}, peer, tag);
 }
 
 Transport::Ticket MpiTransport::post_recv_pieces(void *buf, const PiecesRef &p, int peer,

@@ -118,6 +118,7 @@ class MpiTransport : public Transport {
   bool cma_peer(int peer, size_t bytes);
   Ticket cma_send(const void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
   Ticket cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer, int tag);
+  Ticket send_desc(const CmaDesc &d, CmaBuf cb, int peer, int tag);
   // Moves every node-local message whose next message arrived (a peer's in posting order, per
   // direction) and answers it; runs in every test and wait, so that no rank waits on a peer that
   // is itself waiting.
