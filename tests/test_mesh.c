@@ -4,6 +4,8 @@
  * reversed and subset rank lists, named dims, communicators), lm_chunk, lm_placements_format, and
  * their bad inputs, including arguments that differ between ranks.
  */
+#include <limits.h>
+
 #include "lm_test.h"
 
 #include "localmap_mpi.h"
@@ -754,6 +756,8 @@ static void test_mesh_create_grid(void **state) {
                 "not a grid");
   LM_EXPECT_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), me, -1, NULL), LM_ERR_INVALID_ARGUMENT,
                 "neither");
+  LM_EXPECT_ALL(lm_mesh_create_grid(&g, lm_test_comm_f(), me == 0 ? INT_MAX : myrow, mycol, NULL),
+                LM_ERR_INVALID_ARGUMENT, "beyond any grid");
 }
 
 static const struct CMUnitTest tests[] = {

@@ -315,10 +315,15 @@ namespace {
 std::vector<int> grid_ranks(const std::vector<int> &all, int psize, int64_t shape[2],
                             const char *fn) {
   int nprow = 0, npcol = 0;
-  for (int r = 0; r < psize; ++r)
-    if ((all[(size_t)(2 * r)] < 0) != (all[(size_t)(2 * r + 1)] < 0))
+  for (int r = 0; r < psize; ++r) {
+    const int row = all[(size_t)(2 * r)], col = all[(size_t)(2 * r + 1)];
+    if ((row < 0) != (col < 0))
       fail(LM_ERR_INVALID_ARGUMENT, "%s: rank %d passed (myrow, mycol) = (%d, %d): both or "
-           "neither must be -1", fn, r, all[(size_t)(2 * r)], all[(size_t)(2 * r + 1)]);
+           "neither must be -1", fn, r, row, col);
+    if (row >= psize || col >= psize)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: rank %d passed (myrow, mycol) = (%d, %d): beyond any "
+           "grid of the %d processes of parent_comm", fn, r, row, col, psize);
+  }
   for (int r = 0; r < psize; ++r) {
     nprow = std::max(nprow, all[(size_t)(2 * r)] + 1);
     npcol = std::max(npcol, all[(size_t)(2 * r + 1)] + 1);
