@@ -712,10 +712,10 @@ module localmap
     module procedure mesh_comm_int_, mesh_comm_f08_
   end interface
   !> call lm_from_scalapack(x, mesh, desc, a [, copy] [, ierr]): the dist tensor over this rank's
-  !> ScaLAPACK local array `a` (real or complex, single or double; any contiguous array, e.g.
-  !> a(LLD, *)) of the M x N matrix that `desc` (the 9-integer descriptor) describes, without a copy
-  !> (LLD must be max(1, LOCr)) unless copy = .true. (any LLD); `a` is a rank-2 array (a(LLD, *))
-  !> or its flat rank-1 buffer. x is the matrix (M, N), laid out
+  !> ScaLAPACK local array `a` (real or complex, single or double) of the M x N matrix that `desc`
+  !> (the 9-integer descriptor) describes, without a copy (LLD must be max(1, LOCr); `a` must be
+  !> contiguous: the whole array a(LLD, LOCc), a(:, 1:LOCc) of an assumed-size one, or its flat
+  !> rank-1 buffer) unless copy = .true. (any LLD, any section). x is the matrix (M, N), laid out
   !> block-cyclic over `mesh`, the 2-D process grid (NPROW, NPCOL) in the BLACS grid's order;
   !> `a` must outlive x when borrowed. Local (lm_dist_tensor_from_scalapack).
   interface lm_from_scalapack
@@ -1583,81 +1583,146 @@ contains
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    real(c_float), intent(inout), target :: a(1, *)
+    real(c_float), intent(inout), target :: a(:, :)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT32, copy, ierr)
+    real(c_float), allocatable, target :: tmp(:, :)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_FLOAT32, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT32, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_FLOAT32, copy, .false., ierr)
+    end if
   end subroutine
   subroutine from_scalapack_r82_(x, mesh, desc, a, copy, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    real(c_double), intent(inout), target :: a(1, *)
+    real(c_double), intent(inout), target :: a(:, :)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT64, copy, ierr)
+    real(c_double), allocatable, target :: tmp(:, :)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_FLOAT64, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT64, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_FLOAT64, copy, .false., ierr)
+    end if
   end subroutine
   subroutine from_scalapack_c42_(x, mesh, desc, a, copy, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    complex(c_float_complex), intent(inout), target :: a(1, *)
+    complex(c_float_complex), intent(inout), target :: a(:, :)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX64, copy, ierr)
+    complex(c_float_complex), allocatable, target :: tmp(:, :)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_COMPLEX64, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX64, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_COMPLEX64, copy, .false., ierr)
+    end if
   end subroutine
   subroutine from_scalapack_c82_(x, mesh, desc, a, copy, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    complex(c_double_complex), intent(inout), target :: a(1, *)
+    complex(c_double_complex), intent(inout), target :: a(:, :)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX128, copy, ierr)
+    complex(c_double_complex), allocatable, target :: tmp(:, :)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_COMPLEX128, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX128, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_COMPLEX128, copy, .false., ierr)
+    end if
   end subroutine
   subroutine from_scalapack_r41_(x, mesh, desc, a, copy, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    real(c_float), intent(inout), target :: a(*)
+    real(c_float), intent(inout), target :: a(:)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT32, copy, ierr)
+    real(c_float), allocatable, target :: tmp(:)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_FLOAT32, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT32, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_FLOAT32, copy, .false., ierr)
+    end if
   end subroutine
   subroutine from_scalapack_r81_(x, mesh, desc, a, copy, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    real(c_double), intent(inout), target :: a(*)
+    real(c_double), intent(inout), target :: a(:)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT64, copy, ierr)
+    real(c_double), allocatable, target :: tmp(:)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_FLOAT64, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_FLOAT64, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_FLOAT64, copy, .false., ierr)
+    end if
   end subroutine
   subroutine from_scalapack_c41_(x, mesh, desc, a, copy, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    complex(c_float_complex), intent(inout), target :: a(*)
+    complex(c_float_complex), intent(inout), target :: a(:)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX64, copy, ierr)
+    complex(c_float_complex), allocatable, target :: tmp(:)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_COMPLEX64, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX64, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_COMPLEX64, copy, .false., ierr)
+    end if
   end subroutine
   subroutine from_scalapack_c81_(x, mesh, desc, a, copy, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
-    complex(c_double_complex), intent(inout), target :: a(*)
+    complex(c_double_complex), intent(inout), target :: a(:)
     logical, intent(in), optional :: copy
     integer, intent(out), optional :: ierr
-    call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX128, copy, ierr)
+    complex(c_double_complex), allocatable, target :: tmp(:)
+    if (size(a) == 0) then
+      call from_scalapack_(x, mesh, desc, c_null_ptr, LM_COMPLEX128, copy, .true., ierr)
+    else if (is_contiguous(a)) then
+      call from_scalapack_(x, mesh, desc, c_loc(a), LM_COMPLEX128, copy, .true., ierr)
+    else  ! a section: borrowing it is refused; a copy reads this contiguous one
+      tmp = a
+      call from_scalapack_(x, mesh, desc, c_loc(tmp), LM_COMPLEX128, copy, .false., ierr)
+    end if
   end subroutine
-  subroutine from_scalapack_(x, mesh, desc, data, dtype, copy, ierr)
+  subroutine from_scalapack_(x, mesh, desc, data, dtype, copy, contiguous, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     integer, intent(in) :: desc(:)
     type(c_ptr), intent(in) :: data
     type(DLDataType), intent(in) :: dtype
     logical, intent(in), optional :: copy
+    logical, intent(in) :: contiguous
     integer, intent(out), optional :: ierr
     integer(c_int) :: st, flags, cdesc(9)
     type(c_ptr) :: p
@@ -1669,6 +1734,9 @@ contains
     if (size(desc) /= 9) then
       write(msg, '("lm_from_scalapack: desc has ",i0," entries, not 9")') size(desc)
       call bad_(st, trim(msg))
+    else if (.not. contiguous .and. flags == int(LM_FROM_LOCAL_BORROW, c_int)) then
+      call bad_(st, "lm_from_scalapack: a is not contiguous, so it cannot be borrowed: pass the " // &
+                "whole array (a(:, 1:LOCc) of an assumed-size one) or copy=.true.")
     else
       cdesc = int(desc, c_int)
       st = lmc_dist_tensor_from_scalapack(p, mesh%ptr, cdesc, data, dtype, LM_CPU, flags)

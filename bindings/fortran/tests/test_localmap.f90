@@ -906,6 +906,37 @@ program test_localmap
     call lm_destroy(bm)
     deallocate(bown)
   end block
+  ! ScaLAPACK interop without ScaLAPACK: a 1 x size grid from each rank's coordinate, the 3 x size
+  ! matrix A(i, j) = 10 i + j with one column per process (NB 1), borrowed, read back, refused as
+  ! a section, copied from one.
+  block
+    type(lm_mesh) :: grid
+    type(lm_dist_tensor) :: sx
+    real(c_double), target :: col(3, 1), wide(6, 1)
+    real(c_double) :: whole(3, size)
+    real(c_double), pointer :: sp(:, :)
+    integer :: desc(9), back(9), ierr2, j
+    call lm_mesh_create_grid(grid, MPI_COMM_WORLD_F(), 0, rank)
+    col(:, 1) = [(10d0 * i + rank, i = 1, 3)]
+    desc = [1, 0, 3, size, 3, 1, 0, 0, 3]
+    call lm_from_scalapack(sx, grid, desc, col)
+    call lm_local(sx, sp)
+    call check(c_associated(c_loc(sp(1, 1)), c_loc(col(1, 1))), "lm_from_scalapack borrows")
+    call lm_gather(sx, whole)
+    call check(all(whole == reshape([((10d0 * i + j, i = 1, 3), j = 0, size - 1)], [3, size])), &
+               "lm_from_scalapack: the matrix (M, N)")
+    call lm_scalapack_desc(sx, 7, back)
+    call check(all(back == [1, 7, 3, size, 3, 1, 0, 0, 3]), "lm_scalapack_desc")
+    call lm_destroy(sx)
+    wide(1:6:2, 1) = col(:, 1)
+    call lm_from_scalapack(sx, grid, desc, wide(1:6:2, :), ierr=ierr2)
+    call check(ierr2 == LM_ERR_INVALID_ARGUMENT, "lm_from_scalapack refuses to borrow a section")
+    call lm_from_scalapack(sx, grid, desc, wide(1:6:2, :), copy=.true.)
+    call lm_gather(sx, whole)
+    call check(whole(2, rank + 1) == 10d0 * 2 + rank, "lm_from_scalapack copies a section")
+    call lm_destroy(sx)
+    call lm_destroy(grid)
+  end block
   call lm_finalize()
   deallocate(mine, s, msg)   ! main-program allocatables are never freed (LeakSanitizer)
   if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size
