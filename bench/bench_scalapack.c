@@ -177,9 +177,10 @@ static void bench_case(const char *name, int M, int N, layout_t *src, layout_t *
     qsort(t + k * rounds, (size_t)rounds, sizeof(double), bench_cmp);
     if (rank == 0)
       printf("{\"bench\": \"scalapack\", \"np\": %d, \"size\": \"%s\", \"M\": %d, \"N\": %d, "
+             "\"block\": %d, "
              "\"case\": \"%s\", \"impl\": \"%s\", \"grid_src\": \"%dx%d\", \"grid_dst\": \"%dx%d\", "
              "\"median_ms\": %.4f, \"min_ms\": %.4f, \"rounds\": %d, \"exact\": %s}\n",
-             size, size_name, M, N, name, impl_name[impls[k]], src->nprow, src->npcol,
+             size, size_name, M, N, src->mb, name, impl_name[impls[k]], src->nprow, src->npcol,
              dst->nprow, dst->npcol, t[k * rounds + rounds / 2] * 1e3, t[k * rounds] * 1e3,
              rounds, ok[k] ? "true" : "false");
   }

@@ -24,7 +24,8 @@ def main(src, out):
     for line in open(src):
         if line.strip().startswith("{"):
             r = json.loads(line)
-            t[(r["np"], r["size"], r["case"], r["impl"])].append(r["median_ms"])
+            if r.get("block", 64) == 64:  # the blocks of 64 (the small-block runs are a table)
+                t[(r["np"], r["size"], r["case"], r["impl"])].append(r["median_ms"])
     panels = sorted({(k[0], k[1]) for k in t}, key=lambda p: (p[0], p[1] != "1MiB"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), squeeze=False)
     for ax, (np_, size) in zip(axes[0], panels):
