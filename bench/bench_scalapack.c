@@ -42,7 +42,7 @@ void costa_pdgemr2d(const int *m, const int *n, const double *a, const int *ia, 
                     const int *ictxt);
 #endif
 
-static int rank, size;
+static int rank, size, nb = 64;  /* nb: the block-cyclic layouts' block size (--block) */
 
 /* One process grid and a matrix laid out on it. */
 typedef struct {
@@ -180,7 +180,7 @@ static void bench_case(const char *name, int M, int N, layout_t *src, layout_t *
              "\"block\": %d, "
              "\"case\": \"%s\", \"impl\": \"%s\", \"grid_src\": \"%dx%d\", \"grid_dst\": \"%dx%d\", "
              "\"median_ms\": %.4f, \"min_ms\": %.4f, \"rounds\": %d, \"exact\": %s}\n",
-             size, size_name, M, N, src->mb, name, impl_name[impls[k]], src->nprow, src->npcol,
+             size, size_name, M, N, nb, name, impl_name[impls[k]], src->nprow, src->npcol,
              dst->nprow, dst->npcol, t[k * rounds + rounds / 2] * 1e3, t[k * rounds] * 1e3,
              rounds, ok[k] ? "true" : "false");
   }
@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int only_small = 0, nb = 64;  /* --small: the 1 MiB cases; --block B: blocks of B (not 64) */
+  int only_small = 0;  /* --small: the 1 MiB cases; --block B: blocks of B (not 64) */
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--small") == 0) only_small = 1;
     if (strcmp(argv[i], "--block") == 0 && i + 1 < argc) nb = atoi(argv[++i]);
