@@ -513,6 +513,49 @@ void test_bf16() {
   CHECK_EQ(bad, 0);
 }
 
+// The vector sum loops of reduce_into (f32, f64, bf16) against the scalar element rule, on random
+// values whose sums round (bf16: ties and carries; NaN and inf lanes), every length up to past two
+// AVX2 vectors plus tails, at offsets that misalign both sides, and an accumulator that is its own
+// input (the scalar path). Each element must be the bits of the scalar operation.
+void test_reduce_sums() {
+  g_test = "reduce_sums";
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> uf(-1000.0f, 1000.0f);
+  int bad = 0;
+  for (int64_t n : {0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 67, 1000, 4099}) {
+    for (int shift = 0; shift < 2; ++shift) {
+      std::vector<uint16_t> a16(n + 1), b16(n + 1), r16(n + 1);
+      std::vector<float> a32(n + 1), b32(n + 1);
+      std::vector<double> a64(n + 1), b64(n + 1);
+      for (int64_t i = 0; i <= n; ++i) {
+        a32[i] = uf(rng), b32[i] = uf(rng) * (i % 5 == 0 ? 1e-3f : 1.0f);
+        a64[i] = (double)a32[i] / 3.0, b64[i] = (double)b32[i] / 7.0;
+        a16[i] = (uint16_t)(rng() & 0xffff), b16[i] = (uint16_t)(rng() & 0xffff);
+      }
+      for (int64_t i = 0; i <= n; ++i)
+        r16[i] = lm::float_to_bf16(lm::bf16_to_float(a16[i]) + lm::bf16_to_float(b16[i]));
+      std::vector<float> r32(a32);
+      std::vector<double> r64(a64);
+      for (int64_t i = 0; i <= n; ++i) r32[i] += b32[i], r64[i] += b64[i];
+      lm::reduce_into(lm::DType::BF16, LM_REDUCE_SUM, a16.data() + shift, b16.data() + shift, n);
+      lm::reduce_into(lm::DType::F32, LM_REDUCE_AVG, a32.data() + shift, b32.data() + shift, n);
+      lm::reduce_into(lm::DType::F64, LM_REDUCE_SUM, a64.data() + shift, b64.data() + shift, n);
+      for (int64_t i = shift; i < n + shift; ++i) {
+        const bool nan = std::isnan(lm::bf16_to_float(r16[i]));
+        bad += nan ? !std::isnan(lm::bf16_to_float(a16[i])) : a16[i] != r16[i];
+        bad += std::memcmp(&a32[i], &r32[i], 4) != 0;
+        bad += std::memcmp(&a64[i], &r64[i], 8) != 0;
+      }
+    }
+  }
+  CHECK_EQ(bad, 0);
+  std::vector<uint16_t> self = {0x3f80, 0x4049, 0x7f80};  // acc == in: doubles each element
+  lm::reduce_into(lm::DType::BF16, LM_REDUCE_SUM, self.data(), self.data(), 3);
+  CHECK_EQ(self[0], 0x4000);
+  CHECK_EQ(self[1], 0x40c9);
+  CHECK_EQ(self[2], 0x7f80);
+}
+
 // ---------------------------------------------------------------------------------------------
 void test_validate_and_format() {
   g_test = "validate_and_format";
@@ -556,6 +599,7 @@ int main() {
   test_plan_bytes_small();
   test_half();
   test_bf16();
+  test_reduce_sums();
   test_validate_and_format();
   return unit_check_report("unit_layout");
 }
