@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 """Medians of an interleaved before/after run (bench/ab.sh): per case and np, the library's time
-and its ratio to the MPI baseline of the same run, before and after."""
+and its ratio to the MPI baseline of the same run, before and after (bench_reshard's lm_ms and
+ratio; bench_group's group_ms and group_over_mpi)."""
 import json
 import statistics
 import sys
@@ -14,10 +15,14 @@ def main(path):
             d = json.loads(line)
         except ValueError:
             continue
-        if "lm_ms" not in d:
+        if "lm_ms" in d:  # bench_reshard and the like: the library's time, its ratio to MPI
+            t, ratio, case = d["lm_ms"], d.get("ratio", 0.0), d["case"]
+        elif "group_ms" in d:  # bench_group: the grouped execution against one MPI collective
+            t, ratio, case = d["group_ms"], d["group_over_mpi"], f'{d["mix"]} {d["case"]}'
+        else:
             continue
-        key = (d["case"], d["np"])
-        rows.setdefault(key, {}).setdefault(d["lib"], []).append((d["lm_ms"], d.get("ratio", 0.0)))
+        key = (case, d["np"])
+        rows.setdefault(key, {}).setdefault(d["lib"], []).append((t, ratio))
     print(f"{'case':34} {'np':>2} {'before ms':>10} {'after ms':>10} {'after/before':>12} "
           f"{'ratio before':>12} {'ratio after':>11}")
     for (case, np), libs in sorted(rows.items()):

@@ -11,7 +11,7 @@
  *          over the same bytes, bf16 counted as half a float): the floor a user's own packing
  *          code could reach, without its packing and unpacking.
  * Targets: group within 1.1x of mpi; each at least 3x group for the small mix.
- * One JSON line per (mix, case); run by bench/run.sh at np 2 and 4.
+ * One JSON line per (mix, case); run by bench/run.sh at np 2 and 4. `--mix small` (or block): one mix.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -152,8 +152,9 @@ int main(int argc, char **argv) {
   const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), rep = LM_PLACEMENT_REPLICATE,
                        psum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
   const char *mixes[2] = {"small", "block"};
+  const char *only = argc > 2 && strcmp(argv[1], "--mix") == 0 ? argv[2] : NULL; /* one mix */
   for (int mx = 0; mx < 2; ++mx)
-    for (int c = 0; c < 2; ++c) {
+    for (int c = 0; c < 2 && (!only || strcmp(only, mixes[mx]) == 0); ++c) {
       bench_t b;
       memset(&b, 0, sizeof b);
       b.mix = mixes[mx];

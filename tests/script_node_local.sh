@@ -11,7 +11,8 @@
 # (LM_NODE_LOCAL=0); the agreement suites with the agreement board off (LM_AGREE_BOARD=0), and
 # the reshard suites with the board exchange off (LM_BOARD_EXCHANGE_BYTES=0); then on a restricted
 # host (kernel copies refused by a seccomp filter: tests/deny_cma) and under RLIMIT_AS.
-# Block-cyclic pieces in every mode, straight between the buffers where kernel copies are allowed.
+# Block-cyclic pieces and grouped rounds in every mode, straight between the buffers where kernel
+# copies are allowed.
 # Then, where strace is installed, that the kernel copies really run, reading
 # and writing, that the arena replaces most of them, and that the path really stays off.
 set -euo pipefail
@@ -47,6 +48,17 @@ env $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"
 export LM_CYCLIC_CASES=${LM_CYCLIC_CASES:-$((cases / 3))}
 env $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_cyclic"
 env $KERNEL bash tools/lm-mpirun 4 "$BUILD/tests/test_cyclic"
+# Grouped rounds: a peer's message of many entries' boxes moves straight between their buffers
+# (one kernel copy, parts_direct), at every run length with LM_NODE_DIRECT_MIN_RUN=1;
+# small runs outside the arena copied by the sender into its arena staging and read from there
+# with memcpy (the arena's default threshold); test_parts_in_place counts the kernel copies
+# (LM_TEST_EXPECT_PARTS: kernel, mapped).
+env $ARENA LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_group"
+env $KERNEL LM_NODE_LOCAL=1 LM_TEST_EXPECT_PARTS=kernel bash tools/lm-mpirun 4 "$BUILD/tests/test_group"
+env -u LM_NODE_ARENA_MIN_BYTES LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_TEST_EXPECT_PARTS=mapped \
+  bash tools/lm-mpirun 4 "$BUILD/tests/test_group"
+[ $san = 1 ] || env $KERNEL LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_TEST_EXPECT_PARTS=kernel \
+  bash tools/lm-mpirun 8 "$BUILD/tests/test_group"
 if [ $san = 0 ]; then  # off: what every other suite's small messages already run
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
@@ -82,6 +94,7 @@ bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_board_exchange"
 bash tools/lm-mpirun 4 "$DENY" "$BUILD/tests/test_node_safety"
 env $KERNEL bash tools/lm-mpirun 2 "$DENY" "$BUILD/tests/test_reshard_directed"
 env $ARENA bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_cyclic"   # no kernel: pieces packed
+env $ARENA LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 bash tools/lm-mpirun 3 "$DENY" "$BUILD/tests/test_group"  # packed
 echo "node-local path: exact with kernel copies refused (mapping only, and neither)"
 
 # Address space: under an RLIMIT_AS of 3 GiB (ulimit -v, as batch schedulers set) the arena and

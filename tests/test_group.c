@@ -7,11 +7,19 @@
  * one bucket), blocking and nonblocking, and through lm_dist_tensor_reshard_many. Coalescing is
  * counted through PMPI: a bucket of K identical entries sends one message per peer and step, as
  * many as one entry's plan, not K times as many. Then the argument checks and the agreement.
- * The node-local path is off (LM_NODE_LOCAL=0) so that every message is an MPI_Isend.
+ * The node-local path is off (LM_NODE_LOCAL=0) so that every message is an MPI_Isend, unless the
+ * environment turns it on (tests/script_node_local.sh runs this suite with every message
+ * node-local): then the counting test skips and test_parts_in_place checks, by counting the
+ * library's process_vm_readv calls, that a round's message moves straight into the entries'
+ * buffers (kernel copies, or memcpy from the sender's arena), never through an unpack.
  */
 // lm-test-np: 1 2 3 4 8
+#define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "lm_test.h"
 
@@ -22,7 +30,7 @@
 #define P(o) LM_PLACEMENT_PARTIAL(o)
 
 __attribute__((constructor)) static void set_environment(void) {
-  setenv("LM_NODE_LOCAL", "0", 1);
+  setenv("LM_NODE_LOCAL", "0", 0); /* the node-local suite sets it */
 }
 
 static int g_counting = 0;
@@ -30,6 +38,25 @@ static long long g_isends = 0;
 int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c, MPI_Request *q) {
   if (g_counting && c != MPI_COMM_WORLD && n > 0) ++g_isends;
   return PMPI_Isend(b, n, t, dst, tag, c, q);
+}
+
+/* The library's kernel copies (it calls the libc wrapper; this definition takes its place). */
+static int g_vm_counting = 0;
+static long long g_vm_calls = 0, g_vm_bytes = 0;
+static unsigned long g_vm_max_local = 0;
+ssize_t process_vm_readv(pid_t pid, const struct iovec *l, unsigned long nl, const struct iovec *r,
+                         unsigned long nr, unsigned long flags) {
+  if (g_vm_counting) {
+    ++g_vm_calls;
+    if (nl > g_vm_max_local) g_vm_max_local = nl;
+    for (unsigned long i = 0; i < nl; ++i) g_vm_bytes += (long long)l[i].iov_len;
+  }
+  return syscall(SYS_process_vm_readv, pid, l, nl, r, nr, flags);
+}
+
+static int node_local_on(void) {
+  const char *v = getenv("LM_NODE_LOCAL");
+  return v == NULL || strcmp(v, "0") != 0;
 }
 
 typedef struct {
@@ -192,6 +219,7 @@ static void test_cross_mesh_and_2d(void **state) {
 /* K identical entries in one bucket send as many messages as one entry's plan does. */
 static void test_one_message_per_peer(void **state) {
   (void)state;
+  if (node_local_on()) lm_test_skip("node-local messages add descriptors and replies");
   enum { K = 16 };
   const lm_placement_t cases[][2] = {{S(0), R}, {P(LM_REDUCE_SUM), S(0)}, {S(0), S(1)}};
   lm_mesh_t m = mesh_1d(0);
@@ -235,6 +263,67 @@ static void test_one_message_per_peer(void **state) {
     lm_reshard_plan_destroy(&plan);
     LM_ASSERT_OK(lm_reshard_group_destroy(&g));
   }
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+/* With the node-local path, a round's message from a peer lands in the K entries' output tensors
+ * with no unpacking. LM_TEST_EXPECT_PARTS says how the node-local suite runs this: "kernel" (the
+ * arena off): this rank's kernel copies write the K buffers at once and read each received byte
+ * once (the sender's run list is one more read); "mapped" (the arena on, its default threshold):
+ * the senders copy their small shards, outside the arena, into their arena staging and this rank
+ * reads them with memcpy, so the kernel reads only the run lists. */
+static void test_parts_in_place(void **state) {
+  (void)state;
+  const char *expect = getenv("LM_TEST_EXPECT_PARTS");
+  const int kernel = expect && strcmp(expect, "kernel") == 0;
+  if (NP < 2 || !node_local_on() || !expect || (!kernel && strcmp(expect, "mapped") != 0))
+    lm_test_skip("needs 2 ranks, the node-local path and LM_TEST_EXPECT_PARTS=kernel|mapped");
+  enum { K = 12 };
+  /* Uneven; shards of ~8 KiB (outside the arena), outputs of 16 KiB and more; messages >= 96 KiB. */
+  const int64_t n = 1024 * NP + 5;
+  const int64_t shape[1] = {n};
+  const lm_placement_t s0[] = {S(0)}, r[] = {R};
+  lm_mesh_t m = mesh_1d(0);
+  lm_reshard_entry_t ent[K];
+  lm_dist_tensor_t x[K], y[K], ref[K];
+  for (int i = 0; i < K; ++i) {
+    ent[i] = (lm_reshard_entry_t){1, shape, LM_FLOAT64, s0, r};
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x[i], m, 1, shape, LM_FLOAT64, LM_CPU, s0));
+    fill(x[i], i);
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&ref[i], x[i], NULL, r));
+  }
+  lm_reshard_group_t g = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, K, ent, NULL));
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, K, y));
+  MPI_Barrier(MPI_COMM_WORLD);
+  g_vm_calls = g_vm_bytes = 0;
+  g_vm_max_local = 0;
+  g_vm_counting = 1;
+  LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, K, x, y));
+  g_vm_counting = 0;
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(x[0], &v));
+  const long long recv_bytes = (long long)(n - v.shape[0]) * 8 * K; /* every shard but its own */
+  int ok = 1;
+  for (int i = 0; i < K; ++i) ok &= same_local(y[i], ref[i]);
+  /* Run lists: 24 bytes per run (PartRun), at most one run per entry and peer. */
+  const long long lists = g_vm_bytes - (kernel ? recv_bytes : 0);
+  int in_place = lists >= 0 && lists <= 24LL * K * (NP - 1);
+  if (kernel)
+    in_place &= g_vm_max_local >= (unsigned long)K && g_vm_calls >= NP - 1;
+  else
+    in_place &= g_vm_calls == NP - 1;  /* one list per peer, no data */
+  if (!in_place || !ok)
+    lm_test__diag("rank %d: %s: %lld kernel reads of %lld bytes (%lld received), at most %lu "
+                  "buffers in one; results %s\n", ME, expect, g_vm_calls, g_vm_bytes, recv_bytes,
+                  g_vm_max_local, ok ? "right" : "WRONG");
+  LM_ASSERT_ALL(ok && in_place);
+  for (int i = 0; i < K; ++i) {
+    lm_dist_tensor_destroy(&x[i]);
+    lm_dist_tensor_destroy(&y[i]);
+    lm_dist_tensor_destroy(&ref[i]);
+  }
+  LM_ASSERT_OK(lm_reshard_group_destroy(&g));
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
@@ -362,6 +451,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mixed_1d),
     cmocka_unit_test(test_cross_mesh_and_2d),
     cmocka_unit_test(test_one_message_per_peer),
+    cmocka_unit_test(test_parts_in_place),
     cmocka_unit_test(test_reshard_many),
     cmocka_unit_test(test_arguments),
     cmocka_unit_test(test_agreement),

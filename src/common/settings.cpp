@@ -36,6 +36,9 @@ const SettingInfo kTable[kSettingCount] = {
      "device data: auto (NCCL where every rank has its own GPU) or mpi (staged through host)"},
     {"LM_TEST_NODES", SettingType::Int, "0", true, Audience::Test, 0, 4096, nullptr,
      "k > 1: split one machine's ranks into k simulated nodes (world rank r on node r % k)"},
+    {"LM_NODE_DIRECT_MIN_RUN", SettingType::Bytes, "4K", true, Audience::Expert, 1, kMax, nullptr,
+     "node-local block-cyclic pieces and grouped messages whose runs average this many bytes move "
+     "straight between the two buffers (shorter ones are packed)"},
     {"LM_CHECK", SettingType::Int, "1", false, Audience::User, 0, 2, nullptr,
      "argument checks: 0 local only, 1 agreed across ranks, 2 also data invariants"},
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,

@@ -36,6 +36,7 @@ enum class Setting : int {
   ReshardDatatypes,    // LM_RESHARD_DATATYPES
   Transport,           // LM_TRANSPORT
   TestNodes,           // LM_TEST_NODES (a test hook, but how ranks group into nodes must agree)
+  NodeDirectMinRun,    // LM_NODE_DIRECT_MIN_RUN
   // per process
   Check,               // LM_CHECK (agreed by mesh creation: the highest wins)
   Timeout,             // LM_TIMEOUT (agreed likewise)

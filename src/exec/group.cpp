@@ -295,6 +295,42 @@ void GroupExec::begin_bucket() {
   if (!b.rounds.empty()) start_round();
 }
 
+// Entry q.e's box of a round's message in its own buffer: the sender's input (exchange box or
+// reduce-scatter chunk), the receiver's output (exchange) or its receive region (a chunk, packed).
+PartRef GroupExec::part_of(const GroupPart &q, bool send, char *region) {
+  const SchedStep &st = *q.st;
+  PartRef p;
+  p.box.ndim = (int)st.inbox.len.size();
+  p.box.esize = st.esize;
+  if (q.msg) {
+    p.buf = send ? in_of(q.e, r_) : out_of(q.e, r_);
+    p.box.shape = send ? st.inbox.len.data() : st.outbox.len.data();
+    p.box.off = q.msg->rel.data();
+    p.box.len = q.msg->box.len.data();
+  } else if (send) {
+    p.buf = in_of(q.e, r_);
+    p.box.shape = st.inbox.len.data();
+    p.box.off = st.chunk_rel[(size_t)q.j].data();
+    p.box.len = st.chunks[(size_t)q.j].len.data();
+  } else {
+    static const int64_t zero[kBoxMaxDims] = {0};
+    const Box &mine = st.chunks[(size_t)st.mine];
+    p.buf = region + q.off;
+    p.box.shape = mine.len.data();
+    p.box.off = zero;
+    p.box.len = mine.len.data();
+  }
+  return p;
+}
+
+// Whether peer message m moves straight between the entries' buffers (Transport::parts_direct;
+// the same answer on both sides) and, if so, its parts in parts_.
+bool GroupExec::direct_parts(const GroupPeerMsg &m, bool send, char *region) {
+  parts_.clear();
+  for (const auto &q : m.parts) parts_.push_back(part_of(q, send, region));
+  return route_.wire->parts_direct(parts_.data(), parts_.size(), m.peer);
+}
+
 void GroupExec::start_round() {
   const GroupRound &R = buckets_[b_]->rounds[r_];
   Transport &tp = *route_.wire;
@@ -306,18 +342,26 @@ void GroupExec::start_round() {
       mem.fill_identity(plans_[e]->dt, st.op, out_of(e, r_), st.fill_n);
   }
   const int tag = kGroupTagBase + (int)r_;
-  for (const auto &m : R.recvs) tp.post_recv(rreg + m.off, m.bytes, m.peer, tag);
+  direct_.assign(R.recvs.size(), 0);
+  for (size_t k = 0; k < R.recvs.size(); ++k) {
+    const GroupPeerMsg &m = R.recvs[k];
+    if ((direct_[k] = direct_parts(m, false, rreg + m.off)))
+      tp.post_recv_parts(parts_.data(), parts_.size(), m.peer, tag);
+    else
+      tp.post_recv(rreg + m.off, m.bytes, m.peer, tag);
+  }
   int64_t zero[kBoxMaxDims] = {0};
   for (const auto &m : R.sends) {
+    if (direct_parts(m, true, nullptr)) {
+      tp.post_send_parts(parts_.data(), parts_.size(), m.peer, tag, sreg + m.off, m.bytes);
+      continue;
+    }
     for (const auto &q : m.parts) {
-      const SchedStep &st = *q.st;
-      const char *in = static_cast<const char *>(in_of(q.e, r_));
-      const Box &box = q.msg ? q.msg->box : st.chunks[(size_t)q.j];
-      const Shape &rel = q.msg ? q.msg->rel : st.chunk_rel[(size_t)q.j];
+      const PartRef p = part_of(q, true, nullptr);
       BoxCopy c;
-      boxcopy_init(c, (int)box.len.size(), box.len.data(), st.inbox.len.data(), rel.data(),
-                   box.len.data(), zero, (int64_t)st.esize);
-      mem.copy(c, sreg + m.off + q.off, in, 0, c.numel);
+      boxcopy_init(c, p.box.ndim, p.box.len, p.box.shape, p.box.off, p.box.len, zero,
+                   (int64_t)p.box.esize);
+      mem.copy(c, sreg + m.off + q.off, p.buf, 0, c.numel);
     }
     tp.post_send(sreg + m.off, m.bytes, m.peer, tag);
   }
@@ -333,16 +377,18 @@ void GroupExec::finish_round() {
   MemOps &mem = *route_.mem;
   char *rreg = stage_ + R.scratch + R.send_bytes;
   int64_t zero[kBoxMaxDims] = {0};
-  for (const auto &m : R.recvs)
+  for (size_t k = 0; k < R.recvs.size(); ++k) {
+    if (direct_[k]) continue;  // the exchange boxes are in place already
+    const GroupPeerMsg &m = R.recvs[k];
     for (const auto &q : m.parts) {
       if (!q.msg) continue;
-      const SchedStep &st = *q.st;
-      const Box &box = q.msg->box;
+      const PartRef p = part_of(q, false, nullptr);
       BoxCopy c;
-      boxcopy_init(c, (int)box.len.size(), box.len.data(), box.len.data(), zero,
-                   st.outbox.len.data(), q.msg->rel.data(), (int64_t)st.esize);
-      mem.copy(c, out_of(q.e, r_), rreg + m.off + q.off, 0, c.numel);
+      boxcopy_init(c, p.box.ndim, p.box.len, p.box.len, zero, p.box.shape, p.box.off,
+                   (int64_t)p.box.esize);
+      mem.copy(c, const_cast<void *>(p.buf), rreg + m.off + q.off, 0, c.numel);
     }
+  }
   for (const auto &q : R.rs)
     reduce_chunk(mem, *plans_[q.e], q, static_cast<const char *>(in_of(q.e, r_)),
                  static_cast<char *>(out_of(q.e, r_)), rreg, stage_);

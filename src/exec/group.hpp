@@ -14,7 +14,10 @@
 // message, in entry order, and receives one message from it; then it unpacks the boxes, reduces
 // the reduce-scatter contributions in group order (0, 1, ..., k-1, as the single-plan executor
 // does, so the results are the same bits) and does the local copies. Sender and receiver derive a
-// message's parts from the same schedules, so both agree on its bytes; tags are per round.
+// message's parts from the same schedules, so both agree on its bytes; tags are per round. Where
+// the transport can move a message of several buffers (Transport::parts_direct: node-local kernel
+// copies), neither side packs: the receiver reads the senders' boxes straight into the entries'
+// outputs (reduce-scatter chunks into the receive region), and only those are unpacked.
 #pragma once
 
 #include <mpi.h>
@@ -28,6 +31,8 @@
 namespace lm {
 
 struct GroupBucket;
+struct GroupPart;
+struct GroupPeerMsg;
 
 class GroupExec {
  public:
@@ -60,6 +65,8 @@ class GroupExec {
   void end_bucket();
   void start_round();
   void finish_round();
+  PartRef part_of(const GroupPart &q, bool send, char *region);
+  bool direct_parts(const GroupPeerMsg &m, bool send, char *region);
   void *out_of(size_t e, size_t i);
   const void *in_of(size_t e, size_t i);
 
@@ -77,6 +84,8 @@ class GroupExec {
   size_t stage_cap_ = 0, stage_bytes_ = 0;
   std::vector<std::vector<void *>> work_;       // [entry][step]
   std::vector<std::vector<size_t>> work_cap_;
+  std::vector<PartRef> parts_;   // one peer message's parts (direct_parts)
+  std::vector<char> direct_;     // per receive of the round: moved in place (not unpacked)
 };
 
 }  // namespace lm

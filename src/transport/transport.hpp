@@ -12,9 +12,10 @@
 // Messages. The executor posts point-to-point messages: contiguous byte ranges (post_send /
 // post_recv) or, when box_direct() says the transport can move a non-contiguous box in place
 // (MPI subarray datatypes, node-local copies), a box of a local buffer (post_send_box /
-// post_recv_box). Each post returns a ticket; done(ticket, block) is the one place where
-// completion is tested or waited for. Messages between a pair of ranks with one tag match in
-// posting order on both sides. flush() ends a batch of posts (NCCL: ncclGroupEnd).
+// post_recv_box); block-cyclic pieces (post_*_pieces) and, for grouped rounds, messages whose
+// parts lie in several buffers (post_*_parts) where pieces_mode / parts_direct allow. Each post
+// returns a ticket; done(ticket, block) is the one place where completion is tested or waited
+// for. Messages between a pair of ranks with one tag match in posting order on both sides. flush() ends a batch of posts (NCCL: ncclGroupEnd).
 //
 // Failure. A transport throws lm::Error on failure: it first tells its peers (the abort notices
 // of transport/failure.hpp), waits poll for their notices and for the call's deadline, and
@@ -50,6 +51,13 @@ struct PiecesRef {
   const PieceMsg *msg = nullptr;
   const int64_t *shape = nullptr;  // this side's buffer extents (msg->dims.size() of them)
   size_t esize = 0;
+};
+
+// One part of a message made of several buffers (post_send_parts / post_recv_parts): the box
+// `box` of the compact local buffer at buf.
+struct PartRef {
+  const void *buf = nullptr;
+  BoxRef box;
 };
 
 class Transport {
@@ -89,6 +97,27 @@ class Transport {
   virtual Ticket post_recv_pieces(void *buf, const PiecesRef &p, int peer, int tag) {
     (void)buf, (void)p, (void)peer, (void)tag;
     fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no pieces directly", name());
+  }
+  // Messages of several buffers (a grouped round's boxes of many entries for one peer): whether
+  // the message of these n parts moves straight between the two sides' buffers, neither packing
+  // (post_send_parts / post_recv_parts), or the caller packs it into bytes. Must give the same
+  // answer on both ranks of the message: it may depend on the peer, the parts' extents (box.len,
+  // which both sides hold alike) and their bytes, not on where the parts lie.
+  virtual bool parts_direct(const PartRef *parts, size_t n, int peer) {
+    (void)parts, (void)n, (void)peer;
+    return false;
+  }
+  // Only where parts_direct said so: the parts, in order, as one message. spill: a buffer of
+  // spill_bytes (at least the parts' bytes) the sender's transport may copy parts into, where the
+  // receiver reads them faster from there (node-local: small runs outside the shared arena).
+  virtual Ticket post_send_parts(const PartRef *parts, size_t n, int peer, int tag, void *spill,
+                                 size_t spill_bytes) {
+    (void)parts, (void)n, (void)peer, (void)tag, (void)spill, (void)spill_bytes;
+    fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no parts directly", name());
+  }
+  virtual Ticket post_recv_parts(const PartRef *parts, size_t n, int peer, int tag) {
+    (void)parts, (void)n, (void)peer, (void)tag;
+    fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no parts directly", name());
   }
   virtual void flush() {}
   // Whether staging may be bounded (LM_STAGING_BYTES) and pipelined through rings, so that a

@@ -179,35 +179,42 @@ Transport::Ticket MpiTransport::send_desc(const CmaDesc &d, CmaBuf cb, int peer,
 
 Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t bytes, int peer,
                                          int tag) {
-  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Irecv"));
-  descs_.emplace_back();
-  CmaDesc &in = descs_.back();
   descs_.emplace_back();
   CmaDesc &mine = descs_.back();
   region_describe(mine.r, buf, b, bytes);
   mine.kind = kPush;
+  std::vector<Run> local;
+  region_runs(mine.r, &local);
+  return recv_desc(std::move(local), bytes, peer, tag, &mine, CmaBuf{buf, b ? b->id : -1, b != nullptr});
+}
+
+// Posts the receive of a node-local message's descriptor; `local`: this side's runs of it, mine:
+// its region (NULL where this side always copies), cb: its buffer for bytes over MPI.
+Transport::Ticket MpiTransport::recv_desc(std::vector<Run> local, size_t bytes, int peer, int tag,
+                                          CmaDesc *mine, CmaBuf cb) {
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Irecv"));
+  descs_.emplace_back();
+  CmaDesc &in = descs_.back();
   size_t first = reqs_.size();
   reqs_.push_back(MPI_REQUEST_NULL);
   peers_.push_back(peer);
   check(MPI_Irecv(&in, (int)sizeof in, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
         "reshard: MPI_Irecv (node-local descriptor)");
-  CmaBuf cb{buf, b ? b->id : -1, b != nullptr};
-  CmaRecv r{first, peer, tag, bytes, &in, &mine, {}, cb, 0};
-  region_runs(mine.r, &r.local);
-  crecv_.push_back(std::move(r));
+  crecv_.push_back(CmaRecv{first, peer, tag, bytes, &in, mine, std::move(local), cb, 0});
   ++cma_open_;
   return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
 }
 
 // Pieces between processes of a node with kernel copies (agreed per node, so both sides answer
 // alike): straight between the two buffers (the receiver reads the sender's runs with
-// process_vm_readv) when the pieces' rows average at least a page (the kernel pins the remote
-// side run by run: with shorter runs, 512 bytes for blocks of 64 f64, it costs more than packing);
-// else packed by the sender and copied by the receiver straight into its pieces (memcpy from the
+// process_vm_readv) when the pieces' rows average at least LM_NODE_DIRECT_MIN_RUN (a page by
+// default; the kernel pins the remote side run by run: with shorter runs, 512 bytes for blocks
+// of 64 f64, it costs more than packing); else packed by the sender and copied by the receiver straight into its pieces (memcpy from the
 // sender's arena, or one kernel copy of a contiguous remote run) when its rows average at least
 // 512 bytes; shorter ones are packed and unpacked (thousands of 8-byte iovecs cost more than an
 // unpack). bench_scalapack measures them.
-constexpr size_t kPiecesMinRun = 4096, kPiecesMinPlacedRun = 512;
+constexpr size_t kPiecesMinPlacedRun = 512;
+size_t direct_min_run() { return (size_t)setting_u(Setting::NodeDirectMinRun); }
 
 Transport::PiecesMode MpiTransport::pieces_mode(const PiecesRef &p, int peer) {
   const PieceMsg &m = *p.msg;
@@ -218,7 +225,7 @@ Transport::PiecesMode MpiTransport::pieces_mode(const PiecesRef &p, int peer) {
     runs += r.count;
   }
   const size_t bytes = (size_t)elems * p.esize;
-  if (bytes >= kPiecesMinRun * (size_t)runs) return kPiecesDirect;
+  if (bytes >= direct_min_run() * (size_t)runs) return kPiecesDirect;
   return bytes >= kPiecesMinPlacedRun * (size_t)runs ? kPiecesPlaced : kPiecesPacked;
 }
 
@@ -239,43 +246,34 @@ Transport::Ticket MpiTransport::post_send_pieces(const void *buf, const PiecesRe
 
 Transport::Ticket MpiTransport::post_recv_pieces(void *buf, const PiecesRef &p, int peer,
                                                  int tag) {
-  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Irecv"));
+  std::vector<Run> local;
+  pieces_runs((uint64_t)(uintptr_t)buf, p.shape, p.esize, *p.msg, false, &local);
   const bool direct = pieces_mode(p, peer) == kPiecesDirect;
-  descs_.emplace_back();
-  CmaDesc &in = descs_.back();
-  descs_.emplace_back();
-  CmaDesc &mine = descs_.back();  // placed: never pushed into (not in an arena), never wired
-  region_describe(mine.r, buf, nullptr, p.msg->bytes);
-  mine.r.arena_off = UINT64_MAX;
-  mine.r.arena = ArenaId{};
-  size_t first = reqs_.size();
-  reqs_.push_back(MPI_REQUEST_NULL);
-  peers_.push_back(peer);
-  check(MPI_Irecv(&in, (int)sizeof in, MPI_BYTE, peer, tag, comm_, &reqs_.back()),
-        "reshard: MPI_Irecv (node-local pieces descriptor)");
-  CmaRecv r{first, peer, tag, p.msg->bytes, &in, &mine, {}, CmaBuf{buf, -1, false}, 0};
-  r.pieces = direct ? p.msg : nullptr;
-  r.esize = p.esize;
-  pieces_runs((uint64_t)(uintptr_t)buf, p.shape, p.esize, *p.msg, false, &r.local);
-  crecv_.push_back(std::move(r));
-  ++cma_open_;
-  return add_ticket(first, 1, (int64_t)crecv_.size() - 1);
+  CmaDesc *mine = nullptr;
+  if (!direct) {
+    // Placed: an ordinary message whose receiver copies into its pieces' runs; never pushed into
+    // (the region is not described as in an arena), never wired (copied is the only answer).
+    descs_.emplace_back();
+    mine = &descs_.back();
+    region_describe(mine->r, buf, nullptr, p.msg->bytes);
+    mine->r.arena_off = UINT64_MAX;
+    mine->r.arena = ArenaId{};
+  }
+  const Ticket t = recv_desc(std::move(local), p.msg->bytes, peer, tag, mine, CmaBuf{buf, -1, false});
+  crecv_.back().pieces = direct ? p.msg : nullptr;
+  crecv_.back().esize = p.esize;
+  return t;
 }
 
-// A pieces message's descriptor arrived: read the sender's runs into ours, then say so.
-void MpiTransport::pieces_copy(CmaRecv &r) {
-  const CmaDesc &d = *r.desc;
-  if (d.kind != kPieces || d.r.bytes != r.bytes || d.r.esize != r.esize ||
-      d.r.ndim != (int32_t)r.pieces->dims.size())
-    fail_and_notify(LM_ERR_MISMATCH,
-                    strfmt("reshard: a node-local message from rank %d is not the pieces message "
-                           "of %llu bytes rank %d's plan expects: the ranks ran different "
-                           "reshards (with LM_CHECK=0 no agreement compares their arguments first)",
-                           r.peer, (unsigned long long)r.bytes, world_rank_or_minus1()));
-  std::vector<Run> remote;
-  pieces_runs(d.r.addr, d.r.shape, (size_t)d.r.esize, *r.pieces, true, &remote);
-  const std::string why = cma_copy((pid_t)d.r.pid, r.local, remote, false);
-  if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+void MpiTransport::not_expected(const CmaRecv &r, const char *what) {
+  fail_and_notify(LM_ERR_MISMATCH,
+                  strfmt("reshard: a node-local message from rank %d is not the %s of %llu bytes "
+                         "rank %d's plan expects: the ranks ran different reshards (with "
+                         "LM_CHECK=0 no agreement compares their arguments first)",
+                         r.peer, what, (unsigned long long)r.bytes, world_rank_or_minus1()));
+}
+
+void MpiTransport::reply_done(CmaRecv &r) {
   static const uint32_t done = kDone;
   MPI_Request q;
   check(MPI_Isend(&done, (int)sizeof done, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
@@ -283,6 +281,109 @@ void MpiTransport::pieces_copy(CmaRecv &r) {
   MPI_Request_free(&q);  // a static word: nothing to keep alive
   r.state = 2;
   --cma_open_;
+}
+
+// A pieces message's descriptor arrived: read the sender's runs into ours, then say so.
+void MpiTransport::pieces_copy(CmaRecv &r) {
+  const CmaDesc &d = *r.desc;
+  if (d.kind != kPieces || d.r.bytes != r.bytes || d.r.esize != r.esize ||
+      d.r.ndim != (int32_t)r.pieces->dims.size())
+    not_expected(r, "pieces message");
+  std::vector<Run> remote;
+  pieces_runs(d.r.addr, d.r.shape, (size_t)d.r.esize, *r.pieces, true, &remote);
+  const std::string why = cma_copy((pid_t)d.r.pid, r.local, remote, false);
+  if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+  reply_done(r);
+}
+
+// ---- Messages of several buffers (grouped rounds)
+namespace {
+// The bytes of the parts and a bound on their runs both sides compute alike: a box's rows (its
+// elements over its innermost extent; rows that meet merge, which only helps).
+void parts_size(const PartRef *parts, size_t n, size_t *bytes, size_t *rows) {
+  *bytes = *rows = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const BoxRef &b = parts[i].box;
+    size_t numel = 1;
+    for (int d = 0; d < b.ndim; ++d) numel *= (size_t)b.len[d];
+    *bytes += numel * b.esize;
+    if (numel) *rows += b.ndim ? numel / (size_t)b.len[b.ndim - 1] : 1;
+  }
+}
+}  // namespace
+
+// Straight between the buffers where kernel copies are allowed (agreed per node) and the runs
+// average at least LM_NODE_DIRECT_MIN_RUN, as for pieces: one process_vm_readv of the sender's
+// runs into the receiver's, after one of the sender's run list.
+bool MpiTransport::parts_direct(const PartRef *parts, size_t n, int peer) {
+  size_t bytes = 0, rows = 0;
+  parts_size(parts, n, &bytes, &rows);
+  if (rows == 0 || !cma_peer(peer, bytes) || !caps_.kernel) return false;
+  return bytes >= direct_min_run() * rows;
+}
+
+// Runs below this outside the arena are copied into the spill buffer when that is in the arena:
+// the receiver then reads them with memcpy through a window; the kernel would pin their pages one
+// run at a time, which costs more than the extra copy of a short run (bench_group, small mix).
+constexpr uint64_t kSpillBelow = 64 << 10;
+
+Transport::Ticket MpiTransport::post_send_parts(const PartRef *parts, size_t n, int peer, int tag,
+                                                void *spill, size_t spill_bytes) {
+  if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Isend"));
+  size_t bytes = 0, rows = 0;
+  parts_size(parts, n, &bytes, &rows);
+  parts_runs_.emplace_back();
+  std::vector<PartRun> &runs = parts_runs_.back();
+  parts_runs(parts, n, &runs);
+  const uint64_t soff = spill && caps_.mapped ? arena_offset(spill, spill_bytes) : UINT64_MAX;
+  uint64_t used = 0;
+  for (PartRun &x : runs) {
+    if (soff == UINT64_MAX || x.arena_off != UINT64_MAX || x.bytes >= kSpillBelow ||
+        used + x.bytes > spill_bytes)
+      continue;
+    char *to = static_cast<char *>(spill) + used;
+    std::memcpy(to, (const void *)(uintptr_t)x.addr, (size_t)x.bytes);
+    x = PartRun{(uint64_t)(uintptr_t)to, x.bytes, soff + used};
+    used += x.bytes;
+  }
+  descs_.emplace_back();
+  CmaDesc &d = descs_.back();
+  d.kind = kParts;
+  d.r.pid = (int32_t)getpid();
+  for (const PartRun &x : runs)
+    if (x.arena_off != UINT64_MAX) d.r.arena = arena_self();
+  d.r.addr = (uint64_t)(uintptr_t)runs.data();
+  d.r.bytes = bytes;
+  d.r.shape[0] = (int64_t)runs.size();
+  return send_desc(d, CmaBuf{nullptr, -1, false}, peer, tag);
+}
+
+Transport::Ticket MpiTransport::post_recv_parts(const PartRef *parts, size_t n, int peer,
+                                                int tag) {
+  size_t bytes = 0, rows = 0;
+  parts_size(parts, n, &bytes, &rows);
+  std::vector<PartRun> mine;
+  parts_runs(parts, n, &mine);
+  std::vector<Run> local;
+  for (const PartRun &x : mine) local.push_back({x.addr, x.bytes});
+  const Ticket t = recv_desc(std::move(local), bytes, peer, tag, nullptr, CmaBuf{nullptr, -1, false});
+  crecv_.back().parts = true;
+  return t;
+}
+
+// A parts message's descriptor arrived: read the sender's run list, then its runs into ours.
+void MpiTransport::parts_copy(CmaRecv &r) {
+  const CmaDesc &d = *r.desc;
+  const int64_t count = d.r.shape[0];
+  if (d.kind != kParts || d.r.bytes != r.bytes || count < 0 || (uint64_t)count > r.bytes)
+    not_expected(r, "message of several buffers");
+  std::vector<PartRun> remote((size_t)count);
+  const uint64_t list = (uint64_t)count * sizeof(PartRun);
+  std::string why = cma_copy((pid_t)d.r.pid, {{(uint64_t)(uintptr_t)remote.data(), list}},
+                             {{d.r.addr, list}}, false);
+  if (why.empty()) why = parts_read((pid_t)d.r.pid, d.r.arena, remote, r.local, caps_.mapped);
+  if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+  reply_done(r);
 }
 
 // The bytes of one side's buffer as one MPI message: a box as its subarray datatype (box_direct
@@ -357,6 +458,10 @@ bool MpiTransport::pump_recv(CmaRecv &r) {
     pieces_copy(r);
     return true;
   }
+  if (r.parts) {
+    parts_copy(r);
+    return true;
+  }
   const CmaDesc &d = *r.desc;
   if (d.kind != kData || d.r.bytes != r.bytes || d.r.ndim > kBoxMaxDims)
     fail_and_notify(LM_ERR_MISMATCH,
@@ -370,12 +475,7 @@ bool MpiTransport::pump_recv(CmaRecv &r) {
   std::string why;
   if (receiver_copy(d.r, r.mine->r, r.local, caps_, &push, &why)) {
     if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
-    static const uint32_t done = kDone;
-    check(MPI_Isend(&done, (int)sizeof done, MPI_BYTE, r.peer, ack_tag(r.tag), comm_, &q),
-          "reshard: MPI_Isend (node-local reply)");
-    MPI_Request_free(&q);  // a static word: nothing to keep alive
-    r.state = 2;
-    --cma_open_;
+    reply_done(r);
     return true;
   }
   // The sender writes into our region (mine) and says so, or sends the bytes: either comes on
@@ -558,6 +658,7 @@ void MpiTransport::reset() {
   tickets_.clear();
   ticket_cma_.clear();
   descs_.clear();
+  parts_runs_.clear();
   crecv_.clear();
   csend_.clear();
   cma_open_ = 0;

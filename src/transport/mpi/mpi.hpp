@@ -48,6 +48,10 @@ class MpiTransport : public Transport {
   PiecesMode pieces_mode(const PiecesRef &p, int peer) override;
   Ticket post_send_pieces(const void *buf, const PiecesRef &p, int peer, int tag) override;
   Ticket post_recv_pieces(void *buf, const PiecesRef &p, int peer, int tag) override;
+  bool parts_direct(const PartRef *parts, size_t n, int peer) override;
+  Ticket post_send_parts(const PartRef *parts, size_t n, int peer, int tag, void *spill,
+                         size_t spill_bytes) override;
+  Ticket post_recv_parts(const PartRef *parts, size_t n, int peer, int tag) override;
   bool done(Ticket t, bool block) override;
   bool done_from(Ticket first, bool block) override;
   Ticket posted() const override { return (Ticket)tickets_.size(); }
@@ -83,7 +87,12 @@ class MpiTransport : public Transport {
   // sender's buffer (address and extents), whose runs the receiver finds in its own copy of the
   // message (pieces_runs); the receiver always copies them (kernel copies: pieces_mode). A placed
   // one is an ordinary kData message whose receiver copies into its pieces' runs.
-  enum : uint32_t { kData = 0, kDone = 1, kPush = 2, kWire = 3, kPieces = 4 };
+  // A message of several buffers (post_*_parts) sends kParts: its Region's addr is the sender's
+  // list of byte runs (a PartRun array of shape[0] entries, kept in parts_runs_ until reset()),
+  // which the receiver reads first (a kernel copy: parts_direct), then the runs themselves into
+  // its own: memcpy through windows of the sender's arena (Region::arena) for the runs in it, one
+  // kernel copy for the rest.
+  enum : uint32_t { kData = 0, kDone = 1, kPush = 2, kWire = 3, kPieces = 4, kParts = 5 };
   struct CmaDesc {
     uint32_t kind = kData;
     Region r;  // transport/node/node_local.hpp
@@ -106,6 +115,7 @@ class MpiTransport : public Transport {
     int state;         // 0 waiting for the descriptor, 1 for the notice or the bytes, 2 done
     const PieceMsg *pieces = nullptr;  // a pieces message (local: this side's runs)
     size_t esize = 0;
+    bool parts = false;                // a message of several buffers (local: their runs)
   };
   struct CmaSend {
     size_t req;        // the reply's receive in reqs_; then the bytes' send
@@ -126,7 +136,12 @@ class MpiTransport : public Transport {
   // One receive (one send) of pump_cma: false when it must wait (its peer's later ones wait too).
   bool pump_recv(CmaRecv &r);
   bool pump_send(CmaSend &s);
+  Ticket recv_desc(std::vector<Run> local, size_t bytes, int peer, int tag, CmaDesc *mine,
+                   CmaBuf cb);
   void pieces_copy(CmaRecv &r);
+  void parts_copy(CmaRecv &r);
+  void reply_done(CmaRecv &r);  // the receiver copied: tells the sender, finishes r
+  [[noreturn]] void not_expected(const CmaRecv &r, const char *what);
   void pushed_or_wire(CmaSend &s);
   // Posts the bytes of buffer b (region r) over MPI on `tag` (a send or a receive) into *q.
   void wire_post(bool send, const CmaBuf &b, const Region &r, int peer, int tag, MPI_Request *q);
@@ -149,6 +164,7 @@ class MpiTransport : public Transport {
   std::vector<int> node_;              // ranks of comm_ read directly (sorted)
   NodeCaps caps_;                      // what they can do (agreed per node)
   std::deque<CmaDesc> descs_;          // every descriptor of this step (stable addresses)
+  std::deque<std::vector<PartRun>> parts_runs_;  // the runs of this step's kParts sends
   std::vector<CmaRecv> crecv_;
   std::vector<CmaSend> csend_;
   size_t cma_open_ = 0;                // node-local messages not finished yet

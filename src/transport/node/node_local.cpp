@@ -195,6 +195,71 @@ bool mapped_copy(const Region &peer, const std::vector<Run> &mine, bool write) {
   return true;
 }
 
+void parts_runs(const PartRef *parts, size_t n, std::vector<PartRun> *out) {
+  out->clear();
+  std::vector<Run> one;
+  for (size_t i = 0; i < n; ++i) {
+    const BoxRef &b = parts[i].box;
+    const uint64_t base = (uint64_t)(uintptr_t)parts[i].buf;
+    size_t span = b.esize;
+    for (int d = 0; d < b.ndim; ++d) span *= (size_t)b.shape[d];
+    const uint64_t aoff = arena_offset(parts[i].buf, span);
+    box_runs(base, b.ndim, b.shape, b.off, b.len, b.esize, &one);
+    for (const Run &x : one) {
+      const uint64_t xa = aoff == UINT64_MAX ? UINT64_MAX : aoff + (x.addr - base);
+      PartRun *last = out->empty() ? nullptr : &out->back();
+      if (last && last->addr + last->bytes == x.addr &&
+          (last->arena_off == UINT64_MAX ? xa == UINT64_MAX : last->arena_off + last->bytes == xa))
+        last->bytes += x.bytes;
+      else
+        out->push_back({x.addr, x.bytes, xa});
+    }
+  }
+}
+
+namespace {
+void append_run(std::vector<Run> &v, uint64_t addr, uint64_t bytes) {
+  if (!v.empty() && v.back().addr + v.back().bytes == addr)
+    v.back().bytes += bytes;
+  else
+    v.push_back({addr, bytes});
+}
+}  // namespace
+
+std::string parts_read(pid_t pid, const ArenaId &arena, const std::vector<PartRun> &remote,
+                       const std::vector<Run> &mine, bool mapped) {
+  std::vector<Run> kl, kr;  // what the kernel copies
+  PeerView v;
+  uint64_t vstart = 0, vend = 0;  // the arena offsets v maps
+  size_t i = 0;
+  uint64_t oi = 0;  // in mine
+  for (const PartRun &p : remote) {
+    bool map = mapped && arena.fd >= 0 && p.arena_off != UINT64_MAX;
+    for (uint64_t done = 0; done < p.bytes;) {
+      if (i >= mine.size()) return "the two sides cover different byte counts";
+      uint64_t k = std::min(mine[i].bytes - oi, p.bytes - done);
+      const uint64_t here = mine[i].addr + oi, roff = p.arena_off + done;
+      if (map && (!v || roff < vstart || roff >= vend)) {
+        v = PeerView(arena, roff, false);
+        vstart = roff;
+        vend = v ? roff + v.avail() : roff;
+        map = (bool)v;
+      }
+      if (map) {
+        k = std::min(k, vend - roff);
+        std::memcpy((void *)(uintptr_t)here, v.data() + (roff - vstart), (size_t)k);
+      } else {
+        append_run(kl, here, k);
+        append_run(kr, p.addr + done, k);
+      }
+      done += k;
+      if ((oi += k) == mine[i].bytes) ++i, oi = 0;
+    }
+  }
+  if (i != mine.size()) return "the two sides cover different byte counts";
+  return kl.empty() ? std::string() : cma_copy(pid, kl, kr, false);
+}
+
 bool receiver_copy(const Region &sender, const Region &receiver, const std::vector<Run> &mine,
                    NodeCaps caps, bool *push, std::string *why) {
   why->clear();

@@ -45,6 +45,19 @@ void pieces_runs(uint64_t base, const int64_t *shape, size_t esize, const PieceM
 // Returns "" or the reason it failed (errno's text).
 std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector<Run> &remote,
                      bool write);
+// A run of a message of several buffers (Transport::post_*_parts) as its sender lists it: where,
+// and its offset in the sender's shared arena (UINT64_MAX: not in the arena).
+struct PartRun {
+  uint64_t addr, bytes, arena_off;
+};
+// The runs of boxes of compact buffers, in order, adjacent ones merged, each with its arena offset.
+void parts_runs(const PartRef *parts, size_t n, std::vector<PartRun> *out);
+// Copies a peer's parts (its runs `remote`, in process pid, whose arena is `arena`) into this
+// process's runs `mine` (the same bytes in order): the runs in the peer's arena with memcpy through
+// windows of it when `mapped`, the others (and any whose window cannot be mapped) with one kernel
+// copy. Returns "" or why it failed.
+std::string parts_read(pid_t pid, const ArenaId &arena, const std::vector<PartRun> &remote,
+                       const std::vector<Run> &mine, bool mapped);
 // A region of one process's memory as its owner describes it to a peer on this node: `bytes`
 // contiguous bytes at addr (ndim < 0), or the box (off, len) of a compact buffer of extents
 // `shape` at addr. When the buffer lies in the owner's shared arena, which arena (its identity,
