@@ -51,11 +51,11 @@ env $KERNEL bash tools/lm-mpirun 4 "$BUILD/tests/test_cyclic"
 # Grouped rounds: a peer's message of many entries' boxes moves straight between their buffers
 # (one kernel copy, parts_direct), at every run length with LM_NODE_DIRECT_MIN_RUN=1;
 # small runs outside the arena copied by the sender into its arena staging and read from there
-# with memcpy (the arena's default threshold); test_parts_in_place counts the kernel copies
+# with memcpy (8 KiB shards below a 32K arena floor); test_parts_in_place counts the kernel copies
 # (LM_TEST_EXPECT_PARTS: kernel, mapped).
 env $ARENA LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_group"
 env $KERNEL LM_NODE_LOCAL=1 LM_TEST_EXPECT_PARTS=kernel bash tools/lm-mpirun 4 "$BUILD/tests/test_group"
-env -u LM_NODE_ARENA_MIN_BYTES LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_TEST_EXPECT_PARTS=mapped \
+env LM_NODE_ARENA_MIN_BYTES=32K LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_TEST_EXPECT_PARTS=mapped \
   bash tools/lm-mpirun 4 "$BUILD/tests/test_group"
 [ $san = 1 ] || env $KERNEL LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_TEST_EXPECT_PARTS=kernel \
   bash tools/lm-mpirun 8 "$BUILD/tests/test_group"

@@ -50,7 +50,7 @@ const SettingInfo kTable[kSettingCount] = {
      "bytes of freed buffers the buffer pool keeps for reuse (0: none)"},
     {"LM_NODE_ARENA_BYTES", SettingType::Bytes, "256G", false, Audience::Expert, 0, kMax, nullptr,
      "bound of the shared arena (default: physical memory, at most 256G; mapped as used; 0: off)"},
-    {"LM_NODE_ARENA_MIN_BYTES", SettingType::Bytes, "32K", false, Audience::Expert, 1, kMax,
+    {"LM_NODE_ARENA_MIN_BYTES", SettingType::Bytes, "4K", false, Audience::Expert, 1, kMax,
      nullptr, "smallest pool buffer placed in the shared arena"},
     {"LM_NODE_PEER_MAP_BYTES", SettingType::Bytes, "4G", false, Audience::Expert, 4096, kMax,
      nullptr, "address space of node peers' arena windows kept mapped (least recently used out)"},

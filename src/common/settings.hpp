@@ -60,8 +60,8 @@ enum class Audience { User, Expert, Test };
 // LM_TRANSPORT's choices (the device transport).
 enum : uint64_t { kTransportAuto = 0, kTransportMpi = 1 };
 
-// The default of the three size floors of one-node exchanges (LM_NODE_LOCAL_MIN_BYTES,
-// LM_NODE_ARENA_MIN_BYTES, LM_DATATYPE_MIN_BYTES) and of LM_BOARD_EXCHANGE_BYTES: the measured
+// The default of the size floors of one-node exchanges (LM_NODE_LOCAL_MIN_BYTES,
+// LM_DATATYPE_MIN_BYTES) and of LM_BOARD_EXCHANGE_BYTES: the measured
 // crossover between 8 and 32 KiB per message (docs/PERFORMANCE.md, "Small and mid-size exchanges").
 constexpr uint64_t kNodeLocalDefaultMin = uint64_t(32) << 10;
 

@@ -19,9 +19,9 @@ int64_t PieceMsg::pieces() const {
 
 namespace {
 
-// The runs x and y share, `a` from x's local offsets, `b` from y's. Runs that continue in both
-// buffers merge (a block-cyclic dim met with the same block-cyclic dim is one run per peer).
-std::vector<PieceRun> meet(const std::vector<Seg> &x, const std::vector<Seg> &y) {
+// The runs x and y share, `a` from x's local offsets, `b` from y's, in increasing global order;
+// runs that continue in both buffers merge.
+std::vector<PieceRun> intersect(const std::vector<Seg> &x, const std::vector<Seg> &y) {
   std::vector<PieceRun> out;
   size_t i = 0, j = 0;
   while (i < x.size() && j < y.size()) {
@@ -30,13 +30,8 @@ std::vector<PieceRun> meet(const std::vector<Seg> &x, const std::vector<Seg> &y)
     if (hi > lo) {
       const int64_t a = x[i].l + (lo - x[i].g), b = y[j].l + (lo - y[j].g), len = hi - lo;
       PieceRun *last = out.empty() ? nullptr : &out.back();
-      if (last && last->count == 1 && last->a + last->len == a && last->b + last->len == b)
+      if (last && last->a + last->len == a && last->b + last->len == b)
         last->len += len;  // continues in both buffers
-      else if (last && last->count == 1 && last->len == len)
-        *last = PieceRun{len, last->a, last->b, 2, a - last->a, b - last->b};  // strided from here
-      else if (last && last->count > 1 && last->len == len &&
-               a == last->a + last->count * last->as && b == last->b + last->count * last->bs)
-        ++last->count;  // the next repetition
       else
         out.push_back(PieceRun{len, a, b, 1, 0, 0});
     }
@@ -46,6 +41,55 @@ std::vector<PieceRun> meet(const std::vector<Seg> &x, const std::vector<Seg> &y)
       ++j;
   }
   return out;
+}
+
+// Equal runs at constant strides in both buffers as one strided run each (whole blocks met alike).
+std::vector<PieceRun> merge_strided(const std::vector<PieceRun> &plain) {
+  std::vector<PieceRun> out;
+  for (const PieceRun &r : plain) {
+    PieceRun *last = out.empty() ? nullptr : &out.back();
+    if (last && last->count == 1 && last->len == r.len)
+      *last = PieceRun{r.len, last->a, last->b, 2, r.a - last->a, r.b - last->b};  // strided
+    else if (last && last->count > 1 && last->len == r.len &&
+             r.a == last->a + last->count * last->as && r.b == last->b + last->count * last->bs)
+      ++last->count;  // the next repetition
+    else
+      out.push_back(r);
+  }
+  return out;
+}
+
+// Two block-cyclic dims of different blocks (or grids) meet in a pattern of runs that repeats
+// every lcm of their cycles (blocks of 8 and 6 on 2 processes: 6, 2, 4, 4, 2, 6, ... of period 48),
+// with the same offsets added in each buffer per period. Such a list of m >= 2 whole periods of p
+// runs (and a last partial one) becomes p strided runs of m repetitions, one per phase, then the
+// rest: a piece per phase, not one per run. The order of the runs in a message changes; both
+// ranks compute the same list. false: no period of at most kMaxPeriod runs covers it.
+constexpr size_t kMaxPeriod = 64;
+bool merge_periodic(const std::vector<PieceRun> &plain, std::vector<PieceRun> *out) {
+  const size_t n = plain.size();
+  for (size_t p = 2; p <= kMaxPeriod && 2 * p <= n; ++p) {
+    const int64_t da = plain[p].a - plain[0].a, db = plain[p].b - plain[0].b;
+    size_t i = p;
+    while (i < n && plain[i].len == plain[i - p].len && plain[i].a - plain[i - p].a == da &&
+           plain[i].b - plain[i - p].b == db)
+      ++i;
+    if (i + p < n) continue;  // more than a last partial period left over: not this p
+    const size_t m = i / p;   // whole periods
+    out->clear();
+    for (size_t q = 0; q < p; ++q)
+      out->push_back(PieceRun{plain[q].len, plain[q].a, plain[q].b, (int64_t)m, da, db});
+    out->insert(out->end(), plain.begin() + (std::ptrdiff_t)(m * p), plain.end());
+    return true;
+  }
+  return false;
+}
+
+std::vector<PieceRun> meet(const std::vector<Seg> &x, const std::vector<Seg> &y) {
+  std::vector<PieceRun> plain = intersect(x, y), out;
+  std::vector<PieceRun> strided = merge_strided(plain);
+  if (strided.size() > 2 && merge_periodic(plain, &out) && out.size() < strided.size()) return out;
+  return strided;
 }
 
 // A piece's box copy has one dim per tensor dim and one more per strided run: past kBoxMaxDims
