@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Planning at scale: the time and memory to plan one rank's part of a reshard on a 2^20-rank
-// mesh (1-D 1048576, 2-D 1024 x 1024, 3-D 64 x 128 x 128), for every kind of transition, with the
+// mesh (1-D 1048576, 2-D 1024 x 1024, 3-D 64 x 128 x 128), for every kind of transition (block-
+// cyclic ones included: their pieces schedules have no compressed form), with the
 // pure planner the library runs (plan/planner.hpp: no MPI, no buffer sized by the tensor).
 // For each case and a few ranks (first, middle, last): the median of repeated plannings (--reps,
 // default 9) in the planner's compressed form (regular peers as runs), the heap it holds (glibc
@@ -31,6 +32,7 @@ using lm::Shape;
 lm_placement_t S(int d) { return lm_placement_t{LM_SHARD, d, 0, 0}; }
 lm_placement_t R() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
 lm_placement_t P() { return lm_placement_t{LM_PARTIAL, 0, LM_REDUCE_SUM, 0}; }
+lm_placement_t BC(int d, int b) { return lm_placement_t{LM_BLOCK_CYCLIC, d, b, 0}; }
 
 struct Case {
   const char *name;
@@ -42,6 +44,8 @@ std::string fmt(const std::vector<lm_placement_t> &p) {
   for (size_t i = 0; i < p.size(); ++i) {
     if (i) s += ",";
     s += p[i].kind == LM_SHARD ? "S(" + std::to_string(p[i].dim) + ")"
+         : p[i].kind == LM_BLOCK_CYCLIC
+             ? "BC(" + std::to_string(p[i].dim) + "," + std::to_string(p[i].op) + ")"
          : p[i].kind == LM_REPLICATE ? "R" : "P";
   }
   return s + "]";
@@ -122,6 +126,14 @@ int main(int argc, char **argv) {
         {"same layout", {S(0)}, {S(0)}},
     };
     for (const Case &c : one) bench("1-D", Shape{N}, Shape{N, 64}, c, reps);
+    // Block-cyclic (issue 21): a [2^23, 64] tensor, blocks of 4 rows (2 per rank) to and from
+    // row shards, and to blocks of 3.
+    const std::vector<Case> cyc = {
+        {"block-cyclic to shard", {BC(0, 4)}, {S(0)}},
+        {"shard to block-cyclic", {S(0)}, {BC(0, 4)}},
+        {"block size change", {BC(0, 4)}, {BC(0, 3)}},
+    };
+    for (const Case &c : cyc) bench("1-D", Shape{N}, Shape{N * 8, 64}, c, reps);
     // 2-D 1024 x 1024: a [4096, 4096] tensor.
     const std::vector<Case> two = {
         {"transpose shards", {S(0), S(1)}, {S(1), S(0)}},
@@ -133,6 +145,14 @@ int main(int argc, char **argv) {
         {"co-shard", {S(0), S(1)}, {S(0), S(0)}},
     };
     for (const Case &c : two) bench("2-D", Shape{1024, 1024}, Shape{4096, 4096}, c, reps);
+    // ScaLAPACK's 2-D block-cyclic layout of a [65536, 65536] matrix, blocks of 32 (2 per rank
+    // and dim), to and from [S(0), S(1)] and to blocks of 24.
+    const std::vector<Case> cyc2 = {
+        {"block-cyclic to shard", {BC(0, 32), BC(1, 32)}, {S(0), S(1)}},
+        {"shard to block-cyclic", {S(0), S(1)}, {BC(0, 32), BC(1, 32)}},
+        {"block size change", {BC(0, 32), BC(1, 32)}, {BC(0, 24), BC(1, 24)}},
+    };
+    for (const Case &c : cyc2) bench("2-D", Shape{1024, 1024}, Shape{65536, 65536}, c, reps);
     // 3-D 64 x 128 x 128: a [1024, 1024, 64] tensor.
     const std::vector<Case> three = {
         {"rotate shards", {S(0), S(1), S(2)}, {S(1), S(2), S(0)}},

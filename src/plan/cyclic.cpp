@@ -149,6 +149,137 @@ bool chosen(const Shape &fixed, const Shape &c) {
   return true;
 }
 
+// The coordinates of layout L whose holdings meet `runs` (one sorted list per tensor dim) in every
+// tensor dim, with c[m] = fix[m] wherever fix[m] >= 0, in increasing grid index. Per tensor dim,
+// the values of its splitting mesh dims that hold part of a run: blocks met (block-cyclic), or
+// nested torch.chunk / ragged spans; then their product with the mesh dims that split nothing.
+// O(runs + blocks met + coordinates returned), never the mesh size (unless every coordinate meets).
+class CoordsMeeting {
+ public:
+  CoordsMeeting(const Layout &L, const std::vector<std::vector<Seg>> &runs, const Shape &fix)
+      : L_(L), fix_(fix), vals_((size_t)L.mesh_ndim()) {
+    const Shape &ext = L.grid->shape();
+    std::vector<bool> splits_some((size_t)L.mesh_ndim(), false);
+    tuples_.resize(runs.size());
+    for (size_t d = 0; d < runs.size(); ++d) {
+      for (int m : L.order[d]) splits_some[(size_t)m] = true;
+      dim_tuples(d, runs[d]);
+    }
+    for (int m = 0; m < L.mesh_ndim(); ++m) {
+      if (splits_some[(size_t)m]) continue;
+      if (fix[(size_t)m] >= 0) {
+        vals_[(size_t)m] = {fix[(size_t)m]};
+      } else {
+        for (int64_t i = 0; i < ext[(size_t)m]; ++i) vals_[(size_t)m].push_back(i);
+      }
+      free_.push_back(m);
+    }
+  }
+  // Grid indices of the coordinates, sorted.
+  std::vector<int64_t> indices() {
+    coord_.assign((size_t)L_.mesh_ndim(), 0);
+    out_.clear();
+    product(0);
+    std::sort(out_.begin(), out_.end());
+    return out_;
+  }
+
+ private:
+  // The tuples (c[m] for m in order[d], flattened) of the coordinates holding part of runs[d].
+  void dim_tuples(size_t d, const std::vector<Seg> &runs) {
+    const auto &ord = L_.order[d];
+    std::vector<int64_t> &t = tuples_[d];
+    if (ord.empty()) {
+      t.push_back(0);  // one empty tuple
+      return;
+    }
+    if (L_.pl[(size_t)ord[0]].kind == LM_BLOCK_CYCLIC && ord.size() == 1) {  // alone (check_ragged)
+      const lm_placement_t &p = L_.pl[(size_t)ord[0]];
+      const int64_t P = L_.grid->shape()[(size_t)ord[0]], b = p.op;
+      for (const Seg &r : runs) {
+        const int64_t j0 = r.g / b, j1 = (r.g + r.len - 1) / b;
+        for (int64_t j = j0; j <= j1 && j < j0 + P; ++j) t.push_back((j % P + p.order % P) % P);
+      }
+    } else {
+      std::vector<int64_t> cur(ord.size());
+      for (const Seg &r : runs) spans(d, 0, 0, L_.gshape[d], r.g, r.g + r.len, cur);
+    }
+    // Sort and deduplicate whole tuples, dropping those that contradict fix.
+    const size_t k = ord.size();
+    if (k == 1) {
+      const int64_t f = fix_[(size_t)ord[0]];
+      if (f >= 0) t.erase(std::remove_if(t.begin(), t.end(), [f](int64_t v) { return v != f; }),
+                          t.end());
+      std::sort(t.begin(), t.end());
+      t.erase(std::unique(t.begin(), t.end()), t.end());
+      return;
+    }
+    std::vector<std::vector<int64_t>> tup;
+    for (size_t i = 0; i + k <= t.size(); i += k) {
+      bool ok = true;
+      for (size_t x = 0; x < k; ++x)
+        ok = ok && (fix_[(size_t)ord[x]] < 0 || fix_[(size_t)ord[x]] == t[i + x]);
+      if (ok) tup.emplace_back(t.begin() + (std::ptrdiff_t)i, t.begin() + (std::ptrdiff_t)(i + k));
+    }
+    std::sort(tup.begin(), tup.end());
+    tup.erase(std::unique(tup.begin(), tup.end()), tup.end());
+    t.clear();
+    for (const auto &x : tup) t.insert(t.end(), x.begin(), x.end());
+  }
+  // Nested torch.chunk / ragged blocks of mesh dims order[d][lvl..] inside [off, off + len) that
+  // meet the global range [lo, hi).
+  void spans(size_t d, size_t lvl, int64_t off, int64_t len, int64_t lo, int64_t hi,
+             std::vector<int64_t> &cur) {
+    const auto &ord = L_.order[d];
+    if (lvl == ord.size()) {
+      tuples_[d].insert(tuples_[d].end(), cur.begin(), cur.end());
+      return;
+    }
+    const int m = ord[lvl];
+    const int64_t a = std::max<int64_t>(0, lo - off), z = std::min<int64_t>(len, hi - off);
+    int64_t first = 0, last = -1;
+    const Extents *rag = L_.rag[(size_t)m].get();
+    if (z <= a || (rag ? !rag->span(a, z, &first, &last)
+                       : !chunk_span(len, L_.grid->shape()[(size_t)m], a, z, &first, &last)))
+      return;
+    for (int64_t i = first; i <= last; ++i) {
+      const Range r = L_.split(m, len, i);
+      if (r.len == 0) continue;
+      cur[lvl] = i;
+      spans(d, lvl + 1, off + r.off, r.len, lo, hi, cur);
+    }
+  }
+  // The product: tensor dims' tuples, then the free mesh dims' values.
+  void product(size_t k) {
+    const size_t nd = tuples_.size();
+    if (k < nd) {
+      const auto &ord = L_.order[k];
+      const size_t w = std::max<size_t>(1, ord.size());
+      for (size_t i = 0; i + w <= tuples_[k].size(); i += w) {
+        for (size_t x = 0; x < ord.size(); ++x) coord_[(size_t)ord[x]] = tuples_[k][i + x];
+        product(k + 1);
+      }
+      return;
+    }
+    if (k - nd < free_.size()) {
+      for (int64_t v : vals_[(size_t)free_[k - nd]]) {
+        coord_[(size_t)free_[k - nd]] = v;
+        product(k + 1);
+      }
+      return;
+    }
+    out_.push_back(L_.grid->index_at(coord_.data()));
+  }
+
+  const Layout &L_;
+  const Shape &fix_;
+  std::vector<std::vector<int64_t>> tuples_;  // per tensor dim, flattened tuples
+  std::vector<std::vector<int64_t>> vals_;    // per free mesh dim
+  std::vector<int> free_;
+  Shape coord_;
+  std::vector<int64_t> out_;
+};
+
 }  // namespace
 
 void piece_boxcopy(BoxCopy &c, const PieceMsg &m, const int64_t *idx, const int64_t *src_shape,
@@ -229,8 +360,14 @@ std::unique_ptr<SchedStep> pieces_step(const Layout &in, const Layout &out, bool
     in.grid->coord_of(si, cs.data());
     st->inbox = in.box_at(cs.data());
     const auto mine = holdings(in, cs.data());
+    // Same mesh: a replicated source dim serves the target coordinates equal to it along it.
+    Shape fix(cd.size(), -1);
+    if (same_mesh)
+      for (int m : ch.rep) fix[(size_t)m] = cs[(size_t)m];
     c.resize(cd.size());
-    for (int64_t t = 0; !mine.empty() && t < out.grid->size(); ++t) {
+    std::vector<int64_t> targets;
+    if (!mine.empty()) targets = CoordsMeeting(out, mine, fix).indices();
+    for (int64_t t : targets) {
       out.grid->coord_of(t, c.data());
       const int peer = out.grid->rank_at_index(t);
       fixed.assign(cs.size(), -1);
@@ -249,7 +386,9 @@ std::unique_ptr<SchedStep> pieces_step(const Layout &in, const Layout &out, bool
     fixed.assign(cs.size(), -1);
     ch.choose(cd.data(), me, fixed);
     c.resize(cs.size());
-    for (int64_t s = 0; !mine.empty() && s < in.grid->size(); ++s) {
+    std::vector<int64_t> sources;
+    if (!mine.empty()) sources = CoordsMeeting(in, mine, fixed).indices();
+    for (int64_t s : sources) {
       in.grid->coord_of(s, c.data());
       const int peer = in.grid->rank_at_index(s);
       PieceMsg m;

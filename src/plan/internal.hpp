@@ -58,7 +58,9 @@ std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out
 
 // A Pieces step from `in` to `out` (neither with Partial dims; one of them block-cyclic): this
 // rank's messages, one per peer, and its local copy. Replicated source data comes from the
-// coordinate SourceChooser picks. O(mesh size x runs per dim).
+// coordinate SourceChooser picks. O(runs + peers): only the coordinates whose holdings meet this
+// rank's are visited (CoordsMeeting), except a cross-mesh Replicate source, which checks every
+// target coordinate that meets it.
 std::unique_ptr<SchedStep> pieces_step(const Layout &in, const Layout &out, bool same_mesh, int me,
                                        size_t esize, int tag);
 
