@@ -301,18 +301,31 @@ static void test_parts_in_place(void **state) {
   g_vm_counting = 1;
   LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, K, x, y));
   g_vm_counting = 0;
-  DLTensor v;
-  LM_ASSERT_OK(lm_dist_tensor_local(x[0], &v));
-  const long long recv_bytes = (long long)(n - v.shape[0]) * 8 * K; /* every shard but its own */
+  /* What this rank receives from the peers on its node (simulated nodes, LM_TEST_NODES=k: world
+   * rank r on node r % k; the others' messages travel over MPI): their torch.chunk shards. */
+  const char *tn = getenv("LM_TEST_NODES");
+  const int nodes = tn && atoi(tn) > 1 ? atoi(tn) : 1;
+  const int64_t blk = (n + NP - 1) / NP;
+  long long recv_bytes = 0;
+  int local_peers = 0;
+  for (int p = 0; p < NP; ++p) {
+    if (p == ME || p % nodes != ME % nodes) continue;
+    const int64_t len = n - p * blk < 0 ? 0 : (n - p * blk < blk ? n - p * blk : blk);
+    recv_bytes += (long long)len * 8 * K;
+    ++local_peers;
+  }
   int ok = 1;
   for (int i = 0; i < K; ++i) ok &= same_local(y[i], ref[i]);
   /* Run lists: 24 bytes per run (PartRun), at most one run per entry and peer. */
   const long long lists = g_vm_bytes - (kernel ? recv_bytes : 0);
-  int in_place = lists >= 0 && lists <= 24LL * K * (NP - 1);
+  int in_place = lists >= 0 && lists <= 24LL * K * local_peers;
   if (kernel)
-    in_place &= g_vm_max_local >= (unsigned long)K && g_vm_calls >= NP - 1;
+    in_place &= local_peers == 0 || (g_vm_max_local >= (unsigned long)K && g_vm_calls >= local_peers);
   else
-    in_place &= g_vm_calls == NP - 1;  /* one list per peer, no data */
+    in_place &= g_vm_calls == local_peers;  /* one list per peer, no data */
+  /* With simulated nodes the other "node's" messages go over MPI, whose own single copy (Open MPI's
+   * CMA) counts here too: only the kernel copy into the K outputs tells the path apart then. */
+  if (nodes > 1) in_place = !kernel || local_peers == 0 || g_vm_max_local >= (unsigned long)K;
   if (!in_place || !ok)
     lm_test__diag("rank %d: %s: %lld kernel reads of %lld bytes (%lld received), at most %lu "
                   "buffers in one; results %s\n", ME, expect, g_vm_calls, g_vm_bytes, recv_bytes,
