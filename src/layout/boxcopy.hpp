@@ -53,6 +53,29 @@ struct BoxCopy {
   int64_t esize = 0;
 };
 
+// Fills c's dims from k dims of extents len and element strides sst / dst (the innermost with
+// stride 1 on both sides), merging trailing dims where both sides continue: dim i - 1 merges into
+// the run when both its strides equal the run's length (a box covering both buffers' trailing
+// dims whole, as boxcopy_init finds them, or a piece's staging side).
+LM_HD inline void boxcopy_merge(BoxCopy &c, int k, const int64_t *len, const int64_t *sst,
+                                const int64_t *dst) {
+  int top = k - 1;
+  int64_t run = len[top];
+  while (top > 0 && sst[top - 1] == run && dst[top - 1] == run) {
+    --top;
+    run *= len[top];
+  }
+  c.n = top + 1;
+  for (int i = 0; i < top; ++i) {
+    c.len[i] = len[i];
+    c.sstr[i] = sst[i];
+    c.dstr[i] = dst[i];
+  }
+  c.len[top] = run;
+  c.sstr[top] = 1;
+  c.dstr[top] = 1;
+}
+
 // Prepares a copy of the box `len` (ndim dims) at src_off in a buffer of src_shape to dst_off in a
 // buffer of dst_shape. ndim == 0 is one element.
 LM_HD inline void boxcopy_init(BoxCopy &c, int ndim, const int64_t *len, const int64_t *src_shape,
@@ -79,23 +102,7 @@ LM_HD inline void boxcopy_init(BoxCopy &c, int ndim, const int64_t *len, const i
     ss *= src_shape[i];
     ds *= dst_shape[i];
   }
-  // Merge dims [k, ndim) where both buffers are covered whole by the box (k > 0).
-  int k = ndim - 1;
-  int64_t run = len[ndim - 1];
-  while (k > 0 && len[k] == src_shape[k] && len[k] == dst_shape[k] && src_off[k] == 0 &&
-         dst_off[k] == 0) {
-    --k;
-    run *= len[k];
-  }
-  c.n = k + 1;
-  for (int i = 0; i < k; ++i) {
-    c.len[i] = len[i];
-    c.sstr[i] = sstr[i];
-    c.dstr[i] = dstr[i];
-  }
-  c.len[k] = run;
-  c.sstr[k] = 1;
-  c.dstr[k] = 1;
+  boxcopy_merge(c, ndim, len, sstr, dstr);
 }
 
 // Element offsets (in the source and destination buffers) of box element number e.

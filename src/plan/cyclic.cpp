@@ -325,22 +325,7 @@ void piece_boxcopy(BoxCopy &c, const PieceMsg &m, const int64_t *idx, const int6
     if (!dst_shape) dst[i] = cs;
     cs *= len[i];
   }
-  // Merge trailing dims where both sides continue (the innermost dim has stride 1 on both).
-  int top = k - 1;
-  int64_t run = len[top];
-  while (top > 0 && sst[top - 1] == run && dst[top - 1] == run) {
-    --top;
-    run *= len[top];
-  }
-  c.n = top + 1;
-  for (int i = 0; i < top; ++i) {
-    c.len[i] = len[i];
-    c.sstr[i] = sst[i];
-    c.dstr[i] = dst[i];
-  }
-  c.len[top] = run;
-  c.sstr[top] = 1;
-  c.dstr[top] = 1;
+  boxcopy_merge(c, k, len, sst, dst);
 }
 
 std::unique_ptr<SchedStep> pieces_step(const Layout &in, const Layout &out, bool same_mesh, int me,

@@ -185,7 +185,8 @@ Transport::Ticket MpiTransport::cma_recv(void *buf, const BoxRef *b, size_t byte
   mine.kind = kPush;
   std::vector<Run> local;
   region_runs(mine.r, &local);
-  return recv_desc(std::move(local), bytes, peer, tag, &mine, CmaBuf{buf, b ? b->id : -1, b != nullptr});
+  return recv_desc(std::move(local), bytes, peer, tag, &mine,
+                   CmaBuf{buf, b ? b->id : -1, b != nullptr});
 }
 
 // Posts the receive of a node-local message's descriptor; `local`: this side's runs of it, mine:
@@ -259,7 +260,8 @@ Transport::Ticket MpiTransport::post_recv_pieces(void *buf, const PiecesRef &p, 
     mine->r.arena_off = UINT64_MAX;
     mine->r.arena = ArenaId{};
   }
-  const Ticket t = recv_desc(std::move(local), p.msg->bytes, peer, tag, mine, CmaBuf{buf, -1, false});
+  const Ticket t =
+      recv_desc(std::move(local), p.msg->bytes, peer, tag, mine, CmaBuf{buf, -1, false});
   crecv_.back().pieces = direct ? p.msg : nullptr;
   crecv_.back().esize = p.esize;
   return t;
@@ -299,16 +301,18 @@ void MpiTransport::pieces_copy(CmaRecv &r) {
 // ---- Messages of several buffers (grouped rounds)
 namespace {
 // The bytes of the parts and a bound on their runs both sides compute alike: a box's rows (its
-// elements over its innermost extent; rows that meet merge, which only helps).
-void parts_size(const PartRef *parts, size_t n, size_t *bytes, size_t *rows) {
-  *bytes = *rows = 0;
+// elements over its innermost extent; rows that meet merge, which only helps). rows may be NULL.
+size_t parts_bytes(const PartRef *parts, size_t n, size_t *rows) {
+  size_t bytes = 0, nrows = 0;
   for (size_t i = 0; i < n; ++i) {
     const BoxRef &b = parts[i].box;
     size_t numel = 1;
     for (int d = 0; d < b.ndim; ++d) numel *= (size_t)b.len[d];
-    *bytes += numel * b.esize;
-    if (numel) *rows += b.ndim ? numel / (size_t)b.len[b.ndim - 1] : 1;
+    bytes += numel * b.esize;
+    if (numel) nrows += b.ndim ? numel / (size_t)b.len[b.ndim - 1] : 1;
   }
+  if (rows) *rows = nrows;
+  return bytes;
 }
 }  // namespace
 
@@ -316,8 +320,8 @@ void parts_size(const PartRef *parts, size_t n, size_t *bytes, size_t *rows) {
 // average at least LM_NODE_DIRECT_MIN_RUN, as for pieces: one process_vm_readv of the sender's
 // runs into the receiver's, after one of the sender's run list.
 bool MpiTransport::parts_direct(const PartRef *parts, size_t n, int peer) {
-  size_t bytes = 0, rows = 0;
-  parts_size(parts, n, &bytes, &rows);
+  size_t rows = 0;
+  const size_t bytes = parts_bytes(parts, n, &rows);
   if (rows == 0 || !cma_peer(peer, bytes) || !caps_.kernel) return false;
   return bytes >= direct_min_run() * rows;
 }
@@ -330,8 +334,7 @@ constexpr uint64_t kSpillBelow = 64 << 10;
 Transport::Ticket MpiTransport::post_send_parts(const PartRef *parts, size_t n, int peer, int tag,
                                                 void *spill, size_t spill_bytes) {
   if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Isend"));
-  size_t bytes = 0, rows = 0;
-  parts_size(parts, n, &bytes, &rows);
+  const size_t bytes = parts_bytes(parts, n, nullptr);
   parts_runs_.emplace_back();
   std::vector<PartRun> &runs = parts_runs_.back();
   parts_runs(parts, n, &runs);
@@ -360,13 +363,10 @@ Transport::Ticket MpiTransport::post_send_parts(const PartRef *parts, size_t n, 
 
 Transport::Ticket MpiTransport::post_recv_parts(const PartRef *parts, size_t n, int peer,
                                                 int tag) {
-  size_t bytes = 0, rows = 0;
-  parts_size(parts, n, &bytes, &rows);
-  std::vector<PartRun> mine;
-  parts_runs(parts, n, &mine);
   std::vector<Run> local;
-  for (const PartRun &x : mine) local.push_back({x.addr, x.bytes});
-  const Ticket t = recv_desc(std::move(local), bytes, peer, tag, nullptr, CmaBuf{nullptr, -1, false});
+  parts_local_runs(parts, n, &local);
+  const Ticket t = recv_desc(std::move(local), parts_bytes(parts, n, nullptr), peer, tag, nullptr,
+                             CmaBuf{nullptr, -1, false});
   crecv_.back().parts = true;
   return t;
 }

@@ -195,6 +195,15 @@ bool mapped_copy(const Region &peer, const std::vector<Run> &mine, bool write) {
   return true;
 }
 
+namespace {
+void append_run(std::vector<Run> &v, uint64_t addr, uint64_t bytes) {
+  if (!v.empty() && v.back().addr + v.back().bytes == addr)
+    v.back().bytes += bytes;
+  else
+    v.push_back({addr, bytes});
+}
+}  // namespace
+
 void parts_runs(const PartRef *parts, size_t n, std::vector<PartRun> *out) {
   out->clear();
   std::vector<Run> one;
@@ -217,14 +226,15 @@ void parts_runs(const PartRef *parts, size_t n, std::vector<PartRun> *out) {
   }
 }
 
-namespace {
-void append_run(std::vector<Run> &v, uint64_t addr, uint64_t bytes) {
-  if (!v.empty() && v.back().addr + v.back().bytes == addr)
-    v.back().bytes += bytes;
-  else
-    v.push_back({addr, bytes});
+void parts_local_runs(const PartRef *parts, size_t n, std::vector<Run> *out) {
+  out->clear();
+  std::vector<Run> one;
+  for (size_t i = 0; i < n; ++i) {
+    const BoxRef &b = parts[i].box;
+    box_runs((uint64_t)(uintptr_t)parts[i].buf, b.ndim, b.shape, b.off, b.len, b.esize, &one);
+    for (const Run &x : one) append_run(*out, x.addr, x.bytes);
+  }
 }
-}  // namespace
 
 std::string parts_read(pid_t pid, const ArenaId &arena, const std::vector<PartRun> &remote,
                        const std::vector<Run> &mine, bool mapped) {

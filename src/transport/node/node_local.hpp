@@ -52,6 +52,8 @@ struct PartRun {
 };
 // The runs of boxes of compact buffers, in order, adjacent ones merged, each with its arena offset.
 void parts_runs(const PartRef *parts, size_t n, std::vector<PartRun> *out);
+// The same runs without arena offsets (a receiver's side of such a message).
+void parts_local_runs(const PartRef *parts, size_t n, std::vector<Run> *out);
 // Copies a peer's parts (its runs `remote`, in process pid, whose arena is `arena`) into this
 // process's runs `mine` (the same bytes in order): the runs in the peer's arena with memcpy through
 // windows of it when `mapped`, the others (and any whose window cannot be mapped) with one kernel
