@@ -15,7 +15,10 @@
  * (362 x 362). Interleaved rounds, the median over rounds of the max over ranks; before timing,
  * every implementation's result is checked element by element ("exact"). One JSON line per
  * (size, case, implementation); run by bench/run.sh at np 2 and 4. `--small`: the 1 MiB cases.
- * COSTA runs the same-grid case only unless LM_BENCH_COSTA_ALL=1 (see main).
+ * COSTA runs the same-grid case only unless LM_BENCH_COSTA_ALL=1 (see main). `--arena`: the
+ * ScaLAPACK arrays come from lm_tensor_alloc (the library's pool, whose large buffers lie in its
+ * node-shared arena: peers on the node read them with memcpy, not kernel copies) instead of
+ * calloc; every implementation moves the same arrays either way ("alloc" in the output).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -43,11 +46,13 @@ void costa_pdgemr2d(const int *m, const int *n, const double *a, const int *ia, 
 #endif
 
 static int rank, size, nb = 64;  /* nb: the block-cyclic layouts' block size (--block) */
+static int use_arena = 0;        /* --arena: arrays from lm_tensor_alloc */
 
 /* One process grid and a matrix laid out on it. */
 typedef struct {
   int ctxt, nprow, npcol, myrow, mycol, mb, nb, desc[9];
   double *a;
+  DLManagedTensor *owner; /* --arena: the array's owner */
   int64_t locr, locc;
   lm_mesh_t mesh;
 } layout_t;
@@ -63,13 +68,23 @@ static void make_layout(layout_t *L, int M, int N, int nprow, int npcol, int mb,
   L->locc = numroc_(&N, &nb, &L->mycol, &zero, &L->npcol);
   int lld = L->locr > 1 ? (int)L->locr : 1;
   descinit_(L->desc, &M, &N, &mb, &nb, &zero, &zero, &L->ctxt, &lld, &info);
-  L->a = (double *)calloc((size_t)(lld * (L->locc ? L->locc : 1)), sizeof(double));
+  const int64_t elems = (int64_t)lld * (L->locc ? L->locc : 1);
+  L->owner = NULL;
+  if (use_arena) {
+    OK(lm_tensor_alloc(&L->owner, 1, &elems, LM_FLOAT64, LM_CPU));
+    L->a = (double *)L->owner->dl_tensor.data;
+  } else {
+    L->a = (double *)calloc((size_t)elems, sizeof(double));
+  }
   OK(lm_mesh_create_grid_mpi(&L->mesh, MPI_COMM_WORLD, L->myrow, L->mycol, NULL));
 }
 
 static void free_layout(layout_t *L) {
   OK(lm_mesh_destroy(&L->mesh));
-  free(L->a);
+  if (L->owner)
+    L->owner->deleter(L->owner);
+  else
+    free(L->a);
   Cblacs_gridexit(L->ctxt);
 }
 
@@ -179,9 +194,11 @@ static void bench_case(const char *name, int M, int N, layout_t *src, layout_t *
       printf("{\"bench\": \"scalapack\", \"np\": %d, \"size\": \"%s\", \"M\": %d, \"N\": %d, "
              "\"block\": %d, "
              "\"case\": \"%s\", \"impl\": \"%s\", \"grid_src\": \"%dx%d\", \"grid_dst\": \"%dx%d\", "
-             "\"median_ms\": %.4f, \"min_ms\": %.4f, \"rounds\": %d, \"exact\": %s}\n",
+             "\"alloc\": \"%s\", \"median_ms\": %.4f, \"min_ms\": %.4f, \"rounds\": %d, "
+             "\"exact\": %s}\n",
              size, size_name, M, N, nb, name, impl_name[impls[k]], src->nprow, src->npcol,
-             dst->nprow, dst->npcol, t[k * rounds + rounds / 2] * 1e3, t[k * rounds] * 1e3,
+             dst->nprow, dst->npcol, use_arena ? "arena" : "malloc", t[k * rounds + rounds / 2] * 1e3,
+             t[k * rounds] * 1e3,
              rounds, ok[k] ? "true" : "false");
   }
   fflush(stdout);
@@ -199,6 +216,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--small") == 0) only_small = 1;
     if (strcmp(argv[i], "--block") == 0 && i + 1 < argc) nb = atoi(argv[++i]);
+    if (strcmp(argv[i], "--arena") == 0) use_arena = 1;
   }
   /* COSTA v2.3.2's costa_pdgemr2d between two grids (the rows cases: a P x 1 target) returned
    * wrong elements at np 2 and crashed at np 4 here; LM_BENCH_COSTA_ALL=1 runs it anyway. */

@@ -80,6 +80,9 @@ if [ -x "$top/$build/bench/bench_scalapack" ]; then
   for np in ${BENCH_NPS:-2 4}; do
     echo "== block-cyclic redistribution against pdgemr2d (and COSTA) at np $np" >&2
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_scalapack" | tee -a "$out.tmp"
+    # The same arrays allocated with lm_tensor_alloc (in the node's shared arena: memcpy between
+    # the ranks of a node, no kernel copies).
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_scalapack" --arena | tee -a "$out.tmp"
     # Small blocks (1 and 8), 1 MiB: where a piece per block would cost a copy per element.
     for b in 1 8; do
       OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_scalapack" --small --block "$b" | tee -a "$out.tmp"

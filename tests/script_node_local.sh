@@ -44,10 +44,11 @@ env $ARENA LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshar
 env $ARENA LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
 env $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_local_map"
 # Block-cyclic pieces: rows of a page or more move straight between the buffers (one kernel copy,
-# pieces_direct; test_cyclic's test_wide_rows), shorter ones packed, every message node-local.
+# or memcpy from the sender's arena; test_cyclic's test_wide_rows), shorter ones packed, every
+# message node-local; test_rows_in_place counts the kernel's reads (LM_TEST_EXPECT_PIECES).
 export LM_CYCLIC_CASES=${LM_CYCLIC_CASES:-$((cases / 3))}
-env $ARENA bash tools/lm-mpirun 3 "$BUILD/tests/test_cyclic"
-env $KERNEL bash tools/lm-mpirun 4 "$BUILD/tests/test_cyclic"
+env $ARENA LM_TEST_EXPECT_PIECES=mapped bash tools/lm-mpirun 3 "$BUILD/tests/test_cyclic"
+env $KERNEL LM_TEST_EXPECT_PIECES=kernel bash tools/lm-mpirun 4 "$BUILD/tests/test_cyclic"
 # Grouped rounds: a peer's message of many entries' boxes moves straight between their buffers
 # (one kernel copy, parts_direct), at every run length with LM_NODE_DIRECT_MIN_RUN=1;
 # small runs outside the arena copied by the sender into its arena staging and read from there

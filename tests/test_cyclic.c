@@ -10,18 +10,35 @@
  * NUMROC and INDXL2G written again from their definitions, torch.chunk, ragged offsets), never
  * from the library. `LM_SEED=s LM_CASE=c` replays one case; LM_CYCLIC_CASES sets the count.
  * The directed tests pin the refusals, the format, from_local (borrowed), from_global and gather,
- * and the ScaLAPACK 2-D layout against row shards.
+ * and the ScaLAPACK 2-D layout against row shards. test_rows_in_place (where the node-local suite
+ * asks for it, LM_TEST_EXPECT_PIECES=kernel|mapped) counts the library's process_vm_readv calls:
+ * rows of a page or more move straight between the two shards, with one kernel read of each
+ * received byte, or none at all when the sender's shard lies in its shared arena (memcpy).
  */
 // lm-test-np: 1 2 3 4 8
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "lm_test.h"
 #include "lm_rng.h"
 
 #define NP lm_test_size()
 #define ME lm_test_rank()
+
+/* The library's kernel copies (it calls the libc wrapper; this definition takes its place). */
+static int g_vm_counting = 0;
+static long long g_vm_bytes = 0;
+ssize_t process_vm_readv(pid_t pid, const struct iovec *l, unsigned long nl, const struct iovec *r,
+                         unsigned long nr, unsigned long flags) {
+  if (g_vm_counting)
+    for (unsigned long i = 0; i < nl; ++i) g_vm_bytes += (long long)l[i].iov_len;
+  return syscall(SYS_process_vm_readv, pid, l, nl, r, nr, flags);
+}
 
 /* ----------------------------------------------------------------------------- oracle */
 /* A layout as the test knows it: mesh shape, the world rank at each mesh index, placements,
@@ -726,6 +743,49 @@ static void test_local_map(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&mesh));
 }
 
+/* Rows of 32 KiB (BC(0, 2) -> Shard(0) on the world mesh: direct pieces, node-local messages at
+ * the default LM_NODE_LOCAL_MIN_BYTES): the rows this rank
+ * receives are read once by the kernel ("kernel": no arena), or not by the kernel at all
+ * ("mapped": the source shards lie in the senders' arenas, read with memcpy through windows of
+ * them). Descriptors travel over MPI. With simulated nodes (LM_TEST_NODES) only the results are
+ * checked: the other node's rows go over MPI, whose own single copy counts here too. */
+static void test_rows_in_place(void **state) {
+  (void)state;
+  const char *expect = getenv("LM_TEST_EXPECT_PIECES");
+  const int kernel = expect && strcmp(expect, "kernel") == 0;
+  if (NP < 2 || !expect || (!kernel && strcmp(expect, "mapped") != 0))
+    lm_test_skip("needs 2 ranks and LM_TEST_EXPECT_PIECES=kernel|mapped");
+  olayout_t S, D;
+  make_mesh(&S, 0);
+  D = S;
+  const int64_t shape[2] = {4 * NP + 3, 4096}, blk = (shape[0] + NP - 1) / NP;
+  S.pl[0] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, 2, 0);
+  D.pl[0] = (lm_placement_t)LM_PLACEMENT_SHARD(0);
+  lm_dist_tensor_t x = NULL, y = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, S.mesh, 2, shape, (DLDataType){kDLFloat, 64, 1},
+                                        (DLDevice){kDLCPU, 0}, S.pl));
+  walk(x, &S, 2, shape, 8, 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  g_vm_bytes = 0;
+  g_vm_counting = 1;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, S.mesh, D.pl));
+  g_vm_counting = 0;
+  const int64_t bad = walk(y, &D, 2, shape, 8, 0);
+  long long recv = 0; /* rows of my Shard(0) block held by another coordinate */
+  for (int64_t i = ME * blk; i < shape[0] && i < (ME + 1) * blk; ++i)
+    if ((i / 2) % NP != ME) recv += 4096 * 8;
+  const char *tn = getenv("LM_TEST_NODES");
+  const int counted = !(tn && atoi(tn) > 1);
+  const int in_place = !counted || g_vm_bytes == (kernel ? recv : 0);
+  if (bad || !in_place)
+    lm_test__diag("rank %d: %s: kernel read %lld bytes, %lld received; %lld wrong\n", ME, expect,
+                  g_vm_bytes, recv, (long long)bad);
+  LM_ASSERT_ALL(bad == 0 && in_place);
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  LM_ASSERT_OK(lm_mesh_destroy(&S.mesh));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_local_map),
     cmocka_unit_test(test_refusals_and_format),
@@ -737,4 +797,14 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_partial_beside),
 };
 
-LM_TEST_MAIN(tests)
+/* test_rows_in_place belongs to the suite where the node-local suite asks for it
+ * (LM_TEST_EXPECT_PIECES, tests/script_node_local.sh); elsewhere it is not part of it, not a skip. */
+int main(int argc, char **argv) {
+  lm_test_init(&argc, &argv);
+  struct CMUnitTest all[sizeof tests / sizeof tests[0] + 1];
+  size_t n = sizeof tests / sizeof tests[0];
+  memcpy(all, tests, sizeof tests);
+  if (getenv("LM_TEST_EXPECT_PIECES"))
+    all[n++] = (struct CMUnitTest)cmocka_unit_test(test_rows_in_place);
+  return lm_test_run(all, n, lm_test_basename(argv[0]));
+}

@@ -241,7 +241,14 @@ Transport::Ticket MpiTransport::post_send_pieces(const void *buf, const PiecesRe
   d.r.bytes = p.msg->bytes;
   d.r.esize = p.esize;
   d.r.ndim = (int32_t)p.msg->dims.size();
-  for (int i = 0; i < d.r.ndim; ++i) d.r.shape[i] = p.shape[i];
+  size_t span = p.esize;
+  for (int i = 0; i < d.r.ndim; ++i) {
+    d.r.shape[i] = p.shape[i];
+    span *= (size_t)p.shape[i];
+  }
+  // In the arena, the receiver reads the runs with memcpy through windows of it (parts_read).
+  d.r.arena_off = caps_.mapped ? arena_offset(buf, span) : UINT64_MAX;
+  if (d.r.arena_off != UINT64_MAX) d.r.arena = arena_self();
   return send_desc(d, CmaBuf{nullptr, -1, false}, peer, tag);
 }
 
@@ -293,7 +300,15 @@ void MpiTransport::pieces_copy(CmaRecv &r) {
     not_expected(r, "pieces message");
   std::vector<Run> remote;
   pieces_runs(d.r.addr, d.r.shape, (size_t)d.r.esize, *r.pieces, true, &remote);
-  const std::string why = cma_copy((pid_t)d.r.pid, r.local, remote, false);
+  std::string why;
+  if (d.r.arena_off == UINT64_MAX || !caps_.mapped) {
+    why = cma_copy((pid_t)d.r.pid, r.local, remote, false);
+  } else {  // the sender's buffer lies in its arena: its runs at their offsets there
+    std::vector<PartRun> in_arena(remote.size());
+    for (size_t i = 0; i < remote.size(); ++i)
+      in_arena[i] = {remote[i].addr, remote[i].bytes, d.r.arena_off + (remote[i].addr - d.r.addr)};
+    why = parts_read((pid_t)d.r.pid, d.r.arena, in_arena, r.local, true);
+  }
   if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
   reply_done(r);
 }
