@@ -455,6 +455,19 @@ static LM_TEST_UNUSED int lm_test_run(const struct CMUnitTest *tests, size_t n, 
     return lm_test_run((tests), sizeof(tests) / sizeof((tests)[0]), lm_test_basename(argv[0]));   \
   }
 
+/* The same, with one more test that belongs to the suite only where the environment variable
+ * `env` is set (a script that runs the suite in the mode the test needs sets it; elsewhere the
+ * test is not part of the suite rather than a skip, which CI's LM_ONLY_GPU_SKIPS would count). */
+#define LM_TEST_MAIN_WITH(tests, env, extra)                                                      \
+  int main(int argc, char **argv) {                                                              \
+    lm_test_init(&argc, &argv);                                                                   \
+    struct CMUnitTest all_[sizeof(tests) / sizeof((tests)[0]) + 1];                               \
+    size_t n_ = sizeof(tests) / sizeof((tests)[0]);                                               \
+    memcpy(all_, (tests), sizeof(tests));                                                         \
+    if (getenv(env)) all_[n_++] = (struct CMUnitTest)cmocka_unit_test(extra);                     \
+    return lm_test_run(all_, n_, lm_test_basename(argv[0]));                                      \
+  }
+
 /* A program that abandons MPI traffic on purpose (a rank that skips a call, so messages stay
  * unreceived; an agreement that timed out, whose nonblocking collective MPI cannot cancel; failure
  * notices nobody reads) says so with this line at file scope: under LeakSanitizer, what MPI

@@ -471,12 +471,4 @@ static const struct CMUnitTest tests[] = {
 
 /* test_parts_in_place belongs to the suite where the node-local suite asks for it
  * (LM_TEST_EXPECT_PARTS, tests/script_node_local.sh); elsewhere it is not part of it, not a skip. */
-int main(int argc, char **argv) {
-  lm_test_init(&argc, &argv);
-  struct CMUnitTest all[sizeof tests / sizeof tests[0] + 1];
-  size_t n = sizeof tests / sizeof tests[0];
-  memcpy(all, tests, sizeof tests);
-  if (getenv("LM_TEST_EXPECT_PARTS"))
-    all[n++] = (struct CMUnitTest)cmocka_unit_test(test_parts_in_place);
-  return lm_test_run(all, n, lm_test_basename(argv[0]));
-}
+LM_TEST_MAIN_WITH(tests, "LM_TEST_EXPECT_PARTS", test_parts_in_place)
