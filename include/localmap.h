@@ -558,7 +558,12 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType d
 
 /* ---------------------------------------------------------------------------------------------
  * Dist tensors: refcounted handles. A tensor holds a reference on its mesh.
- * Local shards are compact row-major buffers. On a rank outside the mesh a tensor is a placeholder
+ * Local shards are compact row-major buffers, except a host array borrowed with padded rows
+ * (LM_FROM_LOCAL_BORROW or lm_dist_tensor_from_managed with strides each a multiple of the next
+ * and the innermost 1, e.g. a ScaLAPACK array with LLD_ > LOCr): its views (lm_dist_tensor_local,
+ * _export, lm_local_map's fn) give those strides, and reshards, plans, groups and gather read and
+ * write it through a compact copy of the shard (one more local copy each way, no more memory
+ * traffic between ranks). On a rank outside the mesh a tensor is a placeholder
  * with an empty local shard (it still knows its global shape, dtype and placements).
  * Scalars: a tensor of ndim 0 (global_shape may be NULL) is first-class. It holds one element on
  * every member and takes Replicate and Partial placements everywhere: zeros, from_local (every
@@ -593,7 +598,8 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_m
 /* Flags of lm_dist_tensor_from_local. */
 /** lm_dist_tensor_from_local flag: copy the shard (any strides) into a buffer the tensor owns. */
 #define LM_FROM_LOCAL_COPY 0u
-/** lm_dist_tensor_from_local flag: wrap the caller's compact buffer; it must outlive the tensor. */
+/** lm_dist_tensor_from_local flag: wrap the caller's buffer (compact, or padded rows of host
+ * memory: strides each a multiple of the next, the innermost 1); it must outlive the tensor. */
 #define LM_FROM_LOCAL_BORROW 1u
 
 /** Builds a tensor from this rank's shard `local`. With strides, the span that shape x strides
@@ -614,7 +620,7 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out,
 
 /** Like lm_dist_tensor_from_local with LM_FROM_LOCAL_BORROW, but takes ownership of `local` on
  * success: its deleter is called when the tensor dies. On failure ownership stays with the caller.
- * The managed tensor must be compact row-major. */
+ * The managed tensor must be compact row-major, or padded rows of host memory (see above). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *out, lm_mesh_t mesh,
                                                             DLManagedTensor *local,
                                                             const lm_placement_t *placements,
@@ -649,8 +655,9 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_gather(lm_dist_tensor_t tensor, i
  * must be the 2-D process grid [NPROW, NPCOL] with the BLACS grid's ranks in its order (mesh
  * coordinate (r, c) = grid process (r, c); see localmap_scalapack.h). Its local shard is
  * [LOCc(N), LOCr(M)]. flags: LM_FROM_LOCAL_BORROW wraps `data` without a copy (it must outlive
- * the tensor; LLD_ must equal max(1, LOCr), else LM_ERR_NOT_SUPPORTED), LM_FROM_LOCAL_COPY copies
- * it (any LLD_ >= max(1, LOCr)). CTXT_ is not read. Errors name the descriptor entry:
+ * the tensor; with LLD_ > LOCr the shard's rows are padded, strides {LLD_, 1}: see the tensor
+ * section; device arrays need LLD_ = max(1, LOCr), else LM_ERR_NOT_SUPPORTED), LM_FROM_LOCAL_COPY
+ * copies it (any LLD_ >= max(1, LOCr)). CTXT_ is not read. Errors name the descriptor entry:
  * LM_ERR_INVALID_ARGUMENT for a negative M_/N_, blocks < 1, a source outside the grid, LLD_ too
  * small or a mesh that is not 2-D; LM_ERR_NOT_SUPPORTED for another DTYPE_. A rank outside the
  * mesh gets a placeholder (data is not read). An array allocated with lm_tensor_alloc (after the
@@ -663,8 +670,8 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_scalapack(lm_dist_tensor_t *
 
 /** Writes the ScaLAPACK descriptor (LM_SCALAPACK_DLEN ints) of a 2-D tensor [N, M] on a 2-D mesh
  * read as the column-major M x N matrix, the converse of lm_dist_tensor_from_scalapack: CTXT_ =
- * ctxt, LLD_ = max(1, local extent of dim 1); its local shard (lm_dist_tensor_local) is the local
- * array. Mesh dim 0 must split tensor dim 1 and mesh dim 1 tensor dim 0, each as BlockCyclic (its
+ * ctxt, LLD_ = max(1, local extent of dim 1) (a padded borrow's own LLD_); its local shard
+ * (lm_dist_tensor_local) is the local array. Mesh dim 0 must split tensor dim 1 and mesh dim 1 tensor dim 0, each as BlockCyclic (its
  * block and source) or a lone Shard (block ceil(extent / mesh extent), source 0), or have mesh
  * extent 1; anything else (Partial, ragged, co-shards, the other dim) is LM_ERR_NOT_SUPPORTED
  * naming the placement. Local. */
@@ -697,7 +704,8 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local_shape(lm_dist_tensor_t tens
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local_offset(lm_dist_tensor_t tensor,
                                                             int64_t *offset, int n);
 /** A view of the local shard; its shape points into the tensor, valid while the tensor lives.
- * strides is NULL (compact row-major). Writing through the view changes the tensor. */
+ * strides is NULL (compact row-major), or the element strides of a padded borrow (above). Writing
+ * through the view changes the tensor. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local(lm_dist_tensor_t tensor, DLTensor *view);
 /** Exports the local shard as a DLManagedTensor that holds a reference on the tensor; the consumer
  * calls its deleter once. */

@@ -472,7 +472,8 @@ class dist_tensor {
     check(lm_dist_tensor_local(h_, &v));
     return v;
   }
-  /// The local shard's data as T*.
+  /// The local shard's data as T* (its first element: a padded borrow's rows are local().strides
+  /// apart, not its extents).
   template <class T>
   T *local_data() const {
     return static_cast<T *>(local().data);

@@ -566,6 +566,117 @@ static void test_from_local_copy_strided(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
+/* lm_local_map's fn on a padded input: the view has the input's strides; it returns the sum of
+ * each row (read through the strides) as a compact [rows] output. */
+static lm_status_t row_sums(void *user, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                            lm_arg_t *out) {
+  (void)user, (void)mesh, (void)nin, (void)nout;
+  const DLTensor *x = (const DLTensor *)in[0].ptr;
+  if (!x->strides || x->strides[1] != 1) return LM_ERR_INVALID_ARGUMENT; /* padded rows expected */
+  DLManagedTensor *y = NULL;
+  lm_status_t st = lm_tensor_alloc(&y, 1, x->shape, LM_INT32, LM_CPU);
+  if (st != LM_SUCCESS) return st;
+  for (int64_t i = 0; i < x->shape[0]; ++i) {
+    int32_t sum = 0;
+    for (int64_t j = 0; j < x->shape[1]; ++j) sum += ((const int32_t *)x->data)[i * x->strides[0] + j];
+    ((int32_t *)y->dl_tensor.data)[i] = sum;
+  }
+  out[0] = lm_arg_managed(y);
+  return LM_SUCCESS;
+}
+
+/* A padded borrow (LM_FROM_LOCAL_BORROW of the first 3 columns of a row-major 4 x 5 array, strides
+ * {5, 1}; also a column [4, 1]): no copy, views with the strides (local, export, lm_local_map),
+ * reshards and gather read it, a plan and a nonblocking request write into it, the padding never
+ * touched; transposed strides are still refused. */
+static void test_from_local_borrow_padded(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_1d();
+  int32_t base[4 * 5], back[4 * 5];
+  for (int i = 0; i < 20; ++i) base[i] = 100 + i;
+  int64_t shape[2] = {4, 3}, strides[2] = {5, 1};
+  DLTensor t = dl(base, 2, shape, LM_INT32), v;
+  t.strides = strides;
+  lm_placement_t rep[1] = {{LM_REPLICATE, 0, 0, 0}}, s0[1] = {S_(0)};
+  lm_dist_tensor_t x = NULL, y = NULL, z = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, m, &t, rep, LM_SHAPE_EVEN, NULL,
+                                             LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(x, &v));
+  int ok = v.data == (void *)base && v.strides && v.strides[0] == 5 && v.strides[1] == 1;
+  DLManagedTensor *e = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_export(x, &e));
+  ok &= e->dl_tensor.data == (void *)base && e->dl_tensor.strides && e->dl_tensor.strides[0] == 5;
+  e->deleter(e);
+  /* Read: a reshard to row shards and a gather see the 4 x 3 matrix. */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, NULL, s0));
+  int64_t ls[2] = {0, 0}, lo[2] = {0, 0};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local_shape(y, ls, 2));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local_offset(y, lo, 2));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(y, &v));
+  ok &= v.strides == NULL;
+  for (int64_t i = 0; i < ls[0]; ++i)
+    for (int j = 0; j < 3; ++j) ok &= ((int32_t *)v.data)[i * 3 + j] == base[(lo[0] + i) * 5 + j];
+  int32_t full[12];
+  int64_t fs[2] = {4, 3};
+  DLTensor ft = dl(full, 2, fs, LM_INT32);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(x, -1, &ft));
+  for (int i = 0; i < 12; ++i) ok &= full[i] == base[(i / 3) * 5 + i % 3];
+  /* lm_local_map sees the strides. */
+  lm_arg_t in[1] = {lm_arg_dist(x)}, out[1];
+  const lm_placement_t *opl[1] = {rep};
+  LM_ASSERT_OK_ALL(lm_local_map(row_sums, NULL, 1, in, NULL, 1, opl, NULL, NULL, 0, out));
+  z = (lm_dist_tensor_t)out[0].ptr;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_local(z, &v));
+  for (int i = 0; i < 4; ++i) ok &= ((int32_t *)v.data)[i] == 3 * (100 + 5 * i) + 3;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&z));
+  /* Written: a plan and a nonblocking request from the row shards into a padded borrow. */
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < 20; ++i) back[i] = i % 5 < 3 ? -1 : -7;
+    t.data = back;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&z, m, &t, rep, LM_SHAPE_EVEN, NULL,
+                                               LM_FROM_LOCAL_BORROW));
+    lm_reshard_plan_t plan = NULL;
+    LM_ASSERT_OK(lm_reshard_plan_create(&plan, m, s0, NULL, rep, 2, shape, LM_INT32));
+    if (k == 0) {
+      LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, y, z));
+    } else {
+      lm_request_t q = NULL;
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, y, z, &q));
+      LM_ASSERT_OK_ALL(lm_request_wait(&q));
+    }
+    for (int i = 0; i < 20; ++i) ok &= back[i] == (i % 5 < 3 ? base[i] : -7);
+    LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&z));
+  }
+  /* A column [4, 1] (strides {5, 1}: one element per row of the array) is padded too; as a 1-D
+   * tensor (strides {5}) it is not (no dim to pad): refused below. */
+  int64_t cshape[2] = {4, 1}, cstr[2] = {5, 1};
+  DLTensor c = dl(base + 1, 2, cshape, LM_INT32);
+  c.strides = cstr;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&z, m, &c, rep, LM_SHAPE_EVEN, NULL,
+                                             LM_FROM_LOCAL_BORROW));
+  int32_t col[4];
+  DLTensor ct = dl(col, 2, cshape, LM_INT32);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(z, -1, &ct));
+  for (int i = 0; i < 4; ++i) ok &= col[i] == base[1 + 5 * i];
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&z));
+  LM_ASSERT_ALL(ok);
+  /* Transposed (not nested) strides stay refused for a borrow. */
+  int64_t tst[2] = {1, 4};
+  t.strides = tst;
+  t.data = base;
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&z, m, &t, rep, LM_SHAPE_EVEN, NULL,
+                                          LM_FROM_LOCAL_BORROW),
+                LM_ERR_INVALID_ARGUMENT, "neither compact nor padded");
+  c.ndim = 1;
+  LM_EXPECT_ALL(lm_dist_tensor_from_local(&z, m, &c, rep, LM_SHAPE_EVEN, NULL,
+                                          LM_FROM_LOCAL_BORROW),
+                LM_ERR_INVALID_ARGUMENT, "neither compact nor padded");
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&y));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&x));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
 static void test_from_local_borrow_vs_copy(void **state) {
   lm_mesh_t m = mesh_1d();
   lm_placement_t pl[1];
@@ -1459,6 +1570,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_from_local_even),
     cmocka_unit_test(test_from_local_allgather),
     cmocka_unit_test(test_from_local_copy_strided),
+    cmocka_unit_test(test_from_local_borrow_padded),
     cmocka_unit_test(test_from_local_borrow_vs_copy),
     cmocka_unit_test(test_from_managed_ownership),
     cmocka_unit_test(test_export),

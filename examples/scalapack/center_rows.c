@@ -72,10 +72,13 @@ int main(int argc, char **argv) {
   Cblacs_gridinit(&ctxt, "Row", nprow, npcol);
   Cblacs_gridinfo(ctxt, &nprow, &npcol, &myrow, &mycol);
 
-  /* The ScaLAPACK matrix: local array of LOCr x LOCc, column-major, LLD = max(1, LOCr). */
+  /* The ScaLAPACK matrix: local array of LOCr x LOCc, column-major, with one leading dimension on
+   * every process, as many programs choose it: the most local rows (process row 0's), so LLD >
+   * LOCr where a process row holds fewer (the borrow then reads and writes padded rows). */
   const int locr = numroc_(&M, &MB, &myrow, &zero, &nprow);
   const int locc = numroc_(&N, &NB, &mycol, &zero, &npcol);
-  int lld = locr > 1 ? locr : 1, desc[LM_SCALAPACK_DLEN];
+  const int most = numroc_(&M, &MB, &zero, &zero, &nprow);
+  int lld = most > 1 ? most : 1, desc[LM_SCALAPACK_DLEN];
   descinit_(desc, &M, &N, &MB, &NB, &zero, &zero, &ctxt, &lld, &info);
   double *A = (double *)malloc(sizeof(double) * (size_t)(lld * (locc ? locc : 1)));
   for (int jl = 1; jl <= locc; ++jl)

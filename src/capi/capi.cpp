@@ -555,12 +555,12 @@ LM_API lm_status_t lm_dist_tensor_local(lm_dist_tensor_t tensor, DLTensor *view)
   return guard([&] {
     lm_dist_tensor_s *t = tensor_check(tensor, "lm_dist_tensor_local");
     OUT_ARG(view, "view", "lm_dist_tensor_local");
-    view->data = t->data();
+    view->data = t->base();
     view->device = t->device;
     view->ndim = t->layout.ndim();
     view->dtype = t->dtype;
     view->shape = t->local.len.data();
-    view->strides = nullptr;
+    view->strides = t->padded() ? t->pad_strides.data() : nullptr;  // a padded borrow's rows
     view->byte_offset = 0;
   });
 }
@@ -569,7 +569,7 @@ namespace {
 struct ExportCtx {
   DLManagedTensor mt;
   lm_dist_tensor_s *t;
-  Shape shape;
+  Shape shape, strides;
 };
 void export_deleter(DLManagedTensor *self) {
   ExportCtx *c = static_cast<ExportCtx *>(self->manager_ctx);
@@ -585,12 +585,13 @@ LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTenso
     auto owner = std::make_unique<ExportCtx>();
     ExportCtx *c = owner.get();
     c->shape = t->local.len;
-    c->mt.dl_tensor.data = t->data();
+    c->strides = t->pad_strides;
+    c->mt.dl_tensor.data = t->base();
     c->mt.dl_tensor.device = t->device;
     c->mt.dl_tensor.ndim = t->layout.ndim();
     c->mt.dl_tensor.dtype = t->dtype;
     c->mt.dl_tensor.shape = c->shape.data();
-    c->mt.dl_tensor.strides = nullptr;
+    c->mt.dl_tensor.strides = t->padded() ? c->strides.data() : nullptr;
     c->mt.dl_tensor.byte_offset = 0;
     c->mt.manager_ctx = c;
     c->mt.deleter = export_deleter;

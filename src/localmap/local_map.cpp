@@ -521,12 +521,12 @@ void LocalMapCall::move_inputs() {
     if (in_[i].kind != LM_ARG_DIST_TENSOR) continue;
     lm_dist_tensor_s *t = temps_[i] ? temps_[i] : objs_[i];
     DLTensor &v = views_[i];
-    v.data = t->data();
+    v.data = t->base();
     v.device = t->device;
     v.ndim = t->layout.ndim();
     v.dtype = t->dtype;
     v.shape = t->local.len.data();
-    v.strides = nullptr;
+    v.strides = t->padded() ? t->pad_strides.data() : nullptr;  // a padded borrow's rows
     v.byte_offset = 0;
     args_[i].kind = LM_ARG_TENSOR;
     args_[i].ptr = &v;

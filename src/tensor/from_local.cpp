@@ -60,6 +60,7 @@ struct FromLocal {
   DLManagedTensor *managed;
   const char *fn;
   Shape ls;          // the local shape (members)
+  Shape pad;         // a padded borrow: the extents of the array it lies in (else empty)
   int64_t numel = 1;
   bool borrow = false;
   bool level2 = false;  // LM_CHECK=2: the local modes also check every rank's extents, collectively
@@ -97,9 +98,19 @@ void check_local(FromLocal &c) {
     check_strides_span(local, dtype_size(dt), ArgName(fn, "local").c_str());
     if (c.borrow) check_alignment(local, dt, ArgName(fn, "local").c_str());
   }
-  if (c.borrow && m->member)
-    LM_CHECK_ARG(is_compact(local),
-                 "%s: local has strides that are not compact row-major; use LM_FROM_LOCAL_COPY", fn);
+  if (c.borrow && m->member) {
+    // A borrow keeps compact row-major strides, or padded rows of a host array (its strides
+    // nested, each a multiple of the next: a ScaLAPACK array with LLD_ > LOCr, a slice of a C
+    // array), also when adopted (lm_dist_tensor_from_managed).
+    Shape pad;
+    const bool padded = !is_compact(local) && padded_extents(local, &pad);
+    LM_CHECK_ARG(is_compact(local) || (padded && !is_device(local->device)),
+                 "%s: local has strides that are %s; use LM_FROM_LOCAL_COPY", fn,
+                 padded ? "padded rows of device memory (a device borrow must be compact)"
+                        : "neither compact nor padded row-major (each stride a multiple of the "
+                          "next, the innermost 1)");
+    if (padded) c.pad = pad;
+  }
   if (is_device(local->device) && m->member && c.numel > 0)
     check_device_pointer(static_cast<const char *>(local->data) + local->byte_offset,
                          local->device, ArgName(fn, "local->data").c_str());
@@ -184,9 +195,14 @@ void attach_storage(lm_dist_tensor_s *t, FromLocal &c) {
   const DLTensor *local = c.local;
   void *at = static_cast<char *>(local->data) + local->byte_offset;
   if (c.managed || c.borrow) {
+    if (!c.pad.empty()) {
+      t->pad = c.pad;
+      t->pad_strides.assign(c.pad.size(), 1);
+      for (size_t i = c.pad.size() - 1; i > 0; --i) t->pad_strides[i - 1] = t->pad_strides[i] * c.pad[i];
+    }
     auto s = std::make_shared<Storage>();
     s->data = at;
-    s->bytes = t->local_bytes();
+    s->bytes = t->span_bytes();
     s->managed = c.managed;
     t->storage = s;
   } else if (is_device(local->device)) {  // a device copy in the mesh's stream order

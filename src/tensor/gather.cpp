@@ -71,8 +71,10 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   std::unique_ptr<Plan> plan;
   std::string err;
   lm_status_t st = LM_SUCCESS;
+  CompactShards cs;  // a padded shard's compact stand-in
   try {
     plan = prepare(t, root, receives, dst);
+    t = cs.add(t, false);
   } catch (const Error &e) {
     err = e.message();
     st = e.status();

@@ -68,10 +68,10 @@ void check_overlaps(const std::vector<lm_dist_tensor_s *> &S,
   };
   std::vector<Span> v;
   for (size_t i = 0; i < S.size(); ++i) {
-    if (S[i]->data() && S[i]->local_bytes())
-      v.push_back({(uintptr_t)S[i]->data(), (uintptr_t)S[i]->data() + S[i]->local_bytes(), false, i});
-    if (D[i]->data() && D[i]->local_bytes())
-      v.push_back({(uintptr_t)D[i]->data(), (uintptr_t)D[i]->data() + D[i]->local_bytes(), true, i});
+    if (S[i]->base() && S[i]->span_bytes())
+      v.push_back({(uintptr_t)S[i]->base(), (uintptr_t)S[i]->base() + S[i]->span_bytes(), false, i});
+    if (D[i]->base() && D[i]->span_bytes())
+      v.push_back({(uintptr_t)D[i]->base(), (uintptr_t)D[i]->base() + D[i]->span_bytes(), true, i});
   }
   std::sort(v.begin(), v.end(), [](const Span &a, const Span &b) { return a.lo < b.lo; });
   const Span *far = nullptr;  // the span reaching furthest so far
@@ -86,9 +86,10 @@ void check_overlaps(const std::vector<lm_dist_tensor_s *> &S,
   }
 }
 
-// The local checks of an execution: sizes, handles, layouts, overlaps, memory kinds.
+// The local checks of an execution: sizes, handles, layouts, overlaps, memory kinds. Then S and D
+// hold compact stand-ins (cs) for padded shards.
 void group_check_tensors(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
-                         const lm_dist_tensor_t *dst, const char *fn,
+                         const lm_dist_tensor_t *dst, const char *fn, CompactShards &cs,
                          std::vector<lm_dist_tensor_s *> &S, std::vector<lm_dist_tensor_s *> &D) {
   LM_CHECK_ARG(n == (int)g->entries.size(), "%s: n is %d, the group has %zu entries", fn, n,
                g->entries.size());
@@ -109,23 +110,30 @@ void group_check_tensors(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *s
                  (int)S[0]->device.device_type);
   }
   check_overlaps(S, D, fn);
+  for (size_t i = 0; i < S.size(); ++i) {
+    S[i] = cs.add(S[i], false);
+    D[i] = cs.add(D[i], true);
+  }
 }
 
 // Checks the tensors and, at LM_CHECK >= 1, agrees with the other ranks on the whole group (one
 // round). Returns whether this rank takes part.
 bool group_prepare(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
-                   const lm_dist_tensor_t *dst, const char *fn,
+                   const lm_dist_tensor_t *dst, const char *fn, CompactShards &cs,
                    std::vector<lm_dist_tensor_s *> &S, std::vector<lm_dist_tensor_s *> &D) {
   const bool involved = g->src_mesh->member || g->dst_mesh->member;
   const int level = check_level(g->src_mesh, g->dst_mesh);
   if (level == 0 || !involved) {
-    group_check_tensors(g, n, src, dst, fn, S, D);
+    group_check_tensors(g, n, src, dst, fn, cs, S, D);
     return involved;
   }
   lm_status_t st = LM_SUCCESS;
   std::string err;
   try {
-    group_check_tensors(g, n, src, dst, fn, S, D);
+    group_check_tensors(g, n, src, dst, fn, cs, S, D);
+  } catch (const std::bad_alloc &) {
+    st = LM_ERR_OUT_OF_MEMORY;
+    err = strfmt("%s: out of memory", fn);
   } catch (const Error &e) {  // joins the agreement with its failure, so no rank waits for it
     st = e.status();
     err = e.message();
@@ -282,7 +290,8 @@ void group_execute(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
                    const lm_dist_tensor_t *dst) {
   const char *fn = "lm_reshard_group_execute";
   std::vector<lm_dist_tensor_s *> S, D;
-  if (!group_prepare(g, n, src, dst, fn, S, D) || n == 0) return;
+  CompactShards cs;
+  if (!group_prepare(g, n, src, dst, fn, cs, S, D) || n == 0) return;
   try {
     TimeoutScope ts(call_timeout(g->src_mesh, g->dst_mesh));
     if (is_device(S[0]->device)) {
@@ -295,13 +304,15 @@ void group_execute(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
     if (g->exec) g->exec->abandon();
     mesh_break(g->src_mesh, e, g->dst_mesh);
   }
+  cs.finish();
 }
 
 lm_request_s *group_start(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
                           const lm_dist_tensor_t *dst) {
   const char *fn = "lm_reshard_group_start";
   std::vector<lm_dist_tensor_s *> S, D;
-  if (!group_prepare(g, n, src, dst, fn, S, D) || n == 0) return nullptr;
+  auto cs = std::make_unique<CompactShards>();
+  if (!group_prepare(g, n, src, dst, fn, *cs, S, D) || n == 0) return nullptr;
   try {
     TimeoutScope ts(call_timeout(g->src_mesh, g->dst_mesh));
     if (is_device(S[0]->device)) {  // enqueued on the streams: complete for the host
@@ -315,6 +326,7 @@ lm_request_s *group_start(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *
   }
   auto r = std::make_unique<lm_request_s>();
   r->group = g;
+  if (!cs->empty()) r->compact = std::move(cs);  // copied back into the targets at completion
   for (auto *t : S) {
     tensor_retain(t);
     r->tensors.push_back(t);
@@ -349,7 +361,10 @@ bool group_request_progress(lm_request_s *r, bool block) {
     g->exec->abandon();
     mesh_break(g->src_mesh, e, g->dst_mesh);
   }
-  if (done) end();
+  if (done) {
+    end();
+    if (r->compact) r->compact->finish();
+  }
   return done;
 }
 

@@ -130,12 +130,12 @@ void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tens
                (int)s->device.device_type, dname, (int)d->device.device_type);
   // Any overlap of the two shards' bytes (two tensors may borrow one buffer): the copy would read
   // what it already overwrote.
-  const uintptr_t sp = (uintptr_t)s->data(), dp = (uintptr_t)d->data();
-  if (sp && dp && s->local_bytes() && d->local_bytes() && sp < dp + d->local_bytes() &&
-      dp < sp + s->local_bytes())
+  const uintptr_t sp = (uintptr_t)s->base(), dp = (uintptr_t)d->base();
+  const size_t sb = s->span_bytes(), db = d->span_bytes();
+  if (sp && dp && sb && db && sp < dp + db && dp < sp + sb)
     fail(LM_ERR_INVALID_ARGUMENT, "%s: %s's memory overlaps %s's (bytes [%p, +%zu) and "
-         "[%p, +%zu) on rank %d)", fn, dname, sname, d->data(), d->local_bytes(), s->data(),
-         s->local_bytes(), world_rank_or_minus1());
+         "[%p, +%zu) on rank %d)", fn, dname, sname, d->base(), db, s->base(), sb,
+         world_rank_or_minus1());
 }
 
 namespace {
@@ -182,9 +182,15 @@ void fused_pack(void *ctx, char *bank) {
 // on the plan (meshes, layouts, shape, dtype) before any data moves. Returns whether this rank
 // takes part at all. board (blocking executions; NULL otherwise): set when the agreement round
 // also moved the data (the board exchange): the caller then only copies it out (board_unpack).
+// cs: compact stand-ins for padded shards (*so and *dso are then the stand-ins).
 bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                  const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso,
-                  bool *board = nullptr) {
+                  const char *fn, CompactShards &cs, lm_dist_tensor_s **so,
+                  lm_dist_tensor_s **dso, bool *board = nullptr) {
+  auto check = [&] {
+    plan_check_tensors(p, src, dst, fn, so, dso);
+    *so = cs.add(*so, false);
+    *dso = cs.add(*dso, true);
+  };
   if (board) *board = false;
   const int level = check_level(p->src_mesh, p->dst_mesh);
   // At level 0 no agreement runs before the data moves, except where the data moves with it:
@@ -195,13 +201,16 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
                            (p->agree || (p->agree = collective_comm(p->src_mesh, p->dst_mesh))) &&
                            fused_exchange(p);
   if ((level == 0 && !board_round) || !p->plan->involved) {
-    plan_check_tensors(p, src, dst, fn, so, dso);
+    check();
     return p->plan->involved;
   }
   lm_status_t st = LM_SUCCESS;
   std::string err;
   try {
-    plan_check_tensors(p, src, dst, fn, so, dso);
+    check();
+  } catch (const std::bad_alloc &) {
+    st = LM_ERR_OUT_OF_MEMORY;
+    err = strfmt("%s: out of memory", fn);
   } catch (const Error &e) {
     // A broken mesh joins the agreement with its failure too (as every collective call does), so
     // that no rank waits for it; a mesh broken by a deadline fails at once in agree().
@@ -261,9 +270,11 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   const char *fn = "lm_reshard_plan_execute";
   lm_dist_tensor_s *s = nullptr, *d = nullptr;
   bool board = false;
-  if (!plan_prepare(p, src, dst, fn, &s, &d, &board)) return;
+  CompactShards cs;
+  if (!plan_prepare(p, src, dst, fn, cs, &s, &d, &board)) return;
   if (board) {  // the round moved the data: copy it out (memory reads, nothing to fail)
     p->fused->unpack(s->data(), d->data());
+    cs.finish();
     return;
   }
   try {
@@ -279,13 +290,16 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
     p->plan->abandon();
     mesh_break(p->src_mesh, e, p->dst_mesh);
   }
+  cs.finish();
 }
 
 lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
                          const char *fn) {
   lm_dist_tensor_s *s = nullptr, *d = nullptr;
-  if (!plan_prepare(p, src, dst, fn, &s, &d)) return nullptr;
+  auto cs = std::make_unique<CompactShards>();
+  if (!plan_prepare(p, src, dst, fn, *cs, &s, &d)) return nullptr;
   auto r = std::make_unique<lm_request_s>();
+  if (!cs->empty()) r->compact = std::move(cs);  // copied back into dst at completion
   r->plan = p;
   tensor_retain(s);
   r->src = s;
@@ -344,6 +358,7 @@ bool request_progress(lm_request_s *r, bool block) {
   }
   if (!done) return false;
   request_end(r);
+  if (r->compact) r->compact->finish();
   return true;
 }
 

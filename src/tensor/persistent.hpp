@@ -5,6 +5,7 @@
 
 #include "exec/device_run.hpp"
 #include "exec/plan.hpp"
+#include "tensor/tensor.hpp"
 
 namespace lm {
 constexpr uint32_t kPlanMagic = 0x4e504d4cu;     // "LMPN"
@@ -35,6 +36,7 @@ struct lm_request_s {
   lm_dist_tensor_s *src = nullptr, *dst = nullptr;  // retained until completion
   std::vector<lm_dist_tensor_s *> tensors;           // a group's sources and targets, retained
   std::unique_ptr<lm::DeviceRequest> dev;            // device tensors: host staging in flight
+  std::unique_ptr<lm::CompactShards> compact;        // padded shards' stand-ins (tensor.hpp)
   ~lm_request_s();
 };
 

@@ -52,12 +52,13 @@ struct Reshard {
   FusedExchange *fused = nullptr;  // a same-mesh host plan that can take the board exchange
   bool alias = false;
   bool moved = false;  // the agreement round moved the data (the board exchange)
+  CompactShards cs;    // a padded source's compact stand-in (then t is the stand-in)
 };
 
 // Checks, plan and output buffer: everything that can fail locally, so that with the agreement
 // a failure on one rank is a failure on all.
 void prepare(Reshard &r) {
-  lm_dist_tensor_s *t = r.t;
+  lm_dist_tensor_s *t = r.t = r.cs.add(r.t, false);
   mesh_check_usable(r.sm, ArgName(r.fn, "src mesh").c_str());
   mesh_check_usable(r.dm, ArgName(r.fn, "dst_mesh").c_str());
   MPI_Comm comm = transfer_comm(r.sm, r.dm, r.fn);

@@ -6,11 +6,13 @@
 // with leading dimension LLD. Read row-major, those bytes are the [LOCc, LOCr] shard of the
 // tensor of global shape [N, M] (the matrix's row-major view: tensor dim 0 is the matrix column,
 // dim 1 the matrix row), laid out as [BC(1, MB, RSRC), BC(0, NB, CSRC)] over the 2-D mesh
-// [NPROW, NPCOL]. So the borrow needs no copy and no new kind of storage; a Fortran caller (whose
-// binding reverses dims) sees the matrix as (M, N).
+// [NPROW, NPCOL]. So the borrow needs no copy and no new kind of storage (with LLD > LOCr the
+// shard's rows are padded: tensor.hpp); a Fortran caller (whose binding reverses dims) sees the
+// matrix as (M, N).
 #include <climits>
 
 #include "common/error.hpp"
+#include "mem/cuda.hpp"
 #include "mesh/collective.hpp"
 #include "tensor/ops.hpp"
 
@@ -74,8 +76,9 @@ void desc_dim(const Layout &L, int md, int *block, int *src, const char *fn) {
 }
 
 // This member's local array [LOCc, LOCr] with row stride LLD_, checked against the descriptor.
-void local_array(const lm_mesh_s *m, const int *desc, unsigned flags, int64_t *shape,
-                 int64_t *strides, const char *fn) {
+// A borrowed host array with LLD_ > LOCr is a padded shard (tensor.hpp): rows of LLD_ elements.
+void local_array(const lm_mesh_s *m, const int *desc, unsigned flags, DLDevice device,
+                 int64_t *shape, int64_t *strides, const char *fn) {
   const Shape &ms = m->grid->shape();
   const int64_t locr = cyclic_extent(desc[kM], desc[kMb], m->coord[0], desc[kRsrc], ms[0]);
   const int64_t locc = cyclic_extent(desc[kN], desc[kNb], m->coord[1], desc[kCsrc], ms[1]);
@@ -86,11 +89,12 @@ void local_array(const lm_mesh_s *m, const int *desc, unsigned flags, int64_t *s
                "max(1, LOCr) = %lld, the local rows at grid coordinate (%lld, %lld)", fn,
                desc[kLld], (long long)(locr > 1 ? locr : 1), (long long)m->coord[0],
                (long long)m->coord[1]);
-  if (desc[kLld] != locr && locc > 1 && locr > 0 && flags == LM_FROM_LOCAL_BORROW)
+  if (desc[kLld] != locr && locc > 1 && locr > 0 && flags == LM_FROM_LOCAL_BORROW &&
+      is_device(device))
     fail(LM_ERR_NOT_SUPPORTED, "%s: desc[8] (LLD_) = %d exceeds the local rows (%lld) at grid "
-         "coordinate (%lld, %lld): a borrowed array needs LLD_ = max(1, LOCr); pass "
-         "LM_FROM_LOCAL_COPY to copy it", fn, desc[kLld], (long long)locr,
-         (long long)m->coord[0], (long long)m->coord[1]);
+         "coordinate (%lld, %lld): a borrowed device array needs LLD_ = max(1, LOCr) (host "
+         "arrays may be padded); pass LM_FROM_LOCAL_COPY to copy it", fn, desc[kLld],
+         (long long)locr, (long long)m->coord[0], (long long)m->coord[1]);
 }
 
 }  // namespace
@@ -111,7 +115,7 @@ lm_dist_tensor_s *tensor_from_scalapack(lm_mesh_s *m, const int *desc, void *dat
   local.shape = shape;
   if (m->member) {
     try {
-      local_array(m, desc, flags, shape, strides, fn);
+      local_array(m, desc, flags, device, shape, strides, fn);
     } catch (const Error &e) {  // LM_CHECK=2 makes the local modes collective: agree on it
       if (m->check_level >= 2)
         agree_call(fn, m, nullptr, nullptr, nullptr, nullptr, e.status(), e.message());
@@ -138,6 +142,7 @@ void tensor_scalapack_desc(const lm_dist_tensor_s *t, int ctxt, int *desc, const
   desc_dim(L, 1, &out[kNb], &out[kCsrc], fn);
   const int64_t locr = t->mesh->member ? t->local.len[1] : 0;  // also when N is 0
   out[kLld] = locr > 1 ? (int)locr : 1;
+  if (t->padded()) out[kLld] = (int)t->pad[1];  // a borrowed array's own LLD_ (its rows' stride)
   for (int i = 0; i < 9; ++i) desc[i] = out[i];
 }
 

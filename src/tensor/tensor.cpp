@@ -251,6 +251,31 @@ void check_partial_dtype(const lm_placement_t *pl, int n, DType dt, const char *
     if (pl[i].kind == LM_PARTIAL) check_reduce(dt, pl[i].op, what);
 }
 
+bool padded_extents(const DLTensor *t, Shape *pad) {
+  const int n = t->ndim;
+  pad->assign(t->shape, t->shape + n);
+  for (int i = 0; i < n; ++i)
+    if (t->shape[i] == 0) return true;  // nothing to address: compact
+  if (!t->strides) return true;
+  int prev = -1;  // the next inner dim of extent > 1 (dims of extent 1 keep extent 1)
+  for (int i = n - 1; i >= 0; --i) {
+    if (t->shape[i] == 1) continue;
+    const int64_t st = t->strides[i];
+    if (prev < 0) {  // the innermost dim of extent > 1: contiguous, or followed by dims of
+      if (st != 1) {  // extent 1, the last of which its stride pads (a column of a 2-D array)
+        if (i == n - 1 || st < 1) return false;
+        (*pad)[(size_t)n - 1] = st;
+      }
+    } else {  // dim prev's extent in the array: how many of its elements fit between two of mine
+      const int64_t in = t->strides[prev];
+      if (st <= 0 || st % in != 0 || st / in < t->shape[prev]) return false;
+      (*pad)[(size_t)prev] = st / in;
+    }
+    prev = i;
+  }
+  return true;
+}
+
 void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize) {
   const char *base = static_cast<const char *>(src->data) + src->byte_offset;
   int n = src->ndim;
@@ -259,6 +284,12 @@ void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize) {
   if (total == 0) return;
   if (is_compact(src)) {
     std::memcpy(dst, base, static_cast<size_t>(total) * esize);
+    return;
+  }
+  Shape pad;
+  if (padded_extents(src, &pad)) {  // rows of the array it lies in: a box copy
+    const Shape len(src->shape, src->shape + n), zero((size_t)n, 0);
+    copy_box(dst, len, zero, base, pad, zero, len, esize);
     return;
   }
   int64_t idx[kMaxDims] = {0};
@@ -274,7 +305,54 @@ void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize) {
   }
 }
 
+CompactShards::~CompactShards() {
+  for (const One &o : v_) {
+    tensor_release(o.tmp);
+    tensor_release(o.orig);
+  }
+}
+
+lm_dist_tensor_s *CompactShards::add(lm_dist_tensor_s *t, bool target) {
+  if (!t->padded() || !t->mesh->member) return t;
+  lm_dist_tensor_s *c = tensor_new(t->mesh, t->layout, t->dtype, t->device, false);
+  try {
+    c->storage = storage_alloc(t->local_bytes(), false);
+    const Shape &len = t->local.len, zero(len.size(), 0);
+    if (!target)  // a target's stand-in needs no copy: the reshard writes every element of it
+      copy_box(c->data(), len, zero, t->base(), t->pad, zero, len, t->esize);
+    v_.reserve(v_.size() + 1);
+  } catch (...) {
+    tensor_release(c);
+    throw;
+  }
+  tensor_retain(t);
+  v_.push_back({t, c, target});
+  return c;
+}
+
+void CompactShards::finish() {
+  for (const One &o : v_) {
+    if (!o.target) continue;
+    const Shape &len = o.orig->local.len, zero(len.size(), 0);
+    copy_box(o.orig->base(), o.orig->pad, zero, o.tmp->data(), len, zero, len, o.orig->esize);
+  }
+}
+
 }  // namespace lm
+
+void lm_dist_tensor_s::padded_misuse() {
+  lm::fail(LM_ERR_INTERNAL, "a padded (strided) shard reached a path for compact "
+           "shards; please report it");
+}
+
+size_t lm_dist_tensor_s::span_bytes() const {
+  if (!padded()) return local_bytes();
+  if (local_numel() == 0) return 0;
+  size_t last = 0;  // the last element's offset
+  for (size_t i = 0; i < local.len.size(); ++i)
+    last += (size_t)(local.len[i] - 1) * (size_t)pad_strides[i];
+  return (last + 1) * esize;
+}
 
 lm_dist_tensor_s::~lm_dist_tensor_s() {
   storage.reset();

@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Dist tensors: a layout (mesh grid + placements + global shape), a dtype, a device, and this
-// rank's compact row-major shard in a refcounted storage (owned, borrowed, or a DLManagedTensor).
+// rank's row-major shard in a refcounted storage (owned, borrowed, or a DLManagedTensor). The
+// shard is compact, except where a host array was borrowed with padded rows (a ScaLAPACK array
+// with LLD_ > LOCr, a slice of a larger C array): then `pad` gives the extents of the compact
+// array it lies in (at offset 0), and the operations that move data run on a compact stand-in
+// (CompactShards) while views give the strides.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "common/dtype.hpp"
 #include "layout/layout.hpp"
@@ -30,10 +35,23 @@ struct lm_dist_tensor_s {
   lm::Box local;  // global box of this rank's shard (empty shape for non-members)
   std::shared_ptr<lm::Storage> storage;
   size_t byte_offset = 0;  // into storage->data
+  // A padded shard (host, borrowed): the extents of the compact array holding it (>= local.len,
+  // equal in dim 0) and its element strides; both empty for a compact shard.
+  lm::Shape pad, pad_strides;
 
-  void *data() const {
+  bool padded() const { return !pad.empty(); }
+  // The first element of the shard (padded or not).
+  void *base() const {
     return storage ? static_cast<char *>(storage->data) + byte_offset : nullptr;
   }
+  // The compact shard; a padded one never reaches the paths that call this (CompactShards).
+  void *data() const {
+    if (padded()) padded_misuse();
+    return base();
+  }
+  // The bytes from base() to one past the last element (local_bytes() when compact).
+  size_t span_bytes() const;
+  [[noreturn]] static void padded_misuse();
   // 0 on a non-member, also for a 0-d tensor (whose empty box would count one element).
   int64_t local_numel() const { return mesh && !mesh->member ? 0 : local.numel(); }
   size_t local_bytes() const { return static_cast<size_t>(local_numel()) * esize; }
@@ -78,8 +96,35 @@ DLManagedTensor *tensor_alloc_managed(int ndim, const int64_t *shape, DLDataType
 // src_shape / dst_shape at offsets src_off / dst_off (elements of esize bytes).
 void copy_box(void *dst, const Shape &dst_shape, const Shape &dst_off, const void *src,
               const Shape &src_shape, const Shape &src_off, const Shape &len, size_t esize);
-// Copies a strided DLTensor into a compact buffer.
+// Copies a strided DLTensor into a compact buffer (row by row where the strides are padded).
 void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize);
+// The extents `pad` of the compact row-major array that a padded DLTensor lies in at offset 0
+// (strides positive and nested: each a multiple of the next, the innermost 1; dims of extent 1
+// take any stride). False when the strides are not of that form; `pad` equals the shape when
+// the tensor is compact.
+bool padded_extents(const DLTensor *t, Shape *pad);
+
+// Compact stand-ins for padded shards during one operation: add() returns the tensor to run on
+// (t itself when compact; else a compact copy of its shard, retained here with t); finish()
+// copies the targets' stand-ins back into their padded tensors once the data has moved.
+// Allocates (LM_ERR_OUT_OF_MEMORY): call it where a local failure is agreed.
+class CompactShards {
+ public:
+  CompactShards() = default;
+  CompactShards(const CompactShards &) = delete;
+  CompactShards &operator=(const CompactShards &) = delete;
+  ~CompactShards();
+  lm_dist_tensor_s *add(lm_dist_tensor_s *t, bool target);
+  void finish();
+  bool empty() const { return v_.empty(); }
+
+ private:
+  struct One {
+    lm_dist_tensor_s *orig, *tmp;
+    bool target;
+  };
+  std::vector<One> v_;
+};
 // True when `t` is compact row-major (strides NULL or matching). An empty tensor is compact.
 bool is_compact(const DLTensor *t);
 // Checks a user tensor's strides and data before they are read or borrowed (issue 8 item 4):

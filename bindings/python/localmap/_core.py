@@ -1024,7 +1024,7 @@ def from_scalapack(a, desc, mesh, copy=None):
     array of shape (LLD_, LOCc), or its flat buffer). The tensor is the matrix's row-major view:
     global shape [N, M], placements [BlockCyclic(1, MB_, RSRC_), BlockCyclic(0, NB_, CSRC_)] over
     `mesh`, the 2-D process grid [NPROW, NPCOL]. copy=None shares a's memory (the tensor keeps `a`
-    alive; LLD_ must be max(1, LOCr)); copy=True copies (any LLD_).
+    alive; with LLD_ > LOCr its local view is a strided slice of `a`); copy=True copies.
     """
     mh = _mesh_h(mesh)
     d = [int(x) for x in desc]

@@ -145,23 +145,32 @@ _deleter = DLManagedTensorDeleter(_release)
 
 
 def managed_from_array(array):
-    """A DLManagedTensor* (as an int) over a C-contiguous, aligned, native-order numpy array,
-    without copying. The array stays alive until the C side calls the deleter."""
+    """A DLManagedTensor* (as an int) over an aligned, native-order numpy array, without
+    copying: C-contiguous, or with strides in whole elements (the C side says which it takes: a
+    padded host shard, e.g. a ScaLAPACK array with LLD_ > LOCr). The array stays alive until the
+    C side calls the deleter."""
     a = array
     m = DLManagedTensor()
     shape = (c_int64 * max(a.ndim, 1))(*a.shape)
+    strides = None
+    if not a.flags.c_contiguous and a.size:
+        isz = a.dtype.itemsize
+        if any(s % isz for s in a.strides):
+            from ._core import InvalidArgumentError
+            raise InvalidArgumentError(1, "the array's strides are not whole elements")
+        strides = (c_int64 * max(a.ndim, 1))(*(s // isz for s in a.strides))
     t = m.dl_tensor
     t.data = a.ctypes.data or None
     t.device = DLDevice(kDLCPU, 0)
     t.ndim = a.ndim
     t.dtype = dl_dtype(a.dtype)
     t.shape = ctypes.cast(shape, ctypes.POINTER(c_int64))
-    t.strides = None
+    t.strides = None if strides is None else ctypes.cast(strides, ctypes.POINTER(c_int64))
     t.byte_offset = 0
     m.manager_ctx = None
     m.deleter = _deleter
     addr = ctypes.addressof(m)
-    _live[addr] = (m, shape, a)
+    _live[addr] = (m, shape, a, strides)
     return addr
 
 

@@ -47,7 +47,7 @@ def test_repr_and_refusals(mesh1):
 def test_from_scalapack():
     """A ScaLAPACK local array on a 1 x P grid (blocks of 2 columns from the last process
     column): shared without a copy, the [N, M] view checked, the descriptor read back; a padded
-    leading dimension is copied, or refused when asked to share."""
+    leading dimension copied, or shared (its rows padded) and written back by a plan."""
     P = COMM.size
     m, n, nb, src = 3, 9, 2, P - 1
     full = np.arange(m * n, dtype=np.float64).reshape(m, n)  # the matrix, M x N
@@ -68,9 +68,25 @@ def test_from_scalapack():
         pdesc = desc[:8] + [5]
         with lm.from_scalapack(padded, pdesc, grid, copy=True) as t:
             np.testing.assert_array_equal(t.gather(), full.T)
-        if len(cols) > 1:  # a rank with one column (or none) can share a padded array
-            with pytest.raises(lm.NotSupportedError, match="LLD_"):
-                lm.from_scalapack(padded, pdesc, grid)
+            assert a.size == 0 or not np.shares_memory(t.local(), padded)
+        # Shared with its padding (LLD 5 > LOCr 3): the view is a strided slice of the array, the
+        # descriptor keeps LLD 5, and a reshard back into it writes the matrix, not the padding.
+        padded[m:] = -7
+        with lm.from_scalapack(padded, pdesc, grid) as t:
+            loc = t.local()
+            assert a.size == 0 or np.shares_memory(loc, padded)
+            assert len(cols) < 2 or loc.strides == (40, 8)  # one column: nothing to pad
+            np.testing.assert_array_equal(loc, a.T)
+            np.testing.assert_array_equal(t.gather(), full.T)
+            assert t.scalapack_desc(5) == [1, 5, m, n, 3, nb, 0, src, 5 if len(cols) > 1 else 3]
+            rows = t.reshard([lm.Replicate(), lm.Shard(0)])
+            padded[:m] = 0
+            with lm.ReshardPlan(grid, rows.placements, grid, t.placements, t.shape,
+                                np.float64) as plan:
+                plan.execute(rows, t)
+            np.testing.assert_array_equal(padded[:m], a)
+            assert (padded[m:] == -7).all()
+            rows.close()
         with pytest.raises(lm.InvalidArgumentError, match="RSRC_"):
             lm.from_scalapack(a, desc[:6] + [1] + desc[7:], grid)
         with pytest.raises(lm.InvalidArgumentError, match="not 9"):

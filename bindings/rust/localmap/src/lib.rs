@@ -1025,7 +1025,8 @@ impl DistTensor {
     }
 
     /// `lm_dist_tensor_from_scalapack` on raw memory, with `flags` (`sys::LM_FROM_LOCAL_BORROW`
-    /// wraps the array without a copy; it needs `LLD_ = max(1, LOCr)`).
+    /// wraps the array without a copy; with `LLD_ > LOCr` host rows are padded, and
+    /// [`local`](Self::local) refuses the strided view: read the array itself).
     ///
     /// # Safety
     /// `data` must hold the local array the descriptor describes; with BORROW it must outlive the
