@@ -29,6 +29,11 @@ def dims(r):
     return "(" + ",".join([":"] * r) + ")"
 
 
+def sections(r):
+    """The shard inside the array it lies in (a padded borrow's rows are longer than the shard)."""
+    return ", ".join(f"1:shp({k})" for k in range(1, r + 1))
+
+
 # The API reference (make docs, Doxygen) documents each generic interface with these comments.
 GENERIC_DOCS = {
     "lm_from_local": """call lm_from_local(x, mesh, a, placements [, global_shape] [, shape_mode] [, ierr]):
@@ -44,14 +49,15 @@ rank root only. Collective over the mesh.""",
     "lm_arg_set": """call lm_arg_set(outputs(j), a [, ierr]) inside an lm_local_fn: output j becomes
 a copy of the array `a` (any kind below, any rank).""",
     "lm_local": """call lm_local(x, p [, ierr]): p points at this rank's shard of x, a Fortran array
-of the local shape (ranks 1 to 4; the kind must match x's dtype). Writing through p changes x.""",
+of the local shape (ranks 1 to 4; the kind must match x's dtype), a section of the borrowed array
+when its columns are padded (lm_from_scalapack with LLD > LOCr). Writing through p changes x.""",
     "lm_arg_get": """call lm_arg_get(inputs(i), p [, ierr]) inside an lm_local_fn: p points at input
 i's shard (ranks 1 to 4; the kind must match its dtype); treat it as read-only.""",
     "lm_from_scalapack": """call lm_from_scalapack(x, mesh, desc, a [, copy] [, ierr]): the dist tensor over this
 rank's ScaLAPACK local array `a` of the M x N matrix that `desc` (the 9-integer descriptor)
-describes, without a copy (LLD must be max(1, LOCr); `a` must be contiguous: the whole array
-a(LLD, LOCc), a(:, 1:LOCc) of an assumed-size one, or its flat rank-1 buffer) unless copy =
-.true. (any LLD, any section). x is the matrix (M, N), laid out block-cyclic over `mesh`, the 2-D
+describes, without a copy (any LLD >= max(1, LOCr): the padding rows are never touched; `a`
+must be contiguous: the whole array a(LLD, LOCc), a(:, 1:LOCc) of an assumed-size one, or its
+flat rank-1 buffer) unless copy = .true. (any section). x is the matrix (M, N), laid out block-cyclic over `mesh`, the 2-D
 process grid (NPROW, NPCOL) in the BLACS grid's order; `a` must outlive x when borrowed. Local
 (lm_dist_tensor_from_scalapack).""",
 }
@@ -133,11 +139,15 @@ subroutine lm_local_{s}_{r}(x, p, ierr)
   type(lm_dist_tensor), intent(in) :: x
   {t}, pointer, intent(inout) :: p{dims(r)}
   integer, intent(out), optional :: ierr
+  {t}, pointer :: full{dims(r)}
   type(c_ptr) :: d
-  integer(c_int64_t) :: shp({r})
+  integer(c_int64_t) :: shp({r}), pad({r})
   integer(c_int) :: st
-  call local_data_(x, {dt}, {r}, d, shp, st)
-  if (st == LM_SUCCESS) call c_f_pointer(d, p, shp)
+  call local_data_(x, {dt}, {r}, d, shp, pad, st)
+  if (st == LM_SUCCESS) then
+    call c_f_pointer(d, full, pad)
+    p => full({sections(r)})
+  end if
   call done_(st, ierr, "lm_local")
 end subroutine
 
@@ -145,11 +155,15 @@ subroutine lm_arg_get_{s}_{r}(arg, p, ierr)
   type(lm_arg_t), intent(in) :: arg
   {t}, pointer, intent(inout) :: p{dims(r)}
   integer, intent(out), optional :: ierr
+  {t}, pointer :: full{dims(r)}
   type(c_ptr) :: d
-  integer(c_int64_t) :: shp({r})
+  integer(c_int64_t) :: shp({r}), pad({r})
   integer(c_int) :: st
-  call arg_data_(arg, {dt}, {r}, d, shp, st)
-  if (st == LM_SUCCESS) call c_f_pointer(d, p, shp)
+  call arg_data_(arg, {dt}, {r}, d, shp, pad, st)
+  if (st == LM_SUCCESS) then
+    call c_f_pointer(d, full, pad)
+    p => full({sections(r)})
+  end if
   call done_(st, ierr, "lm_arg_get")
 end subroutine
 """)

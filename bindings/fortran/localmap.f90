@@ -1868,24 +1868,25 @@ contains
     st = lmc_dist_tensor_local(x%ptr, view); call c_(st); call done_(st, ierr, "lm_local")
   end subroutine
 
-  !> Checks a DLTensor for a Fortran pointer of dtype and rank; gives its data address and the
-  !> Fortran shape.
-  subroutine dl_data_(t, dtype, rank, data, fshape, st, what)
+  !> Checks a DLTensor for a Fortran pointer of dtype and rank; gives its data address, the
+  !> Fortran shape, and the Fortran extents of the array it lies in (fpad: the shape, except for a
+  !> padded borrow, whose C strides nest: each a multiple of the next, the innermost 1).
+  subroutine dl_data_(t, dtype, rank, data, fshape, fpad, st, what)
     type(DLTensor), intent(in) :: t
     type(DLDataType), intent(in) :: dtype
     integer, intent(in) :: rank
     type(c_ptr), intent(out) :: data
-    integer(c_int64_t), intent(out) :: fshape(:)
+    integer(c_int64_t), intent(out) :: fshape(:), fpad(:)
     integer(c_int), intent(out) :: st
     character(len=*), intent(in) :: what
     integer(c_int64_t), pointer :: shp(:), strd(:)
-    integer(c_int64_t) :: expect
     integer(c_intptr_t) :: addr
-    integer :: i
+    integer :: i, prev
     character(len=160) :: msg
     st = LM_SUCCESS
     data = c_loc(empty_)
     fshape = 0
+    fpad = 0
     if (.not. (t%dtype == dtype)) then
       write(msg, '(a,": the tensor''s dtype is (code ",i0,", bits ",i0,"), not the pointer''s (code ",i0,", bits ",i0,")")') &
         what, t%dtype%code, iand(int(t%dtype%bits), 255), dtype%code, iand(int(dtype%bits), 255)
@@ -1904,15 +1905,28 @@ contains
     if (rank > 0) then
       call c_f_pointer(t%shape, shp, [rank])
       fshape = reversed_(shp)
-      if (c_associated(t%strides)) then
+      fpad = fshape
+      if (c_associated(t%strides) .and. all(shp > 0)) then
         call c_f_pointer(t%strides, strd, [rank])
-        expect = 1
+        prev = 0  ! the next inner C dim of extent > 1 (C dim i is Fortran dim rank - i + 1)
         do i = rank, 1, -1
-          if (shp(i) > 1 .and. strd(i) /= expect) then
-            call bad_(st, what // ": the tensor is not compact")
-            return
+          if (shp(i) == 1) cycle
+          if (prev == 0) then
+            if (strd(i) /= 1 .and. i < rank .and. strd(i) > 1) then
+              fpad(1) = strd(i)
+            else if (strd(i) /= 1) then
+              call bad_(st, what // ": the tensor's strides are neither compact nor padded")
+              return
+            end if
+          else
+            if (strd(i) <= 0 .or. mod(strd(i), strd(prev)) /= 0 .or. &
+                strd(i) / strd(prev) < shp(prev)) then
+              call bad_(st, what // ": the tensor's strides are neither compact nor padded")
+              return
+            end if
+            fpad(rank - prev + 1) = strd(i) / strd(prev)
           end if
-          expect = expect * shp(i)
+          prev = i
         end do
       end if
     end if
@@ -1922,37 +1936,38 @@ contains
     end if
   end subroutine
 
-  subroutine local_data_(x, dtype, rank, data, fshape, st)
+  subroutine local_data_(x, dtype, rank, data, fshape, fpad, st)
     type(lm_dist_tensor), intent(in) :: x
     type(DLDataType), intent(in) :: dtype
     integer, intent(in) :: rank
     type(c_ptr), intent(out) :: data
-    integer(c_int64_t), intent(out) :: fshape(:)
+    integer(c_int64_t), intent(out) :: fshape(:), fpad(:)
     integer(c_int), intent(out) :: st
     type(DLTensor) :: v
     data = c_null_ptr
     st = lmc_dist_tensor_local(x%ptr, v); call c_(st)
-    if (st == LM_SUCCESS) call dl_data_(v, dtype, rank, data, fshape, st, "lm_local")
+    if (st == LM_SUCCESS) call dl_data_(v, dtype, rank, data, fshape, fpad, st, "lm_local")
   end subroutine
 
-  subroutine arg_data_(arg, dtype, rank, data, fshape, st)
+  subroutine arg_data_(arg, dtype, rank, data, fshape, fpad, st)
     type(lm_arg_t), intent(in) :: arg
     type(DLDataType), intent(in) :: dtype
     integer, intent(in) :: rank
     type(c_ptr), intent(out) :: data
-    integer(c_int64_t), intent(out) :: fshape(:)
+    integer(c_int64_t), intent(out) :: fshape(:), fpad(:)
     integer(c_int), intent(out) :: st
     type(DLTensor), pointer :: t
     character(len=80) :: msg
     data = c_null_ptr
     fshape = 0
+    fpad = 0
     if ((arg%kind /= LM_ARG_TENSOR .and. arg%kind /= LM_ARG_MANAGED_TENSOR) .or. .not. c_associated(arg%ptr)) then
       write(msg, '("lm_arg_get: the argument is of kind ",i0,", not a tensor")') arg%kind
       call bad_(st, trim(msg))
       return
     end if
     call c_f_pointer(arg%ptr, t)   ! a DLManagedTensor starts with its DLTensor
-    call dl_data_(t, dtype, rank, data, fshape, st, "lm_arg_get")
+    call dl_data_(t, dtype, rank, data, fshape, fpad, st, "lm_arg_get")
   end subroutine
 
   !> The Fortran shape of a tensor argument inside a local_map function.

@@ -937,6 +937,50 @@ program test_localmap
     call lm_destroy(sx)
     call lm_destroy(grid)
   end block
+  ! A padded ScaLAPACK array (LLD 5 > LOCr 3; two columns per process, NB 2): borrowed, lm_local a
+  ! section of it, gathered, its descriptor keeps LLD 5, and a plan writes the matrix back into it
+  ! without touching the padding rows.
+  block
+    type(lm_mesh) :: grid
+    type(lm_dist_tensor) :: px, py
+    type(lm_reshard_plan) :: pplan
+    type(lm_placement) :: ppl(2)
+    real(c_double), target :: pa(5, 2)
+    real(c_double) :: pwant(3, 2), pwhole(3, 2 * size)
+    real(c_double), pointer :: pp(:, :)
+    integer :: pdesc(9), pback(9), ii, jj
+    call lm_mesh_create_grid(grid, MPI_COMM_WORLD_F(), 0, rank)
+    do jj = 1, 2
+      do ii = 1, 3
+        pwant(ii, jj) = 10d0 * ii + (2 * rank + jj - 1)
+      end do
+    end do
+    pa = -7
+    pa(1:3, :) = pwant
+    pdesc = [1, 0, 3, 2 * size, 3, 2, 0, 0, 5]
+    call lm_from_scalapack(px, grid, pdesc, pa)
+    call lm_local(px, pp)
+    call check(all(shape(pp) == [3, 2]), "padded borrow: lm_local has the local shape")
+    call check(c_associated(c_loc(pp(1, 1)), c_loc(pa(1, 1))) .and. all(pp == pwant), &
+               "padded borrow: lm_local is a section of the array")
+    call lm_gather(px, pwhole)
+    call check(all(pwhole == reshape([((10d0 * ii + jj, ii = 1, 3), jj = 0, 2 * size - 1)], &
+                                     [3, 2 * size])), "padded borrow: gathered")
+    call lm_scalapack_desc(px, 7, pback)
+    call check(pback(9) == 5, "padded borrow: the descriptor keeps LLD")
+    call lm_dist_tensor_placements(px, ppl)
+    call lm_reshard(py, px, [lm_replicate(), lm_replicate()])
+    pa(1:3, :) = 0
+    call lm_reshard_plan_create(pplan, grid, [lm_replicate(), lm_replicate()], grid, ppl, &
+                                [3, 2 * size], LM_FLOAT64)
+    call lm_reshard_plan_execute(pplan, py, px)
+    call check(all(pa(1:3, :) == pwant) .and. all(pa(4:5, :) == -7), &
+               "padded borrow: a plan writes the matrix, not the padding")
+    call lm_destroy(pplan)
+    call lm_destroy(py)
+    call lm_destroy(px)
+    call lm_destroy(grid)
+  end block
   call lm_finalize()
   deallocate(mine, s, msg)   ! main-program allocatables are never freed (LeakSanitizer)
   if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size
