@@ -9,6 +9,8 @@
  *   rows_to_bc    the way back;
  *   bc64_to_bc48  a block size change on the same grid (64 x 64 -> 48 x 48).
  * `--block B` uses blocks of B (and 3B/4 for the change, case "bc_to_bc3/4") instead of 64.
+ *   transpose     C = A^T on the same grid and blocks: lm_dist_tensor_transpose (one-shot, a new
+ *                 tensor from the pool) against PBLAS's pdtran (alpha 1, beta 0, into C).
  * localmap runs a persistent plan between tensors borrowed from those arrays
  * (lm_dist_tensor_from_scalapack; `localmap`), and plans anew at every call as pdgemr2d does
  * (`localmap_oneshot`: plan create + execute + destroy). Sizes: 64 MiB (2896 x 2896) and 1 MiB
@@ -39,6 +41,9 @@ void descinit_(int *desc, const int *m, const int *n, const int *mb, const int *
 void pdgemr2d_(const int *m, const int *n, const double *a, const int *ia, const int *ja,
                const int *desca, double *b, const int *ib, const int *jb, const int *descb,
                const int *ictxt);
+void pdtran_(const int *m, const int *n, const double *alpha, const double *a, const int *ia,
+             const int *ja, const int *desca, const double *beta, double *c, const int *ic,
+             const int *jc, const int *descc);
 #ifdef LM_WITH_COSTA
 void costa_pdgemr2d(const int *m, const int *n, const double *a, const int *ia, const int *ja,
                     const int *desca, double *b, const int *ib, const int *jb, const int *descb,
@@ -208,6 +213,76 @@ static void bench_case(const char *name, int M, int N, layout_t *src, layout_t *
   OK(lm_dist_tensor_destroy(&m.x));
 }
 
+/* One implementation of C = A^T (n x n, the same grid and blocks): localmap's transpose of the
+ * tensor over A (into a new tensor, *y) or pdtran into C. */
+static double transpose_once(layout_t *A, layout_t *C, lm_dist_tensor_t x, int n, int impl,
+                             lm_dist_tensor_t *y) {
+  const int one = 1, perm[2] = {1, 0};
+  const double d1 = 1, d0 = 0;
+  lm_placement_t pl[2];
+  OK(lm_dist_tensor_placements(x, pl, 2));
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  if (impl == 0) {
+    OK(lm_dist_tensor_destroy(y));
+    OK(lm_dist_tensor_transpose(y, x, perm, NULL, pl));
+  } else {
+    int dc[9];  /* PBLAS wants both operands in one BLACS context: C's grid is A's */
+    memcpy(dc, C->desc, sizeof dc);
+    dc[1] = A->desc[1];
+    pdtran_(&n, &n, &d1, A->a, &one, &one, A->desc, &d0, C->a, &one, &one, dc);
+  }
+  double t = MPI_Wtime() - t0, mx = 0;
+  MPI_Allreduce(&t, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return mx;
+}
+
+/* Whether C's local array (or y's shard, its row-major [LOCc, LOCr] view) holds A^T. */
+static int transposed(const layout_t *C, const double *a, int64_t lld) {
+  long bad = 0;
+  for (int64_t j = 0; j < C->locc; ++j)
+    for (int64_t i = 0; i < C->locr; ++i)
+      bad += a[i + j * lld] != value(l2g(j, C->nb, C->mycol, C->npcol),
+                                     l2g(i, C->mb, C->myrow, C->nprow));
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return bad == 0;
+}
+
+static void bench_transpose(int n, layout_t *A, layout_t *C, int rounds, const char *size_name) {
+  static const char *names[2] = {"localmap_oneshot", "pdtran"};
+  lm_dist_tensor_t x = NULL, y = NULL;
+  OK(lm_dist_tensor_from_scalapack(&x, A->mesh, A->desc, A->a, LM_FLOAT64, LM_CPU,
+                                   LM_FROM_LOCAL_BORROW));
+  fill(A, 0);
+  int ok[2];
+  double *t = (double *)malloc(sizeof(double) * (size_t)(2 * rounds));
+  for (int k = 0; k < 2; ++k) { /* warm-up and check */
+    fill(C, 1);
+    transpose_once(A, C, x, n, k, &y);
+    DLTensor v;
+    OK(lm_dist_tensor_local(y, &v));
+    ok[k] = k == 0 ? transposed(C, (const double *)v.data, C->locr > 1 ? C->locr : 1)
+                   : transposed(C, C->a, C->desc[8]);
+  }
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < 2; ++k) t[k * rounds + r] = transpose_once(A, C, x, n, k, &y);
+  for (int k = 0; k < 2; ++k) {
+    qsort(t + k * rounds, (size_t)rounds, sizeof(double), bench_cmp);
+    if (rank == 0)
+      printf("{\"bench\": \"scalapack\", \"np\": %d, \"size\": \"%s\", \"M\": %d, \"N\": %d, "
+             "\"block\": %d, \"case\": \"transpose\", \"impl\": \"%s\", \"grid_src\": "
+             "\"%dx%d\", \"grid_dst\": \"%dx%d\", \"alloc\": \"%s\", \"median_ms\": %.4f, "
+             "\"min_ms\": %.4f, \"rounds\": %d, \"exact\": %s}\n",
+             size, size_name, n, n, nb, names[k], A->nprow, A->npcol, C->nprow, C->npcol,
+             use_arena ? "arena" : "malloc", t[k * rounds + rounds / 2] * 1e3, t[k * rounds] * 1e3,
+             rounds, ok[k] ? "true" : "false");
+  }
+  fflush(stdout);
+  free(t);
+  OK(lm_dist_tensor_destroy(&y));
+  OK(lm_dist_tensor_destroy(&x));
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -234,6 +309,12 @@ int main(int argc, char **argv) {
     bench_case("bc_to_rows", n, n, &bc, &byrows, sizes[s].rounds, sizes[s].name, costa_all);
     bench_case("rows_to_bc", n, n, &byrows, &bc, sizes[s].rounds, sizes[s].name, costa_all);
     bench_case(nb == 64 ? "bc64_to_bc48" : "bc_to_bc3/4", n, n, &bc, &bc48, sizes[s].rounds, sizes[s].name, 1);
+    if (nb == 64) {
+      layout_t bct;
+      make_layout(&bct, n, n, pr, size / pr, nb, nb);
+      bench_transpose(n, &bc, &bct, sizes[s].rounds, sizes[s].name);
+      free_layout(&bct);
+    }
     free_layout(&byrows);
     free_layout(&bc48);
     free_layout(&bc);

@@ -731,6 +731,21 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm
                                                        lm_mesh_t dst_mesh,
                                                        const lm_placement_t *placements);
 
+/** A new tensor holding src with its dims permuted, as numpy.transpose(src, perm) (a matrix
+ * transpose: perm {1, 0}), laid out with `placements` (one per mesh dim of dst_mesh; tensor dims
+ * counted in the result's order) on dst_mesh (NULL: src's mesh): global shape shape[perm[0]], ...,
+ * shape[perm[ndim - 1]] and out[i_0, ..., i_{ndim-1}] = src[j] where j[perm[d]] = i_d. Any
+ * placements on either side, uneven, ragged, block-cyclic (a ScaLAPACK transpose, p?tran without
+ * the arithmetic) and Partial (a transpose is linear: the result stays Partial). It moves the
+ * bytes of one reshard (to the target's placements in src's dim order), then transposes each
+ * shard locally (one more pass over it). Host tensors only (device: LM_ERR_NOT_SUPPORTED).
+ * perm: ndim entries, a permutation of 0 .. ndim - 1 (else LM_ERR_INVALID_ARGUMENT naming the
+ * entry); the ranks agree on it as on the placements. Collective over the ranks of both meshes,
+ * as lm_dist_tensor_reshard. */
+LM_NODISCARD LM_API lm_status_t lm_dist_tensor_transpose(lm_dist_tensor_t *out, lm_dist_tensor_t src,
+                                                         const int *perm, lm_mesh_t dst_mesh,
+                                                         const lm_placement_t *placements);
+
 /** A persistent reshard plan handle (typed opaque pointer). */
 typedef struct lm_reshard_plan_s *lm_reshard_plan_t;
 /** A nonblocking reshard in flight (typed opaque pointer), from lm_reshard_plan_start. */

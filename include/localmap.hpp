@@ -428,6 +428,18 @@ class dist_tensor {
     check(lm_dist_tensor_reshard(&h, h_, dst_mesh ? dst_mesh->get() : nullptr, p.data()));
     return dist_tensor(h);
   }
+  /// lm_dist_tensor_transpose: the dims permuted (numpy.transpose's perm, ndim entries), laid out
+  /// with p (in the result's dims). Collective; dst_mesh nullptr: the same mesh. Host tensors.
+  dist_tensor transpose(const std::vector<int> &perm, const placements &p,
+                        const mesh *dst_mesh = nullptr) const {
+    detail::check_count(p.size(), dst_mesh ? dst_mesh->ndim() : detail::tensor_mesh_ndim(h_),
+                        "localmap::dist_tensor::transpose: placements");
+    detail::check_count(perm.size(), ndim(), "localmap::dist_tensor::transpose: perm");
+    lm_dist_tensor_t h = nullptr;
+    check(lm_dist_tensor_transpose(&h, h_, perm.data(), dst_mesh ? dst_mesh->get() : nullptr,
+                                   p.data()));
+    return dist_tensor(h);
+  }
   /// lm_dist_tensor_gather. Collective; dst may be nullptr on ranks other than root (root >= 0).
   void gather(DLTensor *dst, int root = -1) const { check(lm_dist_tensor_gather(h_, root, dst)); }
 

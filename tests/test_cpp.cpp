@@ -34,6 +34,16 @@ static void test_mesh_and_tensor_raii(void **) {
   DLTensor bt = {back.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
   copy.gather(&bt);
   LM_ASSERT_ALL(back[38] == 38.0 && back[0] == 0.0);
+  // The transpose [3, 13] in row shards: element (j, i) is full[i * 3 + j].
+  lmx::dist_tensor t = copy.transpose({1, 0}, {lmx::shard(0)});
+  std::vector<double> tb(39, -1);
+  int64_t tg[2] = {3, 13};
+  DLTensor tt = {tb.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, tg, nullptr, 0};
+  t.gather(&tt);
+  ok = t.global_shape() == lmx::shape({3, 13});
+  for (int j = 0; j < 3; ++j)
+    for (int i = 0; i < 13; ++i) ok &= tb[(size_t)(j * 13 + i)] == full[(size_t)(i * 3 + j)];
+  LM_ASSERT_ALL(ok);
 }
 
 static void test_errors_throw(void **) {

@@ -518,6 +518,12 @@ module localmap
       import; type(c_ptr), intent(out) :: out; type(c_ptr), value :: src, dst_mesh
       type(lm_placement_t), intent(in) :: placements(*); integer(c_int) :: lmc_dist_tensor_reshard
     end function
+    function lmc_dist_tensor_transpose(out, src, perm, dst_mesh, placements) &
+        bind(C, name="lm_dist_tensor_transpose")
+      import; type(c_ptr), intent(out) :: out; type(c_ptr), value :: src, dst_mesh
+      integer(c_int), intent(in) :: perm(*)
+      type(lm_placement_t), intent(in) :: placements(*); integer(c_int) :: lmc_dist_tensor_transpose
+    end function
     function lmc_reshard_plan_create(plan, src_mesh, src_placements, dst_mesh, dst_placements, ndim, &
                                      global_shape, dtype) bind(C, name="lm_reshard_plan_create")
       import; type(c_ptr), intent(out) :: plan; type(c_ptr), value :: src_mesh, dst_mesh
@@ -681,7 +687,7 @@ module localmap
   public :: lm_dist_tensor_mesh, lm_dist_tensor_ndim, lm_dist_tensor_dtype, lm_dist_tensor_device, &
     lm_dist_tensor_placements, lm_dist_tensor_global_shape, lm_dist_tensor_local_shape, &
     lm_dist_tensor_local_offset, lm_dist_tensor_local_view, lm_dist_tensor_export, &
-    lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard
+    lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard, lm_transpose
   public :: lm_reshard_plan_create, lm_reshard_plan_alloc_target, lm_reshard_plan_execute, &
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
     lm_reshard_plan_info, lm_reshard_estimate, lm_reshard_plan_adjoint, lm_reshard_plan_describe, &
@@ -2022,6 +2028,49 @@ contains
       if (st == LM_SUCCESS) call set_(y, p)
     end if
     call done_(st, ierr, "lm_reshard")
+  end subroutine
+
+  !> call lm_transpose(y, x, perm, placements [, dst_mesh] [, ierr]): y is x with its dims
+  !> permuted, dim k of y being dim perm(k) of x (Fortran's RESHAPE ORDER / a matrix transpose:
+  !> perm = [2, 1]), laid out with placements (in y's dims) on dst_mesh (default: x's mesh).
+  !> Host tensors. Collective over both meshes (lm_dist_tensor_transpose).
+  subroutine lm_transpose(y, x, perm, placements, dst_mesh, ierr)
+    type(lm_dist_tensor), intent(inout) :: y
+    type(lm_dist_tensor), intent(in) :: x
+    integer, intent(in) :: perm(:)
+    type(lm_placement), intent(in) :: placements(:)
+    type(lm_mesh), intent(in), optional :: dst_mesh
+    integer, intent(out), optional :: ierr
+    type(lm_placement_t) :: cpl(size(placements))
+    integer(c_int) :: cperm(max(size(perm), 1))
+    type(c_ptr) :: p, dm
+    integer(c_int) :: st, nd
+    integer :: k
+    character(len=80) :: msg
+    dm = c_null_ptr
+    if (present(dst_mesh)) dm = dst_mesh%ptr
+    st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
+    if (st == LM_SUCCESS .and. size(perm) /= nd) then
+      write(msg, '("lm_transpose: perm has ",i0," entries, x has ",i0," dims")') size(perm), nd
+      call bad_(st, trim(msg))
+    end if
+    do k = 1, size(perm)
+      if (st /= LM_SUCCESS) exit
+      if (perm(k) < 1 .or. perm(k) > nd .or. count(perm == perm(k)) /= 1) then
+        write(msg, '("lm_transpose: perm(",i0,") = ",i0," is not one of the dims 1 .. ",i0, &
+                    & " once")') k, perm(k), nd
+        call bad_(st, trim(msg))
+      end if
+    end do
+    if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_transpose: placements")
+    if (st == LM_SUCCESS) then
+      do k = 1, nd   ! Fortran dim k is C dim nd - k (dims reversed)
+        cperm(nd - k + 1) = int(nd - perm(k), c_int)
+      end do
+      st = lmc_dist_tensor_transpose(p, x%ptr, cperm, dm, cpl); call c_(st)
+      if (st == LM_SUCCESS) call set_(y, p)
+    end if
+    call done_(st, ierr, "lm_transpose")
   end subroutine
 
   ! =============================================================================================

@@ -634,6 +634,19 @@ LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm_dist_tensor_
   });
 }
 
+LM_API lm_status_t lm_dist_tensor_transpose(lm_dist_tensor_t *out, lm_dist_tensor_t src,
+                                            const int *perm, lm_mesh_t dst_mesh,
+                                            const lm_placement_t *placements) {
+  return guard([&] {
+    const char *fn = "lm_dist_tensor_transpose";
+    OUT_ARG(out, "out", fn);
+    *out = nullptr;
+    lm_dist_tensor_s *t = tensor_check(src, "lm_dist_tensor_transpose: src");
+    lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, "lm_dist_tensor_transpose: dst_mesh") : nullptr;
+    *out = tensor_wrap(tensor_transpose(t, perm, dm, placements, fn));
+  });
+}
+
 LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, lm_mesh_t src_mesh,
                                           const lm_placement_t *src_placements, lm_mesh_t dst_mesh,
                                           const lm_placement_t *dst_placements, int ndim,

@@ -44,9 +44,22 @@ Layout make_layout(lm_mesh_s *mesh, const lm_placement_t *pl, const Shape &gshap
 // a hash over the mesh's members, a pass over the shard). Collective over the mesh's members; all
 // ranks reach the same verdict (LM_ERR_MISMATCH naming two mesh ranks that differ).
 void check_replicas(lm_dist_tensor_s *t, const char *fn);
+// What a caller built on tensor_reshard adds to it: a field of the fingerprint the ranks agree on
+// (its name and text) and a local step that may fail (an allocation), run where the reshard's
+// own local failures are agreed, so that a failure on one rank fails the call on all.
+struct ReshardExtra {
+  const char *field = nullptr;
+  std::string text;
+  std::function<void()> prepare;
+};
 // Resharding with the mesh's plan cache (same-mesh) or a fresh plan (cross-mesh).
 // dst_mesh NULL: src's mesh.
 lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
-                                 const lm_placement_t *pl, const char *fn);
+                                 const lm_placement_t *pl, const char *fn,
+                                 const ReshardExtra *extra = nullptr);
+// lm_dist_tensor_transpose (tensor/transpose.cpp): t's dims permuted (numpy.transpose's axes),
+// laid out with pl on dst_mesh (NULL: t's mesh). Collective as tensor_reshard.
+lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh_s *dst_mesh,
+                                   const lm_placement_t *pl, const char *fn);
 
 }  // namespace lm

@@ -17,6 +17,7 @@ struct ReshardCtx {
   lm_dist_tensor_s *t;
   lm_mesh_s *sm, *dm;
   const lm_placement_t *pl;
+  const ReshardExtra *extra;  // what else the call agrees on (lm_dist_tensor_transpose's perm)
 };
 std::string describe_reshard(const void *p, int field) {
   const ReshardCtx &c = *static_cast<const ReshardCtx *>(p);
@@ -32,6 +33,7 @@ std::string describe_reshard(const void *p, int field) {
     }
     case 5: return dl_dtype_name(c.t->dtype);
     case 6: return c.pl ? format_placements(c.pl, c.dm->ndim()) : std::string("NULL");
+    case 7: return c.extra ? c.extra->text : std::string();
   }
   return "?";
 }
@@ -53,6 +55,7 @@ struct Reshard {
   bool alias = false;
   bool moved = false;  // the agreement round moved the data (the board exchange)
   CompactShards cs;    // a padded source's compact stand-in (then t is the stand-in)
+  const ReshardExtra *extra = nullptr;  // tensor_reshard's `extra`
 };
 
 // Checks, plan and output buffer: everything that can fail locally, so that with the agreement
@@ -65,6 +68,7 @@ void prepare(Reshard &r) {
   Layout L = make_layout(r.dm, r.pl, t->layout.gshape, ArgName(r.fn, "placements").c_str());
   check_reshard(t->layout, L, t->dt);
   r.out = tensor_new(r.dm, L, t->dtype, t->device, false);
+  if (r.extra && r.extra->prepare) r.extra->prepare();
   if (!r.part) return;
   if (r.sm == r.dm) {
     r.cached = cached_plan(r.sm, t->layout, L, t->dtype, is_device(t->device));
@@ -110,7 +114,12 @@ void agree_reshard(Reshard &r, int level, lm_status_t st, const std::string &err
   fp.add("global shape", hash_shape(t->layout.gshape.data(), t->layout.ndim()));
   fp.add("dtype", hash_dtype(t->dtype));
   fp.add("target placements", hash_placements(r.pl, r.dm->ndim()));
-  ReshardCtx ctx{t, r.sm, r.dm, r.pl};
+  if (r.extra) {
+    Hasher h;
+    h.bytes(r.extra->text.data(), r.extra->text.size());
+    fp.add(r.extra->field, h.h);
+  }
+  ReshardCtx ctx{t, r.sm, r.dm, r.pl, r.extra};
   require_mpi(r.fn);  // after MPI_Finalize the channels are gone: fail before looking them up
   AgreeArgs a;
   a.fn = r.fn;
@@ -173,10 +182,12 @@ void move(Reshard &r) {
 }  // namespace
 
 lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
-                                 const lm_placement_t *pl, const char *fn) {
+                                 const lm_placement_t *pl, const char *fn,
+                                 const ReshardExtra *extra) {
   expect_object(t, fn);
   Reshard r;
   r.t = t;
+  r.extra = extra;
   r.sm = t->mesh;
   r.dm = dst_mesh ? dst_mesh : t->mesh;
   r.pl = pl;

@@ -981,6 +981,25 @@ program test_localmap
     call lm_destroy(px)
     call lm_destroy(grid)
   end block
+  ! lm_transpose: a 4 x 5 matrix in column shards into its 5 x 4 transpose in column shards.
+  block
+    type(lm_mesh) :: tm
+    type(lm_dist_tensor) :: ta, tt
+    real(c_double) :: am(4, 5), at(5, 4)
+    integer :: terr
+    am = reshape([(real(i, c_double), i = 1, 20)], [4, 5])
+    call lm_mesh_create(tm, MPI_COMM_WORLD_F(), [size])
+    call lm_from_global(ta, tm, am, [lm_shard(2)])
+    call lm_transpose(tt, ta, [2, 1], [lm_shard(2)])
+    at = 0
+    call lm_gather(tt, at)
+    call check(all(at == transpose(am)), "lm_transpose: the matrix transposed")
+    call lm_transpose(tt, ta, [1, 1], [lm_replicate()], ierr=terr)
+    call check(terr == LM_ERR_INVALID_ARGUMENT, "lm_transpose refuses a perm that repeats a dim")
+    call lm_destroy(tt)
+    call lm_destroy(ta)
+    call lm_destroy(tm)
+  end block
   call lm_finalize()
   deallocate(mine, s, msg)   ! main-program allocatables are never freed (LeakSanitizer)
   if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size

@@ -933,6 +933,22 @@ class DistTensor(_Handle):
 
     redistribute = reshard
 
+    def transpose(self, perm, placements, mesh=None):
+        """This tensor with its dims permuted as numpy.transpose(x, perm) (a matrix: (1, 0)),
+        laid out with `placements` (in the result's dims) on `mesh` (default: this tensor's
+        mesh); lm_dist_tensor_transpose. Host tensors. Collective over both meshes."""
+        mh = None if mesh is None else _mesh_h(mesh)
+        nd = _tensor_mesh_ndim(self._handle()) if mh is None else _ndim_of(mh)
+        pl, _ = _placements_c(placements, "placements", nd)
+        p = [int(d) for d in perm]
+        if len(p) != len(self.shape):
+            raise InvalidArgumentError(1, f"transpose: perm has {len(p)} entries, the tensor "
+                                       f"{len(self.shape)} dims")
+        cp = (c_int * max(len(p), 1))(*p)
+        out = c_void_p()
+        L.lm_dist_tensor_transpose(byref(out), self._handle(), cp, mh, pl)
+        return DistTensor._wrap(out.value)
+
     def __repr__(self):
         if self.closed:
             return "DistTensor(<closed>)"

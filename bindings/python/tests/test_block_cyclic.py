@@ -91,3 +91,22 @@ def test_from_scalapack():
             lm.from_scalapack(a, desc[:6] + [1] + desc[7:], grid)
         with pytest.raises(lm.InvalidArgumentError, match="not 9"):
             lm.from_scalapack(a, desc[:8], grid)
+
+
+def test_transpose(mesh1):
+    """DistTensor.transpose: a block-cyclic matrix into the row shards of its transpose (a
+    ScaLAPACK transpose without the arithmetic), and a 3-D permutation, against numpy."""
+    n, m = 7, 5
+    full = np.arange(n * m, dtype=np.float64).reshape(n, m)
+    with lm.from_global(full, mesh1, [lm.BlockCyclic(0, 2, src=COMM.size - 1)]) as t:
+        with t.transpose((1, 0), [lm.Shard(0)]) as tt:
+            assert tt.shape == (m, n)
+            np.testing.assert_array_equal(tt.gather(), full.T)
+    cube = np.arange(2 * 3 * 4, dtype=np.int32).reshape(2, 3, 4)
+    with lm.from_global(cube, mesh1, [lm.Shard(1)]) as t:
+        with t.transpose([2, 0, 1], [lm.Partial("sum")]) as tt:
+            np.testing.assert_array_equal(tt.gather(), np.transpose(cube, (2, 0, 1)))
+        with pytest.raises(lm.InvalidArgumentError, match="repeats"):
+            t.transpose((0, 0, 1), [lm.Replicate()])
+        with pytest.raises(lm.InvalidArgumentError, match="perm has 2 entries"):
+            t.transpose((1, 0), [lm.Replicate()])

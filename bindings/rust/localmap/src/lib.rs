@@ -1195,6 +1195,26 @@ impl DistTensor {
         })?;
         Ok(DistTensor { raw })
     }
+    /// `lm_dist_tensor_transpose`: the dims permuted as `numpy.transpose(x, perm)` (a matrix:
+    /// `&[1, 0]`), laid out with `placements` (in the result's dims) on `dst_mesh` (`None`: this
+    /// tensor's mesh). Host tensors. Collective over both meshes.
+    pub fn transpose(&self, perm: &[i32], dst_mesh: Option<&Mesh>, placements: &[Placement]) -> Result<DistTensor> {
+        if perm.len() != self.ndim()? {
+            return arg_error(format!("DistTensor::transpose: perm has {} entries, the tensor {} dims",
+                                     perm.len(), self.ndim()?));
+        }
+        let ndim = match dst_mesh {
+            Some(m) => m.ndim()?,
+            None => self.mesh()?.ndim()?,
+        };
+        let pl = mesh_placements_n(ndim, placements, "DistTensor::transpose: placements")?;
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::lm_dist_tensor_transpose(&mut raw, self.raw, perm.as_ptr(),
+                                          dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pl.as_ptr())
+        })?;
+        Ok(DistTensor { raw })
+    }
 }
 
 // ================================================================================================

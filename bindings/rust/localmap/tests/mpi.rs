@@ -143,6 +143,12 @@ fn tensors(rank: i32, size: i32) -> T {
     // Reshard to Replicate.
     let r = y.reshard(None, &rep).map_err(e)?;
     ensure!(r.local::<f64>().map_err(e)? == &full[..]);
+    // Its transpose [3, 7], replicated: element (j, i) is full[i * 3 + j].
+    let t = y.transpose(&[1, 0], None, &rep).map_err(e)?;
+    let tl = t.local::<f64>().map_err(e)?;
+    ensure!(t.global_shape().map_err(e)? == vec![3, 7]);
+    ensure!((0..21).all(|k| tl[k] == full[(k % 7) * 3 + k / 7]));
+    ensure!(y.transpose(&[0, 0], None, &rep).unwrap_err().status == Status::InvalidArgument);
     // Export: a managed tensor holding a reference.
     let ex = r.export().map_err(e)?;
     drop(r);

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_transpose: lm_dist_tensor_transpose (numpy.transpose of a dist tensor, laid out anew).
+ *
+ * test_random_transposes: random 1-D to 3-D tensors (extents 0 to 9), random permutations, random
+ * source and target placements (Shard, Replicate, Partial(sum), block-cyclic with any block and
+ * source coordinate) on the 1-D world mesh, a 2-D mesh and the reversed world (cross-mesh). The
+ * source is made from the full tensor (element i holds i), the result gathered to every rank and
+ * checked element by element against the permutation computed here. `LM_SEED=s LM_CASE=c`
+ * replays one case; LM_TRANSPOSE_CASES sets the count.
+ * The directed tests pin a matrix transpose between row shards, the refusals (perm, placements),
+ * the agreement on perm, and a padded borrow as the source.
+ */
+// lm-test-np: 1 2 3 4 8
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_test.h"
+#include "lm_rng.h"
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+static const DLDataType kF64 = {kDLFloat, 64, 1};
+
+typedef struct {
+  lm_mesh_t mesh;
+  int nd;
+} tmesh_t;
+
+static tmesh_t make_mesh(int kind) {
+  tmesh_t t = {NULL, 1};
+  int ranks[64];
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  int64_t shape[2] = {NP, 1};
+  for (int i = 0; i < NP; ++i) ranks[i] = kind == 2 ? NP - 1 - i : i;
+  if (kind == 1) { /* 2-D: the largest factor <= sqrt(NP) rows */
+    int a = 1;
+    for (int f = 1; f * f <= NP; ++f)
+      if (NP % f == 0) a = f;
+    shape[0] = a;
+    shape[1] = NP / a;
+    t.nd = 2;
+  }
+  cfg.ranks = ranks;
+  cfg.nranks = NP;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&t.mesh, lm_test_comm_f(), t.nd, shape, &cfg));
+  return t;
+}
+
+/* One placement per mesh dim: Replicate, Partial(sum), or a split of a tensor dim no other mesh
+ * dim splits (Shard, or BlockCyclic with block 1-3 from any coordinate of that mesh dim). */
+static void random_placements(lm_placement_t *pl, const tmesh_t *m, int ndim) {
+  int used[4] = {0, 0, 0, 0};
+  int64_t ms[2];
+  LM_ASSERT_OK(lm_mesh_shape(m->mesh, ms, m->nd));
+  for (int k = 0; k < m->nd; ++k) {
+    const int r = rndi(4), d = ndim ? rndi(ndim) : 0;
+    if (r == 0 || ndim == 0 || used[d]) {
+      pl[k] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
+    } else if (r == 1) {
+      pl[k] = (lm_placement_t)LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+    } else if (r == 2) {
+      pl[k] = (lm_placement_t)LM_PLACEMENT_SHARD(d);
+      used[d] = 1;
+    } else {
+      pl[k] = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(d, 1 + rndi(3), rndi((int)ms[k]));
+      used[d] = 1;
+    }
+  }
+}
+
+/* The number of wrong elements of transpose(full, perm) gathered from out (or 1 on a failure). */
+static int64_t check_out(lm_dist_tensor_t out, const double *full, int nd, const int64_t *shape,
+                         const int *perm) {
+  int64_t oshape[3], n = 1, bad = 0;
+  for (int d = 0; d < nd; ++d) n *= (oshape[d] = shape[perm[d]]);
+  double *got = (double *)malloc(sizeof(double) * (size_t)(n ? n : 1));
+  DLTensor g = {got, {kDLCPU, 0}, nd, kF64, oshape, NULL, 0};
+  if (lm_dist_tensor_gather(out, -1, &g) != LM_SUCCESS) {
+    free(got);
+    return 1;
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t i[3], j[3], src = 0;
+    for (int d = nd - 1, r = (int)e; d >= 0; --d) {
+      i[d] = r % oshape[d];
+      r /= (int)oshape[d];
+    }
+    for (int d = 0; d < nd; ++d) j[perm[d]] = i[d];
+    for (int d = 0; d < nd; ++d) src = src * shape[d] + j[d];
+    bad += got[e] != full[src];
+  }
+  free(got);
+  return bad;
+}
+
+static int64_t one_case(const tmesh_t *meshes, uint64_t seed, int ci) {
+  rng_state = seed;
+  const int nd = 1 + rndi(3);
+  int64_t shape[3] = {1, 1, 1}, n = 1;
+  for (int d = 0; d < nd; ++d) n *= (shape[d] = rndi(10));
+  int perm[3] = {0, 1, 2};
+  for (int d = nd - 1; d > 0; --d) { /* Fisher-Yates */
+    const int k = rndi(d + 1), t = perm[d];
+    perm[d] = perm[k];
+    perm[k] = t;
+  }
+  const tmesh_t *S = &meshes[rndi(2)], *D = &meshes[rndi(3)];
+  lm_placement_t sp[2], dp[2];
+  random_placements(sp, S, nd);
+  random_placements(dp, D, nd);
+  double *full = (double *)malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t e = 0; e < n; ++e) full[e] = (double)e;
+  DLTensor ft = {full, {kDLCPU, 0}, nd, kF64, shape, NULL, 0};
+  lm_dist_tensor_t x = NULL, y = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&x, S->mesh, &ft, sp, -1));
+  lm_status_t st = lm_dist_tensor_transpose(&y, x, perm, D->mesh, dp);
+  int64_t bad = st != LM_SUCCESS ? 1 : check_out(y, full, nd, shape, perm);
+  if (bad) {
+    char a[128], b[128];
+    (void)!lm_placements_format(sp, S->nd, a, sizeof a);
+    (void)!lm_placements_format(dp, D->nd, b, sizeof b);
+    fprintf(stderr, "rank %d: LM_SEED=%llu LM_CASE=%d: [%lld %lld %lld] (nd %d) perm [%d %d %d] "
+            "%s -> %s: %s, %lld wrong\n", ME, (unsigned long long)seed, ci, (long long)shape[0],
+            (long long)shape[1], (long long)shape[2], nd, perm[0], perm[1], perm[2], a, b,
+            st ? lm_last_error_message() : "ok", (long long)bad);
+  }
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  free(full);
+  return bad;
+}
+
+static void test_random_transposes(void **state) {
+  (void)state;
+  tmesh_t meshes[3] = {make_mesh(0), make_mesh(1), make_mesh(2)};
+  const char *cs = getenv("LM_TRANSPOSE_CASES"), *ss = getenv("LM_SEED"), *c1 = getenv("LM_CASE");
+  const int cases = cs ? atoi(cs) : 150;
+  const uint64_t base = ss ? strtoull(ss, NULL, 10) : 20261205;
+  int64_t bad = 0;
+  for (int c = 0; c < cases; ++c) {
+    if (c1 && atoi(c1) != c) continue;
+    bad += one_case(meshes, base * 1000003u + (uint64_t)c, c);
+  }
+  if (ME == 0) printf("test_transpose: %d random transposes checked element by element\n", cases);
+  LM_ASSERT_ALL(bad == 0);
+  for (int k = 0; k < 3; ++k) LM_ASSERT_OK(lm_mesh_destroy(&meshes[k].mesh));
+}
+
+/* A 5 x 7 matrix in row shards -> its 7 x 5 transpose in row shards: each rank's rows are the
+ * matrix's columns; and back, the original again. */
+static void test_matrix_rows(void **state) {
+  (void)state;
+  lm_mesh_t m = lm_test_world_mesh();
+  int64_t shape[2] = {5, 7};
+  double full[35];
+  for (int e = 0; e < 35; ++e) full[e] = e;
+  DLTensor ft = {full, {kDLCPU, 0}, 2, kF64, shape, NULL, 0};
+  const lm_placement_t rows[1] = {LM_PLACEMENT_SHARD(0)};
+  const int perm[2] = {1, 0};
+  lm_dist_tensor_t a = NULL, at = NULL, back = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&a, m, &ft, rows, -1));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_transpose(&at, a, perm, NULL, rows));
+  int64_t g[2], ls[2], lo[2];
+  LM_ASSERT_OK(lm_dist_tensor_global_shape(at, g, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(at, ls, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(at, lo, 2));
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(at, &v));
+  int ok = g[0] == 7 && g[1] == 5 && ls[1] == 5;
+  for (int64_t i = 0; i < ls[0]; ++i) /* local row i is matrix column lo[0] + i */
+    for (int j = 0; j < 5; ++j) ok &= ((double *)v.data)[i * 5 + j] == full[j * 7 + lo[0] + i];
+  LM_ASSERT_ALL(ok);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_transpose(&back, at, perm, NULL, rows));
+  LM_ASSERT_ALL(check_out(back, full, 2, shape, (const int[]){0, 1}) == 0);
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&back));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&at));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&a));
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+/* Refusals name the argument; the ranks agree on perm (a square replicated matrix transposed on
+ * one rank and kept on the others is the same reshard, not the same call). */
+static void test_refusals(void **state) {
+  (void)state;
+  lm_mesh_t m = lm_test_world_mesh();
+  lm_dist_tensor_t x = NULL, y = NULL;
+  const int64_t shape[2] = {3, 3};
+  const lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE}, bad_pl[1] = {LM_PLACEMENT_SHARD(2)};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, shape, kF64, (DLDevice){kDLCPU, 0}, rep));
+  const int p_range[2] = {1, 2}, p_twice[2] = {1, 1}, swap[2] = {1, 0}, same[2] = {0, 1};
+  LM_EXPECT_ALL(lm_dist_tensor_transpose(&y, x, NULL, NULL, rep), LM_ERR_INVALID_ARGUMENT,
+                "perm is NULL");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose(&y, x, p_range, NULL, rep), LM_ERR_INVALID_ARGUMENT,
+                "perm[1] = 2");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose(&y, x, p_twice, NULL, rep), LM_ERR_INVALID_ARGUMENT,
+                "repeats");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose(&y, x, swap, NULL, NULL), LM_ERR_INVALID_ARGUMENT,
+                "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose(&y, x, swap, NULL, bad_pl), LM_ERR_INVALID_ARGUMENT,
+                "placements");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose(NULL, x, swap, NULL, rep), LM_ERR_INVALID_ARGUMENT,
+                "out");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose(&y, NULL, swap, NULL, rep), LM_ERR_INVALID_ARGUMENT,
+                "src");
+  if (NP > 1)
+    LM_EXPECT_ALL(lm_dist_tensor_transpose(&y, x, ME == 0 ? swap : same, NULL, rep),
+                  LM_ERR_MISMATCH, "perm");
+  LM_ASSERT_ALL(y == NULL);
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+/* A padded borrow (rows of a 4 x 6 array, the first 5 columns) transposed into column shards. */
+static void test_padded_source(void **state) {
+  (void)state;
+  lm_mesh_t m = lm_test_world_mesh();
+  double base[24], full[20];
+  for (int e = 0; e < 24; ++e) base[e] = e % 6 < 5 ? (double)(e / 6 * 5 + e % 6) : -7;
+  for (int e = 0; e < 20; ++e) full[e] = e;
+  int64_t shape[2] = {4, 5}, strides[2] = {6, 1};
+  DLTensor t = {base, {kDLCPU, 0}, 2, kF64, shape, strides, 0};
+  const lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE}, cols[1] = {LM_PLACEMENT_SHARD(1)};
+  const int perm[2] = {1, 0};
+  lm_dist_tensor_t x = NULL, y = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, m, &t, rep, LM_SHAPE_EVEN, NULL,
+                                             LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_transpose(&y, x, perm, NULL, cols));
+  LM_ASSERT_ALL(check_out(y, full, 2, shape, perm) == 0);
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_matrix_rows),
+    cmocka_unit_test(test_refusals),
+    cmocka_unit_test(test_padded_source),
+    cmocka_unit_test(test_random_transposes),
+};
+
+LM_TEST_MAIN(tests)
