@@ -21,6 +21,8 @@
  * ScaLAPACK arrays come from lm_tensor_alloc (the library's pool, whose large buffers lie in its
  * node-shared arena: peers on the node read them with memcpy, not kernel copies) instead of
  * calloc; every implementation moves the same arrays either way ("alloc" in the output).
+ * `--pad P`: every local array gets P more rows than it holds (LLD = LOCr + P, "lld_pad"), so
+ * localmap borrows padded shards (read and written through compact stand-ins).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -52,6 +54,7 @@ void costa_pdgemr2d(const int *m, const int *n, const double *a, const int *ia, 
 
 static int rank, size, nb = 64;  /* nb: the block-cyclic layouts' block size (--block) */
 static int use_arena = 0;        /* --arena: arrays from lm_tensor_alloc */
+static int lld_pad = 0;          /* --pad P: LLD = max(1, LOCr) + P */
 
 /* One process grid and a matrix laid out on it. */
 typedef struct {
@@ -71,7 +74,7 @@ static void make_layout(layout_t *L, int M, int N, int nprow, int npcol, int mb,
   L->nb = nb;
   L->locr = numroc_(&M, &mb, &L->myrow, &zero, &L->nprow);
   L->locc = numroc_(&N, &nb, &L->mycol, &zero, &L->npcol);
-  int lld = L->locr > 1 ? (int)L->locr : 1;
+  int lld = (L->locr > 1 ? (int)L->locr : 1) + lld_pad;
   descinit_(L->desc, &M, &N, &mb, &nb, &zero, &zero, &L->ctxt, &lld, &info);
   const int64_t elems = (int64_t)lld * (L->locc ? L->locc : 1);
   L->owner = NULL;
@@ -199,10 +202,11 @@ static void bench_case(const char *name, int M, int N, layout_t *src, layout_t *
       printf("{\"bench\": \"scalapack\", \"np\": %d, \"size\": \"%s\", \"M\": %d, \"N\": %d, "
              "\"block\": %d, "
              "\"case\": \"%s\", \"impl\": \"%s\", \"grid_src\": \"%dx%d\", \"grid_dst\": \"%dx%d\", "
-             "\"alloc\": \"%s\", \"median_ms\": %.4f, \"min_ms\": %.4f, \"rounds\": %d, "
+             "\"alloc\": \"%s\", \"lld_pad\": %d, \"median_ms\": %.4f, \"min_ms\": %.4f, \"rounds\": %d, "
              "\"exact\": %s}\n",
              size, size_name, M, N, nb, name, impl_name[impls[k]], src->nprow, src->npcol,
-             dst->nprow, dst->npcol, use_arena ? "arena" : "malloc", t[k * rounds + rounds / 2] * 1e3,
+             dst->nprow, dst->npcol, use_arena ? "arena" : "malloc", lld_pad,
+             t[k * rounds + rounds / 2] * 1e3,
              t[k * rounds] * 1e3,
              rounds, ok[k] ? "true" : "false");
   }
@@ -271,11 +275,11 @@ static void bench_transpose(int n, layout_t *A, layout_t *C, int rounds, const c
     if (rank == 0)
       printf("{\"bench\": \"scalapack\", \"np\": %d, \"size\": \"%s\", \"M\": %d, \"N\": %d, "
              "\"block\": %d, \"case\": \"transpose\", \"impl\": \"%s\", \"grid_src\": "
-             "\"%dx%d\", \"grid_dst\": \"%dx%d\", \"alloc\": \"%s\", \"median_ms\": %.4f, "
-             "\"min_ms\": %.4f, \"rounds\": %d, \"exact\": %s}\n",
+             "\"%dx%d\", \"grid_dst\": \"%dx%d\", \"alloc\": \"%s\", \"lld_pad\": %d, "
+             "\"median_ms\": %.4f, \"min_ms\": %.4f, \"rounds\": %d, \"exact\": %s}\n",
              size, size_name, n, n, nb, names[k], A->nprow, A->npcol, C->nprow, C->npcol,
-             use_arena ? "arena" : "malloc", t[k * rounds + rounds / 2] * 1e3, t[k * rounds] * 1e3,
-             rounds, ok[k] ? "true" : "false");
+             use_arena ? "arena" : "malloc", lld_pad, t[k * rounds + rounds / 2] * 1e3,
+             t[k * rounds] * 1e3, rounds, ok[k] ? "true" : "false");
   }
   fflush(stdout);
   free(t);
@@ -292,6 +296,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--small") == 0) only_small = 1;
     if (strcmp(argv[i], "--block") == 0 && i + 1 < argc) nb = atoi(argv[++i]);
     if (strcmp(argv[i], "--arena") == 0) use_arena = 1;
+    if (strcmp(argv[i], "--pad") == 0 && i + 1 < argc) lld_pad = atoi(argv[++i]);
   }
   /* COSTA v2.3.2's costa_pdgemr2d between two grids (the rows cases: a P x 1 target) returned
    * wrong elements at np 2 and crashed at np 4 here; LM_BENCH_COSTA_ALL=1 runs it anyway. */
