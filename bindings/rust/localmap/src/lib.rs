@@ -1184,16 +1184,20 @@ impl DistTensor {
     }
     /// `lm_dist_tensor_reshard` onto `dst_mesh` (`None`: this tensor's mesh). Collective over both.
     pub fn reshard(&self, dst_mesh: Option<&Mesh>, placements: &[Placement]) -> Result<DistTensor> {
-        let ndim = match dst_mesh {
-            Some(m) => m.ndim()?,
-            None => self.mesh()?.ndim()?,
-        };
+        let ndim = self.dst_ndim(dst_mesh)?;
         let pl = mesh_placements_n(ndim, placements, "DistTensor::reshard: placements")?;
         let mut raw = ptr::null_mut();
         check(unsafe {
             sys::lm_dist_tensor_reshard(&mut raw, self.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pl.as_ptr())
         })?;
         Ok(DistTensor { raw })
+    }
+    /// The mesh dims of a call's target: `dst_mesh`'s, or (`None`) this tensor's mesh's.
+    fn dst_ndim(&self, dst_mesh: Option<&Mesh>) -> Result<usize> {
+        match dst_mesh {
+            Some(m) => m.ndim(),
+            None => self.mesh()?.ndim(),
+        }
     }
     /// `lm_dist_tensor_transpose`: the dims permuted as `numpy.transpose(x, perm)` (a matrix:
     /// `&[1, 0]`), laid out with `placements` (in the result's dims) on `dst_mesh` (`None`: this
@@ -1203,10 +1207,7 @@ impl DistTensor {
             return arg_error(format!("DistTensor::transpose: perm has {} entries, the tensor {} dims",
                                      perm.len(), self.ndim()?));
         }
-        let ndim = match dst_mesh {
-            Some(m) => m.ndim()?,
-            None => self.mesh()?.ndim()?,
-        };
+        let ndim = self.dst_ndim(dst_mesh)?;
         let pl = mesh_placements_n(ndim, placements, "DistTensor::transpose: placements")?;
         let mut raw = ptr::null_mut();
         check(unsafe {
