@@ -195,11 +195,7 @@ void attach_storage(lm_dist_tensor_s *t, FromLocal &c) {
   const DLTensor *local = c.local;
   void *at = static_cast<char *>(local->data) + local->byte_offset;
   if (c.managed || c.borrow) {
-    if (!c.pad.empty()) {
-      t->pad = c.pad;
-      t->pad_strides.assign(c.pad.size(), 1);
-      for (size_t i = c.pad.size() - 1; i > 0; --i) t->pad_strides[i - 1] = t->pad_strides[i] * c.pad[i];
-    }
+    if (!c.pad.empty()) t->set_pad(c.pad);
     auto s = std::make_shared<Storage>();
     s->data = at;
     s->bytes = t->span_bytes();

@@ -345,6 +345,12 @@ void lm_dist_tensor_s::padded_misuse() {
            "shards; please report it");
 }
 
+void lm_dist_tensor_s::set_pad(const lm::Shape &extents) {
+  pad = extents;
+  pad_strides.assign(pad.size(), 1);
+  for (size_t i = pad.size(); i > 1; --i) pad_strides[i - 2] = pad_strides[i - 1] * pad[i - 1];
+}
+
 size_t lm_dist_tensor_s::span_bytes() const {
   if (!padded()) return local_bytes();
   if (local_numel() == 0) return 0;

@@ -37,9 +37,12 @@ struct lm_dist_tensor_s {
   size_t byte_offset = 0;  // into storage->data
   // A padded shard (host, borrowed): the extents of the compact array holding it (>= local.len,
   // equal in dim 0) and its element strides; both empty for a compact shard.
+  // Set only through set_pad, which derives pad_strides (views point into it).
   lm::Shape pad, pad_strides;
 
   bool padded() const { return !pad.empty(); }
+  // Makes this a padded shard lying in a row-major array of extents `extents`.
+  void set_pad(const lm::Shape &extents);
   // The first element of the shard (padded or not).
   void *base() const {
     return storage ? static_cast<char *>(storage->data) + byte_offset : nullptr;
