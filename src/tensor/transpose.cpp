@@ -59,7 +59,9 @@ void permute_copy(T *out, const T *in, int n, const int64_t *len, const int64_t 
   constexpr int64_t kTile = 32;
   int64_t ob = 0, ib = 0;  // the current outer index's offsets
   for (int64_t o = 0; o < outer; ++o) {
-    if (a == b) {
+    if (a == b && istr[a] == 1) {  // the innermost dim stays innermost: one run
+      std::memcpy(out + ob, in + ib, (size_t)len[a] * sizeof(T));
+    } else if (a == b) {
       for (int64_t y = 0; y < len[a]; ++y) out[ob + y] = in[ib + y * istr[a]];
     } else {
       for (int64_t x0 = 0; x0 < len[b]; x0 += kTile)
