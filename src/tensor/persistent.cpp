@@ -274,23 +274,22 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   if (!plan_prepare(p, src, dst, fn, cs, &s, &d, &board)) return;
   if (board) {  // the round moved the data: copy it out (memory reads, nothing to fail)
     p->fused->unpack(s->data(), d->data());
-    cs.finish();
-    return;
-  }
-  try {
-    TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
-    if (is_device(s->device))
-      device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
-                      d->data(), d->local_bytes(), s->device.device_id);
-    else {
-      p->plan->use(p->plan->host_spec());
-      p->plan->run(s->data(), d->data());
+  } else {
+    try {
+      TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
+      if (is_device(s->device))
+        device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
+                        d->data(), d->local_bytes(), s->device.device_id);
+      else {
+        p->plan->use(p->plan->host_spec());
+        p->plan->run(s->data(), d->data());
+      }
+    } catch (const Error &e) {
+      p->plan->abandon();
+      mesh_break(p->src_mesh, e, p->dst_mesh);
     }
-  } catch (const Error &e) {
-    p->plan->abandon();
-    mesh_break(p->src_mesh, e, p->dst_mesh);
   }
-  cs.finish();
+  cs.finish();  // the targets' stand-ins back into their padded tensors
 }
 
 lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
