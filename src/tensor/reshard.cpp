@@ -65,13 +65,20 @@ void prepare(Reshard &r) {
   mesh_check_usable(r.sm, ArgName(r.fn, "src mesh").c_str());
   mesh_check_usable(r.dm, ArgName(r.fn, "dst_mesh").c_str());
   MPI_Comm comm = transfer_comm(r.sm, r.dm, r.fn);
-  Layout L = make_layout(r.dm, r.pl, t->layout.gshape, ArgName(r.fn, "placements").c_str());
-  check_reshard(t->layout, L, t->dt);
+  // Within one mesh, a cached plan brings its target layout, checked when it was cached.
+  const bool dev = is_device(t->device);
+  if (r.sm == r.dm) r.cached = cached_plan_find(r.sm, t->layout, r.pl, t->dtype, dev);
+  Layout made;
+  if (!r.cached) {
+    made = make_layout(r.dm, r.pl, t->layout.gshape, ArgName(r.fn, "placements").c_str());
+    check_reshard(t->layout, made, t->dt);
+  }
+  const Layout &L = r.cached ? r.cached->dst : made;
   r.out = tensor_new(r.dm, L, t->dtype, t->device, false);
   if (r.extra && r.extra->prepare) r.extra->prepare();
   if (!r.part) return;
   if (r.sm == r.dm) {
-    r.cached = cached_plan(r.sm, t->layout, L, t->dtype, is_device(t->device));
+    if (!r.cached) r.cached = cached_plan_add(r.sm, t->layout, L, t->dtype, dev);
     r.plan = r.cached->plan;
   } else
     r.plan = plan_build(t->layout, L, t->dtype, comm, r.sm->world_rank);
