@@ -234,8 +234,13 @@ void Layout::derive() {
              "registered (lm_extents_create)", m, pl[m].op);
     }
   }
-  for (auto &o : order)
-    std::stable_sort(o.begin(), o.end(), [&](int a, int b) { return pl[a].order < pl[b].order; });
+  for (auto &o : order)  // by co-shard order, stably: an insertion sort (a few mesh dims; no
+    for (size_t i = 1; i < o.size(); ++i) {  // temporary buffer as std::stable_sort takes)
+      const int v = o[i];
+      size_t k = i;
+      for (; k > 0 && pl[(size_t)o[k - 1]].order > pl[(size_t)v].order; --k) o[k] = o[k - 1];
+      o[k] = v;
+    }
 }
 
 Box Layout::box_at(const int64_t *coord) const {
