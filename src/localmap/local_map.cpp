@@ -11,6 +11,7 @@
 #include "common/handle.hpp"
 #include "common/mpi.hpp"
 #include "localmap/record.hpp"
+#include "mem/cuda.hpp"
 #include "mesh/collective.hpp"
 #include "tensor/ops.hpp"
 
@@ -258,7 +259,8 @@ class LocalMapCall {
         out_pl_(out_pl), out_shapes_(out_shapes), mesh_(mesh), flags_(flags), opt_(opt),
         out_(outputs),
         objs_((size_t)nin), need_gather_((size_t)nout), args_((size_t)nin), views_((size_t)nin),
-        temps_((size_t)nin), move_((size_t)nin), gshapes_((size_t)nout) {}
+        temps_((size_t)nin), move_((size_t)nin), gshapes_((size_t)nout),
+        checked_((size_t)nout) {}
   ~LocalMapCall() {
     for (int i = 0; i < nin_; ++i) tensor_release(temps_[i]);
   }
@@ -356,6 +358,7 @@ class LocalMapCall {
   SmallBuf<lm_dist_tensor_s *, 16> temps_;  // resharded inputs (released at the end)
   SmallBuf<char, 16> move_;
   SmallBuf<Shape, 8> gshapes_;
+  SmallBuf<Layout, 8> checked_;  // per output: its layout, when check_output checked it all
   std::vector<Layout> gathered_layouts_;  // per output, when some gather: the agreed layout
 };
 
@@ -617,6 +620,9 @@ void LocalMapCall::check_output(int j) {
     fail(LM_ERR_INVALID_ARGUMENT, "%s: outputs[%d]: the local shape does not match its shard of "
          "global shape with placements %s on rank %d%s", F, j, L.str().c_str(), m_->world_rank,
          (flags_ & LM_LOCAL_MAP_SHAPES_EVEN) ? " (uneven: drop LM_LOCAL_MAP_SHAPES_EVEN)" : "");
+  // Checked as tensor_from_local would check it, except for LM_CHECK=2's collective extents
+  // check and a device pointer's memory: wrap_outputs adopts it with this layout.
+  if (m_->member && m_->check_level < 2 && !is_device(lt.device)) checked_[j] = std::move(L);
 }
 
 // One collective decides the outcome: the allgather of extents when some output needs it (after
@@ -729,8 +735,10 @@ void LocalMapCall::wrap_outputs() {
         // A gathered output's placements name the extents agreed for LM_EXTENTS_AGREED.
         const lm_placement_t *pl =
             need_gather_[done] ? gathered_layouts_[done].pl.data() : out_pl_[done];
-        t = tensor_from_local(m_, &mt->dl_tensor, pl, LM_SHAPE_GIVEN,
-                              gshapes_[done].data(), 0, mt, "lm_local_map: output");
+        t = checked_[done].grid && !need_gather_[done]
+                ? tensor_adopt_checked(m_, std::move(checked_[done]), mt)
+                : tensor_from_local(m_, &mt->dl_tensor, pl, LM_SHAPE_GIVEN,
+                                    gshapes_[done].data(), 0, mt, "lm_local_map: output");
       } catch (const Error &e) {  // name the output as the caller knows it
         std::string msg = e.message(), from = "lm_local_map: output";
         if (msg.compare(0, from.size(), from) == 0)

@@ -211,6 +211,19 @@ void attach_storage(lm_dist_tensor_s *t, FromLocal &c) {
   }
 }
 
+// Attaches t's storage (attach_storage); on failure releases t, and the local tensor stays the
+// caller's.
+lm_dist_tensor_s *with_storage(lm_dist_tensor_s *t, FromLocal &c) {
+  try {
+    attach_storage(t, c);
+  } catch (...) {
+    if (t->storage) t->storage->managed = nullptr;
+    tensor_release(t);
+    throw;
+  }
+  return t;
+}
+
 }  // namespace
 
 lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
@@ -259,16 +272,18 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
          shape_text(L.box_at(m->coord.data()).len).c_str(), shape_text(L.gshape).c_str(),
          L.str().c_str(),
          mode == LM_SHAPE_EVEN ? " (uneven shards need LM_SHAPE_ALLGATHER or LM_SHAPE_GIVEN)" : "");
-  lm_dist_tensor_s *t = tensor_new(m, L, local->dtype, local->device, false);
+  lm_dist_tensor_s *t = tensor_new(m, std::move(L), local->dtype, local->device, false);
   if (!m->member && !managed) return t;
-  try {
-    attach_storage(t, c);
-  } catch (...) {
-    if (t->storage) t->storage->managed = nullptr;  // ownership stays with the caller on failure
-    tensor_release(t);
-    throw;
-  }
-  return t;
+  return with_storage(t, c);
+}
+
+lm_dist_tensor_s *tensor_adopt_checked(lm_mesh_s *m, Layout L, DLManagedTensor *managed) {
+  FromLocal c;
+  c.m = m;
+  c.local = &managed->dl_tensor;
+  c.managed = managed;
+  c.borrow = true;
+  return with_storage(tensor_new(m, std::move(L), c.local->dtype, c.local->device, false), c);
 }
 
 }  // namespace lm

@@ -15,6 +15,10 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
                                     const lm_placement_t *pl, int mode,
                                     const int64_t *gshape, unsigned flags,
                                     DLManagedTensor *managed, const char *fn);
+// A member's compact host or device tensor already checked against layout L of m (its dtype,
+// device, alignment, and its shape the rank's shard of L: lm_local_map's outputs), adopted with
+// no second check. On failure the tensor stays the caller's.
+lm_dist_tensor_s *tensor_adopt_checked(lm_mesh_s *m, Layout L, DLManagedTensor *managed);
 lm_dist_tensor_s *tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
                                      const lm_placement_t *pl, int root);
 void tensor_gather(lm_dist_tensor_t t, int root, DLTensor *dst);

@@ -73,16 +73,16 @@ Box local_box(const lm_mesh_s *mesh, const Layout &layout) {
   return layout.box_at(mesh->coord.data());
 }
 
-lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType dtype,
+lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, Layout layout, DLDataType dtype,
                              DLDevice device, bool alloc) {
   auto t = std::make_unique<lm_dist_tensor_s>();
-  t->layout = layout;
+  t->layout = std::move(layout);
   t->dtype = dtype;
   t->dt = dtype_from_dl(dtype, "dtype");
-  check_partial_dtype(layout.pl.data(), layout.mesh_ndim(), t->dt, "placements");
+  check_partial_dtype(t->layout.pl.data(), t->layout.mesh_ndim(), t->dt, "placements");
   t->esize = dtype_size(t->dt);
   t->device = device;
-  t->local = local_box(mesh, layout);
+  t->local = local_box(mesh, t->layout);
   if (alloc && is_device(device)) {
     if (mesh->member) t->storage = device_storage_alloc(mesh_mem(mesh), device, t->local_bytes(), true);
   } else if (alloc && mesh->member) {

@@ -73,8 +73,9 @@ void tensor_destroy_handle(lm_dist_tensor_t *h, const char *what);
 void tensor_retain(lm_dist_tensor_s *t);
 void tensor_release(lm_dist_tensor_s *t);
 
-// A new tensor with the given layout on `mesh` (retained), with zeroed storage if alloc.
-lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, const Layout &layout, DLDataType dtype,
+// A new tensor with the given layout (moved in where the caller passes an rvalue) on `mesh`
+// (retained), with zeroed storage if alloc.
+lm_dist_tensor_s *tensor_new(lm_mesh_s *mesh, Layout layout, DLDataType dtype,
                              DLDevice device, bool alloc);
 
 // The local box of `layout` for this rank of `mesh` (zero-size box for non-members).
