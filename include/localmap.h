@@ -726,7 +726,8 @@ LM_API lm_status_t lm_dist_tensor_destroy(lm_dist_tensor_t *tensor);
  * memory, as DTensor's views do: writing one changes the other (device tensors get a copy on the
  * device: their reshards run the mesh's device collectives on every rank). Collective over the ranks of both meshes; ranks in neither return at once
  * with a placeholder. Both meshes must come from the same parent communicator. Uses an internal
- * plan cache, so repeated reshards of one layout pair plan once. */
+ * plan cache (up to 64 plans per source mesh, same-mesh and cross-mesh alike, dropped with either
+ * mesh), so repeated reshards of one layout pair plan once. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm_dist_tensor_t src,
                                                        lm_mesh_t dst_mesh,
                                                        const lm_placement_t *placements);

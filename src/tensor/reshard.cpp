@@ -49,7 +49,7 @@ struct Reshard {
   const char *fn = nullptr;
   bool part = false;  // this rank is in one of the meshes
   lm_dist_tensor_s *out = nullptr;
-  std::shared_ptr<CachedPlan> cached;  // same mesh: the plan cache's entry
+  std::shared_ptr<CachedPlan> cached;  // the plan cache's entry
   std::shared_ptr<Plan> plan;
   FusedExchange *fused = nullptr;  // a same-mesh host plan that can take the board exchange
   bool alias = false;
@@ -65,9 +65,9 @@ void prepare(Reshard &r) {
   mesh_check_usable(r.sm, ArgName(r.fn, "src mesh").c_str());
   mesh_check_usable(r.dm, ArgName(r.fn, "dst_mesh").c_str());
   MPI_Comm comm = transfer_comm(r.sm, r.dm, r.fn);
-  // Within one mesh, a cached plan brings its target layout, checked when it was cached.
+  // A cached plan brings its target layout, checked when it was cached.
   const bool dev = is_device(t->device);
-  if (r.sm == r.dm) r.cached = cached_plan_find(r.sm, t->layout, r.pl, t->dtype, dev);
+  r.cached = cached_plan_find(r.sm, r.dm, t->layout, r.pl, t->dtype, dev);
   Layout made;
   if (!r.cached) {
     made = make_layout(r.dm, r.pl, t->layout.gshape, ArgName(r.fn, "placements").c_str());
@@ -77,11 +77,10 @@ void prepare(Reshard &r) {
   r.out = tensor_new(r.dm, L, t->dtype, t->device, false);
   if (r.extra && r.extra->prepare) r.extra->prepare();
   if (!r.part) return;
-  if (r.sm == r.dm) {
-    if (!r.cached) r.cached = cached_plan_add(r.sm, t->layout, L, t->dtype, dev);
-    r.plan = r.cached->plan;
-  } else
-    r.plan = plan_build(t->layout, L, t->dtype, comm, r.sm->world_rank);
+  if (!r.cached)
+    r.cached = cached_plan_add(r.sm, r.dm, t->layout, L, t->dtype, dev,
+                               r.sm == r.dm ? r.sm->world : comm);
+  r.plan = r.cached->plan;
   size_t off = 0;
   // Host only: a device reshard runs collectives of the mesh (the transport choice, NCCL init,
   // the staging agreement) on every rank, so no rank may return early on its own, and whether a
@@ -98,7 +97,7 @@ void prepare(Reshard &r) {
                          : storage_alloc(r.out->local_bytes(), false);
     // A small exchange within one node moves inside the agreement round (as a blocking
     // lm_reshard_plan_execute does): decided from the plan and the agreed settings alone.
-    if (r.cached && !is_device(t->device) && r.plan->involved)
+    if (r.sm == r.dm && !is_device(t->device) && r.plan->involved)
       r.fused = cached_fused_exchange(*r.cached, r.sm);
   }
 }
