@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * bench_small: small calls against MPI (issue 22 item 5). A [64, 64] float64 tensor (32 KiB) on
- * the 1-D world mesh, for S0->R, S0->S1, P(sum)->S0 and P(sum)->R:
+ * the 1-D world mesh, for S0->R, S0->S1, P(sum)->S0 and P(sum)->R, and S0 -> S0 on the world
+ * mesh in reverse rank order (a cross-mesh reshard: every shard moves to its mirror rank):
  *   execute   lm_reshard_plan_execute of a persistent plan into a tensor made once;
  *   reshard   lm_dist_tensor_reshard + lm_dist_tensor_destroy (the allocating call most users
  *             make: plan cache, output allocation, agreement);
  *   alloc     lm_reshard_plan_alloc_target + lm_dist_tensor_destroy (the output's own cost);
  *   mpi       the MPI collective that moves the same bytes (MPI_Allgather, MPI_Alltoall of
- *             packed blocks, MPI_Reduce_scatter_block, MPI_Allreduce).
+ *             packed blocks, MPI_Reduce_scatter_block, MPI_Allreduce; MPI_Sendrecv with the
+ *             mirror rank for the cross-mesh case).
  * The breakdown of the allocating call: reshard = execute + alloc + rest (rest: plan-cache lookup,
  * argument checks, the fingerprint); targets: reshard / execute <= 1.2, Partial cases' execute
  * <= mpi. Then lm_local_map with one Shard tensor output against one scalar output (NO_AGREE,
@@ -29,11 +31,12 @@ static int rank, np;
 typedef struct {
   const char *name, *mpi_name;
   lm_placement_t src, dst;
-  int mpi_kind; /* 0 allgather, 1 alltoall, 2 reduce_scatter_block, 3 allreduce */
+  int mpi_kind; /* 0 allgather, 1 alltoall, 2 reduce_scatter_block, 3 allreduce, 4 sendrecv */
   lm_reshard_plan_t plan;
   lm_dist_tensor_t s, d;
   double *sbuf, *rbuf;
   int block; /* elements per rank block */
+  lm_mesh_t dmesh; /* the target mesh (NULL: the source's) */
 } scase;
 
 static void run_variant(scase *c, int v) {
@@ -42,7 +45,7 @@ static void run_variant(scase *c, int v) {
       OK(lm_reshard_plan_execute(c->plan, c->s, c->d));
     } else if (v == 1) {
       lm_dist_tensor_t o;
-      OK(lm_dist_tensor_reshard(&o, c->s, NULL, &c->dst));
+      OK(lm_dist_tensor_reshard(&o, c->s, c->dmesh, &c->dst));
       OK(lm_dist_tensor_destroy(&o));
     } else if (v == 2) {
       lm_dist_tensor_t o;
@@ -55,8 +58,11 @@ static void run_variant(scase *c, int v) {
                    MPI_COMM_WORLD);
     } else if (c->mpi_kind == 2) {
       MPI_Reduce_scatter_block(c->sbuf, c->rbuf, c->block, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    } else {
+    } else if (c->mpi_kind == 3) {
       MPI_Allreduce(c->sbuf, c->rbuf, N * N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    } else { /* the shard to the rank holding it on the reversed mesh */
+      MPI_Sendrecv(c->sbuf, c->block, MPI_DOUBLE, np - 1 - rank, 0, c->rbuf, c->block, MPI_DOUBLE,
+                   np - 1 - rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
   }
 }
@@ -81,17 +87,20 @@ static void time_case(scase *c, double *us) {
   for (int v = 0; v < VARIANTS; ++v) us[v] = median(t[v], ROUNDS);
 }
 
-static void bench_reshards(lm_mesh_t mesh) {
+static void bench_reshards(lm_mesh_t mesh, lm_mesh_t reversed) {
   const lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1),
                        R = LM_PLACEMENT_REPLICATE, P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
-  scase cases[4] = {{"S0->R", "MPI_Allgather", S0, R, 0, NULL, NULL, NULL, NULL, NULL, 0},
-                    {"S0->S1", "MPI_Alltoall", S0, S1, 1, NULL, NULL, NULL, NULL, NULL, 0},
-                    {"P->S0", "MPI_Reduce_scatter_block", P, S0, 2, NULL, NULL, NULL, NULL, NULL, 0},
-                    {"P->R", "MPI_Allreduce", P, R, 3, NULL, NULL, NULL, NULL, NULL, 0}};
+  scase cases[5] = {
+      {"S0->R", "MPI_Allgather", S0, R, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL},
+      {"S0->S1", "MPI_Alltoall", S0, S1, 1, NULL, NULL, NULL, NULL, NULL, 0, NULL},
+      {"P->S0", "MPI_Reduce_scatter_block", P, S0, 2, NULL, NULL, NULL, NULL, NULL, 0, NULL},
+      {"P->R", "MPI_Allreduce", P, R, 3, NULL, NULL, NULL, NULL, NULL, 0, NULL},
+      {"S0->S0 cross-mesh", "MPI_Sendrecv", S0, S0, 4, NULL, NULL, NULL, NULL, NULL, 0, reversed}};
   int64_t g[2] = {N, N};
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 5; ++k) {
     scase *c = &cases[k];
-    OK(lm_reshard_plan_create(&c->plan, mesh, &c->src, mesh, &c->dst, 2, g, LM_FLOAT64));
+    lm_mesh_t to = c->dmesh ? c->dmesh : mesh;
+    OK(lm_reshard_plan_create(&c->plan, mesh, &c->src, to, &c->dst, 2, g, LM_FLOAT64));
     OK(lm_dist_tensor_zeros(&c->s, mesh, 2, g, LM_FLOAT64, LM_CPU, &c->src));
     OK(lm_reshard_plan_alloc_target(c->plan, LM_CPU, &c->d));
     c->block = N * N / np; /* the MPI baselines move whole blocks (np divides 64) */
@@ -106,7 +115,7 @@ static void bench_reshards(lm_mesh_t mesh) {
              "1.2, \"execute_over_mpi\": %.2f%s}\n",
              c->name, np, N * N * 8, us[0], us[1], us[2], us[1] - us[0] - us[2], c->mpi_name,
              us[3], us[1] / us[0], us[0] / us[3],
-             c->mpi_kind >= 2 ? ", \"target_execute_over_mpi\": 1.0" : "");
+             c->mpi_kind == 2 || c->mpi_kind == 3 ? ", \"target_execute_over_mpi\": 1.0" : "");
     OK(lm_reshard_plan_destroy(&c->plan));
     OK(lm_dist_tensor_destroy(&c->s));
     OK(lm_dist_tensor_destroy(&c->d));
@@ -184,8 +193,18 @@ int main(int argc, char **argv) {
   lm_mesh_t mesh;
   int64_t ms[1] = {np};
   OK(lm_mesh_create(&mesh, wf, 1, ms, NULL));
-  bench_reshards(mesh);
+  /* The world in reverse: a cross-mesh reshard S0 -> S0 moves every shard (but the middle). */
+  int *rev = malloc(sizeof(int) * (size_t)np);
+  for (int i = 0; i < np; ++i) rev[i] = np - 1 - i;
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.ranks = rev;
+  cfg.nranks = np;
+  lm_mesh_t reversed;
+  OK(lm_mesh_create(&reversed, wf, 1, ms, &cfg));
+  free(rev);
+  bench_reshards(mesh, reversed);
   bench_local_map(mesh);
+  OK(lm_mesh_destroy(&reversed));
   OK(lm_mesh_destroy(&mesh));
   MPI_Finalize();
   return 0;
