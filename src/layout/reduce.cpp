@@ -83,12 +83,14 @@ void red16(int op, uint16_t *a, const uint16_t *b, int64_t n) {
 }
 
 // The sums every Partial(sum/avg) reduction runs, as vector loops: GCC's -O2 leaves loops of
-// unknown trip count scalar, so these ask for vectorization and, on x86-64, an AVX2 clone chosen
-// at load time (ifunc) beside the baseline one. Each element is the same IEEE operation as the
-// scalar loop (no reassociation, no contraction): the same bits. bf16 sums ran 7x faster
-// (190K elements: 310 -> 45 us), which is most of a small Partial reshard of bf16 tensors.
+// unknown trip count scalar, so these ask for vectorization and, on x86-64, AVX-512 (x86-64-v4)
+// and AVX2 clones chosen at load time (ifunc) beside the baseline one. Each element is the same
+// IEEE operation as the scalar loop (no reassociation, no contraction): the same bits. bf16 sums
+// ran 7x faster with AVX2 (190K elements: 310 -> 45 us), which is most of a small Partial reshard
+// of bf16 tensors, and 1.6x faster again with AVX-512 (0.25 -> 0.15 ns per element).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LM_VECTOR_LOOP __attribute__((optimize("tree-vectorize"), target_clones("avx2", "default")))
+#define LM_VECTOR_LOOP \
+  __attribute__((optimize("tree-vectorize"), target_clones("arch=x86-64-v4", "avx2", "default")))
 #elif defined(__GNUC__) && !defined(__clang__)
 #define LM_VECTOR_LOOP __attribute__((optimize("tree-vectorize")))
 #else
@@ -100,9 +102,15 @@ LM_VECTOR_LOOP void sum_f32(float *__restrict a, const float *__restrict b, int6
 LM_VECTOR_LOOP void sum_f64(double *__restrict a, const double *__restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] += b[i];
 }
+// ew::float_to_bf16 of the float sum, written branch-free (a NaN keeps its sign and payload's top
+// and is made quiet; others round to nearest even), which vectorizes into fewer instructions.
 LM_VECTOR_LOOP void sum_bf16(uint16_t *__restrict a, const uint16_t *__restrict b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    a[i] = ew::float_to_bf16(ew::bf16_to_float(a[i]) + ew::bf16_to_float(b[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t x = ew::f2u(ew::bf16_to_float(a[i]) + ew::bf16_to_float(b[i]));
+    const uint32_t r =
+        (x & 0x7fffffffu) > 0x7f800000u ? x | 0x400000u : x + 0x7fffu + ((x >> 16) & 1u);
+    a[i] = (uint16_t)(r >> 16);
+  }
 }
 bool is_sum(int op) { return op == LM_REDUCE_SUM || op == LM_REDUCE_AVG; }
 }  // namespace
