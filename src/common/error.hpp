@@ -46,7 +46,19 @@ class ArgName {
  public:
   ArgName(const char *fn, const char *arg) { n_ = 0, put(fn), put(": "), put(arg); }
   // "fn: arg[index]"
-  ArgName(const char *fn, const char *arg, long long index) : ArgName(fn, arg) {
+  ArgName(const char *fn, const char *arg, long long index) : ArgName(fn, arg) { put_index(index); }
+  // "arg[index]"
+  static ArgName indexed(const char *arg, long long index) {
+    ArgName a;
+    a.put(arg);
+    a.put_index(index);
+    return a;
+  }
+  const char *c_str() const { return buf_; }
+
+ private:
+  ArgName() : n_(0) { buf_[0] = '\0'; }
+  void put_index(long long index) {
     char d[24];
     int k = 0;
     unsigned long long u = index < 0 ? 0ULL - (unsigned long long)index : (unsigned long long)index;
@@ -56,9 +68,6 @@ class ArgName {
     while (k > 0 && n_ + 1 < sizeof buf_) buf_[n_++] = d[--k];
     put("]");
   }
-  const char *c_str() const { return buf_; }
-
- private:
   void put(const char *p) {
     const size_t k = std::min(std::strlen(p), sizeof buf_ - 1 - n_);
     std::memcpy(buf_ + n_, p, k);

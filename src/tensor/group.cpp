@@ -101,7 +101,7 @@ void group_check_tensors(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *s
   S.assign((size_t)n, nullptr);
   D.assign((size_t)n, nullptr);
   for (int i = 0; i < n; ++i) {
-    const std::string sn = strfmt("src[%d]", i), dn = strfmt("dst[%d]", i);
+    const ArgName sn = ArgName::indexed("src", i), dn = ArgName::indexed("dst", i);
     plan_check_tensors(g->entries[(size_t)i].get(), src[i], dst[i], fn, &S[(size_t)i],
                        &D[(size_t)i], sn.c_str(), dn.c_str());
     LM_CHECK_ARG(S[(size_t)i]->device.device_type == S[0]->device.device_type,
