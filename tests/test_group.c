@@ -87,6 +87,12 @@ static lm_mesh_t mesh_2d(void) {
   return m;
 }
 
+static uint16_t bf16_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+
 /* Rank- and entry-dependent values (partial sources differ per rank). */
 static void fill(lm_dist_tensor_t t, int salt) {
   DLTensor v;
@@ -97,6 +103,8 @@ static void fill(lm_dist_tensor_t t, int salt) {
     const int64_t x = (i * 7 + salt * 131 + ME * 17) % 97 - 40;
     if (v.dtype.code == kDLFloat && v.dtype.bits == 64) ((double *)v.data)[i] = (double)x / 8;
     else if (v.dtype.code == kDLFloat) ((float *)v.data)[i] = (float)x / 4;
+    else if (v.dtype.code == kDLBfloat) /* x / 3 in bf16 (its top 16 bits): sums that round */
+      ((uint16_t *)v.data)[i] = bf16_bits((float)x / 3);
     else ((int32_t *)v.data)[i] = (int32_t)x;
   }
 }
@@ -164,8 +172,10 @@ static const size_t kBuckets[] = {1, 700, 0 /* default: one bucket */};
 
 static void test_mixed_1d(void **state) {
   (void)state;
-  const DLDataType f64 = LM_FLOAT64, f32 = LM_FLOAT32, i32 = LM_INT32;
+  const DLDataType f64 = LM_FLOAT64, f32 = LM_FLOAT32, i32 = LM_INT32, bf16 = LM_BFLOAT16;
   const entry_t e[] = {
+      {{P(LM_REDUCE_SUM)}, {S(0)}, 2, {13, 6}, bf16}, /* bf16 sums in one pass per pair */
+      {{P(LM_REDUCE_SUM)}, {R}, 1, {37}, f32},
       {{S(0)}, {S(1)}, 2, {16, 12}, f64},
       {{S(0)}, {R}, 2, {7, 5}, f64}, /* uneven all-gather */
       {{R}, {S(1)}, 2, {7, 5}, f32}, /* a slice */

@@ -550,10 +550,11 @@ void test_bf16() {
   CHECK_EQ(bad, 0);
 }
 
-// The vector sum loops of reduce_into (f32, f64, bf16) against the scalar element rule, on random
-// values whose sums round (bf16: ties and carries; NaN and inf lanes), every length up to past two
-// AVX2 vectors plus tails, at offsets that misalign both sides, and an accumulator that is its own
-// input (the scalar path). Each element must be the bits of the scalar operation.
+// The vector sum loops of reduce_into and reduce_pair_into (f32, f64, bf16) against the scalar
+// element rule, on random values whose sums round (bf16: ties and carries; NaN and inf lanes),
+// every length up to past two AVX-512 vectors plus tails, at offsets that misalign both sides,
+// and an accumulator that is its own input (the scalar path). Each element must be the bits of
+// the scalar operation.
 void test_reduce_sums() {
   g_test = "reduce_sums";
   std::mt19937_64 rng(7);
@@ -574,18 +575,38 @@ void test_reduce_sums() {
       std::vector<float> r32(a32);
       std::vector<double> r64(a64);
       for (int64_t i = 0; i <= n; ++i) r32[i] += b32[i], r64[i] += b64[i];
+      // The pair form first, into buffers of their own (out = a + b), then in place.
+      std::vector<uint16_t> p16(n + 1);
+      std::vector<float> p32(n + 1);
+      std::vector<double> p64(n + 1);
+      lm::reduce_pair_into(lm::DType::BF16, LM_REDUCE_SUM, p16.data() + shift,
+                           a16.data() + shift, b16.data() + shift, n);
+      lm::reduce_pair_into(lm::DType::F32, LM_REDUCE_AVG, p32.data() + shift,
+                           a32.data() + shift, b32.data() + shift, n);
+      lm::reduce_pair_into(lm::DType::F64, LM_REDUCE_SUM, p64.data() + shift,
+                           a64.data() + shift, b64.data() + shift, n);
       lm::reduce_into(lm::DType::BF16, LM_REDUCE_SUM, a16.data() + shift, b16.data() + shift, n);
       lm::reduce_into(lm::DType::F32, LM_REDUCE_AVG, a32.data() + shift, b32.data() + shift, n);
       lm::reduce_into(lm::DType::F64, LM_REDUCE_SUM, a64.data() + shift, b64.data() + shift, n);
       for (int64_t i = shift; i < n + shift; ++i) {
         const bool nan = std::isnan(lm::bf16_to_float(r16[i]));
         bad += nan ? !std::isnan(lm::bf16_to_float(a16[i])) : a16[i] != r16[i];
+        bad += nan ? !std::isnan(lm::bf16_to_float(p16[i])) : p16[i] != r16[i];
         bad += std::memcmp(&a32[i], &r32[i], 4) != 0;
         bad += std::memcmp(&a64[i], &r64[i], 8) != 0;
+        bad += std::memcmp(&p32[i], &r32[i], 4) != 0;
+        bad += std::memcmp(&p64[i], &r64[i], 8) != 0;
       }
     }
   }
   CHECK_EQ(bad, 0);
+  // The pair form's other paths: a max (copy, then reduce in a-then-in order), and out == a.
+  const float ma[3] = {1.0f, 5.0f, -2.0f}, mb[3] = {3.0f, 4.0f, -1.0f};
+  float mo[3] = {0, 0, 0}, ms[3] = {1.0f, 2.0f, 3.0f};
+  lm::reduce_pair_into(lm::DType::F32, LM_REDUCE_MAX, mo, ma, mb, 3);
+  CHECK(mo[0] == 3.0f && mo[1] == 5.0f && mo[2] == -1.0f);
+  lm::reduce_pair_into(lm::DType::F32, LM_REDUCE_SUM, ms, ms, mb, 3);
+  CHECK(ms[0] == 4.0f && ms[1] == 6.0f && ms[2] == 2.0f);
   std::vector<uint16_t> self = {0x3f80, 0x4049, 0x7f80};  // acc == in: doubles each element
   lm::reduce_into(lm::DType::BF16, LM_REDUCE_SUM, self.data(), self.data(), 3);
   CHECK_EQ(self[0], 0x4000);

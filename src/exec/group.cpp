@@ -146,6 +146,7 @@ void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, 
   const size_t esize = st.esize;
   char *acc = scratch;
   char *own = scratch + align_up(st.wide ? (size_t)n * 16 : 0);
+  const char *first = nullptr;  // contribution 0, reduced with contribution 1 in one pass
   for (int64_t j = 0; j < st.k; ++j) {
     const char *src;
     if (j != st.mine) {
@@ -165,8 +166,12 @@ void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, 
     }
     if (st.wide)
       mem.wide_accumulate(p.dt, acc, src, n, j == 0);
+    else if (j == 0 && st.k > 1)
+      first = src;
     else if (j == 0)
       copy_1d(mem, out, src, n, esize);
+    else if (j == 1)
+      mem.reduce_pair(p.dt, st.op, out, first, src, n, esize);
     else
       mem.reduce(p.dt, st.op, out, src, n);
   }

@@ -104,16 +104,46 @@ LM_VECTOR_LOOP void sum_f64(double *__restrict a, const double *__restrict b, in
 }
 // ew::float_to_bf16 of the float sum, written branch-free (a NaN keeps its sign and payload's top
 // and is made quiet; others round to nearest even), which vectorizes into fewer instructions.
+inline uint16_t bf16_sum(uint16_t a, uint16_t b) {
+  const uint32_t x = ew::f2u(ew::bf16_to_float(a) + ew::bf16_to_float(b));
+  const uint32_t r =
+      (x & 0x7fffffffu) > 0x7f800000u ? x | 0x400000u : x + 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(r >> 16);
+}
 LM_VECTOR_LOOP void sum_bf16(uint16_t *__restrict a, const uint16_t *__restrict b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t x = ew::f2u(ew::bf16_to_float(a[i]) + ew::bf16_to_float(b[i]));
-    const uint32_t r =
-        (x & 0x7fffffffu) > 0x7f800000u ? x | 0x400000u : x + 0x7fffu + ((x >> 16) & 1u);
-    a[i] = (uint16_t)(r >> 16);
-  }
+  for (int64_t i = 0; i < n; ++i) a[i] = bf16_sum(a[i], b[i]);
+}
+LM_VECTOR_LOOP void sum2_f32(float *__restrict o, const float *__restrict a,
+                             const float *__restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+}
+LM_VECTOR_LOOP void sum2_f64(double *__restrict o, const double *__restrict a,
+                             const double *__restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+}
+LM_VECTOR_LOOP void sum2_bf16(uint16_t *__restrict o, const uint16_t *__restrict a,
+                              const uint16_t *__restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = bf16_sum(a[i], b[i]);
 }
 bool is_sum(int op) { return op == LM_REDUCE_SUM || op == LM_REDUCE_AVG; }
+// Whether [p, p + n) and [q, q + n) share a byte.
+bool overlap(const void *p, const void *q, size_t n) {
+  const uintptr_t x = (uintptr_t)p, y = (uintptr_t)q;
+  return x < y + n && y < x + n;
+}
 }  // namespace
+
+void reduce_pair_into(DType t, int op, void *out, const void *a, const void *in, int64_t n) {
+  const size_t bytes = (size_t)n * dtype_size(t);
+  if (is_sum(op) && n > 0 && !overlap(out, a, bytes) && !overlap(out, in, bytes)) {
+    if (t == DType::F32) return sum2_f32((float *)out, (const float *)a, (const float *)in, n);
+    if (t == DType::F64) return sum2_f64((double *)out, (const double *)a, (const double *)in, n);
+    if (t == DType::BF16)
+      return sum2_bf16((uint16_t *)out, (const uint16_t *)a, (const uint16_t *)in, n);
+  }
+  if (out != a && bytes) std::memmove(out, a, bytes);
+  reduce_into(t, op, out, in, n);
+}
 
 void reduce_into(DType t, int op, void *acc, const void *in, int64_t n) {
   if (is_sum(op) && acc != in) {  // (the vector loops promise no overlap)

@@ -13,6 +13,9 @@ namespace lm {
 void check_reduce(DType t, int op, const char *what);
 // acc[i] = op(acc[i], in[i]) for n elements (avg accumulates a sum).
 void reduce_into(DType t, int op, void *acc, const void *in, int64_t n);
+// out[i] = op(a[i], in[i]) for n elements: reduce_into with `a` as the accumulator, written to
+// out (a buffer apart from both; out == a is allowed), in one pass for sums of f32, f64 and bf16.
+void reduce_pair_into(DType t, int op, void *out, const void *a, const void *in, int64_t n);
 // acc[i] /= k (the last step of avg); integers truncate toward zero.
 void scale_avg(DType t, void *acc, int64_t n, int64_t k);
 // Fills n elements with the identity of op (sum: 0, prod: 1).

@@ -16,6 +16,10 @@ class HostOps final : public MemOps {
   void reduce(DType t, int op, void *acc, const void *in, int64_t n) override {
     reduce_into(t, op, acc, in, n);
   }
+  void reduce_pair(DType t, int op, void *out, const void *a, const void *in, int64_t n,
+                   size_t) override {
+    reduce_pair_into(t, op, out, a, in, n);
+  }
   void scale_avg(DType t, void *acc, int64_t n, int64_t k) override { lm::scale_avg(t, acc, n, k); }
   void fill_identity(DType t, int op, void *buf, int64_t n) override {
     lm::fill_identity(t, op, buf, n);

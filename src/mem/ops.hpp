@@ -22,6 +22,18 @@ class MemOps {
   virtual void copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1) = 0;
   // acc[i] = op(acc[i], in[i]) for n elements (avg accumulates a sum).
   virtual void reduce(DType t, int op, void *acc, const void *in, int64_t n) = 0;
+  // out[i] = op(a[i], in[i]) (reduce with a as the accumulator) for n elements of esize bytes;
+  // out is apart from a and in, or equal to a. By default a copy then reduce.
+  virtual void reduce_pair(DType t, int op, void *out, const void *a, const void *in, int64_t n,
+                           size_t esize) {
+    if (out != a && n > 0) {
+      int64_t zero = 0;
+      BoxCopy c;
+      boxcopy_init(c, 1, &n, &n, &zero, &n, &zero, (int64_t)esize);
+      copy(c, out, a, 0, c.numel);
+    }
+    reduce(t, op, out, in, n);
+  }
   virtual void scale_avg(DType t, void *acc, int64_t n, int64_t k) = 0;
   virtual void fill_identity(DType t, int op, void *buf, int64_t n) = 0;
   // Integer avg through a 128-bit accumulator (16 bytes per element).
