@@ -278,7 +278,7 @@ lm_dist_tensor_s *tensor_from_local(lm_mesh_s *m, const DLTensor *local,
 }
 
 lm_dist_tensor_s *tensor_adopt_checked(lm_mesh_s *m, Layout L, DLManagedTensor *managed) {
-  FromLocal c;
+  FromLocal c{};
   c.m = m;
   c.local = &managed->dl_tensor;
   c.managed = managed;
