@@ -320,17 +320,6 @@ bool Layout::has_partial() const {
 
 // Binary (the raw values, each field's length first): built on every cached reshard, so no
 // formatting. A ragged placement's id stands for its extents: ids are never reused.
-std::string Layout::key() const {
-  std::string k;
-  auto put = [&k](const void *p, size_t n) { k.append(static_cast<const char *>(p), n); };
-  const size_t n[3] = {grid->shape().size(), pl.size(), gshape.size()};
-  put(n, sizeof n);
-  put(grid->shape().data(), n[0] * sizeof(int64_t));
-  put(pl.data(), n[1] * sizeof(lm_placement_t));
-  put(gshape.data(), n[2] * sizeof(int64_t));
-  return k;
-}
-
 std::string Layout::str() const { return format_placements(pl.data(), mesh_ndim()); }
 
 void check_ragged(const Layout &L, const char *what) {

@@ -161,7 +161,6 @@ struct Layout {
   // Semantic equality (same grid, same kinds/ops, same shard orders, same global shape).
   bool equals(const Layout &o) const;
   bool has_partial() const;
-  std::string key() const;  // for caches
   std::string str() const;  // "[S(0), R]"
 };
 
