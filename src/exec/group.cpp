@@ -129,13 +129,6 @@ size_t global_bytes(const Plan &p) {
   return n;
 }
 
-void copy_1d(MemOps &mem, void *dst, const void *src, int64_t n, size_t esize) {
-  int64_t zero = 0;
-  BoxCopy c;
-  boxcopy_init(c, 1, &n, &n, &zero, &n, &zero, (int64_t)esize);
-  mem.copy(c, dst, src, 0, c.numel);
-}
-
 // Reduces one entry's reduce-scatter contributions into its output in group order.
 void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, char *out,
                   const char *rreg, char *scratch) {
@@ -169,7 +162,7 @@ void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, 
     else if (j == 0 && st.k > 1)
       first = src;
     else if (j == 0)
-      copy_1d(mem, out, src, n, esize);
+      mem.copy_1d(out, src, n, esize);
     else if (j == 1)
       mem.reduce_pair(p.dt, st.op, out, first, src, n, esize);
     else

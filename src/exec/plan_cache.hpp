@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The plan cache of lm_dist_tensor_reshard: up to 64 plans per source mesh, keyed by the target
-// mesh, the source layout, the target placements, the dtype and host/device, least recently used out first. Entries die with their mesh
-// (a mesh destroy hook, mesh/mesh.hpp). Thread-safe: distinct meshes may be used from distinct
+// mesh, the source layout, the target placements, the dtype and host/device, least recently used
+// out first. Entries die with either mesh (a mesh destroy hook, mesh/mesh.hpp). Thread-safe: distinct meshes may be used from distinct
 // threads; one mesh is used by one thread at a time (the header's rule), so a cached plan is never
 // executed by two threads at once.
 #pragma once

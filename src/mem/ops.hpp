@@ -26,13 +26,15 @@ class MemOps {
   // out is apart from a and in, or equal to a. By default a copy then reduce.
   virtual void reduce_pair(DType t, int op, void *out, const void *a, const void *in, int64_t n,
                            size_t esize) {
-    if (out != a && n > 0) {
-      int64_t zero = 0;
-      BoxCopy c;
-      boxcopy_init(c, 1, &n, &n, &zero, &n, &zero, (int64_t)esize);
-      copy(c, out, a, 0, c.numel);
-    }
+    if (out != a && n > 0) copy_1d(out, a, n, esize);
     reduce(t, op, out, in, n);
+  }
+  // Copies n contiguous elements of esize bytes (a one-dim copy).
+  void copy_1d(void *dst, const void *src, int64_t n, size_t esize) {
+    int64_t zero = 0;
+    BoxCopy c;
+    boxcopy_init(c, 1, &n, &n, &zero, &n, &zero, (int64_t)esize);
+    copy(c, dst, src, 0, c.numel);
   }
   virtual void scale_avg(DType t, void *acc, int64_t n, int64_t k) = 0;
   virtual void fill_identity(DType t, int op, void *buf, int64_t n) = 0;
