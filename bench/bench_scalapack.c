@@ -22,7 +22,7 @@
  * node-shared arena: peers on the node read them with memcpy, not kernel copies) instead of
  * calloc; every implementation moves the same arrays either way ("alloc" in the output).
  * `--pad P`: every local array gets P more rows than it holds (LLD = LOCr + P, "lld_pad"), so
- * localmap borrows padded shards (read and written through compact stand-ins).
+ * localmap borrows padded shards (read and written in place, as pdgemr2d does).
  */
 #include <mpi.h>
 #include <stdio.h>

@@ -13,7 +13,9 @@
  * from the documented rule (docs/DESIGN.md, "Layout math, worked"), the mesh coordinates from the
  * rank lists the test gave. Each shard's local offset and shape must equal the oracle's box, and
  * every element is written and checked at the oracle's position.
- * Cases per run: LM_RESHARD_CASES, default chosen per np so that np 1,2,3,4,8 sum to > 10,000. */
+ * Cases per run: LM_RESHARD_CASES, default chosen per np so that np 1,2,3,4,8 sum to > 10,000.
+ * Own streams: 0-d tensors, ragged shards, and padded borrows (sources and targets whose shards
+ * lie in longer rows; their padding must stay untouched). */
 #include "lm_oracle.h"
 #include "lm_test.h"
 #include "lm_rng.h"
@@ -292,6 +294,7 @@ typedef struct {
   lm_placement_t sp[3], dp[3];
   int path;
   int shard_0d; /* the target asks for Shard of a 0-d tensor: must be refused */
+  int pad;      /* 1: the source, 2: the target (paths 1-2) is a padded borrow (draw_case_padded) */
 } case_t;
 
 static void draw_placements(lm_placement_t *pl, int mdim, int ndim, int op) {
@@ -329,6 +332,7 @@ static void draw_case(case_t *c) {
   draw_placements(c->dp, pool[c->dm].ndim, c->ndim, op2);
   c->path = rndi(10) < 6 ? 0 : rndi(2) + 1;
   c->shard_0d = 0;
+  c->pad = 0;
 }
 
 /* Ragged shards: the first splitter of a tensor dim (lowest (order, mesh dim)) becomes ragged
@@ -377,6 +381,21 @@ static void draw_case_ragged(case_t *c) {
   draw_case(c);
   raggedize(c->sp, &pool[c->sm], c->ndim, c->g);
   raggedize(c->dp, &pool[c->dm], c->ndim, c->g);
+}
+
+/* Padded borrows: the source, the target, or both held in arrays whose dims after the first are
+ * longer than the shard (padded_twin); the target only on the plan paths (a plain reshard makes
+ * its own). At least 2 dims, so that there is a dim to pad. */
+static void draw_case_padded(case_t *c) {
+  draw_case(c);
+  if (c->ndim < 2) {
+    c->ndim = 2;
+    c->g[1] = 1 + rndi(9);
+    draw_placements(c->sp, pool[c->sm].ndim, c->ndim, c->op);
+    draw_placements(c->dp, pool[c->dm].ndim, c->ndim, c->op);
+  }
+  c->pad = 1 + rndi(3);
+  if (c->path == 0) c->pad = 1;
 }
 
 /* A 0-d case: a scalar with Replicate / Partial placements (no Shard can exist), any dtype, op,
@@ -475,6 +494,73 @@ static void note_fail(uint64_t seed, int k, const case_t *c, const char *what) {
 
 /* Checks that t's local shard is where the oracle puts it (placements pl on pm) and that every
  * element equals the value of its global position (t must hold no Partial). */
+/* Element e (row-major over the shard) of view v: its index in v.data's elements (strided for a
+ * padded borrow). */
+static int64_t at(const DLTensor *v, int64_t e) {
+  if (!v->strides) return e;
+  int64_t o = 0;
+  for (int d = v->ndim - 1; d >= 0; --d) {
+    o += (e % v->shape[d]) * v->strides[d];
+    e /= v->shape[d];
+  }
+  return o;
+}
+
+/* A padded twin of tensor t (placements pl on mesh m, the case's shape): a borrow of an array
+ * whose dims after the first are 1-3 elements longer than t's shard (by rank and dim: not drawn
+ * from the shared stream), its padding bytes 0x5a; the shard copied in when `copy`. *arr: the
+ * array (free it after the tensor), *bytes: its size. */
+static lm_dist_tensor_t padded_twin(lm_dist_tensor_t t, lm_mesh_t m, const lm_placement_t *pl,
+                                    const case_t *c, int member, int copy, unsigned char **arr,
+                                    size_t *bytes) {
+  static int64_t ls[3], st[3];
+  const size_t es = size_of(c->t);
+  int64_t ext[3] = {0, 0, 0}, total = 1;
+  DLTensor v = {NULL, {kDLCPU, 0}, c->ndim, dl_of(c->t), ls, NULL, 0};
+  *arr = NULL;
+  *bytes = 0;
+  if (member) {
+    LM_ASSERT_OK(lm_dist_tensor_local_shape(t, ls, c->ndim));
+    for (int d = 0; d < c->ndim; ++d) ext[d] = ls[d] + (d ? 1 + (lm_test_rank() + d) % 3 : 0);
+    for (int d = c->ndim - 1; d >= 0; --d) {
+      st[d] = total;
+      total *= ext[d];
+    }
+    *bytes = (size_t)total * es;
+    *arr = malloc(*bytes ? *bytes : 1);
+    memset(*arr, 0x5a, *bytes);
+    v.data = *arr;
+    v.strides = st;
+    if (copy) {
+      DLTensor cv;
+      LM_ASSERT_OK(lm_dist_tensor_local(t, &cv));
+      int64_t n = 1;
+      for (int d = 0; d < c->ndim; ++d) n *= ls[d];
+      for (int64_t e = 0; e < n; ++e)
+        memcpy(*arr + at(&v, e) * (int64_t)es, (const char *)cv.data + e * (int64_t)es, es);
+    }
+  }
+  lm_dist_tensor_t p = NULL;
+  LM_ASSERT_OK(lm_dist_tensor_from_local(&p, m, &v, pl, LM_SHAPE_GIVEN, c->g,
+                                         LM_FROM_LOCAL_BORROW));
+  return p;
+}
+
+/* Whether the padding of a padded twin's array (shard shape `t`'s) still holds 0x5a everywhere. */
+static int padding_intact(lm_dist_tensor_t t, const unsigned char *arr, size_t bytes,
+                          size_t es) {
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  int64_t n = 1;
+  for (int d = 0; d < v.ndim; ++d) n *= v.shape[d];
+  unsigned char *mask = calloc(bytes ? bytes : 1, 1);
+  for (int64_t e = 0; e < n; ++e) memset(mask + at(&v, e) * (int64_t)es, 1, es);
+  int ok = 1;
+  for (size_t b = 0; b < bytes; ++b) ok &= mask[b] || arr[b] == 0x5a;
+  free(mask);
+  return ok;
+}
+
 static int check_values(lm_dist_tensor_t t, const pool_mesh *pm, const lm_placement_t *pl,
                         const case_t *c, const char **why) {
   static int64_t lin[4096];
@@ -490,7 +576,7 @@ static int check_values(lm_dist_tensor_t t, const pool_mesh *pm, const lm_placem
   if (n < 0) return 0;
   for (int64_t e = 0; e < n; ++e) {
     double re, im, er, ei;
-    get(c->t, v.data, e, &re, &im);
+    get(c->t, v.data, at(&v, e), &re, &im);
     value(c->t, lin[e], &er, &ei);
     if (re != er || im != ei) return 0;
   }
@@ -523,6 +609,13 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
       put(c->t, v.data, e, re, im);
     }
   }
+  unsigned char *sarr = NULL, *darr = NULL; /* padded twins' arrays */
+  size_t sbytes = 0, dbytes = 0;
+  if (c->pad & 1) {
+    lm_dist_tensor_t p = padded_twin(src, sm, c->sp, c, is_member(spm), 1, &sarr, &sbytes);
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&src));
+    src = p;
+  }
   int sop = -1, dop = -1;
   int bad_ops = has_partial(c->sp, pool[c->sm].ndim, &sop) && has_partial(c->dp, pool[c->dm].ndim, &dop) && sop != dop;
   lm_status_t st;
@@ -533,6 +626,11 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
     st = lm_reshard_plan_create(&plan, sm, c->sp, dm, c->dp, c->ndim, c->g, dl_of(c->t));
     if (st == LM_SUCCESS) {
       LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &dst));
+      if (c->pad & 2) {
+        lm_dist_tensor_t p = padded_twin(dst, dm, c->dp, c, is_member(dpm), 0, &darr, &dbytes);
+        LM_ASSERT_OK(lm_dist_tensor_destroy(&dst));
+        dst = p;
+      }
       if (c->path == 1) {
         st = lm_reshard_plan_execute(plan, src, dst);
       } else {
@@ -580,9 +678,16 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
     note_fail(seed, k, c, "lm_mesh_is_member disagrees with the mesh's rank list");
     ok = 0;
   }
+  if ((sarr && !padding_intact(src, sarr, sbytes, size_of(c->t))) ||
+      (darr && dst && !padding_intact(dst, darr, dbytes, size_of(c->t)))) {
+    note_fail(seed, k, c, "a padded borrow's padding was written");
+    ok = 0;
+  }
   lm_dist_tensor_destroy(&rep);
   lm_dist_tensor_destroy(&dst);
   lm_dist_tensor_destroy(&src);
+  free(darr);
+  free(sarr);
   return ok;
 }
 
@@ -641,10 +746,24 @@ static void test_random_reshards_ragged(void **state) {
   run_suite("reshard random ragged", cases, 20261204ull, draw_case_ragged);
 }
 
+/* Padded borrows as sources and targets (draw_case_padded), from their own stream: every mesh
+ * pair, placement, dtype and path; their padding checked untouched. Cases:
+ * LM_RESHARD_CASES_PADDED, default 1000 at np 1-2, 600 at np 3-4, 300 at np 8, or a quarter of
+ * LM_RESHARD_CASES where only that is set. */
+static void test_random_reshards_padded(void **state) {
+  (void)state;
+  int n = lm_test_size();
+  const char *e = getenv("LM_RESHARD_CASES_PADDED"), *all = getenv("LM_RESHARD_CASES");
+  int cases = e ? atoi(e) : n <= 2 ? 1000 : n <= 4 ? 600 : 300;
+  if (!e && all) cases = atoi(all) / 4 > 1 ? atoi(all) / 4 : 1;
+  run_suite("reshard random padded", cases, 20261205ull, draw_case_padded);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_random_reshards),
     cmocka_unit_test(test_random_reshards_0d),
     cmocka_unit_test(test_random_reshards_ragged),
+    cmocka_unit_test(test_random_reshards_padded),
 };
 
 LM_TEST_MAIN(tests)

@@ -677,6 +677,126 @@ static void test_from_local_borrow_padded(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
+/* Padded borrows are read and written in place. A [N, C] f64 matrix (N uneven over the ranks),
+ * element (i, j) = i * C + j, in row shards whose local arrays have 7 columns more than they hold
+ * (their padding a sentinel): resharded to column shards by a one-shot reshard and by a plan into
+ * a padded column-shard array (blocking and nonblocking), back into padded row shards, and
+ * gathered; every element and every padding element checked. Between two padded arrays of the
+ * same layout (a local copy) the buffer pool's high-water mark does not move: no compact stand-in
+ * of either shard (each would take its shard's bytes). A Partial(sum) padded borrow (a reduction:
+ * it runs on a stand-in) still reshards exactly. */
+static int64_t padded_rows(int64_t n, int64_t *lo) {
+  const int64_t per = (n + NP - 1) / NP;
+  *lo = per * ME < n ? per * ME : n;
+  return *lo + per < n ? per : n - *lo;
+}
+static DLTensor padded_view(double *a, int64_t *shape, int64_t *strides) {
+  DLTensor t = dl(a, 2, shape, LM_FLOAT64);
+  t.strides = strides;
+  return t;
+}
+static void test_padded_in_place(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_1d();
+  const int64_t N = 37 * NP + 3, C = 300, G[2] = {N, C};
+  int64_t lo, clo;
+  const int64_t rows = padded_rows(N, &lo), cols = padded_rows(C, &clo);
+  const int64_t rld = C + 7, cld = cols + 7;
+  double *a = malloc(sizeof(double) * (size_t)((rows ? rows : 1) * rld));
+  double *b = malloc(sizeof(double) * (size_t)(N * cld));
+  double *z = malloc(sizeof(double) * (size_t)((rows ? rows : 1) * rld));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < rld; ++j) a[i * rld + j] = j < C ? (double)((lo + i) * C + j) : -7;
+  int64_t rshape[2] = {rows, C}, rstr[2] = {rld, 1}, cshape[2] = {N, cols}, cstr[2] = {cld, 1};
+  DLTensor ta = padded_view(a, rshape, rstr), tb = padded_view(b, cshape, cstr);
+  DLTensor tz = padded_view(z, rshape, rstr);
+  lm_placement_t s0[1] = {S_(0)}, s1[1] = {S_(1)};
+  lm_dist_tensor_t x = NULL, y = NULL, w = NULL, back = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, m, &ta, s0, LM_SHAPE_GIVEN, G,
+                                             LM_FROM_LOCAL_BORROW));
+  int64_t bad = 0;
+  /* One-shot: column shards read from the padded rows. */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&w, x, NULL, s1));
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(w, &v));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < cols; ++j) bad += ((double *)v.data)[i * cols + j] != (double)(i * C + clo + j);
+  /* Plans into the padded column array, blocking then nonblocking. */
+  lm_reshard_plan_t to_cols = NULL, to_rows = NULL, same = NULL;
+  LM_ASSERT_OK(lm_reshard_plan_create(&to_cols, m, s0, NULL, s1, 2, G, LM_FLOAT64));
+  LM_ASSERT_OK(lm_reshard_plan_create(&to_rows, m, s1, NULL, s0, 2, G, LM_FLOAT64));
+  LM_ASSERT_OK(lm_reshard_plan_create(&same, m, s0, NULL, s0, 2, G, LM_FLOAT64));
+  for (int k = 0; k < 2; ++k) {
+    for (int64_t e = 0; e < N * cld; ++e) b[e] = e % cld < cols ? -1 : -7;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&y, m, &tb, s1, LM_SHAPE_GIVEN, G,
+                                               LM_FROM_LOCAL_BORROW));
+    if (k == 0) {
+      LM_ASSERT_OK_ALL(lm_reshard_plan_execute(to_cols, x, y));
+    } else {
+      lm_request_t q = NULL;
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(to_cols, x, y, &q));
+      LM_ASSERT_OK_ALL(lm_request_wait(&q));
+    }
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < cld; ++j)
+        bad += b[i * cld + j] != (j < cols ? (double)(i * C + clo + j) : -7);
+    /* Back into padded rows (the padded columns read in place), then gathered. */
+    for (int64_t e = 0; e < rows * rld; ++e) z[e] = e % rld < C ? -1 : -7;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&back, m, &tz, s0, LM_SHAPE_GIVEN, G,
+                                               LM_FROM_LOCAL_BORROW));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(to_rows, y, back));
+    for (int64_t e = 0; e < rows * rld; ++e) bad += z[e] != a[e];
+    LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&y));
+    if (k == 0) LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&back));
+  }
+  double *full = malloc(sizeof(double) * (size_t)(N * C));
+  int64_t fs[2] = {N, C};
+  DLTensor ft = dl(full, 2, fs, LM_FLOAT64);
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(back, -1, &ft));
+  for (int64_t e = 0; e < N * C; ++e) bad += full[e] != (double)e;
+  /* Same layout, padded to padded: a local copy that needs no pool memory at all. */
+  for (int64_t e = 0; e < rows * rld; ++e) z[e] = e % rld < C ? -1 : -7;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(same, x, back)); /* (the first execution prepares) */
+  int64_t in_use = 0, peak = 0;
+  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(same, x, back));
+  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  for (int64_t e = 0; e < rows * rld; ++e) bad += z[e] != a[e];
+  if (peak != in_use)
+    fprintf(stderr, "rank %d: a padded copy took %lld pool bytes\n", ME, (long long)(peak - in_use));
+  bad += peak != in_use;
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&same));
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&to_rows));
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&to_cols));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&back));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&w));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&x));
+  /* Partial(sum): every rank holds the whole [N, C] (its own array's padded rows), value ME + 1. */
+  double *p = malloc(sizeof(double) * (size_t)(N * rld));
+  for (int64_t e = 0; e < N * rld; ++e) p[e] = e % rld < C ? (double)(ME + 1) + (double)(e / rld) : -7;
+  int64_t pshape[2] = {N, C};
+  DLTensor tp = padded_view(p, pshape, rstr);
+  lm_placement_t ps[1] = {P_(LM_REDUCE_SUM)};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, m, &tp, ps, LM_SHAPE_GIVEN, G,
+                                             LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&w, x, NULL, s0));
+  LM_ASSERT_OK(lm_dist_tensor_local(w, &v));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < C; ++j)
+      bad += ((double *)v.data)[i * C + j] != (double)(NP * (NP + 1) / 2) + (double)(NP * (lo + i));
+  for (int64_t e = 0; e < N * rld; ++e) bad += e % rld >= C && p[e] != -7;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&w));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&x));
+  if (bad) fprintf(stderr, "rank %d: %lld wrong\n", ME, (long long)bad);
+  LM_ASSERT_ALL(bad == 0);
+  free(p);
+  free(full);
+  free(z);
+  free(b);
+  free(a);
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
 static void test_from_local_borrow_vs_copy(void **state) {
   lm_mesh_t m = mesh_1d();
   lm_placement_t pl[1];
@@ -1571,6 +1691,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_from_local_allgather),
     cmocka_unit_test(test_from_local_copy_strided),
     cmocka_unit_test(test_from_local_borrow_padded),
+    cmocka_unit_test(test_padded_in_place),
     cmocka_unit_test(test_from_local_borrow_vs_copy),
     cmocka_unit_test(test_from_managed_ownership),
     cmocka_unit_test(test_export),

@@ -208,8 +208,8 @@ class ExchangeRun : public StepRun {
     dcur_ = 0;
     if (!prepared_) {  // the same at every execution: the plan, the settings and the transport
       seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
-      prepare(st_.sends, st_.inbox.len, sinfo_, &ts_);
-      prepare(st_.recvs, st_.outbox.len, rinfo_, &tr_);
+      prepare(st_.sends, st_.in_ext(), sinfo_, &ts_);
+      prepare(st_.recvs, st_.out_ext(), rinfo_, &tr_);
       prepared_ = true;
     }
     fit_ = ts_ + tr_ <= S;
@@ -224,9 +224,9 @@ class ExchangeRun : public StepRun {
     sq_ = rq_ = Cursor{};
     // Receives first, then sends, then the local copies; everything that fits is posted before
     // the one flush() (a transport that batches, NCCL, gets the step's posts as one batch).
-    post_direct(st_.recvs, st_.outbox.len, rinfo_, false, out_);
+    post_direct(st_.recvs, st_.out_ext(), rinfo_, false, out_);
     pump(true);
-    post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
+    post_direct(st_.sends, st_.in_ext(), sinfo_, true, const_cast<char *>(in_));
     pump(true);
     tp_.flush();
     copy_selfs();
@@ -266,8 +266,8 @@ class ExchangeRun : public StepRun {
     int64_t n = (int64_t)st_.inbox.len.size();
     for (auto &b : st_.selfs) {
       BoxCopy c;
-      boxcopy_init(c, (int)n, b.box.len.data(), st_.inbox.len.data(), b.in_rel.data(),
-                   st_.outbox.len.data(), b.out_rel.data(), (int64_t)esize_);
+      boxcopy_init(c, (int)n, b.box.len.data(), st_.in_ext().data(), b.in_rel.data(),
+                   st_.out_ext().data(), b.out_rel.data(), (int64_t)esize_);
       mem_.copy(c, out_, in_, 0, c.numel);
     }
   }
@@ -281,10 +281,10 @@ class ExchangeRun : public StepRun {
     unpack_.clear();
     // A peer's message is all direct or all staged (one message per peer and step), so posting
     // the direct ones first keeps every pair's order.
-    post_direct(st_.recvs, st_.outbox.len, rinfo_, false, out_);
-    post_staged_fit(false, st_.recvs, st_.outbox.len, rinfo_, out_, stage + ts_);
-    post_direct(st_.sends, st_.inbox.len, sinfo_, true, const_cast<char *>(in_));
-    post_staged_fit(true, st_.sends, st_.inbox.len, sinfo_, const_cast<char *>(in_), stage);
+    post_direct(st_.recvs, st_.out_ext(), rinfo_, false, out_);
+    post_staged_fit(false, st_.recvs, st_.out_ext(), rinfo_, out_, stage + ts_);
+    post_direct(st_.sends, st_.in_ext(), sinfo_, true, const_cast<char *>(in_));
+    post_staged_fit(true, st_.sends, st_.in_ext(), sinfo_, const_cast<char *>(in_), stage);
     tp_.flush();
     copy_selfs();
   }
@@ -317,7 +317,7 @@ class ExchangeRun : public StepRun {
       const Msg &m = st_.recvs[x.msg];
       SubBox s;
       sub_box(rinfo_[x.msg].split, m.box.len, m.rel, x.sub, esize_, s);
-      BoxCopy c = unpack_copy(st_.outbox.len, s, esize_);
+      BoxCopy c = unpack_copy(st_.out_ext(), s, esize_);
       mem_.copy(c, out_, x.slot, 0, c.numel);
     }
     tp_.reset();
@@ -395,7 +395,7 @@ class ExchangeRun : public StepRun {
         auto e = rring_.fifo.front();
         const Msg &m = st_.recvs[e.msg];
         sub_box(rinfo_[e.msg].split, m.box.len, m.rel, e.sub, esize_, s);
-        BoxCopy c = unpack_copy(st_.outbox.len, s, esize_);
+        BoxCopy c = unpack_copy(st_.out_ext(), s, esize_);
         mem_.copy(c, out_, rring_.base + e.off, 0, c.numel);
         rring_.fifo.pop_front();
         moved = true;
@@ -428,7 +428,7 @@ class ExchangeRun : public StepRun {
       char *slot = ring.base + off;
       Ticket t;
       if (send) {
-        BoxCopy c = pack_copy(st_.inbox.len, s, esize_);
+        BoxCopy c = pack_copy(st_.in_ext(), s, esize_);
         mem_.copy(c, slot, in_, 0, c.numel);
         t = tp_.post_send(slot, s.bytes, m.peer, st_.tag);
       } else {
@@ -548,7 +548,7 @@ class ReduceScatterRun : public StepRun {
       if (splits_[j].count == 0) continue;
       SubBox s;
       sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], 0, esize_, s);
-      staged_[j] = !tp_.box_direct(box_ref(st_.inbox.len, s, esize_, -1));
+      staged_[j] = !tp_.box_direct(box_ref(st_.in_ext(), s, esize_, -1));
       if (staged_[j]) {
         ts += (size_t)st_.chunks[j].numel() * esize_;
         max_count_ = std::max(max_count_, splits_[j].count);
@@ -573,7 +573,7 @@ class ReduceScatterRun : public StepRun {
           send_t_.push_back(tp_.post_send(in_ + coff + (size_t)sb.e0 * esize_, sb.bytes,
                                           st_.peers[j], st_.tag));
         } else {
-          BoxRef r = box_ref(st_.inbox.len, sb, esize_,
+          BoxRef r = box_ref(st_.in_ext(), sb, esize_,
                              splits_[j].count == 1 ? ((int64_t)index_ << 40 | j) : -1);
           send_t_.push_back(tp_.post_send_box(in_, r, st_.peers[j], st_.tag));
         }
@@ -623,12 +623,12 @@ class ReduceScatterRun : public StepRun {
           if (j == 0) {
             BoxCopy c;
             int64_t z[kBoxMaxDims] = {0};
-            boxcopy_init(c, ob.n, ob.len, st_.inbox.len.data(), ob.off, ob.len, z,
+            boxcopy_init(c, ob.n, ob.len, st_.in_ext().data(), ob.off, ob.len, z,
                          (int64_t)esize_);
             mem_.copy(c, outseg, in_, 0, c.numel);
             src = outseg;
           } else if (slot_of_[j] >= 0) {
-            BoxCopy c = pack_copy(st_.inbox.len, ob, esize_);
+            BoxCopy c = pack_copy(st_.in_ext(), ob, esize_);
             mem_.copy(c, slot(seg_, j), in_, 0, c.numel);
             src = slot(seg_, j);
           } else {
@@ -687,7 +687,7 @@ class ReduceScatterRun : public StepRun {
         sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], sqs_, esize_, sb);
         size_t off;
         if (!sring_.alloc(sb.bytes, &off)) break;
-        BoxCopy c = pack_copy(st_.inbox.len, sb, esize_);
+        BoxCopy c = pack_copy(st_.in_ext(), sb, esize_);
         mem_.copy(c, sring_.base + off, in_, 0, c.numel);
         Ticket t = tp_.post_send(sring_.base + off, sb.bytes, st_.peers[j], st_.tag);
         sring_.fifo.push_back(Ring::Entry{off, sb.bytes, t, (size_t)j, sqs_});
@@ -759,7 +759,7 @@ class PiecesRun : public StepRun {
       tp_.post_recv(stage + off, m.bytes, m.peer, st_.tag);
       off += m.bytes;
     }
-    const int64_t *in_shape = st_.inbox.len.data(), *out_shape = st_.outbox.len.data();
+    const int64_t *in_shape = st_.in_ext().data(), *out_shape = st_.out_ext().data();
     for (size_t i = 0; i < ns; ++i) {
       const PieceMsg &m = st_.psends[i];
       if (direct_[nr + i]) {
@@ -779,7 +779,7 @@ class PiecesRun : public StepRun {
   bool progress(bool block) override {
     if (!tp_.done_from(first_, block)) return false;
     size_t off = 0;
-    const int64_t *out_shape = st_.outbox.len.data();
+    const int64_t *out_shape = st_.out_ext().data();
     for (size_t i = 0; i < st_.precvs.size(); ++i) {
       if (direct_[i]) continue;
       const PieceMsg &m = st_.precvs[i];
@@ -818,7 +818,7 @@ class PiecesRun : public StepRun {
   PiecesRef ref(const PieceMsg &m, bool recv) const {
     PiecesRef r;
     r.msg = &m;
-    r.shape = recv ? st_.outbox.len.data() : st_.inbox.len.data();
+    r.shape = recv ? st_.out_ext().data() : st_.in_ext().data();
     r.esize = esize_;
     return r;
   }
@@ -853,7 +853,41 @@ const void *in_of(const Plan &p, ExecState &x, size_t i) {
 }
 }  // namespace
 
+// The last padded variant of a plan, and the extents it was built for (ok false: the schedule
+// cannot run on padded shards).
+struct Plan::Padded {
+  Shape in, out;
+  bool has_in = false, has_out = false, ok = false;
+  std::unique_ptr<Plan> plan;
+  bool same(const Shape *i, const Shape *o) const {
+    return has_in == (i != nullptr) && has_out == (o != nullptr) && (!i || *i == in) &&
+           (!o || *o == out);
+  }
+};
+
 Plan::Plan() = default;
+
+Plan *Plan::padded(const Shape *in_pad, const Shape *out_pad) {
+  if (!in_pad && !out_pad) return this;
+  if (padded_ && padded_->same(in_pad, out_pad)) return padded_->ok ? padded_->plan.get() : nullptr;
+  if (padded_ && padded_->plan && padded_->plan->active)
+    fail(LM_ERR_INTERNAL, "Plan::padded during an execution of its variant");
+  auto v = std::make_unique<Padded>();
+  v->has_in = in_pad != nullptr;
+  v->has_out = out_pad != nullptr;
+  if (in_pad) v->in = *in_pad;
+  if (out_pad) v->out = *out_pad;
+  auto p = std::make_unique<Plan>();
+  copy_schedule(*p, *this);  // the same schedule, then padded
+  if ((v->ok = schedule_pad(*p, in_pad, out_pad))) {
+    p->comm = comm;
+    p->keep_buffers = keep_buffers;
+    p->spec_ = spec_;
+    v->plan = std::move(p);
+  }
+  padded_ = std::move(v);
+  return padded_->ok ? padded_->plan.get() : nullptr;
+}
 
 Plan::~Plan() {
   if (ex_) {

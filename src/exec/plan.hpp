@@ -46,11 +46,20 @@ class Plan : public Schedule {
   TransportSpec host_spec() const;
   // Reports failures the route learned of late (NCCL's asynchronous errors): throws.
   void check_errors(const char *what);
+  // This plan for padded shards (host; tensor/tensor.hpp): in_pad / out_pad (NULL: compact) are
+  // the extents of the arrays that the source and target shards lie in. Returns this plan when
+  // both are NULL, else a variant of it for those extents (planner.hpp, schedule_pad), built at
+  // the first call and kept for the next ones with the same extents; NULL where the schedule
+  // reduces or fills (Partial placements): the caller then runs this plan on compact copies.
+  // Not during an execution of the variant it replaces.
+  Plan *padded(const Shape *in_pad, const Shape *out_pad);
 
  private:
   TransportSpec spec_;
   Route route_;
   std::unique_ptr<ExecState> ex_;
+  struct Padded;
+  std::unique_ptr<Padded> padded_;  // the last variant asked for
 };
 
 // Builds this rank's executable plan: the planner's schedule plus the transfers' communicator

@@ -296,10 +296,15 @@ int largest_dim(const Shape &g) {
 }  // namespace
 
 bool box_is_contiguous_in(const Box &local, const Box &box, size_t esize, size_t *byte_off) {
+  return box_is_contiguous_at(local, local.len, box, esize, byte_off);
+}
+
+bool box_is_contiguous_at(const Box &local, const Shape &ext, const Box &box, size_t esize,
+                          size_t *byte_off) {
   int n = (int)local.len.size();
   int64_t off[kMaxDims], eoff = 0;
   for (int i = 0; i < n; ++i) off[i] = box.off[i] - local.off[i];
-  if (!box_contiguous(n, local.len.data(), off, box.len.data(), &eoff)) return false;
+  if (!box_contiguous(n, ext.data(), off, box.len.data(), &eoff)) return false;
   *byte_off = (size_t)eoff * esize;
   return true;
 }
@@ -621,6 +626,58 @@ void expand_schedule(Schedule &s) {
     expand(st->recv_runs, st->recvs);
   }
   s.compressed = false;
+}
+
+namespace {
+bool pad_fits(const Shape &pad, const Box &box) {
+  if (pad.size() != box.len.size()) return false;
+  for (size_t i = 0; i < pad.size(); ++i)
+    if (pad[i] < box.len[i]) return false;
+  return true;
+}
+}  // namespace
+
+void copy_schedule(Schedule &out, const Schedule &s) {
+  out.me = s.me;
+  out.src = s.src;
+  out.dst = s.dst;
+  out.dtype = s.dtype;
+  out.dt = s.dt;
+  out.esize = s.esize;
+  out.involved = s.involved;
+  out.steps.clear();
+  for (const auto &st : s.steps) out.steps.push_back(std::make_unique<SchedStep>(*st));
+  out.work_bytes = s.work_bytes;
+  out.last_moving = s.last_moving;
+  out.fused = s.fused;
+  out.bytes_sent = s.bytes_sent;
+  out.compressed = s.compressed;
+}
+
+bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
+  if (s.compressed) return false;
+  if (s.steps.empty()) return true;  // nothing touches either buffer
+  for (const auto &st : s.steps)
+    if (st->kind != StepKind::kExchange && st->kind != StepKind::kPieces) return false;
+  if (in_pad) {
+    SchedStep &f = *s.steps.front();
+    if (!pad_fits(*in_pad, f.inbox)) return false;
+    f.in_pad = *in_pad;
+    for (Msg &m : f.sends) m.contiguous = box_is_contiguous_at(f.inbox, *in_pad, m.box, s.esize, &m.off);
+  }
+  if (out_pad) {
+    const size_t l = s.last_moving;
+    SchedStep &st = *s.steps[l];
+    if (!pad_fits(*out_pad, st.outbox)) return false;
+    st.out_pad = *out_pad;
+    for (Msg &m : st.recvs) m.contiguous = box_is_contiguous_at(st.outbox, *out_pad, m.box, s.esize, &m.off);
+    if (l > 0 && s.fused[l - 1] >= 0) {  // the step before wrote into a compact output
+      s.fused[l - 1] = -1;
+      st.skip_self = false;
+      s.work_bytes[l - 1] = (size_t)s.steps[l - 1]->outbox.numel() * s.esize;
+    }
+  }
+  return true;
 }
 
 namespace {

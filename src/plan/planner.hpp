@@ -17,7 +17,7 @@
 
 namespace lm {
 
-struct Schedule {
+struct Schedule {  // (copy_schedule copies each field: a new one goes there too)
   int me = -1;  // this process's rank among the layouts' grid ranks
   Layout src, dst;
   DLDataType dtype{};
@@ -77,5 +77,16 @@ void build_schedule(Schedule &out, const Layout &src, const Layout &dst, DLDataT
 
 // Turns a compressed schedule into the expanded form (the same as building it kExpanded).
 void expand_schedule(Schedule &s);
+
+// A deep copy of s into out (its steps copied, not shared).
+void copy_schedule(Schedule &out, const Schedule &s);
+
+// Makes an expanded schedule run on padded shards: in_pad / out_pad (NULL: compact) are the
+// extents of the row-major arrays that the source and the target shard lie in (each >= the box's
+// extents, as many dims). Sets the first step's in_pad and the last moving step's out_pad, works
+// out again which of their messages are contiguous there, and unfuses a step that would write into
+// the padded output. False, leaving s unusable, where the schedule reduces or fills (Partial
+// placements: those steps run on compact buffers only) or a pad does not fit its box.
+bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad);
 
 }  // namespace lm

@@ -14,7 +14,8 @@
 //   Pieces         to or from a block-cyclic layout (no pending reductions on either side): per
 //                  peer, the row-major product of per-dim runs (plan/cyclic.hpp), packed into
 //                  one message; local runs copied.
-// Local buffers are compact row-major arrays of this rank's box of the step's input or output.
+// Local buffers are row-major arrays of this rank's box of the step's input or output: compact, or
+// (the plan's first input and last output, schedule_pad) padded rows of a larger array.
 #pragma once
 
 #include <cstddef>
@@ -96,6 +97,12 @@ struct SchedStep {
   size_t esize = 0;        // element bytes
   int64_t bytes_sent = 0;  // by this rank
   Box inbox, outbox;       // this rank's boxes of input / output (zero extents when none)
+  // Set by schedule_pad (planner.hpp) where the step's input or output is a padded shard (a
+  // strided borrow, tensor/tensor.hpp): the extents of the row-major array it lies in, at offset
+  // 0, >= the box's extents. Empty: the buffer is compact, of the box's own extents.
+  Shape in_pad, out_pad;
+  const Shape &in_ext() const { return in_pad.empty() ? inbox.len : in_pad; }
+  const Shape &out_ext() const { return out_pad.empty() ? outbox.len : out_pad; }
 
   // Exchange
   std::vector<Msg> sends, recvs;  // sorted by key
@@ -147,5 +154,8 @@ struct SchedStep {
 // Whether `box` (global coordinates) is one contiguous run inside a compact local buffer of
 // `local`; if so, sets *byte_off.
 bool box_is_contiguous_in(const Box &local, const Box &box, size_t esize, size_t *byte_off);
+// The same inside a buffer of extents `ext` (>= local.len) whose element 0 is local's origin.
+bool box_is_contiguous_at(const Box &local, const Shape &ext, const Box &box, size_t esize,
+                          size_t *byte_off);
 
 }  // namespace lm

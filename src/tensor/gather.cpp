@@ -69,12 +69,13 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
   if (!m->member) fail(LM_ERR_INVALID_USAGE, "%s: rank %d is not in the mesh", kFn, m->world_rank);
   const bool receives = root < 0 || m->index == root;
   std::unique_ptr<Plan> plan;
+  Plan *run = nullptr;  // plan, or its variant reading a padded shard in place
   std::string err;
   lm_status_t st = LM_SUCCESS;
-  CompactShards cs;  // a padded shard's compact stand-in
+  CompactShards cs;  // a padded shard's compact stand-in, where the plan has no such variant
   try {
     plan = prepare(t, root, receives, dst);
-    t = cs.add(t, false);
+    run = cs.plan_for(*plan, &t, nullptr);
   } catch (const Error &e) {
     err = e.message();
     st = e.status();
@@ -88,7 +89,7 @@ void tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst) {
     TimeoutScope ts(m->timeout);
     void *out = receives ? static_cast<char *>(dst->data) + dst->byte_offset : nullptr;
     if (!is_device(t->device)) {
-      plan->run(t->data(), out);
+      run->run(t->base(), out);
       return;
     }
     // dst is host memory: the shard goes through host staging

@@ -80,7 +80,14 @@ void check_replicas(lm_dist_tensor_s *t, const char *fn) {
     if (t->layout.pl[(size_t)k].kind == LM_REPLICATE && m->grid->shape()[(size_t)k] > 1) any = true;
   if (!any) return;
   Hasher h;
-  if (t->data()) h.bytes(t->data(), t->local_bytes());
+  if (t->padded() && t->local_numel()) {  // the shard's elements, without the array's padding
+    std::vector<char> c(t->local_bytes());
+    const Shape &len = t->local.len, zero(len.size(), 0);
+    copy_box(c.data(), len, zero, t->base(), t->pad, zero, len, t->esize);
+    h.bytes(c.data(), c.size());
+  } else if (t->base()) {
+    h.bytes(t->base(), t->local_bytes());
+  }
   unsigned long long mine = h.h;
   std::vector<unsigned long long> all((size_t)m->grid->size());
   try {

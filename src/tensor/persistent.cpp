@@ -182,14 +182,14 @@ void fused_pack(void *ctx, char *bank) {
 // on the plan (meshes, layouts, shape, dtype) before any data moves. Returns whether this rank
 // takes part at all. board (blocking executions; NULL otherwise): set when the agreement round
 // also moved the data (the board exchange): the caller then only copies it out (board_unpack).
-// cs: compact stand-ins for padded shards (*so and *dso are then the stand-ins).
+// *run: the plan to run, p's or its variant for padded shards, or p's on compact stand-ins kept
+// in cs (*so and *dso are then the stand-ins): CompactShards::plan_for.
 bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
                   const char *fn, CompactShards &cs, lm_dist_tensor_s **so,
-                  lm_dist_tensor_s **dso, bool *board = nullptr) {
+                  lm_dist_tensor_s **dso, Plan **run, bool *board = nullptr) {
   auto check = [&] {
     plan_check_tensors(p, src, dst, fn, so, dso);
-    *so = cs.add(*so, false);
-    *dso = cs.add(*dso, true);
+    *run = cs.plan_for(*p->plan, so, dso);
   };
   if (board) *board = false;
   const int level = check_level(p->src_mesh, p->dst_mesh);
@@ -242,7 +242,9 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   // both `yes` and `-yes`: all did only when the maxima are 1 and -1).
   FusedPack pack{nullptr, nullptr};
   long long yes[2] = {0, 0};
-  if (board && st == LM_SUCCESS && !is_device((*so)->device) && (pack.fx = fused_exchange(p))) {
+  // Padded shards read and written in place do not pack: every rank then takes the transport.
+  if (board && st == LM_SUCCESS && !is_device((*so)->device) && !(*so)->padded() &&
+      !(*dso)->padded() && (pack.fx = fused_exchange(p))) {
     pack.in = (*so)->data();
     a.publish = fused_pack;
     a.publish_ctx = &pack;
@@ -269,9 +271,10 @@ bool plan_takes_board(lm_reshard_plan_s *p) {
 void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {
   const char *fn = "lm_reshard_plan_execute";
   lm_dist_tensor_s *s = nullptr, *d = nullptr;
+  Plan *run = nullptr;
   bool board = false;
   CompactShards cs;
-  if (!plan_prepare(p, src, dst, fn, cs, &s, &d, &board)) return;
+  if (!plan_prepare(p, src, dst, fn, cs, &s, &d, &run, &board)) return;
   if (board) {  // the round moved the data: copy it out (memory reads, nothing to fail)
     p->fused->unpack(s->data(), d->data());
   } else {
@@ -281,11 +284,11 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
         device_run_plan(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
                         d->data(), d->local_bytes(), s->device.device_id);
       else {
-        p->plan->use(p->plan->host_spec());
-        p->plan->run(s->data(), d->data());
+        run->use(run->host_spec());
+        run->run(s->base(), d->base());
       }
     } catch (const Error &e) {
-      p->plan->abandon();
+      run->abandon();
       mesh_break(p->src_mesh, e, p->dst_mesh);
     }
   }
@@ -295,11 +298,13 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
                          const char *fn) {
   lm_dist_tensor_s *s = nullptr, *d = nullptr;
+  Plan *run = nullptr;
   auto cs = std::make_unique<CompactShards>();
-  if (!plan_prepare(p, src, dst, fn, *cs, &s, &d)) return nullptr;
+  if (!plan_prepare(p, src, dst, fn, *cs, &s, &d, &run)) return nullptr;
   auto r = std::make_unique<lm_request_s>();
   if (!cs->empty()) r->compact = std::move(cs);  // copied back into dst at completion
   r->plan = p;
+  r->run = run;
   tensor_retain(s);
   r->src = s;
   tensor_retain(d);
@@ -309,11 +314,11 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
       r->dev = device_plan_start(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
                                  d->data(), d->local_bytes(), s->device.device_id);
     } else {
-      p->plan->use(p->plan->host_spec());
-      p->plan->start(s->data(), d->data());
+      run->use(run->host_spec());
+      run->start(s->base(), d->base());
     }
   } catch (const Error &e) {
-    p->plan->abandon();
+    run->abandon();
     if (r->dev) device_plan_abandon(*r->dev);
     mesh_break(p->src_mesh, e, p->dst_mesh);
   }
@@ -336,7 +341,7 @@ bool request_progress(lm_request_s *r, bool block) {
   lm_reshard_plan_s *p = r->plan;
   if (!mpi_alive()) {  // Rust Drop and Fortran finalizers may wait on a request this late
     request_end(r);
-    p->plan->abandon();
+    r->run->abandon();
     if (r->dev) device_plan_abandon(*r->dev);
     fail(LM_ERR_INVALID_USAGE, "lm_request_wait/test: MPI was finalized before the request "
          "completed; it is dropped (its target holds undefined data)");
@@ -347,11 +352,11 @@ bool request_progress(lm_request_s *r, bool block) {
     // Later rounds of a device plan launch kernels and NCCL groups: on the tensor's device.
     std::optional<CurrentDevice> on;
     if (is_device(r->src->device)) on.emplace(r->src->device.device_id);
-    done = p->plan->progress(block);
+    done = r->run->progress(block);
     if (done && r->dev) device_plan_finish(*r->dev, *p->plan);
   } catch (const Error &e) {
     request_end(r);
-    p->plan->abandon();
+    r->run->abandon();
     if (r->dev) device_plan_abandon(*r->dev);
     mesh_break(p->src_mesh, e, p->dst_mesh);
   }

@@ -31,7 +31,8 @@ struct lm_reshard_group_s;
 
 struct lm_request_s {
   uint32_t magic = lm::kRequestMagic;
-  lm_reshard_plan_s *plan = nullptr;    // a plan's request, or
+  lm_reshard_plan_s *plan = nullptr;    // a plan's request (run: its plan or padded variant), or
+  lm::Plan *run = nullptr;
   lm_reshard_group_s *group = nullptr;  // a group's (tensor/group.hpp)
   lm_dist_tensor_s *src = nullptr, *dst = nullptr;  // retained until completion
   std::vector<lm_dist_tensor_s *> tensors;           // a group's sources and targets, retained

@@ -51,17 +51,18 @@ struct Reshard {
   lm_dist_tensor_s *out = nullptr;
   std::shared_ptr<CachedPlan> cached;  // the plan cache's entry
   std::shared_ptr<Plan> plan;
+  Plan *run = nullptr;  // plan, or its variant for a padded source (CompactShards::plan_for)
   FusedExchange *fused = nullptr;  // a same-mesh host plan that can take the board exchange
   bool alias = false;
   bool moved = false;  // the agreement round moved the data (the board exchange)
-  CompactShards cs;    // a padded source's compact stand-in (then t is the stand-in)
+  CompactShards cs;    // a padded source's compact stand-in, where it needs one (then t is it)
   const ReshardExtra *extra = nullptr;  // tensor_reshard's `extra`
 };
 
 // Checks, plan and output buffer: everything that can fail locally, so that with the agreement
 // a failure on one rank is a failure on all.
 void prepare(Reshard &r) {
-  lm_dist_tensor_s *t = r.t = r.cs.add(r.t, false);
+  lm_dist_tensor_s *t = r.t;
   mesh_check_usable(r.sm, ArgName(r.fn, "src mesh").c_str());
   mesh_check_usable(r.dm, ArgName(r.fn, "dst_mesh").c_str());
   MPI_Comm comm = transfer_comm(r.sm, r.dm, r.fn);
@@ -81,12 +82,14 @@ void prepare(Reshard &r) {
     r.cached = cached_plan_add(r.sm, r.dm, t->layout, L, t->dtype, dev,
                                r.sm == r.dm ? r.sm->world : comm);
   r.plan = r.cached->plan;
+  r.run = r.cs.plan_for(*r.plan, &r.t, nullptr);
+  t = r.t;
   size_t off = 0;
   // Host only: a device reshard runs collectives of the mesh (the transport choice, NCCL init,
   // the staging agreement) on every rank, so no rank may return early on its own, and whether a
-  // rank can alias depends on its shard (an empty one cannot).
+  // rank can alias depends on its shard (an empty one cannot). A padded shard is no compact view.
   if (r.plan->steps.size() == 1 && r.plan->steps[0]->alias_offset(&off) && t->storage &&
-      !is_device(t->device)) {
+      !is_device(t->device) && !t->padded()) {
     r.out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
     r.out->byte_offset = t->byte_offset + off;
     r.alias = true;
@@ -139,7 +142,8 @@ void agree_reshard(Reshard &r, int level, lm_status_t st, const std::string &err
   a.mesh_rank = r.sm == r.dm ? r.sm->index : -1;
   a.timeout = call_timeout(r.sm, r.dm);
   long long yes[2] = {0, 0};
-  if (st == LM_SUCCESS && r.fused) {
+  // A padded source (read in place) does not pack: every rank then takes the transport.
+  if (st == LM_SUCCESS && r.fused && !r.t->padded()) {
     a.publish = fused_pack;
     a.publish_ctx = &r;
     yes[0] = 1;
@@ -179,7 +183,7 @@ void move(Reshard &r) {
       device_run_plan(r.sm, r.dm, *r.plan, t->data(), t->local_bytes(), r.out->data(),
                       r.out->local_bytes(), t->device.device_id);
     else
-      r.plan->run(t->data(), r.out->data());
+      r.run->run(t->base(), r.out->data());
   } catch (const Error &e) {
     mesh_break(r.sm, e, r.dm != r.sm ? r.dm : nullptr);
   }

@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/handle.hpp"
 #include "common/fault.hpp"
+#include "exec/plan.hpp"
 #include "mem/cuda.hpp"
 #include "mesh/device.hpp"
 #include "layout/boxcopy.hpp"
@@ -312,8 +313,26 @@ CompactShards::~CompactShards() {
   }
 }
 
+namespace {
+std::atomic<uint64_t> g_standins{0};
+bool padded_member(const lm_dist_tensor_s *t) { return t && t->padded() && t->mesh->member; }
+}  // namespace
+
+uint64_t CompactShards::made() { return g_standins.load(std::memory_order_relaxed); }
+
+Plan *CompactShards::plan_for(Plan &p, lm_dist_tensor_s **s, lm_dist_tensor_s **d) {
+  const bool ps = padded_member(*s), pd = d && padded_member(*d);
+  if (!ps && !pd) return &p;
+  if (!is_device((*s)->device))
+    if (Plan *v = p.padded(ps ? &(*s)->pad : nullptr, pd ? &(*d)->pad : nullptr)) return v;
+  *s = add(*s, false);
+  if (d) *d = add(*d, true);
+  return &p;
+}
+
 lm_dist_tensor_s *CompactShards::add(lm_dist_tensor_s *t, bool target) {
-  if (!t->padded() || !t->mesh->member) return t;
+  if (!padded_member(t)) return t;
+  g_standins.fetch_add(1, std::memory_order_relaxed);
   lm_dist_tensor_s *c = tensor_new(t->mesh, t->layout, t->dtype, t->device, false);
   try {
     c->storage = storage_alloc(t->local_bytes(), false);

@@ -108,6 +108,8 @@ void copy_strided_to_compact(void *dst, const DLTensor *src, size_t esize);
 // the tensor is compact.
 bool padded_extents(const DLTensor *t, Shape *pad);
 
+class Plan;
+
 // Compact stand-ins for padded shards during one operation: add() returns the tensor to run on
 // (t itself when compact; else a compact copy of its shard, retained here with t); finish()
 // copies the targets' stand-ins back into their padded tensors once the data has moved.
@@ -119,6 +121,13 @@ class CompactShards {
   CompactShards &operator=(const CompactShards &) = delete;
   ~CompactShards();
   lm_dist_tensor_s *add(lm_dist_tensor_s *t, bool target);
+  // The plan to run from *s into *d (d NULL: a compact buffer of the caller's): p itself when
+  // both shards are compact; for padded host shards p's variant for their extents
+  // (Plan::padded), reading and writing them in place; where p has none, p on stand-ins that
+  // replace *s / *d (add). Run it on (*s)->base() and (*d)->base().
+  Plan *plan_for(Plan &p, lm_dist_tensor_s **s, lm_dist_tensor_s **d);
+  // Stand-ins made by this process so far (tests: a padded reshard that needs none makes none).
+  static uint64_t made();
   void finish();
   bool empty() const { return v_.empty(); }
 
