@@ -682,8 +682,8 @@ static void test_from_local_borrow_padded(void **state) {
  * (their padding a sentinel): resharded to column shards by a one-shot reshard and by a plan into
  * a padded column-shard array (blocking and nonblocking), back into padded row shards, and
  * gathered; every element and every padding element checked. Between two padded arrays of the
- * same layout (a local copy) the buffer pool's high-water mark does not move: no compact stand-in
- * of either shard (each would take its shard's bytes). A Partial(sum) padded borrow (a reduction:
+ * same layout (a local copy, by a plan and by a group) the buffer pool's high-water mark does not
+ * move: no compact stand-in of either shard (each would take its shard's bytes). A Partial(sum) padded borrow (a reduction:
  * it runs on a stand-in) still reshards exactly. */
 static int64_t padded_rows(int64_t n, int64_t *lo) {
   const int64_t per = (n + NP - 1) / NP;
@@ -765,6 +765,21 @@ static void test_padded_in_place(void **state) {
   if (peak != in_use)
     fprintf(stderr, "rank %d: a padded copy took %lld pool bytes\n", ME, (long long)(peak - in_use));
   bad += peak != in_use;
+  /* The same copy as a group of one entry (its executor built at the first execution). */
+  lm_reshard_entry_t ge = {2, G, LM_FLOAT64, s0, s0};
+  lm_reshard_group_t grp = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&grp, m, NULL, 1, &ge, NULL));
+  LM_ASSERT_OK_ALL(lm_reshard_group_execute(grp, 1, &x, &back));
+  for (int64_t e = 0; e < rows * rld; ++e) z[e] = e % rld < C ? -1 : -7;
+  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
+  LM_ASSERT_OK_ALL(lm_reshard_group_execute(grp, 1, &x, &back));
+  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  for (int64_t e = 0; e < rows * rld; ++e) bad += z[e] != a[e];
+  if (peak != in_use)
+    fprintf(stderr, "rank %d: a grouped padded copy took %lld pool bytes\n", ME,
+            (long long)(peak - in_use));
+  bad += peak != in_use;
+  LM_ASSERT_OK(lm_reshard_group_destroy(&grp));
   LM_ASSERT_OK(lm_reshard_plan_destroy(&same));
   LM_ASSERT_OK(lm_reshard_plan_destroy(&to_rows));
   LM_ASSERT_OK(lm_reshard_plan_destroy(&to_cols));

@@ -16,6 +16,7 @@
 // deadlock. Reduce-scatters receive segment by segment into two segment buffers (the next
 // segment's messages arrive while this one is reduced, in group order).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -566,7 +567,7 @@ class ReduceScatterRun : public StepRun {
       if (staged_[j]) continue;
       const Box &c = st_.chunks[j];
       size_t coff = 0;
-      bool contig = box_is_contiguous_in(st_.inbox, c, esize_, &coff);
+      bool contig = box_is_contiguous_at(st_.inbox, st_.in_ext(), c, esize_, &coff);
       for (int64_t q = 0; q < splits_[j].count; ++q) {
         sub_box(splits_[j], c.len, st_.chunk_rel[j], q, esize_, sb);
         if (contig) {
@@ -633,7 +634,7 @@ class ReduceScatterRun : public StepRun {
             src = slot(seg_, j);
           } else {
             size_t coff = 0;
-            box_is_contiguous_in(st_.inbox, st_.chunks[mine], esize_, &coff);
+            box_is_contiguous_at(st_.inbox, st_.in_ext(), st_.chunks[mine], esize_, &coff);
             src = in_ + coff + (size_t)sb.e0 * esize_;
           }
         }
@@ -865,7 +866,11 @@ struct Plan::Padded {
   }
 };
 
-Plan::Plan() = default;
+namespace {
+std::atomic<uint64_t> g_plan_serial{0};
+}  // namespace
+
+Plan::Plan() : serial(++g_plan_serial) {}
 
 Plan *Plan::padded(const Shape *in_pad, const Shape *out_pad) {
   if (!in_pad && !out_pad) return this;

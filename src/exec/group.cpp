@@ -146,12 +146,12 @@ void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, 
       src = rreg + q.recv_off[(size_t)j];
     } else {
       size_t coff = 0;
-      if (box_is_contiguous_in(st.inbox, mine, esize, &coff)) {
+      if (box_is_contiguous_at(st.inbox, st.in_ext(), mine, esize, &coff)) {
         src = in + coff;
       } else {
         int64_t zero[kBoxMaxDims] = {0};
         BoxCopy c;
-        boxcopy_init(c, (int)mine.len.size(), mine.len.data(), st.inbox.len.data(),
+        boxcopy_init(c, (int)mine.len.size(), mine.len.data(), st.in_ext().data(),
                      st.chunk_rel[(size_t)j].data(), mine.len.data(), zero, (int64_t)esize);
         mem.copy(c, own, in, 0, c.numel);
         src = own;
@@ -178,8 +178,8 @@ void copy_selfs(MemOps &mem, const SchedStep &st, const void *in, void *out) {
   if (st.skip_self) return;
   for (auto &b : st.selfs) {
     BoxCopy c;
-    boxcopy_init(c, (int)st.inbox.len.size(), b.box.len.data(), st.inbox.len.data(),
-                 b.in_rel.data(), st.outbox.len.data(), b.out_rel.data(), (int64_t)st.esize);
+    boxcopy_init(c, (int)st.inbox.len.size(), b.box.len.data(), st.in_ext().data(),
+                 b.in_rel.data(), st.out_ext().data(), b.out_rel.data(), (int64_t)st.esize);
     mem.copy(c, out, in, 0, c.numel);
   }
 }
@@ -302,12 +302,12 @@ PartRef GroupExec::part_of(const GroupPart &q, bool send, char *region) {
   p.box.esize = st.esize;
   if (q.msg) {
     p.buf = send ? in_of(q.e, r_) : out_of(q.e, r_);
-    p.box.shape = send ? st.inbox.len.data() : st.outbox.len.data();
+    p.box.shape = send ? st.in_ext().data() : st.out_ext().data();
     p.box.off = q.msg->rel.data();
     p.box.len = q.msg->box.len.data();
   } else if (send) {
     p.buf = in_of(q.e, r_);
-    p.box.shape = st.inbox.len.data();
+    p.box.shape = st.in_ext().data();
     p.box.off = st.chunk_rel[(size_t)q.j].data();
     p.box.len = st.chunks[(size_t)q.j].len.data();
   } else {

@@ -25,6 +25,9 @@ class Plan : public Schedule {
   Plan();
   ~Plan();
   MPI_Comm comm = MPI_COMM_NULL;  // communicator of the transfers (parent ranks)
+  // Unique to this object in the process (never reused, unlike an address): what an executor
+  // built over plans (GroupExec) compares to know that they are still the same.
+  const uint64_t serial;
   // Keep intermediate and staging buffers between executions (persistent plans may opt in).
   bool keep_buffers = false;
 

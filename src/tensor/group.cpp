@@ -86,11 +86,13 @@ void check_overlaps(const std::vector<lm_dist_tensor_s *> &S,
   }
 }
 
-// The local checks of an execution: sizes, handles, layouts, overlaps, memory kinds. Then S and D
-// hold compact stand-ins (cs) for padded shards.
+// The local checks of an execution: sizes, handles, layouts, overlaps, memory kinds. Then runs[i]
+// is the plan entry i runs (CompactShards::plan_for: its own, its variant for padded shards, or
+// its own on compact stand-ins, which then replace S[i] / D[i], held in cs).
 void group_check_tensors(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
                          const lm_dist_tensor_t *dst, const char *fn, CompactShards &cs,
-                         std::vector<lm_dist_tensor_s *> &S, std::vector<lm_dist_tensor_s *> &D) {
+                         std::vector<lm_dist_tensor_s *> &S, std::vector<lm_dist_tensor_s *> &D,
+                         std::vector<Plan *> &runs) {
   LM_CHECK_ARG(n == (int)g->entries.size(), "%s: n is %d, the group has %zu entries", fn, n,
                g->entries.size());
   LM_CHECK_ARG(n == 0 || src != nullptr, "%s: src is NULL", fn);
@@ -110,27 +112,26 @@ void group_check_tensors(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *s
                  (int)S[0]->device.device_type);
   }
   check_overlaps(S, D, fn);
-  for (size_t i = 0; i < S.size(); ++i) {
-    S[i] = cs.add(S[i], false);
-    D[i] = cs.add(D[i], true);
-  }
+  runs.assign(S.size(), nullptr);
+  for (size_t i = 0; i < S.size(); ++i) runs[i] = cs.plan_for(*g->entries[i]->plan, &S[i], &D[i]);
 }
 
 // Checks the tensors and, at LM_CHECK >= 1, agrees with the other ranks on the whole group (one
 // round). Returns whether this rank takes part.
 bool group_prepare(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
                    const lm_dist_tensor_t *dst, const char *fn, CompactShards &cs,
-                   std::vector<lm_dist_tensor_s *> &S, std::vector<lm_dist_tensor_s *> &D) {
+                   std::vector<lm_dist_tensor_s *> &S, std::vector<lm_dist_tensor_s *> &D,
+                   std::vector<Plan *> &runs) {
   const bool involved = g->src_mesh->member || g->dst_mesh->member;
   const int level = check_level(g->src_mesh, g->dst_mesh);
   if (level == 0 || !involved) {
-    group_check_tensors(g, n, src, dst, fn, cs, S, D);
+    group_check_tensors(g, n, src, dst, fn, cs, S, D, runs);
     return involved;
   }
   lm_status_t st = LM_SUCCESS;
   std::string err;
   try {
-    group_check_tensors(g, n, src, dst, fn, cs, S, D);
+    group_check_tensors(g, n, src, dst, fn, cs, S, D, runs);
   } catch (const std::bad_alloc &) {
     st = LM_ERR_OUT_OF_MEMORY;
     err = strfmt("%s: out of memory", fn);
@@ -161,6 +162,7 @@ bool group_prepare(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
   return true;
 }
 
+// The executor of the entries' own plans (built at the first use), now the current one.
 GroupExec &group_exec(lm_reshard_group_s *g) {
   if (!g->exec) {
     std::vector<Plan *> plans;
@@ -168,7 +170,26 @@ GroupExec &group_exec(lm_reshard_group_s *g) {
     g->exec = std::make_unique<GroupExec>(std::move(plans), g->entries[0]->plan->comm,
                                           g->bucket_bytes, g->alone_bytes);
   }
+  g->cur = g->exec.get();
   return *g->exec;
+}
+
+// The executor of the plans `runs` (group_check_tensors), now the current one: the entries' own,
+// or, where padded shards run on plan variants, one built for those plans (the last one is kept).
+GroupExec &group_exec(lm_reshard_group_s *g, const std::vector<Plan *> &runs) {
+  bool own = true;
+  for (size_t i = 0; i < runs.size(); ++i) own = own && runs[i] == g->entries[i]->plan.get();
+  if (own) return group_exec(g);
+  std::vector<uint64_t> serials(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) serials[i] = runs[i]->serial;
+  if (!g->padded_exec || g->padded_plans != serials) {
+    g->padded_exec.reset();
+    g->padded_plans = serials;
+    g->padded_exec = std::make_unique<GroupExec>(runs, g->entries[0]->plan->comm,
+                                                 g->bucket_bytes, g->alone_bytes);
+  }
+  g->cur = g->padded_exec.get();
+  return *g->padded_exec;
 }
 
 // The one device every tensor of the call lives on, else -1.
@@ -210,14 +231,15 @@ void run_device(lm_reshard_group_s *g, const std::vector<lm_dist_tensor_s *> &S,
 }
 
 void start_host(lm_reshard_group_s *g, const std::vector<lm_dist_tensor_s *> &S,
-                const std::vector<lm_dist_tensor_s *> &D, bool blocking) {
+                const std::vector<lm_dist_tensor_s *> &D, const std::vector<Plan *> &runs,
+                bool blocking) {
   std::vector<const void *> in(S.size());
   std::vector<void *> out(D.size());
   for (size_t i = 0; i < S.size(); ++i) {
-    in[i] = S[i]->data();
-    out[i] = D[i]->data();
+    in[i] = S[i]->base();
+    out[i] = D[i]->base();
   }
-  GroupExec &x = group_exec(g);
+  GroupExec &x = group_exec(g, runs);
   x.use(x.host_spec());
   x.start(std::move(in), std::move(out), blocking);
 }
@@ -290,18 +312,19 @@ void group_execute(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *src,
                    const lm_dist_tensor_t *dst) {
   const char *fn = "lm_reshard_group_execute";
   std::vector<lm_dist_tensor_s *> S, D;
+  std::vector<Plan *> runs;
   CompactShards cs;
-  if (!group_prepare(g, n, src, dst, fn, cs, S, D) || n == 0) return;
+  if (!group_prepare(g, n, src, dst, fn, cs, S, D, runs) || n == 0) return;
   try {
     TimeoutScope ts(call_timeout(g->src_mesh, g->dst_mesh));
     if (is_device(S[0]->device)) {
       run_device(g, S, D);
     } else {
-      start_host(g, S, D, true);
-      g->exec->progress(true);
+      start_host(g, S, D, runs, true);
+      g->cur->progress(true);
     }
   } catch (const Error &e) {
-    if (g->exec) g->exec->abandon();
+    if (g->cur) g->cur->abandon();
     mesh_break(g->src_mesh, e, g->dst_mesh);
   }
   cs.finish();
@@ -311,17 +334,18 @@ lm_request_s *group_start(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *
                           const lm_dist_tensor_t *dst) {
   const char *fn = "lm_reshard_group_start";
   std::vector<lm_dist_tensor_s *> S, D;
+  std::vector<Plan *> runs;
   auto cs = std::make_unique<CompactShards>();
-  if (!group_prepare(g, n, src, dst, fn, *cs, S, D) || n == 0) return nullptr;
+  if (!group_prepare(g, n, src, dst, fn, *cs, S, D, runs) || n == 0) return nullptr;
   try {
     TimeoutScope ts(call_timeout(g->src_mesh, g->dst_mesh));
     if (is_device(S[0]->device)) {  // enqueued on the streams: complete for the host
       run_device(g, S, D);
       return nullptr;
     }
-    start_host(g, S, D, false);
+    start_host(g, S, D, runs, false);
   } catch (const Error &e) {
-    if (g->exec) g->exec->abandon();
+    if (g->cur) g->cur->abandon();
     mesh_break(g->src_mesh, e, g->dst_mesh);
   }
   auto r = std::make_unique<lm_request_s>();
@@ -348,17 +372,17 @@ bool group_request_progress(lm_request_s *r, bool block) {
   };
   if (!mpi_alive()) {
     end();
-    g->exec->abandon();
+    g->cur->abandon();
     fail(LM_ERR_INVALID_USAGE, "lm_request_wait/test: MPI was finalized before the request "
          "completed; it is dropped (its targets hold undefined data)");
   }
   bool done;
   try {
     TimeoutScope ts(call_timeout(g->src_mesh, g->dst_mesh));
-    done = g->exec->progress(block);
+    done = g->cur->progress(block);
   } catch (const Error &e) {
     end();
-    g->exec->abandon();
+    g->cur->abandon();
     mesh_break(g->src_mesh, e, g->dst_mesh);
   }
   if (done) {
@@ -410,6 +434,8 @@ std::vector<lm_dist_tensor_t> tensors_reshard_many(int n, const lm_dist_tensor_t
 }  // namespace lm
 
 lm_reshard_group_s::~lm_reshard_group_s() {
+  if (padded_exec) padded_exec->abandon();
+  padded_exec.reset();
   if (exec) exec->abandon();
   exec.reset();
   entries.clear();

@@ -20,7 +20,12 @@ struct lm_reshard_group_s {
   uint32_t magic = lm::kGroupMagic;
   std::vector<std::unique_ptr<lm_reshard_plan_s>> entries;  // each retains both meshes
   lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;        // (held through the entries)
-  std::unique_ptr<lm::GroupExec> exec;                      // host executions
+  std::unique_ptr<lm::GroupExec> exec;  // the entries' own plans (host, or device over NCCL)
+  // Padded shards read in place: the last executor of the entries' plan variants, and its plans'
+  // serials (Plan::serial: a variant rebuilt at a freed one's address is another plan).
+  std::unique_ptr<lm::GroupExec> padded_exec;
+  std::vector<uint64_t> padded_plans;
+  lm::GroupExec *cur = nullptr;  // the executor of the last execution started
   size_t bucket_bytes = lm::kDefaultBucketBytes;
   size_t alone_bytes = lm::kDefaultAloneBytes;
   uint64_t hash = 0;                     // of every entry's layouts, shape and dtype
