@@ -372,6 +372,18 @@ LM_NODISCARD LM_API lm_status_t lm_placements_adjoint(const lm_placement_t *plac
 LM_NODISCARD LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
                                          int64_t *length);
 
+/** The extents of the compact row-major array that a view lies in at its first element: the
+ * view's own shape when it is compact (strides NULL or row-major), else the padded rows it is a
+ * block of (strides each a multiple of the next, the innermost 1: a ScaLAPACK array with
+ * LLD_ > LOCr gives {LOCc, LLD_}), which is what lm_dist_tensor_local and lm_local_map's fn show of
+ * a padded borrow. A view with an empty extent is compact. Local; reads shape and strides only.
+ * @param view    ndim 0 .. 32; shape not NULL when ndim > 0
+ * @param extents out: view->ndim extents
+ * @param n       capacity of extents; must be view->ndim
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT naming view, extents or n, also for strides that
+ *         are neither compact nor padded (transposed, overlapping, negative) */
+LM_NODISCARD LM_API lm_status_t lm_padded_extents(const DLTensor *view, int64_t *extents, int n);
+
 /* ---------------------------------------------------------------------------------------------
  * Mesh: an N-D grid of MPI ranks.
  * ------------------------------------------------------------------------------------------- */

@@ -603,6 +603,24 @@ static void test_from_local_borrow_padded(void **state) {
                                              LM_FROM_LOCAL_BORROW));
   LM_ASSERT_OK_ALL(lm_dist_tensor_local(x, &v));
   int ok = v.data == (void *)base && v.strides && v.strides[0] == 5 && v.strides[1] == 1;
+  /* lm_padded_extents: the array the view lies in; a compact view's own shape; refusals. */
+  int64_t ext[2] = {0, 0};
+  LM_ASSERT_OK(lm_padded_extents(&v, ext, 2));
+  ok &= ext[0] == 4 && ext[1] == 5;
+  DLTensor cv = dl(base, 2, shape, LM_INT32);
+  LM_ASSERT_OK(lm_padded_extents(&cv, ext, 2));
+  ok &= ext[0] == 4 && ext[1] == 3;
+  int64_t tr[2] = {1, 4}, col_st[2] = {5, 1}, col_sh[2] = {4, 1};
+  DLTensor cl = dl(base, 2, col_sh, LM_INT32); /* a column: padded to the array's 5 columns */
+  cl.strides = col_st;
+  LM_ASSERT_OK(lm_padded_extents(&cl, ext, 2));
+  ok &= ext[0] == 4 && ext[1] == 5;
+  cv.strides = tr;
+  LM_EXPECT_ALL(lm_padded_extents(&cv, ext, 2), LM_ERR_INVALID_ARGUMENT,
+                "neither compact nor padded");
+  LM_EXPECT_ALL(lm_padded_extents(&v, ext, 1), LM_ERR_INVALID_ARGUMENT, "n = 1");
+  LM_EXPECT_ALL(lm_padded_extents(&v, NULL, 2), LM_ERR_INVALID_ARGUMENT, "extents");
+  LM_EXPECT_ALL(lm_padded_extents(NULL, ext, 2), LM_ERR_INVALID_ARGUMENT, "view");
   DLManagedTensor *e = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_export(x, &e));
   ok &= e->dl_tensor.data == (void *)base && e->dl_tensor.strides && e->dl_tensor.strides[0] == 5;

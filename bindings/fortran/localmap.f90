@@ -348,6 +348,10 @@ module localmap
       import; type(c_ptr), value :: plan; type(c_ptr), intent(out) :: adjoint
       integer(c_int) :: lmc_reshard_plan_adjoint
     end function
+    function lmc_padded_extents(view, extents, n) bind(C, name="lm_padded_extents")
+      import; type(DLTensor), intent(in) :: view; integer(c_int64_t), intent(out) :: extents(*)
+      integer(c_int), value :: n; integer(c_int) :: lmc_padded_extents
+    end function
     function lmc_chunk(n, parts, index, offset, length) bind(C, name="lm_chunk")
       import; integer(c_int64_t), value :: n, parts, index
       integer(c_int64_t), intent(out) :: offset, length; integer(c_int) :: lmc_chunk
@@ -1885,9 +1889,9 @@ contains
     integer(c_int64_t), intent(out) :: fshape(:), fpad(:)
     integer(c_int), intent(out) :: st
     character(len=*), intent(in) :: what
-    integer(c_int64_t), pointer :: shp(:), strd(:)
+    integer(c_int64_t), pointer :: shp(:)
+    integer(c_int64_t) :: ext(max(rank, 1))
     integer(c_intptr_t) :: addr
-    integer :: i, prev
     character(len=160) :: msg
     st = LM_SUCCESS
     data = c_loc(empty_)
@@ -1911,30 +1915,12 @@ contains
     if (rank > 0) then
       call c_f_pointer(t%shape, shp, [rank])
       fshape = reversed_(shp)
-      fpad = fshape
-      if (c_associated(t%strides) .and. all(shp > 0)) then
-        call c_f_pointer(t%strides, strd, [rank])
-        prev = 0  ! the next inner C dim of extent > 1 (C dim i is Fortran dim rank - i + 1)
-        do i = rank, 1, -1
-          if (shp(i) == 1) cycle
-          if (prev == 0) then
-            if (strd(i) /= 1 .and. i < rank .and. strd(i) > 1) then
-              fpad(1) = strd(i)
-            else if (strd(i) /= 1) then
-              call bad_(st, what // ": the tensor's strides are neither compact nor padded")
-              return
-            end if
-          else
-            if (strd(i) <= 0 .or. mod(strd(i), strd(prev)) /= 0 .or. &
-                strd(i) / strd(prev) < shp(prev)) then
-              call bad_(st, what // ": the tensor's strides are neither compact nor padded")
-              return
-            end if
-            fpad(rank - prev + 1) = strd(i) / strd(prev)
-          end if
-          prev = i
-        end do
+      ! The array the shard lies in (its padded rows, or its own shape): the library's rule.
+      if (lmc_padded_extents(t, ext, int(rank, c_int)) /= LM_SUCCESS) then
+        call bad_(st, what // ": the tensor's strides are neither compact nor padded")
+        return
       end if
+      fpad = reversed_(ext(1:rank))
     end if
     if (c_associated(t%data)) then
       addr = transfer(t%data, addr) + int(t%byte_offset, c_intptr_t)

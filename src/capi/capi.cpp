@@ -177,6 +177,26 @@ LM_API lm_status_t lm_placements_adjoint(const lm_placement_t *placements, int n
   });
 }
 
+LM_API lm_status_t lm_padded_extents(const DLTensor *view, int64_t *extents, int n) {
+  return guard([&] {
+    const char *fn = "lm_padded_extents";
+    LM_CHECK_ARG(view != nullptr, "%s: view is NULL", fn);
+    LM_CHECK_ARG(view->ndim >= 0 && view->ndim <= kMaxDims, "%s: view->ndim = %d (0 .. %d)", fn,
+                 view->ndim, kMaxDims);
+    LM_CHECK_ARG(view->ndim == 0 || view->shape != nullptr, "%s: view->shape is NULL", fn);
+    LM_CHECK_ARG(n == view->ndim, "%s: n = %d, view->ndim = %d (they must be equal)", fn, n,
+                 view->ndim);
+    LM_CHECK_ARG(n == 0 || extents != nullptr, "%s: extents is NULL", fn);
+    for (int i = 0; i < n; ++i)
+      LM_CHECK_ARG(view->shape[i] >= 0, "%s: view->shape[%d] = %lld is negative", fn, i,
+                   (long long)view->shape[i]);
+    Shape pad;
+    LM_CHECK_ARG(padded_extents(view, &pad), "%s: view's strides are neither compact nor padded "
+                 "(each a multiple of the next, the innermost 1)", fn);
+    for (int i = 0; i < n; ++i) extents[i] = pad[(size_t)i];
+  });
+}
+
 LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
                             int64_t *length) {
   return guard([&] {
