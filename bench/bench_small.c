@@ -2,7 +2,9 @@
 /*
  * bench_small: small calls against MPI (issue 22 item 5). A [64, 64] float64 tensor (32 KiB) on
  * the 1-D world mesh, for S0->R, S0->S1, P(sum)->S0 and P(sum)->R, and S0 -> S0 on the world
- * mesh in reverse rank order (a cross-mesh reshard: every shard moves to its mirror rank):
+ * mesh in reverse rank order (a cross-mesh reshard: every shard moves to its mirror rank), and
+ * S0->S1 between padded borrows (each shard the first 64 columns of rows of 72: read and written
+ * in place, as a ScaLAPACK array with LLD > LOCr):
  *   execute   lm_reshard_plan_execute of a persistent plan into a tensor made once;
  *   reshard   lm_dist_tensor_reshard + lm_dist_tensor_destroy (the allocating call most users
  *             make: plan cache, output allocation, agreement);
@@ -37,7 +39,25 @@ typedef struct {
   double *sbuf, *rbuf;
   int block; /* elements per rank block */
   lm_mesh_t dmesh; /* the target mesh (NULL: the source's) */
+  int pad;         /* > 0: source and target are padded borrows of rows of N + pad */
+  double *sarr, *darr;
 } scase;
+
+/* A padded borrow laid out as placement p of the [N, N] tensor: this rank's shard in rows of
+ * N + pad elements; *arr holds it (free it after the tensor). */
+static lm_dist_tensor_t padded_borrow(lm_mesh_t mesh, lm_placement_t p, int pad, double **arr) {
+  int64_t g[2] = {N, N}, off = 0;
+  static int64_t len[2], st[2];
+  len[0] = len[1] = N;
+  OK(lm_chunk(N, np, rank, &off, &len[p.dim]));
+  st[0] = len[1] + pad;
+  st[1] = 1;
+  *arr = calloc((size_t)(len[0] * st[0]) + 1, sizeof(double));
+  DLTensor v = {*arr, LM_CPU, 2, LM_FLOAT64, len, st, 0};
+  lm_dist_tensor_t t = NULL;
+  OK(lm_dist_tensor_from_local(&t, mesh, &v, &p, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
+  return t;
+}
 
 static void run_variant(scase *c, int v) {
   for (int i = 0; i < BATCH; ++i) {
@@ -90,19 +110,28 @@ static void time_case(scase *c, double *us) {
 static void bench_reshards(lm_mesh_t mesh, lm_mesh_t reversed) {
   const lm_placement_t S0 = LM_PLACEMENT_SHARD(0), S1 = LM_PLACEMENT_SHARD(1),
                        R = LM_PLACEMENT_REPLICATE, P = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
-  scase cases[5] = {
-      {"S0->R", "MPI_Allgather", S0, R, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL},
-      {"S0->S1", "MPI_Alltoall", S0, S1, 1, NULL, NULL, NULL, NULL, NULL, 0, NULL},
-      {"P->S0", "MPI_Reduce_scatter_block", P, S0, 2, NULL, NULL, NULL, NULL, NULL, 0, NULL},
-      {"P->R", "MPI_Allreduce", P, R, 3, NULL, NULL, NULL, NULL, NULL, 0, NULL},
-      {"S0->S0 cross-mesh", "MPI_Sendrecv", S0, S0, 4, NULL, NULL, NULL, NULL, NULL, 0, reversed}};
+  scase cases[6] = {
+      {"S0->R", "MPI_Allgather", S0, R, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL},
+      {"S0->S1", "MPI_Alltoall", S0, S1, 1, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL},
+      {"P->S0", "MPI_Reduce_scatter_block", P, S0, 2, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0,
+       NULL, NULL},
+      {"P->R", "MPI_Allreduce", P, R, 3, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL},
+      {"S0->S0 cross-mesh", "MPI_Sendrecv", S0, S0, 4, NULL, NULL, NULL, NULL, NULL, 0, reversed,
+       0, NULL, NULL},
+      {"S0->S1 padded", "MPI_Alltoall", S0, S1, 1, NULL, NULL, NULL, NULL, NULL, 0, NULL, 8, NULL,
+       NULL}};
   int64_t g[2] = {N, N};
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < 6; ++k) {
     scase *c = &cases[k];
     lm_mesh_t to = c->dmesh ? c->dmesh : mesh;
     OK(lm_reshard_plan_create(&c->plan, mesh, &c->src, to, &c->dst, 2, g, LM_FLOAT64));
-    OK(lm_dist_tensor_zeros(&c->s, mesh, 2, g, LM_FLOAT64, LM_CPU, &c->src));
-    OK(lm_reshard_plan_alloc_target(c->plan, LM_CPU, &c->d));
+    if (c->pad) {
+      c->s = padded_borrow(mesh, c->src, c->pad, &c->sarr);
+      c->d = padded_borrow(mesh, c->dst, c->pad, &c->darr);
+    } else {
+      OK(lm_dist_tensor_zeros(&c->s, mesh, 2, g, LM_FLOAT64, LM_CPU, &c->src));
+      OK(lm_reshard_plan_alloc_target(c->plan, LM_CPU, &c->d));
+    }
     c->block = N * N / np; /* the MPI baselines move whole blocks (np divides 64) */
     c->sbuf = calloc(N * N, sizeof(double));
     c->rbuf = calloc(N * N, sizeof(double));
@@ -119,6 +148,8 @@ static void bench_reshards(lm_mesh_t mesh, lm_mesh_t reversed) {
     OK(lm_reshard_plan_destroy(&c->plan));
     OK(lm_dist_tensor_destroy(&c->s));
     OK(lm_dist_tensor_destroy(&c->d));
+    free(c->sarr);
+    free(c->darr);
     free(c->sbuf);
     free(c->rbuf);
   }

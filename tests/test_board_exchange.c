@@ -4,8 +4,9 @@
  * data through the agreement board (comm/board.hpp, transport/node/board_exchange.cpp): every rank packs
  * what it sends into its outbox before it publishes its agreement words, and copies its blocks out
  * of its peers' outboxes after the round. This suite checks, against the global index of every
- * element: S0->S1, S1->S0, S0->R, R->S1, uneven and empty shards, three dtypes, many executions
- * in a row (the outbox banks alternate), and that no MPI point-to-point message is posted on the
+ * element: S0->S1, S1->S0, S0->R, R->S1, uneven and empty shards, three dtypes, compact tensors and
+ * padded borrows (their arrays packed and unpacked in place, the padding untouched), many
+ * executions in a row (the outbox banks alternate), and that no MPI point-to-point message is posted on the
  * library's communicators for them (counted through PMPI) while a tensor above
  * LM_BOARD_EXCHANGE_BYTES per rank, or a run with the board or the exchange off (the
  * environment, tests/script_node_local.sh), posts them; lm_reshard_plan_info says which route.
@@ -83,7 +84,7 @@ static int fill(lm_dist_tensor_t t, lm_placement_t p, DLDataType dt) {
   for (int64_t i = 0; i < v.shape[0]; ++i)
     for (int64_t j = 0; j < v.shape[1]; ++j) {
       double x = value(off[0] + i, off[1] + j, g[1]);
-      int64_t k = i * v.shape[1] + j;
+      int64_t k = i * (v.strides ? v.strides[0] : v.shape[1]) + j; /* (padded borrows) */
       if (dt.code == kDLFloat && dt.bits == 64) ((double *)v.data)[k] = x;
       else if (dt.code == kDLFloat) ((float *)v.data)[k] = (float)x;
       else ((int32_t *)v.data)[k] = (int32_t)x;
@@ -100,7 +101,7 @@ static int check(lm_dist_tensor_t t, lm_placement_t p, DLDataType dt) {
   for (int64_t i = 0; i < v.shape[0]; ++i)
     for (int64_t j = 0; j < v.shape[1]; ++j) {
       double x = value(off[0] + i, off[1] + j, g[1]), y;
-      int64_t k = i * v.shape[1] + j;
+      int64_t k = i * (v.strides ? v.strides[0] : v.shape[1]) + j;
       if (dt.code == kDLFloat && dt.bits == 64) y = ((double *)v.data)[k];
       else if (dt.code == kDLFloat) y = ((float *)v.data)[k], x = (float)x;
       else y = ((int32_t *)v.data)[k], x = (int32_t)x;
@@ -113,15 +114,54 @@ static int check(lm_dist_tensor_t t, lm_placement_t p, DLDataType dt) {
   return 1;
 }
 
-/* Plan src -> dst placements on a g0 x g1 tensor; reps executions; returns the p2p posts made. */
+/* A padded borrow laid out as placement p of g: this rank's torch.chunk box in an array of 3
+ * columns more, the padding bytes 0x5a; *arr: the array (free it after the tensor). */
+static lm_dist_tensor_t padded(lm_mesh_t m, lm_placement_t p, int64_t *g, DLDataType dt,
+                               unsigned char **arr) {
+  static int64_t len[2], st[2];
+  int64_t off[2] = {0, 0};
+  len[0] = g[0];
+  len[1] = g[1];
+  if (p.kind == LM_SHARD) lm_oracle_chunk(g[p.dim], NP, ME, &off[p.dim], &len[p.dim]);
+  st[0] = len[1] + 3;
+  st[1] = 1;
+  const size_t bytes = (size_t)(len[0] * st[0]) * (dt.bits / 8);
+  *arr = malloc(bytes ? bytes : 1);
+  memset(*arr, 0x5a, bytes);
+  DLTensor v = {*arr, LM_CPU, 2, dt, len, st, 0};
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &v, &p, LM_SHAPE_GIVEN, g,
+                                             LM_FROM_LOCAL_BORROW));
+  return t;
+}
+
+/* Whether the padding columns of a padded() array still hold 0x5a. */
+static int padding_kept(lm_dist_tensor_t t, const unsigned char *arr, DLDataType dt) {
+  DLTensor v;
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  const int64_t ld = v.strides ? v.strides[0] : v.shape[1], es = dt.bits / 8;
+  for (int64_t i = 0; i < v.shape[0]; ++i)
+    for (int64_t b = v.shape[1] * es; b < ld * es; ++b)
+      if (arr[i * ld * es + b] != 0x5a) return 0;
+  return 1;
+}
+
+/* Plan src -> dst placements on a g0 x g1 tensor (pad: both padded borrows); reps executions;
+ * returns the p2p posts made. */
 static long run_case(lm_mesh_t m, lm_placement_t sp, lm_placement_t dp, int64_t g0, int64_t g1,
-                     DLDataType dt, int reps, int *ok) {
+                     DLDataType dt, int reps, int pad, int *ok) {
   int64_t g[2] = {g0, g1};
   lm_reshard_plan_t plan = NULL;
   lm_dist_tensor_t src = NULL, dst = NULL;
+  unsigned char *sarr = NULL, *darr = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &sp, m, &dp, 2, g, dt));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, dt, LM_CPU, &sp));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+  if (pad) {
+    src = padded(m, sp, g, dt, &sarr);
+    dst = padded(m, dp, g, dt, &darr);
+  } else {
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, dt, LM_CPU, &sp));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+  }
   *ok &= fill(src, sp, dt);
   long before = g_p2p;
   for (int r = 0; r < reps; ++r) {
@@ -140,9 +180,15 @@ static long run_case(lm_mesh_t m, lm_placement_t sp, lm_placement_t dp, int64_t 
                   (long long)(info.flows_sent + info.flows_received), made);
     *ok = 0;
   }
+  if (pad && !(padding_kept(src, sarr, dt) && padding_kept(dst, darr, dt))) {
+    lm_test__diag("rank %d: a padded borrow's padding was written\n", ME);
+    *ok = 0;
+  }
   lm_dist_tensor_destroy(&src);
   lm_dist_tensor_destroy(&dst);
   lm_reshard_plan_destroy(&plan);
+  free(sarr);
+  free(darr);
   return made;
 }
 
@@ -161,15 +207,17 @@ static void test_small_plans_through_the_board(void **state) {
   const DLDataType dts[3] = {LM_FLOAT64, LM_FLOAT32, LM_INT32};
   int ok = 1, expect = board_expected();
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c)
-    for (int t = 0; t < 3; ++t) {
-      long made = run_case(m, cases[c].s, cases[c].d, cases[c].g0, cases[c].g1, dts[t], 5, &ok);
+    for (int t = 0; t < 6; ++t) { /* each dtype compact, then padded borrows (read in place) */
+      long made = run_case(m, cases[c].s, cases[c].d, cases[c].g0, cases[c].g1, dts[t % 3], 5,
+                           t >= 3, &ok);
       if (expect && made != 0) {
-        lm_test__diag("rank %d: case %zu dtype %d: %ld MPI messages posted\n", ME, c, t, made);
+        lm_test__diag("rank %d: case %zu dtype %d%s: %ld MPI messages posted\n", ME, c, t % 3,
+                      t >= 3 ? " padded" : "", made);
         ok = 0;
       }
     }
   /* 512 KiB: above LM_BOARD_EXCHANGE_BYTES per rank, the MPI transport. */
-  long made = run_case(m, S0, S1, 256, 256, LM_FLOAT64, 2, &ok);
+  long made = run_case(m, S0, S1, 256, 256, LM_FLOAT64, 2, 0, &ok);
   if (NP > 1 && made == 0) {
     lm_test__diag("rank %d: the 512 KiB reshard posted no MPI message\n", ME);
     ok = 0;

@@ -1005,6 +1005,14 @@ void Plan::use(const TransportSpec &spec) {
   spec_ = spec;
 }
 
+FusedExchange *Plan::fused_exchange(const AgreeComm *ac) {
+  if (!fused_decided_) {
+    fused_decided_ = true;
+    fused_ = select_fused_exchange(*this, comm, ac);
+  }
+  return fused_.get();
+}
+
 void Plan::check_errors(const char *what) {
   if (route_.wire) route_.wire->check_errors(what);
 }

@@ -56,6 +56,11 @@ class Plan : public Schedule {
   // reduces or fills (Partial placements): the caller then runs this plan on compact copies.
   // Not during an execution of the variant it replaces.
   Plan *padded(const Shape *in_pad, const Shape *out_pad);
+  // The exchange fused with the agreement round of the set ac (the board exchange,
+  // transport/select.hpp: select_fused_exchange) for a blocking host execution of this plan, or
+  // NULL; decided at the first call from the plan and the agreed settings alone (every rank with
+  // the same plan decides alike; a padded variant as its plan, the bytes being the same) and kept.
+  FusedExchange *fused_exchange(const AgreeComm *ac);
 
  private:
   TransportSpec spec_;
@@ -63,6 +68,8 @@ class Plan : public Schedule {
   std::unique_ptr<ExecState> ex_;
   struct Padded;
   std::unique_ptr<Padded> padded_;  // the last variant asked for
+  std::unique_ptr<FusedExchange> fused_;
+  bool fused_decided_ = false;
 };
 
 // Builds this rank's executable plan: the planner's schedule plus the transfers' communicator

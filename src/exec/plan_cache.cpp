@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "mesh/collective.hpp"
 #include "transport/select.hpp"
 
 namespace lm {
@@ -146,14 +145,6 @@ size_t cached_plans(uint64_t mesh_id) {
   std::lock_guard<std::mutex> lk(cache().mu);
   auto it = cache().by_mesh.find(mesh_id);
   return it == cache().by_mesh.end() ? 0 : it->second.plans.size();
-}
-
-FusedExchange *cached_fused_exchange(CachedPlan &c, lm_mesh_s *m) {
-  if (!c.fused_decided) {
-    c.fused_decided = true;
-    c.fused = select_fused_exchange(*c.plan, c.plan->comm, collective_comm(m, m));
-  }
-  return c.fused.get();
 }
 
 }  // namespace lm

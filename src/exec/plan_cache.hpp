@@ -10,18 +10,13 @@
 
 #include "exec/plan.hpp"
 #include "mesh/mesh.hpp"
-#include "transport/transport.hpp"
 
 namespace lm {
 
-// A cached plan, its target layout and, for a host plan, the exchange fused with its mesh's
-// agreement round (the board exchange, transport/select.hpp), decided at its first blocking
-// execution.
+// A cached plan and its target layout.
 struct CachedPlan {
   std::shared_ptr<Plan> plan;
   Layout dst;
-  std::unique_ptr<FusedExchange> fused;
-  bool fused_decided = false;
 };
 
 // The cached plan of src (on mesh sm) -> the target placements pl on mesh dm (sm itself, or
@@ -39,9 +34,5 @@ std::shared_ptr<CachedPlan> cached_plan_add(lm_mesh_s *sm, lm_mesh_s *dm, const 
 
 // How many plans are cached with the source mesh of local id `mesh_id` (tests, diagnostics).
 size_t cached_plans(uint64_t mesh_id);
-
-// The fused exchange of a cached host plan of mesh m, or NULL; decided once per entry from the
-// plan and the mesh's agreed settings alone (as lm_reshard_plan_execute decides its own).
-FusedExchange *cached_fused_exchange(CachedPlan &c, lm_mesh_s *m);
 
 }  // namespace lm

@@ -158,19 +158,16 @@ std::string describe_plan(const void *p, int field) {
 }
 
 // The exchange fused with the agreement round (transport/select.hpp): a small same-mesh host plan
-// whose agreement set shares one node. Decided once per plan, from the plan and the agreed
-// settings alone, so every rank with the same plan decides alike; each round then checks that
-// every rank packed (one more MAX), else all take the transport.
+// whose agreement set shares one node. Decided once per plan (Plan::fused_exchange), from the
+// plan and the agreed settings alone, so every rank with the same plan decides alike; each round
+// then checks that every rank packed (one more MAX), else all take the transport.
 FusedExchange *fused_exchange(lm_reshard_plan_s *p) {
-  if (p->fused_decided) return p->fused.get();
-  p->fused_decided = true;
-  if (p->agree && p->src_mesh == p->dst_mesh)
-    p->fused = select_fused_exchange(*p->plan, p->plan->comm, p->agree);
-  return p->fused.get();
+  if (!p->agree || p->src_mesh != p->dst_mesh) return nullptr;
+  return p->plan->fused_exchange(p->agree);
 }
 
 struct FusedPack {
-  FusedExchange *fx;
+  FusedExchange *fx;  // the plan that runs' (a padded variant packs from the padded array)
   const void *in;
 };
 void fused_pack(void *ctx, char *bank) {
@@ -242,10 +239,9 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   // both `yes` and `-yes`: all did only when the maxima are 1 and -1).
   FusedPack pack{nullptr, nullptr};
   long long yes[2] = {0, 0};
-  // Padded shards read and written in place do not pack: every rank then takes the transport.
-  if (board && st == LM_SUCCESS && !is_device((*so)->device) && !(*so)->padded() &&
-      !(*dso)->padded() && (pack.fx = fused_exchange(p))) {
-    pack.in = (*so)->data();
+  if (board && st == LM_SUCCESS && !is_device((*so)->device) && fused_exchange(p) &&
+      (pack.fx = (*run)->fused_exchange(p->agree))) {
+    pack.in = (*so)->base();
     a.publish = fused_pack;
     a.publish_ctx = &pack;
     yes[0] = 1;
@@ -276,7 +272,7 @@ void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   CompactShards cs;
   if (!plan_prepare(p, src, dst, fn, cs, &s, &d, &run, &board)) return;
   if (board) {  // the round moved the data: copy it out (memory reads, nothing to fail)
-    p->fused->unpack(s->data(), d->data());
+    run->fused_exchange(p->agree)->unpack(s->base(), d->base());
   } else {
     try {
       TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));

@@ -20,10 +20,6 @@ struct lm_reshard_plan_s {
   lm_mesh_s *src_mesh = nullptr, *dst_mesh = nullptr;  // retained
   lm_request_s *in_flight = nullptr;
   lm::AgreeComm *agree = nullptr;  // where executions agree (found at the first one)
-  // The exchange fused with the agreement round (transport/select.hpp), decided at the first
-  // blocking execution that could take it; NULL: never.
-  std::unique_ptr<lm::FusedExchange> fused;
-  bool fused_decided = false;
   ~lm_reshard_plan_s();
 };
 

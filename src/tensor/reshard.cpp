@@ -52,7 +52,8 @@ struct Reshard {
   std::shared_ptr<CachedPlan> cached;  // the plan cache's entry
   std::shared_ptr<Plan> plan;
   Plan *run = nullptr;  // plan, or its variant for a padded source (CompactShards::plan_for)
-  FusedExchange *fused = nullptr;  // a same-mesh host plan that can take the board exchange
+  FusedExchange *fused = nullptr;  // a same-mesh host plan that can take the board exchange:
+  FusedExchange *pub = nullptr;    // then run's (padded shards' extents), which this rank packs
   bool alias = false;
   bool moved = false;  // the agreement round moved the data (the board exchange)
   CompactShards cs;    // a padded source's compact stand-in, where it needs one (then t is it)
@@ -100,14 +101,16 @@ void prepare(Reshard &r) {
                          : storage_alloc(r.out->local_bytes(), false);
     // A small exchange within one node moves inside the agreement round (as a blocking
     // lm_reshard_plan_execute does): decided from the plan and the agreed settings alone.
-    if (r.sm == r.dm && !is_device(t->device) && r.plan->involved)
-      r.fused = cached_fused_exchange(*r.cached, r.sm);
+    if (r.sm == r.dm && !is_device(t->device) && r.plan->involved) {
+      const AgreeComm *ac = collective_comm(r.sm, r.sm);
+      if ((r.fused = r.plan->fused_exchange(ac))) r.pub = r.run->fused_exchange(ac);
+    }
   }
 }
 
 void fused_pack(void *ctx, char *bank) {
   const Reshard &r = *static_cast<const Reshard *>(ctx);
-  r.fused->pack(r.t->data(), bank);
+  r.pub->pack(r.t->base(), bank);
 }
 
 // The agreement round over both meshes' ranks of an outcome st (and, at level >= 1, a
@@ -142,8 +145,9 @@ void agree_reshard(Reshard &r, int level, lm_status_t st, const std::string &err
   a.mesh_rank = r.sm == r.dm ? r.sm->index : -1;
   a.timeout = call_timeout(r.sm, r.dm);
   long long yes[2] = {0, 0};
-  // A padded source (read in place) does not pack: every rank then takes the transport.
-  if (st == LM_SUCCESS && r.fused && !r.t->padded()) {
+  // (A rank without a board exchange of its own does not pack: every rank then takes the
+  // transport.)
+  if (st == LM_SUCCESS && r.fused && r.pub) {
     a.publish = fused_pack;
     a.publish_ctx = &r;
     yes[0] = 1;
@@ -214,7 +218,7 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
       prepare_agreed(r, level);
     }
     if (r.moved)
-      r.fused->unpack(r.t->data(), r.out->data());  // memory reads: nothing left to fail
+      r.pub->unpack(r.t->base(), r.out->data());  // memory reads: nothing left to fail
     else if (r.part && !r.alias)
       move(r);  // neither mesh: nothing to do, never waited on
   } catch (...) {

@@ -853,6 +853,17 @@ class DistTensor(_Handle):
         """Global index of the local shard's first element per dim (0 on non-members)."""
         return self._shape(L.lm_dist_tensor_local_offset)
 
+    @property
+    def local_extents(self):
+        """Extents of the row-major array the local shard lies in (lm_padded_extents): the local
+        shape, except for a shard borrowed with padded rows (a ScaLAPACK array with
+        LLD_ > LOCr gives (LOCc, LLD_))."""
+        v = L.DLTensor()
+        L.lm_dist_tensor_local(self._handle(), byref(v))
+        ext = (c_int64 * max(v.ndim, 1))()
+        L.lm_padded_extents(byref(v), ext, v.ndim)
+        return tuple(ext[i] for i in range(v.ndim))
+
     def local_view(self):
         """(data address, shape, dtype) of the local shard as lm_dist_tensor_local gives it;
         valid while this tensor lives (prefer local(), which keeps it alive)."""

@@ -276,6 +276,7 @@ _PROTOTYPES = [
     ("lm_placements_format", status_t, [P_placement, c_int, c_char_p, c_size_t]),
     ("lm_placements_adjoint", status_t, [P_placement, c_int, P_placement]),
     ("lm_chunk", status_t, [c_int64, c_int64, c_int64, P_i64, P_i64]),
+    ("lm_padded_extents", status_t, [POINTER(DLTensor), P_i64, c_int]),
     ("lm_extents_create", status_t, [P_i64, c_int64, POINTER(c_int32)]),
     ("lm_extents_get", status_t, [c_int32, P_i64, c_int64, P_i64]),
     ("lm_extents_destroy", status_t, [c_int32]),

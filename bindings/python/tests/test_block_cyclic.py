@@ -76,6 +76,7 @@ def test_from_scalapack():
             loc = t.local()
             assert a.size == 0 or np.shares_memory(loc, padded)
             assert len(cols) < 2 or loc.strides == (40, 8)  # one column: nothing to pad
+            assert t.local_extents == ((len(cols), 5) if len(cols) > 1 else (len(cols), m))
             np.testing.assert_array_equal(loc, a.T)
             np.testing.assert_array_equal(t.gather(), full.T)
             assert t.scalapack_desc(5) == [1, 5, m, n, 3, nb, 0, src, 5 if len(cols) > 1 else 3]

@@ -34,7 +34,7 @@ class BoardExchange final : public FusedExchange {
       hdr[2 * r] = off;
       hdr[2 * r + 1] = m.bytes;
       BoxCopy c;
-      boxcopy_init(c, n, m.box.len.data(), st_.inbox.len.data(), m.rel.data(), m.box.len.data(),
+      boxcopy_init(c, n, m.box.len.data(), st_.in_ext().data(), m.rel.data(), m.box.len.data(),
                    zero, (int64_t)st_.esize);
       boxcopy_range(c, bank + off, in, 0, c.numel);
       off += block_bytes(m.bytes);
@@ -56,14 +56,14 @@ class BoardExchange final : public FusedExchange {
              "agreement compares their arguments first)",
              m.peer, (unsigned long long)hdr[2 * ac_.rank + 1], m.bytes);
       BoxCopy c;
-      boxcopy_init(c, n, m.box.len.data(), m.box.len.data(), zero, st_.outbox.len.data(),
+      boxcopy_init(c, n, m.box.len.data(), m.box.len.data(), zero, st_.out_ext().data(),
                    m.rel.data(), (int64_t)st_.esize);
       boxcopy_range(c, out, box + hdr[2 * ac_.rank], 0, c.numel);
     }
     for (const LocalCopy &b : st_.selfs) {
       BoxCopy c;
-      boxcopy_init(c, n, b.box.len.data(), st_.inbox.len.data(), b.in_rel.data(),
-                   st_.outbox.len.data(), b.out_rel.data(), (int64_t)st_.esize);
+      boxcopy_init(c, n, b.box.len.data(), st_.in_ext().data(), b.in_rel.data(),
+                   st_.out_ext().data(), b.out_rel.data(), (int64_t)st_.esize);
       boxcopy_range(c, out, in, 0, c.numel);
     }
   }

@@ -4,7 +4,8 @@
 // with no MPI message. Each rank packs its sends into its outbox bank right before it publishes
 // its agreement words (a header of (offset, bytes) per agreement rank, then one 64-byte aligned
 // block per destination); after the round each rank copies its blocks straight out of its peers'
-// banks. Chosen by transport/select.hpp (select_fused_exchange).
+// banks. Its buffers have the step's extents (in_ext / out_ext: a padded variant's are the
+// arrays'). Chosen by transport/select.hpp (select_fused_exchange).
 #pragma once
 
 #include <mpi.h>

@@ -444,6 +444,7 @@ extern "C" {
     pub fn lm_placements_format(placements: *const lm_placement_t, n: c_int, buf: *mut c_char,
                                 size: usize) -> lm_status_t;
     pub fn lm_chunk(n: i64, parts: i64, index: i64, offset: *mut i64, length: *mut i64) -> lm_status_t;
+    pub fn lm_padded_extents(view: *const DLTensor, extents: *mut i64, n: c_int) -> lm_status_t;
     pub fn lm_extents_create(extents: *const i64, count: i64, id: *mut i32) -> lm_status_t;
     pub fn lm_extents_get(id: i32, extents: *mut i64, capacity: i64, count: *mut i64) -> lm_status_t;
     pub fn lm_extents_destroy(id: i32) -> lm_status_t;

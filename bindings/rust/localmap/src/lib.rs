@@ -1153,6 +1153,15 @@ impl DistTensor {
     pub fn local_offset(&self) -> Result<Vec<i64>> {
         self.shape_query(sys::lm_dist_tensor_local_offset)
     }
+    /// `lm_padded_extents` of the local shard: the extents of the row-major array it lies in (the
+    /// local shape, except for a host array borrowed with padded rows: a ScaLAPACK array with
+    /// `LLD_ > LOCr` gives `[LOCc, LLD_]`).
+    pub fn local_extents(&self) -> Result<Vec<i64>> {
+        let v = self.local_view()?;
+        let mut ext = vec![0; v.ndim as usize];
+        check(unsafe { sys::lm_padded_extents(&v, ext.as_mut_ptr(), v.ndim) })?;
+        Ok(ext)
+    }
     /// `lm_dist_tensor_local`: the raw DLTensor view of the local shard (valid while `self` lives).
     pub fn local_view(&self) -> Result<sys::DLTensor> {
         let mut v = host_view::<u8>(ptr::null(), &[]);

@@ -633,6 +633,20 @@ fn block_cyclic(rank: i32, size: i32) -> T {
     ensure!(s.scalapack_desc(0).map_err(e)? == desc);
     let all: Vec<f64> = (0..n * 3).map(|i| i as f64).collect();
     ensure!(s.reshard(None, &[Placement::Replicate, Placement::Replicate]).map_err(e)?.local::<f64>().map_err(e)? == &all[..]);
+    ensure!(s.local_extents().map_err(e)? == s.local_shape().map_err(e)?);
+    // The same matrix borrowed from an array with LLD 5 > 3: the shard's rows lie padded in it.
+    let arr5: Vec<f64> =
+        cols.iter().flat_map(|j| (0..5).map(move |i| if i < 3 { (3 * j + i) as f64 } else { -7.0 })).collect();
+    let desc5 = [1, 0, 3, n as i32, 3, b as i32, 0, src, 5];
+    // SAFETY: arr5 holds the LLD 5 x LOCc array desc5 describes and outlives the tensor.
+    let p = unsafe {
+        DistTensor::from_scalapack_raw(&grid, &desc5, arr5.as_ptr() as *mut std::ffi::c_void, DType::F64,
+                                       Device::Cpu, sys::LM_FROM_LOCAL_BORROW)
+    }.map_err(e)?;
+    let padded = if cols.len() > 1 { 5 } else { 3 }; // one column: nothing to pad
+    ensure!(p.local_extents().map_err(e)? == vec![cols.len() as i64, padded]);
+    ensure!(p.reshard(None, &[Placement::Replicate, Placement::Replicate]).map_err(e)?.local::<f64>().map_err(e)? == &all[..]);
+    drop(p);
     if !cols.is_empty() {
         let short = DistTensor::from_scalapack(&grid, &desc, &arr[..arr.len() - 1]);
         ensure!(short.unwrap_err().status == Status::InvalidArgument);
