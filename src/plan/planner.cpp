@@ -657,6 +657,10 @@ void copy_schedule(Schedule &out, const Schedule &s) {
 bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
   if (s.compressed) return false;
   if (s.steps.empty()) return true;  // nothing touches either buffer
+  // Exchanges and pieces decide per side how a message leaves or lands (the wire carries the
+  // same bytes either way). A reduce-scatter does not: its segment size follows
+  // chunks_contiguous, which every member must agree on, and it writes its output by linear
+  // segments; a Partial fill writes the output as one run. Those run on compact stand-ins.
   for (const auto &st : s.steps)
     if (st->kind != StepKind::kExchange && st->kind != StepKind::kPieces) return false;
   if (in_pad) {
