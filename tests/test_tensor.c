@@ -701,8 +701,9 @@ static void test_from_local_borrow_padded(void **state) {
  * a padded column-shard array (blocking and nonblocking), back into padded row shards, and
  * gathered; every element and every padding element checked. Between two padded arrays of the
  * same layout (a local copy, by a plan and by a group) the buffer pool's high-water mark does not
- * move: no compact stand-in of either shard (each would take its shard's bytes). A Partial(sum) padded borrow (a reduction:
- * it runs on a stand-in) still reshards exactly. */
+ * move: no compact stand-in of either shard (each would take its shard's bytes). A Partial(sum)
+ * padded borrow reshards exactly, read in place by the reduce-scatter, and is written by one into
+ * a padded target (which then goes through a compact stand-in, copied back, the padding kept). */
 static int64_t padded_rows(int64_t n, int64_t *lo) {
   const int64_t per = (n + NP - 1) / NP;
   *lo = per * ME < n ? per * ME : n;
@@ -818,6 +819,18 @@ static void test_padded_in_place(void **state) {
     for (int64_t j = 0; j < C; ++j)
       bad += ((double *)v.data)[i * C + j] != (double)(NP * (NP + 1) / 2) + (double)(NP * (lo + i));
   for (int64_t e = 0; e < N * rld; ++e) bad += e % rld >= C && p[e] != -7;
+  for (int64_t e = 0; e < rows * rld; ++e) z[e] = e % rld < C ? -1 : -7;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&back, m, &tz, s0, LM_SHAPE_GIVEN, G,
+                                             LM_FROM_LOCAL_BORROW));
+  lm_reshard_plan_t rs = NULL;
+  LM_ASSERT_OK(lm_reshard_plan_create(&rs, m, ps, NULL, s0, 2, G, LM_FLOAT64));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs, x, back));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < rld; ++j)
+      bad += z[i * rld + j] !=
+             (j < C ? (double)(NP * (NP + 1) / 2) + (double)(NP * (lo + i)) : -7);
+  LM_ASSERT_OK(lm_reshard_plan_destroy(&rs));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&back));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&w));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&x));
   if (bad) fprintf(stderr, "rank %d: %lld wrong\n", ME, (long long)bad);

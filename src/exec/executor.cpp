@@ -528,7 +528,7 @@ class ReduceScatterRun : public StepRun {
     slot_of_.assign((size_t)k, -1);
     int64_t ns = 0;
     for (int64_t j = 0; j < k; ++j)
-      if (j == mine ? (mine != 0 && !st_.chunks_contiguous) : !(j == 0 && mine != 0))
+      if (j == mine ? (mine != 0 && !st_.chunks_in_one_run()) : !(j == 0 && mine != 0))
         slot_of_[j] = ns++;
     nbufs_ = std::min<int64_t>(2, nseg_);
     // A slot holds one piece of my chunk: the first (largest) sub-box, at most seg_bytes_.
@@ -544,7 +544,7 @@ class ReduceScatterRun : public StepRun {
     staged_.assign((size_t)st_.k, false);
     max_count_ = 0;
     size_t ts = 0;
-    if (st_.chunks_contiguous) return 0;
+    if (st_.chunks_in_one_run()) return 0;
     for (int64_t j : st_.order) {
       if (splits_[j].count == 0) continue;
       SubBox s;

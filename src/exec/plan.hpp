@@ -52,8 +52,9 @@ class Plan : public Schedule {
   // This plan for padded shards (host; tensor/tensor.hpp): in_pad / out_pad (NULL: compact) are
   // the extents of the arrays that the source and target shards lie in. Returns this plan when
   // both are NULL, else a variant of it for those extents (planner.hpp, schedule_pad), built at
-  // the first call and kept for the next ones with the same extents; NULL where the schedule
-  // reduces or fills (Partial placements): the caller then runs this plan on compact copies.
+  // the first call and kept for the next ones with the same extents; NULL where a padded target
+  // would be written by a reduce-scatter or a Partial fill (schedule_pad): the caller then runs
+  // this plan on compact copies.
   // Not during an execution of the variant it replaces.
   Plan *padded(const Shape *in_pad, const Shape *out_pad);
   // The exchange fused with the agreement round of the set ac (the board exchange,

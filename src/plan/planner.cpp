@@ -657,17 +657,25 @@ void copy_schedule(Schedule &out, const Schedule &s) {
 bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
   if (s.compressed) return false;
   if (s.steps.empty()) return true;  // nothing touches either buffer
-  // Exchanges and pieces decide per side how a message leaves or lands (the wire carries the
-  // same bytes either way). A reduce-scatter does not: its segment size follows
-  // chunks_contiguous, which every member must agree on, and it writes its output by linear
-  // segments; a Partial fill writes the output as one run. Those run on compact stand-ins.
+  // Each side decides how a message leaves or lands (the wire carries the same bytes either
+  // way), so a padded input or output changes nothing for the peers; a reduce-scatter keeps its
+  // agreed chunks_contiguous (it sizes the segments) and learns where its chunks lie here. But a
+  // reduce-scatter writes its output by linear segments and a Partial fill writes it as one run:
+  // into a padded output, those run on compact stand-ins.
+  const SchedStep &last = *s.steps[s.last_moving];
+  if (out_pad && last.kind == StepKind::kReduceScatter) return false;
   for (const auto &st : s.steps)
-    if (st->kind != StepKind::kExchange && st->kind != StepKind::kPieces) return false;
+    if (out_pad && st->kind == StepKind::kPartialInit) return false;
   if (in_pad) {
     SchedStep &f = *s.steps.front();
     if (!pad_fits(*in_pad, f.inbox)) return false;
     f.in_pad = *in_pad;
     for (Msg &m : f.sends) m.contiguous = box_is_contiguous_at(f.inbox, *in_pad, m.box, s.esize, &m.off);
+    f.chunks_contiguous_in_pad = true;
+    for (const Box &c : f.chunks) {
+      size_t off;
+      if (!box_is_contiguous_at(f.inbox, *in_pad, c, s.esize, &off)) f.chunks_contiguous_in_pad = false;
+    }
   }
   if (out_pad) {
     const size_t l = s.last_moving;

@@ -84,9 +84,10 @@ void copy_schedule(Schedule &out, const Schedule &s);
 // Makes an expanded schedule run on padded shards: in_pad / out_pad (NULL: compact) are the
 // extents of the row-major arrays that the source and the target shard lie in (each >= the box's
 // extents, as many dims). Sets the first step's in_pad and the last moving step's out_pad, works
-// out again which of their messages are contiguous there, and unfuses a step that would write into
-// the padded output. False, leaving s unusable, where the schedule reduces or fills (Partial
-// placements: those steps run on compact buffers only) or a pad does not fit its box.
+// out again which of their messages (and a reduce-scatter's chunks) are contiguous there, and
+// unfuses a step that would write into the padded output. False, leaving s unusable, where a
+// padded output would be written by a reduce-scatter or a Partial fill (those write compact
+// buffers only) or a pad does not fit its box.
 bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad);
 
 }  // namespace lm

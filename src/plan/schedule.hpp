@@ -127,6 +127,10 @@ struct SchedStep {
   bool lazy_members = false;
   int64_t peer0 = 0, peer_step = 0;
   bool chunks_contiguous = false;      // every chunk is one run of the input (same on all members)
+  // With in_pad: every chunk is one run of this rank's padded input (chunks_contiguous stays what
+  // the members agree on: it sizes the segments, which both sides of a message must share).
+  bool chunks_contiguous_in_pad = false;
+  bool chunks_in_one_run() const { return in_pad.empty() ? chunks_contiguous : chunks_contiguous_in_pad; }
   int op = 0;               // reduce op (avg is a sum; divide_by > 1 divides)
   int64_t divide_by = 0;    // > 1: avg, divide by this after the sum
   bool wide = false;        // integer avg: accumulate in 128 bits

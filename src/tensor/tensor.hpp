@@ -4,8 +4,8 @@
 // shard is compact, except where a host array was borrowed with padded rows (a ScaLAPACK array
 // with LLD_ > LOCr, a slice of a larger C array): then `pad` gives the extents of the compact
 // array it lies in (at offset 0); views give the strides, and the operations that move data run
-// a padded variant of their plan on it in place, or, where the plan reduces or fills, a compact
-// stand-in (CompactShards::plan_for).
+// a padded variant of their plan on it in place, or, where a reduce-scatter or a Partial fill
+// would write a padded target, a compact stand-in (CompactShards::plan_for).
 #pragma once
 
 #include <atomic>
