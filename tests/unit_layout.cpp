@@ -2,6 +2,7 @@
 // unit_layout: pure C++ unit tests of localmap's internals (layout math, grids, the planner, the
 // half/bfloat16 conversions). No MPI call at run time: plans are built with MPI_COMM_NULL.
 // Prints "<N> passed, <N> failed" last and exits nonzero on any failure.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "common/error.hpp"
 #include "layout/layout.hpp"
+#include "layout/permute.hpp"
 #include "exec/plan.hpp"
 #include "layout/reduce.hpp"
 #include "unit_check.hpp"
@@ -615,6 +617,72 @@ void test_reduce_sums() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// permute_copy (lm_dist_tensor_transpose's local pass) against the definition, element by
+// element: random 1-D to 4-D arrays and permutations, every element size, 2-D extents across the
+// tiles' and register blocks' edges, outputs aligned and not, streaming stores forced on
+// (stream_min 0) and off, and the bytes around the output untouched.
+void test_permute_copy() {
+  g_test = "permute_copy";
+  std::mt19937_64 rng(11);
+  int bad = 0, cases = 0;
+  for (int it = 0; it < 3000; ++it) {
+    const int n = 1 + (int)(rng() % 4);
+    const size_t es = size_t(1) << (rng() % 5);  // 1, 2, 4, 8, 16
+    int64_t ilen[4], istr_in[4], len[4], istr[4];
+    const int64_t top = n == 2 ? 140 : n == 3 ? 24 : 9;
+    for (int d = 0; d < n; ++d) ilen[d] = (int64_t)(rng() % (uint64_t)(top + 1));
+    if (rng() % 8 == 0) ilen[rng() % (uint64_t)n] = 1;
+    int perm[4] = {0, 1, 2, 3};
+    std::shuffle(perm, perm + n, rng);
+    int64_t total = 1;
+    for (int d = n - 1; d >= 0; --d) {
+      istr_in[d] = total;
+      total *= ilen[d];
+    }
+    for (int d = 0; d < n; ++d) {
+      len[d] = ilen[perm[d]];
+      istr[d] = istr_in[perm[d]];
+    }
+    const size_t bytes = (size_t)total * es, guard = 64, shift = (it % 3 == 0) ? es : 0;
+    std::vector<uint8_t> in(bytes), outbuf(bytes + 2 * guard + 64);
+    for (uint8_t &b : in) b = (uint8_t)rng();
+    for (uint8_t &b : outbuf) b = 0xa5;
+    uint8_t *base = outbuf.data() + guard;
+    base += (64 - (uintptr_t)base % 64) % 64;  // 64-byte aligned, then shifted or not
+    uint8_t *out = base + shift;
+    const size_t stream_min = (it % 2) ? 0 : lm::kPermuteStreamBytes;
+    CHECK(lm::permute_copy(out, in.data(), n, len, istr, es, stream_min));
+    int64_t idx[4] = {0, 0, 0, 0};
+    for (int64_t e = 0; e < total; ++e) {  // out element e is idx, row-major over len
+      int64_t src = 0;
+      for (int d = 0; d < n; ++d) src += idx[d] * istr[d];
+      bad += std::memcmp(out + (size_t)e * es, in.data() + (size_t)src * es, es) != 0;
+      for (int d = n - 1; d >= 0 && ++idx[d] == len[d]; --d) idx[d] = 0;
+    }
+    for (uint8_t *p = outbuf.data(); p < outbuf.data() + outbuf.size(); ++p)
+      if (p < out || p >= out + bytes) bad += *p != 0xa5;
+    ++cases;
+  }
+  CHECK_EQ(bad, 0);
+  // A 0-d copy, an element size without a copy, and one matrix past the streaming bound.
+  const uint64_t one = 42;
+  uint64_t got = 0;
+  CHECK(lm::permute_copy(&got, &one, 0, nullptr, nullptr, 8));
+  CHECK_EQ(got, 42);
+  CHECK(!lm::permute_copy(&got, &one, 0, nullptr, nullptr, 3));
+  const int64_t m = 1030, k = 1027;  // [k, m] f64 from [m, k]: 8.3 MiB
+  std::vector<double> a((size_t)(m * k)), t((size_t)(m * k));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = (double)i;
+  const int64_t tl[2] = {k, m}, ts[2] = {1, k};
+  CHECK(lm::permute_copy(t.data(), a.data(), 2, tl, ts, 8));
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < m; ++j) wrong += t[(size_t)(i * m + j)] != a[(size_t)(j * k + i)];
+  CHECK_EQ(wrong, 0);
+  CHECK(cases == 3000);
+}
+
+// ---------------------------------------------------------------------------------------------
 void test_validate_and_format() {
   g_test = "validate_and_format";
   lm_placement_t pl[3] = {S(1), R(), P(LM_REDUCE_MAX)};
@@ -659,6 +727,7 @@ int main() {
   test_half();
   test_bf16();
   test_reduce_sums();
+  test_permute_copy();
   test_validate_and_format();
   return unit_check_report("unit_layout");
 }

@@ -3,10 +3,12 @@
 // reshard moves t to the target's placements relabelled in t's dim order, so that each rank then
 // holds, compact, exactly the elements of its target shard in t's order (a dim's chunks do not
 // depend on which tensor dim it is); a local transposing copy writes them in the target's order.
-// One reshard plus one local pass over the shard (COSTA's transform fuses the two).
+// One reshard plus one local pass over the shard (layout/permute.hpp; COSTA's transform fuses
+// the two).
 #include <cstring>
 
 #include "common/error.hpp"
+#include "layout/permute.hpp"
 #include "mem/cuda.hpp"
 #include "tensor/ops.hpp"
 
@@ -24,78 +26,6 @@ void check_perm(const int *perm, int n, const char *fn) {
                  "permutation of 0 .. %d)", fn, d, perm[d], n - 1);
     seen[(size_t)perm[d]] = 1;
   }
-}
-
-struct Wide {
-  uint64_t a, b;
-};
-
-// out (compact, extents len) from `in` at element strides istr (per out dim): the out dims in
-// row-major order; the innermost out dim (a) and the out dim contiguous in `in` (b) in tiles of
-// 32 x 32, so that a tile reads and writes whole cache lines.
-template <class T>
-void permute_copy(T *out, const T *in, int n, const int64_t *len, const int64_t *istr) {
-  int64_t ostr[kMaxDims], total = 1;
-  for (int d = n - 1; d >= 0; --d) {
-    ostr[d] = total;
-    total *= len[d];
-  }
-  if (total == 0) return;
-  if (n == 0) {
-    out[0] = in[0];
-    return;
-  }
-  const int a = n - 1;
-  int b = a;
-  for (int d = 0; d < n; ++d)
-    if (istr[d] == 1 && len[d] > 1) b = d;
-  int od[kMaxDims], no = 0;  // the other dims, walked as an odometer
-  int64_t outer = 1, idx[kMaxDims] = {0};
-  for (int d = 0; d < n; ++d)
-    if (d != a && d != b) {
-      od[no++] = d;
-      outer *= len[d];
-    }
-  constexpr int64_t kTile = 32;
-  int64_t ob = 0, ib = 0;  // the current outer index's offsets
-  for (int64_t o = 0; o < outer; ++o) {
-    if (a == b && istr[a] == 1) {  // the innermost dim stays innermost: one run
-      std::memcpy(out + ob, in + ib, (size_t)len[a] * sizeof(T));
-    } else if (a == b) {
-      for (int64_t y = 0; y < len[a]; ++y) out[ob + y] = in[ib + y * istr[a]];
-    } else {
-      for (int64_t x0 = 0; x0 < len[b]; x0 += kTile)
-        for (int64_t y0 = 0; y0 < len[a]; y0 += kTile) {
-          const int64_t x1 = std::min(x0 + kTile, len[b]), y1 = std::min(y0 + kTile, len[a]);
-          for (int64_t x = x0; x < x1; ++x) {
-            T *w = out + ob + x * ostr[b];
-            const T *r = in + ib + x;  // istr[b] == 1
-            for (int64_t y = y0; y < y1; ++y) w[y] = r[y * istr[a]];
-          }
-        }
-    }
-    for (int k = no - 1; k >= 0; --k) {
-      const int d = od[k];
-      ob += ostr[d];
-      ib += istr[d];
-      if (++idx[k] < len[d]) break;
-      ob -= ostr[d] * len[d];
-      ib -= istr[d] * len[d];
-      idx[k] = 0;
-    }
-  }
-}
-
-void permute_bytes(void *out, const void *in, int n, const int64_t *len, const int64_t *istr,
-                   size_t esize) {
-  switch (esize) {
-    case 1: return permute_copy((uint8_t *)out, (const uint8_t *)in, n, len, istr);
-    case 2: return permute_copy((uint16_t *)out, (const uint16_t *)in, n, len, istr);
-    case 4: return permute_copy((uint32_t *)out, (const uint32_t *)in, n, len, istr);
-    case 8: return permute_copy((uint64_t *)out, (const uint64_t *)in, n, len, istr);
-    case 16: return permute_copy((Wide *)out, (const Wide *)in, n, len, istr);
-  }
-  fail(LM_ERR_INTERNAL, "transpose: no element copy of %zu bytes", esize);
 }
 
 // The target's placements with their tensor dims renamed to t's (out dim d is t's dim perm[d]).
@@ -144,7 +74,8 @@ lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh
           fail(LM_ERR_INTERNAL, "%s: the shard of dim %d differs from its source's", fn, d);
         istr[d] = ys[perm[d]];
       }
-      permute_bytes(out->data(), y->data(), n, out->local.len.data(), istr, t->esize);
+      if (!permute_copy(out->data(), y->data(), n, out->local.len.data(), istr, t->esize))
+        fail(LM_ERR_INTERNAL, "%s: no element copy of %zu bytes", fn, t->esize);
     }
   } catch (...) {
     tensor_release(y);
