@@ -7,7 +7,8 @@
 # datatypes at every size (LM_DATATYPE_MIN_BYTES=0), and once with datatypes off.
 # Then the staging bound: with a tiny LM_STAGING_BYTES every reduction and exchange of the tests
 # is pipelined in many chunks; results must stay exact (randomized suite) and the peak extra
-# memory within the bound (test_reshard_memory), at np 1-4, with and without datatypes.
+# memory within the bound (test_reshard_memory), at np 1-4, with and without datatypes; and
+# transposes (test_transpose) at np 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/lm_test.sh
@@ -34,5 +35,8 @@ for np in 1 2 3 4; do
   done
 done
 LM_STAGING_BYTES=4096 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"
+# A transposition fused into its reshard unpacks every receive through permuted strides: in
+# pipelined chunks too.
+LM_STAGING_BYTES=512 LM_TRANSPOSE_CASES=60 bash tools/lm-mpirun 3 "$BUILD/tests/test_transpose"
 LM_STAGING_BYTES=4096 LM_PLAN_KEEP_BUFFERS=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_memory"
 echo "staging bound (LM_STAGING_BYTES=512, 4096): OK"

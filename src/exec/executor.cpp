@@ -24,6 +24,7 @@
 #include "common/error.hpp"
 #include "common/settings.hpp"
 #include "exec/plan.hpp"
+#include "layout/permute.hpp"
 
 namespace lm {
 
@@ -187,6 +188,25 @@ class StepRun {
     stage_.bytes = bytes;
     return stage_.p;
   }
+  // With a strided output (st_.out_str): the box of extents len, from `src` (row-major, extents
+  // src_shape, the box at src_off) to its place out_off in the output.
+  void copy_to_strided(char *out, int n, const int64_t *len, const int64_t *out_off,
+                       const char *src, const int64_t *src_shape, const int64_t *src_off) const {
+    int64_t sstr[kBoxMaxDims], s = 1, sb = 0, db = 0;
+    for (int i = n - 1; i >= 0; --i) {
+      sstr[i] = s;
+      sb += src_off[i] * s;
+      s *= src_shape[i];
+      db += out_off[i] * st_.out_str[(size_t)i];
+    }
+    strided_out(out + db * (int64_t)esize_, st_.out_str.data(), src + sb * (int64_t)esize_, sstr, len, n);
+  }
+  void strided_out(char *dst, const int64_t *dstr, const char *src, const int64_t *sstr,
+                   const int64_t *len, int n) const {
+    const bool stream = (size_t)st_.outbox.numel() * esize_ >= kPermuteStreamBytes;
+    if (!strided_copy(dst, dstr, src, sstr, len, n, esize_, stream))
+      fail(LM_ERR_INTERNAL, "no strided copy of %zu-byte elements in %d dims", esize_, n);
+  }
   const SchedStep &st_;
   size_t index_;
   Transport &tp_;  // the wire
@@ -209,8 +229,8 @@ class ExchangeRun : public StepRun {
     dcur_ = 0;
     if (!prepared_) {  // the same at every execution: the plan, the settings and the transport
       seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
-      prepare(st_.sends, st_.in_ext(), sinfo_, &ts_);
-      prepare(st_.recvs, st_.out_ext(), rinfo_, &tr_);
+      prepare(st_.sends, st_.in_ext(), sinfo_, &ts_, false);
+      prepare(st_.recvs, st_.out_ext(), rinfo_, &tr_, !st_.out_str.empty());
       prepared_ = true;
     }
     fit_ = ts_ + tr_ <= S;
@@ -266,6 +286,11 @@ class ExchangeRun : public StepRun {
     if (st_.skip_self) return;
     int64_t n = (int64_t)st_.inbox.len.size();
     for (auto &b : st_.selfs) {
+      if (!st_.out_str.empty()) {
+        copy_to_strided(out_, (int)n, b.box.len.data(), b.out_rel.data(), in_, st_.in_ext().data(),
+                        b.in_rel.data());
+        continue;
+      }
       BoxCopy c;
       boxcopy_init(c, (int)n, b.box.len.data(), st_.in_ext().data(), b.in_rel.data(),
                    st_.out_ext().data(), b.out_rel.data(), (int64_t)esize_);
@@ -318,12 +343,20 @@ class ExchangeRun : public StepRun {
       const Msg &m = st_.recvs[x.msg];
       SubBox s;
       sub_box(rinfo_[x.msg].split, m.box.len, m.rel, x.sub, esize_, s);
-      BoxCopy c = unpack_copy(st_.out_ext(), s, esize_);
-      mem_.copy(c, out_, x.slot, 0, c.numel);
+      unpack(s, x.slot);
     }
     tp_.reset();
     release();
     return true;
+  }
+  // A received sub-box from its staging slot into the output.
+  void unpack(const SubBox &s, const char *slot) {
+    if (!st_.out_str.empty()) {
+      const int64_t zero[kBoxMaxDims] = {0};
+      return copy_to_strided(out_, s.n, s.len, s.off, slot, s.len, zero);
+    }
+    BoxCopy c = unpack_copy(st_.out_ext(), s, esize_);
+    mem_.copy(c, out_, slot, 0, c.numel);
   }
   struct Cursor {
     size_t msg = 0;
@@ -331,8 +364,9 @@ class ExchangeRun : public StepRun {
     bool done(const std::vector<Info> &info) const { return msg >= info.size(); }
   };
 
+  // all_staged: every message through staging (a strided output: nothing lands in place).
   void prepare(const std::vector<Msg> &msgs, const Shape &local, std::vector<Info> &info,
-               size_t *staged_bytes) {
+               size_t *staged_bytes, bool all_staged) {
     info.resize(msgs.size());
     *staged_bytes = 0;
     for (size_t i = 0; i < msgs.size(); ++i) {
@@ -341,7 +375,13 @@ class ExchangeRun : public StepRun {
       boxsplit_init(f.split, (int)m.box.len.size(), m.box.len.data(), (int64_t)esize_,
                     (int64_t)seg_);
       f.staged = false;
-      if (m.contiguous || f.split.count == 0) continue;
+      if (f.split.count == 0) continue;
+      if (all_staged) {
+        f.staged = true;
+        *staged_bytes += m.bytes;
+        continue;
+      }
+      if (m.contiguous) continue;
       SubBox s;
       sub_box(f.split, m.box.len, m.rel, 0, esize_, s);
       f.staged = !tp_.box_direct(box_ref(local, s, esize_, -1));
@@ -396,8 +436,7 @@ class ExchangeRun : public StepRun {
         auto e = rring_.fifo.front();
         const Msg &m = st_.recvs[e.msg];
         sub_box(rinfo_[e.msg].split, m.box.len, m.rel, e.sub, esize_, s);
-        BoxCopy c = unpack_copy(st_.out_ext(), s, esize_);
-        mem_.copy(c, out_, rring_.base + e.off, 0, c.numel);
+        unpack(s, rring_.base + e.off);
         rring_.fifo.pop_front();
         moved = true;
       }
@@ -740,12 +779,19 @@ class PiecesRun : public StepRun {
     in_ = static_cast<const char *>(in);
     out_ = static_cast<char *>(out);
     const size_t nr = st_.precvs.size(), ns = st_.psends.size();
+    const bool strided = !st_.out_str.empty();
+    if (strided && twins_.empty()) make_twins();
     direct_.assign(nr + ns, false);
+    twin_.assign(nr, false);
     size_t total = 0;
     for (size_t i = 0; i < nr + ns; ++i) {  // receives: placed or direct; sends: direct
       const PieceMsg &m = i < nr ? st_.precvs[i] : st_.psends[i - nr];
       const Transport::PiecesMode k = tp_.pieces_mode(ref(m, i < nr), m.peer);
       direct_[i] = k == Transport::kPiecesDirect || (i < nr && k == Transport::kPiecesPlaced);
+      if (i < nr && strided && direct_[i]) {  // the same transfer, into staging (its twin)
+        direct_[i] = false;
+        twin_[i] = true;
+      }
       if (!direct_[i]) total += m.bytes;
     }
     char *stage = take_stage(total);
@@ -757,7 +803,12 @@ class PiecesRun : public StepRun {
         tp_.post_recv_pieces(out_, ref(m, true), m.peer, st_.tag);
         continue;
       }
-      tp_.post_recv(stage + off, m.bytes, m.peer, st_.tag);
+      if (twin_[i]) {
+        PiecesRef r{&twins_[i].msg, twins_[i].shape.data(), esize_};
+        tp_.post_recv_pieces(stage + off, r, m.peer, st_.tag);
+      } else {
+        tp_.post_recv(stage + off, m.bytes, m.peer, st_.tag);
+      }
       off += m.bytes;
     }
     const int64_t *in_shape = st_.in_ext().data(), *out_shape = st_.out_ext().data();
@@ -784,6 +835,14 @@ class PiecesRun : public StepRun {
     for (size_t i = 0; i < st_.precvs.size(); ++i) {
       if (direct_[i]) continue;
       const PieceMsg &m = st_.precvs[i];
+      if (twin_[i]) {  // its pieces lie in staging as in its twin's buffer
+        const Twin &t = twins_[i];
+        each_piece(m, [&](const int64_t *idx) {
+          copy_strided(t.msg, idx, stage_.p + off, t.shape.data(), false, m);
+        });
+        off += m.bytes;
+        continue;
+      }
       each_piece(m, [&](const int64_t *idx) {  // unpack
         off += copy(m, idx, stage_.p + off, nullptr, false, out_, out_shape, false);
       });
@@ -810,10 +869,27 @@ class PiecesRun : public StepRun {
   // with shape NULL the piece's staging); returns its bytes.
   size_t copy(const PieceMsg &m, const int64_t *idx, const char *src, const int64_t *src_shape,
               bool src_a, char *dst, const int64_t *dst_shape, bool dst_a) {
+    if (dst == out_ && !st_.out_str.empty()) return copy_strided(m, idx, src, src_shape, src_a, m);
     BoxCopy c;
     piece_boxcopy(c, m, idx, src_shape, src_a, dst_shape, dst_a, (int64_t)esize_);
     mem_.copy(c, dst, src, 0, c.numel);
     return (size_t)c.numel * esize_;
+  }
+  // Piece idx of sm in src (as copy()) into the strided output, at the `b` offsets of the runs
+  // of dm (sm itself, or the message whose twin sm is: the same runs elsewhere).
+  size_t copy_strided(const PieceMsg &sm, const int64_t *idx, const char *src,
+                      const int64_t *src_shape, bool src_a, const PieceMsg &dm) {
+    int64_t str[kBoxMaxDims], s = 1;
+    for (int i = (int)sm.dims.size() - 1; src_shape && i >= 0; --i) {
+      str[i] = s;
+      s *= src_shape[i];
+    }
+    int64_t len[2 * kBoxMaxDims], ss[2 * kBoxMaxDims], ds[2 * kBoxMaxDims], sb, db, numel = 1;
+    const int k = piece_strides(sm, idx, src_shape ? str : nullptr, src_a, len, ss, &sb);
+    piece_strides(dm, idx, st_.out_str.data(), false, len, ds, &db);
+    strided_out(out_ + db * (int64_t)esize_, ds, src + sb * (int64_t)esize_, ss, len, k);
+    for (int i = 0; i < k; ++i) numel *= len[i];
+    return (size_t)numel * esize_;
   }
   // Message m in this side's buffer: the output's for a receive, the input's for a send.
   PiecesRef ref(const PieceMsg &m, bool recv) const {
@@ -823,10 +899,34 @@ class PiecesRun : public StepRun {
     r.esize = esize_;
     return r;
   }
+  // A receive's twin (a strided output's receive that the transport would place or read
+  // straight into the output, kPiecesPlaced / kPiecesDirect): the same runs, each dim's packed
+  // one after the other (`b` offsets) in a compact buffer of extents `shape`, which is staging.
+  // The sender cannot tell: the transfer is the one it agreed to, into other addresses.
+  struct Twin {
+    PieceMsg msg;
+    Shape shape;
+  };
+  void make_twins() {
+    twins_.resize(st_.precvs.size());
+    for (size_t i = 0; i < st_.precvs.size(); ++i) {
+      Twin &t = twins_[i];
+      t.msg = st_.precvs[i];
+      t.shape.assign(t.msg.dims.size(), 0);
+      for (size_t d = 0; d < t.msg.dims.size(); ++d)
+        for (PieceRun &r : t.msg.dims[d]) {
+          r.b = t.shape[d];
+          r.bs = r.len;
+          t.shape[d] += r.total();
+        }
+    }
+  }
   const char *in_ = nullptr;
   char *out_ = nullptr;
   Transport::Ticket first_ = 0;
   std::vector<bool> direct_;  // per message (receives, then sends): not staged on this side
+  std::vector<bool> twin_;    // per receive: staged through its twin
+  std::vector<Twin> twins_;   // per receive, when the output is strided
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -882,16 +982,38 @@ Plan *Plan::padded(const Shape *in_pad, const Shape *out_pad) {
   v->has_out = out_pad != nullptr;
   if (in_pad) v->in = *in_pad;
   if (out_pad) v->out = *out_pad;
-  auto p = std::make_unique<Plan>();
-  copy_schedule(*p, *this);  // the same schedule, then padded
-  if ((v->ok = schedule_pad(*p, in_pad, out_pad))) {
-    p->comm = comm;
-    p->keep_buffers = keep_buffers;
-    p->spec_ = spec_;
-    v->plan = std::move(p);
-  }
+  v->plan = variant([&](Schedule &s) { return schedule_pad(s, in_pad, out_pad); });
+  v->ok = v->plan != nullptr;
   padded_ = std::move(v);
   return padded_->ok ? padded_->plan.get() : nullptr;
+}
+
+std::unique_ptr<Plan> Plan::variant(const std::function<bool(Schedule &)> &change) const {
+  auto p = std::make_unique<Plan>();
+  copy_schedule(*p, *this);  // the same schedule, then changed
+  if (!change(*p)) return nullptr;
+  p->comm = comm;
+  p->keep_buffers = keep_buffers;
+  p->spec_ = spec_;
+  return p;
+}
+
+struct Plan::Strided {
+  Shape str;
+  bool ok = false;
+  std::unique_ptr<Plan> plan;
+};
+
+Plan *Plan::strided_out(const Shape &out_str) {
+  if (strided_ && strided_->str == out_str) return strided_->ok ? strided_->plan.get() : nullptr;
+  if (strided_ && strided_->plan && strided_->plan->active)
+    fail(LM_ERR_INTERNAL, "Plan::strided_out during an execution of its variant");
+  auto v = std::make_unique<Strided>();
+  v->str = out_str;
+  v->plan = variant([&](Schedule &s) { return schedule_stride_out(s, out_str); });
+  if ((v->ok = v->plan != nullptr)) v->plan->writes_strided_ = true;
+  strided_ = std::move(v);
+  return strided_->ok ? strided_->plan.get() : nullptr;
 }
 
 Plan::~Plan() {
@@ -1006,6 +1128,7 @@ void Plan::use(const TransportSpec &spec) {
 }
 
 FusedExchange *Plan::fused_exchange(const AgreeComm *ac) {
+  if (writes_strided_) return nullptr;  // its output is no row-major box to unpack into
   if (!fused_decided_) {
     fused_decided_ = true;
     fused_ = select_fused_exchange(*this, comm, ac);

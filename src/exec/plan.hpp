@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,6 +58,13 @@ class Plan : public Schedule {
   // this plan on compact copies.
   // Not during an execution of the variant it replaces.
   Plan *padded(const Shape *in_pad, const Shape *out_pad);
+  // This plan writing its output through element strides out_str (one per tensor dim of the
+  // output box: a transposed array, lm_dist_tensor_transpose) instead of row-major: a variant
+  // (planner.hpp, schedule_stride_out) built at the first call and kept for the next ones with
+  // the same strides; NULL where the output is written by a reduce-scatter or a Partial fill (the
+  // caller then runs this plan and permutes its output). Host; no board exchange.
+  // Not during an execution of the variant it replaces.
+  Plan *strided_out(const Shape &out_str);
   // The exchange fused with the agreement round of the set ac (the board exchange,
   // transport/select.hpp: select_fused_exchange) for a blocking host execution of this plan, or
   // NULL; decided at the first call from the plan and the agreed settings alone (every rank with
@@ -67,8 +75,13 @@ class Plan : public Schedule {
   TransportSpec spec_;
   Route route_;
   std::unique_ptr<ExecState> ex_;
+  // A copy of this plan whose schedule `change` made a variant of (NULL when it returns false).
+  std::unique_ptr<Plan> variant(const std::function<bool(Schedule &)> &change) const;
   struct Padded;
   std::unique_ptr<Padded> padded_;  // the last variant asked for
+  struct Strided;
+  std::unique_ptr<Strided> strided_;  // the last strided variant asked for
+  bool writes_strided_ = false;       // this plan is such a variant
   std::unique_ptr<FusedExchange> fused_;
   bool fused_decided_ = false;
 };

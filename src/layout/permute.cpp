@@ -191,68 +191,80 @@ void transpose_2d(void *out, int64_t os, const void *in, int64_t is, int64_t lb,
 }
 
 template <class T>
-void gather(T *w, const T *r, int64_t n, int64_t s) {
-  for (int64_t y = 0; y < n; ++y) w[y] = r[y * s];
+void strided(T *w, int64_t ws, const T *r, int64_t rs, int64_t n) {
+  for (int64_t y = 0; y < n; ++y) w[y * ws] = r[y * rs];
 }
-// w[y] = r[y * s] for y < n, elements of esize bytes.
-void strided_run(void *w, const void *r, int64_t n, int64_t s, size_t esize) {
+// w[y * ws] = r[y * rs] for y < n, elements of esize bytes.
+void strided_run(void *w, int64_t ws, const void *r, int64_t rs, int64_t n, size_t esize) {
   switch (esize) {
-    case 1: return gather((uint8_t *)w, (const uint8_t *)r, n, s);
-    case 2: return gather((uint16_t *)w, (const uint16_t *)r, n, s);
-    case 4: return gather((uint32_t *)w, (const uint32_t *)r, n, s);
-    case 8: return gather((uint64_t *)w, (const uint64_t *)r, n, s);
-    default: return gather((Wide *)w, (const Wide *)r, n, s);
+    case 1: return strided((uint8_t *)w, ws, (const uint8_t *)r, rs, n);
+    case 2: return strided((uint16_t *)w, ws, (const uint16_t *)r, rs, n);
+    case 4: return strided((uint32_t *)w, ws, (const uint32_t *)r, rs, n);
+    case 8: return strided((uint64_t *)w, ws, (const uint64_t *)r, rs, n);
+    default: return strided((Wide *)w, ws, (const Wide *)r, rs, n);
   }
+}
+
+bool size_ok(size_t esize) {
+  return esize == 1 || esize == 2 || esize == 4 || esize == 8 || esize == 16;
 }
 
 }  // namespace
 
-bool permute_copy(void *out_v, const void *in_v, int n, const int64_t *len, const int64_t *istr,
-                  size_t esize, size_t stream_min) {
-  if (esize != 1 && esize != 2 && esize != 4 && esize != 8 && esize != 16) return false;
-  char *out = static_cast<char *>(out_v);
-  const char *in = static_cast<const char *>(in_v);
-  int64_t ostr[32], total = 1;
-  if (n < 0 || n > 32) return false;
-  for (int d = n - 1; d >= 0; --d) {
-    ostr[d] = total;
-    total *= len[d];
+bool strided_copy(void *dst_v, const int64_t *dstr_in, const void *src_v, const int64_t *sstr_in,
+                  const int64_t *len_in, int n, size_t esize, bool stream) {
+  if (!size_ok(esize) || n < 0 || n > kPermuteMaxDims) return false;
+  char *dst = static_cast<char *>(dst_v);
+  const char *src = static_cast<const char *>(src_v);
+  // The dims of more than one index, by decreasing destination stride (insertion sort: stable).
+  int64_t len[kPermuteMaxDims], ds[kPermuteMaxDims], ss[kPermuteMaxDims];
+  int m = 0;
+  for (int d = 0; d < n; ++d) {
+    if (len_in[d] == 0) return true;
+    if (len_in[d] == 1) continue;
+    int k = m++;
+    for (; k > 0 && ds[k - 1] < dstr_in[d]; --k) {
+      len[k] = len[k - 1];
+      ds[k] = ds[k - 1];
+      ss[k] = ss[k - 1];
+    }
+    len[k] = len_in[d];
+    ds[k] = dstr_in[d];
+    ss[k] = sstr_in[d];
   }
-  if (total == 0) return true;
-  if (n == 0) {
-    std::memcpy(out, in, esize);
+  if (m == 0) {
+    std::memcpy(dst, src, esize);
     return true;
   }
-  const int a = n - 1;  // the innermost out dim; b: the out dim contiguous in `in`
+  const int a = m - 1;  // the smallest destination stride; b: a dim contiguous in the source
   int b = a;
-  for (int d = 0; d < n; ++d)
-    if (istr[d] == 1 && len[d] > 1) b = d;
-  int od[32], no = 0;  // the other dims, walked as an odometer
-  int64_t outer = 1, idx[32] = {0};
-  for (int d = 0; d < n; ++d)
+  if (ds[a] == 1)
+    for (int d = 0; d < m; ++d)
+      if (ss[d] == 1 && d != a) b = d;
+  int od[kPermuteMaxDims], no = 0;  // the other dims, walked as an odometer
+  int64_t outer = 1, idx[kPermuteMaxDims] = {0};
+  for (int d = 0; d < m; ++d)
     if (d != a && d != b) {
       od[no++] = d;
       outer *= len[d];
     }
-  const bool stream = (size_t)total * esize >= stream_min;
   int64_t ob = 0, ib = 0;  // the current outer index's element offsets
   for (int64_t o = 0; o < outer; ++o) {
-    char *w = out + (size_t)ob * esize;
-    const char *r = in + (size_t)ib * esize;
-    if (a == b && istr[a] == 1) {  // the innermost dim stays innermost: one run
+    char *w = dst + ob * (int64_t)esize;
+    const char *r = src + ib * (int64_t)esize;
+    if (b != a)
+      transpose_2d(w, ds[b], r, ss[a], len[b], len[a], esize, stream);
+    else if (ds[a] == 1 && ss[a] == 1)  // one run
       std::memcpy(w, r, (size_t)len[a] * esize);
-    } else if (a == b) {
-      strided_run(w, r, len[a], istr[a], esize);
-    } else {
-      transpose_2d(w, ostr[b], r, istr[a], len[b], len[a], esize, stream);
-    }
+    else
+      strided_run(w, ds[a], r, ss[a], len[a], esize);
     for (int k = no - 1; k >= 0; --k) {
       const int d = od[k];
-      ob += ostr[d];
-      ib += istr[d];
+      ob += ds[d];
+      ib += ss[d];
       if (++idx[k] < len[d]) break;
-      ob -= ostr[d] * len[d];
-      ib -= istr[d] * len[d];
+      ob -= ds[d] * len[d];
+      ib -= ss[d] * len[d];
       idx[k] = 0;
     }
   }
@@ -260,6 +272,17 @@ bool permute_copy(void *out_v, const void *in_v, int n, const int64_t *len, cons
   if (stream) _mm_sfence();  // streaming stores are weakly ordered: done before the caller goes on
 #endif
   return true;
+}
+
+bool permute_copy(void *out, const void *in, int n, const int64_t *len, const int64_t *istr,
+                  size_t esize, size_t stream_min) {
+  if (!size_ok(esize) || n < 0 || n > kPermuteMaxDims) return false;
+  int64_t ostr[kPermuteMaxDims], total = 1;
+  for (int d = n - 1; d >= 0; --d) {
+    ostr[d] = total;
+    total *= len[d];
+  }
+  return strided_copy(out, ostr, in, istr, len, n, esize, (size_t)total * esize >= stream_min);
 }
 
 }  // namespace lm

@@ -282,6 +282,33 @@ class CoordsMeeting {
 
 }  // namespace
 
+int piece_strides(const PieceMsg &m, const int64_t *idx, const int64_t *str, bool use_a,
+                  int64_t *len, int64_t *stride, int64_t *base) {
+  int k = 0;
+  *base = 0;
+  for (size_t i = 0; i < m.dims.size(); ++i) {
+    const PieceRun &r = m.dims[i][(size_t)idx[i]];
+    if (str) *base += (use_a ? r.a : r.b) * str[i];
+    if (r.count > 1) {
+      len[k] = r.count;
+      stride[k++] = str ? (use_a ? r.as : r.bs) * str[i] : 0;
+    }
+    len[k] = r.len;
+    stride[k++] = str ? str[i] : 0;
+  }
+  if (k == 0) {  // (pieces steps never see a 0-d tensor: one element all the same)
+    len[0] = 1;
+    stride[0] = 1;
+    k = 1;
+  }
+  int64_t cs = 1;  // a staging side: compact, in message order
+  for (int i = k - 1; !str && i >= 0; --i) {
+    stride[i] = cs;
+    cs *= len[i];
+  }
+  return k;
+}
+
 void piece_boxcopy(BoxCopy &c, const PieceMsg &m, const int64_t *idx, const int64_t *src_shape,
                    bool src_a, const int64_t *dst_shape, bool dst_a, int64_t esize) {
   const int n = (int)m.dims.size();
@@ -293,38 +320,12 @@ void piece_boxcopy(BoxCopy &c, const PieceMsg &m, const int64_t *idx, const int6
     if (src_shape) ss *= src_shape[i];
     if (dst_shape) ds *= dst_shape[i];
   }
-  // The piece's dims, a strided run as two: (repetition, index).
-  int64_t len[kBoxMaxDims], sst[kBoxMaxDims], dst[kBoxMaxDims];
-  int k = 0;
+  int64_t len[2 * kBoxMaxDims], sst[2 * kBoxMaxDims], dst[2 * kBoxMaxDims];
+  const int k = piece_strides(m, idx, src_shape ? bs : nullptr, src_a, len, sst, &c.sbase);
+  piece_strides(m, idx, dst_shape ? bd : nullptr, dst_a, len, dst, &c.dbase);
   c.esize = esize;
-  c.sbase = c.dbase = 0;
   c.numel = 1;
-  for (int i = 0; i < n; ++i) {
-    const PieceRun &r = m.dims[(size_t)i][(size_t)idx[i]];
-    if (src_shape) c.sbase += (src_a ? r.a : r.b) * bs[i];
-    if (dst_shape) c.dbase += (dst_a ? r.a : r.b) * bd[i];
-    if (r.count > 1) {
-      len[k] = r.count;
-      sst[k] = (src_a ? r.as : r.bs) * bs[i];
-      dst[k] = (dst_a ? r.as : r.bs) * bd[i];
-      ++k;
-    }
-    len[k] = r.len;
-    sst[k] = bs[i];
-    dst[k] = bd[i];
-    ++k;
-    c.numel *= r.total();
-  }
-  if (k == 0) {  // (pieces steps never see a 0-d tensor: one element all the same)
-    len[0] = 1;
-    k = 1;
-  }
-  int64_t cs = 1;  // a staging side: compact, in message order
-  for (int i = k - 1; i >= 0; --i) {
-    if (!src_shape) sst[i] = cs;
-    if (!dst_shape) dst[i] = cs;
-    cs *= len[i];
-  }
+  for (int i = 0; i < k; ++i) c.numel *= len[i];
   boxcopy_merge(c, k, len, sst, dst);
 }
 

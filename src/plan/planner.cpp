@@ -692,6 +692,24 @@ bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
   return true;
 }
 
+bool schedule_stride_out(Schedule &s, const Shape &out_str) {
+  if (s.compressed) return false;
+  if (s.steps.empty()) return true;
+  const size_t l = s.last_moving;
+  SchedStep &st = *s.steps[l];
+  if (st.kind == StepKind::kReduceScatter) return false;
+  for (const auto &p : s.steps)
+    if (p->kind == StepKind::kPartialInit) return false;
+  if (out_str.size() != st.outbox.len.size()) return false;
+  st.out_str = out_str;  // (the executor stages every receive of such a step)
+  if (l > 0 && s.fused[l - 1] >= 0) {  // the step before wrote into a compact output
+    s.fused[l - 1] = -1;
+    st.skip_self = false;
+    s.work_bytes[l - 1] = (size_t)s.steps[l - 1]->outbox.numel() * s.esize;
+  }
+  return true;
+}
+
 namespace {
 // A reduce-scatter's flows from the grid (lazy members): chunk j of my input to member j, my
 // chunk from each other member; by group index rather than by posting order.

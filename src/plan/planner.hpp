@@ -89,5 +89,11 @@ void copy_schedule(Schedule &out, const Schedule &s);
 // padded output would be written by a reduce-scatter or a Partial fill (those write compact
 // buffers only) or a pad does not fit its box.
 bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad);
+// Makes an expanded schedule write its output through element strides out_str (one per tensor
+// dim, a permutation of the row-major strides of this rank's output box: a transposed array):
+// sets the last moving step's out_str (the executor then stages every receive of that step and
+// copies it into place), and the step before it no longer writes into the output. Returns false, leaving s partly changed, where the output is
+// written by a reduce-scatter or a Partial fill, or s is compressed.
+bool schedule_stride_out(Schedule &s, const Shape &out_str);
 
 }  // namespace lm

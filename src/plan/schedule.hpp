@@ -15,7 +15,8 @@
 //                  peer, the row-major product of per-dim runs (plan/cyclic.hpp), packed into
 //                  one message; local runs copied.
 // Local buffers are row-major arrays of this rank's box of the step's input or output: compact, or
-// (the plan's first input and last output, schedule_pad) padded rows of a larger array.
+// (the plan's first input and last output, schedule_pad) padded rows of a larger array; the last
+// output may instead be strided (schedule_stride_out: a transposed array).
 #pragma once
 
 #include <cstddef>
@@ -87,6 +88,12 @@ struct PieceMsg {
 // on both sides merge, as boxcopy_init merges them.
 void piece_boxcopy(BoxCopy &c, const PieceMsg &m, const int64_t *idx, const int64_t *src_shape,
                    bool src_a, const int64_t *dst_shape, bool dst_a, int64_t esize);
+// The dims of piece `idx` of m as piece_boxcopy walks them (a strided run as two; at most
+// 2 * kBoxMaxDims): their extents and element strides in a buffer whose tensor dims have element
+// strides str, the piece at the runs' offsets `a` (use_a) or `b` (*base: the element offset of
+// its first element); str NULL: the piece's compact staging (*base 0). Returns the number of dims.
+int piece_strides(const PieceMsg &m, const int64_t *idx, const int64_t *str, bool use_a,
+                  int64_t *len, int64_t *stride, int64_t *base);
 
 enum class StepKind { kExchange, kReduceScatter, kPartialInit, kPieces };
 
@@ -103,6 +110,11 @@ struct SchedStep {
   Shape in_pad, out_pad;
   const Shape &in_ext() const { return in_pad.empty() ? inbox.len : in_pad; }
   const Shape &out_ext() const { return out_pad.empty() ? outbox.len : out_pad; }
+  // Set by schedule_stride_out (planner.hpp) on the last moving step when the output is written
+  // with its dims permuted (lm_dist_tensor_transpose): the element strides, per dim of the output
+  // box, of the array it lies in. Every element then lands through a copy from this rank's input
+  // or staging (no receive into place, no board). Empty: row-major (out_ext()).
+  Shape out_str;
 
   // Exchange
   std::vector<Msg> sends, recvs;  // sorted by key

@@ -55,6 +55,13 @@ struct ReshardExtra {
   const char *field = nullptr;
   std::string text;
   std::function<void()> prepare;
+  // A transposition fused into the reshard (tensor/transpose.cpp): on a member rank of a host
+  // reshard whose plan allows it (Plan::strided_out), the data lands in `into` through the element
+  // strides out_str (one per tensor dim of the reshard's output) and the reshard's own output gets
+  // no storage; *fused says so.
+  lm_dist_tensor_s *into = nullptr;
+  const Shape *out_str = nullptr;
+  bool *fused = nullptr;
 };
 // Resharding with the mesh's plan cache (same-mesh) or a fresh plan (cross-mesh).
 // dst_mesh NULL: src's mesh.

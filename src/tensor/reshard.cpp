@@ -55,6 +55,7 @@ struct Reshard {
   FusedExchange *fused = nullptr;  // a same-mesh host plan that can take the board exchange:
   FusedExchange *pub = nullptr;    // then run's (padded shards' extents), which this rank packs
   bool alias = false;
+  bool into = false;   // run writes extra->into through extra->out_str (a fused transposition)
   bool moved = false;  // the agreement round moved the data (the board exchange)
   CompactShards cs;    // a padded source's compact stand-in, where it needs one (then t is it)
   const ReshardExtra *extra = nullptr;  // tensor_reshard's `extra`
@@ -85,11 +86,24 @@ void prepare(Reshard &r) {
   r.plan = r.cached->plan;
   r.run = r.cs.plan_for(*r.plan, &r.t, nullptr);
   t = r.t;
+  const ReshardExtra *x = r.extra;
+  if (x && x->out_str && r.dm->member && r.run == r.plan.get() && !is_device(t->device)) {
+    if (Plan *v = r.plan->strided_out(*x->out_str)) {
+      r.run = v;
+      r.into = true;
+    }
+  }
+  if (x && x->fused) *x->fused = r.into;
   size_t off = 0;
   // Host only: a device reshard runs collectives of the mesh (the transport choice, NCCL init,
   // the staging agreement) on every rank, so no rank may return early on its own, and whether a
   // rank can alias depends on its shard (an empty one cannot). A padded shard is no compact view.
-  if (r.plan->steps.size() == 1 && r.plan->steps[0]->alias_offset(&off) && t->storage &&
+  if (r.into) {
+    // Writes into x->into (a board exchange is no row-major box: the variant has none, so this
+    // rank does not pack, and every rank takes the transport).
+    const AgreeComm *ac = r.sm == r.dm ? collective_comm(r.sm, r.sm) : nullptr;
+    if (ac && r.plan->involved) r.fused = r.plan->fused_exchange(ac);
+  } else if (r.plan->steps.size() == 1 && r.plan->steps[0]->alias_offset(&off) && t->storage &&
       !is_device(t->device) && !t->padded()) {
     r.out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
     r.out->byte_offset = t->byte_offset + off;
@@ -187,7 +201,7 @@ void move(Reshard &r) {
       device_run_plan(r.sm, r.dm, *r.plan, t->data(), t->local_bytes(), r.out->data(),
                       r.out->local_bytes(), t->device.device_id);
     else
-      r.run->run(t->base(), r.out->data());
+      r.run->run(t->base(), r.into ? r.extra->into->data() : r.out->data());
   } catch (const Error &e) {
     mesh_break(r.sm, e, r.dm != r.sm ? r.dm : nullptr);
   }

@@ -3,8 +3,10 @@
 // reshard moves t to the target's placements relabelled in t's dim order, so that each rank then
 // holds, compact, exactly the elements of its target shard in t's order (a dim's chunks do not
 // depend on which tensor dim it is); a local transposing copy writes them in the target's order.
-// One reshard plus one local pass over the shard (layout/permute.hpp; COSTA's transform fuses
-// the two).
+// Where the reshard's plan allows (no reduce-scatter or Partial fill writes the output), the
+// transposition is fused into it, as COSTA's transform does: its variant (Plan::strided_out)
+// writes each box it copies or receives straight into the target through the target's strides
+// permuted back to t's dim order. Otherwise one reshard plus one local pass (layout/permute.hpp).
 #include <cstring>
 
 #include "common/error.hpp"
@@ -60,6 +62,18 @@ lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh
   x.prepare = [&] {  // the target's storage, where a failure is agreed with the reshard's own
     if (m->member && !out->storage) out->storage = storage_alloc(out->local_bytes(), false);
   };
+  // Where the plan allows, the reshard writes out through the strides of out's dims permuted
+  // back to t's order (the transposition fused into the reshard's copies).
+  Shape ostr((size_t)n), str((size_t)n);
+  for (int d = n - 1, s = 1; d >= 0; --d) {
+    ostr[(size_t)d] = s;
+    s *= out->local.len[(size_t)d];
+  }
+  for (int d = 0; d < n; ++d) str[(size_t)perm[d]] = ostr[(size_t)d];
+  bool fused = false;
+  x.into = out;
+  x.out_str = &str;
+  x.fused = &fused;
   lm_dist_tensor_s *y = nullptr;
   try {
     y = tensor_reshard(t, dst_mesh, rel.data(), fn, &x);
@@ -74,7 +88,7 @@ lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh
           fail(LM_ERR_INTERNAL, "%s: the shard of dim %d differs from its source's", fn, d);
         istr[d] = ys[perm[d]];
       }
-      if (!permute_copy(out->data(), y->data(), n, out->local.len.data(), istr, t->esize))
+      if (!fused && !permute_copy(out->data(), y->data(), n, out->local.len.data(), istr, t->esize))
         fail(LM_ERR_INTERNAL, "%s: no element copy of %zu bytes", fn, t->esize);
     }
   } catch (...) {
