@@ -752,8 +752,10 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard(lm_dist_tensor_t *out, lm
  * shape[perm[ndim - 1]] and out[i_0, ..., i_{ndim-1}] = src[j] where j[perm[d]] = i_d. Any
  * placements on either side, uneven, ragged, block-cyclic (a ScaLAPACK transpose, p?tran without
  * the arithmetic) and Partial (a transpose is linear: the result stays Partial). It moves the
- * bytes of one reshard (to the target's placements in src's dim order), then transposes each
- * shard locally (one more pass over it). Host tensors only (device: LM_ERR_NOT_SUPPORTED).
+ * bytes of one reshard (to the target's placements in src's dim order) and writes each box it
+ * copies or receives transposed, straight into the result; where that reshard ends in a
+ * reduction or a Partial fill (a Partial target), it transposes each shard in one more local
+ * pass. Host tensors only (device: LM_ERR_NOT_SUPPORTED).
  * perm: ndim entries, a permutation of 0 .. ndim - 1 (else LM_ERR_INVALID_ARGUMENT naming the
  * entry); the ranks agree on it as on the placements. Collective over the ranks of both meshes,
  * as lm_dist_tensor_reshard. */
