@@ -10,7 +10,9 @@
  *   bc64_to_bc48  a block size change on the same grid (64 x 64 -> 48 x 48).
  * `--block B` uses blocks of B (and 3B/4 for the change, case "bc_to_bc3/4") instead of 64.
  *   transpose     C = A^T on the same grid and blocks: lm_dist_tensor_transpose (one-shot, a new
- *                 tensor from the pool) against PBLAS's pdtran (alpha 1, beta 0, into C).
+ *                 tensor from the pool; `localmap_oneshot`) and lm_dist_tensor_transpose_into (into
+ *                 C's array, borrowed; `localmap_into`) against PBLAS's pdtran (alpha 1, beta 0,
+ *                 into C).
  * localmap runs a persistent plan between tensors borrowed from those arrays
  * (lm_dist_tensor_from_scalapack; `localmap`), and plans anew at every call as pdgemr2d does
  * (`localmap_oneshot`: plan create + execute + destroy). Sizes: 64 MiB (2896 x 2896) and 1 MiB
@@ -220,7 +222,7 @@ static void bench_case(const char *name, int M, int N, layout_t *src, layout_t *
 /* One implementation of C = A^T (n x n, the same grid and blocks): localmap's transpose of the
  * tensor over A (into a new tensor, *y) or pdtran into C. */
 static double transpose_once(layout_t *A, layout_t *C, lm_dist_tensor_t x, int n, int impl,
-                             lm_dist_tensor_t *y) {
+                             lm_dist_tensor_t *y, lm_dist_tensor_t c) {
   const int one = 1, perm[2] = {1, 0};
   const double d1 = 1, d0 = 0;
   lm_placement_t pl[2];
@@ -230,6 +232,8 @@ static double transpose_once(layout_t *A, layout_t *C, lm_dist_tensor_t x, int n
   if (impl == 0) {
     OK(lm_dist_tensor_destroy(y));
     OK(lm_dist_tensor_transpose(y, x, perm, NULL, pl));
+  } else if (impl == 2) {
+    OK(lm_dist_tensor_transpose_into(c, x, perm));
   } else {
     int dc[9];  /* PBLAS wants both operands in one BLACS context: C's grid is A's */
     memcpy(dc, C->desc, sizeof dc);
@@ -253,24 +257,26 @@ static int transposed(const layout_t *C, const double *a, int64_t lld) {
 }
 
 static void bench_transpose(int n, layout_t *A, layout_t *C, int rounds, const char *size_name) {
-  static const char *names[2] = {"localmap_oneshot", "pdtran"};
-  lm_dist_tensor_t x = NULL, y = NULL;
+  static const char *names[3] = {"localmap_oneshot", "pdtran", "localmap_into"};
+  lm_dist_tensor_t x = NULL, y = NULL, c = NULL;
   OK(lm_dist_tensor_from_scalapack(&x, A->mesh, A->desc, A->a, LM_FLOAT64, LM_CPU,
                                    LM_FROM_LOCAL_BORROW));
+  OK(lm_dist_tensor_from_scalapack(&c, C->mesh, C->desc, C->a, LM_FLOAT64, LM_CPU,
+                                   LM_FROM_LOCAL_BORROW));
   fill(A, 0);
-  int ok[2];
-  double *t = (double *)malloc(sizeof(double) * (size_t)(2 * rounds));
-  for (int k = 0; k < 2; ++k) { /* warm-up and check */
+  int ok[3];
+  double *t = (double *)malloc(sizeof(double) * (size_t)(3 * rounds));
+  for (int k = 0; k < 3; ++k) { /* warm-up and check */
     fill(C, 1);
-    transpose_once(A, C, x, n, k, &y);
+    transpose_once(A, C, x, n, k, &y, c);
     DLTensor v;
     OK(lm_dist_tensor_local(y, &v));
     ok[k] = k == 0 ? transposed(C, (const double *)v.data, C->locr > 1 ? C->locr : 1)
                    : transposed(C, C->a, C->desc[8]);
   }
   for (int r = 0; r < rounds; ++r)
-    for (int k = 0; k < 2; ++k) t[k * rounds + r] = transpose_once(A, C, x, n, k, &y);
-  for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 3; ++k) t[k * rounds + r] = transpose_once(A, C, x, n, k, &y, c);
+  for (int k = 0; k < 3; ++k) {
     qsort(t + k * rounds, (size_t)rounds, sizeof(double), bench_cmp);
     if (rank == 0)
       printf("{\"bench\": \"scalapack\", \"np\": %d, \"size\": \"%s\", \"M\": %d, \"N\": %d, "
@@ -283,6 +289,7 @@ static void bench_transpose(int n, layout_t *A, layout_t *C, int rounds, const c
   }
   fflush(stdout);
   free(t);
+  OK(lm_dist_tensor_destroy(&c));
   OK(lm_dist_tensor_destroy(&y));
   OK(lm_dist_tensor_destroy(&x));
 }

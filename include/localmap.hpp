@@ -440,6 +440,13 @@ class dist_tensor {
                                    p.data()));
     return dist_tensor(h);
   }
+  /// lm_dist_tensor_transpose_into: the dims permuted into dst (global shape this one's permuted,
+  /// the same dtype; its mesh and placements, its shard overwritten; a padded borrow keeps its
+  /// padding). Collective over both meshes. Host tensors.
+  void transpose_into(dist_tensor &dst, const std::vector<int> &perm) const {
+    detail::check_count(perm.size(), ndim(), "localmap::dist_tensor::transpose_into: perm");
+    check(lm_dist_tensor_transpose_into(dst.get(), h_, perm.data()));
+  }
   /// lm_dist_tensor_gather. Collective; dst may be nullptr on ranks other than root (root >= 0).
   void gather(DLTensor *dst, int root = -1) const { check(lm_dist_tensor_gather(h_, root, dst)); }
 

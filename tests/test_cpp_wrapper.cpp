@@ -232,6 +232,12 @@ static void test_ragged(void **) {
   ok &= s.global_shape() == lmx::shape{total, 2} && s.scalapack_desc(0) == desc;
   lmx::dist_tensor sr = s.reshard({lmx::replicate(), lmx::replicate()});
   for (int64_t i = 0; ok && i < total * 2; ++i) ok &= sr.local_data<double>()[i] == full[static_cast<size_t>(i)];
+  // transpose_into: the [total, 2] matrix transposed into the replicated [2, total] one.
+  lmx::dist_tensor tr = lmx::dist_tensor::zeros(m, {2, total}, {kDLFloat, 64, 1}, {lmx::replicate()});
+  c.transpose_into(tr, {1, 0});
+  for (int64_t i = 0; ok && i < total * 2; ++i)
+    ok &= tr.local_data<double>()[i] == full[static_cast<size_t>((i % total) * 2 + i / total)];
+  ok &= refuses([&] { c.transpose_into(tr, {1}); }, "perm");
   ok &= refuses([&] { lmx::dist_tensor::from_scalapack(m, desc, arr.data(), {kDLFloat, 64, 1}); },
                 "2-D");
   LM_ASSERT_ALL(ok);

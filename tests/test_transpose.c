@@ -10,7 +10,8 @@
  * replays one case; LM_TRANSPOSE_CASES sets the count.
  * The directed tests pin a matrix transpose between row shards, the refusals (perm, placements),
  * the agreement on perm, a padded borrow as the source, and the transposition fused into the
- * reshard's copies for every element size (test_fused_dtypes).
+ * reshard's copies for every element size (test_fused_dtypes), and lm_dist_tensor_transpose_into
+ * (test_into: library-made, cross-mesh and padded targets, refusals).
  */
 // lm-test-np: 1 2 3 4 8
 #include <stdio.h>
@@ -310,6 +311,96 @@ static void test_fused_dtypes(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
+/* lm_dist_tensor_transpose_into: into tensors made by the library (row shards, columns,
+ * block-cyclic, replicated, Partial: the fallback; a cross-mesh target), into padded borrows whose
+ * padding must stay as it was (a replicated [7, 5] in arrays of [7, 8]; row shards [3, 5] in
+ * [3, 9]), and the refusals, agreed (a target sharing the source's memory on every rank). */
+static void test_into(void **state) {
+  (void)state;
+  tmesh_t w = make_mesh(0), rev = make_mesh(2);
+  const int64_t shape[2] = {NP * 5 + 3, 7}, tshape[2] = {7, NP * 5 + 3};
+  const int perm[2] = {1, 0};
+  const int64_t n = shape[0] * shape[1];
+  double *full = (double *)malloc(sizeof(double) * (size_t)n);
+  for (int64_t e = 0; e < n; ++e) full[e] = (double)e;
+  DLTensor ft = {full, {kDLCPU, 0}, 2, kF64, (int64_t *)shape, NULL, 0};
+  const lm_placement_t rows[1] = {LM_PLACEMENT_SHARD(0)};
+  lm_dist_tensor_t x = NULL, y = NULL, z = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&x, w.mesh, &ft, rows, -1));
+  const lm_placement_t targets[5] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_SHARD(1),
+                                     LM_PLACEMENT_BLOCK_CYCLIC(1, 2, 0), LM_PLACEMENT_REPLICATE,
+                                     LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
+  int64_t bad = 0;
+  for (int k = 0; k < 10; ++k) {
+    const tmesh_t *D = k < 5 ? &w : &rev;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&y, D->mesh, 2, tshape, kF64, (DLDevice){kDLCPU, 0},
+                                          &targets[k % 5]));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_transpose_into(y, x, perm));
+    if (k % 5 == 4) { /* Partial: its sum is the transpose */
+      const lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
+      LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&z, y, NULL, rep));
+    }
+    const int64_t b = check_out(k % 5 == 4 ? z : y, full, 2, shape, perm);
+    if (b) fprintf(stderr, "rank %d: into target %d: %lld wrong\n", ME, k, (long long)b);
+    bad += b;
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&z));
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
+  }
+  LM_ASSERT_ALL(bad == 0);
+  /* Padded borrows: replicated, then row shards (LM_SHAPE_EVEN: NP * 3 rows, 3 per rank). */
+  for (int k = 0; k < 2; ++k) {
+    const int64_t rs = k ? 3 : 7, rows_d = k ? NP * 3 : 7, lld = k ? 9 : 8;  /* dst [rows_d, 5] */
+    const int64_t src_shape[2] = {5, rows_d}, dst_shape[2] = {rs, 5}, strides[2] = {lld, 1};
+    double *arr = (double *)malloc(sizeof(double) * (size_t)(rs * lld));
+    for (int64_t e = 0; e < rs * lld; ++e) arr[e] = -7;
+    DLTensor lt = {arr, {kDLCPU, 0}, 2, kF64, (int64_t *)dst_shape, (int64_t *)strides, 0};
+    lm_dist_tensor_t a = NULL, at = NULL;
+    double *af = (double *)malloc(sizeof(double) * (size_t)(rows_d * 5));
+    for (int64_t e = 0; e < rows_d * 5; ++e) af[e] = (double)e;
+    DLTensor aft = {af, {kDLCPU, 0}, 2, kF64, (int64_t *)src_shape, NULL, 0};
+    const lm_placement_t src_pl[1] = {LM_PLACEMENT_SHARD(k ? 1 : 0)};
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&a, w.mesh, &aft, src_pl, -1));
+    const lm_placement_t dst_pl[1] = {k ? (lm_placement_t)LM_PLACEMENT_SHARD(0)
+                                        : (lm_placement_t)LM_PLACEMENT_REPLICATE};
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&at, w.mesh, &lt, dst_pl, LM_SHAPE_EVEN, NULL,
+                                               LM_FROM_LOCAL_BORROW));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_transpose_into(at, a, perm));
+    int64_t wrong = 0;
+    const int64_t r0 = k ? (int64_t)ME * 3 : 0;
+    for (int64_t i = 0; i < rs; ++i)
+      for (int64_t j = 0; j < lld; ++j)
+        wrong += arr[i * lld + j] != (j < 5 ? af[j * rows_d + r0 + i] : -7);
+    if (wrong) fprintf(stderr, "rank %d: padded target %d: %lld wrong\n", ME, k, (long long)wrong);
+    LM_ASSERT_ALL(wrong == 0);
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&at));
+    LM_ASSERT_OK(lm_dist_tensor_destroy(&a));
+    free(af);
+    free(arr);
+  }
+  /* Refusals: each names its argument; a shared shard is refused on every rank. */
+  const int64_t sq[2] = {4, 4};
+  const lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
+  lm_dist_tensor_t s4 = NULL, f32 = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&s4, w.mesh, 2, sq, kF64, (DLDevice){kDLCPU, 0}, rep));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&f32, w.mesh, 2, sq, (DLDataType){kDLFloat, 32, 1},
+                                        (DLDevice){kDLCPU, 0}, rep));
+  LM_EXPECT_ALL(lm_dist_tensor_transpose_into(NULL, x, perm), LM_ERR_INVALID_ARGUMENT, "dst");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose_into(s4, NULL, perm), LM_ERR_INVALID_ARGUMENT, "src");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose_into(s4, x, NULL), LM_ERR_INVALID_ARGUMENT, "perm");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose_into(s4, x, perm), LM_ERR_INVALID_ARGUMENT,
+                "global shape");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose_into(f32, s4, perm), LM_ERR_INVALID_ARGUMENT,
+                "dst holds float32");
+  LM_EXPECT_ALL(lm_dist_tensor_transpose_into(s4, s4, perm), LM_ERR_INVALID_ARGUMENT,
+                "shares memory");
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&f32));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&s4));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&x));
+  free(full);
+  LM_ASSERT_OK(lm_mesh_destroy(&w.mesh));
+  LM_ASSERT_OK(lm_mesh_destroy(&rev.mesh));
+}
+
 /* Refusals name the argument; the ranks agree on perm (a square replicated matrix transposed on
  * one rank and kept on the others is the same reshard, not the same call). */
 static void test_refusals(void **state) {
@@ -367,6 +458,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_matrix_rows),
     cmocka_unit_test(test_refusals),
     cmocka_unit_test(test_fused_dtypes),
+    cmocka_unit_test(test_into),
     cmocka_unit_test(test_padded_source),
     cmocka_unit_test(test_random_transposes),
 };

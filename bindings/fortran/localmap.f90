@@ -528,6 +528,10 @@ module localmap
       integer(c_int), intent(in) :: perm(*)
       type(lm_placement_t), intent(in) :: placements(*); integer(c_int) :: lmc_dist_tensor_transpose
     end function
+    function lmc_dist_tensor_transpose_into(dst, src, perm) bind(C, name="lm_dist_tensor_transpose_into")
+      import; type(c_ptr), value :: dst, src; integer(c_int), intent(in) :: perm(*)
+      integer(c_int) :: lmc_dist_tensor_transpose_into
+    end function
     function lmc_reshard_plan_create(plan, src_mesh, src_placements, dst_mesh, dst_placements, ndim, &
                                      global_shape, dtype) bind(C, name="lm_reshard_plan_create")
       import; type(c_ptr), intent(out) :: plan; type(c_ptr), value :: src_mesh, dst_mesh
@@ -691,7 +695,7 @@ module localmap
   public :: lm_dist_tensor_mesh, lm_dist_tensor_ndim, lm_dist_tensor_dtype, lm_dist_tensor_device, &
     lm_dist_tensor_placements, lm_dist_tensor_global_shape, lm_dist_tensor_local_shape, &
     lm_dist_tensor_local_offset, lm_dist_tensor_local_view, lm_dist_tensor_export, &
-    lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard, lm_transpose
+    lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard, lm_transpose, lm_transpose_into
   public :: lm_reshard_plan_create, lm_reshard_plan_alloc_target, lm_reshard_plan_execute, &
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
     lm_reshard_plan_info, lm_reshard_estimate, lm_reshard_plan_adjoint, lm_reshard_plan_describe, &
@@ -2031,32 +2035,60 @@ contains
     integer(c_int) :: cperm(max(size(perm), 1))
     type(c_ptr) :: p, dm
     integer(c_int) :: st, nd
-    integer :: k
-    character(len=80) :: msg
     dm = c_null_ptr
     if (present(dst_mesh)) dm = dst_mesh%ptr
+    call c_perm_(x, perm, cperm, nd, st, "lm_transpose")
+    if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_transpose: placements")
+    if (st == LM_SUCCESS) then
+      st = lmc_dist_tensor_transpose(p, x%ptr, cperm, dm, cpl); call c_(st)
+      if (st == LM_SUCCESS) call set_(y, p)
+    end if
+    call done_(st, ierr, "lm_transpose")
+  end subroutine
+
+  !> call lm_transpose_into(y, x, perm [, ierr]): writes x with its dims permuted (as lm_transpose)
+  !> into the existing tensor y (its mesh and placements; its shape x's permuted), e.g. C = A^T
+  !> into a ScaLAPACK array borrowed with lm_from_scalapack, as pdtran does. Host tensors.
+  !> Collective over both meshes (lm_dist_tensor_transpose_into).
+  subroutine lm_transpose_into(y, x, perm, ierr)
+    type(lm_dist_tensor), intent(in) :: y, x
+    integer, intent(in) :: perm(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: cperm(max(size(perm), 1))
+    integer(c_int) :: st, nd
+    call c_perm_(x, perm, cperm, nd, st, "lm_transpose_into")
+    if (st == LM_SUCCESS) then
+      st = lmc_dist_tensor_transpose_into(y%ptr, x%ptr, cperm); call c_(st)
+    end if
+    call done_(st, ierr, "lm_transpose_into")
+  end subroutine
+
+  ! A Fortran perm of x's dims (1-based: dim k of the result is dim perm(k) of x) in C's dims
+  ! (reversed, 0-based); st: LM_SUCCESS or the refusal, naming the entry.
+  subroutine c_perm_(x, perm, cperm, nd, st, what)
+    type(lm_dist_tensor), intent(in) :: x
+    integer, intent(in) :: perm(:)
+    integer(c_int), intent(out) :: cperm(:), nd, st
+    character(len=*), intent(in) :: what
+    integer :: k
+    character(len=96) :: msg
     st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
     if (st == LM_SUCCESS .and. size(perm) /= nd) then
-      write(msg, '("lm_transpose: perm has ",i0," entries, x has ",i0," dims")') size(perm), nd
+      write(msg, '(a,": perm has ",i0," entries, x has ",i0," dims")') what, size(perm), nd
       call bad_(st, trim(msg))
     end if
     do k = 1, size(perm)
       if (st /= LM_SUCCESS) exit
       if (perm(k) < 1 .or. perm(k) > nd .or. count(perm == perm(k)) /= 1) then
-        write(msg, '("lm_transpose: perm(",i0,") = ",i0," is not one of the dims 1 .. ",i0, &
-                    & " once")') k, perm(k), nd
+        write(msg, '(a,": perm(",i0,") = ",i0," is not one of the dims 1 .. ",i0, &
+                    & " once")') what, k, perm(k), nd
         call bad_(st, trim(msg))
       end if
     end do
-    if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_transpose: placements")
-    if (st == LM_SUCCESS) then
-      do k = 1, nd   ! Fortran dim k is C dim nd - k (dims reversed)
-        cperm(nd - k + 1) = int(nd - perm(k), c_int)
-      end do
-      st = lmc_dist_tensor_transpose(p, x%ptr, cperm, dm, cpl); call c_(st)
-      if (st == LM_SUCCESS) call set_(y, p)
-    end if
-    call done_(st, ierr, "lm_transpose")
+    if (st /= LM_SUCCESS) return
+    do k = 1, nd   ! Fortran dim k is C dim nd - k (dims reversed)
+      cperm(nd - k + 1) = int(nd - perm(k), c_int)
+    end do
   end subroutine
 
   ! =============================================================================================

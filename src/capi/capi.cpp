@@ -667,6 +667,16 @@ LM_API lm_status_t lm_dist_tensor_transpose(lm_dist_tensor_t *out, lm_dist_tenso
   });
 }
 
+LM_API lm_status_t lm_dist_tensor_transpose_into(lm_dist_tensor_t dst, lm_dist_tensor_t src,
+                                                 const int *perm) {
+  return guard([&] {
+    const char *fn = "lm_dist_tensor_transpose_into";
+    lm_dist_tensor_s *d = tensor_check(dst, "lm_dist_tensor_transpose_into: dst");
+    lm_dist_tensor_s *t = tensor_check(src, "lm_dist_tensor_transpose_into: src");
+    tensor_transpose_into(d, t, perm, fn);
+  });
+}
+
 LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, lm_mesh_t src_mesh,
                                           const lm_placement_t *src_placements, lm_mesh_t dst_mesh,
                                           const lm_placement_t *dst_placements, int ndim,

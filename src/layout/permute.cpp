@@ -173,6 +173,18 @@ void transpose_2d(void *out, int64_t os, const void *in, int64_t is, int64_t lb,
   const auto aligned = [&](size_t v) {
     return (uintptr_t)out % v == 0 && (size_t)os * esize % v == 0;
   };
+  // Rows a whole number of vectors apart but starting off a vector boundary (an array from
+  // malloc: 16 bytes past one): the first columns element by element, the rest streamed.
+  const size_t v = esize == 2 ? 16 : 32;
+  if (stream && esize <= 8 && (size_t)os * esize % v == 0 && (uintptr_t)out % v != 0 &&
+      (uintptr_t)out % esize == 0) {
+    const int64_t peel = (int64_t)((v - (uintptr_t)out % v) / esize);
+    transpose_2d(out, os, in, is, lb, std::min(peel, la), esize, false);
+    if (peel >= la) return;  // (then the rest is aligned: no second peel)
+    return transpose_2d(static_cast<char *>(out) + peel * (int64_t)esize, os,
+                        static_cast<const char *>(in) + peel * is * (int64_t)esize, is, lb,
+                        la - peel, esize, true);
+  }
   if (esize == 8 && have_avx2())
     return tiles_avx2_64((uint64_t *)out, os, (const uint64_t *)in, is, lb, la, stream && aligned(32));
   if (esize == 4 && have_avx2())

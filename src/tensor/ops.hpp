@@ -72,5 +72,9 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
 // laid out with pl on dst_mesh (NULL: t's mesh). Collective as tensor_reshard.
 lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh_s *dst_mesh,
                                    const lm_placement_t *pl, const char *fn);
+// lm_dist_tensor_transpose_into: t's dims permuted into dst (its mesh, placements and shard, which
+// may be a padded borrow), overwriting dst's shard. Collective as tensor_reshard.
+void tensor_transpose_into(lm_dist_tensor_s *dst, lm_dist_tensor_s *t, const int *perm,
+                           const char *fn);
 
 }  // namespace lm

@@ -201,7 +201,7 @@ void move(Reshard &r) {
       device_run_plan(r.sm, r.dm, *r.plan, t->data(), t->local_bytes(), r.out->data(),
                       r.out->local_bytes(), t->device.device_id);
     else
-      r.run->run(t->base(), r.into ? r.extra->into->data() : r.out->data());
+      r.run->run(t->base(), r.into ? r.extra->into->base() : r.out->data());
   } catch (const Error &e) {
     mesh_break(r.sm, e, r.dm != r.sm ? r.dm : nullptr);
   }

@@ -8,6 +8,7 @@
 // writes each box it copies or receives straight into the target through the target's strides
 // permuted back to t's dim order. Otherwise one reshard plus one local pass (layout/permute.hpp).
 #include <cstring>
+#include <functional>
 
 #include "common/error.hpp"
 #include "layout/permute.hpp"
@@ -40,45 +41,45 @@ std::vector<lm_placement_t> in_t_dims(const lm_placement_t *pl, int mesh_ndim, c
 
 }  // namespace
 
-lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh_s *dst_mesh,
-                                   const lm_placement_t *pl, const char *fn) {
-  expect_object(t, fn);
-  const int n = t->layout.ndim();
-  check_perm(perm, n, fn);
+namespace {
+
+void check_host(const lm_dist_tensor_s *t, const char *what, const char *fn) {
   if (is_device(t->device))
-    fail(LM_ERR_NOT_SUPPORTED, "%s: src is a device tensor; transposes run on host tensors "
-         "(reshard to the target's placements in src's dim order, then transpose locally)", fn);
-  lm_mesh_s *m = dst_mesh ? dst_mesh : t->mesh;
-  LM_CHECK_ARG(pl != nullptr, "%s: placements is NULL", fn);
-  Shape oshape((size_t)n);
-  for (int d = 0; d < n; ++d) oshape[(size_t)d] = t->layout.gshape[(size_t)perm[d]];
-  const Layout L = make_layout(m, pl, oshape, ArgName(fn, "placements").c_str());
+    fail(LM_ERR_NOT_SUPPORTED, "%s: %s is a device tensor; transposes run on host tensors "
+         "(reshard to the target's placements in src's dim order, then transpose locally)", fn, what);
+}
+
+// Transposes t into `out` (t's dtype, on mesh m with placements pl, global shape t's permuted),
+// whose shard lies in a row-major array of extents `ext` (its own shape, or padded rows). prepare
+// runs where the reshard's local failures are agreed (the target's storage, checks of it).
+void transpose_run(lm_dist_tensor_s *t, const int *perm, lm_mesh_s *m, const lm_placement_t *pl,
+                   lm_dist_tensor_s *out, const Shape &ext, std::function<void()> prepare,
+                   const char *fn) {
+  const int n = t->layout.ndim();
   const std::vector<lm_placement_t> rel = in_t_dims(pl, m->ndim(), perm);
-  lm_dist_tensor_s *out = tensor_new(m, L, t->dtype, t->device, false);
   ReshardExtra x;
   x.field = "perm";
   for (int d = 0; d < n; ++d) x.text += strfmt(d ? ", %d" : "[%d", perm[d]);
   x.text += n ? "]" : "[]";
-  x.prepare = [&] {  // the target's storage, where a failure is agreed with the reshard's own
-    if (m->member && !out->storage) out->storage = storage_alloc(out->local_bytes(), false);
-  };
+  x.prepare = std::move(prepare);
   // Where the plan allows, the reshard writes out through the strides of out's dims permuted
   // back to t's order (the transposition fused into the reshard's copies).
   Shape ostr((size_t)n), str((size_t)n);
-  for (int d = n - 1, s = 1; d >= 0; --d) {
+  int64_t s = 1;
+  for (int d = n - 1; d >= 0; --d) {
     ostr[(size_t)d] = s;
-    s *= out->local.len[(size_t)d];
+    s *= ext[(size_t)d];
   }
   for (int d = 0; d < n; ++d) str[(size_t)perm[d]] = ostr[(size_t)d];
   bool fused = false;
   x.into = out;
   x.out_str = &str;
   x.fused = &fused;
-  lm_dist_tensor_s *y = nullptr;
+  lm_dist_tensor_s *y = tensor_reshard(t, m, rel.data(), fn, &x);
   try {
-    y = tensor_reshard(t, dst_mesh, rel.data(), fn, &x);
-    if (m->member) {
-      int64_t ys[kMaxDims], istr[kMaxDims], s = 1;
+    if (m->member && !fused) {  // the compact shard y, in t's dim order, into out
+      int64_t ys[kMaxDims], istr[kMaxDims];
+      s = 1;
       for (int k = n - 1; k >= 0; --k) {
         ys[k] = s;
         s *= y->local.len[(size_t)k];
@@ -88,16 +89,76 @@ lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh
           fail(LM_ERR_INTERNAL, "%s: the shard of dim %d differs from its source's", fn, d);
         istr[d] = ys[perm[d]];
       }
-      if (!fused && !permute_copy(out->data(), y->data(), n, out->local.len.data(), istr, t->esize))
+      const bool stream = out->local_bytes() >= kPermuteStreamBytes;
+      if (!strided_copy(out->base(), ostr.data(), y->data(), istr, out->local.len.data(), n,
+                        t->esize, stream))
         fail(LM_ERR_INTERNAL, "%s: no element copy of %zu bytes", fn, t->esize);
     }
   } catch (...) {
     tensor_release(y);
-    tensor_release(out);
     throw;
   }
   tensor_release(y);
+}
+
+}  // namespace
+
+lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh_s *dst_mesh,
+                                   const lm_placement_t *pl, const char *fn) {
+  expect_object(t, fn);
+  const int n = t->layout.ndim();
+  check_perm(perm, n, fn);
+  check_host(t, "src", fn);
+  lm_mesh_s *m = dst_mesh ? dst_mesh : t->mesh;
+  LM_CHECK_ARG(pl != nullptr, "%s: placements is NULL", fn);
+  Shape oshape((size_t)n);
+  for (int d = 0; d < n; ++d) oshape[(size_t)d] = t->layout.gshape[(size_t)perm[d]];
+  const Layout L = make_layout(m, pl, oshape, ArgName(fn, "placements").c_str());
+  lm_dist_tensor_s *out = tensor_new(m, L, t->dtype, t->device, false);
+  try {
+    transpose_run(t, perm, m, pl, out, out->local.len, [&] {
+      if (m->member && !out->storage) out->storage = storage_alloc(out->local_bytes(), false);
+    }, fn);
+  } catch (...) {
+    tensor_release(out);
+    throw;
+  }
   return out;
+}
+
+void tensor_transpose_into(lm_dist_tensor_s *dst, lm_dist_tensor_s *t, const int *perm,
+                           const char *fn) {
+  expect_object(t, fn);
+  expect_object(dst, fn);
+  const int n = t->layout.ndim();
+  check_perm(perm, n, fn);
+  check_host(t, "src", fn);
+  check_host(dst, "dst", fn);
+  LM_CHECK_ARG(dst->dtype.code == t->dtype.code && dst->dtype.bits == t->dtype.bits &&
+                   dst->dtype.lanes == t->dtype.lanes,
+               "%s: dst holds %s, src %s", fn, dl_dtype_name(dst->dtype).c_str(),
+               dl_dtype_name(t->dtype).c_str());
+  bool same = dst->layout.ndim() == n;
+  for (int d = 0; same && d < n; ++d)
+    same = dst->layout.gshape[(size_t)d] == t->layout.gshape[(size_t)perm[d]];
+  if (!same) {
+    Shape want((size_t)n);
+    for (int d = 0; d < n; ++d) want[(size_t)d] = t->layout.gshape[(size_t)perm[d]];
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst's global shape %s is not src's %s permuted by perm (%s)",
+         fn, shape_str(dst->layout.gshape).c_str(), shape_str(t->layout.gshape).c_str(),
+         shape_str(want).c_str());
+  }
+  lm_mesh_s *m = dst->mesh;
+  const int me = m->world_rank;
+  transpose_run(t, perm, m, dst->layout.pl.data(), dst, dst->padded() ? dst->pad : dst->local.len,
+                [&] {
+    if (!m->member || dst->local_numel() == 0) return;
+    LM_CHECK_ARG(dst->storage != nullptr, "%s: dst has no shard on world rank %d", fn, me);
+    const char *a = static_cast<const char *>(dst->base()), *b = static_cast<const char *>(t->base());
+    if (b && t->local_numel() > 0 && a < b + t->span_bytes() && b < a + dst->span_bytes())
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: dst's shard shares memory with src's on world rank %d "
+           "(a transpose does not run in place)", fn, me);
+  }, fn);
 }
 
 }  // namespace lm

@@ -996,6 +996,20 @@ program test_localmap
     call check(all(at == transpose(am)), "lm_transpose: the matrix transposed")
     call lm_transpose(tt, ta, [1, 1], [lm_replicate()], ierr=terr)
     call check(terr == LM_ERR_INVALID_ARGUMENT, "lm_transpose refuses a perm that repeats a dim")
+    ! lm_transpose_into: into an existing replicated 5 x 4 tensor.
+    block
+      type(lm_dist_tensor) :: tr
+      real(c_double) :: atr(5, 4)
+      atr = 0
+      call lm_from_global(tr, tm, atr, [lm_replicate()])
+      call lm_transpose_into(tr, ta, [2, 1])
+      atr = 0
+      call lm_gather(tr, atr)
+      call check(all(atr == transpose(am)), "lm_transpose_into: the matrix transposed")
+      call lm_transpose_into(tr, ta, [2, 2], ierr=terr)
+      call check(terr == LM_ERR_INVALID_ARGUMENT, "lm_transpose_into refuses a perm that repeats")
+      call lm_destroy(tr)
+    end block
     call lm_destroy(tt)
     call lm_destroy(ta)
     call lm_destroy(tm)

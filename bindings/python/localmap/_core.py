@@ -960,6 +960,20 @@ class DistTensor(_Handle):
         L.lm_dist_tensor_transpose(byref(out), self._handle(), cp, mh, pl)
         return DistTensor._wrap(out.value)
 
+    def transpose_into(self, dst, perm):
+        """Writes this tensor with its dims permuted as numpy.transpose(x, perm) into `dst` (a
+        DistTensor whose global shape is this one's permuted, of the same dtype, with its own
+        mesh and placements; a padded borrow keeps its padding); lm_dist_tensor_transpose_into.
+        Host tensors. Collective over both meshes."""
+        if not isinstance(dst, DistTensor):
+            raise InvalidArgumentError(1, "transpose_into: dst is not a DistTensor")
+        p = [int(d) for d in perm]
+        if len(p) != len(self.shape):
+            raise InvalidArgumentError(1, f"transpose_into: perm has {len(p)} entries, the tensor "
+                                       f"{len(self.shape)} dims")
+        cp = (c_int * max(len(p), 1))(*p)
+        L.lm_dist_tensor_transpose_into(dst._handle(), self._handle(), cp)
+
     def __repr__(self):
         if self.closed:
             return "DistTensor(<closed>)"

@@ -328,6 +328,7 @@ _PROTOTYPES = [
                                           lm_mesh_t, P_placement]),
     ("lm_dist_tensor_transpose", status_t, [POINTER(lm_dist_tensor_t), lm_dist_tensor_t, P_int,
                                             lm_mesh_t, P_placement]),
+    ("lm_dist_tensor_transpose_into", status_t, [lm_dist_tensor_t, lm_dist_tensor_t, P_int]),
     ("lm_reshard_plan_create", status_t, [POINTER(lm_reshard_plan_t), lm_mesh_t, P_placement,
                                           lm_mesh_t, P_placement, c_int, P_i64, DLDataType]),
     ("lm_reshard_plan_alloc_target", status_t, [lm_reshard_plan_t, DLDevice,

@@ -111,3 +111,21 @@ def test_transpose(mesh1):
             t.transpose((0, 0, 1), [lm.Replicate()])
         with pytest.raises(lm.InvalidArgumentError, match="perm has 2 entries"):
             t.transpose((1, 0), [lm.Replicate()])
+
+
+def test_transpose_into(mesh1):
+    """DistTensor.transpose_into: a block-cyclic matrix written transposed into an existing
+    tensor in row shards, then into a replicated one; a wrong shape is refused, naming it."""
+    n, m = 9, 4
+    full = np.arange(n * m, dtype=np.float64).reshape(n, m)
+    with lm.from_global(full, mesh1, [lm.BlockCyclic(0, 2)]) as t, \
+            lm.from_global(np.zeros((m, n)), mesh1, [lm.Shard(0)]) as rows, \
+            lm.from_global(np.zeros((m, n)), mesh1, [lm.Replicate()]) as rep:
+        t.transpose_into(rows, (1, 0))
+        np.testing.assert_array_equal(rows.gather(), full.T)
+        t.transpose_into(rep, [1, 0])
+        np.testing.assert_array_equal(rep.local(), full.T)
+        with pytest.raises(lm.InvalidArgumentError, match="global shape"):
+            t.transpose_into(t, (1, 0))
+        with pytest.raises(lm.InvalidArgumentError, match="perm has 3 entries"):
+            t.transpose_into(rows, (1, 0, 2))

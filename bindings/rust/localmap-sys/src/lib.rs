@@ -505,6 +505,8 @@ extern "C" {
                                   placements: *const lm_placement_t) -> lm_status_t;
     pub fn lm_dist_tensor_transpose(out: *mut lm_dist_tensor_t, src: lm_dist_tensor_t, perm: *const c_int,
                                     dst_mesh: lm_mesh_t, placements: *const lm_placement_t) -> lm_status_t;
+    pub fn lm_dist_tensor_transpose_into(dst: lm_dist_tensor_t, src: lm_dist_tensor_t,
+                                         perm: *const c_int) -> lm_status_t;
     pub fn lm_reshard_plan_create(plan: *mut lm_reshard_plan_t, src_mesh: lm_mesh_t,
                                   src_placements: *const lm_placement_t, dst_mesh: lm_mesh_t,
                                   dst_placements: *const lm_placement_t, ndim: c_int,

@@ -1225,6 +1225,16 @@ impl DistTensor {
         })?;
         Ok(DistTensor { raw })
     }
+    /// `lm_dist_tensor_transpose_into`: the dims permuted as `numpy.transpose(x, perm)`, written
+    /// into `dst` (global shape this tensor's permuted, the same dtype; its own mesh and
+    /// placements; a padded borrow keeps its padding). Host tensors. Collective over both meshes.
+    pub fn transpose_into(&self, dst: &mut DistTensor, perm: &[i32]) -> Result<()> {
+        if perm.len() != self.ndim()? {
+            return arg_error(format!("DistTensor::transpose_into: perm has {} entries, the tensor {} dims",
+                                     perm.len(), self.ndim()?));
+        }
+        check(unsafe { sys::lm_dist_tensor_transpose_into(dst.raw, self.raw, perm.as_ptr()) })
+    }
 }
 
 // ================================================================================================

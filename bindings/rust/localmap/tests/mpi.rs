@@ -149,6 +149,12 @@ fn tensors(rank: i32, size: i32) -> T {
     ensure!(t.global_shape().map_err(e)? == vec![3, 7]);
     ensure!((0..21).all(|k| tl[k] == full[(k % 7) * 3 + k / 7]));
     ensure!(y.transpose(&[0, 0], None, &rep).unwrap_err().status == Status::InvalidArgument);
+    // Into an existing [3, 7] tensor: the same values, overwritten in place.
+    let mut into = DistTensor::zeros(&m, &[3, 7], DType::F64, Device::Cpu, &rep).map_err(e)?;
+    y.transpose_into(&mut into, &[1, 0]).map_err(e)?;
+    let il = into.local::<f64>().map_err(e)?;
+    ensure!((0..21).all(|k| il[k] == full[(k % 7) * 3 + k / 7]));
+    ensure!(y.transpose_into(&mut into, &[1]).unwrap_err().status == Status::InvalidArgument);
     // Export: a managed tensor holding a reference.
     let ex = r.export().map_err(e)?;
     drop(r);
