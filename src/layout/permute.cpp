@@ -63,6 +63,26 @@ struct ScalarKernel {
 };
 
 #if LM_PERMUTE_X86
+// One vector to w: streamed (w aligned to the vector) or stored.
+inline void put(void *w, __m128i v, bool stream) {
+  if (stream)
+    _mm_stream_si128((__m128i *)w, v);
+  else
+    _mm_storeu_si128((__m128i *)w, v);
+}
+__attribute__((target("avx2"))) inline void put(void *w, __m256 v, bool stream) {
+  if (stream)
+    _mm256_stream_ps((float *)w, v);
+  else
+    _mm256_storeu_ps((float *)w, v);
+}
+__attribute__((target("avx2"))) inline void put(void *w, __m256d v, bool stream) {
+  if (stream)
+    _mm256_stream_pd((double *)w, v);
+  else
+    _mm256_storeu_pd((double *)w, v);
+}
+
 // 8 x 8 of 2-byte elements: rows r0..r7 in, columns out (SSE2, part of every x86-64).
 struct Sse2Kernel16 {
   using T = uint16_t;
@@ -80,15 +100,8 @@ struct Sse2Kernel16 {
         b[4 * i + 2 * h + 1] = _mm_unpackhi_epi32(a[4 * i + h], a[4 * i + h + 2]);
       }
     for (int j = 0; j < 4; ++j) {
-      const __m128i lo = _mm_unpacklo_epi64(b[j], b[j + 4]), hi = _mm_unpackhi_epi64(b[j], b[j + 4]);
-      __m128i *w0 = (__m128i *)(out + (2 * j) * os), *w1 = (__m128i *)(out + (2 * j + 1) * os);
-      if (stream) {
-        _mm_stream_si128(w0, lo);
-        _mm_stream_si128(w1, hi);
-      } else {
-        _mm_storeu_si128(w0, lo);
-        _mm_storeu_si128(w1, hi);
-      }
+      put(out + (2 * j) * os, _mm_unpacklo_epi64(b[j], b[j + 4]), stream);
+      put(out + (2 * j + 1) * os, _mm_unpackhi_epi64(b[j], b[j + 4]), stream);
     }
   }
 };
@@ -111,16 +124,8 @@ struct Avx2Kernel32 {
         b[4 * i + 2 * h + 1] = _mm256_shuffle_ps(a[4 * i + h], a[4 * i + h + 2], 0xee);
       }
     for (int j = 0; j < 4; ++j) {
-      const __m256 lo = _mm256_permute2f128_ps(b[j], b[j + 4], 0x20);
-      const __m256 hi = _mm256_permute2f128_ps(b[j], b[j + 4], 0x31);
-      float *w0 = (float *)(out + j * os), *w1 = (float *)(out + (j + 4) * os);
-      if (stream) {
-        _mm256_stream_ps(w0, lo);
-        _mm256_stream_ps(w1, hi);
-      } else {
-        _mm256_storeu_ps(w0, lo);
-        _mm256_storeu_ps(w1, hi);
-      }
+      put(out + j * os, _mm256_permute2f128_ps(b[j], b[j + 4], 0x20), stream);
+      put(out + (j + 4) * os, _mm256_permute2f128_ps(b[j], b[j + 4], 0x31), stream);
     }
   }
 };
@@ -138,13 +143,7 @@ struct Avx2Kernel64 {
     const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
     const __m256d o[4] = {_mm256_permute2f128_pd(t0, t2, 0x20), _mm256_permute2f128_pd(t1, t3, 0x20),
                           _mm256_permute2f128_pd(t0, t2, 0x31), _mm256_permute2f128_pd(t1, t3, 0x31)};
-    for (int i = 0; i < 4; ++i) {
-      double *w = (double *)(out + i * os);
-      if (stream)
-        _mm256_stream_pd(w, o[i]);
-      else
-        _mm256_storeu_pd(w, o[i]);
-    }
+    for (int i = 0; i < 4; ++i) put(out + i * os, o[i], stream);
   }
 };
 
