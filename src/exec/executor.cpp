@@ -1011,7 +1011,7 @@ Plan *Plan::strided_out(const Shape &out_str) {
   auto v = std::make_unique<Strided>();
   v->str = out_str;
   v->plan = variant([&](Schedule &s) { return schedule_stride_out(s, out_str); });
-  if ((v->ok = v->plan != nullptr)) v->plan->writes_strided_ = true;
+  v->ok = v->plan != nullptr;
   strided_ = std::move(v);
   return strided_->ok ? strided_->plan.get() : nullptr;
 }
@@ -1128,7 +1128,8 @@ void Plan::use(const TransportSpec &spec) {
 }
 
 FusedExchange *Plan::fused_exchange(const AgreeComm *ac) {
-  if (writes_strided_) return nullptr;  // its output is no row-major box to unpack into
+  if (!steps.empty() && !steps[last_moving]->out_str.empty())
+    return nullptr;  // a strided variant: its output is no row-major box to unpack into
   if (!fused_decided_) {
     fused_decided_ = true;
     fused_ = select_fused_exchange(*this, comm, ac);

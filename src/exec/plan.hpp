@@ -81,7 +81,6 @@ class Plan : public Schedule {
   std::unique_ptr<Padded> padded_;  // the last variant asked for
   struct Strided;
   std::unique_ptr<Strided> strided_;  // the last strided variant asked for
-  bool writes_strided_ = false;       // this plan is such a variant
   std::unique_ptr<FusedExchange> fused_;
   bool fused_decided_ = false;
 };

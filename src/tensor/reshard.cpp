@@ -99,10 +99,7 @@ void prepare(Reshard &r) {
   // the staging agreement) on every rank, so no rank may return early on its own, and whether a
   // rank can alias depends on its shard (an empty one cannot). A padded shard is no compact view.
   if (r.into) {
-    // Writes into x->into (a board exchange is no row-major box: the variant has none, so this
-    // rank does not pack, and every rank takes the transport).
-    const AgreeComm *ac = r.sm == r.dm ? collective_comm(r.sm, r.sm) : nullptr;
-    if (ac && r.plan->involved) r.fused = r.plan->fused_exchange(ac);
+    // The variant writes x->into: no storage of the reshard's own.
   } else if (r.plan->steps.size() == 1 && r.plan->steps[0]->alias_offset(&off) && t->storage &&
       !is_device(t->device) && !t->padded()) {
     r.out->storage = t->storage;  // Replicate -> Shard: a view of the source, no copy
@@ -113,12 +110,14 @@ void prepare(Reshard &r) {
                          ? device_storage_alloc(mesh_mem(r.dm), t->device, r.out->local_bytes(),
                                                 false)
                          : storage_alloc(r.out->local_bytes(), false);
-    // A small exchange within one node moves inside the agreement round (as a blocking
-    // lm_reshard_plan_execute does): decided from the plan and the agreed settings alone.
-    if (r.sm == r.dm && !is_device(t->device) && r.plan->involved) {
-      const AgreeComm *ac = collective_comm(r.sm, r.sm);
-      if ((r.fused = r.plan->fused_exchange(ac))) r.pub = r.run->fused_exchange(ac);
-    }
+  }
+  // A small exchange within one node moves inside the agreement round (as a blocking
+  // lm_reshard_plan_execute does): decided from the plan and the agreed settings alone; this
+  // rank packs with the exchange of the plan it runs (none for a strided variant: then every
+  // rank takes the transport).
+  if (!r.alias && r.dm->member && r.sm == r.dm && !is_device(t->device) && r.plan->involved) {
+    const AgreeComm *ac = collective_comm(r.sm, r.sm);
+    if ((r.fused = r.plan->fused_exchange(ac))) r.pub = r.run->fused_exchange(ac);
   }
 }
 
