@@ -429,7 +429,7 @@ class dist_tensor {
     return dist_tensor(h);
   }
   /// lm_dist_tensor_transpose: the dims permuted (numpy.transpose's perm, ndim entries), laid out
-  /// with p (in the result's dims). Collective; dst_mesh nullptr: the same mesh. Host tensors.
+  /// with p (in the result's dims). Collective; dst_mesh nullptr: the same mesh. Host or device.
   dist_tensor transpose(const std::vector<int> &perm, const placements &p,
                         const mesh *dst_mesh = nullptr) const {
     detail::check_count(p.size(), dst_mesh ? dst_mesh->ndim() : detail::tensor_mesh_ndim(h_),
@@ -442,7 +442,7 @@ class dist_tensor {
   }
   /// lm_dist_tensor_transpose_into: the dims permuted into dst (global shape this one's permuted,
   /// the same dtype; its mesh and placements, its shard overwritten; a padded borrow keeps its
-  /// padding). Collective over both meshes. Host tensors.
+  /// padding). Collective over both meshes. dst on this tensor's device.
   void transpose_into(dist_tensor &dst, const std::vector<int> &perm) const {
     detail::check_count(perm.size(), ndim(), "localmap::dist_tensor::transpose_into: perm");
     check(lm_dist_tensor_transpose_into(dst.get(), h_, perm.data()));

@@ -2023,7 +2023,7 @@ contains
   !> call lm_transpose(y, x, perm, placements [, dst_mesh] [, ierr]): y is x with its dims
   !> permuted, dim k of y being dim perm(k) of x (Fortran's RESHAPE ORDER / a matrix transpose:
   !> perm = [2, 1]), laid out with placements (in y's dims) on dst_mesh (default: x's mesh).
-  !> Host tensors. Collective over both meshes (lm_dist_tensor_transpose).
+  !> Host or device tensors. Collective over both meshes (lm_dist_tensor_transpose).
   subroutine lm_transpose(y, x, perm, placements, dst_mesh, ierr)
     type(lm_dist_tensor), intent(inout) :: y
     type(lm_dist_tensor), intent(in) :: x
@@ -2048,7 +2048,7 @@ contains
 
   !> call lm_transpose_into(y, x, perm [, ierr]): writes x with its dims permuted (as lm_transpose)
   !> into the existing tensor y (its mesh and placements; its shape x's permuted), e.g. C = A^T
-  !> into a ScaLAPACK array borrowed with lm_from_scalapack, as pdtran does. Host tensors.
+  !> into a ScaLAPACK array borrowed with lm_from_scalapack, as pdtran does. y on x's device.
   !> Collective over both meshes (lm_dist_tensor_transpose_into).
   subroutine lm_transpose_into(y, x, perm, ierr)
     type(lm_dist_tensor), intent(in) :: y, x

@@ -13,6 +13,8 @@
 #include "common/error.hpp"
 #include "layout/permute.hpp"
 #include "mem/cuda.hpp"
+#include "mem/ops.hpp"
+#include "mesh/device.hpp"
 #include "tensor/ops.hpp"
 
 namespace lm {
@@ -39,14 +41,59 @@ std::vector<lm_placement_t> in_t_dims(const lm_placement_t *pl, int mesh_ndim, c
   return r;
 }
 
-}  // namespace
+// The box-copy kernel's view of a permuting copy (one thread per element: layout/boxcopy.hpp's
+// arithmetic walks any strides). Dims of extent 1 are dropped. Device shards are compact (a device
+// borrow cannot be padded), so a single dim left has stride 1 on both sides: the kernel's memcpy.
+BoxCopy permute_box(const Shape &len, const int64_t *istr, const int64_t *ostr, size_t esize) {
+  BoxCopy c;
+  c.esize = (int64_t)esize;
+  c.numel = 1;
+  int k = 0;
+  for (size_t d = 0; d < len.size(); ++d) {
+    c.numel *= len[d];
+    if (len[d] == 1) continue;
+    c.len[k] = len[d];
+    c.sstr[k] = istr[d];
+    c.dstr[k] = ostr[d];
+    ++k;
+  }
+  if (k == 0) {
+    c.len[0] = 1;
+    c.sstr[0] = c.dstr[0] = 1;
+    k = 1;
+  }
+  c.n = k;
+  return c;
+}
 
-namespace {
-
-void check_host(const lm_dist_tensor_s *t, const char *what, const char *fn) {
-  if (is_device(t->device))
-    fail(LM_ERR_NOT_SUPPORTED, "%s: %s is a device tensor; transposes run on host tensors "
-         "(reshard to the target's placements in src's dim order, then transpose locally)", fn, what);
+// Writes y's compact shard (t's dim order) into out's array (element strides ostr, out's order):
+// out dim d reads y's dim perm[d]. On the host the tiled copy of layout/permute.hpp; on the device
+// the box-copy kernel, enqueued in the stream order of out's mesh (y's storage is freed in it).
+void permute_shard(lm_dist_tensor_s *out, const int64_t *ostr, const lm_dist_tensor_s *y,
+                   const int *perm, const char *fn) {
+  const int n = y->layout.ndim();
+  int64_t ys[kMaxDims], istr[kMaxDims], s = 1;
+  for (int k = n - 1; k >= 0; --k) {
+    ys[k] = s;
+    s *= y->local.len[(size_t)k];
+  }
+  for (int d = 0; d < n; ++d) {
+    if (out->local.len[(size_t)d] != y->local.len[(size_t)perm[d]])
+      fail(LM_ERR_INTERNAL, "%s: the shard of dim %d differs from its source's", fn, d);
+    istr[d] = ys[perm[d]];
+  }
+  if (is_device(out->device)) {
+    if (out->local_numel() == 0) return;
+    const BoxCopy c = permute_box(out->local.len, istr, ostr, out->esize);
+    CurrentDevice on(out->device.device_id);
+    device_ops(mesh_mem(out->mesh).config.stream, out->device.device_id)
+        ->copy(c, out->base(), y->data(), 0, c.numel);
+    return;
+  }
+  const bool stream = out->local_bytes() >= kPermuteStreamBytes;
+  if (!strided_copy(out->base(), ostr, y->data(), istr, out->local.len.data(), n, out->esize,
+                    stream))
+    fail(LM_ERR_INTERNAL, "%s: no element copy of %zu bytes", fn, out->esize);
 }
 
 // Transposes t into `out` (t's dtype, on mesh m with placements pl, global shape t's permuted),
@@ -77,23 +124,7 @@ void transpose_run(lm_dist_tensor_s *t, const int *perm, lm_mesh_s *m, const lm_
   x.fused = &fused;
   lm_dist_tensor_s *y = tensor_reshard(t, m, rel.data(), fn, &x);
   try {
-    if (m->member && !fused) {  // the compact shard y, in t's dim order, into out
-      int64_t ys[kMaxDims], istr[kMaxDims];
-      s = 1;
-      for (int k = n - 1; k >= 0; --k) {
-        ys[k] = s;
-        s *= y->local.len[(size_t)k];
-      }
-      for (int d = 0; d < n; ++d) {
-        if (out->local.len[(size_t)d] != y->local.len[(size_t)perm[d]])
-          fail(LM_ERR_INTERNAL, "%s: the shard of dim %d differs from its source's", fn, d);
-        istr[d] = ys[perm[d]];
-      }
-      const bool stream = out->local_bytes() >= kPermuteStreamBytes;
-      if (!strided_copy(out->base(), ostr.data(), y->data(), istr, out->local.len.data(), n,
-                        t->esize, stream))
-        fail(LM_ERR_INTERNAL, "%s: no element copy of %zu bytes", fn, t->esize);
-    }
+    if (m->member && !fused) permute_shard(out, ostr.data(), y, perm, fn);
   } catch (...) {
     tensor_release(y);
     throw;
@@ -108,7 +139,6 @@ lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh
   expect_object(t, fn);
   const int n = t->layout.ndim();
   check_perm(perm, n, fn);
-  check_host(t, "src", fn);
   lm_mesh_s *m = dst_mesh ? dst_mesh : t->mesh;
   LM_CHECK_ARG(pl != nullptr, "%s: placements is NULL", fn);
   Shape oshape((size_t)n);
@@ -117,7 +147,10 @@ lm_dist_tensor_s *tensor_transpose(lm_dist_tensor_s *t, const int *perm, lm_mesh
   lm_dist_tensor_s *out = tensor_new(m, L, t->dtype, t->device, false);
   try {
     transpose_run(t, perm, m, pl, out, out->local.len, [&] {
-      if (m->member && !out->storage) out->storage = storage_alloc(out->local_bytes(), false);
+      if (!m->member || out->storage) return;
+      out->storage = is_device(out->device)
+                         ? device_storage_alloc(mesh_mem(m), out->device, out->local_bytes(), false)
+                         : storage_alloc(out->local_bytes(), false);
     }, fn);
   } catch (...) {
     tensor_release(out);
@@ -132,8 +165,11 @@ void tensor_transpose_into(lm_dist_tensor_s *dst, lm_dist_tensor_s *t, const int
   expect_object(dst, fn);
   const int n = t->layout.ndim();
   check_perm(perm, n, fn);
-  check_host(t, "src", fn);
-  check_host(dst, "dst", fn);
+  if (dst->device.device_type != t->device.device_type ||
+      dst->device.device_id != t->device.device_id)
+    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst lives on device type %d id %d, src on type %d id %d "
+         "(a transpose stays on src's device)", fn, (int)dst->device.device_type,
+         dst->device.device_id, (int)t->device.device_type, t->device.device_id);
   LM_CHECK_ARG(dst->dtype.code == t->dtype.code && dst->dtype.bits == t->dtype.bits &&
                    dst->dtype.lanes == t->dtype.lanes,
                "%s: dst holds %s, src %s", fn, dl_dtype_name(dst->dtype).c_str(),

@@ -297,6 +297,103 @@ static void test_random(void **state) {
   for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_mesh_destroy(&meshes[i]));
 }
 
+/* Device transposes against the host's: the same source bytes transposed as a host tensor and as
+ * a device tensor (lm_dist_tensor_transpose into a new tensor, or lm_dist_tensor_transpose_into a
+ * zeroed target on the same device), random perms and placements on both sides (Partial targets,
+ * ragged, block-cyclic, cross-mesh). The device result must equal the host result byte for byte,
+ * or be refused alike. A host dst for a device src is refused, naming dst. Collective. */
+static int transpose_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g, DLDataType dt,
+                          const int *perm, const lm_placement_t *spl, const lm_placement_t *dpl,
+                          int into, int borrow, const char *label) {
+  uint64_t saved = rng_state;
+  rng_state = saved + 7919ull * (uint64_t)(lm_test_rank() + 1);
+  lm_dist_tensor_t hs = NULL, ds = NULL, ho = NULL, dout = NULL;
+  void *mem = NULL;
+  make_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
+  rng_state = saved;
+  int64_t og[3];
+  for (int d = 0; d < ndim; ++d) og[d] = g[perm[d]];
+  lm_status_t hst;
+  if (into) {
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&ho, dm, ndim, og, dt, LM_CPU, dpl));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&dout, dm, ndim, og, dt, lm_gpu_dev(), dpl));
+    hst = lm_dist_tensor_transpose_into(ho, hs, perm);
+    LM_ASSERT_ALL(lm_dist_tensor_transpose_into(dout, ds, perm) == hst);
+    /* a host dst for a device source */
+    LM_ASSERT_ALL(lm_dist_tensor_transpose_into(ho, ds, perm) == LM_ERR_INVALID_ARGUMENT);
+    LM_ASSERT_ALL(strstr(lm_last_error_message(), "dst lives on device type") != NULL);
+  } else {
+    hst = lm_dist_tensor_transpose(&ho, hs, perm, dm, dpl);
+    LM_ASSERT_ALL(lm_dist_tensor_transpose(&dout, ds, perm, dm, dpl) == hst);
+    LM_ASSERT_ALL((dout == NULL) == (hst != LM_SUCCESS));
+  }
+  if (hst == LM_SUCCESS) {
+    int ok = same_shards(ho, dout, ndim, dt);
+    if (!ok)
+      fprintf(stderr, "rank %d: %s: dtype %d/%d ndim %d perm %d %d %d into %d: device transpose "
+              "differs\n", lm_test_rank(), label, dt.code, dt.bits, ndim, perm[0], perm[1],
+              perm[2], into);
+    LM_ASSERT_ALL(ok);
+  }
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dout));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ho));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ds));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&hs));
+  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+  LM_CUDA_OK(cudaFree(mem));
+  return hst == LM_SUCCESS;
+}
+
+static void test_transpose(void **state) {
+  (void)state;
+  const char *env = getenv("LM_GPU_CASES");
+  int cases = env ? atoi(env) / 2 : 60, only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
+  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261206ull;
+  lm_mesh_t meshes[3] = {make_mesh(0), make_mesh(1), make_mesh(2)};
+  int ran = 0, refused = 0;
+  for (int c = 0; c < cases; ++c) {
+    rng_state = seed * 1000003ull + (uint64_t)c;
+    if (only >= 0 && c != only) continue;
+    int si = rndi(3), di = rndi(4) == 0 ? rndi(3) : si;
+    lm_mesh_t sm = meshes[si], dm = meshes[di];
+    int sn = 0, dn = 0;
+    LM_ASSERT_OK(lm_mesh_ndim(sm, &sn));
+    LM_ASSERT_OK(lm_mesh_ndim(dm, &dn));
+    int ndim = rndi(8) == 0 ? 0 : 1 + rndi(3);
+    int64_t g[3];
+    for (int i = 0; i < ndim; ++i) g[i] = rndi(10) == 0 ? 0 : 1 + rndi(9);
+    DLDataType dt = kTypes[rndi(12)];
+    int op;
+    do op = rndi(5); while (!op_ok(dt, op));
+    lm_placement_t spl[2], dpl[2];
+    random_placements(spl, sn, ndim, dt, op);
+    random_placements(dpl, dn, ndim, dt, op);
+    int perm[3] = {0, 1, 2};
+    int64_t og[3];
+    for (int i = ndim - 1; i > 0; --i) {
+      int j = rndi(i + 1), t = perm[i];
+      perm[i] = perm[j];
+      perm[j] = t;
+    }
+    for (int d = 0; d < ndim; ++d) og[d] = g[perm[d]];
+    raggedize(sm, spl, sn, ndim, g);
+    raggedize(dm, dpl, dn, ndim, og);
+    cyclicize(sm, spl, sn, ndim);
+    cyclicize(dm, dpl, dn, ndim);
+    char label[96];
+    snprintf(label, sizeof label, "case %d (LM_SEED=%llu LM_CASE=%d)", c, (unsigned long long)seed, c);
+    int into = rndi(2), borrow = rndi(2);
+    if (transpose_case(sm, dm, ndim, g, dt, perm, spl, dpl, into, borrow, label)) ++ran;
+    else ++refused;
+    for (int i = 0; i < g_nids; ++i) LM_ASSERT_OK(lm_extents_destroy(g_ids[i]));
+    g_nids = 0;
+  }
+  if (lm_test_rank() == 0)
+    printf("test_gpu_reshard: %d transposes compared, %d refused alike\n", ran, refused);
+  LM_ASSERT_ALL(only >= 0 || ran > cases / 2);
+  for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_mesh_destroy(&meshes[i]));
+}
+
 /* Directed: int64 Partial(sum) -> Replicate on a 1-D mesh gives sum over ranks of (rank + i);
  * int32 Partial(avg) with negative values truncates toward zero; Shard(0) -> Replicate
  * reassembles 0..n-1; gather of a device tensor into host memory. */
@@ -915,5 +1012,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cross_stream_order),
     cmocka_unit_test(test_other_device_current),
     cmocka_unit_test(test_random),
+    cmocka_unit_test(test_transpose),
 };
 LM_GPU_TEST_MAIN(tests)

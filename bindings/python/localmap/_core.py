@@ -947,7 +947,7 @@ class DistTensor(_Handle):
     def transpose(self, perm, placements, mesh=None):
         """This tensor with its dims permuted as numpy.transpose(x, perm) (a matrix: (1, 0)),
         laid out with `placements` (in the result's dims) on `mesh` (default: this tensor's
-        mesh); lm_dist_tensor_transpose. Host tensors. Collective over both meshes."""
+        mesh); lm_dist_tensor_transpose. Host or device tensors. Collective over both meshes."""
         mh = None if mesh is None else _mesh_h(mesh)
         nd = _tensor_mesh_ndim(self._handle()) if mh is None else _ndim_of(mh)
         pl, _ = _placements_c(placements, "placements", nd)
@@ -964,7 +964,7 @@ class DistTensor(_Handle):
         """Writes this tensor with its dims permuted as numpy.transpose(x, perm) into `dst` (a
         DistTensor whose global shape is this one's permuted, of the same dtype, with its own
         mesh and placements; a padded borrow keeps its padding); lm_dist_tensor_transpose_into.
-        Host tensors. Collective over both meshes."""
+        dst on this tensor's device (host or CUDA). Collective over both meshes."""
         if not isinstance(dst, DistTensor):
             raise InvalidArgumentError(1, "transpose_into: dst is not a DistTensor")
         p = [int(d) for d in perm]

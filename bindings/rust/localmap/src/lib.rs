@@ -1210,7 +1210,7 @@ impl DistTensor {
     }
     /// `lm_dist_tensor_transpose`: the dims permuted as `numpy.transpose(x, perm)` (a matrix:
     /// `&[1, 0]`), laid out with `placements` (in the result's dims) on `dst_mesh` (`None`: this
-    /// tensor's mesh). Host tensors. Collective over both meshes.
+    /// tensor's mesh). Host or device tensors. Collective over both meshes.
     pub fn transpose(&self, perm: &[i32], dst_mesh: Option<&Mesh>, placements: &[Placement]) -> Result<DistTensor> {
         if perm.len() != self.ndim()? {
             return arg_error(format!("DistTensor::transpose: perm has {} entries, the tensor {} dims",
@@ -1227,7 +1227,8 @@ impl DistTensor {
     }
     /// `lm_dist_tensor_transpose_into`: the dims permuted as `numpy.transpose(x, perm)`, written
     /// into `dst` (global shape this tensor's permuted, the same dtype; its own mesh and
-    /// placements; a padded borrow keeps its padding). Host tensors. Collective over both meshes.
+    /// placements; a padded borrow keeps its padding), on self's device. Collective over both
+    /// meshes.
     pub fn transpose_into(&self, dst: &mut DistTensor, perm: &[i32]) -> Result<()> {
         if perm.len() != self.ndim()? {
             return arg_error(format!("DistTensor::transpose_into: perm has {} entries, the tensor {} dims",
