@@ -183,6 +183,7 @@ static void hand_baselines(int64_t n64, int dir, double lm_ms, char *extra, size
   h.src = calloc(local, 8);
   h.dst = calloc(local, 8);
   h.tmp = calloc(local, 8);
+  memset(h.src, 1, local * 8); /* written: a calloc'd buffer never written reads the zero page */
   h.st = malloc(sizeof(MPI_Datatype) * (size_t)np);
   h.rt = malloc(sizeof(MPI_Datatype) * (size_t)np);
   h.one = malloc(sizeof(int) * (size_t)np);

@@ -135,6 +135,7 @@ static void bench_reshards(lm_mesh_t mesh, lm_mesh_t reversed) {
     c->block = N * N / np; /* the MPI baselines move whole blocks (np divides 64) */
     c->sbuf = calloc(N * N, sizeof(double));
     c->rbuf = calloc(N * N, sizeof(double));
+    for (int i = 0; i < N * N; ++i) c->sbuf[i] = 1.0; /* written: never the zero page */
     double us[VARIANTS];
     time_case(c, us);
     if (!rank)
