@@ -703,7 +703,8 @@ static void test_from_local_borrow_padded(void **state) {
  * same layout (a local copy, by a plan and by a group) the buffer pool's high-water mark does not
  * move: no compact stand-in of either shard (each would take its shard's bytes). A Partial(sum)
  * padded borrow reshards exactly, read in place by the reduce-scatter, and is written by one into
- * a padded target (which then goes through a compact stand-in, copied back, the padding kept). */
+ * a padded target (which then goes through a compact stand-in, copied back, the padding kept),
+ * the source still read in place (pool memory below a stand-in of each shard). */
 static int64_t padded_rows(int64_t n, int64_t *lo) {
   const int64_t per = (n + NP - 1) / NP;
   *lo = per * ME < n ? per * ME : n;
@@ -825,6 +826,15 @@ static void test_padded_in_place(void **state) {
   lm_reshard_plan_t rs = NULL;
   LM_ASSERT_OK(lm_reshard_plan_create(&rs, m, ps, NULL, s0, 2, G, LM_FLOAT64));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs, x, back));
+  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs, x, back));
+  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  /* The source is read in place: less pool memory than a stand-in of each shard would take. */
+  if (peak - in_use >= (N + rows) * C * (int64_t)sizeof(double)) {
+    fprintf(stderr, "rank %d: a padded P(sum) -> S(0) took %lld pool bytes (shards %lld + %lld)\n",
+            ME, (long long)(peak - in_use), (long long)(N * C * 8), (long long)(rows * C * 8));
+    ++bad;
+  }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < rld; ++j)
       bad += z[i * rld + j] !=

@@ -959,6 +959,7 @@ const void *in_of(const Plan &p, ExecState &x, size_t i) {
 struct Plan::Padded {
   Shape in, out;
   bool has_in = false, has_out = false, ok = false;
+  bool out_compact = false;  // the variant reads in padded, writes a compact target
   std::unique_ptr<Plan> plan;
   bool same(const Shape *i, const Shape *o) const {
     return has_in == (i != nullptr) && has_out == (o != nullptr) && (!i || *i == in) &&
@@ -972,9 +973,13 @@ std::atomic<uint64_t> g_plan_serial{0};
 
 Plan::Plan() : serial(++g_plan_serial) {}
 
-Plan *Plan::padded(const Shape *in_pad, const Shape *out_pad) {
+Plan *Plan::padded(const Shape *in_pad, const Shape *out_pad, bool *out_compact) {
+  *out_compact = false;
   if (!in_pad && !out_pad) return this;
-  if (padded_ && padded_->same(in_pad, out_pad)) return padded_->ok ? padded_->plan.get() : nullptr;
+  if (padded_ && padded_->same(in_pad, out_pad)) {
+    *out_compact = padded_->out_compact;
+    return padded_->ok ? padded_->plan.get() : nullptr;
+  }
   if (padded_ && padded_->plan && padded_->plan->active)
     fail(LM_ERR_INTERNAL, "Plan::padded during an execution of its variant");
   auto v = std::make_unique<Padded>();
@@ -983,8 +988,13 @@ Plan *Plan::padded(const Shape *in_pad, const Shape *out_pad) {
   if (in_pad) v->in = *in_pad;
   if (out_pad) v->out = *out_pad;
   v->plan = variant([&](Schedule &s) { return schedule_pad(s, in_pad, out_pad); });
+  if (!v->plan && in_pad && out_pad) {  // the source in place, the target through a stand-in
+    v->plan = variant([&](Schedule &s) { return schedule_pad(s, in_pad, nullptr); });
+    v->out_compact = v->plan != nullptr;
+  }
   v->ok = v->plan != nullptr;
   padded_ = std::move(v);
+  *out_compact = padded_->out_compact;
   return padded_->ok ? padded_->plan.get() : nullptr;
 }
 

@@ -53,11 +53,13 @@ class Plan : public Schedule {
   // This plan for padded shards (host; tensor/tensor.hpp): in_pad / out_pad (NULL: compact) are
   // the extents of the arrays that the source and target shards lie in. Returns this plan when
   // both are NULL, else a variant of it for those extents (planner.hpp, schedule_pad), built at
-  // the first call and kept for the next ones with the same extents; NULL where a padded target
-  // would be written by a reduce-scatter or a Partial fill (schedule_pad): the caller then runs
-  // this plan on compact copies.
+  // the first call and kept for the next ones with the same extents. Where a padded target would
+  // be written by a reduce-scatter or a Partial fill (schedule_pad refuses it), the variant reads
+  // a padded source in place and writes a compact target: *out_compact says so (the caller gives
+  // it a compact stand-in of the target); NULL where no variant reads the source either: the
+  // caller then runs this plan on compact copies of both.
   // Not during an execution of the variant it replaces.
-  Plan *padded(const Shape *in_pad, const Shape *out_pad);
+  Plan *padded(const Shape *in_pad, const Shape *out_pad, bool *out_compact);
   // This plan writing its output through element strides out_str (one per tensor dim of the
   // output box: a transposed array, lm_dist_tensor_transpose) instead of row-major: a variant
   // (planner.hpp, schedule_stride_out) built at the first call and kept for the next ones with

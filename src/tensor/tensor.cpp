@@ -323,8 +323,13 @@ uint64_t CompactShards::made() { return g_standins.load(std::memory_order_relaxe
 Plan *CompactShards::plan_for(Plan &p, lm_dist_tensor_s **s, lm_dist_tensor_s **d) {
   const bool ps = padded_member(*s), pd = d && padded_member(*d);
   if (!ps && !pd) return &p;
-  if (!is_device((*s)->device))
-    if (Plan *v = p.padded(ps ? &(*s)->pad : nullptr, pd ? &(*d)->pad : nullptr)) return v;
+  if (!is_device((*s)->device)) {
+    bool out_compact = false;
+    if (Plan *v = p.padded(ps ? &(*s)->pad : nullptr, pd ? &(*d)->pad : nullptr, &out_compact)) {
+      if (out_compact) *d = add(*d, true);  // the source read in place, the target a stand-in
+      return v;
+    }
+  }
   *s = add(*s, false);
   if (d) *d = add(*d, true);
   return &p;
