@@ -256,45 +256,71 @@ static int compare_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g, 
   return hst == LM_SUCCESS;
 }
 
-static void test_random(void **state) {
-  (void)state;
+/* A random case's draws shared by the suites below: its meshes (same, 2-D or reversed, a quarter
+ * of them cross-mesh), shape (extents 1 to max_extent, some 0, some 0-d), dtype, an op it allows,
+ * and placements on both sides (before any ragged or block-cyclic dims). */
+typedef struct {
+  lm_mesh_t sm, dm;
+  int sn, dn, ndim;
+  int64_t g[3];
+  DLDataType dt;
+  lm_placement_t spl[2], dpl[2];
+} rcase_t;
+
+static void draw_case(lm_mesh_t *meshes, int max_extent, rcase_t *k) {
+  int si = rndi(3), di = rndi(4) == 0 ? rndi(3) : si;
+  k->sm = meshes[si];
+  k->dm = meshes[di];
+  LM_ASSERT_OK(lm_mesh_ndim(k->sm, &k->sn));
+  LM_ASSERT_OK(lm_mesh_ndim(k->dm, &k->dn));
+  k->ndim = rndi(8) == 0 ? 0 : 1 + rndi(3);
+  for (int i = 0; i < k->ndim; ++i) k->g[i] = rndi(10) == 0 ? 0 : 1 + rndi(max_extent);
+  k->dt = kTypes[rndi(12)];
+  int op;
+  do op = rndi(5); while (!op_ok(k->dt, op));
+  random_placements(k->spl, k->sn, k->ndim, k->dt, op);
+  random_placements(k->dpl, k->dn, k->ndim, k->dt, op);
+}
+
+/* Runs `cases` random cases (LM_GPU_CASES / div, default dflt; replay one with LM_CASE, another
+ * seed with LM_SEED) on three meshes: one_case(meshes, c, seed label) compares one and returns
+ * 1, or 0 when the host and the device refused alike. Most cases must compare. */
+static void run_cases(const char *what, int div, int dflt, uint64_t seed0,
+                      int (*one_case)(lm_mesh_t *, const char *)) {
   const char *env = getenv("LM_GPU_CASES");
-  int cases = env ? atoi(env) : 150, only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
-  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261201ull;
+  int cases = env ? atoi(env) / div : dflt, only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
+  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : seed0;
   lm_mesh_t meshes[3] = {make_mesh(0), make_mesh(1), make_mesh(2)};
   int ran = 0, refused = 0;
   for (int c = 0; c < cases; ++c) {
     rng_state = seed * 1000003ull + (uint64_t)c;
     if (only >= 0 && c != only) continue;
-    int si = rndi(3), di = rndi(4) == 0 ? rndi(3) : si;
-    lm_mesh_t sm = meshes[si], dm = meshes[di];
-    int sn = 0, dn = 0;
-    LM_ASSERT_OK(lm_mesh_ndim(sm, &sn));
-    LM_ASSERT_OK(lm_mesh_ndim(dm, &dn));
-    int ndim = rndi(8) == 0 ? 0 : 1 + rndi(3);
-    int64_t g[3];
-    for (int i = 0; i < ndim; ++i) g[i] = rndi(10) == 0 ? 0 : 1 + rndi(7);
-    DLDataType dt = kTypes[rndi(12)];
-    int op;
-    do op = rndi(5); while (!op_ok(dt, op));
-    lm_placement_t spl[2], dpl[2];
-    random_placements(spl, sn, ndim, dt, op);
-    random_placements(dpl, dn, ndim, dt, op);
-    int path = rndi(3), borrow = rndi(2);
-    raggedize(sm, spl, sn, ndim, g);
-    raggedize(dm, dpl, dn, ndim, g);
-    cyclicize(sm, spl, sn, ndim);
-    cyclicize(dm, dpl, dn, ndim);
     char label[96];
     snprintf(label, sizeof label, "case %d (LM_SEED=%llu LM_CASE=%d)", c, (unsigned long long)seed, c);
-    if (compare_case(sm, dm, ndim, g, dt, spl, dpl, path, borrow, label)) ++ran;
+    if (one_case(meshes, label)) ++ran;
     else ++refused;
     for (int i = 0; i < g_nids; ++i) LM_ASSERT_OK(lm_extents_destroy(g_ids[i]));
     g_nids = 0;
   }
-  if (lm_test_rank() == 0) printf("test_gpu_reshard: %d cases compared, %d refused alike\n", ran, refused);
+  if (lm_test_rank() == 0) printf("test_gpu_reshard: %d %s compared, %d refused alike\n", ran, what, refused);
   LM_ASSERT_ALL(only >= 0 || ran > cases / 2);
   for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_mesh_destroy(&meshes[i]));
+}
+
+static int random_case(lm_mesh_t *meshes, const char *label) {
+  rcase_t k;
+  draw_case(meshes, 7, &k);
+  int path = rndi(3), borrow = rndi(2);
+  raggedize(k.sm, k.spl, k.sn, k.ndim, k.g);
+  raggedize(k.dm, k.dpl, k.dn, k.ndim, k.g);
+  cyclicize(k.sm, k.spl, k.sn, k.ndim);
+  cyclicize(k.dm, k.dpl, k.dn, k.ndim);
+  return compare_case(k.sm, k.dm, k.ndim, k.g, k.dt, k.spl, k.dpl, path, borrow, label);
+}
+
+static void test_random(void **state) {
+  (void)state;
+  run_cases("cases", 1, 150, 20261201ull, random_case);
 }
 
 /* Device transposes against the host's: the same source bytes transposed as a host tensor and as
@@ -344,54 +370,28 @@ static int transpose_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g
   return hst == LM_SUCCESS;
 }
 
+static int random_transpose(lm_mesh_t *meshes, const char *label) {
+  rcase_t k;
+  draw_case(meshes, 9, &k);
+  int perm[3] = {0, 1, 2};
+  int64_t og[3];
+  for (int i = k.ndim - 1; i > 0; --i) {
+    int j = rndi(i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (int d = 0; d < k.ndim; ++d) og[d] = k.g[perm[d]];
+  raggedize(k.sm, k.spl, k.sn, k.ndim, k.g);
+  raggedize(k.dm, k.dpl, k.dn, k.ndim, og);
+  cyclicize(k.sm, k.spl, k.sn, k.ndim);
+  cyclicize(k.dm, k.dpl, k.dn, k.ndim);
+  int into = rndi(2), borrow = rndi(2);
+  return transpose_case(k.sm, k.dm, k.ndim, k.g, k.dt, perm, k.spl, k.dpl, into, borrow, label);
+}
+
 static void test_transpose(void **state) {
   (void)state;
-  const char *env = getenv("LM_GPU_CASES");
-  int cases = env ? atoi(env) / 2 : 60, only = getenv("LM_CASE") ? atoi(getenv("LM_CASE")) : -1;
-  uint64_t seed = getenv("LM_SEED") ? strtoull(getenv("LM_SEED"), NULL, 10) : 20261206ull;
-  lm_mesh_t meshes[3] = {make_mesh(0), make_mesh(1), make_mesh(2)};
-  int ran = 0, refused = 0;
-  for (int c = 0; c < cases; ++c) {
-    rng_state = seed * 1000003ull + (uint64_t)c;
-    if (only >= 0 && c != only) continue;
-    int si = rndi(3), di = rndi(4) == 0 ? rndi(3) : si;
-    lm_mesh_t sm = meshes[si], dm = meshes[di];
-    int sn = 0, dn = 0;
-    LM_ASSERT_OK(lm_mesh_ndim(sm, &sn));
-    LM_ASSERT_OK(lm_mesh_ndim(dm, &dn));
-    int ndim = rndi(8) == 0 ? 0 : 1 + rndi(3);
-    int64_t g[3];
-    for (int i = 0; i < ndim; ++i) g[i] = rndi(10) == 0 ? 0 : 1 + rndi(9);
-    DLDataType dt = kTypes[rndi(12)];
-    int op;
-    do op = rndi(5); while (!op_ok(dt, op));
-    lm_placement_t spl[2], dpl[2];
-    random_placements(spl, sn, ndim, dt, op);
-    random_placements(dpl, dn, ndim, dt, op);
-    int perm[3] = {0, 1, 2};
-    int64_t og[3];
-    for (int i = ndim - 1; i > 0; --i) {
-      int j = rndi(i + 1), t = perm[i];
-      perm[i] = perm[j];
-      perm[j] = t;
-    }
-    for (int d = 0; d < ndim; ++d) og[d] = g[perm[d]];
-    raggedize(sm, spl, sn, ndim, g);
-    raggedize(dm, dpl, dn, ndim, og);
-    cyclicize(sm, spl, sn, ndim);
-    cyclicize(dm, dpl, dn, ndim);
-    char label[96];
-    snprintf(label, sizeof label, "case %d (LM_SEED=%llu LM_CASE=%d)", c, (unsigned long long)seed, c);
-    int into = rndi(2), borrow = rndi(2);
-    if (transpose_case(sm, dm, ndim, g, dt, perm, spl, dpl, into, borrow, label)) ++ran;
-    else ++refused;
-    for (int i = 0; i < g_nids; ++i) LM_ASSERT_OK(lm_extents_destroy(g_ids[i]));
-    g_nids = 0;
-  }
-  if (lm_test_rank() == 0)
-    printf("test_gpu_reshard: %d transposes compared, %d refused alike\n", ran, refused);
-  LM_ASSERT_ALL(only >= 0 || ran > cases / 2);
-  for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_mesh_destroy(&meshes[i]));
+  run_cases("transposes", 2, 60, 20261206ull, random_transpose);
 }
 
 /* Directed: int64 Partial(sum) -> Replicate on a 1-D mesh gives sum over ranks of (rank + i);
