@@ -205,6 +205,29 @@ static lm_mesh_t make_mesh(int kind) {
   return m;
 }
 
+/* A case's source pair (make_pair), its values from a stream of this rank's own; the shared
+ * generator resumes where it was, so every rank draws the rest of the case alike. */
+static void make_case_pair(lm_mesh_t m, int ndim, const int64_t *g, DLDataType dt,
+                           const lm_placement_t *pl, int borrow, lm_dist_tensor_t *hs,
+                           lm_dist_tensor_t *ds, void **mem) {
+  uint64_t saved = rng_state;
+  rng_state = saved + 7919ull * (uint64_t)(lm_test_rank() + 1);
+  make_pair(m, ndim, g, dt, pl, borrow, hs, ds, mem);
+  rng_state = saved;
+}
+
+/* Destroys a case's four tensors (collective) and frees the device twin's memory once the stream
+ * is done with it. */
+static void release_case(lm_dist_tensor_t *dout, lm_dist_tensor_t *ho, lm_dist_tensor_t *ds,
+                         lm_dist_tensor_t *hs, void *mem) {
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(dout));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(ho));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(ds));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(hs));
+  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
+  LM_CUDA_OK(cudaFree(mem));
+}
+
 /* One case: the same source bytes resharded as a host tensor and as a device tensor along `path`
  * (0 reshard, 1 plan execute, 2 plan start + test/wait); the device result must equal the host
  * result byte for byte, or, when the host refuses, the device must refuse alike. Returns 1 when
@@ -212,12 +235,9 @@ static lm_mesh_t make_mesh(int kind) {
 static int compare_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g, DLDataType dt,
                         const lm_placement_t *spl, const lm_placement_t *dpl, int path, int borrow,
                         const char *label) {
-  uint64_t saved = rng_state;
-  rng_state = saved + 7919ull * (uint64_t)(lm_test_rank() + 1);
   lm_dist_tensor_t hs = NULL, ds = NULL, ho = NULL, dout = NULL;
   void *mem = NULL;
-  make_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
-  rng_state = saved;
+  make_case_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
   lm_status_t hst = lm_dist_tensor_reshard(&ho, hs, dm, dpl);
   if (hst != LM_SUCCESS) { /* a reshard the library refuses: the device one must fail alike */
     lm_status_t dst_ = lm_dist_tensor_reshard(&dout, ds, dm, dpl);
@@ -247,12 +267,7 @@ static int compare_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g, 
               lm_test_rank(), label, dt.code, dt.bits, ndim, path);
     LM_ASSERT_ALL(ok);
   }
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dout));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ho));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ds));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&hs));
-  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
-  LM_CUDA_OK(cudaFree(mem));
+  release_case(&dout, &ho, &ds, &hs, mem);
   return hst == LM_SUCCESS;
 }
 
@@ -331,12 +346,9 @@ static void test_random(void **state) {
 static int transpose_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g, DLDataType dt,
                           const int *perm, const lm_placement_t *spl, const lm_placement_t *dpl,
                           int into, int borrow, const char *label) {
-  uint64_t saved = rng_state;
-  rng_state = saved + 7919ull * (uint64_t)(lm_test_rank() + 1);
   lm_dist_tensor_t hs = NULL, ds = NULL, ho = NULL, dout = NULL;
   void *mem = NULL;
-  make_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
-  rng_state = saved;
+  make_case_pair(sm, ndim, g, dt, spl, borrow, &hs, &ds, &mem);
   int64_t og[3];
   for (int d = 0; d < ndim; ++d) og[d] = g[perm[d]];
   lm_status_t hst;
@@ -361,12 +373,7 @@ static int transpose_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g
               perm[2], into);
     LM_ASSERT_ALL(ok);
   }
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dout));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ho));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&ds));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&hs));
-  LM_CUDA_OK(cudaStreamSynchronize(lm_gpu_stream));
-  LM_CUDA_OK(cudaFree(mem));
+  release_case(&dout, &ho, &ds, &hs, mem);
   return hst == LM_SUCCESS;
 }
 
