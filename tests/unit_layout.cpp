@@ -679,6 +679,26 @@ void test_permute_copy() {
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < m; ++j) wrong += t[(size_t)(i * m + j)] != a[(size_t)(j * k + i)];
   CHECK_EQ(wrong, 0);
+  // Streamed rows whole cache lines apart (320 bytes) starting at every offset into a line: the
+  // peel to the line boundary, for 8-, 4- and 2-byte elements; guards around the output.
+  for (size_t es : {size_t(8), size_t(4), size_t(2)}) {
+    const int64_t cols = 320 / (int64_t)es, rows = 24, tl2[2] = {rows, cols}, ts2[2] = {1, rows};
+    std::vector<uint8_t> src((size_t)(rows * cols) * es), buf((size_t)(rows * cols) * es + 256);
+    for (uint8_t &b : src) b = (uint8_t)rng();
+    for (size_t shift = 0; shift < 64; shift += es) {
+      for (uint8_t &b : buf) b = 0xa5;
+      uint8_t *o = buf.data() + (64 - (uintptr_t)buf.data() % 64) % 64 + shift;
+      CHECK(lm::permute_copy(o, src.data(), 2, tl2, ts2, es, 0));
+      int64_t off = 0;
+      for (int64_t i = 0; i < rows; ++i)  // o[i][j] = src[j][i]
+        for (int64_t j = 0; j < cols; ++j)
+          off += std::memcmp(o + (size_t)(i * cols + j) * es, src.data() + (size_t)(j * rows + i) * es,
+                             es) != 0;
+      for (uint8_t *q = buf.data(); q < buf.data() + buf.size(); ++q)
+        if (q < o || q >= o + src.size()) off += *q != 0xa5;
+      CHECK_EQ(off, 0);
+    }
+  }
   CHECK(cases == 3000);
 }
 
