@@ -764,14 +764,14 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_transpose(lm_dist_tensor_t *out, 
                                                          const int *perm, lm_mesh_t dst_mesh,
                                                          const lm_placement_t *placements);
 /** src with its dims permuted (as lm_dist_tensor_transpose) written into dst, an existing tensor
- * on src's device (host or CUDA) whose global shape is src's permuted by perm, of src's dtype, on any mesh of src's
- * parent with any placements: COSTA's transform with a transpose, or p?tran into a ScaLAPACK
- * array borrowed with lm_dist_tensor_from_scalapack (padded rows included: the padding is never
- * written). dst's shard is overwritten on every rank of its mesh, with the values a reshard to
+ * on src's device (host or CUDA) whose global shape is src's permuted by perm, of src's dtype,
+ * on any mesh of src's parent with any placements: COSTA's transform with a transpose, or p?tran
+ * into a ScaLAPACK array borrowed with lm_dist_tensor_from_scalapack (padded rows included: the
+ * padding is never written). dst's shard is overwritten on every rank of its mesh, with the values a reshard to
  * dst's placements would give (a Partial placement of dst included).
  * LM_ERR_INVALID_ARGUMENT, naming the argument, for a global shape or dtype that does not match
  * and, agreed on every rank, for a dst shard that shares memory with src's (no transpose in
- * place), and for a dst on another device than src's (a host dst of a device src included).
+ * place) and for a dst on another device than src's (a host dst of a device src included).
  * Collective over the ranks of both meshes, as lm_dist_tensor_reshard. */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_transpose_into(lm_dist_tensor_t dst,
                                                               lm_dist_tensor_t src,

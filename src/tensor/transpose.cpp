@@ -165,11 +165,6 @@ void tensor_transpose_into(lm_dist_tensor_s *dst, lm_dist_tensor_s *t, const int
   expect_object(dst, fn);
   const int n = t->layout.ndim();
   check_perm(perm, n, fn);
-  if (dst->device.device_type != t->device.device_type ||
-      dst->device.device_id != t->device.device_id)
-    fail(LM_ERR_INVALID_ARGUMENT, "%s: dst lives on device type %d id %d, src on type %d id %d "
-         "(a transpose stays on src's device)", fn, (int)dst->device.device_type,
-         dst->device.device_id, (int)t->device.device_type, t->device.device_id);
   LM_CHECK_ARG(dst->dtype.code == t->dtype.code && dst->dtype.bits == t->dtype.bits &&
                    dst->dtype.lanes == t->dtype.lanes,
                "%s: dst holds %s, src %s", fn, dl_dtype_name(dst->dtype).c_str(),
@@ -188,6 +183,13 @@ void tensor_transpose_into(lm_dist_tensor_s *dst, lm_dist_tensor_s *t, const int
   const int me = m->world_rank;
   transpose_run(t, perm, m, dst->layout.pl.data(), dst, dst->padded() ? dst->pad : dst->local.len,
                 [&] {
+    // Per rank (a rank's devices are its own), so agreed here: no rank is left waiting.
+    if (dst->device.device_type != t->device.device_type ||
+        dst->device.device_id != t->device.device_id)
+      fail(LM_ERR_INVALID_ARGUMENT, "%s: dst lives on device type %d id %d, src on type %d id %d "
+           "on world rank %d (a transpose stays on src's device)", fn,
+           (int)dst->device.device_type, dst->device.device_id, (int)t->device.device_type,
+           t->device.device_id, me);
     if (!m->member || dst->local_numel() == 0) return;
     LM_CHECK_ARG(dst->storage != nullptr, "%s: dst has no shard on world rank %d", fn, me);
     const char *a = static_cast<const char *>(dst->base()), *b = static_cast<const char *>(t->base());
