@@ -654,6 +654,17 @@ void copy_schedule(Schedule &out, const Schedule &s) {
   out.compressed = s.compressed;
 }
 
+namespace {
+// Step l's output is no longer the compact buffer the step before may have written straight
+// into (a padded or strided output): that step writes its own work buffer again.
+void unfuse_before(Schedule &s, size_t l) {
+  if (l == 0 || s.fused[l - 1] < 0) return;
+  s.fused[l - 1] = -1;
+  s.steps[l]->skip_self = false;
+  s.work_bytes[l - 1] = (size_t)s.steps[l - 1]->outbox.numel() * s.esize;
+}
+}  // namespace
+
 bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
   if (s.compressed) return false;
   if (s.steps.empty()) return true;  // nothing touches either buffer
@@ -683,11 +694,7 @@ bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
     if (!pad_fits(*out_pad, st.outbox)) return false;
     st.out_pad = *out_pad;
     for (Msg &m : st.recvs) m.contiguous = box_is_contiguous_at(st.outbox, *out_pad, m.box, s.esize, &m.off);
-    if (l > 0 && s.fused[l - 1] >= 0) {  // the step before wrote into a compact output
-      s.fused[l - 1] = -1;
-      st.skip_self = false;
-      s.work_bytes[l - 1] = (size_t)s.steps[l - 1]->outbox.numel() * s.esize;
-    }
+    unfuse_before(s, l);
   }
   return true;
 }
@@ -702,11 +709,7 @@ bool schedule_stride_out(Schedule &s, const Shape &out_str) {
     if (p->kind == StepKind::kPartialInit) return false;
   if (out_str.size() != st.outbox.len.size()) return false;
   st.out_str = out_str;  // (the executor stages every receive of such a step)
-  if (l > 0 && s.fused[l - 1] >= 0) {  // the step before wrote into a compact output
-    s.fused[l - 1] = -1;
-    st.skip_self = false;
-    s.work_bytes[l - 1] = (size_t)s.steps[l - 1]->outbox.numel() * s.esize;
-  }
+  unfuse_before(s, l);
   return true;
 }
 
