@@ -1157,6 +1157,12 @@ static void test_nonblocking(void **state) {
     /* src as dst */
     st = lm_reshard_plan_execute(plan, src, src);
     if (st != LM_ERR_INVALID_ARGUMENT) note("execute with dst == src: %s", lm_status_string(st));
+    /* swapped: both fit the plan's other side (and were executed there), so both are checked
+     * again (a match is remembered per side) */
+    st = lm_reshard_plan_execute(plan, dst, src);
+    if (st != LM_ERR_INVALID_ARGUMENT || strstr(lm_last_error_message(), "src has layout") == NULL)
+      note("execute with src and dst swapped: %s: \"%s\"", lm_status_string(st),
+           lm_last_error_message());
     lm_dist_tensor_destroy(&wrong_layout);
     lm_dist_tensor_destroy(&wrong_dtype);
     lm_dist_tensor_destroy(&wrong_shape);

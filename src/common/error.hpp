@@ -54,6 +54,13 @@ class ArgName {
     a.put_index(index);
     return a;
   }
+  // "arg[index]", or "arg" where index < 0 (one argument or an entry of an array).
+  static ArgName entry(const char *arg, long long index) {
+    ArgName a;
+    a.put(arg);
+    if (index >= 0) a.put_index(index);
+    return a;
+  }
   const char *c_str() const { return buf_; }
 
  private:

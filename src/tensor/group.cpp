@@ -67,13 +67,16 @@ void check_overlaps(const std::vector<lm_dist_tensor_s *> &S,
     size_t i;
   };
   std::vector<Span> v;
+  v.reserve(2 * S.size());
   for (size_t i = 0; i < S.size(); ++i) {
     if (S[i]->base() && S[i]->span_bytes())
       v.push_back({(uintptr_t)S[i]->base(), (uintptr_t)S[i]->base() + S[i]->span_bytes(), false, i});
     if (D[i]->base() && D[i]->span_bytes())
       v.push_back({(uintptr_t)D[i]->base(), (uintptr_t)D[i]->base() + D[i]->span_bytes(), true, i});
   }
-  std::sort(v.begin(), v.end(), [](const Span &a, const Span &b) { return a.lo < b.lo; });
+  auto lower = [](const Span &a, const Span &b) { return a.lo < b.lo; };
+  if (!std::is_sorted(v.begin(), v.end(), lower))  // tensors made in order often are
+    std::sort(v.begin(), v.end(), lower);
   const Span *far = nullptr;  // the span reaching furthest so far
   for (const Span &s : v) {
     if (far && s.lo < far->hi && (s.dst || far->dst)) {
@@ -99,13 +102,13 @@ void group_check_tensors(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *s
   LM_CHECK_ARG(n == 0 || dst != nullptr, "%s: dst is NULL", fn);
   LM_CHECK_ARG(g->in_flight == nullptr, "%s: the group already has a request in flight", fn);
   mesh_check_usable(g->src_mesh, fn);
-  mesh_check_usable(g->dst_mesh, fn);
+  if (g->dst_mesh != g->src_mesh) mesh_check_usable(g->dst_mesh, fn);
   S.assign((size_t)n, nullptr);
   D.assign((size_t)n, nullptr);
   for (int i = 0; i < n; ++i) {
-    const ArgName sn = ArgName::indexed("src", i), dn = ArgName::indexed("dst", i);
-    plan_check_tensors(g->entries[(size_t)i].get(), src[i], dst[i], fn, &S[(size_t)i],
-                       &D[(size_t)i], sn.c_str(), dn.c_str());
+    // The entries' meshes are the group's (checked above) and no entry runs a request alone.
+    plan_check_pair(g->entries[(size_t)i].get(), src[i], dst[i], fn, &S[(size_t)i],
+                    &D[(size_t)i], i);
     LM_CHECK_ARG(S[(size_t)i]->device.device_type == S[0]->device.device_type,
                  "%s: src[%d] lives on device type %d, src[0] on %d: a group is all host or all "
                  "CUDA", fn, i, (int)S[(size_t)i]->device.device_type,

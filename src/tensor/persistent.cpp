@@ -98,43 +98,62 @@ lm_dist_tensor_s *plan_alloc_target(lm_reshard_plan_s *p, DLDevice device) {
   return tensor_new(p->dst_mesh, p->plan->dst, p->plan->dtype, device, true);
 }
 
-static void check_matches(const lm_dist_tensor_s *t, lm_mesh_s *mesh, const Layout &L,
-                          DLDataType dtype, const char *fn, const char *arg) {
+// Whether t fits the side `role` (0: source, 1: target) of plan p: its mesh, layout, dtype and
+// memory kind. A tensor's are fixed from its creation and a plan's from its own, so a match is
+// remembered in t (the plan's serial, never reused) and not compared again: a group of 64
+// tensors otherwise spends most of its checks fetching their layouts' vectors.
+static void check_matches(const lm_dist_tensor_s *t, const lm_reshard_plan_s *p, int role,
+                          const char *fn, int index) {
+  const uint64_t serial = p->plan->serial;
+  if (t->matched[role].load(std::memory_order_relaxed) == serial) return;
+  const lm_mesh_s *mesh = role ? p->dst_mesh : p->src_mesh;
+  const Layout &L = role ? p->plan->dst : p->plan->src;
+  const DLDataType dtype = p->plan->dtype;
+  auto arg = [&] { return ArgName::entry(role ? "dst" : "src", index); };  // on failure only
   LM_CHECK_ARG(t->mesh == mesh || t->mesh->grid->same_as(*mesh->grid),
-               "%s: %s lives on another mesh than the plan's", fn, arg);
-  LM_CHECK_ARG(t->layout.equals(L), "%s: %s has layout %s, the plan expects %s", fn, arg,
-               t->layout.str().c_str(), L.str().c_str());
-  LM_CHECK_ARG(dtype_equal(t->dtype, dtype), "%s: %s has dtype %s, the plan %s", fn, arg,
-               dl_dtype_name(t->dtype).c_str(), dl_dtype_name(dtype).c_str());
+               "%s: %s lives on another mesh than the plan's", fn, arg().c_str());
+  LM_CHECK_ARG(t->layout.equals(L), "%s: %s has layout %s, the plan expects %s", fn,
+               arg().c_str(), t->layout.str().c_str(), L.str().c_str());
+  LM_CHECK_ARG(dtype_equal(t->dtype, dtype), "%s: %s has dtype %s, the plan %s", fn,
+               arg().c_str(), dl_dtype_name(t->dtype).c_str(), dl_dtype_name(dtype).c_str());
   LM_CHECK_ARG(t->device.device_type == kDLCPU || is_device(t->device),
-               "%s: %s is neither host (kDLCPU) nor CUDA (kDLCUDA) memory", fn, arg);
+               "%s: %s is neither host (kDLCPU) nor CUDA (kDLCUDA) memory", fn, arg().c_str());
+  t->matched[role].store(serial, std::memory_order_relaxed);
 }
 
 void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                        const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso,
-                        const char *sname, const char *dname) {
-  lm_dist_tensor_s *s = static_cast<lm_dist_tensor_s *>(handle_get(src, HandleKind::Tensor));
-  lm_dist_tensor_s *d = static_cast<lm_dist_tensor_s *>(handle_get(dst, HandleKind::Tensor));
-  LM_CHECK_ARG(s != nullptr, "%s: %s is NULL or not a live lm_dist_tensor_t", fn, sname);
-  LM_CHECK_ARG(d != nullptr, "%s: %s is NULL or not a live lm_dist_tensor_t", fn, dname);
-  *so = s;
-  *dso = d;
+                        const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso) {
   LM_CHECK_ARG(p->in_flight == nullptr, "%s: the plan already has a request in flight", fn);
   mesh_check_usable(p->src_mesh, fn);
-  mesh_check_usable(p->dst_mesh, fn);
-  check_matches(s, p->src_mesh, p->plan->src, p->plan->dtype, fn, sname);
-  check_matches(d, p->dst_mesh, p->plan->dst, p->plan->dtype, fn, dname);
-  LM_CHECK_ARG(s != d, "%s: %s and %s are the same tensor", fn, sname, dname);
+  if (p->dst_mesh != p->src_mesh) mesh_check_usable(p->dst_mesh, fn);
+  plan_check_pair(p, src, dst, fn, so, dso, -1);
+}
+
+void plan_check_pair(const lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                     const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso, int index) {
+  // The arguments' names, formatted on a failure only: "src" and "dst", or "src[i]" and "dst[i]".
+  auto sn = [&] { return ArgName::entry("src", index); };
+  auto dn = [&] { return ArgName::entry("dst", index); };
+  lm_dist_tensor_s *s = static_cast<lm_dist_tensor_s *>(handle_get(src, HandleKind::Tensor));
+  lm_dist_tensor_s *d = static_cast<lm_dist_tensor_s *>(handle_get(dst, HandleKind::Tensor));
+  LM_CHECK_ARG(s != nullptr, "%s: %s is NULL or not a live lm_dist_tensor_t", fn, sn().c_str());
+  LM_CHECK_ARG(d != nullptr, "%s: %s is NULL or not a live lm_dist_tensor_t", fn, dn().c_str());
+  *so = s;
+  *dso = d;
+  check_matches(s, p, 0, fn, index);
+  check_matches(d, p, 1, fn, index);
+  LM_CHECK_ARG(s != d, "%s: %s and %s are the same tensor", fn, sn().c_str(), dn().c_str());
   LM_CHECK_ARG(s->device.device_type == d->device.device_type,
-               "%s: %s lives on device type %d, %s on %d: both host or both CUDA", fn, sname,
-               (int)s->device.device_type, dname, (int)d->device.device_type);
+               "%s: %s lives on device type %d, %s on %d: both host or both CUDA", fn,
+               sn().c_str(), (int)s->device.device_type, dn().c_str(),
+               (int)d->device.device_type);
   // Any overlap of the two shards' bytes (two tensors may borrow one buffer): the copy would read
   // what it already overwrote.
   const uintptr_t sp = (uintptr_t)s->base(), dp = (uintptr_t)d->base();
   const size_t sb = s->span_bytes(), db = d->span_bytes();
   if (sp && dp && sb && db && sp < dp + db && dp < sp + sb)
     fail(LM_ERR_INVALID_ARGUMENT, "%s: %s's memory overlaps %s's (bytes [%p, +%zu) and "
-         "[%p, +%zu) on rank %d)", fn, dname, sname, d->base(), db, s->base(), sb,
+         "[%p, +%zu) on rank %d)", fn, dn().c_str(), sn().c_str(), d->base(), db, s->base(), sb,
          world_rank_or_minus1());
 }
 

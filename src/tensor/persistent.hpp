@@ -51,11 +51,14 @@ ReshardArgs check_reshard_args(lm_mesh_t src_mesh, const lm_placement_t *src_pl,
 lm_reshard_plan_s *plan_create(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_t dst_mesh,
                                const lm_placement_t *dst_pl, int ndim, const int64_t *gshape,
                                DLDataType dtype, const char *fn = "lm_reshard_plan_create");
-// Checks src/dst (named sname/dname in messages) against the plan: live handles, meshes, layouts,
-// dtypes, memory kinds, no overlap (no allocation on success).
+// Checks src/dst against the plan: no request in flight, usable meshes, live handles, meshes,
+// layouts, dtypes, memory kinds, no overlap (no allocation on success). plan_check_pair: the
+// same without the plan's own state (request, meshes), which a group checks once for all its
+// entries; it names the tensors "src[index]" and "dst[index]" (index >= 0) or "src" and "dst".
 void plan_check_tensors(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
-                        const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso,
-                        const char *sname = "src", const char *dname = "dst");
+                        const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso);
+void plan_check_pair(const lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst,
+                     const char *fn, lm_dist_tensor_s **so, lm_dist_tensor_s **dso, int index);
 // lm_reshard_plan_adjoint: the backward plan of p, from the gradient placements of p's target
 // (on its target mesh) to those of its source (on its source mesh); layout/layout.hpp,
 // placements_adjoint, says which. Local, like plan_create.

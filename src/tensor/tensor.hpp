@@ -27,15 +27,20 @@ constexpr uint32_t kTensorMagic = 0x54444d4cu;  // "LMDT"
 struct lm_dist_tensor_s {
   uint32_t magic = lm::kTensorMagic;
   std::atomic<int> refs{1};
+  // The serials of the last plans (lm::Plan::serial) whose source [0] and target [1] this tensor
+  // was checked to fit (tensor/persistent.cpp): what is compared below never changes once the
+  // tensor has a handle.
+  mutable std::atomic<uint64_t> matched[2] = {{0}, {0}};
   lm_mesh_s *mesh = nullptr;  // retained
-  lm::Layout layout;
+  // What every execution's checks read first, together (the layout's vectors come after).
   DLDataType dtype{};
   lm::DType dt{};
   size_t esize = 0;
   DLDevice device{kDLCPU, 0};
-  lm::Box local;  // global box of this rank's shard (empty shape for non-members)
   std::shared_ptr<lm::Storage> storage;
   size_t byte_offset = 0;  // into storage->data
+  lm::Layout layout;
+  lm::Box local;  // global box of this rank's shard (empty shape for non-members)
   // A padded shard (host, borrowed): the extents of the compact array holding it (>= local.len,
   // equal in dim 0) and its element strides; both empty for a compact shard.
   // Set only through set_pad, which derives pad_strides (views point into it).
