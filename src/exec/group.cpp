@@ -7,6 +7,7 @@
 #include <map>
 
 #include "common/error.hpp"
+#include "layout/runs.hpp"
 
 namespace lm {
 
@@ -16,6 +17,16 @@ constexpr int kGroupTagBase = 0x4c4d + 0x200;
 constexpr size_t kAlign = 64;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
+
+// Where a buffer of an execution lies, found from the plans alone (GroupExec::at resolves it):
+// an entry's input or output, one of its intermediate outputs, or the bucket's staging; plus a
+// byte offset into it.
+struct GroupWhere {
+  enum Kind : uint8_t { kIn, kOut, kWork, kStage };
+  Kind kind = kIn;
+  size_t e = 0, k = 0;  // entry; kWork: its step
+  size_t off = 0;
+};
 
 // One entry's box inside a peer's message of a round.
 struct GroupPart {
@@ -29,7 +40,29 @@ struct GroupPart {
 struct GroupPeerMsg {
   int peer = -1;
   size_t off = 0, bytes = 0;     // inside the round's send or receive region
+  size_t room = 0;               // its room there (a send's: spill room too)
   std::vector<GroupPart> parts;
+  // For a message moved in place (Transport::parts_direct), found once: the parts' bytes and box
+  // rows, each part's buffer (at) and its runs relative to it (rel[rel_end[i-1] .. rel_end[i])).
+  size_t payload = 0, rows = 0;
+  std::vector<GroupWhere> at;
+  std::vector<Run> rel;
+  std::vector<size_t> rel_end;
+};
+// A local copy of an exchange step: a contiguous range (n elements of esize bytes from in to
+// out), or (n < 0) the step's own boxes (copy_selfs).
+struct GroupSelf {
+  size_t e = 0;
+  GroupWhere in, out;
+  int64_t n = -1;
+  size_t esize = 0;
+};
+// An identity fill of a Partial target (n elements).
+struct GroupFill {
+  GroupWhere out;
+  DType dt{};
+  int op = 0;
+  int64_t n = 0;
 };
 // A reduce-scatter step of one entry: where each group index's contribution lands.
 struct GroupRs {
@@ -40,7 +73,8 @@ struct GroupRs {
 struct GroupRound {
   std::vector<GroupPeerMsg> sends, recvs;
   std::vector<GroupRs> rs;
-  std::vector<size_t> entries;   // entries with a step in this round
+  std::vector<GroupFill> fills;  // before anything moves (nothing else of the round reads them)
+  std::vector<GroupSelf> selfs;  // after the sends are posted
   size_t scratch = 0, send_bytes = 0, recv_bytes = 0;
   size_t need() const { return scratch + send_bytes + recv_bytes; }
 };
@@ -70,14 +104,120 @@ GroupPart &add_part(std::vector<GroupPeerMsg> &v, std::map<int, size_t> &idx, in
   return m.parts.back();
 }
 
-// Lays the peers' messages out one after the other; returns the region's bytes.
-size_t lay_out(std::vector<GroupPeerMsg> &v) {
+// Lays the peers' messages out one after the other; returns the region's bytes. A send's room
+// has the spill room Transport::post_send_parts may use beyond its bytes (kPartsSpillPerRow per
+// row of its boxes, and once more).
+size_t lay_out(std::vector<GroupPeerMsg> &v, bool send) {
   size_t off = 0;
   for (auto &m : v) {
     m.off = off;
-    off += align_up(m.bytes);
+    m.room = align_up(m.bytes + (send ? kPartsSpillPerRow * (m.rows + 1) : 0));
+    off += m.room;
   }
   return off;
+}
+
+// Step i's output and input buffers of entry e (GroupExec::out_of / in_of): the entry's target
+// for an in-place step and the last moving one, a step fused into the next one's output at its
+// offset, else the step's intermediate buffer; a step reads the previous one's output.
+GroupWhere where_out(const Plan &p, size_t e, size_t i) {
+  if (p.steps[i]->in_place() || i == p.last_moving) return GroupWhere{GroupWhere::kOut, e, 0, 0};
+  if (p.fused[i] >= 0) {
+    GroupWhere w = where_out(p, e, i + 1);
+    w.off += (size_t)p.fused[i];
+    return w;
+  }
+  return GroupWhere{GroupWhere::kWork, e, i, 0};
+}
+GroupWhere where_in(const Plan &p, size_t e, size_t i) {
+  if (p.steps[i]->in_place()) return GroupWhere{GroupWhere::kOut, e, 0, 0};
+  return i == 0 ? GroupWhere{GroupWhere::kIn, e, 0, 0} : where_out(p, e, i - 1);
+}
+
+// Part q of a round-r message: its buffer and its box there. The sender's input (an exchange box
+// or a reduce-scatter chunk), the receiver's output (an exchange box) or, for a received chunk,
+// the receive region, packed (kStage at the part's offset in its message; the caller adds the
+// message's place).
+struct GroupPartBox {
+  GroupWhere at;
+  BoxRef box;
+};
+GroupPartBox part_box(const Plan &p, size_t r, const GroupPart &q, bool send) {
+  const SchedStep &st = *q.st;
+  GroupPartBox b;
+  b.box.ndim = (int)st.inbox.len.size();
+  b.box.esize = st.esize;
+  if (q.msg) {
+    b.at = send ? where_in(p, q.e, r) : where_out(p, q.e, r);
+    b.box.shape = send ? st.in_ext().data() : st.out_ext().data();
+    b.box.off = q.msg->rel.data();
+    b.box.len = q.msg->box.len.data();
+  } else if (send) {
+    b.at = where_in(p, q.e, r);
+    b.box.shape = st.in_ext().data();
+    b.box.off = st.chunk_rel[(size_t)q.j].data();
+    b.box.len = st.chunks[(size_t)q.j].len.data();
+  } else {
+    static const int64_t zero[kBoxMaxDims] = {0};
+    const Box &mine = st.chunks[(size_t)st.mine];
+    b.at = GroupWhere{GroupWhere::kStage, 0, 0, q.off};
+    b.box.shape = mine.len.data();
+    b.box.off = zero;
+    b.box.len = mine.len.data();
+  }
+  return b;
+}
+
+// Rows of a box (its elements over its innermost extent; 1 for 0-d, 0 when empty): a bound on
+// its runs that both sides of a message compute alike.
+size_t box_rows(const BoxRef &b) {
+  size_t numel = 1;
+  for (int d = 0; d < b.ndim; ++d) numel *= (size_t)b.len[d];
+  if (numel == 0) return 0;
+  return b.ndim ? numel / (size_t)b.len[b.ndim - 1] : 1;
+}
+
+// Fills m's precomputed runs (GroupPeerMsg); region: the receive region's place in the staging.
+void flatten(const std::vector<Plan *> &plans, size_t r, GroupPeerMsg &m, bool send,
+             size_t region) {
+  std::vector<Run> one;
+  for (const GroupPart &q : m.parts) {
+    GroupPartBox b = part_box(*plans[q.e], r, q, send);
+    if (b.at.kind == GroupWhere::kStage) b.at.off += region + m.off;
+    m.at.push_back(b.at);
+    box_runs(0, b.box.ndim, b.box.shape, b.box.off, b.box.len, b.box.esize, &one);
+    m.rel.insert(m.rel.end(), one.begin(), one.end());
+    m.rel_end.push_back(m.rel.size());
+    m.payload += q.bytes;
+    m.rows += box_rows(b.box);
+  }
+}
+
+// The round's identity fills and local copies, in entry order.
+void add_local_work(GroupRound &R, const Plan &p, size_t e, size_t r) {
+  const SchedStep &st = *p.steps[r];
+  if (st.kind == StepKind::kPartialInit && st.fill) {
+    R.fills.push_back(GroupFill{where_out(p, e, r), p.dt, st.op, st.fill_n});
+    return;
+  }
+  if (st.kind != StepKind::kExchange || st.skip_self) return;
+  const GroupWhere in = where_in(p, e, r), out = where_out(p, e, r);
+  std::vector<GroupSelf> v;
+  for (const auto &b : st.selfs) {  // as copy_selfs would copy them
+    BoxCopy c;
+    boxcopy_init(c, (int)st.inbox.len.size(), b.box.len.data(), st.in_ext().data(),
+                 b.in_rel.data(), st.out_ext().data(), b.out_rel.data(), (int64_t)st.esize);
+    if (c.numel == 0) continue;
+    if (c.n != 1) {  // not one run on both sides: the step's boxes, by copy_selfs
+      R.selfs.push_back(GroupSelf{e, in, out, -1, st.esize});
+      return;
+    }
+    GroupSelf x{e, in, out, c.numel, st.esize};
+    x.in.off += (size_t)c.sbase * st.esize;
+    x.out.off += (size_t)c.dbase * st.esize;
+    v.push_back(x);
+  }
+  R.selfs.insert(R.selfs.end(), v.begin(), v.end());
 }
 
 void add_reduce_scatter(GroupRound &R, std::map<int, size_t> &si, std::map<int, size_t> &ri,
@@ -104,7 +244,7 @@ GroupRound build_round(const std::vector<Plan *> &plans, size_t first, size_t la
     const Plan &p = *plans[e];
     if (r >= p.steps.size()) continue;
     const SchedStep &st = *p.steps[r];
-    R.entries.push_back(e);
+    add_local_work(R, p, e, r);
     if (st.kind == StepKind::kExchange) {
       for (const Msg &m : st.sends)
         if (m.bytes) add_part(R.sends, si, m.peer, GroupPart{e, &st, &m, -1, 0, 0, m.bytes});
@@ -114,11 +254,14 @@ GroupRound build_round(const std::vector<Plan *> &plans, size_t first, size_t la
       add_reduce_scatter(R, si, ri, e, st);
     }
   }
-  R.send_bytes = lay_out(R.sends);
-  R.recv_bytes = lay_out(R.recvs);
-  for (auto &m : R.recvs)
+  for (auto &m : R.sends) flatten(plans, r, m, true, 0);
+  R.send_bytes = lay_out(R.sends, true);
+  R.recv_bytes = lay_out(R.recvs, false);
+  for (auto &m : R.recvs) {
+    flatten(plans, r, m, false, R.scratch + R.send_bytes);
     for (auto &p : m.parts)
       if (!p.msg) R.rs[p.rs].recv_off[(size_t)p.j] = m.off + p.off;
+  }
   return R;
 }
 
@@ -245,16 +388,18 @@ void GroupExec::check_errors(const char *what) {
     if (b->alone) plans_[b->first]->check_errors(what);
 }
 
-void *GroupExec::out_of(size_t e, size_t i) {
-  const Plan &p = *plans_[e];
-  if (p.steps[i]->in_place() || i == p.last_moving) return out_[e];
-  if (p.fused[i] >= 0) return static_cast<char *>(out_of(e, i + 1)) + p.fused[i];
-  return work_[e][i];
+char *GroupExec::at(const GroupWhere &w) const {
+  const void *b = nullptr;
+  switch (w.kind) {
+    case GroupWhere::kIn: b = in_[w.e]; break;
+    case GroupWhere::kOut: b = out_[w.e]; break;
+    case GroupWhere::kWork: b = work_[w.e][w.k]; break;
+    case GroupWhere::kStage: b = stage_; break;
+  }
+  return b ? const_cast<char *>(static_cast<const char *>(b)) + w.off : nullptr;
 }
-const void *GroupExec::in_of(size_t e, size_t i) {
-  if (plans_[e]->steps[i]->in_place()) return out_[e];
-  return i == 0 ? in_[e] : out_of(e, i - 1);
-}
+void *GroupExec::out_of(size_t e, size_t i) { return at(where_out(*plans_[e], e, i)); }
+const void *GroupExec::in_of(size_t e, size_t i) { return at(where_in(*plans_[e], e, i)); }
 
 void GroupExec::start(std::vector<const void *> in, std::vector<void *> out, bool blocking) {
   if (active_) fail(LM_ERR_INTERNAL, "GroupExec::start during an execution");
@@ -293,40 +438,18 @@ void GroupExec::begin_bucket() {
   if (!b.rounds.empty()) start_round();
 }
 
-// Entry q.e's box of a round's message in its own buffer: the sender's input (exchange box or
-// reduce-scatter chunk), the receiver's output (exchange) or its receive region (a chunk, packed).
-PartRef GroupExec::part_of(const GroupPart &q, bool send, char *region) {
-  const SchedStep &st = *q.st;
-  PartRef p;
-  p.box.ndim = (int)st.inbox.len.size();
-  p.box.esize = st.esize;
-  if (q.msg) {
-    p.buf = send ? in_of(q.e, r_) : out_of(q.e, r_);
-    p.box.shape = send ? st.in_ext().data() : st.out_ext().data();
-    p.box.off = q.msg->rel.data();
-    p.box.len = q.msg->box.len.data();
-  } else if (send) {
-    p.buf = in_of(q.e, r_);
-    p.box.shape = st.in_ext().data();
-    p.box.off = st.chunk_rel[(size_t)q.j].data();
-    p.box.len = st.chunks[(size_t)q.j].len.data();
-  } else {
-    static const int64_t zero[kBoxMaxDims] = {0};
-    const Box &mine = st.chunks[(size_t)st.mine];
-    p.buf = region + q.off;
-    p.box.shape = mine.len.data();
-    p.box.off = zero;
-    p.box.len = mine.len.data();
-  }
-  return p;
-}
-
 // Whether peer message m moves straight between the entries' buffers (Transport::parts_direct;
-// the same answer on both sides) and, if so, its parts in parts_.
-bool GroupExec::direct_parts(const GroupPeerMsg &m, bool send, char *region) {
-  parts_.clear();
-  for (const auto &q : m.parts) parts_.push_back(part_of(q, send, region));
-  return route_.wire->parts_direct(parts_.data(), parts_.size(), m.peer);
+// the same answer on both sides) and, if so, its runs in runs_: the precomputed ones placed at
+// this execution's buffers.
+bool GroupExec::direct_parts(const GroupPeerMsg &m) {
+  if (!route_.wire->parts_direct(m.payload, m.rows, m.peer)) return false;
+  runs_.clear();
+  size_t k = 0;
+  for (size_t i = 0; i < m.at.size(); ++i) {
+    const uint64_t base = (uint64_t)(uintptr_t)at(m.at[i]);
+    for (; k < m.rel_end[i]; ++k) append_run(runs_, base + m.rel[k].addr, m.rel[k].bytes);
+  }
+  return true;
 }
 
 void GroupExec::start_round() {
@@ -334,39 +457,38 @@ void GroupExec::start_round() {
   Transport &tp = *route_.wire;
   MemOps &mem = *route_.mem;
   char *sreg = stage_ + R.scratch, *rreg = sreg + R.send_bytes;
-  for (size_t e : R.entries) {  // identity fills (in place: nothing else of the round reads them)
-    const SchedStep &st = *plans_[e]->steps[r_];
-    if (st.kind == StepKind::kPartialInit && st.fill)
-      mem.fill_identity(plans_[e]->dt, st.op, out_of(e, r_), st.fill_n);
-  }
+  for (const GroupFill &f : R.fills) mem.fill_identity(f.dt, f.op, at(f.out), f.n);
   const int tag = kGroupTagBase + (int)r_;
   direct_.assign(R.recvs.size(), 0);
   for (size_t k = 0; k < R.recvs.size(); ++k) {
     const GroupPeerMsg &m = R.recvs[k];
-    if ((direct_[k] = direct_parts(m, false, rreg + m.off)))
-      tp.post_recv_parts(parts_.data(), parts_.size(), m.peer, tag);
+    if ((direct_[k] = direct_parts(m)))
+      tp.post_recv_parts(PartsRef{runs_.data(), runs_.size(), m.payload}, m.peer, tag);
     else
       tp.post_recv(rreg + m.off, m.bytes, m.peer, tag);
   }
   int64_t zero[kBoxMaxDims] = {0};
   for (const auto &m : R.sends) {
-    if (direct_parts(m, true, nullptr)) {
-      tp.post_send_parts(parts_.data(), parts_.size(), m.peer, tag, sreg + m.off, m.bytes);
+    if (direct_parts(m)) {
+      tp.post_send_parts(PartsRef{runs_.data(), runs_.size(), m.payload}, m.peer, tag,
+                         sreg + m.off, m.room);
       continue;
     }
     for (const auto &q : m.parts) {
-      const PartRef p = part_of(q, true, nullptr);
+      const GroupPartBox p = part_box(*plans_[q.e], r_, q, true);
       BoxCopy c;
       boxcopy_init(c, p.box.ndim, p.box.len, p.box.shape, p.box.off, p.box.len, zero,
                    (int64_t)p.box.esize);
-      mem.copy(c, sreg + m.off + q.off, p.buf, 0, c.numel);
+      mem.copy(c, sreg + m.off + q.off, at(p.at), 0, c.numel);
     }
     tp.post_send(sreg + m.off, m.bytes, m.peer, tag);
   }
   tp.flush();
-  for (size_t e : R.entries) {
-    const SchedStep &st = *plans_[e]->steps[r_];
-    if (st.kind == StepKind::kExchange) copy_selfs(mem, st, in_of(e, r_), out_of(e, r_));
+  for (const GroupSelf &c : R.selfs) {
+    if (c.n >= 0)
+      mem.copy_1d(at(c.out), at(c.in), c.n, c.esize);
+    else
+      copy_selfs(mem, *plans_[c.e]->steps[r_], at(c.in), at(c.out));
   }
 }
 
@@ -380,11 +502,11 @@ void GroupExec::finish_round() {
     const GroupPeerMsg &m = R.recvs[k];
     for (const auto &q : m.parts) {
       if (!q.msg) continue;
-      const PartRef p = part_of(q, false, nullptr);
+      const GroupPartBox p = part_box(*plans_[q.e], r_, q, false);
       BoxCopy c;
       boxcopy_init(c, p.box.ndim, p.box.len, p.box.len, zero, p.box.shape, p.box.off,
                    (int64_t)p.box.esize);
-      mem.copy(c, const_cast<void *>(p.buf), rreg + m.off + q.off, 0, c.numel);
+      mem.copy(c, at(p.at), rreg + m.off + q.off, 0, c.numel);
     }
   }
   for (const auto &q : R.rs)

@@ -33,6 +33,7 @@ namespace lm {
 struct GroupBucket;
 struct GroupPart;
 struct GroupPeerMsg;
+struct GroupWhere;
 
 class GroupExec {
  public:
@@ -65,8 +66,8 @@ class GroupExec {
   void end_bucket();
   void start_round();
   void finish_round();
-  PartRef part_of(const GroupPart &q, bool send, char *region);
-  bool direct_parts(const GroupPeerMsg &m, bool send, char *region);
+  bool direct_parts(const GroupPeerMsg &m);
+  char *at(const GroupWhere &w) const;  // a buffer of this execution (GroupWhere)
   void *out_of(size_t e, size_t i);
   const void *in_of(size_t e, size_t i);
 
@@ -84,7 +85,7 @@ class GroupExec {
   size_t stage_cap_ = 0, stage_bytes_ = 0;
   std::vector<std::vector<void *>> work_;       // [entry][step]
   std::vector<std::vector<size_t>> work_cap_;
-  std::vector<PartRef> parts_;   // one peer message's parts (direct_parts)
+  std::vector<Run> runs_;        // one peer message's runs (direct_parts)
   std::vector<char> direct_;     // per receive of the round: moved in place (not unpacked)
 };
 

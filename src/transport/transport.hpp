@@ -28,6 +28,7 @@
 
 #include "common/error.hpp"
 #include "layout/boxcopy.hpp"
+#include "layout/runs.hpp"
 #include "plan/schedule.hpp"
 
 namespace lm {
@@ -53,12 +54,16 @@ struct PiecesRef {
   size_t esize = 0;
 };
 
-// One part of a message made of several buffers (post_send_parts / post_recv_parts): the box
-// `box` of the compact local buffer at buf.
-struct PartRef {
-  const void *buf = nullptr;
-  BoxRef box;
+// A message made of several buffers (post_send_parts / post_recv_parts: a grouped round's boxes
+// of many entries for one peer) as this side's byte runs, in message order. bytes: their sum.
+struct PartsRef {
+  const Run *runs = nullptr;
+  size_t n = 0;
+  size_t bytes = 0;
 };
+// Room a sender offers beyond the message's bytes in post_send_parts' spill buffer, per row of
+// its boxes (parts_direct's `rows`): where a transport may keep its own list of the runs.
+constexpr size_t kPartsSpillPerRow = 32;
 
 class Transport {
  public:
@@ -99,24 +104,26 @@ class Transport {
     fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no pieces directly", name());
   }
   // Messages of several buffers (a grouped round's boxes of many entries for one peer): whether
-  // the message of these n parts moves straight between the two sides' buffers, neither packing
-  // (post_send_parts / post_recv_parts), or the caller packs it into bytes. Must give the same
-  // answer on both ranks of the message: it may depend on the peer, the parts' extents (box.len,
-  // which both sides hold alike) and their bytes, not on where the parts lie.
-  virtual bool parts_direct(const PartRef *parts, size_t n, int peer) {
-    (void)parts, (void)n, (void)peer;
+  // a message of `bytes` whose boxes have `rows` rows in all (elements over innermost extent: a
+  // bound on its runs both sides compute alike from the boxes' extents) moves straight between
+  // the two sides' buffers, neither packing (post_send_parts / post_recv_parts), or the caller
+  // packs it into bytes. Must give the same answer on both ranks of the message: it may depend
+  // on the peer, the rows and the bytes, not on where the parts lie.
+  virtual bool parts_direct(size_t bytes, size_t rows, int peer) {
+    (void)bytes, (void)rows, (void)peer;
     return false;
   }
-  // Only where parts_direct said so: the parts, in order, as one message. spill: a buffer of
-  // spill_bytes (at least the parts' bytes) the sender's transport may copy parts into, where the
-  // receiver reads them faster from there (node-local: small runs outside the shared arena).
-  virtual Ticket post_send_parts(const PartRef *parts, size_t n, int peer, int tag, void *spill,
+  // Only where parts_direct said so: the runs, in order, as one message. spill: a buffer of
+  // spill_bytes (at least the bytes plus kPartsSpillPerRow per row) the sender's transport may
+  // copy runs into, where the receiver reads them faster from there (node-local: small runs
+  // outside the shared arena, and the list of the runs).
+  virtual Ticket post_send_parts(const PartsRef &m, int peer, int tag, void *spill,
                                  size_t spill_bytes) {
-    (void)parts, (void)n, (void)peer, (void)tag, (void)spill, (void)spill_bytes;
+    (void)m, (void)peer, (void)tag, (void)spill, (void)spill_bytes;
     fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no parts directly", name());
   }
-  virtual Ticket post_recv_parts(const PartRef *parts, size_t n, int peer, int tag) {
-    (void)parts, (void)n, (void)peer, (void)tag;
+  virtual Ticket post_recv_parts(const PartsRef &m, int peer, int tag) {
+    (void)m, (void)peer, (void)tag;
     fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no parts directly", name());
   }
   virtual void flush() {}

@@ -314,29 +314,10 @@ void MpiTransport::pieces_copy(CmaRecv &r) {
 }
 
 // ---- Messages of several buffers (grouped rounds)
-namespace {
-// The bytes of the parts and a bound on their runs both sides compute alike: a box's rows (its
-// elements over its innermost extent; rows that meet merge, which only helps). rows may be NULL.
-size_t parts_bytes(const PartRef *parts, size_t n, size_t *rows) {
-  size_t bytes = 0, nrows = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const BoxRef &b = parts[i].box;
-    size_t numel = 1;
-    for (int d = 0; d < b.ndim; ++d) numel *= (size_t)b.len[d];
-    bytes += numel * b.esize;
-    if (numel) nrows += b.ndim ? numel / (size_t)b.len[b.ndim - 1] : 1;
-  }
-  if (rows) *rows = nrows;
-  return bytes;
-}
-}  // namespace
-
 // Straight between the buffers where kernel copies are allowed (agreed per node) and the runs
-// average at least LM_NODE_DIRECT_MIN_RUN, as for pieces: one process_vm_readv of the sender's
-// runs into the receiver's, after one of the sender's run list.
-bool MpiTransport::parts_direct(const PartRef *parts, size_t n, int peer) {
-  size_t rows = 0;
-  const size_t bytes = parts_bytes(parts, n, &rows);
+// average at least LM_NODE_DIRECT_MIN_RUN, as for pieces: the receiver reads the sender's run
+// list, then its runs into its own (memcpy from the sender's arena, one kernel copy for the rest).
+bool MpiTransport::parts_direct(size_t bytes, size_t rows, int peer) {
   if (rows == 0 || !cma_peer(peer, bytes) || !caps_.kernel) return false;
   return bytes >= direct_min_run() * rows;
 }
@@ -346,13 +327,12 @@ bool MpiTransport::parts_direct(const PartRef *parts, size_t n, int peer) {
 // run at a time, which costs more than the extra copy of a short run (bench_group, small mix).
 constexpr uint64_t kSpillBelow = 64 << 10;
 
-Transport::Ticket MpiTransport::post_send_parts(const PartRef *parts, size_t n, int peer, int tag,
-                                                void *spill, size_t spill_bytes) {
+Transport::Ticket MpiTransport::post_send_parts(const PartsRef &m, int peer, int tag, void *spill,
+                                                size_t spill_bytes) {
   if (transport_fault_here()) fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Isend"));
-  const size_t bytes = parts_bytes(parts, n, nullptr);
   parts_runs_.emplace_back();
   std::vector<PartRun> &runs = parts_runs_.back();
-  parts_runs(parts, n, &runs);
+  parts_arena_runs(m.runs, m.n, &runs);
   const uint64_t soff = spill && caps_.mapped ? arena_offset(spill, spill_bytes) : UINT64_MAX;
   uint64_t used = 0;
   for (PartRun &x : runs) {
@@ -370,17 +350,22 @@ Transport::Ticket MpiTransport::post_send_parts(const PartRef *parts, size_t n, 
   d.r.pid = (int32_t)getpid();
   for (const PartRun &x : runs)
     if (x.arena_off != UINT64_MAX) d.r.arena = arena_self();
+  // The run list after the spilled runs where it fits: the receiver then reads it through its
+  // window of this arena (arena_off) instead of with one more process_vm_readv.
+  const uint64_t list = runs.size() * sizeof(PartRun), at = (used + 15) / 16 * 16;
+  if (soff != UINT64_MAX && at + list <= spill_bytes) {
+    std::memcpy(static_cast<char *>(spill) + at, runs.data(), (size_t)list);
+    d.r.arena = arena_self();
+    d.r.arena_off = soff + at;
+  }
   d.r.addr = (uint64_t)(uintptr_t)runs.data();
-  d.r.bytes = bytes;
+  d.r.bytes = m.bytes;
   d.r.shape[0] = (int64_t)runs.size();
   return send_desc(d, CmaBuf{nullptr, -1, false}, peer, tag);
 }
 
-Transport::Ticket MpiTransport::post_recv_parts(const PartRef *parts, size_t n, int peer,
-                                                int tag) {
-  std::vector<Run> local;
-  parts_local_runs(parts, n, &local);
-  const Ticket t = recv_desc(std::move(local), parts_bytes(parts, n, nullptr), peer, tag, nullptr,
+Transport::Ticket MpiTransport::post_recv_parts(const PartsRef &m, int peer, int tag) {
+  const Ticket t = recv_desc(std::vector<Run>(m.runs, m.runs + m.n), m.bytes, peer, tag, nullptr,
                              CmaBuf{nullptr, -1, false});
   crecv_.back().parts = true;
   return t;
@@ -394,8 +379,13 @@ void MpiTransport::parts_copy(CmaRecv &r) {
     not_expected(r, "message of several buffers");
   std::vector<PartRun> remote((size_t)count);
   const uint64_t list = (uint64_t)count * sizeof(PartRun);
-  std::string why = cma_copy((pid_t)d.r.pid, {{(uint64_t)(uintptr_t)remote.data(), list}},
-                             {{d.r.addr, list}}, false);
+  const std::vector<Run> into{{(uint64_t)(uintptr_t)remote.data(), list}};
+  Region in_arena = d.r;  // the sender's copy of its list in its arena, if it made one
+  in_arena.ndim = -1;
+  in_arena.bytes = list;
+  std::string why;
+  if (!caps_.mapped || !mapped_copy(in_arena, into, false))
+    why = cma_copy((pid_t)d.r.pid, into, {{d.r.addr, list}}, false);
   if (why.empty()) why = parts_read((pid_t)d.r.pid, d.r.arena, remote, r.local, caps_.mapped);
   if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
   reply_done(r);

@@ -48,10 +48,10 @@ class MpiTransport : public Transport {
   PiecesMode pieces_mode(const PiecesRef &p, int peer) override;
   Ticket post_send_pieces(const void *buf, const PiecesRef &p, int peer, int tag) override;
   Ticket post_recv_pieces(void *buf, const PiecesRef &p, int peer, int tag) override;
-  bool parts_direct(const PartRef *parts, size_t n, int peer) override;
-  Ticket post_send_parts(const PartRef *parts, size_t n, int peer, int tag, void *spill,
+  bool parts_direct(size_t bytes, size_t rows, int peer) override;
+  Ticket post_send_parts(const PartsRef &m, int peer, int tag, void *spill,
                          size_t spill_bytes) override;
-  Ticket post_recv_parts(const PartRef *parts, size_t n, int peer, int tag) override;
+  Ticket post_recv_parts(const PartsRef &m, int peer, int tag) override;
   bool done(Ticket t, bool block) override;
   bool done_from(Ticket first, bool block) override;
   Ticket posted() const override { return (Ticket)tickets_.size(); }
@@ -89,9 +89,11 @@ class MpiTransport : public Transport {
   // one is an ordinary kData message whose receiver copies into its pieces' runs.
   // A message of several buffers (post_*_parts) sends kParts: its Region's addr is the sender's
   // list of byte runs (a PartRun array of shape[0] entries, kept in parts_runs_ until reset()),
-  // which the receiver reads first (a kernel copy: parts_direct), then the runs themselves into
-  // its own: memcpy through windows of the sender's arena (Region::arena) for the runs in it, one
-  // kernel copy for the rest.
+  // which the receiver reads first, then the runs themselves into its own: memcpy through windows
+  // of the sender's arena (Region::arena) for the runs in it, one kernel copy for the rest. The
+  // sender also copies the list into its spill buffer when that lies in its arena (Region's
+  // arena_off: the copy's offset), so the receiver reads it through a window; else with one
+  // kernel copy.
   enum : uint32_t { kData = 0, kDone = 1, kPush = 2, kWire = 3, kPieces = 4, kParts = 5 };
   struct CmaDesc {
     uint32_t kind = kData;

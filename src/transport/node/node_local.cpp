@@ -18,40 +18,6 @@ bool takes_node_local(const std::vector<int> &node, int peer, size_t bytes) {
          std::binary_search(node.begin(), node.end(), peer);
 }
 
-void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
-              size_t esize, std::vector<Run> *out) {
-  out->clear();
-  for (int i = 0; i < ndim; ++i)
-    if (len[i] == 0) return;
-  if (ndim == 0) {
-    out->push_back({base, esize});
-    return;
-  }
-  // Row-major strides in bytes.
-  int64_t stride[64];
-  stride[ndim - 1] = (int64_t)esize;
-  for (int i = ndim - 2; i >= 0; --i) stride[i] = stride[i + 1] * shape[i + 1];
-  // The innermost dims a run covers: d..ndim-1 (dims after d whole).
-  int d = ndim - 1;
-  while (d > 0 && len[d] == shape[d]) --d;
-  const uint64_t run = (uint64_t)len[d] * (uint64_t)stride[d];
-  int64_t idx[64] = {0};  // odometer over dims 0..d-1
-  for (;;) {
-    int64_t a = (int64_t)base + off[d] * stride[d];
-    for (int i = 0; i < d; ++i) a += (off[i] + idx[i]) * stride[i];
-    if (!out->empty() && out->back().addr + out->back().bytes == (uint64_t)a)
-      out->back().bytes += run;
-    else
-      out->push_back({(uint64_t)a, run});
-    int i = d - 1;
-    for (; i >= 0; --i) {
-      if (++idx[i] < len[i]) break;
-      idx[i] = 0;
-    }
-    if (i < 0) break;
-  }
-}
-
 namespace {
 // A position in a run list: run index and bytes of that run already taken.
 struct Cursor {
@@ -195,45 +161,11 @@ bool mapped_copy(const Region &peer, const std::vector<Run> &mine, bool write) {
   return true;
 }
 
-namespace {
-void append_run(std::vector<Run> &v, uint64_t addr, uint64_t bytes) {
-  if (!v.empty() && v.back().addr + v.back().bytes == addr)
-    v.back().bytes += bytes;
-  else
-    v.push_back({addr, bytes});
-}
-}  // namespace
-
-void parts_runs(const PartRef *parts, size_t n, std::vector<PartRun> *out) {
-  out->clear();
-  std::vector<Run> one;
-  for (size_t i = 0; i < n; ++i) {
-    const BoxRef &b = parts[i].box;
-    const uint64_t base = (uint64_t)(uintptr_t)parts[i].buf;
-    size_t span = b.esize;
-    for (int d = 0; d < b.ndim; ++d) span *= (size_t)b.shape[d];
-    const uint64_t aoff = arena_offset(parts[i].buf, span);
-    box_runs(base, b.ndim, b.shape, b.off, b.len, b.esize, &one);
-    for (const Run &x : one) {
-      const uint64_t xa = aoff == UINT64_MAX ? UINT64_MAX : aoff + (x.addr - base);
-      PartRun *last = out->empty() ? nullptr : &out->back();
-      if (last && last->addr + last->bytes == x.addr &&
-          (last->arena_off == UINT64_MAX ? xa == UINT64_MAX : last->arena_off + last->bytes == xa))
-        last->bytes += x.bytes;
-      else
-        out->push_back({x.addr, x.bytes, xa});
-    }
-  }
-}
-
-void parts_local_runs(const PartRef *parts, size_t n, std::vector<Run> *out) {
-  out->clear();
-  std::vector<Run> one;
-  for (size_t i = 0; i < n; ++i) {
-    const BoxRef &b = parts[i].box;
-    box_runs((uint64_t)(uintptr_t)parts[i].buf, b.ndim, b.shape, b.off, b.len, b.esize, &one);
-    for (const Run &x : one) append_run(*out, x.addr, x.bytes);
-  }
+void parts_arena_runs(const Run *runs, size_t n, std::vector<PartRun> *out) {
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i)
+    (*out)[i] = PartRun{runs[i].addr, runs[i].bytes,
+                        arena_offset((const void *)(uintptr_t)runs[i].addr, runs[i].bytes)};
 }
 
 std::string parts_read(pid_t pid, const ArenaId &arena, const std::vector<PartRun> &remote,

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The node-local provider: copies between the memory of two processes on one node, each byte
 // once. A region of a peer's memory is named by its owner as byte runs (a box of a compact
-// buffer: box_runs); the bytes move with memcpy through a window of the peer's shared arena mapped
-// here (mem/arena.hpp: PeerView; mapped_copy) or through the kernel (process_vm_readv /
-// process_vm_writev: cma_copy). The MPI transport (transport/mpi/) runs its node-local message
-// protocol on top of it and moves the bytes itself when neither can; nothing here sends a message.
+// buffer: box_runs, layout/runs.hpp); the bytes move with memcpy through a window of the peer's
+// shared arena mapped here (mem/arena.hpp: PeerView; mapped_copy) or through the kernel
+// (process_vm_readv / process_vm_writev: cma_copy). The MPI transport (transport/mpi/) runs its
+// node-local message protocol on top of it and moves the bytes itself when neither can; nothing
+// here sends a message.
 #pragma once
 
 #include <sys/types.h>
@@ -25,16 +26,6 @@ namespace lm {
 // node. The MPI transport applies it (cma_peer); lm_reshard_plan_info reports with it.
 bool takes_node_local(const std::vector<int> &node, int peer, size_t bytes);
 
-// One contiguous run of bytes.
-struct Run {
-  uint64_t addr;
-  uint64_t bytes;
-};
-// The runs, in row-major element order, of the box (off, len) of a compact row-major buffer of
-// extents `shape` at address base, elements of esize bytes (ndim 0: one element). Adjacent rows
-// that are contiguous merge into one run.
-void box_runs(uint64_t base, int ndim, const int64_t *shape, const int64_t *off, const int64_t *len,
-              size_t esize, std::vector<Run> *out);
 // The runs of a pieces message (transport.hpp, PiecesRef) in a compact buffer of extents `shape`
 // at address base: the sender's (offsets `a`) or the receiver's (offsets `b`), pieces in row-major
 // order of their runs, each piece's rows in order; adjacent runs merge.
@@ -50,10 +41,8 @@ std::string cma_copy(pid_t pid, const std::vector<Run> &local, const std::vector
 struct PartRun {
   uint64_t addr, bytes, arena_off;
 };
-// The runs of boxes of compact buffers, in order, adjacent ones merged, each with its arena offset.
-void parts_runs(const PartRef *parts, size_t n, std::vector<PartRun> *out);
-// The same runs without arena offsets (a receiver's side of such a message).
-void parts_local_runs(const PartRef *parts, size_t n, std::vector<Run> *out);
+// The runs of a message of several buffers, each with its offset in this process's arena.
+void parts_arena_runs(const Run *runs, size_t n, std::vector<PartRun> *out);
 // Copies a peer's parts (its runs `remote`, in process pid, whose arena is `arena`) into this
 // process's runs `mine` (the same bytes in order): the runs in the peer's arena with memcpy through
 // windows of it when `mapped`, the others (and any whose window cannot be mapped) with one kernel
