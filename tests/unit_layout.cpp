@@ -564,7 +564,7 @@ void test_reduce_sums() {
   int bad = 0;
   for (int64_t n : {0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 67, 1000, 4099}) {
     for (int shift = 0; shift < 2; ++shift) {
-      std::vector<uint16_t> a16(n + 1), b16(n + 1), r16(n + 1);
+      std::vector<uint16_t> a16(n + 2), b16(n + 2), r16(n + 2);
       std::vector<float> a32(n + 1), b32(n + 1);
       std::vector<double> a64(n + 1), b64(n + 1);
       for (int64_t i = 0; i <= n; ++i) {
@@ -578,7 +578,8 @@ void test_reduce_sums() {
       std::vector<double> r64(a64);
       for (int64_t i = 0; i <= n; ++i) r32[i] += b32[i], r64[i] += b64[i];
       // The pair form first, into buffers of their own (out = a + b), then in place.
-      std::vector<uint16_t> p16(n + 1);
+      std::vector<uint16_t> p16(n + 2);
+      const uint16_t a16_after = a16[n + shift];  // guards: the element after the n is left alone
       std::vector<float> p32(n + 1);
       std::vector<double> p64(n + 1);
       lm::reduce_pair_into(lm::DType::BF16, LM_REDUCE_SUM, p16.data() + shift,
@@ -590,6 +591,7 @@ void test_reduce_sums() {
       lm::reduce_into(lm::DType::BF16, LM_REDUCE_SUM, a16.data() + shift, b16.data() + shift, n);
       lm::reduce_into(lm::DType::F32, LM_REDUCE_AVG, a32.data() + shift, b32.data() + shift, n);
       lm::reduce_into(lm::DType::F64, LM_REDUCE_SUM, a64.data() + shift, b64.data() + shift, n);
+      bad += a16[n + shift] != a16_after || p16[n + shift] != 0;
       for (int64_t i = shift; i < n + shift; ++i) {
         const bool nan = std::isnan(lm::bf16_to_float(r16[i]));
         bad += nan ? !std::isnan(lm::bf16_to_float(a16[i])) : a16[i] != r16[i];
