@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <map>
 
 #include "common/error.hpp"
@@ -69,6 +70,9 @@ struct GroupRs {
   size_t e = 0;
   const SchedStep *st = nullptr;
   std::vector<size_t> recv_off;  // per group index, inside the receive region
+  GroupWhere in, out;            // the step's input and output
+  int64_t n = 0;                 // elements of this rank's chunk
+  size_t own_off = SIZE_MAX;     // its byte offset in the input where contiguous there
 };
 struct GroupRound {
   std::vector<GroupPeerMsg> sends, recvs;
@@ -117,7 +121,7 @@ size_t lay_out(std::vector<GroupPeerMsg> &v, bool send) {
   return off;
 }
 
-// Step i's output and input buffers of entry e (GroupExec::out_of / in_of): the entry's target
+// Step i's output and input buffers of entry e (GroupExec::at places them): the entry's target
 // for an in-place step and the last moving one, a step fused into the next one's output at its
 // offset, else the step's intermediate buffer; a step reads the previous one's output.
 GroupWhere where_out(const Plan &p, size_t e, size_t i) {
@@ -221,9 +225,15 @@ void add_local_work(GroupRound &R, const Plan &p, size_t e, size_t r) {
 }
 
 void add_reduce_scatter(GroupRound &R, std::map<int, size_t> &si, std::map<int, size_t> &ri,
-                        size_t e, const SchedStep &st) {
-  const size_t mine_bytes = (size_t)st.chunks[(size_t)st.mine].numel() * st.esize;
-  R.rs.push_back(GroupRs{e, &st, std::vector<size_t>((size_t)st.k, 0)});
+                        const Plan &p, size_t e, size_t r) {
+  const SchedStep &st = *p.steps[r];
+  const Box &mine = st.chunks[(size_t)st.mine];
+  const size_t mine_bytes = (size_t)mine.numel() * st.esize;
+  GroupRs q{e, &st, std::vector<size_t>((size_t)st.k, 0), where_in(p, e, r), where_out(p, e, r),
+            mine.numel(), SIZE_MAX};
+  size_t coff = 0;
+  if (box_is_contiguous_at(st.inbox, st.in_ext(), mine, st.esize, &coff)) q.own_off = coff;
+  R.rs.push_back(std::move(q));
   for (int64_t j = 0; j < st.k; ++j) {
     if (j == st.mine) continue;
     const size_t cb = (size_t)st.chunks[(size_t)j].numel() * st.esize;
@@ -251,7 +261,7 @@ GroupRound build_round(const std::vector<Plan *> &plans, size_t first, size_t la
       for (const Msg &m : st.recvs)
         if (m.bytes) add_part(R.recvs, ri, m.peer, GroupPart{e, &st, &m, -1, 0, 0, m.bytes});
     } else if (st.kind == StepKind::kReduceScatter && st.member) {
-      add_reduce_scatter(R, si, ri, e, st);
+      add_reduce_scatter(R, si, ri, p, e, r);
     }
   }
   for (auto &m : R.sends) flatten(plans, r, m, true, 0);
@@ -276,8 +286,7 @@ size_t global_bytes(const Plan &p) {
 void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, char *out,
                   const char *rreg, char *scratch) {
   const SchedStep &st = *q.st;
-  const Box &mine = st.chunks[(size_t)st.mine];
-  const int64_t n = mine.numel();
+  const int64_t n = q.n;
   if (n == 0) return;
   const size_t esize = st.esize;
   char *acc = scratch;
@@ -288,10 +297,10 @@ void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, 
     if (j != st.mine) {
       src = rreg + q.recv_off[(size_t)j];
     } else {
-      size_t coff = 0;
-      if (box_is_contiguous_at(st.inbox, st.in_ext(), mine, esize, &coff)) {
-        src = in + coff;
+      if (q.own_off != SIZE_MAX) {
+        src = in + q.own_off;
       } else {
+        const Box &mine = st.chunks[(size_t)st.mine];
         int64_t zero[kBoxMaxDims] = {0};
         BoxCopy c;
         boxcopy_init(c, (int)mine.len.size(), mine.len.data(), st.in_ext().data(),
@@ -398,8 +407,6 @@ char *GroupExec::at(const GroupWhere &w) const {
   }
   return b ? const_cast<char *>(static_cast<const char *>(b)) + w.off : nullptr;
 }
-void *GroupExec::out_of(size_t e, size_t i) { return at(where_out(*plans_[e], e, i)); }
-const void *GroupExec::in_of(size_t e, size_t i) { return at(where_in(*plans_[e], e, i)); }
 
 void GroupExec::start(std::vector<const void *> in, std::vector<void *> out, bool blocking) {
   if (active_) fail(LM_ERR_INTERNAL, "GroupExec::start during an execution");
@@ -509,9 +516,7 @@ void GroupExec::finish_round() {
       mem.copy(c, at(p.at), rreg + m.off + q.off, 0, c.numel);
     }
   }
-  for (const auto &q : R.rs)
-    reduce_chunk(mem, *plans_[q.e], q, static_cast<const char *>(in_of(q.e, r_)),
-                 static_cast<char *>(out_of(q.e, r_)), rreg, stage_);
+  for (const auto &q : R.rs) reduce_chunk(mem, *plans_[q.e], q, at(q.in), at(q.out), rreg, stage_);
   route_.wire->reset();
 }
 

@@ -68,8 +68,6 @@ class GroupExec {
   void finish_round();
   bool direct_parts(const GroupPeerMsg &m);
   char *at(const GroupWhere &w) const;  // a buffer of this execution (GroupWhere)
-  void *out_of(size_t e, size_t i);
-  const void *in_of(size_t e, size_t i);
 
   std::vector<Plan *> plans_;
   MPI_Comm comm_;
