@@ -60,6 +60,13 @@ env LM_NODE_ARENA_MIN_BYTES=32K LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_TEST
   bash tools/lm-mpirun 4 "$BUILD/tests/test_group"
 [ $san = 1 ] || env $KERNEL LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_TEST_EXPECT_PARTS=kernel \
   bash tools/lm-mpirun 8 "$BUILD/tests/test_group"
+# Held receives: a round's reduce-scatter chunks reduced where their senders keep them (mapped),
+# those spanning several of the sender's runs gathered first; every message node-local
+# (LM_NODE_LOCAL_MIN_BYTES=1), so that the suite's small chunks take the path too.
+for np in 3 4; do
+  env $ARENA LM_NODE_LOCAL=1 LM_NODE_DIRECT_MIN_RUN=1 LM_NODE_LOCAL_MIN_BYTES=1 \
+    bash tools/lm-mpirun $np "$BUILD/tests/test_group"
+done
 if [ $san = 0 ]; then  # off: what every other suite's small messages already run
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
   LM_NODE_LOCAL=0 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_directed"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <map>
 
 #include "common/error.hpp"
@@ -49,6 +50,8 @@ struct GroupPeerMsg {
   std::vector<GroupWhere> at;
   std::vector<Run> rel;
   std::vector<size_t> rel_end;
+  std::vector<size_t> pos;       // each part's place among the message's bytes (no padding)
+  bool chunks_only = false;      // a receive of reduce-scatter chunks only: it may be held
 };
 // A local copy of an exchange step: a contiguous range (n elements of esize bytes from in to
 // out), or (n < 0) the step's own boxes (copy_selfs).
@@ -73,6 +76,7 @@ struct GroupRs {
   GroupWhere in, out;            // the step's input and output
   int64_t n = 0;                 // elements of this rank's chunk
   size_t own_off = SIZE_MAX;     // its byte offset in the input where contiguous there
+  std::vector<std::pair<size_t, size_t>> from;  // per group index: (receive, part) bringing it
 };
 struct GroupRound {
   std::vector<GroupPeerMsg> sends, recvs;
@@ -192,6 +196,7 @@ void flatten(const std::vector<Plan *> &plans, size_t r, GroupPeerMsg &m, bool s
     box_runs(0, b.box.ndim, b.box.shape, b.box.off, b.box.len, b.box.esize, &one);
     m.rel.insert(m.rel.end(), one.begin(), one.end());
     m.rel_end.push_back(m.rel.size());
+    m.pos.push_back(m.payload);
     m.payload += q.bytes;
     m.rows += box_rows(b.box);
   }
@@ -230,7 +235,7 @@ void add_reduce_scatter(GroupRound &R, std::map<int, size_t> &si, std::map<int, 
   const Box &mine = st.chunks[(size_t)st.mine];
   const size_t mine_bytes = (size_t)mine.numel() * st.esize;
   GroupRs q{e, &st, std::vector<size_t>((size_t)st.k, 0), where_in(p, e, r), where_out(p, e, r),
-            mine.numel(), SIZE_MAX};
+            mine.numel(), SIZE_MAX, std::vector<std::pair<size_t, size_t>>((size_t)st.k)};
   size_t coff = 0;
   if (box_is_contiguous_at(st.inbox, st.in_ext(), mine, st.esize, &coff)) q.own_off = coff;
   R.rs.push_back(std::move(q));
@@ -267,10 +272,17 @@ GroupRound build_round(const std::vector<Plan *> &plans, size_t first, size_t la
   for (auto &m : R.sends) flatten(plans, r, m, true, 0);
   R.send_bytes = lay_out(R.sends, true);
   R.recv_bytes = lay_out(R.recvs, false);
-  for (auto &m : R.recvs) {
+  for (size_t k = 0; k < R.recvs.size(); ++k) {
+    GroupPeerMsg &m = R.recvs[k];
     flatten(plans, r, m, false, R.scratch + R.send_bytes);
-    for (auto &p : m.parts)
-      if (!p.msg) R.rs[p.rs].recv_off[(size_t)p.j] = m.off + p.off;
+    m.chunks_only = true;
+    for (size_t i = 0; i < m.parts.size(); ++i) {
+      const GroupPart &p = m.parts[i];
+      m.chunks_only = m.chunks_only && !p.msg;
+      if (p.msg) continue;
+      R.rs[p.rs].recv_off[(size_t)p.j] = m.off + p.off;
+      R.rs[p.rs].from[(size_t)p.j] = {k, i};
+    }
   }
   return R;
 }
@@ -283,8 +295,9 @@ size_t global_bytes(const Plan &p) {
 }
 
 // Reduces one entry's reduce-scatter contributions into its output in group order.
+// src[j]: group index j's contribution (j != the own one), packed.
 void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, char *out,
-                  const char *rreg, char *scratch) {
+                  const char *const *src_of, char *scratch) {
   const SchedStep &st = *q.st;
   const int64_t n = q.n;
   if (n == 0) return;
@@ -295,7 +308,7 @@ void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, 
   for (int64_t j = 0; j < st.k; ++j) {
     const char *src;
     if (j != st.mine) {
-      src = rreg + q.recv_off[(size_t)j];
+      src = src_of[j];
     } else {
       if (q.own_off != SIZE_MAX) {
         src = in + q.own_off;
@@ -467,12 +480,20 @@ void GroupExec::start_round() {
   for (const GroupFill &f : R.fills) mem.fill_identity(f.dt, f.op, at(f.out), f.n);
   const int tag = kGroupTagBase + (int)r_;
   direct_.assign(R.recvs.size(), 0);
+  recv_t_.assign(R.recvs.size(), 0);
+  reduced_ = R.rs.empty();
   for (size_t k = 0; k < R.recvs.size(); ++k) {
     const GroupPeerMsg &m = R.recvs[k];
-    if ((direct_[k] = direct_parts(m)))
-      tp.post_recv_parts(PartsRef{runs_.data(), runs_.size(), m.payload}, m.peer, tag);
-    else
-      tp.post_recv(rreg + m.off, m.bytes, m.peer, tag);
+    if (!direct_parts(m)) {
+      recv_t_[k] = tp.post_recv(rreg + m.off, m.bytes, m.peer, tag);
+      continue;
+    }
+    const PartsRef pr{runs_.data(), runs_.size(), m.payload};
+    // Reduce-scatter chunks are only read: held, the reduction reads them where the sender keeps
+    // them (no copy into the receive region first).
+    direct_[k] = m.chunks_only && tp.parts_holds() ? 2 : 1;
+    recv_t_[k] = direct_[k] == 2 ? tp.post_recv_parts_held(pr, m.peer, tag)
+                                 : tp.post_recv_parts(pr, m.peer, tag);
   }
   int64_t zero[kBoxMaxDims] = {0};
   for (const auto &m : R.sends) {
@@ -516,14 +537,76 @@ void GroupExec::finish_round() {
       mem.copy(c, at(p.at), rreg + m.off + q.off, 0, c.numel);
     }
   }
-  for (const auto &q : R.rs) reduce_chunk(mem, *plans_[q.e], q, at(q.in), at(q.out), rreg, stage_);
   route_.wire->reset();
+}
+
+// Whether every receive of the round can be read (held ones not yet released): the reductions
+// need no more. Never waits on this rank's sends (a peer may hold them until it has reduced).
+bool GroupExec::receives_readable(bool block) {
+  Transport &tp = *route_.wire;
+  for (size_t k = 0; k < recv_t_.size(); ++k)
+    if (!(direct_[k] == 2 ? tp.parts_readable(recv_t_[k], block) : tp.done(recv_t_[k], block)))
+      return false;
+  return true;
+}
+
+// Where held receive k's parts can be read: inside one run of its view, or (spanning runs)
+// gathered into the receive region.
+void GroupExec::held_sources(const GroupPeerMsg &m, size_t k, char *rreg) {
+  const std::vector<Run> &v = route_.wire->parts_view(recv_t_[k]);
+  std::vector<const char *> &src = held_src_[k];
+  src.assign(m.parts.size(), nullptr);
+  size_t vi = 0;
+  uint64_t vo = 0;  // where v[vi] starts among the message's bytes
+  for (size_t i = 0; i < m.parts.size(); ++i) {
+    const uint64_t o = m.pos[i], b = m.parts[i].bytes;
+    while (vi < v.size() && vo + v[vi].bytes <= o) vo += v[vi++].bytes;
+    if (vi < v.size() && o + b <= vo + v[vi].bytes) {
+      src[i] = (const char *)(uintptr_t)v[vi].addr + (o - vo);
+      continue;
+    }
+    char *to = rreg + m.off + m.parts[i].off;
+    src[i] = to;
+    for (uint64_t got = 0, j = vi, jo = vo; got < b; ++j) {  // the runs it spans, in order
+      const uint64_t from = o + got - jo, k2 = std::min(v[j].bytes - from, b - got);
+      std::memcpy(to + got, (const char *)(uintptr_t)v[j].addr + from, (size_t)k2);
+      got += k2;
+      jo += v[j].bytes;
+    }
+  }
+}
+
+// The round's reductions, from the receive region or where held receives lie, then the held
+// receives released (their senders may go on).
+void GroupExec::reduce_round() {
+  const GroupRound &R = buckets_[b_]->rounds[r_];
+  char *rreg = stage_ + R.scratch + R.send_bytes;
+  held_src_.resize(R.recvs.size());
+  for (size_t k = 0; k < R.recvs.size(); ++k)
+    if (direct_[k] == 2) held_sources(R.recvs[k], k, rreg);
+  for (const auto &q : R.rs) {
+    if (q.n == 0) continue;  // (nothing received for it either)
+    src_.assign(q.recv_off.size(), nullptr);
+    for (size_t j = 0; j < q.recv_off.size(); ++j) {
+      if ((int64_t)j == q.st->mine) continue;
+      const size_t k = q.from[j].first, i = q.from[j].second;
+      src_[j] = direct_[k] == 2 ? held_src_[k][i] : rreg + q.recv_off[j];
+    }
+    reduce_chunk(*route_.mem, *plans_[q.e], q, at(q.in), at(q.out), src_.data(), stage_);
+  }
+  for (size_t k = 0; k < R.recvs.size(); ++k)
+    if (direct_[k] == 2) route_.wire->parts_release(recv_t_[k]);
 }
 
 bool GroupExec::bucket_progress(bool block) {
   GroupBucket &b = *buckets_[b_];
   if (b.alone) return plans_[b.first]->progress(block);
   while (r_ < b.rounds.size()) {
+    if (!reduced_) {
+      if (!receives_readable(block)) return false;
+      reduce_round();
+      reduced_ = true;
+    }
     if (!route_.wire->done_from(0, block)) return false;
     finish_round();
     if (++r_ < b.rounds.size()) start_round();

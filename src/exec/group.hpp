@@ -67,6 +67,9 @@ class GroupExec {
   void start_round();
   void finish_round();
   bool direct_parts(const GroupPeerMsg &m);
+  bool receives_readable(bool block);
+  void held_sources(const GroupPeerMsg &m, size_t k, char *rreg);
+  void reduce_round();
   char *at(const GroupWhere &w) const;  // a buffer of this execution (GroupWhere)
 
   std::vector<Plan *> plans_;
@@ -84,7 +87,11 @@ class GroupExec {
   std::vector<std::vector<void *>> work_;       // [entry][step]
   std::vector<std::vector<size_t>> work_cap_;
   std::vector<Run> runs_;        // one peer message's runs (direct_parts)
-  std::vector<char> direct_;     // per receive of the round: moved in place (not unpacked)
+  std::vector<char> direct_;     // per receive of the round: 0 packed, 1 in place, 2 held
+  std::vector<Transport::Ticket> recv_t_;          // per receive of the round: its ticket
+  std::vector<std::vector<const char *>> held_src_;  // per held receive: where its parts lie
+  std::vector<const char *> src_;                  // one reduction's contributions
+  bool reduced_ = false;                           // this round's reductions are done
 };
 
 }  // namespace lm

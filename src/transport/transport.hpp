@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/error.hpp"
 #include "layout/boxcopy.hpp"
@@ -126,6 +127,23 @@ class Transport {
     (void)m, (void)peer, (void)tag;
     fail(LM_ERR_INTERNAL, "reshard: the %s transport moves no parts directly", name());
   }
+  // Held messages of several buffers (a grouped round's reduce-scatter chunks, which are only
+  // read): where parts_holds(), post_recv_parts_held is post_recv_parts whose bytes may be read
+  // where the sender keeps them. Once parts_readable(t) says so, parts_view(t) gives them in
+  // message order as runs readable here (the sender's, mapped here, or m's own runs if they were
+  // copied there); the message completes (the sender may go on) only at parts_release(t). A
+  // readable test never waits on this rank's sends, so ranks holding each other's messages do
+  // not deadlock: each reads, releases, then waits for its sends.
+  virtual bool parts_holds() const { return false; }
+  virtual Ticket post_recv_parts_held(const PartsRef &m, int peer, int tag) {
+    return post_recv_parts(m, peer, tag);
+  }
+  virtual bool parts_readable(Ticket t, bool block) { return done(t, block); }
+  virtual const std::vector<Run> &parts_view(Ticket t) {
+    (void)t;
+    fail(LM_ERR_INTERNAL, "reshard: the %s transport holds no messages", name());
+  }
+  virtual void parts_release(Ticket t) { (void)t; }
   virtual void flush() {}
   // Whether staging may be bounded (LM_STAGING_BYTES) and pipelined through rings, so that a
   // step's messages are posted in several batches. false: every message of a step must be posted

@@ -386,8 +386,46 @@ void MpiTransport::parts_copy(CmaRecv &r) {
   std::string why;
   if (!caps_.mapped || !mapped_copy(in_arena, into, false))
     why = cma_copy((pid_t)d.r.pid, into, {{d.r.addr, list}}, false);
-  if (why.empty()) why = parts_read((pid_t)d.r.pid, d.r.arena, remote, r.local, caps_.mapped);
   if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+  if (r.hold && caps_.mapped && parts_map(d.r.arena, remote, &r.pins, &r.view)) {
+    r.state = 3;  // read where the sender keeps it; answered at parts_release
+    return;
+  }
+  why = parts_read((pid_t)d.r.pid, d.r.arena, remote, r.local, caps_.mapped);
+  if (!why.empty()) failed_copy("process_vm_readv", r.bytes, r.peer, why);
+  if (r.hold) r.view = r.local;
+  reply_done(r);
+}
+
+Transport::Ticket MpiTransport::post_recv_parts_held(const PartsRef &m, int peer, int tag) {
+  const Ticket t = post_recv_parts(m, peer, tag);
+  crecv_.back().hold = true;
+  return t;
+}
+
+bool MpiTransport::parts_readable(Ticket t, bool block) {
+  const auto &r = tickets_[(size_t)t];
+  return complete(r.first, r.second, block, ticket_cma_[(size_t)t], true);
+}
+
+MpiTransport::CmaRecv &MpiTransport::held(Ticket t) {
+  const int64_t c = (size_t)t < ticket_cma_.size() ? ticket_cma_[(size_t)t] : -1;
+  if (c < 0 || !crecv_[(size_t)c].hold)
+    fail(LM_ERR_INTERNAL, "reshard: ticket %lld is not a held message", (long long)t);
+  return crecv_[(size_t)c];
+}
+
+const std::vector<Run> &MpiTransport::parts_view(Ticket t) {
+  CmaRecv &r = held(t);
+  if (r.state < 2) fail(LM_ERR_INTERNAL, "reshard: a held message read before it is readable");
+  return r.view;
+}
+
+void MpiTransport::parts_release(Ticket t) {
+  CmaRecv &r = held(t);
+  if (r.state != 3) return;
+  r.pins.clear();
+  r.view.clear();
   reply_done(r);
 }
 
@@ -442,8 +480,8 @@ void MpiTransport::pump_cma() {
     size_t k = (size_t)(std::lower_bound(node_.begin(), node_.end(), peer) - node_.begin());
     return blocked_[2 * k + (size_t)dir];
   };
-  for (CmaRecv &r : crecv_)
-    if (r.state != 2 && slot(r.peer, 0) != gen && !pump_recv(r)) slot(r.peer, 0) = gen;
+  for (CmaRecv &r : crecv_)  // (a held one waits for parts_release, not for its peer)
+    if (r.state < 2 && slot(r.peer, 0) != gen && !pump_recv(r)) slot(r.peer, 0) = gen;
   for (CmaSend &s : csend_)
     if (s.state != 2 && slot(s.peer, 1) != gen && !pump_send(s)) slot(s.peer, 1) = gen;
 }
@@ -591,7 +629,7 @@ Transport::Ticket MpiTransport::post_recv_box(void *buf, const BoxRef &b, int pe
   return add_ticket(reqs_.size() - 1, 1);
 }
 
-bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
+bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma, bool held_ok) {
   if (n == 0) return true;
   if (block && transport_fault_here())
     fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI_Waitall"));
@@ -602,7 +640,10 @@ bool MpiTransport::complete(size_t first, size_t n, bool block, int64_t cma) {
     const int rc = MPI_Testall((int)n, reqs_.data() + first, &flag, statuses_.data());
     if (rc != MPI_SUCCESS) check(in_status(rc, n), "reshard: MPI_Testall");
     if (!flag) return false;
-    if (cma >= 0) return crecv_[(size_t)cma].state == 2;
+    if (cma >= 0) {
+      const int st = crecv_[(size_t)cma].state;
+      return st == 2 || (held_ok && st == 3);
+    }
     if (cma <= -2) return csend_[(size_t)(-2 - cma)].state == 2;
     return true;
   };

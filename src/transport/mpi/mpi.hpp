@@ -52,6 +52,11 @@ class MpiTransport : public Transport {
   Ticket post_send_parts(const PartsRef &m, int peer, int tag, void *spill,
                          size_t spill_bytes) override;
   Ticket post_recv_parts(const PartsRef &m, int peer, int tag) override;
+  bool parts_holds() const override { return caps_.mapped; }
+  Ticket post_recv_parts_held(const PartsRef &m, int peer, int tag) override;
+  bool parts_readable(Ticket t, bool block) override;
+  const std::vector<Run> &parts_view(Ticket t) override;
+  void parts_release(Ticket t) override;
   bool done(Ticket t, bool block) override;
   bool done_from(Ticket first, bool block) override;
   Ticket posted() const override { return (Ticket)tickets_.size(); }
@@ -60,8 +65,9 @@ class MpiTransport : public Transport {
 
  private:
   // Tests (block = false) or waits for requests [first, first + n), and for node-local message
-  // `cma` (ticket_cma_) to finish; true when all complete. Every completion goes through here.
-  bool complete(size_t first, size_t n, bool block, int64_t cma = -1);
+  // `cma` (ticket_cma_) to finish (held_ok: or to be held); true when all complete. Every
+  // completion goes through here.
+  bool complete(size_t first, size_t n, bool block, int64_t cma = -1, bool held_ok = false);
   // Failure handling (transport/failure.hpp): a failing rank tells every other rank of the
   // communicator before it throws, so that none waits for it; waits poll for such a notice and
   // for the deadline of the call.
@@ -114,10 +120,14 @@ class MpiTransport : public Transport {
     CmaDesc *mine;     // this side's geometry (sent back with kPush)
     std::vector<Run> local;
     CmaBuf buf;
-    int state;         // 0 waiting for the descriptor, 1 for the notice or the bytes, 2 done
+    int state;         // 0 waiting for the descriptor, 1 for the notice or the bytes, 2 done,
+                       // 3 held: readable in view, not yet answered (post_recv_parts_held)
     const PieceMsg *pieces = nullptr;  // a pieces message (local: this side's runs)
     size_t esize = 0;
     bool parts = false;                // a message of several buffers (local: their runs)
+    bool hold = false;                 // held (parts): read where the sender keeps it
+    std::vector<PeerView> pins{};      // held: the sender's windows, pinned until released
+    std::vector<Run> view{};           // held: the message's bytes, readable here, in order
   };
   struct CmaSend {
     size_t req;        // the reply's receive in reqs_; then the bytes' send
@@ -142,6 +152,7 @@ class MpiTransport : public Transport {
                    CmaBuf cb);
   void pieces_copy(CmaRecv &r);
   void parts_copy(CmaRecv &r);
+  CmaRecv &held(Ticket t);  // a held message's receive (post_recv_parts_held)
   void reply_done(CmaRecv &r);  // the receiver copied: tells the sender, finishes r
   [[noreturn]] void not_expected(const CmaRecv &r, const char *what);
   void pushed_or_wire(CmaSend &s);

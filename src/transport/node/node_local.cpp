@@ -168,6 +168,24 @@ void parts_arena_runs(const Run *runs, size_t n, std::vector<PartRun> *out) {
                         arena_offset((const void *)(uintptr_t)runs[i].addr, runs[i].bytes)};
 }
 
+bool parts_map(const ArenaId &arena, const std::vector<PartRun> &remote,
+               std::vector<PeerView> *pins, std::vector<Run> *view) {
+  pins->clear();
+  view->clear();
+  for (const PartRun &p : remote) {
+    PeerView v = p.arena_off == UINT64_MAX || arena.fd < 0 ? PeerView()
+                                                           : PeerView(arena, p.arena_off, false);
+    if (!v || v.avail() < p.bytes) {
+      pins->clear();
+      view->clear();
+      return false;
+    }
+    view->push_back({(uint64_t)(uintptr_t)v.data(), p.bytes});
+    pins->push_back(std::move(v));
+  }
+  return true;
+}
+
 std::string parts_read(pid_t pid, const ArenaId &arena, const std::vector<PartRun> &remote,
                        const std::vector<Run> &mine, bool mapped) {
   std::vector<Run> kl, kr;  // what the kernel copies

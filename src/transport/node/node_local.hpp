@@ -43,6 +43,11 @@ struct PartRun {
 };
 // The runs of a message of several buffers, each with its offset in this process's arena.
 void parts_arena_runs(const Run *runs, size_t n, std::vector<PartRun> *out);
+// Maps every one of a peer's runs `remote` (in its arena `arena`) here, each within one window,
+// pinned in *pins until they are dropped; *view: where each lies here. False (nothing pinned)
+// where one is outside the arena or cannot be mapped whole.
+bool parts_map(const ArenaId &arena, const std::vector<PartRun> &remote,
+               std::vector<PeerView> *pins, std::vector<Run> *view);
 // Copies a peer's parts (its runs `remote`, in process pid, whose arena is `arena`) into this
 // process's runs `mine` (the same bytes in order): the runs in the peer's arena with memcpy through
 // windows of it when `mapped`, the others (and any whose window cannot be mapped) with one kernel
