@@ -47,13 +47,6 @@ class ArgName {
   ArgName(const char *fn, const char *arg) { n_ = 0, put(fn), put(": "), put(arg); }
   // "fn: arg[index]"
   ArgName(const char *fn, const char *arg, long long index) : ArgName(fn, arg) { put_index(index); }
-  // "arg[index]"
-  static ArgName indexed(const char *arg, long long index) {
-    ArgName a;
-    a.put(arg);
-    a.put_index(index);
-    return a;
-  }
   // "arg[index]", or "arg" where index < 0 (one argument or an entry of an array).
   static ArgName entry(const char *arg, long long index) {
     ArgName a;

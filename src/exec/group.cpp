@@ -44,13 +44,15 @@ struct GroupPeerMsg {
   size_t off = 0, bytes = 0;     // inside the round's send or receive region
   size_t room = 0;               // its room there (a send's: spill room too)
   std::vector<GroupPart> parts;
-  // For a message moved in place (Transport::parts_direct), found once: the parts' bytes and box
-  // rows, each part's buffer (at) and its runs relative to it (rel[rel_end[i-1] .. rel_end[i])).
-  size_t payload = 0, rows = 0;
-  std::vector<GroupWhere> at;
+  // For Transport::parts_direct: the parts' bytes, box rows and runs (measure).
+  size_t payload = 0, rows = 0, runs = 0;
+  // For a message moved in place, found at its first such execution (flatten): each part's
+  // buffer (where), its runs relative to it (rel[rel_end[i-1] .. rel_end[i])) and its place among
+  // the message's bytes (pos, no padding).
+  std::vector<GroupWhere> where;
   std::vector<Run> rel;
   std::vector<size_t> rel_end;
-  std::vector<size_t> pos;       // each part's place among the message's bytes (no padding)
+  std::vector<size_t> pos;
   bool chunks_only = false;      // a receive of reduce-scatter chunks only: it may be held
 };
 // A local copy of an exchange step: a contiguous range (n elements of esize bytes from in to
@@ -113,13 +115,17 @@ GroupPart &add_part(std::vector<GroupPeerMsg> &v, std::map<int, size_t> &idx, in
 }
 
 // Lays the peers' messages out one after the other; returns the region's bytes. A send's room
-// has the spill room Transport::post_send_parts may use beyond its bytes (kPartsSpillPerRow per
-// row of its boxes, and once more).
+// has the spill room Transport::post_send_parts may use beyond its bytes: kPartsSpillPerRun per
+// run and once more, at most an eighth of its bytes more (a message of many short runs, which
+// would not move in place anyway, takes little more staging; a transport that finds no room
+// for its run list there reads it another way).
 size_t lay_out(std::vector<GroupPeerMsg> &v, bool send) {
   size_t off = 0;
   for (auto &m : v) {
     m.off = off;
-    m.room = align_up(m.bytes + (send ? kPartsSpillPerRow * (m.rows + 1) : 0));
+    const size_t spill =
+        std::min(kPartsSpillPerRun * (m.runs + 1), m.bytes / 8 + kPartsSpillPerRun);
+    m.room = align_up(m.bytes + (send ? spill : 0));
     off += m.room;
   }
   return off;
@@ -185,20 +191,33 @@ size_t box_rows(const BoxRef &b) {
   return b.ndim ? numel / (size_t)b.len[b.ndim - 1] : 1;
 }
 
-// Fills m's precomputed runs (GroupPeerMsg); region: the receive region's place in the staging.
+// m's bytes, box rows and runs (GroupPeerMsg).
+void measure(const std::vector<Plan *> &plans, size_t r, GroupPeerMsg &m, bool send) {
+  std::vector<Run> one;
+  for (const GroupPart &q : m.parts) {
+    const GroupPartBox b = part_box(*plans[q.e], r, q, send);
+    box_runs(0, b.box.ndim, b.box.shape, b.box.off, b.box.len, b.box.esize, &one);
+    m.payload += q.bytes;
+    m.rows += box_rows(b.box);
+    m.runs += one.size();
+  }
+}
+
+// Fills m's runs relative to their buffers (GroupPeerMsg); region: the receive region's place
+// in the staging.
 void flatten(const std::vector<Plan *> &plans, size_t r, GroupPeerMsg &m, bool send,
              size_t region) {
   std::vector<Run> one;
+  size_t pos = 0;
   for (const GroupPart &q : m.parts) {
     GroupPartBox b = part_box(*plans[q.e], r, q, send);
     if (b.at.kind == GroupWhere::kStage) b.at.off += region + m.off;
-    m.at.push_back(b.at);
+    m.where.push_back(b.at);
     box_runs(0, b.box.ndim, b.box.shape, b.box.off, b.box.len, b.box.esize, &one);
     m.rel.insert(m.rel.end(), one.begin(), one.end());
     m.rel_end.push_back(m.rel.size());
-    m.pos.push_back(m.payload);
-    m.payload += q.bytes;
-    m.rows += box_rows(b.box);
+    m.pos.push_back(pos);
+    pos += q.bytes;
   }
 }
 
@@ -269,12 +288,12 @@ GroupRound build_round(const std::vector<Plan *> &plans, size_t first, size_t la
       add_reduce_scatter(R, si, ri, p, e, r);
     }
   }
-  for (auto &m : R.sends) flatten(plans, r, m, true, 0);
+  for (auto &m : R.sends) measure(plans, r, m, true);
+  for (auto &m : R.recvs) measure(plans, r, m, false);
   R.send_bytes = lay_out(R.sends, true);
   R.recv_bytes = lay_out(R.recvs, false);
   for (size_t k = 0; k < R.recvs.size(); ++k) {
     GroupPeerMsg &m = R.recvs[k];
-    flatten(plans, r, m, false, R.scratch + R.send_bytes);
     m.chunks_only = true;
     for (size_t i = 0; i < m.parts.size(); ++i) {
       const GroupPart &p = m.parts[i];
@@ -461,19 +480,23 @@ void GroupExec::begin_bucket() {
 // Whether peer message m moves straight between the entries' buffers (Transport::parts_direct;
 // the same answer on both sides) and, if so, its runs in runs_: the precomputed ones placed at
 // this execution's buffers.
-bool GroupExec::direct_parts(const GroupPeerMsg &m) {
+bool GroupExec::direct_parts(GroupPeerMsg &m, bool send) {
   if (!route_.wire->parts_direct(m.payload, m.rows, m.peer)) return false;
+  if (m.where.empty()) {  // the first time: the runs relative to their buffers
+    const GroupRound &R = buckets_[b_]->rounds[r_];
+    flatten(plans_, r_, m, send, R.scratch + R.send_bytes);
+  }
   runs_.clear();
   size_t k = 0;
-  for (size_t i = 0; i < m.at.size(); ++i) {
-    const uint64_t base = (uint64_t)(uintptr_t)at(m.at[i]);
+  for (size_t i = 0; i < m.where.size(); ++i) {
+    const uint64_t base = (uint64_t)(uintptr_t)at(m.where[i]);
     for (; k < m.rel_end[i]; ++k) append_run(runs_, base + m.rel[k].addr, m.rel[k].bytes);
   }
   return true;
 }
 
 void GroupExec::start_round() {
-  const GroupRound &R = buckets_[b_]->rounds[r_];
+  GroupRound &R = buckets_[b_]->rounds[r_];
   Transport &tp = *route_.wire;
   MemOps &mem = *route_.mem;
   char *sreg = stage_ + R.scratch, *rreg = sreg + R.send_bytes;
@@ -483,8 +506,8 @@ void GroupExec::start_round() {
   recv_t_.assign(R.recvs.size(), 0);
   reduced_ = R.rs.empty();
   for (size_t k = 0; k < R.recvs.size(); ++k) {
-    const GroupPeerMsg &m = R.recvs[k];
-    if (!direct_parts(m)) {
+    GroupPeerMsg &m = R.recvs[k];
+    if (!direct_parts(m, false)) {
       recv_t_[k] = tp.post_recv(rreg + m.off, m.bytes, m.peer, tag);
       continue;
     }
@@ -496,8 +519,8 @@ void GroupExec::start_round() {
                                  : tp.post_recv_parts(pr, m.peer, tag);
   }
   int64_t zero[kBoxMaxDims] = {0};
-  for (const auto &m : R.sends) {
-    if (direct_parts(m)) {
+  for (auto &m : R.sends) {
+    if (direct_parts(m, true)) {
       tp.post_send_parts(PartsRef{runs_.data(), runs_.size(), m.payload}, m.peer, tag,
                          sreg + m.off, m.room);
       continue;

@@ -66,7 +66,7 @@ class GroupExec {
   void end_bucket();
   void start_round();
   void finish_round();
-  bool direct_parts(const GroupPeerMsg &m);
+  bool direct_parts(GroupPeerMsg &m, bool send);
   bool receives_readable(bool block);
   void held_sources(const GroupPeerMsg &m, size_t k, char *rreg);
   void reduce_round();

@@ -62,9 +62,10 @@ struct PartsRef {
   size_t n = 0;
   size_t bytes = 0;
 };
-// Room a sender offers beyond the message's bytes in post_send_parts' spill buffer, per row of
-// its boxes (parts_direct's `rows`): where a transport may keep its own list of the runs.
-constexpr size_t kPartsSpillPerRow = 32;
+// Room a sender offers beyond the message's bytes in post_send_parts' spill buffer, per run (and
+// once more; at most an eighth of the bytes more): where a transport may align spilled runs and
+// keep its own list of the runs.
+constexpr size_t kPartsSpillPerRun = 48;
 
 class Transport {
  public:
@@ -115,9 +116,9 @@ class Transport {
     return false;
   }
   // Only where parts_direct said so: the runs, in order, as one message. spill: a buffer of
-  // spill_bytes (at least the bytes plus kPartsSpillPerRow per row) the sender's transport may
-  // copy runs into, where the receiver reads them faster from there (node-local: small runs
-  // outside the shared arena, and the list of the runs).
+  // spill_bytes (at least the bytes; kPartsSpillPerRun) the sender's transport may copy runs
+  // into, where the receiver reads them faster from there (node-local: small runs outside the
+  // shared arena, and the list of the runs).
   virtual Ticket post_send_parts(const PartsRef &m, int peer, int tag, void *spill,
                                  size_t spill_bytes) {
     (void)m, (void)peer, (void)tag, (void)spill, (void)spill_bytes;

@@ -335,14 +335,15 @@ Transport::Ticket MpiTransport::post_send_parts(const PartsRef &m, int peer, int
   parts_arena_runs(m.runs, m.n, &runs);
   const uint64_t soff = spill && caps_.mapped ? arena_offset(spill, spill_bytes) : UINT64_MAX;
   uint64_t used = 0;
-  for (PartRun &x : runs) {
+  for (PartRun &x : runs) {  // each at a 16-byte offset: a receiver may read it as its dtype
+    const uint64_t at = (used + 15) / 16 * 16;
     if (soff == UINT64_MAX || x.arena_off != UINT64_MAX || x.bytes >= kSpillBelow ||
-        used + x.bytes > spill_bytes)
+        at + x.bytes > spill_bytes)
       continue;
-    char *to = static_cast<char *>(spill) + used;
+    char *to = static_cast<char *>(spill) + at;
     std::memcpy(to, (const void *)(uintptr_t)x.addr, (size_t)x.bytes);
-    x = PartRun{(uint64_t)(uintptr_t)to, x.bytes, soff + used};
-    used += x.bytes;
+    x = PartRun{(uint64_t)(uintptr_t)to, x.bytes, soff + at};
+    used = at + x.bytes;
   }
   descs_.emplace_back();
   CmaDesc &d = descs_.back();
