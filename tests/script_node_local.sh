@@ -36,9 +36,10 @@ for np in $nps; do
   env $ARENA bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_random"
   env $ARENA bash tools/lm-mpirun "$np" "$BUILD/tests/test_reshard_directed"
 done
-env $KERNEL bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+env $KERNEL LM_PAD_IN_PLACE_MIN_RUN=1 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
 env $KERNEL bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_directed"
-env $ARENA LM_STAGING_BYTES=512 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
+env $ARENA LM_STAGING_BYTES=512 LM_PAD_IN_PLACE_MIN_RUN=1 \
+  bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"
 [ $san = 1 ] || env $ARENA LM_RESHARD_CASES=600 bash tools/lm-mpirun 8 "$BUILD/tests/test_reshard_random"
 env $ARENA LM_STAGING_BYTES=512 bash tools/lm-mpirun 4 "$BUILD/tests/test_reshard_memory"
 env $ARENA LM_RESHARD_DATATYPES=0 bash tools/lm-mpirun 3 "$BUILD/tests/test_reshard_random"

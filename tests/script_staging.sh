@@ -8,7 +8,9 @@
 # Then the staging bound: with a tiny LM_STAGING_BYTES every reduction and exchange of the tests
 # is pipelined in many chunks; results must stay exact (randomized suite) and the peak extra
 # memory within the bound (test_reshard_memory), at np 1-4, with and without datatypes; and
-# transposes (test_transpose) at np 3.
+# transposes (test_transpose) at np 3. Padded targets that a reduce-scatter or a Partial fill
+# writes are written row by row in place here at every row length (LM_PAD_IN_PLACE_MIN_RUN=1;
+# the default runs of make check take the compact copy for the tests' short rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/lm_test.sh
@@ -18,6 +20,7 @@ BUILD=${BUILD:-build}
 big=3000 small=1500
 if lm_lib_links 'libasan|libmpich'; then big=800 small=400; fi
 export LM_RESHARD_CASES=${LM_RESHARD_CASES:-$big}
+export LM_PAD_IN_PLACE_MIN_RUN=1
 # dt=1: subarray datatypes for every non-contiguous box; dt=0: none (every such box staged).
 dt_env() { if [ "$1" = 1 ]; then echo LM_DATATYPE_MIN_BYTES=0; else echo LM_RESHARD_DATATYPES=0; fi; }
 for np in 3 4; do

@@ -46,6 +46,7 @@ enum class Setting : int {
   NodeArenaMinBytes,   // LM_NODE_ARENA_MIN_BYTES
   NodePeerMapBytes,    // LM_NODE_PEER_MAP_BYTES
   PlanKeepBuffers,     // LM_PLAN_KEEP_BUFFERS
+  PadInPlaceMinRun,    // LM_PAD_IN_PLACE_MIN_RUN
   // test hooks
   Fault,               // LM_FAULT
   NcclFaultInitRank,   // LM_NCCL_FAULT_INIT_RANK

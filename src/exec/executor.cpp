@@ -498,7 +498,9 @@ class ExchangeRun : public StepRun {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Pairwise reduce-scatter with the reduction fused as segments arrive, in group order.
+// Pairwise reduce-scatter with the reduction fused as segments arrive, in group order. A
+// segment is a contiguous range of the compact output, or, padded (out_pad), the rows it covers
+// there: every reduction runs row by row of it (runs_), the padding between rows never touched.
 class ReduceScatterRun : public StepRun {
  public:
   using StepRun::StepRun;
@@ -508,6 +510,7 @@ class ReduceScatterRun : public StepRun {
     out_ = static_cast<char *>(out);
     finished_ = !st_.member;
     if (finished_) return;
+    pad_ = !st_.out_pad.empty();
     const size_t S = step_staging(tp_);
     const size_t budget = st_.chunks_contiguous ? S : S / 2;
     size_t recv_part = size_segments(budget);
@@ -564,10 +567,13 @@ class ReduceScatterRun : public StepRun {
     const BoxSplit &my = splits_[mine];
     nseg_ = my.count;
     // Slots per segment buffer: one per contribution that does not land in the output directly.
+    // Into a padded output, contribution 0 lands there only where the transport receives each
+    // segment's box in place (the compact case receives its range).
     slot_of_.assign((size_t)k, -1);
+    direct0_ = mine != 0 && (!pad_ || segments_direct(my));
     int64_t ns = 0;
     for (int64_t j = 0; j < k; ++j)
-      if (j == mine ? (mine != 0 && !st_.chunks_in_one_run()) : !(j == 0 && mine != 0))
+      if (j == mine ? (mine != 0 && !st_.chunks_in_one_run()) : !(j == 0 && direct0_))
         slot_of_[j] = ns++;
     nbufs_ = std::min<int64_t>(2, nseg_);
     // A slot holds one piece of my chunk: the first (largest) sub-box, at most seg_bytes_.
@@ -576,6 +582,18 @@ class ReduceScatterRun : public StepRun {
     segbuf_ = (size_t)ns * slot_bytes_;
     acc_bytes_ = st_.wide ? piece * 16 : 0;
     return (size_t)nbufs_ * segbuf_ + acc_bytes_;
+  }
+
+  // Whether the transport receives every segment of my chunk in place in the padded output: the
+  // first and the last sub-box of a row of segments (the split's two shapes).
+  bool segments_direct(const BoxSplit &my) const {
+    if (my.count == 0) return true;
+    for (int64_t q : {int64_t(0), my.per - 1}) {
+      SubBox sb;
+      sub_box(my, st_.outbox.len, zero_, q, esize_, sb);
+      if (!tp_.box_direct(box_ref(st_.out_pad, sb, esize_, -1))) return false;
+    }
+    return true;
   }
 
   // Staged sends: non-contiguous chunks the transport cannot move in place. Returns their bytes.
@@ -636,8 +654,45 @@ class ReduceScatterRun : public StepRun {
     sub_box(splits_[mine], st_.outbox.len, zero_, s, esize_, sb);
     for (int64_t j = 0; j < k; ++j) {
       if (j == mine) continue;
-      char *p = slot_of_[j] < 0 ? out_ + (size_t)sb.e0 * esize_ : slot(s, j);
-      rt_[(size_t)((s % 2) * k + j)] = tp_.post_recv(p, sb.bytes, st_.peers[j], st_.tag);
+      Ticket &t = rt_[(size_t)((s % 2) * k + j)];
+      if (slot_of_[j] >= 0)
+        t = tp_.post_recv(slot(s, j), sb.bytes, st_.peers[j], st_.tag);
+      else if (!pad_)
+        t = tp_.post_recv(out_ + (size_t)sb.e0 * esize_, sb.bytes, st_.peers[j], st_.tag);
+      else
+        t = tp_.post_recv_box(out_, box_ref(st_.out_pad, sb, esize_, -1), st_.peers[j], st_.tag);
+    }
+  }
+
+  // Contribution j of the segment into its output runs: src compact (element c of the segment
+  // at src + c), or NULL where it already lies in the output.
+  void combine(int64_t j, const char *src) {
+    size_t c = 0;
+    for (const Run &r : runs_) {
+      char *o = reinterpret_cast<char *>((uintptr_t)r.addr);
+      const int64_t n = (int64_t)(r.bytes / esize_);
+      const char *x = src ? src + c * esize_ : o;
+      if (st_.wide)
+        mem_.wide_accumulate(dt_, static_cast<char *>(acc_) + c * 16, x, n, j == 0);
+      else if (j == 0 && src)
+        mem_.copy_1d(o, x, n, esize_);
+      else if (j != 0)
+        mem_.reduce(dt_, st_.op, o, x, n);
+      c += (size_t)n;
+    }
+  }
+  // The segment's last pass: the average's division (from the 128-bit sums when wide).
+  void finish_segment() {
+    if (!st_.wide && st_.divide_by <= 1) return;
+    size_t c = 0;
+    for (const Run &r : runs_) {
+      char *o = reinterpret_cast<char *>((uintptr_t)r.addr);
+      const int64_t n = (int64_t)(r.bytes / esize_);
+      if (st_.wide)
+        mem_.wide_finish_avg(dt_, o, static_cast<const char *>(acc_) + c * 16, n, st_.divide_by);
+      else
+        mem_.scale_avg(dt_, o, n, st_.divide_by);
+      c += (size_t)n;
     }
   }
 
@@ -647,14 +702,13 @@ class ReduceScatterRun : public StepRun {
     SubBox sb;
     while (seg_ < nseg_) {
       sub_box(splits_[mine], st_.outbox.len, zero_, seg_, esize_, sb);
-      const int64_t n = sb.e1 - sb.e0;
-      char *outseg = out_ + (size_t)sb.e0 * esize_;
+      if (jj_ == 0) st_.out_runs((uint64_t)(uintptr_t)out_, sb.off, sb.len, &runs_);
       while (jj_ < k) {
         const int64_t j = jj_;
         const char *src;
         if (j != mine) {
           if (!tp_.done(rt_[(size_t)((seg_ % 2) * k + j)], block)) return false;
-          src = slot_of_[j] < 0 ? outseg : slot(seg_, j);
+          src = slot_of_[j] < 0 ? nullptr : slot(seg_, j);
         } else {
           // My own contribution: straight from the input when contiguous, else through a slot
           // (or into the output when it comes first).
@@ -662,11 +716,10 @@ class ReduceScatterRun : public StepRun {
           sub_box(splits_[mine], st_.chunks[mine].len, st_.chunk_rel[mine], seg_, esize_, ob);
           if (j == 0) {
             BoxCopy c;
-            int64_t z[kBoxMaxDims] = {0};
-            boxcopy_init(c, ob.n, ob.len, st_.in_ext().data(), ob.off, ob.len, z,
-                         (int64_t)esize_);
-            mem_.copy(c, outseg, in_, 0, c.numel);
-            src = outseg;
+            boxcopy_init(c, ob.n, ob.len, st_.in_ext().data(), ob.off, st_.out_ext().data(),
+                         sb.off, (int64_t)esize_);
+            mem_.copy(c, out_, in_, 0, c.numel);
+            src = nullptr;
           } else if (slot_of_[j] >= 0) {
             BoxCopy c = pack_copy(st_.in_ext(), ob, esize_);
             mem_.copy(c, slot(seg_, j), in_, 0, c.numel);
@@ -677,16 +730,10 @@ class ReduceScatterRun : public StepRun {
             src = in_ + coff + (size_t)sb.e0 * esize_;
           }
         }
-        if (st_.wide)
-          mem_.wide_accumulate(dt_, acc_, src, n, j == 0);
-        else if (j != 0)
-          mem_.reduce(dt_, st_.op, outseg, src, n);
+        combine(j, src);
         ++jj_;
       }
-      if (st_.wide)
-        mem_.wide_finish_avg(dt_, outseg, acc_, n, st_.divide_by);
-      else if (st_.divide_by > 1)
-        mem_.scale_avg(dt_, outseg, n, st_.divide_by);
+      finish_segment();
       if (seg_ + 2 < nseg_) {
         post_segment(seg_ + 2);
         tp_.flush();
@@ -741,6 +788,9 @@ class ReduceScatterRun : public StepRun {
   const char *in_ = nullptr;
   char *out_ = nullptr;
   bool finished_ = true;
+  bool pad_ = false;      // the output is padded (out_pad): reduced row by row
+  bool direct0_ = false;  // contribution 0 is received straight into the output
+  std::vector<Run> runs_;  // the output's runs of the segment being reduced
   size_t seg_bytes_ = 0, slot_bytes_ = 0, segbuf_ = 0, acc_bytes_ = 0;
   std::vector<BoxSplit> splits_;
   std::vector<int64_t> slot_of_;
@@ -755,14 +805,26 @@ class ReduceScatterRun : public StepRun {
   Shape zero_;
 };
 
+void fill_partial(MemOps &mem, const SchedStep &st, DType dt, void *out, std::vector<Run> &runs) {
+  if (st.out_pad.empty()) return mem.fill_identity(dt, st.op, out, st.fill_n);
+  const Shape zero(st.outbox.len.size(), 0);
+  st.out_runs((uint64_t)(uintptr_t)out, zero.data(), st.outbox.len.data(), &runs);
+  for (const Run &r : runs)
+    mem.fill_identity(dt, st.op, reinterpret_cast<void *>((uintptr_t)r.addr),
+                      (int64_t)(r.bytes / st.esize));
+}
+
 // ---------------------------------------------------------------------------------------------
 class PartialInitRun : public StepRun {
  public:
   using StepRun::StepRun;
   void start(const void *, void *out) override {
-    if (st_.fill) mem_.fill_identity(dt_, st_.op, out, st_.fill_n);
+    if (st_.fill) fill_partial(mem_, st_, dt_, out, runs_);
   }
   bool progress(bool) override { return true; }
+
+ private:
+  std::vector<Run> runs_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -987,7 +1049,8 @@ Plan *Plan::padded(const Shape *in_pad, const Shape *out_pad, bool *out_compact)
   v->has_out = out_pad != nullptr;
   if (in_pad) v->in = *in_pad;
   if (out_pad) v->out = *out_pad;
-  v->plan = variant([&](Schedule &s) { return schedule_pad(s, in_pad, out_pad); });
+  const size_t min_run = (size_t)setting_u(Setting::PadInPlaceMinRun);
+  v->plan = variant([&](Schedule &s) { return schedule_pad(s, in_pad, out_pad, min_run); });
   if (!v->plan && in_pad && out_pad) {  // the source in place, the target through a stand-in
     v->plan = variant([&](Schedule &s) { return schedule_pad(s, in_pad, nullptr); });
     v->out_compact = v->plan != nullptr;

@@ -63,12 +63,11 @@ struct GroupSelf {
   int64_t n = -1;
   size_t esize = 0;
 };
-// An identity fill of a Partial target (n elements).
+// An identity fill of a Partial target (fill_partial: its step's output box).
 struct GroupFill {
   GroupWhere out;
   DType dt{};
-  int op = 0;
-  int64_t n = 0;
+  const SchedStep *st = nullptr;
 };
 // A reduce-scatter step of one entry: where each group index's contribution lands.
 struct GroupRs {
@@ -225,7 +224,7 @@ void flatten(const std::vector<Plan *> &plans, size_t r, GroupPeerMsg &m, bool s
 void add_local_work(GroupRound &R, const Plan &p, size_t e, size_t r) {
   const SchedStep &st = *p.steps[r];
   if (st.kind == StepKind::kPartialInit && st.fill) {
-    R.fills.push_back(GroupFill{where_out(p, e, r), p.dt, st.op, st.fill_n});
+    R.fills.push_back(GroupFill{where_out(p, e, r), p.dt, &st});
     return;
   }
   if (st.kind != StepKind::kExchange || st.skip_self) return;
@@ -313,49 +312,61 @@ size_t global_bytes(const Plan &p) {
   return n;
 }
 
-// Reduces one entry's reduce-scatter contributions into its output in group order.
-// src[j]: group index j's contribution (j != the own one), packed.
+// One run of an entry's reduce-scatter output (n elements from element c of its chunk): the
+// contributions in group order, contribution 0 reduced with 1 in one pass.
+void reduce_run(MemOps &mem, DType dt, const SchedStep &st, const char *const *src_of, size_t c,
+                char *out, int64_t n, char *acc) {
+  const size_t esize = st.esize;
+  const char *first = nullptr;
+  for (int64_t j = 0; j < st.k; ++j) {
+    const char *src = src_of[j] + c * esize;
+    if (st.wide)
+      mem.wide_accumulate(dt, acc, src, n, j == 0);
+    else if (j == 0 && st.k > 1)
+      first = src;
+    else if (j == 0)
+      mem.copy_1d(out, src, n, esize);
+    else if (j == 1)
+      mem.reduce_pair(dt, st.op, out, first, src, n, esize);
+    else
+      mem.reduce(dt, st.op, out, src, n);
+  }
+  if (st.wide)
+    mem.wide_finish_avg(dt, out, acc, n, st.divide_by);
+  else if (st.divide_by > 1)
+    mem.scale_avg(dt, out, n, st.divide_by);
+}
+
+// Reduces one entry's reduce-scatter contributions into its output, run by run of it (one run
+// where it is compact, its rows where it is padded). src_of[j]: group index j's contribution,
+// packed; the own one's is set here (in place in the input, or packed into scratch).
 void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, char *out,
-                  const char *const *src_of, char *scratch) {
+                  const char **src_of, char *scratch, std::vector<Run> &runs) {
   const SchedStep &st = *q.st;
   const int64_t n = q.n;
   if (n == 0) return;
   const size_t esize = st.esize;
   char *acc = scratch;
   char *own = scratch + align_up(st.wide ? (size_t)n * 16 : 0);
-  const char *first = nullptr;  // contribution 0, reduced with contribution 1 in one pass
-  for (int64_t j = 0; j < st.k; ++j) {
-    const char *src;
-    if (j != st.mine) {
-      src = src_of[j];
-    } else {
-      if (q.own_off != SIZE_MAX) {
-        src = in + q.own_off;
-      } else {
-        const Box &mine = st.chunks[(size_t)st.mine];
-        int64_t zero[kBoxMaxDims] = {0};
-        BoxCopy c;
-        boxcopy_init(c, (int)mine.len.size(), mine.len.data(), st.in_ext().data(),
-                     st.chunk_rel[(size_t)j].data(), mine.len.data(), zero, (int64_t)esize);
-        mem.copy(c, own, in, 0, c.numel);
-        src = own;
-      }
-    }
-    if (st.wide)
-      mem.wide_accumulate(p.dt, acc, src, n, j == 0);
-    else if (j == 0 && st.k > 1)
-      first = src;
-    else if (j == 0)
-      mem.copy_1d(out, src, n, esize);
-    else if (j == 1)
-      mem.reduce_pair(p.dt, st.op, out, first, src, n, esize);
-    else
-      mem.reduce(p.dt, st.op, out, src, n);
+  const Box &mine = st.chunks[(size_t)st.mine];
+  const int64_t zero[kBoxMaxDims] = {0};
+  if (q.own_off != SIZE_MAX) {
+    src_of[st.mine] = in + q.own_off;
+  } else {
+    BoxCopy c;
+    boxcopy_init(c, (int)mine.len.size(), mine.len.data(), st.in_ext().data(),
+                 st.chunk_rel[(size_t)st.mine].data(), mine.len.data(), zero, (int64_t)esize);
+    mem.copy(c, own, in, 0, c.numel);
+    src_of[st.mine] = own;
   }
-  if (st.wide)
-    mem.wide_finish_avg(p.dt, out, acc, n, st.divide_by);
-  else if (st.divide_by > 1)
-    mem.scale_avg(p.dt, out, n, st.divide_by);
+  st.out_runs((uint64_t)(uintptr_t)out, zero, st.outbox.len.data(), &runs);
+  size_t c = 0;
+  for (const Run &r : runs) {
+    const int64_t len = (int64_t)(r.bytes / esize);
+    reduce_run(mem, p.dt, st, src_of, c, reinterpret_cast<char *>((uintptr_t)r.addr), len,
+               acc + c * 16);
+    c += (size_t)len;
+  }
 }
 
 void copy_selfs(MemOps &mem, const SchedStep &st, const void *in, void *out) {
@@ -500,7 +511,7 @@ void GroupExec::start_round() {
   Transport &tp = *route_.wire;
   MemOps &mem = *route_.mem;
   char *sreg = stage_ + R.scratch, *rreg = sreg + R.send_bytes;
-  for (const GroupFill &f : R.fills) mem.fill_identity(f.dt, f.op, at(f.out), f.n);
+  for (const GroupFill &f : R.fills) fill_partial(mem, *f.st, f.dt, at(f.out), out_runs_);
   const int tag = kGroupTagBase + (int)r_;
   direct_.assign(R.recvs.size(), 0);
   recv_t_.assign(R.recvs.size(), 0);
@@ -615,7 +626,8 @@ void GroupExec::reduce_round() {
       const size_t k = q.from[j].first, i = q.from[j].second;
       src_[j] = direct_[k] == 2 ? held_src_[k][i] : rreg + q.recv_off[j];
     }
-    reduce_chunk(*route_.mem, *plans_[q.e], q, at(q.in), at(q.out), src_.data(), stage_);
+    reduce_chunk(*route_.mem, *plans_[q.e], q, at(q.in), at(q.out), src_.data(), stage_,
+                 out_runs_);
   }
   for (size_t k = 0; k < R.recvs.size(); ++k)
     if (direct_[k] == 2) route_.wire->parts_release(recv_t_[k]);

@@ -87,6 +87,7 @@ class GroupExec {
   std::vector<std::vector<void *>> work_;       // [entry][step]
   std::vector<std::vector<size_t>> work_cap_;
   std::vector<Run> runs_;        // one peer message's runs (direct_parts)
+  std::vector<Run> out_runs_;    // an entry's output rows (a padded target's fill or reduction)
   std::vector<char> direct_;     // per receive of the round: 0 packed, 1 in place, 2 held
   std::vector<Transport::Ticket> recv_t_;          // per receive of the round: its ticket
   std::vector<std::vector<const char *>> held_src_;  // per held receive: where its parts lie

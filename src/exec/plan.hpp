@@ -54,8 +54,9 @@ class Plan : public Schedule {
   // the extents of the arrays that the source and target shards lie in. Returns this plan when
   // both are NULL, else a variant of it for those extents (planner.hpp, schedule_pad), built at
   // the first call and kept for the next ones with the same extents. Where a padded target would
-  // be written by a reduce-scatter or a Partial fill (schedule_pad refuses it), the variant reads
-  // a padded source in place and writes a compact target: *out_compact says so (the caller gives
+  // be written by a reduce-scatter or a Partial fill in rows shorter than LM_PAD_IN_PLACE_MIN_RUN
+  // (schedule_pad refuses it), the variant reads a padded source in place and writes a compact
+  // target: *out_compact says so (the caller gives
   // it a compact stand-in of the target); NULL where no variant reads the source either: the
   // caller then runs this plan on compact copies of both.
   // Not during an execution of the variant it replaces.
@@ -94,5 +95,9 @@ std::unique_ptr<Plan> plan_build(const Layout &src, const Layout &dst, DLDataTyp
 
 // The staging bound of one reshard step in bytes: LM_STAGING_BYTES (must agree on every rank).
 size_t staging_bytes();
+
+// A Partial fill step's identity written into its output at out (st.fill set): the whole
+// compact output, or the rows of a padded one (runs: scratch).
+void fill_partial(MemOps &mem, const SchedStep &st, DType dt, void *out, std::vector<Run> &runs);
 
 }  // namespace lm

@@ -320,7 +320,8 @@ std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out
   if (idx < 0) return st;
   Shape c(out.mesh_ndim());
   out.grid->coord_of(idx, c.data());
-  st->fill_n = out.box_at(c.data()).numel();
+  st->outbox = out.box_at(c.data());  // (where a padded output's fill finds its rows)
+  st->fill_n = st->outbox.numel();
   for (int m = 0; m < out.mesh_ndim(); ++m)
     if (out.pl[m].kind == LM_PARTIAL && in.pl[m].kind != LM_PARTIAL) {
       st->op = out.pl[m].op;
@@ -358,6 +359,19 @@ int64_t SchedStep::recv_count() const {
   int64_t n = (int64_t)recvs.size();
   for (const MsgRun &r : recv_runs) n += r.count;
   return n;
+}
+
+void SchedStep::out_runs(uint64_t base, const int64_t *off, const int64_t *len,
+                         std::vector<Run> *runs) const {
+  runs->clear();
+  const int n = (int)outbox.len.size();
+  if (!out_pad.empty()) return box_runs(base, n, out_pad.data(), off, len, esize, runs);
+  int64_t lin = 0, numel = 1;
+  for (int i = 0; i < n; ++i) {
+    lin = lin * outbox.len[(size_t)i] + off[i];
+    numel *= len[i];
+  }
+  if (numel) runs->push_back(Run{base + (uint64_t)lin * esize, (uint64_t)numel * esize});
 }
 
 bool SchedStep::alias_offset(size_t *byte_off) const {
@@ -663,20 +677,25 @@ void unfuse_before(Schedule &s, size_t l) {
   s.steps[l]->skip_self = false;
   s.work_bytes[l - 1] = (size_t)s.steps[l - 1]->outbox.numel() * s.esize;
 }
+// The bytes of the rows a box (off 0, len) covers in a row-major array of extents pad.
+size_t padded_run_bytes(const Shape &pad, const Shape &len, size_t esize) {
+  size_t r = esize;
+  for (size_t d = len.size(); d-- > 0;) {
+    r *= (size_t)len[d];
+    if (len[d] != pad[d]) break;
+  }
+  return r;
+}
 }  // namespace
 
-bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
+bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad, size_t min_run) {
   if (s.compressed) return false;
   if (s.steps.empty()) return true;  // nothing touches either buffer
   // Each side decides how a message leaves or lands (the wire carries the same bytes either
   // way), so a padded input or output changes nothing for the peers; a reduce-scatter keeps its
-  // agreed chunks_contiguous (it sizes the segments) and learns where its chunks lie here. But a
-  // reduce-scatter writes its output by linear segments and a Partial fill writes it as one run:
-  // into a padded output, those run on compact stand-ins.
-  const SchedStep &last = *s.steps[s.last_moving];
-  if (out_pad && last.kind == StepKind::kReduceScatter) return false;
-  for (const auto &st : s.steps)
-    if (out_pad && st->kind == StepKind::kPartialInit) return false;
+  // agreed chunks_contiguous (it sizes the segments) and learns where its chunks lie here. A
+  // reduce-scatter into a padded output reduces each segment row by row of it; a Partial fill
+  // fills the output box's rows (the padding between them is never touched).
   if (in_pad) {
     SchedStep &f = *s.steps.front();
     if (!pad_fits(*in_pad, f.inbox)) return false;
@@ -695,6 +714,17 @@ bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad) {
     st.out_pad = *out_pad;
     for (Msg &m : st.recvs) m.contiguous = box_is_contiguous_at(st.outbox, *out_pad, m.box, s.esize, &m.off);
     unfuse_before(s, l);
+    // Reduce-scatters and Partial fills write the rows of the padded output one by one.
+    bool by_rows = st.kind == StepKind::kReduceScatter;
+    for (auto &p : s.steps)  // in place: they write the final output too
+      if (p->in_place()) {
+        if (!pad_fits(*out_pad, p->outbox)) return false;
+        p->out_pad = *out_pad;
+        by_rows = by_rows || p->fill;
+      }
+    if (by_rows && st.outbox.numel() > 0 &&
+        padded_run_bytes(*out_pad, st.outbox.len, s.esize) < min_run)
+      return false;
   }
   return true;
 }

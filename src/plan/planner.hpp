@@ -85,10 +85,11 @@ void copy_schedule(Schedule &out, const Schedule &s);
 // extents of the row-major arrays that the source and the target shard lie in (each >= the box's
 // extents, as many dims). Sets the first step's in_pad and the last moving step's out_pad, works
 // out again which of their messages (and a reduce-scatter's chunks) are contiguous there, and
-// unfuses a step that would write into the padded output. False, leaving s unusable, where a
-// padded output would be written by a reduce-scatter or a Partial fill (those write compact
-// buffers only) or a pad does not fit its box.
-bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad);
+// unfuses a step that would write into the padded output. A reduce-scatter or a Partial fill
+// writing the padded output then writes its box's rows (SchedStep::out_runs); they take
+// `min_run` bytes at least (shorter rows would cost a call each: a compact copy is cheaper).
+// False, leaving s unusable, where their rows are shorter or a pad does not fit its box.
+bool schedule_pad(Schedule &s, const Shape *in_pad, const Shape *out_pad, size_t min_run = 1);
 // Makes an expanded schedule write its output through element strides out_str (one per tensor
 // dim, a permutation of the row-major strides of this rank's output box: a transposed array):
 // sets the last moving step's out_str (the executor then stages every receive of that step and

@@ -27,6 +27,7 @@
 #include "common/dtype.hpp"
 #include "layout/boxcopy.hpp"
 #include "layout/layout.hpp"
+#include "layout/runs.hpp"
 
 namespace lm {
 
@@ -158,6 +159,10 @@ struct SchedStep {
   // Messages of an exchange step in each direction, runs included.
   int64_t send_count() const;
   int64_t recv_count() const;
+  // The runs of the box (off, len) of this step's output at address base: where the output is
+  // compact, one run (the box must be a contiguous range of it: a split's sub-box, or the whole
+  // output box); where it is padded (out_pad), the rows it covers there.
+  void out_runs(uint64_t base, const int64_t *off, const int64_t *len, std::vector<Run> *runs) const;
   // True when, on this rank, the output is a contiguous slice of the input at *byte_off and the
   // step moves nothing (Replicate -> Shard): the caller may alias instead of copying.
   bool alias_offset(size_t *byte_off) const;
