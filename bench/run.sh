@@ -4,6 +4,8 @@
 #   reshard:   bench_reshard at np 2 and 4  -> bench/results/reshard.jsonl
 #   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl
 #   small:     bench_small at np 2 and 4 (small calls, breakdown) -> bench/results/small.jsonl
+#   padded:    bench_padded at np 2 and 4 (padded targets against compact ones)
+#              -> bench/results/padded.jsonl
 #   plan:      bench_plan (serial: the planner on 2^20-rank meshes) -> bench/results/plan.jsonl
 #   scalapack: bench_scalapack at np 2 and 4 (against pdgemr2d, and COSTA when built with
 #              COSTA_DIR; bench/build-costa.sh) -> bench/results/scalapack.jsonl
@@ -52,6 +54,15 @@ out="$here/results/group.jsonl"
 for np in ${BENCH_NPS:-2 4}; do
   echo "== 64 tensors at once (grouped, one plan each, one MPI collective) at np $np" >&2
   "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_group" | tee -a "$out.tmp"
+done
+mv "$out.tmp" "$out"
+echo "wrote $out" >&2
+
+out="$here/results/padded.jsonl"
+: > "$out.tmp"
+for np in ${BENCH_NPS:-2 4}; do
+  echo "== reshards into padded targets against compact ones at np $np" >&2
+  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_padded" | tee -a "$out.tmp"
 done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
