@@ -19,6 +19,19 @@ top=$(dirname "$here")
 build=${BUILD:-build}
 mkdir -p "$here/results"
 
+# run_at_nps NAME NPS DESCRIPTION PROGRAM: PROGRAM at each np of NPS, its JSON lines collected
+# into bench/results/NAME.jsonl (replaced only once every run has succeeded).
+run_at_nps() {
+  local out="$here/results/$1.jsonl" nps=$2 desc=$3 prog=$4 np
+  : > "$out.tmp"
+  for np in $nps; do
+    echo "== $desc at np $np" >&2
+    "$top/tools/lm-mpirun" "$np" "$top/$build/bench/$prog" | tee -a "$out.tmp"
+  done
+  mv "$out.tmp" "$out"
+  echo "wrote $out" >&2
+}
+
 out="$here/results/reshard.jsonl"
 : > "$out.tmp"
 for np in ${BENCH_NPS:-2 4}; do
@@ -40,50 +53,15 @@ done
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2
 
-out="$here/results/local_map.jsonl"
-: > "$out.tmp"
-for np in 1 2; do
-  echo "== local_map overhead at np $np" >&2
-  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_local_map" | tee -a "$out.tmp"
-done
-mv "$out.tmp" "$out"
-echo "wrote $out" >&2
+run_at_nps local_map "1 2" "local_map overhead" bench_local_map
 
-out="$here/results/group.jsonl"
-: > "$out.tmp"
-for np in ${BENCH_NPS:-2 4}; do
-  echo "== 64 tensors at once (grouped, one plan each, one MPI collective) at np $np" >&2
-  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_group" | tee -a "$out.tmp"
-done
-mv "$out.tmp" "$out"
-echo "wrote $out" >&2
+run_at_nps group "${BENCH_NPS:-2 4}" "64 tensors at once (grouped, one plan each, one MPI collective)" bench_group
 
-out="$here/results/padded.jsonl"
-: > "$out.tmp"
-for np in ${BENCH_NPS:-2 4}; do
-  echo "== reshards into padded targets against compact ones at np $np" >&2
-  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_padded" | tee -a "$out.tmp"
-done
-mv "$out.tmp" "$out"
-echo "wrote $out" >&2
+run_at_nps padded "${BENCH_NPS:-2 4}" "reshards into padded targets against compact ones" bench_padded
 
-out="$here/results/estimate.jsonl"
-: > "$out.tmp"
-for np in ${BENCH_NPS:-2 4}; do
-  echo "== the cost of a cost estimate (lm_reshard_estimate) at np $np" >&2
-  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_estimate" | tee -a "$out.tmp"
-done
-mv "$out.tmp" "$out"
-echo "wrote $out" >&2
+run_at_nps estimate "${BENCH_NPS:-2 4}" "the cost of a cost estimate (lm_reshard_estimate)" bench_estimate
 
-out="$here/results/small.jsonl"
-: > "$out.tmp"
-for np in ${BENCH_NPS:-2 4}; do
-  echo "== small calls against MPI, with the breakdown of the allocating reshard, at np $np" >&2
-  "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_small" | tee -a "$out.tmp"
-done
-mv "$out.tmp" "$out"
-echo "wrote $out" >&2
+run_at_nps small "${BENCH_NPS:-2 4}" "small calls against MPI, with the breakdown of the allocating reshard," bench_small
 
 if [ -x "$top/$build/bench/bench_scalapack" ]; then
   out="$here/results/scalapack.jsonl"
