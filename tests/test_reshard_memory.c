@@ -4,7 +4,12 @@
  *   plan execute into a preallocated target:  <= LM_STAGING_BYTES + intermediates
  *   plain lm_dist_tensor_reshard:             <= target + LM_STAGING_BYTES + intermediates
  * where intermediates are the plan's unfused intermediate outputs (none for these 1-D cases but
- * one, whose size the test computes). Everything taken is given back when the execution completes
+ * one, whose size the test computes). A plan into a padded target (a borrow whose rows are 3
+ * elements longer) stays within the plan's bound where the target is written in place: always
+ * for exchanges, and for reduce-scatters and Partial fills where its rows take at least
+ * LM_PAD_IN_PLACE_MIN_RUN bytes (default 1K; below, the target's compact copy counts too), the
+ * intermediates counting the reduce-scatter output of P -> R (fused into a compact target); its
+ * padding is never written. Everything taken is given back when the execution completes
  * (with LM_PLAN_KEEP_BUFFERS=1: when the persistent plan is destroyed, and a second execution takes
  * nothing new), and the results are exact. Run with a small LM_STAGING_BYTES (tests/script_staging.sh) the
  * tensors are many times the bound, so reductions and exchanges must pipeline chunk by chunk.
@@ -44,7 +49,20 @@ static int oracle_box(lm_dist_tensor_t t, lm_placement_t p, const int64_t *g, in
   return lo[0] == off[0] && lo[1] == off[1] && ll[0] == ls[0] && ll[1] == ls[1];
 }
 
+static const char *path_name(int path) {
+  return path == 1 ? "reshard" : path == 2 ? "plan, padded target" : "plan";
+}
+
 static int64_t rup64(int64_t b) { return b == 0 ? 64 : (b + 63) / 64 * 64; }
+
+/* LM_PAD_IN_PLACE_MIN_RUN in bytes (a plain number or with a K suffix, as the scripts set it). */
+static int64_t pad_min_run(void) {
+  const char *e = getenv("LM_PAD_IN_PLACE_MIN_RUN");
+  if (!e || !*e) return 1024;
+  char *end = NULL;
+  int64_t v = strtoll(e, &end, 10);
+  return end && (*end == 'K' || *end == 'k') ? v * 1024 : v;
+}
 
 static int64_t in_use_now(void) {
   int64_t u = 0;
@@ -100,10 +118,11 @@ static int check(lm_dist_tensor_t t, const mcase *c, int np, int rank) {
   int64_t off[2], ls[2];
   LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
   if (!oracle_box(t, c->dp, c->g, off, ls)) return 0;
+  const int64_t rs = v.strides ? v.strides[0] : ls[1]; /* a padded target's rows */
   for (int64_t i = 0; i < ls[0]; ++i)
     for (int64_t j = 0; j < ls[1]; ++j) {
       int64_t k = (off[0] + i) * c->g[1] + off[1] + j;
-      double got = c->int_avg ? (double)((int32_t *)v.data)[i * ls[1] + j] : ((double *)v.data)[i * ls[1] + j];
+      double got = c->int_avg ? (double)((int32_t *)v.data)[i * rs + j] : ((double *)v.data)[i * rs + j];
       if (got != want_value(c, k, np, rank)) return 0;
     }
   return 1;
@@ -145,8 +164,11 @@ static void test_memory_bound(void **state) {
       lm_oracle_chunk(c->g[c->inter_dim], np, rank, &off, &len);
       inter = rup64(len * c->g[1 - c->inter_dim] * esize);
     }
-    for (int path = 0; path < 2; ++path) {
+    for (int path = 0; path < 3; ++path) {
       lm_dist_tensor_t src = NULL, dst = NULL;
+      unsigned char *parr = NULL; /* path 2: the padded target's array */
+      size_t pbytes = 0;
+      int64_t pls[2] = {0, 0}, pld = 0;
       LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, c->g, dt, LM_CPU, &c->sp));
       if (!fill(src, c, rank)) {
         note("%s: the source shard is not where torch.chunk puts it", c->name);
@@ -179,6 +201,40 @@ static void test_memory_bound(void **state) {
         } else {
           LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&plan));
         }
+      } else if (path == 2) {
+        /* A plan into a padded target: this rank's shard in rows 3 elements longer. */
+        int64_t poff[2] = {0, 0};
+        pls[0] = c->g[0], pls[1] = c->g[1];
+        if (c->dp.kind == LM_SHARD)
+          lm_oracle_chunk(c->g[c->dp.dim], np, rank, &poff[c->dp.dim], &pls[c->dp.dim]);
+        pld = pls[1] + 3;
+        pbytes = (size_t)((pls[0] ? pls[0] : 1) * pld * esize);
+        parr = malloc(pbytes);
+        memset(parr, 0x5a, pbytes);
+        int64_t pstr[2] = {pld, 1};
+        DLTensor pv = {parr, {kDLCPU, 0}, 2, dt, pls, pstr, 0};
+        LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&dst, m, &pv, &c->dp, LM_SHAPE_GIVEN, c->g,
+                                                   LM_FROM_LOCAL_BORROW));
+        lm_reshard_plan_t plan = NULL;
+        LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &c->sp, m, &c->dp, 2, c->g, dt));
+        before = in_use_now();
+        LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, dst));
+        extra = peak_now() - before;
+        LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&plan)); /* (kept buffers given back) */
+        after = in_use_now();
+        /* Written by a reduce-scatter or a Partial fill in rows shorter than the setting: the
+         * target's compact copy is taken too. */
+        const int by_rows = (c->sp.kind == LM_PARTIAL && c->dp.kind == LM_SHARD) ||
+                            (c->dp.kind == LM_PARTIAL && c->sp.kind != LM_PARTIAL);
+        if (by_rows && pls[1] * esize < pad_min_run()) target = rup64(pls[0] * pls[1] * esize);
+        /* P -> R: the reduce-scatter's output (over the largest dim), written straight into its
+         * slice of a compact target where it can, is a buffer of its own before a padded one. */
+        if (c->sp.kind == LM_PARTIAL && c->dp.kind == LM_REPLICATE) {
+          const int d = c->inter_dim >= 0 ? (int)c->inter_dim : 0;
+          int64_t off0, len0;
+          lm_oracle_chunk(c->g[d], np, rank, &off0, &len0);
+          inter = rup64(len0 * c->g[1 - d] * esize);
+        }
       } else {
         LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&dst, src, NULL, &c->dp));
         extra = peak_now() - before;
@@ -191,22 +247,32 @@ static void test_memory_bound(void **state) {
       int64_t bound = target + S + inter;
       if (extra > bound) {
         note("%s (%s): peak extra %lld bytes > bound %lld (target %lld + staging %lld + "
-             "intermediates %lld) at np %d", c->name, path ? "reshard" : "plan", (long long)extra,
+             "intermediates %lld) at np %d", c->name, path_name(path), (long long)extra,
              (long long)bound, (long long)target, (long long)S, (long long)inter, np);
         ++bad;
       }
       if (after != before) {
         note("%s (%s): %lld bytes still taken after the execution", c->name,
-             path ? "reshard" : "plan", (long long)(after - before));
+             path_name(path), (long long)(after - before));
         ++bad;
       }
       if (!check(dst, c, np, rank)) {
         note("%s (%s): wrong position (offset/shape) or values at np %d", c->name,
-             path ? "reshard" : "plan", np);
+             path_name(path), np);
         ++bad;
       }
       LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&dst));
       LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));
+      if (parr) {
+        int64_t written = 0;
+        for (int64_t i = 0; i < pls[0]; ++i)
+          for (int64_t b = pls[1] * esize; b < pld * esize; ++b) written += parr[i * pld * esize + b] != 0x5a;
+        if (written) {
+          note("%s (plan, padded target): %lld padding bytes written", c->name, (long long)written);
+          ++bad;
+        }
+        free(parr);
+      }
     }
   }
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));

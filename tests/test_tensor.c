@@ -704,10 +704,7 @@ static void test_from_local_borrow_padded(void **state) {
  * move: no compact stand-in of either shard (each would take its shard's bytes). A Partial(sum)
  * padded borrow reshards exactly, read in place by the reduce-scatter, and is written by one into
  * a padded target row by row, the padding kept: no more pool memory than into a compact target
- * (a compact stand-in of the target would take its shard's bytes). R -> P(sum) fills a padded
- * target's rows, and a group of both runs them into padded targets too. Rows shorter than
- * LM_PAD_IN_PLACE_MIN_RUN take a stand-in of the target, the source still read in place (pool
- * memory below a stand-in of each shard). */
+ * (a compact stand-in of the target would take its shard's bytes). */
 static int64_t padded_rows(int64_t n, int64_t *lo) {
   const int64_t per = (n + NP - 1) / NP;
   *lo = per * ME < n ? per * ME : n;
@@ -856,9 +853,45 @@ static void test_padded_in_place(void **state) {
              (j < C ? (double)(NP * (NP + 1) / 2) + (double)(NP * (lo + i)) : -7);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&cz));
   LM_ASSERT_OK(lm_reshard_plan_destroy(&rs));
-  /* Into padded Partial(sum) targets: R -> P(sum) fills the rows of ranks but the first with
-   * zeros, the padding kept; as a group of two entries, the P(sum) -> S(0) above and the R ->
-   * P(sum) of its result, into a second padded array of the whole [N, C]. */
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&back));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&w));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&x));
+  if (bad) fprintf(stderr, "rank %d: %lld wrong\n", ME, (long long)bad);
+  LM_ASSERT_ALL(bad == 0);
+  free(p);
+  free(full);
+  free(z);
+  free(b);
+  free(a);
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
+/* Padded targets of reduce-scatters and Partial fills (P -> S, R -> P) are written row by row in
+ * place where their rows take LM_PAD_IN_PLACE_MIN_RUN bytes (default 1K; here 2400 and 1200): a
+ * padded P(sum) source into a padded S(0) target (test_padded_in_place), R -> P(sum) into a
+ * padded target with no pool memory, and a group of P(sum) -> S(0), R -> P(sum) and an int32
+ * Partial(avg) -> S(0) (128-bit sums) into padded targets, every padding element kept. Rows
+ * shorter than the setting take a stand-in of the target, the source still read in place (pool
+ * memory below copies of both shards). */
+static void test_padded_partial_targets(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_1d();
+  const int64_t N = 37 * NP + 3, C = 300, G[2] = {N, C};
+  int64_t lo;
+  const int64_t rows = padded_rows(N, &lo), rld = C + 7;
+  int64_t rstr[2] = {rld, 1}, pshape[2] = {N, C}, rshape[2] = {rows, C};
+  int64_t bad = 0, in_use = 0, peak = 0;
+  lm_placement_t s0[1] = {S_(0)}, ps[1] = {P_(LM_REDUCE_SUM)};
+  double *p = malloc(sizeof(double) * (size_t)(N * rld));
+  double *z = malloc(sizeof(double) * (size_t)((rows ? rows : 1) * rld));
+  for (int64_t e = 0; e < N * rld; ++e) p[e] = e % rld < C ? (double)(ME + 1) + (double)(e / rld) : -7;
+  DLTensor tp = padded_view(p, pshape, rstr), tz = padded_view(z, rshape, rstr);
+  lm_dist_tensor_t x = NULL, back = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, m, &tp, ps, LM_SHAPE_GIVEN, G,
+                                             LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&back, m, &tz, s0, LM_SHAPE_GIVEN, G,
+                                             LM_FROM_LOCAL_BORROW));
+  /* R -> P(sum) of x's sum: the rows of ranks but the first filled with zeros. */
   double *q = malloc(sizeof(double) * (size_t)(N * rld));
   for (int64_t e = 0; e < N * rld; ++e) q[e] = -7;
   lm_dist_tensor_t pq = NULL, rep = NULL;
@@ -870,24 +903,53 @@ static void test_padded_in_place(void **state) {
   lm_reshard_plan_t rp = NULL;
   LM_ASSERT_OK(lm_reshard_plan_create(&rp, m, r1, NULL, ps, 2, G, LM_FLOAT64));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rp, rep, pq));
+  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rp, rep, pq));
+  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  if (peak != in_use) { /* a local copy and a fill of the rows: nothing from the pool */
+    fprintf(stderr, "rank %d: a padded R -> P(sum) took %lld pool bytes\n", ME,
+            (long long)(peak - in_use));
+    ++bad;
+  }
   const double total = (double)(NP * (NP + 1) / 2);
   for (int64_t e = 0; e < N * rld; ++e)
     bad += q[e] != (e % rld >= C ? -7 : ME ? 0 : total + (double)(NP * (e / rld)));
-  lm_reshard_entry_t two[2] = {{2, G, LM_FLOAT64, ps, s0}, {2, G, LM_FLOAT64, r1, ps}};
-  lm_reshard_group_t g2 = NULL;
-  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g2, m, NULL, 2, two, NULL));
+  /* The group's third entry: an int32 Partial(avg) (128-bit sums) into padded int32 rows. */
+  int32_t *pi = malloc(sizeof(int32_t) * (size_t)(N * rld));
+  int32_t *zi = malloc(sizeof(int32_t) * (size_t)((rows ? rows : 1) * rld));
+  for (int64_t e = 0; e < N * rld; ++e) pi[e] = e % rld < C ? (int32_t)(2 * ME + (e / rld) % 100) : -7;
+  DLTensor tpi = padded_view((double *)(void *)pi, pshape, rstr);
+  DLTensor tzi = padded_view((double *)(void *)zi, rshape, rstr);
+  tpi.dtype = tzi.dtype = LM_INT32;
+  lm_placement_t pa[1] = {P_(LM_REDUCE_AVG)};
+  lm_dist_tensor_t xi = NULL, bi = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&xi, m, &tpi, pa, LM_SHAPE_GIVEN, G,
+                                             LM_FROM_LOCAL_BORROW));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&bi, m, &tzi, s0, LM_SHAPE_GIVEN, G,
+                                             LM_FROM_LOCAL_BORROW));
+  lm_reshard_entry_t three[3] = {{2, G, LM_FLOAT64, ps, s0}, {2, G, LM_FLOAT64, r1, ps},
+                                 {2, G, LM_INT32, pa, s0}};
+  lm_reshard_group_t g3 = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g3, m, NULL, 3, three, NULL));
   for (int k = 0; k < 2; ++k) {
     for (int64_t e = 0; e < rows * rld; ++e) z[e] = e % rld < C ? -1 : -7;
+    for (int64_t e = 0; e < rows * rld; ++e) zi[e] = e % rld < C ? -1 : -7;
     for (int64_t e = 0; e < N * rld; ++e) q[e] = e % rld < C ? -1 : -7;
-    lm_dist_tensor_t gs[2] = {x, rep}, gd[2] = {back, pq};
-    LM_ASSERT_OK_ALL(lm_reshard_group_execute(g2, 2, gs, gd));
+    lm_dist_tensor_t gs[3] = {x, rep, xi}, gd[3] = {back, pq, bi};
+    LM_ASSERT_OK_ALL(lm_reshard_group_execute(g3, 3, gs, gd));
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < rld; ++j)
+      for (int64_t j = 0; j < rld; ++j) {
         bad += z[i * rld + j] != (j < C ? total + (double)(NP * (lo + i)) : -7);
+        bad += zi[i * rld + j] != (j < C ? (int32_t)(NP - 1 + (lo + i) % 100) : -7);
+      }
     for (int64_t e = 0; e < N * rld; ++e)
       bad += q[e] != (e % rld >= C ? -7 : ME ? 0 : total + (double)(NP * (e / rld)));
   }
-  LM_ASSERT_OK(lm_reshard_group_destroy(&g2));
+  LM_ASSERT_OK(lm_reshard_group_destroy(&g3));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&bi));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&xi));
+  free(zi);
+  free(pi);
   LM_ASSERT_OK(lm_reshard_plan_destroy(&rp));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&rep));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&pq));
@@ -932,15 +994,11 @@ static void test_padded_in_place(void **state) {
   free(z4);
   free(p4);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&back));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&w));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&x));
   if (bad) fprintf(stderr, "rank %d: %lld wrong\n", ME, (long long)bad);
   LM_ASSERT_ALL(bad == 0);
-  free(p);
-  free(full);
   free(z);
-  free(b);
-  free(a);
+  free(p);
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
@@ -1839,6 +1897,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_from_local_copy_strided),
     cmocka_unit_test(test_from_local_borrow_padded),
     cmocka_unit_test(test_padded_in_place),
+    cmocka_unit_test(test_padded_partial_targets),
     cmocka_unit_test(test_from_local_borrow_vs_copy),
     cmocka_unit_test(test_from_managed_ownership),
     cmocka_unit_test(test_export),

@@ -568,13 +568,17 @@ class ReduceScatterRun : public StepRun {
     nseg_ = my.count;
     // Slots per segment buffer: one per contribution that does not land in the output directly.
     // Into a padded output, contribution 0 lands there only where the transport receives each
-    // segment's box in place (the compact case receives its range).
+    // segment's box in place (the compact case receives its range); else it shares the own
+    // chunk's slot where there is one (copied into the output at j = 0 before the own chunk is
+    // packed there at j = mine), so that no more than k - 1 slots are taken, as per_el assumed.
     slot_of_.assign((size_t)k, -1);
     direct0_ = mine != 0 && (!pad_ || segments_direct(my));
+    const bool own_slot = mine != 0 && !st_.chunks_in_one_run();
     int64_t ns = 0;
-    for (int64_t j = 0; j < k; ++j)
-      if (j == mine ? (mine != 0 && !st_.chunks_in_one_run()) : !(j == 0 && direct0_))
-        slot_of_[j] = ns++;
+    for (int64_t j = 0; j < k; ++j) {
+      if (j == mine ? own_slot : j != 0 || (!direct0_ && !own_slot)) slot_of_[j] = ns++;
+    }
+    if (mine != 0 && !direct0_ && own_slot) slot_of_[0] = slot_of_[mine];
     nbufs_ = std::min<int64_t>(2, nseg_);
     // A slot holds one piece of my chunk: the first (largest) sub-box, at most seg_bytes_.
     const size_t piece = my.count ? (size_t)(my.step * my.inner) : 0;
@@ -583,6 +587,10 @@ class ReduceScatterRun : public StepRun {
     acc_bytes_ = st_.wide ? piece * 16 : 0;
     return (size_t)nbufs_ * segbuf_ + acc_bytes_;
   }
+
+  // The id of my chunk's box in the padded output (one segment: every contribution's receive of
+  // it, at every execution), beside the sends' ids (index_ << 40 | j).
+  int64_t recv_box_id() const { return ((int64_t)index_ << 40) | ((int64_t)1 << 39); }
 
   // Whether the transport receives every segment of my chunk in place in the padded output: the
   // first and the last sub-box of a row of segments (the split's two shapes).
@@ -659,8 +667,9 @@ class ReduceScatterRun : public StepRun {
         t = tp_.post_recv(slot(s, j), sb.bytes, st_.peers[j], st_.tag);
       else if (!pad_)
         t = tp_.post_recv(out_ + (size_t)sb.e0 * esize_, sb.bytes, st_.peers[j], st_.tag);
-      else
-        t = tp_.post_recv_box(out_, box_ref(st_.out_pad, sb, esize_, -1), st_.peers[j], st_.tag);
+      else  // (one segment: the same box at every execution, its datatype kept)
+        t = tp_.post_recv_box(out_, box_ref(st_.out_pad, sb, esize_, nseg_ == 1 ? recv_box_id() : -1),
+                              st_.peers[j], st_.tag);
     }
   }
 

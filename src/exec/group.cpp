@@ -313,7 +313,8 @@ size_t global_bytes(const Plan &p) {
 }
 
 // One run of an entry's reduce-scatter output (n elements from element c of its chunk): the
-// contributions in group order, contribution 0 reduced with 1 in one pass.
+// contributions in group order, contribution 0 reduced with 1 in one pass (acc: the 128-bit sums
+// of an integer avg, of this run alone: each run is finished before the next).
 void reduce_run(MemOps &mem, DType dt, const SchedStep &st, const char *const *src_of, size_t c,
                 char *out, int64_t n, char *acc) {
   const size_t esize = st.esize;
@@ -363,8 +364,7 @@ void reduce_chunk(MemOps &mem, const Plan &p, const GroupRs &q, const char *in, 
   size_t c = 0;
   for (const Run &r : runs) {
     const int64_t len = (int64_t)(r.bytes / esize);
-    reduce_run(mem, p.dt, st, src_of, c, reinterpret_cast<char *>((uintptr_t)r.addr), len,
-               acc + c * 16);
+    reduce_run(mem, p.dt, st, src_of, c, reinterpret_cast<char *>((uintptr_t)r.addr), len, acc);
     c += (size_t)len;
   }
 }
