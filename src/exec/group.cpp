@@ -73,11 +73,12 @@ struct GroupFill {
 struct GroupRs {
   size_t e = 0;
   const SchedStep *st = nullptr;
-  std::vector<size_t> recv_off;  // per group index, inside the receive region
   GroupWhere in, out;            // the step's input and output
   int64_t n = 0;                 // elements of this rank's chunk
   size_t own_off = SIZE_MAX;     // its byte offset in the input where contiguous there
-  std::vector<std::pair<size_t, size_t>> from;  // per group index: (receive, part) bringing it
+  // Per group index: (receive, part) bringing its contribution (at the part's offset in the
+  // receive region, or where a held receive lies).
+  std::vector<std::pair<size_t, size_t>> from;
 };
 struct GroupRound {
   std::vector<GroupPeerMsg> sends, recvs;
@@ -252,8 +253,8 @@ void add_reduce_scatter(GroupRound &R, std::map<int, size_t> &si, std::map<int, 
   const SchedStep &st = *p.steps[r];
   const Box &mine = st.chunks[(size_t)st.mine];
   const size_t mine_bytes = (size_t)mine.numel() * st.esize;
-  GroupRs q{e, &st, std::vector<size_t>((size_t)st.k, 0), where_in(p, e, r), where_out(p, e, r),
-            mine.numel(), SIZE_MAX, std::vector<std::pair<size_t, size_t>>((size_t)st.k)};
+  GroupRs q{e, &st, where_in(p, e, r), where_out(p, e, r), mine.numel(), SIZE_MAX,
+            std::vector<std::pair<size_t, size_t>>((size_t)st.k)};
   size_t coff = 0;
   if (box_is_contiguous_at(st.inbox, st.in_ext(), mine, st.esize, &coff)) q.own_off = coff;
   R.rs.push_back(std::move(q));
@@ -298,7 +299,6 @@ GroupRound build_round(const std::vector<Plan *> &plans, size_t first, size_t la
       const GroupPart &p = m.parts[i];
       m.chunks_only = m.chunks_only && !p.msg;
       if (p.msg) continue;
-      R.rs[p.rs].recv_off[(size_t)p.j] = m.off + p.off;
       R.rs[p.rs].from[(size_t)p.j] = {k, i};
     }
   }
@@ -620,11 +620,11 @@ void GroupExec::reduce_round() {
     if (direct_[k] == 2) held_sources(R.recvs[k], k, rreg);
   for (const auto &q : R.rs) {
     if (q.n == 0) continue;  // (nothing received for it either)
-    src_.assign(q.recv_off.size(), nullptr);
-    for (size_t j = 0; j < q.recv_off.size(); ++j) {
+    src_.assign(q.from.size(), nullptr);
+    for (size_t j = 0; j < q.from.size(); ++j) {
       if ((int64_t)j == q.st->mine) continue;
       const size_t k = q.from[j].first, i = q.from[j].second;
-      src_[j] = direct_[k] == 2 ? held_src_[k][i] : rreg + q.recv_off[j];
+      src_[j] = direct_[k] == 2 ? held_src_[k][i] : rreg + R.recvs[k].off + R.recvs[k].parts[i].off;
     }
     reduce_chunk(*route_.mem, *plans_[q.e], q, at(q.in), at(q.out), src_.data(), stage_,
                  out_runs_);
