@@ -710,6 +710,16 @@ static int64_t padded_rows(int64_t n, int64_t *lo) {
   *lo = per * ME < n ? per * ME : n;
   return *lo + per < n ? per : n - *lo;
 }
+/* Pool bytes one execution of plan p (src x, dst y) takes above what is in use, after a first
+ * execution that prepares the plan's buffers and variants. */
+static int64_t execute_pool_bytes(lm_reshard_plan_t p, lm_dist_tensor_t x, lm_dist_tensor_t y) {
+  int64_t in_use = 0, peak = 0;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, y));
+  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, y));
+  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  return peak - in_use;
+}
 static DLTensor padded_view(double *a, int64_t *shape, int64_t *strides) {
   DLTensor t = dl(a, 2, shape, LM_FLOAT64);
   t.strides = strides;
@@ -776,15 +786,12 @@ static void test_padded_in_place(void **state) {
   for (int64_t e = 0; e < N * C; ++e) bad += full[e] != (double)e;
   /* Same layout, padded to padded: a local copy that needs no pool memory at all. */
   for (int64_t e = 0; e < rows * rld; ++e) z[e] = e % rld < C ? -1 : -7;
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(same, x, back)); /* (the first execution prepares) */
   int64_t in_use = 0, peak = 0;
-  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(same, x, back));
-  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  const int64_t copy_bytes = execute_pool_bytes(same, x, back);
   for (int64_t e = 0; e < rows * rld; ++e) bad += z[e] != a[e];
-  if (peak != in_use)
-    fprintf(stderr, "rank %d: a padded copy took %lld pool bytes\n", ME, (long long)(peak - in_use));
-  bad += peak != in_use;
+  if (copy_bytes != 0)
+    fprintf(stderr, "rank %d: a padded copy took %lld pool bytes\n", ME, (long long)copy_bytes);
+  bad += copy_bytes != 0;
   /* The same copy as a group of one entry (its executor built at the first execution). */
   lm_reshard_entry_t ge = {2, G, LM_FLOAT64, s0, s0};
   lm_reshard_group_t grp = NULL;
@@ -829,22 +836,14 @@ static void test_padded_in_place(void **state) {
   lm_dist_tensor_t cz = NULL;
   const DLDevice host = {kDLCPU, 0};
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&cz, m, 2, G, LM_FLOAT64, host, s0));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs, x, cz));
-  int64_t compact_peak = 0;
-  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs, x, cz));
-  LM_ASSERT_OK(lm_pool_stats(NULL, &compact_peak, 0));
-  compact_peak -= in_use;
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs, x, back));
-  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs, x, back));
-  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  const int64_t compact_bytes = execute_pool_bytes(rs, x, cz);
+  const int64_t padded_bytes = execute_pool_bytes(rs, x, back);
   /* Both shards are used in place: the reduce-scatter reads the padded source and reduces into
    * the padded target's rows, taking no more pool memory than into a compact target. */
-  if (peak - in_use > compact_peak) {
+  if (padded_bytes > compact_bytes) {
     fprintf(stderr, "rank %d: a padded P(sum) -> S(0) took %lld pool bytes, %lld into a compact "
-            "target (target shard %lld)\n", ME, (long long)(peak - in_use),
-            (long long)compact_peak, (long long)(rows * C * 8));
+            "target (target shard %lld)\n", ME, (long long)padded_bytes,
+            (long long)compact_bytes, (long long)(rows * C * 8));
     ++bad;
   }
   for (int64_t i = 0; i < rows; ++i)
@@ -880,7 +879,7 @@ static void test_padded_partial_targets(void **state) {
   int64_t lo;
   const int64_t rows = padded_rows(N, &lo), rld = C + 7;
   int64_t rstr[2] = {rld, 1}, pshape[2] = {N, C}, rshape[2] = {rows, C};
-  int64_t bad = 0, in_use = 0, peak = 0;
+  int64_t bad = 0;
   lm_placement_t s0[1] = {S_(0)}, ps[1] = {P_(LM_REDUCE_SUM)};
   double *p = malloc(sizeof(double) * (size_t)(N * rld));
   double *z = malloc(sizeof(double) * (size_t)((rows ? rows : 1) * rld));
@@ -902,13 +901,10 @@ static void test_padded_partial_targets(void **state) {
   LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&rep, x, NULL, r1));
   lm_reshard_plan_t rp = NULL;
   LM_ASSERT_OK(lm_reshard_plan_create(&rp, m, r1, NULL, ps, 2, G, LM_FLOAT64));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rp, rep, pq));
-  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rp, rep, pq));
-  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
-  if (peak != in_use) { /* a local copy and a fill of the rows: nothing from the pool */
+  const int64_t fill_bytes = execute_pool_bytes(rp, rep, pq);
+  if (fill_bytes != 0) { /* a local copy and a fill of the rows: nothing from the pool */
     fprintf(stderr, "rank %d: a padded R -> P(sum) took %lld pool bytes\n", ME,
-            (long long)(peak - in_use));
+            (long long)fill_bytes);
     ++bad;
   }
   const double total = (double)(NP * (NP + 1) / 2);
@@ -975,14 +971,11 @@ static void test_padded_partial_targets(void **state) {
                                              LM_FROM_LOCAL_BORROW));
   lm_reshard_plan_t rs4 = NULL;
   LM_ASSERT_OK(lm_reshard_plan_create(&rs4, m, ps, NULL, s0, 2, g4, LM_FLOAT64));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs4, x4, b4));
-  LM_ASSERT_OK(lm_pool_stats(&in_use, NULL, 1));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(rs4, x4, b4));
-  LM_ASSERT_OK(lm_pool_stats(NULL, &peak, 0));
+  const int64_t short_bytes = execute_pool_bytes(rs4, x4, b4);
   const int64_t copies = (N4 + rows4 + (NP - 1) * rows4) * C4 * (int64_t)sizeof(double);
-  if (peak - in_use >= copies) {
+  if (short_bytes >= copies) {
     fprintf(stderr, "rank %d: a padded P(sum) -> S(0) of short rows took %lld pool bytes (on "
-            "copies of both shards: %lld)\n", ME, (long long)(peak - in_use), (long long)copies);
+            "copies of both shards: %lld)\n", ME, (long long)short_bytes, (long long)copies);
     ++bad;
   }
   for (int64_t i = 0; i < rows4; ++i)
