@@ -9,6 +9,8 @@
 #   test_threads       meshes used from several threads (MPI_THREAD_MULTIPLE)
 #   test_buffers       untrusted strides and overlapping borrows; mismatches at LM_CHECK=0
 #   test_after_finalize calls after MPI_Finalize return errors
+#   test_timeout_one_rank a deadline on one rank only: meshes still created, the highest taken
+#   test_plan_info_alone LM_PLAN_INFO_ALL_RANKS on one rank: a mismatch, or its own deadline
 # with LM_AGREE_BOARD=0 (the timeout suites) and LM_NODE_LOCAL=0, at np 2 and 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +27,7 @@ run() {  # env np prog
   runs=$((runs + 1))
 }
 for np in 2 3; do
-  for prog in test_timeout_late test_timeout_next; do
+  for prog in test_timeout_late test_timeout_next test_timeout_one_rank test_plan_info_alone; do
     run LM_AGREE_BOARD=0 "$np" "$prog"
     run LM_NODE_LOCAL=0 "$np" "$prog"
   done

@@ -221,8 +221,9 @@ void settings_agree(AgreeComm *ac, const char *fn, double timeout) {
     h.u64(mine.value[i]);
   }
   long long v[2] = {(long long)(h.h >> 1), -(long long)(h.h >> 1)};
+  // Before any deadline is agreed: the same two rounds on every rank (see mpi_max).
   mpi_max(ac, v, 2, timeout, strfmt("%s: settings agreement", fn).c_str(),
-          " (some rank of the parent communicator did not make this call)");
+          " (some rank of the parent communicator did not make this call)", Rounds::kAlwaysTwo);
   if (v[0] == -v[1]) return;
   std::vector<SettingsRecord> all((size_t)ac->size);
   mpi_check(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
@@ -327,8 +328,8 @@ void wait_or_abandon(AgreeComm *ac, MPI_Request *req, std::shared_ptr<void> keep
 }
 
 void mpi_max(AgreeComm *ac, long long *v, int nv, double timeout, const char *what,
-             const char *who) {
-  if (timeout <= 0) {
+             const char *who, Rounds rounds) {
+  if (timeout <= 0 && rounds == Rounds::kByDeadline) {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, nv, MPI_LONG_LONG, MPI_MAX, ac->comm),
               strfmt("%s: MPI_Allreduce", what).c_str());
     return;
@@ -355,9 +356,12 @@ void mpi_max(AgreeComm *ac, long long *v, int nv, double timeout, const char *wh
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, gave_up.get(), 1, MPI_LONG_LONG, MPI_MAX, ac->comm, &req),
             strfmt("%s: MPI_Iallreduce (second round)", what).c_str());
   wait_or_abandon(ac, &req, gave_up, timeout, what, who);
-  if (*gave_up)
+  if (*gave_up && timeout > 0)
     fail(LM_ERR_TIMEOUT, "%s: the other ranks gave up waiting before this rank arrived "
          "(LM_TIMEOUT = %g s); the mesh is unusable now", what, timeout);
+  if (*gave_up)  // a round before the deadlines were agreed (Rounds::kAlwaysTwo)
+    fail(LM_ERR_TIMEOUT, "%s: some rank gave up waiting at its own deadline (LM_TIMEOUT or "
+         "config->timeout; this rank has none) before this rank arrived", what);
 }
 
 namespace {
@@ -408,7 +412,7 @@ void first_round(const AgreeArgs &a, uint64_t seq, long long *v, int nv) {
       board_max(ac, seq, v, nv, a.timeout, a.fn, a.publish, a.publish_ctx);
     else
       mpi_max(ac, v, nv, a.timeout, strfmt("%s: agreement", a.fn).c_str(),
-              " (some rank of the mesh did not make this call)");
+              " (some rank of the mesh did not make this call)", a.rounds);
   } catch (const Error &e) {
     broken_comm(a, e);
   }

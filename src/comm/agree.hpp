@@ -139,6 +139,9 @@ class Fingerprint {
 // are described by agree() itself.
 using DescribeFn = std::string (*)(const void *ctx, int field);
 
+// How many MPI rounds an agreement's maximum takes (mpi_max).
+enum class Rounds { kByDeadline, kAlwaysTwo };
+
 struct AgreeArgs {
   const char *fn = "";             // entry point, for messages
   AgreeComm *ac = nullptr;         // where to agree
@@ -152,6 +155,8 @@ struct AgreeArgs {
   long long *maxes = nullptr;      // values to maximise over the ranks (in place)
   int nmax = 0;                    // at most kMaxAgreeMaxes
   double timeout = 0;              // seconds; 0: wait for ever
+  // kAlwaysTwo while the ranks' deadlines are not agreed yet (mesh creation): see mpi_max.
+  Rounds rounds = Rounds::kByDeadline;
   long long root = -1;             // mesh rank of the call's root, named so in messages
   // Board only (AgreeComm::outbox): called with this rank's outbox bank of the round right
   // before the rank publishes its words, so that every rank that sees the round completed may
@@ -180,7 +185,12 @@ void wait_or_abandon(AgreeComm *ac, MPI_Request *req, std::shared_ptr<void> keep
 // up fails too: the values, then whether any rank gave up (a rank that gives up at its deadline
 // still posts its second round, saying so, and never waits for it). Throws LM_ERR_TIMEOUT (and
 // LM_ERR_MPI); the caller breaks ac.
+// Rounds::kAlwaysTwo: two rounds whatever this rank's timeout (a rank without one waits for ever
+// in each). For the collectives that run before the ranks have agreed their deadline (a new
+// set's settings, mesh creation's own agreement): every rank then makes the same collectives
+// whatever its own LM_TIMEOUT or config->timeout, so that one rank's deadline cannot leave it a
+// round behind the others.
 void mpi_max(AgreeComm *ac, long long *v, int nv, double timeout, const char *what,
-             const char *who);
+             const char *who, Rounds rounds = Rounds::kByDeadline);
 
 }  // namespace lm

@@ -210,7 +210,8 @@ void agree_create(const char *fn, AgreeComm *ac, const MeshArgs &a, lm_status_t 
   aa.parent_rank = prank;
   aa.maxes = maxes;
   aa.nmax = 3;
-  aa.timeout = (double)maxes[2] / 1e6;
+  aa.timeout = (double)maxes[2] / 1e6;  // this rank's own: the highest is what is being agreed
+  aa.rounds = Rounds::kAlwaysTwo;
   agree(aa);
 }
 
