@@ -13,6 +13,8 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_
                     c_int64, c_size_t, c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
 
+from . import _api
+
 SONAME = "liblocalmap.so.0"
 ENV_VAR = "LOCALMAP_LIBRARY"
 
@@ -260,119 +262,44 @@ STATUS = "lm_status_t"  # marks functions returning lm_status_t (a C int)
 status_t = STATUS
 
 # ---------------------------------------------------------------------------------------------
-# Prototypes: (name, restype, argtypes). status_t results are checked by _errcheck.
+# Prototypes: generated from api/localmap.api (localmap/_api.py) as C types, turned into ctypes
+# here. status_t results are checked by _errcheck.
 # ---------------------------------------------------------------------------------------------
-_PROTOTYPES = [
-    ("lm_get_version", c_int, []),
-    ("lm_status_string", c_char_p, [c_int]),
-    ("lm_last_error_message", c_char_p, []),
-    ("lm_set_error_message", None, [c_char_p]),
-    ("lm_init", status_t, [P_int, c_void_p]),
-    ("lm_finalize", status_t, []),
-    ("lm_comm_world", status_t, [P_int]),
-    ("lm_world_rank", status_t, [P_int, P_int]),
-    ("lm_device_supported", status_t, [c_int, P_int]),
-    ("lm_tensor_alloc", status_t, [POINTER(c_void_p), c_int, P_i64, DLDataType, DLDevice]),
-    ("lm_placements_format", status_t, [P_placement, c_int, c_char_p, c_size_t]),
-    ("lm_placements_adjoint", status_t, [P_placement, c_int, P_placement]),
-    ("lm_chunk", status_t, [c_int64, c_int64, c_int64, P_i64, P_i64]),
-    ("lm_padded_extents", status_t, [POINTER(DLTensor), P_i64, c_int]),
-    ("lm_extents_create", status_t, [P_i64, c_int64, POINTER(c_int32)]),
-    ("lm_extents_get", status_t, [c_int32, P_i64, c_int64, P_i64]),
-    ("lm_extents_destroy", status_t, [c_int32]),
-    ("lm_mesh_create", status_t, [POINTER(lm_mesh_t), c_int, c_int, P_i64,
-                                  POINTER(lm_mesh_config_t)]),
-    ("lm_mesh_create_grid", status_t, [POINTER(lm_mesh_t), c_int, c_int, c_int,
-                                       POINTER(lm_mesh_config_t)]),
-    ("lm_mesh_destroy", status_t, [POINTER(lm_mesh_t)]),
-    ("lm_mesh_ndim", status_t, [lm_mesh_t, P_int]),
-    ("lm_mesh_shape", status_t, [lm_mesh_t, P_i64, c_int]),
-    ("lm_mesh_size", status_t, [lm_mesh_t, P_int]),
-    ("lm_mesh_is_member", status_t, [lm_mesh_t, P_int]),
-    ("lm_mesh_coord", status_t, [lm_mesh_t, P_i64, c_int]),
-    ("lm_mesh_rank", status_t, [lm_mesh_t, P_int]),
-    ("lm_mesh_rank_at", status_t, [lm_mesh_t, P_i64, c_int, P_int]),
-    ("lm_mesh_dim_index", status_t, [lm_mesh_t, c_char_p, P_int]),
-    ("lm_mesh_dim_name", status_t, [lm_mesh_t, c_int, c_char_p, c_size_t]),
-    ("lm_mesh_dim_comm", status_t, [lm_mesh_t, c_int, P_int]),
-    ("lm_mesh_comm", status_t, [lm_mesh_t, P_int]),
-    ("lm_mesh_set_device_config", status_t, [lm_mesh_t, POINTER(lm_device_config_t)]),
-    ("lm_mesh_device_config", status_t, [lm_mesh_t, POINTER(lm_device_config_t)]),
-    ("lm_mesh_transport", status_t, [lm_mesh_t, c_int, P_int]),
-    ("lm_dist_tensor_zeros", status_t, [POINTER(lm_dist_tensor_t), lm_mesh_t, c_int, P_i64,
-                                        DLDataType, DLDevice, P_placement]),
-    ("lm_dist_tensor_from_local", status_t, [POINTER(lm_dist_tensor_t), lm_mesh_t,
-                                             POINTER(DLTensor), P_placement, c_int, P_i64,
-                                             c_uint]),
-    ("lm_dist_tensor_from_managed", status_t, [POINTER(lm_dist_tensor_t), lm_mesh_t, c_void_p,
-                                               P_placement, c_int, P_i64]),
-    ("lm_dist_tensor_from_global", status_t, [POINTER(lm_dist_tensor_t), lm_mesh_t,
-                                              POINTER(DLTensor), P_placement, c_int]),
-    ("lm_dist_tensor_gather", status_t, [lm_dist_tensor_t, c_int, POINTER(DLTensor)]),
-    ("lm_dist_tensor_from_scalapack", status_t, [POINTER(lm_dist_tensor_t), lm_mesh_t, P_int,
-                                                 c_void_p, DLDataType, DLDevice, c_uint]),
-    ("lm_dist_tensor_scalapack_desc", status_t, [lm_dist_tensor_t, c_int, P_int]),
-    ("lm_dist_tensor_mesh", status_t, [lm_dist_tensor_t, POINTER(lm_mesh_t)]),
-    ("lm_dist_tensor_ndim", status_t, [lm_dist_tensor_t, P_int]),
-    ("lm_dist_tensor_dtype", status_t, [lm_dist_tensor_t, POINTER(DLDataType)]),
-    ("lm_dist_tensor_device", status_t, [lm_dist_tensor_t, POINTER(DLDevice)]),
-    ("lm_dist_tensor_placements", status_t, [lm_dist_tensor_t, P_placement, c_int]),
-    ("lm_dist_tensor_global_shape", status_t, [lm_dist_tensor_t, P_i64, c_int]),
-    ("lm_dist_tensor_local_shape", status_t, [lm_dist_tensor_t, P_i64, c_int]),
-    ("lm_dist_tensor_local_offset", status_t, [lm_dist_tensor_t, P_i64, c_int]),
-    ("lm_dist_tensor_local", status_t, [lm_dist_tensor_t, POINTER(DLTensor)]),
-    ("lm_dist_tensor_export", status_t, [lm_dist_tensor_t, POINTER(c_void_p)]),
-    ("lm_dist_tensor_retain", status_t, [lm_dist_tensor_t]),
-    ("lm_dist_tensor_destroy", status_t, [POINTER(lm_dist_tensor_t)]),
-    ("lm_dist_tensor_reshard", status_t, [POINTER(lm_dist_tensor_t), lm_dist_tensor_t,
-                                          lm_mesh_t, P_placement]),
-    ("lm_dist_tensor_transpose", status_t, [POINTER(lm_dist_tensor_t), lm_dist_tensor_t, P_int,
-                                            lm_mesh_t, P_placement]),
-    ("lm_dist_tensor_transpose_into", status_t, [lm_dist_tensor_t, lm_dist_tensor_t, P_int]),
-    ("lm_reshard_plan_create", status_t, [POINTER(lm_reshard_plan_t), lm_mesh_t, P_placement,
-                                          lm_mesh_t, P_placement, c_int, P_i64, DLDataType]),
-    ("lm_reshard_plan_alloc_target", status_t, [lm_reshard_plan_t, DLDevice,
-                                                POINTER(lm_dist_tensor_t)]),
-    ("lm_reshard_plan_execute", status_t, [lm_reshard_plan_t, lm_dist_tensor_t,
-                                           lm_dist_tensor_t]),
-    ("lm_reshard_plan_start", status_t, [lm_reshard_plan_t, lm_dist_tensor_t, lm_dist_tensor_t,
-                                         POINTER(lm_request_t)]),
-    ("lm_request_test", status_t, [POINTER(lm_request_t), P_int]),
-    ("lm_request_wait", status_t, [POINTER(lm_request_t)]),
-    ("lm_reshard_plan_bytes_sent", status_t, [lm_reshard_plan_t, P_i64]),
-    ("lm_reshard_plan_describe", status_t, [lm_reshard_plan_t, c_char_p, c_size_t]),
-    ("lm_reshard_plan_adjoint", status_t, [lm_reshard_plan_t, POINTER(lm_reshard_plan_t)]),
-    ("lm_reshard_plan_info", status_t, [lm_reshard_plan_t, c_int,
-                                        POINTER(lm_reshard_plan_info_t)]),
-    ("lm_reshard_estimate", status_t, [lm_mesh_t, P_placement, lm_mesh_t, P_placement, c_int,
-                                       P_i64, DLDataType, c_int,
-                                       POINTER(lm_reshard_plan_info_t)]),
-    ("lm_pool_stats", status_t, [P_i64, P_i64, c_int]),
-    ("lm_reshard_plan_destroy", status_t, [POINTER(lm_reshard_plan_t)]),
-    ("lm_reshard_group_create", status_t, [POINTER(lm_reshard_group_t), lm_mesh_t, lm_mesh_t,
-                                           c_int, POINTER(lm_reshard_entry_t),
-                                           POINTER(lm_reshard_group_config_t)]),
-    ("lm_reshard_group_alloc_targets", status_t, [lm_reshard_group_t, DLDevice, c_int,
-                                                  P_tensor]),
-    ("lm_reshard_group_execute", status_t, [lm_reshard_group_t, c_int, P_tensor, P_tensor]),
-    ("lm_reshard_group_start", status_t, [lm_reshard_group_t, c_int, P_tensor, P_tensor,
-                                          POINTER(lm_request_t)]),
-    ("lm_reshard_group_size", status_t, [lm_reshard_group_t, P_int, P_int]),
-    ("lm_reshard_group_destroy", status_t, [POINTER(lm_reshard_group_t)]),
-    ("lm_dist_tensor_reshard_many", status_t, [c_int, P_tensor, lm_mesh_t, PP_placement,
-                                               P_tensor]),
-    ("lm_local_map", status_t, [lm_local_fn_t, c_void_p, c_int, POINTER(lm_arg_t), PP_placement,
-                                c_int, PP_placement, PP_i64, lm_mesh_t, c_uint,
-                                POINTER(lm_arg_t)]),
-    ("lm_local_map_ex", status_t, [lm_local_fn_t, c_void_p, c_int, POINTER(lm_arg_t),
-                                   PP_placement, c_int, PP_placement, PP_i64, lm_mesh_t, c_uint,
-                                   POINTER(lm_local_map_options_t), POINTER(lm_arg_t)]),
-    ("lm_local_map_record_placements", status_t, [c_void_p, c_int, c_int, c_int, P_placement,
-                                                  P_int]),
-    ("lm_local_map_record_input_grad", status_t, [c_void_p, c_int, lm_dist_tensor_t,
-                                                  POINTER(lm_dist_tensor_t)]),
-    ("lm_local_map_record_destroy", status_t, [POINTER(c_void_p)]),
-]
+lm_local_map_record_t = c_void_p
+_C_TYPES = {
+    "int": c_int, "unsigned": c_uint, "int32_t": c_int32, "int64_t": c_int64, "size_t": c_size_t,
+    "lm_status_t": c_int, "DLDeviceType": c_int, "lm_shape_mode_t": c_int,
+    "DLDataType": DLDataType, "DLDevice": DLDevice, "DLTensor": DLTensor,
+    "lm_mesh_t": lm_mesh_t, "lm_dist_tensor_t": lm_dist_tensor_t,
+    "lm_reshard_plan_t": lm_reshard_plan_t, "lm_request_t": lm_request_t,
+    "lm_reshard_group_t": lm_reshard_group_t, "lm_local_map_record_t": lm_local_map_record_t,
+    "lm_placement_t": lm_placement_t, "lm_arg_t": lm_arg_t, "lm_local_fn_t": lm_local_fn_t,
+    "lm_mesh_config_t": lm_mesh_config_t, "lm_device_config_t": lm_device_config_t,
+    "lm_reshard_plan_info_t": lm_reshard_plan_info_t, "lm_reshard_entry_t": lm_reshard_entry_t,
+    "lm_reshard_group_config_t": lm_reshard_group_config_t,
+    "lm_local_map_options_t": lm_local_map_options_t,
+}
+# Types ctypes passes as opaque addresses (DLPack capsules' pointers, argv).
+_OPAQUE = {"void*": c_void_p, "char*": c_char_p, "const char*": c_char_p, "char***": c_void_p,
+           "DLManagedTensor*": c_void_p, "DLManagedTensor**": POINTER(c_void_p)}
+
+
+def _ctype(c):
+    """The ctypes type of a C type as api/localmap.api renders it ("const int64_t*")."""
+    if c in _OPAQUE:
+        return _OPAQUE[c]
+    if c == "void":
+        return None
+    base = c.replace("const", "").replace(" ", "")
+    stars = base.count("*")
+    t = _C_TYPES[base.rstrip("*")]
+    for _ in range(stars):
+        t = POINTER(t)
+    return t
+
+
+_PROTOTYPES = [(name, STATUS if ret == "lm_status_t" else _ctype(ret), [_ctype(a) for a in args])
+               for name, ret, args in _api.PROTOTYPES]
 
 # Set by localmap/_core.py: raise_status(status, function_name, message=None) raises the Error
 # subclass of the status, with the library's last error message unless one is given.
