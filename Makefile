@@ -696,6 +696,11 @@ clean:
 	rm -rf $(BUILD)
 
 # What CUDA=auto resolved to here (1 or 0; sim in CUDA=sim): for scripts.
+# The binding layers generated from api/localmap.api (tools/api.py; script_api checks them).
+.PHONY: api-generate
+api-generate:
+	python3 tools/api.py write
+
 print-cuda:
 	@echo $(if $(filter 1,$(CUDA_SIM)),sim,$(CUDA))
 
