@@ -918,7 +918,11 @@ LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan);
 /* ---------------------------------------------------------------------------------------------
  * Grouped reshards: many tensors in one communication round.
  * ------------------------------------------------------------------------------------------- */
-/** A grouped reshard plan handle (typed opaque pointer): N reshards between one pair of meshes. */
+/** A grouped reshard plan handle (typed opaque pointer): N reshards between one pair of meshes.
+ * Empty groups: every grouped call (lm_reshard_group_create, _alloc_targets, _execute, _start and
+ * lm_dist_tensor_reshard_many) takes n = 0 with NULL arrays (entries, src, dst, out,
+ * dst_placements) and does nothing with them; with n > 0 a NULL array is LM_ERR_INVALID_ARGUMENT
+ * naming it. */
 typedef struct lm_reshard_group_s *lm_reshard_group_t;
 /** One entry of a group: what lm_reshard_plan_create takes, for one tensor. */
 typedef struct lm_reshard_entry_t {
@@ -958,7 +962,7 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_group_create(lm_reshard_group_t *grou
                                                         int n, const lm_reshard_entry_t *entries,
                                                         const lm_reshard_group_config_t *config);
 /** Zero-filled tensors laid out as the n entries' targets, on `device` (out: n handles; on failure
- * none is left). Local. */
+ * none is left). Local. n must be the group's size; an empty group takes n = 0 and out NULL. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_group_alloc_targets(lm_reshard_group_t group,
                                                                DLDevice device, int n,
                                                                lm_dist_tensor_t *out);
@@ -969,7 +973,9 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_group_execute(lm_reshard_group_t grou
                                                          const lm_dist_tensor_t *src,
                                                          const lm_dist_tensor_t *dst);
 /** Starts the group without waiting (complete it with lm_request_wait / lm_request_test). The
- * tensors must not be touched until then; at most one request per group is in flight. */
+ * tensors must not be touched until then; at most one request per group is in flight. *request
+ * may come back NULL where nothing is left to wait for (an empty group, for one); lm_request_wait
+ * and lm_request_test take it. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_group_start(lm_reshard_group_t group, int n,
                                                        const lm_dist_tensor_t *src,
                                                        const lm_dist_tensor_t *dst,
@@ -981,7 +987,8 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_group_size(lm_reshard_group_t group, 
 LM_API lm_status_t lm_reshard_group_destroy(lm_reshard_group_t *group);
 /** Reshards n tensors at once (all on one mesh) to dst_mesh (NULL: theirs) with
  * dst_placements[i] for tensor i: a group created, executed and destroyed; out gets n new
- * tensors (on failure none). Collective, like lm_dist_tensor_reshard. */
+ * tensors (on failure none). Collective, like lm_dist_tensor_reshard. n = 0 does nothing (src,
+ * dst_placements and out may be NULL). */
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *src,
                                                             lm_mesh_t dst_mesh,
                                                             const lm_placement_t *const *dst_placements,

@@ -25,6 +25,10 @@
 #    ran at no np of this run is one counted SKIP line "name/test np=1,2 (reason)", and is listed
 #    again at the end ("never ran"). A program that skipped as a whole (exit 77) at some np and
 #    passed at another is settled the same way.
+#  - A script test that passed is followed by its inner skips: tests its programs skipped
+#    (LM-SKIP-TEST lines) that ran nowhere else in the script or this run, and pytest's skips
+#    (SKIPPED lines of pytest -rs), each a counted SKIP "script_x/<test> (reason)"; one that ran
+#    elsewhere is an n/a line.
 #  - A test whose `// lm-test-np:` counts are all outside NPS is a counted SKIP too.
 #  - LM_ONLY_GPU_SKIPS=1 (CI's plain `make check`): any SKIP whose reason is not a GPU's fails
 #    the run. A GPU reason: a device test (tests/gpu/), or a reason naming GPU, CUDA, NCCL or a
@@ -116,18 +120,23 @@ run_one() {
   elif [ $rc -eq 0 ] && [ -n "$marker" ] && [ "$RUN_KIND" != script ]; then
     reason="printed LM-SKIP ($marker) but exited 0"
   elif [ $rc -eq 0 ]; then
-    # Tests skipped inside the program: settled with the program's other np (settle). (Not for
-    # the script tests: the programs they run in their modes report to the script, which judges.)
+    # Tests skipped inside the program: settled with the program's other np (settle). A script
+    # test's inner skips (the programs and pytest runs it made) are reported after its PASS line
+    # (script_inner_skips).
     if [ "$RUN_KIND" != script ]; then
       pend_tests_of "$label" "$np" "$log"
       nskip=$pend_added
       while IFS= read -r line; do ran_seen["$label/$line"]+=" $np"; done \
         < <(sed -n 's/^\[       OK \] \([A-Za-z0-9_]*\)$/\1/p' "$log")
+      [ "$nskip" -gt 0 ] && note="; $nskip test(s) skipped here, settled below"
+    else
+      nskip=$(grep -a -c -E '^(LM-SKIP-TEST: |SKIPPED \[[0-9]+\] )' "$log")
+      [ "$nskip" -gt 0 ] && note="; $nskip inner skip line(s), settled below"
     fi
-    [ "$nskip" -gt 0 ] && note="; $nskip test(s) skipped here, settled below"
     pass_nps="$pass_nps $np"
     echo "PASS $label np=$np (${secs}s$note)"
     passed=$((passed + 1))
+    [ "$RUN_KIND" = script ] && script_inner_skips "$label" "$log"
     return
   fi
   if [ -z "$reason" ]; then
@@ -153,6 +162,52 @@ pend_tests_of() {
     pend_test+=("$1/$tname"$'\t'"$2"$'\t'"${line#*: }")
     pend_added=$((pend_added + 1))
   done < <(grep -a '^LM-SKIP-TEST: ' "$3")
+}
+
+# script_inner_skips LABEL LOG: what a script test that passed did not run inside. Its programs'
+# skipped tests ("LM-SKIP-TEST: <test>: <reason>") and pytest's skips ("SKIPPED [n] <where>:
+# <reason>", pytest -rs; rank 0's, once per location and reason however many runs printed it).
+# A program's test that ran elsewhere (an "[       OK ] <test>" line of the same script, or a
+# program of this run, ran_seen) was not applicable where it skipped: an n/a line. Every other
+# one is a counted SKIP "LABEL/<test> (reason)", listed again at the end when it never ran.
+script_inner_skips() {
+  local label=$1 log=$2 line tname why where other k
+  declare -A seen=()
+  while IFS= read -r line; do
+    line=${line#LM-SKIP-TEST: }
+    tname=${line%%: *}
+    why=${line#*: }
+    [ -n "${seen[$tname]:-}" ] && continue
+    seen[$tname]=1
+    other=""
+    if grep -a -q -x "\[       OK \] $tname" "$log"; then
+      other="ran in another run of this script"
+    else
+      for k in "${!ran_seen[@]}"; do
+        [ "${k##*/}" = "$tname" ] || continue
+        other="ran as ${k%/*} at np $(csv "${ran_seen[$k]}")"
+        break
+      done
+    fi
+    if [ -n "$other" ]; then
+      echo "n/a  $label/$tname ($why; $other)"
+      napp=$((napp + 1))
+    else
+      count_skip "$label/$tname" "$why"
+      skip_seen+=("$label/$tname")
+      skip_why["$label/$tname"]=$why
+    fi
+  done < <(grep -a '^LM-SKIP-TEST: ' "$log")
+  while IFS= read -r line; do
+    line=$(sed -E 's/^SKIPPED \[[0-9]+\] //' <<<"$line")
+    [ -n "${seen[$line]:-}" ] && continue
+    seen[$line]=1
+    where=${line%%: *}
+    why=${line#*: }
+    count_skip "$label/$where" "pytest: $why"
+    skip_seen+=("$label/$where")
+    skip_why["$label/$where"]="pytest: $why"
+  done < <(grep -a -E '^SKIPPED \[[0-9]+\] ' "$log")
 }
 
 # is_gpu_reason REASON: a skip for want of a GPU (the word GPU, CUDA, NCCL or device).
@@ -259,6 +314,9 @@ nps_of_source() {
 # Is a GPU expected here? Decided outside the library under test (tests/README.md).
 cuda_build=0
 grep -q 'CUDA=1' "$BUILD/.stamp-cxx" 2>/dev/null && cuda_build=1
+# Whether the library has its CUDA backend at all, from the build's switch (not from the library):
+# the Python tests pin lm_mesh_transport(kDLCUDA)'s answer with it.
+export LM_CUDA_BUILD=$cuda_build
 gpu_error=""
 if [ -n "${LM_EXPECT_GPU:-}" ]; then
   gpu_why="LM_EXPECT_GPU given"
@@ -279,7 +337,7 @@ fi
 export LM_EXPECT_GPU
 
 echo "== localmap tests: BUILD=$BUILD NPS=\"$NPS\" launcher=${LM_MPIRUN:-mpirun} timeout=${TIMEOUT}s logs=$LOGDIR"
-echo "== LM_EXPECT_GPU=$LM_EXPECT_GPU ($gpu_why)${LM_TEST_NODES:+; simulated nodes: LM_TEST_NODES=$LM_TEST_NODES}"
+echo "== LM_EXPECT_GPU=$LM_EXPECT_GPU ($gpu_why), LM_CUDA_BUILD=$LM_CUDA_BUILD${LM_TEST_NODES:+; simulated nodes: LM_TEST_NODES=$LM_TEST_NODES}"
 if [ -n "$gpu_error" ]; then
   echo "FAIL (setup) $gpu_error"
   failed=$((failed + 1))

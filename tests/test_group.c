@@ -424,7 +424,11 @@ static void test_reshard_many(void **state) {
   LM_EXPECT_ALL(lm_dist_tensor_reshard_many(3, x, NULL, bad, none), LM_ERR_INVALID_ARGUMENT,
                 "dst_placements[1]");
   LM_ASSERT_ALL(none[0] == NULL && none[2] == NULL);
+  /* n = 0 takes NULL arrays, out included; n > 0 refuses a NULL out, before any work. */
   LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(0, NULL, NULL, NULL, none));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(0, NULL, NULL, NULL, NULL));
+  LM_EXPECT_ALL(lm_dist_tensor_reshard_many(3, x, NULL, to, NULL), LM_ERR_INVALID_ARGUMENT,
+                "lm_dist_tensor_reshard_many: out is NULL with n = 3");
   for (int i = 0; i < 3; ++i) {
     lm_dist_tensor_destroy(&out[i]);
     lm_dist_tensor_destroy(&x[i]);
@@ -458,6 +462,8 @@ static void test_arguments(void **state) {
   for (int i = 0; i < 2; ++i) LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x[i], m, 1, shape, LM_FLOAT64, LM_CPU, s0));
   LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 2, y));
   LM_EXPECT_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 3, y), LM_ERR_INVALID_ARGUMENT, "n is 3");
+  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 2, NULL), LM_ERR_INVALID_ARGUMENT,
+                "lm_reshard_group_alloc_targets: out is NULL with n = 2");
   LM_EXPECT_ALL(lm_reshard_group_execute(g, 1, x, y), LM_ERR_INVALID_ARGUMENT, "n is 1");
   LM_EXPECT_ALL(lm_reshard_group_execute(g, 2, NULL, y), LM_ERR_INVALID_ARGUMENT, "src is NULL");
   lm_dist_tensor_t twice[2] = {y[0], y[0]};
@@ -485,9 +491,18 @@ static void test_arguments(void **state) {
   LM_ASSERT_OK(lm_reshard_group_destroy(&g));
   LM_ASSERT_OK(lm_reshard_group_destroy(&g)); /* NULL-safe */
   LM_EXPECT_ALL(lm_reshard_group_execute(dead, 2, x, y), LM_ERR_INVALID_ARGUMENT, "group");
-  /* A group of no entries is fine. */
+  /* A group of no entries is fine: every call takes n = 0 with NULL arrays (one rule). */
   LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 0, NULL, NULL));
+  int gn = -1, gb = -1;
+  LM_ASSERT_OK(lm_reshard_group_size(g, &gn, &gb));
+  LM_ASSERT_ALL(gn == 0 && gb == 0);
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 0, NULL));
+  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 1, y), LM_ERR_INVALID_ARGUMENT,
+                "n is 1, the group has 0 entries");
   LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 0, NULL, NULL));
+  LM_ASSERT_OK_ALL(lm_reshard_group_start(g, 0, NULL, NULL, &req));
+  LM_ASSERT_OK_ALL(lm_request_wait(&req));
+  LM_ASSERT_ALL(req == NULL);
   LM_ASSERT_OK(lm_reshard_group_destroy(&g));
   for (int i = 0; i < 2; ++i) {
     lm_dist_tensor_destroy(&x[i]);

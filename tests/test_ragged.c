@@ -7,7 +7,8 @@
  * a Partial reduced straight into ragged blocks (bytes counted by lm_reshard_plan_info), a plan
  * and its adjoint after the id is gone, grouped reshards, lm_local_map with ragged inputs
  * and outputs, and extents agreed from the local shapes (LM_EXTENTS_AGREED: from_local with
- * LM_SHAPE_ALLGATHER, local_map outputs, co-sharded on a 2-D mesh, refused elsewhere). Rows per rank: rank r owns 2r + (r == 1 ? -2 : 1) rows (rank 1 owns none).
+ * LM_SHAPE_ALLGATHER, local_map outputs, co-sharded on a 2-D mesh, refused elsewhere), and ranks
+ * whose registered extents differ (LM_ERR_MISMATCH showing each rank's extents). Rows per rank: rank r owns 2r + (r == 1 ? -2 : 1) rows (rank 1 owns none).
  */
 // lm-test-np: 1 2 3 4 8
 #include <stdlib.h>
@@ -545,6 +546,70 @@ static void test_agreed_local_map(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&mesh));
 }
 
+/* The extents of rank q's disagreeing registration (the extra row in block q): 2 rows per block
+ * but 3 in block q, so every two ranks differ while the sums agree. "RS(0)[2,3,2]" for q = 1 at
+ * np 3: what a mismatch message must show for q, written out here from that rule. */
+static void skewed_extents(int q, int64_t *e, char *text, size_t cap) {
+  size_t n = (size_t)snprintf(text, cap, "RS(0)[");
+  for (int r = 0; r < NP; ++r) {
+    e[r] = 2 + (r == q);
+    n += (size_t)snprintf(text + n, cap - n, r ? ",%lld" : "%lld", (long long)e[r]);
+  }
+  snprintf(text + n, cap - n, "]");
+}
+
+/* Every rank's text in msg (the mismatch lists each distinct value with its ranks, the first
+ * four values, in rank order, then "..."). */
+static int names_every_rank(const char *msg) {
+  int64_t e[64];
+  char want[128];
+  for (int q = 0; q < NP && q < 4; ++q) {
+    skewed_extents(q, e, want, sizeof want);
+    if (!strstr(msg, want)) {
+      fprintf(stderr, "rank %d: \"%s\" not in the mismatch message: %s\n", ME, want, msg);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Ranks whose ragged extents differ (each registered its own, with the same sum): the agreement
+ * fails with LM_ERR_MISMATCH on every rank, and its message shows the extents that differ, not
+ * "[RS(0)]" for every rank. As a source (the tensor's layout) and as target placements. */
+static void test_extents_mismatch(void **state) {
+  (void)state;
+  if (NP < 2) {
+    lm_test_skip("needs 2 ranks to disagree (np %d)", NP);
+    return;
+  }
+  lm_mesh_t mesh = lm_test_world_mesh();
+  int64_t e[64], g[2] = {2 * NP + 1, COLS};
+  char mine[128], msg[1024];
+  int32_t id = 0;
+  skewed_extents(ME, e, mine, sizeof mine);
+  LM_ASSERT_OK(lm_extents_create(e, NP, &id));
+  DLDataType f64 = {kDLFloat, 64, 1};
+  DLDevice cpu = {kDLCPU, 0};
+  lm_placement_t rs = LM_PLACEMENT_RAGGED(0, id), rep = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t t = NULL, r = NULL, out = NULL;
+  LM_ASSERT_OK(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &rs)); /* local */
+  LM_ASSERT_OK(lm_dist_tensor_zeros(&r, mesh, 2, g, f64, cpu, &rep));
+  lm_status_t st = lm_dist_tensor_reshard(&out, t, mesh, &rep);
+  snprintf(msg, sizeof msg, "%s", lm_last_error_message());
+  LM_ASSERT_STATUS_ALL(st, LM_ERR_MISMATCH);
+  LM_ASSERT_ALL(out == NULL && strstr(msg, "disagree on source placements") != NULL &&
+                names_every_rank(msg));
+  st = lm_dist_tensor_reshard(&out, r, mesh, &rs);
+  snprintf(msg, sizeof msg, "%s", lm_last_error_message());
+  LM_ASSERT_STATUS_ALL(st, LM_ERR_MISMATCH);
+  LM_ASSERT_ALL(out == NULL && strstr(msg, "disagree on target placements") != NULL &&
+                names_every_rank(msg));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&r));
+  LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
+  LM_ASSERT_OK(lm_extents_destroy(id));
+  LM_ASSERT_OK(lm_mesh_destroy(&mesh));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_registry),
     cmocka_unit_test(test_refusals),
@@ -555,6 +620,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_agreed_from_local),
     cmocka_unit_test(test_agreed_coshard),
     cmocka_unit_test(test_agreed_local_map),
+    cmocka_unit_test(test_extents_mismatch),
 };
 
 LM_TEST_MAIN(tests)

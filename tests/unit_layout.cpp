@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "layout/extents.hpp"
 #include "layout/layout.hpp"
 #include "layout/permute.hpp"
 #include "exec/plan.hpp"
@@ -732,6 +733,19 @@ void test_validate_and_format() {
   CHECK(threw(neg_order, 1, 2));
   CHECK(threw(neg_dim, 1, 2));
   CHECK(threw(nullptr, 1, 2));
+  // Mismatch descriptions carry a ragged placement's extents, compact, cut past ~24 characters
+  // (first lengths, "...", the last one); str() and format_placements stay without them.
+  const int64_t few[3] = {3, 5, 2}, many[12] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21};
+  const int32_t a = lm::extents_register(few, 3, "few"), b = lm::extents_register(many, 12, "many");
+  lm_placement_t rg[2] = {{LM_RAGGED, 0, a, 0}, R()};
+  CHECK(lm::placements_desc(rg, 2) == "[RS(0)[3,5,2], R]");
+  CHECK(lm::format_placements(rg, 2) == "[RS(0), R]");
+  rg[0].op = b;
+  CHECK(lm::placements_desc(rg, 1) == "[RS(0)[10,11,12,13,14,...,21]]");
+  CHECK(lm::placements_desc(nullptr, 1) == "NULL");
+  CHECK(lm::extents_release(a) && lm::extents_release(b));
+  rg[0].op = a;  // released: the id alone
+  CHECK(lm::placements_desc(rg, 1) == "[RS(0)]");
 }
 
 }  // namespace

@@ -852,7 +852,8 @@ LM_API lm_status_t lm_reshard_group_alloc_targets(lm_reshard_group_t group, DLDe
   return guard([&] {
     const char *fn = "lm_reshard_group_alloc_targets";
     lm_reshard_group_s *g = group_check(group, fn);
-    OUT_ARG(out, "out", fn);
+    // An empty group (n = 0) takes NULL arrays, as lm_reshard_group_create/_execute/_start do.
+    LM_CHECK_ARG(n <= 0 || out != nullptr, "%s: out is NULL with n = %d", fn, n);
     std::vector<lm_dist_tensor_s *> t = group_alloc_targets(g, device, n);
     int i = 0;
     try {
@@ -911,7 +912,7 @@ LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *sr
                                                lm_dist_tensor_t *out) {
   return guard([&] {
     const char *fn = "lm_dist_tensor_reshard_many";
-    OUT_ARG(out, "out", fn);
+    LM_CHECK_ARG(n <= 0 || out != nullptr, "%s: out is NULL with n = %d", fn, n);
     std::vector<lm_dist_tensor_t> t = tensors_reshard_many(n, src, dst_mesh, dst_placements);
     for (size_t i = 0; i < t.size(); ++i) out[i] = t[i];
   });

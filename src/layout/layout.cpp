@@ -134,6 +134,44 @@ std::string format_placements(const lm_placement_t *pl, int n) {
   return s + "]";
 }
 
+namespace {
+// A ragged placement's lengths, compact: "[3,5,2]"; past ~24 characters the first lengths, "..."
+// and the last ("[3,5,2,4,1,...,7]"), so that two ranks' different extents read differently in a
+// mismatch message (a field's description is cut at 72 characters).
+std::string extents_text(const Extents &e) {
+  const int64_t n = e.count();
+  std::string all = "[";
+  for (int64_t i = 0; i < n; ++i) all += strfmt(i ? ",%lld" : "%lld", (long long)e.len(i));
+  if (all.size() <= 24) return all + "]";
+  std::string head = "[";
+  for (int64_t i = 0; i < n - 1; ++i) {
+    std::string one = strfmt(i ? ",%lld" : "%lld", (long long)e.len(i));
+    if (head.size() + one.size() > 16) break;
+    head += one;
+  }
+  return head + strfmt(",...,%lld]", (long long)e.len(n - 1));
+}
+
+// format_placements with each ragged placement's extents after it (rag[m], else looked up by id).
+std::string placements_desc_with(const lm_placement_t *pl, int n,
+                                 const std::vector<std::shared_ptr<const Extents>> *rag) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) {
+    std::string one = format_placements(pl + i, 1);
+    s += (i ? ", " : "") + one.substr(1, one.size() - 2);
+    if (pl[i].kind != LM_RAGGED) continue;
+    std::shared_ptr<const Extents> e = rag && (size_t)i < rag->size() ? (*rag)[(size_t)i] : nullptr;
+    if (!e && pl[i].op) e = extents_find(pl[i].op);
+    if (e && e->count() > 0) s += extents_text(*e);
+  }
+  return s + "]";
+}
+}  // namespace
+
+std::string placements_desc(const lm_placement_t *pl, int n) {
+  return pl ? placements_desc_with(pl, n, nullptr) : std::string("NULL");
+}
+
 std::vector<lm_placement_t> placements_adjoint(const lm_placement_t *pl, int n, const char *what) {
   validate_placements(pl, n, INT32_MAX, what);
   std::vector<lm_placement_t> out(pl, pl + n);
@@ -321,6 +359,7 @@ bool Layout::has_partial() const {
 // Binary (the raw values, each field's length first): built on every cached reshard, so no
 // formatting. A ragged placement's id stands for its extents: ids are never reused.
 std::string Layout::str() const { return format_placements(pl.data(), mesh_ndim()); }
+std::string Layout::desc() const { return placements_desc_with(pl.data(), mesh_ndim(), &rag); }
 
 void check_ragged(const Layout &L, const char *what) {
   for (int m = 0; m < L.mesh_ndim(); ++m) {

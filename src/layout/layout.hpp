@@ -112,6 +112,10 @@ void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndi
                          const char *what, bool agreed_ragged = false);
 
 std::string format_placements(const lm_placement_t *pl, int n);
+// The same with each ragged placement's extents (registered ones) after it, compact and cut past
+// ~24 characters: "[RS(0)[3,5,2], R]". For agreement mismatch messages, where ranks whose
+// extents differ must read differently; NULL gives "NULL".
+std::string placements_desc(const lm_placement_t *pl, int n);
 // The placements of the gradient of a value placed as `pl` (lm_placements_adjoint), PyTorch
 // DTensor's convention (its redistribute backward): gradients of replicated values are
 // replicated, so Shard(d) -> Shard(d) (its order kept), Replicate -> Replicate, Partial(sum) ->
@@ -162,6 +166,7 @@ struct Layout {
   bool equals(const Layout &o) const;
   bool has_partial() const;
   std::string str() const;  // "[S(0), R]"
+  std::string desc() const;  // "[RS(0)[3,5,2], R]": str() with the ragged extents (placements_desc)
 };
 
 // The rules of ragged placements that need the grid and the global shape: the extents' count is

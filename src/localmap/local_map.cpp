@@ -207,7 +207,7 @@ std::string describe_local_map(const void *p, int field) {
   auto list = [&](const lm_placement_t *const *a, int n) {
     std::string r;
     for (int i = 0; i < n && r.size() < 60; ++i)
-      r += (i ? " " : "") + (a && a[i] ? format_placements(a[i], c.m->ndim()) : std::string("NULL"));
+      r += (i ? " " : "") + (a ? placements_desc(a[i], c.m->ndim()) : std::string("NULL"));
     return r;
   };
   if (name == "in_placements") return list(c.in_pl, c.nin);
@@ -217,7 +217,7 @@ std::string describe_local_map(const void *p, int field) {
     for (int i = 0; i < c.nin && r.size() < 60; ++i) {
       if (c.inputs[i].kind == LM_ARG_DIST_TENSOR && c.objs && c.objs[i]) {
         lm_dist_tensor_s *t = c.objs[i];
-        r += (i ? " " : "") + strfmt("#%llu", (unsigned long long)t->mesh->id) + t->layout.str();
+        r += (i ? " " : "") + strfmt("#%llu", (unsigned long long)t->mesh->id) + t->layout.desc();
       } else {
         r += (i ? " " : "") + std::string(kind_name(c.inputs[i].kind));
       }

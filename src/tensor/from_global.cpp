@@ -86,7 +86,7 @@ void agree_root(lm_mesh_s *m, const lm_placement_t *pl, int root, lm_status_t st
                const Ctx &c = *static_cast<const Ctx *>(p);
                switch (f) {
                  case 1: return mesh_desc(c.m);
-                 case 2: return format_placements(c.pl, c.m->ndim());
+                 case 2: return placements_desc(c.pl, c.m->ndim());
                  case 3: return std::to_string(c.root);
                }
                return "?";

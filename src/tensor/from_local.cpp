@@ -153,7 +153,7 @@ void agree_args(FromLocal &c, const char *op, const char *field3, uint64_t h3, s
                const Ctx &x = *static_cast<const Ctx *>(p);
                switch (f) {
                  case 1: return mesh_desc(x.m);
-                 case 2: return format_placements(x.pl, x.m->ndim());
+                 case 2: return placements_desc(x.pl, x.m->ndim());
                  case 3: return x.d3;
                  case 4: return dl_dtype_name(x.d);
                }

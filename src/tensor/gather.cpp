@@ -51,7 +51,7 @@ void agree_gather(lm_dist_tensor_s *t, int root, lm_status_t st, const std::stri
                const Ctx &c = *static_cast<const Ctx *>(p);
                switch (f) {
                  case 1: return mesh_desc(c.t->mesh);
-                 case 2: return c.t->layout.str();
+                 case 2: return c.t->layout.desc();
                  case 3: return shape_str(c.t->layout.gshape);
                  case 4: return dl_dtype_name(c.t->dtype);
                  case 5: return c.root < 0 ? std::string("-1 (all ranks)") : std::to_string(c.root);

@@ -163,8 +163,8 @@ std::string describe_plan(const void *p, int field) {
   switch (field) {
     case 1: return mesh_desc(c.src_mesh) + " (source)";
     case 2: return mesh_desc(c.dst_mesh) + " (target)";
-    case 3: return c.plan->src.str();
-    case 4: return c.plan->dst.str();
+    case 3: return c.plan->src.desc();
+    case 4: return c.plan->dst.desc();
     case 5: {
       std::string r = "[";
       for (size_t i = 0; i < c.plan->src.gshape.size(); ++i)

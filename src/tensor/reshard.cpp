@@ -24,7 +24,7 @@ std::string describe_reshard(const void *p, int field) {
   switch (field) {
     case 1: return mesh_desc(c.sm) + " (source)";
     case 2: return mesh_desc(c.dm) + " (target)";
-    case 3: return c.t->layout.str();
+    case 3: return c.t->layout.desc();
     case 4: {
       std::string r = "[";
       for (size_t i = 0; i < c.t->layout.gshape.size(); ++i)
@@ -32,7 +32,7 @@ std::string describe_reshard(const void *p, int field) {
       return r + "]";
     }
     case 5: return dl_dtype_name(c.t->dtype);
-    case 6: return c.pl ? format_placements(c.pl, c.dm->ndim()) : std::string("NULL");
+    case 6: return placements_desc(c.pl, c.dm->ndim());
     case 7: return c.extra ? c.extra->text : std::string();
   }
   return "?";

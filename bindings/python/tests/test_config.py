@@ -2,6 +2,7 @@
 """Mesh options (check level, timeout), device options (streams, allocators, transports) and
 lm_tensor_alloc arrays, including as local_map outputs."""
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -58,8 +59,24 @@ def test_device_config(mesh1):
     with pytest.raises(lm.InvalidArgumentError):
         mesh1.set_device_config(alloc=alloc)        # alloc without free
     assert mesh1.transport("cpu") == "mpi"
-    assert mesh1.transport("cuda") in ("undecided", "nccl", "mpi_staged")
     assert not calls                                # host tensors never use a device allocator
+
+
+# Whether the library was built with CUDA, decided outside it from the build's switch
+# (tests/run-tests.sh and tests/script_python.sh export it); unset: the test says so and skips.
+CUDA_BUILD = os.environ.get("LM_CUDA_BUILD")
+
+
+@needs("lm_mesh_transport")
+@pytest.mark.skipif(CUDA_BUILD not in ("0", "1"), reason="LM_CUDA_BUILD is not 0 or 1 (set by "
+                    "tests/script_python.sh from the build's CUDA switch): no answer to pin")
+def test_cuda_transport(mesh1):
+    if CUDA_BUILD == "0":                           # CUDA=0: refused, naming the build
+        with pytest.raises(lm.NotSupportedError) as ei:
+            mesh1.transport("cuda")
+        assert "CUDA=0" in ei.value.message
+    else:                                           # a fresh mesh: no device data moved yet
+        assert mesh1.transport("cuda") == "undecided"
 
 
 @needs("lm_tensor_alloc")
