@@ -33,15 +33,10 @@
 
 #include "localmap.h"
 #include "localmap_mpi.h"
+#include "localmap_scalapack.h"
 #include "bench_util.h"
 
-void Cblacs_get(int ctxt, int what, int *val);
-void Cblacs_gridinit(int *ctxt, const char *order, int nprow, int npcol);
-void Cblacs_gridinfo(int ctxt, int *nprow, int *npcol, int *myrow, int *mycol);
-void Cblacs_gridexit(int ctxt);
-int numroc_(const int *n, const int *nb, const int *iproc, const int *isrc, const int *nprocs);
-void descinit_(int *desc, const int *m, const int *n, const int *mb, const int *nb,
-               const int *irsrc, const int *icsrc, const int *ictxt, const int *lld, int *info);
+/* ScaLAPACK's redistribution and transpose (the BLACS and the descriptor tools: above). */
 void pdgemr2d_(const int *m, const int *n, const double *a, const int *ia, const int *ja,
                const int *desca, double *b, const int *ib, const int *jb, const int *descb,
                const int *ictxt);
@@ -60,7 +55,7 @@ static int lld_pad = 0;          /* --pad P: LLD = max(1, LOCr) + P */
 
 /* One process grid and a matrix laid out on it. */
 typedef struct {
-  int ctxt, nprow, npcol, myrow, mycol, mb, nb, desc[9];
+  int ctxt, nprow, npcol, myrow, mycol, mb, nb, desc[LM_SCALAPACK_DLEN];
   double *a;
   DLManagedTensor *owner; /* --arena: the array's owner */
   int64_t locr, locc;
@@ -104,7 +99,7 @@ static int64_t l2g(int64_t l, int64_t b, int64_t c, int64_t p) { return ((l / b)
 static double value(int64_t i, int64_t j) { return (double)i + 1e5 * (double)j; }
 
 static void fill(layout_t *L, int zero) {
-  const int64_t lld = L->desc[8];
+  const int64_t lld = L->desc[LM_SCALAPACK_DESC_LLD];
   for (int64_t j = 0; j < L->locc; ++j)
     for (int64_t i = 0; i < L->locr; ++i)
       L->a[i + j * lld] = zero ? -1 : value(l2g(i, L->mb, L->myrow, L->nprow),
@@ -112,7 +107,7 @@ static void fill(layout_t *L, int zero) {
 }
 
 static int exact(const layout_t *L) {
-  const int64_t lld = L->desc[8];
+  const int64_t lld = L->desc[LM_SCALAPACK_DESC_LLD];
   long bad = 0;
   for (int64_t j = 0; j < L->locc; ++j)
     for (int64_t i = 0; i < L->locr; ++i)
@@ -235,9 +230,9 @@ static double transpose_once(layout_t *A, layout_t *C, lm_dist_tensor_t x, int n
   } else if (impl == 2) {
     OK(lm_dist_tensor_transpose_into(c, x, perm));
   } else {
-    int dc[9];  /* PBLAS wants both operands in one BLACS context: C's grid is A's */
+    int dc[LM_SCALAPACK_DLEN];  /* PBLAS wants both operands in one BLACS context: C's grid is A's */
     memcpy(dc, C->desc, sizeof dc);
-    dc[1] = A->desc[1];
+    dc[LM_SCALAPACK_DESC_CTXT] = A->desc[LM_SCALAPACK_DESC_CTXT];
     pdtran_(&n, &n, &d1, A->a, &one, &one, A->desc, &d0, C->a, &one, &one, dc);
   }
   double t = MPI_Wtime() - t0, mx = 0;
@@ -272,7 +267,7 @@ static void bench_transpose(int n, layout_t *A, layout_t *C, int rounds, const c
     DLTensor v;
     OK(lm_dist_tensor_local(y, &v));
     ok[k] = k == 0 ? transposed(C, (const double *)v.data, C->locr > 1 ? C->locr : 1)
-                   : transposed(C, C->a, C->desc[8]);
+                   : transposed(C, C->a, C->desc[LM_SCALAPACK_DESC_LLD]);
   }
   for (int r = 0; r < rounds; ++r)
     for (int k = 0; k < 3; ++k) t[k * rounds + r] = transpose_once(A, C, x, n, k, &y, c);

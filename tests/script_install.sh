@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Packaging check: `make install` into a temporary prefix gives lib/liblocalmap.so.0,
-# include/localmap.h, lib/pkgconfig/localmap.pc, the CMake package in lib/cmake/localmap, the
+# include/localmap.h (and localmap_mpi.h, localmap_scalapack.h, localmap.hpp), lib/pkgconfig/localmap.pc, the CMake package in lib/cmake/localmap, the
 # man page, and README, LICENSE and the examples under share/doc/localmap; the shared library
 # exports lm_* symbols only and has SONAME liblocalmap.so.0. Consumers of the installed tree, each
 # run under mpirun: a C program built with nothing but `pkg-config --cflags --libs localmap`
 # (np 4); a CMake project using find_package(localmap 0.1 CONFIG REQUIRED) with
 # localmap::localmap (np 4) and localmap::localmap_static (np 2), and one asking for 1.0, which
 # must fail (SameMajorVersion); a C++-only CMake project (LANGUAGES CXX) with localmap.hpp and
-# localmap::environment (np 2); the installed examples Makefile (hello at np 3), and the commands
+# localmap::environment (np 2); the installed examples Makefile (hello at np 3; the ScaLAPACK
+# example scalapack/center_rows at np 4 where pkg-config finds scalapack-openmpi, else that
+# Makefile's note, and a deferred skip outside the MPICH build), and the commands
 # of examples/README.md's installed-commands block run as written (as root, on this machine's
 # cores, with the installed bin/lm-mpirun); that Makefile's own one-line error when pkg-config
 # finds no localmap. The man pages: one per exported function, and `man lm_dist_tensor_reshard`
@@ -34,14 +36,15 @@ prefix=$tmp/prefix
 unset MAKEFLAGS MFLAGS
 make -s install PREFIX="$prefix" BUILD="$BUILD" MPI="$MPI" >/dev/null
 for f in lib/liblocalmap.so.0 lib/liblocalmap.so lib/liblocalmap.a include/localmap.h \
-         include/localmap_mpi.h include/localmap.hpp lib/pkgconfig/localmap.pc \
+         include/localmap_mpi.h include/localmap_scalapack.h include/localmap.hpp lib/pkgconfig/localmap.pc \
          lib/cmake/localmap/localmapConfig.cmake lib/cmake/localmap/localmapConfigVersion.cmake \
          share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE \
          share/doc/localmap/examples/Makefile share/doc/localmap/examples/hello.c \
+         share/doc/localmap/examples/scalapack/center_rows.c \
          share/man/man3/lm_dist_tensor_reshard.3 share/man/man3/lm_mesh_create_mpi.3 bin/lm-mpirun bin/lm-info; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
-for f in examples/*.c examples/*.cpp; do
+for f in examples/*.c examples/*.cpp examples/scalapack/*.c examples/scalapack/*.f90; do
   [ -e "$f" ] || continue
   cmp -s "$f" "$prefix/share/doc/localmap/$f" || { echo "not installed: $f"; exit 1; }
 done
@@ -229,6 +232,35 @@ for f in examples/*.c examples/*.cpp; do
 done
 same_mpi "$tmp/ex/hello"
 bash tools/lm-mpirun 3 "$tmp/ex/hello"
+# The ScaLAPACK examples: built (C; Fortran with the module) where the ScaLAPACK of this MPI is,
+# else left out with the Makefile's note. Debian's ScaLAPACK for OpenMPI is the one tested
+# (tests/script_scalapack.sh): the MPICH build only checks the note.
+sp_pc=scalapack-$([ "$MPI" = mpich ] && echo mpich || echo openmpi)
+if pkg-config --exists "$sp_pc" 2>/dev/null; then
+  for f in examples/scalapack/*.c; do
+    b=scalapack/$(basename "$f" .c)
+    [ -x "$tmp/ex/$b" ] || { cat "$tmp/ex.log"; echo "installed examples Makefile did not build $b"; exit 1; }
+  done
+  if [ -f "$prefix/include/localmap.mod" ]; then
+    for f in examples/scalapack/*.f90; do
+      b=scalapack/$(basename "$f" .f90)_f
+      [ -x "$tmp/ex/$b" ] || { cat "$tmp/ex.log"; echo "installed examples Makefile did not build $b"; exit 1; }
+    done
+  fi
+  same_mpi "$tmp/ex/scalapack/center_rows"
+  res=$("$prefix/bin/lm-mpirun" 4 "$tmp/ex/scalapack/center_rows")
+  echo "installed scalapack/center_rows, np 4: $res"
+  grep -q ': OK' <<<"$res" || { echo "the installed ScaLAPACK example failed"; exit 1; }
+else
+  grep -q "scalapack/ not built: pkg-config finds no $sp_pc" "$tmp/ex.log" ||
+    { cat "$tmp/ex.log"; echo "installed examples Makefile: no note on the ScaLAPACK examples left out"; exit 1; }
+  [ ! -e "$tmp/ex/scalapack" ] || { echo "installed examples Makefile: scalapack/ built without $sp_pc"; exit 1; }
+  if [ "$MPI" = mpich ]; then
+    echo "installed ScaLAPACK examples: left out with a note (MPICH build, no $sp_pc)"
+  else
+    lm_defer_skip "the installed ScaLAPACK example built and run: no $sp_pc (apt-get install lib$sp_pc-dev)"
+  fi
+fi
 if [ -f "$prefix/include/localmap.mod" ]; then
   for f in bindings/fortran/examples/*.f90; do
     b=$(basename "$f" .f90)

@@ -5,12 +5,17 @@
 #include "lm_test.h"
 
 #include <localmap.hpp>
+// Declarations only (no ScaLAPACK linked): compiles as C++ with -Wpedantic, extern "C" guarded.
+#include <localmap_scalapack.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 namespace lmx = localmap;
+
+static_assert(LM_SCALAPACK_DESC_DTYPE == 0 && LM_SCALAPACK_DESC_LLD == LM_SCALAPACK_DLEN - 1,
+              "localmap_scalapack.h: the descriptor entries are 0-based C indices of DLEN ints");
 
 static void test_mesh_and_tensor_raii(void **) {
   const int n = lm_test_size();

@@ -14,10 +14,18 @@ Also checked:
     factory), no dynamic_cast to a transport and no include of a transport's own folder
     (transport/mpi/, transport/nccl/, transport/node/) appears outside src/transport/: the rest
     of the library reaches them through transport/select.hpp only.
+An include is resolved as the compiler (-Isrc) finds it: "x.hpp" first beside the including file
+("./x.hpp", "../mesh/mesh.hpp", "layout.hpp"), then under src/ ("mesh/mesh.hpp"); <x.hpp> under
+src/ only (<mesh/mesh.hpp>), and only when that file exists there, so <mpi.h>, <vector> stay
+system headers. Every spelling of an include of src/ is checked the same way.
 Prints each violation as "file:line: message" and exits 1 when there is one.
 Usage: tools/check-layers.py [--graph] [SRC_DIR]   (default: src next to this script)
+       tools/check-layers.py --self-test
   --graph: print, top layer first, the layers each layer's files include (the picture of
            docs/DESIGN.md, "Layers"), then check as usual.
+  --self-test: check a small tree written to a temporary folder, with a violation written in each
+           spelling of an include (quoted from src/, quoted relative, angle brackets), and fail
+           unless exactly its violations are found (tests/script_layers.sh runs it first).
 """
 import os
 import re
@@ -47,8 +55,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 TRANSPORT_TYPES = re.compile(
     r"\b(MpiTransport|NcclTransport|BoardExchange|NcclComm|takes_node_local|board_exchange_for|"
     r"cma_copy|mapped_copy|receiver_copy|sender_push|region_describe|region_runs|region_in_arena)\b"
-    r"|dynamic_cast\s*<[^>]*Transport"
-    r"|^\s*#\s*include\s*[<\"]transport/(mpi|nccl|node)/")
+    r"|dynamic_cast\s*<[^>]*Transport")
 
 
 def unit_of(rel):
@@ -63,11 +70,21 @@ def unit_of(rel):
     return parts[0]
 
 
-def main():
-    args = [a for a in sys.argv[1:] if a != "--graph"]
-    show_graph = len(args) != len(sys.argv) - 1
-    src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "src")
-    src = os.path.normpath(src)
+def resolve(rel, kind, target, files):
+    """The file of src/ (a key of files) that `#include <target>` or "target" in src/rel reaches,
+    or None for a header outside src/ (<mpi.h>, <vector>, "localmap.h" of include/)."""
+    candidates = [target]
+    if kind == '"':
+        candidates.insert(0, os.path.join(os.path.dirname(rel), target))
+    for c in candidates:
+        c = os.path.normpath(c).replace(os.sep, "/")
+        if not c.startswith("../") and c in files:
+            return c
+    return None
+
+
+def read_tree(src):
+    """{path relative to src: lines} of the C, C++ and CUDA files under src."""
     files = {}
     for root, _, names in os.walk(src):
         for n in sorted(names):
@@ -75,6 +92,11 @@ def main():
                 rel = os.path.relpath(os.path.join(root, n), src)
                 with open(os.path.join(root, n), errors="replace") as f:
                     files[rel] = f.read().splitlines()
+    return files
+
+
+def check(src, files):
+    """(errors, graph) of the tree: errors as "file:line: message", graph the include edges."""
     errors = []
     graph = {}  # project header closure
     for rel, lines in files.items():
@@ -83,9 +105,16 @@ def main():
         for no, line in enumerate(lines, 1):
             m = INCLUDE.match(line)
             if m:
-                kind, target = m.groups()
-                if kind == '"' and target in files:
+                kind, spelled = m.groups()
+                target = resolve(rel, kind, spelled, files)
+                if target is not None:
                     graph[rel].append((no, target, "project"))
+                    if (u is not None and not u.startswith("transport")
+                            and unit_of(target) in ("transport/mpi", "transport/nccl",
+                                                    "transport/node")):
+                        errors.append(f"{src}/{rel}:{no}: includes {target} of a transport's own "
+                                      f"folder outside src/transport/ (reach it through "
+                                      f"transport/select.hpp)")
                     tu = unit_of(target)
                     if u is None or tu is None or u == tu:
                         continue
@@ -96,8 +125,8 @@ def main():
                         errors.append(f"{src}/{rel}:{no}: {u} includes {target} of the higher layer {tu}")
                     elif LEVEL[tu] == LEVEL[u]:
                         errors.append(f"{src}/{rel}:{no}: {u} includes {target} of its sibling {tu}")
-                elif SYSTEM_FORBIDDEN.match(os.path.basename(target)):
-                    graph[rel].append((no, target, "system"))
+                elif SYSTEM_FORBIDDEN.match(os.path.basename(spelled)):
+                    graph[rel].append((no, spelled, "system"))
             if u is not None and not u.startswith("transport") and TRANSPORT_TYPES.search(line):
                 errors.append(f"{src}/{rel}:{no}: a transport type or internal outside "
                               f"src/transport/ (reach it through transport/select.hpp): "
@@ -127,17 +156,104 @@ def main():
         for path, sysh in reach(rel):
             errors.append(f"{src}/{rel}: reaches <{sysh}> through " + " -> ".join(path) +
                           f" ({u} code must not see MPI, CUDA or NCCL)")
+    return errors, graph
+
+
+def print_graph(graph):
+    """Top layer first, the layers each layer's files include."""
+    uses = {}
+    for rel, edges in graph.items():
+        for _, t, kind in edges:
+            u, tu = unit_of(rel), unit_of(t)
+            if kind == "project" and u and tu and u != tu:
+                uses.setdefault(u, set()).add(tu)
+    for units in reversed(LEVELS):
+        for u in units:
+            below = sorted(uses.get(u, ()), key=lambda x: (-LEVEL.get(x, -1), x))
+            print(f"  {u:18} -> {', '.join(below) if below else '(nothing)'}")
+
+
+# The self-test's tree: {path under src: text}, and the violations it must give, each as
+# (file, line, words of the message). Every spelling of an include of src/ has a violation of its
+# own, and the includes that must stay system headers (<mpi.h> in exec/, <vector>) have none.
+SELF_TEST_TREE = {
+    "common/mpi.hpp": "#include <mpi.h>\n",
+    "common/error.hpp": "#include <vector>\n#include <string>\n",
+    "common/dot.hpp": "#include \"./mpi.hpp\"\n",            # "./": reaches <mpi.h>
+    "layout/layout.hpp": "#include \"common/error.hpp\"\n#include <common/error.hpp>\n"
+                         "#include \"../common/error.hpp\"\n#include \"extents.hpp\"\n",
+    "layout/extents.hpp": "#include <vector>\n",
+    "layout/angle.cpp": "#include <vector>\n#include <mesh/mesh.hpp>\n",     # angle: up
+    "layout/relative.cpp": "#include \"layout.hpp\"\n#include \"../mesh/mesh.hpp\"\n",  # ../: up
+    "layout/quoted.cpp": "#include \"mesh/mesh.hpp\"\n",                 # from src/: up
+    "plan/through.hpp": "#include \"./../common/dot.hpp\"\n",         # down, but reaches <mpi.h>
+    "transport/mpi/mpi.hpp": "#include <mpi.h>\n#include \"../transport.hpp\"\n",
+    "transport/transport.hpp": "#include <common/error.hpp>\n",
+    "mesh/mesh.hpp": "#include <mpi.h>\n#include \"../transport/transport.hpp\"\n",
+    "mesh/sibling.cpp": "#include <exec/plan.hpp>\n",                   # angle: up
+    "exec/plan.hpp": "#include <mpi.h>\n#include <vector>\n#include <mesh/mesh.hpp>\n",
+    "exec/run.cpp": "#include \"../transport/mpi/mpi.hpp\"\n",          # a transport's folder
+    "exec/angle_run.cpp": "#include <transport/mpi/mpi.hpp>\n",          # the same, angle
+}
+SELF_TEST_EXPECT = [
+    ("common/dot.hpp", None, "reaches <mpi.h> through common/dot.hpp:1 -> common/mpi.hpp:1"),
+    ("layout/angle.cpp", 2, "layout includes mesh/mesh.hpp of the higher layer mesh"),
+    ("layout/relative.cpp", 2, "layout includes mesh/mesh.hpp of the higher layer mesh"),
+    ("layout/quoted.cpp", 1, "layout includes mesh/mesh.hpp of the higher layer mesh"),
+    ("layout/angle.cpp", None, "reaches <mpi.h> through layout/angle.cpp:2 -> mesh/mesh.hpp:1"),
+    ("layout/relative.cpp", None, "reaches <mpi.h> through layout/relative.cpp:2 -> mesh/mesh.hpp:1"),
+    ("layout/quoted.cpp", None, "reaches <mpi.h> through layout/quoted.cpp:1 -> mesh/mesh.hpp:1"),
+    ("plan/through.hpp", None, "reaches <mpi.h> through plan/through.hpp:1 -> common/dot.hpp:1 -> "
+                               "common/mpi.hpp:1"),
+    ("mesh/sibling.cpp", 1, "mesh includes exec/plan.hpp of the higher layer exec"),
+    ("exec/run.cpp", 1, "includes transport/mpi/mpi.hpp of a transport's own folder"),
+    ("exec/angle_run.cpp", 1, "includes transport/mpi/mpi.hpp of a transport's own folder"),
+]
+
+
+def self_test():
+    """Checks SELF_TEST_TREE in a temporary folder: exactly SELF_TEST_EXPECT, nothing else."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="check-layers.") as tmp:
+        src = os.path.join(tmp, "src")
+        for rel, text in SELF_TEST_TREE.items():
+            os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+            with open(os.path.join(src, rel), "w") as f:
+                f.write(text)
+        errors, _ = check(src, read_tree(src))
+        errors = [e[len(src) + 1:] for e in errors]
+    missed, found = [], list(errors)
+    for rel, line, words in SELF_TEST_EXPECT:
+        where = f"{rel}:{line}: " if line else f"{rel}: "
+        hit = next((e for e in found if e.startswith(where) and words in e), None)
+        if hit is None:
+            missed.append(f"{where}... {words}")
+        else:
+            found.remove(hit)
+    for m in missed:
+        print(f"check-layers --self-test: not found: {m}")
+    for e in found:
+        print(f"check-layers --self-test: not expected: {e}")
+    if missed or found:
+        print(f"check-layers --self-test: FAILED ({len(missed)} violation(s) missed, "
+              f"{len(found)} unexpected; {len(errors)} found)")
+        return 1
+    print(f"check-layers --self-test: the {len(SELF_TEST_EXPECT)} violations of "
+          f"{len(SELF_TEST_TREE)} files found (quoted, relative and angle-bracket includes)")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    args = [a for a in sys.argv[1:] if a != "--graph"]
+    show_graph = len(args) != len(sys.argv) - 1
+    src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "src")
+    src = os.path.normpath(src)
+    files = read_tree(src)
+    errors, graph = check(src, files)
     if show_graph:
-        uses = {}
-        for rel, edges in graph.items():
-            for _, t, kind in edges:
-                u, tu = unit_of(rel), unit_of(t)
-                if kind == "project" and u and tu and u != tu:
-                    uses.setdefault(u, set()).add(tu)
-        for units in reversed(LEVELS):
-            for u in units:
-                below = sorted(uses.get(u, ()), key=lambda x: (-LEVEL.get(x, -1), x))
-                print(f"  {u:18} -> {', '.join(below) if below else '(nothing)'}")
+        print_graph(graph)
     for e in errors:
         print(e)
     if errors:

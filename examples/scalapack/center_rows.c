@@ -4,27 +4,20 @@
  * shards, centres every row with lm_local_map (a row needs all its columns: that is why it moves),
  * and gets the result back as a ScaLAPACK matrix (descriptor + local array) for pdlange.
  *
- *   make -C examples/scalapack        # needs libscalapack-openmpi-dev (tests/script_scalapack.sh)
- *   mpirun -np 4 examples/scalapack/center_rows [M N MB NB]
+ * Needs libscalapack-openmpi-dev. Built by tests/script_scalapack.sh (examples/README.md has the
+ * command), and from an installed localmap by share/doc/localmap/examples/Makefile, into scalapack/:
+ *   lm-mpirun 4 scalapack/center_rows [M N MB NB]
  *
  * A(i, j) = i + 1000 j (0-based). After centring, B(i, j) = 1000 (j - (N - 1) / 2) in every row.
  */
 #include <localmap.h>
 #include <localmap_mpi.h>
+#include <localmap_scalapack.h> /* the BLACS and descriptor prototypes, LM_SCALAPACK_DESC_* */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-/* BLACS and ScaLAPACK (Fortran symbols; Debian's libscalapack-openmpi). */
-void Cblacs_get(int ctxt, int what, int *val);
-void Cblacs_gridinit(int *ctxt, const char *order, int nprow, int npcol);
-void Cblacs_gridinfo(int ctxt, int *nprow, int *npcol, int *myrow, int *mycol);
-void Cblacs_gridexit(int ctxt);
-int numroc_(const int *n, const int *nb, const int *iproc, const int *isrc, const int *nprocs);
-int indxl2g_(const int *indxloc, const int *nb, const int *iproc, const int *isrc,
-             const int *nprocs);
-void descinit_(int *desc, const int *m, const int *n, const int *mb, const int *nb,
-               const int *irsrc, const int *icsrc, const int *ictxt, const int *lld, int *info);
+/* ScaLAPACK's norm (a Fortran symbol; Debian's libscalapack-openmpi). */
 double pdlange_(const char *norm, const int *m, const int *n, const double *a, const int *ia,
                 const int *ja, const int *desca, double *work);
 
@@ -127,10 +120,10 @@ int main(int argc, char **argv) {
     for (int il = 1; il <= locr; ++il) {
       const int gi = indxl2g_(&il, &MB, &myrow, &zero, &nprow) - 1;
       const int gj = indxl2g_(&jl, &NB, &mycol, &zero, &npcol) - 1;
-      bad += fabs(B[(il - 1) + (jl - 1) * descb[8]] - 1000.0 * (gj - (N - 1) / 2.0)) > 1e-6;
+      bad += fabs(B[(il - 1) + (jl - 1) * descb[LM_SCALAPACK_DESC_LLD]] - 1000.0 * (gj - (N - 1) / 2.0)) > 1e-6;
       bad += A[(il - 1) + (jl - 1) * lld] != gi + 1000.0 * gj;
     }
-  for (int i = 0; i < LM_SCALAPACK_DLEN; ++i) bad += i != 8 && descb[i] != desc[i];
+  for (int i = 0; i < LM_SCALAPACK_DLEN; ++i) bad += i != LM_SCALAPACK_DESC_LLD && descb[i] != desc[i];
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   int all_borrowed = borrowed;
   MPI_Allreduce(&borrowed, &all_borrowed, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
