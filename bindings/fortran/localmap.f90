@@ -1036,9 +1036,30 @@ contains
       return
     end if
     if (n /= nd) then
-      write(msg, '(a,": ",i0," placements for a mesh of ",i0," dims")') what, n, nd
+      write(msg, '(a,": ",i0," placements for a mesh of ",i0," dims (one per mesh dim)")') what, n, nd
       call bad_(st, trim(msg))
     end if
+  end subroutine
+
+  !> Checks one placement per dim of the mesh a call on x targets: dm, or x's own mesh when dm
+  !> is null (lm_reshard, lm_transpose: the C library reads that many).
+  subroutine check_target_npl_(x, dm, n, st, what)
+    type(lm_dist_tensor), intent(in) :: x
+    type(c_ptr), intent(in) :: dm
+    integer, intent(in) :: n
+    integer(c_int), intent(inout) :: st
+    character(len=*), intent(in) :: what
+    type(c_ptr) :: m
+    if (st /= LM_SUCCESS) return
+    m = dm
+    if (.not. c_associated(m)) then
+      st = lmc_dist_tensor_mesh(x%ptr, m)
+      if (st /= LM_SUCCESS) then
+        call c_(st)
+        return
+      end if
+    end if
+    call check_npl_(m, n, st, what)
   end subroutine
 
   !> Formats placements, e.g. "[S(1), R, P(sum)]" (Fortran dims, as given).
@@ -1562,7 +1583,7 @@ contains
     dev = LM_CPU
     if (present(device)) dev = device
     call to_c_pl_(placements, size(shape), cpl, st, "lm_zeros: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_zeros")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_zeros: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_zeros(p, mesh%ptr, int(size(shape), c_int), reversed_(shape), dtype, dev, cpl)
       call c_(st)
@@ -1648,7 +1669,7 @@ contains
     if (present(shape_mode)) mode = int(shape_mode, c_int)
     gp = c_null_ptr
     call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_local: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_local")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_from_local: placements")
     if (st == LM_SUCCESS .and. mode == LM_SHAPE_GIVEN) then
       if (.not. present(global_shape)) then
         call bad_(st, "lm_from_local: shape_mode = LM_SHAPE_GIVEN needs global_shape")
@@ -1694,7 +1715,7 @@ contains
       if (me /= r) tp = c_null_ptr
     end if
     call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_global: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_global")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_from_global: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_from_global(p, mesh%ptr, tp, cpl, r)
       call c_(st)
@@ -1758,7 +1779,7 @@ contains
     if (present(shape_mode)) mode = int(shape_mode, c_int)
     gp = c_null_ptr
     call to_c_pl_(placements, nd, cpl, st, "lm_from_managed: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_managed")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_from_managed: placements")
     if (st == LM_SUCCESS .and. present(global_shape)) then
       if (size(global_shape) /= nd) then
         call bad_(st, "lm_from_managed: global_shape needs one entry per dim of the tensor")
@@ -2011,7 +2032,11 @@ contains
     integer(c_int) :: st, nd
     dm = c_null_ptr
     if (present(dst_mesh)) dm = dst_mesh%ptr
-    st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
+    st = LM_SUCCESS
+    call check_target_npl_(x, dm, size(placements), st, "lm_reshard: placements")
+    if (st == LM_SUCCESS) then
+      st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
+    end if
     if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_reshard: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_reshard(p, x%ptr, dm, cpl); call c_(st)
@@ -2038,6 +2063,7 @@ contains
     dm = c_null_ptr
     if (present(dst_mesh)) dm = dst_mesh%ptr
     call c_perm_(x, perm, cperm, nd, st, "lm_transpose")
+    call check_target_npl_(x, dm, size(placements), st, "lm_transpose: placements")
     if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_transpose: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_transpose(p, x%ptr, cperm, dm, cpl); call c_(st)
