@@ -1041,6 +1041,26 @@ contains
     end if
   end subroutine
 
+  !> Checks an array of one entry per mesh dim (at_least: or more), naming it in the message.
+  subroutine check_len_(mesh, n, at_least, st, what)
+    type(c_ptr), intent(in) :: mesh
+    integer, intent(in) :: n
+    logical, intent(in) :: at_least
+    integer(c_int), intent(inout) :: st
+    character(len=*), intent(in) :: what
+    integer(c_int) :: nd
+    character(len=160) :: msg
+    if (st /= LM_SUCCESS) return
+    st = lmc_mesh_ndim(mesh, nd)
+    if (st /= LM_SUCCESS) then
+      call c_(st)
+      return
+    end if
+    if (n == nd .or. (at_least .and. n > nd)) return
+    write(msg, '(a," has ",i0," elements for a mesh of ",i0," dims")') what, n, nd
+    call bad_(st, trim(msg))
+  end subroutine
+
   !> Checks one placement per dim of the mesh a call on x targets: dm, or x's own mesh when dm
   !> is null (lm_reshard, lm_transpose: the C library reads that many).
   subroutine check_target_npl_(x, dm, n, st, what)
@@ -1346,7 +1366,11 @@ contains
     integer(c_int64_t), intent(out) :: coord(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    st = lmc_mesh_coord(mesh%ptr, coord, int(size(coord), c_int)); call c_(st)
+    st = LM_SUCCESS
+    call check_len_(mesh%ptr, size(coord), .true., st, "lm_mesh_coord: coord")
+    if (st == LM_SUCCESS) then
+      st = lmc_mesh_coord(mesh%ptr, coord, int(size(coord), c_int)); call c_(st)
+    end if
     call done_(st, ierr, "lm_mesh_coord")
   end subroutine
 
@@ -1367,7 +1391,12 @@ contains
     integer, intent(out) :: parent_rank
     integer, intent(out), optional :: ierr
     integer(c_int) :: st, r
-    r = -1; st = lmc_mesh_rank_at(mesh%ptr, coord, int(size(coord), c_int), r); call c_(st)
+    r = -1
+    st = LM_SUCCESS
+    call check_len_(mesh%ptr, size(coord), .false., st, "lm_mesh_rank_at: coord")
+    if (st == LM_SUCCESS) then
+      st = lmc_mesh_rank_at(mesh%ptr, coord, int(size(coord), c_int), r); call c_(st)
+    end if
     parent_rank = int(r)
     call done_(st, ierr, "lm_mesh_rank_at")
   end subroutine
@@ -1843,21 +1872,36 @@ contains
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: cpl(size(placements))
     integer(c_int) :: st, nd
+    type(c_ptr) :: m
+    m = c_null_ptr
     st = lmc_dist_tensor_ndim(x%ptr, nd)
-    if (st == LM_SUCCESS) st = lmc_dist_tensor_placements(x%ptr, cpl, int(size(cpl), c_int))
+    if (st == LM_SUCCESS) st = lmc_dist_tensor_mesh(x%ptr, m)
     call c_(st)
+    call check_len_(m, size(placements), .false., st, "lm_dist_tensor_placements: placements")
+    if (st == LM_SUCCESS) then
+      st = lmc_dist_tensor_placements(x%ptr, cpl, int(size(cpl), c_int)); call c_(st)
+    end if
     if (st == LM_SUCCESS) call from_c_pl_(cpl, int(nd), placements)
     call done_(st, ierr, "lm_dist_tensor_placements")
   end subroutine
 
-  subroutine shape_query_(x, which, shape, st)
+  subroutine shape_query_(x, which, shape, st, what)
     type(lm_dist_tensor), intent(in) :: x
     integer, intent(in) :: which
     integer(c_int64_t), intent(out) :: shape(:)
     integer(c_int), intent(out) :: st
+    character(len=*), intent(in) :: what
     integer(c_int64_t) :: c(size(shape))
-    integer(c_int) :: n
+    integer(c_int) :: n, nd
+    character(len=160) :: msg
     n = int(size(shape), c_int)
+    st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
+    if (st /= LM_SUCCESS) return
+    if (n /= nd) then
+      write(msg, '(a," has ",i0," elements for a rank-",i0," tensor")') what, n, nd
+      call bad_(st, trim(msg))
+      return
+    end if
     select case (which)
     case (1); st = lmc_dist_tensor_global_shape(x%ptr, c, n)
     case (2); st = lmc_dist_tensor_local_shape(x%ptr, c, n)
@@ -1873,7 +1917,8 @@ contains
     integer(c_int64_t), intent(out) :: shape(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    call shape_query_(x, 1, shape, st); call done_(st, ierr, "lm_dist_tensor_global_shape")
+    call shape_query_(x, 1, shape, st, "lm_dist_tensor_global_shape: shape")
+    call done_(st, ierr, "lm_dist_tensor_global_shape")
   end subroutine
   !> The local shard's extents (Fortran order).
   subroutine lm_dist_tensor_local_shape(x, shape, ierr)
@@ -1881,7 +1926,8 @@ contains
     integer(c_int64_t), intent(out) :: shape(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    call shape_query_(x, 2, shape, st); call done_(st, ierr, "lm_dist_tensor_local_shape")
+    call shape_query_(x, 2, shape, st, "lm_dist_tensor_local_shape: shape")
+    call done_(st, ierr, "lm_dist_tensor_local_shape")
   end subroutine
   !> Elements before the shard along each dim (Fortran order): the shard is
   !> global(offset(1)+1 : offset(1)+local(1), ...).
@@ -1890,7 +1936,8 @@ contains
     integer(c_int64_t), intent(out) :: offset(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    call shape_query_(x, 3, offset, st); call done_(st, ierr, "lm_dist_tensor_local_offset")
+    call shape_query_(x, 3, offset, st, "lm_dist_tensor_local_offset: offset")
+    call done_(st, ierr, "lm_dist_tensor_local_offset")
   end subroutine
 
   !> The raw DLTensor view of the shard (C order shape; lm_local with a Fortran pointer is the

@@ -1030,7 +1030,8 @@ contains
     type(lm_dist_tensor) :: y
     type(lm_placement) :: one(1)
     character(len=:), allocatable :: msg
-    integer :: ierr
+    integer(c_int64_t) :: c1(1)
+    integer :: ierr, r
     one = [lm_replicate()]
     call lm_reshard(y, x, one, ierr=ierr)
     msg = lm_last_error_message()
@@ -1058,6 +1059,27 @@ contains
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
                index(msg, "lm_from_global: placements: 1 placements for a mesh of 2 dims") > 0, &
                "lm_from_global with 1 placement: " // msg)
+    ! Other arrays of one entry per mesh dim, or per tensor dim.
+    call lm_mesh_rank_at(mesh, [0_c_int64_t], r, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_mesh_rank_at: coord has 1 elements for a mesh of 2 dims") > 0, &
+               "lm_mesh_rank_at with 1 coordinate: " // msg)
+    call lm_mesh_coord(mesh, c1, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_mesh_coord: coord has 1 elements for a mesh of 2 dims") > 0, &
+               "lm_mesh_coord into 1 element: " // msg)
+    call lm_dist_tensor_placements(x, one, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_dist_tensor_placements: placements has 1 elements for a mesh of 2 dims") > 0, &
+               "lm_dist_tensor_placements into 1 element: " // msg)
+    call lm_dist_tensor_global_shape(x, c1, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_dist_tensor_global_shape: shape has 1 elements for a rank-2 tensor") > 0, &
+               "lm_dist_tensor_global_shape into 1 element: " // msg)
     ! The right count still works after the refusals.
     call lm_reshard(y, x, [lm_replicate(), lm_replicate()], ierr=ierr)
     call check(ierr == LM_SUCCESS, "lm_reshard with 2 placements after the refusals")
