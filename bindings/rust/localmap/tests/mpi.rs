@@ -563,6 +563,9 @@ fn slice_lengths(_rank: i32, size: i32) -> T {
     ensure!(is_arg(&err, "reshard_many: placements[1]", 1, 2), "{err}");
     let err = reshard_estimate(&m2, &[r, s0], None, &[r], &[8, 6], DType::F64, false).unwrap_err();
     ensure!(is_arg(&err, "reshard_estimate: dst_placements", 1, 2), "{err}");
+    let err = m2.rank_at(&[0]).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument
+            && err.message.contains("Mesh::rank_at: coord: 1 entries for a mesh of 2 dims"), "{err}");
     let err = ReshardPlan::new(&m1, &[s0], &m2, &[r, r, r], &[8, 6], DType::F64).unwrap_err();
     ensure!(is_arg(&err, "ReshardPlan::new: dst_placements", 3, 2), "{err}");
     let err = ReshardPlan::new(&m1, &[], &m1, &[r], &[8, 6], DType::F64).unwrap_err();
