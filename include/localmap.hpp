@@ -70,6 +70,12 @@ inline void check_count(size_t n, int ndim, const char *what) {
     invalid(std::string(what) + ": " + std::to_string(n) + " placements for a mesh of " +
             std::to_string(ndim) + " dims (one per mesh dim)");
 }
+// The C API reads one perm entry per tensor dim.
+inline void check_perm(size_t n, int ndim, const char *what) {
+  if (n != static_cast<size_t>(ndim))
+    invalid(std::string(what) + ": " + std::to_string(n) + " entries for a tensor of " +
+            std::to_string(ndim) + " dims");
+}
 }  // namespace detail
 
 /// MPI for the life of a scope, through localmap: the constructor calls lm_init (which starts
@@ -434,7 +440,7 @@ class dist_tensor {
                         const mesh *dst_mesh = nullptr) const {
     detail::check_count(p.size(), dst_mesh ? dst_mesh->ndim() : detail::tensor_mesh_ndim(h_),
                         "localmap::dist_tensor::transpose: placements");
-    detail::check_count(perm.size(), ndim(), "localmap::dist_tensor::transpose: perm");
+    detail::check_perm(perm.size(), ndim(), "localmap::dist_tensor::transpose: perm");
     lm_dist_tensor_t h = nullptr;
     check(lm_dist_tensor_transpose(&h, h_, perm.data(), dst_mesh ? dst_mesh->get() : nullptr,
                                    p.data()));
@@ -444,7 +450,7 @@ class dist_tensor {
   /// the same dtype; its mesh and placements, its shard overwritten; a padded borrow keeps its
   /// padding). Collective over both meshes. dst on this tensor's device.
   void transpose_into(dist_tensor &dst, const std::vector<int> &perm) const {
-    detail::check_count(perm.size(), ndim(), "localmap::dist_tensor::transpose_into: perm");
+    detail::check_perm(perm.size(), ndim(), "localmap::dist_tensor::transpose_into: perm");
     check(lm_dist_tensor_transpose_into(dst.get(), h_, perm.data()));
   }
   /// lm_dist_tensor_gather. Collective; dst may be nullptr on ranks other than root (root >= 0).
@@ -664,8 +670,8 @@ class reshard_group {
   void execute(const std::vector<dist_tensor> &src, const std::vector<dist_tensor> &dst) const {
     std::vector<lm_dist_tensor_t> s = handles(src), d = handles(dst);
     if (s.size() != d.size())
-      throw error(LM_ERR_INVALID_ARGUMENT, "localmap::reshard_group::execute: " +
-                  std::to_string(s.size()) + " sources for " + std::to_string(d.size()) + " targets");
+      detail::invalid("localmap::reshard_group::execute: " + std::to_string(s.size()) +
+                      " sources for " + std::to_string(d.size()) + " targets");
     check(lm_reshard_group_execute(h_, static_cast<int>(s.size()), s.data(), d.data()));
   }
   /// The C handle (still owned here).
@@ -687,11 +693,14 @@ inline std::vector<dist_tensor> reshard_many(const std::vector<dist_tensor> &src
                                              const std::vector<placements> &dst,
                                              const mesh *dst_mesh = nullptr) {
   if (src.size() != dst.size())
-    throw error(LM_ERR_INVALID_ARGUMENT, "localmap::reshard_many: " + std::to_string(src.size()) +
-                " tensors for " + std::to_string(dst.size()) + " placement lists");
+    detail::invalid("localmap::reshard_many: " + std::to_string(src.size()) + " tensors for " +
+                    std::to_string(dst.size()) + " placement lists");
   std::vector<lm_dist_tensor_t> s, out(src.size(), nullptr);
   std::vector<const lm_placement_t *> p;
+  const int ndim = dst_mesh ? dst_mesh->ndim() : src.empty() ? 0 : detail::tensor_mesh_ndim(src[0].get());
   for (size_t i = 0; i < src.size(); ++i) {
+    detail::check_count(dst[i].size(), ndim,
+                        ("localmap::reshard_many: dst[" + std::to_string(i) + "]").c_str());
     s.push_back(src[i].get());
     p.push_back(dst[i].data());
   }

@@ -52,7 +52,7 @@ set +e
 out=$(bash tools/lm-mpirun 1 "$F/test_error_prefix" 2>&1)
 rc=$?
 set -e
-want='localmap: lm_from_global: 2 placements for a mesh of 1 dims'
+want='localmap: lm_from_global: placements: 2 placements for a mesh of 1 dims'
 if [ $rc -eq 0 ] || ! grep -qF "$want" <<<"$out" || grep -q 'lm_from_global: lm_from_global' <<<"$out" ||
    grep -q 'not reached' <<<"$out"; then
   echo "test_error_prefix: expected '$want' once, without a repeated prefix (exit $rc):"; echo "$out"; exit 1

@@ -80,6 +80,15 @@ static void test_placement_counts(void **) {
   lmx::dist_tensor x = lmx::dist_tensor::from_global(m1, &gt, one);
   ok &= refuses([&] { x.reshard(two); }, "reshard: placements: 2 placements for a mesh of 1");
   ok &= refuses([&] { x.reshard(one, &m2); }, "reshard: placements: 1 placements for a mesh of 2");
+  ok &= refuses([&] { x.transpose({1, 0}, one, &m2); },
+                "transpose: placements: 1 placements for a mesh of 2");
+  ok &= refuses([&] { x.transpose({0}, one); }, "transpose: perm: 1 entries for a tensor of 2 dims");
+  ok &= refuses([&] { lmx::reshard_many({x}, {one}, &m2); },
+                "reshard_many: dst[0]: 1 placements for a mesh of 2");
+  ok &= refuses([&] { lmx::reshard_group(m1, {{{8, 6}, LM_DTYPE(kDLFloat, 64), one, one}}, &m2); },
+                "reshard_group: dst placements: 1 placements for a mesh of 2");
+  ok &= refuses([&] { lmx::reshard_estimate(m1, one, one, {8, 6}, LM_DTYPE(kDLFloat, 64), &m2); },
+                "reshard_estimate: dst placements: 1 placements for a mesh of 2");
   ok &= refuses([&] { lmx::reshard_plan(m1, one, &m2, one, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
                 "reshard_plan: dst placements: 1 placements for a mesh of 2");
   ok &= refuses([&] { lmx::reshard_plan(m2, one, nullptr, two, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
@@ -136,6 +145,8 @@ static void test_reshard_group(void **) {
   }
   ok &= refuses([&] { grp.execute(z, y); }, "src[0]");  // z[0] is not laid out as entry 0's source
   ok &= refuses([&] { lmx::reshard_many(x, {r}); }, "reshard_many: 3 tensors for 1 placement lists");
+  ok &= refuses([&] { lmx::reshard_many(x, {r, {}, r}); },
+                "reshard_many: dst[1]: 0 placements for a mesh of 1 dims");
   ok &= refuses([&] { lmx::reshard_group(m, {{{8, 6}, LM_DTYPE(kDLFloat, 64), {}, r}}); },
                 "reshard_group: src placements: 0 placements");
   // reshard_estimate gives what the plan of the same arguments says it moves.

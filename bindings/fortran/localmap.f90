@@ -1036,9 +1036,50 @@ contains
       return
     end if
     if (n /= nd) then
-      write(msg, '(a,": ",i0," placements for a mesh of ",i0," dims")') what, n, nd
+      write(msg, '(a,": ",i0," placements for a mesh of ",i0," dims (one per mesh dim)")') what, n, nd
       call bad_(st, trim(msg))
     end if
+  end subroutine
+
+  !> Checks an array of one entry per mesh dim (at_least: or more), naming it in the message.
+  subroutine check_len_(mesh, n, at_least, st, what)
+    type(c_ptr), intent(in) :: mesh
+    integer, intent(in) :: n
+    logical, intent(in) :: at_least
+    integer(c_int), intent(inout) :: st
+    character(len=*), intent(in) :: what
+    integer(c_int) :: nd
+    character(len=160) :: msg
+    if (st /= LM_SUCCESS) return
+    st = lmc_mesh_ndim(mesh, nd)
+    if (st /= LM_SUCCESS) then
+      call c_(st)
+      return
+    end if
+    if (n == nd .or. (at_least .and. n > nd)) return
+    write(msg, '(a," has ",i0," elements for a mesh of ",i0," dims")') what, n, nd
+    call bad_(st, trim(msg))
+  end subroutine
+
+  !> Checks one placement per dim of the mesh a call on x targets: dm, or x's own mesh when dm
+  !> is null (lm_reshard, lm_transpose: the C library reads that many).
+  subroutine check_target_npl_(x, dm, n, st, what)
+    type(lm_dist_tensor), intent(in) :: x
+    type(c_ptr), intent(in) :: dm
+    integer, intent(in) :: n
+    integer(c_int), intent(inout) :: st
+    character(len=*), intent(in) :: what
+    type(c_ptr) :: m
+    if (st /= LM_SUCCESS) return
+    m = dm
+    if (.not. c_associated(m)) then
+      st = lmc_dist_tensor_mesh(x%ptr, m)
+      if (st /= LM_SUCCESS) then
+        call c_(st)
+        return
+      end if
+    end if
+    call check_npl_(m, n, st, what)
   end subroutine
 
   !> Formats placements, e.g. "[S(1), R, P(sum)]" (Fortran dims, as given).
@@ -1325,7 +1366,11 @@ contains
     integer(c_int64_t), intent(out) :: coord(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    st = lmc_mesh_coord(mesh%ptr, coord, int(size(coord), c_int)); call c_(st)
+    st = LM_SUCCESS
+    call check_len_(mesh%ptr, size(coord), .true., st, "lm_mesh_coord: coord")
+    if (st == LM_SUCCESS) then
+      st = lmc_mesh_coord(mesh%ptr, coord, int(size(coord), c_int)); call c_(st)
+    end if
     call done_(st, ierr, "lm_mesh_coord")
   end subroutine
 
@@ -1346,7 +1391,12 @@ contains
     integer, intent(out) :: parent_rank
     integer, intent(out), optional :: ierr
     integer(c_int) :: st, r
-    r = -1; st = lmc_mesh_rank_at(mesh%ptr, coord, int(size(coord), c_int), r); call c_(st)
+    r = -1
+    st = LM_SUCCESS
+    call check_len_(mesh%ptr, size(coord), .false., st, "lm_mesh_rank_at: coord")
+    if (st == LM_SUCCESS) then
+      st = lmc_mesh_rank_at(mesh%ptr, coord, int(size(coord), c_int), r); call c_(st)
+    end if
     parent_rank = int(r)
     call done_(st, ierr, "lm_mesh_rank_at")
   end subroutine
@@ -1562,7 +1612,7 @@ contains
     dev = LM_CPU
     if (present(device)) dev = device
     call to_c_pl_(placements, size(shape), cpl, st, "lm_zeros: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_zeros")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_zeros: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_zeros(p, mesh%ptr, int(size(shape), c_int), reversed_(shape), dtype, dev, cpl)
       call c_(st)
@@ -1648,7 +1698,7 @@ contains
     if (present(shape_mode)) mode = int(shape_mode, c_int)
     gp = c_null_ptr
     call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_local: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_local")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_from_local: placements")
     if (st == LM_SUCCESS .and. mode == LM_SHAPE_GIVEN) then
       if (.not. present(global_shape)) then
         call bad_(st, "lm_from_local: shape_mode = LM_SHAPE_GIVEN needs global_shape")
@@ -1694,7 +1744,7 @@ contains
       if (me /= r) tp = c_null_ptr
     end if
     call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_global: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_global")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_from_global: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_from_global(p, mesh%ptr, tp, cpl, r)
       call c_(st)
@@ -1758,7 +1808,7 @@ contains
     if (present(shape_mode)) mode = int(shape_mode, c_int)
     gp = c_null_ptr
     call to_c_pl_(placements, nd, cpl, st, "lm_from_managed: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_managed")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_from_managed: placements")
     if (st == LM_SUCCESS .and. present(global_shape)) then
       if (size(global_shape) /= nd) then
         call bad_(st, "lm_from_managed: global_shape needs one entry per dim of the tensor")
@@ -1822,21 +1872,36 @@ contains
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: cpl(size(placements))
     integer(c_int) :: st, nd
+    type(c_ptr) :: m
+    m = c_null_ptr
     st = lmc_dist_tensor_ndim(x%ptr, nd)
-    if (st == LM_SUCCESS) st = lmc_dist_tensor_placements(x%ptr, cpl, int(size(cpl), c_int))
+    if (st == LM_SUCCESS) st = lmc_dist_tensor_mesh(x%ptr, m)
     call c_(st)
+    call check_len_(m, size(placements), .false., st, "lm_dist_tensor_placements: placements")
+    if (st == LM_SUCCESS) then
+      st = lmc_dist_tensor_placements(x%ptr, cpl, int(size(cpl), c_int)); call c_(st)
+    end if
     if (st == LM_SUCCESS) call from_c_pl_(cpl, int(nd), placements)
     call done_(st, ierr, "lm_dist_tensor_placements")
   end subroutine
 
-  subroutine shape_query_(x, which, shape, st)
+  subroutine shape_query_(x, which, shape, st, what)
     type(lm_dist_tensor), intent(in) :: x
     integer, intent(in) :: which
     integer(c_int64_t), intent(out) :: shape(:)
     integer(c_int), intent(out) :: st
+    character(len=*), intent(in) :: what
     integer(c_int64_t) :: c(size(shape))
-    integer(c_int) :: n
+    integer(c_int) :: n, nd
+    character(len=160) :: msg
     n = int(size(shape), c_int)
+    st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
+    if (st /= LM_SUCCESS) return
+    if (n /= nd) then
+      write(msg, '(a," has ",i0," elements for a rank-",i0," tensor")') what, n, nd
+      call bad_(st, trim(msg))
+      return
+    end if
     select case (which)
     case (1); st = lmc_dist_tensor_global_shape(x%ptr, c, n)
     case (2); st = lmc_dist_tensor_local_shape(x%ptr, c, n)
@@ -1852,7 +1917,8 @@ contains
     integer(c_int64_t), intent(out) :: shape(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    call shape_query_(x, 1, shape, st); call done_(st, ierr, "lm_dist_tensor_global_shape")
+    call shape_query_(x, 1, shape, st, "lm_dist_tensor_global_shape: shape")
+    call done_(st, ierr, "lm_dist_tensor_global_shape")
   end subroutine
   !> The local shard's extents (Fortran order).
   subroutine lm_dist_tensor_local_shape(x, shape, ierr)
@@ -1860,7 +1926,8 @@ contains
     integer(c_int64_t), intent(out) :: shape(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    call shape_query_(x, 2, shape, st); call done_(st, ierr, "lm_dist_tensor_local_shape")
+    call shape_query_(x, 2, shape, st, "lm_dist_tensor_local_shape: shape")
+    call done_(st, ierr, "lm_dist_tensor_local_shape")
   end subroutine
   !> Elements before the shard along each dim (Fortran order): the shard is
   !> global(offset(1)+1 : offset(1)+local(1), ...).
@@ -1869,7 +1936,8 @@ contains
     integer(c_int64_t), intent(out) :: offset(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    call shape_query_(x, 3, offset, st); call done_(st, ierr, "lm_dist_tensor_local_offset")
+    call shape_query_(x, 3, offset, st, "lm_dist_tensor_local_offset: offset")
+    call done_(st, ierr, "lm_dist_tensor_local_offset")
   end subroutine
 
   !> The raw DLTensor view of the shard (C order shape; lm_local with a Fortran pointer is the
@@ -2011,7 +2079,11 @@ contains
     integer(c_int) :: st, nd
     dm = c_null_ptr
     if (present(dst_mesh)) dm = dst_mesh%ptr
-    st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
+    st = LM_SUCCESS
+    call check_target_npl_(x, dm, size(placements), st, "lm_reshard: placements")
+    if (st == LM_SUCCESS) then
+      st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
+    end if
     if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_reshard: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_reshard(p, x%ptr, dm, cpl); call c_(st)
@@ -2038,6 +2110,7 @@ contains
     dm = c_null_ptr
     if (present(dst_mesh)) dm = dst_mesh%ptr
     call c_perm_(x, perm, cperm, nd, st, "lm_transpose")
+    call check_target_npl_(x, dm, size(placements), st, "lm_transpose: placements")
     if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_transpose: placements")
     if (st == LM_SUCCESS) then
       st = lmc_dist_tensor_transpose(p, x%ptr, cperm, dm, cpl); call c_(st)

@@ -593,6 +593,7 @@ program test_localmap
   call check(all(p == a(o + 1:o + l, :)), "lm_shard(1) splits the rows")
   call lm_dist_tensor_placements(x, pl)
   call check(pl(1) == lm_shard(1) .and. pl(2) == lm_replicate(), "placements come back in Fortran dims")
+  call placement_counts(mesh, x, a)
   call lm_dist_tensor_ndim(x, nd)
   call lm_dist_tensor_dtype(x, dt)
   call lm_dist_tensor_device(x, dev)
@@ -1019,6 +1020,71 @@ program test_localmap
   if (rank == 0) write(*, '(a,i0)') "fortran tests: all passed at np ", size
 
 contains
+  ! One placement per mesh dim, checked by the binding before C is called: a shorter array was
+  ! read past its end by the C library (lm_reshard, lm_transpose; the message depended on the
+  ! memory after it, or a zero there passed as Replicate). mesh is 2-D (dp x tp), x is rows of a.
+  subroutine placement_counts(mesh, x, a)
+    type(lm_mesh), intent(in) :: mesh
+    type(lm_dist_tensor), intent(in) :: x
+    real(c_double), intent(in) :: a(:, :)
+    type(lm_dist_tensor) :: y
+    type(lm_placement) :: one(1)
+    character(len=:), allocatable :: msg
+    integer(c_int64_t) :: c1(1)
+    integer :: ierr, r
+    one = [lm_replicate()]
+    call lm_reshard(y, x, one, ierr=ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_reshard: placements: 1 placements for a mesh of 2 dims") > 0, &
+               "lm_reshard with 1 placement on a 2-D mesh: " // msg)
+    call check(.not. c_associated(y%ptr), "lm_reshard refused: y stays unset")
+    call lm_reshard(y, x, one, dst_mesh=mesh, ierr=ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_reshard: placements: 1 placements for a mesh of 2 dims") > 0, &
+               "lm_reshard onto dst_mesh with 1 placement: " // msg)
+    call lm_transpose(y, x, [2, 1], one, ierr=ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_transpose: placements: 1 placements for a mesh of 2 dims") > 0, &
+               "lm_transpose with 1 placement: " // msg)
+    call lm_zeros(y, mesh, [7_c_int64_t, 3_c_int64_t], LM_FLOAT64, one, ierr=ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_zeros: placements: 1 placements for a mesh of 2 dims") > 0, &
+               "lm_zeros with 1 placement: " // msg)
+    call lm_from_global(y, mesh, a, one, ierr=ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_from_global: placements: 1 placements for a mesh of 2 dims") > 0, &
+               "lm_from_global with 1 placement: " // msg)
+    ! Other arrays of one entry per mesh dim, or per tensor dim.
+    call lm_mesh_rank_at(mesh, [0_c_int64_t], r, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_mesh_rank_at: coord has 1 elements for a mesh of 2 dims") > 0, &
+               "lm_mesh_rank_at with 1 coordinate: " // msg)
+    call lm_mesh_coord(mesh, c1, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_mesh_coord: coord has 1 elements for a mesh of 2 dims") > 0, &
+               "lm_mesh_coord into 1 element: " // msg)
+    call lm_dist_tensor_placements(x, one, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_dist_tensor_placements: placements has 1 elements for a mesh of 2 dims") > 0, &
+               "lm_dist_tensor_placements into 1 element: " // msg)
+    call lm_dist_tensor_global_shape(x, c1, ierr)
+    msg = lm_last_error_message()
+    call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+               index(msg, "lm_dist_tensor_global_shape: shape has 1 elements for a rank-2 tensor") > 0, &
+               "lm_dist_tensor_global_shape into 1 element: " // msg)
+    ! The right count still works after the refusals.
+    call lm_reshard(y, x, [lm_replicate(), lm_replicate()], ierr=ierr)
+    call check(ierr == LM_SUCCESS, "lm_reshard with 2 placements after the refusals")
+    call lm_destroy(y)
+  end subroutine
   integer function MPI_COMM_WORLD_F()
     call lm_comm_world(MPI_COMM_WORLD_F)
   end function

@@ -617,6 +617,8 @@ class Mesh(_Handle):
     def rank_at(self, coord):
         """The parent-communicator rank at a coordinate."""
         a, n = _shape_c(coord, "coord")
+        if n != self.ndim:
+            raise _bad(f"rank_at: coord: {n} entries for a mesh of {self.ndim} dims")
         r = c_int()
         L.lm_mesh_rank_at(self._handle(), a, n, byref(r))
         return r.value

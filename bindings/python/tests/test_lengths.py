@@ -53,6 +53,21 @@ def test_reshard_and_plan_counts(mesh1, mesh2):
             t.reshard([R], mesh=mesh2)
         with t.reshard([R, R], mesh=mesh2) as r:  # the right count works
             np.testing.assert_array_equal(r.local(), full)
+    with lm.from_global(full, mesh2, [S0, R]) as t2:  # on the 2-D mesh, one placement too few
+        with refused("placements", 1, 2):
+            t2.reshard([R])
+        with refused("placements", 1, 2):
+            t2.reshard((R,))  # a tuple is checked the same way
+        with refused("placements", 1, 2):
+            t2.transpose((1, 0), [R])
+        with refused("placements_list\\[1\\]", 1, 2):
+            lm.reshard_many([t2, t2], [[R, R], [R]])
+        with refused("entries\\[0\\]\\.dst_placements", 1, 2):
+            lm.ReshardGroup(mesh2, [((4, 3), np.float64, [S0, R], [R])])
+        with refused("dst_placements", 1, 2):
+            lm.reshard_estimate(mesh2, [S0, R], [R], (4, 3), np.float64)
+    with pytest.raises(lm.InvalidArgumentError, match=r"rank_at: coord: 1 entries for a mesh of 2 dims"):
+        mesh2.rank_at([0])
     with refused("dst_placements", 3, 2):
         lm.ReshardPlan(mesh1, [S0], mesh2, [R, R, R], (4, 3), np.float64)
     with refused("src_placements", 2, 1):

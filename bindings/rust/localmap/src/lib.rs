@@ -631,6 +631,10 @@ impl Mesh {
     }
     /// The parent-communicator rank at a coordinate.
     pub fn rank_at(&self, coord: &[i64]) -> Result<i32> {
+        let ndim = self.ndim()?;
+        if coord.len() != ndim {
+            return arg_error(format!("Mesh::rank_at: coord: {} entries for a mesh of {ndim} dims", coord.len()));
+        }
         let mut r = 0;
         check(unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), to_int(coord.len(), "coord")?, &mut r) })?;
         Ok(r)

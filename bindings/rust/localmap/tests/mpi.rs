@@ -553,6 +553,19 @@ fn slice_lengths(_rank: i32, size: i32) -> T {
     ensure!(is_arg(&err, "DistTensor::reshard: placements", 0, 1), "{err}");
     let err = x.reshard(Some(&m2), &[r]).unwrap_err();
     ensure!(is_arg(&err, "DistTensor::reshard: placements", 1, 2), "{err}");
+    // On the 2-D mesh itself: one placement too few for every call that takes a slice of them.
+    let x2 = DistTensor::from_global(&m2, Some(&full[..]), &[8, 6], &[r, s0], -1).map_err(e)?;
+    let err = x2.reshard(None, &[r]).unwrap_err();
+    ensure!(is_arg(&err, "DistTensor::reshard: placements", 1, 2), "{err}");
+    let err = x2.transpose(&[1, 0], None, &[r]).unwrap_err();
+    ensure!(is_arg(&err, "DistTensor::transpose: placements", 1, 2), "{err}");
+    let err = reshard_many(&[&x2, &x2], None, &[&[r, r][..], &[r][..]]).unwrap_err();
+    ensure!(is_arg(&err, "reshard_many: placements[1]", 1, 2), "{err}");
+    let err = reshard_estimate(&m2, &[r, s0], None, &[r], &[8, 6], DType::F64, false).unwrap_err();
+    ensure!(is_arg(&err, "reshard_estimate: dst_placements", 1, 2), "{err}");
+    let err = m2.rank_at(&[0]).unwrap_err();
+    ensure!(err.status == Status::InvalidArgument
+            && err.message.contains("Mesh::rank_at: coord: 1 entries for a mesh of 2 dims"), "{err}");
     let err = ReshardPlan::new(&m1, &[s0], &m2, &[r, r, r], &[8, 6], DType::F64).unwrap_err();
     ensure!(is_arg(&err, "ReshardPlan::new: dst_placements", 3, 2), "{err}");
     let err = ReshardPlan::new(&m1, &[], &m1, &[r], &[8, 6], DType::F64).unwrap_err();
