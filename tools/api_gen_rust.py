@@ -53,11 +53,14 @@ def declaration(f):
     return ["    pub fn %s(" % f.name] + ["        %s," % a for a in args] + ["    )%s;" % ret]
 
 
-def rule(r, where):
-    """One length rule of the description -> a `Len` expression."""
+def rule(r, where, names):
+    """One length rule of the description -> a `Len` expression; `names`: the function's arguments."""
     if "|" in r:
         a, b = r.split("|", 1)
-        return "Len::Either(&%s, &%s)" % (rule(a, where), rule(b, where))
+        return "Len::Either(&%s, &%s)" % (rule(a, where, names), rule(b, where, names))
+    m = re.match(r"\w+", r)
+    if m and not r[0].isdigit() and m.group(0) not in names:
+        raise SystemExit("%s: the length rule %r names no argument of the function" % (where, r))
     if r == "*":
         return "Len::Each"
     if re.fullmatch(r"\d+", r):
@@ -74,10 +77,10 @@ def rule(r, where):
 
 
 def arrays(f):
-    out = []
+    out, names = [], {a.name for a in f.args}
     for i, a in enumerate(f.args):
         if a.dims:
-            dims = ", ".join(rule(d, a.where) for d in a.dims)
+            dims = ", ".join(rule(d, a.where, names) for d in a.dims)
             fields = ['name: "%s"' % a.name, "index: %d" % i, "dims: &[%s]" % dims,
                       "null_ok: %s" % ("true" if a.null_ok else "false")]
             one = "ArrayArg { %s }" % ", ".join(fields)
