@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 //! Raw declarations of liblocalmap's C ABI (`include/localmap.h`) and of the DLPack structs it
-//! uses (`dlpack/dlpack.h`, version 0.6 layout). Hand-written, no bindgen; `tests/layout.rs`
-//! checks every struct's size and field offsets against the C headers.
+//! uses (`dlpack/dlpack.h`, version 0.6 layout). No bindgen: the types, structs and constants
+//! here are hand-written, and `tests/layout.rs` checks every struct's size and field offsets
+//! against the C headers; the function declarations and their array length rules ([`lengths`])
+//! are generated from `api/localmap.api` into `src/api.rs` (`make api-generate`).
 //!
 //! Everything here is `unsafe` to call and follows the C documentation in the header. Use the
 //! `localmap` crate for a safe API.
@@ -421,141 +423,113 @@ pub const LM_RECORD_IN_GRAD: c_int = 2;
 pub const LM_RECORD_OUT: c_int = 3;
 pub const LM_RECORD_OUT_GRAD: c_int = 4;
 
+
 // ------------------------------------------------------------------------------------------------
-// Functions
+// Functions: generated from api/localmap.api (src/api.rs, tools/api_gen_rust.py), with each
+// function's array length rules (`lengths`), which the types below describe.
 // ------------------------------------------------------------------------------------------------
-extern "C" {
-    pub fn lm_get_version() -> c_int;
-    pub fn lm_status_string(status: lm_status_t) -> *const c_char;
-    pub fn lm_last_error_message() -> *const c_char;
-    pub fn lm_set_error_message(message: *const c_char);
+mod api;
+pub use api::*;
 
-    pub fn lm_init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> lm_status_t;
-    pub fn lm_finalize() -> lm_status_t;
-    pub fn lm_comm_world(comm_f: *mut c_int) -> lm_status_t;
-    pub fn lm_world_rank(rank: *mut c_int, size: *mut c_int) -> lm_status_t;
+/// The length rule of one level of an array argument (`api/localmap.api`: `T[rule]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Len {
+    /// `n`: the value of the integer argument so named.
+    Arg(&'static str),
+    /// `9`: a fixed count.
+    Count(usize),
+    /// `X.ndim`: the ndim of mesh or tensor argument X.
+    Ndim(&'static str),
+    /// `X.mesh.ndim`: the ndim of tensor argument X's mesh.
+    MeshNdim(&'static str),
+    /// `A|B`: A, or B where A's handle is NULL.
+    Either(&'static Len, &'static Len),
+    /// `*`: each element's own (documented with the function).
+    Each,
+}
 
-    pub fn lm_device_supported(device_type: DLDeviceType, supported: *mut c_int) -> lm_status_t;
-    pub fn lm_tensor_alloc(out: *mut *mut DLManagedTensor, ndim: c_int, shape: *const i64, dtype: DLDataType,
-                           device: DLDevice) -> lm_status_t;
-    pub fn lm_pool_stats(in_use: *mut i64, peak: *mut i64, reset_peak: c_int) -> lm_status_t;
+/// What a length rule reads from a call's argument ([`Len::eval`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Of {
+    /// The value of an integer argument.
+    Value,
+    /// The ndim of a mesh or tensor argument.
+    Ndim,
+    /// The ndim of a tensor argument's mesh.
+    MeshNdim,
+}
 
-    pub fn lm_placements_adjoint(placements: *const lm_placement_t, n: c_int, out: *mut lm_placement_t) -> lm_status_t;
-    pub fn lm_placements_format(placements: *const lm_placement_t, n: c_int, buf: *mut c_char,
-                                size: usize) -> lm_status_t;
-    pub fn lm_chunk(n: i64, parts: i64, index: i64, offset: *mut i64, length: *mut i64) -> lm_status_t;
-    pub fn lm_padded_extents(view: *const DLTensor, extents: *mut i64, n: c_int) -> lm_status_t;
-    pub fn lm_extents_create(extents: *const i64, count: i64, id: *mut i32) -> lm_status_t;
-    pub fn lm_extents_get(id: i32, extents: *mut i64, capacity: i64, count: *mut i64) -> lm_status_t;
-    pub fn lm_extents_destroy(id: i32) -> lm_status_t;
+impl Len {
+    /// The length this rule asks for, reading the call's arguments through `arg(name, what)`,
+    /// which answers None for a NULL handle (or an argument it does not know). None: no length
+    /// (`*`, or the handle it needs is NULL).
+    pub fn eval(&self, arg: &dyn Fn(&str, Of) -> Option<i64>) -> Option<i64> {
+        match *self {
+            Len::Arg(a) => arg(a, Of::Value),
+            Len::Count(n) => Some(n as i64),
+            Len::Ndim(a) => arg(a, Of::Ndim),
+            Len::MeshNdim(a) => arg(a, Of::MeshNdim),
+            Len::Either(a, b) => a.eval(arg).or_else(|| b.eval(arg)),
+            Len::Each => None,
+        }
+    }
+}
 
-    pub fn lm_mesh_create(mesh: *mut lm_mesh_t, parent_comm: c_int, ndim: c_int, shape: *const i64,
-                          config: *const lm_mesh_config_t) -> lm_status_t;
-    pub fn lm_mesh_create_grid(mesh: *mut lm_mesh_t, parent_comm: c_int, myrow: c_int, mycol: c_int,
-                               config: *const lm_mesh_config_t) -> lm_status_t;
-    pub fn lm_mesh_destroy(mesh: *mut lm_mesh_t) -> lm_status_t;
-    pub fn lm_mesh_ndim(mesh: lm_mesh_t, ndim: *mut c_int) -> lm_status_t;
-    pub fn lm_mesh_shape(mesh: lm_mesh_t, shape: *mut i64, n: c_int) -> lm_status_t;
-    pub fn lm_mesh_size(mesh: lm_mesh_t, size: *mut c_int) -> lm_status_t;
-    pub fn lm_mesh_is_member(mesh: lm_mesh_t, is_member: *mut c_int) -> lm_status_t;
-    pub fn lm_mesh_coord(mesh: lm_mesh_t, coord: *mut i64, n: c_int) -> lm_status_t;
-    pub fn lm_mesh_rank(mesh: lm_mesh_t, mesh_rank: *mut c_int) -> lm_status_t;
-    pub fn lm_mesh_rank_at(mesh: lm_mesh_t, coord: *const i64, n: c_int, parent_rank: *mut c_int)
-        -> lm_status_t;
-    pub fn lm_mesh_dim_index(mesh: lm_mesh_t, name: *const c_char, dim: *mut c_int) -> lm_status_t;
-    pub fn lm_mesh_dim_name(mesh: lm_mesh_t, dim: c_int, buf: *mut c_char, size: usize) -> lm_status_t;
-    pub fn lm_mesh_dim_comm(mesh: lm_mesh_t, dim: c_int, comm_f: *mut c_int) -> lm_status_t;
-    pub fn lm_mesh_comm(mesh: lm_mesh_t, comm_f: *mut c_int) -> lm_status_t;
-    pub fn lm_mesh_set_device_config(mesh: lm_mesh_t, config: *const lm_device_config_t) -> lm_status_t;
-    pub fn lm_mesh_device_config(mesh: lm_mesh_t, config: *mut lm_device_config_t) -> lm_status_t;
-    pub fn lm_mesh_transport(mesh: lm_mesh_t, device_type: DLDeviceType, transport: *mut c_int) -> lm_status_t;
+impl std::fmt::Display for Len {
+    /// The rule as `api/localmap.api` spells it (`dst_mesh.ndim|src.mesh.ndim`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Len::Arg(a) => write!(f, "{a}"),
+            Len::Count(n) => write!(f, "{n}"),
+            Len::Ndim(a) => write!(f, "{a}.ndim"),
+            Len::MeshNdim(a) => write!(f, "{a}.mesh.ndim"),
+            Len::Either(a, b) => write!(f, "{a}|{b}"),
+            Len::Each => write!(f, "*"),
+        }
+    }
+}
 
-    pub fn lm_dist_tensor_zeros(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t, ndim: c_int,
-                                global_shape: *const i64, dtype: DLDataType, device: DLDevice,
-                                placements: *const lm_placement_t) -> lm_status_t;
-    pub fn lm_dist_tensor_from_local(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t, local: *const DLTensor,
-                                     placements: *const lm_placement_t, shape_mode: lm_shape_mode_t,
-                                     global_shape: *const i64, flags: c_uint) -> lm_status_t;
-    pub fn lm_dist_tensor_from_managed(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t,
-                                       local: *mut DLManagedTensor, placements: *const lm_placement_t,
-                                       shape_mode: lm_shape_mode_t, global_shape: *const i64)
-        -> lm_status_t;
-    pub fn lm_dist_tensor_from_global(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t, global: *const DLTensor,
-                                      placements: *const lm_placement_t, root: c_int) -> lm_status_t;
-    pub fn lm_dist_tensor_gather(tensor: lm_dist_tensor_t, root: c_int, dst: *mut DLTensor) -> lm_status_t;
-    pub fn lm_dist_tensor_from_scalapack(out: *mut lm_dist_tensor_t, mesh: lm_mesh_t, desc: *const c_int,
-                                         data: *mut c_void, dtype: DLDataType, device: DLDevice,
-                                         flags: c_uint) -> lm_status_t;
-    pub fn lm_dist_tensor_scalapack_desc(tensor: lm_dist_tensor_t, ctxt: c_int, desc: *mut c_int) -> lm_status_t;
-    pub fn lm_dist_tensor_mesh(tensor: lm_dist_tensor_t, mesh: *mut lm_mesh_t) -> lm_status_t;
-    pub fn lm_dist_tensor_ndim(tensor: lm_dist_tensor_t, ndim: *mut c_int) -> lm_status_t;
-    pub fn lm_dist_tensor_dtype(tensor: lm_dist_tensor_t, dtype: *mut DLDataType) -> lm_status_t;
-    pub fn lm_dist_tensor_device(tensor: lm_dist_tensor_t, device: *mut DLDevice) -> lm_status_t;
-    pub fn lm_dist_tensor_placements(tensor: lm_dist_tensor_t, placements: *mut lm_placement_t, n: c_int)
-        -> lm_status_t;
-    pub fn lm_dist_tensor_global_shape(tensor: lm_dist_tensor_t, shape: *mut i64, n: c_int) -> lm_status_t;
-    pub fn lm_dist_tensor_local_shape(tensor: lm_dist_tensor_t, shape: *mut i64, n: c_int) -> lm_status_t;
-    pub fn lm_dist_tensor_local_offset(tensor: lm_dist_tensor_t, offset: *mut i64, n: c_int) -> lm_status_t;
-    pub fn lm_dist_tensor_local(tensor: lm_dist_tensor_t, view: *mut DLTensor) -> lm_status_t;
-    pub fn lm_dist_tensor_export(tensor: lm_dist_tensor_t, managed: *mut *mut DLManagedTensor) -> lm_status_t;
-    pub fn lm_dist_tensor_retain(tensor: lm_dist_tensor_t) -> lm_status_t;
-    pub fn lm_dist_tensor_destroy(tensor: *mut lm_dist_tensor_t) -> lm_status_t;
+/// One array argument of a C function ([`lengths`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayArg {
+    /// The argument's name in the header.
+    pub name: &'static str,
+    /// Its position among the function's arguments (0-based).
+    pub index: usize,
+    /// Its length rules, outermost first (two for an array of arrays).
+    pub dims: &'static [Len],
+    /// The argument may be NULL (an array of length 0 always may).
+    pub null_ok: bool,
+}
 
-    pub fn lm_dist_tensor_reshard(out: *mut lm_dist_tensor_t, src: lm_dist_tensor_t, dst_mesh: lm_mesh_t,
-                                  placements: *const lm_placement_t) -> lm_status_t;
-    pub fn lm_dist_tensor_transpose(out: *mut lm_dist_tensor_t, src: lm_dist_tensor_t, perm: *const c_int,
-                                    dst_mesh: lm_mesh_t, placements: *const lm_placement_t) -> lm_status_t;
-    pub fn lm_dist_tensor_transpose_into(dst: lm_dist_tensor_t, src: lm_dist_tensor_t,
-                                         perm: *const c_int) -> lm_status_t;
-    pub fn lm_reshard_plan_create(plan: *mut lm_reshard_plan_t, src_mesh: lm_mesh_t,
-                                  src_placements: *const lm_placement_t, dst_mesh: lm_mesh_t,
-                                  dst_placements: *const lm_placement_t, ndim: c_int,
-                                  global_shape: *const i64, dtype: DLDataType) -> lm_status_t;
-    pub fn lm_reshard_plan_alloc_target(plan: lm_reshard_plan_t, device: DLDevice,
-                                        out: *mut lm_dist_tensor_t) -> lm_status_t;
-    pub fn lm_reshard_plan_execute(plan: lm_reshard_plan_t, src: lm_dist_tensor_t, dst: lm_dist_tensor_t)
-        -> lm_status_t;
-    pub fn lm_reshard_plan_start(plan: lm_reshard_plan_t, src: lm_dist_tensor_t, dst: lm_dist_tensor_t,
-                                 request: *mut lm_request_t) -> lm_status_t;
-    pub fn lm_request_test(request: *mut lm_request_t, done: *mut c_int) -> lm_status_t;
-    pub fn lm_request_wait(request: *mut lm_request_t) -> lm_status_t;
-    pub fn lm_reshard_plan_bytes_sent(plan: lm_reshard_plan_t, bytes: *mut i64) -> lm_status_t;
-    pub fn lm_reshard_plan_describe(plan: lm_reshard_plan_t, buf: *mut c_char, size: usize) -> lm_status_t;
-    pub fn lm_reshard_plan_adjoint(plan: lm_reshard_plan_t, adjoint: *mut lm_reshard_plan_t) -> lm_status_t;
-    pub fn lm_reshard_plan_info(plan: lm_reshard_plan_t, flags: c_int, info: *mut lm_reshard_plan_info_t) -> lm_status_t;
-    pub fn lm_reshard_estimate(src_mesh: lm_mesh_t, src_placements: *const lm_placement_t, dst_mesh: lm_mesh_t,
-                               dst_placements: *const lm_placement_t, ndim: c_int, global_shape: *const i64,
-                               dtype: DLDataType, flags: c_int, info: *mut lm_reshard_plan_info_t) -> lm_status_t;
-    pub fn lm_reshard_plan_destroy(plan: *mut lm_reshard_plan_t) -> lm_status_t;
-
-    pub fn lm_reshard_group_create(group: *mut lm_reshard_group_t, src_mesh: lm_mesh_t, dst_mesh: lm_mesh_t,
-                                   n: c_int, entries: *const lm_reshard_entry_t,
-                                   config: *const lm_reshard_group_config_t) -> lm_status_t;
-    pub fn lm_reshard_group_alloc_targets(group: lm_reshard_group_t, device: DLDevice, n: c_int,
-                                          out: *mut lm_dist_tensor_t) -> lm_status_t;
-    pub fn lm_reshard_group_execute(group: lm_reshard_group_t, n: c_int, src: *const lm_dist_tensor_t,
-                                    dst: *const lm_dist_tensor_t) -> lm_status_t;
-    pub fn lm_reshard_group_start(group: lm_reshard_group_t, n: c_int, src: *const lm_dist_tensor_t,
-                                  dst: *const lm_dist_tensor_t, request: *mut lm_request_t) -> lm_status_t;
-    pub fn lm_reshard_group_size(group: lm_reshard_group_t, n: *mut c_int, buckets: *mut c_int) -> lm_status_t;
-    pub fn lm_reshard_group_destroy(group: *mut lm_reshard_group_t) -> lm_status_t;
-    pub fn lm_dist_tensor_reshard_many(n: c_int, src: *const lm_dist_tensor_t, dst_mesh: lm_mesh_t,
-                                       dst_placements: *const *const lm_placement_t,
-                                       out: *mut lm_dist_tensor_t) -> lm_status_t;
-
-    pub fn lm_local_map(fn_: lm_local_fn_t, user_data: *mut c_void, nin: c_int, inputs: *const lm_arg_t,
-                        in_placements: *const *const lm_placement_t, nout: c_int,
-                        out_placements: *const *const lm_placement_t, out_shapes: *const *const i64,
-                        mesh: lm_mesh_t, flags: c_uint, outputs: *mut lm_arg_t) -> lm_status_t;
-    pub fn lm_local_map_ex(fn_: lm_local_fn_t, user_data: *mut c_void, nin: c_int, inputs: *const lm_arg_t,
-                           in_placements: *const *const lm_placement_t, nout: c_int,
-                           out_placements: *const *const lm_placement_t, out_shapes: *const *const i64,
-                           mesh: lm_mesh_t, flags: c_uint, options: *const lm_local_map_options_t,
-                           outputs: *mut lm_arg_t) -> lm_status_t;
-    pub fn lm_local_map_record_placements(record: lm_local_map_record_t, which: c_int, index: c_int,
-                                          capacity: c_int, placements: *mut lm_placement_t,
-                                          n: *mut c_int) -> lm_status_t;
-    pub fn lm_local_map_record_input_grad(record: lm_local_map_record_t, index: c_int,
-                                          grad: lm_dist_tensor_t, out: *mut lm_dist_tensor_t) -> lm_status_t;
-    pub fn lm_local_map_record_destroy(record: *mut lm_local_map_record_t) -> lm_status_t;
+/// Checks, before calling C `function`, the length of each of its array arguments against its
+/// rule: `arg` reads the call's arguments as for [`Len::eval`]; `len(name, None)` is the length of
+/// array argument `name` and `len(name, Some(i))` that of its element `i` (an array of arrays),
+/// None where the caller passes none (NULL) or does not check it. The first mismatch comes back
+/// as a message naming the function, the argument, both lengths and the rule.
+pub fn check_lengths(function: &str, arg: &dyn Fn(&str, Of) -> Option<i64>,
+                     len: &dyn Fn(&str, Option<usize>) -> Option<usize>) -> Result<(), String> {
+    let bad = |what: String, got: usize, rule: &Len, want: i64| {
+        Err(format!("{function}: {what} has {got} entries, but {rule} = {want}"))
+    };
+    for a in lengths::of(function) {
+        let outer = match len(a.name, None) {
+            Some(n) => n,
+            None => continue,
+        };
+        if let Some(want) = a.dims[0].eval(arg) {
+            if outer as i64 != want {
+                return bad(a.name.to_string(), outer, &a.dims[0], want);
+            }
+        }
+        if let (Some(rule), Some(want)) = (a.dims.get(1), a.dims.get(1).and_then(|r| r.eval(arg))) {
+            for i in 0..outer {
+                match len(a.name, Some(i)) {
+                    Some(got) if got as i64 != want => return bad(format!("{}[{i}]", a.name), got, rule, want),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
 }
