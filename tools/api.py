@@ -8,6 +8,8 @@
   tools/api.py write     (re)writes the generated files, one per tools/api_gen_*.py:
                            api_gen_python.py: bindings/python/localmap/_api.py (ctypes prototypes
                            and length rules)
+                           api_gen_rust.py: bindings/rust/localmap-sys/src/api.rs (extern "C"
+                           declarations and length rules as data)
 
 The description (grammar at the top of api/localmap.api) says, for every argument, its direction
 and, for every array, its length rule (`lm_placement_t[mesh.ndim]`), which the bindings check
@@ -99,10 +101,25 @@ def header_functions():
         return mod.parse(fh.read())[0]
 
 
+def check_rules(funcs):
+    """Length rules that name no argument of their function, as lines."""
+    bad = []
+    for f in funcs:
+        names = {a.name for a in f.args}
+        for a in f.args:
+            for rule in a.dims:
+                for alt in rule.split("|"):
+                    head = alt.split(".")[0]
+                    if alt != "*" and not head.isdigit() and head not in names:
+                        bad.append("%s: %s: the length rule %r of %s names no argument"
+                                   % (a.where, f.name, rule, a.name))
+    return bad
+
+
 def check_header(funcs):
     """Problems between the description and the header, as lines."""
     hdr = header_functions()
-    bad = []
+    bad = check_rules(funcs)
     names_d = [f.name for f in funcs]
     names_h = [f["name"] for f in hdr]
     for n in sorted(set(names_h) - set(names_d)):
