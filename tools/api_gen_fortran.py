@@ -75,8 +75,11 @@ def kind_of(base, where):
 
 def declaration(f, a):
     """(declaration without the name, "(*)" or "") of argument a of function f."""
-    if (f.name, a.name) in OVERRIDES:
-        return OVERRIDES[(f.name, a.name)]
+    return OVERRIDES.get((f.name, a.name)) or uniform(a)
+
+
+def uniform(a):
+    """The mapping of the module docstring, without OVERRIDES."""
     intent = "intent(%s)" % a.direction
     if a.null_ok:
         return "type(c_ptr), value", ""
@@ -133,11 +136,15 @@ def interface(f):
 
 
 def check_overrides(funcs):
-    args = {(f.name, a.name) for f in funcs for a in f.args}
-    for key in OVERRIDES:
+    """Every override names an argument of the description and departs from the mapping."""
+    args = {(f.name, a.name): a for f in funcs for a in f.args}
+    for key, decl in OVERRIDES.items():
         if key not in args:
             raise SystemExit("tools/api_gen_fortran.py: OVERRIDES names %s(%s), which "
                              "api/localmap.api does not describe" % key)
+        if uniform(args[key]) == decl:
+            raise SystemExit("tools/api_gen_fortran.py: OVERRIDES of %s(%s) is the uniform "
+                             "mapping: remove it" % key)
 
 
 def generate(funcs):
