@@ -16,7 +16,7 @@ MPIFC=${MPIFC:-mpif90}
 F=$BUILD/fortran
 . tests/lm_test.sh
 
-sh tools/check-binding-coverage.sh bindings/fortran '*.f90'
+sh tools/check-binding-coverage.sh bindings/fortran '*.f90' '*.inc'
 if command -v python3 >/dev/null; then
   python3 bindings/fortran/gen_typed.py --check
 else

@@ -10,6 +10,8 @@
                            and length rules)
                            api_gen_rust.py: bindings/rust/localmap-sys/src/api.rs (extern "C"
                            declarations and length rules as data)
+                           api_gen_fortran.py: bindings/fortran/localmap_c.inc (the lmc_* bind(C)
+                           interfaces and their public list)
 
 The description (grammar at the top of api/localmap.api) says, for every argument, its direction
 and, for every array, its length rule (`lm_placement_t[mesh.ndim]`), which the bindings check
