@@ -490,6 +490,165 @@ static void test_failure_cause_gather(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Placements that differ past the first mesh dim (issue 43 section 3 item 1): ranks that agree on
+ * placement 0 and differ in placement 1 (or 2) of a 2-D (3-D) mesh are as wrong as any other
+ * mismatch. The mesh is [2, NP/2] where NP is even and at least 4, else [1, NP]; so mesh dim 1
+ * has extent 2 or more and the placements really lay out the tensor differently. Its config
+ * says timeout = 30 s: were a mismatch let through, the ranks would run different reshards, and
+ * the test fails instead of hanging (tests/README.md, "Timing").
+ * ------------------------------------------------------------------------------------------- */
+static lm_mesh_t mesh_nd(int nd) {
+  lm_mesh_t m = NULL;
+  int64_t s[3] = {1, 1, NP}; /* 3-D: [1, 1, NP] */
+  if (nd == 2) {
+    s[0] = NP % 2 == 0 && NP >= 4 ? 2 : 1;
+    s[1] = NP / s[0];
+  }
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.timeout = 30.0;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), nd, s, &cfg));
+  return m;
+}
+
+/* A 2-D float tensor [rows, cols] with value 100 i + j at (i, j), placed as pl. */
+static lm_dist_tensor_t iota2(lm_mesh_t m, const lm_placement_t *pl) {
+  int64_t g[2] = {6, 10};
+  float buf[60];
+  for (int i = 0; i < 60; ++i) buf[i] = (float)(100 * (i / 10) + i % 10);
+  DLTensor gt = {buf, LM_CPU, 2, LM_FLOAT32, g, NULL, 0};
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&t, m, &gt, pl, -1));
+  return t;
+}
+
+/* The 2-D mesh still works: [S(0), S(1)] -> [R, R] gathers the iota back. */
+static void mesh2_works(lm_mesh_t m) {
+  lm_placement_t ss[2] = {S_(0), S_(1)}, rr[2] = {R_, R_};
+  lm_dist_tensor_t t = iota2(m, ss), r = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, rr));
+  float out[60] = {0};
+  int64_t g[2] = {6, 10};
+  DLTensor d = {out, LM_CPU, 2, LM_FLOAT32, g, NULL, 0};
+  LM_ASSERT_OK_ALL(lm_dist_tensor_gather(r, -1, &d));
+  int wrong = 0;
+  for (int i = 0; i < 60; ++i) wrong += out[i] != (float)(100 * (i / 10) + i % 10);
+  LM_ASSERT_ALL(wrong == 0);
+  lm_dist_tensor_destroy(&t);
+  lm_dist_tensor_destroy(&r);
+}
+
+static lm_status_t nothing_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                              lm_arg_t *out) {
+  (void)ud; (void)mesh; (void)nin; (void)in; (void)nout; (void)out;
+  return LM_SUCCESS;
+}
+
+/* Output 0: a copy of input 0's shard (any ndim, compact float). */
+static lm_status_t copy_nd_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in, int nout,
+                              lm_arg_t *out) {
+  (void)ud; (void)mesh; (void)nin; (void)nout;
+  const DLTensor *x = (const DLTensor *)in[0].ptr;
+  DLManagedTensor *mt = (DLManagedTensor *)calloc(1, sizeof *mt);
+  int64_t n = 1;
+  mt->dl_tensor = *x;
+  mt->dl_tensor.shape = (int64_t *)malloc(sizeof(int64_t) * (size_t)(x->ndim ? x->ndim : 1));
+  for (int d = 0; d < x->ndim; ++d) n *= (mt->dl_tensor.shape[d] = x->shape[d]);
+  mt->dl_tensor.strides = NULL;
+  mt->dl_tensor.byte_offset = 0;
+  mt->dl_tensor.data = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  if (n) memcpy(mt->dl_tensor.data, (const char *)x->data + x->byte_offset, sizeof(float) * (size_t)n);
+  mt->deleter = free_managed;
+  out[0].kind = LM_ARG_MANAGED_TENSOR;
+  out[0].ptr = mt;
+  return LM_SUCCESS;
+}
+
+static void test_placements_differ_past_the_first(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_nd(2);
+  for (int mode = 0; mode < 2; ++mode) {
+    const int odd = odd_one(mode);
+    lm_placement_t sr[2] = {S_(0), R_}, ss[2] = {S_(0), S_(1)}, rs[2] = {R_, S_(0)},
+                   rr[2] = {R_, R_};
+    lm_placement_t *mine = odd ? ss : sr; /* differs from the others in placement 1 only */
+    lm_dist_tensor_t t = NULL, out = NULL;
+    /* reshard: target placements */
+    t = iota2(m, sr);
+    LM_EXPECT_ALL(lm_dist_tensor_reshard(&out, t, NULL, mine), LM_ERR_MISMATCH,
+                  "disagree on target placements");
+    LM_ASSERT_ALL(out == NULL);
+    lm_dist_tensor_destroy(&t);
+    /* reshard: source placements (each rank's own tensor is consistent in itself) */
+    int64_t g[2] = {6, 10}, n1 = 12;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, mine));
+    LM_EXPECT_ALL(lm_dist_tensor_reshard(&out, t, NULL, rr), LM_ERR_MISMATCH,
+                  "disagree on source placements");
+    lm_dist_tensor_destroy(&t);
+    /* a 1-D tensor on the 2-D mesh, sharded over mesh dim 1 only on some ranks */
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, &n1, LM_FLOAT32, LM_CPU, rr));
+    LM_EXPECT_ALL(lm_dist_tensor_reshard(&out, t, NULL, odd ? rs : rr), LM_ERR_MISMATCH,
+                  "disagree on target placements");
+    lm_dist_tensor_destroy(&t);
+    /* plans: created apart (local), the execution agrees */
+    lm_reshard_plan_t p = NULL;
+    lm_dist_tensor_t src = NULL, dst = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, rr, m, mine, 2, g, LM_FLOAT32));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, LM_FLOAT32, LM_CPU, rr));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+    LM_EXPECT_ALL(lm_reshard_plan_execute(p, src, dst), LM_ERR_MISMATCH,
+                  "disagree on target placements");
+    lm_dist_tensor_destroy(&src);
+    lm_dist_tensor_destroy(&dst);
+    lm_reshard_plan_destroy(&p);
+    /* gather of tensors placed differently (zeros agrees on nothing) */
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, mine));
+    float buf[60];
+    DLTensor d = {buf, LM_CPU, 2, LM_FLOAT32, g, NULL, 0};
+    LM_EXPECT_ALL(lm_dist_tensor_gather(t, -1, &d), LM_ERR_MISMATCH, "disagree on placements");
+    lm_dist_tensor_destroy(&t);
+    /* from_global from a root (root < 0 is local: no agreement) */
+    for (int i = 0; i < 60; ++i) buf[i] = (float)i;
+    LM_EXPECT_ALL(lm_dist_tensor_from_global(&t, m, &d, mine, 0), LM_ERR_MISMATCH,
+                  "disagree on placements");
+    LM_ASSERT_ALL(t == NULL);
+    /* from_local, LM_SHAPE_ALLGATHER: the same local extents [3, 10] or [6, 5] everywhere would
+     * make two different global shapes; a [2, 2] shard on every rank is a valid shard of both. */
+    int64_t ls[2] = {2, 2};
+    float lb[4] = {1, 2, 3, 4};
+    DLTensor l = {lb, LM_CPU, 2, LM_FLOAT32, ls, NULL, 0};
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &l, mine, LM_SHAPE_ALLGATHER, NULL,
+                                            LM_FROM_LOCAL_COPY),
+                  LM_ERR_MISMATCH, "disagree on placements");
+    LM_ASSERT_ALL(t == NULL);
+    /* local_map: in_placements (inputs resharded) and out_placements */
+    lm_dist_tensor_t x = iota2(m, rr); /* moved to in_placements on every rank */
+    lm_arg_t in = {LM_ARG_DIST_TENSOR, 0, 0, 0, x}, res = {0};
+    const lm_placement_t *inp[1] = {mine}, *outp[1] = {mine};
+    LM_EXPECT_ALL(lm_local_map(nothing_fn, NULL, 1, &in, inp, 0, NULL, NULL, NULL,
+                               LM_LOCAL_MAP_RESHARD_INPUTS, NULL),
+                  LM_ERR_MISMATCH, "disagree on in_placements");
+    LM_EXPECT_ALL(lm_local_map(copy_nd_fn, NULL, 1, &in, NULL, 1, outp, NULL, NULL, 0u, &res),
+                  LM_ERR_MISMATCH, "disagree on out_placements");
+    LM_ASSERT_ALL(res.kind == LM_ARG_NONE);
+    lm_dist_tensor_destroy(&x);
+    mesh2_works(m);
+  }
+  lm_mesh_destroy(&m);
+  /* Placement 2 of a 3-D mesh [1, 1, NP]. */
+  m = mesh_nd(3);
+  lm_placement_t rrr[3] = {R_, R_, R_}, rrs[3] = {R_, R_, S_(1)};
+  int64_t g[2] = {6, 10};
+  for (int mode = 0; mode < 2; ++mode) {
+    lm_dist_tensor_t t = NULL, out = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, rrr));
+    LM_EXPECT_ALL(lm_dist_tensor_reshard(&out, t, NULL, odd_one(mode) ? rrs : rrr),
+                  LM_ERR_MISMATCH, "disagree on target placements");
+    lm_dist_tensor_destroy(&t);
+  }
+  lm_mesh_destroy(&m);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * mesh_create
  * ------------------------------------------------------------------------------------------- */
 static void test_mesh_create_different_parents(void **state) {
@@ -565,6 +724,42 @@ static void test_check_level_2_from_local_extents(void **state) {
   lm_mesh_destroy(&m);
 }
 
+/* LM_CHECK=0: from_local with LM_SHAPE_ALLGATHER runs no agreement first, but the local extents
+ * it gathers carry every rank's ndim and dtype: ranks whose local tensors differ in either are
+ * told so, every rank LM_ERR_MISMATCH (src/tensor/from_local.cpp, allgather_layout), instead of
+ * making a tensor that is not one. */
+static void test_check_level_0_from_local_ndim_dtype(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh_1d_cfg(0, 30.0); /* a regression fails instead of hanging */
+  for (int mode = 0; mode < 2; ++mode) {
+    const int odd = odd_one(mode);
+    int64_t ls[2] = {2, 1};
+    double buf[2] = {1, 2};
+    lm_placement_t s0 = S_(0);
+    lm_dist_tensor_t t = NULL;
+    /* dtype: float64 on the odd ranks, float32 (the same bytes: 4 elements) elsewhere */
+    int64_t n4 = 4;
+    DLTensor ld = {buf, LM_CPU, 1, odd ? LM_FLOAT64 : LM_FLOAT32, odd ? ls : &n4, NULL, 0};
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &ld, &s0, LM_SHAPE_ALLGATHER, NULL,
+                                            LM_FROM_LOCAL_COPY),
+                  LM_ERR_MISMATCH, "passed a local tensor of ndim 1 / another dtype");
+    LM_ASSERT_ALL(t == NULL);
+    /* ndim: [2, 1] on the odd ranks, [2] elsewhere (S(0) is valid for both) */
+    DLTensor ln = {buf, LM_CPU, odd ? 2 : 1, LM_FLOAT64, ls, NULL, 0};
+    LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &ln, &s0, LM_SHAPE_ALLGATHER, NULL,
+                                            LM_FROM_LOCAL_COPY),
+                  LM_ERR_MISMATCH, "passed a local tensor of ndim");
+    LM_ASSERT_ALL(t == NULL);
+    /* and the agreed call works */
+    DLTensor same = {buf, LM_CPU, 1, LM_FLOAT64, ls, NULL, 0};
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &same, &s0, LM_SHAPE_ALLGATHER, NULL,
+                                               LM_FROM_LOCAL_COPY));
+    lm_dist_tensor_destroy(&t);
+    mesh_works(m);
+  }
+  lm_mesh_destroy(&m);
+}
+
 static void test_check_level_config(void **state) {
   (void)state;
   lm_mesh_t m = NULL;
@@ -597,10 +792,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_local_map_mismatches),
     cmocka_unit_test(test_failure_cause_travels),
     cmocka_unit_test(test_failure_cause_gather),
+    cmocka_unit_test(test_placements_differ_past_the_first),
     cmocka_unit_test(test_mesh_create_different_parents),
     cmocka_unit_test(test_check_level_2_replicas),
     cmocka_unit_test(test_check_level_2_from_local_extents),
     cmocka_unit_test(test_check_level_config),
+    cmocka_unit_test(test_check_level_0_from_local_ndim_dtype),
 };
 
 LM_TEST_MAIN(tests)

@@ -313,6 +313,29 @@ std::vector<Seg> cyclic_segments(int64_t n, int64_t b, int64_t c, int64_t s, int
   return v;
 }
 
+// The pieces steps read and write the local buffer at each segment's local offset: one that
+// leaves [0, extent) (a slip in the block arithmetic) would corrupt the heap where the copy runs,
+// far from here. One comparison per segment (per block, at planning time): LM_ERR_INTERNAL
+// naming the segment instead.
+static void check_cyclic_segments(const std::vector<Seg> &v, int64_t n, int64_t extent, int m,
+                                  int d) {
+  int64_t next = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Seg &s = v[i];
+    if (s.l != next || s.len <= 0 || s.l + s.len > extent || s.g < 0 || s.g + s.len > n)
+      fail(LM_ERR_INTERNAL, "block-cyclic segment %zu of tensor dim %d (mesh dim %d): global "
+           "[%lld, +%lld) at local offset %lld, expected at %lld within the local extent %lld "
+           "(global extent %lld): a bug in localmap, please report it", i, d, m,
+           (long long)s.g, (long long)s.len, (long long)s.l, (long long)next, (long long)extent,
+           (long long)n);
+    next = s.l + s.len;
+  }
+  if (next != extent)
+    fail(LM_ERR_INTERNAL, "block-cyclic segments of tensor dim %d (mesh dim %d) cover %lld local "
+         "elements, the local extent is %lld: a bug in localmap, please report it", d, m,
+         (long long)next, (long long)extent);
+}
+
 std::vector<Seg> Layout::dim_segments(const int64_t *coord, int d) const {
   for (int m : order[(size_t)d]) {
     const lm_placement_t &p = pl[(size_t)m];
@@ -324,7 +347,9 @@ std::vector<Seg> Layout::dim_segments(const int64_t *coord, int d) const {
            "tensor dim %d (%lld elements) to each of %lld coordinates; at most %lld per "
            "coordinate are supported (use a larger block)", m, p.dim, p.op, (long long)per, d,
            (long long)n, (long long)P, (long long)kMaxCyclicBlocks);
-    return cyclic_segments(n, p.op, coord[m], p.order, P);
+    std::vector<Seg> v = cyclic_segments(n, p.op, coord[m], p.order, P);
+    check_cyclic_segments(v, n, cyclic_extent(n, p.op, coord[m], p.order, P), m, d);
+    return v;
   }
   int64_t off = 0, len = gshape[(size_t)d];
   for (int m : order[(size_t)d]) {
