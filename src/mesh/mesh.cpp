@@ -504,12 +504,15 @@ void mesh_agree(lm_mesh_s *m, lm_status_t local, const std::string &err, const c
 }
 
 void mesh_break(lm_mesh_s *m, const Error &e, lm_mesh_s *m2) {
-  // Transport failures, deadlines and peers that failed during a transfer leave requests or
-  // messages behind: the mesh cannot be trusted any more. A failure every rank agreed on before
-  // any data moved (mesh_agree) leaves nothing behind.
+  // Transport failures, deadlines, peers that failed during a transfer and a mismatch found by
+  // the transfer itself (a truncated message: the ranks ran different reshards at LM_CHECK=0)
+  // leave requests or messages behind: the mesh cannot be trusted any more, on the failing rank
+  // as on the peers that heard of it (LM_ERR_REMOTE), so that no rank's next call waits for
+  // ranks that refuse theirs at once. A failure every rank agreed on before any data moved
+  // (mesh_agree) leaves nothing behind.
   if (e.agreed()) throw e;
   if (e.status() == LM_ERR_MPI || e.status() == LM_ERR_NCCL || e.status() == LM_ERR_TIMEOUT ||
-      e.status() == LM_ERR_REMOTE) {
+      e.status() == LM_ERR_REMOTE || e.status() == LM_ERR_MISMATCH) {
     for (lm_mesh_s *x : {m, m2}) {
       if (!x) continue;
       x->broken = true;
