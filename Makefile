@@ -437,8 +437,9 @@ $(BUILD)/tests/%: tests/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
 	$(MPICXX) $(PUB_CPPFLAGS) -Itests $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka $(LDLIBS)
 
-# The C++ test proves the public headers compile as ISO C++ (no compound literals).
-$(BUILD)/tests/test_cpp: TEST_CXXFLAGS += -Wpedantic
+# The C++ tests prove the public headers (and the typed local_map) compile as ISO C++ (no
+# compound literals).
+$(BUILD)/tests/test_cpp $(BUILD)/tests/test_cpp_local_map: TEST_CXXFLAGS += -Wpedantic
 
 $(BUILD)/examples/%: examples/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
