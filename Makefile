@@ -437,8 +437,9 @@ $(BUILD)/tests/%: tests/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
 	$(MPICXX) $(PUB_CPPFLAGS) -Itests $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka $(LDLIBS)
 
-# The C++ test proves the public headers compile as ISO C++ (no compound literals).
-$(BUILD)/tests/test_cpp: TEST_CXXFLAGS += -Wpedantic
+# The C++ tests prove the public headers (and the typed local_map) compile as ISO C++ (no
+# compound literals).
+$(BUILD)/tests/test_cpp $(BUILD)/tests/test_cpp_local_map: TEST_CXXFLAGS += -Wpedantic
 
 $(BUILD)/examples/%: examples/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
@@ -576,19 +577,21 @@ bench: $(BENCH_BINS)
 # Under $(DOCDIR): README.md, LICENSE, examples/ (the sources with a Makefile that builds them
 # against the installed tree through pkg-config; the Fortran ones in examples/fortran/ when the
 # Fortran bindings are built; the ScaLAPACK ones in examples/scalapack/, built by that Makefile where
-# pkg-config finds a ScaLAPACK), and, where doxygen builds them, the HTML API references (html/ for
-# C and C++, fortran/ for the Fortran module). The man pages under $(MANDIR)/man3: localmap(3) and
+# pkg-config finds a ScaLAPACK; examples/cmake-cxx/, a C++-only CMake project), and, where doxygen
+# builds them, the HTML API references (html/ for C and C++, fortran/ for the Fortran module). The man pages under $(MANDIR)/man3: localmap(3) and
 # one page per function. The CMake package under $(CMAKEDIR). tools/lm-mpirun as
 # $(BINDIR)/lm-mpirun, its default launcher the one of this build's MPI.
 DOC_FILES  := README.md LICENSE
 EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h examples/README.md))
 EX_SCALAPACK_FILES := $(sort $(wildcard examples/scalapack/*.c examples/scalapack/*.f90))
+EX_CMAKE_CXX_FILES := $(sort $(wildcard examples/cmake-cxx/CMakeLists.txt examples/cmake-cxx/*.cpp))
 MAN_FUNCS   = $(shell sh tools/gen-manpage.sh --list)
 HAVE_DOXYGEN = $(shell command -v $(DOXYGEN) 2>/dev/null)
 
 install: lib $(MANPAGE) $(LM_INFO)
 	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 	  $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR)/examples/scalapack \
+	  $(DESTDIR)$(DOCDIR)/examples/cmake-cxx \
 	  $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BINDIR)
 	$(INSTALL) -m 755 $(SHLIB_REAL) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(notdir $(SHLIB_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
@@ -600,6 +603,7 @@ install: lib $(MANPAGE) $(LM_INFO)
 	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 644 $(EX_FILES) $(DESTDIR)$(DOCDIR)/examples/
 	$(INSTALL) -m 644 $(EX_SCALAPACK_FILES) $(DESTDIR)$(DOCDIR)/examples/scalapack/
+	$(INSTALL) -m 644 $(EX_CMAKE_CXX_FILES) $(DESTDIR)$(DOCDIR)/examples/cmake-cxx/
 	$(INSTALL) -m 644 examples/Makefile.installed $(DESTDIR)$(DOCDIR)/examples/Makefile
 	$(INSTALL) -m 644 $(MANPAGE) $(MAN3DIR)/lm_*.3 $(DESTDIR)$(MANDIR)/man3/
 	sed -e 's|^launcher=$${LM_MPIRUN:-mpirun}$$|launcher=$${LM_MPIRUN:-$(MPIRUN)}|' tools/lm-mpirun \
@@ -623,10 +627,12 @@ uninstall:
 	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/scalapack/,$(notdir $(EX_SCALAPACK_FILES))) \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/cmake-cxx/,$(notdir $(EX_CMAKE_CXX_FILES))) \
 	      $(DESTDIR)$(MANDIR)/man3/localmap.3 $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(addsuffix .3,$(MAN_FUNCS))) \
 	      $(DESTDIR)$(BINDIR)/lm-mpirun $(DESTDIR)$(BINDIR)/lm-info
 	rm -rf $(DESTDIR)$(DOCDIR)/html $(DESTDIR)$(DOCDIR)/fortran
-	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples/scalapack $(DESTDIR)$(DOCDIR)/examples \
+	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples/scalapack $(DESTDIR)$(DOCDIR)/examples/cmake-cxx \
+	  $(DESTDIR)$(DOCDIR)/examples \
 	  $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -774,6 +776,246 @@ struct managed_deleter {
 /** An owned DLManagedTensor (e.g. a local_map output whose out placements were empty). */
 using managed_tensor = std::unique_ptr<DLManagedTensor, managed_deleter>;
 
+namespace detail {
+// A view's element type as DLPack codes it.
+template <class T>
+struct dl_type;
+template <>
+struct dl_type<float> {
+  static constexpr DLDataType value{kDLFloat, 32, 1};
+};
+template <>
+struct dl_type<double> {
+  static constexpr DLDataType value{kDLFloat, 64, 1};
+};
+template <>
+struct dl_type<bool> {
+  static constexpr DLDataType value{LM_DL_BOOL, 8, 1};
+};
+template <class T>
+struct dl_int_type {
+  static constexpr DLDataType value{
+      static_cast<uint8_t>(std::is_signed<T>::value ? kDLInt : kDLUInt),
+      static_cast<uint8_t>(8 * sizeof(T)), 1};
+};
+template <>
+struct dl_type<int8_t> : dl_int_type<int8_t> {};
+template <>
+struct dl_type<int16_t> : dl_int_type<int16_t> {};
+template <>
+struct dl_type<int32_t> : dl_int_type<int32_t> {};
+template <>
+struct dl_type<int64_t> : dl_int_type<int64_t> {};
+template <>
+struct dl_type<uint8_t> : dl_int_type<uint8_t> {};
+template <>
+struct dl_type<uint16_t> : dl_int_type<uint16_t> {};
+template <>
+struct dl_type<uint32_t> : dl_int_type<uint32_t> {};
+template <>
+struct dl_type<uint64_t> : dl_int_type<uint64_t> {};
+
+inline std::string dtype_name(DLDataType t) {
+  const char *code = t.code == kDLInt       ? "int"
+                     : t.code == kDLUInt    ? "uint"
+                     : t.code == kDLFloat   ? "float"
+                     : t.code == kDLBfloat  ? "bfloat"
+                     : t.code == kDLComplex ? "complex"
+                     : t.code == LM_DL_BOOL ? "bool"
+                                            : "code?";
+  return code + std::to_string(t.bits) + (t.lanes == 1 ? "" : "x" + std::to_string(t.lanes));
+}
+// The DLTensor's element type must be T's (a view is never reinterpreted).
+template <class T>
+void check_dtype(const DLTensor &t, const char *what) {
+  using U = std::remove_cv_t<T>;
+  const DLDataType w = dl_type<U>::value;
+  if (t.dtype.code != w.code || t.dtype.bits != w.bits || t.dtype.lanes != w.lanes)
+    invalid(std::string("localmap::") + what + ": the tensor holds " + dtype_name(t.dtype) +
+            ", not " + dtype_name(w));
+}
+// The element offset of index idx (ndim entries), checked, through the strides (compact
+// row-major when strides is NULL).
+inline int64_t element_offset(const DLTensor &t, const int64_t *idx, size_t n) {
+  if (n != static_cast<size_t>(t.ndim))
+    invalid("localmap::local_view::at: " + std::to_string(n) + " indices for a tensor of " +
+            std::to_string(t.ndim) + " dims");
+  int64_t off = 0, step = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    if (idx[d] < 0 || idx[d] >= t.shape[d])
+      invalid("localmap::local_view::at: index " + std::to_string(idx[d]) + " of dim " +
+              std::to_string(d) + " is out of range [0, " + std::to_string(t.shape[d]) + ")");
+    off += idx[d] * (t.strides ? t.strides[d] : step);
+    step *= t.shape[d];
+  }
+  return off;
+}
+inline void check_dim(const DLTensor &t, int d, const char *what) {
+  if (d < 0 || d >= t.ndim)
+    invalid(std::string("localmap::") + what + ": dim " + std::to_string(d) +
+            " of a tensor of " + std::to_string(t.ndim) + " dims");
+}
+}  // namespace detail
+
+/// A read-only view of a local tensor (a DLTensor: data, shape, strides, dtype, device), e.g. the
+/// shard of a dist tensor that a typed local_map function receives. It borrows: the memory stays
+/// its owner's, and a local_map input's view is valid during the call only. Element types are
+/// checked: data<T>() and at<T>() throw localmap::error (LM_ERR_INVALID_ARGUMENT) when T is not
+/// the tensor's dtype. T is float, double, int8_t .. int64_t, uint8_t .. uint64_t or bool; other
+/// dtypes (float16, bfloat16, complex) are read through the untyped data(). Device tensors give
+/// their device pointer (at<T> reads host memory only).
+class local_view {
+ public:
+  local_view() = default;
+  /// A view of t (its shape and strides arrays are borrowed too).
+  explicit local_view(const DLTensor &t) noexcept : t_(t) {}
+  /// The DLTensor viewed.
+  const DLTensor &dl() const noexcept { return t_; }
+  /// The number of dims (0 for a scalar).
+  int ndim() const noexcept { return t_.ndim; }
+  /// The extent of dim d (0 <= d < ndim(), else throws).
+  int64_t shape(int d) const {
+    detail::check_dim(t_, d, "local_view::shape");
+    return t_.shape[d];
+  }
+  /// All extents.
+  localmap::shape shape() const { return localmap::shape(t_.shape, t_.shape + t_.ndim); }
+  /// The stride of dim d in elements (row-major compact when the DLTensor has none).
+  int64_t stride(int d) const {
+    detail::check_dim(t_, d, "local_view::stride");
+    if (t_.strides) return t_.strides[d];
+    int64_t s = 1;
+    for (int k = d + 1; k < t_.ndim; ++k) s *= t_.shape[k];
+    return s;
+  }
+  /// The number of elements (the product of the extents; 1 for a scalar).
+  int64_t size() const noexcept {
+    int64_t n = 1;
+    for (int d = 0; d < t_.ndim; ++d) n *= t_.shape[d];
+    return n;
+  }
+  /// Whether the elements lie row-major without gaps (size() of them from data()).
+  bool is_contiguous() const noexcept {
+    if (!t_.strides) return true;
+    int64_t s = 1;
+    for (int d = t_.ndim - 1; d >= 0; --d) {
+      if (t_.shape[d] != 1 && t_.strides[d] != s) return false;
+      s *= t_.shape[d];
+    }
+    return true;
+  }
+  /// The element type.
+  DLDataType dtype() const noexcept { return t_.dtype; }
+  /// Where the data lives.
+  DLDevice device() const noexcept { return t_.device; }
+  /// The first element (byte_offset applied), untyped.
+  const void *data() const noexcept {
+    return static_cast<const char *>(t_.data) + t_.byte_offset;
+  }
+  /// The first element as const T* (throws unless T is the dtype). Element (i, j, ...) lies at
+  /// sum(index * stride(d)) from it.
+  template <class T>
+  const T *data() const {
+    detail::check_dtype<T>(t_, "local_view::data");
+    return static_cast<const T *>(data());
+  }
+  /// Element (idx...) through the strides, bounds- and dtype-checked: one index per dim
+  /// (none for a scalar).
+  template <class T, class... I>
+  const T &at(I... idx) const {
+    const int64_t ix[sizeof...(I) + 1] = {static_cast<int64_t>(idx)..., 0};
+    return data<T>()[detail::element_offset(t_, ix, sizeof...(I))];
+  }
+
+ private:
+  DLTensor t_{};
+};
+
+/// An owned local tensor (a DLManagedTensor, move-only): what a typed local_map function
+/// returns as a tensor output, and what local_map_result::local gives for a tensor output with
+/// empty out placements. zeros() allocates with lm_tensor_alloc (compact row-major, zero-filled,
+/// localmap's pool, host memory); any DLManagedTensor can be adopted (e.g. a framework's device
+/// tensor). The deleter runs once, when the last owner lets it go.
+class local_tensor {
+ public:
+  local_tensor() = default;
+  /// Adopts m (its deleter runs when this tensor dies).
+  explicit local_tensor(managed_tensor m) noexcept : m_(std::move(m)) {}
+  /// Adopts m (its deleter runs when this tensor dies).
+  explicit local_tensor(DLManagedTensor *m) noexcept : m_(m) {}
+
+  /// A zero-filled tensor of this shape and dtype (lm_tensor_alloc).
+  static local_tensor zeros(const localmap::shape &s, DLDataType dtype,
+                            DLDevice device = DLDevice{kDLCPU, 0}) {
+    DLManagedTensor *m = nullptr;
+    check(lm_tensor_alloc(&m, static_cast<int>(s.size()), s.empty() ? nullptr : s.data(), dtype,
+                          device));
+    return local_tensor(m);
+  }
+  /// A zero-filled host tensor of T (float, double, int8_t .. int64_t, uint8_t .. uint64_t,
+  /// bool).
+  template <class T>
+  static local_tensor zeros(const localmap::shape &s) {
+    return zeros(s, detail::dl_type<T>::value);
+  }
+  /// A host tensor of v's shape and dtype, zero-filled.
+  static local_tensor zeros_like(const local_view &v) { return zeros(v.shape(), v.dtype()); }
+  /// A 0-d host tensor holding v (a loss, a count: place it Partial to reduce it).
+  template <class T>
+  static local_tensor scalar(T v) {
+    local_tensor t = zeros<T>({});
+    *t.data<T>() = v;
+    return t;
+  }
+
+  /// Whether this owns a tensor.
+  explicit operator bool() const noexcept { return static_cast<bool>(m_); }
+  /// A read-only view (valid while this tensor lives).
+  local_view view() const { return local_view(dl()); }
+  /// The DLTensor (throws if empty).
+  const DLTensor &dl() const {
+    if (!m_) detail::invalid("localmap::local_tensor: empty (moved from?)");
+    return m_->dl_tensor;
+  }
+  /// The number of dims.
+  int ndim() const { return dl().ndim; }
+  /// The extent of dim d.
+  int64_t shape(int d) const { return view().shape(d); }
+  /// All extents.
+  localmap::shape shape() const { return view().shape(); }
+  /// The number of elements.
+  int64_t size() const { return view().size(); }
+  /// The element type.
+  DLDataType dtype() const { return dl().dtype; }
+  /// The first element as T* (throws unless T is the dtype).
+  template <class T>
+  T *data() {
+    return const_cast<T *>(view().data<T>());
+  }
+  /// The first element as const T*.
+  template <class T>
+  const T *data() const {
+    return view().data<T>();
+  }
+  /// Element (idx...), writable (bounds- and dtype-checked).
+  template <class T, class... I>
+  T &at(I... idx) {
+    return const_cast<T &>(view().at<T>(idx...));
+  }
+  /// Element (idx...).
+  template <class T, class... I>
+  const T &at(I... idx) const {
+    return view().at<T>(idx...);
+  }
+  /// The DLManagedTensor, still owned here.
+  DLManagedTensor *get() const noexcept { return m_.get(); }
+  /// Gives up ownership: the caller runs the deleter once.
+  DLManagedTensor *release() noexcept { return m_.release(); }
+
+ private:
+  managed_tensor m_;
+};
+
 /// The record of a local_map call (lm_local_map_record_t, owned): what its backward pass needs.
 class local_map_record {
  public:
@@ -824,6 +1066,40 @@ struct local_map_result {
   std::vector<managed_tensor> locals;  ///< locals[j]: owns a plain local tensor output (empty out
                                        ///< placements; args[j].ptr is then a borrowed view of it)
   local_map_record record;             ///< the call's record (local_map_ex with a record asked)
+
+  /// Output j as a dist tensor (throws unless it is one).
+  const dist_tensor &tensor(size_t j) const {
+    if (kind(j) != LM_ARG_DIST_TENSOR) wrong(j, "a dist tensor");
+    return tensors[j];
+  }
+  /// Output j, a tensor with empty out placements: this rank's local tensor, moved out (throws
+  /// unless it is one, or when taken already).
+  local_tensor local(size_t j) {
+    if (kind(j) != LM_ARG_MANAGED_TENSOR || !locals[j]) wrong(j, "a local tensor still here");
+    args[j].ptr = nullptr;
+    return local_tensor(std::move(locals[j]));
+  }
+  /// Output j as an integer (LM_ARG_INT64; throws otherwise).
+  int64_t i64(size_t j) const {
+    if (kind(j) != LM_ARG_INT64) wrong(j, "an integer");
+    return args[j].i64;
+  }
+  /// Output j as a double (LM_ARG_DOUBLE; throws otherwise).
+  double f64(size_t j) const {
+    if (kind(j) != LM_ARG_DOUBLE) wrong(j, "a double");
+    return args[j].f64;
+  }
+
+ private:
+  int32_t kind(size_t j) const {
+    if (j >= args.size())
+      detail::invalid("localmap::local_map_result: output " + std::to_string(j) + " of " +
+                      std::to_string(args.size()));
+    return args[j].kind;
+  }
+  [[noreturn]] static void wrong(size_t j, const char *what) {
+    detail::invalid("localmap::local_map_result: output " + std::to_string(j) + " is not " + what);
+  }
 };
 
 namespace detail {
@@ -900,6 +1176,294 @@ inline local_map_result local_map(local_fn fn, const std::vector<lm_arg_t> &inpu
                                   const std::vector<placements> &in_placements = {},
                                   const mesh *m = nullptr, unsigned flags = 0) {
   return local_map_ex(std::move(fn), inputs, out_placements, in_placements, {}, false, m, flags);
+}
+
+// ------------------------------------------------------------------------ typed local_map
+/// One input of a typed local_map: a dist tensor (fn gets a local_view of this rank's shard,
+/// optionally in given placements), a local DLTensor (passed as it is), an integer or a
+/// floating-point value. Implicit from each, so an input list reads `{x, w, 0.5, 3}`. It borrows:
+/// the tensors must live until local_map returns (they do when written in the call).
+class input {
+ public:
+  /// A dist tensor, seen as it is.
+  input(const dist_tensor &t) : arg_(arg(t)) {}  // NOLINT: implicit on purpose
+  /// A dist tensor that fn must see in placements `in` (moved there with
+  /// LM_LOCAL_MAP_RESHARD_INPUTS, else it must already be so); in_grad: its gradient's
+  /// placements for local_map_options::record (empty: `in`).
+  input(const dist_tensor &t, placements in, placements in_grad = {})
+      : arg_(arg(t)), in_(std::move(in)), in_grad_(std::move(in_grad)) {}
+  /// A local tensor (LM_ARG_TENSOR), passed to fn as it is on this rank.
+  input(const DLTensor &t) : arg_(lm_arg_tensor(const_cast<DLTensor *>(&t))) {}  // NOLINT
+  /// An integer (LM_ARG_INT64).
+  template <class T, std::enable_if_t<std::is_integral<T>::value && !std::is_same<T, bool>::value,
+                                      int> = 0>
+  input(T v) : arg_(arg_i64(static_cast<int64_t>(v))) {}  // NOLINT
+  /// A floating-point value (LM_ARG_DOUBLE).
+  template <class T, std::enable_if_t<std::is_floating_point<T>::value, int> = 0>
+  input(T v) : arg_(arg_f64(static_cast<double>(v))) {}  // NOLINT
+
+  /// The C argument.
+  const lm_arg_t &c_arg() const noexcept { return arg_; }
+  /// The placements fn sees (empty: as it is).
+  const placements &in_placements() const noexcept { return in_; }
+  /// The gradient's placements (empty: those fn sees).
+  const placements &in_grad_placements() const noexcept { return in_grad_; }
+
+ private:
+  lm_arg_t arg_;
+  placements in_, in_grad_;
+};
+
+/// One output of a typed local_map function: a local_tensor (moved in), an integer or a
+/// floating-point value. Implicit from each; a std::vector of them returns a number of outputs
+/// known only at run time.
+class local_output {
+ public:
+  /// A tensor output (ownership passes to localmap).
+  local_output(local_tensor &&t) : arg_(lm_arg_none()), t_(std::move(t)) {  // NOLINT
+    arg_.kind = LM_ARG_MANAGED_TENSOR;
+  }
+  /// An integer output (LM_ARG_INT64).
+  template <class T, std::enable_if_t<std::is_integral<T>::value, int> = 0>
+  local_output(T v) : arg_(arg_i64(static_cast<int64_t>(v))) {}  // NOLINT
+  /// A floating-point output (LM_ARG_DOUBLE).
+  template <class T, std::enable_if_t<std::is_floating_point<T>::value, int> = 0>
+  local_output(T v) : arg_(arg_f64(static_cast<double>(v))) {}  // NOLINT
+  /// The C output; a tensor's ownership passes to the caller.
+  lm_arg_t release() {
+    if (arg_.kind == LM_ARG_MANAGED_TENSOR) arg_.ptr = t_.release();
+    return arg_;
+  }
+
+ private:
+  lm_arg_t arg_;
+  local_tensor t_;
+};
+
+/// Options of a typed local_map (positional: `{&mesh, flags, record}`).
+struct local_map_options {
+  /// The call's mesh; nullptr: the dist inputs' (see lm_local_map).
+  const localmap::mesh *mesh = nullptr;
+  /// LM_LOCAL_MAP_RESHARD_INPUTS, LM_LOCAL_MAP_NO_AGREE, LM_LOCAL_MAP_SHAPES_EVEN.
+  unsigned flags = 0;
+  /// Keep the call's record in local_map_result::record (lm_local_map_ex).
+  bool record = false;
+};
+
+namespace detail {
+// What a typed fn's signature is: its return type and parameters.
+template <class Sig>
+struct fn_traits;
+template <class R, class... A>
+struct fn_traits<R(A...)> {
+  using result = R;
+  using args = std::tuple<std::decay_t<A>...>;
+};
+template <class R, class... A>
+struct fn_traits<R (*)(A...)> : fn_traits<R(A...)> {};
+template <class R, class... A>
+struct fn_traits<R (*)(A...) noexcept> : fn_traits<R(A...)> {};
+template <class C, class R, class... A>
+struct fn_traits<R (C::*)(A...)> : fn_traits<R(A...)> {};
+template <class C, class R, class... A>
+struct fn_traits<R (C::*)(A...) const> : fn_traits<R(A...)> {};
+template <class C, class R, class... A>
+struct fn_traits<R (C::*)(A...) noexcept> : fn_traits<R(A...)> {};
+template <class C, class R, class... A>
+struct fn_traits<R (C::*)(A...) const noexcept> : fn_traits<R(A...)> {};
+template <class F, class = void>
+struct callable_traits : fn_traits<std::decay_t<F>> {};
+template <class F>
+struct callable_traits<F, std::void_t<decltype(&std::decay_t<F>::operator())>>
+    : fn_traits<decltype(&std::decay_t<F>::operator())> {};
+
+// Whether fn's parameters start with the mesh (lm_mesh_t).
+template <class Args>
+struct takes_mesh : std::false_type {};
+template <class... A>
+struct takes_mesh<std::tuple<lm_mesh_t, A...>> : std::true_type {};
+
+// What parameter type P accepts: 1 a view, 2 an integer, 3 a floating-point value, 0 nothing.
+template <class P>
+constexpr int param_kind() {
+  if (std::is_same<P, local_view>::value) return 1;
+  if (std::is_integral<P>::value && !std::is_same<P, bool>::value) return 2;
+  if (std::is_floating_point<P>::value) return 3;
+  return 0;
+}
+template <class P>
+bool accepts(const lm_arg_t &a) {
+  switch (param_kind<P>()) {
+    case 1: return a.kind == LM_ARG_DIST_TENSOR || a.kind == LM_ARG_TENSOR;
+    case 2: return a.kind == LM_ARG_INT64;
+    case 3: return a.kind == LM_ARG_INT64 || a.kind == LM_ARG_DOUBLE;
+    default: return false;
+  }
+}
+inline const char *param_name(int kind) {
+  return kind == 1 ? "a localmap::local_view" : kind == 2 ? "an integer" : "a floating-point value";
+}
+inline const char *arg_name(int32_t kind) {
+  switch (kind) {
+    case LM_ARG_DIST_TENSOR: return "a dist tensor";
+    case LM_ARG_TENSOR: return "a local tensor";
+    case LM_ARG_INT64: return "an integer";
+    case LM_ARG_DOUBLE: return "a double";
+    default: return "an argument of another kind";
+  }
+}
+// fn's parameter for one input, as fn sees it inside the call.
+template <class P>
+P param(const lm_arg_t &a) {
+  if constexpr (param_kind<P>() == 1)
+    return local_view(*static_cast<const DLTensor *>(a.ptr));
+  else if constexpr (param_kind<P>() == 2)
+    return static_cast<P>(a.i64);
+  else
+    return a.kind == LM_ARG_INT64 ? static_cast<P>(a.i64) : static_cast<P>(a.f64);
+}
+// Refuses, before the call and alike on every rank, inputs that fn's parameters do not take.
+template <class Args, size_t Skip, size_t... I>
+void check_params(const std::vector<input> &in, std::index_sequence<I...>) {
+  constexpr size_t n = sizeof...(I);
+  static_assert(((param_kind<std::tuple_element_t<Skip + I, Args>>() != 0) && ...),
+                "a typed local_map function takes localmap::local_view, integer or floating-point "
+                "parameters (after an optional first lm_mesh_t)");
+  if (in.size() != n)
+    invalid("localmap::local_map: fn takes " + std::to_string(n) + " inputs, " +
+            std::to_string(in.size()) + " given");
+  const bool ok[n + 1] = {accepts<std::tuple_element_t<Skip + I, Args>>(in[I].c_arg())..., true};
+  const int kinds[n + 1] = {param_kind<std::tuple_element_t<Skip + I, Args>>()..., 0};
+  for (size_t i = 0; i < n; ++i)
+    if (!ok[i])
+      invalid("localmap::local_map: inputs[" + std::to_string(i) + "] is " +
+              arg_name(in[i].c_arg().kind) + ", but fn's parameter for it takes " +
+              param_name(kinds[i]));
+}
+// Calls fn with the converted inputs (and the mesh first, if fn takes it).
+template <class Args, size_t Skip, class F, size_t... I>
+decltype(auto) invoke_typed(F &fn, lm_mesh_t m, const std::vector<lm_arg_t> &in,
+                            std::index_sequence<I...>) {
+  (void)m;
+  (void)in;
+  if constexpr (Skip == 1)
+    return fn(m, param<std::tuple_element_t<1 + I, Args>>(in[I])...);
+  else
+    return fn(param<std::tuple_element_t<I, Args>>(in[I])...);
+}
+// fn's result as a list of outputs.
+template <class T>
+struct is_tuple_like : std::false_type {};
+template <class... T>
+struct is_tuple_like<std::tuple<T...>> : std::true_type {};
+template <class A, class B>
+struct is_tuple_like<std::pair<A, B>> : std::true_type {};
+template <class R>
+std::vector<local_output> collect(R &&r) {
+  using D = std::decay_t<R>;
+  std::vector<local_output> out;
+  if constexpr (std::is_same<D, std::vector<local_output>>::value) {
+    out = std::move(r);
+  } else if constexpr (is_tuple_like<D>::value) {
+    std::apply([&out](auto &&...x) { (out.emplace_back(std::move(x)), ...); }, std::move(r));
+  } else {
+    out.emplace_back(std::move(r));
+  }
+  return out;
+}
+// The number of outputs R gives, when the type says (-1: only at run time).
+template <class R>
+constexpr long static_outputs() {
+  using D = std::decay_t<R>;
+  if constexpr (std::is_void<D>::value) return 0;
+  else if constexpr (std::is_same<D, std::vector<local_output>>::value) return -1;
+  else if constexpr (is_tuple_like<D>::value) return static_cast<long>(std::tuple_size<D>::value);
+  else return 1;
+}
+// Whether F is a typed local_map function (and not the raw local_fn).
+template <class F>
+constexpr bool is_typed_fn = !std::is_convertible<F, local_fn>::value;
+}  // namespace detail
+
+/// The typed local_map: runs fn on the local shards, with typed views in and owned local
+/// tensors or scalars out. Collective over the mesh and agreed, like lm_local_map:
+///
+///     // pred [B, C] float64 split on the batch, labels [B] int64 replicated; -100: ignored
+///     auto nll = [](const localmap::local_view &pred, const localmap::local_view &labels) {
+///       double sum = 0;
+///       int64_t n = 0;
+///       for (int64_t i = 0; i < labels.shape(0); ++i) {
+///         const int64_t y = labels.at<int64_t>(i);
+///         if (y == -100) continue;
+///         sum -= pred.at<double>(i, y);
+///         ++n;
+///       }
+///       return std::tuple{localmap::local_tensor::scalar(sum), localmap::local_tensor::scalar(n)};
+///     };
+///     localmap::local_map_result r = localmap::local_map(
+///         nll, {pred, localmap::input(labels, {localmap::shard(0)})},
+///         {{localmap::partial()}, {localmap::partial()}},   // one entry per output
+///         {nullptr, LM_LOCAL_MAP_RESHARD_INPUTS});            // labels moved to Shard(0)
+///     // r.tensor(0), r.tensor(1): the loss sum and the count, placed Partial(sum)
+///
+/// fn's parameters take the inputs one to one: a localmap::local_view for a dist tensor (this
+/// rank's shard, read-only) or a local DLTensor, an integer type for an integer, a floating type
+/// for a double or an integer. A first parameter of type lm_mesh_t, if any, receives the call's
+/// mesh (for collectives inside fn). fn returns nothing, one output, a std::tuple or std::pair of
+/// outputs, or a std::vector<localmap::local_output>. An output is a localmap::local_tensor (moved
+/// in: with placements in out_placements it becomes a dist tensor, with an empty entry it comes
+/// back as this rank's local tensor, local_map_result::local) or an integer or floating-point
+/// value (an empty entry; local_map_result::i64, f64).
+///
+/// Errors: inputs that fn's parameters do not take, or a result count that differs from
+/// out_placements', throw localmap::error (LM_ERR_INVALID_ARGUMENT) before the call, alike on
+/// every rank. An exception thrown in fn (a localmap::error too, e.g. from a view read as the
+/// wrong type) becomes LM_ERR_USER, its what() in the message, on the ranks that threw, and
+/// LM_ERR_REMOTE naming the rank on the others; a run-time output count (a std::vector) that
+/// differs fails the call the same way.
+/// @param fn             a function, lambda or function object (not a generic lambda)
+/// @param inputs         the inputs, one per parameter of fn (after its lm_mesh_t, if any)
+/// @param out_placements one entry per output: mesh-ndim placements, or empty
+/// @param options        the mesh, flags, and whether to keep the call's record
+/// @return the outputs (local_map_result::tensor, local, i64, f64) and the record if asked
+template <class F, std::enable_if_t<detail::is_typed_fn<F>, int> = 0>
+local_map_result local_map(F &&fn, const std::vector<input> &inputs,
+                           const std::vector<placements> &out_placements,
+                           const local_map_options &options = {}) {
+  using traits = detail::callable_traits<F>;
+  using Args = typename traits::args;
+  constexpr size_t skip = detail::takes_mesh<Args>::value ? 1 : 0;
+  using Seq = std::make_index_sequence<std::tuple_size<Args>::value - skip>;
+  detail::check_params<Args, skip>(inputs, Seq{});
+  constexpr long nres = detail::static_outputs<typename traits::result>();
+  if (nres >= 0 && static_cast<size_t>(nres) != out_placements.size())
+    detail::invalid("localmap::local_map: fn returns " + std::to_string(nres) + " outputs, " +
+                    std::to_string(out_placements.size()) + " out_placements given");
+  std::vector<lm_arg_t> args;
+  std::vector<placements> in_p, grad_p;
+  bool any_in = false, any_grad = false;
+  for (const input &i : inputs) {
+    args.push_back(i.c_arg());
+    in_p.push_back(i.in_placements());
+    grad_p.push_back(i.in_grad_placements());
+    any_in |= !i.in_placements().empty();
+    any_grad |= !i.in_grad_placements().empty();
+  }
+  auto &f = fn;
+  local_fn call = [&f](lm_mesh_t m, const std::vector<lm_arg_t> &in, std::vector<lm_arg_t> &out) {
+    std::vector<local_output> res;
+    if constexpr (std::is_void<typename traits::result>::value)
+      detail::invoke_typed<Args, skip>(f, m, in, Seq{});
+    else
+      res = detail::collect(detail::invoke_typed<Args, skip>(f, m, in, Seq{}));
+    if (res.size() != out.size())
+      detail::invalid("localmap::local_map: fn returned " + std::to_string(res.size()) +
+                      " outputs for " + std::to_string(out.size()) + " out_placements");
+    for (size_t j = 0; j < res.size(); ++j) out[j] = res[j].release();
+  };
+  return local_map_ex(std::move(call), args, out_placements, any_in ? in_p : std::vector<placements>{},
+                      any_grad ? grad_p : std::vector<placements>{}, options.record, options.mesh,
+                      options.flags);
 }
 
 }  // namespace localmap

@@ -7,9 +7,10 @@
 # run under mpirun: a C program built with nothing but `pkg-config --cflags --libs localmap`
 # (np 4); a CMake project using find_package(localmap 0.1 CONFIG REQUIRED) with
 # localmap::localmap (np 4) and localmap::localmap_static (np 2), and one asking for 1.0, which
-# must fail (SameMajorVersion); a C++-only CMake project (LANGUAGES CXX) with localmap.hpp and
-# localmap::environment (np 2); the installed examples Makefile (hello at np 3; the ScaLAPACK
-# example scalapack/center_rows at np 4 where pkg-config finds scalapack-openmpi, else that
+# must fail (SameMajorVersion); the installed C++-only CMake project examples/cmake-cxx
+# (LANGUAGES CXX: localmap.hpp's typed local_map, localmap::environment; np 2); the installed
+# examples Makefile (hello at np 3, the C++ masked_loss at np 2; the ScaLAPACK example
+# scalapack/center_rows at np 4 where pkg-config finds scalapack-openmpi, else that
 # Makefile's note, and a deferred skip outside the MPICH build), and the commands
 # of examples/README.md's installed-commands block run as written (as root, on this machine's
 # cores, with the installed bin/lm-mpirun); that Makefile's own one-line error when pkg-config
@@ -44,7 +45,8 @@ for f in lib/liblocalmap.so.0 lib/liblocalmap.so lib/liblocalmap.a include/local
          share/man/man3/lm_dist_tensor_reshard.3 share/man/man3/lm_mesh_create_mpi.3 bin/lm-mpirun bin/lm-info; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
-for f in examples/*.c examples/*.cpp examples/scalapack/*.c examples/scalapack/*.f90; do
+for f in examples/*.c examples/*.cpp examples/scalapack/*.c examples/scalapack/*.f90 \
+         examples/cmake-cxx/CMakeLists.txt examples/cmake-cxx/*.cpp; do
   [ -e "$f" ] || continue
   cmp -s "$f" "$prefix/share/doc/localmap/$f" || { echo "not installed: $f"; exit 1; }
 done
@@ -180,42 +182,18 @@ CMAKE
   fi
   grep -q 'compatible with requested version' "$tmp/cm1.log" || { cat "$tmp/cm1.log"; exit 1; }
 
-  # A C++-only project (no C enabled: FindMPI cannot look for MPI_C there) using localmap.hpp,
-  # with localmap::environment owning MPI (it must finalise it: the job fails otherwise).
-  mkdir -p "$tmp/cxx"
-  cat > "$tmp/cxx/consumer.cpp" <<'CPP'
-#include <localmap.hpp>
-#include <cstdio>
-#include <vector>
-int main(int argc, char **argv) {
-  localmap::environment env(argc, argv);
-  localmap::mesh m = localmap::mesh::world({env.size()});
-  std::vector<double> full(10);
-  for (int i = 0; i < 10; ++i) full[i] = i;
-  int64_t shape[1] = {10};
-  DLTensor g = {full.data(), LM_CPU, 1, LM_FLOAT64, shape, nullptr, 0};
-  localmap::dist_tensor x = localmap::dist_tensor::from_global(m, &g, {localmap::shard(0)});
-  localmap::dist_tensor r = x.reshard({localmap::replicate()});
-  int bad = !env.owns_mpi();
-  for (int i = 0; i < 10; ++i) bad += r.local_data<double>()[i] != i;
-  if (env.rank() == 0) std::printf("C++-only consumer: %s (np %d)\n", bad ? "FAIL" : "OK", env.size());
-  return bad;
-}
-CPP
-  cat > "$tmp/cxx/CMakeLists.txt" <<'CMAKE'
-cmake_minimum_required(VERSION 3.16)
-project(localmap_cxx_consumer LANGUAGES CXX)
-set(CMAKE_CXX_STANDARD 17)
-find_package(localmap 0.1 CONFIG REQUIRED)
-add_executable(consumer_cxx consumer.cpp)
-target_link_libraries(consumer_cxx PRIVATE localmap::localmap)
-CMAKE
-  cmake -S "$tmp/cxx" -B "$tmp/cxx/build" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cxx.log" 2>&1 ||
-    { cat "$tmp/cxx.log"; echo "cmake configure of the C++-only consumer failed"; exit 1; }
-  cmake --build "$tmp/cxx/build" >>"$tmp/cxx.log" 2>&1 || { cat "$tmp/cxx.log"; echo "C++-only build failed"; exit 1; }
-  same_mpi "$tmp/cxx/build/consumer_cxx"
-  bash tools/lm-mpirun 2 "$tmp/cxx/build/consumer_cxx"
-  cmake_ok="CMake consumers (shared np 4, static np 2, version check, C++-only np 2)"
+  # The installed C++-only example project (examples/cmake-cxx: LANGUAGES CXX, no C enabled, so
+  # FindMPI cannot look for MPI_C there): localmap.hpp's typed local_map, localmap::environment
+  # owning MPI (it must finalise it: the job fails otherwise), localmap::localmap.
+  cxx_src=$prefix/share/doc/localmap/examples/cmake-cxx
+  cmake -S "$cxx_src" -B "$tmp/cxx/build" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cxx.log" 2>&1 ||
+    { cat "$tmp/cxx.log"; echo "cmake configure of the installed examples/cmake-cxx failed"; exit 1; }
+  cmake --build "$tmp/cxx/build" >>"$tmp/cxx.log" 2>&1 || { cat "$tmp/cxx.log"; echo "examples/cmake-cxx: build failed"; exit 1; }
+  same_mpi "$tmp/cxx/build/row_norms"
+  res=$(bash tools/lm-mpirun 2 "$tmp/cxx/build/row_norms")
+  echo "$res"
+  [[ $res == *"row_norms: OK (np 2)"* ]] || { echo "examples/cmake-cxx: row_norms did not say OK"; exit 1; }
+  cmake_ok="CMake consumers (shared np 4, static np 2, version check, examples/cmake-cxx np 2)"
 else
   lm_defer_skip "the CMake consumers: no cmake (apt-get install cmake)"
   cmake_ok="(no CMake consumer)"
@@ -232,6 +210,10 @@ for f in examples/*.c examples/*.cpp; do
 done
 same_mpi "$tmp/ex/hello"
 bash tools/lm-mpirun 3 "$tmp/ex/hello"
+# The C++ example (typed local_map), built by the installed Makefile's *.cpp rule.
+res=$(bash tools/lm-mpirun 2 "$tmp/ex/masked_loss")
+echo "installed masked_loss, np 2: $res"
+[[ $res == *PASS* ]] || { echo "the installed C++ example masked_loss failed"; exit 1; }
 # The ScaLAPACK examples: built (C; Fortran with the module) where the ScaLAPACK of this MPI is,
 # else left out with the Makefile's note. Debian's ScaLAPACK for OpenMPI is the one tested
 # (tests/script_scalapack.sh): the MPICH build only checks the note.
