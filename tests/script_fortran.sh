@@ -4,10 +4,11 @@
 # bind(C) layouts and constants against the C header, `error stop` with the library's message
 # when ierr is absent (and the binding's own, naming the wrapper once), the module's tests and the
 # masked-loss example under mpirun at np 2 and 4 (the example must print the C demo's loss), the
-# README's local_map example (local_sum) at np 3, and an installed module used with the documented
-# flags. Exits 77 (reported as SKIP with the reason) when mpif90 is missing; with
-# LM_REQUIRE_BINDINGS=1 (CI) that is a failure. In a sanitizer build the install check is left to
-# the plain build: the script is then a SKIP naming it, after the other checks passed.
+# grouped-reshard example at np 2 and 4 (PASS on every rank), the README's local_map example
+# (local_sum) at np 3, and an installed module used with the documented flags. Exits 77 (reported
+# as SKIP with the reason) when mpif90 is missing; with LM_REQUIRE_BINDINGS=1 (CI) that is a
+# failure. In a sanitizer build the install check is left to the plain build: the script is then
+# a SKIP naming it, after the other checks passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,7 +31,7 @@ if ! command -v "$MPIFC" >/dev/null || ! command -v "$(fc_of || echo gfortran)" 
 fi
 unset MAKEFLAGS MFLAGS
 # make check built them (with its flags); build them here only when run by hand on a plain build.
-for p in layout_c test_layout test_error_stop test_error_prefix test_localmap masked_loss hello local_sum; do
+for p in layout_c test_layout test_error_stop test_error_prefix test_localmap masked_loss hello local_sum grouped_reshard; do
   [ -x "$F/$p" ] || { make -s fortran BUILD="$BUILD" >/dev/null; break; }
 done
 
@@ -68,6 +69,13 @@ for np in 2 4; do
   c=$(c_loss "$np")
   [ -n "$fl" ] && [ "$fl" = "$c" ] || { echo "np $np: Fortran masked loss '$fl' != C demo's '$c'"; exit 1; }
   echo "np $np: masked loss $fl, as the C demo"
+done
+
+# The grouped reshard example: three arrays in one group, every element checked (PASS per rank).
+for np in 2 4; do
+  out=$(bash tools/lm-mpirun "$np" "$F/grouped_reshard")
+  echo "$out"
+  [ "$(grep -o 'run twice: PASS' <<<"$out" | wc -l)" = "$np" ] || { echo "grouped_reshard: expected PASS on $np ranks"; exit 1; }
 done
 
 # The README's lm_local_map example (examples/local_sum.f90).

@@ -5,8 +5,9 @@
 # directory, leaving nothing (build/, *.egg-info) in the checkout, and everything
 # below run against that installed copy: the library lookup tests (serial), the pytest suites
 # under mpirun -np 2 and -np 4 (mpi4py initialises MPI first there), a run without mpi4py (localmap
-# initialises MPI, and does not import mpi4py), and the masked-loss example at np 1, 2 and 4,
-# whose loss must equal the one printed by the C example (build/examples/demo).
+# initialises MPI, and does not import mpi4py), the masked-loss example at np 1, 2 and 4,
+# whose loss must equal the one printed by the C example (build/examples/demo), and the plan-info
+# example at np 2 and 4 (PASS on every rank).
 #
 # The interpreter: $LM_PYTHON, else $BUILD/python-venv or build/python-venv (`make python-venv`
 # makes it with pip: numpy, mpi4py, pytest, wheel), else python3. Exits 77 (SKIP, with the reason on the
@@ -157,5 +158,11 @@ for np in 1 2 4; do
   py=$(echo "$out" | sed -n 's/.*loss = \([-+0-9.eE]*\).*/\1/p' | head -1)
   [ -n "$py" ] && [ "$py" = "$c" ] || fail "np $np: Python printed loss '$py', C printed '$c'"
   echo "same loss as the C demo: $c"
+done
+for np in 2 4; do
+  step "plan-info example at np $np (mpi4py sums the per-rank bytes)"
+  out=$(bash tools/lm-mpirun "$np" "${SAN[@]}" "$PY" bindings/python/examples/plan_info.py) || fail "plan_info.py at np $np: $out"
+  echo "$out"
+  [ "$(grep -o 'plan info and adjoints: PASS' <<<"$out" | wc -l)" = "$np" ] || fail "plan_info.py at np $np: not PASS on every rank"
 done
 echo "script_python: OK"

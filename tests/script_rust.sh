@@ -3,7 +3,8 @@
 # The Rust bindings (bindings/rust): coverage of the C API, `cargo build --offline` and
 # `cargo test --offline` with an empty crate cache (a fresh CARGO_HOME: no third-party crate can
 # sneak in), the layout test, then the MPI tests and the masked-loss example under mpirun at np 2
-# and 4; the example must print the C demo's loss. Cargo's target dir is $BUILD/rust-target.
+# and 4 (the example must print the C demo's loss), the plan-info example at np 2 and 4 (PASS on
+# every rank). Cargo's target dir is $BUILD/rust-target.
 # Then a consumer crate outside the workspace, depending on `localmap` by path, built against a
 # `make install` prefix with nothing but PKG_CONFIG_PATH set: it links liblocalmap statically
 # (nothing of the prefix or the checkout at run time) and runs at np 3; without PKG_CONFIG_PATH
@@ -76,6 +77,13 @@ for np in 2 4; do
   c=$(c_loss "$np")
   [ -n "$rust" ] && [ "$rust" = "$c" ] || { echo "np $np: Rust masked loss '$rust' != C demo's '$c'"; exit 1; }
   echo "np $np: masked loss $rust, as the C demo"
+done
+# Plan info and adjoints (examples/plan_info.rs): its own byte counts and data checks, PASS per
+# rank (counted with grep -o: lines of different ranks may run together).
+for np in 2 4; do
+  out=$(bash tools/lm-mpirun "$np" "$CARGO_TARGET_DIR/debug/examples/plan_info")
+  echo "$out"
+  [ "$(grep -o 'plan info and adjoints: PASS' <<<"$out" | wc -l)" = "$np" ] || { echo "plan_info (Rust) failed at np $np"; exit 1; }
 done
 out=$(bash tools/lm-mpirun 3 "$CARGO_TARGET_DIR/debug/examples/hello")
 echo "$out"
