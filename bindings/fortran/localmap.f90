@@ -652,18 +652,8 @@ contains
     integer, intent(in) :: n
     integer(c_int), intent(inout) :: st
     character(len=*), intent(in) :: what
-    integer(c_int) :: nd
-    character(len=160) :: msg
-    if (st /= LM_SUCCESS) return
-    st = lmc_mesh_ndim(mesh, nd)
-    if (st /= LM_SUCCESS) then
-      call c_(st)
-      return
-    end if
-    if (n /= nd) then
-      write(msg, '(a,": ",i0," placements for a mesh of ",i0," dims (one per mesh dim)")') what, n, nd
-      call bad_(st, trim(msg))
-    end if
+    call check_mesh_len_(mesh, n, .false., st, what // ":", " placements for a mesh of ", &
+                         " dims (one per mesh dim)")
   end subroutine
 
   !> Checks an array of one entry per mesh dim (at_least: or more), naming it in the message.
@@ -673,6 +663,16 @@ contains
     logical, intent(in) :: at_least
     integer(c_int), intent(inout) :: st
     character(len=*), intent(in) :: what
+    call check_mesh_len_(mesh, n, at_least, st, what // " has", " elements for a mesh of ", " dims")
+  end subroutine
+
+  !> The two checks above: n against the mesh's ndim; the message "<head> n<mid>ndim<tail>".
+  subroutine check_mesh_len_(mesh, n, at_least, st, head, mid, tail)
+    type(c_ptr), intent(in) :: mesh
+    integer, intent(in) :: n
+    logical, intent(in) :: at_least
+    integer(c_int), intent(inout) :: st
+    character(len=*), intent(in) :: head, mid, tail
     integer(c_int) :: nd
     character(len=160) :: msg
     if (st /= LM_SUCCESS) return
@@ -682,7 +682,7 @@ contains
       return
     end if
     if (n == nd .or. (at_least .and. n > nd)) return
-    write(msg, '(a," has ",i0," elements for a mesh of ",i0," dims")') what, n, nd
+    write(msg, '(a,1x,i0,a,i0,a)') head, n, mid, nd, tail
     call bad_(st, trim(msg))
   end subroutine
 
