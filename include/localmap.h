@@ -867,7 +867,7 @@ typedef struct lm_reshard_plan_info_t {
 /** An lm_reshard_plan_info_t ready for lm_reshard_plan_info. */
 #define LM_RESHARD_PLAN_INFO_INIT                                                                \
   {sizeof(lm_reshard_plan_info_t), LM_RESHARD_PLAN_INFO_MAGIC, LM_RESHARD_PLAN_INFO_VERSION, 0, 0, \
-   0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 /** lm_reshard_plan_info flags. */
 enum {
   LM_PLAN_INFO_ALL_RANKS = 1 /**< sum over every rank of the plan's meshes (routes: OR); collective */
