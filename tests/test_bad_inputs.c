@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Bad input that used to get through (issue 8 item 4), and what the fuzzers found: lm_layout_chunk near
- * INT64_MAX, borrowed data misaligned for its dtype, strides whose byte span overflows, Partial ops
- * the dtype cannot take, a user fn returning one DLManagedTensor twice, nout = INT_MAX, and the
- * documented meaning of plan_create(dst_mesh = NULL) and local_map with no mesh at all. */
+/* Bad input that used to get through (issue 8 item 4), and what the fuzzers found:
+ * lm_layout_chunk near INT64_MAX, borrowed data misaligned for its dtype, strides whose byte span
+ * overflows, Partial ops the dtype cannot take, a user fn returning one DLManagedTensor twice,
+ * nout = INT_MAX, and the documented meaning of plan_create(dst_mesh = NULL) and local_map with no mesh at all. */
 // lm-test-np: 1 2 3
 #include "lm_test.h"
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_mesh: versions, status strings, the MPI bootstrap helpers, lm_mesh_* (default, explicit,
- * reversed and subset rank lists, named dims, communicators), lm_layout_chunk, lm_placements_format, and
- * their bad inputs, including arguments that differ between ranks.
+ * reversed and subset rank lists, named dims, communicators), lm_layout_chunk,
+ * lm_placements_format, and their bad inputs, including arguments that differ between ranks.
  */
 #include <limits.h>
 

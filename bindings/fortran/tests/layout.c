@@ -26,7 +26,8 @@ int main(void) {
   OFF(lm_reshard_entry_t, dtype); OFF(lm_reshard_entry_t, src_placements);
   OFF(lm_reshard_entry_t, dst_placements);
   SZ(lm_reshard_group_config_t); OFF(lm_reshard_group_config_t, size);
-  OFF(lm_reshard_group_config_t, magic); OFF(lm_reshard_group_config_t, version); OFF(lm_reshard_group_config_t, bucket_bytes);
+  OFF(lm_reshard_group_config_t, magic); OFF(lm_reshard_group_config_t, version);
+  OFF(lm_reshard_group_config_t, bucket_bytes);
   OFF(lm_reshard_group_config_t, alone_bytes);
   SZ(lm_local_map_options_t); OFF(lm_local_map_options_t, size);
   OFF(lm_local_map_options_t, magic); OFF(lm_local_map_options_t, version);
