@@ -233,9 +233,9 @@ int main(int argc, char **argv) {
       OK(lm_reshard_plan_create(&c.plan, m, &cases[k].from, NULL, &cases[k].to, 2, g, LM_FLOAT32));
       lm_reshard_plan_t sp = NULL;
       OK(lm_reshard_plan_create(&sp, m, &cases[k].from, NULL, &cases[k].from, 2, g, LM_FLOAT32));
-      OK(lm_reshard_plan_alloc_target(sp, d, &c.src));
+      OK(lm_reshard_plan_alloc_target(&c.src, sp, d));
       OK(lm_reshard_plan_destroy(&sp));
-      OK(lm_reshard_plan_alloc_target(c.plan, d, &c.dst));
+      OK(lm_reshard_plan_alloc_target(&c.dst, c.plan, d));
       double lm_ms = timeit(lm_run, &c);
       int tr = 0;
       OK(lm_mesh_transport(m, kDLCUDA, &tr));

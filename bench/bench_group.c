@@ -95,7 +95,7 @@ static void setup(bench_t *b) {
     e[i] = (lm_reshard_entry_t){1, shapes[i], b->dt[i], &b->src, &b->dst};
     OK(lm_dist_tensor_zeros(&b->x[i], b->mesh, 1, shapes[i], b->dt[i], LM_CPU, &b->src));
     OK(lm_reshard_plan_create(&b->plan[i], b->mesh, &b->src, NULL, &b->dst, 1, shapes[i], b->dt[i]));
-    OK(lm_reshard_plan_alloc_target(b->plan[i], LM_CPU, &b->y[i]));
+    OK(lm_reshard_plan_alloc_target(&b->y[i], b->plan[i], LM_CPU));
     const int64_t es = b->dt[i].bits / 8;
     b->total_bytes += b->n[i] * es;
     for (int j = 0; j < size; ++j) per_rank[j] += chunk_len(b->n[i], j) * es;

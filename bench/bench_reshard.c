@@ -317,7 +317,7 @@ static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, 
   OK(lm_reshard_plan_create(&c.plan, sm, sp, dm, dp, 2, g, LM_FLOAT64));
   OK(lm_dist_tensor_zeros(&c.src, sm, 2, g, LM_FLOAT64, LM_CPU, sp));
   fill_local(c.src);
-  OK(lm_reshard_plan_alloc_target(c.plan, LM_CPU, &c.dst));
+  OK(lm_reshard_plan_alloc_target(&c.dst, c.plan, LM_CPU));
   OK(lm_reshard_plan_bytes_sent(c.plan, sent));
   c.smesh = sm;
   c.dmesh = dm;
@@ -338,7 +338,7 @@ static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, 
 
 static int64_t chunk_len(int64_t n, int parts, int i) {
   int64_t off, len;
-  OK(lm_chunk(n, parts, i, &off, &len));
+  OK(lm_layout_chunk(n, parts, i, &off, &len));
   return len;
 }
 

@@ -49,7 +49,7 @@ static lm_dist_tensor_t padded_borrow(lm_mesh_t mesh, lm_placement_t p, int pad,
   int64_t g[2] = {N, N}, off = 0;
   static int64_t len[2], st[2];
   len[0] = len[1] = N;
-  OK(lm_chunk(N, np, rank, &off, &len[p.dim]));
+  OK(lm_layout_chunk(N, np, rank, &off, &len[p.dim]));
   st[0] = len[1] + pad;
   st[1] = 1;
   *arr = calloc((size_t)(len[0] * st[0]) + 1, sizeof(double));
@@ -69,7 +69,7 @@ static void run_variant(scase *c, int v) {
       OK(lm_dist_tensor_destroy(&o));
     } else if (v == 2) {
       lm_dist_tensor_t o;
-      OK(lm_reshard_plan_alloc_target(c->plan, LM_CPU, &o));
+      OK(lm_reshard_plan_alloc_target(&o, c->plan, LM_CPU));
       OK(lm_dist_tensor_destroy(&o));
     } else if (c->mpi_kind == 0) {
       MPI_Allgather(c->sbuf, c->block, MPI_DOUBLE, c->rbuf, c->block, MPI_DOUBLE, MPI_COMM_WORLD);
@@ -130,7 +130,7 @@ static void bench_reshards(lm_mesh_t mesh, lm_mesh_t reversed) {
       c->d = padded_borrow(mesh, c->dst, c->pad, &c->darr);
     } else {
       OK(lm_dist_tensor_zeros(&c->s, mesh, 2, g, LM_FLOAT64, LM_CPU, &c->src));
-      OK(lm_reshard_plan_alloc_target(c->plan, LM_CPU, &c->d));
+      OK(lm_reshard_plan_alloc_target(&c->d, c->plan, LM_CPU));
     }
     c->block = N * N / np; /* the MPI baselines move whole blocks (np divides 64) */
     c->sbuf = calloc(N * N, sizeof(double));

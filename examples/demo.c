@@ -152,7 +152,7 @@ static int masked_loss_backward(lm_local_map_record_t rec, lm_mesh_t mesh, lm_di
   CHECK(lm_local_map(masked_loss_backward_fn, NULL, 3, in, in_pl, 1, out_pl, NULL, NULL,
                      LM_LOCAL_MAP_RESHARD_INPUTS, out));
   lm_dist_tensor_t view = out[0].ptr, dpred = NULL;
-  CHECK(lm_local_map_record_input_grad(rec, 0, view, &dpred));
+  CHECK(lm_local_map_record_input_grad(&dpred, rec, 0, view));
   double got[B * C];
   int64_t shape[2] = {B, C};
   DLTensor dst = {got, LM_CPU, 2, LM_FLOAT64, shape, NULL, 0};

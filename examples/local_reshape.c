@@ -71,7 +71,7 @@ static lm_status_t reshape_full_fn(void *user_data, lm_mesh_t mesh, int nin, con
   int64_t parts = 1, off = 0, len = 0;
   int me = 0;
   if (lm_mesh_shape(mesh, &parts, 1) != LM_SUCCESS || lm_mesh_rank(mesh, &me) != LM_SUCCESS ||
-      lm_chunk(x->shape[0] * x->shape[1], parts, me, &off, &len) != LM_SUCCESS)
+      lm_layout_chunk(x->shape[0] * x->shape[1], parts, me, &off, &len) != LM_SUCCESS)
     return LM_ERR_INTERNAL;
   return rows_out(&out[0], len, (const double *)x->data + off * H);
 }
@@ -80,8 +80,8 @@ static lm_status_t reshape_full_fn(void *user_data, lm_mesh_t mesh, int nin, con
 static int blocks_line_up(int64_t b, int64_t p) {
   for (int64_t i = 0; i < p; i++) {
     int64_t o1, l1, o2, l2;
-    CHECK(lm_chunk(b, p, i, &o1, &l1));
-    CHECK(lm_chunk(b * S, p, i, &o2, &l2));
+    CHECK(lm_layout_chunk(b, p, i, &o1, &l1));
+    CHECK(lm_layout_chunk(b * S, p, i, &o2, &l2));
     if (l1 * S != l2 || (l2 > 0 && o1 * S != o2)) return 0;
   }
   return 1;

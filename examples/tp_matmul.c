@@ -127,8 +127,8 @@ static int backward(lm_local_map_record_t rec, lm_mesh_t mesh, lm_dist_tensor_t 
   CHECK(lm_local_map(matmul_backward_fn, NULL, 3, in, in_pl, 2, out_pl, NULL, NULL,
                      LM_LOCAL_MAP_RESHARD_INPUTS, out));
   lm_dist_tensor_t dx_view = out[0].ptr, dw_view = out[1].ptr, dx = NULL, dw = NULL;
-  CHECK(lm_local_map_record_input_grad(rec, 0, dx_view, &dx));
-  CHECK(lm_local_map_record_input_grad(rec, 1, dw_view, &dw));
+  CHECK(lm_local_map_record_input_grad(&dx, rec, 0, dx_view));
+  CHECK(lm_local_map_record_input_grad(&dw, rec, 1, dw_view));
   int ok = gathered_equals(dx, M, K, dX_ref) && gathered_equals(dw, K, N, dW_ref);
   if (rank == 0)
     printf("backward: dX = dY @ W^T and dW = X^T @ dY, k sharded: %s the serial ones\n",

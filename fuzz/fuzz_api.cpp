@@ -270,7 +270,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       case 12: {
         lm_dist_tensor_t t = nullptr;
-        check(lm_reshard_plan_alloc_target(pick_plan(), LM_CPU, in.u8() % 8 ? &t : nullptr));
+        check(lm_reshard_plan_alloc_target(in.u8() % 8 ? &t : nullptr, pick_plan(), LM_CPU));
         add_tensor(t);
         break;
       }
@@ -280,7 +280,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       case 14: {
         lm_request_t r = nullptr;
-        check(lm_reshard_plan_start(pick_plan(), pick_tensor(), pick_tensor(), &r));
+        check(lm_reshard_plan_start(&r, pick_plan(), pick_tensor(), pick_tensor()));
         lm_request_t stale = r;
         int done = 0;
         if (in.u8() % 2) check(lm_request_test(&r, &done));
@@ -328,7 +328,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       case 17: {
         int64_t o, l;
-        check(lm_chunk(in.num(), in.num(), in.num(), in.u8() % 8 ? &o : nullptr, &l));
+        check(lm_layout_chunk(in.num(), in.num(), in.num(), in.u8() % 8 ? &o : nullptr, &l));
         char buf[64];
         check(lm_placements_format(plp, n >= 0 && n <= 64 ? n % 5 : n, buf, in.u8() % 4 ? sizeof buf : 0));
         (void)lm_status_string(static_cast<lm_status_t>(n));

@@ -27,7 +27,7 @@ static void check_chunk(fz::Bytes &b) {
            e = o + B < n ? o + B : n;
   FZ_CHECK(r.off == (int64_t)o && r.len == (int64_t)(e - o));
   int64_t off = -1, len = -1;
-  FZ_CHECK(lm_chunk(n, parts, i, &off, &len) == LM_SUCCESS && off == r.off && len == r.len);
+  FZ_CHECK(lm_layout_chunk(n, parts, i, &off, &len) == LM_SUCCESS && off == r.off && len == r.len);
   if (n <= 64 && parts <= 8) {  // chunk_span against brute force
     int64_t lo = b.range(0, 64) % (n + 1), hi = lo + b.range(0, 64) % (n - lo + 1), f, l;
     bool any = chunk_span(n, parts, lo, hi, &f, &l);

@@ -346,7 +346,7 @@ LM_NODISCARD LM_API lm_status_t lm_extents_get(int32_t id, int64_t *extents, int
  * reference or a tensor or plan made with it lives; placements naming it are refused after that
  * (LM_ERR_INVALID_ARGUMENT: unknown extents id).
  * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for an id that is not registered */
-LM_NODISCARD LM_API lm_status_t lm_extents_destroy(int32_t id);
+LM_API lm_status_t lm_extents_destroy(int32_t id);
 
 /** Writes e.g. "[S(0), R, P(sum)]" for the n placements into buf of `size` bytes (always
  * NUL-terminated when size > 0). */
@@ -369,8 +369,8 @@ LM_NODISCARD LM_API lm_status_t lm_placements_adjoint(const lm_placement_t *plac
 /** Torch.chunk layout math: the [offset, offset+length) range that block `index` of `parts` gets
  * of an extent `n` (block = ceil(n/parts); trailing blocks may be short or empty). Exact for every
  * n >= 0, parts >= 1 and 0 <= index < parts, up to INT64_MAX (nothing overflows). */
-LM_NODISCARD LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
-                                         int64_t *length);
+LM_NODISCARD LM_API lm_status_t lm_layout_chunk(int64_t n, int64_t parts, int64_t index,
+                                                int64_t *offset, int64_t *length);
 
 /** The extents of the compact row-major array that a view lies in at its first element: the
  * view's own shape when it is compact (strides NULL or row-major), else the padded rows it is a
@@ -792,9 +792,9 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, 
                                                        int ndim, const int64_t *global_shape,
                                                        DLDataType dtype);
 /** A zero-filled tensor laid out as the plan's target, on `device`. Local. */
-LM_NODISCARD LM_API lm_status_t lm_reshard_plan_alloc_target(lm_reshard_plan_t plan,
-                                                             DLDevice device,
-                                                             lm_dist_tensor_t *out);
+LM_NODISCARD LM_API lm_status_t lm_reshard_plan_alloc_target(lm_dist_tensor_t *out,
+                                                             lm_reshard_plan_t plan,
+                                                             DLDevice device);
 /** Runs the plan from src into dst (dst laid out as the plan's target; overwritten). Collective
  * over the ranks of both meshes. No allocation in steady state. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_execute(lm_reshard_plan_t plan,
@@ -802,8 +802,8 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_execute(lm_reshard_plan_t plan,
                                                         lm_dist_tensor_t dst);
 /** Starts the plan without waiting. src and dst must not be touched until the request completes.
  * At most one request per plan is in flight. */
-LM_NODISCARD LM_API lm_status_t lm_reshard_plan_start(lm_reshard_plan_t plan, lm_dist_tensor_t src,
-                                                      lm_dist_tensor_t dst, lm_request_t *request);
+LM_NODISCARD LM_API lm_status_t lm_reshard_plan_start(lm_request_t *request, lm_reshard_plan_t plan,
+                                                      lm_dist_tensor_t src, lm_dist_tensor_t dst);
 /** Makes progress; *done = 1 once complete (then the request is finished and freed: *request NULL). */
 LM_NODISCARD LM_API lm_status_t lm_request_test(lm_request_t *request, int *done);
 /** Completes the request and frees it (*request = NULL). */
@@ -822,8 +822,8 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan,
  * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a NULL or dead plan, a NULL adjoint;
  *         LM_ERR_NOT_SUPPORTED when either end has Partial(avg/max/min/prod) (see
  *         lm_placements_adjoint) */
-LM_NODISCARD LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t plan,
-                                                        lm_reshard_plan_t *adjoint);
+LM_NODISCARD LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t *adjoint,
+                                                        lm_reshard_plan_t plan);
 
 /** Routes of a plan's data (lm_reshard_plan_info_t::routes), bits. */
 typedef enum lm_route_t {
@@ -840,8 +840,10 @@ typedef enum lm_route_t {
  * caller keeps working. */
 typedef struct lm_reshard_plan_info_t {
   size_t size;                 /**< sizeof(lm_reshard_plan_info_t) of the caller */
+  uint32_t magic;              /**< LM_RESHARD_PLAN_INFO_MAGIC */
   uint32_t version;            /**< LM_RESHARD_PLAN_INFO_VERSION of the caller */
   uint32_t routes;             /**< lm_route_t bits a blocking host execution uses */
+  uint32_t reserved;           /**< 0 (written 0 by the library) */
   int64_t steps;               /**< steps of the schedule (exchange, reduce-scatter, fill) */
   int64_t peers;               /**< distinct other ranks this rank exchanges bytes with */
   int64_t flows_sent;          /**< (peer, step) pairs this rank sends to */
@@ -858,11 +860,14 @@ typedef struct lm_reshard_plan_info_t {
                                     sends and receives (plus an integer average's 128-bit
                                     accumulator), at most LM_STAGING_BYTES */
 } lm_reshard_plan_info_t;
+/** lm_reshard_plan_info_t::magic ("LMPI"). */
+#define LM_RESHARD_PLAN_INFO_MAGIC 0x4c4d5049u /* "LMPI" */
 /** The version of lm_reshard_plan_info_t this header describes. */
 #define LM_RESHARD_PLAN_INFO_VERSION 1u
 /** An lm_reshard_plan_info_t ready for lm_reshard_plan_info. */
-#define LM_RESHARD_PLAN_INFO_INIT \
-  {sizeof(lm_reshard_plan_info_t), LM_RESHARD_PLAN_INFO_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define LM_RESHARD_PLAN_INFO_INIT                                                                \
+  {sizeof(lm_reshard_plan_info_t), LM_RESHARD_PLAN_INFO_MAGIC, LM_RESHARD_PLAN_INFO_VERSION, 0, 0, \
+   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 /** lm_reshard_plan_info flags. */
 enum {
   LM_PLAN_INFO_ALL_RANKS = 1 /**< sum over every rank of the plan's meshes (routes: OR); collective */
@@ -873,9 +878,10 @@ enum {
  * meshes (one small reduction) and every rank gets the sums.
  * @param plan  a live plan
  * @param flags 0 or LM_PLAN_INFO_ALL_RANKS
- * @param info  initialised with LM_RESHARD_PLAN_INFO_INIT (size and version are checked)
- * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a NULL or dead plan, a NULL info, a size below
- *         the first version's or a version this library does not know, unknown flags */
+ * @param info  initialised with LM_RESHARD_PLAN_INFO_INIT (magic, size and version are checked)
+ * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT for a NULL or dead plan, a NULL info, a magic that is
+ *         not LM_RESHARD_PLAN_INFO_MAGIC, a size below the first version's or a version this
+ *         library does not know, unknown flags */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_info(lm_reshard_plan_t plan, int flags,
                                                      lm_reshard_plan_info_t *info);
 /** What a reshard would move, without building a plan: the numbers lm_reshard_plan_info gives
@@ -932,12 +938,16 @@ typedef struct lm_reshard_entry_t {
   const lm_placement_t *src_placements;   /**< one per source mesh dim */
   const lm_placement_t *dst_placements;   /**< one per target mesh dim */
 } lm_reshard_entry_t;
+/** lm_reshard_group_config_t::magic ("LMGC"). */
+#define LM_RESHARD_GROUP_CONFIG_MAGIC 0x4c4d4743u /* "LMGC" */
 /** The version of lm_reshard_group_config_t this header describes. */
-#define LM_RESHARD_GROUP_CONFIG_VERSION 1
-/** Options of lm_reshard_group_create (versioned: set size and version, or use the INIT macro). */
+#define LM_RESHARD_GROUP_CONFIG_VERSION 1u
+/** Options of lm_reshard_group_create. Initialise with LM_RESHARD_GROUP_CONFIG_INIT, then set
+ * fields; the library reads the fields the caller's size covers. */
 typedef struct lm_reshard_group_config_t {
   size_t size;          /**< sizeof(lm_reshard_group_config_t) of the caller */
-  int version;          /**< LM_RESHARD_GROUP_CONFIG_VERSION */
+  uint32_t magic;       /**< LM_RESHARD_GROUP_CONFIG_MAGIC */
+  uint32_t version;     /**< LM_RESHARD_GROUP_CONFIG_VERSION */
   /** Bound of a bucket, in global bytes (shape x dtype size summed over its entries); 0: the
    * default, 64 MiB. Entries are dealt in order into buckets; each bucket moves all its entries'
    * bytes for a peer in one message per step, so one execution stages at most about twice a
@@ -951,7 +961,8 @@ typedef struct lm_reshard_group_config_t {
 } lm_reshard_group_config_t;
 /** An lm_reshard_group_config_t with the defaults. */
 #define LM_RESHARD_GROUP_CONFIG_INIT \
-  {sizeof(lm_reshard_group_config_t), LM_RESHARD_GROUP_CONFIG_VERSION, 0, 0}
+  {sizeof(lm_reshard_group_config_t), LM_RESHARD_GROUP_CONFIG_MAGIC,             \
+   LM_RESHARD_GROUP_CONFIG_VERSION, 0, 0}
 /** A grouped plan for n reshards from src_mesh to dst_mesh (NULL: src_mesh), created once and
  * executed many times. Each step of an execution sends one message per peer carrying every
  * entry's bytes for it (per bucket, see lm_reshard_group_config_t), not one round per tensor; the
@@ -963,9 +974,9 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_group_create(lm_reshard_group_t *grou
                                                         const lm_reshard_group_config_t *config);
 /** Zero-filled tensors laid out as the n entries' targets, on `device` (out: n handles; on failure
  * none is left). Local. n must be the group's size; an empty group takes n = 0 and out NULL. */
-LM_NODISCARD LM_API lm_status_t lm_reshard_group_alloc_targets(lm_reshard_group_t group,
-                                                               DLDevice device, int n,
-                                                               lm_dist_tensor_t *out);
+LM_NODISCARD LM_API lm_status_t lm_reshard_group_alloc_targets(lm_dist_tensor_t *out,
+                                                               lm_reshard_group_t group,
+                                                               DLDevice device, int n);
 /** Runs the group: src[i] into dst[i] for every entry (n must be the group's size). Collective over
  * the ranks of both meshes; one agreement covers the whole group. No target may overlap another
  * target or any source. Device tensors run entry by entry on the device path. */
@@ -976,10 +987,10 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_group_execute(lm_reshard_group_t grou
  * tensors must not be touched until then; at most one request per group is in flight. *request
  * may come back NULL where nothing is left to wait for (an empty group, for one); lm_request_wait
  * and lm_request_test take it. */
-LM_NODISCARD LM_API lm_status_t lm_reshard_group_start(lm_reshard_group_t group, int n,
+LM_NODISCARD LM_API lm_status_t lm_reshard_group_start(lm_request_t *request,
+                                                       lm_reshard_group_t group, int n,
                                                        const lm_dist_tensor_t *src,
-                                                       const lm_dist_tensor_t *dst,
-                                                       lm_request_t *request);
+                                                       const lm_dist_tensor_t *dst);
 /** The group's number of entries and of buckets (either may be NULL). Local. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_group_size(lm_reshard_group_t group, int *n,
                                                       int *buckets);
@@ -1131,13 +1142,16 @@ LM_NODISCARD LM_API lm_status_t lm_local_map(lm_local_fn_t fn, void *user_data, 
  * each dist output its placements and its gradient's. Local object; see lm_local_map_ex. */
 typedef struct lm_local_map_record_s *lm_local_map_record_t;
 
+/** lm_local_map_options_t::magic ("LMLO"). */
+#define LM_LOCAL_MAP_OPTIONS_MAGIC 0x4c4d4c4fu /* "LMLO" */
 /** The version of lm_local_map_options_t this header describes. */
 #define LM_LOCAL_MAP_OPTIONS_VERSION 1u
-/** Options of lm_local_map_ex (versioned: set size and version, or use the INIT macro). */
+/** Options of lm_local_map_ex. Initialise with LM_LOCAL_MAP_OPTIONS_INIT, then set fields; the
+ * library reads the fields the caller's size covers. */
 typedef struct lm_local_map_options_t {
-  size_t size;  /**< sizeof(lm_local_map_options_t) of the caller */
+  size_t size;        /**< sizeof(lm_local_map_options_t) of the caller */
+  uint32_t magic;     /**< LM_LOCAL_MAP_OPTIONS_MAGIC */
   uint32_t version;   /**< LM_LOCAL_MAP_OPTIONS_VERSION */
-  uint32_t reserved;  /**< 0 */
   /** NULL, or nin entries (PyTorch's in_grad_placements): for a dist input, NULL or mesh-ndim
    * placements of the gradient of the local view fn gets, as the backward pass computes it
    * (e.g. Partial(sum) for a replicated weight whose gradient each rank sums over its own batch
@@ -1148,7 +1162,8 @@ typedef struct lm_local_map_options_t {
 } lm_local_map_options_t;
 /** An lm_local_map_options_t with no gradient placements and no record. */
 #define LM_LOCAL_MAP_OPTIONS_INIT \
-  {sizeof(lm_local_map_options_t), LM_LOCAL_MAP_OPTIONS_VERSION, 0, NULL, NULL}
+  {sizeof(lm_local_map_options_t), LM_LOCAL_MAP_OPTIONS_MAGIC, LM_LOCAL_MAP_OPTIONS_VERSION, NULL, \
+   NULL}
 
 /** lm_local_map with options: the same call, arguments and agreement, plus gradient placements for
  * the inputs and a record of the call for its backward pass (docs/DESIGN.md, "Gradients across
@@ -1159,8 +1174,9 @@ typedef struct lm_local_map_options_t {
  * lm_local_map. in_grad_placements are checked like in_placements (errors name
  * in_grad_placements[i]) and, like the record, are local: nothing about them is agreed here (the
  * reshards of the backward pass agree as usual).
- * @return as lm_local_map; LM_ERR_INVALID_ARGUMENT also for a size below the first version's, a
- *         version this library does not know, or a bad in_grad_placements entry */
+ * @return as lm_local_map; LM_ERR_INVALID_ARGUMENT also for a magic that is not
+ *         LM_LOCAL_MAP_OPTIONS_MAGIC, a size below the first version's, a version this library does
+ *         not know, or a bad in_grad_placements entry */
 LM_NODISCARD LM_API lm_status_t lm_local_map_ex(lm_local_fn_t fn, void *user_data, int nin,
                                                 const lm_arg_t *inputs,
                                                 const lm_placement_t *const *in_placements,
@@ -1200,9 +1216,9 @@ LM_NODISCARD LM_API lm_status_t lm_local_map_record_placements(lm_local_map_reco
  *         out of range or not a dist tensor, a grad whose global shape differs from the input's;
  *         LM_ERR_NOT_SUPPORTED when the input's placements have no linear adjoint; the errors of
  *         lm_dist_tensor_reshard */
-LM_NODISCARD LM_API lm_status_t lm_local_map_record_input_grad(lm_local_map_record_t record,
-                                                               int index, lm_dist_tensor_t grad,
-                                                               lm_dist_tensor_t *out);
+LM_NODISCARD LM_API lm_status_t lm_local_map_record_input_grad(lm_dist_tensor_t *out,
+                                                               lm_local_map_record_t record,
+                                                               int index, lm_dist_tensor_t grad);
 
 /** Destroys a record (local, NULL-safe; sets *record = NULL). It holds references to the meshes it
  * names, released here. */

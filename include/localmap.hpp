@@ -548,7 +548,7 @@ class reshard_plan {
   /// lm_reshard_plan_alloc_target (local).
   dist_tensor alloc_target(DLDevice device = DLDevice{kDLCPU, 0}) const {
     lm_dist_tensor_t h = nullptr;
-    check(lm_reshard_plan_alloc_target(h_, device, &h));
+    check(lm_reshard_plan_alloc_target(&h, h_, device));
     return dist_tensor(h);
   }
   /// lm_reshard_plan_execute (collective over both meshes).
@@ -564,7 +564,7 @@ class reshard_plan {
   /// lm_reshard_plan_adjoint: the backward plan (gradients, target mesh -> source mesh).
   reshard_plan adjoint() const {
     lm_reshard_plan_t a = nullptr;
-    check(lm_reshard_plan_adjoint(h_, &a));
+    check(lm_reshard_plan_adjoint(&a, h_));
     return reshard_plan(a);
   }
   /// lm_reshard_plan_info: this rank's counts (local), or every rank's summed (all_ranks:
@@ -662,7 +662,7 @@ class reshard_group {
   /// lm_reshard_group_alloc_targets (local).
   std::vector<dist_tensor> alloc_targets(DLDevice device = DLDevice{kDLCPU, 0}) const {
     std::vector<lm_dist_tensor_t> h(size(), nullptr);
-    check(lm_reshard_group_alloc_targets(h_, device, static_cast<int>(h.size()), h.data()));
+    check(lm_reshard_group_alloc_targets(h.data(), h_, device, static_cast<int>(h.size())));
     std::vector<dist_tensor> out;
     out.reserve(h.size());
     for (lm_dist_tensor_t t : h) out.emplace_back(t);
@@ -1051,7 +1051,7 @@ class local_map_record {
   /// lm_local_map_record_input_grad: grad moved to inputs[index]'s own layout (collective).
   dist_tensor input_grad(int index, const dist_tensor &grad) const {
     lm_dist_tensor_t out = nullptr;
-    check(lm_local_map_record_input_grad(h_, index, grad.get(), &out));
+    check(lm_local_map_record_input_grad(&out, h_, index, grad.get()));
     return dist_tensor(out);
   }
 

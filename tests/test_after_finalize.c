@@ -44,9 +44,9 @@ int main(int argc, char **argv) {
   check(st == LM_SUCCESS, "lm_reshard_plan_create", st);
   check(lm_dist_tensor_zeros(&a, m, 1, &n, LM_FLOAT64, LM_CPU, &s0) == LM_SUCCESS, "zeros", st);
   check(lm_dist_tensor_zeros(&c, m, 1, &n, LM_FLOAT64, LM_CPU, &s0) == LM_SUCCESS, "zeros", st);
-  check(lm_reshard_plan_alloc_target(p, LM_CPU, &b) == LM_SUCCESS, "alloc_target", st);
-  check(lm_reshard_plan_alloc_target(p, LM_CPU, &d) == LM_SUCCESS, "alloc_target", st);
-  st = lm_reshard_plan_start(p, a, b, &r1);
+  check(lm_reshard_plan_alloc_target(&b, p, LM_CPU) == LM_SUCCESS, "alloc_target", st);
+  check(lm_reshard_plan_alloc_target(&d, p, LM_CPU) == LM_SUCCESS, "alloc_target", st);
+  st = lm_reshard_plan_start(&r1, p, a, b);
   check(st == LM_SUCCESS && (r1 != NULL || np == 1), "lm_reshard_plan_start", st);
   MPI_Barrier(MPI_COMM_WORLD); /* the small messages are delivered; nobody waits for them */
   MPI_Finalize();

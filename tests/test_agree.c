@@ -168,11 +168,11 @@ static void test_plan_execute_different_plans(void **state) {
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, odd ? &rep : &s0, m, odd ? &s0 : &rep, 1, &n,
                                             LM_FLOAT32));
     lm_dist_tensor_t src = iota(m, n, odd ? R_ : S_(0)), dst = NULL;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, p, LM_CPU));
     LM_EXPECT_ALL(lm_reshard_plan_execute(p, src, dst), LM_ERR_MISMATCH,
                   "disagree on source placements");
     lm_request_t rq = NULL;
-    LM_EXPECT_ALL(lm_reshard_plan_start(p, src, dst, &rq), LM_ERR_MISMATCH, "disagree on");
+    LM_EXPECT_ALL(lm_reshard_plan_start(&rq, p, src, dst), LM_ERR_MISMATCH, "disagree on");
     LM_ASSERT_ALL(rq == NULL);
     lm_dist_tensor_destroy(&src);
     lm_dist_tensor_destroy(&dst);
@@ -197,7 +197,7 @@ static void test_plan_dtype_shape_and_coshard_order(void **state) {
     DLDataType dt = odd ? LM_FLOAT64 : LM_FLOAT32;
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, m, &rep, 1, &n, dt));
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 1, &n, dt, LM_CPU, &s0));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, p, LM_CPU));
     LM_EXPECT_ALL(lm_reshard_plan_execute(p, src, dst), LM_ERR_MISMATCH, "disagree on dtype");
     lm_dist_tensor_destroy(&src);
     lm_dist_tensor_destroy(&dst);
@@ -205,7 +205,7 @@ static void test_plan_dtype_shape_and_coshard_order(void **state) {
     /* global shape */
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, m, &rep, 1, odd ? &n9 : &n, LM_FLOAT32));
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 1, odd ? &n9 : &n, LM_FLOAT32, LM_CPU, &s0));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, p, LM_CPU));
     LM_EXPECT_ALL(lm_reshard_plan_execute(p, src, dst), LM_ERR_MISMATCH,
                   "disagree on global shape");
     lm_dist_tensor_destroy(&src);
@@ -594,7 +594,7 @@ static void test_placements_differ_past_the_first(void **state) {
     lm_dist_tensor_t src = NULL, dst = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, rr, m, mine, 2, g, LM_FLOAT32));
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, LM_FLOAT32, LM_CPU, rr));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, p, LM_CPU));
     LM_EXPECT_ALL(lm_reshard_plan_execute(p, src, dst), LM_ERR_MISMATCH,
                   "disagree on target placements");
     lm_dist_tensor_destroy(&src);

@@ -56,7 +56,7 @@ static void test_agreements_use_the_board(void **state) {
   lm_dist_tensor_t src = NULL, dst = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &s0, m, &rep, 1, g, LM_FLOAT32));
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 1, g, LM_FLOAT32, LM_CPU, &s0));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, plan, LM_CPU));
   const int calls = 20;
   long before = g_allreduces;
   int ok = 1;

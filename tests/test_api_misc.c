@@ -73,11 +73,11 @@ static void test_plan_and_request_bad_inputs(void **state) {
   LM_ASSERT_STATUS(lm_reshard_plan_describe(foreign, buf, sizeof buf), LM_ERR_INVALID_ARGUMENT);
 
   lm_dist_tensor_t t = NULL;
-  LM_ASSERT_STATUS(lm_reshard_plan_alloc_target(NULL, LM_CPU, &t), LM_ERR_INVALID_ARGUMENT);
-  LM_ASSERT_STATUS(lm_reshard_plan_alloc_target(p, LM_CPU, NULL), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_reshard_plan_alloc_target(&t, NULL, LM_CPU), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_reshard_plan_alloc_target(NULL, p, LM_CPU), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(msg_has("out"));
   int cuda_ok = lm_test_expect_gpu() == 1; /* not the library's own answer */
-  LM_ASSERT_STATUS(lm_reshard_plan_alloc_target(p, (DLDevice){kDLCUDA, 9999}, &t),
+  LM_ASSERT_STATUS(lm_reshard_plan_alloc_target(&t, p, (DLDevice){kDLCUDA, 9999}),
                    cuda_ok ? LM_ERR_INVALID_ARGUMENT : LM_ERR_NOT_SUPPORTED);
   LM_ASSERT_ALL(msg_has("device") && t == NULL);
 
@@ -93,7 +93,7 @@ static void test_plan_and_request_bad_inputs(void **state) {
   LM_ASSERT_STATUS(lm_request_wait(NULL), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_OK(lm_request_wait(&req));
   LM_ASSERT_STATUS(lm_request_wait(&freq), LM_ERR_INVALID_ARGUMENT);
-  LM_ASSERT_STATUS(lm_reshard_plan_start(p, NULL, NULL, NULL), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_reshard_plan_start(NULL, p, NULL, NULL), LM_ERR_INVALID_ARGUMENT);
 
   LM_ASSERT_STATUS(lm_reshard_plan_destroy(&foreign), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_OK(lm_reshard_plan_destroy(&p));

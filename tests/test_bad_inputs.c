@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Bad input that used to get through (issue 8 item 4), and what the fuzzers found: lm_chunk near
- * INT64_MAX, borrowed data misaligned for its dtype, strides whose byte span overflows, Partial ops
- * the dtype cannot take, a user fn returning one DLManagedTensor twice, nout = INT_MAX, and the
- * documented meaning of plan_create(dst_mesh = NULL) and local_map with no mesh at all. */
+/* Bad input that used to get through (issue 8 item 4), and what the fuzzers found:
+ * lm_layout_chunk near INT64_MAX, borrowed data misaligned for its dtype, strides whose byte span
+ * overflows, Partial ops the dtype cannot take, a user fn returning one DLManagedTensor twice,
+ * nout = INT_MAX, and the documented meaning of plan_create(dst_mesh = NULL) and local_map with no mesh at all. */
 // lm-test-np: 1 2 3
 #include "lm_test.h"
 
@@ -41,23 +41,23 @@ static void test_chunk_near_int64_max(void **state) {
       for (size_t c = 0; c < 5; ++c) {
         int64_t i = is[c], off = -1, len = -1, ro, rl;
         if (i < 0 || i >= p) continue;
-        if (lm_chunk(n, p, i, &off, &len) != LM_SUCCESS) ok = 0;
+        if (lm_layout_chunk(n, p, i, &off, &len) != LM_SUCCESS) ok = 0;
         chunk_ref(n, p, i, &ro, &rl);
         if (off != ro || len != rl || off < 0 || len < 0 || off > n || len > n - off) ok = 0;
         ++nchecked;
       }
     }
   LM_ASSERT_ALL(ok && nchecked > 100);
-  /* What was wrong: lm_chunk(INT64_MAX, 2, 1) overflowed in n + parts - 1 (UBSan) and gave a
+  /* What was wrong: lm_layout_chunk(INT64_MAX, 2, 1) overflowed in n + parts - 1 (UBSan) and gave a
    * negative offset with LM_SUCCESS. */
   int64_t off, len;
-  LM_ASSERT_OK_ALL(lm_chunk(M, 2, 1, &off, &len));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(M, 2, 1, &off, &len));
   LM_ASSERT_ALL(off == ((int64_t)1 << 62) && len == ((int64_t)1 << 62) - 1);
-  LM_ASSERT_OK_ALL(lm_chunk(M, M, M - 1, &off, &len));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(M, M, M - 1, &off, &len));
   LM_ASSERT_ALL(off == M - 1 && len == 1);
-  LM_EXPECT_ALL(lm_chunk(M, M, M, &off, &len), LM_ERR_INVALID_ARGUMENT, "index");
-  LM_EXPECT_ALL(lm_chunk(-1, 2, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "n");
-  LM_EXPECT_ALL(lm_chunk(5, INT64_MIN, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "parts");
+  LM_EXPECT_ALL(lm_layout_chunk(M, M, M, &off, &len), LM_ERR_INVALID_ARGUMENT, "index");
+  LM_EXPECT_ALL(lm_layout_chunk(-1, 2, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_layout_chunk(5, INT64_MIN, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "parts");
 }
 
 static void test_borrow_misaligned_data_refused(void **state) {
@@ -286,7 +286,7 @@ static void test_documented_null_meshes(void **state) {
   lm_reshard_plan_t p = NULL;
   lm_dist_tensor_t d = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, NULL, &rep, 1, g, LM_FLOAT32));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &d));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&d, p, LM_CPU));
   lm_mesh_t dm = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_mesh(d, &dm));
   LM_ASSERT_ALL(dm == m);

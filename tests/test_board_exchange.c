@@ -160,7 +160,7 @@ static long run_case(lm_mesh_t m, lm_placement_t sp, lm_placement_t dp, int64_t 
     dst = padded(m, dp, g, dt, &darr);
   } else {
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, dt, LM_CPU, &sp));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, plan, LM_CPU));
   }
   *ok &= fill(src, sp, dt);
   long before = g_p2p;
@@ -239,7 +239,7 @@ static void test_mixed_start_and_execute(void **state) {
   lm_dist_tensor_t src = NULL, dst = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &S0, m, &S1, 2, g, LM_FLOAT64));
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, g, LM_FLOAT64, LM_CPU, &S0));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, plan, LM_CPU));
   LM_ASSERT_ALL(fill(src, S0, LM_FLOAT64));
   lm_status_t st;
   lm_request_t q = NULL;
@@ -247,7 +247,7 @@ static void test_mixed_start_and_execute(void **state) {
   if (!check_on) { /* no agreement: mixed calls are undefined (DESIGN, LM_CHECK levels) */
     st = lm_reshard_plan_execute(plan, src, dst);
   } else if (ME == 0) {
-    st = lm_reshard_plan_start(plan, src, dst, &q);
+    st = lm_reshard_plan_start(&q, plan, src, dst);
     if (st == LM_SUCCESS && q) st = lm_request_wait(&q);
   } else {
     st = lm_reshard_plan_execute(plan, src, dst);

@@ -36,7 +36,7 @@ static void test_execute_after_a_transport_failure(void **state) {
   lm_dist_tensor_t src = NULL, dst = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, NULL, &s1, 2, shape, LM_FLOAT64));
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&src, m, 2, shape, LM_FLOAT64, LM_CPU, &s0));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &dst));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, p, LM_CPU));
   /* Executions until the injected fault fires (its third transport call on rank 1). */
   lm_status_t st = LM_SUCCESS;
   int any_failed = 0;

@@ -82,7 +82,7 @@ static void test_overlapping_borrows_refused(void **state) {
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&c, m, &lc, &s0, LM_SHAPE_GIVEN, &g, LM_FROM_LOCAL_BORROW));
   LM_EXPECT_ALL(lm_reshard_plan_execute(p, a, b), LM_ERR_INVALID_ARGUMENT, "overlaps");
   LM_EXPECT_ALL(lm_reshard_plan_execute(p, b, a), LM_ERR_INVALID_ARGUMENT, "overlaps");
-  LM_EXPECT_ALL(lm_reshard_plan_start(p, a, b, &r), LM_ERR_INVALID_ARGUMENT, "overlaps");
+  LM_EXPECT_ALL(lm_reshard_plan_start(&r, p, a, b), LM_ERR_INVALID_ARGUMENT, "overlaps");
   LM_ASSERT_ALL(r == NULL);
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, a, c)); /* adjacent, not overlapping: fine */
   int ok = 1;
@@ -175,7 +175,7 @@ static void test_check0_mismatch_says_what_is_known(void **state) {
     lm_dist_tensor_t a = NULL, b = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, NULL, &s1, 2, shape, LM_FLOAT64));
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&a, m, 2, shape, LM_FLOAT64, LM_CPU, &s0));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &b));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&b, p, LM_CPU));
     lm_status_t st = lm_reshard_plan_execute(p, a, b);
     snprintf(msg, sizeof msg, "%s", st ? lm_last_error_message() : "");
     if (board)

@@ -223,12 +223,12 @@ static lm_dist_tensor_t run_path(lm_dist_tensor_t src, const olayout_t *S, const
   }
   lm_reshard_plan_t plan = NULL;
   LM_ASSERT_OK(lm_reshard_plan_create(&plan, S->mesh, S->pl, D->mesh, D->pl, nd, shape, dt));
-  LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &out));
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(&out, plan, (DLDevice){kDLCPU, 0}));
   if (path == 1) {
     LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, out));
   } else {
     lm_request_t rq = NULL;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, out, &rq));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_start(&rq, plan, src, out));
     LM_ASSERT_OK_ALL(lm_request_wait(&rq));
   }
   LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
@@ -438,14 +438,14 @@ static void test_group(void **state) {
   }
   lm_reshard_group_t grp = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_group_create(&grp, L.mesh, NULL, N, e, NULL));
-  LM_ASSERT_OK(lm_reshard_group_alloc_targets(grp, (DLDevice){kDLCPU, 0}, N, y));
+  LM_ASSERT_OK(lm_reshard_group_alloc_targets(y, grp, (DLDevice){kDLCPU, 0}, N));
   int64_t bad = 0;
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 0) {
       LM_ASSERT_OK_ALL(lm_reshard_group_execute(grp, N, x, y));
     } else {
       lm_request_t rq = NULL;
-      LM_ASSERT_OK_ALL(lm_reshard_group_start(grp, N, x, y, &rq));
+      LM_ASSERT_OK_ALL(lm_reshard_group_start(&rq, grp, N, x, y));
       LM_ASSERT_OK_ALL(lm_request_wait(&rq));
     }
     for (int i = 0; i < N; ++i) {
@@ -528,7 +528,7 @@ static void test_scalapack_layout(void **state) {
   LM_ASSERT_OK(lm_reshard_plan_bytes_sent(plan, &sent));
   LM_ASSERT_ALL(sent == want);
   lm_dist_tensor_t rows = NULL;
-  LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &rows));
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(&rows, plan, (DLDevice){kDLCPU, 0}));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, t, rows));
   LM_ASSERT_ALL(walk(rows, &R, 2, shape, 8, 0) == 0);
   LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
@@ -602,7 +602,7 @@ static int64_t desc_case(olayout_t *L, int pad, int borrow, int path) {
       LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, r, dst));
     } else {
       lm_request_t q = NULL;
-      LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, r, dst, &q));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(&q, plan, r, dst));
       LM_ASSERT_OK_ALL(lm_request_wait(&q));
     }
     LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));

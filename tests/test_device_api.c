@@ -176,7 +176,7 @@ static void test_refusals_without_device(void **state) {
                 LM_ERR_NOT_SUPPORTED, "kDLCUDA");
   lm_reshard_plan_t p = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, pl, NULL, pl, 1, g, LM_FLOAT32));
-  LM_EXPECT_ALL(lm_reshard_plan_alloc_target(p, cuda, &t), LM_ERR_NOT_SUPPORTED, "kDLCUDA");
+  LM_EXPECT_ALL(lm_reshard_plan_alloc_target(&t, p, cuda), LM_ERR_NOT_SUPPORTED, "kDLCUDA");
   LM_ASSERT_ALL(t == NULL);
   LM_ASSERT_ALL(refusal_reason_pinned(lm_cuda_runtime_loaded()));
   LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));

@@ -184,7 +184,7 @@ static void test_collectives_agree_under_faults(void **state) {
     LM_ASSERT_OK(lm_reshard_plan_create(&plan, m, &s0, m, &rep, 1, &n, LM_FLOAT64));
     /* alloc_target is local: a failure there is this rank's alone (no other rank is told), so
      * the test itself agrees before the collective that needs the target. */
-    lm_status_t st = lm_reshard_plan_alloc_target(plan, LM_CPU, &u);
+    lm_status_t st = lm_reshard_plan_alloc_target(&u, plan, LM_CPU);
     int mine = st == LM_SUCCESS, all = 0;
     /* local: only an allocation fault of this very rank may fail it, with its own code */
     int local_ok = st == LM_SUCCESS || (g_kind == F_ALLOC && eligible() && st == LM_ERR_OUT_OF_MEMORY);

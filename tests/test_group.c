@@ -129,7 +129,7 @@ static void check_group(lm_mesh_t sm, lm_mesh_t dm, const entry_t *e, int n, siz
     fill(x[i], i);
     lm_reshard_plan_t plan = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, sm, e[i].src, dm, e[i].dst, e[i].ndim, e[i].shape, e[i].dt));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &ref[i]));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&ref[i], plan, LM_CPU));
     LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, x[i], ref[i]));
     LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
   }
@@ -137,12 +137,12 @@ static void check_group(lm_mesh_t sm, lm_mesh_t dm, const entry_t *e, int n, siz
   cfg.bucket_bytes = bucket;
   lm_reshard_group_t g = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, sm, dm, n, ent, &cfg));
-  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, n, y));
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, n));
   int ok = 1;
   for (int round = 0; round < 2; ++round) { /* twice: the executor's state is reused */
     if (nonblocking) {
       lm_request_t req = NULL;
-      LM_ASSERT_OK_ALL(lm_reshard_group_start(g, n, x, y, &req));
+      LM_ASSERT_OK_ALL(lm_reshard_group_start(&req, g, n, x, y));
       int done = 0;
       while (!done) LM_ASSERT_OK(lm_request_test(&req, &done));
       LM_ASSERT_ALL(req == NULL);
@@ -247,7 +247,7 @@ static void test_one_message_per_peer(void **state) {
     LM_ASSERT_OK(lm_reshard_plan_info(plan, 0, &info));
     lm_reshard_group_t g = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, K, ent, NULL));
-    LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, K, y));
+    LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, K));
     LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, K, x, y)); /* warm */
     MPI_Barrier(MPI_COMM_WORLD);
     g_isends = 0;
@@ -304,7 +304,7 @@ static void test_parts_in_place(void **state) {
   }
   lm_reshard_group_t g = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, K, ent, NULL));
-  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, K, y));
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, K));
   MPI_Barrier(MPI_COMM_WORLD);
   g_vm_calls = g_vm_bytes = 0;
   g_vm_max_local = 0;
@@ -382,7 +382,7 @@ static void test_borrowed_partials(void **state) {
   }
   lm_reshard_group_t g = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, K, ent, NULL));
-  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, K, y));
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, K));
   int ok = 1;
   for (int round = 0; round < 2; ++round) {
     LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, K, x, y));
@@ -450,6 +450,10 @@ static void test_arguments(void **state) {
   LM_EXPECT_ALL(lm_reshard_group_create(&g, m, NULL, 2, broken, NULL), LM_ERR_INVALID_ARGUMENT,
                 "entries[1]");
   lm_reshard_group_config_t cfg = LM_RESHARD_GROUP_CONFIG_INIT;
+  cfg.magic = LM_MESH_CONFIG_MAGIC; /* another struct's magic */
+  LM_EXPECT_ALL(lm_reshard_group_create(&g, m, NULL, 2, ent, &cfg), LM_ERR_INVALID_ARGUMENT,
+                "config->magic");
+  cfg.magic = LM_RESHARD_GROUP_CONFIG_MAGIC;
   cfg.version = 7;
   LM_EXPECT_ALL(lm_reshard_group_create(&g, m, NULL, 2, ent, &cfg), LM_ERR_INVALID_ARGUMENT, "config->version");
   cfg.version = LM_RESHARD_GROUP_CONFIG_VERSION;
@@ -460,9 +464,9 @@ static void test_arguments(void **state) {
 
   lm_dist_tensor_t x[2], y[2], wrong = NULL;
   for (int i = 0; i < 2; ++i) LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x[i], m, 1, shape, LM_FLOAT64, LM_CPU, s0));
-  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 2, y));
-  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 3, y), LM_ERR_INVALID_ARGUMENT, "n is 3");
-  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 2, NULL), LM_ERR_INVALID_ARGUMENT,
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, 2));
+  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, 3), LM_ERR_INVALID_ARGUMENT, "n is 3");
+  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(NULL, g, LM_CPU, 2), LM_ERR_INVALID_ARGUMENT,
                 "lm_reshard_group_alloc_targets: out is NULL with n = 2");
   LM_EXPECT_ALL(lm_reshard_group_execute(g, 1, x, y), LM_ERR_INVALID_ARGUMENT, "n is 1");
   LM_EXPECT_ALL(lm_reshard_group_execute(g, 2, NULL, y), LM_ERR_INVALID_ARGUMENT, "src is NULL");
@@ -477,13 +481,13 @@ static void test_arguments(void **state) {
   LM_EXPECT_ALL(lm_reshard_group_execute(g, 2, x, src_as_dst), LM_ERR_INVALID_ARGUMENT, "dst[0]");
   /* A request in flight: the group cannot be destroyed or run again until it completes. */
   lm_request_t req = NULL;
-  LM_ASSERT_OK_ALL(lm_reshard_group_start(g, 2, x, y, &req));
+  LM_ASSERT_OK_ALL(lm_reshard_group_start(&req, g, 2, x, y));
   if (NP > 1) LM_ASSERT_ALL(req != NULL);
   lm_reshard_group_t keep = g;
   if (req) {
     LM_EXPECT_ALL(lm_reshard_group_destroy(&keep), LM_ERR_INVALID_USAGE, "in flight");
     lm_request_t second = NULL;
-    LM_EXPECT_ALL(lm_reshard_group_start(g, 2, x, y, &second), LM_ERR_INVALID_ARGUMENT, "in flight");
+    LM_EXPECT_ALL(lm_reshard_group_start(&second, g, 2, x, y), LM_ERR_INVALID_ARGUMENT, "in flight");
     LM_ASSERT_ALL(second == NULL);
   }
   LM_ASSERT_OK_ALL(lm_request_wait(&req));
@@ -496,11 +500,11 @@ static void test_arguments(void **state) {
   int gn = -1, gb = -1;
   LM_ASSERT_OK(lm_reshard_group_size(g, &gn, &gb));
   LM_ASSERT_ALL(gn == 0 && gb == 0);
-  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 0, NULL));
-  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 1, y), LM_ERR_INVALID_ARGUMENT,
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(NULL, g, LM_CPU, 0));
+  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, 1), LM_ERR_INVALID_ARGUMENT,
                 "n is 1, the group has 0 entries");
   LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 0, NULL, NULL));
-  LM_ASSERT_OK_ALL(lm_reshard_group_start(g, 0, NULL, NULL, &req));
+  LM_ASSERT_OK_ALL(lm_reshard_group_start(&req, g, 0, NULL, NULL));
   LM_ASSERT_OK_ALL(lm_request_wait(&req));
   LM_ASSERT_ALL(req == NULL);
   LM_ASSERT_OK(lm_reshard_group_destroy(&g));
@@ -525,7 +529,7 @@ static void test_agreement(void **state) {
   lm_dist_tensor_t x[2], y[2];
   for (int i = 0; i < 2; ++i)
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x[i], m, 1, ent[i].global_shape, LM_FLOAT64, LM_CPU, s0));
-  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, LM_CPU, 2, y));
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(y, g, LM_CPU, 2));
   LM_EXPECT_ALL(lm_reshard_group_execute(g, 2, x, y), LM_ERR_MISMATCH, "entries' layouts");
   for (int i = 0; i < 2; ++i) {
     lm_dist_tensor_destroy(&x[i]);

@@ -150,13 +150,13 @@ static void test_stale_plan_and_request_handles(void **state) {
   {
     lm_mesh_t bm = NULL;
     lm_dist_tensor_t tmp = NULL;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, LM_CPU, &tmp));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&tmp, p, LM_CPU));
     LM_ASSERT_OK_ALL(lm_dist_tensor_mesh(tmp, &bm));
     src = iota(bm, 10, full);
     dst = tmp;
   }
   lm_request_t rq = NULL;
-  LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, src, dst, &rq));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_start(&rq, p, src, dst));
   lm_request_t stale_rq = rq;
   LM_ASSERT_OK_ALL(lm_request_wait(&rq));
   LM_ASSERT_ALL(rq == NULL);

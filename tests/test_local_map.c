@@ -225,7 +225,7 @@ static lm_status_t check_shards_fn(void *ud, lm_mesh_t mesh, int nin, const lm_a
   c->ntensors = 0;
   c->seen_mesh = mesh;
   if (lm_mesh_shape(mesh, &msize, 1) != LM_SUCCESS || lm_mesh_rank(mesh, &mrank) != LM_SUCCESS ||
-      lm_chunk(c->rows, msize, mrank, &off, &len) != LM_SUCCESS) {
+      lm_layout_chunk(c->rows, msize, mrank, &off, &len) != LM_SUCCESS) {
     c->ok = 0;
     return LM_SUCCESS;
   }
@@ -340,7 +340,7 @@ static void test_inferred_mesh_null_in_placements(void **state) {
 
   LM_ASSERT_OK_ALL(call_lm(scale_fn, &s, 2, in, NULL, 1, outpl, NULL, NULL, 0, out));
   LM_ASSERT_ALL(s.calls == 1 && s.seen_mesh == mesh);
-  LM_ASSERT_OK_ALL(lm_chunk(rows, lm_test_size(), lm_test_rank(), &off, &len));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(rows, lm_test_size(), lm_test_rank(), &off, &len));
   LM_ASSERT_ALL(s.seen_shape[0] == len && s.seen_shape[1] == cols);
   LM_ASSERT_ALL(out[0].kind == LM_ARG_DIST_TENSOR && out[0].ptr != NULL);
   lm_dist_tensor_t y = (lm_dist_tensor_t)out[0].ptr;
@@ -391,7 +391,7 @@ static lm_status_t mixed_fn(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *i
   s->ok = nin == 6 && nout == 6;
   if (!s->ok) return LM_ERR_INVALID_ARGUMENT;
   s->ok &= lm_mesh_shape(mesh, &msize, 1) == LM_SUCCESS && lm_mesh_rank(mesh, &mrank) == LM_SUCCESS;
-  s->ok &= lm_chunk(s->rows, msize, mrank, &off, &len) == LM_SUCCESS;
+  s->ok &= lm_layout_chunk(s->rows, msize, mrank, &off, &len) == LM_SUCCESS;
   /* 0: dist -> local view */
   s->ok &= in[0].kind == LM_ARG_TENSOR && in[0].ptr != NULL;
   if (s->ok) {
@@ -794,7 +794,7 @@ static void test_in_placements_reshard(void **state) {
     const lm_placement_t *outpl[1] = {s1};
     memset(&s, 0, sizeof s);
     int64_t off = 0, len = 0;
-    LM_ASSERT_OK_ALL(lm_chunk(cols, lm_test_size(), lm_test_rank(), &off, &len));
+    LM_ASSERT_OK_ALL(lm_layout_chunk(cols, lm_test_size(), lm_test_rank(), &off, &len));
     LM_ASSERT_OK_ALL(call_lm(scale_fn, &s, 1, in2, inpl2, 1, outpl, NULL, NULL,
                              LM_LOCAL_MAP_RESHARD_INPUTS, out));
     LM_ASSERT_ALL(s.seen_shape[0] == rows && s.seen_shape[1] == len);
@@ -934,7 +934,7 @@ static void test_output_shape_modes(void **state) {
   int del0;
   for (int i = 0; i < np; i++) {
     int64_t off, len;
-    LM_ASSERT_OK_ALL(lm_chunk(rows, np, i, &off, &len));
+    LM_ASSERT_OK_ALL(lm_layout_chunk(rows, np, i, &off, &len));
     rows_of_rank[i] = len;
     even_rows[i] = 2;
     bad_rows[i] = (i == 0) ? 1 : 2; /* total 2np-1 but not the torch.chunk layout */
@@ -1641,7 +1641,7 @@ static void test_sibling_mesh_inputs(void **state) {
       double want_half = 0;
       for (int rk = 0; rk < h; rk++) {
         int64_t o = 0, l = 0;
-        if (lm_chunk(rows, np, rk, &o, &l) != LM_SUCCESS) ok = 0;
+        if (lm_layout_chunk(rows, np, rk, &o, &l) != LM_SUCCESS) ok = 0;
         for (int64_t i = o * cols; i < (o + l) * cols; i++) want_half += g[i];
       }
       if (lm_test_rank() < h) {

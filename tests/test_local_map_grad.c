@@ -203,8 +203,8 @@ static void run_forward_backward(lm_placement_t x_own) {
 
   /* Each gradient to its input's own layout: x's as x_own, w's as R. */
   lm_dist_tensor_t dx = NULL, dw = NULL;
-  LM_ASSERT_OK_ALL(lm_local_map_record_input_grad(rec, 0, dx_view, &dx));
-  LM_ASSERT_OK_ALL(lm_local_map_record_input_grad(rec, 1, dw_view, &dw));
+  LM_ASSERT_OK_ALL(lm_local_map_record_input_grad(&dx, rec, 0, dx_view));
+  LM_ASSERT_OK_ALL(lm_local_map_record_input_grad(&dw, rec, 1, dw_view));
   lm_placement_t got;
   LM_ASSERT_OK(lm_dist_tensor_placements(dx, &got, 1));
   LM_ASSERT_ALL(same(got, x_own));
@@ -299,13 +299,13 @@ static void test_record_errors(void **state) {
   LM_ASSERT_ALL(HAS("record is NULL"));
   /* input_grad: the wrong global shape, a non-dist input, NULL out and grad. */
   lm_dist_tensor_t g = NULL;
-  LM_ASSERT_STATUS(lm_local_map_record_input_grad(rec, 0, y, &g), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_local_map_record_input_grad(&g, rec, 0, y), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(g == NULL && HAS("grad has global shape") && HAS("inputs[0]"));
-  LM_ASSERT_STATUS(lm_local_map_record_input_grad(rec, 1, x, &g), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_local_map_record_input_grad(&g, rec, 1, x), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(HAS("inputs[1]"));
-  LM_ASSERT_STATUS(lm_local_map_record_input_grad(rec, 0, x, NULL), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_local_map_record_input_grad(NULL, rec, 0, x), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(HAS("out is NULL"));
-  LM_ASSERT_STATUS(lm_local_map_record_input_grad(rec, 0, NULL, &g), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_local_map_record_input_grad(&g, rec, 0, NULL), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(HAS("grad"));
   /* A dead record is refused, not read. */
   lm_local_map_record_t dead = rec;
@@ -335,7 +335,7 @@ static void test_input_without_adjoint(void **state) {
   LM_ASSERT_OK_ALL(lm_local_map_ex(small_fn, NULL, 1, in, NULL, 2, out_pl, NULL, NULL,
                                    LM_LOCAL_MAP_SHAPES_EVEN, &opt, out));
   lm_dist_tensor_t g = NULL;
-  LM_ASSERT_STATUS(lm_local_map_record_input_grad(rec, 0, x, &g), LM_ERR_NOT_SUPPORTED);
+  LM_ASSERT_STATUS(lm_local_map_record_input_grad(&g, rec, 0, x), LM_ERR_NOT_SUPPORTED);
   LM_ASSERT_ALL(g == NULL && HAS("inputs[0]") && HAS("Partial(min)"));
   lm_dist_tensor_t y = (lm_dist_tensor_t)out[0].ptr;
   LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
@@ -369,11 +369,11 @@ static void test_options_errors(void **state) {
                        LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(HAS("options->version is 99"));
   opt.version = LM_LOCAL_MAP_OPTIONS_VERSION;
-  opt.reserved = 1;
+  opt.magic = 0;
   LM_ASSERT_STATUS_ALL(lm_local_map_ex(small_fn, NULL, 2, in, NULL, 2, out_pl, NULL, NULL, f, &opt, out),
                        LM_ERR_INVALID_ARGUMENT);
-  LM_ASSERT_ALL(HAS("options->reserved"));
-  opt.reserved = 0;
+  LM_ASSERT_ALL(HAS("options->magic"));
+  opt.magic = LM_LOCAL_MAP_OPTIONS_MAGIC;
 
   const lm_placement_t *on_scalar[2] = {NULL, &sp};
   opt.in_grad_placements = on_scalar;

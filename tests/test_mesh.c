@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_mesh: versions, status strings, the MPI bootstrap helpers, lm_mesh_* (default, explicit,
- * reversed and subset rank lists, named dims, communicators), lm_chunk, lm_placements_format, and
- * their bad inputs, including arguments that differ between ranks.
+ * reversed and subset rank lists, named dims, communicators), lm_layout_chunk,
+ * lm_placements_format, and their bad inputs, including arguments that differ between ranks.
  */
 #include <limits.h>
 
@@ -75,12 +75,12 @@ static void test_last_error_message_never_null(void **state) {
   int64_t off = 0, len = 0;
   (void)state;
   LM_ASSERT_ALL(lm_last_error_message() != NULL);
-  LM_EXPECT_ALL(lm_chunk(-1, 1, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_layout_chunk(-1, 1, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "n");
   LM_ASSERT_ALL(lm_last_error_message() != NULL && lm_last_error_message()[0] != '\0');
-  LM_ASSERT_OK_ALL(lm_chunk(4, 2, 1, &off, &len));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(4, 2, 1, &off, &len));
   LM_ASSERT_ALL(lm_last_error_message() != NULL);
   /* The message names the rank when MPI runs. */
-  LM_EXPECT_ALL(lm_chunk(4, 0, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "rank");
+  LM_EXPECT_ALL(lm_layout_chunk(4, 0, 0, &off, &len), LM_ERR_INVALID_ARGUMENT, "rank");
 }
 
 static void test_init_and_world(void **state) {
@@ -631,12 +631,12 @@ static void test_mesh_one_rank_invalid(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * lm_chunk, lm_placements_format
+ * lm_layout_chunk, lm_placements_format
  * ------------------------------------------------------------------------------------------- */
 static int chunk_matches(int64_t n, int64_t parts, const int64_t *lens) {
   int64_t i, off = 0, o = -1, l = -1;
   for (i = 0; i < parts; ++i) {
-    if (lm_chunk(n, parts, i, &o, &l) != LM_SUCCESS) return 0;
+    if (lm_layout_chunk(n, parts, i, &o, &l) != LM_SUCCESS) return 0;
     if (l != lens[i] || o != (l > 0 ? off : (off < n ? off : n))) return 0;
     off += l;
   }
@@ -654,17 +654,17 @@ static void test_chunk(void **state) {
   LM_ASSERT_ALL(chunk_matches(13, 4, d));
   LM_ASSERT_ALL(chunk_matches(14, 4, e));
   LM_ASSERT_ALL(chunk_matches(0, 3, z));
-  LM_ASSERT_OK_ALL(lm_chunk(17, 8, 7, &o, &l));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(17, 8, 7, &o, &l));
   LM_ASSERT_ALL(o == 17 && l == 0);
-  LM_ASSERT_OK_ALL(lm_chunk(INT64_C(1) << 40, 3, 2, &o, &l));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(INT64_C(1) << 40, 3, 2, &o, &l));
   LM_ASSERT_ALL(o == 2 * ((INT64_C(1) << 40) + 2) / 3 && o + l == (INT64_C(1) << 40));
-  LM_EXPECT_ALL(lm_chunk(-1, 4, 0, &o, &l), LM_ERR_INVALID_ARGUMENT, "n");
-  LM_EXPECT_ALL(lm_chunk(5, 0, 0, &o, &l), LM_ERR_INVALID_ARGUMENT, "parts");
-  LM_EXPECT_ALL(lm_chunk(5, -2, 0, &o, &l), LM_ERR_INVALID_ARGUMENT, "parts");
-  LM_EXPECT_ALL(lm_chunk(5, 4, 4, &o, &l), LM_ERR_INVALID_ARGUMENT, "index");
-  LM_EXPECT_ALL(lm_chunk(5, 4, -1, &o, &l), LM_ERR_INVALID_ARGUMENT, "index");
-  LM_EXPECT_ALL(lm_chunk(5, 4, 0, NULL, &l), LM_ERR_INVALID_ARGUMENT, "offset");
-  LM_EXPECT_ALL(lm_chunk(5, 4, 0, &o, NULL), LM_ERR_INVALID_ARGUMENT, "length");
+  LM_EXPECT_ALL(lm_layout_chunk(-1, 4, 0, &o, &l), LM_ERR_INVALID_ARGUMENT, "n");
+  LM_EXPECT_ALL(lm_layout_chunk(5, 0, 0, &o, &l), LM_ERR_INVALID_ARGUMENT, "parts");
+  LM_EXPECT_ALL(lm_layout_chunk(5, -2, 0, &o, &l), LM_ERR_INVALID_ARGUMENT, "parts");
+  LM_EXPECT_ALL(lm_layout_chunk(5, 4, 4, &o, &l), LM_ERR_INVALID_ARGUMENT, "index");
+  LM_EXPECT_ALL(lm_layout_chunk(5, 4, -1, &o, &l), LM_ERR_INVALID_ARGUMENT, "index");
+  LM_EXPECT_ALL(lm_layout_chunk(5, 4, 0, NULL, &l), LM_ERR_INVALID_ARGUMENT, "offset");
+  LM_EXPECT_ALL(lm_layout_chunk(5, 4, 0, &o, NULL), LM_ERR_INVALID_ARGUMENT, "length");
 }
 
 static void test_placements_format(void **state) {

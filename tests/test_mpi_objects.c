@@ -124,7 +124,7 @@ static void cross_cycle(void *arg) {
   LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
   lm_reshard_plan_t plan = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, a, &s0, b, &r, 1, g, LM_FLOAT32));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &y));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&y, plan, LM_CPU));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, x, y));
   LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
   LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
@@ -148,12 +148,12 @@ static void plan_cycle(void *arg) {
     lm_dist_tensor_t x = NULL, y = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &s0, m, &s1, 2, sizes[k], LM_FLOAT64));
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, sizes[k], LM_FLOAT64, LM_CPU, &s0));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &y));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&y, plan, LM_CPU));
     LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, x, y));
     LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, x, y));
     lm_request_t req = NULL;
     int done = 0;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, x, y, &req));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_start(&req, plan, x, y));
     LM_ASSERT_OK(lm_request_test(&req, &done));
     LM_ASSERT_OK_ALL(lm_request_wait(&req));
     LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));

@@ -80,7 +80,7 @@ static void run_case(const case_t *c, int index) {
   lm_mesh_t sm = make_mesh(c->mdim, 0), dm = c->cross ? make_mesh(c->mdim, 1) : sm;
   lm_reshard_plan_t fwd = NULL, adj = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&fwd, sm, c->src, dm, c->dst, 2, c->shape, LM_FLOAT64));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_adjoint(fwd, &adj));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_adjoint(&adj, fwd));
   lm_placement_t gsrc[2], gdst[2], got[2];
   LM_ASSERT_OK(lm_placements_adjoint(c->src, c->mdim, gsrc));
   LM_ASSERT_OK(lm_placements_adjoint(c->dst, c->mdim, gdst));
@@ -92,7 +92,7 @@ static void run_case(const case_t *c, int index) {
   DLTensor bt = {back, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, (int64_t *)c->shape, NULL, 0};
   lm_dist_tensor_t dy = NULL, dx = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&dy, dm, &gt, gdst, -1));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(adj, LM_CPU, &dx));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dx, adj, LM_CPU));
   lm_mesh_t xm = NULL;
   LM_ASSERT_OK(lm_dist_tensor_placements(dx, got, c->mdim));
   LM_ASSERT_OK(lm_dist_tensor_mesh(dx, &xm));
@@ -147,17 +147,17 @@ static void test_refusals(void **state) {
   lm_placement_t pmax = P(LM_REDUCE_MAX), pavg = P(LM_REDUCE_AVG), r = R;
   lm_reshard_plan_t fwd = NULL, adj = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&fwd, m, &pmax, NULL, &r, 2, g, LM_FLOAT64));
-  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(fwd, &adj), LM_ERR_NOT_SUPPORTED);
+  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(&adj, fwd), LM_ERR_NOT_SUPPORTED);
   LM_ASSERT_ALL(adj == NULL && strstr(lm_last_error_message(), "source placements[0]") != NULL &&
                 strstr(lm_last_error_message(), "Partial(max)") != NULL);
   LM_ASSERT_OK(lm_reshard_plan_destroy(&fwd));
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&fwd, m, &r, NULL, &pavg, 2, g, LM_FLOAT64));
-  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(fwd, &adj), LM_ERR_NOT_SUPPORTED);
+  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(&adj, fwd), LM_ERR_NOT_SUPPORTED);
   LM_ASSERT_ALL(adj == NULL && strstr(lm_last_error_message(), "target placements[0]") != NULL &&
                 strstr(lm_last_error_message(), "Partial(avg)") != NULL);
-  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(fwd, NULL), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(NULL, fwd), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(strstr(lm_last_error_message(), "adjoint is NULL") != NULL);
-  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(NULL, &adj), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_reshard_plan_adjoint(&adj, NULL), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_OK(lm_reshard_plan_destroy(&fwd));
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }

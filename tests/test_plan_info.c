@@ -119,7 +119,7 @@ static void run_case(const case_t *c, const char *what) {
 
   lm_dist_tensor_t x = NULL, y = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, sm, c->ndim, c->shape, c->dt, LM_CPU, c->src));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &y));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&y, plan, LM_CPU));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, x, y)); /* plans once, warms the pool */
   int64_t in_use = 0, peak = 0;
   LM_ASSERT_OK(lm_pool_stats(NULL, NULL, 1));
@@ -151,7 +151,8 @@ static void run_case(const case_t *c, const char *what) {
            legacy == mine.bytes_sent && all.bytes_sent == sums[0] && all.bytes_received == sums[1] &&
            all.bytes_sent == all.bytes_received && extra <= bound &&
            mine.routes == (sent + recvd ? (uint32_t)LM_ROUTE_MPI : 0u) && mine.bytes_node_local == 0 &&
-           mine.size == sizeof mine && mine.version == LM_RESHARD_PLAN_INFO_VERSION;
+           mine.size == sizeof mine && mine.magic == LM_RESHARD_PLAN_INFO_MAGIC &&
+           mine.version == LM_RESHARD_PLAN_INFO_VERSION && mine.reserved == 0;
   if (!ok)
     lm_test__diag("rank %d: %s: counted sent %lld in %lld flows, received %lld in %lld, %d peers; "
                   "info sent %lld in %lld, received %lld in %lld, %lld peers, routes %u, legacy "
@@ -290,6 +291,13 @@ static void test_arguments(void **state) {
   info.version = 99;
   LM_ASSERT_STATUS(lm_reshard_plan_info(plan, 0, &info), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(strstr(lm_last_error_message(), "info->version") != NULL);
+  info.version = LM_RESHARD_PLAN_INFO_VERSION;
+  info.magic = LM_LOCAL_MAP_OPTIONS_MAGIC; /* another struct's magic */
+  LM_ASSERT_STATUS(lm_reshard_plan_info(plan, 0, &info), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(strstr(lm_last_error_message(), "info->magic") != NULL);
+  LM_ASSERT_STATUS(lm_reshard_estimate(m, &s0, NULL, &r, 1, g, LM_FLOAT64, 0, &info),
+                   LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(strstr(lm_last_error_message(), "info->magic") != NULL);
   /* The library writes no byte past the caller's size. */
   struct {
     lm_reshard_plan_info_t info;

@@ -37,7 +37,7 @@ static void setup(Fixture *f) {
   f->g[0] = 7 * NP + 1;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&f->plan, f->m, &f->s0, NULL, &f->r, 1, f->g, LM_FLOAT64));
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&f->src, f->m, 1, f->g, LM_FLOAT64, LM_CPU, &f->s0));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(f->plan, LM_CPU, &f->dst));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&f->dst, f->plan, LM_CPU));
 }
 
 static void teardown(Fixture *f) {

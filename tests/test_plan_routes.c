@@ -125,7 +125,7 @@ static int run_case(lm_mesh_t m, lm_placement_t sp, lm_placement_t dp, const int
   lm_dist_tensor_t x = NULL, y = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, m, &sp, m, &dp, 2, g, LM_FLOAT64));
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, g, LM_FLOAT64, LM_CPU, &sp));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &y));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&y, plan, LM_CPU));
   int ok = fill_or_check(x, sp, g, 0);
 
   /* The oracle: per peer, the flows, their routes and bytes. */

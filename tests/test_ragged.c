@@ -230,7 +230,7 @@ static void test_partial_into_ragged(void **state) {
   for (int64_t i = 0; i < g[0]; ++i)
     for (int64_t j = 0; j < COLS; ++j) ((double *)v.data)[i * COLS + j] = (ME + 1) * value_at(i, j);
   LM_ASSERT_OK(lm_extents_destroy(id)); /* the plan keeps its extents */
-  LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &d));
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(&d, plan, (DLDevice){kDLCPU, 0}));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, s, d));
   int64_t off[2], ls[2];
   LM_ASSERT_OK(lm_dist_tensor_local_offset(d, off, 2));
@@ -251,9 +251,9 @@ static void test_partial_into_ragged(void **state) {
   LM_ASSERT_ALL(n == NP && e[ME] == rows_of(ME));
   /* The adjoint (RS -> R, PyTorch's convention: Partial(sum)'s gradient is replicated). */
   lm_reshard_plan_t adj = NULL;
-  LM_ASSERT_OK_ALL(lm_reshard_plan_adjoint(plan, &adj));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_adjoint(&adj, plan));
   lm_dist_tensor_t back = NULL;
-  LM_ASSERT_OK(lm_reshard_plan_alloc_target(adj, (DLDevice){kDLCPU, 0}, &back));
+  LM_ASSERT_OK(lm_reshard_plan_alloc_target(&back, adj, (DLDevice){kDLCPU, 0}));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(adj, d, back));
   LM_ASSERT_OK(lm_dist_tensor_local(back, &v));
   ok = 1;
@@ -459,7 +459,7 @@ static void test_agreed_coshard(void **state) {
   for (int64_t i = 0; i < A; ++i) total += blk[i];
   for (int64_t i = 0; i < i0; ++i) row0 += blk[i];
   int64_t c_off = 0, c_len = 0;
-  LM_ASSERT_OK(lm_chunk(blk[i0], B, i1, &c_off, &c_len));
+  LM_ASSERT_OK(lm_layout_chunk(blk[i0], B, i1, &c_off, &c_len));
   lm_mesh_t m2 = NULL;
   LM_ASSERT_OK_ALL(lm_mesh_create(&m2, lm_test_comm_f(), 2, shape, NULL));
   double *mine = (double *)malloc(sizeof(double) * (size_t)((c_len + 3) * COLS));

@@ -357,14 +357,14 @@ static lm_status_t do_reshard(lm_dist_tensor_t src, lm_mesh_t sm, const lm_place
   lm_reshard_plan_t plan = NULL;
   st = lm_reshard_plan_create(&plan, sm, sp, dm, dp, ndim, g, dt);
   if (st != LM_SUCCESS) return st;
-  st = lm_reshard_plan_alloc_target(plan, LM_CPU, out);
+  st = lm_reshard_plan_alloc_target(out, plan, LM_CPU);
   if (st == LM_SUCCESS) {
     if (path == PATH_EXECUTE) {
       st = lm_reshard_plan_execute(plan, src, *out);
     } else {
       lm_request_t req = NULL;
       int done = 0, spins = 0;
-      st = lm_reshard_plan_start(plan, src, *out, &req);
+      st = lm_reshard_plan_start(&req, plan, src, *out);
       while (st == LM_SUCCESS && !done && spins++ < 2) st = lm_request_test(&req, &done);
       if (st == LM_SUCCESS && done && req != NULL) {
         note("lm_request_test said done but left the request non-NULL");
@@ -582,8 +582,8 @@ static void test_bytes_sent(void **state) {
       for (int j = 0; j < np; ++j) {
         int64_t ro, rl, co, cl;
         if (i == j) continue;
-        LM_ASSERT_OK(lm_chunk(g[0], np, i, &ro, &rl));
-        LM_ASSERT_OK(lm_chunk(g[1], np, j, &co, &cl));
+        LM_ASSERT_OK(lm_layout_chunk(g[0], np, i, &ro, &rl));
+        LM_ASSERT_OK(lm_layout_chunk(g[1], np, j, &co, &cl));
         want += rl * cl * es;
       }
     snprintf(what, sizeof what, "[%lld,%lld] S(0) -> S(1)", (long long)g[0], (long long)g[1]);
@@ -594,7 +594,7 @@ static void test_bytes_sent(void **state) {
     int64_t rs = 0;
     for (int i = 0; i < np; ++i) {
       int64_t o, l;
-      LM_ASSERT_OK(lm_chunk(g[0], np, i, &o, &l));
+      LM_ASSERT_OK(lm_layout_chunk(g[0], np, i, &o, &l));
       rs += (total - l * g[1] * es);
     }
     snprintf(what, sizeof what, "[%lld,%lld] P(sum) -> S(0)", (long long)g[0], (long long)g[1]);
@@ -630,7 +630,7 @@ static void test_bytes_sent(void **state) {
            (const void *)ps, (long long)(ns * 8));
     else if (nd > 0) {
       int64_t o, l;
-      LM_ASSERT_OK(lm_chunk(g[0], np, lm_test_rank(), &o, &l));
+      LM_ASSERT_OK(lm_layout_chunk(g[0], np, lm_test_rank(), &o, &l));
       if (pd != ps + o * g[1] * 8)
         note("R -> S(0) view starts at byte %lld of the source, expected %lld",
              (long long)(pd - ps), (long long)(o * g[1] * 8));
@@ -639,7 +639,7 @@ static void test_bytes_sent(void **state) {
     /* the header: the view shares the source's memory, writing one changes the other */
     if (nd > 0) {
       int64_t o, l;
-      LM_ASSERT_OK(lm_chunk(g[0], np, lm_test_rank(), &o, &l));
+      LM_ASSERT_OK(lm_layout_chunk(g[0], np, lm_test_rank(), &o, &l));
       double *sv = (double *)ps + o * g[1], *dv = (double *)pd, keep = sv[0];
       sv[0] = 1234.5;
       if (dv[0] != 1234.5) note("R -> S(0): a write to the source is not seen through the view");
@@ -900,10 +900,10 @@ static void test_cross_mesh_bystanders(void **state) {
     /* the plan path too: execute succeeds, start gives a NULL request that is done */
     lm_reshard_plan_t plan = NULL;
     st = lm_reshard_plan_create(&plan, C, &s0, D, &r, 2, g, LM_FLOAT64);
-    if (st == LM_SUCCESS) st = lm_reshard_plan_alloc_target(plan, LM_CPU, &dst);
+    if (st == LM_SUCCESS) st = lm_reshard_plan_alloc_target(&dst, plan, LM_CPU);
     if (st == LM_SUCCESS) st = lm_reshard_plan_execute(plan, src, dst);
     lm_request_t req = NULL;
-    if (st == LM_SUCCESS) st = lm_reshard_plan_start(plan, src, dst, &req);
+    if (st == LM_SUCCESS) st = lm_reshard_plan_start(&req, plan, src, dst);
     int done = 0;
     if (st == LM_SUCCESS) st = lm_request_test(&req, &done);
     if (st != LM_SUCCESS || !done || req != NULL)
@@ -926,11 +926,11 @@ static void test_cross_mesh_bystanders(void **state) {
     /* ranks 0..3 run the plan path as the bystanders did */
     lm_reshard_plan_t plan = NULL;
     st = lm_reshard_plan_create(&plan, C, &s0, D, &r, 2, g, LM_FLOAT64);
-    if (st == LM_SUCCESS) st = lm_reshard_plan_alloc_target(plan, LM_CPU, &dst);
+    if (st == LM_SUCCESS) st = lm_reshard_plan_alloc_target(&dst, plan, LM_CPU);
     if (st == LM_SUCCESS) st = lm_reshard_plan_execute(plan, src, dst);
     if (st == LM_SUCCESS) check_tensor(dst, &r, 2, g, LM_FLOAT64, EXP_VALUE, 1, "C->D execute");
     lm_request_t req = NULL;
-    if (st == LM_SUCCESS) st = lm_reshard_plan_start(plan, src, dst, &req);
+    if (st == LM_SUCCESS) st = lm_reshard_plan_start(&req, plan, src, dst);
     if (st == LM_SUCCESS) st = lm_request_wait(&req);
     if (st != LM_SUCCESS)
       note("C->D plan path on rank %d: %s: %s", rank, lm_status_string(st), lm_last_error_message());
@@ -983,7 +983,7 @@ static void test_cross_mesh_overlap(void **state) {
     int64_t tb = plan_bytes(A, &r, B, &s0, 2, g, LM_FLOAT64, NULL, desc, sizeof desc);
     int64_t o, l, want = 0;
     for (int i = 2; i < 4; ++i) {
-      LM_ASSERT_OK(lm_chunk(g[0], 4, i, &o, &l));
+      LM_ASSERT_OK(lm_layout_chunk(g[0], 4, i, &o, &l));
       want += l * g[1] * 8;
     }
     expect_bytes("overlap R on [0..3] -> S(0) on [2..5]", tb, want, desc);
@@ -1033,7 +1033,7 @@ static void test_persistent_plan(void **state) {
     lm_dist_tensor_t src = NULL, dst = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, mesh, &cases[c].s, mesh, &cases[c].d, 2, g,
                                             cases[c].dt));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, plan, LM_CPU));
     src = make_src(mesh, &cases[c].s, 2, g, cases[c].dt, 0);
     for (int it = 0; it < 5; ++it) {
       char label[160];
@@ -1044,7 +1044,7 @@ static void test_persistent_plan(void **state) {
         st = lm_reshard_plan_execute(plan, src, dst);
       } else {
         lm_request_t req = NULL;
-        st = lm_reshard_plan_start(plan, src, dst, &req);
+        st = lm_reshard_plan_start(&req, plan, src, dst);
         if (st == LM_SUCCESS) st = lm_request_wait(&req);
       }
       LM_ASSERT_OK_ALL(st);
@@ -1081,15 +1081,15 @@ static void test_nonblocking(void **state) {
   lm_dist_tensor_t src = make_src(mesh, &s0, 2, g, LM_FLOAT64, 7), dst = NULL, dst2 = NULL;
   lm_dist_tensor_t other = make_src(mesh, &s1, 2, g, LM_FLOAT64, 8), out = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, mesh, &s0, mesh, &r, 2, g, LM_FLOAT64));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst2));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, plan, LM_CPU));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst2, plan, LM_CPU));
 
   /* start, compute between tests, finish */
   for (int round = 0; round < 3; ++round) {
     lm_request_t req = NULL;
     int done = 0, tests = 0;
     refill(src, &s0, 2, g, LM_FLOAT64, 30 + round);
-    LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, dst, &req));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_start(&req, plan, src, dst));
     LM_ASSERT_ALL(req != NULL);
     while (!done && tests < 1000000) {
       busy_compute(2000);
@@ -1105,10 +1105,10 @@ static void test_nonblocking(void **state) {
   {
     lm_request_t req = NULL, req2 = NULL;
     refill(src, &s0, 2, g, LM_FLOAT64, 40);
-    LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, dst, &req));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_start(&req, plan, src, dst));
     busy_compute(10000);
     /* a second request on the same plan */
-    LM_ASSERT_STATUS_ALL(lm_reshard_plan_start(plan, src, dst2, &req2), LM_ERR_INVALID_ARGUMENT);
+    LM_ASSERT_STATUS_ALL(lm_reshard_plan_start(&req2, plan, src, dst2), LM_ERR_INVALID_ARGUMENT);
     LM_ASSERT_ALL(req2 == NULL);
     /* destroying the plan */
     LM_ASSERT_STATUS_ALL(lm_reshard_plan_destroy(&plan), LM_ERR_INVALID_USAGE);
@@ -1145,7 +1145,7 @@ static void test_nonblocking(void **state) {
       if (!ok) note("execute with a wrong src (%d): %s: \"%s\" (want INVALID_ARGUMENT naming src)",
                     k, lm_status_string(st), msg);
       lm_request_t req = NULL;
-      st = lm_reshard_plan_start(plan, srcs[k], dst, &req);
+      st = lm_reshard_plan_start(&req, plan, srcs[k], dst);
       msg = lm_last_error_message();
       ok = st == LM_ERR_INVALID_ARGUMENT && strstr(msg, "src") != NULL && req == NULL;
       if (!ok) note("start with a wrong src (%d): %s: \"%s\"", k, lm_status_string(st), msg);
@@ -1194,11 +1194,11 @@ static void test_inflight_uninvolved_ranks(void **state) {
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, mesh, &s0, mesh, &s1, 2, g, LM_FLOAT64));
   lm_dist_tensor_t src = make_src(mesh, &s0, 2, g, LM_FLOAT64, 1), dst = NULL, dst2 = NULL, out = NULL;
   lm_dist_tensor_t rep = make_src(mesh, &r, 2, gr, LM_FLOAT64, 2);
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst2));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, plan, LM_CPU));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst2, plan, LM_CPU));
   lm_request_t req = NULL, req2 = NULL;
-  LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, dst, &req));
-  lm_status_t st = lm_reshard_plan_start(plan, src, dst2, &req2);
+  LM_ASSERT_OK_ALL(lm_reshard_plan_start(&req, plan, src, dst));
+  lm_status_t st = lm_reshard_plan_start(&req2, plan, src, dst2);
   if (st != LM_ERR_INVALID_ARGUMENT)
     note("second start on a plan in flight (first request %s on this rank): %s, want INVALID_ARGUMENT",
          req ? "non-NULL" : "NULL", lm_status_string(st));

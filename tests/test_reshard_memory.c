@@ -183,7 +183,7 @@ static void test_memory_bound(void **state) {
                (long long)(in_use_now() - before));
           ++bad;
         }
-        LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, LM_CPU, &dst));
+        LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dst, plan, LM_CPU));
         before = in_use_now();
         LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, dst));
         extra = peak_now() - before;

@@ -625,7 +625,7 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
     lm_reshard_plan_t plan = NULL;
     st = lm_reshard_plan_create(&plan, sm, c->sp, dm, c->dp, c->ndim, c->g, dl_of(c->t));
     if (st == LM_SUCCESS) {
-      LM_ASSERT_OK(lm_reshard_plan_alloc_target(plan, (DLDevice){kDLCPU, 0}, &dst));
+      LM_ASSERT_OK(lm_reshard_plan_alloc_target(&dst, plan, (DLDevice){kDLCPU, 0}));
       if (c->pad & 2) {
         lm_dist_tensor_t p = padded_twin(dst, dm, c->dp, c, is_member(dpm), 0, &darr, &dbytes);
         LM_ASSERT_OK(lm_dist_tensor_destroy(&dst));
@@ -635,7 +635,7 @@ static int run_case(uint64_t seed, int k, const case_t *c) {
         st = lm_reshard_plan_execute(plan, src, dst);
       } else {
         lm_request_t req = NULL;
-        st = lm_reshard_plan_start(plan, src, dst, &req);
+        st = lm_reshard_plan_start(&req, plan, src, dst);
         int done = 0, spins = 0;
         while (st == LM_SUCCESS && !done && spins++ < 3) st = lm_request_test(&req, &done);
         if (st == LM_SUCCESS && !done) st = lm_request_wait(&req);

@@ -76,7 +76,7 @@ static void expect_box(int tnd, const int64_t *g, int mnd, const int64_t *ms, co
     for (i = 0; i < cnt; ++i) {
       int64_t o = 0, l = 0;
       int m = ms_list[i];
-      if (lm_chunk(len[d], ms[m], coord[m], &o, &l) != LM_SUCCESS) abort();
+      if (lm_layout_chunk(len[d], ms[m], coord[m], &o, &l) != LM_SUCCESS) abort();
       off[d] += o;
       len[d] = l;
     }
@@ -140,7 +140,7 @@ static void check_layout(lm_dist_tensor_t t, lm_mesh_t m, int tnd, const int64_t
   if (ok) {
     if (member) {
       for (d = 0; d < tnd; ++d)
-        if (ls[d] != elen[d] || lo[d] != eoff[d]) BAD("local shape/offset vs lm_chunk");
+        if (ls[d] != elen[d] || lo[d] != eoff[d]) BAD("local shape/offset vs lm_layout_chunk");
     } else {
       /* Placeholder: empty shard, offsets 0. */
       if (tnd > 0 && prod(tnd, ls) != 0) BAD("non-member local shape not empty");
@@ -425,12 +425,12 @@ static void test_from_local_even(void **state) {
   /* Uneven: rows from torch.chunk(13, n). EVEN assumes local * n; ranks where that layout does
    * not give them their extent fail with INVALID_ARGUMENT, the others succeed (EVEN is local). */
   pl[0] = S_(0);
-  LM_ASSERT_OK_ALL(lm_chunk(13, NP, ME, &o, &l));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(13, NP, ME, &o, &l));
   ls[0] = l;
   {
     int64_t o2, l2;
     lm_status_t want;
-    LM_ASSERT_OK_ALL(lm_chunk(l * NP, NP, ME, &o2, &l2));
+    LM_ASSERT_OK_ALL(lm_layout_chunk(l * NP, NP, ME, &o2, &l2));
     want = (l2 == l) ? LM_SUCCESS : LM_ERR_INVALID_ARGUMENT;
     LM_EXPECT_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_EVEN, NULL, LM_FROM_LOCAL_COPY),
                want, "local shape");
@@ -451,7 +451,7 @@ static void test_from_local_allgather(void **state) {
   memset(buf, 0, sizeof buf);
   pl[0] = S_(0);
   /* Uneven, following torch.chunk: the global shape comes back right on every rank. */
-  LM_ASSERT_OK_ALL(lm_chunk(13, NP, ME, &o, &l));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(13, NP, ME, &o, &l));
   ls[0] = l;
   ls[1] = 3;
   t = dl(buf, 2, ls, LM_INT64);
@@ -460,7 +460,7 @@ static void test_from_local_allgather(void **state) {
   CHECK_LAYOUT(out, m, 2, g, pl, LM_INT64);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out));
   /* 1 row on n ranks: ranks > 0 hold 0 rows. */
-  LM_ASSERT_OK_ALL(lm_chunk(1, NP, ME, &o, &l));
+  LM_ASSERT_OK_ALL(lm_layout_chunk(1, NP, ME, &o, &l));
   ls[0] = l;
   g[0] = 1;
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&out, m, &t, pl, LM_SHAPE_ALLGATHER, NULL,
@@ -659,7 +659,7 @@ static void test_from_local_borrow_padded(void **state) {
       LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, y, z));
     } else {
       lm_request_t q = NULL;
-      LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, y, z, &q));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(&q, plan, y, z));
       LM_ASSERT_OK_ALL(lm_request_wait(&q));
     }
     for (int i = 0; i < 20; ++i) ok &= back[i] == (i % 5 < 3 ? base[i] : -7);
@@ -764,7 +764,7 @@ static void test_padded_in_place(void **state) {
       LM_ASSERT_OK_ALL(lm_reshard_plan_execute(to_cols, x, y));
     } else {
       lm_request_t q = NULL;
-      LM_ASSERT_OK_ALL(lm_reshard_plan_start(to_cols, x, y, &q));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(&q, to_cols, x, y));
       LM_ASSERT_OK_ALL(lm_request_wait(&q));
     }
     for (int64_t i = 0; i < N; ++i)

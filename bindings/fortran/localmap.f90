@@ -22,7 +22,7 @@
 !> Offsets (lm_dist_tensor_local_offset) count the elements before the shard along each dim, so
 !> the shard is global(off(1)+1 : off(1)+n(1), ...). Mesh dims are not array dims: they keep their
 !> order (mesh dim i pairs with placements(i)) and are numbered from 1 (lm_mesh_dim_index,
-!> lm_mesh_dim_name, lm_mesh_dim_comm); ranks, mesh coordinates, `root` and lm_chunk's block index
+!> lm_mesh_dim_name, lm_mesh_dim_comm); ranks, mesh coordinates, `root` and lm_layout_chunk's block index
 !> are 0-based as in MPI.
 !>
 !> The module file localmap.mod is compiler-specific (it is gfortran's format, and it records the
@@ -69,14 +69,17 @@ module localmap
   integer, parameter, public :: LM_LOCAL_MAP_RESHARD_INPUTS = 1, LM_LOCAL_MAP_NO_AGREE = 2, &
     LM_LOCAL_MAP_SHAPES_EVEN = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_MAGIC = int(z'4c4d4d43', c_int32_t)
+  integer(c_int32_t), parameter, public :: LM_RESHARD_PLAN_INFO_MAGIC = int(z'4c4d5049', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_RESHARD_PLAN_INFO_VERSION = 1
   !> Flags of lmc_reshard_plan_info and lmc_reshard_estimate (all_ranks = .true. in Fortran).
   integer(c_int), parameter, public :: LM_PLAN_INFO_ALL_RANKS = 1
   !> The version of lm_reshard_group_config_t this module describes.
-  integer(c_int), parameter, public :: LM_RESHARD_GROUP_CONFIG_VERSION = 1
+  integer(c_int32_t), parameter, public :: LM_RESHARD_GROUP_CONFIG_MAGIC = int(z'4c4d4743', c_int32_t)
+  integer(c_int32_t), parameter, public :: LM_RESHARD_GROUP_CONFIG_VERSION = 1
   !> lm_local_map_record_placements: which placements (lm_record_which_t).
   integer, parameter, public :: LM_RECORD_INPUT = 0, LM_RECORD_IN = 1, LM_RECORD_IN_GRAD = 2, &
     LM_RECORD_OUT = 3, LM_RECORD_OUT_GRAD = 4
+  integer(c_int32_t), parameter, public :: LM_LOCAL_MAP_OPTIONS_MAGIC = int(z'4c4d4c4f', c_int32_t)
   integer(c_int32_t), parameter, public :: LM_LOCAL_MAP_OPTIONS_VERSION = 1
   integer(c_int32_t), parameter, public :: LM_ROUTE_MPI = 1, LM_ROUTE_NODE_LOCAL = 2, LM_ROUTE_BOARD = 4
   integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 2
@@ -146,8 +149,10 @@ module localmap
   !> same fields and meaning; routes: LM_ROUTE_* bits).
   type, bind(C), public :: lm_reshard_plan_info_t
     integer(c_size_t) :: size = 0
+    integer(c_int32_t) :: magic = 0       ! uint32_t in C: LM_RESHARD_PLAN_INFO_MAGIC
     integer(c_int32_t) :: version = 0     ! uint32_t in C
     integer(c_int32_t) :: routes = 0      ! uint32_t in C
+    integer(c_int32_t) :: reserved = 0    ! uint32_t in C
     integer(c_int64_t) :: steps = 0, peers = 0, flows_sent = 0, flows_received = 0
     integer(c_int64_t) :: bytes_sent = 0, bytes_received = 0, bytes_copied = 0, bytes_reduced = 0
     integer(c_int64_t) :: bytes_node_local = 0, work_bytes = 0, staging_bytes_max = 0
@@ -165,15 +170,16 @@ module localmap
   !> takes them as arguments.
   type, bind(C), public :: lm_reshard_group_config_t
     integer(c_size_t) :: size = 0
-    integer(c_int) :: version = 0
+    integer(c_int32_t) :: magic = 0       ! uint32_t in C: LM_RESHARD_GROUP_CONFIG_MAGIC
+    integer(c_int32_t) :: version = 0     ! uint32_t in C
     integer(c_size_t) :: bucket_bytes = 0
     integer(c_size_t) :: alone_bytes = 0
   end type
   !> The C options of lm_local_map_ex (lmc_local_map_ex); lm_local_map takes them as arguments.
   type, bind(C), public :: lm_local_map_options_t
     integer(c_size_t) :: size = 0
-    integer(c_int32_t) :: version = 0
-    integer(c_int32_t) :: reserved = 0
+    integer(c_int32_t) :: magic = 0       ! uint32_t in C: LM_LOCAL_MAP_OPTIONS_MAGIC
+    integer(c_int32_t) :: version = 0     ! uint32_t in C
     type(c_ptr) :: in_grad_placements = c_null_ptr
     type(c_ptr) :: record = c_null_ptr
   end type
@@ -311,7 +317,7 @@ module localmap
   public :: lm_get_version, lm_status_string, lm_last_error_message, lm_set_error_message
   public :: lm_init, lm_finalize, lm_comm_world, lm_world_rank, lm_device_supported
   public :: lm_replicate, lm_shard, lm_partial, lm_ragged, lm_block_cyclic, lm_placements_format, &
-    lm_placements_adjoint, lm_chunk, lm_extents_create, lm_extents_get, lm_extents_destroy
+    lm_placements_adjoint, lm_layout_chunk, lm_extents_create, lm_extents_get, lm_extents_destroy
   public :: lm_mesh_create, lm_mesh_create_grid, lm_mesh_destroy, lm_mesh_ndim, lm_mesh_shape, lm_mesh_size, &
     lm_mesh_is_member, lm_mesh_coord, lm_mesh_rank, lm_mesh_rank_at, lm_mesh_dim_index, &
     lm_mesh_dim_name, lm_mesh_dim_comm, lm_mesh_comm
@@ -747,12 +753,12 @@ contains
 
   !> torch.chunk layout math: block `index` (0-based) of `parts` of an extent n starts at offset
   !> (0-based) and has `length` elements.
-  subroutine lm_chunk(n, parts, index, offset, length, ierr)
+  subroutine lm_layout_chunk(n, parts, index, offset, length, ierr)
     integer(c_int64_t), intent(in) :: n, parts, index
     integer(c_int64_t), intent(out) :: offset, length
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    st = lmc_chunk(n, parts, index, offset, length); call c_(st); call done_(st, ierr, "lm_chunk")
+    st = lmc_layout_chunk(n, parts, index, offset, length); call c_(st); call done_(st, ierr, "lm_layout_chunk")
   end subroutine
 
   !> Registers the extents of a ragged shard (one length per mesh coordinate) and returns their
@@ -1838,7 +1844,7 @@ contains
     integer(c_int) :: st
     dev = LM_CPU
     if (present(device)) dev = device
-    st = lmc_reshard_plan_alloc_target(plan%ptr, dev, p); call c_(st)
+    st = lmc_reshard_plan_alloc_target(p, plan%ptr, dev); call c_(st)
     if (st == LM_SUCCESS) call set_(y, p)
     call done_(st, ierr, "lm_reshard_plan_alloc_target")
   end subroutine
@@ -1863,7 +1869,7 @@ contains
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
     type(c_ptr) :: r
-    st = lmc_reshard_plan_start(plan%ptr, x%ptr, y%ptr, r); call c_(st)
+    st = lmc_reshard_plan_start(r, plan%ptr, x%ptr, y%ptr); call c_(st)
     if (st == LM_SUCCESS) request%ptr = r
     call done_(st, ierr, "lm_reshard_plan_start")
   end subroutine
@@ -1928,7 +1934,7 @@ contains
     integer(c_int) :: st
     type(c_ptr) :: h
     h = c_null_ptr
-    st = lmc_reshard_plan_adjoint(plan%ptr, h); call c_(st)
+    st = lmc_reshard_plan_adjoint(h, plan%ptr); call c_(st)
     if (st == LM_SUCCESS) then
       call lm_reshard_plan_destroy(adjoint)
       adjoint%ptr = h
@@ -1949,6 +1955,7 @@ contains
       if (all_ranks) flags = LM_PLAN_INFO_ALL_RANKS
     end if
     info%size = c_sizeof(info)
+    info%magic = LM_RESHARD_PLAN_INFO_MAGIC
     info%version = LM_RESHARD_PLAN_INFO_VERSION
     st = lmc_reshard_plan_info(plan%ptr, flags, info); call c_(st)
     call done_(st, ierr, "lm_reshard_plan_info")
@@ -1979,6 +1986,7 @@ contains
       if (all_ranks) flags = LM_PLAN_INFO_ALL_RANKS
     end if
     info%size = c_sizeof(info)
+    info%magic = LM_RESHARD_PLAN_INFO_MAGIC
     info%version = LM_RESHARD_PLAN_INFO_VERSION
     call to_c_pl_(src_placements, size(shape), sp, st, "lm_reshard_estimate: src_placements")
     call check_npl_(src_mesh%ptr, size(src_placements), st, "lm_reshard_estimate: src_placements")
@@ -2086,8 +2094,8 @@ contains
     if (present(dst_mesh)) dm = dst_mesh%ptr
     dcheck = src_mesh%ptr
     if (present(dst_mesh)) dcheck = dm
-    cfg = lm_reshard_group_config_t(c_sizeof(cfg), LM_RESHARD_GROUP_CONFIG_VERSION, 0_c_size_t, &
-                                    0_c_size_t)
+    cfg = lm_reshard_group_config_t(c_sizeof(cfg), LM_RESHARD_GROUP_CONFIG_MAGIC, &
+                                    LM_RESHARD_GROUP_CONFIG_VERSION, 0_c_size_t, 0_c_size_t)
     if (present(bucket_bytes)) then
       if (bucket_bytes < 0) call bad_(st, "lm_reshard_group_create: bucket_bytes is negative")
       cfg%bucket_bytes = bucket_bytes
@@ -2166,7 +2174,7 @@ contains
     dev = LM_CPU
     if (present(device)) dev = device
     p = c_null_ptr
-    st = lmc_reshard_group_alloc_targets(group%ptr, dev, int(size(y), c_int), p); call c_(st)
+    st = lmc_reshard_group_alloc_targets(p, group%ptr, dev, int(size(y), c_int)); call c_(st)
     if (st == LM_SUCCESS) then
       do i = 1, size(y)
         call set_(y(i), p(i))
@@ -2205,7 +2213,7 @@ contains
     integer(c_int) :: st
     call pair_handles_(x, y, xs, ys, st, "lm_reshard_group_start")
     if (st == LM_SUCCESS) then
-      st = lmc_reshard_group_start(group%ptr, int(size(x), c_int), xs, ys, r); call c_(st)
+      st = lmc_reshard_group_start(r, group%ptr, int(size(x), c_int), xs, ys); call c_(st)
       if (st == LM_SUCCESS) request%ptr = r
     end if
     call done_(st, ierr, "lm_reshard_group_start")
@@ -2546,7 +2554,8 @@ contains
       if (nin > 0) cinputs(1:nin) = inputs
       coutputs = lm_arg_t(LM_ARG_NONE, 0, 0_c_int64_t, 0d0, c_null_ptr)
       if (present(in_grad_placements) .or. present(record)) then
-        opt = lm_local_map_options_t(c_sizeof(opt), LM_LOCAL_MAP_OPTIONS_VERSION, 0, c_null_ptr, c_null_ptr)
+        opt = lm_local_map_options_t(c_sizeof(opt), LM_LOCAL_MAP_OPTIONS_MAGIC, LM_LOCAL_MAP_OPTIONS_VERSION, &
+                                     c_null_ptr, c_null_ptr)
         if (present(in_grad_placements)) opt%in_grad_placements = c_loc(pgrad)
         rec = c_null_ptr
         if (present(record)) opt%record = c_loc(rec)
@@ -2644,7 +2653,7 @@ contains
     integer, intent(out), optional :: ierr
     type(c_ptr) :: p
     integer(c_int) :: st
-    st = lmc_local_map_record_input_grad(record%ptr, int(index - 1, c_int), grad%ptr, p); call c_(st)
+    st = lmc_local_map_record_input_grad(p, record%ptr, int(index - 1, c_int), grad%ptr); call c_(st)
     if (st == LM_SUCCESS) call set_(grad_out, p)
     call done_(st, ierr, "lm_local_map_record_input_grad")
   end subroutine

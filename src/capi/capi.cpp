@@ -197,10 +197,10 @@ LM_API lm_status_t lm_padded_extents(const DLTensor *view, int64_t *extents, int
   });
 }
 
-LM_API lm_status_t lm_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
-                            int64_t *length) {
+LM_API lm_status_t lm_layout_chunk(int64_t n, int64_t parts, int64_t index, int64_t *offset,
+                                   int64_t *length) {
   return guard([&] {
-    const char *fn = "lm_chunk";
+    const char *fn = "lm_layout_chunk";
     LM_CHECK_ARG(n >= 0, "%s: n = %lld must be >= 0", fn, (long long)n);
     LM_CHECK_ARG(parts >= 1, "%s: parts = %lld must be >= 1", fn, (long long)parts);
     LM_CHECK_ARG(index >= 0 && index < parts, "%s: index = %lld must be in [0, parts)", fn,
@@ -689,8 +689,8 @@ LM_API lm_status_t lm_reshard_plan_create(lm_reshard_plan_t *plan, lm_mesh_t src
   });
 }
 
-LM_API lm_status_t lm_reshard_plan_alloc_target(lm_reshard_plan_t plan, DLDevice device,
-                                                lm_dist_tensor_t *out) {
+LM_API lm_status_t lm_reshard_plan_alloc_target(lm_dist_tensor_t *out, lm_reshard_plan_t plan,
+                                                DLDevice device) {
   return guard([&] {
     lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_alloc_target");
     OUT_ARG(out, "out", "lm_reshard_plan_alloc_target");
@@ -706,8 +706,8 @@ LM_API lm_status_t lm_reshard_plan_execute(lm_reshard_plan_t plan, lm_dist_tenso
   });
 }
 
-LM_API lm_status_t lm_reshard_plan_start(lm_reshard_plan_t plan, lm_dist_tensor_t src,
-                                         lm_dist_tensor_t dst, lm_request_t *request) {
+LM_API lm_status_t lm_reshard_plan_start(lm_request_t *request, lm_reshard_plan_t plan,
+                                         lm_dist_tensor_t src, lm_dist_tensor_t dst) {
   return guard([&] {
     lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_start");
     OUT_ARG(request, "request", "lm_reshard_plan_start");
@@ -763,7 +763,7 @@ LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *b
   });
 }
 
-LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t plan, lm_reshard_plan_t *adjoint) {
+LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t *adjoint, lm_reshard_plan_t plan) {
   return guard([&] {
     const char *fn = "lm_reshard_plan_adjoint";
     lm_reshard_plan_s *p = plan_check(plan, fn);
@@ -773,9 +773,13 @@ LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t plan, lm_reshard_pl
   });
 }
 
-// An lm_reshard_plan_info_t argument: non-NULL, a size and version this library knows; flags.
+// An lm_reshard_plan_info_t argument: non-NULL, its magic, a size and version this library
+// knows; flags.
 static void check_info_arg(const lm_reshard_plan_info_t *info, int flags, const char *fn) {
   OUT_ARG(info, "info", fn);
+  LM_CHECK_ARG(info->magic == LM_RESHARD_PLAN_INFO_MAGIC, "%s: info->magic is 0x%x, not "
+               "LM_RESHARD_PLAN_INFO_MAGIC (initialise the lm_reshard_plan_info_t with "
+               "LM_RESHARD_PLAN_INFO_INIT)", fn, info->magic);
   const size_t v1 = offsetof(lm_reshard_plan_info_t, staging_bytes_max) + sizeof(int64_t);
   LM_CHECK_ARG(info->size >= v1, "%s: info->size %zu is below the first version's (%zu): "
                "initialise it with LM_RESHARD_PLAN_INFO_INIT", fn, info->size, v1);
@@ -847,8 +851,8 @@ LM_API lm_status_t lm_reshard_group_create(lm_reshard_group_t *group, lm_mesh_t 
   });
 }
 
-LM_API lm_status_t lm_reshard_group_alloc_targets(lm_reshard_group_t group, DLDevice device,
-                                                  int n, lm_dist_tensor_t *out) {
+LM_API lm_status_t lm_reshard_group_alloc_targets(lm_dist_tensor_t *out, lm_reshard_group_t group,
+                                                  DLDevice device, int n) {
   return guard([&] {
     const char *fn = "lm_reshard_group_alloc_targets";
     lm_reshard_group_s *g = group_check(group, fn);
@@ -879,9 +883,9 @@ LM_API lm_status_t lm_reshard_group_execute(lm_reshard_group_t group, int n,
   });
 }
 
-LM_API lm_status_t lm_reshard_group_start(lm_reshard_group_t group, int n,
-                                          const lm_dist_tensor_t *src, const lm_dist_tensor_t *dst,
-                                          lm_request_t *request) {
+LM_API lm_status_t lm_reshard_group_start(lm_request_t *request, lm_reshard_group_t group, int n,
+                                          const lm_dist_tensor_t *src,
+                                          const lm_dist_tensor_t *dst) {
   return guard([&] {
     lm_reshard_group_s *g = group_check(group, "lm_reshard_group_start");
     OUT_ARG(request, "request", "lm_reshard_group_start");
@@ -951,8 +955,9 @@ LM_API lm_status_t lm_local_map_record_placements(lm_local_map_record_t record, 
   });
 }
 
-LM_API lm_status_t lm_local_map_record_input_grad(lm_local_map_record_t record, int index,
-                                                  lm_dist_tensor_t grad, lm_dist_tensor_t *out) {
+LM_API lm_status_t lm_local_map_record_input_grad(lm_dist_tensor_t *out,
+                                                  lm_local_map_record_t record, int index,
+                                                  lm_dist_tensor_t grad) {
   return guard([&] {
     const char *fn = "lm_local_map_record_input_grad";
     LM_CHECK_ARG(out != nullptr, "%s: out is NULL", fn);

@@ -767,13 +767,15 @@ void LocalMapCall::wrap_outputs() {
 LocalMapCall::Options LocalMapCall::read_options(const lm_local_map_options_t *o) {
   Options r;
   if (!o) return r;
+  LM_CHECK_ARG(o->magic == LM_LOCAL_MAP_OPTIONS_MAGIC, "%s: options->magic is 0x%x, not "
+               "LM_LOCAL_MAP_OPTIONS_MAGIC (initialise the lm_local_map_options_t with "
+               "LM_LOCAL_MAP_OPTIONS_INIT)", F, o->magic);
   const size_t v1 = offsetof(lm_local_map_options_t, record) + sizeof(void *);
   LM_CHECK_ARG(o->size >= v1, "%s: options->size is %zu, at least %zu expected (set it to "
                "sizeof(lm_local_map_options_t) or use LM_LOCAL_MAP_OPTIONS_INIT)", F, o->size, v1);
   LM_CHECK_ARG(o->version >= 1 && o->version <= LM_LOCAL_MAP_OPTIONS_VERSION,
                "%s: options->version is %u; this library knows versions 1..%u", F, o->version,
                LM_LOCAL_MAP_OPTIONS_VERSION);
-  LM_CHECK_ARG(o->reserved == 0, "%s: options->reserved is %u, not 0", F, o->reserved);
   r.in_grad = o->in_grad_placements;
   r.record = o->record;
   return r;

@@ -20,13 +20,16 @@ namespace {
 // The config's bounds (NULL: the defaults), into g.
 void apply_config(lm_reshard_group_s &g, const lm_reshard_group_config_t *c, const char *fn) {
   if (!c) return;
+  LM_CHECK_ARG(c->magic == LM_RESHARD_GROUP_CONFIG_MAGIC, "%s: config->magic is 0x%x, not "
+               "LM_RESHARD_GROUP_CONFIG_MAGIC (initialise the lm_reshard_group_config_t with "
+               "LM_RESHARD_GROUP_CONFIG_INIT)", fn, c->magic);
   // The library reads the fields the caller's size covers (bucket_bytes at least).
   const size_t need = offsetof(lm_reshard_group_config_t, bucket_bytes) + sizeof(size_t);
   LM_CHECK_ARG(c->size >= need, "%s: config->size is %zu, at least %zu expected (set it to "
                "sizeof(lm_reshard_group_config_t) or use LM_RESHARD_GROUP_CONFIG_INIT)", fn,
                c->size, need);
   LM_CHECK_ARG(c->version >= 1 && c->version <= LM_RESHARD_GROUP_CONFIG_VERSION,
-               "%s: config->version is %d; this library knows versions 1..%d", fn, c->version,
+               "%s: config->version is %u; this library knows versions 1..%u", fn, c->version,
                LM_RESHARD_GROUP_CONFIG_VERSION);
   if (c->bucket_bytes) g.bucket_bytes = c->bucket_bytes;
   if (c->size >= offsetof(lm_reshard_group_config_t, alone_bytes) + sizeof(size_t) && c->alone_bytes)

@@ -120,6 +120,7 @@ void sum_over_ranks(lm_mesh_s *sm, lm_mesh_s *dm, AgreeComm **ac, const char *fn
 void write_info(lm_reshard_plan_info_t out, lm_reshard_plan_info_t *info) {
   const size_t n = std::min(info->size, sizeof out);
   out.size = info->size;
+  out.magic = info->magic;
   out.version = info->version;
   std::memcpy(info, &out, n);
 }
@@ -145,6 +146,7 @@ void write_info(lm_reshard_plan_info_t out, lm_reshard_plan_info_t *info) {
 lm_reshard_plan_info_t fresh_info() {
   lm_reshard_plan_info_t out{};
   out.size = sizeof out;
+  out.magic = LM_RESHARD_PLAN_INFO_MAGIC;
   out.version = LM_RESHARD_PLAN_INFO_VERSION;
   return out;
 }

@@ -234,7 +234,7 @@ static void test_local_map_device(void **state) {
   int np = lm_test_size(), me = lm_test_rank();
   int64_t g[1] = {(int64_t)np * 2 + 1};
   int64_t off = 0, len = 0;
-  LM_ASSERT_OK(lm_chunk(g[0], np, me, &off, &len));
+  LM_ASSERT_OK(lm_layout_chunk(g[0], np, me, &off, &len));
   int64_t host[64], back[64];
   for (int64_t i = 0; i < len; ++i) host[i] = 1000 + off + i;
   void *d = lm_gpu_upload(host, (size_t)len * 8);
@@ -286,7 +286,7 @@ static void test_local_map_record_device(void **state) {
   opt.record = &rec;
   LM_ASSERT_OK_ALL(lm_local_map_ex(fn_copy, NULL, 1, in, NULL, 1, outp, NULL, m, 0, &opt, out));
   lm_dist_tensor_t view = (lm_dist_tensor_t)out[0].ptr, dx = NULL;
-  LM_ASSERT_OK_ALL(lm_local_map_record_input_grad(rec, 0, view, &dx));
+  LM_ASSERT_OK_ALL(lm_local_map_record_input_grad(&dx, rec, 0, view));
   DLDevice dev;
   lm_placement_t got;
   LM_ASSERT_OK_ALL(lm_dist_tensor_device(dx, &dev));
@@ -362,10 +362,10 @@ static LM_TEST_UNUSED void test_staged_start_failure_agreed(void **state) {
   lm_reshard_plan_t p = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &S, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &S, NULL, &R, 1, g, LM_INT32));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &out));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&out, p, lm_gpu_dev()));
   if (me == np - 1) LM_CUDA_OK(cudaFree(d)); /* the injected fault */
   lm_request_t req = NULL;
-  lm_status_t st = lm_reshard_plan_start(p, t, out, &req);
+  lm_status_t st = lm_reshard_plan_start(&req, p, t, out);
   LM_ASSERT_ALL(req == NULL && st == (me == np - 1 ? LM_ERR_CUDA : LM_ERR_REMOTE));
   LM_ASSERT_ALL(me == np - 1 || strstr(lm_last_error_message(), "staging") != NULL);
   LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
@@ -378,8 +378,8 @@ static LM_TEST_UNUSED void test_staged_start_failure_agreed(void **state) {
   dl.data = d;
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &S, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW));
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &S, NULL, &R, 1, g, LM_INT32));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &out));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, t, out, &req));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&out, p, lm_gpu_dev()));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_start(&req, p, t, out));
   LM_ASSERT_OK_ALL(lm_request_wait(&req));
   int32_t back[256];
   DLTensor v;

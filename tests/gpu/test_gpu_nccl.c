@@ -31,7 +31,7 @@ static lm_mesh_t mesh_1d(void) {
 static lm_status_t gather_on_device(lm_mesh_t m, int *values_ok) {
   int np = lm_test_size(), me = lm_test_rank();
   int64_t g[1] = {5 * (int64_t)np + 2}, off = 0, len = 0;
-  LM_ASSERT_OK(lm_chunk(g[0], np, me, &off, &len));
+  LM_ASSERT_OK(lm_layout_chunk(g[0], np, me, &off, &len));
   int32_t host[64], back[64];
   for (int64_t i = 0; i < len; ++i) host[i] = (int32_t)(off + i);
   void *d = lm_gpu_upload(host, (size_t)len * 4);
@@ -177,7 +177,7 @@ static LM_TEST_UNUSED void test_release_with_lagging_peer(void **state) {
   lm_mesh_t m = mesh_1d();
   LM_ASSERT_ALL(gather_on_device(m, &ok) == LM_SUCCESS && ok);
   int64_t n = np > 1 ? np - 1 : 1, off = 0, len = 0;
-  LM_ASSERT_OK(lm_chunk(n, np, me, &off, &len));
+  LM_ASSERT_OK(lm_layout_chunk(n, np, me, &off, &len));
   LM_ASSERT_ALL(np == 1 || me != np - 1 || len == 0);
   int32_t host[256], back[256];
   for (int64_t i = 0; i < len; ++i) host[i] = 3 * (int32_t)(off + i) + 1;

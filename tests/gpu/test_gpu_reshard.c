@@ -247,13 +247,13 @@ static int compare_case(lm_mesh_t sm, lm_mesh_t dm, int ndim, const int64_t *g, 
   } else {
     lm_reshard_plan_t p = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, sm, spl, dm, dpl, ndim, g, dt));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &dout));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&dout, p, lm_gpu_dev()));
     if (path == 1) {
       LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, ds, dout));
     } else {
       lm_request_t r = NULL;
       int done = 0;
-      LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, ds, dout, &r));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(&r, p, ds, dout));
       LM_ASSERT_OK_ALL(lm_request_test(&r, &done));
       LM_ASSERT_OK_ALL(lm_request_wait(&r));
       LM_ASSERT_ALL(r == NULL);
@@ -453,7 +453,7 @@ static void test_directed(void **state) {
   int64_t full[11];
   for (int i = 0; i < 11; ++i) full[i] = 100 + i;
   int64_t off = 0, len = 0;
-  LM_ASSERT_OK(lm_chunk(11, np, me, &off, &len));
+  LM_ASSERT_OK(lm_layout_chunk(11, np, me, &off, &len));
   void *ds = lm_gpu_upload(full + off, (size_t)len * 8);
   int64_t ls[1] = {len};
   DLTensor dls = {ds, lm_gpu_dev(), 1, LM_INT64, ls, NULL, 0};
@@ -505,7 +505,7 @@ static void test_first_moves(void **state) {
   lm_dist_tensor_t t = NULL, r = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&t, m, &dl, &R, LM_SHAPE_GIVEN, &n, LM_FROM_LOCAL_BORROW));
   LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&r, t, NULL, &S0));
-  LM_ASSERT_OK(lm_chunk(n, np, me, &off, &len));
+  LM_ASSERT_OK(lm_layout_chunk(n, np, me, &off, &len));
   DLTensor v;
   LM_ASSERT_OK_ALL(lm_dist_tensor_local(r, &v));
   if (len) lm_gpu_download(got, v.data, (size_t)len * 4);
@@ -516,8 +516,8 @@ static void test_first_moves(void **state) {
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
   /* (2) global [3 np, 2 np + 1], value 1000 row + col */
   int64_t g[2] = {3 * np, 2 * np + 1}, co = 0, cl = 0, ro = 0, rl = 0;
-  LM_ASSERT_OK(lm_chunk(g[1], np, me, &co, &cl));
-  LM_ASSERT_OK(lm_chunk(g[0], np, me, &ro, &rl));
+  LM_ASSERT_OK(lm_layout_chunk(g[1], np, me, &co, &cl));
+  LM_ASSERT_OK(lm_layout_chunk(g[0], np, me, &ro, &rl));
   int32_t *cols = calloc((size_t)(g[0] * g[1]), 4), *rows = calloc((size_t)(g[0] * g[1]), 4);
   for (int64_t i = 0; i < g[0]; ++i)
     for (int64_t j = 0; j < cl; ++j) cols[i * cl + j] = (int32_t)(1000 * i + co + j);
@@ -723,12 +723,12 @@ static void test_cross_union(void **state) {
   lm_reshard_plan_t plan = NULL;
   lm_request_t req = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&plan, A, &S, B, &R, 1, &n, LM_INT32));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, lm_gpu_dev(), &t));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&t, plan, lm_gpu_dev()));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, src, t));
   LM_ASSERT_ALL(shard_holds(t, n, 50, s2));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(plan, lm_gpu_dev(), &t));
-  LM_ASSERT_OK_ALL(lm_reshard_plan_start(plan, src, t, &req));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&t, plan, lm_gpu_dev()));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_start(&req, plan, src, t));
   LM_ASSERT_OK_ALL(lm_request_wait(&req));
   LM_ASSERT_ALL(req == NULL && shard_holds(t, n, 50, s2));
   int ta = -1, tb = -1;
@@ -763,11 +763,11 @@ int ncclSend(const void *buf, size_t count, int datatype, int peer, void *comm, 
 static long run_group(lm_reshard_group_t g, lm_dist_tensor_t s, lm_dist_tensor_t p, int64_t n,
                       int nb) {
   lm_dist_tensor_t in[3] = {s, s, p}, out[3] = {NULL, NULL, NULL};
-  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(g, lm_gpu_dev(), 3, out));
+  LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(out, g, lm_gpu_dev(), 3));
   const long before = g_nccl_sends;
   if (nb) {
     lm_request_t r = NULL;
-    LM_ASSERT_OK_ALL(lm_reshard_group_start(g, 3, in, out, &r));
+    LM_ASSERT_OK_ALL(lm_reshard_group_start(&r, g, 3, in, out));
     LM_ASSERT_OK_ALL(lm_request_wait(&r));
   } else {
     LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 3, in, out));
@@ -848,8 +848,8 @@ static void test_component_alignment(void **state) {
     DLDataType dt = types[k];
     size_t es = esize(dt), shift = es / 2; /* the component size: what the borrow check allows */
     int64_t g[2] = {3 * (int64_t)np, 2 * (int64_t)np + 1}, co = 0, cl = 0, ro = 0, rl = 0;
-    LM_ASSERT_OK(lm_chunk(g[1], np, me, &co, &cl));
-    LM_ASSERT_OK(lm_chunk(g[0], np, me, &ro, &rl));
+    LM_ASSERT_OK(lm_layout_chunk(g[1], np, me, &co, &cl));
+    LM_ASSERT_OK(lm_layout_chunk(g[0], np, me, &ro, &rl));
     size_t bytes = (size_t)(g[0] * cl) * es, full = (size_t)(g[0] * g[1]) * es;
     char *src = calloc(1, bytes + 1), *want = calloc(1, full), *got = calloc(1, full);
     expect_2d(dt, g[1], 0, g[0], co, cl, src);
@@ -974,10 +974,10 @@ static void test_other_device_current(void **state) {
     lm_request_t req = NULL;
     int done = 0;
     if (path == 2) { /* started on the tensor's device, progressed on another one */
-      LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &out));
-      LM_ASSERT_OK_ALL(lm_reshard_plan_start(p, t, out, &req));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&out, p, lm_gpu_dev()));
+      LM_ASSERT_OK_ALL(lm_reshard_plan_start(&req, p, t, out));
     }
-    if (path == 1) LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(p, lm_gpu_dev(), &out));
+    if (path == 1) LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&out, p, lm_gpu_dev()));
     /* The calls with the other device current; checked after the test's device is back. */
     LM_CUDA_OK(cudaSetDevice(other));
     lm_status_t st = LM_SUCCESS;

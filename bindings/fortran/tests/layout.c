@@ -26,13 +26,15 @@ int main(void) {
   OFF(lm_reshard_entry_t, dtype); OFF(lm_reshard_entry_t, src_placements);
   OFF(lm_reshard_entry_t, dst_placements);
   SZ(lm_reshard_group_config_t); OFF(lm_reshard_group_config_t, size);
-  OFF(lm_reshard_group_config_t, version); OFF(lm_reshard_group_config_t, bucket_bytes);
+  OFF(lm_reshard_group_config_t, magic); OFF(lm_reshard_group_config_t, version);
+  OFF(lm_reshard_group_config_t, bucket_bytes);
   OFF(lm_reshard_group_config_t, alone_bytes);
   SZ(lm_local_map_options_t); OFF(lm_local_map_options_t, size);
-  OFF(lm_local_map_options_t, version); OFF(lm_local_map_options_t, reserved);
+  OFF(lm_local_map_options_t, magic); OFF(lm_local_map_options_t, version);
   OFF(lm_local_map_options_t, in_grad_placements); OFF(lm_local_map_options_t, record);
   SZ(lm_reshard_plan_info_t); OFF(lm_reshard_plan_info_t, size);
-  OFF(lm_reshard_plan_info_t, version); OFF(lm_reshard_plan_info_t, routes);
+  OFF(lm_reshard_plan_info_t, magic); OFF(lm_reshard_plan_info_t, version);
+  OFF(lm_reshard_plan_info_t, routes); OFF(lm_reshard_plan_info_t, reserved);
   OFF(lm_reshard_plan_info_t, steps); OFF(lm_reshard_plan_info_t, peers);
   OFF(lm_reshard_plan_info_t, flows_sent); OFF(lm_reshard_plan_info_t, flows_received);
   OFF(lm_reshard_plan_info_t, bytes_sent); OFF(lm_reshard_plan_info_t, bytes_received);
@@ -58,6 +60,8 @@ int main(void) {
   K(LM_LOCAL_MAP_RESHARD_INPUTS); K(LM_LOCAL_MAP_NO_AGREE); K(LM_LOCAL_MAP_SHAPES_EVEN);
   K(LM_MESH_CONFIG_MAGIC); K(LM_MESH_CONFIG_VERSION); K(LM_RESHARD_GROUP_CONFIG_VERSION);
   K(LM_RESHARD_PLAN_INFO_VERSION); K(LM_PLAN_INFO_ALL_RANKS);
+  K(LM_RESHARD_GROUP_CONFIG_MAGIC); K(LM_RESHARD_PLAN_INFO_MAGIC); K(LM_LOCAL_MAP_OPTIONS_MAGIC);
+  K(LM_LOCAL_MAP_OPTIONS_VERSION);
   K(LM_ROUTE_MPI); K(LM_ROUTE_NODE_LOCAL); K(LM_ROUTE_BOARD);
   D(LM_FLOAT16); D(LM_BFLOAT16); D(LM_FLOAT32); D(LM_FLOAT64); D(LM_INT8); D(LM_INT16); D(LM_INT32);
   D(LM_INT64); D(LM_UINT8); D(LM_BOOL); D(LM_COMPLEX64); D(LM_COMPLEX128);

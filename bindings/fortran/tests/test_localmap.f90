@@ -434,7 +434,7 @@ subroutine reshard_estimates(rank, size)
   call lm_reshard_estimate(est, mesh, [lm_shard(1)], [lm_replicate()], [7, 5], LM_FLOAT64, all_ranks=.true.)
   call check(est%bytes_received + est%bytes_copied == 7 * 5 * 8 * size, "estimate: every target byte once")
   call lm_reshard_estimate(first, mesh, [lm_shard(1)], [lm_replicate()], [7, 5], LM_FLOAT64)
-  call lm_chunk(7_c_int64_t, int(size, c_int64_t), int(rank, c_int64_t), o, l)
+  call lm_layout_chunk(7_c_int64_t, int(size, c_int64_t), int(rank, c_int64_t), o, l)
   call check(first%bytes_copied == 5 * 8 * l, "estimate: the shard's rows are copied (the shape is reversed)")
   ! Bad arguments: nothing estimated, the named status.
   call lm_reshard_estimate(est, mesh, [lm_partial(LM_REDUCE_MAX)], [lm_partial(LM_REDUCE_SUM)], [7, 5], &
@@ -484,7 +484,8 @@ contains
   end subroutine
   logical function same(a, b)
     type(lm_reshard_plan_info_t), intent(in) :: a, b
-    same = a%size == b%size .and. a%version == b%version .and. a%routes == b%routes .and. &
+    same = a%size == b%size .and. a%magic == b%magic .and. a%version == b%version .and. &
+           a%routes == b%routes .and. &
            a%steps == b%steps .and. a%peers == b%peers .and. a%flows_sent == b%flows_sent .and. &
            a%flows_received == b%flows_received .and. a%bytes_sent == b%bytes_sent .and. &
            a%bytes_received == b%bytes_received .and. a%bytes_copied == b%bytes_copied .and. &
@@ -543,9 +544,9 @@ program test_localmap
   ! ---- statics
   call check(lm_get_version() == LM_VERSION_CODE, "version")
   call check(index(lm_status_string(LM_ERR_INVALID_ARGUMENT), "INVALID_ARGUMENT") > 0, "status string")
-  call lm_chunk(5_c_int64_t, 4_c_int64_t, 0_c_int64_t, o, l)
+  call lm_layout_chunk(5_c_int64_t, 4_c_int64_t, 0_c_int64_t, o, l)
   call check(o == 0 .and. l == 2, "chunk")
-  call lm_chunk(5_c_int64_t, 0_c_int64_t, 0_c_int64_t, o, l, ierr)
+  call lm_layout_chunk(5_c_int64_t, 0_c_int64_t, 0_c_int64_t, o, l, ierr)
   call check(ierr == LM_ERR_INVALID_ARGUMENT, "chunk with 0 parts")
   call lm_placements_format([lm_shard(1), lm_replicate(), lm_partial(LM_REDUCE_SUM)], s)
   call check(s == "[S(1), R, P(sum)]", "format: " // s)
@@ -585,7 +586,7 @@ program test_localmap
   call lm_dist_tensor_global_shape(x, gs)
   call lm_dist_tensor_local_shape(x, ls)
   call lm_dist_tensor_local_offset(x, off)
-  call lm_chunk(7_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  call lm_layout_chunk(7_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
   call check(all(gs == [7, 3]), "global shape in Fortran order")
   call check(all(ls == [l, 3_c_int64_t]) .and. all(off == [o, 0_c_int64_t]), "rows: local shape and offset")
   call lm_local(x, p)
@@ -613,7 +614,7 @@ program test_localmap
   call check(all(big(:, 1:6:2) == a) .and. all(big(:, 2:6:2) == -1), "gather into a strided section")
   ! Columns.
   call lm_from_global(y, mesh, a, cols)
-  call lm_chunk(3_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  call lm_layout_chunk(3_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
   call lm_local(y, p)
   call check(all(shape(p) == [7_c_int64_t, l]), "cols: local shape")
   call check(all(p == a(:, o + 1:o + l)), "lm_shard(2) splits the columns")
@@ -629,7 +630,7 @@ program test_localmap
   call lm_local(w, p)
   call check(all(p == a), "reshard to replicate")
   ! from_local, uneven rows, allgathered global shape; int32.
-  call lm_chunk(7_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  call lm_layout_chunk(7_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
   allocate(mine(l, 2))
   do j = 1, 2
     do i = 1, int(l)
@@ -658,7 +659,7 @@ program test_localmap
   ! zeros.
   call lm_zeros(z, mesh, [4, 5], LM_FLOAT32, cols)
   call lm_local(z, pf)
-  call lm_chunk(5_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
+  call lm_layout_chunk(5_c_int64_t, int(dp, c_int64_t), int(rank / tp, c_int64_t), o, l)
   call check(all(shape(pf) == [4_c_int64_t, l]) .and. all(pf == 0), "zeros")
   ! Bad inputs: binding-side and library-side, with messages.
   call lm_from_global(z, mesh, a, [lm_shard(3), lm_replicate()], ierr=ierr)

@@ -186,7 +186,7 @@ def device_supported(device):
 def chunk(n, parts, index):
     """torch.chunk layout: (offset, length) of block `index` of `parts` over an extent n."""
     off, ln = c_int64(), c_int64()
-    L.lm_chunk(int(n), int(parts), int(index), byref(off), byref(ln))
+    L.lm_layout_chunk(int(n), int(parts), int(index), byref(off), byref(ln))
     return off.value, ln.value
 
 
@@ -1159,7 +1159,7 @@ class ReshardPlan(_Handle):
     def alloc_target(self, device="cpu"):
         """A zero-filled tensor laid out as the plan's target. Local."""
         out = c_void_p()
-        L.lm_reshard_plan_alloc_target(self._handle(), dl.dl_device(device), byref(out))
+        L.lm_reshard_plan_alloc_target(byref(out), self._handle(), dl.dl_device(device))
         return DistTensor._wrap(out.value)
 
     def execute(self, src, dst=None):
@@ -1176,7 +1176,7 @@ class ReshardPlan(_Handle):
         if dst is None:
             dst = self.alloc_target(src.device)
         r = c_void_p()
-        L.lm_reshard_plan_start(self._handle(), src._handle(), dst._handle(), byref(r))
+        L.lm_reshard_plan_start(byref(r), self._handle(), src._handle(), dst._handle())
         req = Request(r.value, self, src, dst)
         self._request = weakref.ref(req)
         return req
@@ -1192,7 +1192,7 @@ class ReshardPlan(_Handle):
         """The backward plan: a gradient in placements_adjoint(target placements) on the target
         mesh to placements_adjoint(source placements) on the source mesh. Local."""
         h = c_void_p()
-        L.lm_reshard_plan_adjoint(self._handle(), byref(h))
+        L.lm_reshard_plan_adjoint(byref(h), self._handle())
         plan = ReshardPlan.__new__(ReshardPlan)
         _Handle.__init__(plan, h.value)
         plan._request = None
@@ -1348,7 +1348,7 @@ class ReshardGroup(_Handle):
         """A list of zero-filled tensors laid out as the entries' targets. Local."""
         n = self.size()
         out = (c_void_p * max(n, 1))()
-        L.lm_reshard_group_alloc_targets(self._handle(), dl.dl_device(device), n, out)
+        L.lm_reshard_group_alloc_targets(out, self._handle(), dl.dl_device(device), n)
         return [DistTensor._wrap(out[i]) for i in range(n)]
 
     def _arrays(self, what, srcs, dsts):
@@ -1374,7 +1374,7 @@ class ReshardGroup(_Handle):
         targets. Do not touch the tensors until it completes; one request per group at a time."""
         src, srcs, dst, dsts = self._arrays("start", srcs, dsts)
         r = c_void_p()
-        L.lm_reshard_group_start(self._handle(), len(srcs), src, dst, byref(r))
+        L.lm_reshard_group_start(byref(r), self._handle(), len(srcs), src, dst)
         req = Request(r.value, self, srcs, dsts)
         self._request = weakref.ref(req)
         return req
@@ -1779,7 +1779,7 @@ class LocalMapRecord(_Handle):
             raise _bad(f"LocalMapRecord.input_grad: grad: expected a DistTensor, got "
                        f"{type(grad).__name__}")
         out = c_void_p()
-        L.lm_local_map_record_input_grad(self._handle(), index, grad._handle(), byref(out))
+        L.lm_local_map_record_input_grad(byref(out), self._handle(), index, grad._handle())
         return DistTensor._wrap(out.value)
 
     def __repr__(self):

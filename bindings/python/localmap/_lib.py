@@ -177,6 +177,7 @@ class lm_device_config_t(Structure):  # noqa: N801
         self.version = LM_DEVICE_CONFIG_VERSION
 
 
+LM_RESHARD_PLAN_INFO_MAGIC = 0x4C4D5049  # "LMPI"
 LM_RESHARD_PLAN_INFO_VERSION = 1
 LM_PLAN_INFO_ALL_RANKS = 1
 
@@ -184,8 +185,8 @@ LM_PLAN_INFO_ALL_RANKS = 1
 class lm_reshard_plan_info_t(Structure):  # noqa: N801
     """What executing a plan moves (lm_reshard_plan_info). The library writes min(size, its
     sizeof) bytes, so a shorter struct stays valid when the header grows."""
-    _fields_ = [("size", c_size_t), ("version", c_uint32), ("routes", c_uint32),
-                ("steps", c_int64), ("peers", c_int64), ("flows_sent", c_int64),
+    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
+                ("routes", c_uint32), ("reserved", c_uint32), ("steps", c_int64), ("peers", c_int64), ("flows_sent", c_int64),
                 ("flows_received", c_int64), ("bytes_sent", c_int64), ("bytes_received", c_int64),
                 ("bytes_copied", c_int64), ("bytes_reduced", c_int64),
                 ("bytes_node_local", c_int64), ("work_bytes", c_int64),
@@ -194,6 +195,7 @@ class lm_reshard_plan_info_t(Structure):  # noqa: N801
     def __init__(self):
         super().__init__()
         self.size = ctypes.sizeof(lm_reshard_plan_info_t)
+        self.magic = LM_RESHARD_PLAN_INFO_MAGIC
         self.version = LM_RESHARD_PLAN_INFO_VERSION
 
 
@@ -204,35 +206,39 @@ class lm_reshard_entry_t(Structure):  # noqa: N801
                 ("dst_placements", POINTER(lm_placement_t))]
 
 
+LM_RESHARD_GROUP_CONFIG_MAGIC = 0x4C4D4743  # "LMGC"
 LM_RESHARD_GROUP_CONFIG_VERSION = 1
 
 
 class lm_reshard_group_config_t(Structure):  # noqa: N801
     """Options of lm_reshard_group_create (LM_RESHARD_GROUP_CONFIG_INIT's defaults). The library
     reads min(size, its sizeof) bytes and defaults newer fields."""
-    _fields_ = [("size", c_size_t), ("version", c_int), ("bucket_bytes", c_size_t),
-                ("alone_bytes", c_size_t)]
+    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
+                ("bucket_bytes", c_size_t), ("alone_bytes", c_size_t)]
 
     def __init__(self):
         super().__init__()
         self.size = ctypes.sizeof(lm_reshard_group_config_t)
+        self.magic = LM_RESHARD_GROUP_CONFIG_MAGIC
         self.version = LM_RESHARD_GROUP_CONFIG_VERSION
         self.bucket_bytes = 0  # the library's defaults (64 MiB, 1 MiB)
         self.alone_bytes = 0
 
 
+LM_LOCAL_MAP_OPTIONS_MAGIC = 0x4C4D4C4F  # "LMLO"
 LM_LOCAL_MAP_OPTIONS_VERSION = 1
 
 
 class lm_local_map_options_t(Structure):  # noqa: N801
     """Options of lm_local_map_ex (LM_LOCAL_MAP_OPTIONS_INIT: no gradient placements, no
     record). The library reads min(size, its sizeof) bytes."""
-    _fields_ = [("size", c_size_t), ("version", c_uint32), ("reserved", c_uint32),
+    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
                 ("in_grad_placements", c_void_p), ("record", c_void_p)]
 
     def __init__(self):
         super().__init__()
         self.size = ctypes.sizeof(lm_local_map_options_t)
+        self.magic = LM_LOCAL_MAP_OPTIONS_MAGIC
         self.version = LM_LOCAL_MAP_OPTIONS_VERSION
 
 

@@ -38,7 +38,7 @@ extern "C" {
         n: c_int,
         out: *mut lm_placement_t,
     ) -> lm_status_t;
-    pub fn lm_chunk(n: i64, parts: i64, index: i64, offset: *mut i64, length: *mut i64) -> lm_status_t;
+    pub fn lm_layout_chunk(n: i64, parts: i64, index: i64, offset: *mut i64, length: *mut i64) -> lm_status_t;
     pub fn lm_padded_extents(view: *const DLTensor, extents: *mut i64, n: c_int) -> lm_status_t;
     pub fn lm_mesh_create(
         mesh: *mut lm_mesh_t,
@@ -171,9 +171,9 @@ extern "C" {
         dtype: DLDataType,
     ) -> lm_status_t;
     pub fn lm_reshard_plan_alloc_target(
+        out: *mut lm_dist_tensor_t,
         plan: lm_reshard_plan_t,
         device: DLDevice,
-        out: *mut lm_dist_tensor_t,
     ) -> lm_status_t;
     pub fn lm_reshard_plan_execute(
         plan: lm_reshard_plan_t,
@@ -181,16 +181,16 @@ extern "C" {
         dst: lm_dist_tensor_t,
     ) -> lm_status_t;
     pub fn lm_reshard_plan_start(
+        request: *mut lm_request_t,
         plan: lm_reshard_plan_t,
         src: lm_dist_tensor_t,
         dst: lm_dist_tensor_t,
-        request: *mut lm_request_t,
     ) -> lm_status_t;
     pub fn lm_request_test(request: *mut lm_request_t, done: *mut c_int) -> lm_status_t;
     pub fn lm_request_wait(request: *mut lm_request_t) -> lm_status_t;
     pub fn lm_reshard_plan_bytes_sent(plan: lm_reshard_plan_t, bytes: *mut i64) -> lm_status_t;
     pub fn lm_reshard_plan_describe(plan: lm_reshard_plan_t, buf: *mut c_char, size: usize) -> lm_status_t;
-    pub fn lm_reshard_plan_adjoint(plan: lm_reshard_plan_t, adjoint: *mut lm_reshard_plan_t) -> lm_status_t;
+    pub fn lm_reshard_plan_adjoint(adjoint: *mut lm_reshard_plan_t, plan: lm_reshard_plan_t) -> lm_status_t;
     pub fn lm_reshard_plan_info(
         plan: lm_reshard_plan_t,
         flags: c_int,
@@ -218,10 +218,10 @@ extern "C" {
         config: *const lm_reshard_group_config_t,
     ) -> lm_status_t;
     pub fn lm_reshard_group_alloc_targets(
+        out: *mut lm_dist_tensor_t,
         group: lm_reshard_group_t,
         device: DLDevice,
         n: c_int,
-        out: *mut lm_dist_tensor_t,
     ) -> lm_status_t;
     pub fn lm_reshard_group_execute(
         group: lm_reshard_group_t,
@@ -230,11 +230,11 @@ extern "C" {
         dst: *const lm_dist_tensor_t,
     ) -> lm_status_t;
     pub fn lm_reshard_group_start(
+        request: *mut lm_request_t,
         group: lm_reshard_group_t,
         n: c_int,
         src: *const lm_dist_tensor_t,
         dst: *const lm_dist_tensor_t,
-        request: *mut lm_request_t,
     ) -> lm_status_t;
     pub fn lm_reshard_group_size(
         group: lm_reshard_group_t,
@@ -285,10 +285,10 @@ extern "C" {
         n: *mut c_int,
     ) -> lm_status_t;
     pub fn lm_local_map_record_input_grad(
+        out: *mut lm_dist_tensor_t,
         record: lm_local_map_record_t,
         index: c_int,
         grad: lm_dist_tensor_t,
-        out: *mut lm_dist_tensor_t,
     ) -> lm_status_t;
     pub fn lm_local_map_record_destroy(record: *mut lm_local_map_record_t) -> lm_status_t;
 }
@@ -414,15 +414,15 @@ pub mod lengths {
         ArrayArg { name: "entries", index: 4, dims: &[Len::Arg("n")], null_ok: false },
     ];
     pub const lm_reshard_group_alloc_targets: &[ArrayArg] = &[
-        ArrayArg { name: "out", index: 3, dims: &[Len::Arg("n")], null_ok: false },
+        ArrayArg { name: "out", index: 0, dims: &[Len::Arg("n")], null_ok: false },
     ];
     pub const lm_reshard_group_execute: &[ArrayArg] = &[
         ArrayArg { name: "src", index: 2, dims: &[Len::Arg("n")], null_ok: false },
         ArrayArg { name: "dst", index: 3, dims: &[Len::Arg("n")], null_ok: false },
     ];
     pub const lm_reshard_group_start: &[ArrayArg] = &[
-        ArrayArg { name: "src", index: 2, dims: &[Len::Arg("n")], null_ok: false },
-        ArrayArg { name: "dst", index: 3, dims: &[Len::Arg("n")], null_ok: false },
+        ArrayArg { name: "src", index: 3, dims: &[Len::Arg("n")], null_ok: false },
+        ArrayArg { name: "dst", index: 4, dims: &[Len::Arg("n")], null_ok: false },
     ];
     pub const lm_dist_tensor_reshard_many: &[ArrayArg] = &[
         ArrayArg { name: "src", index: 1, dims: &[Len::Arg("n")], null_ok: false },

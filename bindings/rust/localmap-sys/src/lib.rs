@@ -184,9 +184,13 @@ pub struct lm_mesh_config_t {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct lm_reshard_plan_info_t {
     pub size: usize,
+    /// [`LM_RESHARD_PLAN_INFO_MAGIC`].
+    pub magic: u32,
     pub version: u32,
     /// `LM_ROUTE_*` bits.
     pub routes: u32,
+    /// 0.
+    pub reserved: u32,
     pub steps: i64,
     pub peers: i64,
     pub flows_sent: i64,
@@ -199,6 +203,8 @@ pub struct lm_reshard_plan_info_t {
     pub work_bytes: i64,
     pub staging_bytes_max: i64,
 }
+/// `lm_reshard_plan_info_t::magic` ("LMPI").
+pub const LM_RESHARD_PLAN_INFO_MAGIC: u32 = 0x4c4d5049;
 pub const LM_RESHARD_PLAN_INFO_VERSION: u32 = 1;
 pub const LM_PLAN_INFO_ALL_RANKS: c_int = 1;
 pub const LM_ROUTE_MPI: u32 = 1;
@@ -207,8 +213,10 @@ pub const LM_ROUTE_BOARD: u32 = 4;
 /// `LM_RESHARD_PLAN_INFO_INIT`.
 pub const LM_RESHARD_PLAN_INFO_INIT: lm_reshard_plan_info_t = lm_reshard_plan_info_t {
     size: std::mem::size_of::<lm_reshard_plan_info_t>(),
+    magic: LM_RESHARD_PLAN_INFO_MAGIC,
     version: LM_RESHARD_PLAN_INFO_VERSION,
     routes: 0,
+    reserved: 0,
     steps: 0,
     peers: 0,
     flows_sent: 0,
@@ -310,14 +318,18 @@ pub struct lm_reshard_entry_t {
     pub dst_placements: *const lm_placement_t,
 }
 
-pub const LM_RESHARD_GROUP_CONFIG_VERSION: c_int = 1;
+/// `lm_reshard_group_config_t::magic` ("LMGC").
+pub const LM_RESHARD_GROUP_CONFIG_MAGIC: u32 = 0x4c4d4743;
+pub const LM_RESHARD_GROUP_CONFIG_VERSION: u32 = 1;
 
 /// Options of `lm_reshard_group_create`; initialise with [`LM_RESHARD_GROUP_CONFIG_INIT`].
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct lm_reshard_group_config_t {
     pub size: usize,
-    pub version: c_int,
+    /// [`LM_RESHARD_GROUP_CONFIG_MAGIC`].
+    pub magic: u32,
+    pub version: u32,
     /// Bound of a bucket in global bytes; 0: the default (64 MiB).
     pub bucket_bytes: usize,
     /// Entries larger than this (global bytes) run alone, through their own plan; 0: the
@@ -328,6 +340,7 @@ pub struct lm_reshard_group_config_t {
 /// `LM_RESHARD_GROUP_CONFIG_INIT`.
 pub const LM_RESHARD_GROUP_CONFIG_INIT: lm_reshard_group_config_t = lm_reshard_group_config_t {
     size: std::mem::size_of::<lm_reshard_group_config_t>(),
+    magic: LM_RESHARD_GROUP_CONFIG_MAGIC,
     version: LM_RESHARD_GROUP_CONFIG_VERSION,
     bucket_bytes: 0,
     alone_bytes: 0,
@@ -392,6 +405,8 @@ pub struct lm_local_map_record_s {
 /// The record of one `lm_local_map_ex` call: what its backward pass needs.
 pub type lm_local_map_record_t = *mut lm_local_map_record_s;
 
+/// `lm_local_map_options_t::magic` ("LMLO").
+pub const LM_LOCAL_MAP_OPTIONS_MAGIC: u32 = 0x4c4d4c4f;
 pub const LM_LOCAL_MAP_OPTIONS_VERSION: u32 = 1;
 
 /// Options of `lm_local_map_ex`; initialise with [`LM_LOCAL_MAP_OPTIONS_INIT`].
@@ -399,8 +414,9 @@ pub const LM_LOCAL_MAP_OPTIONS_VERSION: u32 = 1;
 #[derive(Debug, Clone, Copy)]
 pub struct lm_local_map_options_t {
     pub size: usize,
+    /// [`LM_LOCAL_MAP_OPTIONS_MAGIC`].
+    pub magic: u32,
     pub version: u32,
-    pub reserved: u32,
     /// NULL, or one entry per input: the placements of the gradient of a dist input's view.
     pub in_grad_placements: *const *const lm_placement_t,
     /// NULL, or where the call puts a new record.
@@ -410,8 +426,8 @@ pub struct lm_local_map_options_t {
 /// `LM_LOCAL_MAP_OPTIONS_INIT`.
 pub const LM_LOCAL_MAP_OPTIONS_INIT: lm_local_map_options_t = lm_local_map_options_t {
     size: std::mem::size_of::<lm_local_map_options_t>(),
+    magic: LM_LOCAL_MAP_OPTIONS_MAGIC,
     version: LM_LOCAL_MAP_OPTIONS_VERSION,
-    reserved: 0,
     in_grad_placements: std::ptr::null(),
     record: std::ptr::null_mut(),
 };

@@ -38,7 +38,11 @@ fn structs_and_constants_match_the_c_header() {
         layout!(lm_device_config_t { size, magic, version, stream, alloc, free, alloc_ctx }),
         layout!(lm_arg_t { kind, reserved, i64, f64, ptr }),
         layout!(lm_reshard_entry_t { ndim, global_shape, dtype, src_placements, dst_placements }),
-        layout!(lm_reshard_group_config_t { size, version, bucket_bytes, alone_bytes }),
+        layout!(lm_reshard_group_config_t { size, magic, version, bucket_bytes, alone_bytes }),
+        layout!(lm_reshard_plan_info_t { size, magic, version, routes, reserved, steps, peers, flows_sent,
+                                          flows_received, bytes_sent, bytes_received, bytes_copied,
+                                          bytes_reduced, bytes_node_local, work_bytes, staging_bytes_max }),
+        layout!(lm_local_map_options_t { size, magic, version, in_grad_placements, record }),
     ];
     let dt = |d: DLDataType| (d.code as i64) | (d.bits as i64) << 8 | (d.lanes as i64) << 16;
     let consts: Vec<(&str, i64)> = vec![
@@ -73,7 +77,12 @@ fn structs_and_constants_match_the_c_header() {
         ("LM_LOCAL_MAP_RESHARD_INPUTS", LM_LOCAL_MAP_RESHARD_INPUTS as i64),
         ("LM_LOCAL_MAP_NO_AGREE", LM_LOCAL_MAP_NO_AGREE as i64),
         ("LM_LOCAL_MAP_SHAPES_EVEN", LM_LOCAL_MAP_SHAPES_EVEN as i64),
+        ("LM_RESHARD_GROUP_CONFIG_MAGIC", LM_RESHARD_GROUP_CONFIG_MAGIC as i64),
         ("LM_RESHARD_GROUP_CONFIG_VERSION", LM_RESHARD_GROUP_CONFIG_VERSION as i64),
+        ("LM_RESHARD_PLAN_INFO_MAGIC", LM_RESHARD_PLAN_INFO_MAGIC as i64),
+        ("LM_RESHARD_PLAN_INFO_VERSION", LM_RESHARD_PLAN_INFO_VERSION as i64),
+        ("LM_LOCAL_MAP_OPTIONS_MAGIC", LM_LOCAL_MAP_OPTIONS_MAGIC as i64),
+        ("LM_LOCAL_MAP_OPTIONS_VERSION", LM_LOCAL_MAP_OPTIONS_VERSION as i64),
     ];
     let dtypes: Vec<(&str, i64)> = vec![
         ("LM_FLOAT16", dt(LM_FLOAT16)), ("LM_BFLOAT16", dt(LM_BFLOAT16)), ("LM_FLOAT32", dt(LM_FLOAT32)),
@@ -135,6 +144,8 @@ fn structs_and_constants_match_the_c_header() {
     assert_eq!(LM_MESH_CONFIG_INIT.size, size_of::<lm_mesh_config_t>());
     assert_eq!(LM_DEVICE_CONFIG_INIT.size, size_of::<lm_device_config_t>());
     assert_eq!(LM_RESHARD_GROUP_CONFIG_INIT.size, size_of::<lm_reshard_group_config_t>());
+    assert_eq!(LM_RESHARD_PLAN_INFO_INIT.size, size_of::<lm_reshard_plan_info_t>());
+    assert_eq!(LM_LOCAL_MAP_OPTIONS_INIT.size, size_of::<lm_local_map_options_t>());
     println!("layout: {} sizes, offsets and constants match the C header", rust_values.len());
 }
 

@@ -483,10 +483,10 @@ impl Drop for Extents {
     }
 }
 
-/// `lm_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`.
+/// `lm_layout_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`.
 pub fn chunk(n: i64, parts: i64, index: i64) -> Result<(i64, i64)> {
     let (mut o, mut l) = (0, 0);
-    check(unsafe { sys::lm_chunk(n, parts, index, &mut o, &mut l) })?;
+    check(unsafe { sys::lm_layout_chunk(n, parts, index, &mut o, &mut l) })?;
     Ok((o, l))
 }
 
@@ -1278,7 +1278,7 @@ impl ReshardPlan {
     /// `lm_reshard_plan_alloc_target`: a zero tensor laid out as the target.
     pub fn alloc_target(&self, device: Device) -> Result<DistTensor> {
         let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_reshard_plan_alloc_target(self.raw, device.raw(), &mut raw) })?;
+        check(unsafe { sys::lm_reshard_plan_alloc_target(&mut raw, self.raw, device.raw()) })?;
         Ok(DistTensor { raw })
     }
     /// `lm_reshard_plan_execute`: src -> dst (overwritten). Collective over both meshes.
@@ -1288,7 +1288,7 @@ impl ReshardPlan {
     /// `lm_reshard_plan_start`: nonblocking; `src` and `dst` stay borrowed until the request ends.
     pub fn start<'a>(&'a self, src: &'a DistTensor, dst: &'a mut DistTensor) -> Result<Request<'a>> {
         let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_reshard_plan_start(self.raw, src.raw, dst.raw, &mut raw) })?;
+        check(unsafe { sys::lm_reshard_plan_start(&mut raw, self.raw, src.raw, dst.raw) })?;
         Ok(Request { raw, _life: PhantomData })
     }
     /// Bytes this rank sends to other ranks per execution.
@@ -1301,7 +1301,7 @@ impl ReshardPlan {
     /// `placements_adjoint(target)`, to the source mesh, in `placements_adjoint(source)`. Local.
     pub fn adjoint(&self) -> Result<ReshardPlan> {
         let mut raw = std::ptr::null_mut();
-        check(unsafe { sys::lm_reshard_plan_adjoint(self.raw, &mut raw) })?;
+        check(unsafe { sys::lm_reshard_plan_adjoint(&mut raw, self.raw) })?;
         Ok(ReshardPlan { raw })
     }
     /// What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with
@@ -1462,7 +1462,7 @@ impl ReshardGroup {
     pub fn alloc_targets(&self, device: Device) -> Result<Vec<DistTensor>> {
         let n = self.len()?;
         let mut raw = vec![ptr::null_mut(); n];
-        check(unsafe { sys::lm_reshard_group_alloc_targets(self.raw, device.raw(), n as c_int, raw.as_mut_ptr()) })?;
+        check(unsafe { sys::lm_reshard_group_alloc_targets(raw.as_mut_ptr(), self.raw, device.raw(), n as c_int) })?;
         Ok(raw.into_iter().map(|raw| DistTensor { raw }).collect())
     }
     /// `src` and `dst` as C arrays of one length (the C calls read one count for both).
@@ -1487,7 +1487,7 @@ impl ReshardGroup {
         -> Result<Request<'a>> {
         let (n, s, d) = ReshardGroup::arrays("start", src, dst)?;
         let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_reshard_group_start(self.raw, n, s.as_ptr(), d.as_ptr(), &mut raw) })?;
+        check(unsafe { sys::lm_reshard_group_start(&mut raw, self.raw, n, s.as_ptr(), d.as_ptr()) })?;
         Ok(Request { raw, _life: PhantomData })
     }
 }
@@ -1910,7 +1910,7 @@ impl LocalMapRecord {
     pub fn input_grad(&self, index: usize, grad: &DistTensor) -> Result<DistTensor> {
         let i = to_int(index, "index")?;
         let mut out = ptr::null_mut();
-        check(unsafe { sys::lm_local_map_record_input_grad(self.raw, i, grad.raw, &mut out) })?;
+        check(unsafe { sys::lm_local_map_record_input_grad(&mut out, self.raw, i, grad.raw) })?;
         Ok(DistTensor { raw: out })
     }
 }
