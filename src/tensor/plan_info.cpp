@@ -56,8 +56,8 @@ struct InfoCall {
 std::string describe_info(const void *p, int field) {
   const InfoCall &c = *static_cast<const InfoCall *>(p);
   switch (field) {
-    case 1: return c.src->str();
-    case 2: return c.dst->str();
+    case 1: return c.src->desc();
+    case 2: return c.dst->desc();
     case 3: {
       std::string r = "[";
       for (size_t i = 0; i < c.src->gshape.size(); ++i)
