@@ -19,6 +19,8 @@ program grouped_reshard
   type(lm_mesh) :: mesh
   type(lm_dist_tensor) :: x(3), y(3)
   type(lm_reshard_group) :: group
+  type(lm_reshard_entry) :: entries(3)   ! a named array (gfortran leaks the components of an
+                                         ! array constructor of function results)
   real(c_double) :: a(NA1, NA2)
   integer(c_int64_t) :: b(NB)
   integer(c_int32_t) :: c(NC1, NC2)
@@ -33,10 +35,10 @@ program grouped_reshard
   c = reshape([((int(100 * i + j, c_int32_t), i = 1, NC1), j = 1, NC2)], [NC1, NC2])
 
   ! The group: one entry per array (global shape, kind, placements before and after).
-  call lm_reshard_group_create(group, mesh, [ &
-    lm_reshard_entry(shape(a), LM_FLOAT64, [lm_shard(2)], [lm_shard(1)]), &
-    lm_reshard_entry(shape(b), LM_INT64, [lm_shard(1)], [lm_replicate()]), &
-    lm_reshard_entry(shape(c), LM_INT32, [lm_replicate()], [lm_shard(2)])])
+  entries(1) = lm_reshard_entry(shape(a), LM_FLOAT64, [lm_shard(2)], [lm_shard(1)])
+  entries(2) = lm_reshard_entry(shape(b), LM_INT64, [lm_shard(1)], [lm_replicate()])
+  entries(3) = lm_reshard_entry(shape(c), LM_INT32, [lm_replicate()], [lm_shard(2)])
+  call lm_reshard_group_create(group, mesh, entries)
   call lm_reshard_group_size(group, buckets=buckets)
   call lm_reshard_group_alloc_targets(group, y)        ! zero-filled, laid out as the targets
 
