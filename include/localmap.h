@@ -925,10 +925,11 @@ LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan);
  * Grouped reshards: many tensors in one communication round.
  * ------------------------------------------------------------------------------------------- */
 /** A grouped reshard plan handle (typed opaque pointer): N reshards between one pair of meshes.
- * Empty groups: every grouped call (lm_reshard_group_create, _alloc_targets, _execute, _start and
- * lm_dist_tensor_reshard_many) takes n = 0 with NULL arrays (entries, src, dst, out,
- * dst_placements) and does nothing with them; with n > 0 a NULL array is LM_ERR_INVALID_ARGUMENT
- * naming it. */
+ * Empty groups: every grouped call (lm_reshard_group_create, _alloc_targets, _execute and _start)
+ * takes n = 0 with NULL arrays (entries, src, dst, out) and does nothing with them; with n > 0 a
+ * NULL array is LM_ERR_INVALID_ARGUMENT naming it. To reshard a list of tensors once, create a
+ * group from their entries, alloc its targets, execute it and destroy it (what the bindings'
+ * reshard_many do). */
 typedef struct lm_reshard_group_s *lm_reshard_group_t;
 /** One entry of a group: what lm_reshard_plan_create takes, for one tensor. */
 typedef struct lm_reshard_entry_t {
@@ -996,14 +997,6 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_group_size(lm_reshard_group_t group, 
                                                       int *buckets);
 /** Destroys a group (local, NULL-safe; sets *group = NULL); not while a request is in flight. */
 LM_API lm_status_t lm_reshard_group_destroy(lm_reshard_group_t *group);
-/** Reshards n tensors at once (all on one mesh) to dst_mesh (NULL: theirs) with
- * dst_placements[i] for tensor i: a group created, executed and destroyed; out gets n new
- * tensors (on failure none). Collective, like lm_dist_tensor_reshard. n = 0 does nothing (src,
- * dst_placements and out may be NULL). */
-LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *src,
-                                                            lm_mesh_t dst_mesh,
-                                                            const lm_placement_t *const *dst_placements,
-                                                            lm_dist_tensor_t *out);
 
 /* ---------------------------------------------------------------------------------------------
  * lm_local_map: run a function written for local tensors on dist tensors.

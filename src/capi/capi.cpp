@@ -910,18 +910,6 @@ LM_API lm_status_t lm_reshard_group_destroy(lm_reshard_group_t *group) {
   });
 }
 
-LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *src,
-                                               lm_mesh_t dst_mesh,
-                                               const lm_placement_t *const *dst_placements,
-                                               lm_dist_tensor_t *out) {
-  return guard([&] {
-    const char *fn = "lm_dist_tensor_reshard_many";
-    LM_CHECK_ARG(n <= 0 || out != nullptr, "%s: out is NULL with n = %d", fn, n);
-    std::vector<lm_dist_tensor_t> t = tensors_reshard_many(n, src, dst_mesh, dst_placements);
-    for (size_t i = 0; i < t.size(); ++i) out[i] = t[i];
-  });
-}
-
 // ------------------------------------------------------------------------------- local_map
 LM_API lm_status_t lm_local_map(lm_local_fn_t fn, void *user_data, int nin, const lm_arg_t *inputs,
                                 const lm_placement_t *const *in_placements, int nout,
