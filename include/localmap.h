@@ -808,8 +808,6 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_start(lm_request_t *request, lm_
 LM_NODISCARD LM_API lm_status_t lm_request_test(lm_request_t *request, int *done);
 /** Completes the request and frees it (*request = NULL). */
 LM_NODISCARD LM_API lm_status_t lm_request_wait(lm_request_t *request);
-/** Number of bytes this rank sends to other ranks when executing the plan (for tests and tuning). */
-LM_NODISCARD LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *bytes);
 /** Writes a one-line human description of the plan's steps into buf. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf,
                                                          size_t size);
@@ -848,7 +846,7 @@ typedef struct lm_reshard_plan_info_t {
   int64_t peers;               /**< distinct other ranks this rank exchanges bytes with */
   int64_t flows_sent;          /**< (peer, step) pairs this rank sends to */
   int64_t flows_received;      /**< (peer, step) pairs this rank receives from */
-  int64_t bytes_sent;          /**< bytes to other ranks (as lm_reshard_plan_bytes_sent) */
+  int64_t bytes_sent;          /**< bytes this rank sends to other ranks */
   int64_t bytes_received;      /**< bytes from other ranks */
   int64_t bytes_copied;        /**< bytes copied locally from this rank's input to its output */
   int64_t bytes_reduced;       /**< other ranks' contributions reduced into this rank's output */

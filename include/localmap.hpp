@@ -555,11 +555,12 @@ class reshard_plan {
   void execute(const dist_tensor &src, const dist_tensor &dst) const {
     check(lm_reshard_plan_execute(h_, src.get(), dst.get()));
   }
-  /// lm_reshard_plan_bytes_sent.
+  /// The bytes this rank sends to other ranks per execution: info().bytes_sent
+  /// (lm_reshard_plan_info, flags 0: local).
   int64_t bytes_sent() const {
-    int64_t b = 0;
-    check(lm_reshard_plan_bytes_sent(h_, &b));
-    return b;
+    lm_reshard_plan_info_t i = LM_RESHARD_PLAN_INFO_INIT;
+    check(lm_reshard_plan_info(h_, 0, &i));
+    return i.bytes_sent;
   }
   /// lm_reshard_plan_adjoint: the backward plan (gradients, target mesh -> source mesh).
   reshard_plan adjoint() const {

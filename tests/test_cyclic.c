@@ -523,13 +523,14 @@ static void test_scalapack_layout(void **state) {
   R.pl[1] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
   lm_reshard_plan_t plan = NULL;
   LM_ASSERT_OK(lm_reshard_plan_create(&plan, L.mesh, L.pl, NULL, R.pl, 2, shape, f64));
-  int64_t sent = -1, want = 0, rb = (M + L.mshape[0] - 1) / L.mshape[0];
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+  int64_t want = 0, rb = (M + L.mshape[0] - 1) / L.mshape[0];
   for (int64_t i = 0; i < ls[0]; ++i) {
     int64_t row_owner = o_glob(&L, c, 0, M, i) / rb; /* mesh row holding this row */
     want += (L.mshape[1] - (row_owner == c[0])) * ls[1] * 8;
   }
-  LM_ASSERT_OK(lm_reshard_plan_bytes_sent(plan, &sent));
-  LM_ASSERT_ALL(sent == want);
+  LM_ASSERT_OK(lm_reshard_plan_info(plan, 0, &info));
+  LM_ASSERT_ALL(info.bytes_sent == want);
   lm_dist_tensor_t rows = NULL;
   LM_ASSERT_OK(lm_reshard_plan_alloc_target(&rows, plan, (DLDevice){kDLCPU, 0}));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, t, rows));

@@ -1914,14 +1914,20 @@ contains
     if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) error stop "localmap: a type(lm_request) cannot be copied"
   end subroutine
 
-  !> The bytes this rank sends to other ranks when executing the plan.
+  !> The bytes this rank sends to other ranks when executing the plan: info%bytes_sent of
+  !> lm_reshard_plan_info (this rank's counts, local).
   subroutine lm_reshard_plan_bytes_sent(plan, bytes, ierr)
     type(lm_reshard_plan), intent(in) :: plan
     integer(c_int64_t), intent(out) :: bytes
     integer, intent(out), optional :: ierr
+    type(lm_reshard_plan_info_t) :: info
     integer(c_int) :: st
     bytes = 0
-    st = lmc_reshard_plan_bytes_sent(plan%ptr, bytes); call c_(st)
+    info%size = c_sizeof(info)
+    info%magic = LM_RESHARD_PLAN_INFO_MAGIC
+    info%version = LM_RESHARD_PLAN_INFO_VERSION
+    st = lmc_reshard_plan_info(plan%ptr, 0_c_int, info); call c_(st)
+    if (st == LM_SUCCESS) bytes = info%bytes_sent
     call done_(st, ierr, "lm_reshard_plan_bytes_sent")
   end subroutine
 

@@ -755,14 +755,6 @@ LM_API lm_status_t lm_request_wait(lm_request_t *request) {
   });
 }
 
-LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *bytes) {
-  return guard([&] {
-    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_bytes_sent");
-    OUT_ARG(bytes, "bytes", "lm_reshard_plan_bytes_sent");
-    *bytes = p->plan->bytes_sent;
-  });
-}
-
 LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t *adjoint, lm_reshard_plan_t plan) {
   return guard([&] {
     const char *fn = "lm_reshard_plan_adjoint";

@@ -66,7 +66,6 @@ PROTOTYPES = [
     ('lm_reshard_plan_start', 'lm_status_t', ['lm_request_t*', 'lm_reshard_plan_t', 'lm_dist_tensor_t', 'lm_dist_tensor_t']),
     ('lm_request_test', 'lm_status_t', ['lm_request_t*', 'int*']),
     ('lm_request_wait', 'lm_status_t', ['lm_request_t*']),
-    ('lm_reshard_plan_bytes_sent', 'lm_status_t', ['lm_reshard_plan_t', 'int64_t*']),
     ('lm_reshard_plan_describe', 'lm_status_t', ['lm_reshard_plan_t', 'char*', 'size_t']),
     ('lm_reshard_plan_adjoint', 'lm_status_t', ['lm_reshard_plan_t*', 'lm_reshard_plan_t']),
     ('lm_reshard_plan_info', 'lm_status_t', ['lm_reshard_plan_t', 'int', 'lm_reshard_plan_info_t*']),

@@ -1183,10 +1183,10 @@ class ReshardPlan(_Handle):
 
     @property
     def bytes_sent(self):
-        """Bytes this rank sends to other ranks per execution."""
-        b = c_int64()
-        L.lm_reshard_plan_bytes_sent(self._handle(), byref(b))
-        return b.value
+        """Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local)."""
+        i = L.lm_reshard_plan_info_t()
+        L.lm_reshard_plan_info(self._handle(), 0, byref(i))
+        return i.bytes_sent
 
     def adjoint(self):
         """The backward plan: a gradient in placements_adjoint(target placements) on the target

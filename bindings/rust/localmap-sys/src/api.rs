@@ -188,7 +188,6 @@ extern "C" {
     ) -> lm_status_t;
     pub fn lm_request_test(request: *mut lm_request_t, done: *mut c_int) -> lm_status_t;
     pub fn lm_request_wait(request: *mut lm_request_t) -> lm_status_t;
-    pub fn lm_reshard_plan_bytes_sent(plan: lm_reshard_plan_t, bytes: *mut i64) -> lm_status_t;
     pub fn lm_reshard_plan_describe(plan: lm_reshard_plan_t, buf: *mut c_char, size: usize) -> lm_status_t;
     pub fn lm_reshard_plan_adjoint(adjoint: *mut lm_reshard_plan_t, plan: lm_reshard_plan_t) -> lm_status_t;
     pub fn lm_reshard_plan_info(

@@ -1291,11 +1291,10 @@ impl ReshardPlan {
         check(unsafe { sys::lm_reshard_plan_start(&mut raw, self.raw, src.raw, dst.raw) })?;
         Ok(Request { raw, _life: PhantomData })
     }
-    /// Bytes this rank sends to other ranks per execution.
+    /// Bytes this rank sends to other ranks per execution: `info(false)?.bytes_sent`
+    /// (`lm_reshard_plan_info`, flags 0: local).
     pub fn bytes_sent(&self) -> Result<i64> {
-        let mut b = 0;
-        check(unsafe { sys::lm_reshard_plan_bytes_sent(self.raw, &mut b) })?;
-        Ok(b)
+        Ok(self.info(false)?.bytes_sent)
     }
     /// The backward plan (`lm_reshard_plan_adjoint`): gradients from the target mesh, in
     /// `placements_adjoint(target)`, to the source mesh, in `placements_adjoint(source)`. Local.
