@@ -318,7 +318,9 @@ static double lm_case_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm, 
   OK(lm_dist_tensor_zeros(&c.src, sm, 2, g, LM_FLOAT64, LM_CPU, sp));
   fill_local(c.src);
   OK(lm_reshard_plan_alloc_target(&c.dst, c.plan, LM_CPU));
-  OK(lm_reshard_plan_bytes_sent(c.plan, sent));
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+  OK(lm_reshard_plan_info(c.plan, 0, &info));
+  *sent = info.bytes_sent;
   c.smesh = sm;
   c.dmesh = dm;
   c.dp = dp;

@@ -290,9 +290,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       case 15: {
         lm_reshard_plan_t p = pick_plan();
-        int64_t by;
+        lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
         char buf[32];
-        check(lm_reshard_plan_bytes_sent(p, in.u8() % 8 ? &by : nullptr));
+        check(lm_reshard_plan_info(p, 0, in.u8() % 8 ? &info : nullptr));
         check(lm_reshard_plan_describe(p, buf, in.u8() % 4 ? sizeof buf : 0));
         if (in.u8() % 4 == 0) check(lm_reshard_plan_destroy(&p));
         break;

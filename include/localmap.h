@@ -808,8 +808,6 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_plan_start(lm_request_t *request, lm_
 LM_NODISCARD LM_API lm_status_t lm_request_test(lm_request_t *request, int *done);
 /** Completes the request and frees it (*request = NULL). */
 LM_NODISCARD LM_API lm_status_t lm_request_wait(lm_request_t *request);
-/** Number of bytes this rank sends to other ranks when executing the plan (for tests and tuning). */
-LM_NODISCARD LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *bytes);
 /** Writes a one-line human description of the plan's steps into buf. */
 LM_NODISCARD LM_API lm_status_t lm_reshard_plan_describe(lm_reshard_plan_t plan, char *buf,
                                                          size_t size);
@@ -848,7 +846,7 @@ typedef struct lm_reshard_plan_info_t {
   int64_t peers;               /**< distinct other ranks this rank exchanges bytes with */
   int64_t flows_sent;          /**< (peer, step) pairs this rank sends to */
   int64_t flows_received;      /**< (peer, step) pairs this rank receives from */
-  int64_t bytes_sent;          /**< bytes to other ranks (as lm_reshard_plan_bytes_sent) */
+  int64_t bytes_sent;          /**< bytes this rank sends to other ranks */
   int64_t bytes_received;      /**< bytes from other ranks */
   int64_t bytes_copied;        /**< bytes copied locally from this rank's input to its output */
   int64_t bytes_reduced;       /**< other ranks' contributions reduced into this rank's output */
@@ -925,10 +923,11 @@ LM_API lm_status_t lm_reshard_plan_destroy(lm_reshard_plan_t *plan);
  * Grouped reshards: many tensors in one communication round.
  * ------------------------------------------------------------------------------------------- */
 /** A grouped reshard plan handle (typed opaque pointer): N reshards between one pair of meshes.
- * Empty groups: every grouped call (lm_reshard_group_create, _alloc_targets, _execute, _start and
- * lm_dist_tensor_reshard_many) takes n = 0 with NULL arrays (entries, src, dst, out,
- * dst_placements) and does nothing with them; with n > 0 a NULL array is LM_ERR_INVALID_ARGUMENT
- * naming it. */
+ * Empty groups: every grouped call (lm_reshard_group_create, _alloc_targets, _execute and _start)
+ * takes n = 0 with NULL arrays (entries, src, dst, out) and does nothing with them; with n > 0 a
+ * NULL array is LM_ERR_INVALID_ARGUMENT naming it. To reshard a list of tensors once, create a
+ * group from their entries, alloc its targets, execute it and destroy it (what the bindings'
+ * reshard_many do). */
 typedef struct lm_reshard_group_s *lm_reshard_group_t;
 /** One entry of a group: what lm_reshard_plan_create takes, for one tensor. */
 typedef struct lm_reshard_entry_t {
@@ -996,14 +995,6 @@ LM_NODISCARD LM_API lm_status_t lm_reshard_group_size(lm_reshard_group_t group, 
                                                       int *buckets);
 /** Destroys a group (local, NULL-safe; sets *group = NULL); not while a request is in flight. */
 LM_API lm_status_t lm_reshard_group_destroy(lm_reshard_group_t *group);
-/** Reshards n tensors at once (all on one mesh) to dst_mesh (NULL: theirs) with
- * dst_placements[i] for tensor i: a group created, executed and destroyed; out gets n new
- * tensors (on failure none). Collective, like lm_dist_tensor_reshard. n = 0 does nothing (src,
- * dst_placements and out may be NULL). */
-LM_NODISCARD LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *src,
-                                                            lm_mesh_t dst_mesh,
-                                                            const lm_placement_t *const *dst_placements,
-                                                            lm_dist_tensor_t *out);
 
 /* ---------------------------------------------------------------------------------------------
  * lm_local_map: run a function written for local tensors on dist tensors.

@@ -555,11 +555,12 @@ class reshard_plan {
   void execute(const dist_tensor &src, const dist_tensor &dst) const {
     check(lm_reshard_plan_execute(h_, src.get(), dst.get()));
   }
-  /// lm_reshard_plan_bytes_sent.
+  /// The bytes this rank sends to other ranks per execution: info().bytes_sent
+  /// (lm_reshard_plan_info, flags 0: local).
   int64_t bytes_sent() const {
-    int64_t b = 0;
-    check(lm_reshard_plan_bytes_sent(h_, &b));
-    return b;
+    lm_reshard_plan_info_t i = LM_RESHARD_PLAN_INFO_INIT;
+    check(lm_reshard_plan_info(h_, 0, &i));
+    return i.bytes_sent;
   }
   /// lm_reshard_plan_adjoint: the backward plan (gradients, target mesh -> source mesh).
   reshard_plan adjoint() const {
@@ -689,28 +690,53 @@ class reshard_group {
   lm_reshard_group_t h_ = nullptr;
 };
 
-/// lm_dist_tensor_reshard_many: src[i] with dst[i]'s placements on dst_mesh (nullptr: theirs),
-/// as one grouped reshard (collective).
+/// src[i] with dst[i]'s placements on dst_mesh (nullptr: theirs), as one grouped reshard
+/// (collective): a group made from the tensors' entries (lm_reshard_group_create), its targets
+/// allocated on src[0]'s device, executed and destroyed. On failure no tensor is left.
 inline std::vector<dist_tensor> reshard_many(const std::vector<dist_tensor> &src,
                                              const std::vector<placements> &dst,
                                              const mesh *dst_mesh = nullptr) {
   if (src.size() != dst.size())
     detail::invalid("localmap::reshard_many: " + std::to_string(src.size()) + " tensors for " +
                     std::to_string(dst.size()) + " placement lists");
-  std::vector<lm_dist_tensor_t> s, out(src.size(), nullptr);
-  std::vector<const lm_placement_t *> p;
-  const int ndim = dst_mesh ? dst_mesh->ndim() : src.empty() ? 0 : detail::tensor_mesh_ndim(src[0].get());
+  if (src.empty()) return {};
+  lm_mesh_t sm = nullptr;
+  check(lm_dist_tensor_mesh(src[0].get(), &sm));
+  const int ndim = dst_mesh ? dst_mesh->ndim() : detail::tensor_mesh_ndim(src[0].get());
+  std::vector<lm_dist_tensor_t> s;
+  std::vector<shape> shapes;
+  std::vector<placements> from;
+  std::vector<lm_reshard_entry_t> e;
   for (size_t i = 0; i < src.size(); ++i) {
+    const std::string what = "localmap::reshard_many: src[" + std::to_string(i) + "]";
+    lm_mesh_t m = nullptr;
+    check(lm_dist_tensor_mesh(src[i].get(), &m));
+    if (m != sm)
+      detail::invalid(what + " lives on another mesh than src[0] (one call moves tensors of one "
+                      "mesh)");
     detail::check_count(dst[i].size(), ndim,
                         ("localmap::reshard_many: dst[" + std::to_string(i) + "]").c_str());
     s.push_back(src[i].get());
-    p.push_back(dst[i].data());
+    shapes.push_back(src[i].global_shape());
+    from.push_back(src[i].placement());
   }
-  check(lm_dist_tensor_reshard_many(static_cast<int>(s.size()), s.data(),
-                                    dst_mesh ? dst_mesh->get() : nullptr, p.data(), out.data()));
+  for (size_t i = 0; i < src.size(); ++i)
+    e.push_back(lm_reshard_entry_t{static_cast<int>(shapes[i].size()), shapes[i].data(),
+                                   src[i].dtype(), from[i].data(), dst[i].data()});
+  struct group_guard {
+    lm_reshard_group_t g = nullptr;
+    ~group_guard() { lm_reshard_group_destroy(&g); }
+  } g;
+  check(lm_reshard_group_create(&g.g, sm, dst_mesh ? dst_mesh->get() : nullptr,
+                                static_cast<int>(e.size()), e.data(), nullptr));
+  DLDevice dev{};
+  check(lm_dist_tensor_device(src[0].get(), &dev));
+  std::vector<lm_dist_tensor_t> out(src.size(), nullptr);
+  check(lm_reshard_group_alloc_targets(out.data(), g.g, dev, static_cast<int>(out.size())));
   std::vector<dist_tensor> r;
   r.reserve(out.size());
-  for (lm_dist_tensor_t t : out) r.emplace_back(t);
+  for (lm_dist_tensor_t t : out) r.emplace_back(t);  // owned here: dropped if execute throws
+  check(lm_reshard_group_execute(g.g, static_cast<int>(s.size()), s.data(), out.data()));
   return r;
 }
 

@@ -55,14 +55,14 @@ static void test_plan_and_request_bad_inputs(void **state) {
   lm_reshard_plan_t p = NULL, foreign = (lm_reshard_plan_t)g_foreign;
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, NULL, &r, 2, g, LM_FLOAT32));
 
-  int64_t bytes = -1;
-  LM_ASSERT_OK(lm_reshard_plan_bytes_sent(p, &bytes));
-  LM_ASSERT_ALL(bytes >= 0);
-  LM_ASSERT_STATUS(lm_reshard_plan_bytes_sent(NULL, &bytes), LM_ERR_INVALID_ARGUMENT);
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+  LM_ASSERT_OK(lm_reshard_plan_info(p, 0, &info));
+  LM_ASSERT_ALL(info.bytes_sent >= 0);
+  LM_ASSERT_STATUS(lm_reshard_plan_info(NULL, 0, &info), LM_ERR_INVALID_ARGUMENT);
   LM_ASSERT_ALL(msg_has("plan"));
-  LM_ASSERT_STATUS(lm_reshard_plan_bytes_sent(foreign, &bytes), LM_ERR_INVALID_ARGUMENT);
-  LM_ASSERT_STATUS(lm_reshard_plan_bytes_sent(p, NULL), LM_ERR_INVALID_ARGUMENT);
-  LM_ASSERT_ALL(msg_has("bytes"));
+  LM_ASSERT_STATUS(lm_reshard_plan_info(foreign, 0, &info), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_STATUS(lm_reshard_plan_info(p, 0, NULL), LM_ERR_INVALID_ARGUMENT);
+  LM_ASSERT_ALL(msg_has("info"));
 
   char buf[256];
   LM_ASSERT_OK(lm_reshard_plan_describe(p, buf, sizeof buf));

@@ -410,8 +410,9 @@ static void test_partial_beside(void **state) {
 }
 
 /* Grouped reshards with block-cyclic entries between coalesced ones (each block-cyclic entry
- * runs its own plan in the group's order): lm_reshard_group_execute, _start and
- * lm_dist_tensor_reshard_many, every element of every target checked. */
+ * runs its own plan in the group's order): lm_reshard_group_execute, _start and a group made,
+ * allocated, executed and destroyed at once (the bindings' reshard_many), every element of every
+ * target checked. */
 static void test_group(void **state) {
   (void)state;
   olayout_t L;
@@ -427,10 +428,8 @@ static void test_group(void **state) {
   const DLDataType f64 = {kDLFloat, 64, 1};
   lm_reshard_entry_t e[N];
   lm_dist_tensor_t x[N], y[N], z[N];
-  const lm_placement_t *dpl[N];
   for (int i = 0; i < N; ++i) {
     e[i] = (lm_reshard_entry_t){2, shapes[i], f64, &src[i], &dst[i]};
-    dpl[i] = &dst[i];
     olayout_t S = L;
     S.pl[0] = src[i];
     LM_ASSERT_OK(lm_dist_tensor_zeros(&x[i], L.mesh, 2, shapes[i], f64, (DLDevice){kDLCPU, 0}, &src[i]));
@@ -454,7 +453,11 @@ static void test_group(void **state) {
       bad += walk(y[i], &D, 2, shapes[i], 8, 0);
     }
   }
-  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(N, x, NULL, dpl, z));
+  lm_reshard_group_t once = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&once, L.mesh, NULL, N, e, NULL));
+  LM_ASSERT_OK(lm_reshard_group_alloc_targets(z, once, (DLDevice){kDLCPU, 0}, N));
+  LM_ASSERT_OK_ALL(lm_reshard_group_execute(once, N, x, z));
+  LM_ASSERT_OK(lm_reshard_group_destroy(&once));
   for (int i = 0; i < N; ++i) {
     olayout_t D = L;
     D.pl[0] = dst[i];
@@ -520,13 +523,14 @@ static void test_scalapack_layout(void **state) {
   R.pl[1] = (lm_placement_t)LM_PLACEMENT_REPLICATE;
   lm_reshard_plan_t plan = NULL;
   LM_ASSERT_OK(lm_reshard_plan_create(&plan, L.mesh, L.pl, NULL, R.pl, 2, shape, f64));
-  int64_t sent = -1, want = 0, rb = (M + L.mshape[0] - 1) / L.mshape[0];
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+  int64_t want = 0, rb = (M + L.mshape[0] - 1) / L.mshape[0];
   for (int64_t i = 0; i < ls[0]; ++i) {
     int64_t row_owner = o_glob(&L, c, 0, M, i) / rb; /* mesh row holding this row */
     want += (L.mshape[1] - (row_owner == c[0])) * ls[1] * 8;
   }
-  LM_ASSERT_OK(lm_reshard_plan_bytes_sent(plan, &sent));
-  LM_ASSERT_ALL(sent == want);
+  LM_ASSERT_OK(lm_reshard_plan_info(plan, 0, &info));
+  LM_ASSERT_ALL(info.bytes_sent == want);
   lm_dist_tensor_t rows = NULL;
   LM_ASSERT_OK(lm_reshard_plan_alloc_target(&rows, plan, (DLDevice){kDLCPU, 0}));
   LM_ASSERT_OK_ALL(lm_reshard_plan_execute(plan, t, rows));

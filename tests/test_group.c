@@ -4,7 +4,8 @@
  * all-gather, all-to-all, reduce-scatter with sum, max and integer avg, Replicate -> Partial,
  * slices, uneven and empty shards, 2-D meshes, across meshes) must give the same bits as one
  * lm_reshard_plan_execute per entry, for every bucket bound (every entry alone, a few buckets,
- * one bucket), blocking and nonblocking, and through lm_dist_tensor_reshard_many. Coalescing is
+ * one bucket), blocking and nonblocking, and made once for a list of tensors (test_one_shot,
+ * what the bindings' reshard_many do). Coalescing is
  * counted through PMPI: a bucket of K identical entries sends one message per peer and step, as
  * many as one entry's plan, not K times as many. Then the argument checks and the agreement.
  * The node-local path is off (LM_NODE_LOCAL=0) so that every message is an MPI_Isend, unless the
@@ -400,18 +401,28 @@ static void test_borrowed_partials(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
-static void test_reshard_many(void **state) {
+/* A list of tensors resharded once, the way the bindings' reshard_many go: a group made from the
+ * tensors' entries, its targets allocated, executed and destroyed. The same bits as one
+ * lm_dist_tensor_reshard per tensor; an entry without target placements is refused naming it,
+ * leaving no group; n = 0 takes NULL arrays; n > 0 refuses a NULL out, before any work. */
+static void test_one_shot(void **state) {
   (void)state;
   lm_mesh_t m = mesh_1d(0);
   const int64_t shape[2] = {9, 6};
   const lm_placement_t s0[] = {S(0)}, s1[] = {S(1)}, r[] = {R};
   const lm_placement_t *to[3] = {r, s1, s0};
   lm_dist_tensor_t x[3], out[3] = {NULL, NULL, NULL}, ref = NULL;
+  lm_reshard_entry_t e[3];
   for (int i = 0; i < 3; ++i) {
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x[i], m, 2, shape, LM_FLOAT32, LM_CPU, s0));
     fill(x[i], i + 3);
+    e[i] = (lm_reshard_entry_t){2, shape, LM_FLOAT32, s0, to[i]};
   }
-  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(3, x, NULL, to, out));
+  lm_reshard_group_t g = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 3, e, NULL));
+  LM_ASSERT_OK(lm_reshard_group_alloc_targets(out, g, LM_CPU, 3));
+  LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 3, x, out));
+  LM_ASSERT_OK(lm_reshard_group_destroy(&g));
   int ok = 1;
   for (int i = 0; i < 3; ++i) {
     LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&ref, x[i], NULL, to[i]));
@@ -419,16 +430,20 @@ static void test_reshard_many(void **state) {
     lm_dist_tensor_destroy(&ref);
   }
   LM_ASSERT_ALL(ok);
-  const lm_placement_t *bad[3] = {r, NULL, s0};
-  lm_dist_tensor_t none[3] = {NULL, NULL, NULL};
-  LM_EXPECT_ALL(lm_dist_tensor_reshard_many(3, x, NULL, bad, none), LM_ERR_INVALID_ARGUMENT,
-                "dst_placements[1]");
-  LM_ASSERT_ALL(none[0] == NULL && none[2] == NULL);
+  lm_reshard_entry_t bad[3] = {e[0], e[1], e[2]};
+  bad[1].dst_placements = NULL;
+  LM_EXPECT_ALL(lm_reshard_group_create(&g, m, NULL, 3, bad, NULL), LM_ERR_INVALID_ARGUMENT,
+                "entries[1]");
+  LM_ASSERT_ALL(g == NULL);
   /* n = 0 takes NULL arrays, out included; n > 0 refuses a NULL out, before any work. */
-  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(0, NULL, NULL, NULL, none));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(0, NULL, NULL, NULL, NULL));
-  LM_EXPECT_ALL(lm_dist_tensor_reshard_many(3, x, NULL, to, NULL), LM_ERR_INVALID_ARGUMENT,
-                "lm_dist_tensor_reshard_many: out is NULL with n = 3");
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 0, NULL, NULL));
+  LM_ASSERT_OK(lm_reshard_group_alloc_targets(NULL, g, LM_CPU, 0));
+  LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 0, NULL, NULL));
+  LM_ASSERT_OK(lm_reshard_group_destroy(&g));
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 3, e, NULL));
+  LM_EXPECT_ALL(lm_reshard_group_alloc_targets(NULL, g, LM_CPU, 3), LM_ERR_INVALID_ARGUMENT,
+                "lm_reshard_group_alloc_targets: out is NULL with n = 3");
+  LM_ASSERT_OK(lm_reshard_group_destroy(&g));
   for (int i = 0; i < 3; ++i) {
     lm_dist_tensor_destroy(&out[i]);
     lm_dist_tensor_destroy(&x[i]);
@@ -544,7 +559,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cross_mesh_and_2d),
     cmocka_unit_test(test_one_message_per_peer),
     cmocka_unit_test(test_borrowed_partials),
-    cmocka_unit_test(test_reshard_many),
+    cmocka_unit_test(test_one_shot),
     cmocka_unit_test(test_arguments),
     cmocka_unit_test(test_agreement),
 };

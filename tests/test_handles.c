@@ -169,9 +169,9 @@ static void test_stale_plan_and_request_handles(void **state) {
   lm_reshard_plan_t stale = p;
   LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
   char buf[64];
-  int64_t bytes;
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
   LM_EXPECT_ALL(lm_reshard_plan_describe(stale, buf, sizeof buf), LM_ERR_INVALID_ARGUMENT, "plan");
-  LM_EXPECT_ALL(lm_reshard_plan_bytes_sent(stale, &bytes), LM_ERR_INVALID_ARGUMENT, "plan");
+  LM_EXPECT_ALL(lm_reshard_plan_info(stale, 0, &info), LM_ERR_INVALID_ARGUMENT, "plan");
   LM_EXPECT_ALL(lm_reshard_plan_destroy(&stale), LM_ERR_INVALID_ARGUMENT, "plan");
   LM_EXPECT_ALL(lm_reshard_plan_execute(stale, src, dst), LM_ERR_INVALID_ARGUMENT, "plan");
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));

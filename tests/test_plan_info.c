@@ -100,8 +100,6 @@ static void run_case(const case_t *c, const char *what) {
   lm_reshard_plan_info_t mine = LM_RESHARD_PLAN_INFO_INIT, all = LM_RESHARD_PLAN_INFO_INIT;
   LM_ASSERT_OK(lm_reshard_plan_info(plan, 0, &mine));
   LM_ASSERT_OK_ALL(lm_reshard_plan_info(plan, LM_PLAN_INFO_ALL_RANKS, &all));
-  int64_t legacy = -1;
-  LM_ASSERT_OK(lm_reshard_plan_bytes_sent(plan, &legacy));
   /* lm_reshard_estimate: the same numbers without a plan, this rank's and all ranks'. */
   lm_reshard_plan_info_t est = LM_RESHARD_PLAN_INFO_INIT, est_all = LM_RESHARD_PLAN_INFO_INIT;
   LM_ASSERT_OK(lm_reshard_estimate(sm, c->src, dm, c->dst, c->ndim, c->shape, c->dt, 0, &est));
@@ -148,20 +146,20 @@ static void run_case(const case_t *c, const char *what) {
   const int64_t extra = peak - in_use, bound = mine.work_bytes + mine.staging_bytes_max + 64 * (mine.steps + 1);
   int ok = covered && !g_overflow && sent == mine.bytes_sent && recvd == mine.bytes_received &&
            fs == mine.flows_sent && fr == mine.flows_received && distinct_peers() == mine.peers &&
-           legacy == mine.bytes_sent && all.bytes_sent == sums[0] && all.bytes_received == sums[1] &&
+           all.bytes_sent == sums[0] && all.bytes_received == sums[1] &&
            all.bytes_sent == all.bytes_received && extra <= bound &&
            mine.routes == (sent + recvd ? (uint32_t)LM_ROUTE_MPI : 0u) && mine.bytes_node_local == 0 &&
            mine.size == sizeof mine && mine.magic == LM_RESHARD_PLAN_INFO_MAGIC &&
            mine.version == LM_RESHARD_PLAN_INFO_VERSION && mine.reserved == 0;
   if (!ok)
     lm_test__diag("rank %d: %s: counted sent %lld in %lld flows, received %lld in %lld, %d peers; "
-                  "info sent %lld in %lld, received %lld in %lld, %lld peers, routes %u, legacy "
-                  "%lld; all-ranks sent %lld received %lld (sums %lld %lld); pool rise %lld, "
+                  "info sent %lld in %lld, received %lld in %lld, %lld peers, routes %u; "
+                  "all-ranks sent %lld received %lld (sums %lld %lld); pool rise %lld, "
                   "bound %lld; copied %lld, target %lld bytes, %lld steps\n",
                   ME, what, sent, fs, recvd, fr, distinct_peers(), (long long)mine.bytes_sent,
                   (long long)mine.flows_sent, (long long)mine.bytes_received,
                   (long long)mine.flows_received, (long long)mine.peers, mine.routes,
-                  (long long)legacy, (long long)all.bytes_sent, (long long)all.bytes_received,
+                  (long long)all.bytes_sent, (long long)all.bytes_received,
                   sums[0], sums[1], (long long)extra, (long long)bound,
                   (long long)mine.bytes_copied, (long long)ybytes, (long long)mine.steps);
   LM_ASSERT_ALL(ok);

@@ -283,8 +283,12 @@ static void test_grouped(void **state) {
   lm_dist_tensor_t src[2] = {NULL, NULL}, out[2] = {NULL, NULL};
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&src[0], mesh, &gt, &rs, -1));
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&src[1], mesh, &gt, &s1, -1));
-  const lm_placement_t *dp[2] = {&s0, &rs};
-  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard_many(2, src, NULL, dp, out));
+  const lm_reshard_entry_t e[2] = {{2, g, f64, &rs, &s0}, {2, g, f64, &s1, &rs}};
+  lm_reshard_group_t grp = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_group_create(&grp, mesh, NULL, 2, e, NULL));
+  LM_ASSERT_OK(lm_reshard_group_alloc_targets(out, grp, (DLDevice){kDLCPU, 0}, 2));
+  LM_ASSERT_OK_ALL(lm_reshard_group_execute(grp, 2, src, out));
+  LM_ASSERT_OK(lm_reshard_group_destroy(&grp));
   LM_ASSERT_ALL(check_local_values(out[0]) && check_local_values(out[1]));
   int64_t off[2], ls[2];
   LM_ASSERT_OK(lm_dist_tensor_local_offset(out[1], off, 2));

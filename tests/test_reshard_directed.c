@@ -3,7 +3,7 @@
  *
  *  1. 1-D mesh of all ranks, uneven shapes [13,3] [14,5] [3] [0,4], float64 and int64: every
  *     ordered pair of {S(0), S(1), R, P(sum), P(max), P(avg)}; Partial(a) -> Partial(b) refused.
- *  2. Bytes moved (lm_reshard_plan_bytes_sent summed over ranks) against closed forms, and the
+ *  2. Bytes moved (lm_reshard_plan_info's bytes_sent summed over ranks) against closed forms, and the
  *     zero-copy Replicate -> Shard view.
  *  3. 2x2 (np 4) and 2x2x2 (np 8) meshes: placement lists from {R, S(0), S(1), P(sum)} per mesh
  *     dim plus co-shard lists with reversed `order`, on an uneven [7,5] tensor.
@@ -531,8 +531,10 @@ static int64_t plan_bytes(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm,
                           int64_t *mine, char *desc, size_t dsize) {
   lm_reshard_plan_t plan = NULL;
   int64_t b = -1, total = 0;
+  lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
   lm_status_t st = lm_reshard_plan_create(&plan, sm, sp, dm, dp, ndim, g, dt);
-  if (st == LM_SUCCESS) st = lm_reshard_plan_bytes_sent(plan, &b);
+  if (st == LM_SUCCESS) st = lm_reshard_plan_info(plan, 0, &info);
+  if (st == LM_SUCCESS) b = info.bytes_sent;
   if (st == LM_SUCCESS && desc) st = lm_reshard_plan_describe(plan, desc, dsize);
   if (st != LM_SUCCESS) {
     note("plan_bytes: %s: %s", lm_status_string(st), lm_last_error_message());
@@ -1282,9 +1284,9 @@ static void test_bad_inputs(void **state) {
     st = lm_reshard_plan_create(&plan, mesh, &s0, (lm_mesh_t)(void *)zeros, &r, 2, g, LM_FLOAT64);
     expect_status("plan dst_mesh = zeros", st, LM_ERR_INVALID_ARGUMENT, plan);
     /* a plan handle that is not one */
-    int64_t b = 0;
-    st = lm_reshard_plan_bytes_sent((lm_reshard_plan_t)(void *)src, &b);
-    expect_status("bytes_sent of a tensor handle", st, LM_ERR_INVALID_ARGUMENT, NULL);
+    lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+    st = lm_reshard_plan_info((lm_reshard_plan_t)(void *)src, 0, &info);
+    expect_status("plan_info of a tensor handle", st, LM_ERR_INVALID_ARGUMENT, NULL);
     st = lm_reshard_plan_execute((lm_reshard_plan_t)(void *)zeros, src, src);
     expect_status("execute of zeros", st, LM_ERR_INVALID_ARGUMENT, NULL);
     st = lm_reshard_plan_execute(NULL, src, src);

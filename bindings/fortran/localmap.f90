@@ -1914,14 +1914,20 @@ contains
     if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) error stop "localmap: a type(lm_request) cannot be copied"
   end subroutine
 
-  !> The bytes this rank sends to other ranks when executing the plan.
+  !> The bytes this rank sends to other ranks when executing the plan: info%bytes_sent of
+  !> lm_reshard_plan_info (this rank's counts, local).
   subroutine lm_reshard_plan_bytes_sent(plan, bytes, ierr)
     type(lm_reshard_plan), intent(in) :: plan
     integer(c_int64_t), intent(out) :: bytes
     integer, intent(out), optional :: ierr
+    type(lm_reshard_plan_info_t) :: info
     integer(c_int) :: st
     bytes = 0
-    st = lmc_reshard_plan_bytes_sent(plan%ptr, bytes); call c_(st)
+    info%size = c_sizeof(info)
+    info%magic = LM_RESHARD_PLAN_INFO_MAGIC
+    info%version = LM_RESHARD_PLAN_INFO_VERSION
+    st = lmc_reshard_plan_info(plan%ptr, 0_c_int, info); call c_(st)
+    if (st == LM_SUCCESS) bytes = info%bytes_sent
     call done_(st, ierr, "lm_reshard_plan_bytes_sent")
   end subroutine
 
@@ -2255,53 +2261,103 @@ contains
   end subroutine
 
   !> y(j) = x(j) resharded to placements(:, j) on dst_mesh (absent: the tensors' mesh, which they
-  !> all share), for every j, as one group (lm_reshard_group_create, executed once). placements:
-  !> (mesh ndim, size(x)), column j in Fortran dims of x(j). Collective, like lm_reshard; on
-  !> failure no y(j) changes.
+  !> all share), for every j, as one group: made from the tensors' entries
+  !> (lmc_reshard_group_create), its targets allocated on x(1)'s device, executed once and
+  !> destroyed. placements: (mesh ndim, size(x)), column j in Fortran dims of x(j). Collective,
+  !> like lm_reshard; on failure no y(j) changes.
   subroutine lm_reshard_many(y, x, placements, dst_mesh, ierr)
     type(lm_dist_tensor), intent(inout) :: y(:)
     type(lm_dist_tensor), intent(in) :: x(:)
     type(lm_placement), intent(in) :: placements(:, :)
     type(lm_mesh), intent(in), optional :: dst_mesh
     integer, intent(out), optional :: ierr
-    type(lm_placement_t), allocatable, target :: cpl(:, :)
+    type(lm_placement_t), allocatable, target :: cpl(:, :), csrc(:, :)
+    integer(c_int64_t), allocatable, target :: cshape(:, :)
+    type(lm_reshard_entry_t), allocatable :: cent(:)
     type(c_ptr), allocatable :: xs(:), out(:)
-    type(c_ptr), allocatable :: pp(:)
-    type(c_ptr) :: dm, m
-    integer(c_int) :: st, nd
-    integer :: n, j
+    type(c_ptr) :: dm, m, sm, g
+    type(DLDataType) :: dt
+    type(DLDevice) :: dev
+    integer(c_int) :: st, st2, nd, snd
+    integer :: n, j, mnd
     character(len=160) :: msg
     n = size(x)
     st = LM_SUCCESS
     dm = c_null_ptr
+    sm = c_null_ptr
+    g = c_null_ptr
+    snd = 1
     if (present(dst_mesh)) dm = dst_mesh%ptr
-    allocate(cpl(max(size(placements, 1), 1), max(n, 1)), xs(max(n, 1)), out(max(n, 1)), pp(max(n, 1)))
-    xs = c_null_ptr
-    out = c_null_ptr
-    pp = c_null_ptr
     if (size(y) /= n .or. size(placements, 2) /= n) then
       write(msg, '("lm_reshard_many: ",i0," tensors x, ",i0," y and ",i0," columns of placements")') &
         n, size(y), size(placements, 2)
       call bad_(st, trim(msg))
     end if
+    if (st == LM_SUCCESS .and. n > 0) then
+      st = lmc_dist_tensor_mesh(x(1)%ptr, sm); call c_(st)
+      if (st == LM_SUCCESS) then
+        st = lmc_mesh_ndim(sm, snd); call c_(st)
+      end if
+    end if
+    mnd = 1
+    do j = 1, n
+      if (st /= LM_SUCCESS) exit
+      st = lmc_dist_tensor_ndim(x(j)%ptr, nd); call c_(st)
+      mnd = max(mnd, int(nd))
+    end do
+    allocate(cpl(max(size(placements, 1), 1), max(n, 1)), csrc(max(snd, 1), max(n, 1)), &
+             cshape(mnd, max(n, 1)), cent(max(n, 1)), xs(max(n, 1)), out(max(n, 1)))
+    xs = c_null_ptr
+    out = c_null_ptr
     do j = 1, n
       if (st /= LM_SUCCESS) exit
       xs(j) = x(j)%ptr
-      st = lmc_dist_tensor_ndim(x(j)%ptr, nd); call c_(st)
+      st = lmc_dist_tensor_mesh(x(j)%ptr, m); call c_(st)
+      if (st == LM_SUCCESS .and. .not. c_associated(m, sm)) then
+        write(msg, '("lm_reshard_many: x(",i0,") lives on another mesh than x(1) (one call moves ' // &
+          'tensors of one mesh)")') j
+        call bad_(st, trim(msg))
+      end if
+      if (st == LM_SUCCESS) then
+        st = lmc_dist_tensor_ndim(x(j)%ptr, nd); call c_(st)
+      end if
       write(msg, '("lm_reshard_many: placements(:,",i0,")")') j
       if (st == LM_SUCCESS) call to_c_pl_(placements(:, j), int(nd), cpl(:, j), st, trim(msg))
-      pp(j) = c_loc(cpl(1, j))
+      if (st == LM_SUCCESS) then
+        st = lmc_dist_tensor_global_shape(x(j)%ptr, cshape(:, j), nd); call c_(st)
+      end if
+      if (st == LM_SUCCESS) then
+        st = lmc_dist_tensor_placements(x(j)%ptr, csrc(:, j), snd); call c_(st)
+      end if
+      if (st == LM_SUCCESS) then
+        st = lmc_dist_tensor_dtype(x(j)%ptr, dt); call c_(st)
+      end if
+      if (st == LM_SUCCESS) cent(j) = lm_reshard_entry_t(nd, c_loc(cshape(1, j)), dt, &
+                                                         c_loc(csrc(1, j)), c_loc(cpl(1, j)))
     end do
     ! One placement per dim of the target mesh (C reads that many).
     if (st == LM_SUCCESS .and. n > 0) then
-      m = dm
-      if (.not. present(dst_mesh)) then
-        st = lmc_dist_tensor_mesh(x(1)%ptr, m); call c_(st)
-      end if
+      m = sm
+      if (present(dst_mesh)) m = dm
       call check_npl_(m, size(placements, 1), st, "lm_reshard_many: placements")
     end if
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_reshard_many(int(n, c_int), xs, dm, pp, out); call c_(st)
+    if (st == LM_SUCCESS .and. n > 0) then
+      st = lmc_reshard_group_create(g, sm, dm, int(n, c_int), cent, c_null_ptr); call c_(st)
+      if (st == LM_SUCCESS) then
+        st = lmc_dist_tensor_device(x(1)%ptr, dev); call c_(st)
+      end if
+      if (st == LM_SUCCESS) then
+        st = lmc_reshard_group_alloc_targets(out, g, dev, int(n, c_int)); call c_(st)
+        if (st == LM_SUCCESS) then
+          st = lmc_reshard_group_execute(g, int(n, c_int), xs, out); call c_(st)
+          if (st /= LM_SUCCESS) then
+            do j = 1, n  ! no y(j) changes: the targets go
+              st2 = lmc_dist_tensor_destroy(out(j))
+            end do
+          end if
+        end if
+      end if
+      if (c_associated(g)) st2 = lmc_reshard_group_destroy(g)
       if (st == LM_SUCCESS) then
         do j = 1, n
           call set_(y(j), out(j))

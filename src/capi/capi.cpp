@@ -755,14 +755,6 @@ LM_API lm_status_t lm_request_wait(lm_request_t *request) {
   });
 }
 
-LM_API lm_status_t lm_reshard_plan_bytes_sent(lm_reshard_plan_t plan, int64_t *bytes) {
-  return guard([&] {
-    lm_reshard_plan_s *p = plan_check(plan, "lm_reshard_plan_bytes_sent");
-    OUT_ARG(bytes, "bytes", "lm_reshard_plan_bytes_sent");
-    *bytes = p->plan->bytes_sent;
-  });
-}
-
 LM_API lm_status_t lm_reshard_plan_adjoint(lm_reshard_plan_t *adjoint, lm_reshard_plan_t plan) {
   return guard([&] {
     const char *fn = "lm_reshard_plan_adjoint";
@@ -907,18 +899,6 @@ LM_API lm_status_t lm_reshard_group_destroy(lm_reshard_group_t *group) {
   return guard([&] {
     if (!group || !*group) return;
     group_destroy_handle(group, "lm_reshard_group_destroy");
-  });
-}
-
-LM_API lm_status_t lm_dist_tensor_reshard_many(int n, const lm_dist_tensor_t *src,
-                                               lm_mesh_t dst_mesh,
-                                               const lm_placement_t *const *dst_placements,
-                                               lm_dist_tensor_t *out) {
-  return guard([&] {
-    const char *fn = "lm_dist_tensor_reshard_many";
-    LM_CHECK_ARG(n <= 0 || out != nullptr, "%s: out is NULL with n = %d", fn, n);
-    std::vector<lm_dist_tensor_t> t = tensors_reshard_many(n, src, dst_mesh, dst_placements);
-    for (size_t i = 0; i < t.size(); ++i) out[i] = t[i];
   });
 }
 

@@ -254,8 +254,8 @@ void start_host(lm_reshard_group_s *g, const std::vector<lm_dist_tensor_s *> &S,
 
 lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
                                  const lm_reshard_entry_t *entries,
-                                 const lm_reshard_group_config_t *config, const char *fn,
-                                 const char *item) {
+                                 const lm_reshard_group_config_t *config) {
+  const char *fn = "lm_reshard_group_create";
   lm_mesh_s *sm = mesh_check(src_mesh, strfmt("%s: src_mesh", fn).c_str());
   lm_mesh_s *dm = dst_mesh ? mesh_check(dst_mesh, strfmt("%s: dst_mesh", fn).c_str()) : sm;
   LM_CHECK_ARG(n >= 0, "%s: n is %d (0 or more entries)", fn, n);
@@ -268,7 +268,7 @@ lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
   g->dst_mesh = dm;
   for (int i = 0; i < n; ++i) {
     const lm_reshard_entry_t &e = entries[i];
-    const std::string what = strfmt("%s: %s[%d]", fn, item, i);
+    const std::string what = strfmt("%s: entries[%d]", fn, i);
     g->entries.emplace_back(plan_create(src_mesh, e.src_placements, dm == sm ? nullptr : dst_mesh,
                                         e.dst_placements, e.ndim, e.global_shape, e.dtype,
                                         what.c_str()));
@@ -396,45 +396,6 @@ bool group_request_progress(lm_request_s *r, bool block) {
     if (r->compact) r->compact->finish();
   }
   return done;
-}
-
-std::vector<lm_dist_tensor_t> tensors_reshard_many(int n, const lm_dist_tensor_t *src,
-                                                   lm_mesh_t dst_mesh,
-                                                   const lm_placement_t *const *placements) {
-  const char *fn = "lm_dist_tensor_reshard_many";
-  LM_CHECK_ARG(n >= 0, "%s: n is %d (0 or more tensors)", fn, n);
-  LM_CHECK_ARG(n == 0 || src != nullptr, "%s: src is NULL", fn);
-  LM_CHECK_ARG(n == 0 || placements != nullptr, "%s: dst_placements is NULL", fn);
-  if (n == 0) return {};
-  std::vector<lm_reshard_entry_t> E((size_t)n);
-  lm_mesh_s *mesh = nullptr;
-  for (int i = 0; i < n; ++i) {
-    const lm_dist_tensor_s &t = *tensor_check(src[i], strfmt("%s: src[%d]", fn, i).c_str());
-    if (!mesh) mesh = t.mesh;
-    LM_CHECK_ARG(t.mesh == mesh, "%s: src[%d] lives on another mesh than src[0] (one call moves "
-                 "tensors of one mesh)", fn, i);
-    LM_CHECK_ARG(placements[i] != nullptr, "%s: dst_placements[%d] is NULL", fn, i);
-    E[(size_t)i] = lm_reshard_entry_t{t.layout.ndim(), t.layout.gshape.data(), t.dtype,
-                                      t.layout.pl.data(), placements[i]};
-  }
-  std::unique_ptr<lm_reshard_group_s> g(group_create(mesh_borrow(mesh), dst_mesh, n, E.data(),
-                                                     nullptr, fn, "tensor"));
-  std::vector<lm_dist_tensor_s *> t = group_alloc_targets(g.get(), tensor_check(src[0], fn)->device, n);
-  std::vector<lm_dist_tensor_t> out;
-  try {
-    for (size_t i = 0; i < t.size(); ++i) {
-      lm_dist_tensor_s *x = t[i];
-      t[i] = nullptr;
-      out.push_back(tensor_wrap(x));  // releases x on failure
-    }
-    group_execute(g.get(), n, src, out.data());
-  } catch (...) {
-    for (auto *x : t)
-      if (x) tensor_release(x);
-    for (auto &h : out) tensor_destroy_handle(&h, fn);
-    throw;
-  }
-  return out;
 }
 
 }  // namespace lm

@@ -37,9 +37,7 @@ struct lm_reshard_group_s {
 namespace lm {
 lm_reshard_group_s *group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh, int n,
                                  const lm_reshard_entry_t *entries,
-                                 const lm_reshard_group_config_t *config,
-                                 const char *fn = "lm_reshard_group_create",
-                                 const char *item = "entries");
+                                 const lm_reshard_group_config_t *config);
 lm_reshard_group_s *group_check(lm_reshard_group_t h, const char *what);
 lm_reshard_group_t group_wrap(lm_reshard_group_s *g);  // deletes g on failure
 void group_destroy_handle(lm_reshard_group_t *h, const char *what);
@@ -55,8 +53,4 @@ lm_request_s *group_start(lm_reshard_group_s *g, int n, const lm_dist_tensor_t *
 size_t group_bucket_count(lm_reshard_group_s *g);
 // request_progress for a group's request; true when complete.
 bool group_request_progress(lm_request_s *r, bool block);
-// lm_dist_tensor_reshard_many: n new owned handles, none on failure.
-std::vector<lm_dist_tensor_t> tensors_reshard_many(int n, const lm_dist_tensor_t *src,
-                                                   lm_mesh_t dst_mesh,
-                                                   const lm_placement_t *const *placements);
 }  // namespace lm

@@ -1183,10 +1183,10 @@ class ReshardPlan(_Handle):
 
     @property
     def bytes_sent(self):
-        """Bytes this rank sends to other ranks per execution."""
-        b = c_int64()
-        L.lm_reshard_plan_bytes_sent(self._handle(), byref(b))
-        return b.value
+        """Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local)."""
+        i = L.lm_reshard_plan_info_t()
+        L.lm_reshard_plan_info(self._handle(), 0, byref(i))
+        return i.bytes_sent
 
     def adjoint(self):
         """The backward plan: a gradient in placements_adjoint(target placements) on the target
@@ -1400,10 +1400,11 @@ ReshardGroup._destroy = staticmethod(L.lm_reshard_group_destroy)
 
 
 def reshard_many(tensors, placements_list, mesh=None):
-    """DistTensor.reshard for many tensors of one mesh at once (lm_dist_tensor_reshard_many):
-    tensors[i] gets placements_list[i] on `mesh` (default: theirs), through one grouped reshard
-    (one message per peer and step for all of them). Returns a list of new tensors. Collective
-    over both meshes."""
+    """DistTensor.reshard for many tensors of one mesh at once: tensors[i] gets
+    placements_list[i] on `mesh` (default: theirs), through one grouped reshard (one message per
+    peer and step for all of them): a group made from the tensors' entries, its targets
+    allocated on tensors[0]'s device, executed and destroyed. Returns a list of new tensors (on
+    failure none is left). Collective over both meshes."""
     src, items = _tensor_array(tensors, "tensors")
     try:
         pls = list(placements_list)
@@ -1412,13 +1413,51 @@ def reshard_many(tensors, placements_list, mesh=None):
     if len(pls) != len(items):
         raise _bad(f"placements_list: {len(pls)} entries for {len(items)} tensors")
     mh = None if mesh is None else _mesh_h(mesh)
-    nd = _ndim_of(mh) if mh is not None else \
-        (_tensor_mesh_ndim(items[0]._handle()) if items else 0)
-    arrs = [_placements_c(p, f"placements_list[{i}]", nd)[0] for i, p in enumerate(pls)]
     n = len(items)
-    out = (c_void_p * max(n, 1))()
-    L.lm_dist_tensor_reshard_many(n, src, mh, _ptr_array(arrs, L.lm_placement_t), out)
-    return [DistTensor._wrap(out[i]) for i in range(n)]
+    if n == 0:
+        return []
+    sm = c_void_p()
+    L.lm_dist_tensor_mesh(items[0]._handle(), byref(sm))
+    snd = _ndim_of(sm)
+    nd = _ndim_of(mh) if mh is not None else snd
+    arrs = [_placements_c(p, f"placements_list[{i}]", nd)[0] for i, p in enumerate(pls)]
+    arr = (L.lm_reshard_entry_t * n)()
+    keep = []  # the arrays the entries point to, alive during the call (the C copies them)
+    for i, t in enumerate(items):
+        h = t._handle()
+        m = c_void_p()
+        L.lm_dist_tensor_mesh(h, byref(m))
+        if m.value != sm.value:
+            raise _bad(f"reshard_many: tensors[{i}] lives on another mesh than tensors[0] (one "
+                       "call moves tensors of one mesh)")
+        tnd = t.ndim
+        shp = (c_int64 * max(tnd, 1))()
+        L.lm_dist_tensor_global_shape(h, shp, tnd)
+        sp = (L.lm_placement_t * max(snd, 1))()
+        L.lm_dist_tensor_placements(h, sp, snd)
+        keep.append((shp, sp))
+        arr[i].ndim = tnd
+        arr[i].global_shape = ctypes.cast(shp, L.P_i64)
+        arr[i].dtype = t._dl_dtype()
+        arr[i].src_placements = ctypes.cast(sp, L.P_placement)
+        arr[i].dst_placements = ctypes.cast(arrs[i], L.P_placement)
+    g = c_void_p()
+    L.lm_reshard_group_create(byref(g), sm, mh, n, arr, None)
+    out = []
+    try:
+        dev = L.DLDevice()
+        L.lm_dist_tensor_device(items[0]._handle(), byref(dev))
+        dst = (c_void_p * n)()
+        L.lm_reshard_group_alloc_targets(dst, g, dev, n)
+        out = [DistTensor._wrap(dst[i]) for i in range(n)]
+        L.lm_reshard_group_execute(g, n, src, dst)
+        return out
+    except BaseException:
+        for t in out:
+            t.close()
+        raise
+    finally:
+        L.lm_reshard_group_destroy(byref(g))
 
 
 class Request:

@@ -188,7 +188,6 @@ extern "C" {
     ) -> lm_status_t;
     pub fn lm_request_test(request: *mut lm_request_t, done: *mut c_int) -> lm_status_t;
     pub fn lm_request_wait(request: *mut lm_request_t) -> lm_status_t;
-    pub fn lm_reshard_plan_bytes_sent(plan: lm_reshard_plan_t, bytes: *mut i64) -> lm_status_t;
     pub fn lm_reshard_plan_describe(plan: lm_reshard_plan_t, buf: *mut c_char, size: usize) -> lm_status_t;
     pub fn lm_reshard_plan_adjoint(adjoint: *mut lm_reshard_plan_t, plan: lm_reshard_plan_t) -> lm_status_t;
     pub fn lm_reshard_plan_info(
@@ -242,13 +241,6 @@ extern "C" {
         buckets: *mut c_int,
     ) -> lm_status_t;
     pub fn lm_reshard_group_destroy(group: *mut lm_reshard_group_t) -> lm_status_t;
-    pub fn lm_dist_tensor_reshard_many(
-        n: c_int,
-        src: *const lm_dist_tensor_t,
-        dst_mesh: lm_mesh_t,
-        dst_placements: *const *const lm_placement_t,
-        out: *mut lm_dist_tensor_t,
-    ) -> lm_status_t;
     pub fn lm_local_map(
         fn_: lm_local_fn_t,
         user_data: *mut c_void,
@@ -424,16 +416,6 @@ pub mod lengths {
         ArrayArg { name: "src", index: 3, dims: &[Len::Arg("n")], null_ok: false },
         ArrayArg { name: "dst", index: 4, dims: &[Len::Arg("n")], null_ok: false },
     ];
-    pub const lm_dist_tensor_reshard_many: &[ArrayArg] = &[
-        ArrayArg { name: "src", index: 1, dims: &[Len::Arg("n")], null_ok: false },
-        ArrayArg {
-            name: "dst_placements",
-            index: 3,
-            dims: &[Len::Arg("n"), Len::Either(&Len::Ndim("dst_mesh"), &Len::MeshNdim("src"))],
-            null_ok: false,
-        },
-        ArrayArg { name: "out", index: 4, dims: &[Len::Arg("n")], null_ok: false },
-    ];
     pub const lm_local_map: &[ArrayArg] = &[
         ArrayArg { name: "inputs", index: 3, dims: &[Len::Arg("nin")], null_ok: true },
         ArrayArg {
@@ -507,7 +489,6 @@ pub mod lengths {
             "lm_reshard_group_alloc_targets" => lm_reshard_group_alloc_targets,
             "lm_reshard_group_execute" => lm_reshard_group_execute,
             "lm_reshard_group_start" => lm_reshard_group_start,
-            "lm_dist_tensor_reshard_many" => lm_dist_tensor_reshard_many,
             "lm_local_map" => lm_local_map,
             "lm_local_map_ex" => lm_local_map_ex,
             "lm_local_map_record_placements" => lm_local_map_record_placements,

@@ -16,10 +16,13 @@ fn rules_read_as_the_description_spells_them() {
     assert_eq!(zeros[1].dims, &[Len::Ndim("mesh")]);
     assert_eq!(lengths::of("lm_dist_tensor_zeros"), zeros);
     assert!(lengths::of("lm_mesh_destroy").is_empty() && lengths::of("no_such_function").is_empty());
-    let many = lengths::of("lm_dist_tensor_reshard_many");
-    let p = many.iter().find(|a| a.name == "dst_placements").unwrap();
+    let reshard = lengths::of("lm_dist_tensor_reshard");
+    let p = reshard.iter().find(|a| a.name == "placements").unwrap();
     let rules: Vec<String> = p.dims.iter().map(|r| r.to_string()).collect();
-    assert_eq!(rules, ["n", "dst_mesh.ndim|src.mesh.ndim"]);
+    assert_eq!(rules, ["dst_mesh.ndim|src.mesh.ndim"]);
+    let group = lengths::of("lm_reshard_group_execute");
+    let rules: Vec<String> = group[0].dims.iter().map(|r| r.to_string()).collect();
+    assert_eq!((group[0].name, rules), ("src", vec!["n".to_string()]));
     assert_eq!(lengths::of("lm_local_map")[3].dims[1].to_string(), "*");
     assert_eq!(lengths::lm_dist_tensor_from_scalapack[0].dims, &[Len::Count(9)]);
 }

@@ -1291,11 +1291,10 @@ impl ReshardPlan {
         check(unsafe { sys::lm_reshard_plan_start(&mut raw, self.raw, src.raw, dst.raw) })?;
         Ok(Request { raw, _life: PhantomData })
     }
-    /// Bytes this rank sends to other ranks per execution.
+    /// Bytes this rank sends to other ranks per execution: `info(false)?.bytes_sent`
+    /// (`lm_reshard_plan_info`, flags 0: local).
     pub fn bytes_sent(&self) -> Result<i64> {
-        let mut b = 0;
-        check(unsafe { sys::lm_reshard_plan_bytes_sent(self.raw, &mut b) })?;
-        Ok(b)
+        Ok(self.info(false)?.bytes_sent)
     }
     /// The backward plan (`lm_reshard_plan_adjoint`): gradients from the target mesh, in
     /// `placements_adjoint(target)`, to the source mesh, in `placements_adjoint(source)`. Local.
@@ -1492,31 +1491,63 @@ impl ReshardGroup {
     }
 }
 
-/// `lm_dist_tensor_reshard_many`: [`DistTensor::reshard`] for many tensors of one mesh at once,
-/// `tensors[i]` to `placements[i]` on `dst_mesh` (`None`: theirs), through one grouped reshard
-/// (one message per peer and step for all of them). Collective over both meshes.
+/// [`DistTensor::reshard`] for many tensors of one mesh at once, `tensors[i]` to `placements[i]`
+/// on `dst_mesh` (`None`: theirs), through one grouped reshard (one message per peer and step for
+/// all of them): a [`ReshardGroup`] made from the tensors' entries, its targets allocated on
+/// `tensors[0]`'s device, executed and dropped. On failure no tensor is left. Collective over both
+/// meshes.
 pub fn reshard_many<S: Borrow<DistTensor>, P: AsRef<[Placement]>>(tensors: &[S], dst_mesh: Option<&Mesh>,
                                                                    placements: &[P]) -> Result<Vec<DistTensor>> {
     if placements.len() != tensors.len() {
         return arg_error(format!("reshard_many: placements: {} entries for {} tensors", placements.len(),
                                  tensors.len()));
     }
-    let ndim = match (dst_mesh, tensors.first()) {
-        (Some(m), _) => m.ndim()?,
-        (None, Some(t)) => t.borrow().mesh()?.ndim()?,
-        (None, None) => 0,
+    let first = match tensors.first() {
+        Some(t) => t.borrow(),
+        None => return Ok(Vec::new()),
+    };
+    let src_mesh = first.mesh()?;
+    let snd = src_mesh.ndim()?;
+    let ndim = match dst_mesh {
+        Some(m) => m.ndim()?,
+        None => snd,
     };
     let pls = placements.iter().enumerate()
         .map(|(i, p)| mesh_placements_n(ndim, p.as_ref(), &format!("reshard_many: placements[{i}]")))
         .collect::<Result<Vec<_>>>()?;
-    let pp: Vec<*const sys::lm_placement_t> = pls.iter().map(|p| p.as_ptr()).collect();
-    let src = raw_tensors(tensors);
-    let mut out = vec![ptr::null_mut(); src.len()];
+    // Each tensor's global shape and placements as the C gives them (what an entry points to).
+    let mut from = Vec::with_capacity(tensors.len());
+    for (i, t) in tensors.iter().enumerate() {
+        let t = t.borrow();
+        if t.mesh()?.raw != src_mesh.raw {
+            return arg_error(format!("reshard_many: tensors[{i}] lives on another mesh than tensors[0] (one \
+                                      call moves tensors of one mesh)"));
+        }
+        let mut sp = vec![sys::lm_placement_t::default(); snd];
+        check(unsafe { sys::lm_dist_tensor_placements(t.raw, sp.as_mut_ptr(), snd as c_int) })?;
+        let mut dtype = sys::LM_FLOAT64;
+        check(unsafe { sys::lm_dist_tensor_dtype(t.raw, &mut dtype) })?;
+        from.push((t.global_shape()?, dtype, sp));
+    }
+    let mut entries = Vec::with_capacity(tensors.len());
+    for (i, ((shape, dtype, sp), dp)) in from.iter().zip(&pls).enumerate() {
+        entries.push(sys::lm_reshard_entry_t {
+            ndim: to_int(shape.len(), &format!("tensors[{i}] ndim"))?,
+            global_shape: shape.as_ptr(),
+            dtype: *dtype,
+            src_placements: sp.as_ptr(),
+            dst_placements: dp.as_ptr(),
+        });
+    }
+    let mut raw = ptr::null_mut();
     check(unsafe {
-        sys::lm_dist_tensor_reshard_many(to_int(src.len(), "tensors")?, src.as_ptr(),
-                                         dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pp.as_ptr(), out.as_mut_ptr())
+        sys::lm_reshard_group_create(&mut raw, src_mesh.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw),
+                                     to_int(entries.len(), "tensors")?, entries.as_ptr(), ptr::null())
     })?;
-    Ok(out.into_iter().map(|raw| DistTensor { raw }).collect())
+    let group = ReshardGroup { raw };  // destroyed on every return
+    let mut out = group.alloc_targets(first.device()?)?;  // dropped if execute fails
+    group.execute(tensors, &mut out[..])?;
+    Ok(out)
 }
 
 /// A nonblocking reshard in flight ([`ReshardPlan::start`], [`ReshardGroup::start`]). Dropping it
