@@ -153,9 +153,9 @@ int main(int argc, char **argv) {
   int64_t shape[1] = {size};
   OK(lm_mesh_create(&m, (int)MPI_Comm_c2f(MPI_COMM_WORLD), 1, shape, NULL));
   const bcase_t cases[3] = {
-      {"P(sum)->S0", {LM_PARTIAL, 0, LM_REDUCE_SUM, 0}, {LM_SHARD, 0, 0, 0}},
-      {"R->P(sum)", {LM_REPLICATE, 0, 0, 0}, {LM_PARTIAL, 0, LM_REDUCE_SUM, 0}},
-      {"S1->S0", {LM_SHARD, 1, 0, 0}, {LM_SHARD, 0, 0, 0}},
+      {"P(sum)->S0", LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM), LM_PLACEMENT_SHARD(0)},
+      {"R->P(sum)", LM_PLACEMENT_REPLICATE, LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)},
+      {"S1->S0", LM_PLACEMENT_SHARD(1), LM_PLACEMENT_SHARD(0)},
   };
   const int64_t sizes[2] = {362, 2896};
   for (int s = 0; s < 2; ++s) {

@@ -29,10 +29,10 @@ using lm::Grid;
 using lm::Layout;
 using lm::Shape;
 
-lm_placement_t S(int d) { return lm_placement_t{LM_SHARD, d, 0, 0}; }
-lm_placement_t R() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
-lm_placement_t P() { return lm_placement_t{LM_PARTIAL, 0, LM_REDUCE_SUM, 0}; }
-lm_placement_t BC(int d, int b) { return lm_placement_t{LM_BLOCK_CYCLIC, d, b, 0}; }
+lm_placement_t S(int d) { return LM_PLACEMENT_SHARD(d); }
+lm_placement_t R() { return LM_PLACEMENT_REPLICATE; }
+lm_placement_t P() { return LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM); }
+lm_placement_t BC(int d, int b) { return LM_PLACEMENT_BLOCK_CYCLIC(d, b, 0); }
 
 struct Case {
   const char *name;
@@ -45,7 +45,7 @@ std::string fmt(const std::vector<lm_placement_t> &p) {
     if (i) s += ",";
     s += p[i].kind == LM_SHARD ? "S(" + std::to_string(p[i].dim) + ")"
          : p[i].kind == LM_BLOCK_CYCLIC
-             ? "BC(" + std::to_string(p[i].dim) + "," + std::to_string(p[i].op) + ")"
+             ? "BC(" + std::to_string(p[i].dim) + "," + std::to_string(p[i].block) + ")"
          : p[i].kind == LM_REPLICATE ? "R" : "P";
   }
   return s + "]";

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     n += len[r];
   }
   int32_t id;
-  CHECK(lm_extents_create(len, np, &id));
+  CHECK(lm_extents_create(&id, len, np));
   lm_placement_t ragged = LM_PLACEMENT_RAGGED(0, id), s0 = LM_PLACEMENT_SHARD(0),
                  rep = LM_PLACEMENT_REPLICATE;
 

@@ -54,8 +54,13 @@ lm_placement_t placement(In &in) {
     case 1: return LM_PLACEMENT_SHARD(static_cast<int32_t>(in.u8() % 4));
     case 2: return LM_PLACEMENT_PARTIAL(static_cast<int32_t>(in.u8() % 5));
     default:
-      return {static_cast<int32_t>(in.num()), static_cast<int32_t>(in.num()),
-              static_cast<int32_t>(in.num()), static_cast<int32_t>(in.num())};
+    {
+      lm_placement_t p;  // every field from the input: mostly invalid combinations
+      for (int32_t *f : {&p.kind, &p.dim, &p.order, &p.reduce_op, &p.extents, &p.block,
+                         &p.source, &p.reserved})
+        *f = static_cast<int32_t>(in.num());
+      return p;
+    }
   }
 }
 
@@ -243,7 +248,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       case 8: {
         DLManagedTensor *mt = nullptr;
-        check(lm_dist_tensor_export(pick_tensor(), &mt));
+        check(lm_dist_tensor_to_dlpack(pick_tensor(), &mt));
         if (mt) mt->deleter(mt);
         break;
       }
@@ -336,7 +341,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check(lm_device_supported(static_cast<DLDeviceType>(n), &sup));
         break;
       }
-      case 18: {  // lm_tensor_alloc, then lm_dist_tensor_from_managed takes it (or not)
+      case 18: {  // lm_tensor_alloc, then lm_dist_tensor_from_dlpack takes it (or not)
         DLManagedTensor *mt = nullptr;
         DLDevice dev = in.u8() % 8 ? LM_CPU : DLDevice{static_cast<DLDeviceType>(in.u8()), in.u8()};
         int nd = in.u8() % 4 ? static_cast<int>(n % 6) : static_cast<int>(in.num());
@@ -344,7 +349,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                               dtype(in), dev));
         if (!mt) break;
         lm_dist_tensor_t t = nullptr;
-        lm_status_t s = lm_dist_tensor_from_managed(in.u8() % 8 ? &t : nullptr, pick_mesh(), mt, plp,
+        lm_status_t s = lm_dist_tensor_from_dlpack(in.u8() % 8 ? &t : nullptr, pick_mesh(), mt, plp,
                                                     static_cast<lm_shape_mode_t>(n & 1),
                                                     in.u8() % 2 ? mt->dl_tensor.shape : shp);
         check(s);

@@ -69,16 +69,18 @@ inline std::vector<lm_placement_t> random_placements(Bytes &b, int mesh_ndim, in
   for (auto &p : pl) {
     if (raw) {
       p = {static_cast<int32_t>(b.u8()) - 1, static_cast<int32_t>(b.u8()) - 2,
-           static_cast<int32_t>(b.u8()) - 1, static_cast<int32_t>(b.u8()) - 1};
+           static_cast<int32_t>(b.u8()) - 1, static_cast<int32_t>(b.u8()) - 1,
+           static_cast<int32_t>(b.u8() % 4) - 1, static_cast<int32_t>(b.u8() % 4) - 1,
+           static_cast<int32_t>(b.u8() % 4) - 1, static_cast<int32_t>(b.u8() % 3) - 1};
       continue;
     }
     int k = b.range(0, 2);
     if (k == 1 && ndim > 0)
-      p = {LM_SHARD, b.range(0, ndim - 1), 0, b.range(0, 2)};
+      p = {LM_SHARD, b.range(0, ndim - 1), b.range(0, 2), 0, 0, 0, 0, 0};
     else if (k == 2)
-      p = {LM_PARTIAL, 0, partial_op, 0};
+      p = LM_PLACEMENT_PARTIAL(partial_op);
     else
-      p = {LM_REPLICATE, 0, 0, 0};
+      p = {LM_REPLICATE, 0, 0, 0, 0, 0, 0, 0};
   }
   return pl;
 }

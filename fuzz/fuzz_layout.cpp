@@ -188,7 +188,7 @@ static void check_layout(fz::Bytes &b) {
     for (size_t d = 0; d < L.order.size(); ++d)
       if (!L.order[d].empty() && pl[L.order[d].front()].kind == LM_SHARD) {
         lm_placement_t &p = agreed[L.order[d].front()];
-        p = lm_placement_t{LM_RAGGED, p.dim, LM_EXTENTS_AGREED, p.order};
+        p = lm_placement_t{LM_RAGGED, p.dim, p.order, 0, LM_EXTENTS_AGREED, 0, 0, 0};
         break;
       }
     // Every extent it accepts is one the layout gives (a perturbed one: a clean refusal, or a

@@ -85,12 +85,12 @@ extern "C" {
  * Versions
  * ------------------------------------------------------------------------------------------- */
 /** Major version: a change means an incompatible ABI (and a new SONAME, liblocalmap.so.MAJOR). */
-#define LM_VERSION_MAJOR 0
+#define LM_VERSION_MAJOR 1
 /** Minor version: compatible additions. */
-#define LM_VERSION_MINOR 1
+#define LM_VERSION_MINOR 0
 /** Patch version: fixes only. */
 #define LM_VERSION_PATCH 0
-/** The header's version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is 100). */
+/** The header's version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (1.0.0 is 10000). */
 #define LM_VERSION_CODE (LM_VERSION_MAJOR * 10000 + LM_VERSION_MINOR * 100 + LM_VERSION_PATCH)
 
 /** The version of the library actually loaded, as LM_VERSION_CODE. Never fails.
@@ -235,16 +235,17 @@ LM_NODISCARD LM_API lm_status_t lm_tensor_alloc(DLManagedTensor **out, int ndim,
 typedef enum lm_placement_kind_t {
   LM_REPLICATE = 0, /**< every rank along the mesh dim holds the same full value */
   LM_SHARD = 1,     /**< tensor dim `dim` is chunked along the mesh dim like torch.chunk */
-  LM_PARTIAL = 2,   /**< each rank holds a partial value; the value is the `op` reduction */
+  LM_PARTIAL = 2,   /**< each rank holds a partial value; the value is the `reduce_op`
+                         reduction */
   LM_RAGGED = 3,    /**< tensor dim `dim` is split along the mesh dim into given extents (a
                          ragged shard: PETSc ownership ranges, numpy.array_split, load balance);
-                         `op` holds the extents' id from lm_extents_create */
-  LM_BLOCK_CYCLIC = 4 /**< tensor dim `dim` is dealt in blocks of `op` elements round-robin over
-                           the mesh dim, starting at coordinate `order` (ScaLAPACK's MB/NB and
-                           RSRC/CSRC); each rank keeps its blocks in order, as ScaLAPACK does */
+                         `extents` holds their id from lm_extents_create */
+  LM_BLOCK_CYCLIC = 4 /**< tensor dim `dim` is dealt in blocks of `block` elements round-robin
+                           over the mesh dim, starting at coordinate `source` (ScaLAPACK's MB/NB
+                           and RSRC/CSRC); each rank keeps its blocks in order, as ScaLAPACK does */
 } lm_placement_kind_t;
 
-/** The reduction of a Partial placement (lm_placement_t::op). */
+/** The reduction of a Partial placement (lm_placement_t::reduce_op). */
 typedef enum lm_reduce_op_t {
   LM_REDUCE_SUM = 0, /**< sum (bool: logical or) */
   LM_REDUCE_AVG = 1, /**< average (integers truncate toward zero; bool: not supported) */
@@ -253,13 +254,15 @@ typedef enum lm_reduce_op_t {
   LM_REDUCE_PROD = 4 /**< product (bool: logical and) */
 } lm_reduce_op_t;
 
-/** The placement of a tensor along one mesh dim.
- * kind: lm_placement_kind_t. dim: the tensor dim (LM_SHARD only). op: lm_reduce_op_t
- * (LM_PARTIAL only). order: co-shard order, when several mesh dims shard one tensor dim: the
- * tensor dim is split first by the mesh dim with the lowest order (ties: lowest mesh dim), then
- * each block again by the next. With all orders 0, mesh dim 0 splits first (as DTensor does).
- * Fields that do not apply to the kind must be 0. A zero-filled struct is Replicate.
- * Ragged shards (LM_RAGGED): `dim` as for Shard, `op` is an extents id (lm_extents_create) whose
+/** The placement of a tensor along one mesh dim. Each field has one meaning, and applies to the
+ * kinds named beside it; fields that do not apply to the kind must be 0 (LM_ERR_INVALID_ARGUMENT
+ * names the field otherwise). A zero-filled struct is Replicate.
+ * kind: lm_placement_kind_t. dim: the tensor dim (Shard, Ragged, BlockCyclic). order: co-shard
+ * order (Shard, Ragged), when several mesh dims split one tensor dim: the tensor dim is split
+ * first by the mesh dim with the lowest order (ties: lowest mesh dim), then each block again by
+ * the next. With all orders 0, mesh dim 0 splits first (as DTensor does). reduce_op:
+ * lm_reduce_op_t (Partial).
+ * Ragged shards (LM_RAGGED): `dim` as for Shard, `extents` an extents id (lm_extents_create) whose
  * count is the mesh dim's extent: coordinate i holds [e_0 + ... + e_{i-1}, ... + e_i) of the
  * tensor dim (empty extents allowed). A ragged dim must split its tensor dim first (the lowest
  * `order` among the mesh dims sharding it; at most one ragged mesh dim per tensor dim) and its
@@ -271,9 +274,12 @@ typedef enum lm_reduce_op_t {
  * gathers them: lm_dist_tensor_from_local / _from_managed with LM_SHAPE_ALLGATHER, and
  * lm_local_map outputs without out_shapes or LM_LOCAL_MAP_SHAPES_EVEN (elsewhere
  * LM_ERR_INVALID_ARGUMENT). The tensor made then names a registered id (lm_dist_tensor_placements;
- * readable with lm_extents_get while the tensor lives, no reference to destroy).
- * Block-cyclic (LM_BLOCK_CYCLIC): `dim` the tensor dim, `op` the block size b >= 1, `order` the
- * source coordinate s (0 <= s < the mesh dim's extent). Block k = [k b, min((k + 1) b, n)) of the
+ * readable with lm_extents_get while the tensor lives, no reference to destroy). Extents are an
+ * id, not a handle: a placement stays a plain value of eight int32 fields (copied, compared and
+ * passed through Fortran, ctypes and Rust as is), equal extents share one id, and the id of
+ * agreed extents (0) is a constant.
+ * Block-cyclic (LM_BLOCK_CYCLIC): `dim` the tensor dim, `block` the block size b >= 1, `source`
+ * the source coordinate s (0 <= s < the mesh dim's extent). Block k = [k b, min((k + 1) b, n)) of the
  * tensor dim belongs to coordinate (k + s) mod P of the P along the mesh dim, which keeps its
  * blocks one after the other in increasing k: its local extent is ScaLAPACK's NUMROC(n, b, c, s,
  * P), global index i sits at local (i / (b P)) b + i mod b (INDXG2L). Two block-cyclic dims on a
@@ -288,34 +294,36 @@ typedef enum lm_reduce_op_t {
  * and, over several mesh dims, averages dim by dim in mesh-dim order, each division truncating
  * toward zero. Floating avg divides once by the product of the reduced extents. */
 typedef struct lm_placement_t {
-  int32_t kind;  /**< an lm_placement_kind_t */
-  int32_t dim;   /**< the sharded tensor dim (LM_SHARD only, else 0) */
-  int32_t op;    /**< an lm_reduce_op_t (LM_PARTIAL), an extents id (LM_RAGGED), the block size
-                      (LM_BLOCK_CYCLIC), else 0 */
-  int32_t order; /**< co-shard order (LM_SHARD, LM_RAGGED), the source coordinate
-                      (LM_BLOCK_CYCLIC), else 0 */
+  int32_t kind;      /**< an lm_placement_kind_t */
+  int32_t dim;       /**< the tensor dim (LM_SHARD, LM_RAGGED, LM_BLOCK_CYCLIC), else 0 */
+  int32_t order;     /**< co-shard order (LM_SHARD, LM_RAGGED), else 0 */
+  int32_t reduce_op; /**< an lm_reduce_op_t (LM_PARTIAL), else 0 */
+  int32_t extents;   /**< an extents id, or LM_EXTENTS_AGREED (LM_RAGGED), else 0 */
+  int32_t block;     /**< the block size, >= 1 (LM_BLOCK_CYCLIC), else 0 */
+  int32_t source;    /**< the source coordinate (LM_BLOCK_CYCLIC), else 0 */
+  int32_t reserved;  /**< 0 */
 } lm_placement_t;
 
 #ifdef __cplusplus
-#define LM_PLACEMENT_REPLICATE (lm_placement_t{LM_REPLICATE, 0, 0, 0})
-#define LM_PLACEMENT_SHARD(d) (lm_placement_t{LM_SHARD, (int32_t)(d), 0, 0})
-#define LM_PLACEMENT_PARTIAL(o) (lm_placement_t{LM_PARTIAL, 0, (int32_t)(o), 0})
-#define LM_PLACEMENT_RAGGED(d, id) (lm_placement_t{LM_RAGGED, (int32_t)(d), (int32_t)(id), 0})
-#define LM_PLACEMENT_BLOCK_CYCLIC(d, b, s) \
-  (lm_placement_t{LM_BLOCK_CYCLIC, (int32_t)(d), (int32_t)(b), (int32_t)(s)})
+#define LM_PLACEMENT_(k, d, r, e, b, s) \
+  (lm_placement_t{(int32_t)(k), (int32_t)(d), 0, (int32_t)(r), (int32_t)(e), (int32_t)(b), \
+                  (int32_t)(s), 0})
 #else
-/** Replicate, as an lm_placement_t value. */
-#define LM_PLACEMENT_REPLICATE ((lm_placement_t){LM_REPLICATE, 0, 0, 0})
-/** Shard(tensor dim d), as an lm_placement_t value. */
-#define LM_PLACEMENT_SHARD(d) ((lm_placement_t){LM_SHARD, (int32_t)(d), 0, 0})
-/** Partial(reduce op o), as an lm_placement_t value. */
-#define LM_PLACEMENT_PARTIAL(o) ((lm_placement_t){LM_PARTIAL, 0, (int32_t)(o), 0})
-/** RaggedShard(tensor dim d) with the extents of id `id` (lm_extents_create), as a value. */
-#define LM_PLACEMENT_RAGGED(d, id) ((lm_placement_t){LM_RAGGED, (int32_t)(d), (int32_t)(id), 0})
-/** BlockCyclic(tensor dim d, block b, source coordinate s), as an lm_placement_t value. */
-#define LM_PLACEMENT_BLOCK_CYCLIC(d, b, s) \
-  ((lm_placement_t){LM_BLOCK_CYCLIC, (int32_t)(d), (int32_t)(b), (int32_t)(s)})
+/** A placement value from its fields (order 0); use the named forms below. */
+#define LM_PLACEMENT_(k, d, r, e, b, s) \
+  ((lm_placement_t){(int32_t)(k), (int32_t)(d), 0, (int32_t)(r), (int32_t)(e), (int32_t)(b), \
+                    (int32_t)(s), 0})
 #endif
+/** Replicate, as an lm_placement_t value. */
+#define LM_PLACEMENT_REPLICATE LM_PLACEMENT_(LM_REPLICATE, 0, 0, 0, 0, 0)
+/** Shard(tensor dim d), as an lm_placement_t value. */
+#define LM_PLACEMENT_SHARD(d) LM_PLACEMENT_(LM_SHARD, d, 0, 0, 0, 0)
+/** Partial(reduce op o), as an lm_placement_t value. */
+#define LM_PLACEMENT_PARTIAL(o) LM_PLACEMENT_(LM_PARTIAL, 0, o, 0, 0, 0)
+/** RaggedShard(tensor dim d) with the extents of id `id` (lm_extents_create), as a value. */
+#define LM_PLACEMENT_RAGGED(d, id) LM_PLACEMENT_(LM_RAGGED, d, 0, id, 0, 0)
+/** BlockCyclic(tensor dim d, block b, source coordinate s), as an lm_placement_t value. */
+#define LM_PLACEMENT_BLOCK_CYCLIC(d, b, s) LM_PLACEMENT_(LM_BLOCK_CYCLIC, d, 0, 0, b, s)
 
 /** The extents id of a ragged placement whose extents are agreed from the local shapes (see
  * lm_placement_t): LM_PLACEMENT_RAGGED(d, LM_EXTENTS_AGREED). */
@@ -323,16 +331,16 @@ typedef struct lm_placement_t {
 
 /** Registers the extents of a ragged placement (local, thread-safe): `count` lengths >= 0, one
  * per coordinate of the mesh dim that will use them, and returns their id (>= 1) for
- * lm_placement_t::op. Equal extents get the same id (and one more reference): every
+ * lm_placement_t::extents. Equal extents get the same id (and one more reference): every
  * lm_extents_create is matched by one lm_extents_destroy. Tensors and plans keep the extents they
  * were made with.
+ * @param id      out: the id
  * @param extents count lengths (their sum must fit in int64)
  * @param count   1 .. 2^31 - 1
- * @param id      out: the id
  * @return LM_SUCCESS; LM_ERR_INVALID_ARGUMENT naming the argument (a negative length, an
  *         overflowing sum, NULL, count out of range); LM_ERR_OUT_OF_MEMORY */
-LM_NODISCARD LM_API lm_status_t lm_extents_create(const int64_t *extents, int64_t count,
-                                                  int32_t *id);
+LM_NODISCARD LM_API lm_status_t lm_extents_create(int32_t *id, const int64_t *extents,
+                                                  int64_t count);
 
 /** Reads extents back: their count into *count and, when `extents` is not NULL, up to `capacity`
  * lengths into it (call with extents NULL to learn the count). Ids from lm_dist_tensor_placements
@@ -486,7 +494,7 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_comm(lm_mesh_t mesh, int *comm_f);
  * created by the library (lm_dist_tensor_zeros, lm_reshard_plan_alloc_target, reshard outputs:
  * stream-ordered cudaMallocAsync on the mesh's stream, or the mesh's alloc/free callbacks) or wrap
  * the caller's device memory without a copy (lm_dist_tensor_from_local with
- * LM_FROM_LOCAL_BORROW, lm_dist_tensor_from_managed).
+ * LM_FROM_LOCAL_BORROW, lm_dist_tensor_from_dlpack).
  *
  * Streams. All device work of a call on a mesh (copies, kernels, NCCL) is enqueued on the mesh's
  * stream, and the library never synchronizes the device: a call that moves device data returns
@@ -571,7 +579,7 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType d
 /* ---------------------------------------------------------------------------------------------
  * Dist tensors: refcounted handles. A tensor holds a reference on its mesh.
  * Local shards are compact row-major buffers, except a host array borrowed with padded rows
- * (LM_FROM_LOCAL_BORROW or lm_dist_tensor_from_managed with strides each a multiple of the next
+ * (LM_FROM_LOCAL_BORROW or lm_dist_tensor_from_dlpack with strides each a multiple of the next
  * and the innermost 1, e.g. a ScaLAPACK array with LLD_ > LOCr): its views (lm_dist_tensor_local,
  * _export, lm_local_map's fn) give those strides. Reshards, plans and groups (blocking and
  * nonblocking) and gather read and write it in place, except a padded target of a reshard that
@@ -617,7 +625,7 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_zeros(lm_dist_tensor_t *out, lm_m
 #define LM_FROM_LOCAL_BORROW 1u
 
 /** Builds a tensor from this rank's shard `local`. With strides, the span that shape x strides
- * covers must fit in int64 bytes; borrowed data (BORROW, lm_dist_tensor_from_managed, lm_local_map
+ * covers must fit in int64 bytes; borrowed data (BORROW, lm_dist_tensor_from_dlpack, lm_local_map
  * outputs) must be aligned at data + byte_offset to the dtype's element size (its component size
  * for complex; at most 8 bytes): LM_ERR_INVALID_ARGUMENT otherwise. Placements whose Partial op has
  * no meaning for the dtype (bool avg, complex max/min) are refused here with LM_ERR_NOT_SUPPORTED,
@@ -635,7 +643,7 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out,
 /** Like lm_dist_tensor_from_local with LM_FROM_LOCAL_BORROW, but takes ownership of `local` on
  * success: its deleter is called when the tensor dies. On failure ownership stays with the caller.
  * The managed tensor must be compact row-major, or padded rows of host memory (see above). */
-LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *out, lm_mesh_t mesh,
+LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_dlpack(lm_dist_tensor_t *out, lm_mesh_t mesh,
                                                             DLManagedTensor *local,
                                                             const lm_placement_t *placements,
                                                             lm_shape_mode_t shape_mode,
@@ -689,7 +697,7 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_from_scalapack(lm_dist_tensor_t *
  * block and source) or a lone Shard (block ceil(extent / mesh extent), source 0), or have mesh
  * extent 1; anything else (Partial, ragged, co-shards, the other dim) is LM_ERR_NOT_SUPPORTED
  * naming the placement. Local. */
-LM_NODISCARD LM_API lm_status_t lm_dist_tensor_scalapack_desc(lm_dist_tensor_t tensor, int ctxt,
+LM_NODISCARD LM_API lm_status_t lm_dist_tensor_to_scalapack(lm_dist_tensor_t tensor, int ctxt,
                                                               int *desc);
 
 /* Accessors (local). */
@@ -723,7 +731,7 @@ LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local_offset(lm_dist_tensor_t ten
 LM_NODISCARD LM_API lm_status_t lm_dist_tensor_local(lm_dist_tensor_t tensor, DLTensor *view);
 /** Exports the local shard as a DLManagedTensor that holds a reference on the tensor; the consumer
  * calls its deleter once. */
-LM_NODISCARD LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor,
+LM_NODISCARD LM_API lm_status_t lm_dist_tensor_to_dlpack(lm_dist_tensor_t tensor,
                                                       DLManagedTensor **managed);
 
 /** Adds one reference (local); each reference is dropped by one lm_dist_tensor_destroy. */

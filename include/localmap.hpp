@@ -150,12 +150,16 @@ class environment {
 };
 
 /// Shard(dim), with a co-shard order (see lm_placement_t).
-inline lm_placement_t shard(int dim, int order = 0) { return lm_placement_t{LM_SHARD, dim, 0, order}; }
+inline lm_placement_t shard(int dim, int order = 0) {
+  lm_placement_t p = LM_PLACEMENT_SHARD(dim);
+  p.order = order;
+  return p;
+}
 /// Replicate.
-inline lm_placement_t replicate() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
+inline lm_placement_t replicate() { return LM_PLACEMENT_REPLICATE; }
 /// Partial(op).
 inline lm_placement_t partial(lm_reduce_op_t op = LM_REDUCE_SUM) {
-  return lm_placement_t{LM_PARTIAL, 0, op, 0};
+  return LM_PLACEMENT_PARTIAL(op);
 }
 /// One placement per mesh dim.
 using placements = std::vector<lm_placement_t>;
@@ -168,7 +172,7 @@ class extents {
  public:
   /// Registers `lengths` (one per coordinate of the mesh dim that uses them).
   explicit extents(const shape &lengths) {
-    check(lm_extents_create(lengths.data(), static_cast<int64_t>(lengths.size()), &id_));
+    check(lm_extents_create(&id_, lengths.data(), static_cast<int64_t>(lengths.size())));
   }
   /// Takes over another object's reference.
   extents(extents &&o) noexcept : id_(o.id_) { o.id_ = 0; }
@@ -185,7 +189,7 @@ class extents {
   extents &operator=(const extents &) = delete;
   /// Releases the reference (lm_extents_destroy).
   ~extents() { release(); }
-  /// The id lm_placement_t::op carries.
+  /// The id lm_placement_t::extents carries.
   int32_t id() const noexcept { return id_; }
   /// The lengths of any live extents id (e.g. from dist_tensor::placement()).
   static shape lengths(int32_t id) {
@@ -206,19 +210,23 @@ class extents {
 
 /// RaggedShard(dim) with the given extents (see lm_placement_t), with a co-shard order.
 inline lm_placement_t ragged(int dim, const extents &e, int order = 0) {
-  return lm_placement_t{LM_RAGGED, dim, e.id(), order};
+  lm_placement_t p = LM_PLACEMENT_RAGGED(dim, e.id());
+  p.order = order;
+  return p;
 }
 
 /// RaggedShard(dim) whose extents the ranks' local shapes give (LM_EXTENTS_AGREED): for
 /// dist_tensor::from_local with LM_SHAPE_ALLGATHER and local_map outputs without a given shape.
 inline lm_placement_t ragged_agreed(int dim, int order = 0) {
-  return lm_placement_t{LM_RAGGED, dim, LM_EXTENTS_AGREED, order};
+  lm_placement_t p = LM_PLACEMENT_RAGGED(dim, LM_EXTENTS_AGREED);
+  p.order = order;
+  return p;
 }
 
 /// BlockCyclic(dim, block, src): blocks of `block` elements of tensor dim `dim` dealt round-robin
 /// over the mesh dim from coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC; see lm_placement_t).
 inline lm_placement_t block_cyclic(int dim, int block, int src = 0) {
-  return lm_placement_t{LM_BLOCK_CYCLIC, dim, block, src};
+  return LM_PLACEMENT_BLOCK_CYCLIC(dim, block, src);
 }
 
 /// The placements of a gradient (lm_placements_adjoint): Partial(sum) -> Replicate, the others
@@ -421,10 +429,10 @@ class dist_tensor {
     check(lm_dist_tensor_from_scalapack(&h, m.get(), desc.data(), data, dtype, device, flags));
     return dist_tensor(h);
   }
-  /// lm_dist_tensor_scalapack_desc: this tensor's layout as a descriptor with context ctxt.
-  scalapack_desc_t scalapack_desc(int ctxt) const {
+  /// lm_dist_tensor_to_scalapack: this tensor's layout as a descriptor with context ctxt.
+  scalapack_desc_t to_scalapack(int ctxt) const {
     scalapack_desc_t d{};
-    check(lm_dist_tensor_scalapack_desc(h_, ctxt, d.data()));
+    check(lm_dist_tensor_to_scalapack(h_, ctxt, d.data()));
     return d;
   }
 

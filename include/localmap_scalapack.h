@@ -14,7 +14,7 @@
  * The BLACS grid is the 2-D mesh of lm_mesh_create_grid (lm_mesh_create_grid_mpi of
  * localmap_mpi.h): every process of the grid passes the (myrow, mycol) that Cblacs_gridinfo
  * returns, so that mesh coordinate (r, c) is grid process (r, c) whatever the grid's order
- * ("Row" or "Col"), and lm_dist_tensor_from_scalapack and lm_dist_tensor_scalapack_desc read and
+ * ("Row" or "Col"), and lm_dist_tensor_from_scalapack and lm_dist_tensor_to_scalapack read and
  * write descriptors over that mesh:
  * @code
  * int ctxt, nprow, npcol, myrow, mycol, desc[LM_SCALAPACK_DLEN], info, zero = 0;

@@ -50,7 +50,7 @@ static inline void lm_oracle_box(const int64_t *mshape, int mdim, const int64_t 
     for (int i = 0; i < k; ++i) {
       int64_t o, l;
       if (pl[ms[i]].kind == LM_RAGGED)
-        lm_oracle_ragged(pl[ms[i]].op, coord[ms[i]], &o, &l);
+        lm_oracle_ragged(pl[ms[i]].extents, coord[ms[i]], &o, &l);
       else
         lm_oracle_chunk(n, mshape[ms[i]], coord[ms[i]], &o, &l);
       lo += o;

@@ -69,7 +69,7 @@ echo "compatible: $(tail -n 1 "$tmp/ok/abi.log")"
 # 2. An incompatible change of a public struct: lm_arg_t's `reserved` widens to 64 bits (the
 # offsets of i64, f64 and ptr, and the struct's size, change).
 copy_tree "$tmp/bad"
-sed -i 's|^  int32_t reserved;|  int64_t reserved;|' "$tmp/bad/include/localmap.h"
+sed -i '/^typedef struct lm_arg_t/,/} lm_arg_t;/s|^  int32_t reserved;|  int64_t reserved;|' "$tmp/bad/include/localmap.h"
 grep -q '^  int64_t reserved;' "$tmp/bad/include/localmap.h" || { echo "script_abi: could not edit lm_arg_t"; exit 1; }
 if check "$tmp/bad"; then
   cat "$tmp/bad/abi.log"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Packaging check: `make install` into a temporary prefix gives lib/liblocalmap.so.0,
+# Packaging check: `make install` into a temporary prefix gives lib/liblocalmap.so.1,
 # include/localmap.h (and localmap_mpi.h, localmap_scalapack.h, localmap.hpp), lib/pkgconfig/localmap.pc, the CMake package in lib/cmake/localmap, the
 # man page, and README, LICENSE and the examples under share/doc/localmap; the shared library
-# exports lm_* symbols only and has SONAME liblocalmap.so.0. Consumers of the installed tree, each
+# exports lm_* symbols only and has SONAME liblocalmap.so.1. Consumers of the installed tree, each
 # run under mpirun: a C program built with nothing but `pkg-config --cflags --libs localmap`
-# (np 4); a CMake project using find_package(localmap 0.1 CONFIG REQUIRED) with
+# (np 4); a CMake project using find_package(localmap 1.0 CONFIG REQUIRED) with
 # localmap::localmap (np 4) and localmap::localmap_static (np 2), and one asking for 1.0, which
 # must fail (SameMajorVersion); the installed C++-only CMake project examples/cmake-cxx
 # (LANGUAGES CXX: localmap.hpp's typed local_map, localmap::environment; np 2); the installed
@@ -36,7 +36,7 @@ trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 unset MAKEFLAGS MFLAGS
 make -s install PREFIX="$prefix" BUILD="$BUILD" MPI="$MPI" >/dev/null
-for f in lib/liblocalmap.so.0 lib/liblocalmap.so lib/liblocalmap.a include/localmap.h \
+for f in lib/liblocalmap.so.1 lib/liblocalmap.so lib/liblocalmap.a include/localmap.h \
          include/localmap_mpi.h include/localmap_scalapack.h include/localmap.hpp lib/pkgconfig/localmap.pc \
          lib/cmake/localmap/localmapConfig.cmake lib/cmake/localmap/localmapConfigVersion.cmake \
          share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE \
@@ -52,7 +52,7 @@ for f in examples/*.c examples/*.cpp examples/scalapack/*.c examples/scalapack/*
 done
 grep -q '^\.TH LOCALMAP 3' "$prefix/share/man/man3/localmap.3" || { echo "man page: no .TH"; exit 1; }
 # One page per function the library exports (and per inline helper of the headers).
-for f in $(nm -D --defined-only "$prefix/lib/liblocalmap.so.0" | awk '$2 == "T" && $3 ~ /^lm_/ {sub(/@.*/, "", $3); print $3}') \
+for f in $(nm -D --defined-only "$prefix/lib/liblocalmap.so.1" | awk '$2 == "T" && $3 ~ /^lm_/ {sub(/@.*/, "", $3); print $3}') \
          $(sh tools/gen-manpage.sh --list); do
   [ -f "$prefix/share/man/man3/$f.3" ] || { echo "no man page $f(3) installed"; exit 1; }
 done
@@ -102,11 +102,11 @@ if command -v doxygen >/dev/null 2>&1; then
 else
   lm_defer_skip "the installed HTML references (C/C++ and Fortran): no doxygen (apt-get install doxygen)"
 fi
-bad=$(nm -D --defined-only "$prefix/lib/liblocalmap.so.0" | awk '{print $3}' | grep -v '^lm_' | grep -v '^LOCALMAP_' || true)
+bad=$(nm -D --defined-only "$prefix/lib/liblocalmap.so.1" | awk '{print $3}' | grep -v '^lm_' | grep -v '^LOCALMAP_' || true)
 [ -z "$bad" ] || { echo "symbols exported outside lm_*:"; echo "$bad"; exit 1; }
-dyn=$(readelf -d "$prefix/lib/liblocalmap.so.0")
-[[ $dyn == *'(SONAME)'*'[liblocalmap.so.0]'* ]] || { echo "SONAME is not liblocalmap.so.0"; exit 1; }
-echo "exports: $(nm -D --defined-only "$prefix/lib/liblocalmap.so.0" | grep -c ' lm_') lm_* symbols, nothing else"
+dyn=$(readelf -d "$prefix/lib/liblocalmap.so.1")
+[[ $dyn == *'(SONAME)'*'[liblocalmap.so.1]'* ]] || { echo "SONAME is not liblocalmap.so.1"; exit 1; }
+echo "exports: $(nm -D --defined-only "$prefix/lib/liblocalmap.so.1" | grep -c ' lm_') lm_* symbols, nothing else"
 
 cat > "$tmp/consumer.c" <<'C'
 #include <localmap.h>
@@ -136,7 +136,7 @@ C
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 # A consumer must load the MPI library liblocalmap was built with, and no other.
 mpi_libs() { ldd "$1" | grep -o 'libmpi[a-z_]*\.so[.0-9]*' | sort -u | tr '\n' ' '; }
-lib_mpi=$(mpi_libs "$prefix/lib/liblocalmap.so.0")
+lib_mpi=$(mpi_libs "$prefix/lib/liblocalmap.so.1")
 same_mpi() {
   [ "$(mpi_libs "$1")" = "$lib_mpi" ] || { echo "$1 loads MPI '$(mpi_libs "$1")', liblocalmap '$lib_mpi'"; exit 1; }
 }
@@ -152,7 +152,7 @@ if command -v cmake >/dev/null 2>&1; then
   cat > "$tmp/cm/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.16)
 project(localmap_consumer C)
-find_package(localmap 0.1 CONFIG REQUIRED)
+find_package(localmap 1.0 CONFIG REQUIRED)
 add_executable(consumer_shared consumer.c)
 target_link_libraries(consumer_shared PRIVATE localmap::localmap)
 add_executable(consumer_static consumer.c)
@@ -161,12 +161,12 @@ message(STATUS "localmap ${localmap_VERSION} with ${MPI_C_COMPILER}")
 CMAKE
   cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cm.log" 2>&1 ||
     { cat "$tmp/cm.log"; echo "cmake configure of the consumer failed"; exit 1; }
-  grep 'localmap 0\.' "$tmp/cm.log"
+  grep 'localmap 1\.' "$tmp/cm.log"
   cmake --build "$tmp/cm/build" >>"$tmp/cm.log" 2>&1 || { cat "$tmp/cm.log"; echo "cmake build failed"; exit 1; }
   # (ldd's output in a variable: `ldd | grep -q` fails under pipefail when grep exits first.)
   deps=$(ldd "$tmp/cm/build/consumer_shared")
-  [[ $deps == *"$prefix/lib/liblocalmap.so.0"* ]] ||
-    { echo "consumer_shared does not load the installed liblocalmap.so.0"; exit 1; }
+  [[ $deps == *"$prefix/lib/liblocalmap.so.1"* ]] ||
+    { echo "consumer_shared does not load the installed liblocalmap.so.1"; exit 1; }
   deps=$(ldd "$tmp/cm/build/consumer_static")
   if [[ $deps == *liblocalmap* ]]; then
     echo "consumer_static links liblocalmap.so"; exit 1
@@ -175,11 +175,13 @@ CMAKE
   same_mpi "$tmp/cm/build/consumer_static"
   bash tools/lm-mpirun 4 "$tmp/cm/build/consumer_shared"
   bash tools/lm-mpirun 2 "$tmp/cm/build/consumer_static"
-  # SameMajorVersion: a request for 1.0 must not be satisfied by 0.x.
-  sed -i 's/find_package(localmap 0.1 CONFIG REQUIRED)/find_package(localmap 1.0 CONFIG REQUIRED)/' "$tmp/cm/CMakeLists.txt"
-  if cmake -S "$tmp/cm" -B "$tmp/cm/build1" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cm1.log" 2>&1; then
-    echo "find_package(localmap 1.0) accepted version 0.x"; exit 1
-  fi
+  # SameMajorVersion: a request for 2.0 (or for 0.1) must not be satisfied by 1.x.
+  for want in 2.0 0.1; do
+    sed -i "s/find_package(localmap [0-9.]* CONFIG REQUIRED)/find_package(localmap $want CONFIG REQUIRED)/" "$tmp/cm/CMakeLists.txt"
+    if cmake -S "$tmp/cm" -B "$tmp/cm/build1" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cm1.log" 2>&1; then
+      echo "find_package(localmap $want) accepted version 1.x"; exit 1
+    fi
+  done
   grep -q 'compatible with requested version' "$tmp/cm1.log" || { cat "$tmp/cm1.log"; exit 1; }
 
   # The installed C++-only example project (examples/cmake-cxx: LANGUAGES CXX, no C enabled, so

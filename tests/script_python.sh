@@ -43,7 +43,7 @@ P
 [ -z "$missing" ] || skip "$PY lacks $missing (make python-venv installs them with pip, or set LM_PYTHON)"
 echo "python: $PY ($("$PY" -c 'import sys, numpy, mpi4py, pytest; print(sys.version.split()[0], "numpy", numpy.__version__, "mpi4py", mpi4py.__version__, "pytest", pytest.__version__)'))"
 
-lib=$ROOT/$BUILD/lib/liblocalmap.so.0
+lib=$ROOT/$BUILD/lib/liblocalmap.so.1
 [ -e "$lib" ] || fail "no $lib (make lib BUILD=$BUILD)"
 demo=$ROOT/$BUILD/examples/demo
 [ -x "$demo" ] || fail "no $demo (make examples BUILD=$BUILD)"

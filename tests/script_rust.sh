@@ -142,7 +142,7 @@ printf 'fn main() { println!("cargo:rustc-link-arg=-Wl,-rpath,{}", std::env::var
 consumer_build "$tmp/c2" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" LOCALMAP_LINK=dynamic > "$tmp/c2.log" ||
   { cat "$tmp/c2.log"; echo "dynamic consumer build failed"; exit 1; }
 deps=$(ldd "$bin")
-[[ $deps == *"$prefix/lib/liblocalmap.so.0"* ]] || { echo "$deps"; echo "the dynamic consumer does not load the prefix's liblocalmap.so.0"; exit 1; }
+[[ $deps == *"$prefix/lib/liblocalmap.so.1"* ]] || { echo "$deps"; echo "the dynamic consumer does not load the prefix's liblocalmap.so.1"; exit 1; }
 run3 "$bin"
-echo "consumer crate, LOCALMAP_LINK=dynamic + build.rs: loads $prefix/lib/liblocalmap.so.0, runs at np 3"
+echo "consumer crate, LOCALMAP_LINK=dynamic + build.rs: loads $prefix/lib/liblocalmap.so.1, runs at np 3"
 lm_finish "rust bindings: OK"

@@ -11,9 +11,9 @@
 #define NP lm_test_size()
 #define ME lm_test_rank()
 
-static const lm_placement_t R_ = {LM_REPLICATE, 0, 0, 0};
-static lm_placement_t S_(int d) { lm_placement_t p = {LM_SHARD, d, 0, 0}; return p; }
-static lm_placement_t P_(int op) { lm_placement_t p = {LM_PARTIAL, 0, op, 0}; return p; }
+static const lm_placement_t R_ = {LM_REPLICATE, 0, 0, 0, 0, 0, 0, 0};
+static lm_placement_t S_(int d) { lm_placement_t p = {LM_SHARD, d, 0, 0, 0, 0, 0, 0}; return p; }
+static lm_placement_t P_(int op) { return LM_PLACEMENT_PARTIAL(op); }
 
 /* Seeding: mode 0 = the last rank differs, mode 1 = every odd rank differs. */
 static int odd_one(int mode) { return mode == 0 ? ME == NP - 1 : ME % 2 == 1; }
@@ -218,8 +218,8 @@ static void test_plan_dtype_shape_and_coshard_order(void **state) {
   lm_mesh_t g = NULL;
   int64_t ms[2] = {2, NP / 2}, n = 12;
   LM_ASSERT_OK_ALL(lm_mesh_create(&g, lm_test_comm_f(), 2, ms, NULL));
-  lm_placement_t outer[2] = {{LM_SHARD, 0, 0, 0}, {LM_SHARD, 0, 0, 1}},
-                 inner[2] = {{LM_SHARD, 0, 0, 1}, {LM_SHARD, 0, 0, 0}}, rr[2] = {R_, R_};
+  lm_placement_t outer[2] = {{LM_SHARD, 0, 0, 0, 0, 0, 0, 0}, {LM_SHARD, 0, 1, 0, 0, 0, 0, 0}},
+                 inner[2] = {{LM_SHARD, 0, 1, 0, 0, 0, 0, 0}, {LM_SHARD, 0, 0, 0, 0, 0, 0, 0}}, rr[2] = {R_, R_};
   for (int mode = 0; mode < 2; ++mode) {
     lm_dist_tensor_t t = NULL, out = NULL;
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, g, 1, &n, LM_FLOAT32, LM_CPU, rr));

@@ -196,7 +196,7 @@ static void test_partial_op_the_dtype_cannot_take_refused_where_made(void **stat
   {
     DLManagedTensor *mt = managed(LM_BOOL, 3);
     int d0 = g_deleted;
-    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, &avg, LM_SHAPE_GIVEN, shp),
+    LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, &avg, LM_SHAPE_GIVEN, shp),
                   LM_ERR_NOT_SUPPORTED, "bool");
     LM_ASSERT_ALL(g_deleted == d0); /* ownership stays with the caller */
     mt->deleter(mt);

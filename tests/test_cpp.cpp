@@ -180,7 +180,7 @@ static void test_c_macros_from_cpp(void **) {
   LM_ASSERT_OK_ALL(lm_mesh_create(&mesh, comm, 1, ms, nullptr));
   lm_placement_t sh[1] = {LM_PLACEMENT_SHARD(0)}, rep[1] = {LM_PLACEMENT_REPLICATE},
                  psum[1] = {LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
-  LM_ASSERT_ALL(sh[0].kind == LM_SHARD && rep[0].kind == LM_REPLICATE && psum[0].op == LM_REDUCE_SUM);
+  LM_ASSERT_ALL(sh[0].kind == LM_SHARD && rep[0].kind == LM_REPLICATE && psum[0].reduce_op == LM_REDUCE_SUM);
   DLDataType f32 = LM_FLOAT32, i8 = LM_INT8, b = LM_BOOL;
   LM_ASSERT_ALL(f32.bits == 32 && f32.lanes == 1 && i8.code == kDLInt && b.code == LM_DL_BOOL);
   std::vector<double> full(10);

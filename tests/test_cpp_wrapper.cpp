@@ -221,11 +221,11 @@ static void test_ragged(void **) {
   DLTensor lt = {full.data() + off * 2, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, ls, nullptr, 0};
   lmx::dist_tensor z = lmx::dist_tensor::from_local(m, lt, {lmx::ragged_agreed(0)});
   ok &= z.global_shape()[0] == total && z.local_offset()[0] == off;
-  ok &= lmx::extents::lengths(z.placement()[0].op) == rows;
+  ok &= lmx::extents::lengths(z.placement()[0].extents) == rows;
   // Block-cyclic rows (blocks of 2 from the last rank) through the wrapper: dealt, reassembled.
   lmx::dist_tensor c = lmx::dist_tensor::from_global(m, &gt, {lmx::block_cyclic(0, 2, n - 1)});
   const lm_placement_t cp = c.placement()[0];
-  ok &= cp.kind == LM_BLOCK_CYCLIC && cp.dim == 0 && cp.op == 2 && cp.order == n - 1;
+  ok &= cp.kind == LM_BLOCK_CYCLIC && cp.dim == 0 && cp.block == 2 && cp.source == n - 1;
   int64_t mine = 0;  // rows of the blocks dealt to this rank: block k goes to (k + n - 1) mod n
   for (int64_t i = 0; i < total; ++i) mine += ((i / 2 + n - 1) % n) == lm_test_rank();
   ok &= c.local_shape()[0] == mine;
@@ -240,7 +240,7 @@ static void test_ragged(void **) {
     if ((j / 3) % n == lm_test_rank()) arr.insert(arr.end(), {full[2 * j], full[2 * j + 1]});
   const lmx::dist_tensor::scalapack_desc_t desc{1, 0, 2, cols, 2, 3, 0, 0, 2};
   lmx::dist_tensor s = lmx::dist_tensor::from_scalapack(grid, desc, arr.data(), {kDLFloat, 64, 1});
-  ok &= s.global_shape() == lmx::shape{total, 2} && s.scalapack_desc(0) == desc;
+  ok &= s.global_shape() == lmx::shape{total, 2} && s.to_scalapack(0) == desc;
   lmx::dist_tensor sr = s.reshard({lmx::replicate(), lmx::replicate()});
   for (int64_t i = 0; ok && i < total * 2; ++i) ok &= sr.local_data<double>()[i] == full[static_cast<size_t>(i)];
   // transpose_into: the [total, 2] matrix transposed into the replicated [2, total] one.

@@ -78,7 +78,7 @@ static int64_t o_len(const olayout_t *L, const int64_t *c, int d, int64_t n) {
     return (o + b < n ? o + b : n) - o;
   }
   if (L->pl[m].kind == LM_RAGGED) return L->ext[m][i];
-  return numroc(n, L->pl[m].op, i, L->pl[m].order, p);
+  return numroc(n, L->pl[m].block, i, L->pl[m].source, p);
 }
 static int64_t o_glob(const olayout_t *L, const int64_t *c, int d, int64_t n, int64_t l) {
   int m = splitter(L, d);
@@ -93,7 +93,7 @@ static int64_t o_glob(const olayout_t *L, const int64_t *c, int d, int64_t n, in
     for (int64_t k = 0; k < i; ++k) o += L->ext[m][k];
     return o + l;
   }
-  int64_t b = L->pl[m].op, dist = (i - L->pl[m].order + p) % p; /* INDXL2G */
+  int64_t b = L->pl[m].block, dist = (i - L->pl[m].source + p) % p; /* INDXL2G */
   return ((l / b) * p + dist) * b + l % b;
 }
 
@@ -193,7 +193,7 @@ static void draw_placements(olayout_t *L, int nd, const int64_t *shape, int want
         L->ext[m][i] = i == L->mshape[m] - 1 ? left : (left ? rndi((int)left + 1) : 0);
         left -= L->ext[m][i];
       }
-      LM_ASSERT_OK(lm_extents_create(L->ext[m], L->mshape[m], &ids[m]));
+      LM_ASSERT_OK(lm_extents_create(&ids[m], L->ext[m], L->mshape[m]));
       p = (lm_placement_t)LM_PLACEMENT_RAGGED(d, ids[m]);
     }
     if (k == 3) {
@@ -346,7 +346,7 @@ static void test_refusals_and_format(void **state) {
   DLDevice cpu = {kDLCPU, 0};
   lm_placement_t p = LM_PLACEMENT_BLOCK_CYCLIC(0, 0, 0);
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
-                "placements[0]: BlockCyclic block size (op) 0 must be >= 1");
+                "placements[0]: BlockCyclic block 0 must be >= 1");
   p = (lm_placement_t)LM_PLACEMENT_BLOCK_CYCLIC(0, 2, NP);
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, mesh, 2, g, f64, cpu, &p), LM_ERR_INVALID_ARGUMENT,
                 "source coordinate");
@@ -578,7 +578,7 @@ static int64_t desc_case(olayout_t *L, int pad, int borrow, int path) {
   if (borrow) bad += v.data != (void *)a;
   if (borrow && strided) bad += !v.strides || v.strides[0] != lld || v.strides[1] != 1;
   else bad += v.strides != NULL;
-  LM_ASSERT_OK(lm_dist_tensor_scalapack_desc(t, 7, back));
+  LM_ASSERT_OK(lm_dist_tensor_to_scalapack(t, 7, back));
   desc[8] = borrow && strided ? lld : (int)(locr > 1 ? locr : 1); /* else its own array: compact */
   bad += memcmp(back, desc, sizeof desc) != 0;
   desc[8] = lld;
@@ -673,20 +673,20 @@ static void test_scalapack_desc(void **state) {
   lm_placement_t sh[2] = {LM_PLACEMENT_SHARD(1), LM_PLACEMENT_SHARD(0)};
   int d[LM_SCALAPACK_DLEN];
   LM_ASSERT_OK(lm_dist_tensor_zeros(&t, L.mesh, 2, shape, f64, cpu, sh));
-  LM_ASSERT_OK(lm_dist_tensor_scalapack_desc(t, 3, d));
+  LM_ASSERT_OK(lm_dist_tensor_to_scalapack(t, 3, d));
   const int64_t P = L.mshape[0], Q = L.mshape[1];
   LM_ASSERT_ALL(d[0] == 1 && d[1] == 3 && d[2] == 9 && d[3] == 5 && d[4] == (int)((9 + P - 1) / P) &&
                 d[5] == (int)((5 + Q - 1) / Q) && d[6] == 0 && d[7] == 0);
-  LM_EXPECT_ALL(lm_dist_tensor_scalapack_desc(t, 0, NULL), LM_ERR_INVALID_ARGUMENT, "desc");
+  LM_EXPECT_ALL(lm_dist_tensor_to_scalapack(t, 0, NULL), LM_ERR_INVALID_ARGUMENT, "desc");
   LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
   lm_placement_t wrong[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM)};
   LM_ASSERT_OK(lm_dist_tensor_zeros(&t, L.mesh, 2, shape, f64, cpu, wrong));
-  LM_EXPECT_ALL(lm_dist_tensor_scalapack_desc(t, 0, d), LM_ERR_NOT_SUPPORTED, "placement");
+  LM_EXPECT_ALL(lm_dist_tensor_to_scalapack(t, 0, d), LM_ERR_NOT_SUPPORTED, "placement");
   LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
   const int64_t s3[3] = {2, 2, 2};
   lm_placement_t rr[2] = {LM_PLACEMENT_REPLICATE, LM_PLACEMENT_REPLICATE};
   LM_ASSERT_OK(lm_dist_tensor_zeros(&t, L.mesh, 3, s3, f64, cpu, rr));
-  LM_EXPECT_ALL(lm_dist_tensor_scalapack_desc(t, 0, d), LM_ERR_INVALID_ARGUMENT, "has 3 dims");
+  LM_EXPECT_ALL(lm_dist_tensor_to_scalapack(t, 0, d), LM_ERR_INVALID_ARGUMENT, "has 3 dims");
   LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
   /* A 1 x (NP - 1) grid with the last rank outside: it gets a placeholder and reads no data. */
   if (NP > 1) {

@@ -107,7 +107,7 @@ static void test_stale_tensor_handle_with_live_export(void **state) {
   int64_t off = 0, len = 0;
   LM_ASSERT_OK_ALL(lm_dist_tensor_local_offset(t, &off, 1));
   LM_ASSERT_OK_ALL(lm_dist_tensor_local_shape(t, &len, 1));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_export(t, &ex));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_to_dlpack(t, &ex));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
   LM_EXPECT_ALL(lm_dist_tensor_local(stale, &v), LM_ERR_INVALID_ARGUMENT, "tensor");

@@ -478,7 +478,7 @@ static void test_mixed_inputs_and_outputs(void **state) {
   lm_placement_t pl[1];
   DLDataType dt;
   LM_ASSERT_OK_ALL(lm_dist_tensor_placements((lm_dist_tensor_t)out[4].ptr, pl, 1));
-  LM_ASSERT_ALL(pl[0].kind == LM_PARTIAL && pl[0].op == LM_REDUCE_SUM);
+  LM_ASSERT_ALL(pl[0].kind == LM_PARTIAL && pl[0].reduce_op == LM_REDUCE_SUM);
   LM_ASSERT_OK_ALL(lm_dist_tensor_dtype((lm_dist_tensor_t)out[5].ptr, &dt));
   LM_ASSERT_ALL(dt.code == kDLInt && dt.bits == 32 && dt.lanes == 1);
   {
@@ -1412,7 +1412,7 @@ static void test_bad_arguments(void **state) {
   lm_mesh_t mesh = lm_test_world_mesh();
   lm_placement_t rep[1] = {LM_PLACEMENT_REPLICATE};
   lm_placement_t s0[1] = {LM_PLACEMENT_SHARD(0)};
-  lm_placement_t bad[1] = {{LM_SHARD, -1, 0, 0}};
+  lm_placement_t bad[1] = {{LM_SHARD, -1, 0, 0, 0, 0, 0, 0}};
   const lm_placement_t *outpl[1] = {rep};
   lm_arg_t in[1] = {arg_i64(1)};
   lm_arg_t out[1];

@@ -117,7 +117,7 @@ static lm_placement_t recorded(lm_local_map_record_t rec, int which, int i) {
 }
 
 static int same(lm_placement_t a, lm_placement_t b) {
-  return a.kind == b.kind && a.dim == b.dim && a.op == b.op && a.order == b.order;
+  return memcmp(&a, &b, sizeof a) == 0; /* eight int32 fields, no padding */
 }
 
 /* Gathers t (global shape of numel elements) and compares it with want. */

@@ -42,7 +42,7 @@ static int32_t world_extents(void) {
   int64_t e[64];
   int32_t id = 0;
   for (int r = 0; r < NP; ++r) e[r] = rows_of(r);
-  LM_ASSERT_OK(lm_extents_create(e, NP, &id));
+  LM_ASSERT_OK(lm_extents_create(&id, e, NP));
   return id;
 }
 
@@ -64,8 +64,8 @@ static void test_registry(void **state) {
   (void)state;
   int64_t e[3] = {2, 0, 5}, got[3] = {0, 0, 0}, n = 0;
   int32_t a = 0, b = 0, c = 0;
-  LM_ASSERT_OK(lm_extents_create(e, 3, &a));
-  LM_ASSERT_OK(lm_extents_create(e, 3, &b));
+  LM_ASSERT_OK(lm_extents_create(&a, e, 3));
+  LM_ASSERT_OK(lm_extents_create(&b, e, 3));
   LM_ASSERT_ALL(a >= 1 && a == b); /* equal extents, one id, two references */
   LM_ASSERT_OK(lm_extents_get(a, NULL, 0, &n));
   LM_ASSERT_ALL(n == 3);
@@ -74,19 +74,19 @@ static void test_registry(void **state) {
   LM_EXPECT_ALL(lm_extents_get(a, got, 2, &n), LM_ERR_INVALID_ARGUMENT, "capacity");
   LM_EXPECT_ALL(lm_extents_get(a, got, 3, NULL), LM_ERR_INVALID_ARGUMENT, "count");
   int64_t neg[2] = {3, -1}, big[2] = {INT64_MAX, 1};
-  LM_EXPECT_ALL(lm_extents_create(neg, 2, &c), LM_ERR_INVALID_ARGUMENT, "extents[1]");
+  LM_EXPECT_ALL(lm_extents_create(&c, neg, 2), LM_ERR_INVALID_ARGUMENT, "extents[1]");
   LM_ASSERT_ALL(c == 0);
-  LM_EXPECT_ALL(lm_extents_create(big, 2, &c), LM_ERR_INVALID_ARGUMENT, "overflows");
-  LM_EXPECT_ALL(lm_extents_create(e, 0, &c), LM_ERR_INVALID_ARGUMENT, "count");
-  LM_EXPECT_ALL(lm_extents_create(NULL, 3, &c), LM_ERR_INVALID_ARGUMENT, "extents is NULL");
-  LM_EXPECT_ALL(lm_extents_create(e, 3, NULL), LM_ERR_INVALID_ARGUMENT, "id is NULL");
+  LM_EXPECT_ALL(lm_extents_create(&c, big, 2), LM_ERR_INVALID_ARGUMENT, "overflows");
+  LM_EXPECT_ALL(lm_extents_create(&c, e, 0), LM_ERR_INVALID_ARGUMENT, "count");
+  LM_EXPECT_ALL(lm_extents_create(&c, NULL, 3), LM_ERR_INVALID_ARGUMENT, "extents is NULL");
+  LM_EXPECT_ALL(lm_extents_create(NULL, e, 3), LM_ERR_INVALID_ARGUMENT, "id is NULL");
   LM_ASSERT_OK(lm_extents_destroy(a));
   LM_ASSERT_OK(lm_extents_get(a, NULL, 0, &n)); /* one reference left */
   LM_ASSERT_OK(lm_extents_destroy(b));
   LM_EXPECT_ALL(lm_extents_get(a, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
   LM_EXPECT_ALL(lm_extents_destroy(a), LM_ERR_INVALID_ARGUMENT, "holds no reference");
   LM_ASSERT_OK(lm_extents_destroy(0));
-  LM_ASSERT_OK(lm_extents_create(e, 3, &c));
+  LM_ASSERT_OK(lm_extents_create(&c, e, 3));
   LM_ASSERT_ALL(c != a); /* ids are never reused */
   LM_ASSERT_OK(lm_extents_destroy(c));
 }
@@ -98,8 +98,8 @@ static void test_refusals(void **state) {
   int32_t id = world_extents(), shortid = 0, wrong = 0;
   int64_t g[2] = {total_rows(), COLS}, e1[1] = {1}, e[64];
   for (int r = 0; r < NP; ++r) e[r] = rows_of(r) + (r == 0);
-  LM_ASSERT_OK(lm_extents_create(e1, 1, &shortid));
-  LM_ASSERT_OK(lm_extents_create(e, NP, &wrong)); /* adds up to one row too many */
+  LM_ASSERT_OK(lm_extents_create(&shortid, e1, 1));
+  LM_ASSERT_OK(lm_extents_create(&wrong, e, NP)); /* adds up to one row too many */
   DLDataType f64 = {kDLFloat, 64, 1};
   DLDevice cpu = {kDLCPU, 0};
   lm_placement_t p = LM_PLACEMENT_RAGGED(0, id);
@@ -125,7 +125,7 @@ static void test_refusals(void **state) {
   int32_t one = 0;
   int64_t all[1] = {g[0]};
   LM_ASSERT_OK_ALL(lm_mesh_create(&m2, lm_test_comm_f(), 2, s2, NULL));
-  LM_ASSERT_OK(lm_extents_create(all, 1, &one));
+  LM_ASSERT_OK(lm_extents_create(&one, all, 1));
   lm_placement_t q[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_RAGGED(0, id)};
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m2, 2, g, f64, cpu, q), LM_ERR_INVALID_ARGUMENT,
                 "must split tensor dim 0 first");
@@ -247,7 +247,7 @@ static void test_partial_into_ragged(void **state) {
   int64_t n = 0, e[64];
   LM_ASSERT_OK(lm_dist_tensor_placements(d, &got, 1));
   LM_ASSERT_ALL(got.kind == LM_RAGGED && got.dim == 0);
-  LM_ASSERT_OK(lm_extents_get(got.op, e, 64, &n));
+  LM_ASSERT_OK(lm_extents_get(got.extents, e, 64, &n));
   LM_ASSERT_ALL(n == NP && e[ME] == rows_of(ME));
   /* The adjoint (RS -> R, PyTorch's convention: Partial(sum)'s gradient is replicated). */
   lm_reshard_plan_t adj = NULL;
@@ -266,7 +266,7 @@ static void test_partial_into_ragged(void **state) {
   LM_ASSERT_OK(lm_dist_tensor_destroy(&d));
   LM_ASSERT_OK(lm_dist_tensor_destroy(&s));
   LM_ASSERT_OK(lm_reshard_plan_destroy(&plan));
-  LM_EXPECT_ALL(lm_extents_get(got.op, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
+  LM_EXPECT_ALL(lm_extents_get(got.extents, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
   LM_ASSERT_OK(lm_mesh_destroy(&mesh));
 }
 
@@ -417,7 +417,7 @@ static void test_agreed_from_local(void **state) {
   LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
   LM_ASSERT_ALL(v.data == (void *)mine && gs[0] == total_rows() && gs[1] == COLS && off[0] == r0);
   LM_ASSERT_OK(lm_dist_tensor_placements(t, &got, 1));
-  LM_ASSERT_ALL(got.kind == LM_RAGGED && got.dim == 0 && extents_are(got.op, e, NP));
+  LM_ASSERT_ALL(got.kind == LM_RAGGED && got.dim == 0 && extents_are(got.extents, e, NP));
   /* Gathered whole, and resharded to even rows and back to the tensor's own placements. */
   double *full = (double *)calloc((size_t)(total_rows() * COLS + 1), sizeof(double));
   DLTensor dst = {full, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, gs, NULL, 0};
@@ -437,7 +437,7 @@ static void test_agreed_from_local(void **state) {
   int64_t g[2] = {total_rows(), COLS};
   LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, mesh, &local, &p, LM_SHAPE_GIVEN, g,
                                           LM_FROM_LOCAL_BORROW),
-                LM_ERR_INVALID_ARGUMENT, "placements[0]: Ragged shard extents id 0");
+                LM_ERR_INVALID_ARGUMENT, "placements[0]: Ragged shard extents 0");
   LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, mesh, &local, &p, LM_SHAPE_EVEN, NULL,
                                           LM_FROM_LOCAL_BORROW),
                 LM_ERR_INVALID_ARGUMENT, "LM_SHAPE_ALLGATHER");
@@ -479,7 +479,7 @@ static void test_agreed_coshard(void **state) {
   LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
   LM_ASSERT_OK(lm_dist_tensor_placements(t, got, 2));
   LM_ASSERT_ALL(gs[0] == total && off[0] == row0 + c_off && check_local_values(t));
-  LM_ASSERT_ALL(got[0].kind == LM_RAGGED && extents_are(got[0].op, blk, A));
+  LM_ASSERT_ALL(got[0].kind == LM_RAGGED && extents_are(got[0].extents, blk, A));
   LM_ASSERT_ALL(got[1].kind == LM_SHARD && got[1].dim == 0);
   LM_ASSERT_OK(lm_dist_tensor_destroy(&t));
   if (B == 2) { /* the second rank of each block holds two rows more: no chunk of any block */
@@ -537,16 +537,16 @@ static void test_agreed_local_map(void **state) {
   LM_ASSERT_OK(lm_dist_tensor_placements(y, &got, 1));
   LM_ASSERT_OK(lm_local_map_record_placements(rec, LM_RECORD_OUT, 0, 1, &rec_pl, &cnt));
   LM_ASSERT_OK(lm_dist_tensor_global_shape(y, gs, 2));
-  LM_ASSERT_ALL(got.kind == LM_RAGGED && extents_are(got.op, e, NP) && rec_pl.op == got.op);
+  LM_ASSERT_ALL(got.kind == LM_RAGGED && extents_are(got.extents, e, NP) && rec_pl.extents == got.extents);
   LM_ASSERT_ALL(gs[0] == own_row0_of(NP) && check_local_values(y));
   LM_ASSERT_OK(lm_dist_tensor_destroy(&y));
-  LM_ASSERT_ALL(extents_are(got.op, e, NP)); /* the record holds them */
+  LM_ASSERT_ALL(extents_are(got.extents, e, NP)); /* the record holds them */
   LM_ASSERT_OK(lm_local_map_record_destroy(&rec));
-  LM_EXPECT_ALL(lm_extents_get(got.op, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
+  LM_EXPECT_ALL(lm_extents_get(got.extents, NULL, 0, &n), LM_ERR_INVALID_ARGUMENT, "not a registered");
   int64_t g[2] = {own_row0_of(NP), COLS};
   const int64_t *shapes[1] = {g};
   LM_EXPECT_ALL(lm_local_map(own_rows, NULL, 0, NULL, NULL, 1, op, shapes, mesh, 0, out),
-                LM_ERR_INVALID_ARGUMENT, "out_placements[0][0]: Ragged shard extents id 0");
+                LM_ERR_INVALID_ARGUMENT, "out_placements[0][0]: Ragged shard extents 0");
   LM_ASSERT_OK(lm_mesh_destroy(&mesh));
 }
 
@@ -591,7 +591,7 @@ static void test_extents_mismatch(void **state) {
   char mine[128], msg[1024];
   int32_t id = 0;
   skewed_extents(ME, e, mine, sizeof mine);
-  LM_ASSERT_OK(lm_extents_create(e, NP, &id));
+  LM_ASSERT_OK(lm_extents_create(&id, e, NP));
   DLDataType f64 = {kDLFloat, 64, 1};
   DLDevice cpu = {kDLCPU, 0};
   lm_placement_t rs = LM_PLACEMENT_RAGGED(0, id), rep = LM_PLACEMENT_REPLICATE;

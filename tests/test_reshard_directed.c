@@ -71,10 +71,10 @@ static void finish(const char *what) {
 }
 
 /* ----------------------------------------------------------------------------- placements */
-static lm_placement_t R_(void) { return (lm_placement_t){LM_REPLICATE, 0, 0, 0}; }
-static lm_placement_t S_(int d) { return (lm_placement_t){LM_SHARD, d, 0, 0}; }
-static lm_placement_t So(int d, int order) { return (lm_placement_t){LM_SHARD, d, 0, order}; }
-static lm_placement_t P_(int op) { return (lm_placement_t){LM_PARTIAL, 0, op, 0}; }
+static lm_placement_t R_(void) { return (lm_placement_t){LM_REPLICATE, 0, 0, 0, 0, 0, 0, 0}; }
+static lm_placement_t S_(int d) { return (lm_placement_t){LM_SHARD, d, 0, 0, 0, 0, 0, 0}; }
+static lm_placement_t So(int d, int order) { lm_placement_t p = LM_PLACEMENT_SHARD(d); p.order = order; return p; }
+static lm_placement_t P_(int op) { return LM_PLACEMENT_PARTIAL(op); }
 
 static const char *fmt_pl(const lm_placement_t *pl, int n, char *buf, size_t size) {
   if (lm_placements_format(pl, n, buf, size) != LM_SUCCESS) snprintf(buf, size, "(unformattable)");
@@ -83,7 +83,7 @@ static const char *fmt_pl(const lm_placement_t *pl, int n, char *buf, size_t siz
 
 static int partial_op(const lm_placement_t *pl, int n) {
   for (int i = 0; i < n; ++i)
-    if (pl[i].kind == LM_PARTIAL) return pl[i].op;
+    if (pl[i].kind == LM_PARTIAL) return pl[i].reduce_op;
   return -1;
 }
 
@@ -99,9 +99,7 @@ static const char *op_name(int op) {
 
 static int pl_same(const lm_placement_t *a, const lm_placement_t *b, int n) {
   for (int i = 0; i < n; ++i)
-    if (a[i].kind != b[i].kind || a[i].dim != b[i].dim || a[i].op != b[i].op ||
-        a[i].order != b[i].order)
-      return 0;
+    if (memcmp(&a[i], &b[i], sizeof a[i]) != 0) return 0; /* eight int32 fields, no padding */
   return 1;
 }
 
@@ -489,24 +487,24 @@ static void test_1d_all_pairs(void **state) {
           const lm_placement_t *sp = &list[a], *dp = &list[b];
           int path = (a + b + s + t) % 3;
           int salt = a * 7 + b;
-          if (sp->kind == LM_PARTIAL && dp->kind == LM_PARTIAL && sp->op != dp->op) {
+          if (sp->kind == LM_PARTIAL && dp->kind == LM_PARTIAL && sp->reduce_op != dp->reduce_op) {
             /* refused on every rank, naming both ops, with no effect */
             lm_dist_tensor_t src = make_src(mesh, sp, ndim, shapes[s], dts[t], salt), dst = NULL;
             lm_status_t st = lm_dist_tensor_reshard(&dst, src, NULL, dp);
             const char *msg = lm_last_error_message();
-            int named = strstr(msg, op_name(sp->op)) != NULL && strstr(msg, op_name(dp->op)) != NULL;
+            int named = strstr(msg, op_name(sp->reduce_op)) != NULL && strstr(msg, op_name(dp->reduce_op)) != NULL;
             if (st != LM_ERR_INVALID_ARGUMENT || dst != NULL || !named)
               note("1d P(%s)->P(%s) shape %d %s: got %s, out %p, message \"%s\" (want "
                    "INVALID_ARGUMENT naming both ops, out NULL)",
-                   op_name(sp->op), op_name(dp->op), s, dt_name(dts[t]), lm_status_string(st),
+                   op_name(sp->reduce_op), op_name(dp->reduce_op), s, dt_name(dts[t]), lm_status_string(st),
                    (void *)dst, msg);
             lm_reshard_plan_t plan = NULL;
             st = lm_reshard_plan_create(&plan, mesh, sp, mesh, dp, ndim, shapes[s], dts[t]);
             msg = lm_last_error_message();
-            named = strstr(msg, op_name(sp->op)) != NULL && strstr(msg, op_name(dp->op)) != NULL;
+            named = strstr(msg, op_name(sp->reduce_op)) != NULL && strstr(msg, op_name(dp->reduce_op)) != NULL;
             if (st != LM_ERR_INVALID_ARGUMENT || plan != NULL || !named)
-              note("1d plan P(%s)->P(%s): got %s, message \"%s\"", op_name(sp->op),
-                   op_name(dp->op), lm_status_string(st), msg);
+              note("1d plan P(%s)->P(%s): got %s, message \"%s\"", op_name(sp->reduce_op),
+                   op_name(dp->reduce_op), lm_status_string(st), msg);
             lm_reshard_plan_destroy(&plan);
             lm_dist_tensor_destroy(&dst);
             /* the source still works */
@@ -966,7 +964,7 @@ static void test_cross_mesh_overlap(void **state) {
   lm_placement_t l1[] = {S_(0), S_(1), R_(), P_(LM_REDUCE_SUM), P_(LM_REDUCE_MAX)};
   for (int i = 0; i < 5; ++i)
     for (int j = 0; j < 5; ++j) {
-      if (l1[i].kind == LM_PARTIAL && l1[j].kind == LM_PARTIAL && l1[i].op != l1[j].op) continue;
+      if (l1[i].kind == LM_PARTIAL && l1[j].kind == LM_PARTIAL && l1[i].reduce_op != l1[j].reduce_op) continue;
       int path = (i + j) % 3;
       pair_ok("overlap 1d", A, &l1[i], B, &l1[j], 2, g, (i + j) % 2 ? LM_INT64 : LM_FLOAT64, path,
               EXP_VALUE, i * 5 + j);
@@ -1298,14 +1296,25 @@ static void test_bad_inputs(void **state) {
     lm_placement_t bad[] = {
         S_(2),                             /* shard dim >= ndim */
         S_(-1),                            /* negative shard dim */
-        {7, 0, 0, 0},                      /* kind */
-        {LM_PARTIAL, 0, 9, 0},             /* op */
-        {LM_PARTIAL, 0, -1, 0},            /* op */
-        {LM_REPLICATE, 1, 0, 0},           /* dim on Replicate */
-        {LM_PARTIAL, 1, LM_REDUCE_SUM, 0}, /* dim on Partial */
-        {LM_REPLICATE, 0, 0, 1},           /* order on Replicate */
-        {LM_SHARD, 0, LM_REDUCE_MAX, 0},   /* op on Shard */
-        {LM_SHARD, 0, 0, -1},              /* negative order */
+        /* kind, dim, order, reduce_op, extents, block, source, reserved */
+        {7, 0, 0, 0, 0, 0, 0, 0},                      /* kind */
+        {LM_PARTIAL, 0, 0, 9, 0, 0, 0, 0},             /* reduce_op */
+        {LM_PARTIAL, 0, 0, -1, 0, 0, 0, 0},            /* reduce_op */
+        {LM_REPLICATE, 1, 0, 0, 0, 0, 0, 0},           /* dim on Replicate */
+        {LM_PARTIAL, 1, 0, LM_REDUCE_SUM, 0, 0, 0, 0}, /* dim on Partial */
+        {LM_REPLICATE, 0, 1, 0, 0, 0, 0, 0},           /* order on Replicate */
+        {LM_SHARD, 0, 0, LM_REDUCE_MAX, 0, 0, 0, 0},   /* reduce_op on Shard */
+        {LM_SHARD, 0, -1, 0, 0, 0, 0, 0},              /* negative order */
+        {LM_SHARD, 0, 0, 0, 1, 0, 0, 0},               /* extents on Shard */
+        {LM_SHARD, 0, 0, 0, 0, 4, 0, 0},               /* block on Shard */
+        {LM_PARTIAL, 0, 0, LM_REDUCE_SUM, 0, 0, 1, 0}, /* source on Partial */
+        {LM_PARTIAL, 0, 1, LM_REDUCE_SUM, 0, 0, 0, 0}, /* order on Partial */
+        {LM_SHARD, 0, 0, 0, 0, 0, 0, 1},               /* reserved */
+        {LM_BLOCK_CYCLIC, 0, 0, 0, 0, 0, 0, 0},        /* block 0 */
+        {LM_BLOCK_CYCLIC, 0, 1, 0, 0, 2, 0, 0},        /* order on BlockCyclic */
+        {LM_BLOCK_CYCLIC, 0, 0, LM_REDUCE_MAX, 0, 2, 0, 0}, /* reduce_op on BlockCyclic */
+        {LM_BLOCK_CYCLIC, 0, 0, 0, 0, 2, -1, 0},       /* negative source */
+        {LM_RAGGED, 0, 0, 0, 0, 2, 0, 0},              /* block on Ragged */
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
       char what[96];
@@ -1536,7 +1545,7 @@ static void test_0d_entry_points(void **state) {
     if (got != (n + 1) / 2.0) note("R->P(sum)->P(sum)->gather of a scalar: %g", got);
     /* export: a 0-d DLManagedTensor */
     DLManagedTensor *mt = NULL;
-    LM_ASSERT_OK(lm_dist_tensor_export(r, &mt));
+    LM_ASSERT_OK(lm_dist_tensor_to_dlpack(r, &mt));
     if (mt->dl_tensor.ndim != 0 || *(double *)mt->dl_tensor.data != (n + 1) / 2.0)
       note("export of a 0-d tensor: ndim %d", mt->dl_tensor.ndim);
     mt->deleter(mt);

@@ -309,7 +309,7 @@ static void draw_placements(lm_placement_t *pl, int mdim, int ndim, int op) {
       pl[m].order = rndi(4) == 0 ? rndi(3) : 0;
     } else {
       pl[m].kind = LM_PARTIAL;
-      pl[m].op = op;
+      pl[m].reduce_op = op;
     }
   }
 }
@@ -361,14 +361,14 @@ static void raggedize(lm_placement_t *pl, const pool_mesh *pm, int ndim, const i
     if (lm_test_rank() % 2) {
       int64_t junk[2] = {1 + (int64_t)nragged, 7};
       int32_t j;
-      LM_ASSERT_OK(lm_extents_create(junk, 2, &j));
+      LM_ASSERT_OK(lm_extents_create(&j, junk, 2));
       ragged_ids[nragged++] = j;
     }
     int32_t id;
-    LM_ASSERT_OK(lm_extents_create(e, k, &id));
+    LM_ASSERT_OK(lm_extents_create(&id, e, k));
     ragged_ids[nragged++] = id;
     pl[first].kind = LM_RAGGED;
-    pl[first].op = id;
+    pl[first].extents = id;
   }
 }
 
@@ -425,7 +425,7 @@ static void draw_case_0d(case_t *c) {
 static int has_partial(const lm_placement_t *pl, int n, int *op) {
   for (int i = 0; i < n; ++i)
     if (pl[i].kind == LM_PARTIAL) {
-      if (op) *op = pl[i].op;
+      if (op) *op = pl[i].reduce_op;
       return 1;
     }
   return 0;

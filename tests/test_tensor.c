@@ -16,10 +16,10 @@
 
 static _Alignas(64) unsigned char g_foreign[4096];
 
-static const lm_placement_t R_ = {LM_REPLICATE, 0, 0, 0};
-static lm_placement_t S_(int d) { lm_placement_t p = {LM_SHARD, d, 0, 0}; return p; }
-static lm_placement_t So(int d, int order) { lm_placement_t p = {LM_SHARD, d, 0, order}; return p; }
-static lm_placement_t P_(int op) { lm_placement_t p = {LM_PARTIAL, 0, op, 0}; return p; }
+static const lm_placement_t R_ = {LM_REPLICATE, 0, 0, 0, 0, 0, 0, 0};
+static lm_placement_t S_(int d) { lm_placement_t p = {LM_SHARD, d, 0, 0, 0, 0, 0, 0}; return p; }
+static lm_placement_t So(int d, int order) { lm_placement_t p = LM_PLACEMENT_SHARD(d); p.order = order; return p; }
+static lm_placement_t P_(int op) { return LM_PLACEMENT_PARTIAL(op); }
 
 static lm_mesh_t mesh_1d(void) {
   lm_mesh_t m = NULL;
@@ -597,7 +597,7 @@ static void test_from_local_borrow_padded(void **state) {
   int64_t shape[2] = {4, 3}, strides[2] = {5, 1};
   DLTensor t = dl(base, 2, shape, LM_INT32), v;
   t.strides = strides;
-  lm_placement_t rep[1] = {{LM_REPLICATE, 0, 0, 0}}, s0[1] = {S_(0)};
+  lm_placement_t rep[1] = {{LM_REPLICATE, 0, 0, 0, 0, 0, 0, 0}}, s0[1] = {S_(0)};
   lm_dist_tensor_t x = NULL, y = NULL, z = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(&x, m, &t, rep, LM_SHAPE_EVEN, NULL,
                                              LM_FROM_LOCAL_BORROW));
@@ -622,7 +622,7 @@ static void test_from_local_borrow_padded(void **state) {
   LM_EXPECT_ALL(lm_padded_extents(&v, NULL, 2), LM_ERR_INVALID_ARGUMENT, "extents");
   LM_EXPECT_ALL(lm_padded_extents(NULL, ext, 2), LM_ERR_INVALID_ARGUMENT, "view");
   DLManagedTensor *e = NULL;
-  LM_ASSERT_OK_ALL(lm_dist_tensor_export(x, &e));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_to_dlpack(x, &e));
   ok &= e->dl_tensor.data == (void *)base && e->dl_tensor.strides && e->dl_tensor.strides[0] == 5;
   e->deleter(e);
   /* Read: a reshard to row shards and a gather see the 4 x 3 matrix. */
@@ -1067,7 +1067,7 @@ static void test_from_managed_ownership(void **state) {
   pl[0] = S_(0);
   g[0] = 2 * NP;
   g[1] = 3;
-  LM_ASSERT_OK_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, g));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, pl, LM_SHAPE_GIVEN, g));
   LM_ASSERT_ALL(deleted == 0);
   CHECK_LAYOUT(t, m, 2, g, pl, LM_INT64);
   LM_ASSERT_OK_ALL(lm_dist_tensor_local(t, &v));
@@ -1081,7 +1081,7 @@ static void test_from_managed_ownership(void **state) {
 
   /* EVEN and ALLGATHER work too. */
   mt = make_managed(&deleted, 2, 3);
-  LM_ASSERT_OK_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_ALLGATHER, NULL));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, pl, LM_SHAPE_ALLGATHER, NULL));
   CHECK_LAYOUT(t, m, 2, g, pl, LM_INT64);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
   LM_ASSERT_ALL(deleted == 2);
@@ -1092,25 +1092,25 @@ static void test_from_managed_ownership(void **state) {
     lm_placement_t bad[1];
     int64_t wrong[2] = {2 * NP + 5, 3};
     bad[0] = S_(2);
-    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, bad, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, bad, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "placements");
     LM_ASSERT_ALL(t == NULL && deleted == 2);
-    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, wrong),
+    LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, pl, LM_SHAPE_GIVEN, wrong),
                LM_ERR_INVALID_ARGUMENT, "shape");
     LM_ASSERT_ALL(t == NULL && deleted == 2);
-    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, NULL, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, NULL, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "placements");
-    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, NULL, mt, pl, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(&t, NULL, mt, pl, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "mesh");
-    LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, NULL, pl, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(&t, m, NULL, pl, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "local");
-    LM_EXPECT_ALL(lm_dist_tensor_from_managed(NULL, m, mt, pl, LM_SHAPE_GIVEN, g),
+    LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(NULL, m, mt, pl, LM_SHAPE_GIVEN, g),
                LM_ERR_INVALID_ARGUMENT, "out");
     /* A strided managed tensor is refused (it must be compact). */
     {
       int64_t st[2] = {1, 2};
       mt->dl_tensor.strides = st;
-      LM_EXPECT_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, g),
+      LM_EXPECT_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, pl, LM_SHAPE_GIVEN, g),
                  LM_ERR_INVALID_ARGUMENT, "strides");
       mt->dl_tensor.strides = NULL;
     }
@@ -1121,10 +1121,10 @@ static void test_from_managed_ownership(void **state) {
 
   /* Export of a managed-backed tensor keeps the data alive past the tensor. */
   mt = make_managed(&deleted, 2, 3);
-  LM_ASSERT_OK_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, g));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, pl, LM_SHAPE_GIVEN, g));
   {
     DLManagedTensor *ex = NULL;
-    LM_ASSERT_OK_ALL(lm_dist_tensor_export(t, &ex));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_to_dlpack(t, &ex));
     LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
     LM_ASSERT_ALL(deleted == 3);
     LM_ASSERT_ALL(((int64_t *)ex->dl_tensor.data)[4] == 1004);
@@ -1151,8 +1151,8 @@ static void test_export(void **state) {
   expect = (int64_t *)malloc(sizeof(int64_t) * (size_t)(prod(2, len) + 1));
   fill_box(expect, 2, g, off, len);
   LM_ASSERT_OK_ALL(lm_dist_tensor_local(t, &v));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_export(t, &ex));
-  LM_ASSERT_OK_ALL(lm_dist_tensor_export(t, &ex2));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_to_dlpack(t, &ex));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_to_dlpack(t, &ex2));
   LM_ASSERT_ALL(ex != NULL && ex2 != NULL && ex != ex2 && ex->deleter != NULL);
   LM_ASSERT_ALL(ex->dl_tensor.data == v.data && ex->dl_tensor.ndim == 2 &&
                 ex->dl_tensor.shape[0] == len[0] && ex->dl_tensor.shape[1] == len[1] &&
@@ -1185,11 +1185,11 @@ static void test_export(void **state) {
   LM_ASSERT_ALL(ok);
   ex2->deleter(ex2);
   free(expect);
-  LM_EXPECT_ALL(lm_dist_tensor_export(NULL, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
+  LM_EXPECT_ALL(lm_dist_tensor_to_dlpack(NULL, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
   {
     lm_dist_tensor_t z = NULL;
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&z, m, 2, g, LM_INT64, LM_CPU, pl));
-    LM_EXPECT_ALL(lm_dist_tensor_export(z, NULL), LM_ERR_INVALID_ARGUMENT, "managed");
+    LM_EXPECT_ALL(lm_dist_tensor_to_dlpack(z, NULL), LM_ERR_INVALID_ARGUMENT, "managed");
     LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&z));
   }
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
@@ -1230,7 +1230,7 @@ static void test_retain_destroy_and_mesh_lifetime(void **state) {
   mt = make_managed(&deleted, 1, 2);
   g2[0] = NP;
   g2[1] = 2;
-  LM_ASSERT_OK_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, g2));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, pl, LM_SHAPE_GIVEN, g2));
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
   {
     int i;
@@ -1422,7 +1422,7 @@ static void test_nonmember_placeholders(void **state) {
   CHECK_LAYOUT(t, m, 2, g, pl, LM_FLOAT32);
   {
     DLManagedTensor *ex = NULL;
-    LM_ASSERT_OK_ALL(lm_dist_tensor_export(t, &ex));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_to_dlpack(t, &ex));
     LM_ASSERT_ALL(ex != NULL && ex->dl_tensor.ndim == 2);
     LM_ASSERT_ALL(member || ex->dl_tensor.shape[0] * ex->dl_tensor.shape[1] == 0);
     ex->deleter(ex);
@@ -1466,7 +1466,7 @@ static void test_nonmember_placeholders(void **state) {
       int i;
       for (i = 0; i < 15; ++i) ((int64_t *)mt->dl_tensor.data)[i] = full[i];
     }
-    LM_ASSERT_OK_ALL(lm_dist_tensor_from_managed(&t, m, mt, pl, LM_SHAPE_GIVEN, g));
+    LM_ASSERT_OK_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, pl, LM_SHAPE_GIVEN, g));
     CHECK_LAYOUT(t, m, 2, g, pl, LM_INT64);
     LM_ASSERT_ALL(deleted == 0);
     LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
@@ -1528,10 +1528,10 @@ static void test_zeros_bad_inputs(void **state) {
   bad[1].order = 1;
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = R_;
-  bad[1].op = LM_REDUCE_MAX;
+  bad[1].reduce_op = LM_REDUCE_MAX;
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = S_(1);
-  bad[1].op = LM_REDUCE_AVG; /* Shard with an op */
+  bad[1].reduce_op = LM_REDUCE_AVG; /* Shard with a reduce_op */
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 2, g, LM_FLOAT32, LM_CPU, bad), LM_ERR_INVALID_ARGUMENT, "placements[1]");
   bad[1] = S_(1);
   bad[1].order = -2;
@@ -1600,7 +1600,7 @@ static void test_accessors_bad_inputs(void **state) {
     LM_EXPECT_ALL(lm_dist_tensor_local_shape(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
     LM_EXPECT_ALL(lm_dist_tensor_local_offset(h, s, 2), LM_ERR_INVALID_ARGUMENT, "tensor");
     LM_EXPECT_ALL(lm_dist_tensor_local(h, &v), LM_ERR_INVALID_ARGUMENT, "tensor");
-    LM_EXPECT_ALL(lm_dist_tensor_export(h, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
+    LM_EXPECT_ALL(lm_dist_tensor_to_dlpack(h, &ex), LM_ERR_INVALID_ARGUMENT, "tensor");
     LM_EXPECT_ALL(lm_dist_tensor_retain(h), LM_ERR_INVALID_ARGUMENT, "tensor");
     LM_EXPECT_ALL(lm_dist_tensor_gather(h, -1, &v), LM_ERR_INVALID_ARGUMENT, "tensor");
     if (k > 0) {

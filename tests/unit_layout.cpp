@@ -43,9 +43,9 @@ using lm::Grid;
 using lm::Layout;
 using lm::Shape;
 
-lm_placement_t R() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
-lm_placement_t S(int d, int order = 0) { return lm_placement_t{LM_SHARD, d, 0, order}; }
-lm_placement_t P(int op = LM_REDUCE_SUM) { return lm_placement_t{LM_PARTIAL, 0, op, 0}; }
+lm_placement_t R() { return LM_PLACEMENT_REPLICATE; }
+lm_placement_t S(int d, int order = 0) { return lm_placement_t{LM_SHARD, d, order, 0, 0, 0, 0, 0}; }
+lm_placement_t P(int op = LM_REDUCE_SUM) { return LM_PLACEMENT_PARTIAL(op); }
 
 const DLDataType kF64{kDLFloat, 64, 1};
 
@@ -433,7 +433,7 @@ void test_plan_bytes_small() {
 void test_pieces_periodic() {
   g_test = "pieces_periodic";
   auto grid = std::make_shared<const Grid>(Shape{2}, std::vector<int>{});
-  const lm_placement_t b8{LM_BLOCK_CYCLIC, 0, 8, 0}, b6{LM_BLOCK_CYCLIC, 0, 6, 1};
+  const lm_placement_t b8 = LM_PLACEMENT_BLOCK_CYCLIC(0, 8, 0), b6 = LM_PLACEMENT_BLOCK_CYCLIC(0, 6, 1);
   for (int64_t n : {480, 485, 100, 47}) {
     Layout in(grid, {b8}, Shape{n}), out(grid, {b6}, Shape{n});
     auto plan = lm::plan_build(in, out, kF64, MPI_COMM_NULL, 0);
@@ -720,12 +720,12 @@ void test_validate_and_format() {
   };
   CHECK(!threw(pl, 3, 2));
   CHECK(threw(pl, 3, 1));  // S(1) on a 1-d tensor
-  lm_placement_t bad_kind[1] = {{7, 0, 0, 0}};
-  lm_placement_t bad_op[1] = {{LM_PARTIAL, 0, 9, 0}};
-  lm_placement_t rep_dim[1] = {{LM_REPLICATE, 1, 0, 0}};
-  lm_placement_t shard_op[1] = {{LM_SHARD, 0, 1, 0}};
-  lm_placement_t neg_order[1] = {{LM_SHARD, 0, 0, -1}};
-  lm_placement_t neg_dim[1] = {{LM_SHARD, -1, 0, 0}};
+  lm_placement_t bad_kind[1] = {{7, 0, 0, 0, 0, 0, 0, 0}};
+  lm_placement_t bad_op[1] = {LM_PLACEMENT_PARTIAL(9)};
+  lm_placement_t rep_dim[1] = {{LM_REPLICATE, 1, 0, 0, 0, 0, 0, 0}};
+  lm_placement_t shard_op[1] = {{LM_SHARD, 0, 0, 1, 0, 0, 0, 0}};
+  lm_placement_t neg_order[1] = {{LM_SHARD, 0, -1, 0, 0, 0, 0, 0}};
+  lm_placement_t neg_dim[1] = {{LM_SHARD, -1, 0, 0, 0, 0, 0, 0}};
   CHECK(threw(bad_kind, 1, 2));
   CHECK(threw(bad_op, 1, 2));
   CHECK(threw(rep_dim, 1, 2));
@@ -737,14 +737,14 @@ void test_validate_and_format() {
   // (first lengths, "...", the last one); str() and format_placements stay without them.
   const int64_t few[3] = {3, 5, 2}, many[12] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21};
   const int32_t a = lm::extents_register(few, 3, "few"), b = lm::extents_register(many, 12, "many");
-  lm_placement_t rg[2] = {{LM_RAGGED, 0, a, 0}, R()};
+  lm_placement_t rg[2] = {LM_PLACEMENT_RAGGED(0, a), R()};
   CHECK(lm::placements_desc(rg, 2) == "[RS(0)[3,5,2], R]");
   CHECK(lm::format_placements(rg, 2) == "[RS(0), R]");
-  rg[0].op = b;
+  rg[0].extents = b;
   CHECK(lm::placements_desc(rg, 1) == "[RS(0)[10,11,12,13,14,...,21]]");
   CHECK(lm::placements_desc(nullptr, 1) == "NULL");
   CHECK(lm::extents_release(a) && lm::extents_release(b));
-  rg[0].op = a;  // released: the id alone
+  rg[0].extents = a;  // released: the id alone
   CHECK(lm::placements_desc(rg, 1) == "[RS(0)]");
 }
 

@@ -37,9 +37,9 @@ using lm::ScheduleForm;
 using lm::SchedStep;
 using lm::Shape;
 
-lm_placement_t R() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
-lm_placement_t S(int d, int order = 0) { return lm_placement_t{LM_SHARD, d, 0, order}; }
-lm_placement_t P() { return lm_placement_t{LM_PARTIAL, 0, LM_REDUCE_SUM, 0}; }
+lm_placement_t R() { return LM_PLACEMENT_REPLICATE; }
+lm_placement_t S(int d, int order = 0) { return lm_placement_t{LM_SHARD, d, order, 0, 0, 0, 0, 0}; }
+lm_placement_t P() { return LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM); }
 
 const DLDataType kF32{kDLFloat, 32, 1};
 

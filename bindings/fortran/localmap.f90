@@ -38,7 +38,7 @@ module localmap
   ! ---------------------------------------------------------------------------------------------
   ! Named constants
   ! ---------------------------------------------------------------------------------------------
-  integer, parameter, public :: LM_VERSION_MAJOR = 0, LM_VERSION_MINOR = 1, LM_VERSION_PATCH = 0
+  integer, parameter, public :: LM_VERSION_MAJOR = 1, LM_VERSION_MINOR = 0, LM_VERSION_PATCH = 0
   integer, parameter, public :: LM_VERSION_CODE = LM_VERSION_MAJOR * 10000 + LM_VERSION_MINOR * 100 &
                                                   + LM_VERSION_PATCH
   !> Status codes (lm_status_t).
@@ -121,7 +121,7 @@ module localmap
   end type
   !> The C placement struct (C dim numbering). Fortran code uses type(lm_placement).
   type, bind(C), public :: lm_placement_t
-    integer(c_int32_t) :: kind, dim, op, order
+    integer(c_int32_t) :: kind, dim, order, reduce_op, extents, block, source, reserved
   end type
   !> The C options of lm_mesh_create (lmc_mesh_create); lm_mesh_create takes them as arguments.
   type, bind(C), public :: lm_mesh_config_t
@@ -212,15 +212,21 @@ module localmap
   ! Fortran types
   ! ---------------------------------------------------------------------------------------------
   !> A placement in Fortran numbering: for LM_KIND_SHARD, `dim` is the Fortran dim (1 = first
-  !> subscript). Make them with lm_replicate(), lm_shard(dim [, order]), lm_partial(op).
+  !> subscript). Make them with lm_replicate(), lm_shard(dim [, order]), lm_partial(op),
+  !> lm_ragged(dim, id [, order]), lm_block_cyclic(dim, block [, src]). The fields are those of
+  !> the C lm_placement_t, each with one meaning (0 where it does not apply to the kind).
   type, public :: lm_placement
     integer(c_int32_t) :: kind = LM_KIND_REPLICATE
-    integer(c_int32_t) :: dim = 0
-    integer(c_int32_t) :: op = 0
-    integer(c_int32_t) :: order = 0
+    integer(c_int32_t) :: dim = 0        ! Shard, Ragged, BlockCyclic: the Fortran dim
+    integer(c_int32_t) :: order = 0      ! Shard, Ragged: co-shard order
+    integer(c_int32_t) :: reduce_op = 0  ! Partial: LM_REDUCE_*
+    integer(c_int32_t) :: extents = 0    ! Ragged: the extents id
+    integer(c_int32_t) :: block = 0      ! BlockCyclic: the block size
+    integer(c_int32_t) :: source = 0     ! BlockCyclic: the source coordinate
+    integer(c_int32_t) :: reserved = 0
   end type
   !> In lm_local_map's placement tables: "as it is" (an input) or "not a tensor" (an output).
-  type(lm_placement), parameter, public :: LM_NO_PLACEMENT = lm_placement(-1, 0, 0, 0)
+  type(lm_placement), parameter, public :: LM_NO_PLACEMENT = lm_placement(kind=-1)
 
   !> A mesh handle. Destroyed (locally) by lm_destroy or when it goes out of scope; it cannot be
   !> copied (meshes have no reference count: pass it as an argument). A mesh obtained from
@@ -321,11 +327,11 @@ module localmap
   public :: lm_mesh_create, lm_mesh_create_grid, lm_mesh_destroy, lm_mesh_ndim, lm_mesh_shape, lm_mesh_size, &
     lm_mesh_is_member, lm_mesh_coord, lm_mesh_rank, lm_mesh_rank_at, lm_mesh_dim_index, &
     lm_mesh_dim_name, lm_mesh_dim_comm, lm_mesh_comm
-  public :: lm_zeros, lm_from_local, lm_from_managed, lm_from_global, lm_gather, lm_local
-  public :: lm_from_scalapack, lm_scalapack_desc
+  public :: lm_zeros, lm_from_local, lm_from_dlpack, lm_from_global, lm_gather, lm_local
+  public :: lm_from_scalapack, lm_to_scalapack
   public :: lm_dist_tensor_mesh, lm_dist_tensor_ndim, lm_dist_tensor_dtype, lm_dist_tensor_device, &
     lm_dist_tensor_placements, lm_dist_tensor_global_shape, lm_dist_tensor_local_shape, &
-    lm_dist_tensor_local_offset, lm_dist_tensor_local_view, lm_dist_tensor_export, &
+    lm_dist_tensor_local_offset, lm_dist_tensor_local_view, lm_dist_tensor_to_dlpack, &
     lm_dist_tensor_retain, lm_dist_tensor_destroy, lm_reshard, lm_transpose, lm_transpose_into
   public :: lm_reshard_plan_create, lm_reshard_plan_alloc_target, lm_reshard_plan_execute, &
     lm_reshard_plan_start, lm_request_test, lm_request_wait, lm_reshard_plan_bytes_sent, &
@@ -560,13 +566,13 @@ contains
   ! =============================================================================================
   !> Replicate: every rank along the mesh dim holds the full value.
   type(lm_placement) function lm_replicate()
-    lm_replicate = lm_placement(LM_KIND_REPLICATE, 0, 0, 0)
+    lm_replicate = lm_placement(kind=LM_KIND_REPLICATE)
   end function
   !> Shard of Fortran dim `dim` (1 = the first subscript); `order`: co-shard order.
   type(lm_placement) function lm_shard(dim, order)
     integer, intent(in) :: dim
     integer, intent(in), optional :: order
-    lm_shard = lm_placement(LM_KIND_SHARD, int(dim, c_int32_t), 0, 0)
+    lm_shard = lm_placement(kind=LM_KIND_SHARD, dim=int(dim, c_int32_t))
     if (present(order)) lm_shard%order = int(order, c_int32_t)
   end function
   !> Ragged shard of Fortran dim `dim` into the extents of `id` (lm_extents_create): coordinate i
@@ -575,7 +581,7 @@ contains
     integer, intent(in) :: dim
     integer(c_int32_t), intent(in) :: id
     integer, intent(in), optional :: order
-    lm_ragged = lm_placement(LM_KIND_RAGGED, int(dim, c_int32_t), id, 0)
+    lm_ragged = lm_placement(kind=LM_KIND_RAGGED, dim=int(dim, c_int32_t), extents=id)
     if (present(order)) lm_ragged%order = int(order, c_int32_t)
   end function
   !> Block-cyclic on Fortran dim `dim`: blocks of `block` elements dealt over the mesh dim from
@@ -585,19 +591,36 @@ contains
   type(lm_placement) function lm_block_cyclic(dim, block, src)
     integer, intent(in) :: dim, block
     integer, intent(in), optional :: src
-    lm_block_cyclic = lm_placement(LM_KIND_BLOCK_CYCLIC, int(dim, c_int32_t), &
-                                   int(block, c_int32_t), 0)
-    if (present(src)) lm_block_cyclic%order = int(src, c_int32_t)
+    lm_block_cyclic = lm_placement(kind=LM_KIND_BLOCK_CYCLIC, dim=int(dim, c_int32_t), &
+                                   block=int(block, c_int32_t))
+    if (present(src)) lm_block_cyclic%source = int(src, c_int32_t)
   end function
   !> Partial with a reduce op (LM_REDUCE_SUM, ...).
   type(lm_placement) function lm_partial(op)
     integer, intent(in) :: op
-    lm_partial = lm_placement(LM_KIND_PARTIAL, 0, int(op, c_int32_t), 0)
+    lm_partial = lm_placement(kind=LM_KIND_PARTIAL, reduce_op=int(op, c_int32_t))
   end function
 
   logical function placement_eq_(a, b)
     type(lm_placement), intent(in) :: a, b
-    placement_eq_ = a%kind == b%kind .and. a%dim == b%dim .and. a%op == b%op .and. a%order == b%order
+    placement_eq_ = all(c_fields_(a) == c_fields_(b))
+  end function
+  !> A placement's fields, in the C struct's order.
+  pure function c_fields_(p) result(v)
+    type(lm_placement), intent(in) :: p
+    integer(c_int32_t) :: v(8)
+    v = [p%kind, p%dim, p%order, p%reduce_op, p%extents, p%block, p%source, p%reserved]
+  end function
+  !> The C struct with the same fields (dims as given: to_c_pl_ maps Fortran dims).
+  pure type(lm_placement_t) function to_c_(p)
+    type(lm_placement), intent(in) :: p
+    to_c_ = lm_placement_t(p%kind, p%dim, p%order, p%reduce_op, p%extents, p%block, p%source, &
+                           p%reserved)
+  end function
+  pure type(lm_placement) function from_c_(c)
+    type(lm_placement_t), intent(in) :: c
+    from_c_ = lm_placement(c%kind, c%dim, c%order, c%reduce_op, c%extents, c%block, c%source, &
+                           c%reserved)
   end function
   logical function dtype_eq_(a, b)
     type(DLDataType), intent(in) :: a, b
@@ -615,7 +638,7 @@ contains
     character(len=160) :: msg
     st = LM_SUCCESS
     do i = 1, size(pl)
-      cpl(i) = lm_placement_t(pl(i)%kind, pl(i)%dim, pl(i)%op, pl(i)%order)
+      cpl(i) = to_c_(pl(i))
       if (pl(i)%kind == LM_KIND_SHARD .or. pl(i)%kind == LM_KIND_RAGGED .or. &
           pl(i)%kind == LM_KIND_BLOCK_CYCLIC) then
         if (pl(i)%dim < 1 .or. pl(i)%dim > ndim) then
@@ -636,7 +659,7 @@ contains
     type(lm_placement), intent(out) :: pl(:)
     integer :: i
     do i = 1, size(cpl)
-      pl(i) = lm_placement(cpl(i)%kind, cpl(i)%dim, cpl(i)%op, cpl(i)%order)
+      pl(i) = from_c_(cpl(i))
       if (cpl(i)%kind == LM_KIND_SHARD .or. cpl(i)%kind == LM_KIND_RAGGED .or. &
           cpl(i)%kind == LM_KIND_BLOCK_CYCLIC) &
         pl(i)%dim = int(ndim - cpl(i)%dim, c_int32_t)
@@ -723,7 +746,7 @@ contains
     integer(c_int) :: st
     integer :: i
     do i = 1, size(placements)
-      cpl(i) = lm_placement_t(placements(i)%kind, placements(i)%dim, placements(i)%op, placements(i)%order)
+      cpl(i) = to_c_(placements(i))
     end do
     st = lmc_placements_format(cpl, int(size(cpl), c_int), buf, int(size(buf), c_size_t)); call c_(st)
     str = c_chars_(buf)
@@ -740,12 +763,12 @@ contains
     integer(c_int) :: st
     integer :: i
     do i = 1, size(placements)
-      cpl(i) = lm_placement_t(placements(i)%kind, placements(i)%dim, placements(i)%op, placements(i)%order)
+      cpl(i) = to_c_(placements(i))
     end do
     st = lmc_placements_adjoint(cpl, int(size(cpl), c_int), cout); call c_(st)
     if (st == LM_SUCCESS) then
       do i = 1, size(placements)
-        adjoint(i) = lm_placement(cout(i)%kind, cout(i)%dim, cout(i)%op, cout(i)%order)
+        adjoint(i) = from_c_(cout(i))
       end do
     end if
     call done_(st, ierr, "lm_placements_adjoint")
@@ -770,7 +793,7 @@ contains
     integer(c_int64_t) :: e(max(size(extents), 1))
     integer(c_int) :: st
     e(1:size(extents)) = extents
-    st = lmc_extents_create(e, int(size(extents), c_int64_t), id); call c_(st)
+    st = lmc_extents_create(id, e, int(size(extents), c_int64_t)); call c_(st)
     call done_(st, ierr, "lm_extents_create")
   end subroutine
 
@@ -1138,7 +1161,7 @@ contains
   end subroutine
 
   !> A zero-filled tensor from localmap's pool as a DLManagedTensor (type(c_ptr); shape in Fortran
-  !> order, the C tensor has it reversed). Hand it to lm_from_managed, or as a local_map output
+  !> order, the C tensor has it reversed). Hand it to lm_from_dlpack, or as a local_map output
   !> (outputs(j) = lm_arg_t(LM_ARG_MANAGED_TENSOR, 0, 0, 0d0, managed)).
   subroutine lm_tensor_alloc(managed, shape, dtype, device, ierr)
     type(c_ptr), intent(out) :: managed
@@ -1294,16 +1317,16 @@ contains
   end subroutine
 
   !> The ScaLAPACK descriptor of x (a 2-D block-cyclic or sharded matrix on a 2-D mesh; see
-  !> lm_dist_tensor_scalapack_desc) with BLACS context ctxt; lm_local gives its local array.
-  subroutine lm_scalapack_desc(x, ctxt, desc, ierr)
+  !> lm_dist_tensor_to_scalapack) with BLACS context ctxt; lm_local gives its local array.
+  subroutine lm_to_scalapack(x, ctxt, desc, ierr)
     type(lm_dist_tensor), intent(in) :: x
     integer, intent(in) :: ctxt
     integer, intent(out) :: desc(9)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st, cdesc(9)
-    st = lmc_dist_tensor_scalapack_desc(x%ptr, int(ctxt, c_int), cdesc); call c_(st)
+    st = lmc_dist_tensor_to_scalapack(x%ptr, int(ctxt, c_int), cdesc); call c_(st)
     desc = int(cdesc)
-    call done_(st, ierr, "lm_scalapack_desc")
+    call done_(st, ierr, "lm_to_scalapack")
   end subroutine
 
   subroutine from_local_(x, mesh, data, fshape, dtype, placements, global_shape, shape_mode, ierr)
@@ -1412,8 +1435,8 @@ contains
   end subroutine
 
   !> Takes ownership of a DLManagedTensor (type(c_ptr) to it; its shape is row-major C order, e.g.
-  !> one made by lmc_dist_tensor_export or by C code) on success.
-  subroutine lm_from_managed(x, mesh, managed, placements, global_shape, shape_mode, ierr)
+  !> one made by lmc_dist_tensor_to_dlpack or by C code) on success.
+  subroutine lm_from_dlpack(x, mesh, managed, placements, global_shape, shape_mode, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
     type(c_ptr), intent(in) :: managed
@@ -1428,8 +1451,8 @@ contains
     integer(c_int) :: st, mode
     integer :: nd
     if (.not. c_associated(managed)) then
-      call bad_(st, "lm_from_managed: managed is NULL")
-      call done_(st, ierr, "lm_from_managed")
+      call bad_(st, "lm_from_dlpack: managed is NULL")
+      call done_(st, ierr, "lm_from_dlpack")
       return
     end if
     call c_f_pointer(managed, m)
@@ -1438,22 +1461,22 @@ contains
     if (present(global_shape)) mode = LM_SHAPE_GIVEN
     if (present(shape_mode)) mode = int(shape_mode, c_int)
     gp = c_null_ptr
-    call to_c_pl_(placements, nd, cpl, st, "lm_from_managed: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_managed: placements")
+    call to_c_pl_(placements, nd, cpl, st, "lm_from_dlpack: placements")
+    call check_npl_(mesh%ptr, size(placements), st, "lm_from_dlpack: placements")
     if (st == LM_SUCCESS .and. present(global_shape)) then
       if (size(global_shape) /= nd) then
-        call bad_(st, "lm_from_managed: global_shape needs one entry per dim of the tensor")
+        call bad_(st, "lm_from_dlpack: global_shape needs one entry per dim of the tensor")
       else
         gshape = reversed_(global_shape)
         gp = c_loc(gshape)
       end if
     end if
     if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_from_managed(p, mesh%ptr, managed, cpl, mode, gp)
+      st = lmc_dist_tensor_from_dlpack(p, mesh%ptr, managed, cpl, mode, gp)
       call c_(st)
       if (st == LM_SUCCESS) call set_(x, p)
     end if
-    call done_(st, ierr, "lm_from_managed")
+    call done_(st, ierr, "lm_from_dlpack")
   end subroutine
 
   !> The tensor's mesh, borrowed (it lives as long as the tensor).
@@ -1688,14 +1711,14 @@ contains
   end subroutine
 
   !> Exports the shard as a DLManagedTensor (C order) holding a reference on x; whoever consumes
-  !> it calls its deleter once (lm_from_managed takes it over).
-  subroutine lm_dist_tensor_export(x, managed, ierr)
+  !> it calls its deleter once (lm_from_dlpack takes it over).
+  subroutine lm_dist_tensor_to_dlpack(x, managed, ierr)
     type(lm_dist_tensor), intent(in) :: x
     type(c_ptr), intent(out) :: managed
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
     managed = c_null_ptr
-    st = lmc_dist_tensor_export(x%ptr, managed); call c_(st); call done_(st, ierr, "lm_dist_tensor_export")
+    st = lmc_dist_tensor_to_dlpack(x%ptr, managed); call c_(st); call done_(st, ierr, "lm_dist_tensor_to_dlpack")
   end subroutine
 
   !> y = x resharded to `placements` on dst_mesh (absent: x's mesh). Collective over both meshes.

@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
   /* 4. Back to the block-cyclic layout, handed to ScaLAPACK as a descriptor + local array. */
   CHECK(lm_dist_tensor_reshard(&yb, y, NULL, bc));
   int descb[LM_SCALAPACK_DLEN];
-  CHECK(lm_dist_tensor_scalapack_desc(yb, ctxt, descb));
+  CHECK(lm_dist_tensor_to_scalapack(yb, ctxt, descb));
   DLTensor b;
   CHECK(lm_dist_tensor_local(yb, &b));
   double fro = pdlange_("F", &M, &N, (const double *)b.data, &one, &one, descb, NULL);

@@ -91,7 +91,7 @@ program center_rows_f
   call lm_arg_take(outs(1), y)
   ! 4. Back to ScaLAPACK's layout (rows dealt over process rows, columns over process columns).
   call lm_reshard(yb, y, [lm_block_cyclic(1, mb), lm_block_cyclic(2, nb)])
-  call lm_scalapack_desc(yb, ctxt, descb)
+  call lm_to_scalapack(yb, ctxt, descb)
   call lm_local(yb, b)
   if (locr > 0 .and. locc > 0) then
     fro = pdlange('F', m, n, b, 1, 1, descb, work)

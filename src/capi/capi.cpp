@@ -213,7 +213,7 @@ LM_API lm_status_t lm_layout_chunk(int64_t n, int64_t parts, int64_t index, int6
   });
 }
 
-LM_API lm_status_t lm_extents_create(const int64_t *extents, int64_t count, int32_t *id) {
+LM_API lm_status_t lm_extents_create(int32_t *id, const int64_t *extents, int64_t count) {
   return guard([&] {
     const char *fn = "lm_extents_create";
     OUT_ARG(id, "id", fn);
@@ -474,13 +474,13 @@ LM_API lm_status_t lm_dist_tensor_from_local(lm_dist_tensor_t *out, lm_mesh_t me
   });
 }
 
-LM_API lm_status_t lm_dist_tensor_from_managed(lm_dist_tensor_t *out, lm_mesh_t mesh,
+LM_API lm_status_t lm_dist_tensor_from_dlpack(lm_dist_tensor_t *out, lm_mesh_t mesh,
                                                DLManagedTensor *local,
                                                const lm_placement_t *placements,
                                                lm_shape_mode_t shape_mode,
                                                const int64_t *global_shape) {
   return guard([&] {
-    const char *fn = "lm_dist_tensor_from_managed";
+    const char *fn = "lm_dist_tensor_from_dlpack";
     OUT_ARG(out, "out", fn);
     *out = nullptr;
     LM_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
@@ -512,9 +512,9 @@ LM_API lm_status_t lm_dist_tensor_from_scalapack(lm_dist_tensor_t *out, lm_mesh_
   });
 }
 
-LM_API lm_status_t lm_dist_tensor_scalapack_desc(lm_dist_tensor_t tensor, int ctxt, int *desc) {
+LM_API lm_status_t lm_dist_tensor_to_scalapack(lm_dist_tensor_t tensor, int ctxt, int *desc) {
   return guard([&] {
-    const char *fn = "lm_dist_tensor_scalapack_desc";
+    const char *fn = "lm_dist_tensor_to_scalapack";
     tensor_scalapack_desc(tensor_check(tensor, fn), ctxt, desc, fn);
   });
 }
@@ -598,10 +598,10 @@ void export_deleter(DLManagedTensor *self) {
 }
 }  // namespace
 
-LM_API lm_status_t lm_dist_tensor_export(lm_dist_tensor_t tensor, DLManagedTensor **managed) {
+LM_API lm_status_t lm_dist_tensor_to_dlpack(lm_dist_tensor_t tensor, DLManagedTensor **managed) {
   return guard([&] {
-    lm_dist_tensor_s *t = tensor_check(tensor, "lm_dist_tensor_export");
-    OUT_ARG(managed, "managed", "lm_dist_tensor_export");
+    lm_dist_tensor_s *t = tensor_check(tensor, "lm_dist_tensor_to_dlpack");
+    OUT_ARG(managed, "managed", "lm_dist_tensor_to_dlpack");
     auto owner = std::make_unique<ExportCtx>();
     ExportCtx *c = owner.get();
     c->shape = t->local.len;

@@ -263,8 +263,8 @@ uint64_t hash_placements(const lm_placement_t *pl, int n) {
   for (int i = 0; i < n; ++i) {
     lm_placement_t p = pl[i];
     std::shared_ptr<const Extents> r;
-    if (p.kind == LM_RAGGED && (r = extents_find(p.op))) {
-      p.op = 0;  // ranks may hold other ids for the same extents: their offsets count
+    if (p.kind == LM_RAGGED && (r = extents_find(p.extents))) {
+      p.extents = 0;  // ranks may hold other ids for the same extents: their offsets count
       h.u64(r->off.size());
       h.bytes(r->off.data(), r->off.size() * sizeof(int64_t));
     }

@@ -120,13 +120,14 @@ std::string format_placements(const lm_placement_t *pl, int n) {
         s += strfmt("S(%d)", pl[i].dim);
         if (pl[i].order) s += strfmt("@%d", pl[i].order);
         break;
-      case LM_PARTIAL: s += strfmt("P(%s)", op_name(pl[i].op)); break;
+      case LM_PARTIAL: s += strfmt("P(%s)", op_name(pl[i].reduce_op)); break;
       case LM_RAGGED:
-        s += strfmt(pl[i].op ? "RS(%d)" : "RS(%d, agreed)", pl[i].dim);
+        s += strfmt(pl[i].extents ? "RS(%d)" : "RS(%d, agreed)", pl[i].dim);
         if (pl[i].order) s += strfmt("@%d", pl[i].order);
         break;
       case LM_BLOCK_CYCLIC:
-        s += strfmt(pl[i].order ? "BC(%d, %d, %d)" : "BC(%d, %d)", pl[i].dim, pl[i].op, pl[i].order);
+        s += strfmt(pl[i].source ? "BC(%d, %d, %d)" : "BC(%d, %d)", pl[i].dim, pl[i].block,
+                    pl[i].source);
         break;
       default: s += strfmt("?(kind=%d)", pl[i].kind); break;
     }
@@ -161,7 +162,7 @@ std::string placements_desc_with(const lm_placement_t *pl, int n,
     s += (i ? ", " : "") + one.substr(1, one.size() - 2);
     if (pl[i].kind != LM_RAGGED) continue;
     std::shared_ptr<const Extents> e = rag && (size_t)i < rag->size() ? (*rag)[(size_t)i] : nullptr;
-    if (!e && pl[i].op) e = extents_find(pl[i].op);
+    if (!e && pl[i].extents) e = extents_find(pl[i].extents);
     if (e && e->count() > 0) s += extents_text(*e);
   }
   return s + "]";
@@ -177,75 +178,93 @@ std::vector<lm_placement_t> placements_adjoint(const lm_placement_t *pl, int n, 
   std::vector<lm_placement_t> out(pl, pl + n);
   for (int i = 0; i < n; ++i) {
     if (pl[i].kind != LM_PARTIAL) continue;
-    if (pl[i].op == LM_REDUCE_AVG)
+    if (pl[i].reduce_op == LM_REDUCE_AVG)
       fail(LM_ERR_NOT_SUPPORTED, "%s[%d]: Partial(avg) has no adjoint placement: the gradient of "
            "each rank's partial is the gradient divided by the mesh dim's extent, a scaling no "
            "placement expresses (scale it yourself, then use Partial(sum))", what, i);
-    if (pl[i].op != LM_REDUCE_SUM)
+    if (pl[i].reduce_op != LM_REDUCE_SUM)
       fail(LM_ERR_NOT_SUPPORTED, "%s[%d]: Partial(%s) has no linear adjoint (only Partial(sum) "
-           "and Partial(avg) are linear in their partials)", what, i, op_name(pl[i].op));
-    out[(size_t)i] = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+           "and Partial(avg) are linear in their partials)", what, i, op_name(pl[i].reduce_op));
+    out[(size_t)i] = lm_placement_t{};
   }
   return out;
 }
+
+namespace {
+// The fields of a placement that its kind does not use must be 0: names the first that is not.
+void check_unused_fields(const lm_placement_t &p, const char *what, int i, const char *kind) {
+  const bool uses_dim = p.kind == LM_SHARD || p.kind == LM_RAGGED || p.kind == LM_BLOCK_CYCLIC;
+  const struct { const char *name; int32_t value; bool used; } f[] = {
+      {"dim", p.dim, uses_dim},
+      {"order", p.order, p.kind == LM_SHARD || p.kind == LM_RAGGED},
+      {"reduce_op", p.reduce_op, p.kind == LM_PARTIAL},
+      {"extents", p.extents, p.kind == LM_RAGGED},
+      {"block", p.block, p.kind == LM_BLOCK_CYCLIC},
+      {"source", p.source, p.kind == LM_BLOCK_CYCLIC},
+      {"reserved", p.reserved, false}};
+  for (const auto &x : f)
+    LM_CHECK_ARG(x.used || x.value == 0, "%s[%d]: %s must have %s 0 (got %d): the field does "
+                 "not apply to it", what, i, kind, x.name, x.value);
+}
+
+void check_tensor_dim(const lm_placement_t &p, int tensor_ndim, const char *what, int i,
+                      const char *kind) {
+  LM_CHECK_ARG(p.dim >= 0 && p.dim < tensor_ndim, "%s[%d]: %s dim %d out of range for a %d-d "
+               "tensor", what, i, kind, p.dim, tensor_ndim);
+}
+
+void validate_one(const lm_placement_t &p, int tensor_ndim, const char *what, int i,
+                  bool agreed_ragged) {
+  switch (p.kind) {
+    case LM_REPLICATE: check_unused_fields(p, what, i, "Replicate"); break;
+    case LM_SHARD:
+      check_unused_fields(p, what, i, "Shard");
+      check_tensor_dim(p, tensor_ndim, what, i, "Shard");
+      LM_CHECK_ARG(p.order >= 0, "%s[%d]: Shard order %d must be >= 0", what, i, p.order);
+      break;
+    case LM_PARTIAL:
+      check_unused_fields(p, what, i, "Partial");
+      LM_CHECK_ARG(p.reduce_op >= LM_REDUCE_SUM && p.reduce_op <= LM_REDUCE_PROD,
+                   "%s[%d]: Partial reduce_op %d is not an lm_reduce_op_t", what, i, p.reduce_op);
+      break;
+    case LM_RAGGED:
+      check_unused_fields(p, what, i, "Ragged shard");
+      check_tensor_dim(p, tensor_ndim, what, i, "Ragged shard");
+      LM_CHECK_ARG(p.order >= 0, "%s[%d]: Ragged shard order %d must be >= 0", what, i, p.order);
+      LM_CHECK_ARG(p.extents != 0 || agreed_ragged,
+                   "%s[%d]: Ragged shard extents 0 (LM_EXTENTS_AGREED: agreed from the local "
+                   "shapes) needs the ranks' local shapes: lm_dist_tensor_from_local with "
+                   "LM_SHAPE_ALLGATHER, or an lm_local_map output without out_shapes and "
+                   "LM_LOCAL_MAP_SHAPES_EVEN", what, i);
+      LM_CHECK_ARG(p.extents == 0 || extents_find(p.extents) != nullptr,
+                   "%s[%d]: Ragged shard extents id %d is not registered (lm_extents_create; "
+                   "destroyed ids are refused)", what, i, p.extents);
+      break;
+    case LM_BLOCK_CYCLIC:
+      check_unused_fields(p, what, i, "BlockCyclic");
+      check_tensor_dim(p, tensor_ndim, what, i, "BlockCyclic");
+      LM_CHECK_ARG(p.block >= 1, "%s[%d]: BlockCyclic block %d must be >= 1 (the block size)", what, i,
+                   p.block);
+      LM_CHECK_ARG(p.source >= 0, "%s[%d]: BlockCyclic source %d must be >= 0 (the source coordinate)", what, i,
+                   p.source);
+      break;
+    default:
+      fail(LM_ERR_INVALID_ARGUMENT, "%s[%d]: kind %d is not an lm_placement_kind_t", what, i,
+           p.kind);
+  }
+}
+}  // namespace
 
 void validate_placements(const lm_placement_t *pl, int mesh_ndim, int tensor_ndim,
                          const char *what, bool agreed_ragged) {
   LM_CHECK_ARG(pl != nullptr || mesh_ndim == 0, "%s: NULL (need %d placements, one per mesh dim)",
                what, mesh_ndim);
-  for (int i = 0; i < mesh_ndim; ++i) {
-    const lm_placement_t &p = pl[i];
-    switch (p.kind) {
-      case LM_REPLICATE:
-        LM_CHECK_ARG(p.dim == 0 && p.op == 0 && p.order == 0,
-                     "%s[%d]: Replicate must have dim, op and order 0", what, i);
-        break;
-      case LM_SHARD:
-        LM_CHECK_ARG(p.dim >= 0 && p.dim < tensor_ndim,
-                     "%s[%d]: Shard dim %d out of range for a %d-d tensor", what, i, p.dim,
-                     tensor_ndim);
-        LM_CHECK_ARG(p.op == 0, "%s[%d]: Shard must have op 0", what, i);
-        LM_CHECK_ARG(p.order >= 0, "%s[%d]: Shard order %d must be >= 0", what, i, p.order);
-        break;
-      case LM_PARTIAL:
-        LM_CHECK_ARG(p.op >= LM_REDUCE_SUM && p.op <= LM_REDUCE_PROD,
-                     "%s[%d]: Partial op %d is not an lm_reduce_op_t", what, i, p.op);
-        LM_CHECK_ARG(p.dim == 0 && p.order == 0, "%s[%d]: Partial must have dim and order 0",
-                     what, i);
-        break;
-      case LM_RAGGED:
-        LM_CHECK_ARG(p.dim >= 0 && p.dim < tensor_ndim,
-                     "%s[%d]: Ragged shard dim %d out of range for a %d-d tensor", what, i, p.dim,
-                     tensor_ndim);
-        LM_CHECK_ARG(p.order >= 0, "%s[%d]: Ragged shard order %d must be >= 0", what, i, p.order);
-        LM_CHECK_ARG(p.op != 0 || agreed_ragged,
-                     "%s[%d]: Ragged shard extents id 0 (LM_EXTENTS_AGREED: agreed from the local "
-                     "shapes) needs the ranks' local shapes: lm_dist_tensor_from_local with "
-                     "LM_SHAPE_ALLGATHER, or an lm_local_map output without out_shapes and "
-                     "LM_LOCAL_MAP_SHAPES_EVEN", what, i);
-        LM_CHECK_ARG(p.op == 0 || extents_find(p.op) != nullptr,
-                     "%s[%d]: Ragged shard extents id %d is not registered (lm_extents_create; "
-                     "destroyed ids are refused)", what, i, p.op);
-        break;
-      case LM_BLOCK_CYCLIC:
-        LM_CHECK_ARG(p.dim >= 0 && p.dim < tensor_ndim,
-                     "%s[%d]: BlockCyclic dim %d out of range for a %d-d tensor", what, i, p.dim,
-                     tensor_ndim);
-        LM_CHECK_ARG(p.op >= 1, "%s[%d]: BlockCyclic block size (op) %d must be >= 1", what, i,
-                     p.op);
-        LM_CHECK_ARG(p.order >= 0, "%s[%d]: BlockCyclic source coordinate (order) %d must be >= 0",
-                     what, i, p.order);
-        break;
-      default:
-        fail(LM_ERR_INVALID_ARGUMENT, "%s[%d]: kind %d is not an lm_placement_kind_t", what, i,
-             p.kind);
-    }
-  }
+  for (int i = 0; i < mesh_ndim; ++i) validate_one(pl[i], tensor_ndim, what, i, agreed_ragged);
   // Partial dims of one tensor share one op: with mixed ops the value would depend on the order
   // of the reductions, which no peer library defines either.
   for (int i = 0; i < mesh_ndim; ++i)
     for (int j = i + 1; j < mesh_ndim; ++j)
-      if (pl[i].kind == LM_PARTIAL && pl[j].kind == LM_PARTIAL && pl[i].op != pl[j].op)
+      if (pl[i].kind == LM_PARTIAL && pl[j].kind == LM_PARTIAL && pl[i].reduce_op != pl[j].reduce_op)
         fail(LM_ERR_NOT_SUPPORTED, "%s: Partial dims %d and %d use different reduce ops (%s); "
              "one tensor's Partial dims must share one op", what, i, j,
              format_placements(pl, mesh_ndim).c_str());
@@ -265,11 +284,11 @@ void Layout::derive() {
     auto &r = rag[(size_t)m];
     if (pl[m].kind != LM_RAGGED) {
       r.reset();
-    } else if (!r || r->id != pl[m].op) {
-      r = extents_find(pl[m].op);
+    } else if (!r || r->id != pl[m].extents) {
+      r = extents_find(pl[m].extents);
       if (!r)
         fail(LM_ERR_INVALID_ARGUMENT, "placements[%d]: Ragged shard extents id %d is not "
-             "registered (lm_extents_create)", m, pl[m].op);
+             "registered (lm_extents_create)", m, pl[m].extents);
     }
   }
   for (auto &o : order)  // by co-shard order, stably: an insertion sort (a few mesh dims; no
@@ -341,14 +360,14 @@ std::vector<Seg> Layout::dim_segments(const int64_t *coord, int d) const {
     const lm_placement_t &p = pl[(size_t)m];
     if (p.kind != LM_BLOCK_CYCLIC) continue;  // the only mesh dim splitting d (check_ragged)
     const int64_t n = gshape[(size_t)d], P = grid->shape()[m];
-    const int64_t per = (n / p.op + 1) / P + 1;  // blocks of one coordinate, at most
+    const int64_t per = (n / p.block + 1) / P + 1;  // blocks of one coordinate, at most
     if (per > kMaxCyclicBlocks)
       fail(LM_ERR_NOT_SUPPORTED, "placements[%d]: BlockCyclic(%d, %d) deals about %lld blocks of "
            "tensor dim %d (%lld elements) to each of %lld coordinates; at most %lld per "
-           "coordinate are supported (use a larger block)", m, p.dim, p.op, (long long)per, d,
+           "coordinate are supported (use a larger block)", m, p.dim, p.block, (long long)per, d,
            (long long)n, (long long)P, (long long)kMaxCyclicBlocks);
-    std::vector<Seg> v = cyclic_segments(n, p.op, coord[m], p.order, P);
-    check_cyclic_segments(v, n, cyclic_extent(n, p.op, coord[m], p.order, P), m, d);
+    std::vector<Seg> v = cyclic_segments(n, p.block, coord[m], p.source, P);
+    check_cyclic_segments(v, n, cyclic_extent(n, p.block, coord[m], p.source, P), m, d);
     return v;
   }
   int64_t off = 0, len = gshape[(size_t)d];
@@ -367,8 +386,9 @@ bool Layout::equals(const Layout &o) const {
   for (size_t m = 0; m < pl.size(); ++m) {
     if (pl[m].kind != o.pl[m].kind) return false;
     if (splits(pl[m]) && pl[m].dim != o.pl[m].dim) return false;
-    if (pl[m].kind == LM_PARTIAL && pl[m].op != o.pl[m].op) return false;
-    if (pl[m].kind == LM_BLOCK_CYCLIC && (pl[m].op != o.pl[m].op || pl[m].order != o.pl[m].order))
+    if (pl[m].kind == LM_PARTIAL && pl[m].reduce_op != o.pl[m].reduce_op) return false;
+    if (pl[m].kind == LM_BLOCK_CYCLIC &&
+        (pl[m].block != o.pl[m].block || pl[m].source != o.pl[m].source))
       return false;
     if (pl[m].kind == LM_RAGGED && rag[m] != o.rag[m] && rag[m]->off != o.rag[m]->off) return false;
   }
@@ -390,9 +410,9 @@ void check_ragged(const Layout &L, const char *what) {
   for (int m = 0; m < L.mesh_ndim(); ++m) {
     if (L.pl[m].kind == LM_BLOCK_CYCLIC) {
       const int d = L.pl[m].dim;
-      LM_CHECK_ARG(L.pl[m].order < L.grid->shape()[m],
+      LM_CHECK_ARG(L.pl[m].source < L.grid->shape()[m],
                    "%s[%d]: BlockCyclic source coordinate %d is not on the mesh dim (extent %lld)",
-                   what, m, L.pl[m].order, (long long)L.grid->shape()[m]);
+                   what, m, L.pl[m].source, (long long)L.grid->shape()[m]);
       LM_CHECK_ARG(L.order[(size_t)d].size() == 1,
                    "%s[%d]: a BlockCyclic dim must be the only mesh dim splitting tensor dim %d "
                    "(%s): co-sharding it is not defined", what, m, d, L.str().c_str());
@@ -418,9 +438,9 @@ Shape even_global_shape(const Grid &grid, const lm_placement_t *pl, const Shape 
   std::vector<bool> ragged(g.size(), false);
   for (int m = 0; m < grid.ndim(); ++m) {
     if (pl[m].kind != LM_RAGGED || (size_t)pl[m].dim >= g.size()) continue;
-    auto r = extents_find(pl[m].op);
+    auto r = extents_find(pl[m].extents);
     LM_CHECK_ARG(r != nullptr, "placements[%d]: Ragged shard extents id %d is not registered", m,
-                 pl[m].op);
+                 pl[m].extents);
     g[(size_t)pl[m].dim] = r->total();
     ragged[(size_t)pl[m].dim] = true;
   }
@@ -456,7 +476,7 @@ Layout layout_from_extents(const std::shared_ptr<const Grid> &grid, const lm_pla
   // Agreed ragged dims (extents id 0): the sum along the line per coordinate of that mesh dim.
   std::vector<std::vector<int64_t>> agreed((size_t)k);
   for (int m = 0; m < k; ++m)
-    if (p[m].kind == LM_RAGGED && p[m].op == 0) agreed[m].assign((size_t)grid->shape()[m], 0);
+    if (p[m].kind == LM_RAGGED && p[m].extents == 0) agreed[m].assign((size_t)grid->shape()[m], 0);
   for (int d = 0; d < ndim; ++d) {
     bool sharded = false;
     for (int m = 0; m < k; ++m) sharded = sharded || (splits(pl[m]) && pl[m].dim == d);
@@ -480,7 +500,7 @@ Layout layout_from_extents(const std::shared_ptr<const Grid> &grid, const lm_pla
   for (int m = 0; m < k; ++m)
     if (!agreed[m].empty()) {
       held[m] = extents_adopt(agreed[m]);
-      p[m].op = held[m]->id;
+      p[m].extents = held[m]->id;
     }
   Layout L(grid, std::move(p), g);
   check_ragged(L, what);

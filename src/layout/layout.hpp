@@ -145,8 +145,8 @@ struct Layout {
   Range split(int m, int64_t len, int64_t i) const {
     const lm_placement_t &p = pl[(size_t)m];
     if (p.kind == LM_BLOCK_CYCLIC) {
-      const int64_t P = grid->shape()[m], first = cyclic_place(i, p.order, P) * (int64_t)p.op;
-      return Range{first < len ? first : len, cyclic_extent(len, p.op, i, p.order, P)};
+      const int64_t P = grid->shape()[m], first = cyclic_place(i, p.source, P) * (int64_t)p.block;
+      return Range{first < len ? first : len, cyclic_extent(len, p.block, i, p.source, P)};
     }
     return rag[(size_t)m] ? Range{rag[(size_t)m]->off[(size_t)i], rag[(size_t)m]->len(i)}
                           : chunk(len, grid->shape()[m], i);

@@ -423,7 +423,7 @@ void LocalMapCall::decide_gathers() {
       continue;
     for (int k = 0; k < m_->ndim(); ++k)
       if (pl[k].kind == LM_SHARD || pl[k].kind == LM_BLOCK_CYCLIC ||
-          (pl[k].kind == LM_RAGGED && pl[k].op == LM_EXTENTS_AGREED)) {
+          (pl[k].kind == LM_RAGGED && pl[k].extents == LM_EXTENTS_AGREED)) {
         need_gather_[j] = 1;
         ++ngather_;
         break;

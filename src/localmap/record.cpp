@@ -23,7 +23,7 @@ void record_keep_extents(lm_local_map_record_s *r) {
   auto keep = [r](const std::vector<lm_placement_t> &pl) {
     for (const lm_placement_t &p : pl)
       if (p.kind == LM_RAGGED)
-        if (auto e = extents_find(p.op)) r->keep.push_back(std::move(e));
+        if (auto e = extents_find(p.extents)) r->keep.push_back(std::move(e));
   };
   for (const auto &in : r->in) {
     keep(in.own);

@@ -195,10 +195,10 @@ class CoordsMeeting {
     }
     if (L_.pl[(size_t)ord[0]].kind == LM_BLOCK_CYCLIC && ord.size() == 1) {  // alone (check_ragged)
       const lm_placement_t &p = L_.pl[(size_t)ord[0]];
-      const int64_t P = L_.grid->shape()[(size_t)ord[0]], b = p.op;
+      const int64_t P = L_.grid->shape()[(size_t)ord[0]], b = p.block;
       for (const Seg &r : runs) {
         const int64_t j0 = r.g / b, j1 = (r.g + r.len - 1) / b;
-        for (int64_t j = j0; j <= j1 && j < j0 + P; ++j) t.push_back((j % P + p.order % P) % P);
+        for (int64_t j = j0; j <= j1 && j < j0 + P; ++j) t.push_back((j % P + p.source % P) % P);
       }
     } else {
       std::vector<int64_t> cur(ord.size());

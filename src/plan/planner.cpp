@@ -282,7 +282,7 @@ int max_order(const Layout &L, int d) {
 // Makes mesh dim m shard tensor dim d innermost (after every mesh dim already sharding d).
 void shard_innermost(Layout &L, int m, int d) {
   int mx = max_order(L, d);  // m itself does not shard anything yet
-  L.pl[m] = lm_placement_t{LM_SHARD, d, 0, mx >= 0 ? mx + 1 : 0};
+  L.pl[m] = lm_placement_t{LM_SHARD, d, mx >= 0 ? mx + 1 : 0, 0, 0, 0, 0, 0};
   L.derive();
 }
 
@@ -324,7 +324,7 @@ std::unique_ptr<SchedStep> partial_init_step(const Layout &in, const Layout &out
   st->fill_n = st->outbox.numel();
   for (int m = 0; m < out.mesh_ndim(); ++m)
     if (out.pl[m].kind == LM_PARTIAL && in.pl[m].kind != LM_PARTIAL) {
-      st->op = out.pl[m].op;
+      st->op = out.pl[m].reduce_op;
       if (c[m] != 0 && (st->op == LM_REDUCE_SUM || st->op == LM_REDUCE_PROD)) st->fill = true;
     }
   return st;
@@ -417,9 +417,9 @@ void check_reshard(const Layout &src, const Layout &dst, DType dt) {
   LM_CHECK_ARG(src.gshape == dst.gshape, "%s: source and target global shapes differ", fn);
   int src_op = -1, dst_op = -1;
   for (auto &p : src.pl)
-    if (p.kind == LM_PARTIAL) src_op = p.op;
+    if (p.kind == LM_PARTIAL) src_op = p.reduce_op;
   for (auto &p : dst.pl)
-    if (p.kind == LM_PARTIAL) dst_op = p.op;
+    if (p.kind == LM_PARTIAL) dst_op = p.reduce_op;
   if (src_op >= 0) check_reduce(dt, src_op, "reshard: source placements");
   if (dst_op >= 0) check_reduce(dt, dst_op, "reshard: target placements");
   if (src_op >= 0 && dst_op >= 0 && src_op != dst_op)
@@ -460,12 +460,12 @@ Layout reduce_partials(Schedule &p, const Layout &src, const Layout &dst, bool s
     } else {
       shard_innermost(next, m, d);
     }
-    const bool avg = src.pl[m].op == LM_REDUCE_AVG;
+    const bool avg = src.pl[m].reduce_op == LM_REDUCE_AVG;
     int64_t divide_by = 0;
     if (avg) divide_by = dtype_is_integer(p.dt) ? src.grid->shape()[m]
                          : m == last_reduced    ? reduced_extent
                                                 : 0;
-    p.steps.push_back(reduce_scatter_step(cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].op,
+    p.steps.push_back(reduce_scatter_step(cur, next, m, d, avg ? LM_REDUCE_SUM : src.pl[m].reduce_op,
                                           divide_by, p.dt, p.me, (*tag)++, runs));
     cur = next;
   }
@@ -480,7 +480,7 @@ Layout exchange_to(Schedule &p, const Layout &cur, const Layout &dst, bool same_
   Layout d0 = dst;
   for (int m = 0; m < dst.mesh_ndim(); ++m)
     if (dst.pl[m].kind == LM_PARTIAL && !(same_mesh && cur.pl[m].kind == LM_PARTIAL))
-      d0.pl[m] = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+      d0.pl[m] = LM_PLACEMENT_REPLICATE;
   d0.derive();
   if (same_mesh) {
     if (!cur.equals(d0) || p.steps.empty())
@@ -530,7 +530,7 @@ void plan_buffers(Schedule &p) {
 Layout without_partial(const Layout &L) {
   Layout r = L;
   for (auto &pl : r.pl)
-    if (pl.kind == LM_PARTIAL) pl = lm_placement_t{LM_REPLICATE, 0, 0, 0};
+    if (pl.kind == LM_PARTIAL) pl = LM_PLACEMENT_REPLICATE;
   r.derive();
   return r;
 }
@@ -548,8 +548,8 @@ Layout cyclic_as_ragged(const Layout &L) {
     auto e = std::make_shared<Extents>();
     e->id = INT32_MIN + 1 + m;
     e->off.assign(1, 0);
-    for (int64_t c = 0; c < P; ++c) e->off.push_back(e->off.back() + cyclic_extent(n, pl.op, c, pl.order, P));
-    pl = lm_placement_t{LM_RAGGED, pl.dim, e->id, 0};
+    for (int64_t c = 0; c < P; ++c) e->off.push_back(e->off.back() + cyclic_extent(n, pl.block, c, pl.source, P));
+    pl = lm_placement_t{LM_RAGGED, pl.dim, 0, 0, e->id, 0, 0, 0};
     r.rag[(size_t)m] = std::move(e);
   }
   r.derive();
@@ -572,7 +572,7 @@ void cyclic_steps(Schedule &p, const Layout &src, const Layout &dst, bool same_m
       cur = without_partial(src);
     } else {
       for (auto &pl : mid.pl)
-        if (pl.kind == LM_BLOCK_CYCLIC) pl = lm_placement_t{LM_SHARD, pl.dim, 0, 0};
+        if (pl.kind == LM_BLOCK_CYCLIC) pl = LM_PLACEMENT_SHARD(pl.dim);
       mid.derive();
       cur = mid;
       same_mesh = true;

@@ -29,7 +29,7 @@ lm_dist_tensor_s *from_global_everywhere(lm_mesh_s *m, const DLTensor *global,
   if (!m->member) return t;
   try {
     t->storage = storage_alloc(t->local_bytes(), false);
-    std::vector<lm_placement_t> rep(m->ndim(), lm_placement_t{LM_REPLICATE, 0, 0, 0});
+    std::vector<lm_placement_t> rep(m->ndim(), LM_PLACEMENT_REPLICATE);
     auto plan = plan_build(Layout(m->grid, rep, g), L, global->dtype, m->world, m->world_rank);
     plan->run(static_cast<const char *>(global->data) + global->byte_offset, t->data());
   } catch (...) {

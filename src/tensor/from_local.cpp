@@ -101,7 +101,7 @@ void check_local(FromLocal &c) {
   if (c.borrow && m->member) {
     // A borrow keeps compact row-major strides, or padded rows of a host array (its strides
     // nested, each a multiple of the next: a ScaLAPACK array with LLD_ > LOCr, a slice of a C
-    // array), also when adopted (lm_dist_tensor_from_managed).
+    // array), also when adopted (lm_dist_tensor_from_dlpack).
     Shape pad;
     const bool padded = !is_compact(local) && padded_extents(local, &pad);
     LM_CHECK_ARG(is_compact(local) || (padded && !is_device(local->device)),

@@ -27,7 +27,7 @@ std::unique_ptr<Plan> prepare(lm_dist_tensor_s *t, int root, bool receives, DLTe
   if (root >= 0)
     return plan_build(t->layout, root_layout(m->grid->rank_at_index(root), t->layout.gshape),
                       t->dtype, m->world, m->world_rank);
-  std::vector<lm_placement_t> rep(m->ndim(), lm_placement_t{LM_REPLICATE, 0, 0, 0});
+  std::vector<lm_placement_t> rep(m->ndim(), LM_PLACEMENT_REPLICATE);
   return plan_build(t->layout, Layout(m->grid, rep, t->layout.gshape), t->dtype, m->world,
                     m->world_rank);
 }

@@ -55,7 +55,7 @@ void check_global_buffer(const DLTensor *g, const Layout &L, DLDataType dtype, c
 // A one-rank layout on parent rank `rank`, fully replicated: the shape of "the root holds all".
 Layout root_layout(int rank, const Shape &g) {
   auto grid = std::make_shared<Grid>(Shape{1}, std::vector<int>{rank});
-  return Layout(grid, {lm_placement_t{LM_REPLICATE, 0, 0, 0}}, g);
+  return Layout(grid, {LM_PLACEMENT_REPLICATE}, g);
 }
 
 MPI_Comm transfer_comm(lm_mesh_s *src, lm_mesh_s *dst, const char *fn) {

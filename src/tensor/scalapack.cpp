@@ -53,8 +53,8 @@ void desc_dim(const Layout &L, int md, int *block, int *src, const char *fn) {
   const int64_t n = L.gshape[(size_t)td], P = L.grid->shape()[md];
   const char *what = md == 0 ? "process rows" : "process columns";
   if (p.kind == LM_BLOCK_CYCLIC && p.dim == td) {
-    *block = p.op;
-    *src = p.order;
+    *block = p.block;
+    *src = p.source;
     return;
   }
   if (p.kind == LM_SHARD && p.dim == td && L.order[(size_t)td].size() == 1) {
@@ -103,8 +103,8 @@ lm_dist_tensor_s *tensor_from_scalapack(lm_mesh_s *m, const int *desc, void *dat
                                         DLDataType dtype, DLDevice device, unsigned flags,
                                         const char *fn) {
   check_desc(m, desc, flags, fn);
-  lm_placement_t pl[2] = {{LM_BLOCK_CYCLIC, 1, desc[kMb], desc[kRsrc]},
-                          {LM_BLOCK_CYCLIC, 0, desc[kNb], desc[kCsrc]}};
+  lm_placement_t pl[2] = {LM_PLACEMENT_BLOCK_CYCLIC(1, desc[kMb], desc[kRsrc]),
+                          LM_PLACEMENT_BLOCK_CYCLIC(0, desc[kNb], desc[kCsrc])};
   const int64_t gshape[2] = {desc[kN], desc[kM]};
   int64_t shape[2] = {0, 0}, strides[2] = {1, 1};
   DLTensor local{};

@@ -249,7 +249,7 @@ void check_alignment(const DLTensor *t, DType dt, const char *what) {
 
 void check_partial_dtype(const lm_placement_t *pl, int n, DType dt, const char *what) {
   for (int i = 0; i < n; ++i)
-    if (pl[i].kind == LM_PARTIAL) check_reduce(dt, pl[i].op, what);
+    if (pl[i].kind == LM_PARTIAL) check_reduce(dt, pl[i].reduce_op, what);
 }
 
 bool padded_extents(const DLTensor *t, Shape *pad) {

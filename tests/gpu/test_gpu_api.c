@@ -113,7 +113,7 @@ static void test_borrow_managed_export(void **state) {
   LM_ASSERT_OK_ALL(lm_dist_tensor_local(t, &v));
   LM_ASSERT_ALL(v.data == d); /* no copy */
   DLManagedTensor *ex = NULL;
-  LM_ASSERT_OK_ALL(lm_dist_tensor_export(t, &ex));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_to_dlpack(t, &ex));
   LM_ASSERT_ALL(ex->dl_tensor.device.device_type == kDLCUDA && ex->dl_tensor.data == d);
   ex->deleter(ex);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
@@ -131,7 +131,7 @@ static void test_borrow_managed_export(void **state) {
   mt->dl_tensor.shape = g;
   mt->deleter = managed_deleter;
   g_deleted = 0;
-  LM_ASSERT_OK_ALL(lm_dist_tensor_from_managed(&t, m, mt, &R, LM_SHAPE_GIVEN, g));
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_dlpack(&t, m, mt, &R, LM_SHAPE_GIVEN, g));
   LM_ASSERT_ALL(g_deleted == 0);
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&t));
   LM_ASSERT_ALL(g_deleted == 1);

@@ -100,9 +100,9 @@ static void raggedize(lm_mesh_t m, lm_placement_t *pl, int mesh_ndim, int ndim, 
       e[i] = i + 1 == ms[first] ? left : (int64_t)(rnd() % (uint64_t)(left + 1));
       left -= e[i];
     }
-    LM_ASSERT_OK(lm_extents_create(e, ms[first], &g_ids[g_nids]));
+    LM_ASSERT_OK(lm_extents_create(&g_ids[g_nids], e, ms[first]));
     pl[first].kind = LM_RAGGED;
-    pl[first].op = g_ids[g_nids++];
+    pl[first].extents = g_ids[g_nids++];
   }
 }
 
@@ -154,7 +154,7 @@ static void make_pair(lm_mesh_t m, int ndim, const int64_t *g, DLDataType dt, co
   LM_ASSERT_OK(lm_mesh_ndim(m, &mesh_ndim));
   for (int k = 0; k < mesh_ndim; ++k) {
     twin[k] = pl[k];
-    if (borrow && twin[k].kind == LM_RAGGED) twin[k].op = LM_EXTENTS_AGREED;
+    if (borrow && twin[k].kind == LM_RAGGED) twin[k].extents = LM_EXTENTS_AGREED;
   }
   LM_ASSERT_OK_ALL(lm_dist_tensor_from_local(dev, m, &dl, twin,
                                              borrow ? LM_SHAPE_ALLGATHER : LM_SHAPE_GIVEN, g,
@@ -600,7 +600,7 @@ static const dcase_t kTable[] = {
 
 static int partial_op_of(const lm_placement_t *pl, int n) {
   for (int k = 0; k < n; ++k)
-    if (pl[k].kind == LM_PARTIAL) return pl[k].op;
+    if (pl[k].kind == LM_PARTIAL) return pl[k].reduce_op;
   return -1;
 }
 

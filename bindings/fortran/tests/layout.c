@@ -14,8 +14,9 @@ int main(void) {
   OFF(DLTensor, shape); OFF(DLTensor, strides); OFF(DLTensor, byte_offset);
   SZ(DLManagedTensor); OFF(DLManagedTensor, dl_tensor); OFF(DLManagedTensor, manager_ctx);
   OFF(DLManagedTensor, deleter);
-  SZ(lm_placement_t); OFF(lm_placement_t, kind); OFF(lm_placement_t, dim); OFF(lm_placement_t, op);
-  OFF(lm_placement_t, order);
+  SZ(lm_placement_t); OFF(lm_placement_t, kind); OFF(lm_placement_t, dim); OFF(lm_placement_t, order);
+  OFF(lm_placement_t, reduce_op); OFF(lm_placement_t, extents); OFF(lm_placement_t, block);
+  OFF(lm_placement_t, source); OFF(lm_placement_t, reserved);
   SZ(lm_mesh_config_t); OFF(lm_mesh_config_t, size); OFF(lm_mesh_config_t, magic);
   OFF(lm_mesh_config_t, version); OFF(lm_mesh_config_t, ranks); OFF(lm_mesh_config_t, nranks);
   OFF(lm_mesh_config_t, dim_names); OFF(lm_mesh_config_t, check_level); OFF(lm_mesh_config_t, timeout);

@@ -130,7 +130,7 @@ subroutine local_map_records(size)
   call lm_local_map_record_placements(rec, LM_RECORD_INPUT, 1, pl)
   call check(pl(1)%kind == LM_KIND_REPLICATE, "record: the input's own placements")
   call lm_local_map_record_placements(rec, LM_RECORD_IN_GRAD, 1, pl)
-  call check(pl(1)%kind == LM_KIND_PARTIAL .and. pl(1)%op == LM_REDUCE_SUM, "record: in_grad_placements")
+  call check(pl(1)%kind == LM_KIND_PARTIAL .and. pl(1)%reduce_op == LM_REDUCE_SUM, "record: in_grad_placements")
   call lm_local_map_record_placements(rec, LM_RECORD_OUT_GRAD, 1, pl)
   call check(pl(1)%kind == LM_KIND_REPLICATE, "record: Partial(sum) output -> Replicate gradient")
   call lm_local_map(ones_fn, [lm_arg(w)], psum, outs, out_ranks=[1])
@@ -552,7 +552,7 @@ program test_localmap
   call check(s == "[S(1), R, P(sum)]", "format: " // s)
   call lm_device_supported(kDLCPU, supported)
   call check(supported, "cpu supported")
-  call check(lm_shard(2, 1) == lm_placement(LM_KIND_SHARD, 2, 0, 1), "lm_shard(dim, order)")
+  call check(lm_shard(2, 1) == lm_placement(kind=LM_KIND_SHARD, dim=2, order=1), "lm_shard(dim, order)")
   call check(iand(int(LM_COMPLEX128%bits), 255) == 128, "complex128 bits")
   call lm_tensor_alloc(mt, [2_c_int64_t, 3_c_int64_t], LM_FLOAT32, ierr=ierr)
   call check(ierr == 0 .and. c_associated(mt), "lm_tensor_alloc")
@@ -673,9 +673,9 @@ program test_localmap
   call check(len(msg) > 0, "the library's message is kept")
 
   ! lm_tensor_alloc'd storage taken over by a dist tensor (the 2x3 tensor made above).
-  call lm_from_managed(z, mesh, mt, rep, global_shape=[2_c_int64_t, 3_c_int64_t])
+  call lm_from_dlpack(z, mesh, mt, rep, global_shape=[2_c_int64_t, 3_c_int64_t])
   call lm_local(z, pf)
-  call check(all(shape(pf) == [2, 3]) .and. all(pf == 0), "lm_tensor_alloc + lm_from_managed")
+  call check(all(shape(pf) == [2, 3]) .and. all(pf == 0), "lm_tensor_alloc + lm_from_dlpack")
   ! device config, transport.
   call lm_mesh_create(m2, MPI_COMM_WORLD_F(), [size], check_level=1, timeout=60.0_c_double)
   call lm_mesh_transport(m2, kDLCPU, i)
@@ -703,7 +703,7 @@ program test_localmap
   rep1 = [lm_replicate(), lm_replicate()]
   block
     type(lm_dist_tensor) :: scoped
-    call lm_from_managed(scoped, mesh, c_loc(managed), rep1, global_shape=[3_c_int64_t])
+    call lm_from_dlpack(scoped, mesh, c_loc(managed), rep1, global_shape=[3_c_int64_t])
     call lm_local(scoped, q)
     call check(all(q == managed_data), "from_managed")
     call check(.not. deleted, "not deleted while alive")
@@ -711,12 +711,12 @@ program test_localmap
   call check(deleted, "final: a tensor going out of scope is destroyed (deleter called)")
   deleted = .false.
   allocate(t)
-  call lm_from_managed(t, mesh, c_loc(managed), rep1, global_shape=[3_c_int64_t])
+  call lm_from_dlpack(t, mesh, c_loc(managed), rep1, global_shape=[3_c_int64_t])
   deallocate(t)
   call check(deleted, "final: deallocate destroys")
   ! export -> from_managed shares the storage.
-  call lm_dist_tensor_export(w, mt)
-  call lm_from_managed(z, mesh, mt, rep)
+  call lm_dist_tensor_to_dlpack(w, mt)
+  call lm_from_dlpack(z, mesh, mt, rep)
   call lm_local(z, p)
   call check(all(p == a), "export then from_managed")
   ! retain: one more reference, dropped through the raw handle.
@@ -851,7 +851,7 @@ program test_localmap
       own = full(:, first + 1:first + ext(rank + 1))
       call lm_from_local(ra, rm, own, [lm_ragged(2, LM_EXTENTS_AGREED)])
       call lm_dist_tensor_placements(ra, ap)
-      call lm_extents_get(ap(1)%op, cnt, got)
+      call lm_extents_get(ap(1)%extents, cnt, got)
       call check(ap(1)%kind == LM_KIND_RAGGED .and. ap(1)%dim == 2 .and. cnt == size .and. &
                  all(got == ext), "agreed ragged extents")
       whole = 0
@@ -897,8 +897,8 @@ program test_localmap
     call lm_mesh_create(bm, MPI_COMM_WORLD_F(), [size])
     call lm_from_local(bt, bm, bown, [lm_block_cyclic(1, 2, size - 1)])
     call lm_dist_tensor_placements(bt, bp)
-    call check(bp(1)%kind == LM_KIND_BLOCK_CYCLIC .and. bp(1)%dim == 1 .and. bp(1)%op == 2 .and. &
-               bp(1)%order == size - 1, "block-cyclic placements read back")
+    call check(bp(1)%kind == LM_KIND_BLOCK_CYCLIC .and. bp(1)%dim == 1 .and. bp(1)%block == 2 .and. &
+               bp(1)%source == size - 1, "block-cyclic placements read back")
     bwhole = 0
     call lm_gather(bt, bwhole)
     call check(all(bwhole == bfull), "block-cyclic gather")
@@ -927,8 +927,8 @@ program test_localmap
     call lm_gather(sx, whole)
     call check(all(whole == reshape([((10d0 * i + j, i = 1, 3), j = 0, size - 1)], [3, size])), &
                "lm_from_scalapack: the matrix (M, N)")
-    call lm_scalapack_desc(sx, 7, back)
-    call check(all(back == [1, 7, 3, size, 3, 1, 0, 0, 3]), "lm_scalapack_desc")
+    call lm_to_scalapack(sx, 7, back)
+    call check(all(back == [1, 7, 3, size, 3, 1, 0, 0, 3]), "lm_to_scalapack")
     call lm_destroy(sx)
     wide(1:6:2, 1) = col(:, 1)
     call lm_from_scalapack(sx, grid, desc, wide(1:6:2, :), ierr=ierr2)
@@ -968,7 +968,7 @@ program test_localmap
     call lm_gather(px, pwhole)
     call check(all(pwhole == reshape([((10d0 * ii + jj, ii = 1, 3), jj = 0, 2 * size - 1)], &
                                      [3, 2 * size])), "padded borrow: gathered")
-    call lm_scalapack_desc(px, 7, pback)
+    call lm_to_scalapack(px, 7, pback)
     call check(pback(9) == 5, "padded borrow: the descriptor keeps LLD")
     call lm_dist_tensor_placements(px, ppl)
     call lm_reshard(py, px, [lm_replicate(), lm_replicate()])

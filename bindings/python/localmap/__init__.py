@@ -42,7 +42,7 @@ from ._core import (ARG_DIST_TENSOR, ARG_DOUBLE, ARG_INT64, ARG_MANAGED_TENSOR, 
                     world_rank, zeros)
 from ._lib import LibraryNotFoundError
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 __all__ = [
     "Mesh", "DistTensor", "ReshardPlan", "ReshardGroup", "Request", "Placement", "Shard", "RaggedShard", "BlockCyclic",

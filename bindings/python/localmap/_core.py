@@ -241,21 +241,28 @@ REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
 
 
 class Placement:
-    """How one mesh dim holds a tensor: Shard(d), Replicate() or Partial(op)."""
-    __slots__ = ("kind", "dim", "op", "order")
+    """How one mesh dim holds a tensor: Shard(d), Replicate(), Partial(op), RaggedShard(d, ...)
+    or BlockCyclic(d, block). The fields are the C struct's, each with one meaning (0 where it
+    does not apply): kind, dim, order, reduce_op, block, source (the extents id is private)."""
+    __slots__ = ("kind", "dim", "order", "reduce_op", "block", "source", "_eid")
 
-    def __init__(self, kind, dim=0, op=0, order=0):
-        self.kind, self.dim, self.op, self.order = int(kind), int(dim), int(op), int(order)
+    def __init__(self, kind, dim=0, order=0, reduce_op=0, block=0, source=0, eid=0):
+        self.kind, self.dim, self.order = int(kind), int(dim), int(order)
+        self.reduce_op, self.block, self.source, self._eid = \
+            int(reduce_op), int(block), int(source), int(eid)
+
+    def _key(self):
+        return (self.kind, self.dim, self.order, self.reduce_op, self._eid, self.block,
+                self.source)
 
     def _c(self):
-        return L.lm_placement_t(self.kind, self.dim, self.op, self.order)
+        return L.lm_placement_t(*self._key(), 0)
 
     def __eq__(self, other):
-        return isinstance(other, Placement) and (self.kind, self.dim, self.op, self.order) == \
-            (other.kind, other.dim, other.op, other.order)
+        return isinstance(other, Placement) and self._key() == other._key()
 
     def __hash__(self):
-        return hash((self.kind, self.dim, self.op, self.order))
+        return hash(self._key())
 
     def __repr__(self):
         if self.kind == SHARD:
@@ -263,9 +270,10 @@ class Placement:
         if self.kind == REPLICATE:
             return "Replicate()"
         if self.kind == PARTIAL:
-            name = REDUCE_OPS[self.op] if 0 <= self.op < len(REDUCE_OPS) else self.op
-            return f"Partial({name!r})"
-        return f"Placement(kind={self.kind}, dim={self.dim}, op={self.op}, order={self.order})"
+            op = self.reduce_op
+            return f"Partial({REDUCE_OPS[op] if 0 <= op < len(REDUCE_OPS) else op!r})"
+        return "Placement(" + ", ".join(f"{k}={v}" for k, v in zip(
+            ("kind", "dim", "order", "reduce_op", "extents", "block", "source"), self._key())) + ")"
 
     def is_shard(self, dim=None):
         return self.kind == SHARD and (dim is None or self.dim == dim)
@@ -283,7 +291,7 @@ class Shard(Placement):
     __slots__ = ()
 
     def __init__(self, dim, order=0):
-        super().__init__(SHARD, dim, 0, order)
+        super().__init__(SHARD, dim, order)
 
 
 class Replicate(Placement):
@@ -304,7 +312,7 @@ class Partial(Placement):
             if op not in REDUCE_OPS:
                 raise _bad(f"Partial: op {op!r} is not one of {', '.join(REDUCE_OPS)}")
             op = REDUCE_OPS.index(op)
-        super().__init__(PARTIAL, 0, op, 0)
+        super().__init__(PARTIAL, reduce_op=op)
 
 
 class RaggedShard(Placement):
@@ -317,12 +325,12 @@ class RaggedShard(Placement):
     extents=None (LM_EXTENTS_AGREED): the ranks' local shapes give the extents, in from_local
     with shape_mode "allgather" and in local_map outputs without a given shape; the tensor's
     placements then read back with the agreed extents."""
-    __slots__ = ("extents", "_id")
+    __slots__ = ("extents", "_id")  # the lengths; the reference this object holds
 
     def __init__(self, dim, extents=None, order=0):
         self._id = 0
         if extents is None:
-            super().__init__(RAGGED, dim, 0, order)
+            super().__init__(RAGGED, dim, order)
             self.extents = None
             return
         try:
@@ -331,8 +339,8 @@ class RaggedShard(Placement):
             raise _bad(f"RaggedShard: extents must be a sequence of lengths or None, got "
                        f"{type(extents).__name__}") from None
         ident = ctypes.c_int32()
-        L.lm_extents_create((c_int64 * max(len(ext), 1))(*ext), len(ext), byref(ident))
-        super().__init__(RAGGED, dim, ident.value, order)
+        L.lm_extents_create(byref(ident), (c_int64 * max(len(ext), 1))(*ext), len(ext))
+        super().__init__(RAGGED, dim, order, eid=ident.value)
         self.extents, self._id = ext, ident.value
 
     def __del__(self):
@@ -362,28 +370,28 @@ class BlockCyclic(Placement):
     __slots__ = ()
 
     def __init__(self, dim, block, src=0):
-        super().__init__(BLOCK_CYCLIC, dim, block, src)
+        super().__init__(BLOCK_CYCLIC, dim, block=block, source=src)
 
     def __repr__(self):
-        return f"BlockCyclic({self.dim}, {self.op}" + (f", src={self.order})" if self.order else ")")
+        return f"BlockCyclic({self.dim}, {self.block}" + (f", src={self.source})" if self.source else ")")
 
 
 def _placement_from_c(p):
     if p.kind == BLOCK_CYCLIC:
-        return BlockCyclic(p.dim, p.op, p.order)
+        return BlockCyclic(p.dim, p.block, p.source)
     if p.kind == RAGGED:
         n = c_int64()
-        L.lm_extents_get(p.op, None, 0, byref(n))
+        L.lm_extents_get(p.extents, None, 0, byref(n))
         ext = (c_int64 * max(n.value, 1))()
-        L.lm_extents_get(p.op, ext, n.value, byref(n))
+        L.lm_extents_get(p.extents, ext, n.value, byref(n))
         return RaggedShard(p.dim, ext[:n.value], p.order)
     if p.kind == SHARD:
         return Shard(p.dim, p.order)
-    if p.kind == REPLICATE and p.dim == 0 and p.op == 0 and p.order == 0:
+    if p.kind == REPLICATE:
         return Replicate()
-    if p.kind == PARTIAL and p.dim == 0 and p.order == 0 and 0 <= p.op < len(REDUCE_OPS):
-        return Partial(REDUCE_OPS[p.op])
-    return Placement(p.kind, p.dim, p.op, p.order)
+    if p.kind == PARTIAL and 0 <= p.reduce_op < len(REDUCE_OPS):
+        return Partial(REDUCE_OPS[p.reduce_op])
+    return Placement(p.kind, p.dim, p.order, p.reduce_op, p.block, p.source, p.extents)
 
 
 def _placements_c(placements, argname, ndim=None):
@@ -843,11 +851,11 @@ class DistTensor(_Handle):
     def local_shape(self):
         return self._shape(L.lm_dist_tensor_local_shape)
 
-    def scalapack_desc(self, ctxt=0):
-        """This tensor's layout as a ScaLAPACK descriptor (9 ints; lm_dist_tensor_scalapack_desc):
+    def to_scalapack(self, ctxt=0):
+        """This tensor's layout as a ScaLAPACK descriptor (9 ints; lm_dist_tensor_to_scalapack):
         the [N, M] tensor read as the column-major M x N matrix; its local shard is the array."""
         d = (c_int * 9)()
-        L.lm_dist_tensor_scalapack_desc(self._handle(), int(ctxt), d)
+        L.lm_dist_tensor_to_scalapack(self._handle(), int(ctxt), d)
         return list(d)
 
     @property
@@ -885,7 +893,7 @@ class DistTensor(_Handle):
 
     def _export(self):
         p = c_void_p()
-        L.lm_dist_tensor_export(self._handle(), byref(p))
+        L.lm_dist_tensor_to_dlpack(self._handle(), byref(p))
         return p.value
 
     # -- DLPack producer --------------------------------------------------------------------
@@ -1037,7 +1045,7 @@ def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, c
         m = L.DLManagedTensor.from_address(addr)
         _check_given(n_given, m.dl_tensor.ndim)  # (the capsule still owns the tensor)
         if not copy and dl.dltensor_is_compact(m.dl_tensor):
-            L.lm_dist_tensor_from_managed(byref(out), mh, addr, pl, mode, gs)
+            L.lm_dist_tensor_from_dlpack(byref(out), mh, addr, pl, mode, gs)
             dl.mark_consumed(cap)  # the tensor owns it now; on failure the capsule still does
         else:
             L.lm_dist_tensor_from_local(byref(out), mh, byref(m.dl_tensor), pl, mode, gs,
@@ -1048,7 +1056,7 @@ def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, c
     if not copy and dl.zero_copy_ok(a):
         addr = dl.managed_from_array(a)
         try:
-            L.lm_dist_tensor_from_managed(byref(out), mh, addr, pl, mode, gs)
+            L.lm_dist_tensor_from_dlpack(byref(out), mh, addr, pl, mode, gs)
         except BaseException:
             dl.release_managed(addr)  # on failure ownership stays with us
             raise
@@ -1103,7 +1111,7 @@ def from_scalapack(a, desc, mesh, copy=None):
     plc, _ = _placements_c(pl, "placements", _ndim_of(mh))
     gs = (c_int64 * 2)(*shape)
     try:
-        L.lm_dist_tensor_from_managed(byref(out), mh, addr, plc, SHAPE_GIVEN, gs)
+        L.lm_dist_tensor_from_dlpack(byref(out), mh, addr, plc, SHAPE_GIVEN, gs)
     except BaseException:
         dl.release_managed(addr)
         raise

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from . import _api
 
-SONAME = "liblocalmap.so.0"
+SONAME = "liblocalmap.so.1"
 ENV_VAR = "LOCALMAP_LIBRARY"
 
 
 class LibraryNotFoundError(ImportError):
-    """liblocalmap.so.0 could not be loaded; the message lists every place that was tried."""
+    """liblocalmap.so.1 could not be loaded; the message lists every place that was tried."""
 
 
 def _source_root():
@@ -133,7 +133,8 @@ DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
 
 
 class lm_placement_t(Structure):  # noqa: N801 (the C name)
-    _fields_ = [("kind", c_int32), ("dim", c_int32), ("op", c_int32), ("order", c_int32)]
+    _fields_ = [(name, c_int32) for name in ("kind", "dim", "order", "reduce_op", "extents",
+                                             "block", "source", "reserved")]
 
 
 LM_MESH_CONFIG_MAGIC = 0x4C4D4D43

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""How the package finds liblocalmap.so.0: $LOCALMAP_LIBRARY (file or directory), the build tree
+"""How the package finds liblocalmap.so.1: $LOCALMAP_LIBRARY (file or directory), the build tree
 of a source checkout, pkg-config, the dynamic loader, and the message naming each place tried
 when none works. Serial (no mpirun): importing localmap does not start MPI."""
 import importlib.util
@@ -41,7 +41,7 @@ def test_env_var_file_and_directory(outside, tmp_path):
     for value in (str(LIB), str(LIB.parent)):
         r = run({"LOCALMAP_LIBRARY": value}, outside, tmp_path)
         assert r.returncode == 0, r.stderr
-        assert r.stdout.startswith("$LOCALMAP_LIBRARY") and "(0, " in r.stdout
+        assert r.stdout.startswith("$LOCALMAP_LIBRARY") and "(1, " in r.stdout
 
 
 def test_env_var_that_does_not_load(outside, tmp_path):
@@ -57,7 +57,7 @@ def test_pkg_config(outside, tmp_path):
     pc = tmp_path / "pc"
     pc.mkdir()
     (pc / "localmap.pc").write_text(f"libdir={LIB.parent}\nincludedir=/nonexistent\n"
-                                    "Name: localmap\nDescription: test\nVersion: 0.1.0\n"
+                                    "Name: localmap\nDescription: test\nVersion: 1.0.0\n"
                                     "Libs: -L${libdir} -llocalmap\n")
     r = run({"PKG_CONFIG_PATH": str(pc)}, outside, tmp_path)
     if r.returncode == 0 and r.stdout.startswith("dynamic loader"):
@@ -70,9 +70,9 @@ def test_message_lists_everything_tried(outside, tmp_path):
     r = run({}, outside, tmp_path)
     if r.returncode == 0:
         assert r.stdout.startswith("dynamic loader")  # installed system-wide: found there
-        pytest.skip("liblocalmap.so.0 is on the loader's search path here")
+        pytest.skip("liblocalmap.so.1 is on the loader's search path here")
     err = r.stderr
-    for text in ("cannot find liblocalmap.so.0", "$LOCALMAP_LIBRARY: not set",
+    for text in ("cannot find liblocalmap.so.1", "$LOCALMAP_LIBRARY: not set",
                  "build tree: not imported from a localmap source checkout",
                  "pkg-config localmap:", "dynamic loader search path", "PKG_CONFIG_PATH"):
         assert text in err, err
@@ -81,7 +81,7 @@ def test_message_lists_everything_tried(outside, tmp_path):
 def test_build_tree_of_a_checkout(tmp_path):
     if not SOURCE_ROOT:
         pytest.skip("LM_TEST_SOURCE_ROOT not set")
-    built = Path(SOURCE_ROOT) / "build" / "lib" / "liblocalmap.so.0"
+    built = Path(SOURCE_ROOT) / "build" / "lib" / "liblocalmap.so.1"
     if not built.exists():
         pytest.skip(f"{built} not built (sanitizer-only tree?)")
     r = run({}, Path(SOURCE_ROOT) / "bindings" / "python", tmp_path)

@@ -60,7 +60,7 @@ def test_from_scalapack():
             assert t.shape == (n, m) and t.local_shape == (len(cols), m)
             assert a.size == 0 or np.shares_memory(t.local(), a)
             np.testing.assert_array_equal(t.gather(), full.T)
-            assert t.scalapack_desc(5) == [1, 5, m, n, 3, nb, 0, src, 3]
+            assert t.to_scalapack(5) == [1, 5, m, n, 3, nb, 0, src, 3]
         with lm.from_scalapack(a.ravel(order="F"), desc, grid) as t:  # the flat buffer
             np.testing.assert_array_equal(t.gather(), full.T)
         padded = np.zeros((5, len(cols)), order="F")
@@ -79,7 +79,7 @@ def test_from_scalapack():
             assert t.local_extents == ((len(cols), 5) if len(cols) > 1 else (len(cols), m))
             np.testing.assert_array_equal(loc, a.T)
             np.testing.assert_array_equal(t.gather(), full.T)
-            assert t.scalapack_desc(5) == [1, 5, m, n, 3, nb, 0, src, 5 if len(cols) > 1 else 3]
+            assert t.to_scalapack(5) == [1, 5, m, n, 3, nb, 0, src, 5 if len(cols) > 1 else 3]
             rows = t.reshard([lm.Replicate(), lm.Shard(0)])
             padded[:m] = 0
             with lm.ReshardPlan(grid, rows.placements, grid, t.placements, t.shape,

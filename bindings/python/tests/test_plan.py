@@ -76,8 +76,8 @@ def test_cross_mesh_reshard():
 
 def test_library_helpers():
     major, minor, patch = lm.library_version()
-    assert major == 0 and (major, minor, patch) >= (0, 1, 0)
-    assert "liblocalmap.so.0" in lm.library_path()
+    assert major == 1 and (major, minor, patch) >= (1, 0, 0)
+    assert "liblocalmap.so.1" in lm.library_path()
     assert lm.status_string(lm.ERR_USER).startswith("LM_ERR_USER")
     assert lm.chunk(5, 4, 3) == (5, 0) and lm.chunk(10, 4, 3) == (9, 1)
     with pytest.raises(lm.InvalidArgumentError):

@@ -115,7 +115,7 @@ def test_from_local_shape_modes(mesh1):
         assert t.shape == (2, 2 * COMM.size)
     with pytest.raises(lm.InvalidArgumentError) as ei:
         lm.from_local(local, mesh1, [lm.Shard(0)], global_shape=(total + 5, 2))
-    assert "lm_dist_tensor_from_managed" in ei.value.message and "global" in ei.value.message
+    assert "lm_dist_tensor_from_dlpack" in ei.value.message and "global" in ei.value.message
     with pytest.raises(lm.InvalidArgumentError) as ei:
         lm.from_local(local, mesh1, [lm.Shard(0)], shape_mode="sideways")
     assert "shape_mode" in ei.value.message

@@ -24,7 +24,7 @@ extern "C" {
         dtype: DLDataType,
         device: DLDevice,
     ) -> lm_status_t;
-    pub fn lm_extents_create(extents: *const i64, count: i64, id: *mut i32) -> lm_status_t;
+    pub fn lm_extents_create(id: *mut i32, extents: *const i64, count: i64) -> lm_status_t;
     pub fn lm_extents_get(id: i32, extents: *mut i64, capacity: i64, count: *mut i64) -> lm_status_t;
     pub fn lm_extents_destroy(id: i32) -> lm_status_t;
     pub fn lm_placements_format(
@@ -96,7 +96,7 @@ extern "C" {
         global_shape: *const i64,
         flags: c_uint,
     ) -> lm_status_t;
-    pub fn lm_dist_tensor_from_managed(
+    pub fn lm_dist_tensor_from_dlpack(
         out: *mut lm_dist_tensor_t,
         mesh: lm_mesh_t,
         local: *mut DLManagedTensor,
@@ -121,7 +121,7 @@ extern "C" {
         device: DLDevice,
         flags: c_uint,
     ) -> lm_status_t;
-    pub fn lm_dist_tensor_scalapack_desc(
+    pub fn lm_dist_tensor_to_scalapack(
         tensor: lm_dist_tensor_t,
         ctxt: c_int,
         desc: *mut c_int,
@@ -139,7 +139,10 @@ extern "C" {
     pub fn lm_dist_tensor_local_shape(tensor: lm_dist_tensor_t, shape: *mut i64, n: c_int) -> lm_status_t;
     pub fn lm_dist_tensor_local_offset(tensor: lm_dist_tensor_t, offset: *mut i64, n: c_int) -> lm_status_t;
     pub fn lm_dist_tensor_local(tensor: lm_dist_tensor_t, view: *mut DLTensor) -> lm_status_t;
-    pub fn lm_dist_tensor_export(tensor: lm_dist_tensor_t, managed: *mut *mut DLManagedTensor) -> lm_status_t;
+    pub fn lm_dist_tensor_to_dlpack(
+        tensor: lm_dist_tensor_t,
+        managed: *mut *mut DLManagedTensor,
+    ) -> lm_status_t;
     pub fn lm_dist_tensor_retain(tensor: lm_dist_tensor_t) -> lm_status_t;
     pub fn lm_dist_tensor_destroy(tensor: *mut lm_dist_tensor_t) -> lm_status_t;
     pub fn lm_dist_tensor_reshard(
@@ -295,7 +298,7 @@ pub mod lengths {
         ArrayArg { name: "shape", index: 2, dims: &[Len::Arg("ndim")], null_ok: false },
     ];
     pub const lm_extents_create: &[ArrayArg] = &[
-        ArrayArg { name: "extents", index: 0, dims: &[Len::Arg("count")], null_ok: false },
+        ArrayArg { name: "extents", index: 1, dims: &[Len::Arg("count")], null_ok: false },
     ];
     pub const lm_extents_get: &[ArrayArg] = &[
         ArrayArg { name: "extents", index: 1, dims: &[Len::Arg("capacity")], null_ok: true },
@@ -334,7 +337,7 @@ pub mod lengths {
         ArrayArg { name: "placements", index: 3, dims: &[Len::Ndim("mesh")], null_ok: false },
         ArrayArg { name: "global_shape", index: 5, dims: &[Len::Ndim("local")], null_ok: true },
     ];
-    pub const lm_dist_tensor_from_managed: &[ArrayArg] = &[
+    pub const lm_dist_tensor_from_dlpack: &[ArrayArg] = &[
         ArrayArg { name: "placements", index: 3, dims: &[Len::Ndim("mesh")], null_ok: false },
         ArrayArg { name: "global_shape", index: 5, dims: &[Len::Ndim("local")], null_ok: true },
     ];
@@ -344,7 +347,7 @@ pub mod lengths {
     pub const lm_dist_tensor_from_scalapack: &[ArrayArg] = &[
         ArrayArg { name: "desc", index: 2, dims: &[Len::Count(9)], null_ok: false },
     ];
-    pub const lm_dist_tensor_scalapack_desc: &[ArrayArg] = &[
+    pub const lm_dist_tensor_to_scalapack: &[ArrayArg] = &[
         ArrayArg { name: "desc", index: 2, dims: &[Len::Count(9)], null_ok: false },
     ];
     pub const lm_dist_tensor_placements: &[ArrayArg] = &[
@@ -471,10 +474,10 @@ pub mod lengths {
             "lm_mesh_dim_name" => lm_mesh_dim_name,
             "lm_dist_tensor_zeros" => lm_dist_tensor_zeros,
             "lm_dist_tensor_from_local" => lm_dist_tensor_from_local,
-            "lm_dist_tensor_from_managed" => lm_dist_tensor_from_managed,
+            "lm_dist_tensor_from_dlpack" => lm_dist_tensor_from_dlpack,
             "lm_dist_tensor_from_global" => lm_dist_tensor_from_global,
             "lm_dist_tensor_from_scalapack" => lm_dist_tensor_from_scalapack,
-            "lm_dist_tensor_scalapack_desc" => lm_dist_tensor_scalapack_desc,
+            "lm_dist_tensor_to_scalapack" => lm_dist_tensor_to_scalapack,
             "lm_dist_tensor_placements" => lm_dist_tensor_placements,
             "lm_dist_tensor_global_shape" => lm_dist_tensor_global_shape,
             "lm_dist_tensor_local_shape" => lm_dist_tensor_local_shape,

@@ -74,8 +74,8 @@ pub struct DLManagedTensor {
 // ------------------------------------------------------------------------------------------------
 // Versions, status
 // ------------------------------------------------------------------------------------------------
-pub const LM_VERSION_MAJOR: c_int = 0;
-pub const LM_VERSION_MINOR: c_int = 1;
+pub const LM_VERSION_MAJOR: c_int = 1;
+pub const LM_VERSION_MINOR: c_int = 0;
 pub const LM_VERSION_PATCH: c_int = 0;
 pub const LM_VERSION_CODE: c_int = LM_VERSION_MAJOR * 10000 + LM_VERSION_MINOR * 100 + LM_VERSION_PATCH;
 
@@ -140,15 +140,27 @@ pub const LM_REDUCE_PROD: lm_reduce_op_t = 4;
 pub struct lm_placement_t {
     pub kind: i32,
     pub dim: i32,
-    pub op: i32,
     pub order: i32,
+    pub reduce_op: i32,
+    pub extents: i32,
+    pub block: i32,
+    pub source: i32,
+    pub reserved: i32,
 }
-pub const LM_PLACEMENT_REPLICATE: lm_placement_t = lm_placement_t { kind: LM_REPLICATE, dim: 0, op: 0, order: 0 };
+const P0: lm_placement_t =
+    lm_placement_t { kind: 0, dim: 0, order: 0, reduce_op: 0, extents: 0, block: 0, source: 0, reserved: 0 };
+pub const LM_PLACEMENT_REPLICATE: lm_placement_t = P0;
 pub const fn LM_PLACEMENT_SHARD(d: i32) -> lm_placement_t {
-    lm_placement_t { kind: LM_SHARD, dim: d, op: 0, order: 0 }
+    lm_placement_t { kind: LM_SHARD, dim: d, ..P0 }
 }
 pub const fn LM_PLACEMENT_PARTIAL(o: lm_reduce_op_t) -> lm_placement_t {
-    lm_placement_t { kind: LM_PARTIAL, dim: 0, op: o, order: 0 }
+    lm_placement_t { kind: LM_PARTIAL, reduce_op: o, ..P0 }
+}
+pub const fn LM_PLACEMENT_RAGGED(d: i32, id: i32) -> lm_placement_t {
+    lm_placement_t { kind: LM_RAGGED, dim: d, extents: id, ..P0 }
+}
+pub const fn LM_PLACEMENT_BLOCK_CYCLIC(d: i32, b: i32, s: i32) -> lm_placement_t {
+    lm_placement_t { kind: LM_BLOCK_CYCLIC, dim: d, block: b, source: s, ..P0 }
 }
 
 // ------------------------------------------------------------------------------------------------

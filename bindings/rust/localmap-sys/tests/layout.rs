@@ -33,7 +33,7 @@ fn structs_and_constants_match_the_c_header() {
         layout!(DLDataType { code, bits, lanes }),
         layout!(DLTensor { data, device, ndim, dtype, shape, strides, byte_offset }),
         layout!(DLManagedTensor { dl_tensor, manager_ctx, deleter }),
-        layout!(lm_placement_t { kind, dim, op, order }),
+        layout!(lm_placement_t { kind, dim, order, reduce_op, extents, block, source, reserved }),
         layout!(lm_mesh_config_t { size, magic, version, ranks, nranks, dim_names, check_level, timeout }),
         layout!(lm_device_config_t { size, magic, version, stream, alloc, free, alloc_ctx }),
         layout!(lm_arg_t { kind, reserved, i64, f64, ptr }),

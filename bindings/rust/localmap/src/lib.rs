@@ -370,10 +370,10 @@ impl Placement {
         match self {
             Placement::Replicate => sys::LM_PLACEMENT_REPLICATE,
             Placement::Shard(d) => sys::LM_PLACEMENT_SHARD(d),
-            Placement::ShardOrdered { dim, order } => sys::lm_placement_t { kind: sys::LM_SHARD, dim, op: 0, order },
+            Placement::ShardOrdered { dim, order } => sys::lm_placement_t { order, ..sys::LM_PLACEMENT_SHARD(dim) },
             Placement::Partial(op) => sys::LM_PLACEMENT_PARTIAL(op.raw()),
-            Placement::Ragged { dim, extents, order } => sys::lm_placement_t { kind: sys::LM_RAGGED, dim, op: extents, order },
-            Placement::BlockCyclic { dim, block, src } => sys::lm_placement_t { kind: sys::LM_BLOCK_CYCLIC, dim, op: block, order: src },
+            Placement::Ragged { dim, extents, order } => sys::lm_placement_t { order, ..sys::LM_PLACEMENT_RAGGED(dim, extents) },
+            Placement::BlockCyclic { dim, block, src } => sys::LM_PLACEMENT_BLOCK_CYCLIC(dim, block, src),
         }
     }
     /// `None` for a struct this binding cannot express (an unknown kind or op).
@@ -382,9 +382,9 @@ impl Placement {
             sys::LM_REPLICATE => Some(Placement::Replicate),
             sys::LM_SHARD if p.order == 0 => Some(Placement::Shard(p.dim)),
             sys::LM_SHARD => Some(Placement::ShardOrdered { dim: p.dim, order: p.order }),
-            sys::LM_PARTIAL => ReduceOp::from_raw(p.op).map(Placement::Partial),
-            sys::LM_RAGGED => Some(Placement::Ragged { dim: p.dim, extents: p.op, order: p.order }),
-            sys::LM_BLOCK_CYCLIC => Some(Placement::BlockCyclic { dim: p.dim, block: p.op, src: p.order }),
+            sys::LM_PARTIAL => ReduceOp::from_raw(p.reduce_op).map(Placement::Partial),
+            sys::LM_RAGGED => Some(Placement::Ragged { dim: p.dim, extents: p.extents, order: p.order }),
+            sys::LM_BLOCK_CYCLIC => Some(Placement::BlockCyclic { dim: p.dim, block: p.block, src: p.source }),
             _ => None,
         }
     }
@@ -454,7 +454,7 @@ impl Extents {
     /// Registers `lengths` (each >= 0).
     pub fn new(lengths: &[i64]) -> Result<Extents> {
         let mut id = 0;
-        check(unsafe { sys::lm_extents_create(lengths.as_ptr(), lengths.len() as i64, &mut id) })?;
+        check(unsafe { sys::lm_extents_create(&mut id, lengths.as_ptr(), lengths.len() as i64) })?;
         Ok(Extents { id })
     }
     /// The id a ragged placement carries.
@@ -795,7 +795,7 @@ fn managed_from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> *mut sys::DLMana
     }))
 }
 
-/// A `DLManagedTensor` (e.g. from [`DistTensor::export`]): dropping it calls its deleter once.
+/// A `DLManagedTensor` (e.g. from [`DistTensor::to_dlpack`]): dropping it calls its deleter once.
 #[derive(Debug)]
 pub struct ManagedTensor {
     raw: *mut sys::DLManagedTensor,
@@ -1043,21 +1043,21 @@ impl DistTensor {
         Ok(DistTensor { raw })
     }
 
-    /// `lm_dist_tensor_from_managed`: the tensor takes over `data` without a copy (its storage is
+    /// `lm_dist_tensor_from_dlpack`: the tensor takes over `data` without a copy (its storage is
     /// freed when the tensor dies).
     pub fn from_vec<T: Element>(mesh: &Mesh, data: Vec<T>, local_shape: &[i64], placements: &[Placement],
                                 mode: ShapeMode) -> Result<DistTensor> {
-        DistTensor::from_managed(mesh, ManagedTensor::from_vec(data, local_shape)?, placements, mode)
+        DistTensor::from_dlpack(mesh, ManagedTensor::from_vec(data, local_shape)?, placements, mode)
     }
 
-    /// `lm_dist_tensor_from_managed`: takes ownership of `local` (on failure it is dropped here).
-    pub fn from_managed(mesh: &Mesh, local: ManagedTensor, placements: &[Placement], mode: ShapeMode)
+    /// `lm_dist_tensor_from_dlpack`: takes ownership of `local` (on failure it is dropped here).
+    pub fn from_dlpack(mesh: &Mesh, local: ManagedTensor, placements: &[Placement], mode: ShapeMode)
         -> Result<DistTensor> {
-        let pl = mesh_placements(mesh, placements, "DistTensor::from_managed: placements")?;
-        check_given(&mode, usize::try_from(local.dl_tensor().ndim).unwrap_or(0), "DistTensor::from_managed")?;
+        let pl = mesh_placements(mesh, placements, "DistTensor::from_dlpack: placements")?;
+        check_given(&mode, usize::try_from(local.dl_tensor().ndim).unwrap_or(0), "DistTensor::from_dlpack")?;
         let (m, gs) = mode.raw();
         let mut raw = ptr::null_mut();
-        let st = unsafe { sys::lm_dist_tensor_from_managed(&mut raw, mesh.raw, local.raw, pl.as_ptr(), m, gs) };
+        let st = unsafe { sys::lm_dist_tensor_from_dlpack(&mut raw, mesh.raw, local.raw, pl.as_ptr(), m, gs) };
         check(st)?; // on failure `local` still owns the data and drops it
         local.into_raw();
         Ok(DistTensor { raw })
@@ -1102,11 +1102,11 @@ impl DistTensor {
         self.gather(-1, Some(&mut v[..]))?;
         Ok(v)
     }
-    /// `lm_dist_tensor_scalapack_desc`: this tensor's layout as a ScaLAPACK descriptor with
+    /// `lm_dist_tensor_to_scalapack`: this tensor's layout as a ScaLAPACK descriptor with
     /// context `ctxt` (the `[N, M]` tensor read as the column-major M x N matrix).
-    pub fn scalapack_desc(&self, ctxt: i32) -> Result<[i32; sys::LM_SCALAPACK_DLEN]> {
+    pub fn to_scalapack(&self, ctxt: i32) -> Result<[i32; sys::LM_SCALAPACK_DLEN]> {
         let mut d = [0i32; sys::LM_SCALAPACK_DLEN];
-        check(unsafe { sys::lm_dist_tensor_scalapack_desc(self.raw, ctxt, d.as_mut_ptr()) })?;
+        check(unsafe { sys::lm_dist_tensor_to_scalapack(self.raw, ctxt, d.as_mut_ptr()) })?;
         Ok(d)
     }
 
@@ -1189,10 +1189,10 @@ impl DistTensor {
         let s = tensor_slice::<T>(&v, "DistTensor::local_mut")?;
         Ok(std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()))
     }
-    /// `lm_dist_tensor_export`: the local shard as a managed tensor holding a reference on `self`.
-    pub fn export(&self) -> Result<ManagedTensor> {
+    /// `lm_dist_tensor_to_dlpack`: the local shard as a managed tensor holding a reference on `self`.
+    pub fn to_dlpack(&self) -> Result<ManagedTensor> {
         let mut m = ptr::null_mut();
-        check(unsafe { sys::lm_dist_tensor_export(self.raw, &mut m) })?;
+        check(unsafe { sys::lm_dist_tensor_to_dlpack(self.raw, &mut m) })?;
         Ok(ManagedTensor { raw: m })
     }
     /// `lm_dist_tensor_reshard` onto `dst_mesh` (`None`: this tensor's mesh). Collective over both.

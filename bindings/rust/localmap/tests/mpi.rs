@@ -103,7 +103,7 @@ fn mesh_queries(rank: i32, size: i32) -> T {
     // lm_tensor_alloc'd storage handed to a dist tensor.
     let mut mt = ManagedTensor::alloc(&[3], DType::I64, Device::Cpu).map_err(e)?;
     mt.data_mut::<i64>().map_err(e)?.copy_from_slice(&[7, 8, 9]);
-    let d = DistTensor::from_managed(&o, mt, &[Placement::Replicate], ShapeMode::Given(vec![3])).map_err(e)?;
+    let d = DistTensor::from_dlpack(&o, mt, &[Placement::Replicate], ShapeMode::Given(vec![3])).map_err(e)?;
     ensure!(d.local::<i64>().map_err(e)? == &[7, 8, 9]);
     // Bad names are caught before C.
     ensure!(Mesh::with_names(comm_world().map_err(e)?, &[size as i64], &["a", "b"]).is_err());
@@ -156,7 +156,7 @@ fn tensors(rank: i32, size: i32) -> T {
     ensure!((0..21).all(|k| il[k] == full[(k % 7) * 3 + k / 7]));
     ensure!(y.transpose_into(&mut into, &[1]).unwrap_err().status == Status::InvalidArgument);
     // Export: a managed tensor holding a reference.
-    let ex = r.export().map_err(e)?;
+    let ex = r.to_dlpack().map_err(e)?;
     drop(r);
     ensure!(ex.data::<f64>().map_err(e)? == &full[..] && ex.shape() == vec![7, 3]);
     drop(ex);
@@ -547,7 +547,7 @@ fn slice_lengths(_rank: i32, size: i32) -> T {
     let err = DistTensor::from_local(&m1, &full[..], &[8, 6], &[r], ShapeMode::Given(vec![8])).unwrap_err();
     ensure!(err.status == Status::InvalidArgument && err.message.contains("ShapeMode::Given has 1 extents"), "{err}");
     let err = DistTensor::from_vec(&m1, full.clone(), &[8, 6], &[r, r], ShapeMode::Even).unwrap_err();
-    ensure!(is_arg(&err, "DistTensor::from_managed: placements", 2, 1), "{err}");
+    ensure!(is_arg(&err, "DistTensor::from_dlpack: placements", 2, 1), "{err}");
     let x = DistTensor::from_global(&m1, Some(&full[..]), &[8, 6], &[s0], -1).map_err(e)?;
     let err = x.reshard(None, &[]).unwrap_err();
     ensure!(is_arg(&err, "DistTensor::reshard: placements", 0, 1), "{err}");
@@ -649,7 +649,7 @@ fn block_cyclic(rank: i32, size: i32) -> T {
     let arr: Vec<f64> = cols.iter().flat_map(|j| (0..3).map(move |i| (3 * j + i) as f64)).collect();
     let desc = [1, 0, 3, n as i32, 3, b as i32, 0, src, 3];
     let s = DistTensor::from_scalapack(&grid, &desc, &arr[..]).map_err(e)?;
-    ensure!(s.scalapack_desc(0).map_err(e)? == desc);
+    ensure!(s.to_scalapack(0).map_err(e)? == desc);
     let all: Vec<f64> = (0..n * 3).map(|i| i as f64).collect();
     ensure!(s.reshard(None, &[Placement::Replicate, Placement::Replicate]).map_err(e)?.local::<f64>().map_err(e)? == &all[..]);
     ensure!(s.local_extents().map_err(e)? == s.local_shape().map_err(e)?);
