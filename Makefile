@@ -490,7 +490,7 @@ RUN_ENV += LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp$(if $(LSAN_OPTION
 endif
 ifeq ($(ASAN)$(CUDA),11)
 # The CUDA driver maps memory in ASan's shadow gap; without a GPU nothing is mapped, but the
-# device runs need it (docs/DESIGN.md, "CUDA build").
+# device runs need it (docs/DESIGN.md, "Devices").
 RUN_ENV += ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:protect_shadow_gap=0$(if $(ASAN_OPTIONS),:$(ASAN_OPTIONS))
 endif
 ifeq ($(UBSAN),1)
