@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // A standalone probe (no localmap): how fast one process copies bytes out of another's memory,
-// three ways. Linux only. Build and run (docs/PERFORMANCE.md, "What a shared segment would give"):
+// three ways. Linux only. Build and run (docs/PERFORMANCE.md, "Where the defaults come from"):
 //   make build/bench/shm_copy && for m in 1 4 16 64 128; do build/bench/shm_copy $m; done
 #define _GNU_SOURCE
 #include <sys/uio.h>

@@ -63,7 +63,7 @@ enum : uint64_t { kTransportAuto = 0, kTransportMpi = 1 };
 
 // The default of the size floors of one-node exchanges (LM_NODE_LOCAL_MIN_BYTES,
 // LM_DATATYPE_MIN_BYTES) and of LM_BOARD_EXCHANGE_BYTES: the measured
-// crossover between 8 and 32 KiB per message (docs/PERFORMANCE.md, "Small and mid-size exchanges").
+// crossover between 8 and 32 KiB per message (docs/PERFORMANCE.md, "Where the defaults come from").
 constexpr uint64_t kNodeLocalDefaultMin = uint64_t(32) << 10;
 
 struct SettingInfo {

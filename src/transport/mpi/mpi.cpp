@@ -30,7 +30,7 @@ bool datatypes_enabled() { return setting_on(Setting::ReshardDatatypes); }
 
 // Non-contiguous boxes of fewer bytes are staged (packed by boxcopy) rather than described as a
 // subarray datatype: below some tens of KiB, Open MPI's datatype engine costs more per message
-// than our own pack (docs/PERFORMANCE.md, "Small and mid-size exchanges"). From the node-local
+// than our own pack (docs/PERFORMANCE.md, "Where the defaults come from"). From the node-local
 // path's floor up a box stays a box, so that on one node it is copied once, strided side and all.
 // LM_DATATYPE_MIN_BYTES, default 32 KiB (kNodeLocalDefaultMin); 0: datatypes at every size.
 size_t datatype_min_bytes() { return (size_t)setting_u(Setting::DatatypeMinBytes); }
