@@ -581,11 +581,12 @@ LM_NODISCARD LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType d
  * Local shards are compact row-major buffers, except a host array borrowed with padded rows
  * (LM_FROM_LOCAL_BORROW or lm_dist_tensor_from_dlpack with strides each a multiple of the next
  * and the innermost 1, e.g. a ScaLAPACK array with LLD_ > LOCr): its views (lm_dist_tensor_local,
- * _export, lm_local_map's fn) give those strides. Reshards, plans and groups (blocking and
- * nonblocking) and gather read and write it in place, except a padded target of a reshard that
- * ends in a reduction or a new Partial placement (P -> S, R -> P): that one, and its source, go
- * through a compact copy of the shard (one more local copy each way, no more traffic between
- * ranks). On a rank outside the mesh a tensor is a placeholder
+ * _to_dlpack, lm_local_map's fn) give those strides. Reshards, plans and groups (blocking and
+ * nonblocking) and gather read and write it in place; a padded target of a reshard that ends in
+ * a reduction or a new Partial placement (P -> S, R -> P) is written in place too where its rows
+ * are at least LM_PAD_IN_PLACE_MIN_RUN bytes long, and through a compact stand-in where they are
+ * shorter (one more local copy, no more traffic between ranks). On a rank outside the mesh a
+ * tensor is a placeholder
  * with an empty local shard (it still knows its global shape, dtype and placements).
  * Scalars: a tensor of ndim 0 (global_shape may be NULL) is first-class. It holds one element on
  * every member and takes Replicate and Partial placements everywhere: zeros, from_local (every
