@@ -66,44 +66,52 @@ static void test_placement_counts(void **) {
                               three = {lmx::shard(0), lmx::replicate(), lmx::replicate()};
   int ok = 1;
   ok &= refuses([&] { lmx::dist_tensor::from_global(m2, &gt, one); },
-                "from_global: placements: 1 placements for a mesh of 2 dims");
+                "from_global: placements (localmap::placements) has 1 element, want 2: one per "
+                "mesh dim");
   ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, none); },
-                "from_global: placements: 0 placements for a mesh of 1 dims");
-  ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, three); }, "3 placements for a mesh of 1");
+                "from_global: placements (localmap::placements) has 0 elements, want 1");
+  ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, three); },
+                "has 3 elements, want 1: one per mesh dim");
   ok &= refuses([&] { lmx::dist_tensor::zeros(m2, {8, 6}, LM_DTYPE(kDLFloat, 64), one); },
-                "zeros: placements: 1 placements");
+                "zeros: placements (localmap::placements) has 1 element");
   DLTensor lt = gt;
   ok &= refuses([&] { lmx::dist_tensor::from_local(m2, lt, one, LM_SHAPE_EVEN); },
-                "from_local: placements: 1 placements");
+                "from_local: placements (localmap::placements) has 1 element");
   ok &= refuses([&] { lmx::dist_tensor::from_local(m1, lt, one, LM_SHAPE_GIVEN, {8}); },
-                "from_local: global: 1 extents for a local tensor of 2 dims");
+                "from_local: global_shape (std::vector<int64_t>) has 1 element, want 2: one per "
+                "dim of the local tensor");
   lmx::dist_tensor x = lmx::dist_tensor::from_global(m1, &gt, one);
-  ok &= refuses([&] { x.reshard(two); }, "reshard: placements: 2 placements for a mesh of 1");
-  ok &= refuses([&] { x.reshard(one, &m2); }, "reshard: placements: 1 placements for a mesh of 2");
+  ok &= refuses([&] { x.reshard(two); },
+                "dist_tensor::reshard: placements (localmap::placements) has 2 elements, want 1");
+  ok &= refuses([&] { x.reshard(one, &m2); },
+                "dist_tensor::reshard: placements (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { x.transpose({1, 0}, one, &m2); },
-                "transpose: placements: 1 placements for a mesh of 2");
-  ok &= refuses([&] { x.transpose({0}, one); }, "transpose: perm: 1 entries for a tensor of 2 dims");
+                "transpose: placements (localmap::placements) has 1 element, want 2");
+  ok &= refuses([&] { x.transpose({0}, one); },
+                "transpose: perm (std::vector<int>) has 1 element, want 2: one per tensor dim");
   ok &= refuses([&] { lmx::reshard_many({x}, {one}, &m2); },
-                "reshard_many: dst[0]: 1 placements for a mesh of 2");
+                "reshard_many: dst[0] (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_group(m1, {{{8, 6}, LM_DTYPE(kDLFloat, 64), one, one}}, &m2); },
-                "reshard_group: dst placements: 1 placements for a mesh of 2");
+                "reshard_group: entries[0].dst (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_estimate(m1, one, one, {8, 6}, LM_DTYPE(kDLFloat, 64), &m2); },
-                "reshard_estimate: dst placements: 1 placements for a mesh of 2");
+                "reshard_estimate: dst_placements (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_plan(m1, one, &m2, one, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
-                "reshard_plan: dst placements: 1 placements for a mesh of 2");
+                "reshard_plan: dst_placements (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_plan(m2, one, nullptr, two, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
-                "reshard_plan: src placements: 1 placements for a mesh of 2");
+                "reshard_plan: src_placements (localmap::placements) has 1 element, want 2");
   auto fn = [](lm_mesh_t, const std::vector<lm_arg_t> &, std::vector<lm_arg_t> &) {};
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x)}, {two}); },
-                "local_map: out_placements[0]: 2 placements for a mesh of 1");
+                "local_map: out_placements[0] (localmap::placements) has 2 elements, want 1");
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x)}, {{}}, {three}); },
-                "local_map: in_placements[0]: 3 placements");
+                "local_map: in_placements[0] (localmap::placements) has 3 elements");
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x), lmx::arg_i64(1)}, {{}}, {one}); },
-                "local_map: in_placements: 1 entries for 2 inputs");
+                "local_map: in_placements (std::vector<localmap::placements>) has 1 element, want "
+                "2: one per element of inputs");
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg_i64(1)}, {one}, {}, &m2); },
-                "local_map: out_placements[0]: 1 placements for a mesh of 2");
+                "local_map: out_placements[0] (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::mesh(g_env->comm_world(), {1, n}, {}, {"dp"}); },
-                "localmap::mesh: 1 names for 2 mesh dims");
+                "localmap::mesh: names (std::vector<std::string>) has 1 element, want 2: one per "
+                "mesh dim");
   LM_ASSERT_ALL(ok);
   // The right counts work, and every handle still does after the refusals.
   lmx::dist_tensor r = x.reshard(two, &m2);
@@ -144,18 +152,21 @@ static void test_reshard_group(void **) {
             z[i].local_data<double>()[j] == ref.local_data<double>()[j];
   }
   ok &= refuses([&] { grp.execute(z, y); }, "src[0]");  // z[0] is not laid out as entry 0's source
-  ok &= refuses([&] { lmx::reshard_many(x, {r}); }, "reshard_many: 3 tensors for 1 placement lists");
+  ok &= refuses([&] { lmx::reshard_many(x, {r}); },
+                "reshard_many: dst (std::vector<localmap::placements>) has 1 element, want 3: one "
+                "per tensor of src");
   ok &= refuses([&] { lmx::reshard_many(x, {r, {}, r}); },
-                "reshard_many: dst[1]: 0 placements for a mesh of 1 dims");
+                "reshard_many: dst[1] (localmap::placements) has 0 elements, want 1: one per mesh "
+                "dim");
   ok &= refuses([&] { lmx::reshard_group(m, {{{8, 6}, LM_DTYPE(kDLFloat, 64), {}, r}}); },
-                "reshard_group: src placements: 0 placements");
+                "reshard_group: entries[0].src (localmap::placements) has 0 elements");
   // reshard_estimate gives what the plan of the same arguments says it moves.
   lmx::reshard_plan pl(m, s0, nullptr, r, {8, 6}, LM_DTYPE(kDLFloat, 64));
   const lm_reshard_plan_info_t a = pl.info(), b = lmx::reshard_estimate(m, s0, r, {8, 6}, LM_DTYPE(kDLFloat, 64));
   ok &= a.bytes_sent == b.bytes_sent && a.bytes_received == b.bytes_received &&
         a.flows_sent == b.flows_sent && a.steps == b.steps && a.routes == b.routes;
   ok &= refuses([&] { lmx::reshard_estimate(m, {}, r, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
-                "reshard_estimate: src placements: 0 placements");
+                "reshard_estimate: src_placements (localmap::placements) has 0 elements");
   LM_ASSERT_ALL(ok);
 }
 
@@ -188,7 +199,8 @@ static void test_local_map_record(void **) {
   ok &= lmx::to_string(dw.placement()) == "[R]";
   ok &= refuses([&] { fwd.record.get_placements(LM_RECORD_IN, 1); }, "index 1 is out of range");
   ok &= refuses([&] { lmx::local_map_ex(ones, {lmx::arg(w)}, {psum}, {}, {psum, psum}, true); },
-                "local_map: in_grad_placements: 2 entries for 1 inputs");
+                "local_map: in_grad_placements (std::vector<localmap::placements>) has 2 "
+                "elements, want 1: one per element of inputs");
   ok &= !lmx::local_map(ones, {lmx::arg(w)}, {psum}).record;  // none unless asked
   LM_ASSERT_ALL(ok);
 }
