@@ -4,7 +4,9 @@
 //    in main here, before the harness sees MPI;
 //  - every placements vector is checked against the mesh's ndim before the C call (issue 19: one
 //    placement on a 2-D mesh was read past the end of the vector, and ranks reported different
-//    garbage), and so are mesh names, in_placements entries and a given global shape.
+//    garbage), and so are mesh names, in_placements entries and a given global shape;
+//  - those refusals speak C++ (issue 40): the whole message names the C++ method, the argument,
+//    its C++ type and the length wanted, and no C call ran (the C library's last error stays).
 // lm-test-np: 1 2 3 4
 #include "lm_test.h"
 
@@ -120,6 +122,84 @@ static void test_placement_counts(void **) {
   LM_ASSERT_ALL(same && lmx::to_string(r.placement()) == "[R, R]");
 }
 
+
+// Runs f, which must throw LM_ERR_INVALID_ARGUMENT with exactly "<status>: localmap::" + want,
+// before any C call failed: lm_last_error_message() is still `last`.
+template <class F>
+static int says(F f, const std::string &want, const std::string &last) {
+  const std::string whole =
+      std::string(lm_status_string(LM_ERR_INVALID_ARGUMENT)) + ": localmap::" + want;
+  try {
+    f();
+  } catch (const lmx::error &e) {
+    const bool no_c_call = lm_last_error_message() == last;
+    if (e.status() == LM_ERR_INVALID_ARGUMENT && e.what() == whole && no_c_call) return 1;
+    fprintf(stderr, "rank %d: got \"%s\" (C: \"%s\"), wanted \"%s\"\n", lm_test_rank(), e.what(),
+            lm_last_error_message(), whole.c_str());
+    return 0;
+  }
+  fprintf(stderr, "rank %d: nothing thrown (wanted \"%s\")\n", lm_test_rank(), whole.c_str());
+  return 0;
+}
+
+// Each kind of refusal once, in full: the length rules of api/localmap.api that the generated
+// calls check (one per mesh dim of the mesh, of dst_mesh or else of the tensor's mesh; one per
+// tensor dim; one per dim of a local DLTensor; as many as another argument; a table's rows), and
+// the C++ layer's own (a table entry, a group entry, reshard_many's lists, mesh names, a typed
+// fn's inputs).
+static void test_refusals_in_cpp_terms(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m1 = lmx::mesh::world({n}), m2 = lmx::mesh::world({1, n});
+  std::vector<double> full(48, 1.0);
+  int64_t g[2] = {8, 6};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
+  const lmx::placements s0 = {lmx::shard(0)}, rr = {lmx::replicate(), lmx::replicate()};
+  lmx::dist_tensor x = lmx::dist_tensor::from_global(m1, &gt, s0);
+  lmx::reshard_group grp(m1, {{{8, 6}, LM_FLOAT64, s0, s0}, {{8, 6}, LM_FLOAT64, s0, s0}});
+  std::vector<lmx::dist_tensor> y = grp.alloc_targets();
+  int nd = 0;
+  LM_ASSERT_ALL(lm_mesh_ndim(nullptr, &nd) == LM_ERR_INVALID_ARGUMENT);
+  const std::string last = lm_last_error_message();  // the C library's, from here on
+  const std::string P = " (localmap::placements) has ";
+  auto fn = [](lm_mesh_t, const std::vector<lm_arg_t> &, std::vector<lm_arg_t> &) {};
+  auto one_view = [](const lmx::local_view &v) { return v.size(); };
+  int ok = 1;
+  ok &= says([&] { lmx::dist_tensor::zeros(m2, {8, 6}, LM_FLOAT64, s0); },
+             "dist_tensor::zeros: placements" + P + "1 element, want 2: one per mesh dim", last);
+  ok &= says([&] { x.reshard(s0, &m2); },
+             "dist_tensor::reshard: placements" + P + "1 element, want 2: one per mesh dim", last);
+  ok &= says([&] { x.reshard(rr); },
+             "dist_tensor::reshard: placements" + P + "2 elements, want 1: one per mesh dim", last);
+  ok &= says([&] { x.transpose({1, 0, 2}, s0); },
+             "dist_tensor::transpose: perm (std::vector<int>) has 3 elements, want 2: one per "
+             "tensor dim", last);
+  ok &= says([&] { lmx::dist_tensor::from_local(m1, gt, s0, LM_SHAPE_GIVEN, {48}); },
+             "dist_tensor::from_local: global_shape (std::vector<int64_t>) has 1 element, want 2: "
+             "one per dim of the local tensor", last);
+  ok &= says([&] { grp.execute(y, {x}); },
+             "reshard_group::execute: dst (std::vector<localmap::dist_tensor>) has 1 element, "
+             "want 2: one per element of src", last);
+  ok &= says([&] { lmx::local_map(fn, {lmx::arg(x), lmx::arg_i64(1)}, {{}}, {s0}); },
+             "local_map: in_placements (std::vector<localmap::placements>) has 1 element, want 2: "
+             "one per element of inputs", last);
+  ok &= says([&] { lmx::local_map(fn, {lmx::arg(x)}, {{}, rr}); },
+             "local_map: out_placements[1]" + P + "2 elements, want 1: one per mesh dim", last);
+  const std::vector<lmx::reshard_entry> bad = {{{8, 6}, LM_FLOAT64, s0, s0},
+                                               {{8}, LM_FLOAT64, rr, s0}};
+  ok &= says([&] { lmx::reshard_group(m1, bad); },
+             "reshard_group: entries[1].src" + P + "2 elements, want 1: one per mesh dim", last);
+  ok &= says([&] { lmx::reshard_many({x, x}, {s0}); },
+             "reshard_many: dst (std::vector<localmap::placements>) has 1 element, want 2: one per "
+             "tensor of src", last);
+  ok &= says([&] { lmx::reshard_many({x}, {s0}, &m2); },
+             "reshard_many: dst[0]" + P + "1 element, want 2: one per mesh dim", last);
+  ok &= says([&] { lmx::mesh(g_env->comm_world(), {1, n}, {}, {"a", "b", "c"}); },
+             "mesh: names (std::vector<std::string>) has 3 elements, want 2: one per mesh dim",
+             last);
+  ok &= says([&] { lmx::local_map(one_view, {x, 2}, {{}}); },
+             "local_map: fn takes 1 inputs, 2 given (std::vector<localmap::input>)", last);
+  LM_ASSERT_ALL(ok);
+}
 
 // reshard_group and reshard_many give what one reshard per tensor gives; counts are refused.
 static void test_reshard_group(void **) {
@@ -270,6 +350,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ragged),
     cmocka_unit_test(test_environment),
     cmocka_unit_test(test_placement_counts),
+    cmocka_unit_test(test_refusals_in_cpp_terms),
     cmocka_unit_test(test_reshard_group),
     cmocka_unit_test(test_local_map_record),
 };
