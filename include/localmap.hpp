@@ -77,20 +77,6 @@ inline void expect_len(const std::string &who, const std::string &name, const ch
                      (n == 1 ? " element" : " elements") + ", want " + std::to_string(want) +
                      ": one per " + unit);
 }
-// A view of n contiguous T (what the generated calls take for a C array): from a std::vector or
-// std::array, which must outlive the call.
-template <class T>
-struct span {
-  T *p = nullptr;
-  size_t n = 0;
-  span() = default;
-  template <class C>
-  span(const C &c) : p(c.data()), n(c.size()) {}  // NOLINT: implicit on purpose
-  T *data() const noexcept { return p; }
-  T *data_or_null() const noexcept { return n ? p : nullptr; }
-  size_t size() const noexcept { return n; }
-  bool empty() const noexcept { return n == 0; }
-};
 // The ndim that a length rule counts; -1 when the handle cannot answer (the C call refuses it).
 inline int64_t ndim_of(lm_mesh_t m) {
   int n = 0;

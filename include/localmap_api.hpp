@@ -2,9 +2,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Regenerate with `make api-generate`; tools/api.py check (tests/script_api.sh) fails when
 // this file is stale. Part of localmap.hpp, which includes it after what it uses (check,
-// expect_len, span, ndim_of, mesh_ndim_of): the C API as checked C++ calls in
+// expect_len, ndim_of, mesh_ndim_of): the C API as checked C++ calls in
 // localmap::detail (not a public API), one per C function that returns a status (destroys
-// aside), named without `lm_`: arrays as spans whose length rules are checked before the
+// aside), named without `lm_`: arrays as std::vector whose length rules are checked before
 // call, outputs returned (several as a std::tuple), a failed status thrown as
 // localmap::error. Then the query methods of mesh and dist_tensor, as mixins.
 #ifndef LOCALMAP_API_HPP_
@@ -44,14 +44,14 @@ inline int device_supported(DLDeviceType device_type) {
   return supported;
 }
 // lm_tensor_alloc
-inline DLManagedTensor * tensor_alloc(span<const int64_t> shape, DLDataType dtype,
+inline DLManagedTensor * tensor_alloc(const std::vector<int64_t> &shape, DLDataType dtype,
                                       DLDevice device) {
   DLManagedTensor *out{};
   check(lm_tensor_alloc(&out, static_cast<int>(shape.size()), shape.data(), dtype, device));
   return out;
 }
 // lm_extents_create
-inline int32_t extents_create(span<const int64_t> extents) {
+inline int32_t extents_create(const std::vector<int64_t> &extents) {
   int32_t id{};
   check(lm_extents_create(&id, extents.data(), static_cast<int64_t>(extents.size())));
   return id;
@@ -64,7 +64,7 @@ inline std::tuple<std::vector<int64_t>, int64_t> extents_get(int32_t id, int64_t
   return {std::move(extents), count};
 }
 // lm_placements_format
-inline std::string placements_format(span<const lm_placement_t> placements, size_t size) {
+inline std::string placements_format(const std::vector<lm_placement_t> &placements, size_t size) {
   std::string buf(size > 0 ? static_cast<size_t>(size) : 0, '\0');
   check(lm_placements_format(placements.data(), static_cast<int>(placements.size()), buf.data(),
                              size));
@@ -72,7 +72,8 @@ inline std::string placements_format(span<const lm_placement_t> placements, size
   return buf;
 }
 // lm_placements_adjoint
-inline std::vector<lm_placement_t> placements_adjoint(span<const lm_placement_t> placements) {
+inline std::vector<lm_placement_t> placements_adjoint(
+    const std::vector<lm_placement_t> &placements) {
   std::vector<lm_placement_t> out(placements.size());
   check(lm_placements_adjoint(placements.data(), static_cast<int>(placements.size()), out.data()));
   return out;
@@ -91,7 +92,7 @@ inline std::vector<int64_t> padded_extents(const DLTensor *view, int n) {
   return extents;
 }
 // lm_mesh_create
-inline lm_mesh_t mesh_create(int parent_comm, span<const int64_t> shape,
+inline lm_mesh_t mesh_create(int parent_comm, const std::vector<int64_t> &shape,
                              const lm_mesh_config_t *config) {
   lm_mesh_t mesh{};
   check(lm_mesh_create(&mesh, parent_comm, static_cast<int>(shape.size()), shape.data(), config));
@@ -141,7 +142,7 @@ inline int mesh_rank(lm_mesh_t mesh) {
   return mesh_rank;
 }
 // lm_mesh_rank_at
-inline int mesh_rank_at(lm_mesh_t mesh, span<const int64_t> coord) {
+inline int mesh_rank_at(lm_mesh_t mesh, const std::vector<int64_t> &coord) {
   int parent_rank{};
   check(lm_mesh_rank_at(mesh, coord.data(), static_cast<int>(coord.size()), &parent_rank));
   return parent_rank;
@@ -186,9 +187,9 @@ inline int mesh_transport(lm_mesh_t mesh, DLDeviceType device_type) {
   return transport;
 }
 // lm_dist_tensor_zeros
-inline lm_dist_tensor_t dist_tensor_zeros(lm_mesh_t mesh, span<const int64_t> global_shape,
+inline lm_dist_tensor_t dist_tensor_zeros(lm_mesh_t mesh, const std::vector<int64_t> &global_shape,
                                           DLDataType dtype, DLDevice device,
-                                          span<const lm_placement_t> placements,
+                                          const std::vector<lm_placement_t> &placements,
                                           const char *who = "dist_tensor::zeros") {
   lm_dist_tensor_t out{};
   expect_len(who, "placements", "localmap::placements", placements.size(), ndim_of(mesh),
@@ -199,9 +200,10 @@ inline lm_dist_tensor_t dist_tensor_zeros(lm_mesh_t mesh, span<const int64_t> gl
 }
 // lm_dist_tensor_from_local
 inline lm_dist_tensor_t dist_tensor_from_local(lm_mesh_t mesh, const DLTensor *local,
-                                               span<const lm_placement_t> placements,
+                                               const std::vector<lm_placement_t> &placements,
                                                lm_shape_mode_t shape_mode,
-                                               span<const int64_t> global_shape, unsigned flags,
+                                               const std::vector<int64_t> &global_shape,
+                                               unsigned flags,
                                                const char *who = "dist_tensor::from_local") {
   lm_dist_tensor_t out{};
   expect_len(who, "placements", "localmap::placements", placements.size(), ndim_of(mesh),
@@ -210,14 +212,14 @@ inline lm_dist_tensor_t dist_tensor_from_local(lm_mesh_t mesh, const DLTensor *l
                                         global_shape.size(), ndim_of(local),
                                         "dim of the local tensor");
   check(lm_dist_tensor_from_local(&out, mesh, local, placements.data(), shape_mode,
-                                  global_shape.data_or_null(), flags));
+                                  (global_shape.empty() ? nullptr : global_shape.data()), flags));
   return out;
 }
 // lm_dist_tensor_from_dlpack
 inline lm_dist_tensor_t dist_tensor_from_dlpack(lm_mesh_t mesh, DLManagedTensor *local,
-                                                span<const lm_placement_t> placements,
+                                                const std::vector<lm_placement_t> &placements,
                                                 lm_shape_mode_t shape_mode,
-                                                span<const int64_t> global_shape,
+                                                const std::vector<int64_t> &global_shape,
                                                 const char *who = "dist_tensor::from_dlpack") {
   lm_dist_tensor_t out{};
   expect_len(who, "placements", "localmap::placements", placements.size(), ndim_of(mesh),
@@ -226,12 +228,13 @@ inline lm_dist_tensor_t dist_tensor_from_dlpack(lm_mesh_t mesh, DLManagedTensor 
                                         global_shape.size(), ndim_of(local),
                                         "dim of the local tensor");
   check(lm_dist_tensor_from_dlpack(&out, mesh, local, placements.data(), shape_mode,
-                                   global_shape.data_or_null()));
+                                   (global_shape.empty() ? nullptr : global_shape.data())));
   return out;
 }
 // lm_dist_tensor_from_global
 inline lm_dist_tensor_t dist_tensor_from_global(lm_mesh_t mesh, const DLTensor *global,
-                                                span<const lm_placement_t> placements, int root,
+                                                const std::vector<lm_placement_t> &placements,
+                                                int root,
                                                 const char *who = "dist_tensor::from_global") {
   lm_dist_tensor_t out{};
   expect_len(who, "placements", "localmap::placements", placements.size(), ndim_of(mesh),
@@ -245,10 +248,9 @@ inline void dist_tensor_gather(lm_dist_tensor_t tensor, int root, DLTensor *dst)
 }
 // lm_dist_tensor_from_scalapack
 inline lm_dist_tensor_t dist_tensor_from_scalapack(
-    lm_mesh_t mesh, span<const int> desc, void *data, DLDataType dtype, DLDevice device,
-    unsigned flags, const char *who = "dist_tensor::from_scalapack") {
+    lm_mesh_t mesh, const std::array<int, 9> &desc, void *data, DLDataType dtype, DLDevice device,
+    unsigned flags) {
   lm_dist_tensor_t out{};
-  expect_len(who, "desc", "std::vector<int>", desc.size(), 9, "entry");
   check(lm_dist_tensor_from_scalapack(&out, mesh, desc.data(), data, dtype, device, flags));
   return out;
 }
@@ -324,7 +326,7 @@ inline void dist_tensor_retain(lm_dist_tensor_t tensor) {
 }
 // lm_dist_tensor_reshard
 inline lm_dist_tensor_t dist_tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_mesh,
-                                            span<const lm_placement_t> placements,
+                                            const std::vector<lm_placement_t> &placements,
                                             const char *who = "dist_tensor::reshard") {
   lm_dist_tensor_t out{};
   expect_len(who, "placements", "localmap::placements", placements.size(),
@@ -333,9 +335,9 @@ inline lm_dist_tensor_t dist_tensor_reshard(lm_dist_tensor_t src, lm_mesh_t dst_
   return out;
 }
 // lm_dist_tensor_transpose
-inline lm_dist_tensor_t dist_tensor_transpose(lm_dist_tensor_t src, span<const int> perm,
+inline lm_dist_tensor_t dist_tensor_transpose(lm_dist_tensor_t src, const std::vector<int> &perm,
                                               lm_mesh_t dst_mesh,
-                                              span<const lm_placement_t> placements,
+                                              const std::vector<lm_placement_t> &placements,
                                               const char *who = "dist_tensor::transpose") {
   lm_dist_tensor_t out{};
   expect_len(who, "perm", "std::vector<int>", perm.size(), ndim_of(src), "tensor dim");
@@ -346,18 +348,18 @@ inline lm_dist_tensor_t dist_tensor_transpose(lm_dist_tensor_t src, span<const i
 }
 // lm_dist_tensor_transpose_into
 inline void dist_tensor_transpose_into(lm_dist_tensor_t dst, lm_dist_tensor_t src,
-                                       span<const int> perm,
+                                       const std::vector<int> &perm,
                                        const char *who = "dist_tensor::transpose_into") {
   expect_len(who, "perm", "std::vector<int>", perm.size(), ndim_of(src), "tensor dim");
   check(lm_dist_tensor_transpose_into(dst, src, perm.data()));
 }
 // lm_reshard_plan_create
 inline lm_reshard_plan_t reshard_plan_create(lm_mesh_t src_mesh,
-                                             span<const lm_placement_t> src_placements,
+                                             const std::vector<lm_placement_t> &src_placements,
                                              lm_mesh_t dst_mesh,
-                                             span<const lm_placement_t> dst_placements,
-                                             span<const int64_t> global_shape, DLDataType dtype,
-                                             const char *who = "reshard_plan") {
+                                             const std::vector<lm_placement_t> &dst_placements,
+                                             const std::vector<int64_t> &global_shape,
+                                             DLDataType dtype, const char *who = "reshard_plan") {
   lm_reshard_plan_t plan{};
   expect_len(who, "src_placements", "localmap::placements", src_placements.size(),
              ndim_of(src_mesh), "mesh dim");
@@ -414,9 +416,9 @@ inline void reshard_plan_info(lm_reshard_plan_t plan, int flags, lm_reshard_plan
   check(lm_reshard_plan_info(plan, flags, info));
 }
 // lm_reshard_estimate
-inline void reshard_estimate(lm_mesh_t src_mesh, span<const lm_placement_t> src_placements,
-                             lm_mesh_t dst_mesh, span<const lm_placement_t> dst_placements,
-                             span<const int64_t> global_shape, DLDataType dtype, int flags,
+inline void reshard_estimate(lm_mesh_t src_mesh, const std::vector<lm_placement_t> &src_placements,
+                             lm_mesh_t dst_mesh, const std::vector<lm_placement_t> &dst_placements,
+                             const std::vector<int64_t> &global_shape, DLDataType dtype, int flags,
                              lm_reshard_plan_info_t *info, const char *who = "reshard_estimate") {
   expect_len(who, "src_placements", "localmap::placements", src_placements.size(),
              ndim_of(src_mesh), "mesh dim");
@@ -435,7 +437,7 @@ inline std::tuple<int64_t, int64_t> pool_stats(int reset_peak) {
 }
 // lm_reshard_group_create
 inline lm_reshard_group_t reshard_group_create(lm_mesh_t src_mesh, lm_mesh_t dst_mesh,
-                                               span<const lm_reshard_entry_t> entries,
+                                               const std::vector<lm_reshard_entry_t> &entries,
                                                const lm_reshard_group_config_t *config) {
   lm_reshard_group_t group{};
   check(lm_reshard_group_create(&group, src_mesh, dst_mesh, static_cast<int>(entries.size()),
@@ -450,16 +452,18 @@ inline std::vector<lm_dist_tensor_t> reshard_group_alloc_targets(
   return out;
 }
 // lm_reshard_group_execute
-inline void reshard_group_execute(lm_reshard_group_t group, span<const lm_dist_tensor_t> src,
-                                  span<const lm_dist_tensor_t> dst,
+inline void reshard_group_execute(lm_reshard_group_t group,
+                                  const std::vector<lm_dist_tensor_t> &src,
+                                  const std::vector<lm_dist_tensor_t> &dst,
                                   const char *who = "reshard_group::execute") {
   expect_len(who, "dst", "std::vector<localmap::dist_tensor>", dst.size(), src.size(),
              "element of src");
   check(lm_reshard_group_execute(group, static_cast<int>(src.size()), src.data(), dst.data()));
 }
 // lm_reshard_group_start
-inline lm_request_t reshard_group_start(lm_reshard_group_t group, span<const lm_dist_tensor_t> src,
-                                        span<const lm_dist_tensor_t> dst,
+inline lm_request_t reshard_group_start(lm_reshard_group_t group,
+                                        const std::vector<lm_dist_tensor_t> &src,
+                                        const std::vector<lm_dist_tensor_t> &dst,
                                         const char *who = "reshard_group::start") {
   lm_request_t request{};
   expect_len(who, "dst", "std::vector<localmap::dist_tensor>", dst.size(), src.size(),
@@ -477,30 +481,35 @@ inline std::tuple<int, int> reshard_group_size(lm_reshard_group_t group) {
 }
 // lm_local_map
 inline std::vector<lm_arg_t> local_map(lm_local_fn_t fn, void *user_data,
-                                       span<const lm_arg_t> inputs,
-                                       span<const lm_placement_t *const> in_placements,
-                                       span<const lm_placement_t *const> out_placements,
-                                       span<const int64_t *const> out_shapes, lm_mesh_t mesh,
-                                       unsigned flags, const char *who = "local_map") {
+                                       const std::vector<lm_arg_t> &inputs,
+                                       const std::vector<const lm_placement_t *> &in_placements,
+                                       const std::vector<const lm_placement_t *> &out_placements,
+                                       const std::vector<const int64_t *> &out_shapes,
+                                       lm_mesh_t mesh, unsigned flags,
+                                       const char *who = "local_map") {
   if (!in_placements.empty()) expect_len(who, "in_placements", "std::vector<localmap::placements>",
                                          in_placements.size(), inputs.size(), "element of inputs");
   if (!out_shapes.empty()) expect_len(who, "out_shapes", "std::vector<std::vector<int64_t>>",
                                       out_shapes.size(), out_placements.size(),
                                       "element of out_placements");
   std::vector<lm_arg_t> outputs(out_placements.size());
-  check(lm_local_map(fn, user_data, static_cast<int>(inputs.size()), inputs.data_or_null(),
-                     in_placements.data_or_null(), static_cast<int>(out_placements.size()),
-                     out_placements.data_or_null(), out_shapes.data_or_null(), mesh, flags,
+  check(lm_local_map(fn, user_data, static_cast<int>(inputs.size()),
+                     (inputs.empty() ? nullptr : inputs.data()),
+                     (in_placements.empty() ? nullptr : in_placements.data()),
+                     static_cast<int>(out_placements.size()),
+                     (out_placements.empty() ? nullptr : out_placements.data()),
+                     (out_shapes.empty() ? nullptr : out_shapes.data()), mesh, flags,
                      (outputs.empty() ? nullptr : outputs.data())));
   return outputs;
 }
 // lm_local_map_ex
 inline std::vector<lm_arg_t> local_map_ex(lm_local_fn_t fn, void *user_data,
-                                          span<const lm_arg_t> inputs,
-                                          span<const lm_placement_t *const> in_placements,
-                                          span<const lm_placement_t *const> out_placements,
-                                          span<const int64_t *const> out_shapes, lm_mesh_t mesh,
-                                          unsigned flags, const lm_local_map_options_t *options,
+                                          const std::vector<lm_arg_t> &inputs,
+                                          const std::vector<const lm_placement_t *> &in_placements,
+                                          const std::vector<const lm_placement_t *> &out_placements,
+                                          const std::vector<const int64_t *> &out_shapes,
+                                          lm_mesh_t mesh, unsigned flags,
+                                          const lm_local_map_options_t *options,
                                           const char *who = "local_map_ex") {
   if (!in_placements.empty()) expect_len(who, "in_placements", "std::vector<localmap::placements>",
                                          in_placements.size(), inputs.size(), "element of inputs");
@@ -508,10 +517,13 @@ inline std::vector<lm_arg_t> local_map_ex(lm_local_fn_t fn, void *user_data,
                                       out_shapes.size(), out_placements.size(),
                                       "element of out_placements");
   std::vector<lm_arg_t> outputs(out_placements.size());
-  check(lm_local_map_ex(fn, user_data, static_cast<int>(inputs.size()), inputs.data_or_null(),
-                        in_placements.data_or_null(), static_cast<int>(out_placements.size()),
-                        out_placements.data_or_null(), out_shapes.data_or_null(), mesh, flags,
-                        options, (outputs.empty() ? nullptr : outputs.data())));
+  check(lm_local_map_ex(fn, user_data, static_cast<int>(inputs.size()),
+                        (inputs.empty() ? nullptr : inputs.data()),
+                        (in_placements.empty() ? nullptr : in_placements.data()),
+                        static_cast<int>(out_placements.size()),
+                        (out_placements.empty() ? nullptr : out_placements.data()),
+                        (out_shapes.empty() ? nullptr : out_shapes.data()), mesh, flags, options,
+                        (outputs.empty() ? nullptr : outputs.data())));
   return outputs;
 }
 // lm_local_map_record_placements

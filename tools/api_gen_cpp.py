@@ -4,17 +4,19 @@ that returns a status (destroys aside: the RAII types call those directly and ne
 namespace localmap::detail, named as the C function without `lm_`. localmap.hpp includes it and
 builds its classes on it.
 
-Each call takes `who` first (the C++ method, for the messages) and then the C arguments, with:
-  - a 1-D `in` array as a detail::span (from a std::vector or std::array), its length argument
-    dropped when the array gives it, its length rule checked before the C call (an empty span of
-    a null-ok array is passed as NULL and not checked); a 2-D one as a span of row pointers, its
-    outer length checked;
+Each call takes the C arguments, with:
+  - a 1-D `in` array as a const std::vector (a std::array for a fixed length), its length
+    argument dropped when the array gives it, its length rule checked before the C call (an empty
+    vector for a null-ok array is passed as NULL and not checked); a 2-D one as a std::vector of
+    row pointers, its outer length checked;
   - a `string` as a const std::string &;
   - the `out` arguments returned: one as itself, several as a std::tuple; an `out` array as a
     std::vector (sized by its length argument, kept as a parameter unless an array gives it), a
     std::array (a number) or a std::string (char); `inout` arguments stay pointers.
-A failed length rule throws localmap::error (LM_ERR_INVALID_ARGUMENT) naming the C++ method, the
-argument, its C++ type and the rule; a failed C call throws its status and message."""
+A failed length rule throws localmap::error (LM_ERR_INVALID_ARGUMENT) naming the C++ method (a
+last parameter `who`, by default the one cxx_method names), the argument, its C++ type and the
+length wanted; a failed C call throws its status and message. Then QUERIES: the one-call query
+methods of the C++ classes, as mixins `<class>_queries<D>` that the classes derive from."""
 import re
 import sys
 
@@ -99,6 +101,16 @@ def expected(rule, f):
     raise SystemExit("%s: api_gen_cpp cannot read the length rule %r" % (f.where, rule))
 
 
+def in_array_type(a):
+    """The C++ type of an `in` array parameter: std::array<T, N> for a number N, a std::vector of
+    T, of row pointers for a 2-D one."""
+    if len(a.dims) == 2:
+        return "std::vector<const %s *>" % a.base
+    if re.fullmatch(r"\d+", a.dims[0]):
+        return "std::array<%s, %s>" % (a.base, a.dims[0])
+    return "std::vector<%s>" % a.base
+
+
 def decl(ctype, name):
     """`T *name` for a C type as one token (`DLManagedTensor*`) and a name."""
     m = re.fullmatch(r"(.*?)(\**)", api.compact(ctype))
@@ -124,8 +136,9 @@ def signature(f, defs):
             params.append("const std::string &%s" % a.name)
             call.append("%s.c_str()" % a.name)
         elif a.direction == "in" and a.dims:
-            params.append("span<const %s%s> %s" % (a.base, " *const" if len(a.dims) == 2 else "", a.name))
-            call.append("%s.data_or_null()" % a.name if a.null_ok else "%s.data()" % a.name)
+            params.append("const %s &%s" % (in_array_type(a), a.name))
+            call.append("(%s.empty() ? nullptr : %s.data())" % (a.name, a.name) if a.null_ok
+                        else "%s.data()" % a.name)
             pre.append(check_length(a, f, defs))
             checked = checked or bool(pre[-1])
         elif a.direction == "in" or a.direction == "inout":
@@ -159,7 +172,7 @@ def check_length(a, f, defs):
         if d is a:
             return []
         want, unit = "%s.size()" % d.name, "element of %s" % d.name
-    elif rule == "*":
+    elif rule == "*" or re.fullmatch(r"\d+", rule):  # a std::array has its length
         return []
     else:
         want, unit = expected(rule, f)
@@ -297,9 +310,9 @@ def generate(funcs):
            "// SPDX-License-Identifier: BSD-3-Clause",
            "// Regenerate with `make api-generate`; tools/api.py check (tests/script_api.sh) fails when",
            "// this file is stale. Part of localmap.hpp, which includes it after what it uses (check,",
-           "// expect_len, span, ndim_of, mesh_ndim_of): the C API as checked C++ calls in",
+           "// expect_len, ndim_of, mesh_ndim_of): the C API as checked C++ calls in",
            "// localmap::detail (not a public API), one per C function that returns a status (destroys",
-           "// aside), named without `lm_`: arrays as spans whose length rules are checked before the",
+           "// aside), named without `lm_`: arrays as std::vector whose length rules are checked before",
            "// call, outputs returned (several as a std::tuple), a failed status thrown as",
            "// localmap::error. Then the query methods of mesh and dist_tensor, as mixins.",
            "#ifndef LOCALMAP_API_HPP_",
