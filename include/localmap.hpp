@@ -109,7 +109,7 @@ constexpr DLDataType dl_type() {
   return DLDataType{static_cast<uint8_t>(std::is_signed<T>::value ? kDLInt : kDLUInt), bits, 1};
 }
 inline std::string dtype_name(DLDataType t) {  // DLPack's codes: int 0 .. bool 6 (LM_DL_BOOL)
-  static const char *const codes[] = {"int", "uint", "float", "handle", "bfloat", "complex", "bool"};
+  static const char *const codes[] = {"int", "uint", "float", "ptr", "bfloat", "complex", "bool"};
   return (t.code <= LM_DL_BOOL ? codes[t.code] : "code?") + std::to_string(t.bits) +
          (t.lanes == 1 ? "" : "x" + std::to_string(t.lanes));
 }
@@ -251,11 +251,15 @@ class environment {
 };
 
 /// Shard(dim), with a co-shard order (see lm_placement_t).
-inline lm_placement_t shard(int dim, int order = 0) { return {LM_SHARD, dim, order, 0, 0, 0, 0, 0}; }
+inline lm_placement_t shard(int dim, int order = 0) {
+  return {LM_SHARD, dim, order, 0, 0, 0, 0, 0};
+}
 /// Replicate.
 inline lm_placement_t replicate() { return LM_PLACEMENT_REPLICATE; }
 /// Partial(op).
-inline lm_placement_t partial(lm_reduce_op_t op = LM_REDUCE_SUM) { return LM_PLACEMENT_PARTIAL(op); }
+inline lm_placement_t partial(lm_reduce_op_t op = LM_REDUCE_SUM) {
+  return LM_PLACEMENT_PARTIAL(op);
+}
 
 /// The extents of a ragged shard (lm_extents_create), released when destroyed (move-only).
 /// Tensors and plans made from placements naming it keep their own copy.
@@ -511,7 +515,7 @@ class reshard_group : public handle<lm_reshard_group_t, lm_reshard_group_destroy
       : reshard_group("reshard_group", src_mesh.get(), entries, detail::get(dst_mesh),
                       bucket_bytes) {}
   /// The number of entries (lm_reshard_group_size).
-  size_t size() const { return static_cast<size_t>(std::get<0>(detail::reshard_group_size(get()))); }
+  size_t size() const { return std::get<0>(detail::reshard_group_size(get())); }
   /// The number of buckets of an execution (lm_reshard_group_size).
   int buckets() const { return std::get<1>(detail::reshard_group_size(get())); }
   /// lm_reshard_group_alloc_targets (local).
