@@ -261,8 +261,8 @@ ifeq ($(CUDA),1)
 CU_SRCS    := $(shell find src -name '*.cu' 2>/dev/null | LC_ALL=C sort)
 LIB_OBJS   += $(patsubst src/%.cu,$(BUILD)/obj/%.cu.o,$(CU_SRCS))
 endif
-PUB_HDRS   := $(wildcard $(addprefix include/,localmap.h localmap_mpi.h localmap_scalapack.h localmap.hpp))
-ALL_PUB_HDR_NAMES := localmap.h localmap_mpi.h localmap_scalapack.h localmap.hpp
+PUB_HDRS   := $(wildcard $(addprefix include/,localmap.h localmap_mpi.h localmap_scalapack.h localmap.hpp localmap_api.hpp))
+ALL_PUB_HDR_NAMES := localmap.h localmap_mpi.h localmap_scalapack.h localmap.hpp localmap_api.hpp
 
 TEST_C     := $(wildcard tests/test_*.c)
 TEST_CXX   := $(wildcard tests/test_*.cpp)

@@ -4,7 +4,9 @@
 //    in main here, before the harness sees MPI;
 //  - every placements vector is checked against the mesh's ndim before the C call (issue 19: one
 //    placement on a 2-D mesh was read past the end of the vector, and ranks reported different
-//    garbage), and so are mesh names, in_placements entries and a given global shape.
+//    garbage), and so are mesh names, in_placements entries and a given global shape;
+//  - those refusals speak C++ (issue 40): the whole message names the C++ method, the argument,
+//    its C++ type and the length wanted, and no C call ran (the C library's last error stays).
 // lm-test-np: 1 2 3 4
 #include "lm_test.h"
 
@@ -66,44 +68,52 @@ static void test_placement_counts(void **) {
                               three = {lmx::shard(0), lmx::replicate(), lmx::replicate()};
   int ok = 1;
   ok &= refuses([&] { lmx::dist_tensor::from_global(m2, &gt, one); },
-                "from_global: placements: 1 placements for a mesh of 2 dims");
+                "from_global: placements (localmap::placements) has 1 element, want 2: one per "
+                "mesh dim");
   ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, none); },
-                "from_global: placements: 0 placements for a mesh of 1 dims");
-  ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, three); }, "3 placements for a mesh of 1");
+                "from_global: placements (localmap::placements) has 0 elements, want 1");
+  ok &= refuses([&] { lmx::dist_tensor::from_global(m1, &gt, three); },
+                "has 3 elements, want 1: one per mesh dim");
   ok &= refuses([&] { lmx::dist_tensor::zeros(m2, {8, 6}, LM_DTYPE(kDLFloat, 64), one); },
-                "zeros: placements: 1 placements");
+                "zeros: placements (localmap::placements) has 1 element");
   DLTensor lt = gt;
   ok &= refuses([&] { lmx::dist_tensor::from_local(m2, lt, one, LM_SHAPE_EVEN); },
-                "from_local: placements: 1 placements");
+                "from_local: placements (localmap::placements) has 1 element");
   ok &= refuses([&] { lmx::dist_tensor::from_local(m1, lt, one, LM_SHAPE_GIVEN, {8}); },
-                "from_local: global: 1 extents for a local tensor of 2 dims");
+                "from_local: global_shape (std::vector<int64_t>) has 1 element, want 2: one per "
+                "dim of the local tensor");
   lmx::dist_tensor x = lmx::dist_tensor::from_global(m1, &gt, one);
-  ok &= refuses([&] { x.reshard(two); }, "reshard: placements: 2 placements for a mesh of 1");
-  ok &= refuses([&] { x.reshard(one, &m2); }, "reshard: placements: 1 placements for a mesh of 2");
+  ok &= refuses([&] { x.reshard(two); },
+                "dist_tensor::reshard: placements (localmap::placements) has 2 elements, want 1");
+  ok &= refuses([&] { x.reshard(one, &m2); },
+                "dist_tensor::reshard: placements (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { x.transpose({1, 0}, one, &m2); },
-                "transpose: placements: 1 placements for a mesh of 2");
-  ok &= refuses([&] { x.transpose({0}, one); }, "transpose: perm: 1 entries for a tensor of 2 dims");
+                "transpose: placements (localmap::placements) has 1 element, want 2");
+  ok &= refuses([&] { x.transpose({0}, one); },
+                "transpose: perm (std::vector<int>) has 1 element, want 2: one per tensor dim");
   ok &= refuses([&] { lmx::reshard_many({x}, {one}, &m2); },
-                "reshard_many: dst[0]: 1 placements for a mesh of 2");
+                "reshard_many: dst[0] (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_group(m1, {{{8, 6}, LM_DTYPE(kDLFloat, 64), one, one}}, &m2); },
-                "reshard_group: dst placements: 1 placements for a mesh of 2");
+                "reshard_group: entries[0].dst (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_estimate(m1, one, one, {8, 6}, LM_DTYPE(kDLFloat, 64), &m2); },
-                "reshard_estimate: dst placements: 1 placements for a mesh of 2");
+                "reshard_estimate: dst_placements (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_plan(m1, one, &m2, one, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
-                "reshard_plan: dst placements: 1 placements for a mesh of 2");
+                "reshard_plan: dst_placements (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::reshard_plan(m2, one, nullptr, two, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
-                "reshard_plan: src placements: 1 placements for a mesh of 2");
+                "reshard_plan: src_placements (localmap::placements) has 1 element, want 2");
   auto fn = [](lm_mesh_t, const std::vector<lm_arg_t> &, std::vector<lm_arg_t> &) {};
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x)}, {two}); },
-                "local_map: out_placements[0]: 2 placements for a mesh of 1");
+                "local_map: out_placements[0] (localmap::placements) has 2 elements, want 1");
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x)}, {{}}, {three}); },
-                "local_map: in_placements[0]: 3 placements");
+                "local_map: in_placements[0] (localmap::placements) has 3 elements");
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg(x), lmx::arg_i64(1)}, {{}}, {one}); },
-                "local_map: in_placements: 1 entries for 2 inputs");
+                "local_map: in_placements (std::vector<localmap::placements>) has 1 element, want "
+                "2: one per element of inputs");
   ok &= refuses([&] { lmx::local_map(fn, {lmx::arg_i64(1)}, {one}, {}, &m2); },
-                "local_map: out_placements[0]: 1 placements for a mesh of 2");
+                "local_map: out_placements[0] (localmap::placements) has 1 element, want 2");
   ok &= refuses([&] { lmx::mesh(g_env->comm_world(), {1, n}, {}, {"dp"}); },
-                "localmap::mesh: 1 names for 2 mesh dims");
+                "localmap::mesh: names (std::vector<std::string>) has 1 element, want 2: one per "
+                "mesh dim");
   LM_ASSERT_ALL(ok);
   // The right counts work, and every handle still does after the refusals.
   lmx::dist_tensor r = x.reshard(two, &m2);
@@ -112,6 +122,84 @@ static void test_placement_counts(void **) {
   LM_ASSERT_ALL(same && lmx::to_string(r.placement()) == "[R, R]");
 }
 
+
+// Runs f, which must throw LM_ERR_INVALID_ARGUMENT with exactly "<status>: localmap::" + want,
+// before any C call failed: lm_last_error_message() is still `last`.
+template <class F>
+static int says(F f, const std::string &want, const std::string &last) {
+  const std::string whole =
+      std::string(lm_status_string(LM_ERR_INVALID_ARGUMENT)) + ": localmap::" + want;
+  try {
+    f();
+  } catch (const lmx::error &e) {
+    const bool no_c_call = lm_last_error_message() == last;
+    if (e.status() == LM_ERR_INVALID_ARGUMENT && e.what() == whole && no_c_call) return 1;
+    fprintf(stderr, "rank %d: got \"%s\" (C: \"%s\"), wanted \"%s\"\n", lm_test_rank(), e.what(),
+            lm_last_error_message(), whole.c_str());
+    return 0;
+  }
+  fprintf(stderr, "rank %d: nothing thrown (wanted \"%s\")\n", lm_test_rank(), whole.c_str());
+  return 0;
+}
+
+// Each kind of refusal once, in full: the length rules of api/localmap.api that the generated
+// calls check (one per mesh dim of the mesh, of dst_mesh or else of the tensor's mesh; one per
+// tensor dim; one per dim of a local DLTensor; as many as another argument; a table's rows), and
+// the C++ layer's own (a table entry, a group entry, reshard_many's lists, mesh names, a typed
+// fn's inputs).
+static void test_refusals_in_cpp_terms(void **) {
+  const int n = lm_test_size();
+  lmx::mesh m1 = lmx::mesh::world({n}), m2 = lmx::mesh::world({1, n});
+  std::vector<double> full(48, 1.0);
+  int64_t g[2] = {8, 6};
+  DLTensor gt = {full.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, g, nullptr, 0};
+  const lmx::placements s0 = {lmx::shard(0)}, rr = {lmx::replicate(), lmx::replicate()};
+  lmx::dist_tensor x = lmx::dist_tensor::from_global(m1, &gt, s0);
+  lmx::reshard_group grp(m1, {{{8, 6}, LM_FLOAT64, s0, s0}, {{8, 6}, LM_FLOAT64, s0, s0}});
+  std::vector<lmx::dist_tensor> y = grp.alloc_targets();
+  int nd = 0;
+  LM_ASSERT_ALL(lm_mesh_ndim(nullptr, &nd) == LM_ERR_INVALID_ARGUMENT);
+  const std::string last = lm_last_error_message();  // the C library's, from here on
+  const std::string P = " (localmap::placements) has ";
+  auto fn = [](lm_mesh_t, const std::vector<lm_arg_t> &, std::vector<lm_arg_t> &) {};
+  auto one_view = [](const lmx::local_view &v) { return v.size(); };
+  int ok = 1;
+  ok &= says([&] { lmx::dist_tensor::zeros(m2, {8, 6}, LM_FLOAT64, s0); },
+             "dist_tensor::zeros: placements" + P + "1 element, want 2: one per mesh dim", last);
+  ok &= says([&] { x.reshard(s0, &m2); },
+             "dist_tensor::reshard: placements" + P + "1 element, want 2: one per mesh dim", last);
+  ok &= says([&] { x.reshard(rr); },
+             "dist_tensor::reshard: placements" + P + "2 elements, want 1: one per mesh dim", last);
+  ok &= says([&] { x.transpose({1, 0, 2}, s0); },
+             "dist_tensor::transpose: perm (std::vector<int>) has 3 elements, want 2: one per "
+             "tensor dim", last);
+  ok &= says([&] { lmx::dist_tensor::from_local(m1, gt, s0, LM_SHAPE_GIVEN, {48}); },
+             "dist_tensor::from_local: global_shape (std::vector<int64_t>) has 1 element, want 2: "
+             "one per dim of the local tensor", last);
+  ok &= says([&] { grp.execute(y, {x}); },
+             "reshard_group::execute: dst (std::vector<localmap::dist_tensor>) has 1 element, "
+             "want 2: one per element of src", last);
+  ok &= says([&] { lmx::local_map(fn, {lmx::arg(x), lmx::arg_i64(1)}, {{}}, {s0}); },
+             "local_map: in_placements (std::vector<localmap::placements>) has 1 element, want 2: "
+             "one per element of inputs", last);
+  ok &= says([&] { lmx::local_map(fn, {lmx::arg(x)}, {{}, rr}); },
+             "local_map: out_placements[1]" + P + "2 elements, want 1: one per mesh dim", last);
+  const std::vector<lmx::reshard_entry> bad = {{{8, 6}, LM_FLOAT64, s0, s0},
+                                               {{8}, LM_FLOAT64, rr, s0}};
+  ok &= says([&] { lmx::reshard_group(m1, bad); },
+             "reshard_group: entries[1].src" + P + "2 elements, want 1: one per mesh dim", last);
+  ok &= says([&] { lmx::reshard_many({x, x}, {s0}); },
+             "reshard_many: dst (std::vector<localmap::placements>) has 1 element, want 2: one per "
+             "tensor of src", last);
+  ok &= says([&] { lmx::reshard_many({x}, {s0}, &m2); },
+             "reshard_many: dst[0]" + P + "1 element, want 2: one per mesh dim", last);
+  ok &= says([&] { lmx::mesh(g_env->comm_world(), {1, n}, {}, {"a", "b", "c"}); },
+             "mesh: names (std::vector<std::string>) has 3 elements, want 2: one per mesh dim",
+             last);
+  ok &= says([&] { lmx::local_map(one_view, {x, 2}, {{}}); },
+             "local_map: fn takes 1 inputs, 2 given (std::vector<localmap::input>)", last);
+  LM_ASSERT_ALL(ok);
+}
 
 // reshard_group and reshard_many give what one reshard per tensor gives; counts are refused.
 static void test_reshard_group(void **) {
@@ -144,18 +232,21 @@ static void test_reshard_group(void **) {
             z[i].local_data<double>()[j] == ref.local_data<double>()[j];
   }
   ok &= refuses([&] { grp.execute(z, y); }, "src[0]");  // z[0] is not laid out as entry 0's source
-  ok &= refuses([&] { lmx::reshard_many(x, {r}); }, "reshard_many: 3 tensors for 1 placement lists");
+  ok &= refuses([&] { lmx::reshard_many(x, {r}); },
+                "reshard_many: dst (std::vector<localmap::placements>) has 1 element, want 3: one "
+                "per tensor of src");
   ok &= refuses([&] { lmx::reshard_many(x, {r, {}, r}); },
-                "reshard_many: dst[1]: 0 placements for a mesh of 1 dims");
+                "reshard_many: dst[1] (localmap::placements) has 0 elements, want 1: one per mesh "
+                "dim");
   ok &= refuses([&] { lmx::reshard_group(m, {{{8, 6}, LM_DTYPE(kDLFloat, 64), {}, r}}); },
-                "reshard_group: src placements: 0 placements");
+                "reshard_group: entries[0].src (localmap::placements) has 0 elements");
   // reshard_estimate gives what the plan of the same arguments says it moves.
   lmx::reshard_plan pl(m, s0, nullptr, r, {8, 6}, LM_DTYPE(kDLFloat, 64));
   const lm_reshard_plan_info_t a = pl.info(), b = lmx::reshard_estimate(m, s0, r, {8, 6}, LM_DTYPE(kDLFloat, 64));
   ok &= a.bytes_sent == b.bytes_sent && a.bytes_received == b.bytes_received &&
         a.flows_sent == b.flows_sent && a.steps == b.steps && a.routes == b.routes;
   ok &= refuses([&] { lmx::reshard_estimate(m, {}, r, {8, 6}, LM_DTYPE(kDLFloat, 64)); },
-                "reshard_estimate: src placements: 0 placements");
+                "reshard_estimate: src_placements (localmap::placements) has 0 elements");
   LM_ASSERT_ALL(ok);
 }
 
@@ -188,7 +279,8 @@ static void test_local_map_record(void **) {
   ok &= lmx::to_string(dw.placement()) == "[R]";
   ok &= refuses([&] { fwd.record.get_placements(LM_RECORD_IN, 1); }, "index 1 is out of range");
   ok &= refuses([&] { lmx::local_map_ex(ones, {lmx::arg(w)}, {psum}, {}, {psum, psum}, true); },
-                "local_map: in_grad_placements: 2 entries for 1 inputs");
+                "local_map: in_grad_placements (std::vector<localmap::placements>) has 2 "
+                "elements, want 1: one per element of inputs");
   ok &= !lmx::local_map(ones, {lmx::arg(w)}, {psum}).record;  // none unless asked
   LM_ASSERT_ALL(ok);
 }
@@ -258,6 +350,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ragged),
     cmocka_unit_test(test_environment),
     cmocka_unit_test(test_placement_counts),
+    cmocka_unit_test(test_refusals_in_cpp_terms),
     cmocka_unit_test(test_reshard_group),
     cmocka_unit_test(test_local_map_record),
 };

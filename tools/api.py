@@ -12,6 +12,8 @@
                            declarations and length rules as data)
                            api_gen_fortran.py: bindings/fortran/localmap_c.inc (the lmc_* bind(C)
                            interfaces and their public list)
+                           api_gen_cpp.py: include/localmap_api.hpp (checked C++ calls and the
+                           query methods of localmap.hpp's classes)
 
 The description (grammar at the top of api/localmap.api) says, for every argument, its direction
 and, for every array, its length rule (`lm_placement_t[mesh.ndim]`), which the bindings check
