@@ -1,15 +1,18 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Loading liblocalmap and declaring its C ABI with ctypes.
 
-Every function of include/localmap.h is declared here once, at import, with its argtypes and
-restype; functions returning lm_status_t get an errcheck that raises localmap.Error on failure.
-This module is private: the public API is in localmap/__init__.py.
+Every function of include/localmap.h is declared here once, at import, from the generated
+description (localmap/_api.py): argtypes, restype, and for functions returning lm_status_t an
+errcheck that raises localmap.Error on failure. The header's structs are built from the same
+description. call() is the one wrapper the Python API calls C through: it allocates the outputs
+and checks array lengths against api/localmap.api's rules. This module is private: the public API
+is in localmap/__init__.py.
 """
 import ctypes
 import os
 import shutil
 import subprocess
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_int32,
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
                     c_int64, c_size_t, c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
 
@@ -105,7 +108,7 @@ def _load():
 lib, LOADED_FROM = _load()
 
 # ---------------------------------------------------------------------------------------------
-# Types of the header (DLPack 0.6 and localmap's own PODs)
+# Types: DLPack 0.6's and the callbacks by hand, the header's structs from _api.STRUCTS
 # ---------------------------------------------------------------------------------------------
 
 
@@ -131,182 +134,84 @@ DLManagedTensorDeleter = CFUNCTYPE(None, c_void_p)  # void (*)(DLManagedTensor *
 DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
                             ("deleter", DLManagedTensorDeleter)]
 
-
-class lm_placement_t(Structure):  # noqa: N801 (the C name)
-    _fields_ = [(name, c_int32) for name in ("kind", "dim", "order", "reduce_op", "extents",
-                                             "block", "source", "reserved")]
-
-
-LM_MESH_CONFIG_MAGIC = 0x4C4D4D43
-LM_MESH_CONFIG_VERSION = 2
-
-
-class lm_mesh_config_t(Structure):  # noqa: N801
-    """The fields this binding knows. The library reads min(size, its sizeof) bytes and defaults
-    newer fields, so a shorter struct stays valid when the header grows."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("ranks", POINTER(c_int)), ("nranks", c_int), ("dim_names", POINTER(c_char_p)),
-                # version 2
-                ("check_level", c_int), ("timeout", c_double)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_mesh_config_t)
-        self.magic = LM_MESH_CONFIG_MAGIC
-        self.version = LM_MESH_CONFIG_VERSION
-        self.check_level = -1   # LM_MESH_CONFIG_INIT's defaults: $LM_CHECK, $LM_TIMEOUT
-        self.timeout = -1.0
-
-
 # void *(*lm_device_alloc_fn_t)(void *ctx, size_t bytes, int device_id, void *stream)
 lm_device_alloc_fn_t = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_int, c_void_p)
 # void (*lm_device_free_fn_t)(void *ctx, void *ptr, size_t bytes, int device_id, void *stream)
 lm_device_free_fn_t = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_int, c_void_p)
-LM_DEVICE_CONFIG_MAGIC = 0x4C4D4443
-LM_DEVICE_CONFIG_VERSION = 1
-
-
-class lm_device_config_t(Structure):  # noqa: N801
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("stream", c_void_p), ("alloc", lm_device_alloc_fn_t),
-                ("free", lm_device_free_fn_t), ("alloc_ctx", c_void_p)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_device_config_t)
-        self.magic = LM_DEVICE_CONFIG_MAGIC
-        self.version = LM_DEVICE_CONFIG_VERSION
-
-
-LM_RESHARD_PLAN_INFO_MAGIC = 0x4C4D5049  # "LMPI"
-LM_RESHARD_PLAN_INFO_VERSION = 1
-LM_PLAN_INFO_ALL_RANKS = 1
-
-
-class lm_reshard_plan_info_t(Structure):  # noqa: N801
-    """What executing a plan moves (lm_reshard_plan_info). The library writes min(size, its
-    sizeof) bytes, so a shorter struct stays valid when the header grows."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("routes", c_uint32), ("reserved", c_uint32), ("steps", c_int64), ("peers", c_int64), ("flows_sent", c_int64),
-                ("flows_received", c_int64), ("bytes_sent", c_int64), ("bytes_received", c_int64),
-                ("bytes_copied", c_int64), ("bytes_reduced", c_int64),
-                ("bytes_node_local", c_int64), ("work_bytes", c_int64),
-                ("staging_bytes_max", c_int64)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_reshard_plan_info_t)
-        self.magic = LM_RESHARD_PLAN_INFO_MAGIC
-        self.version = LM_RESHARD_PLAN_INFO_VERSION
-
-
-class lm_reshard_entry_t(Structure):  # noqa: N801
-    """One entry of a grouped reshard: what lm_reshard_plan_create takes, for one tensor."""
-    _fields_ = [("ndim", c_int), ("global_shape", POINTER(c_int64)), ("dtype", DLDataType),
-                ("src_placements", POINTER(lm_placement_t)),
-                ("dst_placements", POINTER(lm_placement_t))]
-
-
-LM_RESHARD_GROUP_CONFIG_MAGIC = 0x4C4D4743  # "LMGC"
-LM_RESHARD_GROUP_CONFIG_VERSION = 1
-
-
-class lm_reshard_group_config_t(Structure):  # noqa: N801
-    """Options of lm_reshard_group_create (LM_RESHARD_GROUP_CONFIG_INIT's defaults). The library
-    reads min(size, its sizeof) bytes and defaults newer fields."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("bucket_bytes", c_size_t), ("alone_bytes", c_size_t)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_reshard_group_config_t)
-        self.magic = LM_RESHARD_GROUP_CONFIG_MAGIC
-        self.version = LM_RESHARD_GROUP_CONFIG_VERSION
-        self.bucket_bytes = 0  # the library's defaults (64 MiB, 1 MiB)
-        self.alone_bytes = 0
-
-
-LM_LOCAL_MAP_OPTIONS_MAGIC = 0x4C4D4C4F  # "LMLO"
-LM_LOCAL_MAP_OPTIONS_VERSION = 1
-
-
-class lm_local_map_options_t(Structure):  # noqa: N801
-    """Options of lm_local_map_ex (LM_LOCAL_MAP_OPTIONS_INIT: no gradient placements, no
-    record). The library reads min(size, its sizeof) bytes."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("in_grad_placements", c_void_p), ("record", c_void_p)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_local_map_options_t)
-        self.magic = LM_LOCAL_MAP_OPTIONS_MAGIC
-        self.version = LM_LOCAL_MAP_OPTIONS_VERSION
-
-
-class lm_arg_t(Structure):  # noqa: N801
-    _fields_ = [("kind", c_int32), ("reserved", c_int32), ("i64", c_int64), ("f64", c_double),
-                ("ptr", c_void_p)]
-
-
-# lm_status_t (*)(void *user_data, lm_mesh_t mesh, int nin, const lm_arg_t *inputs, int nout,
-#                 lm_arg_t *outputs)
-lm_local_fn_t = CFUNCTYPE(c_int, c_void_p, c_void_p, c_int, POINTER(lm_arg_t), c_int,
-                          POINTER(lm_arg_t))
-
-# Handles: typed opaque pointers in C, plain addresses here.
-lm_mesh_t = c_void_p
-lm_dist_tensor_t = c_void_p
-lm_reshard_plan_t = c_void_p
-lm_request_t = c_void_p
-lm_reshard_group_t = c_void_p
-P_tensor = POINTER(lm_dist_tensor_t)
-P_placement = POINTER(lm_placement_t)
-PP_placement = POINTER(P_placement)
-P_i64 = POINTER(c_int64)
-PP_i64 = POINTER(P_i64)
-P_int = POINTER(c_int)
-STATUS = "lm_status_t"  # marks functions returning lm_status_t (a C int)
-status_t = STATUS
-
-# ---------------------------------------------------------------------------------------------
-# Prototypes: generated from api/localmap.api (localmap/_api.py) as C types, turned into ctypes
-# here. status_t results are checked by _errcheck.
-# ---------------------------------------------------------------------------------------------
-lm_local_map_record_t = c_void_p
-_C_TYPES = {
+_TYPES = {
     "int": c_int, "unsigned": c_uint, "int32_t": c_int32, "int64_t": c_int64, "size_t": c_size_t,
-    "lm_status_t": c_int, "DLDeviceType": c_int, "lm_shape_mode_t": c_int,
-    "DLDataType": DLDataType, "DLDevice": DLDevice, "DLTensor": DLTensor,
-    "lm_mesh_t": lm_mesh_t, "lm_dist_tensor_t": lm_dist_tensor_t,
-    "lm_reshard_plan_t": lm_reshard_plan_t, "lm_request_t": lm_request_t,
-    "lm_reshard_group_t": lm_reshard_group_t, "lm_local_map_record_t": lm_local_map_record_t,
-    "lm_placement_t": lm_placement_t, "lm_arg_t": lm_arg_t, "lm_local_fn_t": lm_local_fn_t,
-    "lm_mesh_config_t": lm_mesh_config_t, "lm_device_config_t": lm_device_config_t,
-    "lm_reshard_plan_info_t": lm_reshard_plan_info_t, "lm_reshard_entry_t": lm_reshard_entry_t,
-    "lm_reshard_group_config_t": lm_reshard_group_config_t,
-    "lm_local_map_options_t": lm_local_map_options_t,
+    "uint32_t": c_uint32, "double": c_double, "char": c_char, "lm_status_t": c_int,
+    "DLDeviceType": c_int, "lm_shape_mode_t": c_int, "DLDataType": DLDataType,
+    "DLDevice": DLDevice, "DLTensor": DLTensor, "lm_device_alloc_fn_t": lm_device_alloc_fn_t,
+    "lm_device_free_fn_t": lm_device_free_fn_t,
 }
-# Types ctypes passes as opaque addresses (DLPack capsules' pointers, argv).
-_OPAQUE = {"void*": c_void_p, "char*": c_char_p, "const char*": c_char_p, "char***": c_void_p,
-           "DLManagedTensor*": c_void_p, "DLManagedTensor**": POINTER(c_void_p)}
+# Pointers ctypes passes as plain addresses or bytes: the pointer itself is the type.
+_ADDRESSES = {"void": c_void_p, "char": c_char_p, "DLManagedTensor": c_void_p}
 
 
 def _ctype(c):
-    """The ctypes type of a C type as api/localmap.api renders it ("const int64_t*")."""
-    if c in _OPAQUE:
-        return _OPAQUE[c]
-    if c == "void":
-        return None
+    """The ctypes type of a C type as _api spells it ("const int64_t*"); handles (lm_X_t of no
+    struct) are addresses (c_void_p)."""
     base = c.replace("const", "").replace(" ", "")
     stars = base.count("*")
-    t = _C_TYPES[base.rstrip("*")]
+    base = base.rstrip("*")
+    if base == "void" and not stars:
+        return None
+    if stars and base in _ADDRESSES:
+        t, stars = _ADDRESSES[base], stars - 1
+    else:
+        t = _TYPES.get(base, c_void_p if base.startswith("lm_") else None)
+        if t is None:
+            raise TypeError(f"localmap._lib: no ctypes type for the C type {c!r}")
     for _ in range(stars):
         t = POINTER(t)
     return t
 
 
-_PROTOTYPES = [(name, STATUS if ret == "lm_status_t" else _ctype(ret), [_ctype(a) for a in args])
-               for name, ret, args in _api.PROTOTYPES]
+def _struct(name):
+    """The ctypes struct `name` of the header; one with an _INIT macro starts as it sets it
+    (size, magic, version and the other defaults)."""
+    ns = {"_fields_": [(f, _ctype(t)) for f, t in _api.STRUCTS[name]]}
+    init = _api.INITS.get(name)
+    if init is not None:
+        def __init__(self):
+            Structure.__init__(self)
+            for field, value in init:
+                setattr(self, field, ctypes.sizeof(self) if value == "sizeof" else value)
+        ns["__init__"] = __init__
+    return type(name, (Structure,), ns)
+
+
+for _name in _api.STRUCTS:
+    _TYPES[_name] = globals()[_name] = _struct(_name)
+lm_arg_t = _TYPES["lm_arg_t"]
+# lm_status_t (*)(void *user_data, lm_mesh_t mesh, int nin, const lm_arg_t *inputs, int nout,
+#                 lm_arg_t *outputs)
+_TYPES["lm_local_fn_t"] = lm_local_fn_t = CFUNCTYPE(c_int, c_void_p, c_void_p, c_int,
+                                                    POINTER(lm_arg_t), c_int, POINTER(lm_arg_t))
+
+# ---------------------------------------------------------------------------------------------
+# Prototypes, errors
+# ---------------------------------------------------------------------------------------------
+
+
+class Error(Exception):
+    """A failed localmap call. `status` is the lm_status_t code, `status_name` its name
+    (e.g. "LM_ERR_INVALID_ARGUMENT"), `message` the library's message (names the function, the
+    argument and the rank). Each status has its subclass (localmap.InvalidArgumentError, ...)."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.message = message
+        super().__init__(message)
+
+    @property
+    def status_name(self):
+        return lm_status_string(self.status).decode().split(":")[0]
+
+    def __str__(self):
+        return f"[{self.status_name}] {self.message}"
+
 
 # Set by localmap/_core.py: raise_status(status, function_name, message=None) raises the Error
 # subclass of the status, with the library's last error message unless one is given.
@@ -323,26 +228,188 @@ MISSING = []  # functions of this binding that the loaded (older) library lacks
 
 
 def _missing(name):
-    def call(*args):
-        raise_status(4, name, f"{name}: not in the liblocalmap loaded from {LOADED_FROM} "
-                     f"(version {lib.lm_get_version()}); it is older than this binding")
-    call.__name__ = name
-    return call
+    def absent(*args):
+        raise_status(_api.LM_ERR_NOT_SUPPORTED, name, f"{name}: not in the liblocalmap loaded "
+                     f"from {LOADED_FROM} (version {lib.lm_get_version()}); it is older than "
+                     "this binding")
+    absent.__name__ = name
+    return absent
 
 
 def _declare():
-    for name, restype, argtypes in _PROTOTYPES:
+    for name, (ret, args) in _api.FUNCTIONS.items():
         try:
             f = getattr(lib, name)
         except AttributeError:
             MISSING.append(name)
             globals()[name] = _missing(name)
             continue
-        f.restype = c_int if restype == STATUS else restype
-        f.argtypes = argtypes
-        if restype == STATUS:
+        f.restype = _ctype(ret)
+        f.argtypes = [_ctype(a[2]) for a in args]
+        if ret == "lm_status_t":
             f.errcheck = _errcheck
         globals()[name] = f
 
 
 _declare()
+
+# ---------------------------------------------------------------------------------------------
+# call(): the outputs allocated, the array lengths checked by api/localmap.api's rules
+# ---------------------------------------------------------------------------------------------
+
+
+def call(fname, *args, names=None, ndims=None):
+    """Calls the C function `fname` with `args`, its in and inout arguments in order (its out
+    arguments left out), and returns what it writes: None, the one value, or a tuple of them. An
+    integer or a handle comes back as an int (None for NULL), a struct as itself, an integer
+    array as a tuple, a char buffer as a str, another array as the ctypes array.
+
+    An array argument given as a Python list or tuple is first checked against its length rule
+    (check(), which says what `names` and `ndims` do), then converted: an element with
+    `_as_parameter_` (Placement, DistTensor) gives that; a two-level array takes None or a list
+    per entry."""
+    spec = _api.FUNCTIONS[fname][1]
+    ins = [a for a in spec if a[1] != "out"]
+    if len(args) != len(ins):
+        raise TypeError(f"{fname} takes {len(ins)} in and inout arguments, got {len(args)}")
+    values = {a[0]: v for a, v in zip(ins, args)}
+    check(fname, values, names, ndims)
+    cargs, outs, keep = [], [], []
+    for name, direction, ctype, dims, null_ok in spec:
+        if direction == "out":
+            v = _alloc(_ctype(ctype[:-1]), dims, values, null_ok)
+            outs.append((v, dims))
+            cargs.append(ctypes.byref(v) if not dims else v)
+        else:
+            cargs.append(_to_c(ctype, dims, values[name], keep))
+    globals()[fname](*cargs)
+    got = tuple(_from_c(v, dims, values) for v, dims in outs)
+    return None if not got else got[0] if len(got) == 1 else got
+
+
+def _out_length(rule, values):
+    return int(rule) if rule.isdigit() else int(values[rule])
+
+
+def _alloc(elem, dims, values, null_ok):
+    """An out argument: a scalar, or an array of its rule's length (NULL for length 0 where the
+    argument may be NULL)."""
+    if not dims:
+        return elem()
+    n = _out_length(dims[0], values)
+    return None if n == 0 and null_ok else (elem * max(n, 1))()
+
+
+def _to_c(ctype, dims, value, keep):
+    """An in argument as ctypes takes it: an object with `_as_parameter_` gives that (here, so
+    that its own exception is raised), a Python list or tuple of an array argument becomes a
+    ctypes array (kept alive in `keep` until the call returns), anything else goes as it is."""
+    if not dims or not isinstance(value, (list, tuple)):
+        return getattr(value, "_as_parameter_", value)
+    return _array(_ctype(ctype)._type_, value, len(dims) == 2, keep)
+
+
+def to_c(fname, argname, value, keep):
+    """`value` as the ctypes argument `argname` of C function `fname` takes it (a list as its
+    array, kept alive in `keep`): for the structs whose arrays are those of a function
+    (lm_reshard_entry_t's are lm_reshard_plan_create's)."""
+    for name, _, ctype, dims, _ in _api.FUNCTIONS[fname][1]:
+        if name == argname:
+            return _to_c(ctype, dims, value, keep)
+    raise KeyError(f"{fname} has no argument {argname}")
+
+
+def _array(elem, items, rows, keep):
+    if rows:  # a pointer per entry: NULL, or the entry's own array
+        items = [None if r is None else ctypes.cast(_array(elem._type_, r, False, keep), elem)
+                 for r in items]
+    arr = (elem * max(len(items), 1))(*(getattr(x, "_as_parameter_", x) for x in items))
+    keep.append(arr)
+    return arr
+
+
+def _from_c(v, dims, values):
+    if not dims:
+        return v.value if isinstance(v, ctypes._SimpleCData) else v
+    if v is None:
+        return ()
+    if v._type_ is c_char:
+        return v.value.decode()
+    n = _out_length(dims[0], values)
+    return tuple(v[:n]) if issubclass(v._type_, ctypes._SimpleCData) else v[:n]
+
+
+def check(fname, values, names=None, ndims=None):
+    """Checks the arrays among `values` ({C argument of `fname`: value}) that are Python lists
+    or tuples against their length rules in api/localmap.api, and raises InvalidArgumentError
+    in Python's terms before any C call ("placements: 1 placements for a mesh of 2 dims (...)").
+    `names` ({argument: Python name}) names an array, or a length argument, as the caller's user
+    knows it; `ndims` ({argument: ndim}) gives the ndim a rule reads of an argument where the
+    caller knows it better (local_map's mesh, the inputs' when it is None)."""
+    spec = {a[0]: a for a in _api.FUNCTIONS[fname][1]}
+    names, ndims = names or {}, ndims or {}
+    for name, _, ctype, dims, _ in spec.values():
+        v = values.get(name)
+        if not dims or not isinstance(v, (list, tuple)):
+            continue
+        pyname = names.get(name, name)
+        want, of = _rule(dims[0], spec, values, names, ndims)
+        if want is not None and len(v) != want:
+            raise_status(_api.LM_ERR_INVALID_ARGUMENT, fname,
+                         _wrong_length(pyname, ctype, len(v), want, of, len(dims) == 2))
+        want, of = _rule(dims[-1], spec, values, names, ndims) if len(dims) == 2 else (None, "")
+        for i, row in enumerate(v if want is not None else ()):
+            if isinstance(row, (list, tuple)) and len(row) != want:
+                raise_status(_api.LM_ERR_INVALID_ARGUMENT, fname,
+                             _wrong_length(f"{pyname}[{i}]", ctype, len(row), want, of, False))
+
+
+def _rule(rule, spec, values, names, ndims):
+    """(length, what it is in words) of a length rule, or (None, None) where it cannot be told
+    (`*`, a NULL handle without an alternative)."""
+    for alt in rule.split("|"):
+        if alt.isdigit() or alt == "*":
+            return (int(alt), alt) if alt != "*" else (None, None)
+        head, _, path = alt.partition(".")
+        v, ctype = values.get(head), spec[head][2]
+        if not path:  # another argument: a count
+            if v is None:
+                continue
+            return int(v), f"{int(v)} {names[head]}" if head in names else f"{head} = {int(v)}"
+        n = ndims.get(head) if head in ndims else None if v is None else _ndim(ctype, path, v)
+        if n is None:
+            continue
+        what = "mesh" if "mesh" in path or ctype == "lm_mesh_t" else \
+            "tensor" if ctype == "lm_dist_tensor_t" else "local tensor"
+        return n, f"a {what} of {n} dims"
+    return None, None
+
+
+def _ndim(ctype, path, v):
+    """The ndim a rule's `X.ndim` or `X.mesh.ndim` reads of argument X (of C type `ctype`)."""
+    h = getattr(v, "_as_parameter_", v)
+    if ctype == "lm_dist_tensor_t" and path == "mesh.ndim":
+        return call("lm_mesh_ndim", call("lm_dist_tensor_mesh", h))
+    if ctype in ("lm_dist_tensor_t", "lm_mesh_t"):
+        return call(ctype[:-2] + "_ndim", h)  # lm_dist_tensor_ndim, lm_mesh_ndim
+    if ctype == "DLManagedTensor*":
+        return DLManagedTensor.from_address(h).dl_tensor.ndim
+    return v.ndim  # a DLTensor
+
+
+# How the length messages name the elements of an array, by C element type.
+_NOUNS = {"lm_placement_t": "placements", "int64_t": "extents", "lm_dist_tensor_t": "tensors"}
+
+
+def _wrong_length(name, ctype, got, want, of, outer):
+    """The message of an array `name` of `got` elements where its rule (`of`, in words) says
+    `want`; `outer`: the entries of a two-level array."""
+    elem = ctype.replace("const", "").replace("*", "").strip()
+    if outer:
+        return f"{name}: {got} entries for {of}"
+    if elem == "lm_placement_t":
+        return f"{name}: {got} placements for {of} (a list with one Placement per mesh dim)"
+    if elem == "int":
+        return f"{name} has {got} entries, not {want}" + \
+            ("" if of == str(want) else f" (one per dim of {of})")
+    return f"{name}: {got} {_NOUNS.get(elem, 'entries')} for {of}"

@@ -1,0 +1,345 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Python's generated idiomatic parts (tools/api.py): bindings/python/localmap/_wrappers.py.
+
+From include/localmap.h: the public constants (enum members and integer #defines without their
+LM_ prefix), the names of the enums Python spells as strings (REDUCE_OPS, TRANSPORTS, ROUTES,
+SHAPE_MODES), and one exception class per LM_ERR_* status, documented by the header's comment.
+
+From api/localmap.api and the table WRAPPERS below: each Python method or function that is one
+C call. The table names it in Python (its signature) and the C function; the generator writes
+the call, converting every argument by its C type (a Mesh checked by _core._mesh_h, placements
+by _core._placements, shapes by _core._ints, dtypes and devices by _dlpack, a count as the
+length of the array it counts) and the result by its C type (a new tensor or plan wrapped as
+its class). localmap/_core.py builds the classes on the generated ones."""
+import re
+import sys
+
+api = sys.modules["api"]  # tools/api.py, which loads this module
+gen = sys.modules["api_gen_python"]  # the header readers
+OUTPUT = "bindings/python/localmap/_wrappers.py"
+WIDTH = 100
+
+# Python's classes of the C handles (a method's first C argument of that type is `self`).
+CLASSES = {"lm_mesh_t": "Mesh", "lm_dist_tensor_t": "DistTensor",
+           "lm_reshard_plan_t": "ReshardPlan", "lm_reshard_group_t": "ReshardGroup",
+           "lm_local_map_record_t": "LocalMapRecord"}
+
+# The statuses' exceptions: Python's own base classes beside Error, and the docstrings where
+# Python says more than the header's comment.
+ERROR_BASES = {"INVALID_ARGUMENT": "ValueError", "OUT_OF_MEMORY": "MemoryError",
+               "TIMEOUT": "builtins.TimeoutError"}
+ERROR_DOCS = {
+    "USER": "the function given to local_map failed (raised on the failing rank, chained to the "
+            "Python exception the function raised)",
+    "TIMEOUT": "a collective waited longer than the mesh's timeout (or $LM_TIMEOUT); the mesh "
+               "is broken",
+}
+ACRONYMS = {"MPI", "NCCL", "CUDA"}
+
+# Enums whose members Python names by strings: (Python name, prefix of the members, form).
+NAMED = [("REDUCE_OPS", "LM_REDUCE_", "tuple"), ("TRANSPORTS", "LM_TRANSPORT_", "by value"),
+         ("ROUTES", "LM_ROUTE_", "by value"), ("SHAPE_MODES", "LM_SHAPE_", "by name")]
+
+# The methods and functions that are one C call: (Python name, C function, arguments, result,
+# docstring). The name is "Class.attr" for a property, else a def's head ("Class.name(params)"
+# or "name(params)"). Arguments: {C argument: Python expression} for those no parameter of the
+# same name gives (a bare parameter name renames one). Result: an expression of `r` (default:
+# by the C type of what the call writes).
+WRAPPERS = [
+    ("device_supported(device)", "lm_device_supported",
+     {"device_type": "dl.dl_device(device).device_type"}, "bool(r)",
+     'Whether this build can hold tensors on a device type ("cpu", "cuda", or a code).'),
+    ("chunk(n, parts, index)", "lm_layout_chunk", {}, None,
+     "torch.chunk layout: (offset, length) of block `index` of `parts` over an extent n."),
+    ("pool_stats(reset_peak=False)", "lm_pool_stats", {"reset_peak": "1 if reset_peak else 0"},
+     None, "(bytes in use, high-water mark) of the library's host buffer pool on this process "
+     "(tensor storage, reshard staging); reset_peak=True then sets the mark to the bytes in use. "
+     "Local."),
+    ("placements_adjoint(placements)", "lm_placements_adjoint", {}, None,
+     "The placements of a gradient, PyTorch DTensor's convention: Partial('sum') becomes "
+     "Replicate(), Shard and Replicate are kept; Partial avg/max/min/prod raise "
+     "NotSupportedError."),
+    ("format_placements(placements)", "lm_placements_format",
+     {"size": "64 + 32 * len(placements)"}, None,
+     'The library\'s short form, e.g. "[S(0), R, P(sum)]".'),
+    ('zeros(mesh, shape, dtype, placements, device="cpu")', "lm_dist_tensor_zeros",
+     {"global_shape": "shape"}, None,
+     "A zero-filled tensor; each member rank allocates its shard. Local."),
+    ("Mesh.ndim", "lm_mesh_ndim", {}, None, None),
+    ("Mesh.shape", "lm_mesh_shape", {"n": "self.ndim"}, None, None),
+    ("Mesh.size", "lm_mesh_size", {}, None, "Number of ranks in the mesh."),
+    ("Mesh.is_member", "lm_mesh_is_member", {}, "bool(r)", None),
+    ("Mesh.coord", "lm_mesh_coord", {"n": "self.ndim"}, None,
+     "This rank's coordinate (InvalidUsageError on a non-member)."),
+    ("Mesh.rank", "lm_mesh_rank", {}, None,
+     "This rank's row-major index in the mesh (InvalidUsageError on a non-member)."),
+    ("Mesh.dim_index(self, name)", "lm_mesh_dim_index", {}, None,
+     "The index of the mesh dim called `name` (InvalidArgumentError if none)."),
+    ("Mesh.dim_name(self, dim)", "lm_mesh_dim_name", {"size": "128"}, None,
+     'The name of mesh dim `dim` ("" when unnamed).'),
+    ("Mesh.dim_comm_f(self, dim)", "lm_mesh_dim_comm", {"dim": "self._dim(dim)"}, None,
+     "The communicator along mesh dim `dim` (index or name) as a Fortran handle; owned by the "
+     "mesh. InvalidUsageError on a non-member."),
+    ("Mesh.comm_f", "lm_mesh_comm", {}, None,
+     "The communicator of all mesh ranks as a Fortran handle (owned by the mesh)."),
+    ('Mesh.transport(self, device="cuda")', "lm_mesh_transport",
+     {"device_type": "dl.dl_device(device).device_type"}, "TRANSPORTS.get(r, r)",
+     'How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or '
+     '"undecided" (device data has not moved yet). Local.'),
+    ("DistTensor.ndim", "lm_dist_tensor_ndim", {}, None, None),
+    ("DistTensor._dl_dtype(self)", "lm_dist_tensor_dtype", {}, None, None),
+    ("DistTensor.device", "lm_dist_tensor_device", {}, "dl.device_tuple(r)",
+     "(DLDeviceType, device id), e.g. (1, 0) for the CPU."),
+    ("DistTensor.placements", "lm_dist_tensor_placements", {"n": "self._mesh_ndim()"}, None,
+     "One Placement per mesh dim."),
+    ("DistTensor.shape", "lm_dist_tensor_global_shape", {"n": "self.ndim"}, None,
+     "The global shape."),
+    ("DistTensor.local_shape", "lm_dist_tensor_local_shape", {"n": "self.ndim"}, None, None),
+    ("DistTensor.local_offset", "lm_dist_tensor_local_offset", {"n": "self.ndim"}, None,
+     "Global index of the local shard's first element per dim (0 on non-members)."),
+    ("DistTensor.to_scalapack(self, ctxt=0)", "lm_dist_tensor_to_scalapack", {}, "list(r)",
+     "This tensor's layout as a ScaLAPACK descriptor (9 ints; lm_dist_tensor_to_scalapack): "
+     "the [N, M] tensor read as the column-major M x N matrix; its local shard is the array."),
+    ("DistTensor._export(self)", "lm_dist_tensor_to_dlpack", {}, None, None),
+    ("DistTensor.reshard(self, placements, mesh=None)", "lm_dist_tensor_reshard",
+     {"dst_mesh": "mesh"}, None,
+     "A tensor with this value and `placements` on `mesh` (default: this tensor's mesh). "
+     "Collective over both meshes. A Replicate -> Shard reshard may return a view sharing "
+     "memory with this tensor."),
+    ("DistTensor.transpose(self, perm, placements, mesh=None)", "lm_dist_tensor_transpose",
+     {"dst_mesh": "mesh"}, None,
+     "This tensor with its dims permuted as numpy.transpose(x, perm) (a matrix: (1, 0)), laid "
+     "out with `placements` (in the result's dims) on `mesh` (default: this tensor's mesh); "
+     "lm_dist_tensor_transpose. Host or device tensors. Collective over both meshes."),
+    ("DistTensor.transpose_into(self, dst, perm)", "lm_dist_tensor_transpose_into",
+     {"src": "self"}, None,
+     "Writes this tensor with its dims permuted as numpy.transpose(x, perm) into `dst` (a "
+     "DistTensor whose global shape is this one's permuted, of the same dtype, with its own "
+     "mesh and placements; a padded borrow keeps its padding); lm_dist_tensor_transpose_into. "
+     "dst on this tensor's device (host or CUDA). Collective over both meshes."),
+    ("ReshardPlan.__init__(self, src_mesh, src_placements, dst_mesh, dst_placements, shape, "
+     "dtype)", "lm_reshard_plan_create",
+     {"global_shape": "shape", "dst_mesh": '_c._mesh_h(dst_mesh, "dst_mesh")'}, None, None),
+    ('ReshardPlan.alloc_target(self, device="cpu")', "lm_reshard_plan_alloc_target", {}, None,
+     "A zero-filled tensor laid out as the plan's target. Local."),
+    ("ReshardPlan.adjoint(self)", "lm_reshard_plan_adjoint", {}, None,
+     "The backward plan: a gradient in placements_adjoint(target placements) on the target mesh "
+     "to placements_adjoint(source placements) on the source mesh. Local."),
+    ("ReshardPlan.describe(self)", "lm_reshard_plan_describe", {"size": "4096"}, None,
+     "A one-line description of the plan's steps."),
+    ("ReshardGroup._counts(self)", "lm_reshard_group_size", {}, None, None),
+    ('ReshardGroup.alloc_targets(self, device="cpu")', "lm_reshard_group_alloc_targets",
+     {"n": "self.size()"}, "[_c.DistTensor._wrap(h) for h in r]",
+     "A list of zero-filled tensors laid out as the entries' targets. Local."),
+    ("LocalMapRecord.placements(self, which, index)", "lm_local_map_record_placements",
+     {"capacity": "32"}, "tuple(_c._placement_from_c(p) for p in r[0][:r[1]])",
+     "The recorded placements `which` (RECORD_INPUT ... RECORD_OUT_GRAD) of index."),
+    ("LocalMapRecord.input_grad(self, index, grad)", "lm_local_map_record_input_grad", {}, None,
+     "grad (a DistTensor with input `index`'s global shape, normally placed in_grad(index) on "
+     "the call's mesh) resharded to that input's own mesh and the adjoint of its own "
+     "placements: a new DistTensor. Collective."),
+]
+
+
+def _convert(a, param, owner):
+    """The Python expression that gives C argument `a` (an _api arg tuple) from parameter
+    `param`, by its C type."""
+    name, _, ctype, dims, null_ok = a
+    base = ctype.replace("const", "").replace("*", "").strip()
+    if dims:
+        if base == "lm_placement_t":
+            return '_c._placements(%s, "%s")' % (param, param)
+        if base in ("int64_t", "int"):
+            one = "" if base == "int64_t" else ", one=False"  # a shape may be one int
+            return '_c._ints(%s, "%s"%s)' % (param, param, one)
+        raise SystemExit("api_gen_python_wrappers: no Python form of the array %s" % name)
+    if base in CLASSES and base != "lm_mesh_t":
+        return "self" if CLASSES[base] == owner and param == "self" else \
+            '_c._object(%s, "%s", _c.%s)' % (param, param, CLASSES[base])
+    form = {"lm_mesh_t": '_c._mesh_h({p}, "{p}")', "DLDataType": 'dl.dl_dtype({p}, "{p}")',
+            "DLDevice": 'dl.dl_device({p}, "{p}")', "char": "str({p}).encode()",
+            "int": "int({p})", "int64_t": "int({p})", "int32_t": "int({p})"}.get(base)
+    if form is None:
+        raise SystemExit("api_gen_python_wrappers: no Python form of %s %s" % (ctype, name))
+    conv = form.format(p=param)
+    return "None if %s is None else %s" % (param, conv) if null_ok else conv
+
+
+def _result(f, owner, pyname):
+    """The default expression of what C function `f` writes, `r`."""
+    outs = [a for a in f.args if a.direction == "out"]
+    if len(outs) == 1:
+        base = outs[0].base.replace("const", "").strip()
+        if base in CLASSES and not outs[0].dims:
+            if pyname == "__init__":
+                return None
+            return "_c.%s._wrap(r)" % CLASSES[base]
+        if base == "lm_placement_t":
+            return "tuple(_c._placement_from_c(p) for p in r)"
+    return "r"
+
+
+def wrapper(row, funcs):
+    """The lines of one WRAPPERS row, indented for its class or not."""
+    name, cname, given, result, doc = row
+    f = funcs[cname]
+    owner, _, head = name.rpartition(".")
+    prop = "(" not in head
+    if prop:
+        head = "%s(self)" % head
+    pyname, params = re.fullmatch(r"(\w+)\((.*)\)", head).groups()
+    params = [p.split("=")[0].strip() for p in params.split(",") if p.strip()]
+    ind = "    " if owner else ""
+    out = [""] if owner else ["", ""]
+    if prop:
+        out.append(ind + "@property")
+    out.append("%sdef %s:" % (ind, head))
+    if doc:
+        out += _docstring(doc, ind + "    ")
+    counts = {a.dims[0]: a.name for a in f.args if a.dims and a.direction == "in"}
+    body, args = [], []
+    first = next(a for a in f.args if a.direction != "out")
+    for a in f.args:
+        if a.direction == "out":
+            continue
+        g = given.get(a.name)
+        param = g if g in params else a.name if a.name in params and g is None else None
+        if a is first and CLASSES.get(a.base) == owner and "self" not in given.values():
+            args.append("self")
+        elif g is not None and param is None:
+            args.append(g)  # an expression
+        elif a.name in counts:  # the length of the array it counts
+            arr = counts[a.name]
+            args.append("len(%s)" % (given.get(arr) if given.get(arr) in params else arr))
+        elif param is None:
+            raise SystemExit("api_gen_python_wrappers: %s gives no %s of %s" % (name, a.name,
+                                                                                  cname))
+        elif a.dims:  # converted first, for its count
+            body.append("%s = %s" % (param, _convert(_tuple(a), param, owner)))
+            args.append(param)
+        else:
+            args.append(_convert(_tuple(a), param, owner))
+    res = result or _result(f, owner, pyname)
+    items = ['"%s"' % cname] + args
+    if pyname == "__init__":
+        call = ("_c._Handle.__init__(self, call(", "))")
+    else:
+        call = ("return call(" if res == "r" else "r = call(", ")")
+    out += [line for b in body for line in _wrap(b, ind + "    ")]
+    out += _fill(call[0], items, call[1], ind + "    ")
+    if res != "r" and pyname != "__init__":
+        out.append(ind + "    return " + res)
+    return out
+
+
+def _fill(head, items, tail, ind):
+    """head + the items joined by ", " + tail, broken between items to stay under WIDTH (the
+    continuation lines 4 spaces deeper)."""
+    lines, line = [], ind + head
+    for i, item in enumerate(items):
+        piece = item + (", " if i + 1 < len(items) else tail)
+        if len(line) + len(piece.rstrip()) > WIDTH and line.strip() != head.strip():
+            lines.append(line.rstrip())
+            line = ind + "    "
+        line += piece
+    return lines + [line]
+
+
+def _tuple(a):
+    return (a.name, a.direction, api.compact(a.c_type()), tuple(a.dims), a.null_ok)
+
+
+def _docstring(doc, ind):
+    words, lines, line = doc.split(), [], ind + '"""'
+    for w in words:
+        if len(line) + len(w) + 1 > WIDTH - 3 and line.strip() != '"""':
+            lines.append(line)
+            line = ind + w
+        else:
+            line += ("" if line.endswith('"""') else " ") + w
+    return lines + [line + '"""']
+
+
+def _wrap(line, ind):
+    """A statement broken after commas to stay under WIDTH, continued 4 spaces deeper."""
+    out, line = [], ind + line
+    while len(line) > WIDTH:
+        cut = line.rfind(", ", 0, WIDTH - 1)
+        if cut < 0:
+            break
+        out.append(line[:cut + 1])
+        line = ind + "    " + line[cut + 2:]
+    return out + [line]
+
+
+def errors(text):
+    """The exception classes of the LM_ERR_* statuses, and ERRORS (status -> class)."""
+    body = re.search(r"typedef\s+enum\s+lm_status_t\s*\{(.*?)\}\s*lm_status_t;", text, re.S)
+    out, table = [], []
+    for m in re.finditer(r"(?:/\*\*((?:(?!\*/).)*)\*/\s*)?LM_ERR_(\w+)\s*=\s*(\d+),?\s*"
+                         r"(?:/\*\*<((?:(?!\*/).)*)\*/)?", body.group(1), re.S):
+        doc = " ".join((m.group(4) or m.group(1) or "").replace("*", " ").split())
+        code = m.group(2)
+        cls = "".join(w if w in ACRONYMS else w.capitalize() for w in code.split("_")) + "Error"
+        bases = ", ".join(["Error"] + ([ERROR_BASES[code]] if code in ERROR_BASES else []))
+        note = "  # noqa: A001 - like asyncio.TimeoutError" if cls == "TimeoutError" else ""
+        out += ["", "", "class %s(%s):%s" % (cls, bases, note)]
+        out += _docstring("LM_ERR_%s: %s." % (code, ERROR_DOCS.get(code, doc)), "    ")
+        table.append("%s: %s" % (m.group(3), cls))
+    out += ["", "", "ERRORS = {%s}" % ", ".join(table)]
+    return _wrap_list(out)
+
+
+def _wrap_list(lines):
+    return [w for line in lines for w in _wrap(line, "")]
+
+
+def constants(values):
+    """The header's constants without their LM_ prefix, and the enums Python names by strings."""
+    out = ["%s = %s" % (n[3:], hex(v) if v > 0xffff else v) for n, v in values
+           if not re.search(r"_(MAGIC|VERSION)$", n)]
+    for pyname, prefix, form in NAMED:
+        members = [(n[len(prefix):].lower(), v) for n, v in values if n.startswith(prefix)]
+        if form == "tuple":
+            out.append("%s = %r" % (pyname, tuple(n for n, _ in members)))
+        elif form == "by value":
+            out.append("%s = {%s}" % (pyname, ", ".join("%d: %r" % (v, n) for n, v in members)))
+        else:
+            out.append("%s = {%s}" % (pyname, ", ".join("%r: %d" % (n, v) for n, v in members)))
+    return _wrap_list(out)
+
+
+def generate(funcs):
+    text = gen.header_text()
+    with open(api.HEADER) as fh:
+        raw = fh.read()
+    by_name = {f.name: f for f in funcs}
+    out = ["# SPDX-License-Identifier: BSD-3-Clause",
+           "# Generated by tools/api.py (tools/api_gen_python_wrappers.py) from api/localmap.api"
+           " and",
+           "# include/localmap.h: do not edit (make api-generate).",
+           '"""What localmap/_core.py builds the Python API on: the header\'s constants, the',
+           "statuses' exceptions, and the methods and functions that are one C call (the",
+           'classes here are the bases of _core\'s)."""',
+           "import builtins  # noqa: F401 - a base of TimeoutError",
+           "",
+           "from . import _core as _c  # (its helpers, read at call time)",
+           "from . import _dlpack as dl",
+           "from ._lib import Error, call",
+           ""]
+    out += constants(gen.constants(text))
+    out += errors(raw)
+    classes = {}
+    for row in WRAPPERS:
+        owner = row[0].rpartition(".")[0]
+        if not owner:
+            out += wrapper(row, by_name)
+        else:
+            classes.setdefault(owner, []).append(row)
+    for cls, rows in classes.items():
+        out += ["", "", "class %sCalls:" % cls]
+        out += _docstring("localmap.%s's properties and methods that are one C call." % cls,
+                          "    ")
+        for row in rows:
+            out += wrapper(row, by_name)
+    return "\n".join(out) + "\n"
