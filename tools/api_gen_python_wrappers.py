@@ -40,104 +40,158 @@ ACRONYMS = {"MPI", "NCCL", "CUDA"}
 NAMED = [("REDUCE_OPS", "LM_REDUCE_", "tuple"), ("TRANSPORTS", "LM_TRANSPORT_", "by value"),
          ("ROUTES", "LM_ROUTE_", "by value"), ("SHAPE_MODES", "LM_SHAPE_", "by name")]
 
-# The methods and functions that are one C call: (Python name, C function, arguments, result,
-# docstring). The name is "Class.attr" for a property, else a def's head ("Class.name(params)"
-# or "name(params)"). Arguments: {C argument: Python expression} for those no parameter of the
-# same name gives (a bare parameter name renames one). Result: an expression of `r` (default:
-# by the C type of what the call writes).
+# The methods and functions that are one C call, W(name, C function, ...): the name is
+# "Class.attr" for a property, else a def's head ("Class.name(self, ...)", "Class.name(cls, ...)"
+# for a classmethod, "name(...)"). args: {C argument: Python expression} for the arguments no
+# parameter of the same name gives (a bare parameter name renames one). result: an expression of
+# `r`, what the call writes (default: by its C type). before: a statement run first.
+
+
+def W(name, cname, args=None, result=None, doc=None, before=None):
+    return name, cname, args or {}, result, doc, before
+
+
+_DEVICE_TYPE = {"device_type": "dl.dl_device(device).device_type"}
+_PLACEMENTS = "tuple(_c._placement_from_c(p) for p in r[0][:r[1]])"  # a record's
+
 WRAPPERS = [
-    ("device_supported(device)", "lm_device_supported",
-     {"device_type": "dl.dl_device(device).device_type"}, "bool(r)",
-     'Whether this build can hold tensors on a device type ("cpu", "cuda", or a code).'),
-    ("chunk(n, parts, index)", "lm_layout_chunk", {}, None,
-     "torch.chunk layout: (offset, length) of block `index` of `parts` over an extent n."),
-    ("pool_stats(reset_peak=False)", "lm_pool_stats", {"reset_peak": "1 if reset_peak else 0"},
-     None, "(bytes in use, high-water mark) of the library's host buffer pool on this process "
-     "(tensor storage, reshard staging); reset_peak=True then sets the mark to the bytes in use. "
-     "Local."),
-    ("placements_adjoint(placements)", "lm_placements_adjoint", {}, None,
-     "The placements of a gradient, PyTorch DTensor's convention: Partial('sum') becomes "
-     "Replicate(), Shard and Replicate are kept; Partial avg/max/min/prod raise "
-     "NotSupportedError."),
-    ("format_placements(placements)", "lm_placements_format",
-     {"size": "64 + 32 * len(placements)"}, None,
-     'The library\'s short form, e.g. "[S(0), R, P(sum)]".'),
-    ('zeros(mesh, shape, dtype, placements, device="cpu")', "lm_dist_tensor_zeros",
-     {"global_shape": "shape"}, None,
-     "A zero-filled tensor; each member rank allocates its shard. Local."),
-    ("Mesh.ndim", "lm_mesh_ndim", {}, None, None),
-    ("Mesh.shape", "lm_mesh_shape", {"n": "self.ndim"}, None, None),
-    ("Mesh.size", "lm_mesh_size", {}, None, "Number of ranks in the mesh."),
-    ("Mesh.is_member", "lm_mesh_is_member", {}, "bool(r)", None),
-    ("Mesh.coord", "lm_mesh_coord", {"n": "self.ndim"}, None,
-     "This rank's coordinate (InvalidUsageError on a non-member)."),
-    ("Mesh.rank", "lm_mesh_rank", {}, None,
-     "This rank's row-major index in the mesh (InvalidUsageError on a non-member)."),
-    ("Mesh.dim_index(self, name)", "lm_mesh_dim_index", {}, None,
-     "The index of the mesh dim called `name` (InvalidArgumentError if none)."),
-    ("Mesh.dim_name(self, dim)", "lm_mesh_dim_name", {"size": "128"}, None,
-     'The name of mesh dim `dim` ("" when unnamed).'),
-    ("Mesh.dim_comm_f(self, dim)", "lm_mesh_dim_comm", {"dim": "self._dim(dim)"}, None,
-     "The communicator along mesh dim `dim` (index or name) as a Fortran handle; owned by the "
-     "mesh. InvalidUsageError on a non-member."),
-    ("Mesh.comm_f", "lm_mesh_comm", {}, None,
-     "The communicator of all mesh ranks as a Fortran handle (owned by the mesh)."),
-    ('Mesh.transport(self, device="cuda")', "lm_mesh_transport",
-     {"device_type": "dl.dl_device(device).device_type"}, "TRANSPORTS.get(r, r)",
-     'How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or '
-     '"undecided" (device data has not moved yet). Local.'),
-    ("DistTensor.ndim", "lm_dist_tensor_ndim", {}, None, None),
-    ("DistTensor._dl_dtype(self)", "lm_dist_tensor_dtype", {}, None, None),
-    ("DistTensor.device", "lm_dist_tensor_device", {}, "dl.device_tuple(r)",
-     "(DLDeviceType, device id), e.g. (1, 0) for the CPU."),
-    ("DistTensor.placements", "lm_dist_tensor_placements", {"n": "self._mesh_ndim()"}, None,
-     "One Placement per mesh dim."),
-    ("DistTensor.shape", "lm_dist_tensor_global_shape", {"n": "self.ndim"}, None,
-     "The global shape."),
-    ("DistTensor.local_shape", "lm_dist_tensor_local_shape", {"n": "self.ndim"}, None, None),
-    ("DistTensor.local_offset", "lm_dist_tensor_local_offset", {"n": "self.ndim"}, None,
-     "Global index of the local shard's first element per dim (0 on non-members)."),
-    ("DistTensor.to_scalapack(self, ctxt=0)", "lm_dist_tensor_to_scalapack", {}, "list(r)",
-     "This tensor's layout as a ScaLAPACK descriptor (9 ints; lm_dist_tensor_to_scalapack): "
-     "the [N, M] tensor read as the column-major M x N matrix; its local shard is the array."),
-    ("DistTensor._export(self)", "lm_dist_tensor_to_dlpack", {}, None, None),
-    ("DistTensor.reshard(self, placements, mesh=None)", "lm_dist_tensor_reshard",
-     {"dst_mesh": "mesh"}, None,
-     "A tensor with this value and `placements` on `mesh` (default: this tensor's mesh). "
-     "Collective over both meshes. A Replicate -> Shard reshard may return a view sharing "
-     "memory with this tensor."),
-    ("DistTensor.transpose(self, perm, placements, mesh=None)", "lm_dist_tensor_transpose",
-     {"dst_mesh": "mesh"}, None,
-     "This tensor with its dims permuted as numpy.transpose(x, perm) (a matrix: (1, 0)), laid "
-     "out with `placements` (in the result's dims) on `mesh` (default: this tensor's mesh); "
-     "lm_dist_tensor_transpose. Host or device tensors. Collective over both meshes."),
-    ("DistTensor.transpose_into(self, dst, perm)", "lm_dist_tensor_transpose_into",
-     {"src": "self"}, None,
-     "Writes this tensor with its dims permuted as numpy.transpose(x, perm) into `dst` (a "
-     "DistTensor whose global shape is this one's permuted, of the same dtype, with its own "
-     "mesh and placements; a padded borrow keeps its padding); lm_dist_tensor_transpose_into. "
-     "dst on this tensor's device (host or CUDA). Collective over both meshes."),
-    ("ReshardPlan.__init__(self, src_mesh, src_placements, dst_mesh, dst_placements, shape, "
-     "dtype)", "lm_reshard_plan_create",
-     {"global_shape": "shape", "dst_mesh": '_c._mesh_h(dst_mesh, "dst_mesh")'}, None, None),
-    ('ReshardPlan.alloc_target(self, device="cpu")', "lm_reshard_plan_alloc_target", {}, None,
-     "A zero-filled tensor laid out as the plan's target. Local."),
-    ("ReshardPlan.adjoint(self)", "lm_reshard_plan_adjoint", {}, None,
-     "The backward plan: a gradient in placements_adjoint(target placements) on the target mesh "
-     "to placements_adjoint(source placements) on the source mesh. Local."),
-    ("ReshardPlan.describe(self)", "lm_reshard_plan_describe", {"size": "4096"}, None,
-     "A one-line description of the plan's steps."),
-    ("ReshardGroup._counts(self)", "lm_reshard_group_size", {}, None, None),
-    ('ReshardGroup.alloc_targets(self, device="cpu")', "lm_reshard_group_alloc_targets",
-     {"n": "self.size()"}, "[_c.DistTensor._wrap(h) for h in r]",
-     "A list of zero-filled tensors laid out as the entries' targets. Local."),
-    ("LocalMapRecord.placements(self, which, index)", "lm_local_map_record_placements",
-     {"capacity": "32"}, "tuple(_c._placement_from_c(p) for p in r[0][:r[1]])",
-     "The recorded placements `which` (RECORD_INPUT ... RECORD_OUT_GRAD) of index."),
-    ("LocalMapRecord.input_grad(self, index, grad)", "lm_local_map_record_input_grad", {}, None,
-     "grad (a DistTensor with input `index`'s global shape, normally placed in_grad(index) on "
-     "the call's mesh) resharded to that input's own mesh and the adjoint of its own "
-     "placements: a new DistTensor. Collective."),
+    W("comm_world()", "lm_comm_world", before="_c.init()",
+      doc="MPI_COMM_WORLD as a Fortran handle (int)."),
+    W("world_rank()", "lm_world_rank", before="_c.init()",
+      doc="(rank, size) in MPI_COMM_WORLD."),
+    W("device_supported(device)", "lm_device_supported", _DEVICE_TYPE, "bool(r)",
+      'Whether this build can hold tensors on a device type ("cpu", "cuda", or a code).'),
+    W("chunk(n, parts, index)", "lm_layout_chunk",
+      doc="torch.chunk layout: (offset, length) of block `index` of `parts` over an extent n."),
+    W('tensor_alloc(shape, dtype, device="cpu")', "lm_tensor_alloc", {},
+      'dl.array_from_managed(r, "tensor_alloc")',
+      "A zero-filled, 64-byte aligned local array from localmap's buffer pool (lm_tensor_alloc): "
+      "a numpy array whose memory the library frees when the array dies. Handy for local_map "
+      "outputs (returned without a copy). Local; needs no MPI."),
+    W("pool_stats(reset_peak=False)", "lm_pool_stats", {"reset_peak": "1 if reset_peak else 0"},
+      doc="(bytes in use, high-water mark) of the library's host buffer pool on this process "
+      "(tensor storage, reshard staging); reset_peak=True then sets the mark to the bytes in "
+      "use. Local."),
+    W("placements_adjoint(placements)", "lm_placements_adjoint",
+      doc="The placements of a gradient, PyTorch DTensor's convention: Partial('sum') becomes "
+      "Replicate(), Shard and Replicate are kept; Partial avg/max/min/prod raise "
+      "NotSupportedError."),
+    W("format_placements(placements)", "lm_placements_format",
+      {"size": "64 + 32 * len(placements)"},
+      doc='The library\'s short form, e.g. "[S(0), R, P(sum)]".'),
+    W('zeros(mesh, shape, dtype, placements, device="cpu")', "lm_dist_tensor_zeros",
+      {"global_shape": "shape"},
+      doc="A zero-filled tensor; each member rank allocates its shard. Local."),
+    W("reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None, "
+      "all_ranks=False)", "lm_reshard_estimate",
+      {"global_shape": "shape", "flags": "PLAN_INFO_ALL_RANKS if all_ranks else 0",
+       "info": "info"}, "_c._plan_info_dict(info)",
+      "What a reshard would move, without building a plan (lm_reshard_estimate): the dict "
+      "ReshardPlan(src_mesh, src_placements, dst_mesh or src_mesh, dst_placements, shape, "
+      "dtype).info(all_ranks) would give. Local, unless all_ranks=True (then collective over "
+      "both meshes). For layout searches: no handle, no buffer.",
+      "info = _lib.lm_reshard_plan_info_t()"),
+    W("Mesh.grid(cls, myrow, mycol, comm=None)", "lm_mesh_create_grid",
+      {"parent_comm": "_c._comm_f(comm)", "config": "None"}, "cls._wrap(r)",
+      "The 2-D mesh of a process grid (lm_mesh_create_grid): its coordinate (r, c) is the rank "
+      "of `comm` that passes (myrow, mycol) = (r, c), e.g. what BLACS's gridinfo returns; a rank "
+      "outside the grid passes -1, -1. Collective over comm (None: MPI_COMM_WORLD)."),
+    W("Mesh.ndim", "lm_mesh_ndim"),
+    W("Mesh.shape", "lm_mesh_shape", {"n": "self.ndim"}),
+    W("Mesh.size", "lm_mesh_size", doc="Number of ranks in the mesh."),
+    W("Mesh.is_member", "lm_mesh_is_member", result="bool(r)"),
+    W("Mesh.coord", "lm_mesh_coord", {"n": "self.ndim"},
+      doc="This rank's coordinate (InvalidUsageError on a non-member)."),
+    W("Mesh.rank", "lm_mesh_rank",
+      doc="This rank's row-major index in the mesh (InvalidUsageError on a non-member)."),
+    W("Mesh.dim_index(self, name)", "lm_mesh_dim_index",
+      doc="The index of the mesh dim called `name` (InvalidArgumentError if none)."),
+    W("Mesh.dim_name(self, dim)", "lm_mesh_dim_name", {"size": "128"},
+      doc='The name of mesh dim `dim` ("" when unnamed).'),
+    W("Mesh.dim_comm_f(self, dim)", "lm_mesh_dim_comm", {"dim": "self._dim(dim)"},
+      doc="The communicator along mesh dim `dim` (index or name) as a Fortran handle; owned by "
+      "the mesh. InvalidUsageError on a non-member."),
+    W("Mesh.comm_f", "lm_mesh_comm",
+      doc="The communicator of all mesh ranks as a Fortran handle (owned by the mesh)."),
+    W('Mesh.transport(self, device="cuda")', "lm_mesh_transport", _DEVICE_TYPE,
+      "TRANSPORTS.get(r, r)",
+      'How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or '
+      '"undecided" (device data has not moved yet). Local.'),
+    W("DistTensor.ndim", "lm_dist_tensor_ndim"),
+    W("DistTensor._dl_dtype(self)", "lm_dist_tensor_dtype"),
+    W("DistTensor.device", "lm_dist_tensor_device", result="dl.device_tuple(r)",
+      doc="(DLDeviceType, device id), e.g. (1, 0) for the CPU."),
+    W("DistTensor.placements", "lm_dist_tensor_placements", {"n": "self._mesh_ndim()"},
+      doc="One Placement per mesh dim."),
+    W("DistTensor.shape", "lm_dist_tensor_global_shape", {"n": "self.ndim"},
+      doc="The global shape."),
+    W("DistTensor.local_shape", "lm_dist_tensor_local_shape", {"n": "self.ndim"}),
+    W("DistTensor.local_offset", "lm_dist_tensor_local_offset", {"n": "self.ndim"},
+      doc="Global index of the local shard's first element per dim (0 on non-members)."),
+    W("DistTensor.to_scalapack(self, ctxt=0)", "lm_dist_tensor_to_scalapack", result="list(r)",
+      doc="This tensor's layout as a ScaLAPACK descriptor (9 ints; lm_dist_tensor_to_scalapack): "
+      "the [N, M] tensor read as the column-major M x N matrix; its local shard is the array."),
+    W("DistTensor._export(self)", "lm_dist_tensor_to_dlpack"),
+    W("DistTensor.retain(self)", "lm_dist_tensor_retain",
+      result="_c.DistTensor._wrap(self._handle().value)",
+      doc="A new DistTensor object holding its own reference on the same tensor."),
+    W("DistTensor.reshard(self, placements, mesh=None)", "lm_dist_tensor_reshard",
+      {"dst_mesh": "mesh"},
+      doc="A tensor with this value and `placements` on `mesh` (default: this tensor's mesh). "
+      "Collective over both meshes. A Replicate -> Shard reshard may return a view sharing "
+      "memory with this tensor."),
+    W("DistTensor.transpose(self, perm, placements, mesh=None)", "lm_dist_tensor_transpose",
+      {"dst_mesh": "mesh"},
+      doc="This tensor with its dims permuted as numpy.transpose(x, perm) (a matrix: (1, 0)), "
+      "laid out with `placements` (in the result's dims) on `mesh` (default: this tensor's "
+      "mesh); lm_dist_tensor_transpose. Host or device tensors. Collective over both meshes."),
+    W("DistTensor.transpose_into(self, dst, perm)", "lm_dist_tensor_transpose_into",
+      {"src": "self"},
+      doc="Writes this tensor with its dims permuted as numpy.transpose(x, perm) into `dst` (a "
+      "DistTensor whose global shape is this one's permuted, of the same dtype, with its own "
+      "mesh and placements; a padded borrow keeps its padding); lm_dist_tensor_transpose_into. "
+      "dst on this tensor's device (host or CUDA). Collective over both meshes."),
+    W("ReshardPlan.__init__(self, src_mesh, src_placements, dst_mesh, dst_placements, shape, "
+      "dtype)", "lm_reshard_plan_create",
+      {"global_shape": "shape", "dst_mesh": '_c._mesh_h(dst_mesh, "dst_mesh")'}),
+    W('ReshardPlan.alloc_target(self, device="cpu")', "lm_reshard_plan_alloc_target",
+      doc="A zero-filled tensor laid out as the plan's target. Local."),
+    W("ReshardPlan.adjoint(self)", "lm_reshard_plan_adjoint",
+      doc="The backward plan: a gradient in placements_adjoint(target placements) on the "
+      "target mesh to placements_adjoint(source placements) on the source mesh. Local."),
+    W("ReshardPlan.info(self, all_ranks=False)", "lm_reshard_plan_info",
+      {"flags": "PLAN_INFO_ALL_RANKS if all_ranks else 0", "info": "info"},
+      "_c._plan_info_dict(info)",
+      "What an execution moves, as a dict (lm_reshard_plan_info): this rank's counts (local), "
+      "or every rank's summed with all_ranks=True (collective over both meshes). 'routes' is a "
+      "set of 'mpi', 'node_local', 'board'.", "info = _lib.lm_reshard_plan_info_t()"),
+    W("ReshardPlan.describe(self)", "lm_reshard_plan_describe", {"size": "4096"},
+      doc="A one-line description of the plan's steps."),
+    W("ReshardGroup.size(self)", "lm_reshard_group_size", result="r[0]",
+      doc="The number of entries (len(group))."),
+    W("ReshardGroup.buckets", "lm_reshard_group_size", result="r[1]",
+      doc="The number of buckets the entries were dealt into (0 for no entries)."),
+    W('ReshardGroup.alloc_targets(self, device="cpu")', "lm_reshard_group_alloc_targets",
+      {"n": "self.size()"}, "[_c.DistTensor._wrap(h) for h in r]",
+      "A list of zero-filled tensors laid out as the entries' targets. Local."),
+    W("LocalMapRecord.placements(self, which, index)", "lm_local_map_record_placements",
+      {"capacity": "32"}, _PLACEMENTS,
+      "The recorded placements `which` (RECORD_INPUT ... RECORD_OUT_GRAD) of index."),
+] + [W("LocalMapRecord.%s(self, %s)" % (name, i), "lm_local_map_record_placements",
+       {"which": which, "index": i, "capacity": "32"}, _PLACEMENTS, doc)
+     for name, i, which, doc in [
+         ("input", "i", "RECORD_INPUT", "The placements DistTensor input i had."),
+         ("seen", "i", "RECORD_IN", "The placements of the view of input i that fn saw."),
+         ("in_grad", "i", "RECORD_IN_GRAD", "The placements of the gradient of fn's view of "
+          "input i (in_grad_placements[i], else seen(i))."),
+         ("out", "j", "RECORD_OUT", "The placements of dist output j."),
+         ("out_grad", "j", "RECORD_OUT_GRAD", "The placements of output j's gradient "
+          "(placements_adjoint(out(j)): Partial(sum) -> Replicate)."),
+     ]] + [
+    W("LocalMapRecord.input_grad(self, index, grad)", "lm_local_map_record_input_grad",
+      doc="grad (a DistTensor with input `index`'s global shape, normally placed in_grad(index) "
+      "on the call's mesh) resharded to that input's own mesh and the adjoint of its own "
+      "placements: a new DistTensor. Collective."),
 ]
 
 
@@ -181,24 +235,40 @@ def _result(f, owner, pyname):
 
 def wrapper(row, funcs):
     """The lines of one WRAPPERS row, indented for its class or not."""
-    name, cname, given, result, doc = row
+    name, cname, given, result, doc, before = row
     f = funcs[cname]
     owner, _, head = name.rpartition(".")
     prop = "(" not in head
-    if prop:
-        head = "%s(self)" % head
+    head = "%s(self)" % head if prop else head
     pyname, params = re.fullmatch(r"(\w+)\((.*)\)", head).groups()
     params = [p.split("=")[0].strip() for p in params.split(",") if p.strip()]
     ind = "    " if owner else ""
     out = [""] if owner else ["", ""]
-    if prop:
-        out.append(ind + "@property")
+    if prop or params[:1] == ["cls"]:
+        out.append(ind + ("@property" if prop else "@classmethod"))
     out.append("%sdef %s:" % (ind, head))
     if doc:
         out += _docstring(doc, ind + "    ")
+    body, args = _arguments(name, f, given, params, owner)
+    res = result or _result(f, owner, pyname)
+    items = ['"%s"' % cname] + args
+    if pyname == "__init__":
+        call = ("_c._Handle.__init__(self, call(", "))")
+    else:
+        keep = re.search(r"\br\b", res) and res != "r"  # the result reads what the call wrote
+        call = ("return call(" if res == "r" else "r = call(" if keep else "call(", ")")
+    out += [line for b in ([before] if before else []) + body for line in _wrap(b, ind + "    ")]
+    out += _fill(call[0], items, call[1], ind + "    ")
+    if res != "r" and pyname != "__init__":
+        out.append(ind + "    return " + res)
+    return out
+
+
+def _arguments(name, f, given, params, owner):
+    """(statements converting the arrays first, the C call's in arguments as expressions)."""
     counts = {a.dims[0]: a.name for a in f.args if a.dims and a.direction == "in"}
     body, args = [], []
-    first = next(a for a in f.args if a.direction != "out")
+    first = next((a for a in f.args if a.direction != "out"), None)
     for a in f.args:
         if a.direction == "out":
             continue
@@ -213,23 +283,13 @@ def wrapper(row, funcs):
             args.append("len(%s)" % (given.get(arr) if given.get(arr) in params else arr))
         elif param is None:
             raise SystemExit("api_gen_python_wrappers: %s gives no %s of %s" % (name, a.name,
-                                                                                  cname))
+                                                                                  f.name))
         elif a.dims:  # converted first, for its count
             body.append("%s = %s" % (param, _convert(_tuple(a), param, owner)))
             args.append(param)
         else:
             args.append(_convert(_tuple(a), param, owner))
-    res = result or _result(f, owner, pyname)
-    items = ['"%s"' % cname] + args
-    if pyname == "__init__":
-        call = ("_c._Handle.__init__(self, call(", "))")
-    else:
-        call = ("return call(" if res == "r" else "r = call(", ")")
-    out += [line for b in body for line in _wrap(b, ind + "    ")]
-    out += _fill(call[0], items, call[1], ind + "    ")
-    if res != "r" and pyname != "__init__":
-        out.append(ind + "    return " + res)
-    return out
+    return body, args
 
 
 def _fill(head, items, tail, ind):
@@ -325,6 +385,7 @@ def generate(funcs):
            "",
            "from . import _core as _c  # (its helpers, read at call time)",
            "from . import _dlpack as dl",
+           "from . import _lib",
            "from ._lib import Error, call",
            ""]
     out += constants(gen.constants(text))

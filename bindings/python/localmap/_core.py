@@ -121,27 +121,6 @@ def finalize():
     L.lm_finalize()
 
 
-def comm_world():
-    """MPI_COMM_WORLD as a Fortran handle (int)."""
-    init()
-    return call("lm_comm_world")
-
-
-def world_rank():
-    """(rank, size) in MPI_COMM_WORLD."""
-    init()
-    return call("lm_world_rank")
-
-
-def tensor_alloc(shape, dtype, device="cpu"):
-    """A zero-filled, 64-byte aligned local array from localmap's buffer pool (lm_tensor_alloc):
-    a numpy array whose memory the library frees when the array dies. Handy for local_map
-    outputs (returned without a copy). Local; needs no MPI."""
-    shp = _ints(shape, "shape")
-    p = call("lm_tensor_alloc", len(shp), shp, dl.dl_dtype(dtype), dl.dl_device(device))
-    return dl.array_from_managed(p, "tensor_alloc")
-
-
 def _comm_f(comm, argname="comm"):
     """A Fortran communicator handle from None (COMM_WORLD), an int, or an mpi4py Comm."""
     if comm is None:
@@ -480,13 +459,6 @@ class Mesh(_w.MeshCalls, _Handle):
         super().__init__(call("lm_mesh_create", comm_f, len(shp), shp, cfg))
 
     @classmethod
-    def grid(cls, myrow, mycol, comm=None):
-        """The 2-D mesh of a process grid (lm_mesh_create_grid): its coordinate (r, c) is the rank
-        of `comm` that passes (myrow, mycol) = (r, c), e.g. what BLACS's gridinfo returns; a rank
-        outside the grid passes -1, -1. Collective over comm (None: MPI_COMM_WORLD)."""
-        return cls._wrap(call("lm_mesh_create_grid", _comm_f(comm), int(myrow), int(mycol), None))
-
-    @classmethod
     def _borrow(cls, handle, owner):
         """A Mesh over a handle this object does not own; `owner` keeps it alive. When `owner`
         is a DistTensor, the handle is asked of the tensor at each use (a tensor's mesh handle
@@ -682,12 +654,6 @@ class DistTensor(_w.DistTensorCalls, _Handle):
 
     def __dlpack_device__(self):
         return self.device
-
-    # -- references -----------------------------------------------------------------------
-    def retain(self):
-        """A new DistTensor object holding its own reference on the same tensor."""
-        call("lm_dist_tensor_retain", self)
-        return DistTensor._wrap(self._handle().value)
 
     # -- collectives ----------------------------------------------------------------------
     def gather(self, root=-1):
@@ -895,14 +861,6 @@ class ReshardPlan(_w.ReshardPlanCalls, _Starter):
         """Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local)."""
         return self.info()["bytes_sent"]
 
-    def info(self, all_ranks=False):
-        """What an execution moves, as a dict (lm_reshard_plan_info): this rank's counts (local),
-        or every rank's summed with all_ranks=True (collective over both meshes). 'routes' is a
-        set of 'mpi', 'node_local', 'board'."""
-        i = L.lm_reshard_plan_info_t()
-        call("lm_reshard_plan_info", self, PLAN_INFO_ALL_RANKS if all_ranks else 0, i)
-        return _plan_info_dict(i)
-
     def __repr__(self):
         return "ReshardPlan(<closed>)" if self.closed else f"ReshardPlan({self.describe()})"
 
@@ -912,23 +870,6 @@ def _plan_info_dict(i):
     out = {name: getattr(i, name) for name, _ in i._fields_[3:]}
     out["routes"] = {name for bit, name in ROUTES.items() if i.routes & bit}
     return out
-
-
-def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None,
-                     all_ranks=False):
-    """What a reshard would move, without building a plan (lm_reshard_estimate): the dict
-    ReshardPlan(src_mesh, src_placements, dst_mesh or src_mesh, dst_placements, shape,
-    dtype).info(all_ranks) would give. Local, unless all_ranks=True (then collective over both
-    meshes). For layout searches: no handle, no buffer."""
-    sm = _mesh_h(src_mesh, "src_mesh")
-    dm = None if dst_mesh is None else _mesh_h(dst_mesh, "dst_mesh")
-    sp = _placements(src_placements, "src_placements")
-    dp = _placements(dst_placements, "dst_placements")
-    shp = _ints(shape, "shape")
-    i = L.lm_reshard_plan_info_t()
-    call("lm_reshard_estimate", sm, sp, dm, dp, len(shp), shp, dl.dl_dtype(dtype),
-         PLAN_INFO_ALL_RANKS if all_ranks else 0, i)
-    return _plan_info_dict(i)
 
 
 def _tensors(tensors, argname):
@@ -1001,20 +942,11 @@ class ReshardGroup(_w.ReshardGroupCalls, _Starter):
             cfg.bucket_bytes, cfg.alone_bytes = int(bucket_bytes), int(alone_bytes)
         super().__init__(call("lm_reshard_group_create", sm, dm, len(items), arr, cfg))
 
-    def size(self):
-        """The number of entries (len(group))."""
-        return self._counts()[0]
-
     def __len__(self):
         return self.size()
 
     def __bool__(self):
         return True  # a handle, even of no entries (len() would make an empty group false)
-
-    @property
-    def buckets(self):
-        """The number of buckets the entries were dealt into (0 for no entries)."""
-        return self._counts()[1]
 
     def _run(self, fname, srcs, dsts):
         """lm_reshard_group_execute or _start from srcs into dsts (allocated when None): what
@@ -1041,8 +973,7 @@ class ReshardGroup(_w.ReshardGroupCalls, _Starter):
     def __repr__(self):
         if self.closed:
             return "ReshardGroup(<closed>)"
-        n, b = self._counts()
-        return f"ReshardGroup(entries={n}, buckets={b})"
+        return f"ReshardGroup(entries={self.size()}, buckets={self.buckets})"
 
 
 def reshard_many(tensors, placements_list, mesh=None):
@@ -1385,21 +1316,6 @@ class LocalMapRecord(_w.LocalMapRecordCalls, _Handle):
     out_grad(j) (placements_adjoint(out(j)): Partial(sum) -> Replicate). input_grad(i, grad)
     moves a gradient to input i's own mesh and layout (collective). Local otherwise."""
     _destroy = L.lm_local_map_record_destroy
-
-    def input(self, i):
-        return self.placements(RECORD_INPUT, i)
-
-    def seen(self, i):
-        return self.placements(RECORD_IN, i)
-
-    def in_grad(self, i):
-        return self.placements(RECORD_IN_GRAD, i)
-
-    def out(self, j):
-        return self.placements(RECORD_OUT, j)
-
-    def out_grad(self, j):
-        return self.placements(RECORD_OUT_GRAD, j)
 
     def __repr__(self):
         return "LocalMapRecord(<closed>)" if self.closed else "LocalMapRecord()"

@@ -8,6 +8,7 @@ import builtins  # noqa: F401 - a base of TimeoutError
 
 from . import _core as _c  # (its helpers, read at call time)
 from . import _dlpack as dl
+from . import _lib
 from ._lib import Error, call
 
 VERSION_MAJOR = 1
@@ -129,6 +130,18 @@ ERRORS = {1: InvalidArgumentError, 2: InvalidUsageError, 3: OutOfMemoryError,
     9: RemoteError, 10: InternalError, 11: UserError, 12: TimeoutError}
 
 
+def comm_world():
+    """MPI_COMM_WORLD as a Fortran handle (int)."""
+    _c.init()
+    return call("lm_comm_world")
+
+
+def world_rank():
+    """(rank, size) in MPI_COMM_WORLD."""
+    _c.init()
+    return call("lm_world_rank")
+
+
 def device_supported(device):
     """Whether this build can hold tensors on a device type ("cpu", "cuda", or a code)."""
     r = call("lm_device_supported", dl.dl_device(device).device_type)
@@ -138,6 +151,16 @@ def device_supported(device):
 def chunk(n, parts, index):
     """torch.chunk layout: (offset, length) of block `index` of `parts` over an extent n."""
     return call("lm_layout_chunk", int(n), int(parts), int(index))
+
+
+def tensor_alloc(shape, dtype, device="cpu"):
+    """A zero-filled, 64-byte aligned local array from localmap's buffer pool (lm_tensor_alloc):
+    a numpy array whose memory the library frees when the array dies. Handy for local_map outputs
+    (returned without a copy). Local; needs no MPI."""
+    shape = _c._ints(shape, "shape")
+    r = call("lm_tensor_alloc", len(shape), shape, dl.dl_dtype(dtype, "dtype"),
+        dl.dl_device(device, "device"))
+    return dl.array_from_managed(r, "tensor_alloc")
 
 
 def pool_stats(reset_peak=False):
@@ -169,8 +192,31 @@ def zeros(mesh, shape, dtype, placements, device="cpu"):
     return _c.DistTensor._wrap(r)
 
 
+def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None, all_ranks=False):
+    """What a reshard would move, without building a plan (lm_reshard_estimate): the dict
+    ReshardPlan(src_mesh, src_placements, dst_mesh or src_mesh, dst_placements, shape,
+    dtype).info(all_ranks) would give. Local, unless all_ranks=True (then collective over both
+    meshes). For layout searches: no handle, no buffer."""
+    info = _lib.lm_reshard_plan_info_t()
+    src_placements = _c._placements(src_placements, "src_placements")
+    dst_placements = _c._placements(dst_placements, "dst_placements")
+    shape = _c._ints(shape, "shape")
+    call("lm_reshard_estimate", _c._mesh_h(src_mesh, "src_mesh"), src_placements,
+        None if dst_mesh is None else _c._mesh_h(dst_mesh, "dst_mesh"), dst_placements, len(shape),
+        shape, dl.dl_dtype(dtype, "dtype"), PLAN_INFO_ALL_RANKS if all_ranks else 0, info)
+    return _c._plan_info_dict(info)
+
+
 class MeshCalls:
     """localmap.Mesh's properties and methods that are one C call."""
+
+    @classmethod
+    def grid(cls, myrow, mycol, comm=None):
+        """The 2-D mesh of a process grid (lm_mesh_create_grid): its coordinate (r, c) is the
+        rank of `comm` that passes (myrow, mycol) = (r, c), e.g. what BLACS's gridinfo returns; a
+        rank outside the grid passes -1, -1. Collective over comm (None: MPI_COMM_WORLD)."""
+        r = call("lm_mesh_create_grid", _c._comm_f(comm), int(myrow), int(mycol), None)
+        return cls._wrap(r)
 
     @property
     def ndim(self):
@@ -270,6 +316,11 @@ class DistTensorCalls:
     def _export(self):
         return call("lm_dist_tensor_to_dlpack", self)
 
+    def retain(self):
+        """A new DistTensor object holding its own reference on the same tensor."""
+        call("lm_dist_tensor_retain", self)
+        return _c.DistTensor._wrap(self._handle().value)
+
     def reshard(self, placements, mesh=None):
         """A tensor with this value and `placements` on `mesh` (default: this tensor's mesh).
         Collective over both meshes. A Replicate -> Shard reshard may return a view sharing
@@ -321,6 +372,14 @@ class ReshardPlanCalls:
         r = call("lm_reshard_plan_adjoint", self)
         return _c.ReshardPlan._wrap(r)
 
+    def info(self, all_ranks=False):
+        """What an execution moves, as a dict (lm_reshard_plan_info): this rank's counts (local),
+        or every rank's summed with all_ranks=True (collective over both meshes). 'routes' is a
+        set of 'mpi', 'node_local', 'board'."""
+        info = _lib.lm_reshard_plan_info_t()
+        call("lm_reshard_plan_info", self, PLAN_INFO_ALL_RANKS if all_ranks else 0, info)
+        return _c._plan_info_dict(info)
+
     def describe(self):
         """A one-line description of the plan's steps."""
         return call("lm_reshard_plan_describe", self, 4096)
@@ -329,8 +388,16 @@ class ReshardPlanCalls:
 class ReshardGroupCalls:
     """localmap.ReshardGroup's properties and methods that are one C call."""
 
-    def _counts(self):
-        return call("lm_reshard_group_size", self)
+    def size(self):
+        """The number of entries (len(group))."""
+        r = call("lm_reshard_group_size", self)
+        return r[0]
+
+    @property
+    def buckets(self):
+        """The number of buckets the entries were dealt into (0 for no entries)."""
+        r = call("lm_reshard_group_size", self)
+        return r[1]
 
     def alloc_targets(self, device="cpu"):
         """A list of zero-filled tensors laid out as the entries' targets. Local."""
@@ -345,6 +412,33 @@ class LocalMapRecordCalls:
     def placements(self, which, index):
         """The recorded placements `which` (RECORD_INPUT ... RECORD_OUT_GRAD) of index."""
         r = call("lm_local_map_record_placements", self, int(which), int(index), 32)
+        return tuple(_c._placement_from_c(p) for p in r[0][:r[1]])
+
+    def input(self, i):
+        """The placements DistTensor input i had."""
+        r = call("lm_local_map_record_placements", self, RECORD_INPUT, int(i), 32)
+        return tuple(_c._placement_from_c(p) for p in r[0][:r[1]])
+
+    def seen(self, i):
+        """The placements of the view of input i that fn saw."""
+        r = call("lm_local_map_record_placements", self, RECORD_IN, int(i), 32)
+        return tuple(_c._placement_from_c(p) for p in r[0][:r[1]])
+
+    def in_grad(self, i):
+        """The placements of the gradient of fn's view of input i (in_grad_placements[i], else
+        seen(i))."""
+        r = call("lm_local_map_record_placements", self, RECORD_IN_GRAD, int(i), 32)
+        return tuple(_c._placement_from_c(p) for p in r[0][:r[1]])
+
+    def out(self, j):
+        """The placements of dist output j."""
+        r = call("lm_local_map_record_placements", self, RECORD_OUT, int(j), 32)
+        return tuple(_c._placement_from_c(p) for p in r[0][:r[1]])
+
+    def out_grad(self, j):
+        """The placements of output j's gradient (placements_adjoint(out(j)): Partial(sum) ->
+        Replicate)."""
+        r = call("lm_local_map_record_placements", self, RECORD_OUT_GRAD, int(j), 32)
         return tuple(_c._placement_from_c(p) for p in r[0][:r[1]])
 
     def input_grad(self, index, grad):
