@@ -2,21 +2,19 @@
 """Loading liblocalmap and declaring its C ABI with ctypes.
 
 Every function of include/localmap.h is declared here once, at import, from the generated
-description (localmap/_api.py): argtypes, restype, and for functions returning lm_status_t an
-errcheck that raises localmap.Error on failure. The header's structs are built from the same
-description. call() is the one wrapper the Python API calls C through: it allocates the outputs
-and checks array lengths against api/localmap.api's rules. This module is private: the public API
-is in localmap/__init__.py.
+localmap/_api.py (its ctypes types and prototypes): functions returning lm_status_t get an
+errcheck that raises localmap.Error on failure. call() is the one wrapper the Python API calls C
+through: it allocates the outputs and checks array lengths by api/localmap.api's rules. This
+module is private: the public API is in localmap/__init__.py.
 """
 import ctypes
 import os
 import shutil
 import subprocess
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
-                    c_int64, c_size_t, c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
 
 from . import _api
+from ._api import *  # noqa: F401,F403 - the C types (DLTensor, lm_placement_t, ...)
 
 SONAME = "liblocalmap.so.1"
 ENV_VAR = "LOCALMAP_LIBRARY"
@@ -108,89 +106,6 @@ def _load():
 lib, LOADED_FROM = _load()
 
 # ---------------------------------------------------------------------------------------------
-# Types: DLPack 0.6's and the callbacks by hand, the header's structs from _api.STRUCTS
-# ---------------------------------------------------------------------------------------------
-
-
-class DLDevice(Structure):
-    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
-
-
-class DLDataType(Structure):
-    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
-
-
-class DLTensor(Structure):
-    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
-                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
-                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
-
-
-class DLManagedTensor(Structure):
-    pass
-
-
-DLManagedTensorDeleter = CFUNCTYPE(None, c_void_p)  # void (*)(DLManagedTensor *)
-DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
-                            ("deleter", DLManagedTensorDeleter)]
-
-# void *(*lm_device_alloc_fn_t)(void *ctx, size_t bytes, int device_id, void *stream)
-lm_device_alloc_fn_t = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_int, c_void_p)
-# void (*lm_device_free_fn_t)(void *ctx, void *ptr, size_t bytes, int device_id, void *stream)
-lm_device_free_fn_t = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_int, c_void_p)
-_TYPES = {
-    "int": c_int, "unsigned": c_uint, "int32_t": c_int32, "int64_t": c_int64, "size_t": c_size_t,
-    "uint32_t": c_uint32, "double": c_double, "char": c_char, "lm_status_t": c_int,
-    "DLDeviceType": c_int, "lm_shape_mode_t": c_int, "DLDataType": DLDataType,
-    "DLDevice": DLDevice, "DLTensor": DLTensor, "lm_device_alloc_fn_t": lm_device_alloc_fn_t,
-    "lm_device_free_fn_t": lm_device_free_fn_t,
-}
-# Pointers ctypes passes as plain addresses or bytes: the pointer itself is the type.
-_ADDRESSES = {"void": c_void_p, "char": c_char_p, "DLManagedTensor": c_void_p}
-
-
-def _ctype(c):
-    """The ctypes type of a C type as _api spells it ("const int64_t*"); handles (lm_X_t of no
-    struct) are addresses (c_void_p)."""
-    base = c.replace("const", "").replace(" ", "")
-    stars = base.count("*")
-    base = base.rstrip("*")
-    if base == "void" and not stars:
-        return None
-    if stars and base in _ADDRESSES:
-        t, stars = _ADDRESSES[base], stars - 1
-    else:
-        t = _TYPES.get(base, c_void_p if base.startswith("lm_") else None)
-        if t is None:
-            raise TypeError(f"localmap._lib: no ctypes type for the C type {c!r}")
-    for _ in range(stars):
-        t = POINTER(t)
-    return t
-
-
-def _struct(name):
-    """The ctypes struct `name` of the header; one with an _INIT macro starts as it sets it
-    (size, magic, version and the other defaults)."""
-    ns = {"_fields_": [(f, _ctype(t)) for f, t in _api.STRUCTS[name]]}
-    init = _api.INITS.get(name)
-    if init is not None:
-        def __init__(self):
-            Structure.__init__(self)
-            for field, value in init:
-                setattr(self, field, ctypes.sizeof(self) if value == "sizeof" else value)
-        ns["__init__"] = __init__
-    return type(name, (Structure,), ns)
-
-
-for _name in _api.STRUCTS:
-    _TYPES[_name] = globals()[_name] = _struct(_name)
-lm_arg_t = _TYPES["lm_arg_t"]
-# lm_status_t (*)(void *user_data, lm_mesh_t mesh, int nin, const lm_arg_t *inputs, int nout,
-#                 lm_arg_t *outputs)
-_TYPES["lm_local_fn_t"] = lm_local_fn_t = CFUNCTYPE(c_int, c_void_p, c_void_p, c_int,
-                                                    POINTER(lm_arg_t), c_int, POINTER(lm_arg_t))
-
-# ---------------------------------------------------------------------------------------------
 # Prototypes, errors
 # ---------------------------------------------------------------------------------------------
 
@@ -237,16 +152,15 @@ def _missing(name):
 
 
 def _declare():
-    for name, (ret, args) in _api.FUNCTIONS.items():
+    for name, (restype, argtypes) in _api.PROTOTYPES.items():
         try:
             f = getattr(lib, name)
         except AttributeError:
             MISSING.append(name)
             globals()[name] = _missing(name)
             continue
-        f.restype = _ctype(ret)
-        f.argtypes = [_ctype(a[2]) for a in args]
-        if ret == "lm_status_t":
+        f.restype, f.argtypes = restype, argtypes
+        if _api.FUNCTIONS[name][0] == "lm_status_t":
             f.errcheck = _errcheck
         globals()[name] = f
 
@@ -275,13 +189,13 @@ def call(fname, *args, names=None, ndims=None):
     values = {a[0]: v for a, v in zip(ins, args)}
     check(fname, values, names, ndims)
     cargs, outs, keep = [], [], []
-    for name, direction, ctype, dims, null_ok in spec:
+    for (name, direction, _, dims, null_ok), t in zip(spec, _api.PROTOTYPES[fname][1]):
         if direction == "out":
-            v = _alloc(_ctype(ctype[:-1]), dims, values, null_ok)
+            v = _alloc(t._type_, dims, values, null_ok)
             outs.append((v, dims))
             cargs.append(ctypes.byref(v) if not dims else v)
         else:
-            cargs.append(_to_c(ctype, dims, values[name], keep))
+            cargs.append(_to_c(t, dims, values[name], keep))
     globals()[fname](*cargs)
     got = tuple(_from_c(v, dims, values) for v, dims in outs)
     return None if not got else got[0] if len(got) == 1 else got
@@ -300,22 +214,22 @@ def _alloc(elem, dims, values, null_ok):
     return None if n == 0 and null_ok else (elem * max(n, 1))()
 
 
-def _to_c(ctype, dims, value, keep):
+def _to_c(argtype, dims, value, keep):
     """An in argument as ctypes takes it: an object with `_as_parameter_` gives that (here, so
     that its own exception is raised), a Python list or tuple of an array argument becomes a
     ctypes array (kept alive in `keep` until the call returns), anything else goes as it is."""
     if not dims or not isinstance(value, (list, tuple)):
         return getattr(value, "_as_parameter_", value)
-    return _array(_ctype(ctype)._type_, value, len(dims) == 2, keep)
+    return _array(argtype._type_, value, len(dims) == 2, keep)
 
 
 def to_c(fname, argname, value, keep):
     """`value` as the ctypes argument `argname` of C function `fname` takes it (a list as its
     array, kept alive in `keep`): for the structs whose arrays are those of a function
     (lm_reshard_entry_t's are lm_reshard_plan_create's)."""
-    for name, _, ctype, dims, _ in _api.FUNCTIONS[fname][1]:
+    for (name, _, _, dims, _), t in zip(_api.FUNCTIONS[fname][1], _api.PROTOTYPES[fname][1]):
         if name == argname:
-            return _to_c(ctype, dims, value, keep)
+            return _to_c(t, dims, value, keep)
     raise KeyError(f"{fname} has no argument {argname}")
 
 
@@ -333,7 +247,7 @@ def _from_c(v, dims, values):
         return v.value if isinstance(v, ctypes._SimpleCData) else v
     if v is None:
         return ()
-    if v._type_ is c_char:
+    if v._type_ is ctypes.c_char:
         return v.value.decode()
     n = _out_length(dims[0], values)
     return tuple(v[:n]) if issubclass(v._type_, ctypes._SimpleCData) else v[:n]
