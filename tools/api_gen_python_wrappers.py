@@ -35,6 +35,8 @@ ERROR_DOCS = {
                "is broken",
 }
 ACRONYMS = {"MPI", "NCCL", "CUDA"}
+# The constants that are public (in __all__), by prefix once LM_ is gone.
+PUBLIC = ("SUCCESS", "ERR_", "ARG_", "RECORD_", "REDUCE_OPS")
 
 # Enums whose members Python names by strings: (Python name, prefix of the members, form).
 NAMED = [("REDUCE_OPS", "LM_REDUCE_", "tuple"), ("TRANSPORTS", "LM_TRANSPORT_", "by value"),
@@ -246,7 +248,7 @@ def wrapper(row, funcs):
     out = [""] if owner else ["", ""]
     if prop or params[:1] == ["cls"]:
         out.append(ind + ("@property" if prop else "@classmethod"))
-    out.append("%sdef %s:" % (ind, head))
+    out += _fill("def %s(" % pyname, [p.strip() for p in _params(head)], "):", ind, 8)
     if doc:
         out += _docstring(doc, ind + "    ")
     body, args = _arguments(name, f, given, params, owner)
@@ -262,6 +264,12 @@ def wrapper(row, funcs):
     if res != "r" and pyname != "__init__":
         out.append(ind + "    return " + res)
     return out
+
+
+def _params(head):
+    """The parameters of a def's head "name(a, b=1)" as written."""
+    inside = head[head.index("(") + 1:-1]
+    return [p for p in re.split(r",\s*(?![^()]*\))", inside) if p.strip()]
 
 
 def _arguments(name, f, given, params, owner):
@@ -292,17 +300,17 @@ def _arguments(name, f, given, params, owner):
     return body, args
 
 
-def _fill(head, items, tail, ind):
+def _fill(head, items, tail, ind, cont=4):
     """head + the items joined by ", " + tail, broken between items to stay under WIDTH (the
-    continuation lines 4 spaces deeper)."""
+    continuation lines `cont` spaces deeper)."""
     lines, line = [], ind + head
     for i, item in enumerate(items):
         piece = item + (", " if i + 1 < len(items) else tail)
         if len(line) + len(piece.rstrip()) > WIDTH and line.strip() != head.strip():
             lines.append(line.rstrip())
-            line = ind + "    "
+            line = ind + " " * cont
         line += piece
-    return lines + [line]
+    return lines + [line if items else line + tail]
 
 
 def _tuple(a):
@@ -397,10 +405,14 @@ def generate(funcs):
             out += wrapper(row, by_name)
         else:
             classes.setdefault(owner, []).append(row)
+    public = [n for n in re.findall(r"^(\w+) = ", "\n".join(out), re.M) if n.startswith(PUBLIC)]
+    public += re.findall(r"^(?:class|def) (\w+)", "\n".join(out), re.M)
     for cls, rows in classes.items():
         out += ["", "", "class %sCalls:" % cls]
         out += _docstring("localmap.%s's properties and methods that are one C call." % cls,
                           "    ")
         for row in rows:
             out += wrapper(row, by_name)
+    out += ["", "", "# The public names of the module (the *Calls classes are _core's bases)."]
+    out += _fill("__all__ = [", ['"%s"' % n for n in public], "]", "")
     return "\n".join(out) + "\n"

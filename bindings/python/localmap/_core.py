@@ -8,6 +8,7 @@ import atexit
 import builtins
 import ctypes
 import functools
+import itertools
 import numbers
 import re
 import sys
@@ -22,29 +23,19 @@ from . import _dlpack as dl
 from . import _lib as L
 from . import _wrappers as _w
 from ._lib import Error, call
-from ._wrappers import *  # noqa: F403 - the constants, exceptions and one-call functions
+from ._wrappers import *  # noqa: F403 - the public constants, exceptions, one-call functions
+from ._wrappers import (BLOCK_CYCLIC, ERRORS, FROM_LOCAL_BORROW, FROM_LOCAL_COPY,
+                        LOCAL_MAP_NO_AGREE, LOCAL_MAP_RESHARD_INPUTS, LOCAL_MAP_SHAPES_EVEN,
+                        PARTIAL, RAGGED, REPLICATE, ROUTES, SHAPE_GIVEN, SHAPE_MODES, SHARD)
 
-__all__ = [
+__all__ = _w.__all__ + [
     "Mesh", "DistTensor", "ReshardPlan", "ReshardGroup", "Request", "Placement", "Shard",
-    "RaggedShard", "BlockCyclic", "Replicate", "Partial", "zeros", "from_local",
-    "from_scalapack", "from_global", "from_dlpack", "reshard_many", "reshard_estimate",
-    "local_map", "LocalMapRecord", "RECORD_INPUT", "RECORD_IN", "RECORD_IN_GRAD", "RECORD_OUT",
-    "RECORD_OUT_GRAD", "format_placements", "placements_adjoint",
-    "chunk", "tensor_alloc", "pool_stats", "init", "finalize", "comm_world", "world_rank",
-    "device_supported", "library_version", "library_path", "status_string", "REDUCE_OPS",
-    "Error", "InvalidArgumentError", "InvalidUsageError", "OutOfMemoryError",
-    "NotSupportedError", "MismatchError", "MPIError", "NCCLError", "CUDAError", "RemoteError",
-    "InternalError", "UserError", "TimeoutError",
-    "SUCCESS", "ERR_INVALID_ARGUMENT", "ERR_INVALID_USAGE", "ERR_OUT_OF_MEMORY",
-    "ERR_NOT_SUPPORTED", "ERR_MISMATCH", "ERR_MPI", "ERR_NCCL", "ERR_CUDA", "ERR_REMOTE",
-    "ERR_INTERNAL", "ERR_USER", "ERR_TIMEOUT",
-    "ARG_NONE", "ARG_DIST_TENSOR", "ARG_TENSOR", "ARG_INT64", "ARG_DOUBLE", "ARG_POINTER",
-    "ARG_MANAGED_TENSOR",
+    "RaggedShard", "BlockCyclic", "Replicate", "Partial", "from_local", "from_scalapack",
+    "from_global", "from_dlpack", "reshard_many", "local_map", "LocalMapRecord", "init",
+    "finalize", "library_version", "library_path", "status_string", "Error",
 ]
 
-# =============================================================================================
-# Errors
-# =============================================================================================
+# -- Errors ------------------------------------------------------------------------------------
 
 
 _RAGGED_ID = re.compile(r"Ragged shard extents id (\d+)")
@@ -75,9 +66,7 @@ def _bad(message):
     return InvalidArgumentError(ERR_INVALID_ARGUMENT, message)
 
 
-# =============================================================================================
-# Library, MPI bootstrap
-# =============================================================================================
+# -- Library, MPI bootstrap --------------------------------------------------------------------
 def library_version():
     """(major, minor, patch) of the liblocalmap actually loaded."""
     v = L.lm_get_version()
@@ -139,8 +128,8 @@ def _mpi4py_comm(handle_f):
     try:
         from mpi4py import MPI
     except ImportError as e:
-        raise NotSupportedError(ERR_NOT_SUPPORTED, f"mpi4py is not importable ({e}); the "
-                                f"Fortran handle is {handle_f} (the *_f variant returns it)") from None
+        raise NotSupportedError(ERR_NOT_SUPPORTED, f"mpi4py is not importable ({e}); the Fortran "
+                                f"handle is {handle_f} (the *_f variant returns it)") from None
     return MPI.Comm.f2py(handle_f)
 
 
@@ -154,9 +143,7 @@ def _ints(values, argname, one=True):
         raise _bad(f"{argname}: expected a sequence of ints, got {values!r}") from None
 
 
-# =============================================================================================
-# Placements
-# =============================================================================================
+# -- Placements --------------------------------------------------------------------------------
 class Placement:
     """How one mesh dim holds a tensor: Shard(d), Replicate(), Partial(op), RaggedShard(d, ...)
     or BlockCyclic(d, block). The fields are the C struct's, each with one meaning (0 where it
@@ -291,7 +278,8 @@ class BlockCyclic(Placement):
         super().__init__(BLOCK_CYCLIC, dim, block=block, source=src)
 
     def __repr__(self):
-        return f"BlockCyclic({self.dim}, {self.block}" + (f", src={self.source})" if self.source else ")")
+        src = f", src={self.source}" if self.source else ""
+        return f"BlockCyclic({self.dim}, {self.block}{src})"
 
 
 def _extents(ident):
@@ -328,18 +316,13 @@ def _placements(placements, argname):
         if not isinstance(p, Placement):
             raise _bad(f"{argname}[{i}]: {p!r} is not a placement (Shard(d), Replicate(), "
                        "Partial(op))")
-        if p.kind == BLOCK_CYCLIC and p.block < 1:
-            raise _bad(f"{argname}[{i}]: {p!r}: block {p.block} must be >= 1 (the block size, "
-                       "in elements)")
-        if p.kind == BLOCK_CYCLIC and p.source < 0:
-            raise _bad(f"{argname}[{i}]: {p!r}: src {p.source} must be >= 0 (the source "
-                       "coordinate of the first block)")
+        if p.kind == BLOCK_CYCLIC and (p.block < 1 or p.source < 0):
+            raise _bad(f"{argname}[{i}]: {p!r}: block must be >= 1 (the block size, in "
+                       "elements) and src >= 0 (the mesh coordinate of the first block)")
     return items
 
 
-# =============================================================================================
-# Handles
-# =============================================================================================
+# -- Handles -----------------------------------------------------------------------------------
 class _Handle:
     """A C handle owned by this object: close() (or leaving a `with` block, or garbage
     collection) calls the local, non-collective destroy. ctypes passes the object as its handle
@@ -570,9 +553,7 @@ def _device_callbacks(alloc, free):
     return L.lm_device_alloc_fn_t(c_alloc), L.lm_device_free_fn_t(c_free), alloc, free
 
 
-# =============================================================================================
-# Dist tensors
-# =============================================================================================
+# -- Dist tensors ------------------------------------------------------------------------------
 def _object(obj, argname, cls):
     """obj, checked to be a `cls` (a localmap class)."""
     if not isinstance(obj, cls):
@@ -826,9 +807,7 @@ def from_global(full, mesh, placements, root=-1):
     return DistTensor._wrap(call("lm_dist_tensor_from_global", mh, b.tensor, pl, int(root)))
 
 
-# =============================================================================================
-# Persistent reshard plans and requests
-# =============================================================================================
+# -- Persistent reshard plans and requests -----------------------------------------------------
 _unfinished = []  # requests dropped in flight: kept (with their tensors) so nothing is freed
 
 
@@ -989,19 +968,18 @@ def reshard_many(tensors, placements_list, mesh=None):
         raise _bad("placements_list: expected one list of placements per tensor") from None
     if len(pls) != len(items):
         raise _bad(f"placements_list: {len(pls)} entries for {len(items)} tensors")
-    mh = None if mesh is None else _mesh_h(mesh)
     if not items:
         return []
-    sm = call("lm_dist_tensor_mesh", items[0])
-    arr, keep = (L.lm_reshard_entry_t * len(items))(), []
     for i, (t, pl) in enumerate(zip(items, pls)):
-        name = f"placements_list[{i}]"
-        if call("lm_dist_tensor_mesh", t) != sm:
+        if call("lm_dist_tensor_mesh", t) != call("lm_dist_tensor_mesh", items[0]):
             raise _bad(f"reshard_many: tensors[{i}] lives on another mesh than tensors[0] (one "
                        "call moves tensors of one mesh)")
-        arr[i] = _entry(sm, mh, list(t.shape), t._dl_dtype(), list(t.placements),
-                        _placements(pl, name), keep, {"dst_placements": name})
-    with ReshardGroup._wrap(call("lm_reshard_group_create", sm, mh, len(items), arr, None)) as g:
+        pls[i] = _placements(pl, f"placements_list[{i}]")
+        L.check("lm_dist_tensor_reshard", {"src": t, "dst_mesh": mesh and _mesh_h(mesh),
+                                           "placements": pls[i]},
+                {"placements": f"placements_list[{i}]"})
+    entries = [(t.shape, t._dl_dtype(), t.placements, pl) for t, pl in zip(items, pls)]
+    with ReshardGroup(items[0].mesh, entries, mesh) as g:
         out = g.alloc_targets(items[0].device)
         try:
             return g.execute(items, out)
@@ -1053,14 +1031,11 @@ class Request:
                 pass
 
 
-# =============================================================================================
-# local_map
-# =============================================================================================
+# -- local_map ---------------------------------------------------------------------------------
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 _calls = {}  # user_data key -> _Call (one per lm_local_map in progress; calls may nest)
-_call_lock = threading.Lock()
-_next_call = [1]
+_keys = itertools.count(1)  # (next() is atomic)
 
 
 class _Call:
@@ -1288,9 +1263,7 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
     call_ = _Call(fn, args, kwargs, with_mesh, spec,
                   [None] * nout if shapes is None else
                   [None if s is None else len(s) for s in shapes])
-    with _call_lock:
-        key = _next_call[0]
-        _next_call[0] += 1
+    key = next(_keys)
     _calls[key] = call_
     try:
         c_args = (_trampoline_c, key, nin, _input_args(args, keep), in_pl, nout, out_pl, shapes,

@@ -8,6 +8,8 @@ from ctypes import CFUNCTYPE, PYFUNCTYPE, c_char_p, c_int, c_int64, c_void_p, py
 import numpy as np
 
 from ._lib import DLDataType, DLDevice, DLManagedTensor, DLManagedTensorDeleter, DLTensor
+from ._wrappers import (ERR_INVALID_ARGUMENT, ERR_NOT_SUPPORTED, InvalidArgumentError,
+                        NotSupportedError)
 
 # DLPack codes (dlpack.h; bool is DLPack 0.8's kDLBool, which localmap uses with DLPack 0.6).
 kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool = 0, 1, 2, 4, 5, 6
@@ -26,30 +28,26 @@ except ImportError:  # pragma: no cover - depends on the environment
 _KIND_CODE = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "c": kDLComplex, "b": kDLBool}
 
 
-def _error(name, message):
-    """localmap's exception `name` (InvalidArgumentError, NotSupportedError) with `message`."""
-    from . import _core
-    cls = getattr(_core, name)
-    return cls(_core.ERR_INVALID_ARGUMENT if name == "InvalidArgumentError" else
-               _core.ERR_NOT_SUPPORTED, message)
+def _bad(message):
+    return InvalidArgumentError(ERR_INVALID_ARGUMENT, message)
 
 
 def dl_dtype(dtype, argname="dtype"):
-    """A DLDataType for a numpy dtype (or anything np.dtype accepts, or "bfloat16")."""
+    """A DLDataType for a numpy dtype (or anything np.dtype accepts, "bfloat16", a DLDataType)."""
+    if isinstance(dtype, DLDataType):
+        return dtype
     if isinstance(dtype, str) and dtype == "bfloat16":
         return DLDataType(kDLBfloat, 16, 1)
     try:
         dt = np.dtype(dtype)
     except TypeError as e:
-        raise _error("InvalidArgumentError", f"{argname}: {dtype!r} is not a dtype ({e})") from None
+        raise _bad(f"{argname}: {dtype!r} is not a dtype ({e})") from None
     if _BFLOAT16 is not None and dt == _BFLOAT16:
         return DLDataType(kDLBfloat, 16, 1)
     if dt.kind not in _KIND_CODE or dt.fields is not None or dt.subdtype is not None:
-        raise _error("InvalidArgumentError", f"{argname}: numpy dtype {dt} has no DLPack "
-                     "equivalent")
+        raise _bad(f"{argname}: numpy dtype {dt} has no DLPack equivalent")
     if not dt.isnative:
-        raise _error("InvalidArgumentError", f"{argname}: numpy dtype {dt} is not in native "
-                     "byte order")
+        raise _bad(f"{argname}: numpy dtype {dt} is not in native byte order")
     return DLDataType(_KIND_CODE[dt.kind], dt.itemsize * 8, 1)
 
 
@@ -74,8 +72,8 @@ def require_np_dtype(dl, what):
     dt = np_dtype(dl)
     if isinstance(dt, str):
         hint = " (install ml_dtypes for a numpy bfloat16)" if dt == "bfloat16" else ""
-        raise _error("NotSupportedError", f"{what}: numpy has no dtype for {dt}{hint}; use "
-                     "DLPack (__dlpack__) with a framework that has it")
+        raise NotSupportedError(ERR_NOT_SUPPORTED, f"{what}: numpy has no dtype for {dt}{hint}; "
+                                "use DLPack (__dlpack__) with a framework that has it")
     return dt
 
 
@@ -91,8 +89,8 @@ def dl_device(device, argname="device"):
         return DLDevice(int(device[0]), int(device[1]))
     elif isinstance(device, int):
         return DLDevice(device, 0)
-    raise _error("InvalidArgumentError", f"{argname}: {device!r} is not a device (\"cpu\", "
-                 "\"cuda:0\", or a (DLDeviceType, id) pair)")
+    raise _bad(f"{argname}: {device!r} is not a device (\"cpu\", \"cuda:0\", or a (DLDeviceType, "
+               "id) pair)")
 
 
 def device_tuple(dev):
@@ -159,7 +157,7 @@ def managed_from_array(array):
     padded host shard, e.g. a ScaLAPACK array with LLD_ > LOCr). The array stays alive until the
     C side calls the deleter."""
     if array.size and not _whole_strides(array):
-        raise _error("InvalidArgumentError", "the array's strides are not whole elements")
+        raise _bad("the array's strides are not whole elements")
     m = DLManagedTensor()
     _describe(m.dl_tensor, array, "dtype")
     m.manager_ctx = None
@@ -272,8 +270,7 @@ def versioned_capsule_from_managed(addr, readonly=False):
 def managed_from_capsule(capsule):
     """The DLManagedTensor* (int) inside an unconsumed "dltensor" capsule."""
     if not _PyCapsule_IsValid(capsule, b"dltensor"):
-        raise _error("InvalidArgumentError", "__dlpack__() did not return an unconsumed "
-                     "\"dltensor\" capsule")
+        raise _bad("__dlpack__() did not return an unconsumed \"dltensor\" capsule")
     return _PyCapsule_GetPointer(capsule, b"dltensor")
 
 
@@ -325,9 +322,9 @@ def array_from_dltensor(t, what, readonly, release=None):
     array over it dies; for empty tensors it runs at once and the array owns nothing."""
     try:
         if t.device.device_type not in (kDLCPU, kDLCUDAHost):
-            raise _error("NotSupportedError", f"{what}: a "
-                         f"{DEVICE_NAMES.get(t.device.device_type, '?')} tensor has no numpy "
-                         "view; use __dlpack__ with a framework for that device")
+            device = DEVICE_NAMES.get(t.device.device_type, "?")
+            raise NotSupportedError(ERR_NOT_SUPPORTED, f"{what}: a {device} tensor has no numpy "
+                                    "view; use __dlpack__ with a framework for that device")
         dt = require_np_dtype(t.dtype, what)
     except BaseException:
         if release is not None:

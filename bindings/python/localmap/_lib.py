@@ -24,15 +24,6 @@ class LibraryNotFoundError(ImportError):
     """liblocalmap.so.1 could not be loaded; the message lists every place that was tried."""
 
 
-def _source_root():
-    """The repository root when this package is imported from a source checkout, else None."""
-    here = Path(__file__).resolve().parent  # <root>/bindings/python/localmap
-    root = here.parents[2] if len(here.parents) > 2 else None
-    if root is not None and (root / "include" / "localmap.h").is_file():
-        return root
-    return None
-
-
 def _pkg_config_libdir():
     """(libdir or None, why not) from `pkg-config --variable=libdir localmap`."""
     exe = shutil.which(os.environ.get("PKG_CONFIG", "pkg-config"))
@@ -49,54 +40,52 @@ def _pkg_config_libdir():
     return r.stdout.strip(), None
 
 
+def _places(tried):
+    """(what, short name, path) of each place to look after $LOCALMAP_LIBRARY, in order; the
+    places that cannot be tried say why in `tried`."""
+    here = Path(__file__).resolve().parent  # <root>/bindings/python/localmap
+    root = here.parents[2] if len(here.parents) > 2 else None
+    if root is not None and (root / "include" / "localmap.h").is_file():
+        if (root / "build" / "lib" / SONAME).exists():
+            yield "build tree", "build tree", root / "build" / "lib" / SONAME
+        else:
+            tried.append(f"build tree: {root / 'build' / 'lib' / SONAME} (not built: run "
+                         f"`make lib` in {root})")
+    else:
+        tried.append("build tree: not imported from a localmap source checkout")
+    libdir, why = _pkg_config_libdir()
+    if libdir is not None:
+        yield "pkg-config localmap", "pkg-config", Path(libdir) / SONAME
+    else:
+        tried.append(f"pkg-config localmap: {why}")
+    yield "dynamic loader search path", "dynamic loader", SONAME
+
+
 def _load():
     """Loads the library: $LOCALMAP_LIBRARY, else the build tree of a source checkout, else
     pkg-config's libdir, else the dynamic loader's search path. Returns (CDLL, where)."""
     tried = []
-    mode = ctypes.RTLD_GLOBAL  # libmpi's MCA components resolve symbols against the global scope
 
     def attempt(what, path):
-        try:
-            return ctypes.CDLL(str(path), mode=mode)
+        try:  # RTLD_GLOBAL: libmpi's MCA components resolve symbols against the global scope
+            return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
             tried.append(f"{what}: {path} ({e})")
             return None
 
     env = os.environ.get(ENV_VAR)
     if env:
-        p = Path(env)
-        if p.is_dir():
-            p = p / SONAME
+        p = Path(env) / SONAME if Path(env).is_dir() else Path(env)
         lib = attempt(f"${ENV_VAR}", p)
-        if lib is not None:
-            return lib, f"${ENV_VAR} ({p})"
-        raise LibraryNotFoundError(f"localmap: cannot load the library named by ${ENV_VAR}: "
-                                   f"{tried[0]}")
+        if lib is None:
+            raise LibraryNotFoundError(f"localmap: cannot load the library named by ${ENV_VAR}: "
+                                       f"{tried[0]}")
+        return lib, f"${ENV_VAR} ({p})"
     tried.append(f"${ENV_VAR}: not set")
-
-    root = _source_root()
-    if root is not None:
-        p = root / "build" / "lib" / SONAME
-        if p.exists():
-            lib = attempt("build tree", p)
-            if lib is not None:
-                return lib, f"build tree ({p})"
-        else:
-            tried.append(f"build tree: {p} (not built: run `make lib` in {root})")
-    else:
-        tried.append("build tree: not imported from a localmap source checkout")
-
-    libdir, why = _pkg_config_libdir()
-    if libdir is not None:
-        lib = attempt("pkg-config localmap", Path(libdir) / SONAME)
+    for what, short, path in _places(tried):
+        lib = attempt(what, path)
         if lib is not None:
-            return lib, f"pkg-config ({Path(libdir) / SONAME})"
-    else:
-        tried.append(f"pkg-config localmap: {why}")
-
-    lib = attempt("dynamic loader search path", SONAME)
-    if lib is not None:
-        return lib, f"dynamic loader ({SONAME})"
+            return lib, f"{short} ({path})"
     raise LibraryNotFoundError(
         "localmap: cannot find " + SONAME + ". Tried:\n  " + "\n  ".join(tried) +
         f"\nSet ${ENV_VAR} to the library (or its directory), add localmap.pc's directory to "

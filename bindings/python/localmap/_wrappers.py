@@ -192,7 +192,8 @@ def zeros(mesh, shape, dtype, placements, device="cpu"):
     return _c.DistTensor._wrap(r)
 
 
-def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None, all_ranks=False):
+def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None,
+        all_ranks=False):
     """What a reshard would move, without building a plan (lm_reshard_estimate): the dict
     ReshardPlan(src_mesh, src_placements, dst_mesh or src_mesh, dst_placements, shape,
     dtype).info(all_ranks) would give. Local, unless all_ranks=True (then collective over both
@@ -448,3 +449,15 @@ class LocalMapRecordCalls:
         r = call("lm_local_map_record_input_grad", self, int(index),
             _c._object(grad, "grad", _c.DistTensor))
         return _c.DistTensor._wrap(r)
+
+
+# The public names of the module (the *Calls classes are _core's bases).
+__all__ = ["SUCCESS", "ERR_INVALID_ARGUMENT", "ERR_INVALID_USAGE", "ERR_OUT_OF_MEMORY",
+    "ERR_NOT_SUPPORTED", "ERR_MISMATCH", "ERR_MPI", "ERR_NCCL", "ERR_CUDA", "ERR_REMOTE",
+    "ERR_INTERNAL", "ERR_USER", "ERR_TIMEOUT", "ARG_NONE", "ARG_DIST_TENSOR", "ARG_TENSOR",
+    "ARG_INT64", "ARG_DOUBLE", "ARG_POINTER", "ARG_MANAGED_TENSOR", "RECORD_INPUT", "RECORD_IN",
+    "RECORD_IN_GRAD", "RECORD_OUT", "RECORD_OUT_GRAD", "REDUCE_OPS", "InvalidArgumentError",
+    "InvalidUsageError", "OutOfMemoryError", "NotSupportedError", "MismatchError", "MPIError",
+    "NCCLError", "CUDAError", "RemoteError", "InternalError", "UserError", "TimeoutError",
+    "comm_world", "world_rank", "device_supported", "chunk", "tensor_alloc", "pool_stats",
+    "placements_adjoint", "format_placements", "zeros", "reshard_estimate"]

@@ -71,10 +71,11 @@ def test_block_cyclic_block_in_python_terms(mesh1, no_c_call):
     no_c_call("lm_dist_tensor_zeros")
     with pytest.raises(lm.InvalidArgumentError) as ei:
         lm.zeros(mesh1, (5,), np.float32, [lm.BlockCyclic(0, 0)])
-    assert ei.value.message == ("placements[0]: BlockCyclic(0, 0): block 0 must be >= 1 (the "
-                                "block size, in elements)")
+    assert ei.value.message == ("placements[0]: BlockCyclic(0, 0): block must be >= 1 (the "
+                                "block size, in elements) and src >= 0 (the mesh coordinate of "
+                                "the first block)")
     with pytest.raises(lm.InvalidArgumentError, match=r"] placements\[0\]: BlockCyclic\(0, 2, "
-                                                      r"src=-1\): src -1 must be >= 0"):
+                                                      r"src=-1\): block must be >= 1"):
         lm.zeros(mesh1, (5,), np.float32, [lm.BlockCyclic(0, 2, src=-1)])
 
 
