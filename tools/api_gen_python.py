@@ -19,14 +19,20 @@ SCALARS = {"int": "c_int", "unsigned": "c_uint", "int32_t": "c_int32", "int64_t"
            "size_t": "c_size_t", "uint8_t": "c_uint8", "uint16_t": "c_uint16",
            "uint32_t": "c_uint32", "uint64_t": "c_uint64", "double": "c_double", "char": "c_char",
            "DLDeviceType": "c_int"}
-# DLPack 0.6 (dlpack.h), which localmap's header includes: (struct, [(field, C type)]).
+# DLPack 0.6 (dlpack.h), which localmap's header includes, and DLPack 1.0's versioned tensor:
+# (struct, [(field, C type)]).
 DLPACK = [("DLDevice", [("device_type", "int32_t"), ("device_id", "int32_t")]),
           ("DLDataType", [("code", "uint8_t"), ("bits", "uint8_t"), ("lanes", "uint16_t")]),
           ("DLTensor", [("data", "void*"), ("device", "DLDevice"), ("ndim", "int32_t"),
                         ("dtype", "DLDataType"), ("shape", "int64_t*"), ("strides", "int64_t*"),
                         ("byte_offset", "uint64_t")]),
           ("DLManagedTensor", [("dl_tensor", "DLTensor"), ("manager_ctx", "void*"),
-                               ("deleter", "DLManagedTensorDeleter")])]
+                               ("deleter", "DLManagedTensorDeleter")]),
+          # DLPack 1.0's, which the binding builds for consumers that take it
+          ("DLPackVersion", [("major", "uint32_t"), ("minor", "uint32_t")]),
+          ("DLManagedTensorVersioned", [("version", "DLPackVersion"), ("manager_ctx", "void*"),
+                                        ("deleter", "DLManagedTensorDeleter"),
+                                        ("flags", "uint64_t"), ("dl_tensor", "DLTensor")])]
 
 
 def header_text():
@@ -143,7 +149,7 @@ def types(text, values):
     handles = re.findall(r"typedef\s+struct\s+\w+\s*\*\s*(lm_\w+_t)\s*;", text)  # lm_X_s *
     known.update({h: "c_void_p" for h in handles})
     known["DLManagedTensorDeleter"] = "DLManagedTensorDeleter"
-    out = ["", "# DLPack 0.6 (dlpack.h)", "DLManagedTensorDeleter = CFUNCTYPE(None, c_void_p)"]
+    out = ["", "# DLPack (dlpack.h)", "DLManagedTensorDeleter = CFUNCTYPE(None, c_void_p)"]
     for name, fields in DLPACK:
         known[name] = name
         out += _class(name, fields, known)

@@ -78,7 +78,7 @@ LM_RECORD_IN_GRAD = 2
 LM_RECORD_OUT = 3
 LM_RECORD_OUT_GRAD = 4
 
-# DLPack 0.6 (dlpack.h)
+# DLPack (dlpack.h)
 DLManagedTensorDeleter = CFUNCTYPE(None, c_void_p)
 
 
@@ -114,6 +114,23 @@ class DLManagedTensor(Structure):
         ("dl_tensor", DLTensor),
         ("manager_ctx", c_void_p),
         ("deleter", DLManagedTensorDeleter),
+    ]
+
+
+class DLPackVersion(Structure):
+    _fields_ = [
+        ("major", c_uint32),
+        ("minor", c_uint32),
+    ]
+
+
+class DLManagedTensorVersioned(Structure):
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", c_void_p),
+        ("deleter", DLManagedTensorDeleter),
+        ("flags", c_uint64),
+        ("dl_tensor", DLTensor),
     ]
 
 

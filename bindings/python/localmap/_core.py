@@ -5,7 +5,6 @@ Every C call goes through localmap._lib.call, which allocates the call's outputs
 array lengths by the rules of api/localmap.api; what is here speaks Python: it checks types,
 names Python's arguments, and turns handles into objects."""
 import atexit
-import builtins
 import ctypes
 import functools
 import itertools

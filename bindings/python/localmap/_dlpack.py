@@ -7,7 +7,8 @@ from ctypes import CFUNCTYPE, PYFUNCTYPE, c_char_p, c_int, c_int64, c_void_p, py
 
 import numpy as np
 
-from ._lib import DLDataType, DLDevice, DLManagedTensor, DLManagedTensorDeleter, DLTensor
+from ._lib import (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorDeleter,
+                   DLManagedTensorVersioned, DLPackVersion, DLTensor)
 from ._wrappers import (ERR_INVALID_ARGUMENT, ERR_NOT_SUPPORTED, InvalidArgumentError,
                         NotSupportedError)
 
@@ -230,16 +231,6 @@ def capsule_from_managed(addr):
 
 # DLPack 1.0: DLManagedTensorVersioned, which can say "writable" (numpy imports legacy
 # capsules read-only). Built here around a legacy DLManagedTensor, whose deleter it calls.
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p),
-                ("deleter", CFUNCTYPE(None, c_void_p)), ("flags", ctypes.c_uint64),
-                ("dl_tensor", DLTensor)]
-
-
 DLPACK_FLAG_BITMASK_READ_ONLY = 1
 _versioned = {}  # address -> (struct, legacy address)
 
