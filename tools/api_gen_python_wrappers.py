@@ -55,6 +55,7 @@ def W(name, cname, args=None, result=None, doc=None, before=None):
 
 _DEVICE_TYPE = {"device_type": "dl.dl_device(device).device_type"}
 _PLACEMENTS = "tuple(_c._placement_from_c(p) for p in r[0][:r[1]])"  # a record's
+_TARGET = "dst = self.alloc_target(src.device) if dst is None else dst"
 
 WRAPPERS = [
     W("comm_world()", "lm_comm_world", before="_c.init()",
@@ -119,6 +120,11 @@ WRAPPERS = [
       "TRANSPORTS.get(r, r)",
       'How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or '
       '"undecided" (device data has not moved yet). Local.'),
+    W("DistTensor.mesh", "lm_dist_tensor_mesh", result="_c.Mesh._borrow(r, self.retain())",
+      doc="The tensor's mesh (borrowed: valid as long as this Mesh object lives, which keeps a "
+      "reference on the tensor)."),
+    W("DistTensor._mesh_ndim(self)", "lm_mesh_ndim",
+      {"mesh": 'call("lm_dist_tensor_mesh", self)'}),
     W("DistTensor.ndim", "lm_dist_tensor_ndim"),
     W("DistTensor._dl_dtype(self)", "lm_dist_tensor_dtype"),
     W("DistTensor.device", "lm_dist_tensor_device", result="dl.device_tuple(r)",
@@ -133,6 +139,10 @@ WRAPPERS = [
     W("DistTensor.to_scalapack(self, ctxt=0)", "lm_dist_tensor_to_scalapack", result="list(r)",
       doc="This tensor's layout as a ScaLAPACK descriptor (9 ints; lm_dist_tensor_to_scalapack): "
       "the [N, M] tensor read as the column-major M x N matrix; its local shard is the array."),
+    W("DistTensor.local_extents", "lm_padded_extents", {"view": "v", "n": "v.ndim"},
+      doc="Extents of the row-major array the local shard lies in (lm_padded_extents): the "
+      "local shape, except for a shard borrowed with padded rows (a ScaLAPACK array with LLD_ > "
+      "LOCr gives (LOCc, LLD_)).", before='v = call("lm_dist_tensor_local", self)'),
     W("DistTensor._export(self)", "lm_dist_tensor_to_dlpack"),
     W("DistTensor.retain(self)", "lm_dist_tensor_retain",
       result="_c.DistTensor._wrap(self._handle().value)",
@@ -158,6 +168,13 @@ WRAPPERS = [
       {"global_shape": "shape", "dst_mesh": '_c._mesh_h(dst_mesh, "dst_mesh")'}),
     W('ReshardPlan.alloc_target(self, device="cpu")', "lm_reshard_plan_alloc_target",
       doc="A zero-filled tensor laid out as the plan's target. Local."),
+    W("ReshardPlan.execute(self, src, dst=None)", "lm_reshard_plan_execute", result="dst",
+      doc="Runs the plan from src into dst (allocated with alloc_target() when None); returns "
+      "dst. Collective over the ranks of both meshes.", before=_TARGET),
+    W("ReshardPlan.start(self, src, dst=None)", "lm_reshard_plan_start",
+      result="self._started(_c.Request(r, self, src, dst))",
+      doc="Starts the plan without waiting; returns a Request (its .dst is the target). Do not "
+      "touch src or dst until the request completes.", before=_TARGET),
     W("ReshardPlan.adjoint(self)", "lm_reshard_plan_adjoint",
       doc="The backward plan: a gradient in placements_adjoint(target placements) on the "
       "target mesh to placements_adjoint(source placements) on the source mesh. Local."),
@@ -407,10 +424,13 @@ def generate(funcs):
             classes.setdefault(owner, []).append(row)
     public = [n for n in re.findall(r"^(\w+) = ", "\n".join(out), re.M) if n.startswith(PUBLIC)]
     public += re.findall(r"^(?:class|def) (\w+)", "\n".join(out), re.M)
+    destroys = {cls: "lm_%s_destroy" % h[3:-2] for h, cls in CLASSES.items()}
     for cls, rows in classes.items():
         out += ["", "", "class %sCalls:" % cls]
         out += _docstring("localmap.%s's properties and methods that are one C call." % cls,
                           "    ")
+        if destroys[cls] in by_name:
+            out += ["    _destroy = _lib.%s  # what close() calls" % destroys[cls]]
         for row in rows:
             out += wrapper(row, by_name)
     out += ["", "", "# The public names of the module (the *Calls classes are _core's bases)."]

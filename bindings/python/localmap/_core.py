@@ -417,7 +417,6 @@ class Mesh(_w.MeshCalls, _Handle):
     invariants; None: $LM_CHECK). timeout: seconds a collective may wait for the other ranks
     before TimeoutError (0: for ever; None: $LM_TIMEOUT).
     """
-    _destroy = L.lm_mesh_destroy
     _owner = None  # what keeps a borrowed handle alive (None: this object owns it)
     _device_callbacks = None
 
@@ -571,21 +570,10 @@ class DistTensor(_w.DistTensorCalls, _Handle):
     reshard() and local_map. The local shard is local() (a numpy view that keeps the tensor
     alive) or any DLPack consumer: np.from_dlpack(t), torch.from_dlpack(t).
     """
-    _destroy = L.lm_dist_tensor_destroy
 
     def __init__(self, *args, **kwargs):
         raise TypeError("make a DistTensor with localmap.zeros/from_local/from_global/"
                         "from_dlpack, DistTensor.reshard or localmap.local_map")
-
-    # -- accessors ------------------------------------------------------------------------
-    @property
-    def mesh(self):
-        """The tensor's mesh (borrowed: valid as long as this Mesh object lives, which keeps a
-        reference on the tensor)."""
-        return Mesh._borrow(call("lm_dist_tensor_mesh", self), self.retain())
-
-    def _mesh_ndim(self):
-        return call("lm_mesh_ndim", call("lm_dist_tensor_mesh", self))
 
     @property
     def dtype(self):
@@ -593,14 +581,6 @@ class DistTensor(_w.DistTensorCalls, _Handle):
         return dl.np_dtype(self._dl_dtype())
 
     global_shape = _w.DistTensorCalls.shape
-
-    @property
-    def local_extents(self):
-        """Extents of the row-major array the local shard lies in (lm_padded_extents): the local
-        shape, except for a shard borrowed with padded rows (a ScaLAPACK array with
-        LLD_ > LOCr gives (LOCc, LLD_))."""
-        v = call("lm_dist_tensor_local", self)
-        return call("lm_padded_extents", v, v.ndim)
 
     def local_view(self):
         """(data address, shape, dtype) of the local shard as lm_dist_tensor_local gives it;
@@ -815,24 +795,7 @@ class ReshardPlan(_w.ReshardPlanCalls, _Starter):
 
     ReshardPlan(src_mesh, src_placements, dst_mesh, dst_placements, shape, dtype)
     """
-    _destroy = L.lm_reshard_plan_destroy
     _what = "plan"
-
-    def execute(self, src, dst=None):
-        """Runs the plan from src into dst (allocated with alloc_target() when None); returns
-        dst. Collective over the ranks of both meshes."""
-        if dst is None:
-            dst = self.alloc_target(src.device)
-        call("lm_reshard_plan_execute", self, src, dst)
-        return dst
-
-    def start(self, src, dst=None):
-        """Starts the plan without waiting; returns a Request (its .dst is the target). Do not
-        touch src or dst until the request completes."""
-        if dst is None:
-            dst = self.alloc_target(src.device)
-        r = call("lm_reshard_plan_start", self, src, dst)
-        return self._started(Request(r, self, src, dst))
 
     @property
     def bytes_sent(self):
@@ -888,7 +851,6 @@ class ReshardGroup(_w.ReshardGroupCalls, _Starter):
     alone_bytes (0: the default, 1 MiB), runs alone through its own plan. len(group) is the
     number of entries.
     """
-    _destroy = L.lm_reshard_group_destroy
     _what = "group"
 
     def __init__(self, src_mesh, entries, dst_mesh=None, bucket_bytes=0, alone_bytes=0):
@@ -1287,7 +1249,6 @@ class LocalMapRecord(_w.LocalMapRecordCalls, _Handle):
     fn's view (in_grad_placements[i], else seen(i)). For each dist output j: out(j) and
     out_grad(j) (placements_adjoint(out(j)): Partial(sum) -> Replicate). input_grad(i, grad)
     moves a gradient to input i's own mesh and layout (collective). Local otherwise."""
-    _destroy = L.lm_local_map_record_destroy
 
     def __repr__(self):
         return "LocalMapRecord(<closed>)" if self.closed else "LocalMapRecord()"

@@ -210,6 +210,7 @@ def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst
 
 class MeshCalls:
     """localmap.Mesh's properties and methods that are one C call."""
+    _destroy = _lib.lm_mesh_destroy  # what close() calls
 
     @classmethod
     def grid(cls, myrow, mycol, comm=None):
@@ -274,6 +275,17 @@ class MeshCalls:
 
 class DistTensorCalls:
     """localmap.DistTensor's properties and methods that are one C call."""
+    _destroy = _lib.lm_dist_tensor_destroy  # what close() calls
+
+    @property
+    def mesh(self):
+        """The tensor's mesh (borrowed: valid as long as this Mesh object lives, which keeps a
+        reference on the tensor)."""
+        r = call("lm_dist_tensor_mesh", self)
+        return _c.Mesh._borrow(r, self.retain())
+
+    def _mesh_ndim(self):
+        return call("lm_mesh_ndim", call("lm_dist_tensor_mesh", self))
 
     @property
     def ndim(self):
@@ -314,6 +326,14 @@ class DistTensorCalls:
         r = call("lm_dist_tensor_to_scalapack", self, int(ctxt))
         return list(r)
 
+    @property
+    def local_extents(self):
+        """Extents of the row-major array the local shard lies in (lm_padded_extents): the local
+        shape, except for a shard borrowed with padded rows (a ScaLAPACK array with LLD_ > LOCr
+        gives (LOCc, LLD_))."""
+        v = call("lm_dist_tensor_local", self)
+        return call("lm_padded_extents", v, v.ndim)
+
     def _export(self):
         return call("lm_dist_tensor_to_dlpack", self)
 
@@ -353,6 +373,7 @@ class DistTensorCalls:
 
 class ReshardPlanCalls:
     """localmap.ReshardPlan's properties and methods that are one C call."""
+    _destroy = _lib.lm_reshard_plan_destroy  # what close() calls
 
     def __init__(self, src_mesh, src_placements, dst_mesh, dst_placements, shape, dtype):
         src_placements = _c._placements(src_placements, "src_placements")
@@ -366,6 +387,22 @@ class ReshardPlanCalls:
         """A zero-filled tensor laid out as the plan's target. Local."""
         r = call("lm_reshard_plan_alloc_target", self, dl.dl_device(device, "device"))
         return _c.DistTensor._wrap(r)
+
+    def execute(self, src, dst=None):
+        """Runs the plan from src into dst (allocated with alloc_target() when None); returns
+        dst. Collective over the ranks of both meshes."""
+        dst = self.alloc_target(src.device) if dst is None else dst
+        call("lm_reshard_plan_execute", self, _c._object(src, "src", _c.DistTensor),
+            _c._object(dst, "dst", _c.DistTensor))
+        return dst
+
+    def start(self, src, dst=None):
+        """Starts the plan without waiting; returns a Request (its .dst is the target). Do not
+        touch src or dst until the request completes."""
+        dst = self.alloc_target(src.device) if dst is None else dst
+        r = call("lm_reshard_plan_start", self, _c._object(src, "src", _c.DistTensor),
+            _c._object(dst, "dst", _c.DistTensor))
+        return self._started(_c.Request(r, self, src, dst))
 
     def adjoint(self):
         """The backward plan: a gradient in placements_adjoint(target placements) on the target
@@ -388,6 +425,7 @@ class ReshardPlanCalls:
 
 class ReshardGroupCalls:
     """localmap.ReshardGroup's properties and methods that are one C call."""
+    _destroy = _lib.lm_reshard_group_destroy  # what close() calls
 
     def size(self):
         """The number of entries (len(group))."""
@@ -409,6 +447,7 @@ class ReshardGroupCalls:
 
 class LocalMapRecordCalls:
     """localmap.LocalMapRecord's properties and methods that are one C call."""
+    _destroy = _lib.lm_local_map_record_destroy  # what close() calls
 
     def placements(self, which, index):
         """The recorded placements `which` (RECORD_INPUT ... RECORD_OUT_GRAD) of index."""
