@@ -999,23 +999,89 @@ _calls = {}  # user_data key -> _Call (one per lm_local_map in progress; calls m
 _keys = itertools.count(1)  # (next() is atomic)
 
 
-class _Call:
-    __slots__ = ("fn", "args", "kwargs", "with_mesh", "nout", "tensor_out", "views", "exc",
-                 "out_objects", "out_ndims")
-
-    def __init__(self, fn, args, kwargs, with_mesh, tensor_out, out_ndims):
-        self.fn, self.args, self.kwargs, self.with_mesh = fn, args, kwargs, with_mesh
-        self.nout = len(tensor_out)
-        self.tensor_out = tensor_out
-        self.views = []
-        self.exc = None
-        self.out_objects = {}
-        self.out_ndims = out_ndims  # per output: len(out_shapes[j]), or None
-
-
 def _is_int64(v):
     return isinstance(v, numbers.Integral) and not isinstance(v, bool) and \
         _INT64_MIN <= v <= _INT64_MAX
+
+
+class _Call:
+    """One local_map call: fn and its arguments, and what its outputs are to become; the
+    trampoline runs it on every rank (calls may nest: each has its key, the C call's
+    user_data)."""
+
+    def __init__(self, fn, args, kwargs, with_mesh, out_placements, out_shapes):
+        self.fn, self.args, self.kwargs, self.with_mesh = fn, args, kwargs, with_mesh
+        self.out_pl, self.single = _out_spec(out_placements)
+        self.nout = len(self.out_pl)
+        self.shapes = None if out_shapes is None else \
+            [None if s is None else _ints(s, f"out_shapes[{j}]") for j, s in enumerate(out_shapes)]
+        self.views, self.exc, self.out_objects = [], None, {}
+
+    def fn_args(self, nin, inputs, mesh):
+        """The arguments fn gets: read-only views of the dist inputs' shards, the ints and
+        floats as they crossed, everything else as given (and the mesh first, with with_mesh)."""
+        args = []
+        for i in range(nin):
+            a, orig = inputs[i], self.args[i]
+            if isinstance(orig, DistTensor):
+                if a.kind != ARG_TENSOR:
+                    raise RuntimeError(f"localmap: input {i} reached fn as kind {a.kind}")
+                v = dl.array_from_dltensor(L.DLTensor.from_address(a.ptr), f"input {i}",
+                                           readonly=True)
+                self.views.append(v)
+                args.append(v)
+            elif a.kind == ARG_INT64 and isinstance(orig, numbers.Integral):
+                args.append(type(orig)(a.i64) if type(orig) is not bool else orig)
+            elif a.kind == ARG_DOUBLE:
+                args.append(float(a.f64))
+            else:
+                args.append(orig)
+        return [Mesh._borrow(mesh, True)] + args if self.with_mesh else args
+
+    def outputs_of(self, res):
+        """fn's return value as a sequence of nout outputs."""
+        if self.nout == 1 and self.single:
+            return (res,)
+        if res is None and self.nout == 0:
+            return ()
+        if not isinstance(res, (tuple, list)):
+            raise TypeError(f"fn returned {type(res).__name__}; expected a tuple of "
+                            f"{self.nout} outputs")
+        if len(res) != self.nout:
+            raise TypeError(f"fn returned {len(res)} outputs; expected {self.nout}")
+        return res
+
+    def set_output(self, out, r, j):
+        """lm_arg_t `out` for fn's output j: a tensor (ownership passes to C), or a value."""
+        if self.out_pl[j] is not None:
+            want = None if self.shapes is None or self.shapes[j] is None else len(self.shapes[j])
+            if want is not None and np.ndim(r) != want:
+                # (the library reads one out_shapes[j] extent per dim of the output)
+                raise ValueError(f"output {j} has {np.ndim(r)} dims but out_shapes[{j}] "
+                                 f"has {want} extents")
+            try:
+                out.ptr = _output_managed(r, j, self.views)
+            except Error as e:
+                raise TypeError(f"output {j}: {e.message}") from e
+            out.kind = ARG_MANAGED_TENSOR  # ownership passes, even if fn fails later
+        elif r is None:
+            out.kind = ARG_NONE
+        elif _is_int64(r):
+            out.i64, out.kind = int(r), ARG_INT64
+        elif isinstance(r, float):
+            out.f64, out.kind = r, ARG_DOUBLE
+        else:
+            self.out_objects[j] = r
+            out.ptr, out.kind = id(r), ARG_POINTER
+
+    def results(self, outputs):
+        """local_map's outputs as Python values (dist outputs as DistTensor)."""
+        res = [DistTensor._wrap(o.ptr) if o.kind == ARG_DIST_TENSOR else
+               int(o.i64) if o.kind == ARG_INT64 else
+               float(o.f64) if o.kind == ARG_DOUBLE else
+               self.out_objects.get(j) if o.kind == ARG_POINTER else None
+               for j, o in enumerate(outputs)]
+        return res[0] if self.single else tuple(res)
 
 
 def _output_managed(r, j, views):
@@ -1042,77 +1108,15 @@ def _output_managed(r, j, views):
     return dl.managed_from_array(a)
 
 
-def _fn_args(call_, nin, inputs, mesh):
-    """The arguments fn gets: read-only views of the dist inputs' shards, the ints and floats
-    as they crossed, everything else as given (and the mesh first, with with_mesh)."""
-    args = []
-    for i in range(nin):
-        a, orig = inputs[i], call_.args[i]
-        if isinstance(orig, DistTensor):
-            if a.kind != ARG_TENSOR:
-                raise RuntimeError(f"localmap: input {i} reached fn as kind {a.kind}")
-            v = dl.array_from_dltensor(L.DLTensor.from_address(a.ptr), f"input {i}",
-                                       readonly=True)
-            call_.views.append(v)
-            args.append(v)
-        elif a.kind == ARG_INT64 and isinstance(orig, numbers.Integral):
-            args.append(type(orig)(a.i64) if type(orig) is not bool else orig)
-        elif a.kind == ARG_DOUBLE:
-            args.append(float(a.f64))
-        else:
-            args.append(orig)
-    if call_.with_mesh:
-        args.insert(0, Mesh._borrow(mesh, True))
-    return args
-
-
-def _fn_results(call_, res):
-    """fn's return value as a sequence of nout outputs."""
-    if call_.nout == 1 and call_.tensor_out.single:
-        return (res,)
-    if res is None and call_.nout == 0:
-        return ()
-    if not isinstance(res, (tuple, list)):
-        raise TypeError(f"fn returned {type(res).__name__}; expected a tuple of "
-                        f"{call_.nout} outputs")
-    if len(res) != call_.nout:
-        raise TypeError(f"fn returned {len(res)} outputs; expected {call_.nout}")
-    return res
-
-
-def _set_output(out, r, j, call_):
-    """lm_arg_t `out` for fn's output j: a tensor (ownership passes to C), or a plain value."""
-    if call_.tensor_out[j]:
-        want = call_.out_ndims[j]
-        if want is not None and np.ndim(r) != want:
-            # (the library reads one out_shapes[j] extent per dim of the output)
-            raise ValueError(f"output {j} has {np.ndim(r)} dims but out_shapes[{j}] "
-                             f"has {want} extents")
-        try:
-            out.ptr = _output_managed(r, j, call_.views)
-        except Error as e:
-            raise TypeError(f"output {j}: {e.message}") from e
-        out.kind = ARG_MANAGED_TENSOR  # ownership passes, even if fn fails later
-    elif r is None:
-        out.kind = ARG_NONE
-    elif _is_int64(r):
-        out.i64, out.kind = int(r), ARG_INT64
-    elif isinstance(r, float):
-        out.f64, out.kind = r, ARG_DOUBLE
-    else:
-        call_.out_objects[j] = r
-        out.ptr, out.kind = id(r), ARG_POINTER
-
-
 def _trampoline(user_data, mesh, nin, inputs, nout, outputs):
     # Runs on every rank inside lm_local_map. Never lets an exception reach C.
     call_ = _calls.get(user_data)
     if call_ is None:
         return ERR_INTERNAL
     try:
-        res = call_.fn(*_fn_args(call_, nin, inputs, mesh), **call_.kwargs)
-        for j, r in enumerate(_fn_results(call_, res)):
-            _set_output(outputs[j], r, j, call_)
+        res = call_.fn(*call_.fn_args(nin, inputs, mesh), **call_.kwargs)
+        for j, r in enumerate(call_.outputs_of(res)):
+            call_.set_output(outputs[j], r, j)
         return SUCCESS
     except BaseException as e:  # noqa: BLE001 - everything becomes a status
         call_.exc = e
@@ -1127,13 +1131,9 @@ def _trampoline(user_data, mesh, nin, inputs, nout, outputs):
 _trampoline_c = L.lm_local_fn_t(_trampoline)
 
 
-class _OutSpec(list):
-    """Per output: True for a tensor; .single when fn returns one value, not a tuple."""
-    single = False
-
-
 def _out_spec(out_placements):
-    """(one list of placements or None per output, _OutSpec)."""
+    """(one list of placements, or None for a plain value, per output; whether fn returns one
+    value rather than a tuple)."""
     if isinstance(out_placements, Placement):
         out_placements = [out_placements]
     try:
@@ -1142,12 +1142,9 @@ def _out_spec(out_placements):
         raise _bad("out_placements: expected placements for one output, or a sequence with one "
                    "entry (placements or None) per output") from None
     single = bool(items) and all(isinstance(p, Placement) for p in items)
-    if single:
-        items = [items]
-    spec = _OutSpec(p is not None for p in items)
-    spec.single = single
+    items = [items] if single else items
     return [None if p is None else _placements(p, f"out_placements[{j}]")
-            for j, p in enumerate(items)], spec
+            for j, p in enumerate(items)], single
 
 
 def _call_mesh_ndim(args, mesh):
@@ -1155,10 +1152,7 @@ def _call_mesh_ndim(args, mesh):
     (no mesh, no dist input: the library refuses placements itself)."""
     if mesh is not None:
         return call("lm_mesh_ndim", _mesh_h(mesh))
-    for a in args:
-        if isinstance(a, DistTensor):
-            return a._mesh_ndim()
-    return None
+    return next((a._mesh_ndim() for a in args if isinstance(a, DistTensor)), None)
 
 
 def _table(items, name):
@@ -1191,27 +1185,12 @@ def _input_args(args, keep):
     return inputs
 
 
-def _results(outputs, call_):
-    """local_map's outputs as Python values (dist outputs as DistTensor)."""
-    res = []
-    for j in range(call_.nout):
-        o = outputs[j]
-        res.append(DistTensor._wrap(o.ptr) if o.kind == ARG_DIST_TENSOR else
-                   int(o.i64) if o.kind == ARG_INT64 else
-                   float(o.f64) if o.kind == ARG_DOUBLE else
-                   call_.out_objects.get(j) if o.kind == ARG_POINTER else None)
-    return res[0] if call_.tensor_out.single else tuple(res)
-
-
 def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, mesh, flags,
                    with_mesh, in_grad_placements=None, record=False):
-    out_pl, spec = _out_spec(out_placements)
-    nin, nout, keep = len(args), len(out_pl), []
-    shapes = None if out_shapes is None else \
-        [None if s is None else _ints(s, f"out_shapes[{j}]") for j, s in enumerate(out_shapes)]
+    call_ = _Call(fn, args, kwargs, with_mesh, out_placements, out_shapes)
     in_pl = _table(in_placements, "in_placements")
     grad_pl = _table(in_grad_placements, "in_grad_placements")
-    mh = None if mesh is None else _mesh_h(mesh)
+    mh, nin, keep = None if mesh is None else _mesh_h(mesh), len(args), []
     names, ndims = {"nin": "inputs", "nout": "outputs"}, {"mesh": _call_mesh_ndim(args, mesh)}
     L.check("lm_local_map", {"nin": nin, "in_placements": grad_pl, "mesh": mh}, names=dict(
         names, in_placements="in_grad_placements"), ndims=ndims)
@@ -1221,14 +1200,11 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
         if grad_pl is not None:
             opt.in_grad_placements = L.to_c("lm_local_map", "in_placements", grad_pl, keep)
         opt.record = ctypes.pointer(rec) if record else None
-    call_ = _Call(fn, args, kwargs, with_mesh, spec,
-                  [None] * nout if shapes is None else
-                  [None if s is None else len(s) for s in shapes])
     key = next(_keys)
     _calls[key] = call_
     try:
-        c_args = (_trampoline_c, key, nin, _input_args(args, keep), in_pl, nout, out_pl, shapes,
-                  mh, flags) + (() if opt is None else (opt,))
+        c_args = (_trampoline_c, key, nin, _input_args(args, keep), in_pl, call_.nout,
+                  call_.out_pl, call_.shapes, mh, flags) + (() if opt is None else (opt,))
         outputs = call("lm_local_map" if opt is None else "lm_local_map_ex", *c_args,
                        names=names, ndims=ndims)
     except Error as e:
@@ -1238,7 +1214,7 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
     finally:
         del _calls[key]
         call_.views.clear()
-    out = _results(outputs, call_)
+    out = call_.results(outputs)
     return (out, LocalMapRecord(rec.value)) if record else out
 
 
