@@ -6,8 +6,11 @@
                          (every function, in order, each argument's C type rendered from the
                          description), and every generated file is current
   tools/api.py write     (re)writes the generated files, one per tools/api_gen_*.py:
-                           api_gen_python.py: bindings/python/localmap/_api.py (ctypes prototypes
-                           and length rules)
+                           api_gen_python.py: bindings/python/localmap/_api.py (the functions'
+                           arguments with their length rules, the header's constants and structs,
+                           as data for the ctypes layer)
+                           api_gen_python_wrappers.py: bindings/python/localmap/_wrappers.py (the
+                           Python constants, status exceptions, and the methods that are one C call)
                            api_gen_rust.py: bindings/rust/localmap-sys/src/api.rs (extern "C"
                            declarations and length rules as data)
                            api_gen_fortran.py: bindings/fortran/localmap_c.inc (the lmc_* bind(C)

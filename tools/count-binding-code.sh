@@ -21,6 +21,8 @@ files=(
   "Python bindings/python/localmap/_core.py"
   "Python bindings/python/localmap/_lib.py"
   "Python bindings/python/localmap/_dlpack.py"
+  "Python bindings/python/localmap/_api.py"
+  "Python bindings/python/localmap/_wrappers.py"
 )
 text() { if [ -n "$rev" ]; then git show "$rev:$1" 2>/dev/null || true; else cat "$1" 2>/dev/null || true; fi; }
 # Extra hand-written library files a later layout adds (listed by the binding's own manifest).

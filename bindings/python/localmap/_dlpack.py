@@ -1,13 +1,16 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """DLPack in pure Python: dtype maps, numpy <-> DLTensor, DLManagedTensor from numpy arrays, and
-PyCapsules ("dltensor") in both directions, through ctypes and the CPython capsule API."""
+PyCapsules ("dltensor", "dltensor_versioned") in both directions, through ctypes and the CPython
+capsule API."""
 import ctypes
 from ctypes import CFUNCTYPE, PYFUNCTYPE, c_char_p, c_int, c_int64, c_void_p, py_object
 
 import numpy as np
 
-from . import _lib
-from ._lib import DLDataType, DLDevice, DLManagedTensor, DLManagedTensorDeleter, DLTensor
+from ._lib import (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorDeleter,
+                   DLManagedTensorVersioned, DLPackVersion, DLTensor)
+from ._wrappers import (ERR_INVALID_ARGUMENT, ERR_NOT_SUPPORTED, InvalidArgumentError,
+                        NotSupportedError)
 
 # DLPack codes (dlpack.h; bool is DLPack 0.8's kDLBool, which localmap uses with DLPack 0.6).
 kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool = 0, 1, 2, 4, 5, 6
@@ -26,21 +29,26 @@ except ImportError:  # pragma: no cover - depends on the environment
 _KIND_CODE = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "c": kDLComplex, "b": kDLBool}
 
 
+def _bad(message):
+    return InvalidArgumentError(ERR_INVALID_ARGUMENT, message)
+
+
 def dl_dtype(dtype, argname="dtype"):
-    """A DLDataType for a numpy dtype (or anything np.dtype accepts, or "bfloat16")."""
-    from ._core import InvalidArgumentError
+    """A DLDataType for a numpy dtype (or anything np.dtype accepts, "bfloat16", a DLDataType)."""
+    if isinstance(dtype, DLDataType):
+        return dtype
     if isinstance(dtype, str) and dtype == "bfloat16":
         return DLDataType(kDLBfloat, 16, 1)
     try:
         dt = np.dtype(dtype)
     except TypeError as e:
-        raise InvalidArgumentError(1, f"{argname}: {dtype!r} is not a dtype ({e})") from None
+        raise _bad(f"{argname}: {dtype!r} is not a dtype ({e})") from None
     if _BFLOAT16 is not None and dt == _BFLOAT16:
         return DLDataType(kDLBfloat, 16, 1)
     if dt.kind not in _KIND_CODE or dt.fields is not None or dt.subdtype is not None:
-        raise InvalidArgumentError(1, f"{argname}: numpy dtype {dt} has no DLPack equivalent")
+        raise _bad(f"{argname}: numpy dtype {dt} has no DLPack equivalent")
     if not dt.isnative:
-        raise InvalidArgumentError(1, f"{argname}: numpy dtype {dt} is not in native byte order")
+        raise _bad(f"{argname}: numpy dtype {dt} is not in native byte order")
     return DLDataType(_KIND_CODE[dt.kind], dt.itemsize * 8, 1)
 
 
@@ -64,16 +72,14 @@ def np_dtype(dl):
 def require_np_dtype(dl, what):
     dt = np_dtype(dl)
     if isinstance(dt, str):
-        from ._core import NotSupportedError
         hint = " (install ml_dtypes for a numpy bfloat16)" if dt == "bfloat16" else ""
-        raise NotSupportedError(4, f"{what}: numpy has no dtype for {dt}{hint}; use DLPack "
-                                "(__dlpack__) with a framework that has it")
+        raise NotSupportedError(ERR_NOT_SUPPORTED, f"{what}: numpy has no dtype for {dt}{hint}; "
+                                "use DLPack (__dlpack__) with a framework that has it")
     return dt
 
 
 def dl_device(device, argname="device"):
     """A DLDevice from "cpu", "cuda", "cuda:1", a (type, id) pair or a DLDeviceType code."""
-    from ._core import InvalidArgumentError
     if isinstance(device, DLDevice):
         return device
     if isinstance(device, str):
@@ -84,56 +90,58 @@ def dl_device(device, argname="device"):
         return DLDevice(int(device[0]), int(device[1]))
     elif isinstance(device, int):
         return DLDevice(device, 0)
-    raise InvalidArgumentError(1, f"{argname}: {device!r} is not a device (\"cpu\", \"cuda:0\", "
-                               "or a (DLDeviceType, id) pair)")
+    raise _bad(f"{argname}: {device!r} is not a device (\"cpu\", \"cuda:0\", or a (DLDeviceType, "
+               "id) pair)")
 
 
 def device_tuple(dev):
     return (int(dev.device_type), int(dev.device_id))
 
 
+def _describe(t, a, argname):
+    """Fills DLTensor t over host numpy array a: compact, or with a's strides in elements when
+    it is not C-contiguous (the arrays t points to are kept by t itself)."""
+    isz = a.dtype.itemsize
+    t.data = a.ctypes.data or None
+    t.device = DLDevice(kDLCPU, 0)
+    t.ndim = a.ndim
+    t.dtype = dl_dtype(a.dtype, argname)
+    t.shape = (c_int64 * max(a.ndim, 1))(*a.shape)
+    if not a.flags.c_contiguous and a.size:
+        t.strides = (c_int64 * max(a.ndim, 1))(*(s // isz for s in a.strides))
+    t.byte_offset = 0
+    return t
+
+
+def _whole_strides(a):
+    """Whether numpy array a's strides are whole, non-negative elements (DLPack's strides)."""
+    isz = a.dtype.itemsize
+    return a.flags.c_contiguous or (isz > 0 and all(s % isz == 0 and s >= 0 for s in a.strides))
+
+
 # ---------------------------------------------------------------------------------------------
 # numpy -> DLTensor (borrowed for the duration of one call)
 # ---------------------------------------------------------------------------------------------
 class Borrowed:
-    """A DLTensor describing a numpy array; keep this object alive while C reads the tensor.
-    Strides are given in elements when the array is not C-contiguous (numpy's byte strides must
-    be multiples of the item size; otherwise the array is copied first)."""
-    __slots__ = ("array", "shape", "strides", "tensor")
+    """A DLTensor (`tensor`) describing a numpy array; keep this object alive while C reads the
+    tensor. Strides are given in elements when the array is not C-contiguous (numpy's byte
+    strides must be whole elements; otherwise, or with need_compact, the array is copied)."""
+    __slots__ = ("array", "tensor")
 
     def __init__(self, array, argname, need_compact=False):
         a = array
         if not a.dtype.isnative:
             a = a.astype(a.dtype.newbyteorder("="))
-        dt = dl_dtype(a.dtype, f"{argname}.dtype")
-        isz = a.dtype.itemsize
-        compact = a.flags.c_contiguous
-        if need_compact and not compact:
+        if (need_compact and not a.flags.c_contiguous) or not _whole_strides(a):
             a = np.ascontiguousarray(a)
-            compact = True
-        if not compact and (isz == 0 or any(s % isz or s < 0 for s in a.strides)):
-            a = np.ascontiguousarray(a)
-            compact = True
         self.array = a
-        n = a.ndim
-        self.shape = (c_int64 * max(n, 1))(*a.shape)
-        self.strides = None if compact else (c_int64 * max(n, 1))(*(s // isz for s in a.strides))
-        t = DLTensor()
-        t.data = a.ctypes.data if a.size else (a.ctypes.data or None)
-        t.device = DLDevice(kDLCPU, 0)
-        t.ndim = n
-        t.dtype = dt
-        t.shape = ctypes.cast(self.shape, ctypes.POINTER(c_int64))
-        t.strides = None if self.strides is None else ctypes.cast(self.strides,
-                                                                  ctypes.POINTER(c_int64))
-        t.byte_offset = 0
-        self.tensor = t
+        self.tensor = _describe(DLTensor(), a, f"{argname}.dtype")
 
 
 # ---------------------------------------------------------------------------------------------
 # numpy -> DLManagedTensor (ownership passes to the C library; its deleter drops the array)
 # ---------------------------------------------------------------------------------------------
-_live = {}  # address of a DLManagedTensor we made -> (struct, shape array, numpy array)
+_live = {}  # address of a DLManagedTensor we made -> (struct, numpy array)
 
 
 def _release(addr, _live=_live):
@@ -149,28 +157,14 @@ def managed_from_array(array):
     copying: C-contiguous, or with strides in whole elements (the C side says which it takes: a
     padded host shard, e.g. a ScaLAPACK array with LLD_ > LOCr). The array stays alive until the
     C side calls the deleter."""
-    a = array
+    if array.size and not _whole_strides(array):
+        raise _bad("the array's strides are not whole elements")
     m = DLManagedTensor()
-    shape = (c_int64 * max(a.ndim, 1))(*a.shape)
-    strides = None
-    if not a.flags.c_contiguous and a.size:
-        isz = a.dtype.itemsize
-        if any(s % isz for s in a.strides):
-            from ._core import InvalidArgumentError
-            raise InvalidArgumentError(1, "the array's strides are not whole elements")
-        strides = (c_int64 * max(a.ndim, 1))(*(s // isz for s in a.strides))
-    t = m.dl_tensor
-    t.data = a.ctypes.data or None
-    t.device = DLDevice(kDLCPU, 0)
-    t.ndim = a.ndim
-    t.dtype = dl_dtype(a.dtype)
-    t.shape = ctypes.cast(shape, ctypes.POINTER(c_int64))
-    t.strides = None if strides is None else ctypes.cast(strides, ctypes.POINTER(c_int64))
-    t.byte_offset = 0
+    _describe(m.dl_tensor, array, "dtype")
     m.manager_ctx = None
     m.deleter = _deleter
     addr = ctypes.addressof(m)
-    _live[addr] = (m, shape, a, strides)
+    _live[addr] = (m, array)
     return addr
 
 
@@ -209,39 +203,34 @@ _PyCapsule_GetPointer_raw = PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(("PyCapsule
 _strdup = ctypes.CDLL(None).strdup
 _strdup.restype = c_void_p
 _strdup.argtypes = [c_char_p]
-_NAME_DLTENSOR = _strdup(b"dltensor")
-_NAME_USED = _strdup(b"used_dltensor")
+_NAMES = {n: _strdup(n) for n in (b"dltensor", b"used_dltensor", b"dltensor_versioned")}
 
 
-def _capsule_destructor(cap):
-    # An unconsumed "dltensor" capsule still owns its DLManagedTensor: call its deleter.
-    if _PyCapsule_IsValid_raw(cap, b"dltensor"):
-        addr = _PyCapsule_GetPointer_raw(cap, b"dltensor")
-        if addr:
-            release_managed(addr)
+def _destructor(name, release):
+    """The destructor of capsules `name`: an unconsumed (not renamed) one still owns its struct,
+    which release(address) frees. (Kept alive by the module, as every capsule may call it.)"""
+    def destructor(cap):
+        if _PyCapsule_IsValid_raw(cap, name):
+            ptr = _PyCapsule_GetPointer_raw(cap, name)
+            if ptr:
+                release(ptr)
+    return CFUNCTYPE(None, c_void_p)(destructor)
 
 
-_capsule_destructor_c = CFUNCTYPE(None, c_void_p)(_capsule_destructor)
+def _capsule(addr, name, destructor):
+    return _PyCapsule_New(addr, _NAMES[name], ctypes.cast(destructor, c_void_p).value)
+
+
+_legacy_destructor = _destructor(b"dltensor", release_managed)
 
 
 def capsule_from_managed(addr):
     """A "dltensor" PyCapsule owning the DLManagedTensor at addr (the consumer renames it)."""
-    return _PyCapsule_New(addr, _NAME_DLTENSOR,
-                          ctypes.cast(_capsule_destructor_c, c_void_p).value)
+    return _capsule(addr, b"dltensor", _legacy_destructor)
 
 
 # DLPack 1.0: DLManagedTensorVersioned, which can say "writable" (numpy imports legacy
 # capsules read-only). Built here around a legacy DLManagedTensor, whose deleter it calls.
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p),
-                ("deleter", CFUNCTYPE(None, c_void_p)), ("flags", ctypes.c_uint64),
-                ("dl_tensor", DLTensor)]
-
-
 DLPACK_FLAG_BITMASK_READ_ONLY = 1
 _versioned = {}  # address -> (struct, legacy address)
 
@@ -253,47 +242,32 @@ def _release_versioned(addr, _versioned=_versioned):
 
 
 _versioned_deleter = CFUNCTYPE(None, c_void_p)(_release_versioned)
-_NAME_VERSIONED = _strdup(b"dltensor_versioned")
-_NAME_USED_VERSIONED = _strdup(b"used_dltensor_versioned")
-
-
-def _capsule_destructor_versioned(cap):
-    if _PyCapsule_IsValid_raw(cap, b"dltensor_versioned"):
-        addr = _PyCapsule_GetPointer_raw(cap, b"dltensor_versioned")
-        if addr:
-            _release_versioned(addr)
-
-
-_capsule_destructor_versioned_c = CFUNCTYPE(None, c_void_p)(_capsule_destructor_versioned)
+_versioned_destructor = _destructor(b"dltensor_versioned", _release_versioned)
 
 
 def versioned_capsule_from_managed(addr, readonly=False):
     """A "dltensor_versioned" (DLPack 1.0) capsule owning the legacy DLManagedTensor at addr."""
-    legacy = DLManagedTensor.from_address(addr)
     v = DLManagedTensorVersioned()
     v.version = DLPackVersion(1, 0)
     v.manager_ctx = None
     v.deleter = _versioned_deleter
     v.flags = DLPACK_FLAG_BITMASK_READ_ONLY if readonly else 0
-    ctypes.pointer(v.dl_tensor)[0] = legacy.dl_tensor
+    ctypes.pointer(v.dl_tensor)[0] = DLManagedTensor.from_address(addr).dl_tensor
     vaddr = ctypes.addressof(v)
     _versioned[vaddr] = (v, addr)
-    return _PyCapsule_New(vaddr, _NAME_VERSIONED,
-                          ctypes.cast(_capsule_destructor_versioned_c, c_void_p).value)
+    return _capsule(vaddr, b"dltensor_versioned", _versioned_destructor)
 
 
 def managed_from_capsule(capsule):
     """The DLManagedTensor* (int) inside an unconsumed "dltensor" capsule."""
-    from ._core import InvalidArgumentError
     if not _PyCapsule_IsValid(capsule, b"dltensor"):
-        raise InvalidArgumentError(1, "__dlpack__() did not return an unconsumed \"dltensor\" "
-                                   "capsule")
+        raise _bad("__dlpack__() did not return an unconsumed \"dltensor\" capsule")
     return _PyCapsule_GetPointer(capsule, b"dltensor")
 
 
 def mark_consumed(capsule):
     """Renames the capsule to "used_dltensor": its DLManagedTensor now belongs to someone else."""
-    _PyCapsule_SetName(capsule, _NAME_USED)
+    _PyCapsule_SetName(capsule, _NAMES[b"used_dltensor"])
 
 
 def dltensor_is_compact(t):
@@ -311,8 +285,8 @@ def dltensor_is_compact(t):
 # DLTensor -> numpy views
 # ---------------------------------------------------------------------------------------------
 class _View:
-    """Exposes memory described by a DLTensor through __array_interface__; `owner` keeps the
-    memory alive (a callable run when the view dies, or any object)."""
+    """Exposes memory described by a DLTensor through __array_interface__; `release` (if any)
+    runs when the view dies."""
     __slots__ = ("__array_interface__", "_release", "__weakref__")
 
     def __init__(self, data, shape, strides, dtype, readonly, release=None):
@@ -327,36 +301,34 @@ class _View:
             r()
 
 
+def array_from_managed(addr, what):
+    """A writable numpy array over a DLManagedTensor the caller owns (addr): its deleter runs
+    when the last array over it dies."""
+    t = DLManagedTensor.from_address(addr).dl_tensor
+    return array_from_dltensor(t, what, readonly=False, release=lambda: release_managed(addr))
+
+
 def array_from_dltensor(t, what, readonly, release=None):
     """A numpy array over the memory of DLTensor t (CPU only). release() runs when the last
     array over it dies; for empty tensors it runs at once and the array owns nothing."""
-    from ._core import NotSupportedError
-    if t.device.device_type not in (kDLCPU, kDLCUDAHost):
-        if release is not None:
-            release()
-        raise NotSupportedError(4, f"{what}: a {DEVICE_NAMES.get(t.device.device_type, '?')} "
-                                "tensor has no numpy view; use __dlpack__ with a framework for "
-                                "that device")
     try:
+        if t.device.device_type not in (kDLCPU, kDLCUDAHost):
+            device = DEVICE_NAMES.get(t.device.device_type, "?")
+            raise NotSupportedError(ERR_NOT_SUPPORTED, f"{what}: a {device} tensor has no numpy "
+                                    "view; use __dlpack__ with a framework for that device")
         dt = require_np_dtype(t.dtype, what)
     except BaseException:
         if release is not None:
             release()
         raise
-    n = t.ndim
-    shape = tuple(int(t.shape[i]) for i in range(n))
+    shape = tuple(int(t.shape[i]) for i in range(t.ndim))
     strides = None
     if t.strides and not dltensor_is_compact(t):
-        strides = tuple(int(t.strides[i]) * dt.itemsize for i in range(n))
-    size = 1
-    for e in shape:
-        size *= e
-    if size == 0 or not t.data:
+        strides = tuple(int(t.strides[i]) * dt.itemsize for i in range(t.ndim))
+    if 0 in shape or not t.data:
         if release is not None:
             release()
         a = np.empty(shape, dt)
-        if readonly:
-            a.flags.writeable = False
+        a.flags.writeable = not readonly
         return a
-    data = t.data + t.byte_offset
-    return np.asarray(_View(data, shape, strides, dt, readonly, release))
+    return np.asarray(_View(t.data + t.byte_offset, shape, strides, dt, readonly, release))

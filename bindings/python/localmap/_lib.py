@@ -1,19 +1,20 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Loading liblocalmap and declaring its C ABI with ctypes.
 
-Every function of include/localmap.h is declared here once, at import, with its argtypes and
-restype; functions returning lm_status_t get an errcheck that raises localmap.Error on failure.
-This module is private: the public API is in localmap/__init__.py.
+Every function of include/localmap.h is declared here once, at import, from the generated
+localmap/_api.py (its ctypes types and prototypes): functions returning lm_status_t get an
+errcheck that raises localmap.Error on failure. call() is the one wrapper the Python API calls C
+through: it allocates the outputs and checks array lengths by api/localmap.api's rules. This
+module is private: the public API is in localmap/__init__.py.
 """
 import ctypes
 import os
 import shutil
 import subprocess
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_int32,
-                    c_int64, c_size_t, c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
 
 from . import _api
+from ._api import *  # noqa: F401,F403 - the C types (DLTensor, lm_placement_t, ...)
 
 SONAME = "liblocalmap.so.1"
 ENV_VAR = "LOCALMAP_LIBRARY"
@@ -21,15 +22,6 @@ ENV_VAR = "LOCALMAP_LIBRARY"
 
 class LibraryNotFoundError(ImportError):
     """liblocalmap.so.1 could not be loaded; the message lists every place that was tried."""
-
-
-def _source_root():
-    """The repository root when this package is imported from a source checkout, else None."""
-    here = Path(__file__).resolve().parent  # <root>/bindings/python/localmap
-    root = here.parents[2] if len(here.parents) > 2 else None
-    if root is not None and (root / "include" / "localmap.h").is_file():
-        return root
-    return None
 
 
 def _pkg_config_libdir():
@@ -48,54 +40,52 @@ def _pkg_config_libdir():
     return r.stdout.strip(), None
 
 
+def _places(tried):
+    """(what, short name, path) of each place to look after $LOCALMAP_LIBRARY, in order; the
+    places that cannot be tried say why in `tried`."""
+    here = Path(__file__).resolve().parent  # <root>/bindings/python/localmap
+    root = here.parents[2] if len(here.parents) > 2 else None
+    if root is not None and (root / "include" / "localmap.h").is_file():
+        if (root / "build" / "lib" / SONAME).exists():
+            yield "build tree", "build tree", root / "build" / "lib" / SONAME
+        else:
+            tried.append(f"build tree: {root / 'build' / 'lib' / SONAME} (not built: run "
+                         f"`make lib` in {root})")
+    else:
+        tried.append("build tree: not imported from a localmap source checkout")
+    libdir, why = _pkg_config_libdir()
+    if libdir is not None:
+        yield "pkg-config localmap", "pkg-config", Path(libdir) / SONAME
+    else:
+        tried.append(f"pkg-config localmap: {why}")
+    yield "dynamic loader search path", "dynamic loader", SONAME
+
+
 def _load():
     """Loads the library: $LOCALMAP_LIBRARY, else the build tree of a source checkout, else
     pkg-config's libdir, else the dynamic loader's search path. Returns (CDLL, where)."""
     tried = []
-    mode = ctypes.RTLD_GLOBAL  # libmpi's MCA components resolve symbols against the global scope
 
     def attempt(what, path):
-        try:
-            return ctypes.CDLL(str(path), mode=mode)
+        try:  # RTLD_GLOBAL: libmpi's MCA components resolve symbols against the global scope
+            return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
             tried.append(f"{what}: {path} ({e})")
             return None
 
     env = os.environ.get(ENV_VAR)
     if env:
-        p = Path(env)
-        if p.is_dir():
-            p = p / SONAME
+        p = Path(env) / SONAME if Path(env).is_dir() else Path(env)
         lib = attempt(f"${ENV_VAR}", p)
-        if lib is not None:
-            return lib, f"${ENV_VAR} ({p})"
-        raise LibraryNotFoundError(f"localmap: cannot load the library named by ${ENV_VAR}: "
-                                   f"{tried[0]}")
+        if lib is None:
+            raise LibraryNotFoundError(f"localmap: cannot load the library named by ${ENV_VAR}: "
+                                       f"{tried[0]}")
+        return lib, f"${ENV_VAR} ({p})"
     tried.append(f"${ENV_VAR}: not set")
-
-    root = _source_root()
-    if root is not None:
-        p = root / "build" / "lib" / SONAME
-        if p.exists():
-            lib = attempt("build tree", p)
-            if lib is not None:
-                return lib, f"build tree ({p})"
-        else:
-            tried.append(f"build tree: {p} (not built: run `make lib` in {root})")
-    else:
-        tried.append("build tree: not imported from a localmap source checkout")
-
-    libdir, why = _pkg_config_libdir()
-    if libdir is not None:
-        lib = attempt("pkg-config localmap", Path(libdir) / SONAME)
+    for what, short, path in _places(tried):
+        lib = attempt(what, path)
         if lib is not None:
-            return lib, f"pkg-config ({Path(libdir) / SONAME})"
-    else:
-        tried.append(f"pkg-config localmap: {why}")
-
-    lib = attempt("dynamic loader search path", SONAME)
-    if lib is not None:
-        return lib, f"dynamic loader ({SONAME})"
+            return lib, f"{short} ({path})"
     raise LibraryNotFoundError(
         "localmap: cannot find " + SONAME + ". Tried:\n  " + "\n  ".join(tried) +
         f"\nSet ${ENV_VAR} to the library (or its directory), add localmap.pc's directory to "
@@ -105,208 +95,27 @@ def _load():
 lib, LOADED_FROM = _load()
 
 # ---------------------------------------------------------------------------------------------
-# Types of the header (DLPack 0.6 and localmap's own PODs)
+# Prototypes, errors
 # ---------------------------------------------------------------------------------------------
 
 
-class DLDevice(Structure):
-    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+class Error(Exception):
+    """A failed localmap call. `status` is the lm_status_t code, `status_name` its name
+    (e.g. "LM_ERR_INVALID_ARGUMENT"), `message` the library's message (names the function, the
+    argument and the rank). Each status has its subclass (localmap.InvalidArgumentError, ...)."""
 
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.message = message
+        super().__init__(message)
 
-class DLDataType(Structure):
-    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
+    @property
+    def status_name(self):
+        return lm_status_string(self.status).decode().split(":")[0]
 
+    def __str__(self):
+        return f"[{self.status_name}] {self.message}"
 
-class DLTensor(Structure):
-    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
-                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
-                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
-
-
-class DLManagedTensor(Structure):
-    pass
-
-
-DLManagedTensorDeleter = CFUNCTYPE(None, c_void_p)  # void (*)(DLManagedTensor *)
-DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
-                            ("deleter", DLManagedTensorDeleter)]
-
-
-class lm_placement_t(Structure):  # noqa: N801 (the C name)
-    _fields_ = [(name, c_int32) for name in ("kind", "dim", "order", "reduce_op", "extents",
-                                             "block", "source", "reserved")]
-
-
-LM_MESH_CONFIG_MAGIC = 0x4C4D4D43
-LM_MESH_CONFIG_VERSION = 2
-
-
-class lm_mesh_config_t(Structure):  # noqa: N801
-    """The fields this binding knows. The library reads min(size, its sizeof) bytes and defaults
-    newer fields, so a shorter struct stays valid when the header grows."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("ranks", POINTER(c_int)), ("nranks", c_int), ("dim_names", POINTER(c_char_p)),
-                # version 2
-                ("check_level", c_int), ("timeout", c_double)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_mesh_config_t)
-        self.magic = LM_MESH_CONFIG_MAGIC
-        self.version = LM_MESH_CONFIG_VERSION
-        self.check_level = -1   # LM_MESH_CONFIG_INIT's defaults: $LM_CHECK, $LM_TIMEOUT
-        self.timeout = -1.0
-
-
-# void *(*lm_device_alloc_fn_t)(void *ctx, size_t bytes, int device_id, void *stream)
-lm_device_alloc_fn_t = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_int, c_void_p)
-# void (*lm_device_free_fn_t)(void *ctx, void *ptr, size_t bytes, int device_id, void *stream)
-lm_device_free_fn_t = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_int, c_void_p)
-LM_DEVICE_CONFIG_MAGIC = 0x4C4D4443
-LM_DEVICE_CONFIG_VERSION = 1
-
-
-class lm_device_config_t(Structure):  # noqa: N801
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("stream", c_void_p), ("alloc", lm_device_alloc_fn_t),
-                ("free", lm_device_free_fn_t), ("alloc_ctx", c_void_p)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_device_config_t)
-        self.magic = LM_DEVICE_CONFIG_MAGIC
-        self.version = LM_DEVICE_CONFIG_VERSION
-
-
-LM_RESHARD_PLAN_INFO_MAGIC = 0x4C4D5049  # "LMPI"
-LM_RESHARD_PLAN_INFO_VERSION = 1
-LM_PLAN_INFO_ALL_RANKS = 1
-
-
-class lm_reshard_plan_info_t(Structure):  # noqa: N801
-    """What executing a plan moves (lm_reshard_plan_info). The library writes min(size, its
-    sizeof) bytes, so a shorter struct stays valid when the header grows."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("routes", c_uint32), ("reserved", c_uint32), ("steps", c_int64), ("peers", c_int64), ("flows_sent", c_int64),
-                ("flows_received", c_int64), ("bytes_sent", c_int64), ("bytes_received", c_int64),
-                ("bytes_copied", c_int64), ("bytes_reduced", c_int64),
-                ("bytes_node_local", c_int64), ("work_bytes", c_int64),
-                ("staging_bytes_max", c_int64)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_reshard_plan_info_t)
-        self.magic = LM_RESHARD_PLAN_INFO_MAGIC
-        self.version = LM_RESHARD_PLAN_INFO_VERSION
-
-
-class lm_reshard_entry_t(Structure):  # noqa: N801
-    """One entry of a grouped reshard: what lm_reshard_plan_create takes, for one tensor."""
-    _fields_ = [("ndim", c_int), ("global_shape", POINTER(c_int64)), ("dtype", DLDataType),
-                ("src_placements", POINTER(lm_placement_t)),
-                ("dst_placements", POINTER(lm_placement_t))]
-
-
-LM_RESHARD_GROUP_CONFIG_MAGIC = 0x4C4D4743  # "LMGC"
-LM_RESHARD_GROUP_CONFIG_VERSION = 1
-
-
-class lm_reshard_group_config_t(Structure):  # noqa: N801
-    """Options of lm_reshard_group_create (LM_RESHARD_GROUP_CONFIG_INIT's defaults). The library
-    reads min(size, its sizeof) bytes and defaults newer fields."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("bucket_bytes", c_size_t), ("alone_bytes", c_size_t)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_reshard_group_config_t)
-        self.magic = LM_RESHARD_GROUP_CONFIG_MAGIC
-        self.version = LM_RESHARD_GROUP_CONFIG_VERSION
-        self.bucket_bytes = 0  # the library's defaults (64 MiB, 1 MiB)
-        self.alone_bytes = 0
-
-
-LM_LOCAL_MAP_OPTIONS_MAGIC = 0x4C4D4C4F  # "LMLO"
-LM_LOCAL_MAP_OPTIONS_VERSION = 1
-
-
-class lm_local_map_options_t(Structure):  # noqa: N801
-    """Options of lm_local_map_ex (LM_LOCAL_MAP_OPTIONS_INIT: no gradient placements, no
-    record). The library reads min(size, its sizeof) bytes."""
-    _fields_ = [("size", c_size_t), ("magic", c_uint32), ("version", c_uint32),
-                ("in_grad_placements", c_void_p), ("record", c_void_p)]
-
-    def __init__(self):
-        super().__init__()
-        self.size = ctypes.sizeof(lm_local_map_options_t)
-        self.magic = LM_LOCAL_MAP_OPTIONS_MAGIC
-        self.version = LM_LOCAL_MAP_OPTIONS_VERSION
-
-
-class lm_arg_t(Structure):  # noqa: N801
-    _fields_ = [("kind", c_int32), ("reserved", c_int32), ("i64", c_int64), ("f64", c_double),
-                ("ptr", c_void_p)]
-
-
-# lm_status_t (*)(void *user_data, lm_mesh_t mesh, int nin, const lm_arg_t *inputs, int nout,
-#                 lm_arg_t *outputs)
-lm_local_fn_t = CFUNCTYPE(c_int, c_void_p, c_void_p, c_int, POINTER(lm_arg_t), c_int,
-                          POINTER(lm_arg_t))
-
-# Handles: typed opaque pointers in C, plain addresses here.
-lm_mesh_t = c_void_p
-lm_dist_tensor_t = c_void_p
-lm_reshard_plan_t = c_void_p
-lm_request_t = c_void_p
-lm_reshard_group_t = c_void_p
-P_tensor = POINTER(lm_dist_tensor_t)
-P_placement = POINTER(lm_placement_t)
-PP_placement = POINTER(P_placement)
-P_i64 = POINTER(c_int64)
-PP_i64 = POINTER(P_i64)
-P_int = POINTER(c_int)
-STATUS = "lm_status_t"  # marks functions returning lm_status_t (a C int)
-status_t = STATUS
-
-# ---------------------------------------------------------------------------------------------
-# Prototypes: generated from api/localmap.api (localmap/_api.py) as C types, turned into ctypes
-# here. status_t results are checked by _errcheck.
-# ---------------------------------------------------------------------------------------------
-lm_local_map_record_t = c_void_p
-_C_TYPES = {
-    "int": c_int, "unsigned": c_uint, "int32_t": c_int32, "int64_t": c_int64, "size_t": c_size_t,
-    "lm_status_t": c_int, "DLDeviceType": c_int, "lm_shape_mode_t": c_int,
-    "DLDataType": DLDataType, "DLDevice": DLDevice, "DLTensor": DLTensor,
-    "lm_mesh_t": lm_mesh_t, "lm_dist_tensor_t": lm_dist_tensor_t,
-    "lm_reshard_plan_t": lm_reshard_plan_t, "lm_request_t": lm_request_t,
-    "lm_reshard_group_t": lm_reshard_group_t, "lm_local_map_record_t": lm_local_map_record_t,
-    "lm_placement_t": lm_placement_t, "lm_arg_t": lm_arg_t, "lm_local_fn_t": lm_local_fn_t,
-    "lm_mesh_config_t": lm_mesh_config_t, "lm_device_config_t": lm_device_config_t,
-    "lm_reshard_plan_info_t": lm_reshard_plan_info_t, "lm_reshard_entry_t": lm_reshard_entry_t,
-    "lm_reshard_group_config_t": lm_reshard_group_config_t,
-    "lm_local_map_options_t": lm_local_map_options_t,
-}
-# Types ctypes passes as opaque addresses (DLPack capsules' pointers, argv).
-_OPAQUE = {"void*": c_void_p, "char*": c_char_p, "const char*": c_char_p, "char***": c_void_p,
-           "DLManagedTensor*": c_void_p, "DLManagedTensor**": POINTER(c_void_p)}
-
-
-def _ctype(c):
-    """The ctypes type of a C type as api/localmap.api renders it ("const int64_t*")."""
-    if c in _OPAQUE:
-        return _OPAQUE[c]
-    if c == "void":
-        return None
-    base = c.replace("const", "").replace(" ", "")
-    stars = base.count("*")
-    t = _C_TYPES[base.rstrip("*")]
-    for _ in range(stars):
-        t = POINTER(t)
-    return t
-
-
-_PROTOTYPES = [(name, STATUS if ret == "lm_status_t" else _ctype(ret), [_ctype(a) for a in args])
-               for name, ret, args in _api.PROTOTYPES]
 
 # Set by localmap/_core.py: raise_status(status, function_name, message=None) raises the Error
 # subclass of the status, with the library's last error message unless one is given.
@@ -323,26 +132,187 @@ MISSING = []  # functions of this binding that the loaded (older) library lacks
 
 
 def _missing(name):
-    def call(*args):
-        raise_status(4, name, f"{name}: not in the liblocalmap loaded from {LOADED_FROM} "
-                     f"(version {lib.lm_get_version()}); it is older than this binding")
-    call.__name__ = name
-    return call
+    def absent(*args):
+        raise_status(_api.LM_ERR_NOT_SUPPORTED, name, f"{name}: not in the liblocalmap loaded "
+                     f"from {LOADED_FROM} (version {lib.lm_get_version()}); it is older than "
+                     "this binding")
+    absent.__name__ = name
+    return absent
 
 
 def _declare():
-    for name, restype, argtypes in _PROTOTYPES:
+    for name, (restype, argtypes) in _api.PROTOTYPES.items():
         try:
             f = getattr(lib, name)
         except AttributeError:
             MISSING.append(name)
             globals()[name] = _missing(name)
             continue
-        f.restype = c_int if restype == STATUS else restype
-        f.argtypes = argtypes
-        if restype == STATUS:
+        f.restype, f.argtypes = restype, argtypes
+        if _api.FUNCTIONS[name][0] == "lm_status_t":
             f.errcheck = _errcheck
         globals()[name] = f
 
 
 _declare()
+
+# ---------------------------------------------------------------------------------------------
+# call(): the outputs allocated, the array lengths checked by api/localmap.api's rules
+# ---------------------------------------------------------------------------------------------
+
+
+def call(fname, *args, names=None, ndims=None):
+    """Calls the C function `fname` with `args`, its in and inout arguments in order (its out
+    arguments left out), and returns what it writes: None, the one value, or a tuple of them. An
+    integer or a handle comes back as an int (None for NULL), a struct as itself, an integer
+    array as a tuple, a char buffer as a str, another array as the ctypes array.
+
+    An array argument given as a Python list or tuple is first checked against its length rule
+    (check(), which says what `names` and `ndims` do), then converted: an element with
+    `_as_parameter_` (Placement, DistTensor) gives that; a two-level array takes None or a list
+    per entry."""
+    spec = _api.FUNCTIONS[fname][1]
+    ins = [a for a in spec if a[1] != "out"]
+    if len(args) != len(ins):
+        raise TypeError(f"{fname} takes {len(ins)} in and inout arguments, got {len(args)}")
+    values = {a[0]: v for a, v in zip(ins, args)}
+    check(fname, values, names, ndims)
+    cargs, outs, keep = [], [], []
+    for (name, direction, _, dims, null_ok), t in zip(spec, _api.PROTOTYPES[fname][1]):
+        if direction == "out":
+            v = _alloc(t._type_, dims, values, null_ok)
+            outs.append((v, dims))
+            cargs.append(ctypes.byref(v) if not dims else v)
+        else:
+            cargs.append(_to_c(t, dims, values[name], keep))
+    globals()[fname](*cargs)
+    got = tuple(_from_c(v, dims, values) for v, dims in outs)
+    return None if not got else got[0] if len(got) == 1 else got
+
+
+def _out_length(rule, values):
+    return int(rule) if rule.isdigit() else int(values[rule])
+
+
+def _alloc(elem, dims, values, null_ok):
+    """An out argument: a scalar, or an array of its rule's length (NULL for length 0 where the
+    argument may be NULL)."""
+    if not dims:
+        return elem()
+    n = _out_length(dims[0], values)
+    return None if n == 0 and null_ok else (elem * max(n, 1))()
+
+
+def _to_c(argtype, dims, value, keep):
+    """An in argument as ctypes takes it: an object with `_as_parameter_` gives that (here, so
+    that its own exception is raised), a Python list or tuple of an array argument becomes a
+    ctypes array (kept alive in `keep` until the call returns), anything else goes as it is."""
+    if not dims or not isinstance(value, (list, tuple)):
+        return getattr(value, "_as_parameter_", value)
+    return _array(argtype._type_, value, len(dims) == 2, keep)
+
+
+def to_c(fname, argname, value, keep):
+    """`value` as the ctypes argument `argname` of C function `fname` takes it (a list as its
+    array, kept alive in `keep`): for the structs whose arrays are those of a function
+    (lm_reshard_entry_t's are lm_reshard_plan_create's)."""
+    for (name, _, _, dims, _), t in zip(_api.FUNCTIONS[fname][1], _api.PROTOTYPES[fname][1]):
+        if name == argname:
+            return _to_c(t, dims, value, keep)
+    raise KeyError(f"{fname} has no argument {argname}")
+
+
+def _array(elem, items, rows, keep):
+    if rows:  # a pointer per entry: NULL, or the entry's own array
+        items = [None if r is None else ctypes.cast(_array(elem._type_, r, False, keep), elem)
+                 for r in items]
+    arr = (elem * max(len(items), 1))(*(getattr(x, "_as_parameter_", x) for x in items))
+    keep.append(arr)
+    return arr
+
+
+def _from_c(v, dims, values):
+    if not dims:
+        return v.value if isinstance(v, ctypes._SimpleCData) else v
+    if v is None:
+        return ()
+    if v._type_ is ctypes.c_char:
+        return v.value.decode()
+    n = _out_length(dims[0], values)
+    return tuple(v[:n]) if issubclass(v._type_, ctypes._SimpleCData) else v[:n]
+
+
+def check(fname, values, names=None, ndims=None):
+    """Checks the arrays among `values` ({C argument of `fname`: value}) that are Python lists
+    or tuples against their length rules in api/localmap.api, and raises InvalidArgumentError
+    in Python's terms before any C call ("placements: 1 placements for a mesh of 2 dims (...)").
+    `names` ({argument: Python name}) names an array, or a length argument, as the caller's user
+    knows it; `ndims` ({argument: ndim}) gives the ndim a rule reads of an argument where the
+    caller knows it better (local_map's mesh, the inputs' when it is None)."""
+    spec = {a[0]: a for a in _api.FUNCTIONS[fname][1]}
+    names, ndims = names or {}, ndims or {}
+    for name, _, ctype, dims, _ in spec.values():
+        v = values.get(name)
+        if not dims or not isinstance(v, (list, tuple)):
+            continue
+        pyname = names.get(name, name)
+        want, of = _rule(dims[0], spec, values, names, ndims)
+        if want is not None and len(v) != want:
+            raise_status(_api.LM_ERR_INVALID_ARGUMENT, fname,
+                         _wrong_length(pyname, ctype, len(v), want, of, len(dims) == 2))
+        want, of = _rule(dims[-1], spec, values, names, ndims) if len(dims) == 2 else (None, "")
+        for i, row in enumerate(v if want is not None else ()):
+            if isinstance(row, (list, tuple)) and len(row) != want:
+                raise_status(_api.LM_ERR_INVALID_ARGUMENT, fname,
+                             _wrong_length(f"{pyname}[{i}]", ctype, len(row), want, of, False))
+
+
+def _rule(rule, spec, values, names, ndims):
+    """(length, what it is in words) of a length rule, or (None, None) where it cannot be told
+    (`*`, a NULL handle without an alternative)."""
+    for alt in rule.split("|"):
+        if alt.isdigit() or alt == "*":
+            return (int(alt), alt) if alt != "*" else (None, None)
+        head, _, path = alt.partition(".")
+        v, ctype = values.get(head), spec[head][2]
+        if not path:  # another argument: a count
+            if v is None:
+                continue
+            return int(v), f"{int(v)} {names[head]}" if head in names else f"{head} = {int(v)}"
+        n = ndims.get(head) if head in ndims else None if v is None else _ndim(ctype, path, v)
+        if n is None:
+            continue
+        what = "mesh" if "mesh" in path or ctype == "lm_mesh_t" else \
+            "tensor" if ctype == "lm_dist_tensor_t" else "local tensor"
+        return n, f"a {what} of {n} dims"
+    return None, None
+
+
+def _ndim(ctype, path, v):
+    """The ndim a rule's `X.ndim` or `X.mesh.ndim` reads of argument X (of C type `ctype`)."""
+    h = getattr(v, "_as_parameter_", v)
+    if ctype == "lm_dist_tensor_t" and path == "mesh.ndim":
+        return call("lm_mesh_ndim", call("lm_dist_tensor_mesh", h))
+    if ctype in ("lm_dist_tensor_t", "lm_mesh_t"):
+        return call(ctype[:-2] + "_ndim", h)  # lm_dist_tensor_ndim, lm_mesh_ndim
+    if ctype == "DLManagedTensor*":
+        return DLManagedTensor.from_address(h).dl_tensor.ndim
+    return v.ndim  # a DLTensor
+
+
+# How the length messages name the elements of an array, by C element type.
+_NOUNS = {"lm_placement_t": "placements", "int64_t": "extents", "lm_dist_tensor_t": "tensors"}
+
+
+def _wrong_length(name, ctype, got, want, of, outer):
+    """The message of an array `name` of `got` elements where its rule (`of`, in words) says
+    `want`; `outer`: the entries of a two-level array."""
+    elem = ctype.replace("const", "").replace("*", "").strip()
+    if outer:
+        return f"{name}: {got} entries for {of}"
+    if elem == "lm_placement_t":
+        return f"{name}: {got} placements for {of} (a list with one Placement per mesh dim)"
+    if elem == "int":
+        return f"{name} has {got} entries, not {want}" + \
+            ("" if of == str(want) else f" (one per dim of {of})")
+    return f"{name}: {got} {_NOUNS.get(elem, 'entries')} for {of}"
