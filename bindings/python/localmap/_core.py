@@ -33,6 +33,7 @@ class Error(Exception):
 
     @property
     def status_name(self):
+        """The status code's name, e.g. "LM_ERR_INVALID_ARGUMENT"."""
         return L.lm_status_string(self.status).decode().split(":")[0]
 
     def __str__(self):
@@ -276,12 +277,15 @@ class Placement:
             ("kind", "dim", "order", "reduce_op", "extents", "block", "source"), self._key())) + ")"
 
     def is_shard(self, dim=None):
+        """Whether this is a Shard (of tensor dim `dim` when given)."""
         return self.kind == SHARD and (dim is None or self.dim == dim)
 
     def is_replicate(self):
+        """Whether this is Replicate()."""
         return self.kind == REPLICATE
 
     def is_partial(self):
+        """Whether this is a Partial (of any reduce op)."""
         return self.kind == PARTIAL
 
 
@@ -463,6 +467,7 @@ class _Handle:
 
     @property
     def closed(self):
+        """Whether close() released this object's handle (any use then raises)."""
         return self._h is None or not self._h.value
 
     def close(self):
@@ -591,10 +596,12 @@ class Mesh(_Handle):
 
     @property
     def ndim(self):
+        """The number of mesh dims."""
         return self._int(L.lm_mesh_ndim)
 
     @property
     def shape(self):
+        """The mesh extents, one per mesh dim."""
         n = self.ndim
         a = (c_int64 * max(n, 1))()
         L.lm_mesh_shape(self._handle(), a, n)
@@ -607,6 +614,7 @@ class Mesh(_Handle):
 
     @property
     def is_member(self):
+        """Whether this rank belongs to the mesh."""
         return bool(self._int(L.lm_mesh_is_member))
 
     @property
@@ -645,6 +653,7 @@ class Mesh(_Handle):
 
     @property
     def dim_names(self):
+        """The names of the mesh dims ("" for an unnamed one)."""
         return tuple(self.dim_name(d) for d in range(self.ndim))
 
     def _dim(self, dim):
@@ -801,6 +810,7 @@ class DistTensor(_Handle):
 
     @property
     def ndim(self):
+        """The number of tensor dims."""
         v = c_int()
         L.lm_dist_tensor_ndim(self._handle(), byref(v))
         return v.value
@@ -849,6 +859,7 @@ class DistTensor(_Handle):
 
     @property
     def local_shape(self):
+        """The shape of this rank's shard."""
         return self._shape(L.lm_dist_tensor_local_shape)
 
     def to_scalapack(self, ctxt=0):
@@ -1480,6 +1491,7 @@ class Request:
 
     @property
     def done(self):
+        """Whether the request is complete (wait() or test() finished it)."""
         return not self._h.value
 
     def test(self):
@@ -1804,18 +1816,23 @@ class LocalMapRecord(_Handle):
         return tuple(_placement_from_c(arr[i]) for i in range(n.value))
 
     def input(self, i):
+        """The placements input `i` had (RECORD_INPUT)."""
         return self.placements(RECORD_INPUT, i)
 
     def seen(self, i):
+        """The placements fn saw input `i` in (RECORD_IN)."""
         return self.placements(RECORD_IN, i)
 
     def in_grad(self, i):
+        """The placements of the gradient of fn's view of input `i` (RECORD_IN_GRAD)."""
         return self.placements(RECORD_IN_GRAD, i)
 
     def out(self, j):
+        """The placements of output `j` (RECORD_OUT)."""
         return self.placements(RECORD_OUT, j)
 
     def out_grad(self, j):
+        """The placements of output `j`'s gradient (RECORD_OUT_GRAD)."""
         return self.placements(RECORD_OUT_GRAD, j)
 
     def input_grad(self, index, grad):
