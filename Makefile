@@ -657,7 +657,8 @@ docs: $(MANPAGE) $(DOCS_HTML) $(DOCS_FORTRAN) fortran-ref rust-doc
 man: $(MANPAGE)
 
 # The Fortran module's reference as plain markdown (readable without a browser), generated from
-# bindings/fortran/localmap.f90 and its .inc files and committed; rewritten only when it changes.
+# bindings/fortran/localmap.f90 and its .inc files (its sections: include/localmap.h's) and committed;
+# rewritten only when it changes.
 fortran-ref:
 	python3 tools/gen-fortran-ref.py
 

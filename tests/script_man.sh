@@ -64,8 +64,9 @@ echo "check-md-links: reports a broken link (and only it) in a probe file"
 
 # 3. The Fortran reference.
 python3 tools/gen-fortran-ref.py --check
-mkdir -p "$tmp/f/tools" "$tmp/f/bindings" "$tmp/f/docs"
+mkdir -p "$tmp/f/tools" "$tmp/f/bindings" "$tmp/f/docs" "$tmp/f/include"
 cp tools/gen-fortran-ref.py "$tmp/f/tools/"
+cp include/localmap.h "$tmp/f/include/"
 cp -a bindings/fortran "$tmp/f/bindings/"
 cp docs/fortran-reference.md "$tmp/f/docs/"
 python3 "$tmp/f/tools/gen-fortran-ref.py" --check >/dev/null
