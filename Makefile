@@ -12,7 +12,13 @@
 #   make check CUDA=sim     the whole suite against the simulator (build-sim/), then the same
 #   make demo | bench | examples | tests
 #   make install [PREFIX=/usr/local] [DESTDIR=...] [LIBDIR=...] [INCLUDEDIR=...] | uninstall
-#   make docs               HTML API reference (doxygen; a warning fails) and the localmap(3) man page
+#   make docs               every API reference: in $(BUILD)/docs the C and C++ HTML (doxygen; a
+#                           warning fails), the man pages (localmap(3), one per function), the
+#                           Fortran module's HTML and the Rust crates' (cargo doc, when cargo is
+#                           there); docs/fortran-reference.md (rewritten when stale). Python's: the
+#                           docstrings (python3 -m pydoc localmap)
+#   make man | fortran-ref | rust-doc   one of them (fortran-ref: docs/fortran-reference.md from
+#                           bindings/fortran/, also run by make api-generate; commit it)
 #   make abi-dump           abidw of the shared library into $(BUILD)/localmap.abi
 #   make abi-check          abidiff against abi/localmap.abi (the committed baseline)
 #   make abi-baseline       regenerate abi/localmap.abi from this build (at a release)
@@ -574,14 +580,14 @@ bench: $(BENCH_BINS)
 # ---------------------------------------------------------------------------------------------
 # Install
 # ---------------------------------------------------------------------------------------------
-# Under $(DOCDIR): README.md, LICENSE, examples/ (the sources with a Makefile that builds them
+# Under $(DOCDIR): README.md, LICENSE, fortran-reference.md (the Fortran module's reference), examples/ (the sources with a Makefile that builds them
 # against the installed tree through pkg-config; the Fortran ones in examples/fortran/ when the
 # Fortran bindings are built; the ScaLAPACK ones in examples/scalapack/, built by that Makefile where
 # pkg-config finds a ScaLAPACK; examples/cmake-cxx/, a C++-only CMake project), and, where doxygen
 # builds them, the HTML API references (html/ for C and C++, fortran/ for the Fortran module). The man pages under $(MANDIR)/man3: localmap(3) and
 # one page per function. The CMake package under $(CMAKEDIR). tools/lm-mpirun as
 # $(BINDIR)/lm-mpirun, its default launcher the one of this build's MPI.
-DOC_FILES  := README.md LICENSE
+DOC_FILES  := README.md LICENSE docs/fortran-reference.md
 EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h examples/README.md))
 EX_SCALAPACK_FILES := $(sort $(wildcard examples/scalapack/*.c examples/scalapack/*.f90))
 EX_CMAKE_CXX_FILES := $(sort $(wildcard examples/cmake-cxx/CMakeLists.txt examples/cmake-cxx/*.cpp))
@@ -624,7 +630,7 @@ uninstall:
 	      $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(ALL_PUB_HDR_NAMES)) \
 	      $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc \
 	      $(DESTDIR)$(CMAKEDIR)/localmapConfig.cmake $(DESTDIR)$(CMAKEDIR)/localmapConfigVersion.cmake \
-	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_FILES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/scalapack/,$(notdir $(EX_SCALAPACK_FILES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/cmake-cxx/,$(notdir $(EX_CMAKE_CXX_FILES))) \
@@ -638,15 +644,23 @@ uninstall:
 # ---------------------------------------------------------------------------------------------
 # Documentation: `make docs` = the HTML reference of the C and C++ headers in $(BUILD)/docs/html
 # (doxygen with warnings as errors: an undocumented public item fails), the Fortran module's in
-# $(BUILD)/docs/fortran/html (an undocumented public procedure, generic or type fails), and the
+# $(BUILD)/docs/fortran/html (an undocumented public procedure, generic or type fails), the
 # man pages: $(BUILD)/docs/localmap.3 and one per function in $(BUILD)/docs/man3
-# (`man -l build/docs/man3/lm_dist_tensor_reshard.3`).
+# (`man -l build/docs/man3/lm_dist_tensor_reshard.3`), the Fortran reference as markdown,
+# docs/fortran-reference.md (fortran-ref), and the Rust crates' in $(BUILD)/docs/rust (rust-doc,
+# after the bindings' rules below). tests/script_docs.sh and tests/script_man.sh check them.
 # ---------------------------------------------------------------------------------------------
-.PHONY: docs man
-docs: $(MANPAGE) $(DOCS_HTML) $(DOCS_FORTRAN)
-	@echo "docs: $(DOCS_HTML), $(DOCS_FORTRAN), $(MANPAGE), $(MAN3DIR)/lm_*.3"
+.PHONY: docs man fortran-ref
+docs: $(MANPAGE) $(DOCS_HTML) $(DOCS_FORTRAN) fortran-ref rust-doc
+	@echo "docs: $(DOCS_HTML), $(DOCS_FORTRAN), $(MANPAGE), $(MAN3DIR)/lm_*.3, docs/fortran-reference.md$(if $(RUST_DOC_CARGO),$(comma) $(BUILD)/docs/rust/localmap/index.html)"
 
 man: $(MANPAGE)
+
+# The Fortran module's reference as plain markdown (readable without a browser), generated from
+# bindings/fortran/localmap.f90 and its .inc files (its sections: include/localmap.h's) and committed;
+# rewritten only when it changes.
+fortran-ref:
+	python3 tools/gen-fortran-ref.py
 
 # localmap(3) and, as a side product, $(MAN3DIR)/<function>.3 for every function.
 $(MANPAGE): docs/localmap.3.in docs/man-examples.txt tools/gen-manpage.sh $(PUB_HDRS)
@@ -712,6 +726,7 @@ clean:
 .PHONY: api-generate
 api-generate:
 	python3 tools/api.py write
+	python3 tools/gen-fortran-ref.py
 
 print-cuda:
 	@echo $(if $(filter 1,$(CUDA_SIM)),sim,$(CUDA))
@@ -722,6 +737,23 @@ help:
 # Language bindings: each bindings/<lang>/rules.mk adds its targets; tests/script_<lang>.sh runs
 # its tests from make check.
 -include $(wildcard bindings/*/rules.mk)
+
+# The Rust crates' reference (cargo doc, offline, rustdoc warnings as errors) in $(BUILD)/docs/rust
+# (localmap/index.html, localmap_sys/index.html), built in $(BUILD)/rust-target like `make rust`
+# (its build script links the library); without cargo or bindings/rust, a message instead.
+comma := ,
+RUST_DOC_CARGO := $(if $(wildcard bindings/rust/Cargo.toml),$(CARGO))
+.PHONY: rust-doc
+rust-doc: $(if $(RUST_DOC_CARGO),lib)
+ifneq ($(RUST_DOC_CARGO),)
+	cd bindings/rust && CARGO_TARGET_DIR=$(ABS_BUILD)/rust-target LOCALMAP_LIB_DIR=$(ABS_BUILD)/lib \
+	  $(if $(filter 1,$(ASAN) $(UBSAN)),LOCALMAP_LINK=dynamic) LOCALMAP_INCLUDE_DIR=$(CURDIR)/include \
+	  RUSTDOCFLAGS="-D warnings" $(CARGO) doc --offline --no-deps --workspace
+	rm -rf $(BUILD)/docs/rust && mkdir -p $(BUILD)/docs/rust && cp -R $(BUILD)/rust-target/doc/. $(BUILD)/docs/rust/
+	@echo "rust-doc: $(BUILD)/docs/rust/localmap/index.html"
+else
+	@echo "rust-doc: $(if $(wildcard bindings/rust/Cargo.toml),no cargo (https://rustup.rs or apt-get install cargo),no bindings/rust): the Rust reference is not built"
+endif
 
 # libFuzzer targets: make fuzz FUZZ_SECONDS=N (fuzz/fuzz.mk).
 include fuzz/fuzz.mk

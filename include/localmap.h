@@ -604,7 +604,8 @@ typedef struct lm_dist_tensor_s *lm_dist_tensor_t;
 /** How a tensor made from local shards learns its global shape. */
 typedef enum lm_shape_mode_t {
   LM_SHAPE_GIVEN = 0,     /**< the caller passes it; checked against the local shape */
-  LM_SHAPE_EVEN = 1,      /**< local extent * mesh extent along sharded dims; no communication */
+  LM_SHAPE_EVEN = 1,      /**< local extent * mesh extent along sharded dims (along a ragged dim
+                               with registered extents: their sum); no communication */
   LM_SHAPE_ALLGATHER = 2  /**< one small allgather of local extents (right for uneven shards;
                                ragged dims with LM_EXTENTS_AGREED take their extents from it) */
 } lm_shape_mode_t;

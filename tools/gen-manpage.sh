@@ -8,9 +8,10 @@
 #    DESCRIPTION (the whole comment; @param and @return become PARAMETERS and RETURN VALUE),
 #    ERRORS (the status codes the comment names, and those every collective, allocating or
 #    handle-taking call can return, with their meanings from lm_status_t), EXAMPLE (the block of
-#    docs/man-examples.txt naming the function) and SEE ALSO (localmap(3) and the functions of the
-#    same header section).
-# tests/script_docs.sh checks the pages against the symbols the library exports.
+#    docs/man-examples.txt naming the function) and SEE ALSO (localmap(3), the related pages: see
+#    see_also below, and the other public headers the page names).
+# tests/script_docs.sh checks the pages against the symbols the library exports; tests/script_man.sh
+# (tools/check-man.py) that every SEE ALSO names pages that exist and every header named exists.
 # Usage: tools/gen-manpage.sh VERSION OUTPUT [MAN3DIR]
 #        tools/gen-manpage.sh --list          (the function names, one a line)
 # Needs perl (perl-base, essential in Debian) and nothing else.
@@ -255,20 +256,63 @@ sub errors_of {
   return sort { ($code{$a} // 99) <=> ($code{$b} // 99) } grep { exists $code{$_} } keys %e;
 }
 
+# SEE ALSO: localmap(3), then the pages most related to this one, each once and only pages this
+# script writes: the functions the comment names, the others of its example block, the functions
+# its example calls, then (to at least 4) the nearest declarations of its header, its section's
+# first; at most 12 in all;
+# then the public headers (include/) that the comment or the example names, other than its own.
+my (%example, %by_name, %siblings, %brief_of_header);
 sub see_also {
   my ($f) = @_;
-  my @same = grep { $_->{section} eq $f->{section} && $_->{name} ne $f->{name} } @funcs;
-  @same = @same[0 .. 11] if @same > 12;
-  my @refs = ('localmap', map { $_->{name} } @same);
+  my ($body, $params, $ret) = doc_parts($f->{doc});
+  my $text = join(' ', @$body, map { "$_->[0] $_->[1]" } @$params) . ' ' . ($ret // '');
+  my $code = join("\n", @{$example{$f->{name}} // []});
+  my (@refs, %seen);
+  $seen{$f->{name}} = 1;
+  my $add = sub { for (@_) { push @refs, $_ if $by_name{$_} && !$seen{$_}++; } };
+  $add->($text =~ /\b(lm_\w+)/g);
+  $add->(@{$siblings{$f->{name}} // []});
+  $add->($code =~ /\b(lm_\w+)\s*\(/g);
+  if (@refs < 4) {  # the nearest declarations of its header, those of its section first
+    my @h = grep { $_->{header} eq $f->{header} } @funcs;
+    my ($at) = grep { $h[$_]{name} eq $f->{name} } 0 .. $#h;
+    my @near = sort { ($h[$b]{section} eq $f->{section}) <=> ($h[$a]{section} eq $f->{section})
+                      || abs($a - $at) <=> abs($b - $at) || $a <=> $b } grep { $_ != $at } 0 .. $#h;
+    for my $i (@near) { last if @refs >= 4; $add->($h[$i]{name}); }
+  }
+  @refs = @refs[0 .. 11] if @refs > 12;
+  @refs = ('localmap', @refs);
   my @out;
   for my $i (0 .. $#refs) {
     push @out, '.BR ' . $refs[$i] . ' (3)' . ($i == $#refs ? '' : ',');
   }
+  (my $own = $f->{header}) =~ s{^include/}{};
+  my %hseen = ($own => 1);
+  for my $h ("$text\n$code" =~ /\b(localmap[\w.]*\.h(?:pp)?)\b/g) {
+    next if $hseen{$h}++;
+    my $b = $brief_of_header{$h} // next;
+    push @out, '.PP', 'The header', '.IR ' . quote("<$h>") . ' :', esc($b);
+  }
   return @out;
 }
 
+# The first phrase of each public header's @brief (up to its first colon or full stop).
+for my $h (sort glob('include/*.h include/*.hpp')) {
+  open my $fh, '<', $h or die "$h: $!\n";
+  local $/;
+  my $t = <$fh>;
+  close $fh;
+  next unless $t =~ /\@brief\s+(.*?)(?:\n\s*(?:\*|\/\/\/)\s*\n|\*\/|\n\s*\/\/\/\s*\@)/s;
+  my $b = $1;
+  $b =~ s/\n\s*(?:\*|\/\/\/)\s?/ /g;
+  $b =~ s/\s+/ /g;
+  $b =~ s/^\S+ — //;
+  $b =~ s/^(.*?)[:.](\s.*)?$/$1/;
+  (my $name = $h) =~ s{^include/}{};
+  $brief_of_header{$name} = "$b.";
+}
+
 # ------------------------------------------------------------------------------------ examples
-my %example;
 {
   open my $fh, '<', 'docs/man-examples.txt' or die "docs/man-examples.txt: $!\n";
   my (@names, @code);
@@ -278,6 +322,7 @@ my %example;
     for my $n (@names) {
       die "gen-manpage: two examples for $n in docs/man-examples.txt\n" if $example{$n};
       $example{$n} = [@code];
+      $siblings{$n} = [grep { $_ ne $n } @names];
     }
   };
   while (my $ln = <$fh>) {
@@ -288,9 +333,9 @@ my %example;
   }
   $flush->();
   close $fh;
-  my %known = map { $_->{name} => 1 } @funcs;
+  %by_name = map { $_->{name} => $_ } @funcs;
   for my $n (sort keys %example) {
-    die "gen-manpage: docs/man-examples.txt names $n, which no header declares\n" unless $known{$n};
+    die "gen-manpage: docs/man-examples.txt names $n, which no header declares\n" unless $by_name{$n};
   }
 }
 
