@@ -181,12 +181,15 @@ class Placement:
             ("kind", "dim", "order", "reduce_op", "extents", "block", "source"), self._key())) + ")"
 
     def is_shard(self, dim=None):
+        """Whether this is a Shard of tensor dim `dim` (any dim if None; not RaggedShard) (bool)."""
         return self.kind == SHARD and (dim is None or self.dim == dim)
 
     def is_replicate(self):
+        """Whether this is Replicate() (bool)."""
         return self.kind == REPLICATE
 
     def is_partial(self):
+        """Whether this is Partial, of any reduce op (bool)."""
         return self.kind == PARTIAL
 
 
@@ -351,6 +354,7 @@ class _Handle:
 
     @property
     def closed(self):
+        """Whether close() has released this object's handle (bool)."""
         return self._h is None or not self._h.value
 
     def close(self):
@@ -472,6 +476,7 @@ class Mesh(_w.MeshCalls, _Handle):
 
     @property
     def dim_names(self):
+        """The names of the mesh dims (a tuple of str, "" for an unnamed dim)."""
         return tuple(self.dim_name(d) for d in range(self.ndim))
 
     def _dim(self, dim):
@@ -962,6 +967,7 @@ class Request:
 
     @property
     def done(self):
+        """Whether the request has completed (bool): wait() returned, or test() returned True."""
         return not self._h.value
 
     def test(self):

@@ -111,6 +111,7 @@ class Error(Exception):
 
     @property
     def status_name(self):
+        """The name of `status`, e.g. "LM_ERR_INVALID_ARGUMENT" (str)."""
         return lm_status_string(self.status).decode().split(":")[0]
 
     def __str__(self):

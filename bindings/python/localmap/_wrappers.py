@@ -222,10 +222,12 @@ class MeshCalls:
 
     @property
     def ndim(self):
+        """The number of mesh dims (int)."""
         return call("lm_mesh_ndim", self)
 
     @property
     def shape(self):
+        """The number of ranks along each mesh dim (a tuple of ints)."""
         return call("lm_mesh_shape", self, self.ndim)
 
     @property
@@ -235,6 +237,7 @@ class MeshCalls:
 
     @property
     def is_member(self):
+        """Whether this rank is one of the mesh's ranks (bool)."""
         r = call("lm_mesh_is_member", self)
         return bool(r)
 
@@ -289,6 +292,7 @@ class DistTensorCalls:
 
     @property
     def ndim(self):
+        """The number of tensor dims (int)."""
         return call("lm_dist_tensor_ndim", self)
 
     def _dl_dtype(self):
@@ -313,6 +317,7 @@ class DistTensorCalls:
 
     @property
     def local_shape(self):
+        """The shape of this rank's local shard (a tuple of ints, one per tensor dim)."""
         return call("lm_dist_tensor_local_shape", self, self.ndim)
 
     @property
