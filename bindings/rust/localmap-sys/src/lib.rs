@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 //! Raw declarations of liblocalmap's C ABI (`include/localmap.h`) and of the DLPack structs it
-//! uses (`dlpack/dlpack.h`, version 0.6 layout). No bindgen: the DLPack structs here are
-//! hand-written; localmap's constants, enums and structs are generated from `include/localmap.h`
-//! into `src/types.rs`, its function declarations and their array length rules ([`lengths`]) from
-//! `api/localmap.api` into `src/api.rs` (`make api-generate`); `tests/layout.rs` checks every
-//! struct's size and field offsets and every constant against the C headers.
+//! uses (`dlpack/dlpack.h`, version 0.6 layout). No bindgen. This file, written by hand, holds
+//! DLPack's structs and the types of the length rules; `src/types.rs` (localmap's constants,
+//! enums and structs, made from `include/localmap.h`) and `src/api.rs` (its function declarations
+//! and their array length rules, [`lengths`], made from `api/localmap.api`) come from
+//! `make api-generate`. `tests/layout.rs` checks every struct's size and field offsets and every
+//! constant against the C headers.
 //!
 //! Everything here is `unsafe` to call and follows the C documentation in the header. Use the
 //! `localmap` crate for a safe API.
