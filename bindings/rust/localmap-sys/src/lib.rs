@@ -165,34 +165,65 @@ pub struct ArrayArg {
     pub null_ok: bool,
 }
 
-/// Checks, before calling C `function`, the length of each of its array arguments against its
-/// rule: `arg` reads the call's arguments as for [`Len::eval`]; `len(name, None)` is the length of
+/// The first array argument of a call whose length breaks its rule ([`length_mismatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The argument.
+    pub arg: &'static ArrayArg,
+    /// The element of an array of arrays whose length breaks the inner rule (None: the array).
+    pub element: Option<usize>,
+    /// Its length.
+    pub got: usize,
+    /// The rule it breaks, and the length the rule asks for.
+    pub rule: &'static Len,
+    pub want: i64,
+}
+
+impl std::fmt::Display for Mismatch {
+    /// As the C API would say it: `placements has 1 entries, but mesh.ndim = 2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.element {
+            Some(i) => write!(f, "{}[{i}]", self.arg.name)?,
+            None => write!(f, "{}", self.arg.name)?,
+        }
+        write!(f, " has {} entries, but {} = {}", self.got, self.rule, self.want)
+    }
+}
+
+/// The first array argument of a call of C `function` whose length breaks its rule, if any:
+/// `arg` reads the call's arguments as for [`Len::eval`]; `len(name, None)` is the length of
 /// array argument `name` and `len(name, Some(i))` that of its element `i` (an array of arrays),
-/// None where the caller passes none (NULL) or does not check it. The first mismatch comes back
-/// as a message naming the function, the argument, both lengths and the rule.
-pub fn check_lengths(function: &str, arg: &dyn Fn(&str, Of) -> Option<i64>,
-                     len: &dyn Fn(&str, Option<usize>) -> Option<usize>) -> Result<(), String> {
-    let bad = |what: String, got: usize, rule: &Len, want: i64| {
-        Err(format!("{function}: {what} has {got} entries, but {rule} = {want}"))
-    };
+/// None where the caller passes none (NULL) or does not check it.
+pub fn length_mismatch(function: &str, arg: &dyn Fn(&str, Of) -> Option<i64>,
+                       len: &dyn Fn(&str, Option<usize>) -> Option<usize>) -> Option<Mismatch> {
     for a in lengths::of(function) {
         let outer = match len(a.name, None) {
             Some(n) => n,
             None => continue,
         };
-        if let Some(want) = a.dims[0].eval(arg) {
-            if outer as i64 != want {
-                return bad(a.name.to_string(), outer, &a.dims[0], want);
-            }
+        let mismatch = |element, got: usize, rule: &'static Len| match rule.eval(arg) {
+            Some(want) if got as i64 != want => Some(Mismatch { arg: a, element, got, rule, want }),
+            _ => None,
+        };
+        if let Some(m) = mismatch(None, outer, &a.dims[0]) {
+            return Some(m);
         }
-        if let (Some(rule), Some(want)) = (a.dims.get(1), a.dims.get(1).and_then(|r| r.eval(arg))) {
-            for i in 0..outer {
-                match len(a.name, Some(i)) {
-                    Some(got) if got as i64 != want => return bad(format!("{}[{i}]", a.name), got, rule, want),
-                    _ => {}
-                }
+        if let Some(rule) = a.dims.get(1) {
+            if let Some(m) = (0..outer).find_map(|i| len(a.name, Some(i)).and_then(|got| mismatch(Some(i), got, rule))) {
+                return Some(m);
             }
         }
     }
-    Ok(())
+    None
+}
+
+/// Checks, before calling C `function`, the length of each of its array arguments against its
+/// rule ([`length_mismatch`]). The first mismatch comes back as a message naming the function,
+/// the argument, both lengths and the rule.
+pub fn check_lengths(function: &str, arg: &dyn Fn(&str, Of) -> Option<i64>,
+                     len: &dyn Fn(&str, Option<usize>) -> Option<usize>) -> Result<(), String> {
+    match length_mismatch(function, arg, len) {
+        Some(m) => Err(format!("{function}: {m}")),
+        None => Ok(()),
+    }
 }
