@@ -31,7 +31,17 @@ ENUMS = {"lm_status_t": ("Status", "LM_(ERR_)?", "The status codes of `lm_status
                          "A code this binding does not know yet (the C enum is append-only)."),
          "lm_reduce_op_t": ("ReduceOp", "LM_REDUCE_", "A reduction of [`Placement::Partial`].", None),
          "lm_transport_t": ("Transport", "LM_TRANSPORT_", "How a mesh moves tensor data (`lm_transport_t`).",
-                            "A transport this binding does not know yet.")}
+                            "A transport this binding does not know yet."),
+         "lm_record_which_t": ("RecordWhich", "LM_RECORD_",
+                               "Which placements [`LocalMapRecord::placements`] reports (`lm_record_which_t`).", None)}
+# Variant docs in Rust's terms where the header's speak of C arguments.
+VARIANT_DOCS = {
+    "RecordWhich::Input": "An input's own placements, before any move (on its own mesh).",
+    "RecordWhich::In": "The placements of the view `f` got.",
+    "RecordWhich::InGrad": "Those of its gradient: [`LocalMap::grad_placements`], else `In`.",
+    "RecordWhich::Out": "An output's placements.",
+    "RecordWhich::OutGrad": "Its gradient's: [`placements_adjoint`] of `Out`.",
+}
 # The dtype macros (LM_FLOAT32 = LM_DTYPE(kDLFloat, 32)) -> DType variants: prefix + bits.
 DTYPE_PREFIX = {"kDLFloat": "F", "kDLBfloat": "BF", "kDLInt": "I", "kDLUInt": "U", "kDLComplex": "C"}
 
@@ -39,11 +49,11 @@ DTYPE_PREFIX = {"kDLFloat": "F", "kDLBfloat": "BF", "kDLInt": "I", "kDLUInt": "U
 IN_TYPES = {("int", "dim"): "usize", ("int", "index"): "usize", ("int", "parent_comm"): "Comm",
             ("int", "reset_peak"): "bool", "int": "i32", "int64_t": "i64", "unsigned": "u32",
             "DLDataType": "DType", "DLDevice": "Device", "DLDeviceType": "sys::DLDeviceType",
-            "void*": "*mut c_void", "lm_mesh_t": "&Mesh", "lm_dist_tensor_t": "&DistTensor",
+            "void*": "*mut c_void", "string": "&str", ("int", "which"): "RecordWhich", "lm_mesh_t": "&Mesh", "lm_dist_tensor_t": "&DistTensor",
             "lm_placement_t[]": "&[Placement]", "int64_t[]": "&[i64]", "int[]": "&[i32]",
             "int[9]": "&[i32; sys::LM_SCALAPACK_DLEN]"}
 # Rust type -> how the C call takes a parameter `x` of it (`?`: converted first, in a let).
-IN_CONV = {"usize": "to_int(x, \"x\")?", "Comm": "x.0", "bool": "x as c_int", "DType": "x.raw()",
+IN_CONV = {"usize": "to_int(x, \"x\")?", "&str": "c_string(M, \"x\", x)?", "RecordWhich": "x.raw()", "Comm": "x.0", "bool": "x as c_int", "DType": "x.raw()",
            "Device": "x.raw()", "&Mesh": "x.raw", "Option<&Mesh>": "x.map_or(ptr::null_mut(), |m| m.raw)",
            "&DistTensor": "x.raw", "&mut DistTensor": "x.raw", "&[Placement]": "raw_placements(x)",
            "&[i64]": "x.as_ptr()", "&[i32]": "x.as_ptr()", "&[i32; sys::LM_SCALAPACK_DLEN]": "x.as_ptr()"}
@@ -60,13 +70,21 @@ OUT_TYPES = {("int", "ndim"): ("usize", "0", "x as usize"), ("int", "n"): ("usiz
              "int64_t[]": ("Vec<i64>", "vec![0; {len}]", "x"),
              "lm_placement_t[]": ("Vec<Placement>", "vec![sys::lm_placement_t::default(); {len}]",
                                   "placements_of(x)?"),
-             "int[9]": ("[i32; sys::LM_SCALAPACK_DLEN]", "[0; sys::LM_SCALAPACK_DLEN]", "x")}
+             "int[9]": ("[i32; sys::LM_SCALAPACK_DLEN]", "[0; sys::LM_SCALAPACK_DLEN]", "x"),
+             "lm_dist_tensor_t[]": ("Vec<DistTensor>", "vec![ptr::null_mut(); {len}]",
+                                    "x.into_iter().map(|raw| DistTensor { raw }).collect()"),
+             "DLTensor": ("sys::DLTensor", "host_view::<u8>(ptr::null(), &[])", "x")}
+OUT_TYPES.update({s: ("sys::" + s, "sys::" + s.upper()[:-2] + "_INIT", "x")  # versioned structs
+                  for s in ("lm_device_config_t", "lm_reshard_plan_info_t")})
 OUT_TYPES.update({h: (r, "ptr::null_mut()", "%s { raw: x }" % r) for h, (r, _) in HANDLES.items()})
 
+# `flags` of lm_reshard_plan_info and lm_reshard_estimate: whether to sum every rank's counts.
+ALL_RANKS = {"types": {"flags": "bool"}, "names": {"flags": "all_ranks"},
+             "conv": {"flags": "if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 }"}}
 # The wrappers: (Rust name, C function, options, doc). Options: types (argument -> Rust type),
-# names (argument -> Rust parameter name), len (output array -> its length, an expression),
-# null (arguments passed as NULL), self (the argument that is self), out (the result: an
-# expression of the outputs), private, unsafe.
+# names (argument -> Rust parameter name), conv (argument -> how C takes it), len (output array ->
+# its length, an expression), null (arguments passed as NULL), self (the argument that is self),
+# ret and out (the result's type and value, an expression of the outputs), private, unsafe.
 WRAPPERS = [
     ("init", "lm_init", {"null": ("argc", "argv")},
      "`lm_init`: initialises MPI unless something else did. Works without mpirun (a singleton)."),
@@ -82,7 +100,7 @@ WRAPPERS = [
     ("chunk", "lm_layout_chunk", {},
      "`lm_layout_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`."),
     ("format_placements", "lm_placements_format", {}, "`lm_placements_format`: e.g. `\"[S(0), R, P(sum)]\"`."),
-    ("Extents::new", "lm_extents_create", {"names": {"extents": "lengths"}, "out": "Extents { id }"},
+    ("Extents::new", "lm_extents_create", {"names": {"extents": "lengths"}, "ret": "Extents", "out": "Extents { id }"},
      "Registers `lengths` (each >= 0)."),
     ("Mesh::grid", "lm_mesh_create_grid", {"names": {"parent_comm": "parent"}, "null": ("config",)},
      "`lm_mesh_create_grid`: the 2-D mesh of a process grid (a BLACS grid, say) from this rank's\n"
@@ -97,6 +115,15 @@ WRAPPERS = [
     ("Mesh::dim_name", "lm_mesh_dim_name", {}, "The dim's name (\"\" when unnamed)."),
     ("Mesh::dim_comm", "lm_mesh_dim_comm", {}, "The communicator along `dim` (owned by the mesh; do not free it)."),
     ("Mesh::comm", "lm_mesh_comm", {}, "The communicator of all mesh ranks (owned by the mesh)."),
+    ("Mesh::dim_index", "lm_mesh_dim_index", {"ret": "usize", "out": "dim as usize"}, "Index of the dim called `name`."),
+    ("Mesh::set_device_config", "lm_mesh_set_device_config",
+     {"unsafe": True, "types": {"config": "Option<&sys::lm_device_config_t>"},
+      "conv": {"config": "config.map_or(ptr::null(), |c| c as *const _)"}},
+     "`lm_mesh_set_device_config`: this rank's stream and allocator for the mesh (`None`: the\n"
+     "defaults). Local.\n\n# Safety\nThe stream and the allocator callbacks must be valid for as long as the mesh "
+     "uses them."),
+    ("Mesh::device_config", "lm_mesh_device_config", {},
+     "`lm_mesh_device_config`: this rank's device options of the mesh."),
     ("Mesh::transport", "lm_mesh_transport", {},
      "`lm_mesh_transport`: how the mesh moves tensors of a device type (`sys::kDLCPU`, ...)."),
     ("ManagedTensor::alloc", "lm_tensor_alloc", {},
@@ -111,6 +138,8 @@ WRAPPERS = [
     ("DistTensor::to_scalapack", "lm_dist_tensor_to_scalapack", {},
      "`lm_dist_tensor_to_scalapack`: this tensor's layout as a ScaLAPACK descriptor with\n"
      "context `ctxt` (the `[N, M]` tensor read as the column-major M x N matrix)."),
+    ("DistTensor::mesh", "lm_dist_tensor_mesh", {"ret": "MeshRef<'_>", "out": "Mesh::borrowed(mesh)"},
+     "The tensor's mesh (borrowed: it lives as long as the tensor)."),
     ("DistTensor::ndim", "lm_dist_tensor_ndim", {}, "The tensor's number of dims."),
     ("DistTensor::dtype", "lm_dist_tensor_dtype", {}, "The element type."),
     ("DistTensor::device", "lm_dist_tensor_device", {}, "The device the shards live on."),
@@ -122,6 +151,8 @@ WRAPPERS = [
      "The shape of this rank's shard."),
     ("DistTensor::local_offset", "lm_dist_tensor_local_offset", {"len": {"offset": "self.ndim()?"}},
      "Global index of the shard's first element, per dim."),
+    ("DistTensor::local_view", "lm_dist_tensor_local", {},
+     "`lm_dist_tensor_local`: the raw DLTensor view of the local shard (valid while `self` lives)."),
     ("DistTensor::to_dlpack", "lm_dist_tensor_to_dlpack", {},
      "`lm_dist_tensor_to_dlpack`: the local shard as a managed tensor holding a reference on `self`."),
     ("DistTensor::reshard", "lm_dist_tensor_reshard", {"self": "src"},
@@ -146,8 +177,24 @@ WRAPPERS = [
      "The backward plan (`lm_reshard_plan_adjoint`): gradients from the target mesh, in\n"
      "`placements_adjoint(target)`, to the source mesh, in `placements_adjoint(source)`. Local."),
     ("ReshardPlan::describe", "lm_reshard_plan_describe", {}, "A one-line description of the plan's steps."),
+    ("ReshardPlan::info", "lm_reshard_plan_info", ALL_RANKS,
+     "What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with\n"
+     "`all_ranks` every rank's summed (collective over both meshes)."),
+    ("reshard_estimate", "lm_reshard_estimate", ALL_RANKS,
+     "What a reshard would move, without building a plan (`lm_reshard_estimate`): what\n"
+     "[`ReshardPlan::info`] gives for `ReshardPlan::new(src_mesh, src_placements, dst_mesh\n"
+     "(None: src_mesh), dst_placements, global_shape, dtype)`. Local, or with `all_ranks` every\n"
+     "rank's summed (collective over both meshes). For layout searches: no handle, no buffer."),
+    ("placements_adjoint", "lm_placements_adjoint", {"len": {"out": "placements.len()"}, "out": "placements_of(out)?"},
+     "`lm_placements_adjoint`: the placements of a gradient (PyTorch DTensor's convention):\n"
+     "`Partial(Sum)` becomes `Replicate`, Shard and Replicate are kept; avg/max/min/prod are refused."),
     ("ReshardGroup::counts", "lm_reshard_group_size", {"private": True},
      "(entries, buckets) of the group (`lm_reshard_group_size`)."),
+    ("ReshardGroup::alloc_targets", "lm_reshard_group_alloc_targets", {"len": {"out": "self.len()?"}},
+     "`lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local)."),
+    ("LocalMapRecord::placements", "lm_local_map_record_placements",
+     {"len": {"placements": "32"}, "ret": "Vec<Placement>", "out": "placements_of(placements[..n as usize].to_vec())?"},
+     "`lm_local_map_record_placements`: the recorded placements `which` of input or output `index`."),
     ("LocalMapRecord::input_grad", "lm_local_map_record_input_grad", {},
      "`lm_local_map_record_input_grad`: `grad` moved to input `index`'s own mesh and the adjoint\n"
      "of its own placements (collective)."),
@@ -193,6 +240,8 @@ def enums():
             rust, prefix, doc_text, other_doc = ENUMS[name]
             vs = [(camel(re.sub("^" + prefix, "", n)), "sys::" + n, types.doc_lines(d) if d else [])
                   for n, _, d in types.members(m.group("ebody"), name)]
+            vs = [(v, c, doc(VARIANT_DOCS["%s::%s" % (rust, v)], "") if "%s::%s" % (rust, v) in VARIANT_DOCS else d)
+                  for v, c, d in vs]
             out += [""] + enum(rust, vs, "sys::" + name, other_doc is not None, other_doc, doc_text)
     vs = []
     for kind, name, d, m in decls:
@@ -237,8 +286,11 @@ def wrapper(rust, f, opts, doc_text):
     names = opts.get("names", {})
     self_arg = opts.get("self") or next((a.name for a in f.args if a.direction == "in" and
                                           HANDLES.get(a.base, ("",))[0] == owner), None)
-    lens = {a.dims[0]: a for a in f.args if a.dims and re.fullmatch(r"[a-z_]+", a.dims[0])}
-    params, lets, cargs, outs, checks, is_buf = [], [], [], [], [], False
+    lens = {}  # length argument -> the array it counts (an input array where two share it)
+    for a in f.args:
+        if a.dims and re.fullmatch(r"[a-z_]+", a.dims[0]) and (a.dims[0] not in lens or a.direction == "in"):
+            lens[a.dims[0]] = a
+    params, inits, lets, cargs, outs, checks, is_buf = [], [], [], [], [], [], False
     for a in f.args:
         x = names.get(a.name, a.name)
         if a.name == self_arg:
@@ -255,10 +307,10 @@ def wrapper(rust, f, opts, doc_text):
         elif a.direction == "in":
             t = in_type(a, opts)
             params.append("%s: %s" % (x, t))
-            conv = re.sub(r"\bx\b", x, IN_CONV.get(t, "x"))
-            if conv.endswith("?") or t == "&[Placement]":
+            conv = re.sub(r"\bx\b", x, opts.get("conv", {}).get(a.name) or IN_CONV.get(t, "x"))
+            if conv.endswith("?") or t in ("&[Placement]", "&str"):
                 lets.append("let %s = %s;" % (x, conv))
-                conv = x + ".as_ptr()" if t == "&[Placement]" else x
+                conv = x + ".as_ptr()" if t in ("&[Placement]", "&str") else x
             cargs.append(conv)
             if a.dims and "." in a.dims[0]:  # a rule that reads a handle: checked by lengths()
                 checks.append((a.name, 'Of::Slice("%s", %s.len())' % (x, x)))
@@ -267,7 +319,7 @@ def wrapper(rust, f, opts, doc_text):
             cargs.append(a.name)
         else:
             t, init, res = out_type(a)
-            lets.append("let mut %s = %s;" % (a.name, init.replace("{len}", opts.get("len", {}).get(a.name, ""))))
+            inits.append("let mut %s = %s;" % (a.name, init.replace("{len}", opts.get("len", {}).get(a.name, ""))))
             cargs.append("%s.as_mut_ptr()" % a.name if a.dims else "&mut %s" % a.name)
             outs.append((t, re.sub(r"\bx\b", a.name, res)))
     heads = {alt.split(".")[0] for a in f.args if a.dims for alt in a.dims[0].split("|") if "." in alt}
@@ -279,14 +331,13 @@ def wrapper(rust, f, opts, doc_text):
             opt = a.name != self_arg and in_type(a, opts).startswith("Option<")
             checks.append((a.name, "Of::Mesh(%s)" % (x if opt else "Some(%s)" % x)))
     ind = "    " if owner else ""
+    lets = inits + lets
     if checks:
         lets[:0] = wrap('lengths(M, "%s", &[' % f.name, ['("%s", %s)' % c for c in checks], "])?;", ind + "    ")
     if is_buf:
         ret = "String"
-    elif opts.get("out"):
-        ret = owner
     else:
-        ret = outs[0][0] if len(outs) == 1 else "(%s)" % ", ".join(t for t, _ in outs)
+        ret = opts.get("ret") or (outs[0][0] if len(outs) == 1 else "(%s)" % ", ".join(t for t, _ in outs))
     value = opts.get("out") or (outs[0][1] if len(outs) == 1 else "(%s)" % ", ".join(v for _, v in outs))
     sig = wrap("%s%sfn %s(" % ("pub(crate) " if opts.get("private") else "pub ", "unsafe " if opts.get("unsafe") else "",
                                 name), (["&self"] if self_arg else []) + params, ") -> Result<%s> {" % ret, ind)
@@ -316,7 +367,7 @@ def wrappers(funcs):
         o = rust.split("::")[0] if "::" in rust else None
         if o != owner:
             out += ["}"] if owner else []
-            out += ["", "impl %s {" % o] if o else [""]
+            out += ["", "impl %s {" % o] if o else []
             owner = o
         lines = wrapper(rust, by_name[cfn], opts, doc_text)
         out += lines[1:] if out and out[-1].endswith("{") else lines

@@ -179,17 +179,6 @@ pub struct Mismatch {
     pub want: i64,
 }
 
-impl std::fmt::Display for Mismatch {
-    /// As the C API would say it: `placements has 1 entries, but mesh.ndim = 2`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.element {
-            Some(i) => write!(f, "{}[{i}]", self.arg.name)?,
-            None => write!(f, "{}", self.arg.name)?,
-        }
-        write!(f, " has {} entries, but {} = {}", self.got, self.rule, self.want)
-    }
-}
-
 /// The first array argument of a call of C `function` whose length breaks its rule, if any:
 /// `arg` reads the call's arguments as for [`Len::eval`]; `len(name, None)` is the length of
 /// array argument `name` and `len(name, Some(i))` that of its element `i` (an array of arrays),
@@ -223,7 +212,10 @@ pub fn length_mismatch(function: &str, arg: &dyn Fn(&str, Of) -> Option<i64>,
 pub fn check_lengths(function: &str, arg: &dyn Fn(&str, Of) -> Option<i64>,
                      len: &dyn Fn(&str, Option<usize>) -> Option<usize>) -> Result<(), String> {
     match length_mismatch(function, arg, len) {
-        Some(m) => Err(format!("{function}: {m}")),
+        Some(m) => {
+            let at = m.element.map_or(String::new(), |i| format!("[{i}]"));
+            Err(format!("{function}: {}{at} has {} entries, but {} = {}", m.arg.name, m.got, m.rule, m.want))
+        }
         None => Ok(()),
     }
 }

@@ -154,6 +154,39 @@ impl Transport {
     }
 }
 
+/// Which placements [`LocalMapRecord::placements`] reports (`lm_record_which_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordWhich {
+    /// An input's own placements, before any move (on its own mesh).
+    Input,
+    /// The placements of the view `f` got.
+    In,
+    /// Those of its gradient: [`LocalMap::grad_placements`], else `In`.
+    InGrad,
+    /// An output's placements.
+    Out,
+    /// Its gradient's: [`placements_adjoint`] of `Out`.
+    OutGrad,
+}
+
+impl RecordWhich {
+    /// The C value.
+    pub fn raw(self) -> sys::lm_record_which_t {
+        match self {
+            RecordWhich::Input => sys::LM_RECORD_INPUT,
+            RecordWhich::In => sys::LM_RECORD_IN,
+            RecordWhich::InGrad => sys::LM_RECORD_IN_GRAD,
+            RecordWhich::Out => sys::LM_RECORD_OUT,
+            RecordWhich::OutGrad => sys::LM_RECORD_OUT_GRAD,
+        }
+    }
+    /// The variant of a C value (None: one it has no variant for).
+    pub fn from_raw(c: sys::lm_record_which_t) -> Option<RecordWhich> {
+        use RecordWhich::*;
+        [Input, In, InGrad, Out, OutGrad].into_iter().find(|v| v.raw() == c)
+    }
+}
+
 /// The element types localmap supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -420,8 +453,8 @@ impl Mesh {
     /// The communicator along `dim` (owned by the mesh; do not free it).
     pub fn dim_comm(&self, dim: usize) -> Result<Comm> {
         const M: &str = "Mesh::dim_comm";
-        let dim = to_int(dim, "dim")?;
         let mut comm_f = 0;
+        let dim = to_int(dim, "dim")?;
         call(M, unsafe { sys::lm_mesh_dim_comm(self.raw, dim, &mut comm_f) })?;
         Ok(Comm(comm_f))
     }
@@ -432,6 +465,34 @@ impl Mesh {
         let mut comm_f = 0;
         call(M, unsafe { sys::lm_mesh_comm(self.raw, &mut comm_f) })?;
         Ok(Comm(comm_f))
+    }
+
+    /// Index of the dim called `name`.
+    pub fn dim_index(&self, name: &str) -> Result<usize> {
+        const M: &str = "Mesh::dim_index";
+        let mut dim = 0;
+        let name = c_string(M, "name", name)?;
+        call(M, unsafe { sys::lm_mesh_dim_index(self.raw, name.as_ptr(), &mut dim) })?;
+        Ok(dim as usize)
+    }
+
+    /// `lm_mesh_set_device_config`: this rank's stream and allocator for the mesh (`None`: the
+    /// defaults). Local.
+    ///
+    /// # Safety
+    /// The stream and the allocator callbacks must be valid for as long as the mesh uses them.
+    pub unsafe fn set_device_config(&self, config: Option<&sys::lm_device_config_t>) -> Result<()> {
+        const M: &str = "Mesh::set_device_config";
+        call(M, sys::lm_mesh_set_device_config(self.raw, config.map_or(ptr::null(), |c| c as *const _)))?;
+        Ok(())
+    }
+
+    /// `lm_mesh_device_config`: this rank's device options of the mesh.
+    pub fn device_config(&self) -> Result<sys::lm_device_config_t> {
+        const M: &str = "Mesh::device_config";
+        let mut config = sys::LM_DEVICE_CONFIG_INIT;
+        call(M, unsafe { sys::lm_mesh_device_config(self.raw, &mut config) })?;
+        Ok(config)
     }
 
     /// `lm_mesh_transport`: how the mesh moves tensors of a device type (`sys::kDLCPU`, ...).
@@ -521,6 +582,14 @@ impl DistTensor {
         Ok(desc)
     }
 
+    /// The tensor's mesh (borrowed: it lives as long as the tensor).
+    pub fn mesh(&self) -> Result<MeshRef<'_>> {
+        const M: &str = "DistTensor::mesh";
+        let mut mesh = ptr::null_mut();
+        call(M, unsafe { sys::lm_dist_tensor_mesh(self.raw, &mut mesh) })?;
+        Ok(Mesh::borrowed(mesh))
+    }
+
     /// The tensor's number of dims.
     pub fn ndim(&self) -> Result<usize> {
         const M: &str = "DistTensor::ndim";
@@ -579,6 +648,14 @@ impl DistTensor {
         let n = to_int(offset.len(), "offset")?;
         call(M, unsafe { sys::lm_dist_tensor_local_offset(self.raw, offset.as_mut_ptr(), n) })?;
         Ok(offset)
+    }
+
+    /// `lm_dist_tensor_local`: the raw DLTensor view of the local shard (valid while `self` lives).
+    pub fn local_view(&self) -> Result<sys::DLTensor> {
+        const M: &str = "DistTensor::local_view";
+        let mut view = host_view::<u8>(ptr::null(), &[]);
+        call(M, unsafe { sys::lm_dist_tensor_local(self.raw, &mut view) })?;
+        Ok(view)
     }
 
     /// `lm_dist_tensor_to_dlpack`: the local shard as a managed tensor holding a reference on `self`.
@@ -714,6 +791,68 @@ impl ReshardPlan {
         const M: &str = "ReshardPlan::describe";
         read_buf(M, |buf, size| unsafe { sys::lm_reshard_plan_describe(self.raw, buf, size) })
     }
+
+    /// What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with
+    /// `all_ranks` every rank's summed (collective over both meshes).
+    pub fn info(&self, all_ranks: bool) -> Result<sys::lm_reshard_plan_info_t> {
+        const M: &str = "ReshardPlan::info";
+        let mut info = sys::LM_RESHARD_PLAN_INFO_INIT;
+        call(M, unsafe { sys::lm_reshard_plan_info(
+            self.raw,
+            if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 },
+            &mut info,
+        ) })?;
+        Ok(info)
+    }
+}
+
+/// What a reshard would move, without building a plan (`lm_reshard_estimate`): what
+/// [`ReshardPlan::info`] gives for `ReshardPlan::new(src_mesh, src_placements, dst_mesh
+/// (None: src_mesh), dst_placements, global_shape, dtype)`. Local, or with `all_ranks` every
+/// rank's summed (collective over both meshes). For layout searches: no handle, no buffer.
+pub fn reshard_estimate(
+    src_mesh: &Mesh,
+    src_placements: &[Placement],
+    dst_mesh: Option<&Mesh>,
+    dst_placements: &[Placement],
+    global_shape: &[i64],
+    dtype: DType,
+    all_ranks: bool,
+) -> Result<sys::lm_reshard_plan_info_t> {
+    const M: &str = "reshard_estimate";
+    lengths(M, "lm_reshard_estimate", &[
+        ("src_placements", Of::Slice("src_placements", src_placements.len())),
+        ("dst_placements", Of::Slice("dst_placements", dst_placements.len())),
+        ("src_mesh", Of::Mesh(Some(src_mesh))),
+        ("dst_mesh", Of::Mesh(dst_mesh)),
+    ])?;
+    let mut info = sys::LM_RESHARD_PLAN_INFO_INIT;
+    let src_placements = raw_placements(src_placements);
+    let dst_placements = raw_placements(dst_placements);
+    let ndim = to_int(global_shape.len(), "global_shape")?;
+    call(M, unsafe { sys::lm_reshard_estimate(
+        src_mesh.raw,
+        src_placements.as_ptr(),
+        dst_mesh.map_or(ptr::null_mut(), |m| m.raw),
+        dst_placements.as_ptr(),
+        ndim,
+        global_shape.as_ptr(),
+        dtype.raw(),
+        if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 },
+        &mut info,
+    ) })?;
+    Ok(info)
+}
+
+/// `lm_placements_adjoint`: the placements of a gradient (PyTorch DTensor's convention):
+/// `Partial(Sum)` becomes `Replicate`, Shard and Replicate are kept; avg/max/min/prod are refused.
+pub fn placements_adjoint(placements: &[Placement]) -> Result<Vec<Placement>> {
+    const M: &str = "placements_adjoint";
+    let mut out = vec![sys::lm_placement_t::default(); placements.len()];
+    let placements = raw_placements(placements);
+    let n = to_int(placements.len(), "placements")?;
+    call(M, unsafe { sys::lm_placements_adjoint(placements.as_ptr(), n, out.as_mut_ptr()) })?;
+    placements_of(out)
 }
 
 impl ReshardGroup {
@@ -725,9 +864,36 @@ impl ReshardGroup {
         call(M, unsafe { sys::lm_reshard_group_size(self.raw, &mut n, &mut buckets) })?;
         Ok((n as usize, buckets as usize))
     }
+
+    /// `lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local).
+    pub fn alloc_targets(&self, device: Device) -> Result<Vec<DistTensor>> {
+        const M: &str = "ReshardGroup::alloc_targets";
+        let mut out = vec![ptr::null_mut(); self.len()?];
+        let n = to_int(out.len(), "out")?;
+        call(M, unsafe { sys::lm_reshard_group_alloc_targets(out.as_mut_ptr(), self.raw, device.raw(), n) })?;
+        Ok(out.into_iter().map(|raw| DistTensor { raw }).collect())
+    }
 }
 
 impl LocalMapRecord {
+    /// `lm_local_map_record_placements`: the recorded placements `which` of input or output `index`.
+    pub fn placements(&self, which: RecordWhich, index: usize) -> Result<Vec<Placement>> {
+        const M: &str = "LocalMapRecord::placements";
+        let mut placements = vec![sys::lm_placement_t::default(); 32];
+        let mut n = 0;
+        let index = to_int(index, "index")?;
+        let capacity = to_int(placements.len(), "placements")?;
+        call(M, unsafe { sys::lm_local_map_record_placements(
+            self.raw,
+            which.raw(),
+            index,
+            capacity,
+            placements.as_mut_ptr(),
+            &mut n,
+        ) })?;
+        placements_of(placements[..n as usize].to_vec())
+    }
+
     /// `lm_local_map_record_input_grad`: `grad` moved to input `index`'s own mesh and the adjoint
     /// of its own placements (collective).
     pub fn input_grad(&self, index: usize, grad: &DistTensor) -> Result<DistTensor> {

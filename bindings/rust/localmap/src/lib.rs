@@ -43,7 +43,6 @@ pub use calls::*;
 use std::any::Any;
 use std::borrow::{Borrow, BorrowMut};
 use std::ffi::{c_void, CStr, CString};
-use std::fmt::Write as _;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
@@ -106,20 +105,29 @@ fn to_int(n: usize, what: &str) -> Result<c_int> {
     c_int::try_from(n).or_else(|_| arg_error(format!("{what}: {n} entries is too many")))
 }
 
-/// C names in the library's messages, and the Rust names a caller of this crate knows.
+/// A C string of `s` (an error naming `what` where it holds a NUL byte).
+fn c_string(method: &str, what: &str, s: &str) -> Result<CString> {
+    CString::new(s).or_else(|_| arg_error(format!("{method}: {what} contains a NUL byte")))
+}
+
+/// C names in the library's messages and the Rust names a caller of this crate knows, replaced in
+/// this order (no replacement holds a name replaced after it).
 const RUST_WORDS: &[(&str, &str)] = &[
     ("Ragged shard extents 0 (LM_EXTENTS_AGREED: agreed from the local shapes)", "Placement::ragged_agreed"),
     ("lm_dist_tensor_from_local with LM_SHAPE_ALLGATHER", "DistTensor::from_local with ShapeMode::Allgather"),
     ("an lm_local_map output without out_shapes and LM_LOCAL_MAP_SHAPES_EVEN",
      "a LocalMap output neither output_shaped nor shapes_even"),
+    ("is not a registered extents id", "is the id of no live Extents"),
+    ("Ragged shard extents id", "Placement::Ragged extents id"),
     ("Ragged shard", "Placement::Ragged"),
+    ("BlockCyclic block", "Placement::BlockCyclic block"),
     ("BlockCyclic source coordinate", "Placement::BlockCyclic src"),
     ("BlockCyclic source", "Placement::BlockCyclic src"),
-    ("BlockCyclic", "Placement::BlockCyclic"),
+    ("BlockCyclic dim", "Placement::BlockCyclic dim"),
+    ("a BlockCyclic", "a Placement::BlockCyclic"),
     ("Shard order", "Placement::ShardOrdered order"),
     ("Shard dim", "Placement::Shard dim"),
     ("lm_extents_create", "Extents::new"),
-    ("is not a registered extents id", "is the id of no live Extents"),
     ("config->dim_names", "names"),
     ("config->ranks", "ranks"),
     ("in_grad_placements", "grad_placements"),
@@ -131,36 +139,23 @@ const RUST_WORDS: &[(&str, &str)] = &[
 /// "rank R failed: ") becomes `method`, the C names of [`RUST_WORDS`] the Rust ones, and the
 /// extents id of a ragged placement the lengths it stands for.
 fn rust_words(method: &str, message: &str) -> String {
-    let (mut out, mut rest, mut named) = (String::new(), message, false);
-    'scan: while let Some(ch) = rest.chars().next() {
-        let word = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
-        let at_word = !out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
-        if !named && at_word && rest.starts_with("lm_") && rest[word..].starts_with(':') {
-            out.push_str(method);
-            (rest, named) = (&rest[word..], true);
-            continue;
-        }
-        if let Some(tail) = rest.strip_prefix("Ragged shard extents id ") {
-            let n = tail.find(|c: char| !c.is_ascii_digit()).unwrap_or(tail.len());
-            let id = tail[..n].parse().unwrap_or(-1);
-            let _ = match Extents::lengths(id) {
-                Ok(lengths) => write!(out, "Placement::Ragged extents {lengths:?}"),
-                Err(_) => write!(out, "Placement::Ragged extents {id}"),
-            };
-            rest = &tail[n..];
-            continue;
-        }
-        for (c, rust) in RUST_WORDS {
-            if let Some(tail) = rest.strip_prefix(c) {
-                out.push_str(rust);
-                rest = tail;
-                continue 'scan;
-            }
-        }
-        out.push(ch);
-        rest = &rest[ch.len_utf8()..];
+    let word_end = |s: &str, at: usize| {
+        s[at..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(s.len(), |n| at + n)
+    };
+    let mut s = message.to_string();
+    if let Some(at) = s.find("lm_").filter(|&at| s[word_end(&s, at)..].starts_with(':')) {
+        s.replace_range(at..word_end(&s, at), method);
     }
-    out
+    for (c, rust) in RUST_WORDS {
+        s = s.replace(c, rust);
+    }
+    while let Some(at) = s.find("extents id ") {
+        let end = word_end(&s, at + 11);
+        let id = &s[at + 11..end];
+        let lengths = id.parse().ok().and_then(|id| Extents::lengths(id).ok()).map_or(id.to_string(), |v| format!("{v:?}"));
+        s.replace_range(at..end, &format!("extents {lengths}"));
+    }
+    s
 }
 
 /// `lm_last_error_message`: the message of the last failed call on this thread ("" if none), as
@@ -321,16 +316,11 @@ pub struct Complex<T> {
 pub unsafe trait Element: Copy + 'static {
     const DTYPE: DType;
 }
-unsafe impl Element for f32 { const DTYPE: DType = DType::F32; }
-unsafe impl Element for f64 { const DTYPE: DType = DType::F64; }
-unsafe impl Element for i8 { const DTYPE: DType = DType::I8; }
-unsafe impl Element for i16 { const DTYPE: DType = DType::I16; }
-unsafe impl Element for i32 { const DTYPE: DType = DType::I32; }
-unsafe impl Element for i64 { const DTYPE: DType = DType::I64; }
-unsafe impl Element for u8 { const DTYPE: DType = DType::U8; }
-unsafe impl Element for bool { const DTYPE: DType = DType::Bool; }
-unsafe impl Element for Complex<f32> { const DTYPE: DType = DType::C64; }
-unsafe impl Element for Complex<f64> { const DTYPE: DType = DType::C128; }
+macro_rules! elements {
+    ($($t:ty: $d:ident),*) => {$(unsafe impl Element for $t { const DTYPE: DType = DType::$d; })*};
+}
+elements!(f32: F32, f64: F64, i8: I8, i16: I16, i32: I32, i64: I64, u8: U8, bool: Bool, Complex<f32>: C64,
+          Complex<f64>: C128);
 
 // ================================================================================================
 // Placements, extents
@@ -406,16 +396,6 @@ fn read_buf(method: &str, f: impl FnOnce(*mut c_char, usize) -> sys::lm_status_t
     Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
 }
 
-/// `lm_placements_adjoint`: the placements of a gradient (PyTorch DTensor's convention):
-/// `Partial(Sum)` becomes `Replicate`, Shard and Replicate are kept; avg/max/min/prod are refused.
-pub fn placements_adjoint(placements: &[Placement]) -> Result<Vec<Placement>> {
-    let raw = raw_placements(placements);
-    let mut out = raw.clone();
-    let n = to_int(raw.len(), "placements")?;
-    call("placements_adjoint", unsafe { sys::lm_placements_adjoint(raw.as_ptr(), n, out.as_mut_ptr()) })?;
-    placements_of(out)
-}
-
 /// The extents of a ragged shard (`lm_extents_create`): one length per coordinate of the mesh
 /// dim that uses them. Dropping it releases this reference; tensors and plans keep their own.
 #[derive(Debug)]
@@ -444,9 +424,7 @@ impl Extents {
 
 impl Drop for Extents {
     fn drop(&mut self) {
-        unsafe {
-            let _ = sys::lm_extents_destroy(self.id);
-        }
+        let _ = unsafe { sys::lm_extents_destroy(self.id) };
     }
 }
 
@@ -512,7 +490,7 @@ impl Mesh {
             return arg_error(wrong_length(M, "names", "names", names.len(), Some("mesh"), shape.len() as i64));
         }
         let cnames = names.iter().enumerate()
-            .map(|(i, s)| CString::new(*s).or_else(|_| arg_error(format!("{M}: names[{i}] contains a NUL byte"))))
+            .map(|(i, s)| c_string(M, &format!("names[{i}]"), s))
             .collect::<Result<Vec<_>>>()?;
         let ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
         let mut cfg = sys::LM_MESH_CONFIG_INIT;
@@ -553,28 +531,6 @@ impl Mesh {
         let n = to_int(coord.len(), "coord")?;
         call("Mesh::rank_at", unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), n, &mut r) })?;
         Ok(r)
-    }
-    /// Index of the dim called `name`.
-    pub fn dim_index(&self, name: &str) -> Result<usize> {
-        let c = CString::new(name).or_else(|_| arg_error("Mesh::dim_index: name contains a NUL byte".into()))?;
-        let mut d = 0;
-        call("Mesh::dim_index", unsafe { sys::lm_mesh_dim_index(self.raw, c.as_ptr(), &mut d) })?;
-        Ok(d as usize)
-    }
-    /// `lm_mesh_set_device_config`: this rank's stream and allocator for the mesh (`None`: the
-    /// defaults). Local.
-    ///
-    /// # Safety
-    /// The stream and the allocator callbacks must be valid for as long as the mesh uses them.
-    pub unsafe fn set_device_config(&self, config: Option<&sys::lm_device_config_t>) -> Result<()> {
-        let c = config.map_or(ptr::null(), |c| c as *const _);
-        call("Mesh::set_device_config", sys::lm_mesh_set_device_config(self.raw, c))
-    }
-    /// `lm_mesh_device_config`: this rank's device options of the mesh.
-    pub fn device_config(&self) -> Result<sys::lm_device_config_t> {
-        let mut c = sys::LM_DEVICE_CONFIG_INIT;
-        call("Mesh::device_config", unsafe { sys::lm_mesh_device_config(self.raw, &mut c) })?;
-        Ok(c)
     }
 }
 
@@ -924,12 +880,6 @@ impl DistTensor {
         Ok(v)
     }
 
-    /// The tensor's mesh (borrowed: it lives as long as the tensor).
-    pub fn mesh(&self) -> Result<MeshRef<'_>> {
-        let mut m = ptr::null_mut();
-        call("DistTensor::mesh", unsafe { sys::lm_dist_tensor_mesh(self.raw, &mut m) })?;
-        Ok(Mesh::borrowed(m))
-    }
     /// `lm_padded_extents` of the local shard: the extents of the row-major array it lies in (the
     /// local shape, except for a host array borrowed with padded rows: a ScaLAPACK array with
     /// `LLD_ > LOCr` gives `[LOCc, LLD_]`).
@@ -938,12 +888,6 @@ impl DistTensor {
         let mut ext = vec![0; v.ndim as usize];
         call("DistTensor::local_extents", unsafe { sys::lm_padded_extents(&v, ext.as_mut_ptr(), v.ndim) })?;
         Ok(ext)
-    }
-    /// `lm_dist_tensor_local`: the raw DLTensor view of the local shard (valid while `self` lives).
-    pub fn local_view(&self) -> Result<sys::DLTensor> {
-        let mut v = host_view::<u8>(ptr::null(), &[]);
-        call("DistTensor::local_view", unsafe { sys::lm_dist_tensor_local(self.raw, &mut v) })?;
-        Ok(v)
     }
     /// The local shard as a slice (compact row-major over [`local_shape`](Self::local_shape)).
     pub fn local<T: Element>(&self) -> Result<&[T]> {
@@ -986,39 +930,6 @@ impl ReshardPlan {
     pub fn bytes_sent(&self) -> Result<i64> {
         Ok(self.info(false)?.bytes_sent)
     }
-    /// What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with
-    /// `all_ranks` every rank's summed (collective over both meshes).
-    pub fn info(&self, all_ranks: bool) -> Result<sys::lm_reshard_plan_info_t> {
-        let mut i = sys::LM_RESHARD_PLAN_INFO_INIT;
-        let flags = if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 };
-        call("ReshardPlan::info", unsafe { sys::lm_reshard_plan_info(self.raw, flags, &mut i) })?;
-        Ok(i)
-    }
-}
-
-/// What a reshard would move, without building a plan (`lm_reshard_estimate`): what
-/// [`ReshardPlan::info`] gives for `ReshardPlan::new(src_mesh, src_placements, dst_mesh
-/// (None: src_mesh), dst_placements, global_shape, dtype)`. Local, or with `all_ranks` every
-/// rank's summed (collective over both meshes). For layout searches: no handle, no buffer.
-pub fn reshard_estimate(src_mesh: &Mesh, src_placements: &[Placement], dst_mesh: Option<&Mesh>,
-                        dst_placements: &[Placement], global_shape: &[i64], dtype: DType, all_ranks: bool)
-                        -> Result<sys::lm_reshard_plan_info_t> {
-    const M: &str = "reshard_estimate";
-    lengths(M, "lm_reshard_estimate", &[
-        ("src_placements", Of::Slice("src_placements", src_placements.len())),
-        ("dst_placements", Of::Slice("dst_placements", dst_placements.len())),
-        ("src_mesh", Of::Mesh(Some(src_mesh))),
-        ("dst_mesh", Of::Mesh(dst_mesh)),
-    ])?;
-    let (sp, dp) = (raw_placements(src_placements), raw_placements(dst_placements));
-    let mut i = sys::LM_RESHARD_PLAN_INFO_INIT;
-    let flags = if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 };
-    let ndim = to_int(global_shape.len(), "global_shape")?;
-    call(M, unsafe {
-        sys::lm_reshard_estimate(src_mesh.raw, sp.as_ptr(), dst_mesh.map_or(ptr::null_mut(), |m| m.raw), dp.as_ptr(),
-                                 ndim, global_shape.as_ptr(), dtype.raw(), flags, &mut i)
-    })?;
-    Ok(i)
 }
 
 /// A nonblocking reshard in flight ([`ReshardPlan::start`], [`ReshardGroup::start`]). Dropping it
@@ -1125,14 +1036,9 @@ impl ReshardGroup {
             alone_bytes: options.alone_bytes.unwrap_or(0),
             ..sys::LM_RESHARD_GROUP_CONFIG_INIT
         };
-        ReshardGroup::create(M, src_mesh.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw), &raw_entries, &cfg)
-    }
-    /// `lm_reshard_group_create` of entries ready for C.
-    fn create(method: &str, src_mesh: sys::lm_mesh_t, dst_mesh: sys::lm_mesh_t, entries: &[sys::lm_reshard_entry_t],
-              config: &sys::lm_reshard_group_config_t) -> Result<ReshardGroup> {
-        let mut raw = ptr::null_mut();
-        let n = to_int(entries.len(), "entries")?;
-        call(method, unsafe { sys::lm_reshard_group_create(&mut raw, src_mesh, dst_mesh, n, entries.as_ptr(), config) })?;
+        let (mut raw, n) = (ptr::null_mut(), to_int(raw_entries.len(), "entries")?);
+        let dst = dst_mesh.map_or(ptr::null_mut(), |m| m.raw);
+        call(M, unsafe { sys::lm_reshard_group_create(&mut raw, src_mesh.raw, dst, n, raw_entries.as_ptr(), &cfg) })?;
         Ok(ReshardGroup { raw })
     }
     /// The number of entries (`lm_reshard_group_size`).
@@ -1145,15 +1051,6 @@ impl ReshardGroup {
     /// The number of buckets the entries were dealt into (0 for no entries).
     pub fn buckets(&self) -> Result<usize> {
         Ok(self.counts()?.1)
-    }
-    /// `lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local).
-    pub fn alloc_targets(&self, device: Device) -> Result<Vec<DistTensor>> {
-        let mut raw = vec![ptr::null_mut(); self.len()?];
-        let n = to_int(raw.len(), "targets")?;
-        call("ReshardGroup::alloc_targets", unsafe {
-            sys::lm_reshard_group_alloc_targets(raw.as_mut_ptr(), self.raw, device.raw(), n)
-        })?;
-        Ok(raw.into_iter().map(|raw| DistTensor { raw }).collect())
     }
     /// `src` and `dst` as C arrays of the group's length (the C calls read one count for all).
     fn arrays<S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(&self, method: &str, src: &[S], dst: &[D])
@@ -1204,28 +1101,20 @@ pub fn reshard_many<S: Borrow<DistTensor>, P: AsRef<[Placement]>>(tensors: &[S],
         None => return Ok(Vec::new()),
     };
     let src_mesh = first.mesh()?;
-    let (snd, dnd) = (src_mesh.ndim()?, dst_mesh.map_or(Ok(src_mesh.ndim()?), |m| m.ndim())?);
-    // Each tensor's global shape, dtype and placements as the C gives them (what an entry points to).
-    let mut from = Vec::with_capacity(tensors.len());
-    for (i, (t, p)) in tensors.iter().map(|t| t.borrow()).zip(placements).enumerate() {
+    let dnd = dst_mesh.unwrap_or(&src_mesh).ndim()?;
+    let mut from = Vec::with_capacity(tensors.len()); // what the entries point to
+    for (i, (t, p)) in tensors.iter().map(Borrow::borrow).zip(placements).enumerate() {
         if t.mesh()?.raw != src_mesh.raw {
             return arg_error(format!("{M}: tensors[{i}] lives on another mesh than tensors[0] (one call moves \
                                       tensors of one mesh)"));
         }
-        let dp = placements_for(M, &format!("placements[{i}]"), p.as_ref(), dnd)?;
-        let mut sp = vec![sys::lm_placement_t::default(); snd];
-        call(M, unsafe { sys::lm_dist_tensor_placements(t.raw, sp.as_mut_ptr(), snd as c_int) })?;
-        from.push((t.global_shape()?, t.dtype()?, sp, dp));
+        placements_for(M, &format!("placements[{i}]"), p.as_ref(), dnd)?;
+        from.push((t.global_shape()?, t.dtype()?, t.placements()?));
     }
-    let entries = from.iter().map(|(shape, dtype, sp, dp)| sys::lm_reshard_entry_t {
-        ndim: shape.len() as c_int,
-        global_shape: shape.as_ptr(),
-        dtype: dtype.raw(),
-        src_placements: sp.as_ptr(),
-        dst_placements: dp.as_ptr(),
-    }).collect::<Vec<_>>();
-    let dst = dst_mesh.map_or(ptr::null_mut(), |m| m.raw);
-    let group = ReshardGroup::create(M, src_mesh.raw, dst, &entries, &sys::LM_RESHARD_GROUP_CONFIG_INIT)?;
+    let entries: Vec<ReshardEntry<'_>> = from.iter().zip(placements)
+        .map(|((shape, dtype, sp), dp)| ReshardEntry::new(shape, *dtype, sp, dp.as_ref()))
+        .collect();
+    let group = ReshardGroup::new(&src_mesh, dst_mesh, &entries)?;
     let mut out = group.alloc_targets(first.device()?)?; // dropped if execute fails
     group.execute(tensors, &mut out[..])?;
     Ok(out)
@@ -1414,8 +1303,8 @@ pub struct LocalMap<'a> {
     out_pl: Vec<Option<Vec<sys::lm_placement_t>>>,
     out_shapes: Vec<Option<Vec<i64>>>,
     mesh: Option<&'a Mesh>,
+    first_dist: Option<&'a DistTensor>,
     flags: u32,
-    _life: PhantomData<&'a DistTensor>,
 }
 
 impl<'a> LocalMap<'a> {
@@ -1425,7 +1314,10 @@ impl<'a> LocalMap<'a> {
     fn push_input(mut self, a: Arg<'a>, pl: Option<&[Placement]>) -> Self {
         self.inputs.push(match a {
             Arg::None => sys::lm_arg_t::default(),
-            Arg::Dist(t) => c_arg(sys::LM_ARG_DIST_TENSOR, 0, 0.0, t.raw as *mut c_void),
+            Arg::Dist(t) => {
+                self.first_dist = self.first_dist.or(Some(t));
+                c_arg(sys::LM_ARG_DIST_TENSOR, 0, 0.0, t.raw as *mut c_void)
+            }
             Arg::Tensor(t) => c_arg(sys::LM_ARG_TENSOR, 0, 0.0, t as *const sys::DLTensor as *mut c_void),
             Arg::Int(i) => c_arg(sys::LM_ARG_INT64, i, 0.0, ptr::null_mut()),
             Arg::Double(d) => c_arg(sys::LM_ARG_DOUBLE, 0, d, ptr::null_mut()),
@@ -1546,16 +1438,13 @@ impl<'a> LocalMap<'a> {
     /// `lm_local_map` reads one placement per dim of the call's mesh (the one given, else the
     /// first dist input's) from each entry of `input_as`, `output` and `grad_placements`.
     fn check_lengths(&self, method: &str) -> Result<()> {
-        let borrowed;
-        let mesh = match (self.mesh, self.inputs.iter().find(|a| a.kind == sys::LM_ARG_DIST_TENSOR)) {
-            (Some(m), _) => m,
-            (None, Some(a)) => {
-                let mut m = ptr::null_mut();
-                call(method, unsafe { sys::lm_dist_tensor_mesh(a.ptr as sys::lm_dist_tensor_t, &mut m) })?;
-                borrowed = Mesh::borrowed(m);
-                &*borrowed
-            }
-            (None, None) => return Ok(()), // a local call: the library refuses placements itself
+        let theirs = match (self.mesh, self.first_dist) {
+            (None, Some(t)) => Some(t.mesh()?),
+            _ => None,
+        };
+        let mesh = match self.mesh.or(theirs.as_deref()) {
+            Some(m) => m,
+            None => return Ok(()), // a local call: the library refuses placements itself
         };
         let lens = |v: &[Option<Vec<sys::lm_placement_t>>]| v.iter().map(|p| p.as_ref().map(Vec::len)).collect();
         lengths(method, "lm_local_map_ex", &[
@@ -1575,47 +1464,11 @@ impl<'a> LocalMap<'a> {
     }
 }
 
-/// Which placements [`LocalMapRecord::placements`] reports (`lm_record_which_t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordWhich {
-    /// An input's own placements, before any move (on its own mesh).
-    Input,
-    /// The placements of the view `f` got.
-    In,
-    /// Those of its gradient: [`LocalMap::grad_placements`], else `In`.
-    InGrad,
-    /// An output's placements.
-    Out,
-    /// Its gradient's: [`placements_adjoint`] of `Out`.
-    OutGrad,
-}
-
 /// The record of one [`LocalMap::run_recorded`] call (`lm_local_map_record_t`): what its backward
 /// pass needs. Dropping it destroys it (local).
 #[derive(Debug)]
 pub struct LocalMapRecord {
     raw: sys::lm_local_map_record_t,
-}
-
-impl LocalMapRecord {
-    /// `lm_local_map_record_placements`: the recorded placements `which` of input or output `index`.
-    pub fn placements(&self, which: RecordWhich, index: usize) -> Result<Vec<Placement>> {
-        let w = match which {
-            RecordWhich::Input => sys::LM_RECORD_INPUT,
-            RecordWhich::In => sys::LM_RECORD_IN,
-            RecordWhich::InGrad => sys::LM_RECORD_IN_GRAD,
-            RecordWhich::Out => sys::LM_RECORD_OUT,
-            RecordWhich::OutGrad => sys::LM_RECORD_OUT_GRAD,
-        };
-        let i = to_int(index, "index")?;
-        let mut v = vec![sys::lm_placement_t::default(); 32];
-        let mut n: c_int = 0;
-        call("LocalMapRecord::placements", unsafe {
-            sys::lm_local_map_record_placements(self.raw, w, i, 32, v.as_mut_ptr(), &mut n)
-        })?;
-        v.truncate(n as usize);
-        placements_of(v)
-    }
 }
 
 /// What the trampoline gets: the closure, and the length of each `output_shaped` global shape
@@ -1658,13 +1511,8 @@ fn failure(e: FnError) -> Failure {
 }
 
 fn panic_text(p: &(dyn Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic without a message)".to_string()
-    }
+    let text = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+    text.unwrap_or_else(|| "(a panic without a message)".to_string())
 }
 
 /// The `lm_local_fn_t` that calls the closure. Nothing unwinds out of it: panics are caught and
