@@ -135,19 +135,22 @@ const RUST_WORDS: &[(&str, &str)] = &[
     ("out_placements", "output placements"),
 ];
 
-/// The library's `message` in Rust's terms: the C function it names first (`lm_x: `, also after
-/// "rank R failed: ") becomes `method`, the C names of [`RUST_WORDS`] the Rust ones, and the
-/// extents id of a ragged placement the lengths it stands for.
+/// The library's `message` in Rust's terms: the C function it names first (`lm_x: `, again after
+/// "rank R failed: ") becomes `method`, the C names of [`RUST_WORDS`] and of statuses the Rust
+/// ones, and the extents id of a ragged placement the lengths it stands for.
 fn rust_words(method: &str, message: &str) -> String {
     let word_end = |s: &str, at: usize| {
         s[at..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(s.len(), |n| at + n)
     };
     let mut s = message.to_string();
     if let Some(at) = s.find("lm_").filter(|&at| s[word_end(&s, at)..].starts_with(':')) {
-        s.replace_range(at..word_end(&s, at), method);
+        s = s.replace(&s[at..=word_end(&s, at)], &format!("{method}:"));
     }
     for (c, rust) in RUST_WORDS {
         s = s.replace(c, rust);
+    }
+    for status in (0..64).map(Status::from_raw).filter(|st| !matches!(st, Status::Other(_))) {
+        s = s.replace(status.as_str().split(':').next().unwrap_or("?"), &format!("{status:?}"));
     }
     while let Some(at) = s.find("extents id ") {
         let end = word_end(&s, at + 11);
