@@ -4,7 +4,8 @@ follows from the C API by rule, so that localmap/src/lib.rs is written only wher
 thought:
   - the Rust enums of the C enums and dtypes (ENUMS, DTYPE_PREFIX): variants and docs read from
     include/localmap.h, with `raw()` and `from_raw()`;
-  - `Drop` (the handle's destroy) and `as_raw` of every handle type (HANDLES);
+  - `Drop` (the handle's destroy), `Clone` (a refcounted one's retain), `as_raw`, `from_raw` and
+    `into_raw` of every handle type (HANDLES);
   - the wrappers of WRAPPERS: one C call each, made from the function's description in
     api/localmap.api: the argument of the owner's handle type is `self`, the other inputs are
     parameters (Rust types by IN_TYPES, or by the entry's own `types`), an integer that is the
@@ -21,11 +22,9 @@ import api_gen_rust_types as types  # noqa: E402  (tools/, loaded by api.py befo
 OUTPUT = "bindings/rust/localmap/src/calls.rs"
 WIDTH = types.WIDTH
 
-# C handle type -> (Rust type, its destroy function).
-HANDLES = {"lm_mesh_t": ("Mesh", "lm_mesh_destroy"), "lm_dist_tensor_t": ("DistTensor", "lm_dist_tensor_destroy"),
-           "lm_reshard_plan_t": ("ReshardPlan", "lm_reshard_plan_destroy"),
-           "lm_reshard_group_t": ("ReshardGroup", "lm_reshard_group_destroy"),
-           "lm_local_map_record_t": ("LocalMapRecord", "lm_local_map_record_destroy")}
+# C handle type -> its Rust type, which owns one (a reference of a refcounted one: `Clone` retains).
+HANDLES = {"lm_mesh_t": ("Mesh",), "lm_dist_tensor_t": ("DistTensor", "retain"), "lm_reshard_plan_t": ("ReshardPlan",),
+           "lm_reshard_group_t": ("ReshardGroup",), "lm_local_map_record_t": ("LocalMapRecord",)}
 # C enum -> (Rust enum, member prefix, doc, the doc of an Other(code) variant for unknown codes).
 ENUMS = {"lm_status_t": ("Status", "LM_(ERR_)?", "The status codes of `lm_status_t`.",
                          "A code this binding does not know yet (the C enum is append-only)."),
@@ -76,7 +75,7 @@ OUT_TYPES = {("int", "ndim"): ("usize", "0", "x as usize"), ("int", "n"): ("usiz
              "DLTensor": ("sys::DLTensor", "host_view::<u8>(ptr::null(), &[])", "x")}
 OUT_TYPES.update({s: ("sys::" + s, "sys::" + s.upper()[:-2] + "_INIT", "x")  # versioned structs
                   for s in ("lm_device_config_t", "lm_reshard_plan_info_t")})
-OUT_TYPES.update({h: (r, "ptr::null_mut()", "%s { raw: x }" % r) for h, (r, _) in HANDLES.items()})
+OUT_TYPES.update({h: (r[0], "ptr::null_mut()", "%s { raw: x }" % r[0]) for h, r in HANDLES.items()})
 
 # `flags` of lm_reshard_plan_info and lm_reshard_estimate: whether to sum every rank's counts.
 ALL_RANKS = {"types": {"flags": "bool"}, "names": {"flags": "all_ranks"},
@@ -253,12 +252,28 @@ def enums():
 
 
 def handles():
+    """Each handle type's `Drop` (local), `Clone` (a refcounted one's), raw handle in and out."""
     out = []
-    for h, (rust, destroy) in HANDLES.items():
-        out += ["", "impl Drop for %s {" % rust, "    fn drop(&mut self) {",
-                "        unsafe { sys::%s(&mut self.raw) };" % destroy, "    }", "}", "",
-                "impl %s {" % rust, "    /// The raw handle (still owned by `self`).",
-                "    pub fn as_raw(&self) -> sys::%s {" % h, "        self.raw", "    }", "}"]
+    for h, rust in HANDLES.items():
+        c = h[:-2]  # lm_mesh
+        out += ["", "impl Drop for %s {" % rust[0], "    fn drop(&mut self) {",
+                "        unsafe { sys::%s_destroy(&mut self.raw) };" % c, "    }", "}"]
+        if rust[1:] == ("retain",):
+            out += ["", "impl Clone for %s {" % rust[0], "    /// Another handle of the same object (`%s_retain`)." % c,
+                    "    fn clone(&self) -> %s {" % rust[0],
+                    "        let st = unsafe { sys::%s_retain(self.raw) };" % c,
+                    '        assert_eq!(st, sys::LM_SUCCESS, "%s_retain: {}", last_error_message());' % c,
+                    "        %s { raw: self.raw }" % rust[0], "    }", "}"]
+        out += ["", "impl %s {" % rust[0], "    /// The raw handle (still owned by `self`).",
+                "    pub fn as_raw(&self) -> sys::%s {" % h, "        self.raw", "    }",
+                "    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`",
+                "    /// destroys it.", "    ///", "    /// # Safety",
+                "    /// `raw` must be a live handle whose ownership the caller hands over.",
+                "    pub unsafe fn from_raw(raw: sys::%s) -> %s {" % (h, rust[0]), "        %s { raw }" % rust[0],
+                "    }",
+                "    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).",
+                "    pub fn into_raw(self) -> sys::%s {" % h, "        let raw = self.raw;",
+                "        std::mem::forget(self);", "        raw", "    }", "}"]
     return out
 
 

@@ -252,6 +252,20 @@ impl Mesh {
     pub fn as_raw(&self) -> sys::lm_mesh_t {
         self.raw
     }
+    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`
+    /// destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a live handle whose ownership the caller hands over.
+    pub unsafe fn from_raw(raw: sys::lm_mesh_t) -> Mesh {
+        Mesh { raw }
+    }
+    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).
+    pub fn into_raw(self) -> sys::lm_mesh_t {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
 }
 
 impl Drop for DistTensor {
@@ -260,10 +274,33 @@ impl Drop for DistTensor {
     }
 }
 
+impl Clone for DistTensor {
+    /// Another handle of the same object (`lm_dist_tensor_retain`).
+    fn clone(&self) -> DistTensor {
+        let st = unsafe { sys::lm_dist_tensor_retain(self.raw) };
+        assert_eq!(st, sys::LM_SUCCESS, "lm_dist_tensor_retain: {}", last_error_message());
+        DistTensor { raw: self.raw }
+    }
+}
+
 impl DistTensor {
     /// The raw handle (still owned by `self`).
     pub fn as_raw(&self) -> sys::lm_dist_tensor_t {
         self.raw
+    }
+    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`
+    /// destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a live handle whose ownership the caller hands over.
+    pub unsafe fn from_raw(raw: sys::lm_dist_tensor_t) -> DistTensor {
+        DistTensor { raw }
+    }
+    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).
+    pub fn into_raw(self) -> sys::lm_dist_tensor_t {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
     }
 }
 
@@ -278,6 +315,20 @@ impl ReshardPlan {
     pub fn as_raw(&self) -> sys::lm_reshard_plan_t {
         self.raw
     }
+    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`
+    /// destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a live handle whose ownership the caller hands over.
+    pub unsafe fn from_raw(raw: sys::lm_reshard_plan_t) -> ReshardPlan {
+        ReshardPlan { raw }
+    }
+    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).
+    pub fn into_raw(self) -> sys::lm_reshard_plan_t {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
 }
 
 impl Drop for ReshardGroup {
@@ -291,6 +342,20 @@ impl ReshardGroup {
     pub fn as_raw(&self) -> sys::lm_reshard_group_t {
         self.raw
     }
+    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`
+    /// destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a live handle whose ownership the caller hands over.
+    pub unsafe fn from_raw(raw: sys::lm_reshard_group_t) -> ReshardGroup {
+        ReshardGroup { raw }
+    }
+    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).
+    pub fn into_raw(self) -> sys::lm_reshard_group_t {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
 }
 
 impl Drop for LocalMapRecord {
@@ -303,6 +368,20 @@ impl LocalMapRecord {
     /// The raw handle (still owned by `self`).
     pub fn as_raw(&self) -> sys::lm_local_map_record_t {
         self.raw
+    }
+    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`
+    /// destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a live handle whose ownership the caller hands over.
+    pub unsafe fn from_raw(raw: sys::lm_local_map_record_t) -> LocalMapRecord {
+        LocalMapRecord { raw }
+    }
+    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).
+    pub fn into_raw(self) -> sys::lm_local_map_record_t {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
     }
 }
 

@@ -226,19 +226,12 @@ fn lengths(method: &str, function: &str, args: &[(&str, Of<'_>)]) -> Result<()> 
         (Some(Of::Slices(n, _)), Some(i)) => format!("{n}[{i}]"),
         _ => m.arg.name.to_string(),
     };
-    let tensor = |a: &str| matches!(find(a), Some(Of::Tensor(_)));
-    arg_error(wrong_length(method, &what, m.arg.name, m.got, counted(m.rule, &tensor, &read), m.want))
-}
-
-/// Whose dims a length rule counts: a "mesh"'s or a "tensor"'s (None: a number of its own).
-fn counted(rule: &sys::Len, tensor: &dyn Fn(&str) -> bool, read: &dyn Fn(&str, sys::Of) -> Option<i64>)
-    -> Option<&'static str> {
-    match *rule {
-        sys::Len::Ndim(a) if tensor(a) => Some("tensor"),
-        sys::Len::Ndim(_) | sys::Len::MeshNdim(_) => Some("mesh"),
-        sys::Len::Either(a, b) => counted(if a.eval(read).is_some() { a } else { b }, tensor, read),
+    let of = match *m.rule {
+        sys::Len::Ndim(a) if matches!(find(a), Some(Of::Tensor(_))) => Some("tensor"),
+        sys::Len::Ndim(_) | sys::Len::MeshNdim(_) | sys::Len::Either(..) => Some("mesh"), // (A|B: two meshes)
         _ => None,
-    }
+    };
+    arg_error(wrong_length(method, &what, m.arg.name, m.got, of, m.want))
 }
 
 /// "`method`: `what`: 1 placements for a mesh of 2 dims (one Placement per mesh dim)": a slice
@@ -254,6 +247,12 @@ fn wrong_length(method: &str, what: &str, c_name: &str, got: usize, of: Option<&
         Some(of) => format!("{method}: {what}: {got} {entries} for a {of} of {want} dims{per}"),
         None => format!("{method}: {what}: {got} {entries} where {want} are needed"),
     }
+}
+
+/// The placements a call of C `function` takes for `mesh`, checked by the function's rule.
+fn mesh_placements(method: &str, function: &str, mesh: &Mesh, p: &[Placement]) -> Result<Vec<sys::lm_placement_t>> {
+    lengths(method, function, &[("placements", Of::Slice("placements", p.len())), ("mesh", Of::Mesh(Some(mesh)))])?;
+    Ok(raw_placements(p))
 }
 
 /// A slice of placements that no rule covers (a field of a struct the call takes), checked for a
@@ -512,14 +511,6 @@ impl Mesh {
         Ok(Mesh { raw })
     }
 
-    /// Takes ownership of a raw handle (it will be destroyed on drop).
-    ///
-    /// # Safety
-    /// `raw` must be a live mesh handle nobody else destroys.
-    pub unsafe fn from_raw(raw: sys::lm_mesh_t) -> Mesh {
-        Mesh { raw }
-    }
-
     fn borrowed<'a>(raw: sys::lm_mesh_t) -> MeshRef<'a> {
         MeshRef { mesh: ManuallyDrop::new(Mesh { raw }), _life: PhantomData }
     }
@@ -556,17 +547,14 @@ unsafe extern "C" fn vec_deleter<T>(m: *mut sys::DLManagedTensor) {
 }
 
 fn check_shape(len: usize, shape: &[i64], what: &str) -> Result<()> {
-    let mut n: i64 = 1;
-    for (i, &e) in shape.iter().enumerate() {
-        if e < 0 {
-            return arg_error(format!("{what}: shape[{i}] = {e} is negative"));
-        }
-        n = n.checked_mul(e).ok_or_else(|| Error::new(Status::InvalidArgument, format!("{what}: shape overflows")))?;
+    if let Some(i) = shape.iter().position(|&e| e < 0) {
+        return arg_error(format!("{what}: shape[{i}] = {} is negative", shape[i]));
     }
-    if n as u128 != len as u128 {
-        return arg_error(format!("{what}: {len} elements for shape {shape:?} ({n} elements)"));
+    match shape.iter().try_fold(1i64, |n, &e| n.checked_mul(e)) {
+        None => arg_error(format!("{what}: shape {shape:?} overflows")),
+        Some(n) if n as u128 != len as u128 => arg_error(format!("{what}: {len} elements for shape {shape:?} ({n} elements)")),
+        Some(_) => Ok(()),
     }
-    Ok(())
 }
 
 /// A `DLManagedTensor` (e.g. from [`DistTensor::to_dlpack`]): dropping it calls its deleter once.
@@ -709,14 +697,6 @@ pub struct DistTensor {
     raw: sys::lm_dist_tensor_t,
 }
 
-impl Clone for DistTensor {
-    fn clone(&self) -> DistTensor {
-        let st = unsafe { sys::lm_dist_tensor_retain(self.raw) };
-        assert_eq!(st, sys::LM_SUCCESS, "lm_dist_tensor_retain: {}", last_error_message());
-        DistTensor { raw: self.raw }
-    }
-}
-
 fn host_view<T: Element>(data: *const T, shape: &[i64]) -> sys::DLTensor {
     sys::DLTensor {
         data: data as *mut c_void,
@@ -749,20 +729,6 @@ fn scalapack_cols(mesh: &Mesh, desc: &[i32; sys::LM_SCALAPACK_DLEN]) -> Result<u
 }
 
 impl DistTensor {
-    /// Takes ownership of one reference of a raw handle.
-    ///
-    /// # Safety
-    /// `raw` must be a live tensor handle whose reference the caller hands over.
-    pub unsafe fn from_raw(raw: sys::lm_dist_tensor_t) -> DistTensor {
-        DistTensor { raw }
-    }
-    /// Gives up the reference to the caller.
-    pub fn into_raw(self) -> sys::lm_dist_tensor_t {
-        let r = self.raw;
-        std::mem::forget(self);
-        r
-    }
-
     /// `lm_dist_tensor_from_local` with `LM_FROM_LOCAL_COPY`: copies this rank's shard `data`
     /// (compact row-major, `local_shape`). A rank outside the mesh passes an empty slice, its
     /// tensor rank in `local_shape` and `ShapeMode::Given`.
@@ -785,14 +751,10 @@ impl DistTensor {
                                 flags: u32) -> Result<DistTensor> {
         const M: &str = "DistTensor::from_local";
         mode.check(M, usize::try_from(local.ndim).unwrap_or(0))?;
-        lengths(M, "lm_dist_tensor_from_local", &[
-            ("placements", Of::Slice("placements", placements.len())),
-            ("mesh", Of::Mesh(Some(mesh))),
-        ])?;
+        let pl = mesh_placements(M, "lm_dist_tensor_from_local", mesh, placements)?;
         let (m, gs) = mode.raw();
         let mut raw = ptr::null_mut();
-        call(M, sys::lm_dist_tensor_from_local(&mut raw, mesh.raw, local, raw_placements(placements).as_ptr(), m, gs,
-                                               flags))?;
+        call(M, sys::lm_dist_tensor_from_local(&mut raw, mesh.raw, local, pl.as_ptr(), m, gs, flags))?;
         Ok(DistTensor { raw })
     }
 
@@ -826,13 +788,9 @@ impl DistTensor {
         -> Result<DistTensor> {
         const M: &str = "DistTensor::from_dlpack";
         mode.check(M, usize::try_from(local.dl_tensor().ndim).unwrap_or(0))?;
-        lengths(M, "lm_dist_tensor_from_dlpack", &[
-            ("placements", Of::Slice("placements", placements.len())),
-            ("mesh", Of::Mesh(Some(mesh))),
-        ])?;
+        let pl = mesh_placements(M, "lm_dist_tensor_from_dlpack", mesh, placements)?;
         let (m, gs) = mode.raw();
         let mut raw = ptr::null_mut();
-        let pl = raw_placements(placements);
         call(M, unsafe { sys::lm_dist_tensor_from_dlpack(&mut raw, mesh.raw, local.raw, pl.as_ptr(), m, gs) })?;
         local.into_raw(); // the tensor owns it now (on failure `local` still did, and drops it)
         Ok(DistTensor { raw })
@@ -847,14 +805,10 @@ impl DistTensor {
         if let Some(d) = data {
             check_shape(d.len(), shape, M)?;
         }
-        lengths(M, "lm_dist_tensor_from_global", &[
-            ("placements", Of::Slice("placements", placements.len())),
-            ("mesh", Of::Mesh(Some(mesh))),
-        ])?;
+        let pl = mesh_placements(M, "lm_dist_tensor_from_global", mesh, placements)?;
         let view = host_view(data.map_or(ptr::null(), |d| d.as_ptr()), shape);
         let vp: *const sys::DLTensor = if root >= 0 && data.is_none() { ptr::null() } else { &view };
         let mut raw = ptr::null_mut();
-        let pl = raw_placements(placements);
         call(M, unsafe { sys::lm_dist_tensor_from_global(&mut raw, mesh.raw, vp, pl.as_ptr(), root) })?;
         Ok(DistTensor { raw })
     }
@@ -945,27 +899,19 @@ pub struct Request<'a> {
 impl Request<'_> {
     /// `lm_request_test`: true once complete.
     pub fn test(&mut self) -> Result<bool> {
-        if self.raw.is_null() {
-            return Ok(true);
-        }
         let mut done = 0;
         call("Request::test", unsafe { sys::lm_request_test(&mut self.raw, &mut done) })?;
         Ok(done != 0)
     }
     /// `lm_request_wait`.
     pub fn wait(mut self) -> Result<()> {
-        if self.raw.is_null() {
-            return Ok(());
-        }
         call("Request::wait", unsafe { sys::lm_request_wait(&mut self.raw) })
     }
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if !self.raw.is_null() {
-            unsafe { sys::lm_request_wait(&mut self.raw) };
-        }
+        unsafe { sys::lm_request_wait(&mut self.raw) }; // a finished request's handle is NULL: a no-op
     }
 }
 
