@@ -1401,15 +1401,9 @@ impl<'a> LocalMap<'a> {
             ("in_placements", Of::Slices("input_as placements of inputs", lens(&self.in_pl))),
             ("out_placements", Of::Slices("placements of outputs", lens(&self.out_pl))),
         ])?;
-        let ndim = mesh.ndim()?;
-        for (i, g) in self.in_grad.iter().enumerate() {
-            match g {
-                Some(g) if g.len() != ndim => return arg_error(wrong_length(
-                    method, &format!("grad_placements of inputs[{i}]"), "placements", g.len(), Some("mesh"), ndim as i64)),
-                _ => {}
-            }
-        }
-        Ok(())
+        // The options' in_grad_placements follow in_placements' rule (the header says so).
+        let grad = Of::Slices("grad_placements of inputs", lens(&self.in_grad));
+        lengths(method, "lm_local_map_ex", &[("mesh", Of::Mesh(Some(mesh))), ("in_placements", grad)])
     }
 }
 
