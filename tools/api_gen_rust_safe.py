@@ -23,16 +23,18 @@ OUTPUT = "bindings/rust/localmap/src/calls.rs"
 WIDTH = types.WIDTH
 
 # C handle type -> its Rust type, which owns one (a reference of a refcounted one: `Clone` retains).
-HANDLES = {"lm_mesh_t": ("Mesh",), "lm_dist_tensor_t": ("DistTensor", "retain"), "lm_reshard_plan_t": ("ReshardPlan",),
-           "lm_reshard_group_t": ("ReshardGroup",), "lm_local_map_record_t": ("LocalMapRecord",)}
+HANDLES = {"lm_mesh_t": ("Mesh",), "lm_dist_tensor_t": ("DistTensor", "retain"),
+           "lm_reshard_plan_t": ("ReshardPlan",), "lm_reshard_group_t": ("ReshardGroup",),
+           "lm_local_map_record_t": ("LocalMapRecord",)}
 # C enum -> (Rust enum, member prefix, doc, the doc of an Other(code) variant for unknown codes).
 ENUMS = {"lm_status_t": ("Status", "LM_(ERR_)?", "The status codes of `lm_status_t`.",
                          "A code this binding does not know yet (the C enum is append-only)."),
          "lm_reduce_op_t": ("ReduceOp", "LM_REDUCE_", "A reduction of [`Placement::Partial`].", None),
-         "lm_transport_t": ("Transport", "LM_TRANSPORT_", "How a mesh moves tensor data (`lm_transport_t`).",
+         "lm_transport_t": ("Transport", "LM_TRANSPORT_",
+                            "How a mesh moves tensor data (`lm_transport_t`).",
                             "A transport this binding does not know yet."),
-         "lm_record_which_t": ("RecordWhich", "LM_RECORD_",
-                               "Which placements [`LocalMapRecord::placements`] reports (`lm_record_which_t`).", None)}
+         "lm_record_which_t": ("RecordWhich", "LM_RECORD_", "Which placements "
+                               "[`LocalMapRecord::placements`] reports (`lm_record_which_t`).", None)}
 # Variant docs in Rust's terms where the header's speak of C arguments.
 VARIANT_DOCS = {
     "RecordWhich::Input": "An input's own placements, before any move (on its own mesh).",
@@ -48,12 +50,14 @@ DTYPE_PREFIX = {"kDLFloat": "F", "kDLBfloat": "BF", "kDLInt": "I", "kDLUInt": "U
 IN_TYPES = {("int", "dim"): "usize", ("int", "index"): "usize", ("int", "parent_comm"): "Comm",
             ("int", "reset_peak"): "bool", "int": "i32", "int64_t": "i64", "unsigned": "u32",
             "DLDataType": "DType", "DLDevice": "Device", "DLDeviceType": "sys::DLDeviceType",
-            "void*": "*mut c_void", "string": "&str", ("int", "which"): "RecordWhich", "lm_mesh_t": "&Mesh", "lm_dist_tensor_t": "&DistTensor",
+            "void*": "*mut c_void", "string": "&str", ("int", "which"): "RecordWhich",
+            "lm_mesh_t": "&Mesh", "lm_dist_tensor_t": "&DistTensor",
             "lm_placement_t[]": "&[Placement]", "int64_t[]": "&[i64]", "int[]": "&[i32]",
             "int[9]": "&[i32; sys::LM_SCALAPACK_DLEN]"}
 # Rust type -> how the C call takes a parameter `x` of it (`?`: converted first, in a let).
-IN_CONV = {"usize": "to_int(x, \"x\")?", "&str": "c_string(M, \"x\", x)?", "RecordWhich": "x.raw()", "Comm": "x.0", "bool": "x as c_int", "DType": "x.raw()",
-           "Device": "x.raw()", "&Mesh": "x.raw", "Option<&Mesh>": "x.map_or(ptr::null_mut(), |m| m.raw)",
+IN_CONV = {"usize": "to_int(x, \"x\")?", "&str": "c_string(M, \"x\", x)?", "RecordWhich": "x.raw()",
+           "Comm": "x.0", "bool": "x as c_int", "DType": "x.raw()", "Device": "x.raw()", "&Mesh": "x.raw",
+           "Option<&Mesh>": "x.map_or(ptr::null_mut(), |m| m.raw)",
            "&DistTensor": "x.raw", "&mut DistTensor": "x.raw", "&[Placement]": "raw_placements(x)",
            "&[i64]": "x.as_ptr()", "&[i32]": "x.as_ptr()", "&[i32; sys::LM_SCALAPACK_DLEN]": "x.as_ptr()"}
 # Outputs: C type (and name) -> (Rust type, initial value, the result from the value `x`).
@@ -99,7 +103,8 @@ WRAPPERS = [
     ("chunk", "lm_layout_chunk", {},
      "`lm_layout_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`."),
     ("format_placements", "lm_placements_format", {}, "`lm_placements_format`: e.g. `\"[S(0), R, P(sum)]\"`."),
-    ("Extents::new", "lm_extents_create", {"names": {"extents": "lengths"}, "ret": "Extents", "out": "Extents { id }"},
+    ("Extents::new", "lm_extents_create",
+     {"names": {"extents": "lengths"}, "ret": "Extents", "out": "Extents { id }"},
      "Registers `lengths` (each >= 0)."),
     ("Mesh::grid", "lm_mesh_create_grid", {"names": {"parent_comm": "parent"}, "null": ("config",)},
      "`lm_mesh_create_grid`: the 2-D mesh of a process grid (a BLACS grid, say) from this rank's\n"
@@ -112,9 +117,11 @@ WRAPPERS = [
      "This rank's coordinate (an error on a non-member)."),
     ("Mesh::rank", "lm_mesh_rank", {}, "This rank's row-major index in the mesh (an error on a non-member)."),
     ("Mesh::dim_name", "lm_mesh_dim_name", {}, "The dim's name (\"\" when unnamed)."),
-    ("Mesh::dim_comm", "lm_mesh_dim_comm", {}, "The communicator along `dim` (owned by the mesh; do not free it)."),
+    ("Mesh::dim_comm", "lm_mesh_dim_comm", {},
+     "The communicator along `dim` (owned by the mesh; do not free it)."),
     ("Mesh::comm", "lm_mesh_comm", {}, "The communicator of all mesh ranks (owned by the mesh)."),
-    ("Mesh::dim_index", "lm_mesh_dim_index", {"ret": "usize", "out": "dim as usize"}, "Index of the dim called `name`."),
+    ("Mesh::dim_index", "lm_mesh_dim_index", {"ret": "usize", "out": "dim as usize"},
+     "Index of the dim called `name`."),
     ("Mesh::set_device_config", "lm_mesh_set_device_config",
      {"unsafe": True, "types": {"config": "Option<&sys::lm_device_config_t>"},
       "conv": {"config": "config.map_or(ptr::null(), |c| c as *const _)"}},
@@ -184,7 +191,8 @@ WRAPPERS = [
      "[`ReshardPlan::info`] gives for `ReshardPlan::new(src_mesh, src_placements, dst_mesh\n"
      "(None: src_mesh), dst_placements, global_shape, dtype)`. Local, or with `all_ranks` every\n"
      "rank's summed (collective over both meshes). For layout searches: no handle, no buffer."),
-    ("placements_adjoint", "lm_placements_adjoint", {"len": {"out": "placements.len()"}, "out": "placements_of(out)?"},
+    ("placements_adjoint", "lm_placements_adjoint",
+     {"len": {"out": "placements.len()"}, "out": "placements_of(out)?"},
      "`lm_placements_adjoint`: the placements of a gradient (PyTorch DTensor's convention):\n"
      "`Partial(Sum)` becomes `Replicate`, Shard and Replicate are kept; avg/max/min/prod are refused."),
     ("ReshardGroup::counts", "lm_reshard_group_size", {"private": True},
@@ -192,7 +200,8 @@ WRAPPERS = [
     ("ReshardGroup::alloc_targets", "lm_reshard_group_alloc_targets", {"len": {"out": "self.len()?"}},
      "`lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local)."),
     ("LocalMapRecord::placements", "lm_local_map_record_placements",
-     {"len": {"placements": "32"}, "ret": "Vec<Placement>", "out": "placements_of(placements[..n as usize].to_vec())?"},
+     {"len": {"placements": "32"}, "ret": "Vec<Placement>",
+      "out": "placements_of(placements[..n as usize].to_vec())?"},
      "`lm_local_map_record_placements`: the recorded placements `which` of input or output `index`."),
     ("LocalMapRecord::input_grad", "lm_local_map_record_input_grad", {},
      "`lm_local_map_record_input_grad`: `grad` moved to input `index`'s own mesh and the adjoint\n"
@@ -216,11 +225,12 @@ def enum(name, variants, raw, other, other_doc, doc_text):
     if other:
         out += doc(other_doc, "    ") + ["    Other(%s)," % raw]
     fr = name if other else "Option<%s>" % name
-    out += ["}", "", "impl %s {" % name, "    /// The C value." if other else "    /// The C value.",
+    out += ["}", "", "impl %s {" % name, "    /// The C value.",
             "    pub fn raw(self) -> %s {" % raw, "        match self {"]
     out += ["            %s::%s => %s," % (name, v, c) for v, c, _ in variants]
     out += ["            %s::Other(c) => c," % name] if other else []
-    out += ["        }", "    }", "    /// The variant of a C value%s." % ("" if other else " (None: one it has no variant for)"),
+    out += ["        }", "    }",
+            "    /// The variant of a C value%s." % ("" if other else " (None: one it has no variant for)"),
             "    pub fn from_raw(c: %s) -> %s {" % (raw, fr)]
     if other:
         out += ["        match c {"] + ["            sys::%s => %s::%s," % (c.split("::")[-1], name, v)
@@ -239,7 +249,7 @@ def enums():
             rust, prefix, doc_text, other_doc = ENUMS[name]
             vs = [(camel(re.sub("^" + prefix, "", n)), "sys::" + n, types.doc_lines(d) if d else [])
                   for n, _, d in types.members(m.group("ebody"), name)]
-            vs = [(v, c, doc(VARIANT_DOCS["%s::%s" % (rust, v)], "") if "%s::%s" % (rust, v) in VARIANT_DOCS else d)
+            vs = [(v, c, doc(VARIANT_DOCS[rust + "::" + v], "") if rust + "::" + v in VARIANT_DOCS else d)
                   for v, c, d in vs]
             out += [""] + enum(rust, vs, "sys::" + name, other_doc is not None, other_doc, doc_text)
     vs = []
@@ -259,7 +269,8 @@ def handles():
         out += ["", "impl Drop for %s {" % rust[0], "    fn drop(&mut self) {",
                 "        unsafe { sys::%s_destroy(&mut self.raw) };" % c, "    }", "}"]
         if rust[1:] == ("retain",):
-            out += ["", "impl Clone for %s {" % rust[0], "    /// Another handle of the same object (`%s_retain`)." % c,
+            out += ["", "impl Clone for %s {" % rust[0],
+                    "    /// Another handle of the same object (`%s_retain`)." % c,
                     "    fn clone(&self) -> %s {" % rust[0],
                     "        let st = unsafe { sys::%s_retain(self.raw) };" % c,
                     '        assert_eq!(st, sys::LM_SUCCESS, "%s_retain: {}", last_error_message());' % c,
@@ -354,8 +365,8 @@ def wrapper(rust, f, opts, doc_text):
     else:
         ret = opts.get("ret") or (outs[0][0] if len(outs) == 1 else "(%s)" % ", ".join(t for t, _ in outs))
     value = opts.get("out") or (outs[0][1] if len(outs) == 1 else "(%s)" % ", ".join(v for _, v in outs))
-    sig = wrap("%s%sfn %s(" % ("pub(crate) " if opts.get("private") else "pub ", "unsafe " if opts.get("unsafe") else "",
-                                name), (["&self"] if self_arg else []) + params, ") -> Result<%s> {" % ret, ind)
+    head = ("pub(crate) " if opts.get("private") else "pub ") + ("unsafe " if opts.get("unsafe") else "")
+    sig = wrap("%sfn %s(" % (head, name), (["&self"] if self_arg else []) + params, ") -> Result<%s> {" % ret, ind)
     body = ['const M: &str = "%s";' % rust] + lets
     c = "sys::%s(" % f.name
     if is_buf:

@@ -198,7 +198,8 @@ pub fn length_mismatch(function: &str, arg: &dyn Fn(&str, Of) -> Option<i64>,
             return Some(m);
         }
         if let Some(rule) = a.dims.get(1) {
-            if let Some(m) = (0..outer).find_map(|i| len(a.name, Some(i)).and_then(|got| mismatch(Some(i), got, rule))) {
+            let element = |i| len(a.name, Some(i)).and_then(|got| mismatch(Some(i), got, rule));
+            if let Some(m) = (0..outer).find_map(element) {
                 return Some(m);
             }
         }

@@ -155,7 +155,8 @@ fn rust_words(method: &str, message: &str) -> String {
     while let Some(at) = s.find("extents id ") {
         let end = word_end(&s, at + 11);
         let id = &s[at + 11..end];
-        let lengths = id.parse().ok().and_then(|id| Extents::lengths(id).ok()).map_or(id.to_string(), |v| format!("{v:?}"));
+        let lengths = id.parse().ok().and_then(|id| Extents::lengths(id).ok());
+        let lengths = lengths.map_or(id.to_string(), |v| format!("{v:?}"));
         s.replace_range(at..end, &format!("extents {lengths}"));
     }
     s
@@ -552,7 +553,9 @@ fn check_shape(len: usize, shape: &[i64], what: &str) -> Result<()> {
     }
     match shape.iter().try_fold(1i64, |n, &e| n.checked_mul(e)) {
         None => arg_error(format!("{what}: shape {shape:?} overflows")),
-        Some(n) if n as u128 != len as u128 => arg_error(format!("{what}: {len} elements for shape {shape:?} ({n} elements)")),
+        Some(n) if n as u128 != len as u128 => {
+            arg_error(format!("{what}: {len} elements for shape {shape:?} ({n} elements)"))
+        }
         Some(_) => Ok(()),
     }
 }
@@ -1012,7 +1015,8 @@ impl ReshardGroup {
             return arg_error(format!("{method}: dst: {} tensors for {n} src tensors", dst.len()));
         }
         let raw = |t: &DistTensor| t.raw;
-        Ok((to_int(n, "src")?, src.iter().map(|t| raw(t.borrow())).collect(), dst.iter().map(|t| raw(t.borrow())).collect()))
+        let (s, d) = (src.iter().map(|t| raw(t.borrow())).collect(), dst.iter().map(|t| raw(t.borrow())).collect());
+        Ok((to_int(n, "src")?, s, d))
     }
     /// `lm_reshard_group_execute`: `src[i]` -> `dst[i]` (overwritten) for every entry. Collective
     /// over both meshes; one agreement covers the whole group. No target may overlap another
@@ -1364,8 +1368,11 @@ impl<'a> LocalMap<'a> {
             v.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect()
         };
         let (in_pl, out_pl, in_grad) = (ptrs(&self.in_pl), ptrs(&self.out_pl), ptrs(&self.in_grad));
-        let shapes: Vec<*const i64> = self.out_shapes.iter().map(|s| s.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
-        let given = |v: &[*const sys::lm_placement_t]| if v.iter().any(|p| !p.is_null()) { v.as_ptr() } else { ptr::null() };
+        let shapes: Vec<*const i64> =
+            self.out_shapes.iter().map(|s| s.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
+        let given = |v: &[*const sys::lm_placement_t]| {
+            if v.iter().any(|p| !p.is_null()) { v.as_ptr() } else { ptr::null() }
+        };
         let mut record: sys::lm_local_map_record_t = ptr::null_mut();
         let mut opt = sys::LM_LOCAL_MAP_OPTIONS_INIT;
         opt.in_grad_placements = given(&in_grad);
