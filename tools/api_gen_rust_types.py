@@ -44,8 +44,9 @@ def fail(what):
 
 
 def doc_lines(text, indent=""):
-    """A Doxygen comment's text as Rust doc lines."""
-    lines = [re.sub(r"^\s*\*?\s*", "", ln).rstrip() for ln in text.strip().strip("<").split("\n")]
+    """A Doxygen comment's text as Rust doc lines (brackets escaped: C's `a[i]` is no Rust link)."""
+    lines = [re.sub(r"^\s*\*?\s*", "", ln).rstrip().replace("[", "\\[").replace("]", "\\]")
+             for ln in text.strip().strip("<").split("\n")]
     return [indent + ("/// " + ln).rstrip() for ln in lines if ln.strip() or len(lines) == 1]
 
 

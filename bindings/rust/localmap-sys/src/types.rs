@@ -114,7 +114,7 @@ pub const LM_REDUCE_PROD: lm_reduce_op_t = 4;
 /// the next. With all orders 0, mesh dim 0 splits first (as DTensor does). reduce_op:
 /// lm_reduce_op_t (Partial).
 /// Ragged shards (LM_RAGGED): `dim` as for Shard, `extents` an extents id (lm_extents_create) whose
-/// count is the mesh dim's extent: coordinate i holds [e_0 + ... + e_{i-1}, ... + e_i) of the
+/// count is the mesh dim's extent: coordinate i holds \[e_0 + ... + e_{i-1}, ... + e_i) of the
 /// tensor dim (empty extents allowed). A ragged dim must split its tensor dim first (the lowest
 /// `order` among the mesh dims sharding it; at most one ragged mesh dim per tensor dim) and its
 /// extents must add up to the global extent; Shard dims of higher order split each ragged block
@@ -130,7 +130,7 @@ pub const LM_REDUCE_PROD: lm_reduce_op_t = 4;
 /// passed through Fortran, ctypes and Rust as is), equal extents share one id, and the id of
 /// agreed extents (0) is a constant.
 /// Block-cyclic (LM_BLOCK_CYCLIC): `dim` the tensor dim, `block` the block size b >= 1, `source`
-/// the source coordinate s (0 <= s < the mesh dim's extent). Block k = [k b, min((k + 1) b, n)) of the
+/// the source coordinate s (0 <= s < the mesh dim's extent). Block k = \[k b, min((k + 1) b, n)) of the
 /// tensor dim belongs to coordinate (k + s) mod P of the P along the mesh dim, which keeps its
 /// blocks one after the other in increasing k: its local extent is ScaLAPACK's NUMROC(n, b, c, s,
 /// P), global index i sits at local (i / (b P)) b + i mod b (INDXG2L). Two block-cyclic dims on a
@@ -654,13 +654,13 @@ pub const LM_LOCAL_MAP_OPTIONS_INIT: lm_local_map_options_t = lm_local_map_optio
 
 /// Which placements lm_local_map_record_placements reports.
 pub type lm_record_which_t = c_int;
-/// inputs[index]'s own placements, before any move (on its own mesh)
+/// inputs\[index\]'s own placements, before any move (on its own mesh)
 pub const LM_RECORD_INPUT: lm_record_which_t = 0;
 /// the placements of the view fn got (the call's mesh)
 pub const LM_RECORD_IN: lm_record_which_t = 1;
-/// the gradient of that view: in_grad_placements[index] or LM_RECORD_IN
+/// the gradient of that view: in_grad_placements\[index\] or LM_RECORD_IN
 pub const LM_RECORD_IN_GRAD: lm_record_which_t = 2;
-/// outputs[index]'s placements (out_placements[index])
+/// outputs\[index\]'s placements (out_placements\[index\])
 pub const LM_RECORD_OUT: lm_record_which_t = 3;
 /// its gradient's: lm_placements_adjoint of LM_RECORD_OUT
 pub const LM_RECORD_OUT_GRAD: lm_record_which_t = 4;
