@@ -353,7 +353,8 @@ pub type lm_dist_tensor_t = *mut lm_dist_tensor_s;
 pub type lm_shape_mode_t = c_int;
 /// the caller passes it; checked against the local shape
 pub const LM_SHAPE_GIVEN: lm_shape_mode_t = 0;
-/// local extent * mesh extent along sharded dims; no communication
+/// local extent * mesh extent along sharded dims (along a ragged dim
+/// with registered extents: their sum); no communication
 pub const LM_SHAPE_EVEN: lm_shape_mode_t = 1;
 /// one small allgather of local extents (right for uneven shards;
 /// ragged dims with LM_EXTENTS_AGREED take their extents from it)
