@@ -13,6 +13,8 @@
                            Python constants, status exceptions, and the methods that are one C call)
                            api_gen_rust.py: bindings/rust/localmap-sys/src/api.rs (extern "C"
                            declarations and length rules as data)
+                           api_gen_rust_types.py: bindings/rust/localmap-sys/src/types.rs
+                           (constants, enums, structs, handles, callbacks, read from the header)
                            api_gen_fortran.py: bindings/fortran/localmap_c.inc (the lmc_* bind(C)
                            interfaces and their public list)
                            api_gen_cpp.py: include/localmap_api.hpp (checked C++ calls and the

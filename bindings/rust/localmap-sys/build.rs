@@ -79,88 +79,76 @@ fn link_static(lib: &Path) -> Result<Vec<String>, String> {
     Ok(rpath)
 }
 
+/// Where liblocalmap is: (its directory, the header's, how it was found), or the places tried.
+fn find(source_root: &Path) -> Result<(PathBuf, PathBuf, &'static str), Vec<String>> {
+    let mut tried = Vec::new();
+    if let Ok(lib) = env::var("LOCALMAP_LIB_DIR").map(PathBuf::from) {
+        let up = lib.join("../include");
+        let inc = env::var("LOCALMAP_INCLUDE_DIR").map(PathBuf::from)
+            .unwrap_or_else(|_| if up.join("localmap.h").exists() { up } else { source_root.join("include") });
+        if has_lib(&lib) {
+            return Ok((lib, inc, "LOCALMAP_LIB_DIR"));
+        }
+        tried.push(format!("LOCALMAP_LIB_DIR={} (no liblocalmap.so there)", lib.display()));
+    } else {
+        tried.push("LOCALMAP_LIB_DIR (not set)".into());
+    }
+    match pkg_config(&["--variable=libdir"], "localmap").map(PathBuf::from) {
+        Some(lib) if has_lib(&lib) => {
+            let inc = pkg_config(&["--variable=includedir"], "localmap").unwrap_or_default();
+            return Ok((lib, PathBuf::from(inc), "pkg-config"));
+        }
+        Some(lib) => tried.push(format!("pkg-config localmap: libdir {} has no liblocalmap", lib.display())),
+        None => tried.push("pkg-config localmap (program missing or module not found; set PKG_CONFIG_PATH)".into()),
+    }
+    let lib = source_root.join("build/lib");
+    if has_lib(&lib) {
+        return Ok((lib, source_root.join("include"), "source build tree"));
+    }
+    tried.push(format!("{} (the source tree's build; run `make lib`)", lib.display()));
+    Err(tried)
+}
+
+/// Links liblocalmap as `LOCALMAP_LINK` asks; returns the directories it needs on the loader path.
+fn link(lib: &Path) -> Vec<String> {
+    let want = env::var("LOCALMAP_LINK").unwrap_or_default();
+    match want.as_str() {
+        "" | "static" => match link_static(lib) {
+            Ok(rpath) => {
+                println!("cargo:link=static");
+                return rpath;
+            }
+            Err(why) if want == "static" => panic!("localmap-sys: LOCALMAP_LINK=static, but {why}"),
+            Err(why) => println!("cargo:warning=localmap-sys: linking liblocalmap.so ({why}): a program of yours \
+                                  then needs it on the loader path (see localmap-sys's build.rs)"),
+        },
+        "dynamic" => {}
+        other => panic!("localmap-sys: LOCALMAP_LINK={other}: use static or dynamic"),
+    }
+    println!("cargo:rerun-if-changed={}", lib.join("liblocalmap.so").display());
+    println!("cargo:rustc-link-search=native={}", lib.display());
+    println!("cargo:rustc-link-lib=dylib=localmap");
+    println!("cargo:link=dynamic");
+    vec![lib.display().to_string()]
+}
+
 fn main() {
     for v in ["LOCALMAP_LIB_DIR", "LOCALMAP_INCLUDE_DIR", "LOCALMAP_LINK", "PKG_CONFIG_PATH", "PKG_CONFIG"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
     println!("cargo:rerun-if-changed=build.rs");
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let source_root = manifest.join("../../..");
-    let mut tried = Vec::new();
-
-    let found: Option<(PathBuf, PathBuf, &str)> = (|| {
-        if let Ok(lib) = env::var("LOCALMAP_LIB_DIR") {
-            let lib = PathBuf::from(lib);
-            let inc = env::var("LOCALMAP_INCLUDE_DIR").map(PathBuf::from).unwrap_or_else(|_| {
-                let up = lib.join("../include");
-                if up.join("localmap.h").exists() { up } else { source_root.join("include") }
-            });
-            if has_lib(&lib) {
-                return Some((lib, inc, "LOCALMAP_LIB_DIR"));
-            }
-            tried.push(format!("LOCALMAP_LIB_DIR={} (no liblocalmap.so there)", lib.display()));
-        } else {
-            tried.push("LOCALMAP_LIB_DIR (not set)".into());
-        }
-        if let Some(lib) = pkg_config(&["--variable=libdir"], "localmap") {
-            let inc = pkg_config(&["--variable=includedir"], "localmap").unwrap_or_default();
-            let lib = PathBuf::from(lib);
-            if has_lib(&lib) {
-                return Some((lib, PathBuf::from(inc), "pkg-config"));
-            }
-            tried.push(format!("pkg-config localmap: libdir {} has no liblocalmap", lib.display()));
-        } else {
-            tried.push("pkg-config localmap (program missing or module not found; set PKG_CONFIG_PATH)".into());
-        }
-        let lib = source_root.join("build/lib");
-        if has_lib(&lib) {
-            return Some((lib, source_root.join("include"), "source build tree"));
-        }
-        tried.push(format!("{} (the source tree's build; run `make lib`)", lib.display()));
-        None
-    })();
-
-    let (lib, inc, how) = match found {
-        Some(f) => f,
-        None => panic!("localmap-sys: cannot find liblocalmap; tried:\n  {}", tried.join("\n  ")),
-    };
-    let lib = lib.canonicalize().unwrap_or(lib);
-    let inc = inc.canonicalize().unwrap_or(inc);
+    let source_root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../..");
+    let (lib, inc, how) = find(&source_root)
+        .unwrap_or_else(|tried| panic!("localmap-sys: cannot find liblocalmap; tried:\n  {}", tried.join("\n  ")));
+    let (lib, inc) = (lib.canonicalize().unwrap_or(lib), inc.canonicalize().unwrap_or(inc));
     if how == "source build tree" {
         println!("cargo:warning=localmap-sys: no installed localmap found (pkg-config), so this links the \
                   source tree's build ({}); set PKG_CONFIG_PATH=<prefix>/lib/pkgconfig to use an installed one",
                  lib.display());
     }
-
-    let want = env::var("LOCALMAP_LINK").unwrap_or_default();
-    let link = match want.as_str() {
-        "" | "static" => match link_static(&lib) {
-            Ok(rpath) => Some(rpath),
-            Err(why) if want == "static" => panic!("localmap-sys: LOCALMAP_LINK=static, but {why}"),
-            Err(why) => {
-                println!("cargo:warning=localmap-sys: linking liblocalmap.so ({why}): a program of yours then \
-                          needs it on the loader path (see localmap-sys's build.rs)");
-                None
-            }
-        },
-        "dynamic" => None,
-        other => panic!("localmap-sys: LOCALMAP_LINK={other}: use static or dynamic"),
-    };
-    let rpath = match link {
-        Some(rpath) => {
-            println!("cargo:link=static");
-            rpath
-        }
-        None => {
-            println!("cargo:rerun-if-changed={}", lib.join("liblocalmap.so").display());
-            println!("cargo:rustc-link-search=native={}", lib.display());
-            println!("cargo:rustc-link-lib=dylib=localmap");
-            println!("cargo:link=dynamic");
-            vec![lib.display().to_string()]
-        }
-    };
     // For this crate's own tests; dependents get DEP_LOCALMAP_RPATH (the localmap crate's build.rs
     // adds it to its tests and examples).
+    let rpath = link(&lib);
     for d in &rpath {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{d}");
     }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-//! Checks the hand-written declarations against the C headers: every struct's size, alignment and
-//! field offsets, and every constant's value. It writes a small C program that prints them with
-//! sizeof/offsetof, compiles it with `$CC` (default `cc`) against localmap.h, runs it, and compares.
+//! Checks the declarations (DLPack's hand-written, localmap's generated from the header) against
+//! the C headers: every struct's size, alignment and field offsets, and every constant's value. It
+//! writes a small C program that prints them with sizeof/offsetof, compiles it with `$CC` (default
+//! `cc`) against localmap.h, runs it, and compares.
 use localmap_sys::*;
 use std::collections::BTreeMap;
 use std::mem::{align_of, size_of};
@@ -63,6 +64,13 @@ fn structs_and_constants_match_the_c_header() {
         ("kDLInt", kDLInt as i64), ("kDLUInt", kDLUInt as i64), ("kDLFloat", kDLFloat as i64),
         ("kDLBfloat", kDLBfloat as i64), ("kDLComplex", kDLComplex as i64), ("LM_DL_BOOL", LM_DL_BOOL as i64),
         ("LM_REPLICATE", LM_REPLICATE as i64), ("LM_SHARD", LM_SHARD as i64), ("LM_PARTIAL", LM_PARTIAL as i64),
+        ("LM_RAGGED", LM_RAGGED as i64), ("LM_BLOCK_CYCLIC", LM_BLOCK_CYCLIC as i64),
+        ("LM_EXTENTS_AGREED", LM_EXTENTS_AGREED as i64), ("LM_SCALAPACK_DLEN", LM_SCALAPACK_DLEN as i64),
+        ("LM_PLAN_INFO_ALL_RANKS", LM_PLAN_INFO_ALL_RANKS as i64), ("LM_ROUTE_MPI", LM_ROUTE_MPI as i64),
+        ("LM_ROUTE_NODE_LOCAL", LM_ROUTE_NODE_LOCAL as i64), ("LM_ROUTE_BOARD", LM_ROUTE_BOARD as i64),
+        ("LM_RECORD_INPUT", LM_RECORD_INPUT as i64), ("LM_RECORD_IN", LM_RECORD_IN as i64),
+        ("LM_RECORD_IN_GRAD", LM_RECORD_IN_GRAD as i64), ("LM_RECORD_OUT", LM_RECORD_OUT as i64),
+        ("LM_RECORD_OUT_GRAD", LM_RECORD_OUT_GRAD as i64), ("LM_LOCAL_MAP_MAX_ARGS", LM_LOCAL_MAP_MAX_ARGS as i64),
         ("LM_REDUCE_SUM", LM_REDUCE_SUM as i64), ("LM_REDUCE_AVG", LM_REDUCE_AVG as i64),
         ("LM_REDUCE_MAX", LM_REDUCE_MAX as i64), ("LM_REDUCE_MIN", LM_REDUCE_MIN as i64),
         ("LM_REDUCE_PROD", LM_REDUCE_PROD as i64),

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-//! The generated length rules (`localmap_sys::lengths`, from api/localmap.api) and the one
-//! helper that checks a call's arrays against them (`check_lengths`). No MPI, no C calls.
-use localmap_sys::{check_lengths, lengths, Len, Of};
+//! The generated length rules (`localmap_sys::lengths`, from api/localmap.api) and the
+//! helpers that check a call's arrays against them (`length_mismatch`, `check_lengths`). No MPI,
+//! no C calls.
+use localmap_sys::{check_lengths, length_mismatch, lengths, Len, Of};
 
 /// A call's arguments: (name, what, value); a name not listed reads as None (a NULL handle).
 fn args(table: &'static [(&'static str, Of, i64)]) -> impl Fn(&str, Of) -> Option<i64> {
@@ -68,4 +69,21 @@ fn arrays_of_placements_are_checked_element_by_element() {
     assert_eq!(e, "lm_local_map: in_placements[1] has 1 entries, but mesh.ndim = 2");
     let wrong_n = |n: &str, i: Option<usize>| if n == "out_placements" && i.is_none() { Some(2) } else { None };
     assert!(check_lengths("lm_local_map_ex", &call, &wrong_n).unwrap_err().contains("out_placements has 2 entries, but nout = 1"));
+}
+
+#[test]
+fn a_mismatch_names_the_argument_the_element_and_the_rule() {
+    let call = args(&[("mesh", Of::Ndim, 2), ("nin", Of::Value, 2), ("nout", Of::Value, 0)]);
+    let lens = |n: &str, i: Option<usize>| match (n, i) {
+        ("in_placements", None) => Some(2),
+        ("in_placements", Some(1)) => Some(3),
+        _ => None,
+    };
+    let m = length_mismatch("lm_local_map", &call, &lens).unwrap();
+    assert_eq!((m.arg.name, m.element, m.got, m.want), ("in_placements", Some(1), 3, 2));
+    assert_eq!(*m.rule, Len::Ndim("mesh"));
+    let outer = |n: &str, i: Option<usize>| if n == "in_placements" && i.is_none() { Some(1) } else { None };
+    let m = length_mismatch("lm_local_map", &call, &outer).unwrap();
+    assert_eq!((m.element, m.got, m.want, *m.rule), (None, 1, 2, Len::Arg("nin")));
+    assert_eq!(length_mismatch("lm_mesh_destroy", &call, &lens), None);
 }

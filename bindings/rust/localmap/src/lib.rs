@@ -37,6 +37,9 @@
 //! ```
 pub use localmap_sys as sys;
 
+mod calls;
+pub use calls::*;
+
 use std::any::Any;
 use std::borrow::{Borrow, BorrowMut};
 use std::ffi::{c_void, CStr, CString};
@@ -48,67 +51,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 // ================================================================================================
-// Status and errors
+// Status and errors. Status, like the other enums of C values (ReduceOp, Transport, DType), the
+// handles' Drop and the wrappers of one C call come from src/calls.rs (make api-generate).
 // ================================================================================================
 
-/// The status codes of `lm_status_t`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    Success,
-    InvalidArgument,
-    InvalidUsage,
-    OutOfMemory,
-    NotSupported,
-    Mismatch,
-    Mpi,
-    Nccl,
-    Cuda,
-    Remote,
-    Internal,
-    User,
-    /// A blocking wait of a collective passed the mesh's deadline (`LM_ERR_TIMEOUT`).
-    Timeout,
-    /// A code this binding does not know yet (the C enum is append-only).
-    Other(i32),
-}
-
 impl Status {
-    pub fn from_raw(code: sys::lm_status_t) -> Status {
-        match code {
-            sys::LM_SUCCESS => Status::Success,
-            sys::LM_ERR_INVALID_ARGUMENT => Status::InvalidArgument,
-            sys::LM_ERR_INVALID_USAGE => Status::InvalidUsage,
-            sys::LM_ERR_OUT_OF_MEMORY => Status::OutOfMemory,
-            sys::LM_ERR_NOT_SUPPORTED => Status::NotSupported,
-            sys::LM_ERR_MISMATCH => Status::Mismatch,
-            sys::LM_ERR_MPI => Status::Mpi,
-            sys::LM_ERR_NCCL => Status::Nccl,
-            sys::LM_ERR_CUDA => Status::Cuda,
-            sys::LM_ERR_REMOTE => Status::Remote,
-            sys::LM_ERR_INTERNAL => Status::Internal,
-            sys::LM_ERR_USER => Status::User,
-            sys::LM_ERR_TIMEOUT => Status::Timeout,
-            c => Status::Other(c),
-        }
-    }
-    pub fn raw(self) -> sys::lm_status_t {
-        match self {
-            Status::Success => sys::LM_SUCCESS,
-            Status::InvalidArgument => sys::LM_ERR_INVALID_ARGUMENT,
-            Status::InvalidUsage => sys::LM_ERR_INVALID_USAGE,
-            Status::OutOfMemory => sys::LM_ERR_OUT_OF_MEMORY,
-            Status::NotSupported => sys::LM_ERR_NOT_SUPPORTED,
-            Status::Mismatch => sys::LM_ERR_MISMATCH,
-            Status::Mpi => sys::LM_ERR_MPI,
-            Status::Nccl => sys::LM_ERR_NCCL,
-            Status::Cuda => sys::LM_ERR_CUDA,
-            Status::Remote => sys::LM_ERR_REMOTE,
-            Status::Internal => sys::LM_ERR_INTERNAL,
-            Status::User => sys::LM_ERR_USER,
-            Status::Timeout => sys::LM_ERR_TIMEOUT,
-            Status::Other(c) => c,
-        }
-    }
     /// `lm_status_string`: e.g. "LM_ERR_INVALID_ARGUMENT: invalid argument".
     pub fn as_str(self) -> &'static str {
         // SAFETY: the library returns a static NUL-terminated string, never NULL.
@@ -116,7 +63,8 @@ impl Status {
     }
 }
 
-/// A failed call: its status and the library's message (`lm_last_error_message`).
+/// A failed call: its status and the library's message (`lm_last_error_message`), in this
+/// crate's terms: the Rust method, argument, type and field names, not the C ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     pub status: Status,
@@ -130,8 +78,9 @@ impl Error {
 }
 
 impl std::fmt::Display for Error {
+    /// The status and the message: "InvalidArgument: DistTensor::reshard: placements: ...".
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.status.as_str(), self.message)
+        write!(f, "{:?}: {}", self.status, self.message)
     }
 }
 
@@ -139,23 +88,82 @@ impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-fn check(code: sys::lm_status_t) -> Result<()> {
+/// The status of a C call that Rust `method` (`"DistTensor::reshard"`) made, as a `Result`
+/// whose error speaks Rust ([`rust_words`]).
+fn call(method: &str, code: sys::lm_status_t) -> Result<()> {
     if code == sys::LM_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error { status: Status::from_raw(code), message: last_error_message() })
+        return Ok(());
     }
+    Err(Error::new(Status::from_raw(code), rust_words(method, &last_error_message())))
 }
 
 fn arg_error<T>(message: String) -> Result<T> {
-    Err(Error { status: Status::InvalidArgument, message })
+    Err(Error::new(Status::InvalidArgument, message))
 }
 
 fn to_int(n: usize, what: &str) -> Result<c_int> {
     c_int::try_from(n).or_else(|_| arg_error(format!("{what}: {n} entries is too many")))
 }
 
-/// `lm_last_error_message`: the message of the last failed call on this thread ("" if none).
+/// A C string of `s` (an error naming `what` where it holds a NUL byte).
+fn c_string(method: &str, what: &str, s: &str) -> Result<CString> {
+    CString::new(s).or_else(|_| arg_error(format!("{method}: {what} contains a NUL byte")))
+}
+
+/// C names in the library's messages and the Rust names a caller of this crate knows, replaced in
+/// this order (no replacement holds a name replaced after it).
+const RUST_WORDS: &[(&str, &str)] = &[
+    ("Ragged shard extents 0 (LM_EXTENTS_AGREED: agreed from the local shapes)", "Placement::ragged_agreed"),
+    ("lm_dist_tensor_from_local with LM_SHAPE_ALLGATHER", "DistTensor::from_local with ShapeMode::Allgather"),
+    ("an lm_local_map output without out_shapes and LM_LOCAL_MAP_SHAPES_EVEN",
+     "a LocalMap output neither output_shaped nor shapes_even"),
+    ("is not a registered extents id", "is the id of no live Extents"),
+    ("Ragged shard extents id", "Placement::Ragged extents id"),
+    ("Ragged shard", "Placement::Ragged"),
+    ("BlockCyclic block", "Placement::BlockCyclic block"),
+    ("BlockCyclic source coordinate", "Placement::BlockCyclic src"),
+    ("BlockCyclic source", "Placement::BlockCyclic src"),
+    ("BlockCyclic dim", "Placement::BlockCyclic dim"),
+    ("a BlockCyclic", "a Placement::BlockCyclic"),
+    ("Shard order", "Placement::ShardOrdered order"),
+    ("Shard dim", "Placement::Shard dim"),
+    ("lm_extents_create", "Extents::new"),
+    ("config->dim_names", "names"),
+    ("config->ranks", "ranks"),
+    ("in_grad_placements", "grad_placements"),
+    ("in_placements", "input_as placements"),
+    ("out_placements", "output placements"),
+];
+
+/// The library's `message` in Rust's terms: the C function it names first (`lm_x: `, again after
+/// "rank R failed: ") becomes `method`, the C names of [`RUST_WORDS`] and of statuses the Rust
+/// ones, and the extents id of a ragged placement the lengths it stands for.
+fn rust_words(method: &str, message: &str) -> String {
+    let word_end = |s: &str, at: usize| {
+        s[at..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(s.len(), |n| at + n)
+    };
+    let mut s = message.to_string();
+    if let Some(at) = s.find("lm_").filter(|&at| s[word_end(&s, at)..].starts_with(':')) {
+        s = s.replace(&s[at..=word_end(&s, at)], &format!("{method}:"));
+    }
+    for (c, rust) in RUST_WORDS {
+        s = s.replace(c, rust);
+    }
+    for status in (0..64).map(Status::from_raw).filter(|st| !matches!(st, Status::Other(_))) {
+        s = s.replace(status.as_str().split(':').next().unwrap_or("?"), &format!("{status:?}"));
+    }
+    while let Some(at) = s.find("extents id ") {
+        let end = word_end(&s, at + 11);
+        let id = &s[at + 11..end];
+        let lengths = id.parse().ok().and_then(|id| Extents::lengths(id).ok());
+        let lengths = lengths.map_or(id.to_string(), |v| format!("{v:?}"));
+        s.replace_range(at..end, &format!("extents {lengths}"));
+    }
+    s
+}
+
+/// `lm_last_error_message`: the message of the last failed call on this thread ("" if none), as
+/// the C library wrote it.
 pub fn last_error_message() -> String {
     // SAFETY: never NULL, valid until the next localmap call on this thread; copied at once.
     unsafe { CStr::from_ptr(sys::lm_last_error_message()) }.to_string_lossy().into_owned()
@@ -175,40 +183,95 @@ pub fn version() -> i32 {
 }
 
 // ================================================================================================
-// Bootstrap
+// Array lengths: checked against the rules of api/localmap.api before C reads the slices
+// ================================================================================================
+
+/// What a call passes for an argument that a length rule reads ([`lengths`]).
+enum Of<'a> {
+    /// A mesh (None: NULL, which rules read as "the other one").
+    Mesh(Option<&'a Mesh>),
+    /// A dist tensor: its ndim, and its mesh's.
+    Tensor(&'a DistTensor),
+    /// A slice, as the Rust caller names it, of so many entries.
+    Slice(&'a str, usize),
+    /// A slice of slices, as the Rust caller names it: each one's length (None: not passed).
+    Slices(&'a str, Vec<Option<usize>>),
+}
+
+/// Checks the slices that Rust `method` passes to C `function` against the function's length
+/// rules (`sys::lengths`, from `api/localmap.api`), before C reads them; `args` are the
+/// arguments the rules read. A mismatch names the method and the slice in Rust's terms.
+fn lengths(method: &str, function: &str, args: &[(&str, Of<'_>)]) -> Result<()> {
+    let find = |name: &str| args.iter().find(|a| a.0 == name).map(|a| &a.1);
+    let read = |name: &str, of: sys::Of| -> Option<i64> {
+        let n = match (find(name)?, of) {
+            (Of::Mesh(m), sys::Of::Ndim) => m.as_ref()?.ndim().ok()?,
+            (Of::Tensor(t), sys::Of::Ndim) => t.ndim().ok()?,
+            (Of::Tensor(t), sys::Of::MeshNdim) => t.mesh().ok()?.ndim().ok()?,
+            _ => return None,
+        };
+        Some(n as i64)
+    };
+    let len = |name: &str, i: Option<usize>| match (find(name)?, i) {
+        (Of::Slice(_, n), None) => Some(*n),
+        (Of::Slices(_, v), None) => Some(v.len()),
+        (Of::Slices(_, v), Some(i)) => v[i],
+        _ => None,
+    };
+    let m = match sys::length_mismatch(function, &read, &len) {
+        Some(m) => m,
+        None => return Ok(()),
+    };
+    let what = match (find(m.arg.name), m.element) {
+        (Some(Of::Slice(n, _)), _) => n.to_string(),
+        (Some(Of::Slices(n, _)), Some(i)) => format!("{n}[{i}]"),
+        _ => m.arg.name.to_string(),
+    };
+    let of = match *m.rule {
+        sys::Len::Ndim(a) if matches!(find(a), Some(Of::Tensor(_))) => Some("tensor"),
+        sys::Len::Ndim(_) | sys::Len::MeshNdim(_) | sys::Len::Either(..) => Some("mesh"), // (A|B: two meshes)
+        _ => None,
+    };
+    arg_error(wrong_length(method, &what, m.arg.name, m.got, of, m.want))
+}
+
+/// "`method`: `what`: 1 placements for a mesh of 2 dims (one Placement per mesh dim)": a slice
+/// of `got` entries where `want` are needed (`of`: whose dims they count; `c_name`: the C
+/// argument, which says what the entries are).
+fn wrong_length(method: &str, what: &str, c_name: &str, got: usize, of: Option<&str>, want: i64) -> String {
+    let (entries, per) = match c_name {
+        n if n.ends_with("placements") => ("placements", " (one Placement per mesh dim)"),
+        n if n.contains("shape") => ("extents", ""),
+        _ => ("entries", ""),
+    };
+    match of {
+        Some(of) => format!("{method}: {what}: {got} {entries} for a {of} of {want} dims{per}"),
+        None => format!("{method}: {what}: {got} {entries} where {want} are needed"),
+    }
+}
+
+/// The placements a call of C `function` takes for `mesh`, checked by the function's rule.
+fn mesh_placements(method: &str, function: &str, mesh: &Mesh, p: &[Placement]) -> Result<Vec<sys::lm_placement_t>> {
+    lengths(method, function, &[("placements", Of::Slice("placements", p.len())), ("mesh", Of::Mesh(Some(mesh)))])?;
+    Ok(raw_placements(p))
+}
+
+/// A slice of placements that no rule covers (a field of a struct the call takes), checked for a
+/// mesh of `ndim` dims and converted.
+fn placements_for(method: &str, what: &str, p: &[Placement], ndim: usize) -> Result<Vec<sys::lm_placement_t>> {
+    if p.len() != ndim {
+        return arg_error(wrong_length(method, what, "placements", p.len(), Some("mesh"), ndim as i64));
+    }
+    Ok(raw_placements(p))
+}
+
+// ================================================================================================
+// Bootstrap, devices, data types
 // ================================================================================================
 
 /// An MPI communicator as a Fortran handle (`MPI_Fint`), what the C ABI takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Comm(pub i32);
-
-/// `lm_init`: initialises MPI unless something else did. Works without mpirun (a singleton).
-pub fn init() -> Result<()> {
-    check(unsafe { sys::lm_init(ptr::null_mut(), ptr::null_mut()) })
-}
-
-/// `lm_finalize`: finalises MPI if [`init`] initialised it. Handles dropped later stay safe.
-pub fn finalize() -> Result<()> {
-    check(unsafe { sys::lm_finalize() })
-}
-
-/// `lm_comm_world`: `MPI_COMM_WORLD` as a Fortran handle.
-pub fn comm_world() -> Result<Comm> {
-    let mut c = 0;
-    check(unsafe { sys::lm_comm_world(&mut c) })?;
-    Ok(Comm(c))
-}
-
-/// `lm_world_rank`: (rank in `MPI_COMM_WORLD`, world size).
-pub fn world_rank() -> Result<(i32, i32)> {
-    let (mut r, mut s) = (0, 0);
-    check(unsafe { sys::lm_world_rank(&mut r, &mut s) })?;
-    Ok((r, s))
-}
-
-// ================================================================================================
-// Devices, data types
-// ================================================================================================
 
 /// A DLPack device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,51 +299,9 @@ impl Device {
     }
 }
 
-/// `lm_device_supported`: whether this build holds tensors on the device type (`sys::kDLCPU`, ...).
-pub fn device_supported(device_type: sys::DLDeviceType) -> Result<bool> {
-    let mut s = 0;
-    check(unsafe { sys::lm_device_supported(device_type, &mut s) })?;
-    Ok(s != 0)
-}
-
-/// The element types localmap supports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    F16,
-    BF16,
-    F32,
-    F64,
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    Bool,
-    C64,
-    C128,
-}
-
-impl DType {
-    pub fn raw(self) -> sys::DLDataType {
-        match self {
-            DType::F16 => sys::LM_FLOAT16,
-            DType::BF16 => sys::LM_BFLOAT16,
-            DType::F32 => sys::LM_FLOAT32,
-            DType::F64 => sys::LM_FLOAT64,
-            DType::I8 => sys::LM_INT8,
-            DType::I16 => sys::LM_INT16,
-            DType::I32 => sys::LM_INT32,
-            DType::I64 => sys::LM_INT64,
-            DType::U8 => sys::LM_UINT8,
-            DType::Bool => sys::LM_BOOL,
-            DType::C64 => sys::LM_COMPLEX64,
-            DType::C128 => sys::LM_COMPLEX128,
-        }
-    }
-    pub fn from_raw(d: sys::DLDataType) -> Option<DType> {
-        use DType::*;
-        [F16, BF16, F32, F64, I8, I16, I32, I64, U8, Bool, C64, C128].into_iter().find(|t| t.raw() == d)
-    }
+/// The [`DType`] of a C dtype (an error for one this crate has no variant for).
+fn dtype_of(d: sys::DLDataType) -> Result<DType> {
+    DType::from_raw(d).ok_or_else(|| Error::new(Status::NotSupported, format!("unknown dtype {d:?}")))
 }
 
 /// A complex number as DLPack lays it out (real, imaginary).
@@ -298,46 +319,15 @@ pub struct Complex<T> {
 pub unsafe trait Element: Copy + 'static {
     const DTYPE: DType;
 }
-unsafe impl Element for f32 { const DTYPE: DType = DType::F32; }
-unsafe impl Element for f64 { const DTYPE: DType = DType::F64; }
-unsafe impl Element for i8 { const DTYPE: DType = DType::I8; }
-unsafe impl Element for i16 { const DTYPE: DType = DType::I16; }
-unsafe impl Element for i32 { const DTYPE: DType = DType::I32; }
-unsafe impl Element for i64 { const DTYPE: DType = DType::I64; }
-unsafe impl Element for u8 { const DTYPE: DType = DType::U8; }
-unsafe impl Element for bool { const DTYPE: DType = DType::Bool; }
-unsafe impl Element for Complex<f32> { const DTYPE: DType = DType::C64; }
-unsafe impl Element for Complex<f64> { const DTYPE: DType = DType::C128; }
+macro_rules! elements {
+    ($($t:ty: $d:ident),*) => {$(unsafe impl Element for $t { const DTYPE: DType = DType::$d; })*};
+}
+elements!(f32: F32, f64: F64, i8: I8, i16: I16, i32: I32, i64: I64, u8: U8, bool: Bool, Complex<f32>: C64,
+          Complex<f64>: C128);
 
 // ================================================================================================
-// Placements, layout math
+// Placements, extents
 // ================================================================================================
-
-/// A reduction of [`Placement::Partial`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Avg,
-    Max,
-    Min,
-    Prod,
-}
-
-impl ReduceOp {
-    pub fn raw(self) -> sys::lm_reduce_op_t {
-        match self {
-            ReduceOp::Sum => sys::LM_REDUCE_SUM,
-            ReduceOp::Avg => sys::LM_REDUCE_AVG,
-            ReduceOp::Max => sys::LM_REDUCE_MAX,
-            ReduceOp::Min => sys::LM_REDUCE_MIN,
-            ReduceOp::Prod => sys::LM_REDUCE_PROD,
-        }
-    }
-    fn from_raw(op: i32) -> Option<ReduceOp> {
-        use ReduceOp::*;
-        [Sum, Avg, Max, Min, Prod].into_iter().find(|o| o.raw() == op)
-    }
-}
 
 /// How one mesh dim holds a tensor (one per mesh dim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -394,53 +384,19 @@ fn raw_placements(p: &[Placement]) -> Vec<sys::lm_placement_t> {
     p.iter().map(|x| x.raw()).collect()
 }
 
-/// The C API reads one placement per mesh dim: a shorter slice would be read past its end (an
-/// empty one is a dangling pointer), a longer one silently cut. Refused here, naming the argument.
-fn mesh_placements(mesh: &Mesh, p: &[Placement], what: &str) -> Result<Vec<sys::lm_placement_t>> {
-    mesh_placements_n(mesh.ndim()?, p, what)
+/// The placements the library wrote (an error for one this crate cannot express).
+fn placements_of(raw: Vec<sys::lm_placement_t>) -> Result<Vec<Placement>> {
+    raw.into_iter()
+        .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::NotSupported, format!("placement {p:?}"))))
+        .collect()
 }
 
-fn mesh_placements_n(ndim: usize, p: &[Placement], what: &str) -> Result<Vec<sys::lm_placement_t>> {
-    if p.len() != ndim {
-        return arg_error(format!("{what}: {} placements for a mesh of {ndim} dims (one per mesh dim)", p.len()));
-    }
-    Ok(raw_placements(p))
-}
-
-/// A `ShapeMode::Given` global shape must have one extent per tensor dim (the C API reads that
-/// many).
-fn check_given(mode: &ShapeMode, ndim: usize, what: &str) -> Result<()> {
-    match mode {
-        ShapeMode::Given(s) if s.len() != ndim => arg_error(format!(
-            "{what}: ShapeMode::Given has {} extents for a tensor of {ndim} dims", s.len())),
-        _ => Ok(()),
-    }
-}
-
-fn read_buf(f: impl FnOnce(*mut c_char, usize) -> sys::lm_status_t) -> Result<String> {
+/// A string the library writes into a buffer (`lm_*_describe`, `_format`, `_dim_name`).
+fn read_buf(method: &str, f: impl FnOnce(*mut c_char, usize) -> sys::lm_status_t) -> Result<String> {
     let mut buf = vec![0 as c_char; 4096];
-    check(f(buf.as_mut_ptr(), buf.len()))?;
+    call(method, f(buf.as_mut_ptr(), buf.len()))?;
     // SAFETY: the library NUL-terminates within size.
     Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
-}
-
-/// `lm_placements_format`: e.g. `"[S(0), R, P(sum)]"`.
-pub fn format_placements(placements: &[Placement]) -> Result<String> {
-    let raw = raw_placements(placements);
-    let n = to_int(raw.len(), "placements")?;
-    read_buf(|b, s| unsafe { sys::lm_placements_format(raw.as_ptr(), n, b, s) })
-}
-
-/// `lm_placements_adjoint`: the placements of a gradient (PyTorch DTensor's convention):
-/// `Partial(Sum)` becomes `Replicate`, Shard and Replicate are kept; avg/max/min/prod are refused.
-pub fn placements_adjoint(placements: &[Placement]) -> Result<Vec<Placement>> {
-    let raw = raw_placements(placements);
-    let n = to_int(raw.len(), "placements")?;
-    let mut out = raw.clone();
-    check(unsafe { sys::lm_placements_adjoint(raw.as_ptr(), n, out.as_mut_ptr()) })?;
-    out.into_iter()
-        .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::Internal, format!("placement {p:?}"))))
-        .collect()
 }
 
 /// The extents of a ragged shard (`lm_extents_create`): one length per coordinate of the mesh
@@ -451,12 +407,6 @@ pub struct Extents {
 }
 
 impl Extents {
-    /// Registers `lengths` (each >= 0).
-    pub fn new(lengths: &[i64]) -> Result<Extents> {
-        let mut id = 0;
-        check(unsafe { sys::lm_extents_create(&mut id, lengths.as_ptr(), lengths.len() as i64) })?;
-        Ok(Extents { id })
-    }
     /// The id a ragged placement carries.
     pub fn id(&self) -> i32 {
         self.id
@@ -468,26 +418,17 @@ impl Extents {
     /// The lengths of any live extents id (e.g. from `DistTensor::placements`).
     pub fn lengths(id: i32) -> Result<Vec<i64>> {
         let mut n = 0;
-        check(unsafe { sys::lm_extents_get(id, std::ptr::null_mut(), 0, &mut n) })?;
+        call("Extents::lengths", unsafe { sys::lm_extents_get(id, ptr::null_mut(), 0, &mut n) })?;
         let mut v = vec![0i64; n as usize];
-        check(unsafe { sys::lm_extents_get(id, v.as_mut_ptr(), n, &mut n) })?;
+        call("Extents::lengths", unsafe { sys::lm_extents_get(id, v.as_mut_ptr(), n, &mut n) })?;
         Ok(v)
     }
 }
 
 impl Drop for Extents {
     fn drop(&mut self) {
-        unsafe {
-            let _ = sys::lm_extents_destroy(self.id);
-        }
+        let _ = unsafe { sys::lm_extents_destroy(self.id) };
     }
-}
-
-/// `lm_layout_chunk`: the `(offset, length)` block `index` of `parts` gets of an extent `n`.
-pub fn chunk(n: i64, parts: i64, index: i64) -> Result<(i64, i64)> {
-    let (mut o, mut l) = (0, 0);
-    check(unsafe { sys::lm_layout_chunk(n, parts, index, &mut o, &mut l) })?;
-    Ok((o, l))
 }
 
 // ================================================================================================
@@ -513,184 +454,6 @@ impl Deref for MeshRef<'_> {
     }
 }
 
-impl Drop for Mesh {
-    fn drop(&mut self) {
-        unsafe { sys::lm_mesh_destroy(&mut self.raw) };
-    }
-}
-
-impl Mesh {
-    /// `lm_mesh_create` over all ranks of `parent`, in order. Collective over `parent`.
-    pub fn new(parent: Comm, shape: &[i64]) -> Result<Mesh> {
-        Mesh::with_config(parent, shape, None, None)
-    }
-
-    /// `lm_mesh_create_grid`: the 2-D mesh of a process grid (a BLACS grid, say) from this rank's
-    /// grid coordinate (`-1, -1` outside the grid). Collective over `parent`.
-    pub fn grid(parent: Comm, myrow: i32, mycol: i32) -> Result<Mesh> {
-        let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_mesh_create_grid(&mut raw, parent.0, myrow, mycol, ptr::null()) })?;
-        Ok(Mesh { raw })
-    }
-
-    /// `lm_mesh_create` with dim names (distinct, non-empty, at most 63 chars).
-    pub fn with_names(parent: Comm, shape: &[i64], names: &[&str]) -> Result<Mesh> {
-        Mesh::with_config(parent, shape, None, Some(names))
-    }
-
-    /// `lm_mesh_create` with an `lm_mesh_config_t`: `ranks` of the parent forming the mesh
-    /// (row-major over `shape`; `None`: all), and dim names.
-    pub fn with_config(parent: Comm, shape: &[i64], ranks: Option<&[i32]>, names: Option<&[&str]>)
-        -> Result<Mesh> {
-        Mesh::with_options(parent, shape, &MeshOptions { ranks, names, ..MeshOptions::default() })
-    }
-
-    /// `lm_mesh_create` with every option of `lm_mesh_config_t` ([`MeshOptions`]).
-    pub fn with_options(parent: Comm, shape: &[i64], options: &MeshOptions<'_>) -> Result<Mesh> {
-        let (ranks, names) = (options.ranks, options.names);
-        let mut cfg = sys::LM_MESH_CONFIG_INIT;
-        if let Some(c) = options.check_level {
-            cfg.check_level = c;
-        }
-        if let Some(t) = options.timeout {
-            cfg.timeout = t;
-        }
-        if let Some(r) = ranks {
-            cfg.ranks = r.as_ptr();
-            cfg.nranks = to_int(r.len(), "ranks")?;
-        }
-        let cnames: Vec<CString> = match names {
-            Some(n) => n.iter().enumerate()
-                .map(|(i, s)| CString::new(*s).or_else(|_| arg_error(format!("Mesh: names[{i}] contains a NUL byte"))))
-                .collect::<Result<_>>()?,
-            None => Vec::new(),
-        };
-        let ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
-        if names.is_some() {
-            if ptrs.len() != shape.len() {
-                return arg_error(format!("Mesh: {} names for {} mesh dims", ptrs.len(), shape.len()));
-            }
-            cfg.dim_names = ptrs.as_ptr();
-        }
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::lm_mesh_create(&mut raw, parent.0, to_int(shape.len(), "shape")?, shape.as_ptr(), &cfg)
-        })?;
-        Ok(Mesh { raw })
-    }
-
-    /// The raw handle (still owned by `self`).
-    pub fn as_raw(&self) -> sys::lm_mesh_t {
-        self.raw
-    }
-
-    /// Takes ownership of a raw handle (it will be destroyed on drop).
-    ///
-    /// # Safety
-    /// `raw` must be a live mesh handle nobody else destroys.
-    pub unsafe fn from_raw(raw: sys::lm_mesh_t) -> Mesh {
-        Mesh { raw }
-    }
-
-    fn borrowed<'a>(raw: sys::lm_mesh_t) -> MeshRef<'a> {
-        MeshRef { mesh: ManuallyDrop::new(Mesh { raw }), _life: PhantomData }
-    }
-
-    pub fn ndim(&self) -> Result<usize> {
-        let mut n = 0;
-        check(unsafe { sys::lm_mesh_ndim(self.raw, &mut n) })?;
-        Ok(n as usize)
-    }
-    pub fn shape(&self) -> Result<Vec<i64>> {
-        let mut v = vec![0; self.ndim()?];
-        check(unsafe { sys::lm_mesh_shape(self.raw, v.as_mut_ptr(), v.len() as c_int) })?;
-        Ok(v)
-    }
-    /// Number of ranks in the mesh.
-    pub fn size(&self) -> Result<i32> {
-        let mut n = 0;
-        check(unsafe { sys::lm_mesh_size(self.raw, &mut n) })?;
-        Ok(n)
-    }
-    pub fn is_member(&self) -> Result<bool> {
-        let mut m = 0;
-        check(unsafe { sys::lm_mesh_is_member(self.raw, &mut m) })?;
-        Ok(m != 0)
-    }
-    /// This rank's coordinate (an error on a non-member).
-    pub fn coord(&self) -> Result<Vec<i64>> {
-        let mut v = vec![0; self.ndim()?];
-        check(unsafe { sys::lm_mesh_coord(self.raw, v.as_mut_ptr(), v.len() as c_int) })?;
-        Ok(v)
-    }
-    /// This rank's row-major index in the mesh (an error on a non-member).
-    pub fn rank(&self) -> Result<i32> {
-        let mut r = 0;
-        check(unsafe { sys::lm_mesh_rank(self.raw, &mut r) })?;
-        Ok(r)
-    }
-    /// The parent-communicator rank at a coordinate.
-    pub fn rank_at(&self, coord: &[i64]) -> Result<i32> {
-        let ndim = self.ndim()?;
-        if coord.len() != ndim {
-            return arg_error(format!("Mesh::rank_at: coord: {} entries for a mesh of {ndim} dims", coord.len()));
-        }
-        let mut r = 0;
-        check(unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), to_int(coord.len(), "coord")?, &mut r) })?;
-        Ok(r)
-    }
-    /// Index of the dim called `name`.
-    pub fn dim_index(&self, name: &str) -> Result<usize> {
-        let c = CString::new(name).or_else(|_| arg_error("Mesh::dim_index: name contains a NUL byte".into()))?;
-        let mut d = 0;
-        check(unsafe { sys::lm_mesh_dim_index(self.raw, c.as_ptr(), &mut d) })?;
-        Ok(d as usize)
-    }
-    /// The dim's name ("" when unnamed).
-    pub fn dim_name(&self, dim: usize) -> Result<String> {
-        let d = to_int(dim, "dim")?;
-        read_buf(|b, s| unsafe { sys::lm_mesh_dim_name(self.raw, d, b, s) })
-    }
-    /// The communicator along `dim` (owned by the mesh; do not free it).
-    pub fn dim_comm(&self, dim: usize) -> Result<Comm> {
-        let mut c = 0;
-        check(unsafe { sys::lm_mesh_dim_comm(self.raw, to_int(dim, "dim")?, &mut c) })?;
-        Ok(Comm(c))
-    }
-    /// The communicator of all mesh ranks (owned by the mesh).
-    pub fn comm(&self) -> Result<Comm> {
-        let mut c = 0;
-        check(unsafe { sys::lm_mesh_comm(self.raw, &mut c) })?;
-        Ok(Comm(c))
-    }
-    /// `lm_mesh_set_device_config`: this rank's stream and allocator for the mesh (`None`: the
-    /// defaults). Local.
-    ///
-    /// # Safety
-    /// The stream and the allocator callbacks must be valid for as long as the mesh uses them.
-    pub unsafe fn set_device_config(&self, config: Option<&sys::lm_device_config_t>) -> Result<()> {
-        check(sys::lm_mesh_set_device_config(self.raw, config.map_or(ptr::null(), |c| c as *const _)))
-    }
-    /// `lm_mesh_device_config`: this rank's device options of the mesh.
-    pub fn device_config(&self) -> Result<sys::lm_device_config_t> {
-        let mut c = sys::LM_DEVICE_CONFIG_INIT;
-        check(unsafe { sys::lm_mesh_device_config(self.raw, &mut c) })?;
-        Ok(c)
-    }
-    /// `lm_mesh_transport`: how the mesh moves tensors of a device type (`sys::kDLCPU`, ...).
-    pub fn transport(&self, device_type: sys::DLDeviceType) -> Result<Transport> {
-        let mut t = 0;
-        check(unsafe { sys::lm_mesh_transport(self.raw, device_type, &mut t) })?;
-        Ok(match t {
-            sys::LM_TRANSPORT_UNDECIDED => Transport::Undecided,
-            sys::LM_TRANSPORT_MPI => Transport::Mpi,
-            sys::LM_TRANSPORT_NCCL => Transport::Nccl,
-            sys::LM_TRANSPORT_MPI_STAGED => Transport::MpiStaged,
-            other => Transport::Other(other),
-        })
-    }
-}
-
 /// Options of [`Mesh::with_options`] (`lm_mesh_config_t`); `None`: the library's default.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MeshOptions<'a> {
@@ -704,22 +467,66 @@ pub struct MeshOptions<'a> {
     pub timeout: Option<f64>,
 }
 
-/// How a mesh moves tensor data (`lm_transport_t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    Undecided,
-    Mpi,
-    Nccl,
-    MpiStaged,
-    Other(i32),
-}
+impl Mesh {
+    /// `lm_mesh_create` over all ranks of `parent`, in order. Collective over `parent`.
+    pub fn new(parent: Comm, shape: &[i64]) -> Result<Mesh> {
+        Mesh::with_options(parent, shape, &MeshOptions::default())
+    }
 
-/// `lm_pool_stats`: (bytes of the library's host buffer pool in use, their high-water mark);
-/// `reset_peak` then sets the mark to the bytes in use.
-pub fn pool_stats(reset_peak: bool) -> Result<(i64, i64)> {
-    let (mut in_use, mut peak) = (0, 0);
-    check(unsafe { sys::lm_pool_stats(&mut in_use, &mut peak, reset_peak as c_int) })?;
-    Ok((in_use, peak))
+    /// `lm_mesh_create` with dim names (distinct, non-empty, at most 63 chars).
+    pub fn with_names(parent: Comm, shape: &[i64], names: &[&str]) -> Result<Mesh> {
+        Mesh::with_options(parent, shape, &MeshOptions { names: Some(names), ..MeshOptions::default() })
+    }
+
+    /// `lm_mesh_create` with an `lm_mesh_config_t`: `ranks` of the parent forming the mesh
+    /// (row-major over `shape`; `None`: all), and dim names.
+    pub fn with_config(parent: Comm, shape: &[i64], ranks: Option<&[i32]>, names: Option<&[&str]>)
+        -> Result<Mesh> {
+        Mesh::with_options(parent, shape, &MeshOptions { ranks, names, ..MeshOptions::default() })
+    }
+
+    /// `lm_mesh_create` with every option of `lm_mesh_config_t` ([`MeshOptions`]).
+    pub fn with_options(parent: Comm, shape: &[i64], options: &MeshOptions<'_>) -> Result<Mesh> {
+        const M: &str = "Mesh::with_options";
+        let names = options.names.unwrap_or(&[]);
+        if options.names.is_some() && names.len() != shape.len() {
+            return arg_error(wrong_length(M, "names", "names", names.len(), Some("mesh"), shape.len() as i64));
+        }
+        let cnames = names.iter().enumerate()
+            .map(|(i, s)| c_string(M, &format!("names[{i}]"), s))
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
+        let mut cfg = sys::LM_MESH_CONFIG_INIT;
+        cfg.check_level = options.check_level.unwrap_or(cfg.check_level);
+        cfg.timeout = options.timeout.unwrap_or(cfg.timeout);
+        if let Some(r) = options.ranks {
+            cfg.ranks = r.as_ptr();
+            cfg.nranks = to_int(r.len(), "ranks")?;
+        }
+        if options.names.is_some() {
+            cfg.dim_names = ptrs.as_ptr();
+        }
+        let mut raw = ptr::null_mut();
+        let ndim = to_int(shape.len(), "shape")?;
+        call(M, unsafe { sys::lm_mesh_create(&mut raw, parent.0, ndim, shape.as_ptr(), &cfg) })?;
+        Ok(Mesh { raw })
+    }
+
+    fn borrowed<'a>(raw: sys::lm_mesh_t) -> MeshRef<'a> {
+        MeshRef { mesh: ManuallyDrop::new(Mesh { raw }), _life: PhantomData }
+    }
+
+    /// The parent-communicator rank at a coordinate.
+    pub fn rank_at(&self, coord: &[i64]) -> Result<i32> {
+        let ndim = self.ndim()?;
+        if coord.len() != ndim {
+            return arg_error(wrong_length("Mesh::rank_at", "coord", "coord", coord.len(), Some("mesh"), ndim as i64));
+        }
+        let mut r = 0;
+        let n = to_int(coord.len(), "coord")?;
+        call("Mesh::rank_at", unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), n, &mut r) })?;
+        Ok(r)
+    }
 }
 
 // ================================================================================================
@@ -735,64 +542,22 @@ unsafe extern "C" fn vec_deleter<T>(m: *mut sys::DLManagedTensor) {
     if m.is_null() {
         return;
     }
-    // SAFETY: m and manager_ctx were made by managed_from_vec::<T> with Box::into_raw.
+    // SAFETY: m and manager_ctx were made by ManagedTensor::from_vec::<T> with Box::into_raw.
     let m = Box::from_raw(m);
     drop(Box::from_raw(m.manager_ctx as *mut VecOwner<T>));
 }
 
-/// LOCc of a ScaLAPACK descriptor at this rank's grid column (NUMROC); 0 where the descriptor or
-/// the mesh is not one the C call accepts (it then names the problem).
-fn scalapack_cols(mesh: &Mesh, desc: &[i32; sys::LM_SCALAPACK_DLEN]) -> Result<usize> {
-    let (shape, coord) = (mesh.shape()?, mesh.coord()?);
-    let (n, nb, src) = (desc[3] as i64, desc[5] as i64, desc[7] as i64);
-    if shape.len() != 2 || n < 0 || nb < 1 || src < 0 || src >= shape[1] {
-        return Ok(0);
-    }
-    let p = shape[1];
-    let dist = (coord[1] - src + p) % p;
-    let blocks = (n + nb - 1) / nb;
-    let mine = if dist < blocks { (blocks - dist + p - 1) / p } else { 0 };
-    let mut cols = mine * nb;
-    if mine > 0 && (dist + (mine - 1) * p) == blocks - 1 {
-        cols -= blocks * nb - n; // this rank holds the last, short block
-    }
-    Ok(cols as usize)
-}
-
 fn check_shape(len: usize, shape: &[i64], what: &str) -> Result<()> {
-    let mut n: i64 = 1;
-    for (i, &e) in shape.iter().enumerate() {
-        if e < 0 {
-            return arg_error(format!("{what}: shape[{i}] = {e} is negative"));
+    if let Some(i) = shape.iter().position(|&e| e < 0) {
+        return arg_error(format!("{what}: shape[{i}] = {} is negative", shape[i]));
+    }
+    match shape.iter().try_fold(1i64, |n, &e| n.checked_mul(e)) {
+        None => arg_error(format!("{what}: shape {shape:?} overflows")),
+        Some(n) if n as u128 != len as u128 => {
+            arg_error(format!("{what}: {len} elements for shape {shape:?} ({n} elements)"))
         }
-        n = n.checked_mul(e).ok_or_else(|| Error::new(Status::InvalidArgument, format!("{what}: shape overflows")))?;
+        Some(_) => Ok(()),
     }
-    if n as u128 != len as u128 {
-        return arg_error(format!("{what}: {len} elements for shape {shape:?} ({n} elements)"));
-    }
-    Ok(())
-}
-
-/// A `DLManagedTensor` owning a `Vec<T>`; its deleter drops the vector.
-fn managed_from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> *mut sys::DLManagedTensor {
-    let mut data = data;
-    let dptr = data.as_mut_ptr() as *mut c_void; // moving the Vec below keeps its heap buffer
-    let owner = Box::into_raw(Box::new(VecOwner { _data: data, shape: shape.to_vec() }));
-    // SAFETY: owner is a live box; its shape vector does not move.
-    let shape_ptr = unsafe { (*owner).shape.as_mut_ptr() };
-    Box::into_raw(Box::new(sys::DLManagedTensor {
-        dl_tensor: sys::DLTensor {
-            data: dptr,
-            device: sys::LM_CPU,
-            ndim: shape.len() as c_int,
-            dtype: T::DTYPE.raw(),
-            shape: shape_ptr,
-            strides: ptr::null_mut(),
-            byte_offset: 0,
-        },
-        manager_ctx: owner as *mut c_void,
-        deleter: Some(vec_deleter::<T>),
-    }))
 }
 
 /// A `DLManagedTensor` (e.g. from [`DistTensor::to_dlpack`]): dropping it calls its deleter once.
@@ -802,16 +567,20 @@ pub struct ManagedTensor {
 }
 
 impl ManagedTensor {
-    /// Wraps a Rust vector (host memory, compact row-major `shape`).
+    /// Wraps a Rust vector (host memory, compact row-major `shape`); its deleter drops the vector.
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> Result<ManagedTensor> {
         check_shape(data.len(), shape, "ManagedTensor::from_vec")?;
-        Ok(ManagedTensor { raw: managed_from_vec(data, shape) })
-    }
-    /// `lm_tensor_alloc`: a zero-filled compact tensor from localmap's pool (`shape` row-major).
-    pub fn alloc(shape: &[i64], dtype: DType, device: Device) -> Result<ManagedTensor> {
-        let mut m = ptr::null_mut();
-        check(unsafe { sys::lm_tensor_alloc(&mut m, to_int(shape.len(), "shape")?, shape.as_ptr(), dtype.raw(), device.raw()) })?;
-        Ok(ManagedTensor { raw: m })
+        let mut data = data;
+        let dptr = data.as_mut_ptr() as *mut c_void; // moving the Vec below keeps its heap buffer
+        let owner = Box::into_raw(Box::new(VecOwner { _data: data, shape: shape.to_vec() }));
+        let dl_tensor = sys::DLTensor {
+            data: dptr,
+            // SAFETY: owner is a live box; its shape vector does not move.
+            shape: unsafe { (*owner).shape.as_mut_ptr() },
+            ..host_view::<T>(ptr::null(), shape)
+        };
+        let m = sys::DLManagedTensor { dl_tensor, manager_ctx: owner as *mut c_void, deleter: Some(vec_deleter::<T>) };
+        Ok(ManagedTensor { raw: Box::into_raw(Box::new(m)) })
     }
     /// The elements, writable (the tensor owns its memory: nothing else sees it until handed over).
     pub fn data_mut<T: Element>(&mut self) -> Result<&mut [T]> {
@@ -846,10 +615,8 @@ impl ManagedTensor {
 impl Drop for ManagedTensor {
     fn drop(&mut self) {
         unsafe {
-            if !self.raw.is_null() {
-                if let Some(d) = (*self.raw).deleter {
-                    d(self.raw);
-                }
+            if let Some(d) = self.raw.as_ref().and_then(|m| m.deleter) {
+                d(self.raw);
             }
         }
     }
@@ -916,6 +683,14 @@ impl ShapeMode {
             ShapeMode::Allgather => (sys::LM_SHAPE_ALLGATHER, ptr::null()),
         }
     }
+    /// A `Given` shape must have one extent per tensor dim (the C API reads that many).
+    fn check(&self, method: &str, ndim: usize) -> Result<()> {
+        match self {
+            ShapeMode::Given(s) if s.len() != ndim => arg_error(format!(
+                "{method}: ShapeMode::Given has {} extents for a tensor of {ndim} dims", s.len())),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A distributed tensor (`lm_dist_tensor_t`). `Clone` adds a reference (`lm_dist_tensor_retain`):
@@ -923,20 +698,6 @@ impl ShapeMode {
 #[derive(Debug)]
 pub struct DistTensor {
     raw: sys::lm_dist_tensor_t,
-}
-
-impl Clone for DistTensor {
-    fn clone(&self) -> DistTensor {
-        let st = unsafe { sys::lm_dist_tensor_retain(self.raw) };
-        assert_eq!(st, sys::LM_SUCCESS, "lm_dist_tensor_retain: {}", last_error_message());
-        DistTensor { raw: self.raw }
-    }
-}
-
-impl Drop for DistTensor {
-    fn drop(&mut self) {
-        unsafe { sys::lm_dist_tensor_destroy(&mut self.raw) };
-    }
 }
 
 fn host_view<T: Element>(data: *const T, shape: &[i64]) -> sys::DLTensor {
@@ -951,37 +712,26 @@ fn host_view<T: Element>(data: *const T, shape: &[i64]) -> sys::DLTensor {
     }
 }
 
+/// LOCc of a ScaLAPACK descriptor at this rank's grid column (NUMROC); 0 where the descriptor or
+/// the mesh is not one the C call accepts (it then names the problem).
+fn scalapack_cols(mesh: &Mesh, desc: &[i32; sys::LM_SCALAPACK_DLEN]) -> Result<usize> {
+    let (shape, coord) = (mesh.shape()?, mesh.coord()?);
+    let (n, nb, src) = (desc[3] as i64, desc[5] as i64, desc[7] as i64);
+    if shape.len() != 2 || n < 0 || nb < 1 || src < 0 || src >= shape[1] {
+        return Ok(0);
+    }
+    let p = shape[1];
+    let dist = (coord[1] - src + p) % p;
+    let blocks = (n + nb - 1) / nb;
+    let mine = if dist < blocks { (blocks - dist + p - 1) / p } else { 0 };
+    let mut cols = mine * nb;
+    if mine > 0 && (dist + (mine - 1) * p) == blocks - 1 {
+        cols -= blocks * nb - n; // this rank holds the last, short block
+    }
+    Ok(cols as usize)
+}
+
 impl DistTensor {
-    /// The raw handle (still owned by `self`).
-    pub fn as_raw(&self) -> sys::lm_dist_tensor_t {
-        self.raw
-    }
-    /// Takes ownership of one reference of a raw handle.
-    ///
-    /// # Safety
-    /// `raw` must be a live tensor handle whose reference the caller hands over.
-    pub unsafe fn from_raw(raw: sys::lm_dist_tensor_t) -> DistTensor {
-        DistTensor { raw }
-    }
-    /// Gives up the reference to the caller.
-    pub fn into_raw(self) -> sys::lm_dist_tensor_t {
-        let r = self.raw;
-        std::mem::forget(self);
-        r
-    }
-
-    /// `lm_dist_tensor_zeros` (local).
-    pub fn zeros(mesh: &Mesh, global_shape: &[i64], dtype: DType, device: Device, placements: &[Placement])
-        -> Result<DistTensor> {
-        let pl = mesh_placements(mesh, placements, "DistTensor::zeros: placements")?;
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::lm_dist_tensor_zeros(&mut raw, mesh.raw, to_int(global_shape.len(), "global_shape")?,
-                                      global_shape.as_ptr(), dtype.raw(), device.raw(), pl.as_ptr())
-        })?;
-        Ok(DistTensor { raw })
-    }
-
     /// `lm_dist_tensor_from_local` with `LM_FROM_LOCAL_COPY`: copies this rank's shard `data`
     /// (compact row-major, `local_shape`). A rank outside the mesh passes an empty slice, its
     /// tensor rank in `local_shape` and `ShapeMode::Given`.
@@ -1002,11 +752,12 @@ impl DistTensor {
     /// `local` must describe valid memory; with BORROW it must outlive the tensor and every view.
     pub unsafe fn from_dltensor(mesh: &Mesh, local: &sys::DLTensor, placements: &[Placement], mode: ShapeMode,
                                 flags: u32) -> Result<DistTensor> {
-        let pl = mesh_placements(mesh, placements, "DistTensor::from_local: placements")?;
-        check_given(&mode, usize::try_from(local.ndim).unwrap_or(0), "DistTensor::from_local")?;
+        const M: &str = "DistTensor::from_local";
+        mode.check(M, usize::try_from(local.ndim).unwrap_or(0))?;
+        let pl = mesh_placements(M, "lm_dist_tensor_from_local", mesh, placements)?;
         let (m, gs) = mode.raw();
         let mut raw = ptr::null_mut();
-        check(sys::lm_dist_tensor_from_local(&mut raw, mesh.raw, local, pl.as_ptr(), m, gs, flags))?;
+        call(M, sys::lm_dist_tensor_from_local(&mut raw, mesh.raw, local, pl.as_ptr(), m, gs, flags))?;
         Ok(DistTensor { raw })
     }
 
@@ -1028,21 +779,6 @@ impl DistTensor {
         }
     }
 
-    /// `lm_dist_tensor_from_scalapack` on raw memory, with `flags` (`sys::LM_FROM_LOCAL_BORROW`
-    /// wraps the array without a copy; with `LLD_ > LOCr` host rows are padded, and
-    /// [`local`](Self::local) refuses the strided view: read the array itself).
-    ///
-    /// # Safety
-    /// `data` must hold the local array the descriptor describes; with BORROW it must outlive the
-    /// tensor and every view of it.
-    pub unsafe fn from_scalapack_raw(mesh: &Mesh, desc: &[i32; sys::LM_SCALAPACK_DLEN], data: *mut c_void,
-                                     dtype: DType, device: Device, flags: u32) -> Result<DistTensor> {
-        let mut raw = ptr::null_mut();
-        check(sys::lm_dist_tensor_from_scalapack(&mut raw, mesh.raw, desc.as_ptr(), data, dtype.raw(),
-                                                 device.raw(), flags))?;
-        Ok(DistTensor { raw })
-    }
-
     /// `lm_dist_tensor_from_dlpack`: the tensor takes over `data` without a copy (its storage is
     /// freed when the tensor dies).
     pub fn from_vec<T: Element>(mesh: &Mesh, data: Vec<T>, local_shape: &[i64], placements: &[Placement],
@@ -1053,13 +789,13 @@ impl DistTensor {
     /// `lm_dist_tensor_from_dlpack`: takes ownership of `local` (on failure it is dropped here).
     pub fn from_dlpack(mesh: &Mesh, local: ManagedTensor, placements: &[Placement], mode: ShapeMode)
         -> Result<DistTensor> {
-        let pl = mesh_placements(mesh, placements, "DistTensor::from_dlpack: placements")?;
-        check_given(&mode, usize::try_from(local.dl_tensor().ndim).unwrap_or(0), "DistTensor::from_dlpack")?;
+        const M: &str = "DistTensor::from_dlpack";
+        mode.check(M, usize::try_from(local.dl_tensor().ndim).unwrap_or(0))?;
+        let pl = mesh_placements(M, "lm_dist_tensor_from_dlpack", mesh, placements)?;
         let (m, gs) = mode.raw();
         let mut raw = ptr::null_mut();
-        let st = unsafe { sys::lm_dist_tensor_from_dlpack(&mut raw, mesh.raw, local.raw, pl.as_ptr(), m, gs) };
-        check(st)?; // on failure `local` still owns the data and drops it
-        local.into_raw();
+        call(M, unsafe { sys::lm_dist_tensor_from_dlpack(&mut raw, mesh.raw, local.raw, pl.as_ptr(), m, gs) })?;
+        local.into_raw(); // the tensor owns it now (on failure `local` still did, and drops it)
         Ok(DistTensor { raw })
     }
 
@@ -1068,14 +804,15 @@ impl DistTensor {
     /// is scattered (collective over the mesh); `shape` is the global shape on every rank.
     pub fn from_global<T: Element>(mesh: &Mesh, data: Option<&[T]>, shape: &[i64], placements: &[Placement],
                                    root: i32) -> Result<DistTensor> {
+        const M: &str = "DistTensor::from_global";
         if let Some(d) = data {
-            check_shape(d.len(), shape, "DistTensor::from_global")?;
+            check_shape(d.len(), shape, M)?;
         }
+        let pl = mesh_placements(M, "lm_dist_tensor_from_global", mesh, placements)?;
         let view = host_view(data.map_or(ptr::null(), |d| d.as_ptr()), shape);
         let vp: *const sys::DLTensor = if root >= 0 && data.is_none() { ptr::null() } else { &view };
-        let pl = mesh_placements(mesh, placements, "DistTensor::from_global: placements")?;
         let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_dist_tensor_from_global(&mut raw, mesh.raw, vp, pl.as_ptr(), root) })?;
+        call(M, unsafe { sys::lm_dist_tensor_from_global(&mut raw, mesh.raw, vp, pl.as_ptr(), root) })?;
         Ok(DistTensor { raw })
     }
 
@@ -1092,7 +829,7 @@ impl DistTensor {
             }
             None => ptr::null_mut(),
         };
-        check(unsafe { sys::lm_dist_tensor_gather(self.raw, root, vp) })
+        call("DistTensor::gather", unsafe { sys::lm_dist_tensor_gather(self.raw, root, vp) })
     }
 
     /// The full value on every member rank.
@@ -1102,75 +839,15 @@ impl DistTensor {
         self.gather(-1, Some(&mut v[..]))?;
         Ok(v)
     }
-    /// `lm_dist_tensor_to_scalapack`: this tensor's layout as a ScaLAPACK descriptor with
-    /// context `ctxt` (the `[N, M]` tensor read as the column-major M x N matrix).
-    pub fn to_scalapack(&self, ctxt: i32) -> Result<[i32; sys::LM_SCALAPACK_DLEN]> {
-        let mut d = [0i32; sys::LM_SCALAPACK_DLEN];
-        check(unsafe { sys::lm_dist_tensor_to_scalapack(self.raw, ctxt, d.as_mut_ptr()) })?;
-        Ok(d)
-    }
 
-
-    /// The tensor's mesh (borrowed: it lives as long as the tensor).
-    pub fn mesh(&self) -> Result<MeshRef<'_>> {
-        let mut m = ptr::null_mut();
-        check(unsafe { sys::lm_dist_tensor_mesh(self.raw, &mut m) })?;
-        Ok(Mesh::borrowed(m))
-    }
-    pub fn ndim(&self) -> Result<usize> {
-        let mut n = 0;
-        check(unsafe { sys::lm_dist_tensor_ndim(self.raw, &mut n) })?;
-        Ok(n as usize)
-    }
-    pub fn dtype(&self) -> Result<DType> {
-        let mut d = sys::LM_FLOAT64;
-        check(unsafe { sys::lm_dist_tensor_dtype(self.raw, &mut d) })?;
-        DType::from_raw(d).ok_or_else(|| Error::new(Status::NotSupported, format!("unknown dtype {d:?}")))
-    }
-    pub fn device(&self) -> Result<Device> {
-        let mut d = sys::LM_CPU;
-        check(unsafe { sys::lm_dist_tensor_device(self.raw, &mut d) })?;
-        Ok(Device::from_raw(d))
-    }
-    /// One placement per mesh dim.
-    pub fn placements(&self) -> Result<Vec<Placement>> {
-        let n = self.mesh()?.ndim()?;
-        let mut v = vec![sys::lm_placement_t::default(); n];
-        check(unsafe { sys::lm_dist_tensor_placements(self.raw, v.as_mut_ptr(), n as c_int) })?;
-        v.into_iter()
-            .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::NotSupported, format!("placement {p:?}"))))
-            .collect()
-    }
-    fn shape_query(&self, f: unsafe extern "C" fn(sys::lm_dist_tensor_t, *mut i64, c_int) -> sys::lm_status_t)
-        -> Result<Vec<i64>> {
-        let mut v = vec![0; self.ndim()?];
-        check(unsafe { f(self.raw, v.as_mut_ptr(), v.len() as c_int) })?;
-        Ok(v)
-    }
-    pub fn global_shape(&self) -> Result<Vec<i64>> {
-        self.shape_query(sys::lm_dist_tensor_global_shape)
-    }
-    pub fn local_shape(&self) -> Result<Vec<i64>> {
-        self.shape_query(sys::lm_dist_tensor_local_shape)
-    }
-    /// Global index of the shard's first element, per dim.
-    pub fn local_offset(&self) -> Result<Vec<i64>> {
-        self.shape_query(sys::lm_dist_tensor_local_offset)
-    }
     /// `lm_padded_extents` of the local shard: the extents of the row-major array it lies in (the
     /// local shape, except for a host array borrowed with padded rows: a ScaLAPACK array with
     /// `LLD_ > LOCr` gives `[LOCc, LLD_]`).
     pub fn local_extents(&self) -> Result<Vec<i64>> {
         let v = self.local_view()?;
         let mut ext = vec![0; v.ndim as usize];
-        check(unsafe { sys::lm_padded_extents(&v, ext.as_mut_ptr(), v.ndim) })?;
+        call("DistTensor::local_extents", unsafe { sys::lm_padded_extents(&v, ext.as_mut_ptr(), v.ndim) })?;
         Ok(ext)
-    }
-    /// `lm_dist_tensor_local`: the raw DLTensor view of the local shard (valid while `self` lives).
-    pub fn local_view(&self) -> Result<sys::DLTensor> {
-        let mut v = host_view::<u8>(ptr::null(), &[]);
-        check(unsafe { sys::lm_dist_tensor_local(self.raw, &mut v) })?;
-        Ok(v)
     }
     /// The local shard as a slice (compact row-major over [`local_shape`](Self::local_shape)).
     pub fn local<T: Element>(&self) -> Result<&[T]> {
@@ -1189,57 +866,6 @@ impl DistTensor {
         let s = tensor_slice::<T>(&v, "DistTensor::local_mut")?;
         Ok(std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()))
     }
-    /// `lm_dist_tensor_to_dlpack`: the local shard as a managed tensor holding a reference on `self`.
-    pub fn to_dlpack(&self) -> Result<ManagedTensor> {
-        let mut m = ptr::null_mut();
-        check(unsafe { sys::lm_dist_tensor_to_dlpack(self.raw, &mut m) })?;
-        Ok(ManagedTensor { raw: m })
-    }
-    /// `lm_dist_tensor_reshard` onto `dst_mesh` (`None`: this tensor's mesh). Collective over both.
-    pub fn reshard(&self, dst_mesh: Option<&Mesh>, placements: &[Placement]) -> Result<DistTensor> {
-        let ndim = self.dst_ndim(dst_mesh)?;
-        let pl = mesh_placements_n(ndim, placements, "DistTensor::reshard: placements")?;
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::lm_dist_tensor_reshard(&mut raw, self.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pl.as_ptr())
-        })?;
-        Ok(DistTensor { raw })
-    }
-    /// The mesh dims of a call's target: `dst_mesh`'s, or (`None`) this tensor's mesh's.
-    fn dst_ndim(&self, dst_mesh: Option<&Mesh>) -> Result<usize> {
-        match dst_mesh {
-            Some(m) => m.ndim(),
-            None => self.mesh()?.ndim(),
-        }
-    }
-    /// `lm_dist_tensor_transpose`: the dims permuted as `numpy.transpose(x, perm)` (a matrix:
-    /// `&[1, 0]`), laid out with `placements` (in the result's dims) on `dst_mesh` (`None`: this
-    /// tensor's mesh). Host or device tensors. Collective over both meshes.
-    pub fn transpose(&self, perm: &[i32], dst_mesh: Option<&Mesh>, placements: &[Placement]) -> Result<DistTensor> {
-        if perm.len() != self.ndim()? {
-            return arg_error(format!("DistTensor::transpose: perm has {} entries, the tensor {} dims",
-                                     perm.len(), self.ndim()?));
-        }
-        let ndim = self.dst_ndim(dst_mesh)?;
-        let pl = mesh_placements_n(ndim, placements, "DistTensor::transpose: placements")?;
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::lm_dist_tensor_transpose(&mut raw, self.raw, perm.as_ptr(),
-                                          dst_mesh.map_or(ptr::null_mut(), |m| m.raw), pl.as_ptr())
-        })?;
-        Ok(DistTensor { raw })
-    }
-    /// `lm_dist_tensor_transpose_into`: the dims permuted as `numpy.transpose(x, perm)`, written
-    /// into `dst` (global shape this tensor's permuted, the same dtype; its own mesh and
-    /// placements; a padded borrow keeps its padding), on self's device. Collective over both
-    /// meshes.
-    pub fn transpose_into(&self, dst: &mut DistTensor, perm: &[i32]) -> Result<()> {
-        if perm.len() != self.ndim()? {
-            return arg_error(format!("DistTensor::transpose_into: perm has {} entries, the tensor {} dims",
-                                     perm.len(), self.ndim()?));
-        }
-        check(unsafe { sys::lm_dist_tensor_transpose_into(dst.raw, self.raw, perm.as_ptr()) })
-    }
 }
 
 // ================================================================================================
@@ -1252,43 +878,11 @@ pub struct ReshardPlan {
     raw: sys::lm_reshard_plan_t,
 }
 
-impl Drop for ReshardPlan {
-    fn drop(&mut self) {
-        unsafe { sys::lm_reshard_plan_destroy(&mut self.raw) };
-    }
-}
-
 impl ReshardPlan {
-    /// `lm_reshard_plan_create` (local).
-    pub fn new(src_mesh: &Mesh, src_placements: &[Placement], dst_mesh: &Mesh, dst_placements: &[Placement],
-               global_shape: &[i64], dtype: DType) -> Result<ReshardPlan> {
-        let sp = mesh_placements(src_mesh, src_placements, "ReshardPlan::new: src_placements")?;
-        let dp = mesh_placements(dst_mesh, dst_placements, "ReshardPlan::new: dst_placements")?;
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::lm_reshard_plan_create(&mut raw, src_mesh.raw, sp.as_ptr(), dst_mesh.raw, dp.as_ptr(),
-                                        to_int(global_shape.len(), "global_shape")?, global_shape.as_ptr(),
-                                        dtype.raw())
-        })?;
-        Ok(ReshardPlan { raw })
-    }
-    pub fn as_raw(&self) -> sys::lm_reshard_plan_t {
-        self.raw
-    }
-    /// `lm_reshard_plan_alloc_target`: a zero tensor laid out as the target.
-    pub fn alloc_target(&self, device: Device) -> Result<DistTensor> {
-        let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_reshard_plan_alloc_target(&mut raw, self.raw, device.raw()) })?;
-        Ok(DistTensor { raw })
-    }
-    /// `lm_reshard_plan_execute`: src -> dst (overwritten). Collective over both meshes.
-    pub fn execute(&self, src: &DistTensor, dst: &mut DistTensor) -> Result<()> {
-        check(unsafe { sys::lm_reshard_plan_execute(self.raw, src.raw, dst.raw) })
-    }
     /// `lm_reshard_plan_start`: nonblocking; `src` and `dst` stay borrowed until the request ends.
     pub fn start<'a>(&'a self, src: &'a DistTensor, dst: &'a mut DistTensor) -> Result<Request<'a>> {
         let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_reshard_plan_start(&mut raw, self.raw, src.raw, dst.raw) })?;
+        call("ReshardPlan::start", unsafe { sys::lm_reshard_plan_start(&mut raw, self.raw, src.raw, dst.raw) })?;
         Ok(Request { raw, _life: PhantomData })
     }
     /// Bytes this rank sends to other ranks per execution: `info(false)?.bytes_sent`
@@ -1296,44 +890,32 @@ impl ReshardPlan {
     pub fn bytes_sent(&self) -> Result<i64> {
         Ok(self.info(false)?.bytes_sent)
     }
-    /// The backward plan (`lm_reshard_plan_adjoint`): gradients from the target mesh, in
-    /// `placements_adjoint(target)`, to the source mesh, in `placements_adjoint(source)`. Local.
-    pub fn adjoint(&self) -> Result<ReshardPlan> {
-        let mut raw = std::ptr::null_mut();
-        check(unsafe { sys::lm_reshard_plan_adjoint(&mut raw, self.raw) })?;
-        Ok(ReshardPlan { raw })
+}
+
+/// A nonblocking reshard in flight ([`ReshardPlan::start`], [`ReshardGroup::start`]). Dropping it
+/// waits for completion (errors are then lost: call [`wait`](Request::wait) to see them).
+pub struct Request<'a> {
+    raw: sys::lm_request_t,
+    _life: PhantomData<&'a mut DistTensor>,
+}
+
+impl Request<'_> {
+    /// `lm_request_test`: true once complete.
+    pub fn test(&mut self) -> Result<bool> {
+        let mut done = 0;
+        call("Request::test", unsafe { sys::lm_request_test(&mut self.raw, &mut done) })?;
+        Ok(done != 0)
     }
-    /// What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with
-    /// `all_ranks` every rank's summed (collective over both meshes).
-    pub fn info(&self, all_ranks: bool) -> Result<sys::lm_reshard_plan_info_t> {
-        let mut i = sys::LM_RESHARD_PLAN_INFO_INIT;
-        let flags = if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 };
-        check(unsafe { sys::lm_reshard_plan_info(self.raw, flags, &mut i) })?;
-        Ok(i)
-    }
-    /// A one-line description of the plan's steps.
-    pub fn describe(&self) -> Result<String> {
-        read_buf(|b, s| unsafe { sys::lm_reshard_plan_describe(self.raw, b, s) })
+    /// `lm_request_wait`.
+    pub fn wait(mut self) -> Result<()> {
+        call("Request::wait", unsafe { sys::lm_request_wait(&mut self.raw) })
     }
 }
 
-/// What a reshard would move, without building a plan (`lm_reshard_estimate`): what
-/// [`ReshardPlan::info`] gives for `ReshardPlan::new(src_mesh, src_placements, dst_mesh
-/// (None: src_mesh), dst_placements, global_shape, dtype)`. Local, or with `all_ranks` every
-/// rank's summed (collective over both meshes). For layout searches: no handle, no buffer.
-pub fn reshard_estimate(src_mesh: &Mesh, src_placements: &[Placement], dst_mesh: Option<&Mesh>,
-                        dst_placements: &[Placement], global_shape: &[i64], dtype: DType, all_ranks: bool)
-                        -> Result<sys::lm_reshard_plan_info_t> {
-    let sp = mesh_placements(src_mesh, src_placements, "reshard_estimate: src_placements")?;
-    let dp = mesh_placements(dst_mesh.unwrap_or(src_mesh), dst_placements, "reshard_estimate: dst_placements")?;
-    let mut i = sys::LM_RESHARD_PLAN_INFO_INIT;
-    let flags = if all_ranks { sys::LM_PLAN_INFO_ALL_RANKS } else { 0 };
-    check(unsafe {
-        sys::lm_reshard_estimate(src_mesh.raw, sp.as_ptr(), dst_mesh.map_or(ptr::null_mut(), |m| m.raw), dp.as_ptr(),
-                                 to_int(global_shape.len(), "global_shape")?, global_shape.as_ptr(), dtype.raw(),
-                                 flags, &mut i)
-    })?;
-    Ok(i)
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::lm_request_wait(&mut self.raw) }; // a finished request's handle is NULL: a no-op
+    }
 }
 
 // ================================================================================================
@@ -1378,17 +960,6 @@ pub struct ReshardGroup {
     raw: sys::lm_reshard_group_t,
 }
 
-impl Drop for ReshardGroup {
-    fn drop(&mut self) {
-        unsafe { sys::lm_reshard_group_destroy(&mut self.raw) };
-    }
-}
-
-/// The handles of a slice of tensors, for the C arrays.
-fn raw_tensors<S: Borrow<DistTensor>>(t: &[S]) -> Vec<sys::lm_dist_tensor_t> {
-    t.iter().map(|x| x.borrow().raw).collect()
-}
-
 impl ReshardGroup {
     /// `lm_reshard_group_create` from `src_mesh` to `dst_mesh` (`None`: `src_mesh`), with the
     /// default options (local).
@@ -1399,52 +970,28 @@ impl ReshardGroup {
     /// `lm_reshard_group_create` with [`ReshardGroupOptions`] (local).
     pub fn with_options(src_mesh: &Mesh, dst_mesh: Option<&Mesh>, entries: &[ReshardEntry<'_>],
                         options: &ReshardGroupOptions) -> Result<ReshardGroup> {
-        let snd = src_mesh.ndim()?;
-        let dnd = match dst_mesh {
-            Some(m) => m.ndim()?,
-            None => snd,
+        const M: &str = "ReshardGroup::new";
+        let (snd, dnd) = (src_mesh.ndim()?, dst_mesh.unwrap_or(src_mesh).ndim()?);
+        let pls = entries.iter().enumerate().map(|(i, e)| {
+            let sp = placements_for(M, &format!("entries[{i}].src_placements"), e.src_placements, snd)?;
+            Ok((sp, placements_for(M, &format!("entries[{i}].dst_placements"), e.dst_placements, dnd)?))
+        }).collect::<Result<Vec<_>>>()?;
+        let raw_entries = entries.iter().zip(&pls).enumerate().map(|(i, (e, (sp, dp)))| Ok(sys::lm_reshard_entry_t {
+            ndim: to_int(e.global_shape.len(), &format!("entries[{i}].global_shape"))?,
+            global_shape: e.global_shape.as_ptr(),
+            dtype: e.dtype.raw(),
+            src_placements: sp.as_ptr(),
+            dst_placements: dp.as_ptr(),
+        })).collect::<Result<Vec<_>>>()?;
+        let cfg = sys::lm_reshard_group_config_t {
+            bucket_bytes: options.bucket_bytes.unwrap_or(0),
+            alone_bytes: options.alone_bytes.unwrap_or(0),
+            ..sys::LM_RESHARD_GROUP_CONFIG_INIT
         };
-        let mut pls = Vec::with_capacity(entries.len());
-        for (i, e) in entries.iter().enumerate() {
-            let what = |arg: &str| format!("ReshardGroup::new: entries[{i}].{arg}");
-            let sp = mesh_placements_n(snd, e.src_placements, &what("src_placements"))?;
-            let dp = mesh_placements_n(dnd, e.dst_placements, &what("dst_placements"))?;
-            pls.push((sp, dp));
-        }
-        let mut raw_entries = Vec::with_capacity(entries.len());
-        for (i, (e, (sp, dp))) in entries.iter().zip(&pls).enumerate() {
-            raw_entries.push(sys::lm_reshard_entry_t {
-                ndim: to_int(e.global_shape.len(), &format!("entries[{i}].global_shape"))?,
-                global_shape: e.global_shape.as_ptr(),
-                dtype: e.dtype.raw(),
-                src_placements: sp.as_ptr(),
-                dst_placements: dp.as_ptr(),
-            });
-        }
-        let mut cfg = sys::LM_RESHARD_GROUP_CONFIG_INIT;
-        if let Some(b) = options.bucket_bytes {
-            cfg.bucket_bytes = b;
-        }
-        if let Some(a) = options.alone_bytes {
-            cfg.alone_bytes = a;
-        }
-        // Default options: NULL, the library's defaults.
-        let cfg_ptr: *const sys::lm_reshard_group_config_t =
-            if *options == ReshardGroupOptions::default() { ptr::null() } else { &cfg };
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::lm_reshard_group_create(&mut raw, src_mesh.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw),
-                                         to_int(raw_entries.len(), "entries")?, raw_entries.as_ptr(), cfg_ptr)
-        })?;
+        let (mut raw, n) = (ptr::null_mut(), to_int(raw_entries.len(), "entries")?);
+        let dst = dst_mesh.map_or(ptr::null_mut(), |m| m.raw);
+        call(M, unsafe { sys::lm_reshard_group_create(&mut raw, src_mesh.raw, dst, n, raw_entries.as_ptr(), &cfg) })?;
         Ok(ReshardGroup { raw })
-    }
-    pub fn as_raw(&self) -> sys::lm_reshard_group_t {
-        self.raw
-    }
-    fn counts(&self) -> Result<(usize, usize)> {
-        let (mut n, mut b) = (0, 0);
-        check(unsafe { sys::lm_reshard_group_size(self.raw, &mut n, &mut b) })?;
-        Ok((n as usize, b as usize))
     }
     /// The number of entries (`lm_reshard_group_size`).
     pub fn len(&self) -> Result<usize> {
@@ -1457,36 +1004,36 @@ impl ReshardGroup {
     pub fn buckets(&self) -> Result<usize> {
         Ok(self.counts()?.1)
     }
-    /// `lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local).
-    pub fn alloc_targets(&self, device: Device) -> Result<Vec<DistTensor>> {
-        let n = self.len()?;
-        let mut raw = vec![ptr::null_mut(); n];
-        check(unsafe { sys::lm_reshard_group_alloc_targets(raw.as_mut_ptr(), self.raw, device.raw(), n as c_int) })?;
-        Ok(raw.into_iter().map(|raw| DistTensor { raw }).collect())
-    }
-    /// `src` and `dst` as C arrays of one length (the C calls read one count for both).
-    fn arrays<S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(what: &str, src: &[S], dst: &[D])
+    /// `src` and `dst` as C arrays of the group's length (the C calls read one count for all).
+    fn arrays<S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(&self, method: &str, src: &[S], dst: &[D])
         -> Result<(c_int, Vec<sys::lm_dist_tensor_t>, Vec<sys::lm_dist_tensor_t>)> {
-        if src.len() != dst.len() {
-            return arg_error(format!("ReshardGroup::{what}: dst: {} tensors for {} src tensors", dst.len(), src.len()));
+        let n = self.len()?;
+        if src.len() != n {
+            return arg_error(format!("{method}: src: {} tensors for a group of {n} entries", src.len()));
         }
-        let d: Vec<sys::lm_dist_tensor_t> = dst.iter().map(|x| x.borrow().raw).collect();
-        Ok((to_int(src.len(), "src")?, raw_tensors(src), d))
+        if dst.len() != n {
+            return arg_error(format!("{method}: dst: {} tensors for {n} src tensors", dst.len()));
+        }
+        let raw = |t: &DistTensor| t.raw;
+        let (s, d) = (src.iter().map(|t| raw(t.borrow())).collect(), dst.iter().map(|t| raw(t.borrow())).collect());
+        Ok((to_int(n, "src")?, s, d))
     }
     /// `lm_reshard_group_execute`: `src[i]` -> `dst[i]` (overwritten) for every entry. Collective
     /// over both meshes; one agreement covers the whole group. No target may overlap another
     /// target or any source (clones share storage: the library refuses them).
     pub fn execute<S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(&self, src: &[S], dst: &mut [D]) -> Result<()> {
-        let (n, s, d) = ReshardGroup::arrays("execute", src, dst)?;
-        check(unsafe { sys::lm_reshard_group_execute(self.raw, n, s.as_ptr(), d.as_ptr()) })
+        const M: &str = "ReshardGroup::execute";
+        let (n, s, d) = self.arrays(M, src, dst)?;
+        call(M, unsafe { sys::lm_reshard_group_execute(self.raw, n, s.as_ptr(), d.as_ptr()) })
     }
     /// `lm_reshard_group_start`: nonblocking; the tensors stay borrowed until the request ends
     /// (at most one request per group at a time).
     pub fn start<'a, S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(&'a self, src: &'a [S], dst: &'a mut [D])
         -> Result<Request<'a>> {
-        let (n, s, d) = ReshardGroup::arrays("start", src, dst)?;
+        const M: &str = "ReshardGroup::start";
+        let (n, s, d) = self.arrays(M, src, dst)?;
         let mut raw = ptr::null_mut();
-        check(unsafe { sys::lm_reshard_group_start(&mut raw, self.raw, n, s.as_ptr(), d.as_ptr()) })?;
+        call(M, unsafe { sys::lm_reshard_group_start(&mut raw, self.raw, n, s.as_ptr(), d.as_ptr()) })?;
         Ok(Request { raw, _life: PhantomData })
     }
 }
@@ -1498,90 +1045,32 @@ impl ReshardGroup {
 /// meshes.
 pub fn reshard_many<S: Borrow<DistTensor>, P: AsRef<[Placement]>>(tensors: &[S], dst_mesh: Option<&Mesh>,
                                                                    placements: &[P]) -> Result<Vec<DistTensor>> {
+    const M: &str = "reshard_many";
     if placements.len() != tensors.len() {
-        return arg_error(format!("reshard_many: placements: {} entries for {} tensors", placements.len(),
-                                 tensors.len()));
+        return arg_error(format!("{M}: placements: {} entries for {} tensors", placements.len(), tensors.len()));
     }
     let first = match tensors.first() {
         Some(t) => t.borrow(),
         None => return Ok(Vec::new()),
     };
     let src_mesh = first.mesh()?;
-    let snd = src_mesh.ndim()?;
-    let ndim = match dst_mesh {
-        Some(m) => m.ndim()?,
-        None => snd,
-    };
-    let pls = placements.iter().enumerate()
-        .map(|(i, p)| mesh_placements_n(ndim, p.as_ref(), &format!("reshard_many: placements[{i}]")))
-        .collect::<Result<Vec<_>>>()?;
-    // Each tensor's global shape and placements as the C gives them (what an entry points to).
-    let mut from = Vec::with_capacity(tensors.len());
-    for (i, t) in tensors.iter().enumerate() {
-        let t = t.borrow();
+    let dnd = dst_mesh.unwrap_or(&src_mesh).ndim()?;
+    let mut from = Vec::with_capacity(tensors.len()); // what the entries point to
+    for (i, (t, p)) in tensors.iter().map(Borrow::borrow).zip(placements).enumerate() {
         if t.mesh()?.raw != src_mesh.raw {
-            return arg_error(format!("reshard_many: tensors[{i}] lives on another mesh than tensors[0] (one \
-                                      call moves tensors of one mesh)"));
+            return arg_error(format!("{M}: tensors[{i}] lives on another mesh than tensors[0] (one call moves \
+                                      tensors of one mesh)"));
         }
-        let mut sp = vec![sys::lm_placement_t::default(); snd];
-        check(unsafe { sys::lm_dist_tensor_placements(t.raw, sp.as_mut_ptr(), snd as c_int) })?;
-        let mut dtype = sys::LM_FLOAT64;
-        check(unsafe { sys::lm_dist_tensor_dtype(t.raw, &mut dtype) })?;
-        from.push((t.global_shape()?, dtype, sp));
+        placements_for(M, &format!("placements[{i}]"), p.as_ref(), dnd)?;
+        from.push((t.global_shape()?, t.dtype()?, t.placements()?));
     }
-    let mut entries = Vec::with_capacity(tensors.len());
-    for (i, ((shape, dtype, sp), dp)) in from.iter().zip(&pls).enumerate() {
-        entries.push(sys::lm_reshard_entry_t {
-            ndim: to_int(shape.len(), &format!("tensors[{i}] ndim"))?,
-            global_shape: shape.as_ptr(),
-            dtype: *dtype,
-            src_placements: sp.as_ptr(),
-            dst_placements: dp.as_ptr(),
-        });
-    }
-    let mut raw = ptr::null_mut();
-    check(unsafe {
-        sys::lm_reshard_group_create(&mut raw, src_mesh.raw, dst_mesh.map_or(ptr::null_mut(), |m| m.raw),
-                                     to_int(entries.len(), "tensors")?, entries.as_ptr(), ptr::null())
-    })?;
-    let group = ReshardGroup { raw };  // destroyed on every return
-    let mut out = group.alloc_targets(first.device()?)?;  // dropped if execute fails
+    let entries: Vec<ReshardEntry<'_>> = from.iter().zip(placements)
+        .map(|((shape, dtype, sp), dp)| ReshardEntry::new(shape, *dtype, sp, dp.as_ref()))
+        .collect();
+    let group = ReshardGroup::new(&src_mesh, dst_mesh, &entries)?;
+    let mut out = group.alloc_targets(first.device()?)?; // dropped if execute fails
     group.execute(tensors, &mut out[..])?;
     Ok(out)
-}
-
-/// A nonblocking reshard in flight ([`ReshardPlan::start`], [`ReshardGroup::start`]). Dropping it
-/// waits for completion (errors are then lost: call [`wait`](Request::wait) to see them).
-pub struct Request<'a> {
-    raw: sys::lm_request_t,
-    _life: PhantomData<&'a mut DistTensor>,
-}
-
-impl Request<'_> {
-    /// `lm_request_test`: true once complete.
-    pub fn test(&mut self) -> Result<bool> {
-        if self.raw.is_null() {
-            return Ok(true);
-        }
-        let mut done = 0;
-        check(unsafe { sys::lm_request_test(&mut self.raw, &mut done) })?;
-        Ok(done != 0)
-    }
-    /// `lm_request_wait`.
-    pub fn wait(mut self) -> Result<()> {
-        if self.raw.is_null() {
-            return Ok(());
-        }
-        check(unsafe { sys::lm_request_wait(&mut self.raw) })
-    }
-}
-
-impl Drop for Request<'_> {
-    fn drop(&mut self) {
-        if !self.raw.is_null() {
-            unsafe { sys::lm_request_wait(&mut self.raw) };
-        }
-    }
 }
 
 // ================================================================================================
@@ -1630,6 +1119,20 @@ impl<'a> Local<'a> {
             other => arg_error(format!("expected a double input, got {other:?}")),
         }
     }
+    /// What the function sees of an input the library passes it.
+    fn of(a: &'a sys::lm_arg_t) -> Local<'a> {
+        match a.kind {
+            // SAFETY: the library passes a valid view, or NULL.
+            sys::LM_ARG_TENSOR => match unsafe { (a.ptr as *const sys::DLTensor).as_ref() } {
+                Some(t) => Local::Tensor(LocalTensor { raw: t }),
+                None => Local::None,
+            },
+            sys::LM_ARG_INT64 => Local::Int(a.i64),
+            sys::LM_ARG_DOUBLE => Local::Double(a.f64),
+            sys::LM_ARG_POINTER => Local::Pointer(a.ptr),
+            _ => Local::None,
+        }
+    }
 }
 
 /// A local tensor inside the function (read-only: it may share memory with the caller's tensor).
@@ -1664,10 +1167,25 @@ pub enum Out {
     Pointer(*mut c_void),
 }
 
+/// An `lm_arg_t` of `kind` holding `i64`, `f64` or `ptr`.
+fn c_arg(kind: sys::lm_arg_kind_t, i64: i64, f64: f64, ptr: *mut c_void) -> sys::lm_arg_t {
+    sys::lm_arg_t { kind, reserved: 0, i64, f64, ptr }
+}
+
 impl Out {
     /// A tensor output from a vector and its local shape.
     pub fn tensor<T: Element>(data: Vec<T>, shape: &[i64]) -> Result<Out> {
         Ok(Out::Tensor(ManagedTensor::from_vec(data, shape)?))
+    }
+    /// The `lm_arg_t` the library takes (a tensor's ownership passes with it).
+    fn into_arg(self) -> sys::lm_arg_t {
+        match self {
+            Out::None => sys::lm_arg_t::default(),
+            Out::Tensor(m) => c_arg(sys::LM_ARG_MANAGED_TENSOR, 0, 0.0, m.into_raw() as *mut c_void),
+            Out::Int(i) => c_arg(sys::LM_ARG_INT64, i, 0.0, ptr::null_mut()),
+            Out::Double(d) => c_arg(sys::LM_ARG_DOUBLE, 0, d, ptr::null_mut()),
+            Out::Pointer(p) => c_arg(sys::LM_ARG_POINTER, 0, 0.0, p),
+        }
     }
 }
 
@@ -1686,6 +1204,16 @@ impl Output {
         match self {
             Output::Dist(t) => Ok(t),
             other => arg_error(format!("expected a dist tensor output, got {other:?}")),
+        }
+    }
+    /// A result the library returns (a dist tensor's reference passes with it).
+    fn of(o: sys::lm_arg_t) -> Output {
+        match o.kind {
+            sys::LM_ARG_DIST_TENSOR => Output::Dist(DistTensor { raw: o.ptr as sys::lm_dist_tensor_t }),
+            sys::LM_ARG_INT64 => Output::Int(o.i64),
+            sys::LM_ARG_DOUBLE => Output::Double(o.f64),
+            sys::LM_ARG_POINTER => Output::Pointer(o.ptr),
+            _ => Output::None,
         }
     }
 }
@@ -1728,8 +1256,8 @@ pub struct LocalMap<'a> {
     out_pl: Vec<Option<Vec<sys::lm_placement_t>>>,
     out_shapes: Vec<Option<Vec<i64>>>,
     mesh: Option<&'a Mesh>,
+    first_dist: Option<&'a DistTensor>,
     flags: u32,
-    _life: PhantomData<&'a DistTensor>,
 }
 
 impl<'a> LocalMap<'a> {
@@ -1737,18 +1265,24 @@ impl<'a> LocalMap<'a> {
         LocalMap::default()
     }
     fn push_input(mut self, a: Arg<'a>, pl: Option<&[Placement]>) -> Self {
-        let mut r = sys::lm_arg_t::default();
-        match a {
-            Arg::None => {}
-            Arg::Dist(t) => { r.kind = sys::LM_ARG_DIST_TENSOR; r.ptr = t.raw as *mut c_void; }
-            Arg::Tensor(t) => { r.kind = sys::LM_ARG_TENSOR; r.ptr = t as *const sys::DLTensor as *mut c_void; }
-            Arg::Int(i) => { r.kind = sys::LM_ARG_INT64; r.i64 = i; }
-            Arg::Double(d) => { r.kind = sys::LM_ARG_DOUBLE; r.f64 = d; }
-            Arg::Pointer(p) => { r.kind = sys::LM_ARG_POINTER; r.ptr = p; }
-        }
-        self.inputs.push(r);
+        self.inputs.push(match a {
+            Arg::None => sys::lm_arg_t::default(),
+            Arg::Dist(t) => {
+                self.first_dist = self.first_dist.or(Some(t));
+                c_arg(sys::LM_ARG_DIST_TENSOR, 0, 0.0, t.raw as *mut c_void)
+            }
+            Arg::Tensor(t) => c_arg(sys::LM_ARG_TENSOR, 0, 0.0, t as *const sys::DLTensor as *mut c_void),
+            Arg::Int(i) => c_arg(sys::LM_ARG_INT64, i, 0.0, ptr::null_mut()),
+            Arg::Double(d) => c_arg(sys::LM_ARG_DOUBLE, 0, d, ptr::null_mut()),
+            Arg::Pointer(p) => c_arg(sys::LM_ARG_POINTER, 0, 0.0, p),
+        });
         self.in_pl.push(pl.map(raw_placements));
         self.in_grad.push(None);
+        self
+    }
+    fn push_output(mut self, pl: Option<&[Placement]>, global_shape: Option<&[i64]>) -> Self {
+        self.out_pl.push(pl.map(raw_placements));
+        self.out_shapes.push(global_shape.map(<[i64]>::to_vec));
         self
     }
     /// The placements of the gradient of the input just added, as a backward pass computes it
@@ -1769,22 +1303,16 @@ impl<'a> LocalMap<'a> {
         self.push_input(a, Some(placements))
     }
     /// A tensor output with these placements (its global shape from the local extents).
-    pub fn output(mut self, placements: &[Placement]) -> Self {
-        self.out_pl.push(Some(raw_placements(placements)));
-        self.out_shapes.push(None);
-        self
+    pub fn output(self, placements: &[Placement]) -> Self {
+        self.push_output(Some(placements), None)
     }
     /// A tensor output with these placements and this global shape.
-    pub fn output_shaped(mut self, placements: &[Placement], global_shape: &[i64]) -> Self {
-        self.out_pl.push(Some(raw_placements(placements)));
-        self.out_shapes.push(Some(global_shape.to_vec()));
-        self
+    pub fn output_shaped(self, placements: &[Placement], global_shape: &[i64]) -> Self {
+        self.push_output(Some(placements), Some(global_shape))
     }
     /// A non-tensor output (int, double, pointer or none).
-    pub fn output_value(mut self) -> Self {
-        self.out_pl.push(None);
-        self.out_shapes.push(None);
-        self
+    pub fn output_value(self) -> Self {
+        self.push_output(None, None)
     }
     /// The mesh (default: the dist inputs').
     pub fn mesh(mut self, mesh: &'a Mesh) -> Self {
@@ -1792,19 +1320,16 @@ impl<'a> LocalMap<'a> {
         self
     }
     /// `LM_LOCAL_MAP_RESHARD_INPUTS`.
-    pub fn reshard_inputs(mut self) -> Self {
-        self.flags |= sys::LM_LOCAL_MAP_RESHARD_INPUTS;
-        self
+    pub fn reshard_inputs(self) -> Self {
+        self.flags(sys::LM_LOCAL_MAP_RESHARD_INPUTS)
     }
     /// `LM_LOCAL_MAP_NO_AGREE`: a failure stays local (every rank must then fail alike).
-    pub fn no_agree(mut self) -> Self {
-        self.flags |= sys::LM_LOCAL_MAP_NO_AGREE;
-        self
+    pub fn no_agree(self) -> Self {
+        self.flags(sys::LM_LOCAL_MAP_NO_AGREE)
     }
     /// `LM_LOCAL_MAP_SHAPES_EVEN`.
-    pub fn shapes_even(mut self) -> Self {
-        self.flags |= sys::LM_LOCAL_MAP_SHAPES_EVEN;
-        self
+    pub fn shapes_even(self) -> Self {
+        self.flags(sys::LM_LOCAL_MAP_SHAPES_EVEN)
     }
     /// Raw `LM_LOCAL_MAP_*` flags, or-ed in.
     pub fn flags(mut self, flags: u32) -> Self {
@@ -1820,7 +1345,7 @@ impl<'a> LocalMap<'a> {
     where
         F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
     {
-        self.run_impl(f, false).map(|(o, _)| o)
+        self.run_impl("LocalMap::run", f, false).map(|(o, _)| o)
     }
 
     /// [`run`](Self::run) through `lm_local_map_ex`, with the [`grad_placements`](Self::grad_placements)
@@ -1829,85 +1354,64 @@ impl<'a> LocalMap<'a> {
     where
         F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
     {
-        let (o, r) = self.run_impl(f, true)?;
+        let (o, r) = self.run_impl("LocalMap::run_recorded", f, true)?;
         Ok((o, r.expect("lm_local_map_ex succeeded without a record")))
     }
 
-    fn run_impl<F>(self, f: F, want_record: bool) -> Result<(Vec<Output>, Option<LocalMapRecord>)>
+    fn run_impl<F>(self, method: &str, f: F, want_record: bool) -> Result<(Vec<Output>, Option<LocalMapRecord>)>
     where
         F: FnMut(&Ctx<'_>, &[Local<'_>]) -> std::result::Result<Vec<Out>, FnError>,
     {
-        self.check_placements()?;
-        let mut call = Call {
-            f,
-            out_ndims: self.out_shapes.iter().map(|s| s.as_ref().map(|v| v.len())).collect(),
+        self.check_lengths(method)?;
+        let mut call_data = Call { f, out_ndims: self.out_shapes.iter().map(|s| s.as_ref().map(Vec::len)).collect() };
+        let ptrs = |v: &[Option<Vec<sys::lm_placement_t>>]| -> Vec<*const sys::lm_placement_t> {
+            v.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect()
         };
-        let nin = to_int(self.inputs.len(), "inputs")?;
-        let nout = to_int(self.out_pl.len(), "outputs")?;
-        let in_pl: Vec<*const sys::lm_placement_t> =
-            self.in_pl.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
-        let out_pl: Vec<*const sys::lm_placement_t> =
-            self.out_pl.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
-        let out_shapes: Vec<*const i64> =
+        let (in_pl, out_pl, in_grad) = (ptrs(&self.in_pl), ptrs(&self.out_pl), ptrs(&self.in_grad));
+        let shapes: Vec<*const i64> =
             self.out_shapes.iter().map(|s| s.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
-        let any_shape = self.out_shapes.iter().any(|s| s.is_some());
-        let any_in_pl = self.in_pl.iter().any(|p| p.is_some());
-        let in_grad: Vec<*const sys::lm_placement_t> =
-            self.in_grad.iter().map(|p| p.as_ref().map_or(ptr::null(), |v| v.as_ptr())).collect();
+        let given = |v: &[*const sys::lm_placement_t]| {
+            if v.iter().any(|p| !p.is_null()) { v.as_ptr() } else { ptr::null() }
+        };
         let mut record: sys::lm_local_map_record_t = ptr::null_mut();
         let mut opt = sys::LM_LOCAL_MAP_OPTIONS_INIT;
-        if self.in_grad.iter().any(|p| p.is_some()) {
-            opt.in_grad_placements = in_grad.as_ptr();
-        }
+        opt.in_grad_placements = given(&in_grad);
         if want_record {
             opt.record = &mut record;
         }
         let mut outputs = vec![sys::lm_arg_t::default(); self.out_pl.len()];
-        let st = unsafe {
-            sys::lm_local_map_ex(
-                Some(trampoline::<F>),
-                &mut call as *mut Call<F> as *mut c_void,
-                nin,
-                self.inputs.as_ptr(),
-                if any_in_pl { in_pl.as_ptr() } else { ptr::null() },
-                nout,
-                out_pl.as_ptr(),
-                if any_shape { out_shapes.as_ptr() } else { ptr::null() },
-                self.mesh.map_or(ptr::null_mut(), |m| m.raw),
-                self.flags,
-                &opt,
-                outputs.as_mut_ptr(),
-            )
-        };
-        check(st)?;
+        let (nin, nout) = (to_int(self.inputs.len(), "inputs")?, to_int(outputs.len(), "outputs")?);
+        let shapes_ptr = if self.out_shapes.iter().any(Option::is_some) { shapes.as_ptr() } else { ptr::null() };
+        call(method, unsafe {
+            sys::lm_local_map_ex(Some(trampoline::<F>), &mut call_data as *mut Call<F> as *mut c_void, nin,
+                                 self.inputs.as_ptr(), given(&in_pl), nout, out_pl.as_ptr(), shapes_ptr,
+                                 self.mesh.map_or(ptr::null_mut(), |m| m.raw), self.flags, &opt, outputs.as_mut_ptr())
+        })?;
         let record = if record.is_null() { None } else { Some(LocalMapRecord { raw: record }) };
-        let outputs = outputs
-            .into_iter()
-            .map(|o| match o.kind {
-                sys::LM_ARG_DIST_TENSOR => Output::Dist(DistTensor { raw: o.ptr as sys::lm_dist_tensor_t }),
-                sys::LM_ARG_INT64 => Output::Int(o.i64),
-                sys::LM_ARG_DOUBLE => Output::Double(o.f64),
-                sys::LM_ARG_POINTER => Output::Pointer(o.ptr),
-                _ => Output::None,
-            })
-            .collect();
-        Ok((outputs, record))
+        Ok((outputs.into_iter().map(Output::of).collect(), record))
     }
-}
 
-/// Which placements [`LocalMapRecord::placements`] reports (`lm_record_which_t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordWhich {
-    /// An input's own placements, before any move (on its own mesh).
-    Input,
-    /// The placements of the view `f` got.
-    In,
-    /// Those of its gradient: [`LocalMap::grad_placements`], else `In`.
-    InGrad,
-    /// An output's placements.
-    Out,
-    /// Its gradient's: [`placements_adjoint`] of `Out`.
-    OutGrad,
+    /// `lm_local_map` reads one placement per dim of the call's mesh (the one given, else the
+    /// first dist input's) from each entry of `input_as`, `output` and `grad_placements`.
+    fn check_lengths(&self, method: &str) -> Result<()> {
+        let theirs = match (self.mesh, self.first_dist) {
+            (None, Some(t)) => Some(t.mesh()?),
+            _ => None,
+        };
+        let mesh = match self.mesh.or(theirs.as_deref()) {
+            Some(m) => m,
+            None => return Ok(()), // a local call: the library refuses placements itself
+        };
+        let lens = |v: &[Option<Vec<sys::lm_placement_t>>]| v.iter().map(|p| p.as_ref().map(Vec::len)).collect();
+        lengths(method, "lm_local_map_ex", &[
+            ("mesh", Of::Mesh(Some(mesh))),
+            ("in_placements", Of::Slices("input_as placements of inputs", lens(&self.in_pl))),
+            ("out_placements", Of::Slices("placements of outputs", lens(&self.out_pl))),
+        ])?;
+        // The options' in_grad_placements follow in_placements' rule (the header says so).
+        let grad = Of::Slices("grad_placements of inputs", lens(&self.in_grad));
+        lengths(method, "lm_local_map_ex", &[("mesh", Of::Mesh(Some(mesh))), ("in_placements", grad)])
+    }
 }
 
 /// The record of one [`LocalMap::run_recorded`] call (`lm_local_map_record_t`): what its backward
@@ -1917,91 +1421,6 @@ pub struct LocalMapRecord {
     raw: sys::lm_local_map_record_t,
 }
 
-impl LocalMapRecord {
-    /// `lm_local_map_record_placements`: the recorded placements `which` of input or output `index`.
-    pub fn placements(&self, which: RecordWhich, index: usize) -> Result<Vec<Placement>> {
-        let w = match which {
-            RecordWhich::Input => sys::LM_RECORD_INPUT,
-            RecordWhich::In => sys::LM_RECORD_IN,
-            RecordWhich::InGrad => sys::LM_RECORD_IN_GRAD,
-            RecordWhich::Out => sys::LM_RECORD_OUT,
-            RecordWhich::OutGrad => sys::LM_RECORD_OUT_GRAD,
-        };
-        let i = to_int(index, "index")?;
-        let mut v = vec![sys::lm_placement_t::default(); 32];
-        let mut n: c_int = 0;
-        check(unsafe { sys::lm_local_map_record_placements(self.raw, w, i, 32, v.as_mut_ptr(), &mut n) })?;
-        v.truncate(n as usize);
-        v.into_iter()
-            .map(|p| Placement::from_raw(p).ok_or_else(|| Error::new(Status::NotSupported, format!("placement {p:?}"))))
-            .collect()
-    }
-    /// `lm_local_map_record_input_grad`: `grad` moved to input `index`'s own mesh and the adjoint
-    /// of its own placements (collective).
-    pub fn input_grad(&self, index: usize, grad: &DistTensor) -> Result<DistTensor> {
-        let i = to_int(index, "index")?;
-        let mut out = ptr::null_mut();
-        check(unsafe { sys::lm_local_map_record_input_grad(&mut out, self.raw, i, grad.raw) })?;
-        Ok(DistTensor { raw: out })
-    }
-}
-
-impl Drop for LocalMapRecord {
-    fn drop(&mut self) {
-        unsafe { sys::lm_local_map_record_destroy(&mut self.raw) };
-    }
-}
-
-impl LocalMap<'_> {
-    /// The mesh of the call: the one given, else the first dist input's (None: a local call).
-    fn call_mesh_ndim(&self) -> Result<Option<usize>> {
-        if let Some(m) = self.mesh {
-            return Ok(Some(m.ndim()?));
-        }
-        match self.inputs.iter().find(|a| a.kind == sys::LM_ARG_DIST_TENSOR) {
-            Some(a) => {
-                let (mut m, mut n) = (ptr::null_mut(), 0);
-                check(unsafe { sys::lm_dist_tensor_mesh(a.ptr as sys::lm_dist_tensor_t, &mut m) })?;
-                check(unsafe { sys::lm_mesh_ndim(m, &mut n) })?;
-                Ok(Some(n as usize))
-            }
-            None => Ok(None),
-        }
-    }
-    /// `lm_local_map` reads one placement per dim of the call's mesh from each entry.
-    fn check_placements(&self) -> Result<()> {
-        let n = match self.call_mesh_ndim()? {
-            Some(n) => n,
-            None => return Ok(()), // a local call: the library refuses placements itself
-        };
-        for (i, p) in self.in_pl.iter().enumerate() {
-            if let Some(v) = p {
-                if v.len() != n {
-                    return arg_error(format!("LocalMap: input_as placements of inputs[{i}]: {} placements for a mesh \
-                                              of {n} dims (one per mesh dim)", v.len()));
-                }
-            }
-        }
-        for (i, p) in self.in_grad.iter().enumerate() {
-            if let Some(v) = p {
-                if v.len() != n {
-                    return arg_error(format!("LocalMap: grad_placements of inputs[{i}]: {} placements for a \
-                                              mesh of {n} dims (one per mesh dim)", v.len()));
-                }
-            }
-        }
-        for (j, p) in self.out_pl.iter().enumerate() {
-            if let Some(v) = p {
-                if v.len() != n {
-                    return arg_error(format!("LocalMap: placements of outputs[{j}]: {} placements for a mesh \
-                                              of {n} dims (one per mesh dim)", v.len()));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// What the trampoline gets: the closure, and the length of each `output_shaped` global shape
 /// (the library reads as many extents as the tensor the closure returns has dims).
 struct Call<F> {
@@ -2009,14 +1428,41 @@ struct Call<F> {
     out_ndims: Vec<Option<usize>>,
 }
 
-fn panic_text(p: &(dyn Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic without a message)".to_string()
+/// The status and text a failure of the function gives the library.
+type Failure = (sys::lm_status_t, String);
+
+impl<F> Call<F> {
+    /// `outs` if they are what the call declared: one per output, and a tensor of as many dims
+    /// as its `output_shaped` global shape has extents.
+    fn check(&self, outs: Vec<Out>, nout: c_int) -> std::result::Result<Vec<Out>, Failure> {
+        if outs.len() != nout as usize {
+            return Err((sys::LM_ERR_USER, format!("the function returned {} outputs, {nout} declared", outs.len())));
+        }
+        for (j, (o, n)) in outs.iter().zip(&self.out_ndims).enumerate() {
+            match (o, n) {
+                (Out::Tensor(m), Some(n)) if usize::try_from(m.dl_tensor().ndim).ok() != Some(*n) => {
+                    return Err((sys::LM_ERR_INVALID_ARGUMENT, format!(
+                        "LocalMap: outputs[{j}] is a {}-d tensor but output_shaped gave a global shape of {n} extents",
+                        m.dl_tensor().ndim)));
+                }
+                _ => {}
+            }
+        }
+        Ok(outs)
     }
+}
+
+/// A function's `Err`: a [`localmap::Error`](Error) keeps its status, others become `LM_ERR_USER`.
+fn failure(e: FnError) -> Failure {
+    match e.downcast_ref::<Error>() {
+        Some(le) if le.status != Status::Success => (le.status.raw(), e.to_string()),
+        _ => (sys::LM_ERR_USER, e.to_string()),
+    }
+}
+
+fn panic_text(p: &(dyn Any + Send)) -> String {
+    let text = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+    text.unwrap_or_else(|| "(a panic without a message)".to_string())
 }
 
 /// The `lm_local_fn_t` that calls the closure. Nothing unwinds out of it: panics are caught and
@@ -2031,57 +1477,20 @@ where
     let run = || -> sys::lm_status_t {
         // SAFETY: user_data is the &mut Call<F> of LocalMap::run, alive for the whole call.
         let call = unsafe { &mut *(user_data as *mut Call<F>) };
-        let f = &mut call.f;
         let ins = if nin > 0 { unsafe { std::slice::from_raw_parts(inputs, nin as usize) } } else { &[] };
-        let locals: Vec<Local<'_>> = ins
-            .iter()
-            .map(|a| match a.kind {
-                sys::LM_ARG_TENSOR => match unsafe { (a.ptr as *const sys::DLTensor).as_ref() } {
-                    Some(t) => Local::Tensor(LocalTensor { raw: t }),
-                    None => Local::None,
-                },
-                sys::LM_ARG_INT64 => Local::Int(a.i64),
-                sys::LM_ARG_DOUBLE => Local::Double(a.f64),
-                sys::LM_ARG_POINTER => Local::Pointer(a.ptr),
-                _ => Local::None,
-            })
-            .collect();
-        let ctx = Ctx { mesh: Mesh::borrowed(mesh) };
-        match f(&ctx, &locals) {
+        let locals: Vec<Local<'_>> = ins.iter().map(Local::of).collect();
+        let outs = (call.f)(&Ctx { mesh: Mesh::borrowed(mesh) }, &locals).map_err(failure);
+        match outs.and_then(|outs| call.check(outs, nout)) {
             Ok(outs) => {
-                if outs.len() != nout as usize {
-                    set_error_message(&format!("the function returned {} outputs, {} declared", outs.len(), nout));
-                    return sys::LM_ERR_USER;
-                }
-                for (j, o) in outs.iter().enumerate() {
-                    if let (Out::Tensor(m), Some(Some(n))) = (o, call.out_ndims.get(j)) {
-                        let nd = m.dl_tensor().ndim;
-                        if usize::try_from(nd).ok() != Some(*n) {
-                            set_error_message(&format!("LocalMap: outputs[{j}] is a {nd}-d tensor but output_shaped \
-                                                        gave a global shape of {n} extents"));
-                            return sys::LM_ERR_INVALID_ARGUMENT;
-                        }
-                    }
-                }
                 let slots = unsafe { std::slice::from_raw_parts_mut(outputs, nout as usize) };
                 for (slot, o) in slots.iter_mut().zip(outs) {
-                    *slot = sys::lm_arg_t::default();
-                    match o {
-                        Out::None => {}
-                        Out::Tensor(m) => { slot.kind = sys::LM_ARG_MANAGED_TENSOR; slot.ptr = m.into_raw() as *mut c_void; }
-                        Out::Int(i) => { slot.kind = sys::LM_ARG_INT64; slot.i64 = i; }
-                        Out::Double(d) => { slot.kind = sys::LM_ARG_DOUBLE; slot.f64 = d; }
-                        Out::Pointer(p) => { slot.kind = sys::LM_ARG_POINTER; slot.ptr = p; }
-                    }
+                    *slot = o.into_arg();
                 }
                 sys::LM_SUCCESS
             }
-            Err(e) => {
-                set_error_message(&e.to_string());
-                match e.downcast_ref::<Error>() {
-                    Some(le) if le.status != Status::Success => le.status.raw(),
-                    _ => sys::LM_ERR_USER,
-                }
+            Err((status, text)) => {
+                set_error_message(&text);
+                status
             }
         }
     };

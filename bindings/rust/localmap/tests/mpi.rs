@@ -249,8 +249,8 @@ fn estimates(_rank: i32, size: i32) -> T {
         ensure!(est == all, "{src:?} -> {dst:?} (all ranks): estimate {est:?}, plan {all:?}");
     }
     let err = reshard_estimate(&m, &[Placement::Shard(2)], None, &[r], &[4], DType::F64, false).unwrap_err();
-    ensure!(err.status == Status::InvalidArgument && err.message.contains("lm_reshard_estimate")
-            && err.message.contains("src_placements"), "{err}");
+    ensure!(err.status == Status::InvalidArgument
+            && err.message.contains("reshard_estimate: src_placements[0]: Placement::Shard dim 2"), "{err}");
     let err = reshard_estimate(&m, &[s0], None, &[r, r], &[4], DType::F64, false).unwrap_err();
     ensure!(err.status == Status::InvalidArgument
             && err.message.contains("reshard_estimate: dst_placements: 2 placements for a mesh of 1 dims"), "{err}");
@@ -376,12 +376,12 @@ fn groups(rank: i32, size: i32) -> T {
             && err.message.contains("entries[1].dst_placements: 2 placements for a mesh of 1 dims"), "{err}");
     let err = ReshardGroup::new(&m, None, &[ok, ReshardEntry::new(&shape, DType::F64, &[s0], &[Placement::Shard(3)])])
         .unwrap_err();
-    ensure!(err.status == Status::InvalidArgument && err.message.contains("lm_reshard_group_create")
-            && err.message.contains("entries[1]"), "{err}");
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("ReshardGroup::new: entries[1]"), "{err}");
     let g = ReshardGroup::new(&m, None, &[ok, ok]).map_err(e)?;
     let mut y = g.alloc_targets(Device::Cpu).map_err(e)?;
     let err = g.execute(&x[..1], &mut y[..1]).unwrap_err(); // one tensor for a group of 2
-    ensure!(err.status == Status::InvalidArgument && err.message.contains("lm_reshard_group_execute: n is 1"), "{err}");
+    ensure!(err.status == Status::InvalidArgument && err.message.contains("ReshardGroup::execute: src: 1 tensors for a group of 2"),
+            "{err}");
     let err = g.execute(&x, &mut y[..1]).unwrap_err();
     ensure!(err.status == Status::InvalidArgument && err.message.contains("dst: 1 tensors for 2 src tensors"), "{err}");
     let err = g.start(&x, &mut y[..1]).map(|_| ()).unwrap_err();
@@ -673,10 +673,76 @@ fn block_cyclic(rank: i32, size: i32) -> T {
     Ok(())
 }
 
+/// Errors speak Rust (issue 40): the Rust method, slice, type and `Placement` field names, never
+/// a C function, argument or extents id; a wrong slice length is refused before any C call.
+fn rust_words(rank: i32, size: i32) -> T {
+    let m2 = Mesh::new(comm_world().map_err(e)?, &[1, size as i64]).map_err(e)?; // 2-D
+    let m1 = Mesh::new(comm_world().map_err(e)?, &[size as i64]).map_err(e)?; // 1-D
+    let (r, s0) = (Placement::Replicate, Placement::Shard(0));
+    let full: Vec<f64> = (0..12).map(f64::from).collect();
+    let rust = |err: &Error, want: &str| {
+        err.status == Status::InvalidArgument && err.message.contains(want) && !err.message.contains("lm_")
+            && !err.message.contains("extents id") && err.to_string().starts_with("InvalidArgument: ")
+    };
+    // A short slice: refused in Rust's terms, and before C (whose last message stays the one before).
+    let x = DistTensor::from_global(&m2, Some(&full[..]), &[6, 2], &[r, s0], -1).map_err(e)?;
+    let before = chunk(1, 0, 0).unwrap_err();
+    let err = x.reshard(None, &[r]).unwrap_err();
+    ensure!(rust(&err, "DistTensor::reshard: placements: 1 placements for a mesh of 2 dims (one Placement per \
+                        mesh dim)"), "{err}");
+    ensure!(last_error_message() == before.message.replace("chunk", "lm_layout_chunk"), "{}", last_error_message());
+    let err = x.transpose(&[0], None, &[r, r]).unwrap_err();
+    ensure!(rust(&err, "DistTensor::transpose: perm: 1 entries for a tensor of 2 dims"), "{err}");
+    let err = x.transpose_into(&mut x.clone(), &[0, 1, 2]).unwrap_err();
+    ensure!(rust(&err, "DistTensor::transpose_into: perm: 3 entries for a tensor of 2 dims"), "{err}");
+    let err = DistTensor::zeros(&m1, &[4], DType::F64, Device::Cpu, &[r, r]).unwrap_err();
+    ensure!(rust(&err, "DistTensor::zeros: placements: 2 placements for a mesh of 1 dims"), "{err}");
+    // A Placement::BlockCyclic field the library refuses: named as the enum variant's field.
+    let bc = |block, src| [Placement::BlockCyclic { dim: 0, block, src }];
+    let err = DistTensor::from_global(&m1, Some(&full[..]), &[12], &bc(0, 0), -1).unwrap_err();
+    ensure!(rust(&err, "DistTensor::from_global: placements[0]: Placement::BlockCyclic block 0 must be >= 1"), "{err}");
+    let err = DistTensor::from_global(&m1, Some(&full[..]), &[12], &bc(2, -1), -1).unwrap_err();
+    ensure!(rust(&err, "placements[0]: Placement::BlockCyclic src -1 must be >= 0"), "{err}");
+    let err = DistTensor::zeros(&m1, &[12], DType::F64, Device::Cpu, &[Placement::ShardOrdered { dim: 0, order: -1 }])
+        .unwrap_err();
+    ensure!(rust(&err, "DistTensor::zeros: placements[0]: Placement::ShardOrdered order -1"), "{err}");
+    // A ragged placement's extents: named by their lengths (rank r holds 1 + r rows of 12 + 1).
+    let lengths: Vec<i64> = (0..size as i64).map(|r| 1 + r).collect();
+    let ext = Extents::new(&lengths).map_err(e)?;
+    let err = DistTensor::zeros(&m1, &[13], DType::F64, Device::Cpu, &[ext.placement(0)]).unwrap_err();
+    let sum: i64 = lengths.iter().sum();
+    ensure!(rust(&err, &format!("DistTensor::zeros: placements[0]: Placement::Ragged extents {lengths:?} add up to \
+                                {sum}, tensor dim 0 has 13")), "{err}");
+    let err = DistTensor::zeros(&m1, &[13], DType::F64, Device::Cpu, &[Placement::Ragged { dim: 0, extents: 9999,
+                                                                                          order: 0 }]).unwrap_err();
+    ensure!(rust(&err, "Placement::Ragged extents 9999 is not registered (Extents::new"), "{err}");
+    let err = Extents::lengths(9999).unwrap_err();
+    ensure!(rust(&err, "Extents::lengths: id 9999 is the id of no live Extents"), "{err}");
+    let err = DistTensor::zeros(&m1, &[13], DType::F64, Device::Cpu, &[Placement::ragged_agreed(0)]).unwrap_err();
+    ensure!(rust(&err, "Placement::ragged_agreed needs the ranks' local shapes: DistTensor::from_local with \
+                        ShapeMode::Allgather"), "{err}");
+    // LocalMap: the builder's words, not lm_local_map's arguments.
+    let err = LocalMap::new().input(Arg::Dist(&x)).output(&[r, Placement::Ragged { dim: 0, extents: 9999, order: 0 }])
+        .run(|_, _| Ok(vec![Out::tensor(vec![0.0f64], &[1])?])).unwrap_err();
+    ensure!(rust(&err, "LocalMap::run: output placements[0][1]: Placement::Ragged extents 9999"), "{err}");
+    let err = Mesh::with_names(comm_world().map_err(e)?, &[size as i64], &[""]).unwrap_err();
+    ensure!(rust(&err, "Mesh::with_options: names[0] is NULL or empty"), "{err}");
+    // A failure on another rank names the failing rank and this crate's method.
+    if size > 1 {
+        let bad = if rank == 0 { vec![Placement::Shard(5), r] } else { vec![r, r] };
+        let err = x.reshard(None, &bad).unwrap_err();
+        let want = "DistTensor::reshard: placements[0]: Placement::Shard dim 5";
+        let remote = format!("DistTensor::reshard: rank 0 (mesh rank 0) failed: InvalidArgument: {want}");
+        ensure!(err.message.contains(if rank == 0 { want } else { &remote }), "{err}");
+        ensure!(!err.message.contains("lm_") && !err.message.contains("LM_ERR"), "{err}");
+    }
+    Ok(())
+}
+
 fn main() {
     init().expect("lm_init");
     let (rank, size) = world_rank().expect("lm_world_rank");
-    let tests: [(&str, fn(i32, i32) -> T); 11] = [
+    let tests: [(&str, fn(i32, i32) -> T); 12] = [
         ("ragged", ragged),
         ("block_cyclic", block_cyclic),
         ("statics", |_, _| statics()),
@@ -688,6 +754,7 @@ fn main() {
         ("local_maps", local_maps),
         ("local_map_records", local_map_records),
         ("slice_lengths", slice_lengths),
+        ("rust_words", rust_words),
     ];
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
