@@ -42,4 +42,11 @@ expect_fail "a report that opens with history" "does not open with its known gap
 fresh; while [ "$(wc -l < "$P")" -le 550 ]; do echo >> "$P"; done
 expect_fail "551 lines of report" "has 551 lines" "$D" "$P"
 
+# No merge-conflict markers committed anywhere (one was, in bindings/README.md, for a day).
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  markers=$(git grep -nE '^(<<<<<<< |>>>>>>> )' -- . ':!tests/script_docs_rules.sh' || true)
+  [ -z "$markers" ] || { echo "merge-conflict markers in the tree:"; echo "$markers"; exit 1; }
+  echo "no merge-conflict markers in the tracked files"
+fi
+
 lm_finish "docs: DESIGN.md design only, PERFORMANCE.md opens with its known gaps, references resolve; 8 mutations caught"
