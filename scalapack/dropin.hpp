@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// liblocalmap_scalapack: ScaLAPACK's redistribution routines (p?gemr2d_) served by localmap.
+// Internal header of the drop-in (scalapack/): the BLACS seam, the descriptor exchange over the
+// union context, the mesh cache, the fallback to the reference routine and the log.
+#ifndef LOCALMAP_SCALAPACK_DROPIN_HPP_
+#define LOCALMAP_SCALAPACK_DROPIN_HPP_
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "localmap.h"
+
+namespace lmsp {
+
+// Descriptor entries (0-based), as localmap_scalapack.h names them.
+enum { DTYPE = 0, CTXT = 1, M_ = 2, N_ = 3, MB = 4, NB = 5, RSRC = 6, CSRC = 7, LLD = 8, DLEN = 9 };
+
+// One element type of the p?... family.
+struct Type {
+  char letter;      // 's', 'd', 'c', 'z', 'i'
+  DLDataType dtype;
+  size_t size;      // bytes per element
+};
+const Type &type_of(char letter);
+
+// The BLACS and PXERBLA, looked up at run time in whatever the program linked (the drop-in
+// links no ScaLAPACK): BLACS contexts belong to the program's BLACS.
+bool blacs_gridinfo(int ctxt, int *nprow, int *npcol, int *myrow, int *mycol);
+int blacs_pnum(int ctxt, int prow, int pcol);
+// Reports argument `info` (its position, or 100 * position + descriptor entry) of routine
+// `name` ("PDGEMR2D") as ScaLAPACK does: PXERBLA(ICTXT, NAME, INFO).
+void report(int ictxt, const char *name, int info);
+
+// NUMROC: the part of an n-long dimension in blocks of nb that process iproc of nprocs holds.
+int numroc(int n, int nb, int iproc, int isrc, int nprocs);
+
+// One process grid as every process of the union context sees it after the exchange.
+struct Grid {
+  bool valid = false;         // some process of the union is in the grid
+  int nprow = 0, npcol = 0;
+  int desc[DLEN] = {0};       // the descriptor of a member (processes outside pass CTXT -1)
+  std::vector<int> ranks;     // union-communicator rank of grid process (r, c), row-major
+  int myrow = -1, mycol = -1; // this process in the grid, -1 outside
+  bool short_lld = false;     // some member's LLD is below max(1, LOCr)
+};
+
+// What one call agreed on: the union communicator and both grids.
+struct Call {
+  MPI_Comm comm = MPI_COMM_NULL;
+  Grid a, b;
+  bool overlap = false;  // some process's A and B local arrays share memory
+};
+
+// Builds (or finds) the communicator of the processes of context ictxt and exchanges both
+// descriptors over it; false when ictxt is not a grid this process belongs to.
+bool exchange(Call *call, int ictxt, const int *desca, const void *a, size_t abytes,
+              const int *descb, const void *b, size_t bbytes);
+// The local array span of a descriptor on this process, in elements (0 outside its grid).
+size_t local_span(const int *desc, int myrow, int mycol, int nprow, int npcol);
+
+// The 2-D mesh of grid g over call.comm, cached by its ranks (collective over call.comm).
+lm_mesh_t mesh_of(const Call &call, const Grid &g);
+
+// LM_SCALAPACK_LOG: "1" logs each call to stderr, another value is a file name prefix
+// (appended <prefix>.<world rank>); unset logs nothing.
+void log_call(const char *routine, const char *path, const char *why);
+
+// The reference routine of the next library (dlsym(RTLD_NEXT)), or NULL.
+void *reference(const char *symbol);
+
+}  // namespace lmsp
+
+#endif  // LOCALMAP_SCALAPACK_DROPIN_HPP_
