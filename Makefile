@@ -620,7 +620,7 @@ bench: $(BENCH_BINS)
 # builds them, the HTML API references (html/ for C and C++, fortran/ for the Fortran module). The man pages under $(MANDIR)/man3: localmap(3) and
 # one page per function. The CMake package under $(CMAKEDIR). tools/lm-mpirun as
 # $(BINDIR)/lm-mpirun, its default launcher the one of this build's MPI.
-DOC_FILES  := README.md LICENSE
+DOC_FILES  := README.md LICENSE docs/SCALAPACK.md
 EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h examples/README.md))
 EX_SCALAPACK_FILES := $(sort $(wildcard examples/scalapack/*.c examples/scalapack/*.f90))
 EX_CMAKE_CXX_FILES := $(sort $(wildcard examples/cmake-cxx/CMakeLists.txt examples/cmake-cxx/*.cpp))
@@ -669,7 +669,7 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(DROPIN_SONAME) \
 	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so $(DESTDIR)$(PKGCONFIGDIR)/localmap-scalapack.pc \
 	      $(DESTDIR)$(CMAKEDIR)/localmapConfig.cmake $(DESTDIR)$(CMAKEDIR)/localmapConfigVersion.cmake \
-	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_FILES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/scalapack/,$(notdir $(EX_SCALAPACK_FILES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/cmake-cxx/,$(notdir $(EX_CMAKE_CXX_FILES))) \
