@@ -68,12 +68,114 @@ int numroc(int n, int nb, int iproc, int isrc, int nprocs) {
   return num;
 }
 
-size_t local_span(const int *desc, int myrow, int mycol, int nprow, int npcol) {
-  if (myrow < 0 || desc[MB] < 1 || desc[NB] < 1 || desc[M_] < 0 || desc[N_] < 0) return 0;
-  int locc = numroc(desc[N_], desc[NB], mycol, desc[CSRC], npcol);
-  int locr = numroc(desc[M_], desc[MB], myrow, desc[RSRC], nprow);
-  if (locc == 0 || locr == 0) return 0;
-  return static_cast<size_t>(desc[LLD]) * static_cast<size_t>(locc - 1) + static_cast<size_t>(locr);
+Norm normalize(const int *desc) {
+  Norm n;
+  if (desc[DTYPE] != 2) {
+    std::memcpy(n.desc, desc, sizeof n.desc);
+    return n;
+  }
+  int imb = desc[4], inb = desc[5], mb = desc[6], nb = desc[7];
+  n.desc[DTYPE] = 2;
+  if (imb >= 1 && inb >= 1 && imb <= mb && inb <= nb) {
+    n.desc[DTYPE] = 1;
+    n.drow = mb - imb, n.dcol = nb - inb;
+  }
+  n.desc[CTXT] = desc[1];
+  n.desc[M_] = desc[2] < 0 ? desc[2] : desc[2] + n.drow;
+  n.desc[N_] = desc[3] < 0 ? desc[3] : desc[3] + n.dcol;
+  n.desc[MB] = mb, n.desc[NB] = nb, n.desc[RSRC] = desc[8], n.desc[CSRC] = desc[9];
+  n.desc[LLD] = desc[10];
+  return n;
+}
+
+int local_rows(const Norm &n, int myrow, int nprow) {
+  const int *d = n.desc;
+  return numroc(d[M_], d[MB], myrow, d[RSRC], nprow) - (myrow == d[RSRC] ? n.drow : 0);
+}
+
+int local_cols(const Norm &n, int mycol, int npcol) {
+  const int *d = n.desc;
+  return numroc(d[N_], d[NB], mycol, d[CSRC], npcol) - (mycol == d[CSRC] ? n.dcol : 0);
+}
+
+size_t local_span(const Norm &n, int elem_size) {
+  const int *d = n.desc;
+  int nprow, npcol, myrow, mycol;
+  if (!blacs_gridinfo(d[CTXT], &nprow, &npcol, &myrow, &mycol)) return 0;
+  if (d[DTYPE] != 1 || d[MB] < 1 || d[NB] < 1 || d[M_] < 0 || d[N_] < 0) return 0;
+  if (d[RSRC] < 0 || d[RSRC] >= nprow || d[CSRC] < 0 || d[CSRC] >= npcol) return 0;
+  int locr = local_rows(n, myrow, nprow), locc = local_cols(n, mycol, npcol);
+  if (locc <= 0 || locr <= 0 || d[LLD] < locr) return 0;
+  size_t elems = static_cast<size_t>(d[LLD]) * static_cast<size_t>(locc - 1) + static_cast<size_t>(locr);
+  return elems * static_cast<size_t>(elem_size);
+}
+
+// ScaLAPACK's check of one descriptor and its window: 0, or the failing position (an entry of
+// the descriptor as 100 * position + entry, 1-based as Fortran counts them).
+int check_window(const Grid &g, int pi, int pj, int pd, int i, int j, int m, int n) {
+  if (!g.valid) return pd * 100 + CTXT + 1;
+  const int *d = g.desc;
+  if (d[DTYPE] != 1) return pd * 100 + DTYPE + 1;
+  if (d[M_] < 0) return pd * 100 + M_ + 1;
+  if (d[N_] < 0) return pd * 100 + N_ + 1;
+  if (d[MB] < 1) return pd * 100 + MB + 1;
+  if (d[NB] < 1) return pd * 100 + NB + 1;
+  if (d[RSRC] < 0 || d[RSRC] >= g.nprow) return pd * 100 + RSRC + 1;
+  if (d[CSRC] < 0 || d[CSRC] >= g.npcol) return pd * 100 + CSRC + 1;
+  if (g.short_lld) return pd * 100 + LLD + 1;
+  for (int r : g.ranks)
+    if (r < 0) return pd * 100 + CTXT + 1;
+  if (i < 1) return pi;
+  if (j < 1) return pj;
+  if (m > 0 && i - 1 + g.drow + m > d[M_]) return pd * 100 + M_ + 1;
+  if (n > 0 && j - 1 + g.dcol + n > d[N_]) return pd * 100 + N_ + 1;
+  return 0;
+}
+
+bool window_aligned(const Grid &g, int i, int j) {
+  return (g.nprow == 1 || (i - 1 + g.drow) % g.desc[MB] == 0) &&
+         (g.npcol == 1 || (j - 1 + g.dcol) % g.desc[NB] == 0);
+}
+
+Window window_layout(const Grid &g, int i, int j, int m, int n) {
+  const int *d = g.desc;
+  int iv = i + g.drow, jv = j + g.dcol;  // in the matrix with the unstored front
+  bool one_row = g.nprow == 1, one_col = g.npcol == 1;
+  Window w;
+  w.sr = one_row ? 0 : (d[RSRC] + (iv - 1) / d[MB]) % g.nprow;
+  w.sc = one_col ? 0 : (d[CSRC] + (jv - 1) / d[NB]) % g.npcol;
+  w.pl[0] = LM_PLACEMENT_BLOCK_CYCLIC(1, d[MB], w.sr);
+  w.pl[1] = LM_PLACEMENT_BLOCK_CYCLIC(0, d[NB], w.sc);
+  w.global[0] = n, w.global[1] = m;
+  w.shape[0] = w.shape[1] = 0;
+  w.offset = 0;
+  if (g.myrow < 0) return w;
+  int lr0 = (one_row ? iv - 1 : numroc(iv - 1, d[MB], g.myrow, d[RSRC], g.nprow)) -
+            (g.myrow == d[RSRC] ? g.drow : 0);
+  int lc0 = (one_col ? jv - 1 : numroc(jv - 1, d[NB], g.mycol, d[CSRC], g.npcol)) -
+            (g.mycol == d[CSRC] ? g.dcol : 0);
+  w.shape[1] = one_row ? m : numroc(m, d[MB], g.myrow, w.sr, g.nprow);
+  w.shape[0] = one_col ? n : numroc(n, d[NB], g.mycol, w.sc, g.npcol);
+  w.offset = static_cast<size_t>(lr0) + static_cast<size_t>(lc0) * static_cast<size_t>(g.lld);
+  return w;
+}
+
+lm_status_t window_tensor(lm_dist_tensor_t *out, lm_mesh_t mesh, const Grid &g, const Window &w,
+                          void *data, int lld, const Type &t) {
+  DLTensor local = {};
+  local.ndim = 2;
+  local.dtype = t.dtype;
+  local.device = {kDLCPU, 0};
+  int64_t shape[2] = {w.shape[0], w.shape[1]}, strides[2] = {lld, 1};
+  local.shape = shape;
+  if (g.myrow >= 0) {
+    local.data = lld > 0 ? static_cast<char *>(data) + w.offset * t.size : data;
+    local.strides = lld > 0 && shape[0] > 0 && shape[1] > 0 ? strides : nullptr;
+  }
+  lm_placement_t pl[2] = {w.pl[0], w.pl[1]};
+  int64_t global[2] = {w.global[0], w.global[1]};
+  return lm_dist_tensor_from_local(out, mesh, &local, pl, LM_SHAPE_GIVEN, global,
+                                   LM_FROM_LOCAL_BORROW);
 }
 
 namespace {
@@ -114,8 +216,9 @@ MPI_Comm union_comm(std::vector<int> ranks) {
 }
 
 // Exchange record of one process: [0] in A, [1..4] A's nprow npcol myrow mycol, [5] in B,
-// [6..9] B's, [10] overlap, [11..19] desca, [20..28] descb.
-constexpr int REC = 29;
+// [6..9] B's, [10] flags (overlap, A's LLD short, B's), [11..19] desca, [20..28] descb,
+// [29..30] A's drow dcol, [31..32] B's.
+constexpr int REC = 33;
 
 void fill_grid(Grid *g, const std::vector<int> &all, int nproc, int base, int me) {
   for (int p = 0; p < nproc; ++p) {
@@ -126,6 +229,7 @@ void fill_grid(Grid *g, const std::vector<int> &all, int nproc, int base, int me
       g->nprow = r[base + 1];
       g->npcol = r[base + 2];
       std::memcpy(g->desc, r + (base == 0 ? 11 : 20), sizeof g->desc);
+      g->drow = r[base == 0 ? 29 : 31], g->dcol = r[base == 0 ? 30 : 32];
       g->ranks.assign(static_cast<size_t>(g->nprow) * g->npcol, -1);
     }
     int row = r[base + 3], col = r[base + 4];
@@ -135,9 +239,10 @@ void fill_grid(Grid *g, const std::vector<int> &all, int nproc, int base, int me
 }
 
 // Whether this process's LLD is below max(1, LOCr) (g: nprow npcol myrow mycol).
-bool short_lld(const int *desc, const int *g) {
-  if (desc[MB] < 1 || desc[M_] < 0 || desc[RSRC] < 0 || desc[RSRC] >= g[0]) return false;
-  return desc[LLD] < std::max(1, numroc(desc[M_], desc[MB], g[2], desc[RSRC], g[0]));
+bool short_lld(const Norm &n, const int *g) {
+  const int *d = n.desc;
+  if (d[MB] < 1 || d[M_] < 0 || d[RSRC] < 0 || d[RSRC] >= g[0]) return false;
+  return d[LLD] < std::max(1, local_rows(n, g[2], g[0]));
 }
 
 bool spans_overlap(const void *a, size_t abytes, const void *b, size_t bbytes) {
@@ -147,8 +252,9 @@ bool spans_overlap(const void *a, size_t abytes, const void *b, size_t bbytes) {
 }
 }  // namespace
 
-bool exchange(Call *call, int ictxt, const int *desca, const void *a, size_t abytes,
-              const int *descb, const void *b, size_t bbytes) {
+bool exchange(Call *call, int ictxt, const Norm &na, const void *a, size_t abytes,
+              const Norm &nb, const void *b, size_t bbytes) {
+  const int *desca = na.desc, *descb = nb.desc;
   int nprow, npcol, myrow, mycol;
   if (!blacs_gridinfo(ictxt, &nprow, &npcol, &myrow, &mycol)) return false;
   std::vector<int> ranks = context_ranks(ictxt, nprow, npcol, myrow, mycol);
@@ -161,8 +267,9 @@ bool exchange(Call *call, int ictxt, const int *desca, const void *a, size_t aby
   rec[5] = blacs_gridinfo(descb[CTXT], &g[0], &g[1], &g[2], &g[3]);
   if (rec[5]) std::memcpy(rec + 6, g, sizeof g), std::memcpy(rec + 20, descb, DLEN * sizeof(int));
   rec[10] = (rec[0] && rec[5] && spans_overlap(a, abytes, b, bbytes)) ? 1 : 0;
-  rec[10] |= (rec[0] && short_lld(desca, rec + 1)) ? 2 : 0;
-  rec[10] |= (rec[5] && short_lld(descb, rec + 6)) ? 4 : 0;
+  rec[10] |= (rec[0] && short_lld(na, rec + 1)) ? 2 : 0;
+  rec[10] |= (rec[5] && short_lld(nb, rec + 6)) ? 4 : 0;
+  rec[29] = na.drow, rec[30] = na.dcol, rec[31] = nb.drow, rec[32] = nb.dcol;
   int nproc, me;
   MPI_Comm_size(call->comm, &nproc);
   MPI_Comm_rank(call->comm, &me);
@@ -170,6 +277,8 @@ bool exchange(Call *call, int ictxt, const int *desca, const void *a, size_t aby
   MPI_Allgather(rec, REC, MPI_INT, all.data(), REC, MPI_INT, call->comm);
   fill_grid(&call->a, all, nproc, 0, me);
   fill_grid(&call->b, all, nproc, 5, me);
+  call->a.lld = rec[0] ? desca[LLD] : 0;  // this process's own leading dimensions
+  call->b.lld = rec[5] ? descb[LLD] : 0;
   for (int p = 0; p < nproc; ++p) {
     int flags = all[static_cast<size_t>(p) * REC + 10];
     call->overlap = call->overlap || (flags & 1) != 0;

@@ -36,6 +36,16 @@ void report(int ictxt, const char *name, int info);
 // NUMROC: the part of an n-long dimension in blocks of nb that process iproc of nprocs holds.
 int numroc(int n, int nb, int iproc, int isrc, int nprocs);
 
+// A descriptor of type 1 (9 entries) or 2 (PBLAS's 11 entries, with IMB/INB) as a type-1
+// descriptor of a matrix with drow = MB - IMB rows and dcol = NB - INB columns in front that no
+// process stores (so its first blocks are the short ones). A type 2 with IMB > MB or INB > NB,
+// or another type, keeps its DTYPE, which the checks then refuse.
+struct Norm {
+  int desc[DLEN] = {0};
+  int drow = 0, dcol = 0;
+};
+Norm normalize(const int *desc);
+
 // One process grid as every process of the union context sees it after the exchange.
 struct Grid {
   bool valid = false;         // some process of the union is in the grid
@@ -44,6 +54,8 @@ struct Grid {
   std::vector<int> ranks;     // union-communicator rank of grid process (r, c), row-major
   int myrow = -1, mycol = -1; // this process in the grid, -1 outside
   bool short_lld = false;     // some member's LLD is below max(1, LOCr)
+  int drow = 0, dcol = 0;     // the unstored rows and columns in front (Norm)
+  int lld = 0;                // this process's LLD (0 outside the grid)
 };
 
 // What one call agreed on: the union communicator and both grids.
@@ -55,10 +67,34 @@ struct Call {
 
 // Builds (or finds) the communicator of the processes of context ictxt and exchanges both
 // descriptors over it; false when ictxt is not a grid this process belongs to.
-bool exchange(Call *call, int ictxt, const int *desca, const void *a, size_t abytes,
-              const int *descb, const void *b, size_t bbytes);
+bool exchange(Call *call, int ictxt, const Norm &desca, const void *a, size_t abytes,
+              const Norm &descb, const void *b, size_t bbytes);
 // The local array span of a descriptor on this process, in elements (0 outside its grid).
-size_t local_span(const int *desc, int myrow, int mycol, int nprow, int npcol);
+size_t local_span(const Norm &desc, int elem_size);
+// The rows of a matrix that process (myrow of nprow) stores (LOCr), and its columns (LOCc).
+int local_rows(const Norm &d, int myrow, int nprow);
+int local_cols(const Norm &d, int mycol, int npcol);
+
+// A window (i, j, m, n) of grid g's matrix on this process: its block-cyclic placements over the
+// grid's mesh, its local shape [cols, rows] and the element offset of its first local element.
+struct Window {
+  lm_placement_t pl[2];
+  int64_t global[2];  // {n, m}
+  int64_t shape[2];   // {local cols, local rows}; {0, 0} outside the grid
+  size_t offset;
+  int sr, sc;         // the grid row and column of the window's first block
+};
+Window window_layout(const Grid &g, int i, int j, int m, int n);
+// The window as a tensor over mesh borrowing `data` (the local array, leading dimension lld; or
+// a compact [cols, rows] buffer when lld is 0).
+lm_status_t window_tensor(lm_dist_tensor_t *out, lm_mesh_t mesh, const Grid &g, const Window &w,
+                          void *data, int lld, const Type &t);
+// ScaLAPACK's check of grid g's descriptor (argument position pd) and its window (i at position
+// pi, j at pj; m x n): 0, or the failing position (a descriptor entry as 100 * pd + entry,
+// entries counted from 1 in the type-1 layout).
+int check_window(const Grid &g, int pi, int pj, int pd, int i, int j, int m, int n);
+// Whether window (i, j) of g starts on a block boundary along each split dimension.
+bool window_aligned(const Grid &g, int i, int j);
 
 // The 2-D mesh of grid g over call.comm, cached by its ranks (collective over call.comm).
 lm_mesh_t mesh_of(const Call &call, const Grid &g);
