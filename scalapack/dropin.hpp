@@ -103,6 +103,11 @@ lm_mesh_t mesh_of(const Call &call, const Grid &g);
 // (appended <prefix>.<world rank>); unset logs nothing.
 void log_call(const char *routine, const char *path, const char *why);
 
+// "argument <info> is wrong", for the log.
+const char *bad_argument(int info);
+// A Fortran character argument in upper case.
+char upper(const char *s);
+
 // The reference routine of the next library (dlsym(RTLD_NEXT)), or NULL.
 void *reference(const char *symbol);
 

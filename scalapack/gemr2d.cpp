@@ -86,7 +86,7 @@ void gemr2d(char letter, int *m, int *n, void *a, int *ia, int *ja, int *desca, 
     return report(*ictxt, name, P_ICTXT);
   }
   if (int info = check_args(c, *m, *n, *ia, *ja, *ib, *jb)) {
-    log_call(routine, "error", "an argument is wrong");
+    log_call(routine, "error", bad_argument(info));
     return report(*ictxt, name, info);
   }
   if (*m == 0 || *n == 0) return log_call(routine, "localmap", "empty");

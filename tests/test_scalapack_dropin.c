@@ -126,12 +126,111 @@ static int count_lines(const char *what) {
   return n;
 }
 
-static int union_ctxt = -1;
-static int served_expected, reference_expected;
-
 static int is_aligned(const struct side *s, int i, int j) {
   return (s->nprow == 1 || (i - 1) % s->desc[4] == 0) && (s->npcol == 1 || (j - 1) % s->desc[5] == 0);
 }
+
+/* ---- p?tran / p?geadd / p?tradd: C := beta C + alpha op(A) on one grid ---- */
+typedef void (*tran_fn)(int *, int *, void *, void *, int *, int *, int *, void *, void *, int *,
+                        int *, int *);
+typedef void (*geadd_fn)(char *, int *, int *, void *, void *, int *, int *, int *, void *,
+                         void *, int *, int *, int *, size_t);
+typedef void (*tradd_fn)(char *, char *, int *, int *, void *, void *, int *, int *, int *,
+                         void *, void *, int *, int *, int *, size_t, size_t);
+static const char letters[4] = {'s', 'd', 'c', 'z'};
+static const int psize[4] = {4, 8, 8, 16};
+
+static void *own(const char *name) { return dlsym(RTLD_DEFAULT, name); } /* the drop-in's */
+static void *theirs(const char *name) { return dlsym(lib, name); }       /* ScaLAPACK's */
+
+/* Small integers (exact sums and products in every type). */
+static void fill_small(void *p, size_t n, int t, unsigned seed) {
+  for (size_t i = 0; i < n; ++i) {
+    double v = (double)((int)((i * 7u + seed * 13u) % 17u) - 8);
+    double w = (double)((int)((i * 5u + seed * 3u) % 11u) - 5);
+    if (t == 0) ((float *)p)[i] = (float)v;
+    if (t == 1) ((double *)p)[i] = v;
+    if (t == 2) ((float *)p)[2 * i] = (float)v, ((float *)p)[2 * i + 1] = (float)w;
+    if (t == 3) ((double *)p)[2 * i] = v, ((double *)p)[2 * i + 1] = w;
+  }
+}
+
+/* Every element equal as a number (a +0 and a -0 are the same value: the reference may add
+ * alpha * A and beta * C in another order), padding included. */
+static int same_values(const void *x, const void *y, size_t n, int t) {
+  size_t parts = t >= 2 ? 2 * n : n;
+  for (size_t i = 0; i < parts; ++i)
+    if (t % 2 == 0 ? ((const float *)x)[i] != ((const float *)y)[i]
+                   : ((const double *)x)[i] != ((const double *)y)[i])
+      return 0;
+  return 1;
+}
+
+static void scalar(void *out, int t, int re, int im) {
+  if (t == 0) *(float *)out = (float)re;
+  if (t == 1) *(double *)out = re;
+  if (t == 2) ((float *)out)[0] = (float)re, ((float *)out)[1] = (float)im;
+  if (t == 3) ((double *)out)[0] = re, ((double *)out)[1] = im;
+}
+
+/* One routine call through fn (kind 0 tran, 1 tranc, 2 geadd, 3 tradd). */
+static void call_add(void *fn, int kind, char uplo, char trans, int m, int n, void *alpha,
+                     void *a, int ia, int ja, int *da, void *beta, void *c, int ic, int jc,
+                     int *dc) {
+  if (kind <= 1) ((tran_fn)fn)(&m, &n, alpha, a, &ia, &ja, da, beta, c, &ic, &jc, dc);
+  else if (kind == 2) ((geadd_fn)fn)(&trans, &m, &n, alpha, a, &ia, &ja, da, beta, c, &ic, &jc, dc, 1);
+  else ((tradd_fn)fn)(&uplo, &trans, &m, &n, alpha, a, &ia, &ja, da, beta, c, &ic, &jc, dc, 1, 1);
+}
+
+static void add_name(char *name, int kind, int t) {
+  const char *base[4] = {"tran", "tranc", "geadd", "tradd"};
+  if (kind == 0) sprintf(name, "p%ctran%s_", letters[t], t >= 2 ? "u" : "");
+  else sprintf(name, "p%c%s_", letters[t], base[kind]);
+}
+
+/* One random PBLAS case; 1 when C's local arrays agree with the reference's. */
+static int add_case(int t, int kind, int *served) {
+  struct side a = {0}, c = {0};
+  a.ctxt = make_grid(1 + rndi(lm_test_size()), &a.nprow, &a.npcol);
+  c.ctxt = a.ctxt, c.nprow = a.nprow, c.npcol = a.npcol;
+  const char *tr = t >= 2 ? "NTC" : "NT";
+  char trans = kind <= 1 ? 'T' : tr[rndi(t >= 2 ? 3 : 2)], uplo = "UL"[rndi(2)];
+  int m = rndi(12), n = rndi(12), align = rndi(4) != 0, tt = trans != 'N';
+  make_desc(&a, tt ? n : m, tt ? m : n);
+  make_desc(&c, m, n);
+  int ia = offset(a.desc[2], tt ? n : m, a.desc[4], align), ja = offset(a.desc[3], tt ? m : n, a.desc[5], align);
+  int ic = offset(c.desc[2], m, c.desc[4], align), jc = offset(c.desc[3], n, c.desc[5], align);
+  int ok = 1, zb = rndi(5) == 0, za = rndi(8) == 0; /* every rank draws alike */
+  unsigned char alpha[16], beta[16];
+  int are = za ? 0 : rndi(7) - 3, aim = rndi(5) - 2;
+  scalar(alpha, t, are, aim);
+  int bre = zb ? 0 : rndi(7) - 3, bim = zb ? 0 : rndi(5) - 2;
+  scalar(beta, t, bre, bim);
+  /* Served without data movement: nothing to do (alpha = 0, beta = 1) or an empty window. */
+  int nothing = (are == 0 && (t < 2 || aim == 0) && bre == 1 && (t < 2 || bim == 0)) || m == 0 || n == 0;
+  if (a.myrow >= 0) {
+    size_t as = a.bytes * psize[t], cs = c.bytes * psize[t];
+    unsigned char *A = malloc(as), *C1 = malloc(cs), *C2 = malloc(cs);
+    fill_small(A, a.bytes, t, 1u + (unsigned)lm_test_rank());
+    fill_small(C1, c.bytes, t, 5u), fill_small(C2, c.bytes, t, 5u);
+    char name[16];
+    add_name(name, kind, t);
+    call_add(own(name), kind, uplo, trans, m, n, alpha, A, ia, ja, a.desc, beta, C1, ic, jc, c.desc);
+    call_add(theirs(name), kind, uplo, trans, m, n, alpha, A, ia, ja, a.desc, beta, C2, ic, jc, c.desc);
+    ok = same_values(C1, C2, c.bytes, t);
+    if (!ok) fprintf(stderr, "%s %c%c m=%d n=%d ia=%d ja=%d ic=%d jc=%d mb=%d,%d nb=%d,%d grid %dx%d\n",
+                     name, uplo, trans, m, n, ia, ja, ic, jc, a.desc[4], c.desc[4], a.desc[5],
+                     c.desc[5], a.nprow, a.npcol);
+    free(A), free(C1), free(C2);
+    *served += nothing || (is_aligned(&a, ia, ja) && is_aligned(&c, ic, jc));
+    blacs_gridexit(a.ctxt);
+  }
+  return ok;
+}
+
+static int union_ctxt = -1;
+static int served_expected, reference_expected;
+
 
 /* One random case of type t through both routines; 1 when B's local arrays agree. */
 static int one_case(int t) {
@@ -182,6 +281,24 @@ static void test_gemr2d_random(void **state) {
   unlink(name);
 }
 
+static void test_add_random(void **state) {
+  (void)state;
+  char name[300];
+  snprintf(name, sizeof name, "%s.%d", log_prefix, lm_test_rank());
+  unlink(name);
+  int bad = 0, served = 0;
+  for (int r = 0; r < 12; ++r)
+    for (int t = 0; t < 4; ++t)
+      for (int kind = 0; kind < 4; ++kind)
+        if (kind != 1 || t >= 2) bad += !add_case(t, kind, &served);
+  int local = count_lines(" localmap");
+  fprintf(stderr, "p?tran/geadd/tradd: localmap served %d calls here (expected %d)\n", local, served);
+  LM_ASSERT_ALL(bad == 0);
+  LM_ASSERT_ALL(local == served);
+  LM_ASSERT_ALL(lm_test_size() == 1 || served > 20);
+  unlink(name);
+}
+
 /* Bad arguments reach PXERBLA with ScaLAPACK's codes (position, or 100 * position + entry). */
 static void test_gemr2d_bad_inputs(void **state) {
   (void)state;
@@ -221,6 +338,7 @@ static int setup(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup(test_gemr2d_random, setup),
     cmocka_unit_test(test_gemr2d_bad_inputs),
+    cmocka_unit_test(test_add_random),
 };
 
 int main(int argc, char **argv) {
