@@ -132,6 +132,10 @@ int check_window(const Grid &g, int pi, int pj, int pd, int i, int j, int m, int
   return 0;
 }
 
+int64_t window_global(int64_t k, int nb, int me, int s, int p) {
+  return ((k / nb) * p + (me - s + p) % p) * nb + k % nb;
+}
+
 bool window_aligned(const Grid &g, int i, int j) {
   return (g.nprow == 1 || (i - 1 + g.drow) % g.desc[MB] == 0) &&
          (g.npcol == 1 || (j - 1 + g.dcol) % g.desc[NB] == 0);

@@ -93,6 +93,9 @@ lm_status_t window_tensor(lm_dist_tensor_t *out, lm_mesh_t mesh, const Grid &g, 
 // pi, j at pj; m x n): 0, or the failing position (a descriptor entry as 100 * pd + entry,
 // entries counted from 1 in the type-1 layout).
 int check_window(const Grid &g, int pi, int pj, int pd, int i, int j, int m, int n);
+// The window-relative global index of local index k along a dimension of a window (blocks of nb
+// over p processes from s; this process me).
+int64_t window_global(int64_t k, int nb, int me, int s, int p);
 // Whether window (i, j) of g starts on a block boundary along each split dimension.
 bool window_aligned(const Grid &g, int i, int j);
 

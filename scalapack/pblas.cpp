@@ -45,10 +45,6 @@ bool in_part(char uplo, int64_t row, int64_t col) {
   return uplo == 'U' ? row <= col : uplo == 'L' ? row >= col : true;
 }
 
-// The window-relative global index of local index k of a dimension (block nb over p from s).
-int64_t global_of(int64_t k, int nb, int me, int s, int p) {
-  return ((k / nb) * p + (me - s + p) % p) * nb + k % nb;
-}
 
 // C's window := beta * C + alpha * op, op being the compact [cols, rows] buffer tmp.
 template <typename T>
@@ -57,9 +53,9 @@ void axpby(const Add &x, const Grid &g, const Window &w, const T *tmp) {
   T *c = static_cast<T *>(x.c) + w.offset;
   bool cj = x.trans == 'C';
   for (int64_t k = 0; k < w.shape[0]; ++k) {
-    int64_t col = global_of(k, g.desc[NB], g.mycol, w.sc, g.npcol);
+    int64_t col = window_global(k, g.desc[NB], g.mycol, w.sc, g.npcol);
     for (int64_t r = 0; r < w.shape[1]; ++r) {
-      if (!in_part(x.uplo, global_of(r, g.desc[MB], g.myrow, w.sr, g.nprow), col)) continue;
+      if (!in_part(x.uplo, window_global(r, g.desc[MB], g.myrow, w.sr, g.nprow), col)) continue;
       T v = tmp ? alpha * conj_if(tmp[k * w.shape[1] + r], cj) : T(0);
       T &dst = c[r + k * g.lld];
       dst = beta == T(0) ? v : beta * dst + v;

@@ -112,7 +112,7 @@ echo "exports: $(nm -D --defined-only "$prefix/lib/liblocalmap.so.1" | grep -c '
 # The ScaLAPACK drop-in exports exactly its routines (docs/SCALAPACK.md), and finds liblocalmap.
 dropin_syms=$(nm -D --defined-only "$prefix/lib/liblocalmap_scalapack.so.1" | awk '{sub(/@.*/, "", $3); print $3}' |
   grep -v '^LOCALMAP_SCALAPACK_' | LC_ALL=C sort | tr '\n' ' ')
-want_syms="pcgeadd_ pcgemr2d_ pctradd_ pctranc_ pctranu_ pdgeadd_ pdgemr2d_ pdtradd_ pdtran_ pigemr2d_ psgeadd_ psgemr2d_ pstradd_ pstran_ pzgeadd_ pzgemr2d_ pztradd_ pztranc_ pztranu_ "
+want_syms="pcgeadd_ pcgemr2d_ pctradd_ pctranc_ pctranu_ pctrmr2d_ pdgeadd_ pdgemr2d_ pdtradd_ pdtran_ pdtrmr2d_ pigemr2d_ pitrmr2d_ psgeadd_ psgemr2d_ pstradd_ pstran_ pstrmr2d_ pzgeadd_ pzgemr2d_ pztradd_ pztranc_ pztranu_ pztrmr2d_ "
 [ "$dropin_syms" = "$want_syms" ] ||
   { echo "liblocalmap_scalapack exports '$dropin_syms', expected '$want_syms'"; exit 1; }
 deps=$(ldd "$prefix/lib/liblocalmap_scalapack.so.1")

@@ -130,6 +130,11 @@ static int is_aligned(const struct side *s, int i, int j) {
   return (s->nprow == 1 || (i - 1) % s->desc[4] == 0) && (s->npcol == 1 || (j - 1) % s->desc[5] == 0);
 }
 
+typedef void (*trmr2d_fn)(char *, char *, int *, int *, void *, int *, int *, int *, void *,
+                          int *, int *, int *, int *);
+static void *own(const char *name);
+static void *theirs(const char *name);
+
 /* ---- p?tran / p?geadd / p?tradd: C := beta C + alpha op(A) on one grid ---- */
 typedef void (*tran_fn)(int *, int *, void *, void *, int *, int *, int *, void *, void *, int *,
                         int *, int *);
@@ -238,7 +243,8 @@ static int one_case(int t) {
   struct side a = {0}, b = {0};
   a.ctxt = make_grid(1 + rndi(np), &a.nprow, &a.npcol);
   b.ctxt = make_grid(1 + rndi(np), &b.nprow, &b.npcol);
-  int m = rndi(13), n = rndi(13), align = rndi(3) != 0;
+  int m = rndi(13), n = rndi(13), align = rndi(3) != 0, trap = rndi(3) == 0;
+  char uplo = "UL"[rndi(2)], diag = "UN"[rndi(2)];
   make_desc(&a, m, n);
   make_desc(&b, m, n);
   int ia = offset(a.desc[2], m, a.desc[4], align), ja = offset(a.desc[3], n, a.desc[5], align);
@@ -247,12 +253,19 @@ static int one_case(int t) {
   unsigned char *A = malloc(as), *B1 = malloc(bs), *B2 = malloc(bs);
   fill(A, as, 1u + (unsigned)lm_test_rank());
   fill(B1, bs, 2u), fill(B2, bs, 2u);
-  mine[t](&m, &n, A, &ia, &ja, a.desc, B1, &ib, &jb, b.desc, &union_ctxt);
-  ref[t](&m, &n, A, &ia, &ja, a.desc, B2, &ib, &jb, b.desc, &union_ctxt);
+  if (trap) { /* p?trmr2d_: the same call with a trapezoid */
+    char name[16];
+    snprintf(name, sizeof name, "p%ctrmr2d_", "sdczi"[t]);
+    ((trmr2d_fn)own(name))(&uplo, &diag, &m, &n, A, &ia, &ja, a.desc, B1, &ib, &jb, b.desc, &union_ctxt);
+    ((trmr2d_fn)theirs(name))(&uplo, &diag, &m, &n, A, &ia, &ja, a.desc, B2, &ib, &jb, b.desc, &union_ctxt);
+  } else {
+    mine[t](&m, &n, A, &ia, &ja, a.desc, B1, &ib, &jb, b.desc, &union_ctxt);
+    ref[t](&m, &n, A, &ia, &ja, a.desc, B2, &ib, &jb, b.desc, &union_ctxt);
+  }
   int same = memcmp(B1, B2, bs) == 0;
   if (!same)
-    fprintf(stderr, "case t=%d m=%d n=%d ia=%d ja=%d desca={%d %d %d %d %d %d %d} ib=%d jb=%d "
-            "descb={%d %d %d %d %d %d %d} grids %dx%d %dx%d\n", t, m, n, ia, ja, a.desc[2],
+    fprintf(stderr, "case %s%c%c t=%d m=%d n=%d ia=%d ja=%d desca={%d %d %d %d %d %d %d} ib=%d jb=%d "
+            "descb={%d %d %d %d %d %d %d} grids %dx%d %dx%d\n", trap ? "trmr2d " : "", uplo, diag, t, m, n, ia, ja, a.desc[2],
             a.desc[3], a.desc[4], a.desc[5], a.desc[6], a.desc[7], a.desc[8], ib, jb, b.desc[2],
             b.desc[3], b.desc[4], b.desc[5], b.desc[6], b.desc[7], b.desc[8], a.nprow, a.npcol,
             b.nprow, b.npcol);
