@@ -289,7 +289,7 @@ endif
 SCALAPACK_PC := scalapack-$(if $(filter mpich,$(MPI_PC)),mpich,openmpi)
 SCALAPACK_LIBS := $(shell pkg-config --libs $(SCALAPACK_PC) 2>/dev/null)
 ifeq ($(SCALAPACK_LIBS),)
-BENCH_C    := $(filter-out bench/bench_scalapack.c,$(BENCH_C))
+BENCH_C    := $(filter-out bench/bench_scalapack.c bench/bench_scalapack_dropin.c,$(BENCH_C))
 endif
 COSTA_DIR  ?=
 COSTA_LINK  = -L$(COSTA_DIR)/lib -Wl,-rpath,$(COSTA_DIR)/lib -lcosta_prefixed_scalapack -lcosta
@@ -506,6 +506,12 @@ $(BUILD)/bench/bench_scalapack: bench/bench_scalapack.c $(PROG_DEPS)
 	  $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) \
 	  $(if $(COSTA_DIR),$(COSTA_LINK)) \
 	  $(SCALAPACK_LIBS) -lm $(LDLIBS)
+
+# The drop-in against Debian's pdgemr2d/pdtran: links ScaLAPACK, opens the drop-in with dlopen.
+$(BUILD)/bench/bench_scalapack_dropin: bench/bench_scalapack_dropin.c $(PROG_DEPS) $(DROPIN_DEV)
+	@mkdir -p $(@D)
+	$(MPICC) $(PUB_CPPFLAGS) -Ibench -DLM_DROPIN_PATH='"$(ABS_BUILD)/lib/$(DROPIN_NAME).so"' $(CPPFLAGS) \
+	  $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(SAN) $(LDFLAGS) $(SCALAPACK_LIBS) -ldl -lm $(LDLIBS)
 
 # The device bench calls NCCL collectives itself as the baseline.
 $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
