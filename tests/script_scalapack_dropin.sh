@@ -9,6 +9,8 @@
 # falling back (only the error-exit tests' bad arguments go to the reference, for ScaLAPACK's
 # own error codes). Skips (lm_missing_tool) without the testers; the MPICH and sanitizer builds
 # skip (Debian's testers are linked with OpenMPI; LD_PRELOAD under ASan needs the runtime first).
+# First the example driver examples/scalapack/redistribute.c, a plain ScaLAPACK program, at np 2
+# and 4 with ScaLAPACK's pdgemr2d_ and with the drop-in preloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/lm_test.sh
@@ -24,6 +26,25 @@ lib=$PWD/$BUILD/lib/liblocalmap_scalapack.so
 [ -f "$lib" ] || { echo "script_scalapack_dropin: no $lib (make lib)"; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# The example driver (examples/scalapack/redistribute.c), a plain ScaLAPACK program calling
+# pdgemr2d_, unchanged: ScaLAPACK's run and the drop-in's (preloaded) must both be right, and the
+# log must show localmap serving the call on every process.
+if pkg-config --exists scalapack-openmpi 2>/dev/null; then
+  # shellcheck disable=SC2046
+  mpicc -O2 -Wall -Wextra -Werror examples/scalapack/redistribute.c $(pkg-config --libs scalapack-openmpi) \
+    -o "$work/redistribute"
+  for np in 2 4; do
+    res=$(bash tools/lm-mpirun "$np" "$work/redistribute")
+    [[ $res == *"redistribute: OK"* ]] || { echo "$res"; echo "redistribute failed with ScaLAPACK at np $np"; exit 1; }
+    res=$(LM_SCALAPACK_LOG=1 LD_PRELOAD="$lib" bash tools/lm-mpirun "$np" "$work/redistribute" 2>&1)
+    [[ $res == *"redistribute: OK"* ]] || { echo "$res"; echo "redistribute failed with the drop-in at np $np"; exit 1; }
+    served=$(grep -c "pdgemr2d_ localmap" <<<"$res" || true)
+    [ "$served" = "$np" ] || { echo "$res"; echo "the drop-in served $served of $np processes' calls"; exit 1; }
+    echo "np $np: examples/scalapack/redistribute OK with ScaLAPACK and with the drop-in preloaded (localmap on $served processes)"
+  done
+else
+  lm_defer_skip "examples/scalapack/redistribute: no pkg-config scalapack-openmpi (apt-get install libscalapack-openmpi-dev)"
+fi
 total=0
 for x in s d c z; do
   X=$(tr a-z A-Z <<<"$x")
