@@ -309,6 +309,8 @@ DROPIN_DEV    := $(BUILD)/lib/$(DROPIN_NAME).so
 DROPIN_PC     := $(BUILD)/localmap-scalapack.pc
 DROPIN_SRCS   := $(sort $(wildcard scalapack/*.cpp))
 DROPIN_OBJS   := $(patsubst scalapack/%.cpp,$(BUILD)/obj-scalapack/%.o,$(DROPIN_SRCS))
+# Its man pages, one per routine family (hand-written: docs/man/).
+DROPIN_MANS   := $(sort $(wildcard docs/man/localmap_scalapack_*.3))
 
 # ---------------------------------------------------------------------------------------------
 # Rebuild when flags change: each stamp file is rewritten only when its content changes
@@ -648,6 +650,8 @@ install: lib $(MANPAGE) $(LM_INFO)
 	ln -sf $(notdir $(DROPIN_REAL)) $(DESTDIR)$(LIBDIR)/$(DROPIN_SONAME)
 	ln -sf $(DROPIN_SONAME) $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so
 	$(INSTALL) -m 644 $(DROPIN_PC) $(DESTDIR)$(PKGCONFIGDIR)/localmap-scalapack.pc
+	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man3
+	$(INSTALL) -m 644 $(DROPIN_MANS) $(DESTDIR)$(MANDIR)/man3/
 	$(INSTALL) -m 644 $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE) $(DESTDIR)$(CMAKEDIR)/
 	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 644 $(EX_FILES) $(DESTDIR)$(DOCDIR)/examples/
@@ -674,6 +678,7 @@ uninstall:
 	      $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc \
 	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(DROPIN_SONAME) \
 	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so $(DESTDIR)$(PKGCONFIGDIR)/localmap-scalapack.pc \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(DROPIN_MANS))) \
 	      $(DESTDIR)$(CMAKEDIR)/localmapConfig.cmake $(DESTDIR)$(CMAKEDIR)/localmapConfigVersion.cmake \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_FILES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \

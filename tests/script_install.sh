@@ -39,7 +39,10 @@ make -s install PREFIX="$prefix" BUILD="$BUILD" MPI="$MPI" >/dev/null
 for f in lib/liblocalmap.so.1 lib/liblocalmap.so lib/liblocalmap.a include/localmap.h \
          include/localmap_mpi.h include/localmap_scalapack.h include/localmap.hpp lib/pkgconfig/localmap.pc \
          lib/liblocalmap_scalapack.so.1 lib/liblocalmap_scalapack.so lib/pkgconfig/localmap-scalapack.pc \
-         share/doc/localmap/SCALAPACK.md \
+         share/doc/localmap/SCALAPACK.md share/doc/localmap/examples/scalapack/redistribute.c \
+         share/man/man3/localmap_scalapack_gemr2d.3 share/man/man3/localmap_scalapack_trmr2d.3 \
+         share/man/man3/localmap_scalapack_tran.3 share/man/man3/localmap_scalapack_geadd.3 \
+         share/man/man3/localmap_scalapack_tradd.3 \
          lib/cmake/localmap/localmapConfig.cmake lib/cmake/localmap/localmapConfigVersion.cmake \
          share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE \
          share/doc/localmap/examples/Makefile share/doc/localmap/examples/hello.c \
