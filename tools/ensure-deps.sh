@@ -99,7 +99,7 @@ done
 want=$(echo $want | tr ' ' '\n' | sort -u | tr '\n' ' ')
 want=${want% }
 if [ -z "$want" ]; then
-  [ $quiet = 1 ] || echo "deps: test tools ok (doxygen, abigail-tools, cmake, strace, gfortran, cargo, python3-venv, man, scalapack)"
+  [ $quiet = 1 ] || echo "deps: test tools ok (doxygen, abigail-tools, cmake, strace, gfortran, cargo, python3-venv, man, scalapack, PBLAS testers)"
   exit 0
 fi
 if can_apt; then
