@@ -295,7 +295,7 @@ endif
 SCALAPACK_PC := scalapack-$(if $(filter mpich,$(MPI_PC)),mpich,openmpi)
 SCALAPACK_LIBS := $(shell pkg-config --libs $(SCALAPACK_PC) 2>/dev/null)
 ifeq ($(SCALAPACK_LIBS),)
-BENCH_C    := $(filter-out bench/bench_scalapack.c,$(BENCH_C))
+BENCH_C    := $(filter-out bench/bench_scalapack.c bench/bench_scalapack_dropin.c,$(BENCH_C))
 endif
 COSTA_DIR  ?=
 COSTA_LINK  = -L$(COSTA_DIR)/lib -Wl,-rpath,$(COSTA_DIR)/lib -lcosta_prefixed_scalapack -lcosta
@@ -303,6 +303,20 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 # bench/*.cpp time internals (the planner): src/ headers and the static library, like unit tests.
 BENCH_CXX  := $(wildcard bench/*.cpp)
 BENCH_BINS += $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(BENCH_CXX))
+
+# liblocalmap_scalapack (scalapack/): ScaLAPACK's p?gemr2d_ served by localmap, a drop-in that
+# links liblocalmap and no ScaLAPACK (it finds the program's BLACS, PXERBLA and the reference
+# routines at run time); its version script exports those Fortran entry points only.
+DROPIN_NAME   := liblocalmap_scalapack
+DROPIN_SONAME := $(DROPIN_NAME).so.$(VERSION_MAJOR)
+DROPIN_REAL   := $(BUILD)/lib/$(DROPIN_NAME).so.$(VERSION)
+DROPIN_SO     := $(BUILD)/lib/$(DROPIN_SONAME)
+DROPIN_DEV    := $(BUILD)/lib/$(DROPIN_NAME).so
+DROPIN_PC     := $(BUILD)/localmap-scalapack.pc
+DROPIN_SRCS   := $(sort $(wildcard scalapack/*.cpp))
+DROPIN_OBJS   := $(patsubst scalapack/%.cpp,$(BUILD)/obj-scalapack/%.o,$(DROPIN_SRCS))
+# Its man pages, one per routine family (hand-written: docs/man/).
+DROPIN_MANS   := $(sort $(wildcard docs/man/localmap_scalapack_*.3))
 
 # ---------------------------------------------------------------------------------------------
 # Rebuild when flags change: each stamp file is rewritten only when its content changes
@@ -333,7 +347,8 @@ endif
 
 all: deps lib tests examples info
 
-lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE) $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE)
+lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE) $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE) \
+  $(DROPIN_REAL) $(DROPIN_SO) $(DROPIN_DEV) $(DROPIN_PC)
 
 tests: $(TEST_BINS) $(UNIT_BINS) $(BUILD)/tests/deny_cma
 
@@ -379,6 +394,22 @@ $(SHLIB_REAL): $(LIB_OBJS) src/localmap.map $(BUILD)/.stamp-link $(if $(filter 1
 $(SHLIB_SO): $(SHLIB_REAL)
 	ln -sf $(notdir $<) $@
 
+$(BUILD)/obj-scalapack/%.o: scalapack/%.cpp $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(MPICXX) $(PUB_CPPFLAGS) $(MPI_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(DROPIN_REAL): $(DROPIN_OBJS) scalapack/localmap_scalapack.map $(SHLIB_DEV) $(BUILD)/.stamp-link
+	@mkdir -p $(@D)
+	$(MPICXX) -shared $(SAN) $(LDFLAGS) -Wl,-soname,$(DROPIN_SONAME) \
+	  -Wl,--version-script=scalapack/localmap_scalapack.map -Wl,--no-undefined -o $@ $(DROPIN_OBJS) \
+	  -L$(BUILD)/lib -llocalmap -Wl,-rpath,'$$ORIGIN' -ldl $(LDLIBS)
+
+$(DROPIN_SO): $(DROPIN_REAL)
+	ln -sf $(notdir $<) $@
+
+$(DROPIN_DEV): $(DROPIN_SO)
+	ln -sf $(notdir $<) $@
+
 $(SHLIB_DEV): $(SHLIB_SO)
 	ln -sf $(notdir $<) $@
 
@@ -400,6 +431,10 @@ $(PCFILE): pkgconfig/localmap.pc.in $(BUILD)/.stamp-pc
 	@mkdir -p $(@D)
 	$(SUBST) $< > $@
 
+$(DROPIN_PC): pkgconfig/localmap-scalapack.pc.in $(BUILD)/.stamp-pc
+	@mkdir -p $(@D)
+	$(SUBST) $< > $@
+
 $(BUILD)/cmake/%.cmake: cmake/%.cmake.in $(BUILD)/.stamp-pc
 	@mkdir -p $(@D)
 	$(SUBST) $< > $@
@@ -413,6 +448,12 @@ $(BUILD)/tests/%: tests/%.c $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICC) $(PUB_CPPFLAGS) -Itests $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< \
 	  $(LINK_SHARED) $(SAN) $(LDFLAGS) -lcmocka -lm $(LDLIBS)
+
+# The drop-in's differential test calls p?gemr2d_ of liblocalmap_scalapack (linked) and of
+# ScaLAPACK (dlopen'ed at run time, so that it builds without ScaLAPACK and skips there); it
+# exports its own PXERBLA (-rdynamic) to see the codes the drop-in reports.
+$(BUILD)/tests/test_scalapack_dropin: $(DROPIN_DEV)
+$(BUILD)/tests/test_scalapack_dropin: LDLIBS += -rdynamic -llocalmap_scalapack -ldl
 
 # A wrapper, not a test: runs a rank program with process_vm_readv/writev refused (seccomp), as a
 # restricted host does (tests/script_node_local.sh). No localmap, no sanitizers.
@@ -473,6 +514,12 @@ $(BUILD)/bench/bench_scalapack: bench/bench_scalapack.c $(PROG_DEPS)
 	  $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) \
 	  $(if $(COSTA_DIR),$(COSTA_LINK)) \
 	  $(SCALAPACK_LIBS) -lm $(LDLIBS)
+
+# The drop-in against Debian's pdgemr2d/pdtran: links ScaLAPACK, opens the drop-in with dlopen.
+$(BUILD)/bench/bench_scalapack_dropin: bench/bench_scalapack_dropin.c $(PROG_DEPS) $(DROPIN_DEV)
+	@mkdir -p $(@D)
+	$(MPICC) $(PUB_CPPFLAGS) -Ibench -DLM_DROPIN_PATH='"$(ABS_BUILD)/lib/$(DROPIN_NAME).so"' $(CPPFLAGS) \
+	  $(TEST_CFLAGS) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(SAN) $(LDFLAGS) $(SCALAPACK_LIBS) -ldl -lm $(LDLIBS)
 
 # The device bench calls NCCL collectives itself as the baseline.
 $(BUILD)/bench/bench_device: bench/bench_device.c $(PROG_DEPS)
@@ -587,7 +634,7 @@ bench: $(BENCH_BINS)
 # builds them, the HTML API references (html/ for C and C++, fortran/ for the Fortran module). The man pages under $(MANDIR)/man3: localmap(3) and
 # one page per function. The CMake package under $(CMAKEDIR). tools/lm-mpirun as
 # $(BINDIR)/lm-mpirun, its default launcher the one of this build's MPI.
-DOC_FILES  := README.md LICENSE docs/fortran-reference.md
+DOC_FILES  := README.md LICENSE docs/fortran-reference.md docs/SCALAPACK.md
 EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h examples/README.md))
 EX_SCALAPACK_FILES := $(sort $(wildcard examples/scalapack/*.c examples/scalapack/*.f90))
 EX_CMAKE_CXX_FILES := $(sort $(wildcard examples/cmake-cxx/CMakeLists.txt examples/cmake-cxx/*.cpp))
@@ -605,6 +652,12 @@ install: lib $(MANPAGE) $(LM_INFO)
 	$(INSTALL) -m 644 $(STATICLIB) $(DESTDIR)$(LIBDIR)/
 	$(INSTALL) -m 644 $(PUB_HDRS) $(DESTDIR)$(INCLUDEDIR)/
 	$(INSTALL) -m 644 $(PCFILE) $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
+	$(INSTALL) -m 755 $(DROPIN_REAL) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(DROPIN_REAL)) $(DESTDIR)$(LIBDIR)/$(DROPIN_SONAME)
+	ln -sf $(DROPIN_SONAME) $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so
+	$(INSTALL) -m 644 $(DROPIN_PC) $(DESTDIR)$(PKGCONFIGDIR)/localmap-scalapack.pc
+	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man3
+	$(INSTALL) -m 644 $(DROPIN_MANS) $(DESTDIR)$(MANDIR)/man3/
 	$(INSTALL) -m 644 $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE) $(DESTDIR)$(CMAKEDIR)/
 	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 644 $(EX_FILES) $(DESTDIR)$(DOCDIR)/examples/
@@ -629,6 +682,9 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/$(LIBNAME).so $(DESTDIR)$(LIBDIR)/$(LIBNAME).a \
 	      $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(ALL_PUB_HDR_NAMES)) \
 	      $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc \
+	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(DROPIN_SONAME) \
+	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so $(DESTDIR)$(PKGCONFIGDIR)/localmap-scalapack.pc \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(DROPIN_MANS))) \
 	      $(DESTDIR)$(CMAKEDIR)/localmapConfig.cmake $(DESTDIR)$(CMAKEDIR)/localmapConfigVersion.cmake \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_FILES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
@@ -758,6 +814,6 @@ endif
 # libFuzzer targets: make fuzz FUZZ_SECONDS=N (fuzz/fuzz.mk).
 include fuzz/fuzz.mk
 
--include $(LIB_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))
+-include $(LIB_OBJS:=.d) $(DROPIN_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))
 
 -include tests/sim/sim.mk

@@ -7,6 +7,8 @@
 #   padded:    bench_padded at np 2 and 4 (padded targets against compact ones)
 #              -> bench/results/padded.jsonl
 #   plan:      bench_plan (serial: the planner on 2^20-rank meshes) -> bench/results/plan.jsonl
+#   scalapack_dropin: bench_scalapack_dropin at np 2 and 4 (the drop-in's pdgemr2d_/pdtran_
+#              against Debian's, 1-64 MiB) -> bench/results/scalapack_dropin.jsonl
 #   scalapack: bench_scalapack at np 2 and 4 (against pdgemr2d, and COSTA when built with
 #              COSTA_DIR; bench/build-costa.sh) -> bench/results/scalapack.jsonl
 #   plot:      bench/plot.py (matplotlib, from PyPI; skipped with a note when missing)
@@ -81,6 +83,17 @@ if [ -x "$top/$build/bench/bench_scalapack" ]; then
   echo "wrote $out" >&2
 else
   echo "== bench_scalapack not built (no ScaLAPACK: apt-get install libscalapack-openmpi-dev)" >&2
+fi
+
+if [ -x "$top/$build/bench/bench_scalapack_dropin" ]; then
+  out="$here/results/scalapack_dropin.jsonl"
+  : > "$out.tmp"
+  for np in ${BENCH_NPS:-2 4}; do
+    echo "== liblocalmap_scalapack's pdgemr2d_/pdtran_ against Debian's at np $np (1-64 MiB)" >&2
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_scalapack_dropin" | tee -a "$out.tmp"
+  done
+  mv "$out.tmp" "$out"
+  echo "wrote $out" >&2
 fi
 
 out="$here/results/plan.jsonl"

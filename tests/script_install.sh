@@ -39,6 +39,11 @@ make -s install PREFIX="$prefix" BUILD="$BUILD" MPI="$MPI" >/dev/null
 for f in lib/liblocalmap.so.1 lib/liblocalmap.so lib/liblocalmap.a include/localmap.h \
          include/localmap_mpi.h include/localmap_scalapack.h include/localmap.hpp include/localmap_api.hpp \
          lib/pkgconfig/localmap.pc \
+         lib/liblocalmap_scalapack.so.1 lib/liblocalmap_scalapack.so lib/pkgconfig/localmap-scalapack.pc \
+         share/doc/localmap/SCALAPACK.md share/doc/localmap/examples/scalapack/redistribute.c \
+         share/man/man3/localmap_scalapack_gemr2d.3 share/man/man3/localmap_scalapack_trmr2d.3 \
+         share/man/man3/localmap_scalapack_tran.3 share/man/man3/localmap_scalapack_geadd.3 \
+         share/man/man3/localmap_scalapack_tradd.3 \
          lib/cmake/localmap/localmapConfig.cmake lib/cmake/localmap/localmapConfigVersion.cmake \
          share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE share/doc/localmap/fortran-reference.md \
          share/doc/localmap/examples/Makefile share/doc/localmap/examples/hello.c \
@@ -108,6 +113,16 @@ bad=$(nm -D --defined-only "$prefix/lib/liblocalmap.so.1" | awk '{print $3}' | g
 dyn=$(readelf -d "$prefix/lib/liblocalmap.so.1")
 [[ $dyn == *'(SONAME)'*'[liblocalmap.so.1]'* ]] || { echo "SONAME is not liblocalmap.so.1"; exit 1; }
 echo "exports: $(nm -D --defined-only "$prefix/lib/liblocalmap.so.1" | grep -c ' lm_') lm_* symbols, nothing else"
+# The ScaLAPACK drop-in exports exactly its routines (docs/SCALAPACK.md), and finds liblocalmap.
+dropin_syms=$(nm -D --defined-only "$prefix/lib/liblocalmap_scalapack.so.1" | awk '{sub(/@.*/, "", $3); print $3}' |
+  grep -v '^LOCALMAP_SCALAPACK_' | LC_ALL=C sort | tr '\n' ' ')
+want_syms="pcgeadd_ pcgemr2d_ pctradd_ pctranc_ pctranu_ pctrmr2d_ pdgeadd_ pdgemr2d_ pdtradd_ pdtran_ pdtrmr2d_ pigemr2d_ pitrmr2d_ psgeadd_ psgemr2d_ pstradd_ pstran_ pstrmr2d_ pzgeadd_ pzgemr2d_ pztradd_ pztranc_ pztranu_ pztrmr2d_ "
+[ "$dropin_syms" = "$want_syms" ] ||
+  { echo "liblocalmap_scalapack exports '$dropin_syms', expected '$want_syms'"; exit 1; }
+deps=$(ldd "$prefix/lib/liblocalmap_scalapack.so.1")
+[[ $deps == *"$prefix/lib/liblocalmap.so.1"* ]] ||
+  { echo "liblocalmap_scalapack does not find the installed liblocalmap.so.1"; exit 1; }
+echo "liblocalmap_scalapack exports: $dropin_syms"
 
 cat > "$tmp/consumer.c" <<'C'
 #include <localmap.h>
@@ -144,6 +159,8 @@ same_mpi() {
 # shellcheck disable=SC2046
 cc "$tmp/consumer.c" $(pkg-config --cflags --libs localmap) -Wl,-rpath,"$prefix/lib" -o "$tmp/consumer"
 same_mpi "$tmp/consumer"
+PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --libs localmap-scalapack | grep -q -- '-llocalmap_scalapack' ||
+  { echo "pkg-config localmap-scalapack does not give -llocalmap_scalapack"; exit 1; }
 bash tools/lm-mpirun 4 "$tmp/consumer"
 
 # The CMake package: shared and static targets, MPI and DLPack carried, version checked.
@@ -158,6 +175,9 @@ add_executable(consumer_shared consumer.c)
 target_link_libraries(consumer_shared PRIVATE localmap::localmap)
 add_executable(consumer_static consumer.c)
 target_link_libraries(consumer_static PRIVATE localmap::localmap_static)
+if(NOT TARGET localmap::scalapack)
+  message(FATAL_ERROR "no localmap::scalapack target")
+endif()
 message(STATUS "localmap ${localmap_VERSION} with ${MPI_C_COMPILER}")
 CMAKE
   cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/cm.log" 2>&1 ||

@@ -10,7 +10,9 @@
 #              (the node-local path check), gfortran (the Fortran bindings), cargo (the Rust
 #              bindings, unless rustup's is in ~/.cargo/bin), python3-venv (the Python venv that
 #              `make check` makes with pip), man-db (the man page checks) and, with OpenMPI,
-#              libscalapack-openmpi-dev (the ScaLAPACK examples, tests/script_scalapack.sh).
+#              libscalapack-openmpi-dev (the ScaLAPACK examples, tests/script_scalapack.sh),
+#              scalapack-mpi-test and scalapack-test-common (the PBLAS testers of
+#              tests/script_scalapack_dropin.sh).
 #              Missing ones that cannot be installed here do not stop anything: the tests that
 #              need them say SKIP, and this prints the apt-get line that would add them.
 # Environment (make passes them): MPICC, MPICXX, LM_MPIRUN (the MPI's wrappers and launcher; with
@@ -79,7 +81,11 @@ test_tools() {
   [ -x "$HOME/.cargo/bin/cargo" ] || echo "cargo cargo"
   "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || echo "/python3-venv python3-venv"
   case $MPICC in *mpich*) ;; *)
-    pkg-config --exists scalapack-openmpi 2>/dev/null || echo "/scalapack libscalapack-openmpi-dev" ;;
+    pkg-config --exists scalapack-openmpi 2>/dev/null || echo "/scalapack libscalapack-openmpi-dev"
+    # ScaLAPACK's PBLAS testers and their data files (tests/script_scalapack_dropin.sh).
+    [ -x /usr/lib/x86_64-linux-gnu/scalapack/openmpi-tests/PBLAS/dpb3tst ] &&
+      [ -f /usr/share/scalapack/PBLAS/PDBLAS3TST.dat ] ||
+      printf '%s\n' "/pblas-testers scalapack-mpi-test" "/pblas-testers scalapack-test-common" ;;
   esac
 }
 want=""
@@ -93,7 +99,7 @@ done
 want=$(echo $want | tr ' ' '\n' | sort -u | tr '\n' ' ')
 want=${want% }
 if [ -z "$want" ]; then
-  [ $quiet = 1 ] || echo "deps: test tools ok (doxygen, abigail-tools, cmake, strace, gfortran, cargo, python3-venv, man, scalapack)"
+  [ $quiet = 1 ] || echo "deps: test tools ok (doxygen, abigail-tools, cmake, strace, gfortran, cargo, python3-venv, man, scalapack, PBLAS testers)"
   exit 0
 fi
 if can_apt; then
