@@ -270,14 +270,13 @@ F_UNIT = re.compile(r'^\s*(?:(?:recursive|pure|elemental|impure|module)\s+)*'
                     r'(?:(?:integer|real|logical|complex|character|type\s*\([^)]*\))(?:\s*\([^)]*\))?\s+)?'
                     r'(?:function|subroutine)\s+\w+', re.I)
 F_END = re.compile(r'^\s*end\s*(?:function|subroutine)\b', re.I)
-F_DECL = re.compile(r'^\s*(?:integer|real|logical|complex|character|type\s*\(|class\s*\(|'
-                    r'procedure\s*\(|use\b|implicit\b|external\b|parameter\b|dimension\b|'
-                    r'allocatable\b|pointer\b|target\b)', re.I)
-
-
 def fortran_source(s):
+    """The source of a Fortran sample, with line markers (compiled with -cpp) so that messages
+    name the document's lines."""
+    first, doc = s.line + 1, s.doc
+    mark = lambda n: '# %d "%s"' % (first + n, doc)
     if not s.fragment:
-        return s.code
+        return mark(0) + '\n' + s.code
     units, body, lines, i = [], [], s.code.split('\n'), 0
     while i < len(lines):
         if lines[i].strip() == '...':
@@ -287,10 +286,11 @@ def fortran_source(s):
             j = i
             while j < len(lines) and not F_END.match(lines[j]):
                 j += 1
-            units.extend(lines[i:j + 1])
+            for k in range(i, min(j + 1, len(lines))):
+                units += [mark(k), lines[k]]
             i = j + 1
             continue
-        body.append(lines[i])
+        body += [mark(i), lines[i]]
         i += 1
     ctx = open(os.path.join(CTX, 'context.f90'), encoding='utf-8').read()
     return ('program lm_sample_fragment\n%s\nblock\n%s\nend block\n%s\nend program\n'
@@ -488,7 +488,7 @@ class Checker:
             src = os.path.join(sd, s.ident + '.f90')
             with open(src, 'w') as f:
                 f.write(fortran_source(s))
-            base = [fc, '-std=f2018', '-ffree-line-length-none', '-I' + mod, '-J' + sd] + self.san_flags
+            base = [fc, '-std=f2018', '-cpp', '-ffree-line-length-none', '-I' + mod, '-J' + sd] + self.san_flags
             if s.fragment:
                 cmd = base + ['-fsyntax-only', src]
             else:
@@ -519,12 +519,9 @@ class Checker:
                     % os.path.join(ROOT, 'bindings', 'rust', 'localmap'))
         with open(os.path.join(crate, 'src', 'lib.rs'), 'w') as f:
             f.write('// The documentation\'s Rust samples are the examples of this crate.\n')
-        lead = {}
         for s in samples:
-            code = rust_source(s)
-            lead[s.ident] = (s, code.split('\n').index(s.code.split('\n')[0]) if not s.fragment else None)
             with open(os.path.join(ex, s.ident + '.rs'), 'w') as f:
-                f.write(code)
+                f.write(rust_source(s))
         env = dict(self.env)
         env.update(CARGO_TARGET_DIR=os.path.join(self.work, 'rust-target'), CARGO_NET_OFFLINE='true',
                    LOCALMAP_LIB_DIR=self.lib, LOCALMAP_INCLUDE_DIR=os.path.join(ROOT, 'include'))
