@@ -301,8 +301,8 @@ RUST_ITEM = re.compile(r'^(?:(?:pub\s+)?(?:fn|struct|enum|impl|use|mod|const|sta
 
 
 def rust_source(s):
-    if not s.fragment:
-        return s.code
+    if not s.fragment:   # (after s.line blank lines: rustc's line numbers are the page's)
+        return '\n' * s.line + s.code
     top, body = [], []
     lines, i = s.code.split('\n'), 0
     while i < len(lines):
@@ -539,7 +539,7 @@ class Checker:
                 if mine:
                     blamed = True
                     s.fail('compile', '\n'.join(
-                        '%s (%s)' % (l, 'examples/%s.rs holds the sample of %s' % (s.ident, s.where))
+                        '%s (the sample of %s%s)' % (l, s.where, '' if s.fragment else "; its lines are the page's")
                         for l in mine))
             if not blamed:
                 samples[0].fail('compile', '$ %s\n%s' % (' '.join(cmd), out))
@@ -578,10 +578,10 @@ class Checker:
             return
         d = os.path.join(self.work, 'python')
         os.makedirs(d, exist_ok=True)
-        for s in progs:
+        for s in progs:   # (after s.line blank lines: a traceback's line numbers are the page's)
             src = os.path.join(d, s.ident + '.py')
             with open(src, 'w') as f:
-                f.write(s.code)
+                f.write('\n' * s.line + s.code)
             s.binary = [py, src]
 
     # -- shell ------------------------------------------------------------------------------
