@@ -501,7 +501,7 @@ class Checker:
     def build_rust(self, samples):
         if 'rust' not in self.langs:
             return
-        cargo = os.environ.get('CARGO') or shutil.which('cargo')
+        cargo = shutil.which(os.environ.get('CARGO') or 'cargo')
         for c in (os.path.expanduser('~/.cargo/bin/cargo'), '/root/.cargo/bin/cargo'):
             if not cargo and os.access(c, os.X_OK):
                 cargo = c
@@ -700,6 +700,10 @@ def main():
         if len(checked) < len(found):
             what += '; %d not checked (%s)' % (len(found) - len(checked), ', '.join(sorted(
                 {LANG_NAMES[s.lang] for s in found if s not in checked})))
+        if not checked and found:
+            print('SKIP %s: %d sample(s), not checked (%s: toolchain missing)' % (doc, len(found), ', '.join(
+                sorted({LANG_NAMES[s.lang] for s in found}))))
+            continue
         if bad:
             failed += 1
             print('FAIL %s: %s; %d failed: %s' % (doc, what, len(bad), ', '.join(
