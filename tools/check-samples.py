@@ -609,6 +609,8 @@ class Checker:
                 env['PYTHONDONTWRITEBYTECODE'] = '1'
             if s.lang in ('python', 'rust'):
                 prog = self.preload + prog
+            if s.lang == 'rust' and self.preload:   # (linked to liblocalmap.so, no rpath)
+                prog = prog[:1] + ['LD_LIBRARY_PATH=' + self.lib + os.pathsep + env.get('LD_LIBRARY_PATH', '')] + prog[1:]
             cmd = ['bash', os.path.join(ROOT, 'tools', 'lm-mpirun'), str(s.np)] + prog
         self.log('+', ' '.join(cmd))
         t0 = time.time()
