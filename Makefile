@@ -627,14 +627,17 @@ bench: $(BENCH_BINS)
 # ---------------------------------------------------------------------------------------------
 # Install
 # ---------------------------------------------------------------------------------------------
-# Under $(DOCDIR): README.md, LICENSE, fortran-reference.md (the Fortran module's reference), examples/ (the sources with a Makefile that builds them
+# Under $(DOCDIR): README.md, LICENSE, docs/ (the language guides, troubleshooting, the Fortran reference, the ScaLAPACK drop-in), examples/ (the sources with a Makefile that builds them
 # against the installed tree through pkg-config; the Fortran ones in examples/fortran/ when the
 # Fortran bindings are built; the ScaLAPACK ones in examples/scalapack/, built by that Makefile where
 # pkg-config finds a ScaLAPACK; examples/cmake-cxx/, a C++-only CMake project), and, where doxygen
 # builds them, the HTML API references (html/ for C and C++, fortran/ for the Fortran module). The man pages under $(MANDIR)/man3: localmap(3) and
 # one page per function. The CMake package under $(CMAKEDIR). tools/lm-mpirun as
 # $(BINDIR)/lm-mpirun, its default launcher the one of this build's MPI.
-DOC_FILES  := README.md LICENSE docs/fortran-reference.md docs/SCALAPACK.md
+DOC_FILES  := README.md LICENSE
+# The pages the README links to for users (the language guides, troubleshooting, the Fortran
+# reference, the ScaLAPACK drop-in), under $(DOCDIR)/docs so that the installed README's links hold.
+DOC_GUIDES := $(sort $(wildcard docs/guide-*.md docs/troubleshooting.md docs/fortran-reference.md docs/SCALAPACK.md))
 EX_FILES   := $(sort $(wildcard examples/*.c examples/*.cpp examples/*.h examples/README.md))
 EX_SCALAPACK_FILES := $(sort $(wildcard examples/scalapack/*.c examples/scalapack/*.f90))
 EX_CMAKE_CXX_FILES := $(sort $(wildcard examples/cmake-cxx/CMakeLists.txt examples/cmake-cxx/*.cpp))
@@ -644,7 +647,7 @@ HAVE_DOXYGEN = $(shell command -v $(DOXYGEN) 2>/dev/null)
 install: lib $(MANPAGE) $(LM_INFO)
 	$(INSTALL) -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 	  $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR)/examples/scalapack \
-	  $(DESTDIR)$(DOCDIR)/examples/cmake-cxx \
+	  $(DESTDIR)$(DOCDIR)/examples/cmake-cxx $(DESTDIR)$(DOCDIR)/docs \
 	  $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BINDIR)
 	$(INSTALL) -m 755 $(SHLIB_REAL) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(notdir $(SHLIB_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
@@ -660,6 +663,7 @@ install: lib $(MANPAGE) $(LM_INFO)
 	$(INSTALL) -m 644 $(DROPIN_MANS) $(DESTDIR)$(MANDIR)/man3/
 	$(INSTALL) -m 644 $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE) $(DESTDIR)$(CMAKEDIR)/
 	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 644 $(DOC_GUIDES) $(DESTDIR)$(DOCDIR)/docs/
 	$(INSTALL) -m 644 $(EX_FILES) $(DESTDIR)$(DOCDIR)/examples/
 	$(INSTALL) -m 644 $(EX_SCALAPACK_FILES) $(DESTDIR)$(DOCDIR)/examples/scalapack/
 	$(INSTALL) -m 644 $(EX_CMAKE_CXX_FILES) $(DESTDIR)$(DOCDIR)/examples/cmake-cxx/
@@ -686,7 +690,8 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so $(DESTDIR)$(PKGCONFIGDIR)/localmap-scalapack.pc \
 	      $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(DROPIN_MANS))) \
 	      $(DESTDIR)$(CMAKEDIR)/localmapConfig.cmake $(DESTDIR)$(CMAKEDIR)/localmapConfigVersion.cmake \
-	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_FILES))) \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES)) \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/docs/,$(notdir $(DOC_GUIDES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EX_FILES)) Makefile) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/scalapack/,$(notdir $(EX_SCALAPACK_FILES))) \
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/cmake-cxx/,$(notdir $(EX_CMAKE_CXX_FILES))) \
@@ -694,7 +699,7 @@ uninstall:
 	      $(DESTDIR)$(BINDIR)/lm-mpirun $(DESTDIR)$(BINDIR)/lm-info
 	rm -rf $(DESTDIR)$(DOCDIR)/html $(DESTDIR)$(DOCDIR)/fortran
 	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR)/examples/scalapack $(DESTDIR)$(DOCDIR)/examples/cmake-cxx \
-	  $(DESTDIR)$(DOCDIR)/examples \
+	  $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR)/docs \
 	  $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 # ---------------------------------------------------------------------------------------------

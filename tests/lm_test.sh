@@ -7,6 +7,9 @@
 #   lm_missing_tool REASON   a tool a check needs is missing: lm_skip, or a failure (exit 1) when
 #                            LM_REQUIRE_TOOLS is set and not 0 (CI installs every tool).
 #   lm_missing_binding REASON   the same for a binding's toolchain, under LM_REQUIRE_BINDINGS=1.
+#   lm_defer_missing_binding REASON   a binding's toolchain is missing for one check, while the
+#                            script's other checks go on: a failure (exit 1) under
+#                            LM_REQUIRE_BINDINGS=1, else deferred like lm_defer_skip.
 #   lm_defer_skip REASON     a check that could not run, while the script's other checks go on:
 #                            lm_finish then skips (naming every deferred check) instead of passing.
 #   lm_defer_skip_build REASON   the same for a check this build cannot run (a sanitizer build
@@ -41,6 +44,11 @@ lm_defer_skip() {
   if [ -n "${LM_REQUIRE_TOOLS:-}" ] && [ "${LM_REQUIRE_TOOLS}" != 0 ]; then
     echo "$_lm_name: FAIL (LM_REQUIRE_TOOLS=$LM_REQUIRE_TOOLS): $*"; exit 1
   fi
+  echo "$_lm_name: not checked: $*"
+  _lm_deferred+=("$*")
+}
+lm_defer_missing_binding() {
+  if [ "${LM_REQUIRE_BINDINGS:-0}" = 1 ]; then echo "$_lm_name: FAIL (LM_REQUIRE_BINDINGS=1): $*"; exit 1; fi
   echo "$_lm_name: not checked: $*"
   _lm_deferred+=("$*")
 }

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Packaging check: `make install` into a temporary prefix gives lib/liblocalmap.so.1,
 # include/localmap.h (and localmap_mpi.h, localmap_scalapack.h, localmap.hpp, localmap_api.hpp), lib/pkgconfig/localmap.pc, the CMake package in lib/cmake/localmap, the
-# man page, and README, LICENSE, fortran-reference.md and the examples under share/doc/localmap; the shared library
+# man page, and README, LICENSE, the guides and references (docs/) and the examples under share/doc/localmap; the shared library
 # exports lm_* symbols only and has SONAME liblocalmap.so.1. Consumers of the installed tree, each
 # run under mpirun: a C program built with nothing but `pkg-config --cflags --libs localmap`
 # (np 4); a CMake project using find_package(localmap 1.0 CONFIG REQUIRED) with
@@ -40,12 +40,14 @@ for f in lib/liblocalmap.so.1 lib/liblocalmap.so lib/liblocalmap.a include/local
          include/localmap_mpi.h include/localmap_scalapack.h include/localmap.hpp include/localmap_api.hpp \
          lib/pkgconfig/localmap.pc \
          lib/liblocalmap_scalapack.so.1 lib/liblocalmap_scalapack.so lib/pkgconfig/localmap-scalapack.pc \
-         share/doc/localmap/SCALAPACK.md share/doc/localmap/examples/scalapack/redistribute.c \
+         share/doc/localmap/docs/SCALAPACK.md share/doc/localmap/examples/scalapack/redistribute.c \
          share/man/man3/localmap_scalapack_gemr2d.3 share/man/man3/localmap_scalapack_trmr2d.3 \
          share/man/man3/localmap_scalapack_tran.3 share/man/man3/localmap_scalapack_geadd.3 \
          share/man/man3/localmap_scalapack_tradd.3 \
          lib/cmake/localmap/localmapConfig.cmake lib/cmake/localmap/localmapConfigVersion.cmake \
-         share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE share/doc/localmap/fortran-reference.md \
+         share/man/man3/localmap.3 share/doc/localmap/README.md share/doc/localmap/LICENSE \
+         share/doc/localmap/docs/guide-c.md share/doc/localmap/docs/guide-python.md \
+         share/doc/localmap/docs/troubleshooting.md share/doc/localmap/docs/fortran-reference.md \
          share/doc/localmap/examples/Makefile share/doc/localmap/examples/hello.c \
          share/doc/localmap/examples/scalapack/center_rows.c \
          share/man/man3/lm_dist_tensor_reshard.3 share/man/man3/lm_mesh_create_mpi.3 bin/lm-mpirun bin/lm-info; do
