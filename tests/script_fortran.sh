@@ -4,7 +4,7 @@
 # bind(C) layouts and constants against the C header, `error stop` with the library's message
 # when ierr is absent (and the binding's own, naming the wrapper once), the module's tests and the
 # masked-loss example under mpirun at np 2 and 4 (the example must print the C demo's loss), the
-# grouped-reshard example at np 2 and 4 (PASS on every rank), the README's local_map example
+# grouped-reshard example at np 2 and 4 (PASS on every rank), the Fortran guide's local_map example
 # (local_sum) at np 3, and an installed module used with the documented flags. Exits 77 (reported
 # as SKIP with the reason) when mpif90 is missing; with LM_REQUIRE_BINDINGS=1 (CI) that is a
 # failure. In a sanitizer build the install check is left to the plain build: the script is then
@@ -78,16 +78,16 @@ for np in 2 4; do
   [ "$(grep -o 'run twice: PASS' <<<"$out" | wc -l)" = "$np" ] || { echo "grouped_reshard: expected PASS on $np ranks"; exit 1; }
 done
 
-# The README's lm_local_map example (examples/local_sum.f90).
+# The Fortran guide's lm_local_map example (examples/local_sum.f90).
 out=$(bash tools/lm-mpirun 3 "$F/local_sum")
 echo "$out"
 [ "$(echo "$out" | grep -c 'total 435.0')" = 3 ] || { echo "local_sum: expected total 435.0 on 3 ranks"; exit 1; }
 
-# Installed: README's first program builds with the documented flags and runs.
+# Installed: the Fortran guide's first program builds with the documented flags and runs.
 lib_deps=$(ldd "$BUILD/lib/liblocalmap.so")   # (not `ldd | grep -q`: under pipefail it can fail)
 if [[ $lib_deps == *libasan* ]]; then
   # Not a pass: the install check did not run (a skip naming it, after the checks above passed).
-  lm_defer_skip_build "install check (make install, README's hello.f90 built with the documented flags): sanitizer build ($BUILD), it runs in the plain build"
+  lm_defer_skip_build "install check (make install, the guide's hello.f90 built with the documented flags): sanitizer build ($BUILD), it runs in the plain build"
   lm_finish "fortran bindings: OK"
 fi
 tmp=$(mktemp -d)

@@ -87,7 +87,7 @@ for np in 2 4; do
 done
 out=$(bash tools/lm-mpirun 3 "$CARGO_TARGET_DIR/debug/examples/hello")
 echo "$out"
-[ "$(echo "$out" | grep -c 'gathered all 10')" = 3 ] || { echo "README's hello (Rust) failed"; exit 1; }
+[ "$(echo "$out" | grep -c 'gathered all 10')" = 3 ] || { echo "the Rust guide's hello failed"; exit 1; }
 
 # A consumer crate against an installed prefix (plain builds only).
 if [ "${san:-0}" = 1 ]; then
@@ -110,7 +110,7 @@ consumer_build() {  # DIR, then env assignments
   (cd "$dir" && env -u LOCALMAP_LIB_DIR -u LOCALMAP_INCLUDE_DIR -u LOCALMAP_LINK -u PKG_CONFIG_PATH \
      CARGO_TARGET_DIR="$tmp/target" "$@" "$CARGO" build --offline 2>&1)
 }
-run3() {  # the README's hello at np 3, with no LD_LIBRARY_PATH
+run3() {  # the Rust guide's hello at np 3, with no LD_LIBRARY_PATH
   local out
   out=$(env -u LD_LIBRARY_PATH bash tools/lm-mpirun 3 "$1")
   echo "$out"
@@ -135,7 +135,7 @@ consumer_build "$tmp/c1" > "$tmp/c1b.log" || { cat "$tmp/c1b.log"; echo "consume
 grep -q "links the source tree's build" "$tmp/c1b.log" ||
   { cat "$tmp/c1b.log"; echo "no warning when the checkout's build tree is linked"; exit 1; }
 echo "without PKG_CONFIG_PATH: $(grep -m1 -o "no installed localmap found[^;]*" "$tmp/c1b.log")"
-# Dynamic linking with the README's one-line build.rs (it reads DEP_LOCALMAP_LIB_DIR).
+# Dynamic linking with the Rust guide's one-line build.rs (it reads DEP_LOCALMAP_LIB_DIR).
 mk_consumer "$tmp/c2" 'localmap-sys = { path = "'"$ROOT"'/bindings/rust/localmap-sys" }
 '
 printf 'fn main() { println!("cargo:rustc-link-arg=-Wl,-rpath,{}", std::env::var("DEP_LOCALMAP_LIB_DIR").unwrap()); }\n' > "$tmp/c2/build.rs"

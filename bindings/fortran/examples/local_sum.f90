@@ -1,5 +1,5 @@
 ! SPDX-License-Identifier: BSD-3-Clause
-! The README's Fortran lm_local_map example: a local function (the sum of each rank's shard) whose
+! The Fortran guide's lm_local_map example (docs/guide-fortran.md): a local function (the sum of each rank's shard) whose
 ! one-element output is declared Partial(sum); gathering it gives the sum of the whole array.
 !
 !   make fortran && tools/lm-mpirun 3 build/fortran/local_sum       # total 435.0 on every rank
