@@ -737,7 +737,7 @@ $(DOCS_HTML): docs/Doxyfile docs/api-mainpage.md $(PUB_HDRS)
 # and the per-kind procedures behind the generics need none), then the pages (EXTRACT_ALL = YES:
 # constants listed with their values).
 F_DOC_SRCS := docs/Doxyfile.fortran docs/fortran-mainpage.md bindings/fortran/localmap.f90 \
-              bindings/fortran/localmap_generic.inc
+              $(wildcard bindings/fortran/*.inc) tools/doxygen-fortran-includes.sh
 $(DOCS_FORTRAN): $(F_DOC_SRCS)
 	@command -v $(DOXYGEN) >/dev/null 2>&1 || { echo "docs: $(DOXYGEN) not found (apt-get install doxygen)"; exit 1; }
 	@mkdir -p $(BUILD)/docs/fortran

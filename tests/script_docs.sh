@@ -88,7 +88,7 @@ if make -s -C "$tmp/t" docs BUILD=b >"$tmp/t.log" 2>&1; then
   cat "$tmp/t.log"; echo "make docs passed with an undocumented function"; exit 1
 fi
 grep -q 'lm_docs_test_undocumented.*not documented' "$tmp/t.log" || { cat "$tmp/t.log"; exit 1; }
-sed -i '0,/^  !> The number of mesh dims (lm_mesh_ndim)\.$/s//  subroutine lm_docs_test_undoc(x)\n    integer :: x\n    x = 0\n  end subroutine\n&/' \
+sed -i '0,/^  !> Replicate: every rank along the mesh dim holds the full value\.$/s//  subroutine lm_docs_test_undoc(x)\n    integer :: x\n    x = 0\n  end subroutine\n&/' \
   "$tmp/f/bindings/fortran/localmap.f90"
 sed -i 's/^  public :: lm_init, /  public :: lm_docs_test_undoc, lm_init, /' "$tmp/f/bindings/fortran/localmap.f90"
 grep -q 'public :: lm_docs_test_undoc' "$tmp/f/bindings/fortran/localmap.f90" || { echo "could not edit the Fortran copy"; exit 1; }

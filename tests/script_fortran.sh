@@ -19,9 +19,9 @@ F=$BUILD/fortran
 
 sh tools/check-binding-coverage.sh bindings/fortran '*.f90' '*.inc'
 if command -v python3 >/dev/null; then
-  python3 bindings/fortran/gen_typed.py --check
+  python3 tools/api.py check
 else
-  lm_defer_skip "generated files up to date (gen_typed.py --check): no python3"
+  lm_defer_skip "generated files up to date (tools/api.py check): no python3"
 fi
 # The compiler behind the wrapper: OpenMPI says it with --showme:command, MPICH with -show.
 fc_of() { "$MPIFC" --showme:command 2>/dev/null || "$MPIFC" -show 2>/dev/null | awk '{print $1; exit}'; }
@@ -53,7 +53,7 @@ set +e
 out=$(bash tools/lm-mpirun 1 "$F/test_error_prefix" 2>&1)
 rc=$?
 set -e
-want='localmap: lm_from_global: placements: 2 placements for a mesh of 1 dims'
+want='localmap: lm_from_global: placements: an array of 2 lm_placement for a mesh of 1 dims'
 if [ $rc -eq 0 ] || ! grep -qF "$want" <<<"$out" || grep -q 'lm_from_global: lm_from_global' <<<"$out" ||
    grep -q 'not reached' <<<"$out"; then
   echo "test_error_prefix: expected '$want' once, without a repeated prefix (exit $rc):"; echo "$out"; exit 1

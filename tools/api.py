@@ -16,7 +16,9 @@
                            api_gen_rust_types.py: bindings/rust/localmap-sys/src/types.rs
                            (constants, enums, structs, handles, callbacks, read from the header)
                            api_gen_fortran.py: bindings/fortran/localmap_c.inc (the lmc_* bind(C)
-                           interfaces and their public list)
+                           interfaces and their public list) and the generated parts of the
+                           Fortran module (localmap_generic.inc, localmap_wrap.inc,
+                           localmap_typed.inc; see that file)
                            api_gen_cpp.py: include/localmap_api.hpp (checked C++ calls and the
                            query methods of localmap.hpp's classes)
 
@@ -154,7 +156,8 @@ def check_header(funcs):
 
 def generators():
     """(output path, generate(funcs) -> text) of every tools/api_gen_*.py: one per binding layer,
-    each module naming its OUTPUT (relative to the top) and a generate(funcs) function."""
+    each module naming its OUTPUT (relative to the top) and a generate(funcs) function, or its
+    OUTPUTS, a dict of several such paths and functions."""
     import importlib.util
     out = []
     here = os.path.join(TOP, "tools")
@@ -164,7 +167,8 @@ def generators():
             mod = importlib.util.module_from_spec(spec)
             sys.modules[fname[:-3]] = mod
             spec.loader.exec_module(mod)
-            out.append((os.path.join(TOP, mod.OUTPUT), mod.generate))
+            outputs = getattr(mod, "OUTPUTS", None) or {mod.OUTPUT: mod.generate}
+            out.extend((os.path.join(TOP, path), make) for path, make in outputs.items())
     return out
 
 

@@ -14,6 +14,8 @@ files=(
   "Fortran bindings/fortran/localmap_generic.inc"
   "Fortran bindings/fortran/gen_typed.py"
   "Fortran bindings/fortran/localmap_c.inc"
+  "Fortran bindings/fortran/localmap_wrap.inc"
+  "Fortran bindings/fortran/localmap_typed.inc"
   "Rust   bindings/rust/localmap/src/lib.rs"
   "Rust   bindings/rust/localmap-sys/src/lib.rs"
   "Rust   bindings/rust/localmap-sys/build.rs"

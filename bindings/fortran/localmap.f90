@@ -350,6 +350,9 @@ module localmap
   public :: c_int, c_int8_t, c_int16_t, c_int32_t, c_int64_t, c_float, c_double, c_float_complex, &
     c_double_complex, c_bool, c_char, c_size_t, c_ptr, c_null_ptr, c_funptr, c_null_funptr
 
+  ! Generic names whose specific procedures differ in a communicator's type (integer or
+  ! type(MPI_Comm)) or a shape's kind (integer(c_int64_t) or integer(c_int32_t)); the second
+  ! specific of each pair is generated from the first (localmap_wrap.inc).
   interface lm_comm_world
     module procedure comm_world_int_, comm_world_f08_
   end interface
@@ -396,6 +399,13 @@ module localmap
   interface operator(==)
     module procedure dtype_eq_, placement_eq_
   end interface
+  interface str_
+    module procedure str4_, str8_
+  end interface
+  ! take_(h, p): handle h adopts the C handle p, its old one destroyed (localmap_wrap.inc).
+  interface take_
+    module procedure take_mesh_, take_tensor_, take_plan_, take_group_, take_record_, take_request_
+  end interface
   include "localmap_generic.inc"
 
   !> Message of the last failure seen by this module (binding-side checks or the library's).
@@ -405,50 +415,62 @@ module localmap
 contains
 
   ! =============================================================================================
-  ! Errors
+  ! Errors and small conversions
   ! =============================================================================================
+  !> A C string as a Fortran string ("" for NULL).
   function c_string_(p) result(s)
     type(c_ptr), intent(in) :: p
     character(len=:), allocatable :: s
     character(kind=c_char), pointer :: chars(:)
-    integer(c_size_t) :: n, i
-    if (.not. c_associated(p)) then
-      s = ""
-      return
-    end if
-    n = c_strlen_(p)
-    call c_f_pointer(p, chars, [n])
-    allocate(character(len=n) :: s)
-    do i = 1, n
-      s(i:i) = chars(i)
-    end do
+    s = ""
+    if (.not. c_associated(p)) return
+    call c_f_pointer(p, chars, [c_strlen_(p)])
+    s = c_chars_(chars)
   end function
 
-  function c_chars_(buf) result(s)
+  !> The characters of buf before its first NUL (all of them if none).
+  pure function c_chars_(buf) result(s)
     character(kind=c_char), intent(in) :: buf(:)
     character(len=:), allocatable :: s
-    integer :: i, n
-    n = size(buf)
-    do i = 1, size(buf)
-      if (buf(i) == c_null_char) then
-        n = i - 1
-        exit
-      end if
-    end do
+    integer :: n
+    n = findloc(buf, c_null_char, 1) - 1
+    if (n < 0) n = size(buf)
     allocate(character(len=n) :: s)
-    do i = 1, n
-      s(i:i) = buf(i)
-    end do
+    s = transfer(buf(1:n), s)
   end function
 
-  function to_c_str_(s) result(c)
+  !> s as a NUL-terminated C string.
+  pure function to_c_str_(s) result(c)
     character(len=*), intent(in) :: s
     character(kind=c_char) :: c(len(s) + 1)
+    c = transfer(s // c_null_char, c_null_char, len(s) + 1)
+  end function
+
+  pure function str8_(i) result(s)
+    integer(c_int64_t), intent(in) :: i
+    character(len=:), allocatable :: s
+    character(len=24) :: buf
+    write(buf, '(i0)') i
+    s = trim(buf)
+  end function
+  pure function str4_(i) result(s)
+    integer, intent(in) :: i
+    character(len=:), allocatable :: s
+    s = str8_(int(i, c_int64_t))
+  end function
+
+  !> The integers v as "[1, 2, 3]" (the first ten of more).
+  function list_(v) result(s)
+    integer(c_int64_t), intent(in) :: v(:)
+    character(len=:), allocatable :: s
     integer :: i
-    do i = 1, len(s)
-      c(i) = s(i:i)
+    s = "["
+    do i = 1, min(size(v), 10)
+      if (i > 1) s = s // ", "
+      s = s // str_(v(i))
     end do
-    c(len(s) + 1) = c_null_char
+    if (size(v) > 10) s = s // ", ..."
+    s = s // "]"
   end function
 
   !> A binding-side argument error: sets the message, returns LM_ERR_INVALID_ARGUMENT.
@@ -458,6 +480,13 @@ contains
     st = LM_ERR_INVALID_ARGUMENT
     errmsg_ = msg
   end subroutine
+
+  !> The status of a C call, its message remembered on failure: st = c_(lmc_...(...)).
+  integer(c_int) function c_(st)
+    integer(c_int), intent(in) :: st
+    c_ = st
+    if (st /= LM_SUCCESS) errmsg_ = c_string_(lmc_last_error_message())
+  end function
 
   !> Ends a wrapper: ierr = st when present; otherwise a failure is `error stop` with the message.
   subroutine done_(st, ierr, where)
@@ -478,10 +507,78 @@ contains
     error stop "localmap: " // where // ": " // msg
   end subroutine
 
-  !> After a C call: remember the library's message on failure.
-  subroutine c_(st)
-    integer(c_int), intent(in) :: st
-    if (st /= LM_SUCCESS) errmsg_ = c_string_(lmc_last_error_message())
+  !> value when the optional flag x is present and .true., else 0 (a C flags argument).
+  integer(c_int) function flag_(x, value)
+    logical, intent(in), optional :: x
+    integer, intent(in) :: value
+    flag_ = 0
+    if (present(x)) flag_ = merge(int(value, c_int), 0_c_int, x)
+  end function
+
+  !> The device given, else the host.
+  type(DLDevice) function dev_(device)
+    type(DLDevice), intent(in), optional :: device
+    dev_ = LM_CPU
+    if (present(device)) dev_ = device
+  end function
+
+  !> The handle of an optional mesh (NULL when absent: the C library's default).
+  type(c_ptr) function mesh_ptr_(mesh)
+    type(lm_mesh), intent(in), optional :: mesh
+    mesh_ptr_ = c_null_ptr
+    if (present(mesh)) mesh_ptr_ = mesh%ptr
+  end function
+
+  pure function reversed_(a) result(r)
+    integer(c_int64_t), intent(in) :: a(:)
+    integer(c_int64_t) :: r(size(a))
+    r = a(size(a):1:-1)
+  end function
+
+  ! =============================================================================================
+  ! Length rules (api/localmap.api): the generated rules_*_ procedures call these two
+  ! =============================================================================================
+  !> The ndim a length rule reads: of mesh h (of = "mesh"), of tensor h ("tensor") or of tensor
+  !> h's mesh ("tensor.mesh"); -1 for a NULL h (the C call then says what it lacks), or with st
+  !> set to the C library's refusal of h.
+  integer function ndim_(h, of, st)
+    type(c_ptr), intent(in) :: h
+    character(len=*), intent(in) :: of
+    integer(c_int), intent(inout) :: st
+    type(c_ptr) :: m
+    integer(c_int) :: n
+    n = -1
+    m = h
+    if (st == LM_SUCCESS .and. c_associated(h)) then
+      if (of == "tensor") then
+        st = c_(lmc_dist_tensor_ndim(h, n))
+      else
+        if (of == "tensor.mesh") st = c_(lmc_dist_tensor_mesh(h, m))
+        if (st == LM_SUCCESS) st = c_(lmc_mesh_ndim(m, n))
+      end if
+    end if
+    ndim_ = int(n)
+  end function
+
+  !> Refuses the array `arg` of shape n unless it is `want` (at_least: or larger), naming it and
+  !> its element type `elem` in Fortran's terms; why: what the length comes from (" for a mesh of
+  !> 2 dims"). A negative want(k) asks nothing of dim k (any length, or one not known here: the C
+  !> call checks it). An empty array passes for an empty table.
+  subroutine want_(st, where, arg, n, elem, want, why, at_least)
+    integer(c_int), intent(inout) :: st
+    character(len=*), intent(in) :: where, arg, elem, why
+    integer, intent(in) :: n(:), want(:)
+    logical, intent(in) :: at_least
+    character(len=:), allocatable :: got
+    integer :: i
+    if (st /= LM_SUCCESS .or. all(n == want .or. want < 0)) return
+    if (at_least .and. all(n >= want)) return
+    if (any(want == 0) .and. product(n) == 0) return
+    got = str_(n(1))
+    do i = 2, size(n)
+      got = got // "x" // str_(n(i))
+    end do
+    call bad_(st, where // arg // ": an array of " // got // " " // elem // why)
   end subroutine
 
   !> The version of the loaded library (LM_VERSION_CODE).
@@ -511,54 +608,6 @@ contains
   subroutine lm_set_error_message(message)
     character(len=*), intent(in) :: message
     call lmc_set_error_message(to_c_str_(message))
-  end subroutine
-
-  ! =============================================================================================
-  ! Bootstrap
-  ! =============================================================================================
-  !> Initialises MPI unless it is already initialised (by MPI_Init or mpi_f08's MPI_Init).
-  subroutine lm_init(ierr)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_init(c_null_ptr, c_null_ptr); call c_(st); call done_(st, ierr, "lm_init")
-  end subroutine
-
-  !> Finalises MPI if lm_init initialised it.
-  subroutine lm_finalize(ierr)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_finalize(); call c_(st); call done_(st, ierr, "lm_finalize")
-  end subroutine
-
-  subroutine comm_world_int_(comm, ierr)
-    integer, intent(out) :: comm
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, c
-    st = lmc_comm_world(c); call c_(st); comm = int(c); call done_(st, ierr, "lm_comm_world")
-  end subroutine
-  subroutine comm_world_f08_(comm, ierr)
-    type(MPI_Comm), intent(out) :: comm
-    integer, intent(out), optional :: ierr
-    call comm_world_int_(comm%MPI_VAL, ierr)
-  end subroutine
-
-  !> This process's rank in MPI_COMM_WORLD and the world size.
-  subroutine lm_world_rank(rank, size, ierr)
-    integer, intent(out) :: rank, size
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, r, s
-    st = lmc_world_rank(r, s); call c_(st); rank = int(r); size = int(s)
-    call done_(st, ierr, "lm_world_rank")
-  end subroutine
-
-  !> Whether this build holds tensors on a device type (kDLCPU, kDLCUDA).
-  subroutine lm_device_supported(device_type, supported, ierr)
-    integer, intent(in) :: device_type
-    logical, intent(out) :: supported
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, s
-    st = lmc_device_supported(int(device_type, c_int), s); call c_(st); supported = s /= 0
-    call done_(st, ierr, "lm_device_supported")
   end subroutine
 
   ! =============================================================================================
@@ -603,152 +652,138 @@ contains
 
   logical function placement_eq_(a, b)
     type(lm_placement), intent(in) :: a, b
-    placement_eq_ = all(c_fields_(a) == c_fields_(b))
-  end function
-  !> A placement's fields, in the C struct's order.
-  pure function c_fields_(p) result(v)
-    type(lm_placement), intent(in) :: p
-    integer(c_int32_t) :: v(8)
-    v = [p%kind, p%dim, p%order, p%reduce_op, p%extents, p%block, p%source, p%reserved]
-  end function
-  !> The C struct with the same fields (dims as given: to_c_pl_ maps Fortran dims).
-  pure type(lm_placement_t) function to_c_(p)
-    type(lm_placement), intent(in) :: p
-    to_c_ = lm_placement_t(p%kind, p%dim, p%order, p%reduce_op, p%extents, p%block, p%source, &
-                           p%reserved)
-  end function
-  pure type(lm_placement) function from_c_(c)
-    type(lm_placement_t), intent(in) :: c
-    from_c_ = lm_placement(c%kind, c%dim, c%order, c%reduce_op, c%extents, c%block, c%source, &
-                           c%reserved)
+    placement_eq_ = all(transfer(to_c_(a), [0_c_int32_t], 8) == transfer(to_c_(b), [0_c_int32_t], 8))
   end function
   logical function dtype_eq_(a, b)
     type(DLDataType), intent(in) :: a, b
     dtype_eq_ = a%code == b%code .and. a%bits == b%bits .and. a%lanes == b%lanes
   end function
-
-  !> Fortran placements of a tensor of rank ndim -> the C structs (Shard dim d -> C dim ndim-d).
-  subroutine to_c_pl_(pl, ndim, cpl, st, what)
-    type(lm_placement), intent(in) :: pl(:)
-    integer, intent(in) :: ndim
-    type(lm_placement_t), intent(out) :: cpl(:)
-    integer(c_int), intent(out) :: st
-    character(len=*), intent(in) :: what
-    integer :: i
-    character(len=160) :: msg
-    st = LM_SUCCESS
-    do i = 1, size(pl)
-      cpl(i) = to_c_(pl(i))
-      if (pl(i)%kind == LM_KIND_SHARD .or. pl(i)%kind == LM_KIND_RAGGED .or. &
-          pl(i)%kind == LM_KIND_BLOCK_CYCLIC) then
-        if (pl(i)%dim < 1 .or. pl(i)%dim > ndim) then
-          write(msg, '(a,"(",i0,"): lm_shard(",i0,") of a rank-",i0," tensor (Fortran dims are 1..",i0,")")') &
-            what, i, pl(i)%dim, ndim, ndim
-          call bad_(st, trim(msg))
-          return
-        end if
-        cpl(i)%dim = int(ndim - pl(i)%dim, c_int32_t)
-      end if
-    end do
-  end subroutine
-
-  !> The C structs of a rank-ndim tensor -> Fortran placements.
-  subroutine from_c_pl_(cpl, ndim, pl)
-    type(lm_placement_t), intent(in) :: cpl(:)
-    integer, intent(in) :: ndim
-    type(lm_placement), intent(out) :: pl(:)
-    integer :: i
-    do i = 1, size(cpl)
-      pl(i) = from_c_(cpl(i))
-      if (cpl(i)%kind == LM_KIND_SHARD .or. cpl(i)%kind == LM_KIND_RAGGED .or. &
-          cpl(i)%kind == LM_KIND_BLOCK_CYCLIC) &
-        pl(i)%dim = int(ndim - cpl(i)%dim, c_int32_t)
-    end do
-  end subroutine
-
-  !> The mesh ndim of a mesh handle (0 if the handle is bad; the C call then reports it).
-  integer function mesh_ndim_(mesh)
-    type(c_ptr), intent(in) :: mesh
-    integer(c_int) :: n
-    n = 0
-    if (lmc_mesh_ndim(mesh, n) /= LM_SUCCESS) n = 0
-    mesh_ndim_ = int(n)
+  !> The C struct with the same fields (dims as given: to_c_pl_ maps Fortran dims).
+  elemental type(lm_placement_t) function to_c_(p)
+    type(lm_placement), intent(in) :: p
+    to_c_ = lm_placement_t(p%kind, p%dim, p%order, p%reduce_op, p%extents, p%block, p%source, &
+                           p%reserved)
+  end function
+  !> A placement of a C struct, whose dim (of a tensor of rank ndim, if given) becomes the Fortran dim.
+  elemental type(lm_placement) function from_c_(c, ndim)
+    type(lm_placement_t), intent(in) :: c
+    integer, intent(in), optional :: ndim
+    from_c_ = lm_placement(c%kind, c%dim, c%order, c%reduce_op, c%extents, c%block, c%source, &
+                           c%reserved)
+    if (present(ndim) .and. splits_(c%kind)) from_c_%dim = int(ndim - c%dim, c_int32_t)
+  end function
+  !> Whether placements of this kind split a tensor dim (their `dim` is one).
+  elemental logical function splits_(kind)
+    integer(c_int32_t), intent(in) :: kind
+    splits_ = kind == LM_KIND_SHARD .or. kind == LM_KIND_RAGGED .or. kind == LM_KIND_BLOCK_CYCLIC
   end function
 
-  !> Checks that there is one placement per mesh dim.
-  subroutine check_npl_(mesh, n, st, what)
-    type(c_ptr), intent(in) :: mesh
-    integer, intent(in) :: n
+  !> Fortran placements of a tensor of rank ndim -> the C structs (Shard dim d -> C dim ndim-d),
+  !> each checked in Fortran's terms first (what: the array's name). mesh, the mesh they are for,
+  !> and gshape, the global shape (Fortran order), when known, let ragged lengths be checked.
+  subroutine to_c_pl_(pl, ndim, cpl, st, what, mesh, gshape)
+    type(lm_placement), intent(in) :: pl(:)
+    integer, intent(in) :: ndim
+    type(lm_placement_t), intent(inout) :: cpl(:)
     integer(c_int), intent(inout) :: st
     character(len=*), intent(in) :: what
-    call check_mesh_len_(mesh, n, .false., st, what // ":", " placements for a mesh of ", &
-                         " dims (one per mesh dim)")
+    type(c_ptr), intent(in), optional :: mesh
+    integer(c_int64_t), intent(in), optional :: gshape(:)
+    character(len=:), allocatable :: msg
+    integer :: i
+    do i = 1, size(pl)
+      if (st /= LM_SUCCESS) return
+      cpl(i) = to_c_(pl(i))
+      msg = pl_problem_(pl(i), ndim)
+      if (len(msg) == 0 .and. pl(i)%kind == LM_KIND_RAGGED .and. pl(i)%extents /= 0) &
+        msg = ragged_problem_(pl(i), i, mesh, gshape)
+      if (len(msg) > 0) call bad_(st, what // "(" // str_(i) // "): " // msg)
+      if (splits_(pl(i)%kind)) cpl(i)%dim = int(ndim - pl(i)%dim, c_int32_t)
+    end do
   end subroutine
 
-  !> Checks an array of one entry per mesh dim (at_least: or more), naming it in the message.
-  subroutine check_len_(mesh, n, at_least, st, what)
-    type(c_ptr), intent(in) :: mesh
-    integer, intent(in) :: n
-    logical, intent(in) :: at_least
-    integer(c_int), intent(inout) :: st
-    character(len=*), intent(in) :: what
-    call check_mesh_len_(mesh, n, at_least, st, what // " has", " elements for a mesh of ", " dims")
-  end subroutine
+  !> How p would be written with its constructor, e.g. "lm_block_cyclic(1, 0)".
+  function ctor_(p) result(s)
+    type(lm_placement), intent(in) :: p
+    character(len=:), allocatable :: s
+    select case (p%kind)
+    case (LM_KIND_SHARD); s = "lm_shard(" // str_(p%dim) // opt_(p%order)
+    case (LM_KIND_RAGGED); s = "lm_ragged(" // str_(p%dim) // ", " // str_(p%extents) // opt_(p%order)
+    case (LM_KIND_BLOCK_CYCLIC); s = "lm_block_cyclic(" // str_(p%dim) // ", " // str_(p%block) // opt_(p%source)
+    case (LM_KIND_PARTIAL); s = "lm_partial(" // str_(p%reduce_op) // ")"
+    case default; s = "lm_placement(kind=" // str_(p%kind) // ")"
+    end select
+  contains
+    function opt_(v) result(t)   ! an optional last argument, shown when not 0
+      integer(c_int32_t), intent(in) :: v
+      character(len=:), allocatable :: t
+      t = ")"
+      if (v /= 0) t = ", " // str_(v) // ")"
+    end function
+  end function
 
-  !> The two checks above: n against the mesh's ndim; the message "<head> n<mid>ndim<tail>".
-  subroutine check_mesh_len_(mesh, n, at_least, st, head, mid, tail)
-    type(c_ptr), intent(in) :: mesh
-    integer, intent(in) :: n
-    logical, intent(in) :: at_least
-    integer(c_int), intent(inout) :: st
-    character(len=*), intent(in) :: head, mid, tail
-    integer(c_int) :: nd
-    character(len=160) :: msg
-    if (st /= LM_SUCCESS) return
-    st = lmc_mesh_ndim(mesh, nd)
-    if (st /= LM_SUCCESS) then
-      call c_(st)
+  !> What is wrong with placement p of a rank-ndim tensor that the binding can see ("" if nothing).
+  function pl_problem_(p, ndim) result(msg)
+    type(lm_placement), intent(in) :: p
+    integer, intent(in) :: ndim
+    character(len=:), allocatable :: msg
+    msg = ""
+    if (splits_(p%kind) .and. (p%dim < 1 .or. p%dim > ndim)) then
+      msg = ctor_(p) // " of a rank-" // str_(ndim) // " tensor (Fortran dims are 1.." // str_(ndim) // ")"
+    else if (p%kind == LM_KIND_PARTIAL .and. (p%reduce_op < LM_REDUCE_SUM .or. p%reduce_op > LM_REDUCE_PROD)) then
+      msg = ctor_(p) // ": op " // str_(p%reduce_op) // " is not an LM_REDUCE_* value"
+    else if (.not. splits_(p%kind)) then
+      return
+    else if (p%order < 0) then
+      msg = ctor_(p) // ": order " // str_(p%order) // " must be >= 0"
+    else if (p%kind == LM_KIND_BLOCK_CYCLIC .and. p%block < 1) then
+      msg = ctor_(p) // ": block " // str_(p%block) // " must be >= 1 (the block size)"
+    else if (p%kind == LM_KIND_BLOCK_CYCLIC .and. p%source < 0) then
+      msg = ctor_(p) // ": src " // str_(p%source) // " must be >= 0 (the source coordinate)"
+    end if
+  end function
+
+  !> What is wrong with the lengths of ragged placement p, placement i of the mesh (when given) of
+  !> a tensor of global shape gshape (when given); "" if nothing.
+  function ragged_problem_(p, i, mesh, gshape) result(msg)
+    type(lm_placement), intent(in) :: p
+    integer, intent(in) :: i
+    type(c_ptr), intent(in), optional :: mesh
+    integer(c_int64_t), intent(in), optional :: gshape(:)
+    character(len=:), allocatable :: msg
+    integer(c_int64_t), allocatable, target :: ext(:)
+    integer(c_int64_t) :: n, mshape(max(i, 1))
+    msg = ""
+    n = 0
+    if (lmc_extents_get(p%extents, c_null_ptr, 0_c_int64_t, n) /= LM_SUCCESS) then
+      msg = ctor_(p) // ": " // str_(p%extents) // " is not an id of lm_extents_create (or it was destroyed)"
       return
     end if
-    if (n == nd .or. (at_least .and. n > nd)) return
-    write(msg, '(a,1x,i0,a,i0,a)') head, n, mid, nd, tail
-    call bad_(st, trim(msg))
-  end subroutine
-
-  !> Checks one placement per dim of the mesh a call on x targets: dm, or x's own mesh when dm
-  !> is null (lm_reshard, lm_transpose: the C library reads that many).
-  subroutine check_target_npl_(x, dm, n, st, what)
-    type(lm_dist_tensor), intent(in) :: x
-    type(c_ptr), intent(in) :: dm
-    integer, intent(in) :: n
-    integer(c_int), intent(inout) :: st
-    character(len=*), intent(in) :: what
-    type(c_ptr) :: m
-    if (st /= LM_SUCCESS) return
-    m = dm
-    if (.not. c_associated(m)) then
-      st = lmc_dist_tensor_mesh(x%ptr, m)
-      if (st /= LM_SUCCESS) then
-        call c_(st)
-        return
-      end if
+    allocate(ext(max(n, 1_c_int64_t)))
+    if (lmc_extents_get(p%extents, c_loc(ext), int(size(ext), c_int64_t), n) /= LM_SUCCESS) return
+    mshape = -1
+    if (present(mesh)) then
+      if (lmc_mesh_shape(mesh, mshape, int(i, c_int)) /= LM_SUCCESS) mshape = -1
     end if
-    call check_npl_(m, n, st, what)
-  end subroutine
+    if (mshape(i) >= 0 .and. n /= mshape(i)) then
+      msg = ctor_(p) // ": " // str_(n) // " lengths " // list_(ext(1:n)) // " for mesh dim " // str_(i) // &
+            " of " // str_(mshape(i)) // " ranks"
+    else if (present(gshape)) then
+      if (sum(ext(1:n)) /= gshape(p%dim)) &
+        msg = ctor_(p) // ": the lengths " // list_(ext(1:n)) // " add up to " // str_(sum(ext(1:n))) // &
+              ", dim " // str_(p%dim) // " of the tensor is " // str_(gshape(p%dim))
+    end if
+  end function
 
   !> Formats placements, e.g. "[S(1), R, P(sum)]" (Fortran dims, as given).
   subroutine lm_placements_format(placements, str, ierr)
     type(lm_placement), intent(in) :: placements(:)
     character(len=:), allocatable, intent(out) :: str
     integer, intent(out), optional :: ierr
-    type(lm_placement_t) :: cpl(size(placements))
     character(kind=c_char) :: buf(1024)
     integer(c_int) :: st
-    integer :: i
-    do i = 1, size(placements)
-      cpl(i) = to_c_(placements(i))
-    end do
-    st = lmc_placements_format(cpl, int(size(cpl), c_int), buf, int(size(buf), c_size_t)); call c_(st)
+    buf = c_null_char
+    st = c_(lmc_placements_format(to_c_(placements), int(size(placements), c_int), buf, int(size(buf), c_size_t)))
     str = c_chars_(buf)
     call done_(st, ierr, "lm_placements_format")
   end subroutine
@@ -759,42 +794,11 @@ contains
     type(lm_placement), intent(in) :: placements(:)
     type(lm_placement), intent(out) :: adjoint(size(placements))
     integer, intent(out), optional :: ierr
-    type(lm_placement_t) :: cpl(size(placements)), cout(size(placements))
+    type(lm_placement_t) :: cout(size(placements))
     integer(c_int) :: st
-    integer :: i
-    do i = 1, size(placements)
-      cpl(i) = to_c_(placements(i))
-    end do
-    st = lmc_placements_adjoint(cpl, int(size(cpl), c_int), cout); call c_(st)
-    if (st == LM_SUCCESS) then
-      do i = 1, size(placements)
-        adjoint(i) = from_c_(cout(i))
-      end do
-    end if
+    st = c_(lmc_placements_adjoint(to_c_(placements), int(size(placements), c_int), cout))
+    if (st == LM_SUCCESS) adjoint = from_c_(cout)
     call done_(st, ierr, "lm_placements_adjoint")
-  end subroutine
-
-  !> torch.chunk layout math: block `index` (0-based) of `parts` of an extent n starts at offset
-  !> (0-based) and has `length` elements.
-  subroutine lm_layout_chunk(n, parts, index, offset, length, ierr)
-    integer(c_int64_t), intent(in) :: n, parts, index
-    integer(c_int64_t), intent(out) :: offset, length
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_layout_chunk(n, parts, index, offset, length); call c_(st); call done_(st, ierr, "lm_layout_chunk")
-  end subroutine
-
-  !> Registers the extents of a ragged shard (one length per mesh coordinate) and returns their
-  !> id for lm_ragged; every lm_extents_create is matched by one lm_extents_destroy.
-  subroutine lm_extents_create(extents, id, ierr)
-    integer(c_int64_t), intent(in) :: extents(:)
-    integer(c_int32_t), intent(out) :: id
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: e(max(size(extents), 1))
-    integer(c_int) :: st
-    e(1:size(extents)) = extents
-    st = lmc_extents_create(id, e, int(size(extents), c_int64_t)); call c_(st)
-    call done_(st, ierr, "lm_extents_create")
   end subroutine
 
   !> The number of extents of `id` in count and, when `extents` is present, the lengths (its size
@@ -805,85 +809,24 @@ contains
     integer(c_int64_t), intent(inout), optional, target :: extents(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
+    st = c_(lmc_extents_get(id, c_null_ptr, 0_c_int64_t, count))
     if (present(extents)) then
-      if (size(extents) > 0) then
-        st = lmc_extents_get(id, c_loc(extents), int(size(extents), c_int64_t), count)
-      else
-        st = lmc_extents_get(id, c_null_ptr, 0_c_int64_t, count)
-      end if
-    else
-      st = lmc_extents_get(id, c_null_ptr, 0_c_int64_t, count)
+      call want_(st, "lm_extents_get: ", "extents", shape(extents), "integer", [int(count)], &
+                 " for " // str_(count) // " lengths", .true.)
+      if (st == LM_SUCCESS .and. count > 0) &
+        st = c_(lmc_extents_get(id, c_loc(extents), int(size(extents), c_int64_t), count))
     end if
-    call c_(st); call done_(st, ierr, "lm_extents_get")
-  end subroutine
-
-  !> Drops one reference to the extents of `id` (0: nothing).
-  subroutine lm_extents_destroy(id, ierr)
-    integer(c_int32_t), intent(in) :: id
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_extents_destroy(id); call c_(st); call done_(st, ierr, "lm_extents_destroy")
+    call done_(st, ierr, "lm_extents_get")
   end subroutine
 
   ! =============================================================================================
   ! Mesh
   ! =============================================================================================
-  subroutine mesh_create_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
-    type(lm_mesh), intent(inout) :: mesh
-    integer, intent(in) :: comm
-    integer(c_int64_t), intent(in) :: shape(:)
-    character(len=*), intent(in), optional :: names(:)
-    integer, intent(in), optional :: ranks(:)
-    integer, intent(in), optional :: check_level
-    real(c_double), intent(in), optional :: timeout
-    integer, intent(out), optional :: ierr
-    type(lm_mesh_config_t), target :: cfg
-    character(kind=c_char), allocatable, target :: chars(:)
-    type(c_ptr), allocatable, target :: ptrs(:)
-    integer(c_int), allocatable, target :: cranks(:)
-    integer(c_int) :: st
-    integer :: i, j, w
-    character(len=160) :: msg
-    call lm_mesh_destroy(mesh)
-    cfg = lm_mesh_config_t(c_sizeof(cfg), LM_MESH_CONFIG_MAGIC, LM_MESH_CONFIG_VERSION, c_null_ptr, 0, c_null_ptr, &
-                           -1, -1.0_c_double)
-    if (present(check_level)) cfg%check_level = int(check_level, c_int)
-    if (present(timeout)) cfg%timeout = timeout
-    st = LM_SUCCESS
-    if (present(ranks)) then
-      cranks = int(ranks, c_int)
-      cfg%ranks = c_loc(cranks)
-      cfg%nranks = int(size(ranks), c_int)
-    end if
-    if (present(names)) then
-      if (size(names) /= size(shape)) then
-        write(msg, '("lm_mesh_create: ",i0," names for ",i0," mesh dims")') size(names), size(shape)
-        call bad_(st, trim(msg))
-      else
-        w = len(names) + 1
-        allocate(chars(w * max(size(names), 1)), ptrs(max(size(names), 1)))
-        do i = 1, size(names)
-          do j = 1, len_trim(names(i))
-            chars((i - 1) * w + j) = names(i)(j:j)
-          end do
-          chars((i - 1) * w + len_trim(names(i)) + 1) = c_null_char
-          ptrs(i) = c_loc(chars((i - 1) * w + 1))
-        end do
-        cfg%dim_names = c_loc(ptrs)
-      end if
-    end if
-    if (st == LM_SUCCESS) then
-      st = lmc_mesh_create(mesh%ptr, int(comm, c_int), int(size(shape), c_int), shape, c_loc(cfg))
-      call c_(st)
-      mesh%owned = .true.
-    end if
-    call done_(st, ierr, "lm_mesh_create")
-  end subroutine
-
   !> Creates a mesh of extents shape(:) over ranks of `comm` (collective over comm; agrees).
   !> names: one per mesh dim; ranks: parent ranks forming the mesh, row-major over the shape;
   !> check_level: argument checks of collectives (0, 1, 2; default: LM_CHECK environment);
   !> timeout: deadline in seconds of blocking waits (0: none; default: LM_TIMEOUT environment).
+  !> comm: integer or type(MPI_Comm); shape: integer(c_int64_t) or integer(c_int32_t).
   subroutine mesh_create_int_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
     type(lm_mesh), intent(inout) :: mesh
     integer, intent(in) :: comm
@@ -893,75 +836,37 @@ contains
     integer, intent(in), optional :: check_level
     real(c_double), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
-  end subroutine
-  !> The 2-D mesh (NPROW, NPCOL) of a process grid over communicator comm: its coordinate (r, c)
-  !> is the rank that passes (myrow, mycol) = (r, c), e.g. what blacs_gridinfo returns (-1, -1
-  !> outside the grid); lm_from_scalapack's mesh. Collective over comm (lm_mesh_create_grid).
-  subroutine lm_mesh_create_grid(mesh, comm, myrow, mycol, ierr)
-    type(lm_mesh), intent(inout) :: mesh
-    integer, intent(in) :: comm, myrow, mycol
-    integer, intent(out), optional :: ierr
+    type(lm_mesh_config_t), target :: cfg
+    character(kind=c_char), allocatable, target :: chars(:, :)
+    type(c_ptr), allocatable, target :: ptrs(:)
+    integer(c_int), allocatable, target :: cranks(:)
     integer(c_int) :: st
-    st = lmc_mesh_create_grid(mesh%ptr, int(comm, c_int), int(myrow, c_int), int(mycol, c_int), &
-                              c_null_ptr)
-    call c_(st)
-    if (st == LM_SUCCESS) mesh%owned = .true.
-    call done_(st, ierr, "lm_mesh_create_grid")
-  end subroutine
-  subroutine mesh_create_f08_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
-    type(lm_mesh), intent(inout) :: mesh
-    type(MPI_Comm), intent(in) :: comm
-    integer(c_int64_t), intent(in) :: shape(:)
-    character(len=*), intent(in), optional :: names(:)
-    integer, intent(in), optional :: ranks(:)
-    integer, intent(in), optional :: check_level
-    real(c_double), intent(in), optional :: timeout
-    integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm%MPI_VAL, shape, names, ranks, check_level, timeout, ierr)
-  end subroutine
-  subroutine mesh_create_int_i4_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
-    type(lm_mesh), intent(inout) :: mesh
-    integer, intent(in) :: comm
-    integer(c_int32_t), intent(in) :: shape(:)
-    character(len=*), intent(in), optional :: names(:)
-    integer, intent(in), optional :: ranks(:)
-    integer, intent(in), optional :: check_level
-    real(c_double), intent(in), optional :: timeout
-    integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm, int(shape, c_int64_t), names, ranks, check_level, timeout, ierr)
-  end subroutine
-  subroutine mesh_create_f08_i4_(mesh, comm, shape, names, ranks, check_level, timeout, ierr)
-    type(lm_mesh), intent(inout) :: mesh
-    type(MPI_Comm), intent(in) :: comm
-    integer(c_int32_t), intent(in) :: shape(:)
-    character(len=*), intent(in), optional :: names(:)
-    integer, intent(in), optional :: ranks(:)
-    integer, intent(in), optional :: check_level
-    real(c_double), intent(in), optional :: timeout
-    integer, intent(out), optional :: ierr
-    call mesh_create_(mesh, comm%MPI_VAL, int(shape, c_int64_t), names, ranks, check_level, timeout, ierr)
-  end subroutine
-
-  !> Local; a borrowed mesh is only forgotten. Tensors keep their mesh alive.
-  subroutine lm_mesh_destroy(mesh)
-    type(lm_mesh), intent(inout) :: mesh
-    integer(c_int) :: st
-    if (mesh%owned .and. c_associated(mesh%ptr)) st = lmc_mesh_destroy(mesh%ptr)
-    mesh%ptr = c_null_ptr
-    mesh%owned = .true.
-  end subroutine
-
-  subroutine mesh_final_(mesh)
-    type(lm_mesh), intent(inout) :: mesh
+    integer :: i
+    type(c_ptr) :: p
     call lm_mesh_destroy(mesh)
-  end subroutine
-
-  subroutine mesh_assign_(lhs, rhs)
-    type(lm_mesh), intent(inout) :: lhs
-    type(lm_mesh), intent(in) :: rhs
-    if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &
-      error stop "localmap: a type(lm_mesh) cannot be copied (pass it as an argument; lm_mesh_borrow)"
+    cfg = lm_mesh_config_t(size=c_sizeof(cfg), magic=LM_MESH_CONFIG_MAGIC, version=LM_MESH_CONFIG_VERSION)
+    if (present(check_level)) cfg%check_level = int(check_level, c_int)
+    if (present(timeout)) cfg%timeout = timeout
+    st = LM_SUCCESS
+    if (present(ranks)) then
+      cranks = int(ranks, c_int)
+      cfg%ranks = c_loc(cranks)
+      cfg%nranks = int(size(ranks), c_int)
+    end if
+    if (present(names)) then
+      call want_(st, "lm_mesh_create: ", "names", [size(names)], "character", [size(shape)], &
+                 " for a mesh of " // str_(size(shape)) // " dims", .false.)
+      allocate(chars(len(names) + 1, max(size(names), 1)), ptrs(max(size(names), 1)))
+      do i = 1, size(names)   ! each name NUL-terminated, in a column of its own
+        chars(:, i) = to_c_str_(names(i))
+        chars(len_trim(names(i)) + 1, i) = c_null_char
+        ptrs(i) = c_loc(chars(1, i))
+      end do
+      cfg%dim_names = c_loc(ptrs)
+    end if
+    if (st == LM_SUCCESS) st = c_(lmc_mesh_create(p, int(comm, c_int), int(size(shape), c_int), shape, c_loc(cfg)))
+    if (st == LM_SUCCESS) call take_(mesh, p)
+    call done_(st, ierr, "lm_mesh_create")
   end subroutine
 
   !> A borrowed (never destroyed here) mesh from a raw handle, e.g. the `mesh` argument of a
@@ -974,283 +879,51 @@ contains
     mesh%owned = .false.
   end subroutine
 
-  !> The number of mesh dims (lm_mesh_ndim).
-  subroutine lm_mesh_ndim(mesh, ndim, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(out) :: ndim
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, n
-    n = 0; st = lmc_mesh_ndim(mesh%ptr, n); call c_(st); ndim = int(n)
-    call done_(st, ierr, "lm_mesh_ndim")
-  end subroutine
-
-  !> Extents of the mesh dims (in mesh-dim order).
-  subroutine lm_mesh_shape(mesh, shape, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer(c_int64_t), intent(out) :: shape(:)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_mesh_shape(mesh%ptr, shape, int(size(shape), c_int)); call c_(st)
-    call done_(st, ierr, "lm_mesh_shape")
-  end subroutine
-
-  !> The number of ranks in the mesh (lm_mesh_size).
-  subroutine lm_mesh_size(mesh, size, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(out) :: size
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, n
-    n = 0; st = lmc_mesh_size(mesh%ptr, n); call c_(st); size = int(n)
-    call done_(st, ierr, "lm_mesh_size")
-  end subroutine
-
-  !> Whether this rank belongs to the mesh (lm_mesh_is_member).
-  subroutine lm_mesh_is_member(mesh, is_member, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    logical, intent(out) :: is_member
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, m
-    m = 0; st = lmc_mesh_is_member(mesh%ptr, m); call c_(st); is_member = m /= 0
-    call done_(st, ierr, "lm_mesh_is_member")
-  end subroutine
-
-  !> This rank's coordinate (0-based, one per mesh dim).
-  subroutine lm_mesh_coord(mesh, coord, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer(c_int64_t), intent(out) :: coord(:)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = LM_SUCCESS
-    call check_len_(mesh%ptr, size(coord), .true., st, "lm_mesh_coord: coord")
-    if (st == LM_SUCCESS) then
-      st = lmc_mesh_coord(mesh%ptr, coord, int(size(coord), c_int)); call c_(st)
-    end if
-    call done_(st, ierr, "lm_mesh_coord")
-  end subroutine
-
-  !> This rank's row-major index in the mesh (0-based).
-  subroutine lm_mesh_rank(mesh, rank, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(out) :: rank
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, r
-    r = -1; st = lmc_mesh_rank(mesh%ptr, r); call c_(st); rank = int(r)
-    call done_(st, ierr, "lm_mesh_rank")
-  end subroutine
-
-  !> The parent-communicator rank at a (0-based) coordinate.
-  subroutine lm_mesh_rank_at(mesh, coord, parent_rank, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer(c_int64_t), intent(in) :: coord(:)
-    integer, intent(out) :: parent_rank
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, r
-    r = -1
-    st = LM_SUCCESS
-    call check_len_(mesh%ptr, size(coord), .false., st, "lm_mesh_rank_at: coord")
-    if (st == LM_SUCCESS) then
-      st = lmc_mesh_rank_at(mesh%ptr, coord, int(size(coord), c_int), r); call c_(st)
-    end if
-    parent_rank = int(r)
-    call done_(st, ierr, "lm_mesh_rank_at")
-  end subroutine
-
-  !> The mesh dim (1-based) called `name`.
-  subroutine lm_mesh_dim_index(mesh, name, dim, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    character(len=*), intent(in) :: name
-    integer, intent(out) :: dim
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, d
-    d = -1; st = lmc_mesh_dim_index(mesh%ptr, to_c_str_(name), d); call c_(st); dim = int(d) + 1
-    call done_(st, ierr, "lm_mesh_dim_index")
-  end subroutine
-
-  !> The name of mesh dim `dim` (1-based; "" when unnamed).
-  subroutine lm_mesh_dim_name(mesh, dim, name, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(in) :: dim
-    character(len=:), allocatable, intent(out) :: name
-    integer, intent(out), optional :: ierr
-    character(kind=c_char) :: buf(128)
-    integer(c_int) :: st
-    buf = c_null_char
-    st = lmc_mesh_dim_name(mesh%ptr, int(dim - 1, c_int), buf, int(size(buf), c_size_t)); call c_(st)
-    name = c_chars_(buf)
-    call done_(st, ierr, "lm_mesh_dim_name")
-  end subroutine
-
-  !> The communicator along mesh dim `dim` (1-based), owned by the mesh: do not free it.
-  subroutine mesh_dim_comm_int_(mesh, dim, comm, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(in) :: dim
-    integer, intent(out) :: comm
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, c
-    c = 0; st = lmc_mesh_dim_comm(mesh%ptr, int(dim - 1, c_int), c); call c_(st); comm = int(c)
-    call done_(st, ierr, "lm_mesh_dim_comm")
-  end subroutine
-  subroutine mesh_dim_comm_f08_(mesh, dim, comm, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(in) :: dim
-    type(MPI_Comm), intent(out) :: comm
-    integer, intent(out), optional :: ierr
-    call mesh_dim_comm_int_(mesh, dim, comm%MPI_VAL, ierr)
-  end subroutine
-
-  !> The communicator of all mesh ranks, owned by the mesh.
-  subroutine mesh_comm_int_(mesh, comm, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(out) :: comm
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, c
-    c = 0; st = lmc_mesh_comm(mesh%ptr, c); call c_(st); comm = int(c)
-    call done_(st, ierr, "lm_mesh_comm")
-  end subroutine
-  subroutine mesh_comm_f08_(mesh, comm, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    type(MPI_Comm), intent(out) :: comm
-    integer, intent(out), optional :: ierr
-    call mesh_comm_int_(mesh, comm%MPI_VAL, ierr)
-  end subroutine
-
-  !> This rank's device options of the mesh (a stream, allocator callbacks); absent: the defaults.
-  subroutine lm_mesh_set_device_config(mesh, config, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    type(lm_device_config_t), intent(in), target, optional :: config
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-    p = c_null_ptr
-    if (present(config)) p = c_loc(config)
-    st = lmc_mesh_set_device_config(mesh%ptr, p); call c_(st); call done_(st, ierr, "lm_mesh_set_device_config")
-  end subroutine
-
-  !> This rank's device options of the mesh.
-  subroutine lm_mesh_device_config(mesh, config, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    type(lm_device_config_t), intent(out) :: config
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    config = lm_device_config_t(c_sizeof(config), LM_DEVICE_CONFIG_MAGIC, LM_DEVICE_CONFIG_VERSION, c_null_ptr, &
-                                c_null_funptr, c_null_funptr, c_null_ptr)
-    st = lmc_mesh_device_config(mesh%ptr, config); call c_(st); call done_(st, ierr, "lm_mesh_device_config")
-  end subroutine
-
-  !> How the mesh moves tensors of device_type (kDLCPU, kDLCUDA): an LM_TRANSPORT_* value.
-  subroutine lm_mesh_transport(mesh, device_type, transport, ierr)
-    type(lm_mesh), intent(in) :: mesh
-    integer, intent(in) :: device_type
-    integer, intent(out) :: transport
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, t
-    t = -1; st = lmc_mesh_transport(mesh%ptr, int(device_type, c_int), t); call c_(st); transport = int(t)
-    call done_(st, ierr, "lm_mesh_transport")
-  end subroutine
-
-  !> Bytes of the library's host buffer pool in use and their high-water mark; reset_peak
-  !> (default .false.) then sets the mark to the bytes in use.
-  subroutine lm_pool_stats(in_use, peak, reset_peak, ierr)
-    integer(c_int64_t), intent(out) :: in_use, peak
-    logical, intent(in), optional :: reset_peak
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, r
-    r = 0
-    if (present(reset_peak)) r = merge(1, 0, reset_peak)
-    st = lmc_pool_stats(in_use, peak, r); call c_(st); call done_(st, ierr, "lm_pool_stats")
-  end subroutine
-
-  !> A zero-filled tensor from localmap's pool as a DLManagedTensor (type(c_ptr); shape in Fortran
-  !> order, the C tensor has it reversed). Hand it to lm_from_dlpack, or as a local_map output
-  !> (outputs(j) = lm_arg_t(LM_ARG_MANAGED_TENSOR, 0, 0, 0d0, managed)).
-  subroutine lm_tensor_alloc(managed, shape, dtype, device, ierr)
-    type(c_ptr), intent(out) :: managed
-    integer(c_int64_t), intent(in) :: shape(:)
-    type(DLDataType), intent(in) :: dtype
-    type(DLDevice), intent(in), optional :: device
-    integer, intent(out), optional :: ierr
-    type(DLDevice) :: dev
-    integer(c_int64_t) :: cshape(max(size(shape), 1))
-    integer(c_int) :: st
-    dev = LM_CPU
-    if (present(device)) dev = device
-    cshape = 0
-    if (size(shape) > 0) cshape(1:size(shape)) = reversed_(shape)
-    managed = c_null_ptr
-    st = lmc_tensor_alloc(managed, int(size(shape), c_int), cshape, dtype, dev); call c_(st)
-    call done_(st, ierr, "lm_tensor_alloc")
-  end subroutine
-
   ! =============================================================================================
   ! Dist tensors
   ! =============================================================================================
-  function reversed_(a) result(r)
-    integer(c_int64_t), intent(in) :: a(:)
-    integer(c_int64_t) :: r(size(a))
-    r = a(size(a):1:-1)
-  end function
-
-  !> Drops one reference (local) and nulls the handle.
-  subroutine lm_dist_tensor_destroy(x)
-    type(lm_dist_tensor), intent(inout) :: x
-    integer(c_int) :: st
-    if (c_associated(x%ptr)) st = lmc_dist_tensor_destroy(x%ptr)
-    x%ptr = c_null_ptr
-  end subroutine
-
-  subroutine tensor_final_(x)
-    type(lm_dist_tensor), intent(inout) :: x
-    call lm_dist_tensor_destroy(x)
-  end subroutine
-
-  !> y = x: y shares x's tensor (one more reference).
-  subroutine tensor_assign_(lhs, rhs)
-    type(lm_dist_tensor), intent(inout) :: lhs
-    type(lm_dist_tensor), intent(in) :: rhs
-    type(c_ptr) :: p
-    integer(c_int) :: st
-    p = rhs%ptr
-    if (c_associated(p)) then
-      st = lmc_dist_tensor_retain(p)
-      if (st /= LM_SUCCESS) error stop "localmap: assignment of a bad type(lm_dist_tensor)"
-    end if
-    call lm_dist_tensor_destroy(lhs)
-    lhs%ptr = p
-  end subroutine
-
-  !> Adds a reference to x's tensor (the assignment y = x does this for you); each reference is
-  !> dropped by one lm_dist_tensor_destroy of a handle holding it.
-  subroutine lm_dist_tensor_retain(x, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_dist_tensor_retain(x%ptr); call c_(st); call done_(st, ierr, "lm_dist_tensor_retain")
-  end subroutine
-
-  !> Builds x from a new C handle (x's old tensor is dropped first).
-  subroutine set_(x, p)
-    type(lm_dist_tensor), intent(inout) :: x
-    type(c_ptr), intent(in) :: p
-    call lm_dist_tensor_destroy(x)
-    x%ptr = p
-  end subroutine
-
   function host_tensor_(data, cshape, dtype) result(t)
     type(c_ptr), intent(in) :: data
     integer(c_int64_t), intent(in), target :: cshape(:)
     type(DLDataType), intent(in) :: dtype
     type(DLTensor) :: t
-    t%data = data
-    t%device = LM_CPU
-    t%ndim = int(size(cshape), c_int)
-    t%dtype = dtype
-    t%shape = c_null_ptr
+    t = DLTensor(data, LM_CPU, int(size(cshape), c_int), dtype, c_null_ptr, c_null_ptr, 0)
     if (size(cshape) > 0) t%shape = c_loc(cshape)
-    t%strides = c_null_ptr
-    t%byte_offset = 0
+  end function
+
+  !> gs = the global shape of x in Fortran order (empty, with st set, when x is refused).
+  subroutine global_shape_(x, gs, st)
+    type(c_ptr), intent(in) :: x
+    integer(c_int64_t), allocatable, intent(out) :: gs(:)
+    integer(c_int), intent(inout) :: st
+    integer(c_int) :: nd
+    nd = 0
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_ndim(x, nd))
+    allocate(gs(nd))
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_global_shape(x, gs, nd))
+    gs = reversed_(gs)
+  end subroutine
+
+  !> The mesh of tensor x (NULL when x is no tensor: the C call then says so).
+  type(c_ptr) function mesh_of_(x)
+    type(c_ptr), intent(in) :: x
+    if (lmc_dist_tensor_mesh(x, mesh_of_) /= LM_SUCCESS) mesh_of_ = c_null_ptr
+  end function
+
+  !> Whether this rank passes its data to a call rooted at root on mesh (every rank when root < 0).
+  logical function is_root_(mesh, root)
+    type(c_ptr), intent(in) :: mesh
+    integer(c_int), intent(in) :: root
+    integer(c_int) :: me
+    me = -1
+    if (root >= 0) then
+      if (lmc_mesh_rank(mesh, me) /= LM_SUCCESS) me = -1
+    end if
+    is_root_ = root < 0 .or. me == root
   end function
 
   !> A zero tensor of global shape `shape` (Fortran order) and dtype (LM_FLOAT64, ...). Local.
+  !> shape: integer(c_int64_t) or integer(c_int32_t).
   subroutine zeros_i8_(x, mesh, shape, dtype, placements, device, ierr)
     type(lm_dist_tensor), intent(inout) :: x
     type(lm_mesh), intent(in) :: mesh
@@ -1260,29 +933,15 @@ contains
     type(DLDevice), intent(in), optional :: device
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: cpl(size(placements))
-    type(DLDevice) :: dev
     type(c_ptr) :: p
     integer(c_int) :: st
-    dev = LM_CPU
-    if (present(device)) dev = device
-    call to_c_pl_(placements, size(shape), cpl, st, "lm_zeros: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_zeros: placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_zeros(p, mesh%ptr, int(size(shape), c_int), reversed_(shape), dtype, dev, cpl)
-      call c_(st)
-      if (st == LM_SUCCESS) call set_(x, p)
-    end if
+    st = LM_SUCCESS
+    call rules_dist_tensor_zeros_(st, "lm_zeros: ", mesh%ptr, placements)
+    call to_c_pl_(placements, size(shape), cpl, st, "lm_zeros: placements", mesh%ptr, shape)
+    if (st == LM_SUCCESS) &
+      st = c_(lmc_dist_tensor_zeros(p, mesh%ptr, int(size(shape), c_int), reversed_(shape), dtype, dev_(device), cpl))
+    if (st == LM_SUCCESS) call take_(x, p)
     call done_(st, ierr, "lm_zeros")
-  end subroutine
-  subroutine zeros_i4_(x, mesh, shape, dtype, placements, device, ierr)
-    type(lm_dist_tensor), intent(inout) :: x
-    type(lm_mesh), intent(in) :: mesh
-    integer(c_int32_t), intent(in) :: shape(:)
-    type(DLDataType), intent(in) :: dtype
-    type(lm_placement), intent(in) :: placements(:)
-    type(DLDevice), intent(in), optional :: device
-    integer, intent(out), optional :: ierr
-    call zeros_i8_(x, mesh, int(shape, c_int64_t), dtype, placements, device, ierr)
   end subroutine
 
   subroutine from_scalapack_(x, mesh, desc, data, dtype, copy, contiguous, ierr)
@@ -1294,39 +953,42 @@ contains
     logical, intent(in), optional :: copy
     logical, intent(in) :: contiguous
     integer, intent(out), optional :: ierr
-    integer(c_int) :: st, flags, cdesc(9)
+    integer(c_int) :: st, flags
     type(c_ptr) :: p
-    character(len=80) :: msg
-    flags = int(LM_FROM_LOCAL_BORROW, c_int)
-    if (present(copy)) then
-      if (copy) flags = int(LM_FROM_LOCAL_COPY, c_int)
-    end if
-    if (size(desc) /= 9) then
-      write(msg, '("lm_from_scalapack: desc has ",i0," entries, not 9")') size(desc)
-      call bad_(st, trim(msg))
-    else if (.not. contiguous .and. flags == int(LM_FROM_LOCAL_BORROW, c_int)) then
+    flags = LM_FROM_LOCAL_BORROW
+    if (flag_(copy, 1) == 1) flags = LM_FROM_LOCAL_COPY
+    st = LM_SUCCESS
+    call rules_dist_tensor_from_scalapack_(st, "lm_from_scalapack: ", desc)
+    if (st == LM_SUCCESS .and. .not. contiguous .and. flags == LM_FROM_LOCAL_BORROW) &
       call bad_(st, "lm_from_scalapack: a is not contiguous, so it cannot be borrowed: pass the " // &
                 "whole array (a(:, 1:LOCc) of an assumed-size one) or copy=.true.")
-    else
-      cdesc = int(desc, c_int)
-      st = lmc_dist_tensor_from_scalapack(p, mesh%ptr, cdesc, data, dtype, LM_CPU, flags)
-      call c_(st)
-      if (st == LM_SUCCESS) call set_(x, p)
-    end if
+    if (st == LM_SUCCESS) &
+      st = c_(lmc_dist_tensor_from_scalapack(p, mesh%ptr, int(desc, c_int), data, dtype, LM_CPU, flags))
+    if (st == LM_SUCCESS) call take_(x, p)
     call done_(st, ierr, "lm_from_scalapack")
   end subroutine
 
-  !> The ScaLAPACK descriptor of x (a 2-D block-cyclic or sharded matrix on a 2-D mesh; see
-  !> lm_dist_tensor_to_scalapack) with BLACS context ctxt; lm_local gives its local array.
-  subroutine lm_to_scalapack(x, ctxt, desc, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    integer, intent(in) :: ctxt
-    integer, intent(out) :: desc(9)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, cdesc(9)
-    st = lmc_dist_tensor_to_scalapack(x%ptr, int(ctxt, c_int), cdesc); call c_(st)
-    desc = int(cdesc)
-    call done_(st, ierr, "lm_to_scalapack")
+  !> What lm_from_local and lm_from_dlpack share, after their length rules: the placements of a
+  !> rank-nd tensor in C's terms, the shape mode, and the given global shape in C order.
+  subroutine from_args_(where, mesh, nd, placements, global_shape, shape_mode, cpl, mode, gshape, st)
+    character(len=*), intent(in) :: where
+    type(c_ptr), intent(in) :: mesh
+    integer, intent(in) :: nd
+    type(lm_placement), intent(in) :: placements(:)
+    integer(c_int64_t), intent(in), optional :: global_shape(:)
+    integer, intent(in), optional :: shape_mode
+    type(lm_placement_t), intent(inout) :: cpl(:)
+    integer(c_int), intent(out) :: mode
+    integer(c_int64_t), intent(out) :: gshape(:)
+    integer(c_int), intent(inout) :: st
+    mode = LM_SHAPE_ALLGATHER
+    if (present(global_shape)) mode = LM_SHAPE_GIVEN
+    if (present(shape_mode)) mode = int(shape_mode, c_int)
+    call to_c_pl_(placements, nd, cpl, st, where // "placements", mesh, global_shape)
+    if (st == LM_SUCCESS .and. mode == LM_SHAPE_GIVEN .and. .not. present(global_shape)) &
+      call bad_(st, where // "shape_mode = LM_SHAPE_GIVEN needs global_shape")
+    gshape = 0
+    if (st == LM_SUCCESS .and. present(global_shape)) gshape(1:nd) = reversed_(global_shape)
   end subroutine
 
   subroutine from_local_(x, mesh, data, fshape, dtype, placements, global_shape, shape_mode, ierr)
@@ -1344,94 +1006,18 @@ contains
     type(DLTensor), target :: t
     type(c_ptr) :: p, gp
     integer(c_int) :: st, mode
-    character(len=160) :: msg
     cshape = reversed_(fshape)
     t = host_tensor_(data, cshape, dtype)
-    mode = LM_SHAPE_ALLGATHER
-    if (present(global_shape)) mode = LM_SHAPE_GIVEN
-    if (present(shape_mode)) mode = int(shape_mode, c_int)
+    st = LM_SUCCESS
+    call rules_dist_tensor_from_local_(st, "lm_from_local: ", mesh%ptr, size(fshape), placements, global_shape)
+    call from_args_("lm_from_local: ", mesh%ptr, size(fshape), placements, global_shape, shape_mode, cpl, mode, &
+                    gshape, st)
     gp = c_null_ptr
-    call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_local: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_local: placements")
-    if (st == LM_SUCCESS .and. mode == LM_SHAPE_GIVEN) then
-      if (.not. present(global_shape)) then
-        call bad_(st, "lm_from_local: shape_mode = LM_SHAPE_GIVEN needs global_shape")
-      else if (size(global_shape) /= size(fshape)) then
-        write(msg, '("lm_from_local: global_shape has ",i0," entries for a rank-",i0," array")') &
-          size(global_shape), size(fshape)
-        call bad_(st, trim(msg))
-      else
-        gshape(1:size(fshape)) = reversed_(global_shape)
-        gp = c_loc(gshape)
-      end if
-    end if
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_from_local(p, mesh%ptr, t, cpl, mode, gp, int(LM_FROM_LOCAL_COPY, c_int))
-      call c_(st)
-      if (st == LM_SUCCESS) call set_(x, p)
-    end if
+    if (present(global_shape)) gp = c_loc(gshape)
+    if (st == LM_SUCCESS) &
+      st = c_(lmc_dist_tensor_from_local(p, mesh%ptr, t, cpl, mode, gp, int(LM_FROM_LOCAL_COPY, c_int)))
+    if (st == LM_SUCCESS) call take_(x, p)
     call done_(st, ierr, "lm_from_local")
-  end subroutine
-
-  subroutine from_global_(x, mesh, data, fshape, dtype, placements, root, ierr)
-    type(lm_dist_tensor), intent(inout) :: x
-    type(lm_mesh), intent(in) :: mesh
-    type(c_ptr), intent(in) :: data
-    integer(c_int64_t), intent(in) :: fshape(:)
-    type(DLDataType), intent(in) :: dtype
-    type(lm_placement), intent(in) :: placements(:)
-    integer, intent(in), optional :: root
-    integer, intent(out), optional :: ierr
-    type(lm_placement_t) :: cpl(size(placements))
-    integer(c_int64_t), target :: cshape(size(fshape))
-    type(DLTensor), target :: t
-    type(c_ptr) :: p, tp
-    integer(c_int) :: st, r, me
-    cshape = reversed_(fshape)
-    t = host_tensor_(data, cshape, dtype)
-    tp = c_loc(t)
-    r = -1
-    if (present(root)) r = int(root, c_int)
-    if (r >= 0) then
-      ! Only mesh rank `root` passes the data; the others pass NULL.
-      if (lmc_mesh_rank(mesh%ptr, me) /= LM_SUCCESS) me = -1
-      if (me /= r) tp = c_null_ptr
-    end if
-    call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_global: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_global: placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_from_global(p, mesh%ptr, tp, cpl, r)
-      call c_(st)
-      if (st == LM_SUCCESS) call set_(x, p)
-    end if
-    call done_(st, ierr, "lm_from_global")
-  end subroutine
-
-  subroutine gather_(x, data, fshape, dtype, root, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    type(c_ptr), intent(in) :: data
-    integer(c_int64_t), intent(in) :: fshape(:)
-    type(DLDataType), intent(in) :: dtype
-    integer, intent(in), optional :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t), target :: cshape(size(fshape))
-    type(DLTensor), target :: t
-    type(c_ptr) :: tp, m
-    integer(c_int) :: st, r, me
-    cshape = reversed_(fshape)
-    t = host_tensor_(data, cshape, dtype)
-    tp = c_loc(t)
-    r = -1
-    if (present(root)) r = int(root, c_int)
-    if (r >= 0) then
-      me = -1
-      if (lmc_dist_tensor_mesh(x%ptr, m) == LM_SUCCESS) then
-        if (lmc_mesh_rank(m, me) /= LM_SUCCESS) me = -1
-      end if
-      if (me /= r) tp = c_null_ptr
-    end if
-    st = lmc_dist_tensor_gather(x%ptr, r, tp); call c_(st)
-    call done_(st, ierr, "lm_gather")
   end subroutine
 
   !> Takes ownership of a DLManagedTensor (type(c_ptr) to it; its shape is row-major C order, e.g.
@@ -1450,73 +1036,71 @@ contains
     type(c_ptr) :: p, gp
     integer(c_int) :: st, mode
     integer :: nd
+    st = LM_SUCCESS
+    nd = 0
     if (.not. c_associated(managed)) then
-      call bad_(st, "lm_from_dlpack: managed is NULL")
-      call done_(st, ierr, "lm_from_dlpack")
-      return
+      call bad_(st, "lm_from_dlpack: managed is c_null_ptr")
+    else
+      call c_f_pointer(managed, m)
+      nd = int(m%dl_tensor%ndim)
     end if
-    call c_f_pointer(managed, m)
-    nd = int(m%dl_tensor%ndim)
-    mode = LM_SHAPE_ALLGATHER
-    if (present(global_shape)) mode = LM_SHAPE_GIVEN
-    if (present(shape_mode)) mode = int(shape_mode, c_int)
+    allocate(gshape(max(nd, 1)))
+    call rules_dist_tensor_from_dlpack_(st, "lm_from_dlpack: ", mesh%ptr, nd, placements, global_shape)
+    call from_args_("lm_from_dlpack: ", mesh%ptr, nd, placements, global_shape, shape_mode, cpl, mode, gshape, st)
     gp = c_null_ptr
-    call to_c_pl_(placements, nd, cpl, st, "lm_from_dlpack: placements")
-    call check_npl_(mesh%ptr, size(placements), st, "lm_from_dlpack: placements")
-    if (st == LM_SUCCESS .and. present(global_shape)) then
-      if (size(global_shape) /= nd) then
-        call bad_(st, "lm_from_dlpack: global_shape needs one entry per dim of the tensor")
-      else
-        gshape = reversed_(global_shape)
-        gp = c_loc(gshape)
-      end if
-    end if
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_from_dlpack(p, mesh%ptr, managed, cpl, mode, gp)
-      call c_(st)
-      if (st == LM_SUCCESS) call set_(x, p)
-    end if
+    if (present(global_shape)) gp = c_loc(gshape)
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_from_dlpack(p, mesh%ptr, managed, cpl, mode, gp))
+    if (st == LM_SUCCESS) call take_(x, p)
     call done_(st, ierr, "lm_from_dlpack")
   end subroutine
 
-  !> The tensor's mesh, borrowed (it lives as long as the tensor).
-  subroutine lm_dist_tensor_mesh(x, mesh, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    type(lm_mesh), intent(inout) :: mesh
+  subroutine from_global_(x, mesh, data, fshape, dtype, placements, root, ierr)
+    type(lm_dist_tensor), intent(inout) :: x
+    type(lm_mesh), intent(in) :: mesh
+    type(c_ptr), intent(in) :: data
+    integer(c_int64_t), intent(in) :: fshape(:)
+    type(DLDataType), intent(in) :: dtype
+    type(lm_placement), intent(in) :: placements(:)
+    integer, intent(in), optional :: root
     integer, intent(out), optional :: ierr
-    type(c_ptr) :: m
-    integer(c_int) :: st
-    st = lmc_dist_tensor_mesh(x%ptr, m); call c_(st)
-    if (st == LM_SUCCESS) call lm_mesh_borrow(mesh, m)
-    call done_(st, ierr, "lm_dist_tensor_mesh")
+    type(lm_placement_t) :: cpl(size(placements))
+    integer(c_int64_t), target :: cshape(size(fshape))
+    type(DLTensor), target :: t
+    type(c_ptr) :: p, tp
+    integer(c_int) :: st, r
+    cshape = reversed_(fshape)
+    t = host_tensor_(data, cshape, dtype)
+    r = -1
+    if (present(root)) r = int(root, c_int)
+    tp = c_null_ptr   ! only mesh rank `root` passes the data when root >= 0
+    if (is_root_(mesh%ptr, r)) tp = c_loc(t)
+    st = LM_SUCCESS
+    call rules_dist_tensor_from_global_(st, "lm_from_global: ", mesh%ptr, placements)
+    call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_global: placements", mesh%ptr, fshape)
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_from_global(p, mesh%ptr, tp, cpl, r))
+    if (st == LM_SUCCESS) call take_(x, p)
+    call done_(st, ierr, "lm_from_global")
   end subroutine
 
-  !> The tensor's number of dims (local).
-  subroutine lm_dist_tensor_ndim(x, ndim, ierr)
+  subroutine gather_(x, data, fshape, dtype, root, ierr)
     type(lm_dist_tensor), intent(in) :: x
-    integer, intent(out) :: ndim
+    type(c_ptr), intent(in) :: data
+    integer(c_int64_t), intent(in) :: fshape(:)
+    type(DLDataType), intent(in) :: dtype
+    integer, intent(in), optional :: root
     integer, intent(out), optional :: ierr
-    integer(c_int) :: st, n
-    n = 0; st = lmc_dist_tensor_ndim(x%ptr, n); call c_(st); ndim = int(n)
-    call done_(st, ierr, "lm_dist_tensor_ndim")
-  end subroutine
-
-  !> The tensor's dtype (compare with LM_FLOAT64, ... using ==).
-  subroutine lm_dist_tensor_dtype(x, dtype, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    type(DLDataType), intent(out) :: dtype
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_dist_tensor_dtype(x%ptr, dtype); call c_(st); call done_(st, ierr, "lm_dist_tensor_dtype")
-  end subroutine
-
-  !> The device of the tensor's local shard (local).
-  subroutine lm_dist_tensor_device(x, device, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    type(DLDevice), intent(out) :: device
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_dist_tensor_device(x%ptr, device); call c_(st); call done_(st, ierr, "lm_dist_tensor_device")
+    integer(c_int64_t), target :: cshape(size(fshape))
+    type(DLTensor), target :: t
+    type(c_ptr) :: tp
+    integer(c_int) :: st, r
+    cshape = reversed_(fshape)
+    t = host_tensor_(data, cshape, dtype)
+    r = -1
+    if (present(root)) r = int(root, c_int)
+    tp = c_null_ptr
+    if (is_root_(mesh_of_(x%ptr), r)) tp = c_loc(t)
+    st = c_(lmc_dist_tensor_gather(x%ptr, r, tp))
+    call done_(st, ierr, "lm_gather")
   end subroutine
 
   !> One placement per mesh dim, in Fortran dim numbering.
@@ -1525,83 +1109,14 @@ contains
     type(lm_placement), intent(out) :: placements(:)
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: cpl(size(placements))
-    integer(c_int) :: st, nd
-    type(c_ptr) :: m
-    m = c_null_ptr
-    st = lmc_dist_tensor_ndim(x%ptr, nd)
-    if (st == LM_SUCCESS) st = lmc_dist_tensor_mesh(x%ptr, m)
-    call c_(st)
-    call check_len_(m, size(placements), .false., st, "lm_dist_tensor_placements: placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_placements(x%ptr, cpl, int(size(cpl), c_int)); call c_(st)
-    end if
-    if (st == LM_SUCCESS) call from_c_pl_(cpl, int(nd), placements)
+    integer(c_int) :: st
+    integer :: nd
+    st = LM_SUCCESS
+    call rules_dist_tensor_placements_(st, "lm_dist_tensor_placements: ", x%ptr, placements)
+    nd = ndim_(x%ptr, "tensor", st)
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_placements(x%ptr, cpl, int(size(cpl), c_int)))
+    if (st == LM_SUCCESS) placements = from_c_(cpl, nd)
     call done_(st, ierr, "lm_dist_tensor_placements")
-  end subroutine
-
-  subroutine shape_query_(x, which, shape, st, what)
-    type(lm_dist_tensor), intent(in) :: x
-    integer, intent(in) :: which
-    integer(c_int64_t), intent(out) :: shape(:)
-    integer(c_int), intent(out) :: st
-    character(len=*), intent(in) :: what
-    integer(c_int64_t) :: c(size(shape))
-    integer(c_int) :: n, nd
-    character(len=160) :: msg
-    n = int(size(shape), c_int)
-    st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
-    if (st /= LM_SUCCESS) return
-    if (n /= nd) then
-      write(msg, '(a," has ",i0," elements for a rank-",i0," tensor")') what, n, nd
-      call bad_(st, trim(msg))
-      return
-    end if
-    select case (which)
-    case (1); st = lmc_dist_tensor_global_shape(x%ptr, c, n)
-    case (2); st = lmc_dist_tensor_local_shape(x%ptr, c, n)
-    case default; st = lmc_dist_tensor_local_offset(x%ptr, c, n)
-    end select
-    call c_(st)
-    if (st == LM_SUCCESS) shape = reversed_(c)
-  end subroutine
-
-  !> The global shape (Fortran order; size(shape) must equal the tensor's rank).
-  subroutine lm_dist_tensor_global_shape(x, shape, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    integer(c_int64_t), intent(out) :: shape(:)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    call shape_query_(x, 1, shape, st, "lm_dist_tensor_global_shape: shape")
-    call done_(st, ierr, "lm_dist_tensor_global_shape")
-  end subroutine
-  !> The local shard's extents (Fortran order).
-  subroutine lm_dist_tensor_local_shape(x, shape, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    integer(c_int64_t), intent(out) :: shape(:)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    call shape_query_(x, 2, shape, st, "lm_dist_tensor_local_shape: shape")
-    call done_(st, ierr, "lm_dist_tensor_local_shape")
-  end subroutine
-  !> Elements before the shard along each dim (Fortran order): the shard is
-  !> global(offset(1)+1 : offset(1)+local(1), ...).
-  subroutine lm_dist_tensor_local_offset(x, offset, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    integer(c_int64_t), intent(out) :: offset(:)
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    call shape_query_(x, 3, offset, st, "lm_dist_tensor_local_offset: offset")
-    call done_(st, ierr, "lm_dist_tensor_local_offset")
-  end subroutine
-
-  !> The raw DLTensor view of the shard (C order shape; lm_local with a Fortran pointer is the
-  !> usual way).
-  subroutine lm_dist_tensor_local_view(x, view, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    type(DLTensor), intent(out) :: view
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_dist_tensor_local(x%ptr, view); call c_(st); call done_(st, ierr, "lm_local")
   end subroutine
 
   !> Checks a DLTensor for a Fortran pointer of dtype and rank; gives its data address, the
@@ -1613,42 +1128,32 @@ contains
     integer, intent(in) :: rank
     type(c_ptr), intent(out) :: data
     integer(c_int64_t), intent(out) :: fshape(:), fpad(:)
-    integer(c_int), intent(out) :: st
+    integer(c_int), intent(inout) :: st
     character(len=*), intent(in) :: what
     integer(c_int64_t), pointer :: shp(:)
     integer(c_int64_t) :: ext(max(rank, 1))
     integer(c_intptr_t) :: addr
-    character(len=160) :: msg
-    st = LM_SUCCESS
     data = c_loc(empty_)
     fshape = 0
     fpad = 0
+    if (st /= LM_SUCCESS) return
     if (.not. (t%dtype == dtype)) then
-      write(msg, '(a,": the tensor''s dtype is (code ",i0,", bits ",i0,"), not the pointer''s (code ",i0,", bits ",i0,")")') &
-        what, t%dtype%code, iand(int(t%dtype%bits), 255), dtype%code, iand(int(dtype%bits), 255)
-      call bad_(st, trim(msg))
-      return
-    end if
-    if (t%ndim /= rank) then
-      write(msg, '(a,": the tensor has rank ",i0,", the pointer ",i0)') what, t%ndim, rank
-      call bad_(st, trim(msg))
-      return
-    end if
-    if (t%device%device_type /= kDLCPU) then
+      call bad_(st, what // ": the tensor's dtype is (code " // str_(int(t%dtype%code)) // ", bits " // &
+                str_(iand(int(t%dtype%bits), 255)) // "), not the pointer's (code " // str_(int(dtype%code)) // &
+                ", bits " // str_(iand(int(dtype%bits), 255)) // ")")
+    else if (t%ndim /= rank) then
+      call bad_(st, what // ": the tensor has rank " // str_(int(t%ndim)) // ", the pointer " // str_(rank))
+    else if (t%device%device_type /= kDLCPU) then
       call bad_(st, what // ": the tensor is not in host memory")
-      return
-    end if
-    if (rank > 0) then
+    else if (rank > 0) then
       call c_f_pointer(t%shape, shp, [rank])
       fshape = reversed_(shp)
       ! The array the shard lies in (its padded rows, or its own shape): the library's rule.
-      if (lmc_padded_extents(t, ext, int(rank, c_int)) /= LM_SUCCESS) then
+      if (lmc_padded_extents(t, ext, int(rank, c_int)) /= LM_SUCCESS) &
         call bad_(st, what // ": the tensor's strides are neither compact nor padded")
-        return
-      end if
       fpad = reversed_(ext(1:rank))
     end if
-    if (c_associated(t%data)) then
+    if (st == LM_SUCCESS .and. c_associated(t%data)) then
       addr = transfer(t%data, addr) + int(t%byte_offset, c_intptr_t)
       data = transfer(addr, data)
     end if
@@ -1662,9 +1167,23 @@ contains
     integer(c_int64_t), intent(out) :: fshape(:), fpad(:)
     integer(c_int), intent(out) :: st
     type(DLTensor) :: v
-    data = c_null_ptr
-    st = lmc_dist_tensor_local(x%ptr, v); call c_(st)
-    if (st == LM_SUCCESS) call dl_data_(v, dtype, rank, data, fshape, fpad, st, "lm_local")
+    st = c_(lmc_dist_tensor_local(x%ptr, v))
+    call dl_data_(v, dtype, rank, data, fshape, fpad, st, "lm_local")
+  end subroutine
+
+  !> The DLTensor of a tensor argument of a local_map function (st: refused if it is none).
+  subroutine arg_tensor_(arg, t, st, what)
+    type(lm_arg_t), intent(in) :: arg
+    type(DLTensor), pointer, intent(out) :: t
+    integer(c_int), intent(out) :: st
+    character(len=*), intent(in) :: what
+    st = LM_SUCCESS
+    t => null()
+    if ((arg%kind /= LM_ARG_TENSOR .and. arg%kind /= LM_ARG_MANAGED_TENSOR) .or. .not. c_associated(arg%ptr)) then
+      call bad_(st, what // ": the argument is of kind " // str_(int(arg%kind)) // ", not a tensor")
+    else
+      call c_f_pointer(arg%ptr, t)   ! a DLManagedTensor starts with its DLTensor
+    end if
   end subroutine
 
   subroutine arg_data_(arg, dtype, rank, data, fshape, fpad, st)
@@ -1675,16 +1194,9 @@ contains
     integer(c_int64_t), intent(out) :: fshape(:), fpad(:)
     integer(c_int), intent(out) :: st
     type(DLTensor), pointer :: t
-    character(len=80) :: msg
-    data = c_null_ptr
-    fshape = 0
-    fpad = 0
-    if ((arg%kind /= LM_ARG_TENSOR .and. arg%kind /= LM_ARG_MANAGED_TENSOR) .or. .not. c_associated(arg%ptr)) then
-      write(msg, '("lm_arg_get: the argument is of kind ",i0,", not a tensor")') arg%kind
-      call bad_(st, trim(msg))
-      return
-    end if
-    call c_f_pointer(arg%ptr, t)   ! a DLManagedTensor starts with its DLTensor
+    type(DLTensor), target :: none
+    call arg_tensor_(arg, t, st, "lm_arg_get")
+    if (.not. associated(t)) t => none
     call dl_data_(t, dtype, rank, data, fshape, fpad, st, "lm_arg_get")
   end subroutine
 
@@ -1696,29 +1208,15 @@ contains
     type(DLTensor), pointer :: t
     integer(c_int64_t), pointer :: shp(:)
     integer(c_int) :: st
-    st = LM_SUCCESS
     allocate(shape(0))
-    if ((arg%kind /= LM_ARG_TENSOR .and. arg%kind /= LM_ARG_MANAGED_TENSOR) .or. .not. c_associated(arg%ptr)) then
-      call bad_(st, "lm_arg_shape: the argument is not a tensor")
-    else
-      call c_f_pointer(arg%ptr, t)
+    call arg_tensor_(arg, t, st, "lm_arg_shape")
+    if (st == LM_SUCCESS .and. associated(t)) then
       if (t%ndim > 0) then
         call c_f_pointer(t%shape, shp, [t%ndim])
         shape = reversed_(shp)
       end if
     end if
     call done_(st, ierr, "lm_arg_shape")
-  end subroutine
-
-  !> Exports the shard as a DLManagedTensor (C order) holding a reference on x; whoever consumes
-  !> it calls its deleter once (lm_from_dlpack takes it over).
-  subroutine lm_dist_tensor_to_dlpack(x, managed, ierr)
-    type(lm_dist_tensor), intent(in) :: x
-    type(c_ptr), intent(out) :: managed
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    managed = c_null_ptr
-    st = lmc_dist_tensor_to_dlpack(x%ptr, managed); call c_(st); call done_(st, ierr, "lm_dist_tensor_to_dlpack")
   end subroutine
 
   !> y = x resharded to `placements` on dst_mesh (absent: x's mesh). Collective over both meshes.
@@ -1729,20 +1227,17 @@ contains
     type(lm_mesh), intent(in), optional :: dst_mesh
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: cpl(size(placements))
+    integer(c_int64_t), allocatable :: gs(:)
     type(c_ptr) :: p, dm
-    integer(c_int) :: st, nd
-    dm = c_null_ptr
-    if (present(dst_mesh)) dm = dst_mesh%ptr
+    integer(c_int) :: st
+    dm = mesh_ptr_(dst_mesh)
     st = LM_SUCCESS
-    call check_target_npl_(x, dm, size(placements), st, "lm_reshard: placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
-    end if
-    if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_reshard: placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_reshard(p, x%ptr, dm, cpl); call c_(st)
-      if (st == LM_SUCCESS) call set_(y, p)
-    end if
+    call rules_dist_tensor_reshard_(st, "lm_reshard: ", x%ptr, dm, placements)
+    call global_shape_(x%ptr, gs, st)
+    if (.not. c_associated(dm)) dm = mesh_of_(x%ptr)
+    call to_c_pl_(placements, size(gs), cpl, st, "lm_reshard: placements", dm, gs)
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_reshard(p, x%ptr, mesh_ptr_(dst_mesh), cpl))
+    if (st == LM_SUCCESS) call take_(y, p)
     call done_(st, ierr, "lm_reshard")
   end subroutine
 
@@ -1758,18 +1253,19 @@ contains
     type(lm_mesh), intent(in), optional :: dst_mesh
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: cpl(size(placements))
-    integer(c_int) :: cperm(max(size(perm), 1))
+    integer(c_int) :: cperm(size(perm))
+    integer(c_int64_t), allocatable :: gs(:)
     type(c_ptr) :: p, dm
-    integer(c_int) :: st, nd
-    dm = c_null_ptr
-    if (present(dst_mesh)) dm = dst_mesh%ptr
-    call c_perm_(x, perm, cperm, nd, st, "lm_transpose")
-    call check_target_npl_(x, dm, size(placements), st, "lm_transpose: placements")
-    if (st == LM_SUCCESS) call to_c_pl_(placements, int(nd), cpl, st, "lm_transpose: placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_transpose(p, x%ptr, cperm, dm, cpl); call c_(st)
-      if (st == LM_SUCCESS) call set_(y, p)
-    end if
+    integer(c_int) :: st
+    dm = mesh_ptr_(dst_mesh)
+    st = LM_SUCCESS
+    call rules_dist_tensor_transpose_(st, "lm_transpose: ", x%ptr, perm, dm, placements)
+    call global_shape_(x%ptr, gs, st)
+    call c_perm_(perm, cperm, st, "lm_transpose")
+    if (.not. c_associated(dm)) dm = mesh_of_(x%ptr)
+    if (st == LM_SUCCESS) call to_c_pl_(placements, size(gs), cpl, st, "lm_transpose: placements", dm, gs(perm))
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_transpose(p, x%ptr, cperm, mesh_ptr_(dst_mesh), cpl))
+    if (st == LM_SUCCESS) call take_(y, p)
     call done_(st, ierr, "lm_transpose")
   end subroutine
 
@@ -1781,47 +1277,55 @@ contains
     type(lm_dist_tensor), intent(in) :: y, x
     integer, intent(in) :: perm(:)
     integer, intent(out), optional :: ierr
-    integer(c_int) :: cperm(max(size(perm), 1))
-    integer(c_int) :: st, nd
-    call c_perm_(x, perm, cperm, nd, st, "lm_transpose_into")
-    if (st == LM_SUCCESS) then
-      st = lmc_dist_tensor_transpose_into(y%ptr, x%ptr, cperm); call c_(st)
-    end if
+    integer(c_int) :: cperm(size(perm))
+    integer(c_int) :: st
+    st = LM_SUCCESS
+    call rules_dist_tensor_transpose_into_(st, "lm_transpose_into: ", x%ptr, perm)
+    call c_perm_(perm, cperm, st, "lm_transpose_into")
+    if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_transpose_into(y%ptr, x%ptr, cperm))
     call done_(st, ierr, "lm_transpose_into")
   end subroutine
 
-  ! A Fortran perm of x's dims (1-based: dim k of the result is dim perm(k) of x) in C's dims
-  ! (reversed, 0-based); st: LM_SUCCESS or the refusal, naming the entry.
-  subroutine c_perm_(x, perm, cperm, nd, st, what)
-    type(lm_dist_tensor), intent(in) :: x
+  ! A Fortran perm of a tensor's dims (1-based: dim k of the result is dim perm(k) of x) in C's
+  ! dims (reversed, 0-based); st: the refusal naming the entry that is not a dim once.
+  subroutine c_perm_(perm, cperm, st, what)
     integer, intent(in) :: perm(:)
-    integer(c_int), intent(out) :: cperm(:), nd, st
+    integer(c_int), intent(out) :: cperm(:)
+    integer(c_int), intent(inout) :: st
     character(len=*), intent(in) :: what
-    integer :: k
-    character(len=96) :: msg
-    st = lmc_dist_tensor_ndim(x%ptr, nd); call c_(st)
-    if (st == LM_SUCCESS .and. size(perm) /= nd) then
-      write(msg, '(a,": perm has ",i0," entries, x has ",i0," dims")') what, size(perm), nd
-      call bad_(st, trim(msg))
-    end if
-    do k = 1, size(perm)
-      if (st /= LM_SUCCESS) exit
-      if (perm(k) < 1 .or. perm(k) > nd .or. count(perm == perm(k)) /= 1) then
-        write(msg, '(a,": perm(",i0,") = ",i0," is not one of the dims 1 .. ",i0, &
-                    & " once")') what, k, perm(k), nd
-        call bad_(st, trim(msg))
-      end if
-    end do
-    if (st /= LM_SUCCESS) return
-    do k = 1, nd   ! Fortran dim k is C dim nd - k (dims reversed)
-      cperm(nd - k + 1) = int(nd - perm(k), c_int)
+    integer :: k, nd
+    nd = size(perm)
+    do k = 1, nd
+      if (st /= LM_SUCCESS) return
+      if (perm(k) < 1 .or. perm(k) > nd .or. count(perm == perm(k)) /= 1) &
+        call bad_(st, what // ": perm(" // str_(k) // ") = " // str_(perm(k)) // " is not one of the dims 1 .. " // &
+                  str_(nd) // " once")
+      cperm(nd - k + 1) = int(nd - perm(k), c_int)   ! Fortran dim k is C dim nd - k
     end do
   end subroutine
 
   ! =============================================================================================
   ! Persistent plans, requests
   ! =============================================================================================
+  !> Both sides' placements of a reshard of a tensor of `shape` (Fortran order) from src_mesh to
+  !> dst_mesh (NULL: src_mesh), checked by lm_reshard_plan_create's length rules and in C's terms.
+  subroutine pair_pl_(where, src_mesh, dst_mesh, src_placements, dst_placements, shape, sp, dp, st)
+    character(len=*), intent(in) :: where
+    type(c_ptr), intent(in) :: src_mesh, dst_mesh
+    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
+    integer(c_int64_t), intent(in) :: shape(:)
+    type(lm_placement_t), intent(inout) :: sp(:), dp(:)
+    integer(c_int), intent(inout) :: st
+    type(c_ptr) :: dm
+    dm = dst_mesh
+    if (.not. c_associated(dm)) dm = src_mesh
+    call rules_reshard_plan_create_(st, where, src_mesh, src_placements, dst_mesh, dst_placements)
+    call to_c_pl_(src_placements, size(shape), sp, st, where // "src_placements", src_mesh, shape)
+    call to_c_pl_(dst_placements, size(shape), dp, st, where // "dst_placements", dm, shape)
+  end subroutine
+
   !> A plan for (src layout, dst layout, dtype, global shape in Fortran order). Local.
+  !> shape: integer(c_int64_t) or integer(c_int32_t).
   subroutine plan_create_i8_(plan, src_mesh, src_placements, dst_mesh, dst_placements, shape, dtype, ierr)
     type(lm_reshard_plan), intent(inout) :: plan
     type(lm_mesh), intent(in) :: src_mesh, dst_mesh
@@ -1833,68 +1337,13 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: st
     call lm_reshard_plan_destroy(plan)
-    call to_c_pl_(src_placements, size(shape), sp, st, "lm_reshard_plan_create: src_placements")
-    call check_npl_(src_mesh%ptr, size(src_placements), st, "lm_reshard_plan_create: src_placements")
-    if (st == LM_SUCCESS) call to_c_pl_(dst_placements, size(shape), dp, st, "lm_reshard_plan_create: dst_placements")
-    call check_npl_(dst_mesh%ptr, size(dst_placements), st, "lm_reshard_plan_create: dst_placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_reshard_plan_create(p, src_mesh%ptr, sp, dst_mesh%ptr, dp, int(size(shape), c_int), &
-                                   reversed_(shape), dtype)
-      call c_(st)
-      if (st == LM_SUCCESS) plan%ptr = p
-    end if
+    st = LM_SUCCESS
+    call pair_pl_("lm_reshard_plan_create: ", src_mesh%ptr, dst_mesh%ptr, src_placements, dst_placements, shape, &
+                  sp, dp, st)
+    if (st == LM_SUCCESS) st = c_(lmc_reshard_plan_create(p, src_mesh%ptr, sp, dst_mesh%ptr, dp, &
+                                                          int(size(shape), c_int), reversed_(shape), dtype))
+    if (st == LM_SUCCESS) call take_(plan, p)
     call done_(st, ierr, "lm_reshard_plan_create")
-  end subroutine
-  subroutine plan_create_i4_(plan, src_mesh, src_placements, dst_mesh, dst_placements, shape, dtype, ierr)
-    type(lm_reshard_plan), intent(inout) :: plan
-    type(lm_mesh), intent(in) :: src_mesh, dst_mesh
-    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
-    integer(c_int32_t), intent(in) :: shape(:)
-    type(DLDataType), intent(in) :: dtype
-    integer, intent(out), optional :: ierr
-    call plan_create_i8_(plan, src_mesh, src_placements, dst_mesh, dst_placements, int(shape, c_int64_t), &
-                         dtype, ierr)
-  end subroutine
-
-  !> A zero-filled tensor y laid out as the plan's target, on `device` (default: the host). Local.
-  subroutine lm_reshard_plan_alloc_target(plan, y, device, ierr)
-    type(lm_reshard_plan), intent(in) :: plan
-    type(lm_dist_tensor), intent(inout) :: y
-    type(DLDevice), intent(in), optional :: device
-    integer, intent(out), optional :: ierr
-    type(DLDevice) :: dev
-    type(c_ptr) :: p
-    integer(c_int) :: st
-    dev = LM_CPU
-    if (present(device)) dev = device
-    st = lmc_reshard_plan_alloc_target(p, plan%ptr, dev); call c_(st)
-    if (st == LM_SUCCESS) call set_(y, p)
-    call done_(st, ierr, "lm_reshard_plan_alloc_target")
-  end subroutine
-
-  !> Runs the plan from x into y. Collective over both meshes.
-  subroutine lm_reshard_plan_execute(plan, x, y, ierr)
-    type(lm_reshard_plan), intent(in) :: plan
-    type(lm_dist_tensor), intent(in) :: x
-    type(lm_dist_tensor), intent(inout) :: y
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = lmc_reshard_plan_execute(plan%ptr, x%ptr, y%ptr); call c_(st)
-    call done_(st, ierr, "lm_reshard_plan_execute")
-  end subroutine
-
-  !> Starts the plan without waiting; x and y must not be touched until the request completes.
-  subroutine lm_reshard_plan_start(plan, x, y, request, ierr)
-    type(lm_reshard_plan), intent(in) :: plan
-    type(lm_dist_tensor), intent(in) :: x
-    type(lm_dist_tensor), intent(inout) :: y
-    type(lm_request), intent(inout) :: request
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    type(c_ptr) :: r
-    st = lmc_reshard_plan_start(r, plan%ptr, x%ptr, y%ptr); call c_(st)
-    if (st == LM_SUCCESS) request%ptr = r
-    call done_(st, ierr, "lm_reshard_plan_start")
   end subroutine
 
   !> done = .true. once complete (the request is then finished).
@@ -1905,9 +1354,7 @@ contains
     integer(c_int) :: st, d
     d = 1
     st = LM_SUCCESS
-    if (c_associated(request%ptr)) then
-      st = lmc_request_test(request%ptr, d); call c_(st)
-    end if
+    if (c_associated(request%ptr)) st = c_(lmc_request_test(request%ptr, d))
     done = d /= 0
     call done_(st, ierr, "lm_request_test")
   end subroutine
@@ -1919,22 +1366,8 @@ contains
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
     st = LM_SUCCESS
-    if (c_associated(request%ptr)) then
-      st = lmc_request_wait(request%ptr); call c_(st)
-    end if
+    if (c_associated(request%ptr)) st = c_(lmc_request_wait(request%ptr))
     call done_(st, ierr, "lm_request_wait")
-  end subroutine
-
-  subroutine request_final_(request)
-    type(lm_request), intent(inout) :: request
-    integer(c_int) :: st
-    if (c_associated(request%ptr)) st = lmc_request_wait(request%ptr)
-  end subroutine
-
-  subroutine request_assign_(lhs, rhs)
-    type(lm_request), intent(inout) :: lhs
-    type(lm_request), intent(in) :: rhs
-    if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) error stop "localmap: a type(lm_request) cannot be copied"
   end subroutine
 
   !> The bytes this rank sends to other ranks when executing the plan: info%bytes_sent of
@@ -1944,50 +1377,10 @@ contains
     integer(c_int64_t), intent(out) :: bytes
     integer, intent(out), optional :: ierr
     type(lm_reshard_plan_info_t) :: info
-    integer(c_int) :: st
-    bytes = 0
-    info%size = c_sizeof(info)
-    info%magic = LM_RESHARD_PLAN_INFO_MAGIC
-    info%version = LM_RESHARD_PLAN_INFO_VERSION
-    st = lmc_reshard_plan_info(plan%ptr, 0_c_int, info); call c_(st)
-    if (st == LM_SUCCESS) bytes = info%bytes_sent
-    call done_(st, ierr, "lm_reshard_plan_bytes_sent")
-  end subroutine
-
-  !> The backward plan of `plan` (local): gradients from the target mesh, in the adjoint of the
-  !> target placements, to the source mesh, in the adjoint of the source placements.
-  subroutine lm_reshard_plan_adjoint(plan, adjoint, ierr)
-    type(lm_reshard_plan), intent(in) :: plan
-    type(lm_reshard_plan), intent(inout) :: adjoint
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    type(c_ptr) :: h
-    h = c_null_ptr
-    st = lmc_reshard_plan_adjoint(h, plan%ptr); call c_(st)
-    if (st == LM_SUCCESS) then
-      call lm_reshard_plan_destroy(adjoint)
-      adjoint%ptr = h
-    end if
-    call done_(st, ierr, "lm_reshard_plan_adjoint")
-  end subroutine
-
-  !> What executing the plan moves: this rank's counts (local), or with all_ranks = .true. every
-  !> rank's summed (collective over both meshes). See lm_reshard_plan_info_t.
-  subroutine lm_reshard_plan_info(plan, info, all_ranks, ierr)
-    type(lm_reshard_plan), intent(in) :: plan
-    type(lm_reshard_plan_info_t), intent(out) :: info
-    logical, intent(in), optional :: all_ranks
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, flags
-    flags = 0
-    if (present(all_ranks)) then
-      if (all_ranks) flags = LM_PLAN_INFO_ALL_RANKS
-    end if
-    info%size = c_sizeof(info)
-    info%magic = LM_RESHARD_PLAN_INFO_MAGIC
-    info%version = LM_RESHARD_PLAN_INFO_VERSION
-    st = lmc_reshard_plan_info(plan%ptr, flags, info); call c_(st)
-    call done_(st, ierr, "lm_reshard_plan_info")
+    integer :: st
+    call lm_reshard_plan_info(plan, info, ierr=st)
+    bytes = info%bytes_sent
+    call done_(int(st, c_int), ierr, "lm_reshard_plan_bytes_sent")
   end subroutine
 
   !> What a reshard from (src_mesh, src_placements) to (dst_mesh, default src_mesh; dst_placements)
@@ -2006,73 +1399,16 @@ contains
     logical, intent(in), optional :: all_ranks
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: sp(size(src_placements)), dp(size(dst_placements))
-    type(c_ptr) :: dm
-    integer(c_int) :: st, flags
-    dm = src_mesh%ptr
-    if (present(dst_mesh)) dm = dst_mesh%ptr
-    flags = 0
-    if (present(all_ranks)) then
-      if (all_ranks) flags = LM_PLAN_INFO_ALL_RANKS
-    end if
-    info%size = c_sizeof(info)
-    info%magic = LM_RESHARD_PLAN_INFO_MAGIC
-    info%version = LM_RESHARD_PLAN_INFO_VERSION
-    call to_c_pl_(src_placements, size(shape), sp, st, "lm_reshard_estimate: src_placements")
-    call check_npl_(src_mesh%ptr, size(src_placements), st, "lm_reshard_estimate: src_placements")
-    if (st == LM_SUCCESS) call to_c_pl_(dst_placements, size(shape), dp, st, "lm_reshard_estimate: dst_placements")
-    call check_npl_(dm, size(dst_placements), st, "lm_reshard_estimate: dst_placements")
-    if (st == LM_SUCCESS) then
-      st = lmc_reshard_estimate(src_mesh%ptr, sp, dm, dp, int(size(shape), c_int), reversed_(shape), &
-                                dtype, flags, info)
-      call c_(st)
-    end if
+    integer(c_int) :: st
+    info = lm_reshard_plan_info_t(size=c_sizeof(info), magic=LM_RESHARD_PLAN_INFO_MAGIC, &
+                                  version=LM_RESHARD_PLAN_INFO_VERSION)
+    st = LM_SUCCESS
+    call pair_pl_("lm_reshard_estimate: ", src_mesh%ptr, mesh_ptr_(dst_mesh), src_placements, dst_placements, &
+                  shape, sp, dp, st)
+    if (st == LM_SUCCESS) &
+      st = c_(lmc_reshard_estimate(src_mesh%ptr, sp, mesh_ptr_(dst_mesh), dp, int(size(shape), c_int), &
+                                   reversed_(shape), dtype, flag_(all_ranks, LM_PLAN_INFO_ALL_RANKS), info))
     call done_(st, ierr, "lm_reshard_estimate")
-  end subroutine
-  subroutine estimate_i4_(info, src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh, &
-                          all_ranks, ierr)
-    type(lm_reshard_plan_info_t), intent(out) :: info
-    type(lm_mesh), intent(in) :: src_mesh
-    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
-    integer(c_int32_t), intent(in) :: shape(:)
-    type(DLDataType), intent(in) :: dtype
-    type(lm_mesh), intent(in), optional :: dst_mesh
-    logical, intent(in), optional :: all_ranks
-    integer, intent(out), optional :: ierr
-    call estimate_i8_(info, src_mesh, src_placements, dst_placements, int(shape, c_int64_t), dtype, &
-                      dst_mesh, all_ranks, ierr)
-  end subroutine
-
-  !> A one-line description of the plan's steps.
-  subroutine lm_reshard_plan_describe(plan, text, ierr)
-    type(lm_reshard_plan), intent(in) :: plan
-    character(len=:), allocatable, intent(out) :: text
-    integer, intent(out), optional :: ierr
-    character(kind=c_char) :: buf(4096)
-    integer(c_int) :: st
-    buf = c_null_char
-    st = lmc_reshard_plan_describe(plan%ptr, buf, int(size(buf), c_size_t)); call c_(st)
-    text = c_chars_(buf)
-    call done_(st, ierr, "lm_reshard_plan_describe")
-  end subroutine
-
-  !> Local; a plan with a request in flight must not be destroyed before it completes.
-  subroutine lm_reshard_plan_destroy(plan)
-    type(lm_reshard_plan), intent(inout) :: plan
-    integer(c_int) :: st
-    if (c_associated(plan%ptr)) st = lmc_reshard_plan_destroy(plan%ptr)
-    plan%ptr = c_null_ptr
-  end subroutine
-
-  subroutine plan_final_(plan)
-    type(lm_reshard_plan), intent(inout) :: plan
-    call lm_reshard_plan_destroy(plan)
-  end subroutine
-
-  subroutine plan_assign_(lhs, rhs)
-    type(lm_reshard_plan), intent(inout) :: lhs
-    type(lm_reshard_plan), intent(in) :: rhs
-    if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &
-      error stop "localmap: a type(lm_reshard_plan) cannot be copied"
   end subroutine
 
   ! =============================================================================================
@@ -2086,12 +1422,6 @@ contains
     allocate(e%src_placements, source=src_placements)
     allocate(e%dst_placements, source=dst_placements)
     e%dtype = dtype
-  end function
-  type(lm_reshard_entry) function entry_i4_(shape, dtype, src_placements, dst_placements) result(e)
-    integer(c_int32_t), intent(in) :: shape(:)
-    type(DLDataType), intent(in) :: dtype
-    type(lm_placement), intent(in) :: src_placements(:), dst_placements(:)
-    e = entry_i8_(int(shape, c_int64_t), dtype, src_placements, dst_placements)
   end function
 
   !> A grouped plan for the reshards entries(:) (lm_reshard_entry) from src_mesh to dst_mesh
@@ -2108,108 +1438,71 @@ contains
     type(lm_mesh), intent(in), optional :: dst_mesh
     integer(c_size_t), intent(in), optional :: bucket_bytes
     integer, intent(out), optional :: ierr
-    type(lm_reshard_entry_t), allocatable, target :: cent(:)
-    integer(c_int64_t), allocatable, target :: cshape(:, :)
-    type(lm_placement_t), allocatable, target :: csrc(:, :), cdst(:, :)
     type(lm_reshard_group_config_t), target :: cfg
-    type(c_ptr) :: p, dm, dcheck
     integer(c_int) :: st
-    integer :: n, i, nd, mnd, mns, mdd
-    character(len=200) :: what
     call lm_reshard_group_destroy(group)
-    n = size(entries)
+    cfg = lm_reshard_group_config_t(size=c_sizeof(cfg), magic=LM_RESHARD_GROUP_CONFIG_MAGIC, &
+                                    version=LM_RESHARD_GROUP_CONFIG_VERSION)
     st = LM_SUCCESS
-    dm = c_null_ptr
-    if (present(dst_mesh)) dm = dst_mesh%ptr
-    dcheck = src_mesh%ptr
-    if (present(dst_mesh)) dcheck = dm
-    cfg = lm_reshard_group_config_t(c_sizeof(cfg), LM_RESHARD_GROUP_CONFIG_MAGIC, &
-                                    LM_RESHARD_GROUP_CONFIG_VERSION, 0_c_size_t, 0_c_size_t)
     if (present(bucket_bytes)) then
       if (bucket_bytes < 0) call bad_(st, "lm_reshard_group_create: bucket_bytes is negative")
       cfg%bucket_bytes = bucket_bytes
     end if
-    mnd = 1; mns = 1; mdd = 1
-    do i = 1, n
-      if (st /= LM_SUCCESS) exit
-      if (.not. (allocated(entries(i)%shape) .and. allocated(entries(i)%src_placements) .and. &
-                 allocated(entries(i)%dst_placements))) then
-        write(what, '(a,i0,a)') "lm_reshard_group_create: entries(", i, &
-          ") lacks its shape or placements (make it with lm_reshard_entry)"
-        call bad_(st, trim(what))
-        exit
-      end if
-      mnd = max(mnd, size(entries(i)%shape))
-      mns = max(mns, size(entries(i)%src_placements))
-      mdd = max(mdd, size(entries(i)%dst_placements))
-    end do
-    allocate(cent(max(n, 1)), cshape(mnd, max(n, 1)), csrc(mns, max(n, 1)), cdst(mdd, max(n, 1)))
-    ! Per entry: the C shape is the reversed Fortran shape, Shard dims count from the other end.
-    do i = 1, n
-      if (st /= LM_SUCCESS) exit
-      nd = size(entries(i)%shape)
-      write(what, '("lm_reshard_group_create: entries(",i0,")%src_placements")') i
-      call to_c_pl_(entries(i)%src_placements, nd, csrc(:, i), st, trim(what))
-      call check_npl_(src_mesh%ptr, size(entries(i)%src_placements), st, trim(what))
-      write(what, '("lm_reshard_group_create: entries(",i0,")%dst_placements")') i
-      if (st == LM_SUCCESS) call to_c_pl_(entries(i)%dst_placements, nd, cdst(:, i), st, trim(what))
-      call check_npl_(dcheck, size(entries(i)%dst_placements), st, trim(what))
-      if (nd > 0) cshape(1:nd, i) = reversed_(entries(i)%shape)
-      cent(i) = lm_reshard_entry_t(int(nd, c_int), c_loc(cshape(1, i)), entries(i)%dtype, c_loc(csrc(1, i)), &
-                                   c_loc(cdst(1, i)))
-    end do
-    if (st == LM_SUCCESS) then
-      st = lmc_reshard_group_create(p, src_mesh%ptr, dm, int(n, c_int), cent, c_loc(cfg))
-      call c_(st)
-      if (st == LM_SUCCESS) group%ptr = p
-    end if
+    call group_create_(group, src_mesh%ptr, mesh_ptr_(dst_mesh), entries, c_loc(cfg), st, "lm_reshard_group_create: ")
     call done_(st, ierr, "lm_reshard_group_create")
   end subroutine
 
-  !> The C handles of x(:) and y(:), which must be as many.
-  subroutine pair_handles_(x, y, xs, ys, st, where)
-    type(lm_dist_tensor), intent(in) :: x(:), y(:)
-    type(c_ptr), allocatable, intent(out) :: xs(:), ys(:)
-    integer(c_int), intent(out) :: st
+  !> The group of entries from src_mesh to dst_mesh (NULL: src_mesh) with the C config cfg, each
+  !> entry checked first (its shape reversed, its placements in C's dims).
+  subroutine group_create_(group, src_mesh, dst_mesh, entries, cfg, st, where)
+    type(lm_reshard_group), intent(inout) :: group
+    type(c_ptr), intent(in) :: src_mesh, dst_mesh, cfg
+    type(lm_reshard_entry), intent(in) :: entries(:)
+    integer(c_int), intent(inout) :: st
     character(len=*), intent(in) :: where
-    character(len=160) :: msg
-    integer :: i
-    st = LM_SUCCESS
-    allocate(xs(max(size(x), 1)), ys(max(size(x), 1)))
-    xs = c_null_ptr
-    ys = c_null_ptr
-    if (size(x) /= size(y)) then
-      write(msg, '(a,": x has ",i0," tensors, y ",i0)') where, size(x), size(y)
-      call bad_(st, trim(msg))
-      return
-    end if
-    do i = 1, size(x)
-      xs(i) = x(i)%ptr
-      ys(i) = y(i)%ptr
+    type(lm_reshard_entry_t), allocatable :: cent(:)
+    integer(c_int64_t), allocatable, target :: cshape(:, :)
+    type(lm_placement_t), allocatable, target :: csrc(:, :), cdst(:, :)
+    type(c_ptr) :: p
+    integer :: i, n, nd
+    n = size(entries)
+    do i = 1, n
+      if (.not. (allocated(entries(i)%shape) .and. allocated(entries(i)%src_placements) .and. &
+                 allocated(entries(i)%dst_placements)) .and. st == LM_SUCCESS) &
+        call bad_(st, where // "entries(" // str_(i) // ") lacks its shape or placements (make it with lm_reshard_entry)")
     end do
+    if (st /= LM_SUCCESS) return
+    allocate(cent(max(n, 1)), cshape(maxval([1, (size(entries(i)%shape), i = 1, n)]), max(n, 1)), &
+             csrc(maxval([1, (size(entries(i)%src_placements), i = 1, n)]), max(n, 1)), &
+             cdst(maxval([1, (size(entries(i)%dst_placements), i = 1, n)]), max(n, 1)))
+    do i = 1, n
+      nd = size(entries(i)%shape)
+      call pair_pl_(where // "entries(" // str_(i) // ")%", src_mesh, dst_mesh, entries(i)%src_placements, &
+                    entries(i)%dst_placements, entries(i)%shape, csrc(:, i), cdst(:, i), st)
+      cshape(1:nd, i) = reversed_(entries(i)%shape)
+      cent(i) = lm_reshard_entry_t(int(nd, c_int), c_loc(cshape(1, i)), entries(i)%dtype, c_loc(csrc(1, i)), &
+                                   c_loc(cdst(1, i)))
+    end do
+    if (st == LM_SUCCESS) st = c_(lmc_reshard_group_create(p, src_mesh, dst_mesh, int(n, c_int), cent, cfg))
+    if (st == LM_SUCCESS) call take_(group, p)
   end subroutine
 
-  !> Zero-filled tensors y(:) laid out as the group's targets, on `device` (default: the host);
-  !> size(y) must be the group's number of entries. On failure y is left as it was. Local.
-  subroutine lm_reshard_group_alloc_targets(group, y, device, ierr)
+  !> The C handles of x(:) and y(:), which must be as many as the group has entries.
+  subroutine pair_handles_(group, x, y, xs, ys, st, where)
     type(lm_reshard_group), intent(in) :: group
-    type(lm_dist_tensor), intent(inout) :: y(:)
-    type(DLDevice), intent(in), optional :: device
-    integer, intent(out), optional :: ierr
-    type(DLDevice) :: dev
-    type(c_ptr) :: p(max(size(y), 1))
-    integer(c_int) :: st
-    integer :: i
-    dev = LM_CPU
-    if (present(device)) dev = device
-    p = c_null_ptr
-    st = lmc_reshard_group_alloc_targets(p, group%ptr, dev, int(size(y), c_int)); call c_(st)
-    if (st == LM_SUCCESS) then
-      do i = 1, size(y)
-        call set_(y(i), p(i))
-      end do
-    end if
-    call done_(st, ierr, "lm_reshard_group_alloc_targets")
+    type(lm_dist_tensor), intent(in) :: x(:), y(:)
+    type(c_ptr), intent(out) :: xs(:), ys(:)
+    integer(c_int), intent(out) :: st
+    character(len=*), intent(in) :: where
+    integer(c_int), target :: n
+    n = -1
+    st = c_(lmc_reshard_group_size(group%ptr, c_loc(n), c_null_ptr))
+    call want_(st, where, "x", shape(x), "lm_dist_tensor", [int(n)], " for a group of " // str_(n) // " entries", &
+               .false.)
+    if (st == LM_SUCCESS .and. size(y) /= size(x)) &
+      call bad_(st, where // "x has " // str_(size(x)) // " tensors, y " // str_(size(y)))
+    xs = x%ptr
+    ys = y%ptr
   end subroutine
 
   !> Runs the group: x(i) into y(i) for every entry (size(x) = size(y) = the group's number of
@@ -2220,12 +1513,10 @@ contains
     type(lm_dist_tensor), intent(in) :: x(:)
     type(lm_dist_tensor), intent(inout) :: y(:)
     integer, intent(out), optional :: ierr
-    type(c_ptr), allocatable :: xs(:), ys(:)
+    type(c_ptr) :: xs(size(x)), ys(size(y))
     integer(c_int) :: st
-    call pair_handles_(x, y, xs, ys, st, "lm_reshard_group_execute")
-    if (st == LM_SUCCESS) then
-      st = lmc_reshard_group_execute(group%ptr, int(size(x), c_int), xs, ys); call c_(st)
-    end if
+    call pair_handles_(group, x, y, xs, ys, st, "lm_reshard_group_execute: ")
+    if (st == LM_SUCCESS) st = c_(lmc_reshard_group_execute(group%ptr, int(size(x), c_int), xs, ys))
     call done_(st, ierr, "lm_reshard_group_execute")
   end subroutine
 
@@ -2237,50 +1528,12 @@ contains
     type(lm_dist_tensor), intent(inout) :: y(:)
     type(lm_request), intent(inout) :: request
     integer, intent(out), optional :: ierr
-    type(c_ptr), allocatable :: xs(:), ys(:)
-    type(c_ptr) :: r
+    type(c_ptr) :: xs(size(x)), ys(size(y)), r
     integer(c_int) :: st
-    call pair_handles_(x, y, xs, ys, st, "lm_reshard_group_start")
-    if (st == LM_SUCCESS) then
-      st = lmc_reshard_group_start(r, group%ptr, int(size(x), c_int), xs, ys); call c_(st)
-      if (st == LM_SUCCESS) request%ptr = r
-    end if
+    call pair_handles_(group, x, y, xs, ys, st, "lm_reshard_group_start: ")
+    if (st == LM_SUCCESS) st = c_(lmc_reshard_group_start(r, group%ptr, int(size(x), c_int), xs, ys))
+    if (st == LM_SUCCESS) call take_(request, r)
     call done_(st, ierr, "lm_reshard_group_start")
-  end subroutine
-
-  !> The group's number of entries and of buckets (either may be absent). Local.
-  subroutine lm_reshard_group_size(group, n, buckets, ierr)
-    type(lm_reshard_group), intent(in) :: group
-    integer, intent(out), optional :: n, buckets
-    integer, intent(out), optional :: ierr
-    integer(c_int), target :: cn, cb
-    integer(c_int) :: st
-    cn = 0
-    cb = 0
-    st = lmc_reshard_group_size(group%ptr, c_loc(cn), c_loc(cb)); call c_(st)
-    if (present(n)) n = int(cn)
-    if (present(buckets)) buckets = int(cb)
-    call done_(st, ierr, "lm_reshard_group_size")
-  end subroutine
-
-  !> Local; a group with a request in flight must not be destroyed before it completes.
-  subroutine lm_reshard_group_destroy(group)
-    type(lm_reshard_group), intent(inout) :: group
-    integer(c_int) :: st
-    if (c_associated(group%ptr)) st = lmc_reshard_group_destroy(group%ptr)
-    group%ptr = c_null_ptr
-  end subroutine
-
-  subroutine group_final_(group)
-    type(lm_reshard_group), intent(inout) :: group
-    call lm_reshard_group_destroy(group)
-  end subroutine
-
-  subroutine group_assign_(lhs, rhs)
-    type(lm_reshard_group), intent(inout) :: lhs
-    type(lm_reshard_group), intent(in) :: rhs
-    if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &
-      error stop "localmap: a type(lm_reshard_group) cannot be copied"
   end subroutine
 
   !> y(j) = x(j) resharded to placements(:, j) on dst_mesh (absent: the tensors' mesh, which they
@@ -2294,101 +1547,51 @@ contains
     type(lm_placement), intent(in) :: placements(:, :)
     type(lm_mesh), intent(in), optional :: dst_mesh
     integer, intent(out), optional :: ierr
-    type(lm_placement_t), allocatable, target :: cpl(:, :), csrc(:, :)
-    integer(c_int64_t), allocatable, target :: cshape(:, :)
-    type(lm_reshard_entry_t), allocatable :: cent(:)
-    type(c_ptr), allocatable :: xs(:), out(:)
-    type(c_ptr) :: dm, m, sm, g
-    type(DLDataType) :: dt
-    type(DLDevice) :: dev
-    integer(c_int) :: st, st2, nd, snd
-    integer :: n, j, mnd
-    character(len=160) :: msg
-    n = size(x)
+    type(lm_reshard_entry), allocatable :: e(:)
+    type(lm_dist_tensor), allocatable :: out(:)
+    type(lm_reshard_group) :: g
+    type(lm_placement_t) :: cpl(size(placements, 1))
+    type(c_ptr) :: sm, dm, m, xs(size(x)), ys(size(x))
+    integer(c_int) :: st
+    integer :: j
     st = LM_SUCCESS
-    dm = c_null_ptr
-    sm = c_null_ptr
-    g = c_null_ptr
-    snd = 1
-    if (present(dst_mesh)) dm = dst_mesh%ptr
-    if (size(y) /= n .or. size(placements, 2) /= n) then
-      write(msg, '("lm_reshard_many: ",i0," tensors x, ",i0," y and ",i0," columns of placements")') &
-        n, size(y), size(placements, 2)
-      call bad_(st, trim(msg))
+    if (size(y) /= size(x) .or. size(placements, 2) /= size(x)) &
+      call bad_(st, "lm_reshard_many: " // str_(size(x)) // " tensors x, " // str_(size(y)) // " y and " // &
+                str_(size(placements, 2)) // " columns of placements")
+    if (size(x) == 0 .or. st /= LM_SUCCESS) then
+      call done_(st, ierr, "lm_reshard_many")
+      return
     end if
-    if (st == LM_SUCCESS .and. n > 0) then
-      st = lmc_dist_tensor_mesh(x(1)%ptr, sm); call c_(st)
-      if (st == LM_SUCCESS) then
-        st = lmc_mesh_ndim(sm, snd); call c_(st)
-      end if
-    end if
-    mnd = 1
-    do j = 1, n
-      if (st /= LM_SUCCESS) exit
-      st = lmc_dist_tensor_ndim(x(j)%ptr, nd); call c_(st)
-      mnd = max(mnd, int(nd))
+    sm = mesh_of_(x(1)%ptr)
+    dm = merge(mesh_ptr_(dst_mesh), sm, present(dst_mesh))
+    allocate(e(size(x)), out(size(x)))
+    do j = 1, size(x)
+      m = mesh_of_(x(j)%ptr)
+      if (st == LM_SUCCESS .and. .not. c_associated(m, sm)) &
+        call bad_(st, "lm_reshard_many: x(" // str_(j) // ") lives on another mesh than x(1) (one call moves " // &
+                  "tensors of one mesh)")
+      call rules_dist_tensor_reshard_(st, "lm_reshard_many: ", x(j)%ptr, dm, placements(:, j))
+      call global_shape_(x(j)%ptr, e(j)%shape, st)
+      call to_c_pl_(placements(:, j), size(e(j)%shape), cpl, st, "lm_reshard_many: placements(:," // str_(j) // ")", &
+                    dm, e(j)%shape)
+      allocate(e(j)%src_placements(size(placements, 1)))
+      if (st == LM_SUCCESS) call lm_dist_tensor_placements(x(j), e(j)%src_placements, st)
+      if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_dtype(x(j)%ptr, e(j)%dtype))
+      e(j)%dst_placements = placements(:, j)
     end do
-    allocate(cpl(max(size(placements, 1), 1), max(n, 1)), csrc(max(snd, 1), max(n, 1)), &
-             cshape(mnd, max(n, 1)), cent(max(n, 1)), xs(max(n, 1)), out(max(n, 1)))
-    xs = c_null_ptr
-    out = c_null_ptr
-    do j = 1, n
-      if (st /= LM_SUCCESS) exit
-      xs(j) = x(j)%ptr
-      st = lmc_dist_tensor_mesh(x(j)%ptr, m); call c_(st)
-      if (st == LM_SUCCESS .and. .not. c_associated(m, sm)) then
-        write(msg, '("lm_reshard_many: x(",i0,") lives on another mesh than x(1) (one call moves ' // &
-          'tensors of one mesh)")') j
-        call bad_(st, trim(msg))
-      end if
-      if (st == LM_SUCCESS) then
-        st = lmc_dist_tensor_ndim(x(j)%ptr, nd); call c_(st)
-      end if
-      write(msg, '("lm_reshard_many: placements(:,",i0,")")') j
-      if (st == LM_SUCCESS) call to_c_pl_(placements(:, j), int(nd), cpl(:, j), st, trim(msg))
-      if (st == LM_SUCCESS) then
-        st = lmc_dist_tensor_global_shape(x(j)%ptr, cshape(:, j), nd); call c_(st)
-      end if
-      if (st == LM_SUCCESS) then
-        st = lmc_dist_tensor_placements(x(j)%ptr, csrc(:, j), snd); call c_(st)
-      end if
-      if (st == LM_SUCCESS) then
-        st = lmc_dist_tensor_dtype(x(j)%ptr, dt); call c_(st)
-      end if
-      if (st == LM_SUCCESS) cent(j) = lm_reshard_entry_t(nd, c_loc(cshape(1, j)), dt, &
-                                                         c_loc(csrc(1, j)), c_loc(cpl(1, j)))
-    end do
-    ! One placement per dim of the target mesh (C reads that many).
-    if (st == LM_SUCCESS .and. n > 0) then
-      m = sm
-      if (present(dst_mesh)) m = dm
-      call check_npl_(m, size(placements, 1), st, "lm_reshard_many: placements")
-    end if
-    if (st == LM_SUCCESS .and. n > 0) then
-      st = lmc_reshard_group_create(g, sm, dm, int(n, c_int), cent, c_null_ptr); call c_(st)
-      if (st == LM_SUCCESS) then
-        st = lmc_dist_tensor_device(x(1)%ptr, dev); call c_(st)
-      end if
-      if (st == LM_SUCCESS) then
-        st = lmc_reshard_group_alloc_targets(out, g, dev, int(n, c_int)); call c_(st)
-        if (st == LM_SUCCESS) then
-          st = lmc_reshard_group_execute(g, int(n, c_int), xs, out); call c_(st)
-          if (st /= LM_SUCCESS) then
-            do j = 1, n  ! no y(j) changes: the targets go
-              st2 = lmc_dist_tensor_destroy(out(j))
-            end do
-          end if
-        end if
-      end if
-      if (c_associated(g)) st2 = lmc_reshard_group_destroy(g)
-      if (st == LM_SUCCESS) then
-        do j = 1, n
-          call set_(y(j), out(j))
-        end do
-      end if
-    end if
+    call group_create_(g, sm, mesh_ptr_(dst_mesh), e, c_null_ptr, st, "lm_reshard_many: ")
+    if (st == LM_SUCCESS) call lm_reshard_group_alloc_targets(g, out, dev_of_(x(1)), st)
+    if (st == LM_SUCCESS) call pair_handles_(g, x, out, xs, ys, st, "lm_reshard_many: ")
+    if (st == LM_SUCCESS) st = c_(lmc_reshard_group_execute(g%ptr, int(size(x), c_int), xs, ys))
+    if (st == LM_SUCCESS) y = out   ! (each y(j) shares out(j)'s tensor, then out goes)
     call done_(st, ierr, "lm_reshard_many")
   end subroutine
+
+  !> The device of x's shard (the host when x is refused: the calls after it say why).
+  type(DLDevice) function dev_of_(x)
+    type(lm_dist_tensor), intent(in) :: x
+    if (lmc_dist_tensor_device(x%ptr, dev_of_) /= LM_SUCCESS) dev_of_ = LM_CPU
+  end function
 
   ! =============================================================================================
   ! local_map
@@ -2428,10 +1631,10 @@ contains
     integer(c_int) :: st
     st = LM_SUCCESS
     if (arg%kind /= LM_ARG_DIST_TENSOR) then
-      call bad_(st, "lm_arg_take: the argument is not a dist tensor")
+      call bad_(st, "lm_arg_take: the argument is of kind " // str_(int(arg%kind)) // ", not a dist tensor")
     else
-      call set_(y, arg%ptr)
-      arg = lm_arg_t(LM_ARG_NONE, 0, 0_c_int64_t, 0d0, c_null_ptr)
+      call take_(y, arg%ptr)
+      arg = lm_arg_t()
     end if
     call done_(st, ierr, "lm_arg_take")
   end subroutine
@@ -2467,22 +1670,14 @@ contains
       errmsg_ = "lm_arg_set: out of memory"
     else
       base = transfer(blk, base)
-      call c_f_pointer(blk, m)
-      m%dl_tensor%device = LM_CPU
-      m%dl_tensor%ndim = int(size(fshape), c_int)
-      m%dl_tensor%dtype = dtype
-      m%dl_tensor%strides = c_null_ptr
-      m%dl_tensor%byte_offset = 0
-      m%dl_tensor%shape = transfer(base + int(off_shape, c_intptr_t), blk)
-      if (size(fshape) > 0) then
-        call c_f_pointer(m%dl_tensor%shape, shp, [size(fshape)])
-        shp = reversed_(fshape)
-      end if
       dst = transfer(base + int(head, c_intptr_t), blk)
-      m%dl_tensor%data = dst
+      call c_f_pointer(blk, m)
+      m = DLManagedTensor(DLTensor(dst, LM_CPU, int(size(fshape), c_int), dtype, &
+                                   transfer(base + int(off_shape, c_intptr_t), blk), c_null_ptr, 0), &
+                          c_null_ptr, c_funloc(free_managed_))
+      call c_f_pointer(m%dl_tensor%shape, shp, [size(fshape)])
+      shp = reversed_(fshape)
       if (nbytes > 0) dst = c_memcpy_(dst, data, nbytes)
-      m%manager_ctx = c_null_ptr
-      m%deleter = c_funloc(free_managed_)
       arg = lm_arg_t(LM_ARG_MANAGED_TENSOR, 0, 0_c_int64_t, 0d0, blk)
     end if
     call done_(st, ierr, "lm_arg_set")
@@ -2520,169 +1715,136 @@ contains
     integer, intent(out), optional :: ierr
     type(lm_placement), intent(in), optional :: in_grad_placements(:, :)
     type(lm_local_map_record), intent(inout), optional :: record
-    integer :: nin, nout, mnd, i, j, r
     type(lm_placement_t), allocatable, target :: cin(:, :), cout(:, :), cgrad(:, :)
     integer(c_int64_t), allocatable, target :: cshapes(:, :)
     type(c_ptr), allocatable, target :: pin(:), pout(:), pshape(:), pgrad(:)
     type(lm_local_map_options_t) :: opt
     type(c_ptr), target :: rec
-    type(lm_arg_t), allocatable, target :: cinputs(:), coutputs(:)
-    type(c_ptr) :: m, mp, ud, inp, shp
-    integer(c_int) :: st, nd, fl
-    character(len=200) :: msg
+    type(lm_arg_t) :: cin_args(size(inputs)), cout_args(size(outputs))
+    type(c_ptr) :: m, ud, inp, shp
+    integer(c_int) :: st, fl
+    integer :: i, nin, nout
     nin = size(inputs)
     nout = size(outputs)
+    m = mesh_ptr_(mesh)
+    do i = 1, nin   ! the mesh the tables are for: the call's, else the dist inputs'
+      if (c_associated(m)) exit
+      if (inputs(i)%kind == LM_ARG_DIST_TENSOR) m = mesh_of_(inputs(i)%ptr)
+    end do
     st = LM_SUCCESS
-    m = c_null_ptr
-    mp = c_null_ptr
-    if (present(mesh)) mp = mesh%ptr
-    m = mp
-    if (.not. c_associated(m)) then
-      do i = 1, nin
-        if (inputs(i)%kind == LM_ARG_DIST_TENSOR) then
-          if (lmc_dist_tensor_mesh(inputs(i)%ptr, m) == LM_SUCCESS) exit
-        end if
-      end do
-    end if
-    mnd = size(out_placements, 1)
-    if (c_associated(m)) mnd = mesh_ndim_(m)
-    if (size(out_placements, 2) /= nout) then
-      write(msg, '("lm_local_map: out_placements has ",i0," columns for ",i0," outputs")') &
-        size(out_placements, 2), nout
-      call bad_(st, trim(msg))
-    else if (nout > 0 .and. size(out_placements, 1) /= mnd) then
-      write(msg, '("lm_local_map: out_placements has ",i0," rows for a mesh of ",i0," dims")') &
-        size(out_placements, 1), mnd
-      call bad_(st, trim(msg))
-    end if
-    if (st == LM_SUCCESS .and. present(in_placements)) then
-      if (size(in_placements, 2) /= nin .or. (nin > 0 .and. size(in_placements, 1) /= mnd)) then
-        write(msg, '("lm_local_map: in_placements is ",i0,"x",i0,", not ",i0,"x",i0," (mesh dims x inputs)")') &
-          size(in_placements, 1), size(in_placements, 2), mnd, nin
-        call bad_(st, trim(msg))
-      end if
-    end if
-    if (st == LM_SUCCESS .and. present(out_ranks)) then
-      if (size(out_ranks) /= nout) call bad_(st, "lm_local_map: out_ranks needs one entry per output")
-    end if
-    allocate(cgrad(max(mnd, 1), max(nin, 1)), pgrad(max(nin, 1)))
-    pgrad = c_null_ptr
-    if (st == LM_SUCCESS .and. present(in_grad_placements)) &
-      call local_map_grad_pl_(inputs, in_grad_placements, mnd, cgrad, pgrad, st)
-    allocate(cin(max(mnd, 1), max(nin, 1)), cout(max(mnd, 1), max(nout, 1)), pin(max(nin, 1)), &
-             pout(max(nout, 1)), pshape(max(nout, 1)), cinputs(max(nin, 1)), coutputs(max(nout, 1)))
-    pin = c_null_ptr
-    pout = c_null_ptr
-    pshape = c_null_ptr
-    inp = c_null_ptr
-    shp = c_null_ptr
-    ! Input placements: Fortran dims of each dist input's rank.
-    if (st == LM_SUCCESS .and. present(in_placements)) then
-      inp = c_loc(pin)
-      do i = 1, nin
-        if (in_placements(1, i)%kind == LM_NO_PLACEMENT%kind) cycle
-        nd = 0
-        if (inputs(i)%kind == LM_ARG_DIST_TENSOR) then
-          if (lmc_dist_tensor_ndim(inputs(i)%ptr, nd) /= LM_SUCCESS) nd = 0
-        end if
-        write(msg, '("lm_local_map: in_placements(:,",i0,")")') i
-        call to_c_pl_(in_placements(:, i), int(nd), cin(:, i), st, trim(msg))
-        if (st /= LM_SUCCESS) exit
-        pin(i) = c_loc(cin(1, i))
-      end do
-    end if
-    ! Output placements and shapes: Fortran dims of each output's rank.
-    if (st == LM_SUCCESS .and. present(out_shapes)) then
-      if (.not. present(out_ranks)) then
-        call bad_(st, "lm_local_map: out_shapes needs out_ranks")
-      else if (size(out_shapes, 2) /= nout .or. any(out_ranks > size(out_shapes, 1))) then
-        call bad_(st, "lm_local_map: out_shapes must be (at least max(out_ranks)) x nout")
-      else
-        allocate(cshapes(max(size(out_shapes, 1), 1), max(nout, 1)))
-        shp = c_loc(pshape)
-        do j = 1, nout
-          if (out_shapes(1, j) < 0) cycle
-          r = out_ranks(j)
-          cshapes(1:r, j) = reversed_(out_shapes(1:r, j))
-          pshape(j) = c_loc(cshapes(1, j))
-        end do
-      end if
-    end if
-    if (st == LM_SUCCESS) then
-      do j = 1, nout
-        if (out_placements(1, j)%kind == LM_NO_PLACEMENT%kind) cycle
-        r = 0
-        if (present(out_ranks)) then
-          r = out_ranks(j)
-        else if (any(out_placements(:, j)%kind == LM_KIND_SHARD)) then
-          write(msg, '("lm_local_map: out_placements(:,",i0,") has lm_shard: give out_ranks")') j
-          call bad_(st, trim(msg))
-          exit
-        end if
-        write(msg, '("lm_local_map: out_placements(:,",i0,")")') j
-        call to_c_pl_(out_placements(:, j), r, cout(:, j), st, trim(msg))
-        if (st /= LM_SUCCESS) exit
-        pout(j) = c_loc(cout(1, j))
-      end do
-    end if
+    call rules_local_map_(st, "lm_local_map: ", nin, in_placements, nout, out_placements, out_shapes, m)
+    if (present(in_grad_placements)) &
+      call want_(st, "lm_local_map: ", "in_grad_placements", shape(in_grad_placements), "lm_placement", &
+                 [ndim_(m, "mesh", st), nin], " for a mesh of " // str_(ndim_(m, "mesh", st)) // " dims x " // &
+                 str_(nin) // " inputs", .false.)
+    if (present(out_ranks)) call want_(st, "lm_local_map: ", "out_ranks", shape(out_ranks), "integer", [nout], &
+                                       " for " // str_(nout) // " outputs", .false.)
+    inp = in_table_(inputs, in_placements, "in_placements", cin, pin, st)
+    opt = lm_local_map_options_t(size=c_sizeof(opt), magic=LM_LOCAL_MAP_OPTIONS_MAGIC, &
+                                 version=LM_LOCAL_MAP_OPTIONS_VERSION)
+    opt%in_grad_placements = in_table_(inputs, in_grad_placements, "in_grad_placements", cgrad, pgrad, st)
+    call out_table_(out_placements, out_ranks, cout, pout, st)
+    shp = out_shapes_(out_shapes, out_ranks, nout, cshapes, pshape, st)
     if (st == LM_SUCCESS) then
       ud = c_null_ptr
       if (present(user_data)) ud = user_data
       fl = 0
       if (present(flags)) fl = int(flags, c_int)
-      if (nin > 0) cinputs(1:nin) = inputs
-      coutputs = lm_arg_t(LM_ARG_NONE, 0, 0_c_int64_t, 0d0, c_null_ptr)
-      if (present(in_grad_placements) .or. present(record)) then
-        opt = lm_local_map_options_t(c_sizeof(opt), LM_LOCAL_MAP_OPTIONS_MAGIC, LM_LOCAL_MAP_OPTIONS_VERSION, &
-                                     c_null_ptr, c_null_ptr)
-        if (present(in_grad_placements)) opt%in_grad_placements = c_loc(pgrad)
-        rec = c_null_ptr
-        if (present(record)) opt%record = c_loc(rec)
-        st = lmc_local_map_ex(c_funloc(fn), ud, int(nin, c_int), cinputs, inp, int(nout, c_int), c_loc(pout), &
-                              shp, mp, fl, opt, coutputs)
-        if (st == LM_SUCCESS .and. present(record)) then
-          call lm_local_map_record_destroy(record)
-          record%ptr = rec
-        end if
-      else
-        st = lmc_local_map(c_funloc(fn), ud, int(nin, c_int), cinputs, inp, int(nout, c_int), c_loc(pout), &
-                           shp, mp, fl, coutputs)
-      end if
-      call c_(st)
-      if (nout > 0) outputs = coutputs(1:nout)
+      cin_args = inputs
+      rec = c_null_ptr
+      if (present(record)) opt%record = c_loc(rec)
+      st = c_(lmc_local_map_ex(c_funloc(fn), ud, int(nin, c_int), cin_args, inp, int(nout, c_int), c_loc(pout), &
+                               shp, mesh_ptr_(mesh), fl, opt, cout_args))
+      if (st == LM_SUCCESS .and. present(record)) call take_(record, rec)
+      outputs = cout_args
     end if
     call done_(st, ierr, "lm_local_map")
   end subroutine
 
-  !> in_grad_placements of lm_local_map as the C table: column i in Fortran dims of input i's rank.
-  subroutine local_map_grad_pl_(inputs, pl, mnd, cgrad, pgrad, st)
+  !> An input table of lm_local_map (in_placements, in_grad_placements; absent: NULL) as the C
+  !> table: column i in the Fortran dims of input i's rank, or NULL where it starts with
+  !> LM_NO_PLACEMENT.
+  type(c_ptr) function in_table_(inputs, pl, what, cpl, ptrs, st)
     type(lm_arg_t), intent(in) :: inputs(:)
-    type(lm_placement), intent(in) :: pl(:, :)
-    integer, intent(in) :: mnd
-    type(lm_placement_t), intent(inout), target :: cgrad(:, :)
-    type(c_ptr), intent(inout) :: pgrad(:)
+    type(lm_placement), intent(in), optional :: pl(:, :)
+    character(len=*), intent(in) :: what
+    type(lm_placement_t), allocatable, target, intent(out) :: cpl(:, :)
+    type(c_ptr), allocatable, target, intent(out) :: ptrs(:)
     integer(c_int), intent(inout) :: st
-    integer :: i
     integer(c_int) :: nd
-    character(len=200) :: msg
-    if (size(pl, 2) /= size(inputs) .or. (size(inputs) > 0 .and. size(pl, 1) /= mnd)) then
-      write(msg, '("lm_local_map: in_grad_placements is ",i0,"x",i0,", not ",i0,"x",i0," (mesh dims x inputs)")') &
-        size(pl, 1), size(pl, 2), mnd, size(inputs)
-      call bad_(st, trim(msg))
-      return
-    end if
+    integer :: i
+    allocate(ptrs(max(size(inputs), 1)))
+    ptrs = c_null_ptr
+    in_table_ = c_null_ptr
+    if (.not. present(pl) .or. st /= LM_SUCCESS) return
+    in_table_ = c_loc(ptrs)
+    allocate(cpl(max(size(pl, 1), 1), max(size(inputs), 1)))
     do i = 1, size(inputs)
       if (pl(1, i)%kind == LM_NO_PLACEMENT%kind) cycle
       nd = 0
       if (inputs(i)%kind == LM_ARG_DIST_TENSOR) then
         if (lmc_dist_tensor_ndim(inputs(i)%ptr, nd) /= LM_SUCCESS) nd = 0
       end if
-      write(msg, '("lm_local_map: in_grad_placements(:,",i0,")")') i
-      call to_c_pl_(pl(:, i), int(nd), cgrad(:, i), st, trim(msg))
+      call to_c_pl_(pl(:, i), int(nd), cpl(:, i), st, "lm_local_map: " // what // "(:," // str_(i) // ")")
+      ptrs(i) = c_loc(cpl(1, i))
+    end do
+  end function
+
+  !> lm_local_map's out_placements as the C table: column j in the Fortran dims of output j's rank
+  !> (out_ranks(j); needed for lm_shard), NULL where it starts with LM_NO_PLACEMENT.
+  subroutine out_table_(pl, out_ranks, cpl, ptrs, st)
+    type(lm_placement), intent(in) :: pl(:, :)
+    integer, intent(in), optional :: out_ranks(:)
+    type(lm_placement_t), allocatable, target, intent(out) :: cpl(:, :)
+    type(c_ptr), allocatable, target, intent(out) :: ptrs(:)
+    integer(c_int), intent(inout) :: st
+    integer :: j, r
+    allocate(cpl(max(size(pl, 1), 1), max(size(pl, 2), 1)), ptrs(max(size(pl, 2), 1)))
+    ptrs = c_null_ptr
+    do j = 1, size(pl, 2)
       if (st /= LM_SUCCESS) return
-      pgrad(i) = c_loc(cgrad(1, i))
+      if (pl(1, j)%kind == LM_NO_PLACEMENT%kind) cycle
+      r = 0
+      if (present(out_ranks)) then
+        r = out_ranks(j)
+      else if (any(pl(:, j)%kind == LM_KIND_SHARD)) then
+        call bad_(st, "lm_local_map: out_placements(:," // str_(j) // ") has lm_shard: give out_ranks")
+      end if
+      call to_c_pl_(pl(:, j), r, cpl(:, j), st, "lm_local_map: out_placements(:," // str_(j) // ")")
+      ptrs(j) = c_loc(cpl(1, j))
     end do
   end subroutine
+
+  !> lm_local_map's out_shapes as the C table (NULL when absent): column j's first out_ranks(j)
+  !> entries reversed, NULL where it starts with -1.
+  type(c_ptr) function out_shapes_(out_shapes, out_ranks, nout, cshapes, ptrs, st)
+    integer(c_int64_t), intent(in), optional :: out_shapes(:, :)
+    integer, intent(in), optional :: out_ranks(:)
+    integer, intent(in) :: nout
+    integer(c_int64_t), allocatable, target, intent(out) :: cshapes(:, :)
+    type(c_ptr), allocatable, target, intent(out) :: ptrs(:)
+    integer(c_int), intent(inout) :: st
+    integer :: j, r
+    allocate(ptrs(max(nout, 1)))
+    ptrs = c_null_ptr
+    out_shapes_ = c_null_ptr
+    if (.not. present(out_shapes) .or. st /= LM_SUCCESS) return
+    if (.not. present(out_ranks)) then
+      call bad_(st, "lm_local_map: out_shapes needs out_ranks")
+    else if (any(out_ranks > size(out_shapes, 1))) then
+      call bad_(st, "lm_local_map: out_shapes has " // str_(size(out_shapes, 1)) // " rows for an output of rank " // &
+                str_(maxval(out_ranks)))
+    end if
+    if (st /= LM_SUCCESS) return
+    out_shapes_ = c_loc(ptrs)
+    allocate(cshapes(max(size(out_shapes, 1), 1), max(nout, 1)))
+    do j = 1, nout
+      if (out_shapes(1, j) < 0) cycle
+      r = out_ranks(j)
+      cshapes(1:r, j) = reversed_(out_shapes(1:r, j))
+      ptrs(j) = c_loc(cshapes(1, j))
+    end do
+  end function
 
   !> The recorded placements `which` (LM_RECORD_INPUT, LM_RECORD_IN, LM_RECORD_IN_GRAD,
   !> LM_RECORD_OUT, LM_RECORD_OUT_GRAD) of input or output `index` (1-based), one per mesh dim, in
@@ -2695,68 +1857,20 @@ contains
     integer, intent(out), optional :: ierr
     type(lm_placement_t) :: cpl(max(size(placements), 1))
     integer(c_int) :: st, n
-    character(len=200) :: msg
     n = 0
-    st = lmc_local_map_record_placements(record%ptr, int(which, c_int), int(index - 1, c_int), &
-                                         int(size(placements), c_int), cpl, n)
-    call c_(st)
-    ! Fortran's .and. does not short-circuit: n is only read once the call succeeded.
-    if (st == LM_SUCCESS) then
-      if (n /= size(placements)) then
-        write(msg, '("lm_local_map_record_placements: placements has ",i0," entries for ",i0)') &
-          size(placements), n
-        call bad_(st, trim(msg))
-      else if (.not. present(rank)) then
-        if (any(cpl(1:n)%kind == LM_KIND_SHARD)) &
-          call bad_(st, "lm_local_map_record_placements: they hold a Shard: give rank (the tensor's rank)")
-      end if
-    end if
-    if (st == LM_SUCCESS) then
-      if (present(rank)) then
-        call from_c_pl_(cpl(1:n), rank, placements)
-      else
-        call from_c_pl_(cpl(1:n), 0, placements)
-      end if
-    end if
+    st = c_(lmc_local_map_record_placements(record%ptr, int(which, c_int), int(index - 1, c_int), &
+                                            int(size(placements), c_int), cpl, n))
+    call want_(st, "lm_local_map_record_placements: ", "placements", shape(placements), "lm_placement", [int(n)], &
+               " for " // str_(n) // " recorded", .false.)
+    if (st == LM_SUCCESS .and. .not. present(rank) .and. any(splits_(cpl(1:n)%kind))) &
+      call bad_(st, "lm_local_map_record_placements: they split a tensor dim: give rank (the tensor's rank)")
+    if (st == LM_SUCCESS) placements = from_c_(cpl(1:n), rank)
     call done_(st, ierr, "lm_local_map_record_placements")
   end subroutine
 
-  !> grad_out = grad (a gradient of input `index`'s local view, normally placed LM_RECORD_IN_GRAD
-  !> on the call's mesh) moved to that input's own mesh, with the adjoint of its own placements
-  !> (lm_partial(LM_REDUCE_SUM) -> lm_replicate()). Collective, like lm_reshard.
-  subroutine lm_local_map_record_input_grad(record, index, grad, grad_out, ierr)
-    type(lm_local_map_record), intent(in) :: record
-    integer, intent(in) :: index
-    type(lm_dist_tensor), intent(in) :: grad
-    type(lm_dist_tensor), intent(inout) :: grad_out
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-    st = lmc_local_map_record_input_grad(p, record%ptr, int(index - 1, c_int), grad%ptr); call c_(st)
-    if (st == LM_SUCCESS) call set_(grad_out, p)
-    call done_(st, ierr, "lm_local_map_record_input_grad")
-  end subroutine
-
-  !> Local (never collective); safe on an empty record.
-  subroutine lm_local_map_record_destroy(record)
-    type(lm_local_map_record), intent(inout) :: record
-    integer(c_int) :: st
-    if (c_associated(record%ptr)) st = lmc_local_map_record_destroy(record%ptr)
-    record%ptr = c_null_ptr
-  end subroutine
-
-  subroutine record_final_(record)
-    type(lm_local_map_record), intent(inout) :: record
-    call lm_local_map_record_destroy(record)
-  end subroutine
-
-  subroutine record_assign_(lhs, rhs)
-    type(lm_local_map_record), intent(inout) :: lhs
-    type(lm_local_map_record), intent(in) :: rhs
-    if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &
-      error stop "localmap: a type(lm_local_map_record) cannot be copied"
-  end subroutine
-
+  ! The generated wrappers, length rules, handle procedures and kind variants, then the
+  ! procedures of every type and rank (tools/api_gen_fortran.py).
+  include "localmap_wrap.inc"
   include "localmap_typed.inc"
 
 end module localmap

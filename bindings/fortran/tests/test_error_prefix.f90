@@ -1,7 +1,7 @@
 ! SPDX-License-Identifier: BSD-3-Clause
 ! Without ierr, a failure the binding itself detects (here: two placements on a 1-D mesh) ends the
-! program with `error stop`, naming the wrapper once: "localmap: lm_from_global: placements: 2
-! placements ...", not "localmap: lm_from_global: lm_from_global: ..." (issue 19). tests/script_fortran.sh
+! program with `error stop`, naming the wrapper once: "localmap: lm_from_global: placements: an
+! array of 2 ...", not "localmap: lm_from_global: lm_from_global: ..." (issue 19). tests/script_fortran.sh
 ! runs it and checks the text.
 program test_error_prefix
   use localmap

@@ -347,7 +347,9 @@ subroutine reshard_groups(rank, size)
   ! Errors: a status and a message; nothing changes.
   call lm_reshard_group_execute(g, x(1:2), y(1:2), ierr)
   msg = lm_last_error_message()
-  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "n is 2") > 0, "2 tensors for a group of 4: " // msg)
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+             index(msg, "lm_reshard_group_execute: x: an array of 2 lm_dist_tensor for a group of 4 entries") > 0, &
+             "2 tensors for a group of 4: " // msg)
   call lm_reshard_group_execute(g, x, y(1:3), ierr)
   msg = lm_last_error_message()
   call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "x has 4 tensors, y 3") > 0, "x and y differ: " // msg)
@@ -450,7 +452,8 @@ subroutine reshard_estimates(rank, size)
   call lm_reshard_estimate(est, mesh, [lm_shard(1)], [lm_replicate(), lm_replicate()], [7, 5], LM_FLOAT64, &
                            dst_mesh=rev, ierr=ierr)
   msg = lm_last_error_message()
-  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. index(msg, "dst_placements: 2 placements") > 0, &
+  call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
+             index(msg, "dst_placements: an array of 2 lm_placement for a mesh of 1 dims") > 0, &
              "estimate with 2 placements for a 1-D dst_mesh: " // msg)
   call lm_reshard_estimate(est, mesh, [lm_shard(1)], [lm_replicate()], [7, 5], LM_FLOAT64)
   call check(same(est, first), "estimates work after failures")
@@ -1037,49 +1040,49 @@ contains
     call lm_reshard(y, x, one, ierr=ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_reshard: placements: 1 placements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_reshard: placements: an array of 1 lm_placement for a mesh of 2 dims") > 0, &
                "lm_reshard with 1 placement on a 2-D mesh: " // msg)
     call check(.not. c_associated(y%ptr), "lm_reshard refused: y stays unset")
     call lm_reshard(y, x, one, dst_mesh=mesh, ierr=ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_reshard: placements: 1 placements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_reshard: placements: an array of 1 lm_placement for a mesh of 2 dims") > 0, &
                "lm_reshard onto dst_mesh with 1 placement: " // msg)
     call lm_transpose(y, x, [2, 1], one, ierr=ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_transpose: placements: 1 placements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_transpose: placements: an array of 1 lm_placement for a mesh of 2 dims") > 0, &
                "lm_transpose with 1 placement: " // msg)
     call lm_zeros(y, mesh, [7_c_int64_t, 3_c_int64_t], LM_FLOAT64, one, ierr=ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_zeros: placements: 1 placements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_zeros: placements: an array of 1 lm_placement for a mesh of 2 dims") > 0, &
                "lm_zeros with 1 placement: " // msg)
     call lm_from_global(y, mesh, a, one, ierr=ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_from_global: placements: 1 placements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_from_global: placements: an array of 1 lm_placement for a mesh of 2 dims") > 0, &
                "lm_from_global with 1 placement: " // msg)
     ! Other arrays of one entry per mesh dim, or per tensor dim.
     call lm_mesh_rank_at(mesh, [0_c_int64_t], r, ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_mesh_rank_at: coord has 1 elements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_mesh_rank_at: coord: an array of 1 integer for a mesh of 2 dims") > 0, &
                "lm_mesh_rank_at with 1 coordinate: " // msg)
     call lm_mesh_coord(mesh, c1, ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_mesh_coord: coord has 1 elements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_mesh_coord: coord: an array of 1 integer for a mesh of 2 dims") > 0, &
                "lm_mesh_coord into 1 element: " // msg)
     call lm_dist_tensor_placements(x, one, ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_dist_tensor_placements: placements has 1 elements for a mesh of 2 dims") > 0, &
+               index(msg, "lm_dist_tensor_placements: placements: an array of 1 lm_placement for a mesh of 2 dims") > 0, &
                "lm_dist_tensor_placements into 1 element: " // msg)
     call lm_dist_tensor_global_shape(x, c1, ierr)
     msg = lm_last_error_message()
     call check(ierr == LM_ERR_INVALID_ARGUMENT .and. &
-               index(msg, "lm_dist_tensor_global_shape: shape has 1 elements for a rank-2 tensor") > 0, &
+               index(msg, "lm_dist_tensor_global_shape: shape: an array of 1 integer for x of rank 2") > 0, &
                "lm_dist_tensor_global_shape into 1 element: " // msg)
     ! The right count still works after the refusals.
     call lm_reshard(y, x, [lm_replicate(), lm_replicate()], ierr=ierr)
