@@ -22,6 +22,23 @@ contains
     end if
   end subroutine
 
+  ! A refusal: status `code` and a message containing `part` (lm_last_error_message).
+  subroutine expect(ierr, code, part, what)
+    integer, intent(in) :: ierr, code
+    character(len=*), intent(in) :: part, what
+    character(len=:), allocatable :: msg
+    msg = lm_last_error_message()
+    call check(ierr == code .and. index(msg, part) > 0, what // ": status " // i2s(ierr) // ", message '" // &
+               msg // "', expected '" // part // "'")
+  end subroutine
+  function i2s(i) result(s)
+    integer, intent(in) :: i
+    character(len=:), allocatable :: s
+    character(len=16) :: buf
+    write(buf, '(i0)') i
+    s = trim(buf)
+  end function
+
   subroutine note_delete(m) bind(C)
     type(c_ptr), value :: m
     call check(c_associated(m, c_loc(managed)), "deleter got its managed tensor")
@@ -146,6 +163,97 @@ subroutine local_map_records(size)
   call check(ierr == LM_ERR_INVALID_ARGUMENT, "record: destroyed")
   call lm_destroy(w); call lm_destroy(view); call lm_destroy(dw); call lm_destroy(mesh)
   deallocate(msg)
+end subroutine
+
+! Refusals made by the binding before the C library is called, one per kind of message, each in
+! Fortran's terms: the Fortran array and its element type, 1-based entries and dims, the
+! constructor that made a placement, the lengths of a ragged placement (not C's "placements[0]",
+! "n" or "extents id"). x is a 4 x 3 matrix in row shards on a 1-D mesh.
+subroutine binding_messages(size)
+  use mpi_f08, only: MPI_COMM_WORLD
+  use localmap
+  use checks
+  implicit none
+  integer, intent(in) :: size
+  type(lm_mesh) :: m1, m2, m3
+  type(lm_dist_tensor) :: x, y
+  type(lm_arg_t) :: outs(3)
+  real(c_double) :: a(4, 3)
+  integer(c_int32_t) :: rid, rid2
+  integer(c_int64_t) :: ext(size), ext2(size + 1), cnt, got(1)
+  integer :: ierr, k, desc(8)
+  character(len=:), allocatable :: msg
+  a = 1
+  desc = 0
+  call lm_mesh_create(m1, MPI_COMM_WORLD, [size])
+  call lm_mesh_create(m2, MPI_COMM_WORLD, [size, 1])
+  call lm_from_global(x, m1, a, [lm_shard(1)])
+  ! An array shorter than the mesh's dims (the target mesh's: dst_mesh, not x's).
+  call lm_reshard(y, x, [lm_replicate()], dst_mesh=m2, ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_reshard: placements: an array of 1 lm_placement for a mesh of 2 dims", &
+              "placements for dst_mesh")
+  call check(.not. c_associated(y%ptr), "a refused lm_reshard leaves y unset")
+  ! One entry per tensor dim, and fixed counts.
+  call lm_transpose(y, x, [2, 1, 3], [lm_replicate()], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_transpose: perm: an array of 3 integer for x of rank 2", "perm")
+  call lm_from_local(y, m1, a, [lm_replicate()], global_shape=[4_c_int64_t, 3_c_int64_t, 1_c_int64_t], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_from_local: global_shape: an array of 3 integer for a of rank 2", &
+              "global_shape")
+  call lm_from_scalapack(y, m2, desc, a, ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_from_scalapack: desc: an array of 8 integer, not 9", "desc")
+  call lm_mesh_create(m3, MPI_COMM_WORLD, [size, 1], names=["a"], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_mesh_create: names: an array of 1 character for a mesh of 2 dims", &
+              "names")
+  ! A table of lm_local_map: (mesh dims) x (outputs).
+  call lm_local_map(ones_fn, [lm_arg(x)], reshape([(lm_replicate(), k = 1, 6)], [2, 3]), outs, ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, &
+              "lm_local_map: out_placements: an array of 2x3 lm_placement for a mesh of 1 dims x 3 outputs", &
+              "out_placements")
+  ! A placement's own fields, named as its constructor names them.
+  call lm_from_global(y, m1, a, [lm_block_cyclic(1, 0)], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, &
+              "lm_from_global: placements(1): lm_block_cyclic(1, 0): block 0 must be >= 1 (the block size)", "block 0")
+  call lm_from_global(y, m1, a, [lm_block_cyclic(2, 2, -1)], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "placements(1): lm_block_cyclic(2, 2, -1): src -1 must be >= 0", "src -1")
+  call lm_zeros(y, m2, [4, 3], LM_FLOAT64, [lm_replicate(), lm_shard(2, -1)], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_zeros: placements(2): lm_shard(2, -1): order -1 must be >= 0", &
+              "order -1")
+  call lm_from_global(y, m1, a, [lm_partial(9)], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "placements(1): lm_partial(9): op 9 is not an LM_REDUCE_* value", "op 9")
+  ! Ragged: the lengths, against the mesh dim and the array's dim.
+  ext = 1
+  ext2 = 1
+  call lm_extents_create(ext, rid)
+  call lm_extents_create(ext2, rid2)
+  call lm_from_global(y, m1, a, [lm_ragged(2, rid)], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_from_global: placements(1): lm_ragged(2, " // i2s(int(rid)) // &
+              "): the lengths [1, 1", "ragged lengths against the dim")
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "] add up to " // i2s(size) // ", dim 2 of the tensor is 3", &
+              "ragged lengths against the dim")
+  call lm_zeros(y, m1, [4, size + 1], LM_FLOAT64, [lm_ragged(2, rid2)], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_zeros: placements(1): lm_ragged(2, " // i2s(int(rid2)) // "): " // &
+              i2s(size + 1) // " lengths [1, 1", "ragged lengths against the mesh")
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "] for mesh dim 1 of " // i2s(size) // " ranks", &
+              "ragged lengths against the mesh")
+  msg = lm_last_error_message()
+  call check(index(msg, "extents id") == 0, "a ragged refusal names the lengths, not the extents id: " // msg)
+  call lm_from_global(y, m1, a, [lm_ragged(2, 99999_c_int32_t)], ierr=ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_ragged(2, 99999): 99999 is not an id of lm_extents_create", &
+              "an unknown extents id")
+  call lm_extents_get(rid, cnt, got, ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_extents_get: extents: an array of 1 integer for " // i2s(size) // &
+              " lengths", "extents too short")
+  call lm_extents_destroy(rid)
+  call lm_extents_destroy(rid2)
+  ! Arguments of local_map functions.
+  outs(1) = lm_arg(5_c_int64_t)
+  call lm_arg_take(outs(1), y, ierr)
+  call expect(ierr, LM_ERR_INVALID_ARGUMENT, "lm_arg_take: the argument is of kind 3, not a dist tensor", "arg_take")
+  ! The right arguments still work.
+  call lm_reshard(y, x, [lm_replicate(), lm_replicate()], dst_mesh=m2, ierr=ierr)
+  call check(ierr == LM_SUCCESS, "lm_reshard onto m2 after the refusals")
+  call lm_destroy(y)
+  call lm_destroy(x)
 end subroutine
 
 subroutine mesh_with_mpi_integer_comm(size)
@@ -771,6 +879,7 @@ program test_localmap
   call reshard_groups(rank, size)
   call reshard_estimates(rank, size)
   call local_map_records(size)
+  call binding_messages(size)
 
   ! ---- local_map
   call lm_local_map(fn, [lm_arg(x), lm_arg(int(size - 1, c_int64_t)), lm_arg(0.5_c_double), lm_arg(0_c_int64_t)], &
