@@ -1583,7 +1583,12 @@ contains
     if (st == LM_SUCCESS) call lm_reshard_group_alloc_targets(g, out, dev_of_(x(1)), st)
     if (st == LM_SUCCESS) call pair_handles_(g, x, out, xs, ys, st, "lm_reshard_many: ")
     if (st == LM_SUCCESS) st = c_(lmc_reshard_group_execute(g%ptr, int(size(x), c_int), xs, ys))
-    if (st == LM_SUCCESS) y = out   ! (each y(j) shares out(j)'s tensor, then out goes)
+    do j = 1, size(x)   ! y(j) takes out(j)'s tensor, or on failure it goes (gfortran 12 does not
+      if (st == LM_SUCCESS) call take_(y(j), out(j)%ptr)   ! finalize local allocatable arrays)
+      if (st == LM_SUCCESS) out(j)%ptr = c_null_ptr
+      call lm_dist_tensor_destroy(out(j))
+    end do
+    call lm_reshard_group_destroy(g)
     call done_(st, ierr, "lm_reshard_many")
   end subroutine
 
