@@ -383,7 +383,7 @@ def wrap_stmt(text, indent):
 def doc(text, indent):
     """A !> comment of `text`, wrapped."""
     import textwrap
-    return [indent + "!> " + ln for ln in textwrap.wrap(text, MAXLINE - len(indent) - 3)]
+    return [indent + "!> " + ln for ln in textwrap.wrap(text, 93 - len(indent))]
 
 
 class Dummy:
@@ -451,8 +451,8 @@ class Wrapper:
         self.locals.append("type(c_ptr) :: %s_" % n)
         self.pre.append("%s_ = c_null_ptr" % n)
         self.actual[a.name] = n + "_"
-        self.ok_post.append(("call lm_mesh_borrow(%s, %s_)" if "borrow" in d.marks else "call take_(%s, %s_)")
-                            % (n, n))
+        take = "call lm_mesh_borrow(%s, %s_)" if "borrow" in d.marks else "call take_%s_(%%s, %%s_)" % STEMS[ftype]
+        self.ok_post.append(take % (n, n))
 
     def array(self, d, a):
         n, rule = d.name, a.dims[0]
@@ -461,7 +461,8 @@ class Wrapper:
             self.locals += ["type(c_ptr) :: %s_(size(%s))" % (n, n), "integer :: i_"]
             self.pre.append("%s_ = c_null_ptr" % n)
             self.actual[a.name] = n + "_"
-            self.ok_post.append("do i_ = 1, size(%s)\n  call take_(%s(i_), %s_(i_))\nend do" % (n, n, n))
+            self.ok_post.append("do i_ = 1, size(%s)\n  call take_%s_(%s(i_), %s_(i_))\nend do"
+                                % (n, STEMS[FTYPES[a.base]], n, n))
         elif rule.isdigit():  # a fixed count of C ints: an explicit-shape array
             self.decls.append("integer, intent(%s) :: %s(%s)" % (a.direction, n, rule))
             self.locals.append("integer(c_int) :: %s_(%s)" % (n, rule))
@@ -717,23 +718,33 @@ HANDLE_PROCS = [  # Fortran type, its procedures' stem, C destroy, the public de
 ]
 
 
+STEMS = {h[0]: h[1] for h in HANDLE_PROCS}  # lm_dist_tensor: tensor (tensor_final_, take_tensor_)
+
+
+# The public destroys' dummy argument (a keyword of the module's API).
+DESTROY_ARG = {"lm_mesh": "mesh", "lm_dist_tensor": "x", "lm_reshard_plan": "plan", "lm_reshard_group": "group",
+               "lm_local_map_record": "record", "lm_request": "h"}
+
+
 def handle_lines(ftype, stem, cdestroy, destroy, comment):
     """destroy (local, NULL-safe), final, assignment (a copy shares a tensor, is refused otherwise)
-    and take_ (adopt a new C handle, dropping the old) of one handle type."""
+    and take_<stem>_ (adopt a new C handle, dropping the old) of one handle type."""
     out = []
     dname = destroy or stem + "_destroy_"
     if destroy:
         out += ["!> " + comment]
-    owned = " .and. h%owned" if ftype == "lm_mesh" else ""
-    out += ["subroutine %s(h)" % dname, "  type(%s), intent(inout) :: h" % ftype, "  integer(c_int) :: st",
-            "  if (c_associated(h%%ptr)%s) st = %s(h%%ptr)" % (owned, cdestroy), "  h%ptr = c_null_ptr"]
+    h = DESTROY_ARG[ftype]
+    owned = " .and. %s%%owned" % h if ftype == "lm_mesh" else ""
+    out += ["subroutine %s(%s)" % (dname, h), "  type(%s), intent(inout) :: %s" % (ftype, h), "  integer(c_int) :: st",
+            "  if (c_associated(%s%%ptr)%s) st = %s(%s%%ptr)" % (h, owned, cdestroy, h), "  %s%%ptr = c_null_ptr" % h]
     if ftype == "lm_mesh":
-        out.append("  h%owned = .true.")
+        out.append("  mesh%owned = .true.")
     out += ["end subroutine",
             "subroutine %s_final_(h)" % stem, "  type(%s), intent(inout) :: h" % ftype,
             "  call %s(h)" % dname, "end subroutine",
             "subroutine take_%s_(h, p)" % stem, "  type(%s), intent(inout) :: h" % ftype,
             "  type(c_ptr), intent(in) :: p", "  call %s(h)" % dname, "  h%ptr = p", "end subroutine",
+            "!> y = x: y shares x's tensor (one more reference)." if ftype == "lm_dist_tensor" else "",
             "impure elemental subroutine %s_assign_(lhs, rhs)" % stem,
             "  type(%s), intent(inout) :: lhs" % ftype, "  type(%s), intent(in) :: rhs" % ftype]
     if ftype == "lm_dist_tensor":
@@ -742,12 +753,12 @@ def handle_lines(ftype, stem, cdestroy, destroy, comment):
                 "    st = lmc_dist_tensor_retain(rhs%ptr)",
                 '    if (st /= LM_SUCCESS) error stop "localmap: assignment of a bad type(lm_dist_tensor)"',
                 "  end if",
-                "  call take_(lhs, rhs%ptr)"]
+                "  call take_tensor_(lhs, rhs%ptr)"]
     else:
         why = " (pass it as an argument; lm_mesh_borrow)" if ftype == "lm_mesh" else ""
         out += ["  if (c_associated(rhs%ptr) .or. c_associated(lhs%ptr)) &",
                 '    error stop "localmap: a type(%s) cannot be copied%s"' % (ftype, why)]
-    return out + ["end subroutine"]
+    return [x for x in out if x] + ["end subroutine"]
 
 
 def variant_lines(text, base, name, changed):

@@ -402,10 +402,6 @@ module localmap
   interface str_
     module procedure str4_, str8_
   end interface
-  ! take_(h, p): handle h adopts the C handle p, its old one destroyed (localmap_wrap.inc).
-  interface take_
-    module procedure take_mesh_, take_tensor_, take_plan_, take_group_, take_record_, take_request_
-  end interface
   include "localmap_generic.inc"
 
   !> Message of the last failure seen by this module (binding-side checks or the library's).
@@ -756,7 +752,7 @@ contains
     msg = ""
     n = 0
     if (lmc_extents_get(p%extents, c_null_ptr, 0_c_int64_t, n) /= LM_SUCCESS) then
-      msg = ctor_(p) // ": " // str_(p%extents) // " is not an id of lm_extents_create (or it was destroyed)"
+      msg = ctor_(p) // ": " // str_(p%extents) // " is not an id of lm_extents_create, or it was destroyed"
       return
     end if
     allocate(ext(max(n, 1_c_int64_t)))
@@ -865,7 +861,7 @@ contains
       cfg%dim_names = c_loc(ptrs)
     end if
     if (st == LM_SUCCESS) st = c_(lmc_mesh_create(p, int(comm, c_int), int(size(shape), c_int), shape, c_loc(cfg)))
-    if (st == LM_SUCCESS) call take_(mesh, p)
+    if (st == LM_SUCCESS) call take_mesh_(mesh, p)
     call done_(st, ierr, "lm_mesh_create")
   end subroutine
 
@@ -940,7 +936,7 @@ contains
     call to_c_pl_(placements, size(shape), cpl, st, "lm_zeros: placements", mesh%ptr, shape)
     if (st == LM_SUCCESS) &
       st = c_(lmc_dist_tensor_zeros(p, mesh%ptr, int(size(shape), c_int), reversed_(shape), dtype, dev_(device), cpl))
-    if (st == LM_SUCCESS) call take_(x, p)
+    if (st == LM_SUCCESS) call take_tensor_(x, p)
     call done_(st, ierr, "lm_zeros")
   end subroutine
 
@@ -964,7 +960,7 @@ contains
                 "whole array (a(:, 1:LOCc) of an assumed-size one) or copy=.true.")
     if (st == LM_SUCCESS) &
       st = c_(lmc_dist_tensor_from_scalapack(p, mesh%ptr, int(desc, c_int), data, dtype, LM_CPU, flags))
-    if (st == LM_SUCCESS) call take_(x, p)
+    if (st == LM_SUCCESS) call take_tensor_(x, p)
     call done_(st, ierr, "lm_from_scalapack")
   end subroutine
 
@@ -1016,7 +1012,7 @@ contains
     if (present(global_shape)) gp = c_loc(gshape)
     if (st == LM_SUCCESS) &
       st = c_(lmc_dist_tensor_from_local(p, mesh%ptr, t, cpl, mode, gp, int(LM_FROM_LOCAL_COPY, c_int)))
-    if (st == LM_SUCCESS) call take_(x, p)
+    if (st == LM_SUCCESS) call take_tensor_(x, p)
     call done_(st, ierr, "lm_from_local")
   end subroutine
 
@@ -1050,7 +1046,7 @@ contains
     gp = c_null_ptr
     if (present(global_shape)) gp = c_loc(gshape)
     if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_from_dlpack(p, mesh%ptr, managed, cpl, mode, gp))
-    if (st == LM_SUCCESS) call take_(x, p)
+    if (st == LM_SUCCESS) call take_tensor_(x, p)
     call done_(st, ierr, "lm_from_dlpack")
   end subroutine
 
@@ -1078,7 +1074,7 @@ contains
     call rules_dist_tensor_from_global_(st, "lm_from_global: ", mesh%ptr, placements)
     call to_c_pl_(placements, size(fshape), cpl, st, "lm_from_global: placements", mesh%ptr, fshape)
     if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_from_global(p, mesh%ptr, tp, cpl, r))
-    if (st == LM_SUCCESS) call take_(x, p)
+    if (st == LM_SUCCESS) call take_tensor_(x, p)
     call done_(st, ierr, "lm_from_global")
   end subroutine
 
@@ -1237,7 +1233,7 @@ contains
     if (.not. c_associated(dm)) dm = mesh_of_(x%ptr)
     call to_c_pl_(placements, size(gs), cpl, st, "lm_reshard: placements", dm, gs)
     if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_reshard(p, x%ptr, mesh_ptr_(dst_mesh), cpl))
-    if (st == LM_SUCCESS) call take_(y, p)
+    if (st == LM_SUCCESS) call take_tensor_(y, p)
     call done_(st, ierr, "lm_reshard")
   end subroutine
 
@@ -1265,7 +1261,7 @@ contains
     if (.not. c_associated(dm)) dm = mesh_of_(x%ptr)
     if (st == LM_SUCCESS) call to_c_pl_(placements, size(gs), cpl, st, "lm_transpose: placements", dm, gs(perm))
     if (st == LM_SUCCESS) st = c_(lmc_dist_tensor_transpose(p, x%ptr, cperm, mesh_ptr_(dst_mesh), cpl))
-    if (st == LM_SUCCESS) call take_(y, p)
+    if (st == LM_SUCCESS) call take_tensor_(y, p)
     call done_(st, ierr, "lm_transpose")
   end subroutine
 
@@ -1342,7 +1338,7 @@ contains
                   sp, dp, st)
     if (st == LM_SUCCESS) st = c_(lmc_reshard_plan_create(p, src_mesh%ptr, sp, dst_mesh%ptr, dp, &
                                                           int(size(shape), c_int), reversed_(shape), dtype))
-    if (st == LM_SUCCESS) call take_(plan, p)
+    if (st == LM_SUCCESS) call take_plan_(plan, p)
     call done_(st, ierr, "lm_reshard_plan_create")
   end subroutine
 
@@ -1484,7 +1480,7 @@ contains
                                    c_loc(cdst(1, i)))
     end do
     if (st == LM_SUCCESS) st = c_(lmc_reshard_group_create(p, src_mesh, dst_mesh, int(n, c_int), cent, cfg))
-    if (st == LM_SUCCESS) call take_(group, p)
+    if (st == LM_SUCCESS) call take_group_(group, p)
   end subroutine
 
   !> The C handles of x(:) and y(:), which must be as many as the group has entries.
@@ -1532,7 +1528,7 @@ contains
     integer(c_int) :: st
     call pair_handles_(group, x, y, xs, ys, st, "lm_reshard_group_start: ")
     if (st == LM_SUCCESS) st = c_(lmc_reshard_group_start(r, group%ptr, int(size(x), c_int), xs, ys))
-    if (st == LM_SUCCESS) call take_(request, r)
+    if (st == LM_SUCCESS) call take_request_(request, r)
     call done_(st, ierr, "lm_reshard_group_start")
   end subroutine
 
@@ -1584,7 +1580,7 @@ contains
     if (st == LM_SUCCESS) call pair_handles_(g, x, out, xs, ys, st, "lm_reshard_many: ")
     if (st == LM_SUCCESS) st = c_(lmc_reshard_group_execute(g%ptr, int(size(x), c_int), xs, ys))
     do j = 1, size(x)   ! y(j) takes out(j)'s tensor, or on failure it goes (gfortran 12 does not
-      if (st == LM_SUCCESS) call take_(y(j), out(j)%ptr)   ! finalize local allocatable arrays)
+      if (st == LM_SUCCESS) call take_tensor_(y(j), out(j)%ptr)   ! finalize local allocatable arrays)
       if (st == LM_SUCCESS) out(j)%ptr = c_null_ptr
       call lm_dist_tensor_destroy(out(j))
     end do
@@ -1638,7 +1634,7 @@ contains
     if (arg%kind /= LM_ARG_DIST_TENSOR) then
       call bad_(st, "lm_arg_take: the argument is of kind " // str_(int(arg%kind)) // ", not a dist tensor")
     else
-      call take_(y, arg%ptr)
+      call take_tensor_(y, arg%ptr)
       arg = lm_arg_t()
     end if
     call done_(st, ierr, "lm_arg_take")
@@ -1758,9 +1754,14 @@ contains
       cin_args = inputs
       rec = c_null_ptr
       if (present(record)) opt%record = c_loc(rec)
-      st = c_(lmc_local_map_ex(c_funloc(fn), ud, int(nin, c_int), cin_args, inp, int(nout, c_int), c_loc(pout), &
-                               shp, mesh_ptr_(mesh), fl, opt, cout_args))
-      if (st == LM_SUCCESS .and. present(record)) call take_(record, rec)
+      if (present(record) .or. present(in_grad_placements)) then
+        st = c_(lmc_local_map_ex(c_funloc(fn), ud, int(nin, c_int), cin_args, inp, int(nout, c_int), c_loc(pout), &
+                                 shp, mesh_ptr_(mesh), fl, opt, cout_args))
+      else
+        st = c_(lmc_local_map(c_funloc(fn), ud, int(nin, c_int), cin_args, inp, int(nout, c_int), c_loc(pout), &
+                              shp, mesh_ptr_(mesh), fl, cout_args))
+      end if
+      if (st == LM_SUCCESS .and. present(record)) call take_record_(record, rec)
       outputs = cout_args
     end if
     call done_(st, ierr, "lm_local_map")
