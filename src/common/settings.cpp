@@ -59,6 +59,9 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_PAD_IN_PLACE_MIN_RUN", SettingType::Bytes, "1K", false, Audience::Expert, 1, kMax,
      nullptr, "a padded target a reduce-scatter or Partial fill writes is written row by row in "
      "place where its rows are this long (shorter: through a compact copy of the shard)"},
+    {"LM_DEVICE_COMPONENT", SettingType::Text, "", false, Audience::User, 0, 0, nullptr,
+     "path of the device component to load (default: liblocalmap-cuda.so.<major> beside "
+     "liblocalmap, else on the library search path)"},
     {"LM_FAULT", SettingType::Text, "", false, Audience::Test, 0, 0, nullptr,
      "kind:rank=R:nth=N[,...] makes the N-th alloc or transport call fail"},
     {"LM_NCCL_FAULT_INIT_RANK", SettingType::Int, "-1", false, Audience::Test, (uint64_t)-1,

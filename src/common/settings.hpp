@@ -47,6 +47,7 @@ enum class Setting : int {
   NodePeerMapBytes,    // LM_NODE_PEER_MAP_BYTES
   PlanKeepBuffers,     // LM_PLAN_KEEP_BUFFERS
   PadInPlaceMinRun,    // LM_PAD_IN_PLACE_MIN_RUN
+  DeviceComponent,     // LM_DEVICE_COMPONENT
   // test hooks
   Fault,               // LM_FAULT
   NcclFaultInitRank,   // LM_NCCL_FAULT_INIT_RANK

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Compiled in CUDA builds only (the rest of the library reaches it through device.cpp).
-#ifdef LM_WITH_CUDA
 #include "transport/nccl/nccl.hpp"
 
-#include <cuda_runtime.h>
-#include <nccl.h>
-
 #include "common/error.hpp"
+#include "mem/component.hpp"
 #include "transport/failure.hpp"
 #include "transport/nccl/comm.hpp"
 
 namespace lm {
+
+namespace {
+// The component's table: a transport exists only over a communicator the component made.
+const lm_device_api_t &api() { return *device_component().api; }
+}  // namespace
 
 NcclTransport::NcclTransport(NcclComm *nc, void *stream, int device, std::vector<int> peer_map)
     : nc_(nc), stream_(stream), device_(device), peer_map_(std::move(peer_map)) {}
@@ -46,7 +47,7 @@ Transport::Ticket NcclTransport::post_recv_box(void *, const BoxRef &, int, int)
 
 void NcclTransport::flush() {
   if (pending_.empty()) return;
-  ncclComm_t c = static_cast<ncclComm_t>(nc_->comm);
+  void *c = nc_->comm;
   if (!c) {  // aborted after an earlier error (the mesh is broken; calls are refused before this)
     pending_.clear();
     fail(LM_ERR_NCCL, "NCCL transport: the communicator was aborted after an earlier error");
@@ -56,21 +57,23 @@ void NcclTransport::flush() {
     fail(LM_ERR_NCCL, "%s", injected_fault_message("ncclGroupEnd").c_str());
   }
   nc_->used_on(stream_);
-  cudaStream_t st = static_cast<cudaStream_t>(stream_);
-  ncclResult_t rc = ncclGroupStart();
+  const lm_device_api_t &a = api();
+  int rc = a.nccl_group_start();
+  std::string err;
   for (const Op &o : pending_) {
-    if (rc != ncclSuccess && rc != ncclInProgress) break;
-    rc = o.send ? ncclSend(o.p, o.bytes, ncclInt8, o.peer, c, st)
-                : ncclRecv(o.p, o.bytes, ncclInt8, o.peer, c, st);
+    if (rc != LMD_OK && rc != LMD_NOT_READY) break;
+    rc = o.send ? a.nccl_send(o.p, o.bytes, o.peer, c, stream_)
+                : a.nccl_recv(o.p, o.bytes, o.peer, c, stream_);
   }
-  ncclResult_t end = ncclGroupEnd();
+  if (rc != LMD_OK && rc != LMD_NOT_READY) err = a.error();
+  const int end = a.nccl_group_end();
+  if (err.empty() && end != LMD_OK && end != LMD_NOT_READY) err = a.error();
   pending_.clear();
   issued_ = next_;
-  if ((rc != ncclSuccess && rc != ncclInProgress) || (end != ncclSuccess && end != ncclInProgress)) {
+  if (!err.empty()) {
     // The async state tells the cause; nccl_check_async aborts, breaks the mesh and throws.
     nccl_check_async(*nc_, "NCCL transport: ncclSend/ncclRecv group");
-    fail(LM_ERR_NCCL, "NCCL transport: ncclSend/ncclRecv group failed: %s",
-         ncclGetErrorString(rc != ncclSuccess && rc != ncclInProgress ? rc : end));
+    fail(LM_ERR_NCCL, "NCCL transport: ncclSend/ncclRecv group failed: %s", err.c_str());
   }
   nccl_check_async(*nc_, "NCCL transport: ncclGroupEnd");  // until enqueued
 }
@@ -87,5 +90,3 @@ void NcclTransport::reset() {
 }
 
 }  // namespace lm
-
-#endif  // LM_WITH_CUDA

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The NCCL transport: device memory, behind the seam of transport/transport.hpp.
+// The NCCL transport: device memory, behind the seam of transport/transport.hpp, every NCCL call
+// through the device component (mem/component.hpp).
 //   - messages: ncclSend/ncclRecv (bytes as ncclInt8) on a communicator (transport/nccl/comm.hpp)
 //     and stream, collected between flush() calls and issued as ONE group (ncclGroupStart/End),
 //     so every batch the executor posts (all receives and sends of a step) runs concurrently;
