@@ -552,7 +552,7 @@ else
 check: all sim-tests gpu-progs
 	$(RUN_ENV) bash tests/run-tests.sh $(or $(TESTS),'unit_*' 'test_*')
 	$(RUN_ENV) bash tests/sim/run-sim-tests.sh
-	$(RUN_ENV) SIM_CONFIGS="$(or $(SIM_CONFIGS),shared:1 shared:4 staging)" bash tests/sim/check-gpu-sim.sh
+	$(RUN_ENV) SIM_CONFIGS="$(or $(SIM_CONFIGS),shared:1 shared:4 staging no-colls)" bash tests/sim/check-gpu-sim.sh
 
 # The device path on the simulator: its self-tests, the CPU tests that pin the device answer
 # (also on a machine without a GPU: CUDASIM_DEVICES=0, the CUDA build's "no GPU on this machine"),

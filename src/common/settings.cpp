@@ -39,6 +39,9 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_NODE_DIRECT_MIN_RUN", SettingType::Bytes, "4K", true, Audience::Expert, 1, kMax, nullptr,
      "node-local block-cyclic pieces and grouped messages whose runs average this many bytes move "
      "straight between the two buffers (shorter ones are packed)"},
+    {"LM_NCCL_COLLECTIVES", SettingType::Bool, "1", true, Audience::Expert, 0, 1, nullptr,
+     "device steps whose blocks are even run as one NCCL collective (all-gather, reduce-scatter, "
+     "all-reduce, all-to-all); 0: grouped ncclSend/ncclRecv always"},
     {"LM_CHECK", SettingType::Int, "1", false, Audience::User, 0, 2, nullptr,
      "argument checks: 0 local only, 1 agreed across ranks, 2 also data invariants"},
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,

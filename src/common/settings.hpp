@@ -37,6 +37,7 @@ enum class Setting : int {
   Transport,           // LM_TRANSPORT
   TestNodes,           // LM_TEST_NODES (a test hook, but how ranks group into nodes must agree)
   NodeDirectMinRun,    // LM_NODE_DIRECT_MIN_RUN
+  NcclCollectives,     // LM_NCCL_COLLECTIVES
   // per process
   Check,               // LM_CHECK (agreed by mesh creation: the highest wins)
   Timeout,             // LM_TIMEOUT (agreed likewise)
