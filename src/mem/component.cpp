@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -40,7 +41,11 @@ bool accept(ComponentInfo &c, void *handle) {
     return false;
   }
   Dl_info info{};
-  if (dladdr(sym, &info) && info.dli_fname && *info.dli_fname) c.path = info.dli_fname;
+  if (dladdr(sym, &info) && info.dli_fname && *info.dli_fname) {  // the file the loader found
+    char *real = realpath(info.dli_fname, nullptr);
+    c.path = real ? real : info.dli_fname;
+    std::free(real);
+  }
   lm_device_component_entry_fn entry;
   std::memcpy(&entry, &sym, sizeof entry);
   const lm_device_api_t *api = entry(LM_DEVICE_API_VERSION);
