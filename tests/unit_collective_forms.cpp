@@ -3,7 +3,8 @@
 // (plan/collective.hpp), without MPI or a device.
 //   - directed cases on a 1-D mesh of 4 (the communicator's ranks in mesh order): all-gather
 //     straight into the output or through staging (Shard(1) -> Replicate), reduce-scatter straight
-//     or packed, all-reduce for Partial -> Replicate even when uneven (and over both steps), all-to-
+//     or packed, all-reduce for Partial -> Replicate even when uneven or scattered along dim 1
+//     (and over both steps), all-to-
 //     all; and none for uneven shards, ragged and block-cyclic ones, integer avg, an op the
 //     communicator does not reduce, a communicator without all-to-all, one of another size or rank
 //     order, a cross-mesh plan, a 2-D mesh whose reduce-scatter groups are not the communicator;
@@ -81,6 +82,13 @@ void test_directed() {
   CHECK(form(L(P(), {9, 5}), L(S(0), {9, 5}), 0, 0, cc).kind == CollKind::kNone);  // uneven
   f = form(L(P(LM_REDUCE_AVG), {9, 3}), L(R(), {9, 3}), 2, 0, cc);  // uneven: still one
   CHECK(f.kind == CollKind::kAllReduce && f.steps == 2 && f.count == 27 && f.divide_by == 4);
+  {  // scattered along dim 1 (the planner's choice here): chunks not slices, still one
+    Schedule s;
+    lm::build_schedule(s, L(P(), {4, 12}), L(R(), {4, 12}), kF32, 1);
+    CHECK(s.steps.size() == 2 && s.steps[0]->d == 1 && !s.steps[0]->chunks_contiguous);
+    f = lm::collective_form(s, 0, cc);
+    CHECK(f.kind == CollKind::kAllReduce && f.count == 48 && !f.pack && !f.unpack);
+  }
   f = form(L(P(LM_REDUCE_AVG), {8, 3}), L(R(), {8, 3}), 2, 0, cc, kI32);  // 128-bit avg
   CHECK(f.kind == CollKind::kNone);
   CHECK(form(L(P(LM_REDUCE_AVG), {8, 3}), L(R(), {8, 3}), 2, 1, cc, kI32).kind ==

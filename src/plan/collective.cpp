@@ -137,15 +137,16 @@ CollForm reduce_scatter(const SchedStep &st, const CollComm &cc) {
   return f;
 }
 
-// Step i a reduce-scatter whose chunks are contiguous slices in rank order of its input, step
-// i + 1 the all-gather of those chunks into the same box: one all-reduce of the whole buffer.
+// Step i a reduce-scatter over the communicator, step i + 1 the all-gather of its chunks (rank
+// r's from rank r) into the box it reduced: elementwise, the reduction of every rank's whole
+// input in place, one all-reduce of the whole buffer, whatever the chunks (even or not, along
+// any dim: they tile the box).
 CollForm all_reduce(const Schedule &s, size_t i, const CollComm &cc) {
   CollForm f;
   if (i + 1 >= s.steps.size()) return f;
   const SchedStep &rs = *s.steps[i], &ag = *s.steps[i + 1];
   if (ag.kind != StepKind::kExchange || !plain_buffers(rs) || !plain_buffers(ag) || rs.wide ||
-      !group_is_comm(rs, cc) || !cc.offers(CollKind::kAllReduce, rs.op) ||
-      !slices_in_order(rs.inbox, rs.chunks, rs.esize))
+      !group_is_comm(rs, cc) || !cc.offers(CollKind::kAllReduce, rs.op))
     return f;
   int64_t covered = 0;
   for (const Box &b : rs.chunks) covered += b.numel();

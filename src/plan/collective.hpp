@@ -11,8 +11,8 @@
 //                   chunks are of equal size: straight from the input where chunk j is its j-th
 //                   contiguous slice, else packed into staging first;
 //   all-reduce      a reduce-scatter followed by the all-gather of its chunks (Partial ->
-//                   Replicate), the chunks contiguous slices in rank order (of any sizes: the
-//                   all-reduce needs no even split): both steps as one collective;
+//                   Replicate): both steps as one collective of the whole buffer, whatever the
+//                   chunks (an all-reduce needs no even split, nor the split's dim);
 //   all-to-all      an exchange Shard(a) -> Shard(b) on a 1-D mesh with both dims divisible by the
 //                   mesh size (every pair's block the same size), where the communicator has one;
 //                   blocks packed / unpacked through staging where they are not contiguous in

@@ -32,6 +32,7 @@ typedef struct {
   int coll;             /* where collectives are on: the one collective expected (-1: none) */
   enum traffic on;      /* ... and the messages beside it */
   enum traffic off;     /* the messages where collectives are off (LM_NCCL_COLLECTIVES=0) */
+  int rs_dim;           /* P -> R: the dim the planner's reduce-scatter splits */
 } coll_case;
 
 static size_t es_of(DLDataType t) { return t.bits / 8; }
@@ -151,7 +152,8 @@ static void message_bytes(const coll_case *c, enum traffic t, lm_dist_tensor_t s
   const int np = lm_test_size(), me = lm_test_rank();
   const int64_t es = (int64_t)es_of(c->dt), total = c->g[0] * c->g[1] * es;
   const int64_t in = shard_bytes(src, (size_t)es), out = shard_bytes(dst, (size_t)es);
-  const int64_t rs = chunk_len(c->g[0], me) * c->g[1] * es; /* P -> R: reduce-scatter to S(0) */
+  const int64_t rs = (c->rs_dim ? c->g[0] * chunk_len(c->g[1], me) : chunk_len(c->g[0], me) * c->g[1]) *
+                     es; /* P -> R: this rank's reduce-scatter chunk */
   const int64_t self = chunk_len(c->g[0], me) * chunk_len(c->g[1], me) * es;
   *send = *recv = 0;
   switch (t) {
@@ -237,26 +239,28 @@ static void test_collectives(void **state) {
   LM_ASSERT_OK(lm_extents_create(ext, n, &id));
   const lm_placement_t RS0 = LM_PLACEMENT_RAGGED(0, id);
   const coll_case cases[] = {
-      {"S0->R even", {4 * n, 3}, S0, R, LM_FLOAT32, LM_NC_ALLGATHER, T_NONE, T_GATHER},
-      {"S1->R even (unpacked)", {3, 2 * n}, S1, R, LM_FLOAT32, LM_NC_ALLGATHER, T_NONE, T_GATHER},
-      {"P->S0 even", {2 * n, 5}, Psum, S0, LM_FLOAT32, LM_NC_REDUCESCATTER, T_NONE, T_RSCATTER},
+      {"S0->R even", {4 * n, 3}, S0, R, LM_FLOAT32, LM_NC_ALLGATHER, T_NONE, T_GATHER, 0},
+      {"S1->R even (unpacked)", {3, 2 * n}, S1, R, LM_FLOAT32, LM_NC_ALLGATHER, T_NONE, T_GATHER, 0},
+      {"P->S0 even", {2 * n, 5}, Psum, S0, LM_FLOAT32, LM_NC_REDUCESCATTER, T_NONE, T_RSCATTER, 0},
       {"P->S1 even (packed)", {3, 2 * n}, Psum, S1, LM_FLOAT64, LM_NC_REDUCESCATTER, T_NONE,
-       T_RSCATTER},
-      {"P->R even", {2 * n, 3}, Psum, R, LM_FLOAT32, LM_NC_ALLREDUCE, T_NONE, T_ALLRED},
-      {"P->R uneven", {2 * n + 1, 3}, Psum, R, LM_FLOAT32, LM_NC_ALLREDUCE, T_NONE, T_ALLRED},
-      {"P(avg)->R float", {2 * n, 3}, Pavg, R, LM_FLOAT32, LM_NC_ALLREDUCE, T_NONE, T_ALLRED},
-      {"P(max)->S0 int32", {2 * n, 4}, Pmax, S0, LM_INT32, LM_NC_REDUCESCATTER, T_NONE, T_RSCATTER},
-      {"S0->S1 even", {2 * n, 3 * n}, S0, S1, LM_FLOAT32, LM_NC_ALLTOALL, T_NONE, T_ALLTOALL},
+       T_RSCATTER, 0},
+      {"P->R even", {2 * n, 3}, Psum, R, LM_FLOAT32, LM_NC_ALLREDUCE, T_NONE, T_ALLRED, 0},
+      {"P->R uneven", {2 * n + 1, 3}, Psum, R, LM_FLOAT32, LM_NC_ALLREDUCE, T_NONE, T_ALLRED, 0},
+      {"P->R scattered along dim 1", {3, 4 * n}, Psum, R, LM_FLOAT32, LM_NC_ALLREDUCE, T_NONE,
+       T_ALLRED, 1},
+      {"P(avg)->R float", {2 * n, 3}, Pavg, R, LM_FLOAT32, LM_NC_ALLREDUCE, T_NONE, T_ALLRED, 0},
+      {"P(max)->S0 int32", {2 * n, 4}, Pmax, S0, LM_INT32, LM_NC_REDUCESCATTER, T_NONE, T_RSCATTER, 0},
+      {"S0->S1 even", {2 * n, 3 * n}, S0, S1, LM_FLOAT32, LM_NC_ALLTOALL, T_NONE, T_ALLTOALL, 0},
       /* not even, not reducible by NCCL, not plain shards: messages (an even step beside one
        * that is not still takes its collective) */
-      {"S0->R uneven", {4 * n + 1, 3}, S0, R, LM_FLOAT32, -1, T_GATHER, T_GATHER},
-      {"P->S0 uneven", {2 * n + 1, 5}, Psum, S0, LM_FLOAT32, -1, T_RSCATTER, T_RSCATTER},
+      {"S0->R uneven", {4 * n + 1, 3}, S0, R, LM_FLOAT32, -1, T_GATHER, T_GATHER, 0},
+      {"P->S0 uneven", {2 * n + 1, 5}, Psum, S0, LM_FLOAT32, -1, T_RSCATTER, T_RSCATTER, 0},
       {"P->R int16 (NCCL reduces none)", {2 * n, 3}, Psum, R, LM_INT16, LM_NC_ALLGATHER,
-       T_RSCATTER, T_ALLRED},
+       T_RSCATTER, T_ALLRED, 0},
       {"P(avg)->R int32 (128-bit avg)", {2 * n, 3}, Pavg, R, LM_INT32, LM_NC_ALLGATHER, T_RSCATTER,
-       T_ALLRED},
-      {"ragged S0->R", {n * (n + 1) / 2, 3}, RS0, R, LM_FLOAT32, -1, T_GATHER, T_GATHER},
-      {"block-cyclic S0->R", {4 * n + 2, 3}, BC, R, LM_FLOAT32, -1, T_GATHER, T_GATHER},
+       T_ALLRED, 0},
+      {"ragged S0->R", {n * (n + 1) / 2, 3}, RS0, R, LM_FLOAT32, -1, T_GATHER, T_GATHER, 0},
+      {"block-cyclic S0->R", {4 * n + 2, 3}, BC, R, LM_FLOAT32, -1, T_GATHER, T_GATHER, 0},
   };
   lm_mesh_t m = mesh_1d();
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) run_case(m, &cases[k]);
