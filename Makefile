@@ -8,6 +8,7 @@
 #   make check ASAN=1 UBSAN=1   same with sanitizers, in build-asan/ by default
 #   make check MPI=mpich    same against MPICH (mpicc.mpich, mpiexec.mpich), in build-mpich/
 #   make check-gpu [NPS="1 2 4"] [NCCL_SPLIT_HOSTS=1]   device tests (tests/gpu/) only
+#   make device-component   the device component alone (CUDA=1)
 #   make check-gpu-sim      the device path on the simulated CUDA runtime and NCCL (tests/sim):
 #                           its self-tests, tests/gpu at np 1, 2, 4 in every topology, bench_device
 #   make check CUDA=sim     the whole suite against the simulator (build-sim/), then the same
@@ -341,7 +342,7 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples info check check-tcp check-multinode check-gpu check-gpu-sim gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
+.PHONY: all lib tests examples info check check-tcp check-multinode check-gpu check-gpu-sim gpu-progs device-component print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples info
@@ -584,7 +585,17 @@ check-multinode:
 # Device tests only (tests/gpu/), at NPS (default "1 2 4"). NCCL_SPLIT_HOSTS=1 gives each rank its
 # own NCCL_HOSTID (and NCCL_SOCKET_IFNAME=lo), so several ranks on ONE GPU run real NCCL.
 # What a device run needs, and nothing else (tests/gpu/device-check.sh builds this).
-gpu-progs: lib $(GPU_BINS) $(BUILD)/tests/unit_device_ops $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bench_device)
+gpu-progs: lib $(GPU_BINS) $(BUILD)/tests/unit_device_ops $(LM_INFO) \
+           $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bench_device)
+
+# The device component alone (tests/gpu/prepare-kit.sh builds it into the kit): needs CUDA.
+device-component:
+ifeq ($(CUDA),1)
+	$(MAKE) --no-print-directory $(DEVLIB)
+	@echo "device-component: $(DEVLIB)"
+else
+	@echo "device-component: CUDA=$(CUDA): no nvcc with nccl.h under CUDA_HOME=$(CUDA_HOME) (CUDA=1 requires them)"; exit 1
+endif
 
 check-gpu: deps gpu-progs
 ifeq ($(CUDA),1)
