@@ -12,7 +12,9 @@
 #    (test_tensor, test_reshard_directed at np 2); lm-info says why it did not load;
 #  - a library that is no component (libm), one that offers another interface version, and the
 #    component of another localmap version (both built here from a few lines) are refused, each
-#    with its reason.
+#    with its reason;
+#  - a component beside the library whose own dependency is missing (as a component without its
+#    CUDA runtime or NCCL): a device call names that component and the missing library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/lm_test.sh
@@ -114,4 +116,36 @@ expect_refused "$libm" "is no localmap device component" "lm_device_component_en
 expect_refused "$tmp/no_interface.so" "does not offer version 1 of the device interface"
 expect_refused "$tmp/other_version.so" "is the device component of localmap" "install both of one build"
 echo "refused: a library without the entry point, another interface version, another localmap version"
+
+# 5. Beside the library, a component that needs a library that is gone: a copy of the core and
+# such a component in a folder of their own, a program that asks for kDLCUDA's transport.
+mkdir -p "$tmp/lib" "$tmp/dep"
+echo 'int lm_missing_dep(void) { return 1; }' > "$tmp/dep/dep.c"
+gcc -shared -fPIC -o "$tmp/dep/liblm_missing_dep.so" "$tmp/dep/dep.c"
+g++ -std=c++17 -shared -fPIC -Iinclude -Isrc $DLPACK_FLAGS -o "$tmp/lib/$(basename "${comp:-liblocalmap-cuda.so.0}")" \
+  "$tmp/other_version.cpp" -Wl,--no-as-needed -L"$tmp/dep" -llm_missing_dep
+rm -f "$tmp/dep/liblm_missing_dep.so"
+cp "$BUILD/lib/liblocalmap.so.0" "$tmp/lib/liblocalmap.so.0"
+cat > "$tmp/why.c" <<'C'
+#include <localmap.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  int wf = 0, t = -1;
+  int64_t one[1] = {1};
+  lm_mesh_t m = NULL;
+  if (lm_init(&argc, &argv) || lm_comm_world(&wf) || lm_mesh_create(&m, wf, 1, one, NULL)) return 2;
+  lm_status_t st = lm_mesh_transport(m, kDLCUDA, &t);
+  printf("status %d: %s\n", (int)st, lm_last_error_message());
+  int bad = lm_mesh_destroy(&m) || lm_finalize();
+  return bad ? 3 : st == LM_ERR_NOT_SUPPORTED ? 0 : 1;
+}
+C
+mpicc=${MPICC:-mpicc${LM_MPI:+.$LM_MPI}}  # the build's MPI (make check passes LM_MPI)
+"$mpicc" -Iinclude $DLPACK_FLAGS -o "$tmp/why" "$tmp/why.c" -L"$BUILD/lib" -llocalmap
+out=$(LD_LIBRARY_PATH=$tmp/lib "$tmp/why" 2>&1) || fail "a broken component beside the library: $out"
+for w in "$tmp/lib/liblocalmap-cuda.so." "liblm_missing_dep.so" "cannot open shared object file"; do
+  [[ $out == *"$w"* ]] || fail "a broken component beside the library: '$out' lacks '$w'"
+done
+checks=$((checks + 1))
+echo "a component beside the library without its dependency: $out"
 echo "script_device_component: $checks checks"

@@ -38,7 +38,8 @@ static int names_missing_component(void) {
   if (!msg_has("kDLCUDA is not supported here") || !msg_has("device support is not available"))
     return 0;
   if (env && *env)
-    return msg_has("LM_DEVICE_COMPONENT=") && msg_has(env) && msg_has("dlopen failed");
+    return msg_has("LM_DEVICE_COMPONENT=") && msg_has(env) && msg_has("dlopen of") &&
+           msg_has("failed");
   return msg_has("liblocalmap-cuda.so.") && msg_has("was not found: not beside") &&
          msg_has("library search path") && msg_has("CUDA=0");
 }

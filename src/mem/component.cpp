@@ -71,8 +71,8 @@ bool accept(ComponentInfo &c, void *handle) {
 bool open_at(ComponentInfo &c, const std::string &path) {
   c.path = path;
   void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    c.why = "dlopen failed: " + dl_error();
+  if (!h) {  // dlerror names what is missing: the file, or a library it needs (CUDA, NCCL)
+    c.why = "dlopen of " + path + " failed: " + dl_error();
     return false;
   }
   if (accept(c, h)) return true;
