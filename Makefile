@@ -2,11 +2,13 @@
 # localmap: top-level GNU Makefile.
 #
 #   make [all]              library, tests, examples (checks deps first)
-#   make lib                build/lib/liblocalmap.so.X.Y.Z (+ symlinks), liblocalmap.a, localmap.pc
+#   make lib                build/lib/liblocalmap.so.X.Y.Z (+ symlinks), liblocalmap.a, localmap.pc,
+#                           and where CUDA is on, the device component build/lib/liblocalmap-cuda.so.X
 #   make check              build everything, run tests/run-tests.sh (NPS="1 2" to pick sizes)
 #   make check ASAN=1 UBSAN=1   same with sanitizers, in build-asan/ by default
 #   make check MPI=mpich    same against MPICH (mpicc.mpich, mpiexec.mpich), in build-mpich/
 #   make check-gpu [NPS="1 2 4"] [NCCL_SPLIT_HOSTS=1]   device tests (tests/gpu/) only
+#   make device-component   the device component alone (CUDA=1)
 #   make check-gpu-sim      the device path on the simulated CUDA runtime and NCCL (tests/sim):
 #                           its self-tests, tests/gpu at np 1, 2, 4 in every topology, bench_device
 #   make check CUDA=sim     the whole suite against the simulator (build-sim/), then the same
@@ -42,13 +44,16 @@ DATAROOTDIR ?= $(PREFIX)/share
 DOCDIR     ?= $(DATAROOTDIR)/doc/localmap
 MANDIR     ?= $(DATAROOTDIR)/man
 
-# CUDA/NCCL backend. CUDA=auto (default): on when $(CUDA_HOME)/bin/nvcc (or nvcc on PATH) and
-# nccl.h are found, and says what it chose; CUDA=0: off; CUDA=1: required (the build stops when
-# they are missing). A CUDA build compiles src/**/*.cu with nvcc into the same liblocalmap.so and
-# links the CUDA runtime and NCCL; it runs the whole CPU suite on machines without a GPU (device
-# tests skip). CUDA=sim: the device path against tests/sim's simulated CUDA runtime and NCCL
-# (libcudasim.so, tests/sim/README.md): kernels compiled as host C++, its own build trees
-# (build-sim/, build-sim-asan/), a test build that is never installed.
+# The device component (docs/DESIGN.md, "The component"). liblocalmap.so never links
+# CUDA or NCCL, in any build: device support is liblocalmap-cuda.so.<major>, built from src/device/
+# beside it, which the library loads with dlopen at the first use of a device. CUDA=auto
+# (default): the component is built when $(CUDA_HOME)/bin/nvcc (or nvcc on PATH) and nccl.h are
+# found, and make says what it chose; CUDA=0: none; CUDA=1: required (the build stops when they
+# are missing). The component compiles src/device/*.cu with nvcc and links the CUDA runtime and
+# NCCL; the whole CPU suite runs on machines without a GPU (device tests skip). CUDA=sim: the same
+# component against tests/sim's simulated CUDA runtime and NCCL (libcudasim.so,
+# tests/sim/README.md): kernels compiled as host C++, its own build trees (build-sim/,
+# build-sim-asan/), a test build that is never installed.
 # NCCL_HOME: where include/nccl.h is (default CUDA_HOME); NCCL_LIB: the folder of libnccl.so or,
 # as in the nvidia-nccl-cu13 wheel, of libnccl.so.2 alone.
 CUDA       ?= auto
@@ -93,7 +98,7 @@ GPU_SEEN   := $(if $(wildcard /dev/nvidia[0-9]*),1,0)
 ifeq ($(CUDA_AUTO)$(MAKELEVEL),10)
 ifeq ($(filter print-cuda help clean,$(MAKECMDGOALS)),)
 ifeq ($(CUDA),1)
-$(shell echo 'CUDA=auto: a CUDA build (nvcc and nccl.h under $(NCCL_HOME)): liblocalmap links libcudart and libnccl; $(if $(filter 1,$(GPU_SEEN)),a GPU is visible: tests/gpu run,no GPU on this machine: tests/gpu skip) (CUDA=0: CPU only; CUDA=sim: the device path on the simulator)' >&2)
+$(shell echo 'CUDA=auto: a CUDA build (nvcc and nccl.h under $(NCCL_HOME)): the device component liblocalmap-cuda links libcudart and libnccl, liblocalmap none; $(if $(filter 1,$(GPU_SEEN)),a GPU is visible: tests/gpu run,no GPU on this machine: tests/gpu skip) (CUDA=0: CPU only; CUDA=sim: the device path on the simulator)' >&2)
 else
 $(shell echo 'CUDA=auto: a CPU-only build (no nvcc with nccl.h under CUDA_HOME=$(CUDA_HOME); CUDA=1 requires them; CUDA=sim: the device path on the simulator)' >&2)
 endif
@@ -223,7 +228,8 @@ SIM_LIB      := $(BUILD)/sim/libcudasim.so
 MPI_CPPFLAGS := -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1
 PUB_CPPFLAGS := -Iinclude $(DLPACK_CPPFLAGS)
 LIB_CPPFLAGS := $(PUB_CPPFLAGS) -Isrc $(MPI_CPPFLAGS)
-LIB_LDLIBS   :=
+# dlopen of the device component (in libc since glibc 2.34; -ldl for older ones).
+LIB_LDLIBS   := -ldl
 # The CUDA runtime and NCCL headers, and the libraries: CUDA's, or in CUDA=sim the simulator's
 # (tests/sim/sim.mk: SIM_CPPFLAGS, $(BUILD)/sim/libcudasim.so stands for libcudart AND libnccl).
 ifeq ($(CUDA_SIM),1)
@@ -235,11 +241,10 @@ CUDA_INC      = -I$(CUDA_HOME)/include $(if $(filter-out $(CUDA_HOME),$(NCCL_HOM
 CUDA_RT_LIBS  = -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart
 CUDA_NCCL_LIBS = $(if $(NCCL_LIB),-L$(NCCL_LIB) -Wl$(comma)-rpath$(comma)$(NCCL_LIB)) $(NCCL_LINK) $(CUDA_RT_LIBS)
 endif
-ifeq ($(CUDA),1)
-# The CUDA headers first: in CUDA=sim the simulator's cuda_runtime.h and nccl.h must win.
-LIB_CPPFLAGS := $(CUDA_INC) $(LIB_CPPFLAGS) -DLM_WITH_CUDA
-LIB_LDLIBS   += $(CUDA_NCCL_LIBS)
-endif
+# The device component: the CUDA headers first (in CUDA=sim the simulator's cuda_runtime.h and
+# nccl.h must win), no MPI.
+DEV_CPPFLAGS  = $(CUDA_INC) $(PUB_CPPFLAGS) -Isrc
+DEV_CXX      ?= $(CXX)
 
 LIB_CXXFLAGS  := -std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidden $(OPT) -g $(WARN) $(SAN)
 TEST_CFLAGS   := -std=gnu11 $(OPT) -g $(WARN) $(SAN)
@@ -257,15 +262,25 @@ NVCC_FLAGS    := -std=c++17 $(OPT) -g $(NVCC_GENCODE) --expt-relaxed-constexpr -
 
 # Programs link the shared library in the build tree, found at run time through the rpath.
 LINK_SHARED = -L$(BUILD)/lib -llocalmap -Wl,-rpath,$(ABS_BUILD)/lib
+# Programs that link the static library (unit tests, lm-info, bench/*.cpp) live one folder below
+# the build tree (or bin/ of an install) and find the device component in ../lib by their RUNPATH:
+# the library's search path beside the core is their own folder (mem/component.hpp).
+RPATH_LIB   = '-Wl,-rpath,$$ORIGIN/../lib' 
 
 # ---------------------------------------------------------------------------------------------
 # Sources and products
 # ---------------------------------------------------------------------------------------------
-LIB_SRCS   := $(shell find src -name '*.cpp' 2>/dev/null | LC_ALL=C sort)
+# The core: src/ but src/device/ (the device component's own sources, which only it links).
+LIB_SRCS   := $(shell find src -name '*.cpp' -not -path 'src/device/*' 2>/dev/null | LC_ALL=C sort)
 LIB_OBJS   := $(patsubst src/%.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS))
+DEVLIB_NAME := $(LIBNAME)-cuda.so.$(VERSION_MAJOR)
+DEVLIB     := $(BUILD)/lib/$(DEVLIB_NAME)
+DEV_SRCS   := $(sort $(wildcard src/device/*.cpp))
+DEV_CU_SRCS := $(sort $(wildcard src/device/*.cu))
+DEV_OBJS   := $(patsubst src/device/%.cpp,$(BUILD)/devobj/%.o,$(DEV_SRCS)) \
+              $(patsubst src/device/%.cu,$(BUILD)/devobj/%.cu.o,$(DEV_CU_SRCS))
 ifeq ($(CUDA),1)
-CU_SRCS    := $(shell find src -name '*.cu' 2>/dev/null | LC_ALL=C sort)
-LIB_OBJS   += $(patsubst src/%.cu,$(BUILD)/obj/%.cu.o,$(CU_SRCS))
+DEV_PRODUCTS := $(DEVLIB)
 endif
 PUB_HDRS   := $(wildcard $(addprefix include/,localmap.h localmap_mpi.h localmap_scalapack.h localmap.hpp localmap_api.hpp))
 ALL_PUB_HDR_NAMES := localmap.h localmap_mpi.h localmap_scalapack.h localmap.hpp localmap_api.hpp
@@ -322,13 +337,18 @@ DROPIN_MANS   := $(sort $(wildcard docs/man/localmap_scalapack_*.3))
 # Rebuild when flags change: each stamp file is rewritten only when its content changes
 # (the GIT-CFLAGS trick), and what it describes depends on it.
 # ---------------------------------------------------------------------------------------------
-STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) CUDA=$(CUDA) CUDA_SIM=$(CUDA_SIM) $(NVCC_FLAGS)
+# (The core's objects do not depend on CUDA: switching CUDA=0/1 in one tree rebuilds the component
+# only.)
+STAMP_cxx  := $(MPICXX) $(LIB_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS)
 STAMP_link := $(MPICXX) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS) $(VERSION) CUDA_SIM=$(CUDA_SIM)
+STAMP_dev  := $(DEV_CXX) $(NVCC) $(DEV_CPPFLAGS) $(LIB_CXXFLAGS) $(CPPFLAGS) $(CXXFLAGS) $(NVCC_FLAGS) \
+              $(LDFLAGS) $(CUDA_NCCL_LIBS) $(VERSION) CUDA_SIM=$(CUDA_SIM)
 STAMP_prog := $(MPICC) $(MPICXX) $(MPIFC) $(COSTA_DIR) $(FFLAGS) $(TEST_CFLAGS) $(TEST_CXXFLAGS) $(CPPFLAGS) $(CFLAGS) $(CXXFLAGS) $(LDFLAGS) $(LDLIBS)
 STAMP_pc   := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION) $(MPI_PC) $(LIB_LDLIBS) \
               $(DLPACK_INCLUDE_DIR) $(MPI_C_COMPILER) $(MPI_CXX_COMPILER) $(MPI_Fortran_COMPILER)
 
-STAMPS := $(BUILD)/.stamp-cxx $(BUILD)/.stamp-link $(BUILD)/.stamp-prog $(BUILD)/.stamp-pc
+STAMPS := $(BUILD)/.stamp-cxx $(BUILD)/.stamp-link $(BUILD)/.stamp-prog $(BUILD)/.stamp-pc \
+          $(BUILD)/.stamp-dev
 $(STAMPS): $(BUILD)/.stamp-%: FORCE
 	@mkdir -p $(@D)
 	@if [ x'$(STAMP_$*)' != x"$$(cat $@ 2>/dev/null)" ]; then \
@@ -342,13 +362,13 @@ ifneq ($(filter all check demo,$(or $(MAKECMDGOALS),all)),)
 DEPS_FIRST := deps
 endif
 
-.PHONY: all lib tests examples info check check-tcp check-multinode check-gpu check-gpu-sim gpu-progs print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
+.PHONY: all lib tests examples info check check-tcp check-multinode check-gpu check-gpu-sim gpu-progs device-component print-cuda demo bench install uninstall clean deps abi-dump abi-check abi-baseline help
 .DEFAULT_GOAL := all
 
 all: deps lib tests examples info
 
 lib: $(SHLIB_REAL) $(SHLIB_SO) $(SHLIB_DEV) $(STATICLIB) $(PCFILE) $(CMAKE_CONFIG) $(CMAKE_VERSION_FILE) \
-  $(DROPIN_REAL) $(DROPIN_SO) $(DROPIN_DEV) $(DROPIN_PC)
+  $(DROPIN_REAL) $(DROPIN_SO) $(DROPIN_DEV) $(DROPIN_PC) $(DEV_PRODUCTS)
 
 tests: $(TEST_BINS) $(UNIT_BINS) $(BUILD)/tests/deny_cma
 
@@ -370,23 +390,32 @@ $(BUILD)/obj/%.o: src/%.cpp $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICXX) $(LIB_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-# CUDA sources: nvcc, host code compiled by g++ underneath (-Werror clean), MPI headers included.
-# CUDA=sim: no nvcc; the kernels compile as host C++ with the library's flags against the
-# simulator's headers (mem/launch.hpp turns launches into CUDASIM_LAUNCH).
+# The device component: src/device/*.cpp with the library's flags against the CUDA (or the
+# simulator's) headers, no MPI; src/device/*.cu through nvcc, host code compiled by g++
+# underneath (-Werror clean). CUDA=sim: no nvcc; the kernels compile as host C++ against the
+# simulator's headers (device/launch.hpp turns launches into CUDASIM_LAUNCH). It links the CUDA
+# runtime and NCCL (CUDA=sim: libcudasim) and exports its entry point only (component.map).
+$(BUILD)/devobj/%.o: src/device/%.cpp $(BUILD)/.stamp-dev
+	@mkdir -p $(@D)
+	$(DEV_CXX) $(DEV_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 ifeq ($(CUDA_SIM),1)
-$(BUILD)/obj/%.cu.o: src/%.cu $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
+$(BUILD)/devobj/%.cu.o: src/device/%.cu $(BUILD)/.stamp-dev
 	@mkdir -p $(@D)
-	$(MPICXX) $(LIB_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -x c++ -c -o $@ $<
+	$(DEV_CXX) $(DEV_CPPFLAGS) $(CPPFLAGS) $(LIB_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) -x c++ -c -o $@ $<
 else
-MPI_INC := $(shell $(MPICXX) --showme:compile 2>/dev/null || $(MPICXX) -compile_info 2>/dev/null | cut -d' ' -f2-)
-$(BUILD)/obj/%.cu.o: src/%.cu $(BUILD)/.stamp-cxx | $(DEPS_FIRST)
+$(BUILD)/devobj/%.cu.o: src/device/%.cu $(BUILD)/.stamp-dev
 	@mkdir -p $(@D)
-	$(NVCC) -ccbin $(CXX_FOR_NVCC) $(LIB_CPPFLAGS) $(filter -I% -D%,$(MPI_INC)) $(CPPFLAGS) $(NVCC_FLAGS) \
-	  -MMD -MP -MF $@.d -c -o $@ $<
+	$(NVCC) -ccbin $(CXX_FOR_NVCC) $(DEV_CPPFLAGS) $(CPPFLAGS) $(NVCC_FLAGS) -MMD -MP -MF $@.d -c -o $@ $<
 CXX_FOR_NVCC ?= g++
 endif
 
-$(SHLIB_REAL): $(LIB_OBJS) src/localmap.map $(BUILD)/.stamp-link $(if $(filter 1,$(CUDA_SIM)),$(SIM_LIB))
+$(DEVLIB): $(DEV_OBJS) src/device/component.map $(BUILD)/.stamp-dev $(if $(filter 1,$(CUDA_SIM)),$(SIM_LIB))
+	@mkdir -p $(@D)
+	$(DEV_CXX) -shared $(SAN) $(LDFLAGS) -Wl,-soname,$(DEVLIB_NAME) \
+	  -Wl,--version-script=src/device/component.map -Wl,--no-undefined -o $@ $(DEV_OBJS) \
+	  $(CUDA_NCCL_LIBS) -ldl
+
+$(SHLIB_REAL): $(LIB_OBJS) src/localmap.map $(BUILD)/.stamp-link
 	@mkdir -p $(@D)
 	$(MPICXX) -shared $(SAN) $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--version-script=src/localmap.map \
 	  -Wl,--no-undefined -o $@ $(LIB_OBJS) $(LIB_LDLIBS) $(LDLIBS)
@@ -461,23 +490,26 @@ $(BUILD)/tests/deny_cma: tests/deny_cma.c $(BUILD)/.stamp-prog | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICC) -std=gnu11 $(OPT) -g $(WARN) $(CPPFLAGS) -o $@ $<
 
-# Device tests use the CUDA runtime directly to make and check device data.
+# Device tests use the CUDA runtime directly to make and check device data, and link NCCL and
+# export their symbols (-rdynamic), so that a test may interpose NCCL calls the library makes
+# through its device component (RTLD_NEXT finds NCCL in the global scope).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICC) $(PUB_CPPFLAGS) -Itests -Itests/gpu $(CUDA_INC) $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) \
-	  $(DEPFLAGS) -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) $(CUDA_RT_LIBS) -lcmocka -lm $(LDLIBS)
+	  $(DEPFLAGS) -rdynamic -o $@ $< $(LINK_SHARED) $(SAN) $(LDFLAGS) -Wl,--no-as-needed \
+	  $(CUDA_NCCL_LIBS) -Wl,--as-needed -lcmocka -lm $(LDLIBS)
 
 # lm-info reads the internals it reports: the static library and src/ headers, like unit tests.
 $(LM_INFO): tools/lm-info.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICXX) $(filter-out $(MPI_CPPFLAGS),$(LIB_CPPFLAGS)) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) \
-	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS)
+	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(RPATH_LIB) $(LIB_LDLIBS) $(LDLIBS)
 
 # unit_*.cpp test internals: they may include src/ headers and link the static library.
 $(BUILD)/tests/unit_%: tests/unit_%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICXX) -Itests $(filter-out $(MPI_CPPFLAGS),$(LIB_CPPFLAGS)) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) \
-	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) -lcmocka $(LDLIBS)
+	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(RPATH_LIB) $(LIB_LDLIBS) -lcmocka $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.cpp $(PROG_DEPS) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
@@ -506,7 +538,7 @@ $(BUILD)/bench/%: bench/%.c $(PROG_DEPS)
 $(BUILD)/bench/%: bench/%.cpp $(STATICLIB) $(BUILD)/.stamp-prog | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(MPICXX) $(filter-out $(MPI_CPPFLAGS),$(LIB_CPPFLAGS)) $(CPPFLAGS) $(TEST_CXXFLAGS) $(CXXFLAGS) $(DEPFLAGS) \
-	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(LIB_LDLIBS) $(LDLIBS)
+	  -o $@ $< $(STATICLIB) $(SAN) $(LDFLAGS) $(RPATH_LIB) $(LIB_LDLIBS) $(LDLIBS)
 
 $(BUILD)/bench/bench_scalapack: bench/bench_scalapack.c $(PROG_DEPS)
 	@mkdir -p $(@D)
@@ -573,7 +605,7 @@ else
 check: all sim-tests gpu-progs
 	$(RUN_ENV) bash tests/run-tests.sh $(or $(TESTS),'unit_*' 'test_*')
 	$(RUN_ENV) bash tests/sim/run-sim-tests.sh
-	$(RUN_ENV) SIM_CONFIGS="$(or $(SIM_CONFIGS),shared:1 shared:4 staging)" bash tests/sim/check-gpu-sim.sh
+	$(RUN_ENV) SIM_CONFIGS="$(or $(SIM_CONFIGS),shared:1 shared:4 staging no-colls)" bash tests/sim/check-gpu-sim.sh
 
 # The device path on the simulator: its self-tests, the CPU tests that pin the device answer
 # (also on a machine without a GPU: CUDASIM_DEVICES=0, the CUDA build's "no GPU on this machine"),
@@ -605,7 +637,17 @@ check-multinode:
 # Device tests only (tests/gpu/), at NPS (default "1 2 4"). NCCL_SPLIT_HOSTS=1 gives each rank its
 # own NCCL_HOSTID (and NCCL_SOCKET_IFNAME=lo), so several ranks on ONE GPU run real NCCL.
 # What a device run needs, and nothing else (tests/gpu/device-check.sh builds this).
-gpu-progs: lib $(GPU_BINS) $(BUILD)/tests/unit_device_ops $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bench_device)
+gpu-progs: lib $(GPU_BINS) $(BUILD)/tests/unit_device_ops $(LM_INFO) \
+           $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bench_device)
+
+# The device component alone (tests/gpu/prepare-kit.sh builds it into the kit): needs CUDA.
+device-component:
+ifeq ($(CUDA),1)
+	$(MAKE) --no-print-directory $(DEVLIB)
+	@echo "device-component: $(DEVLIB)"
+else
+	@echo "device-component: CUDA=$(CUDA): no nvcc with nccl.h under CUDA_HOME=$(CUDA_HOME) (CUDA=1 requires them)"; exit 1
+endif
 
 check-gpu: deps gpu-progs
 ifeq ($(CUDA),1)
@@ -653,6 +695,7 @@ install: lib $(MANPAGE) $(LM_INFO)
 	ln -sf $(notdir $(SHLIB_REAL)) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/$(LIBNAME).so
 	$(INSTALL) -m 644 $(STATICLIB) $(DESTDIR)$(LIBDIR)/
+	$(if $(DEV_PRODUCTS),$(INSTALL) -m 755 $(DEVLIB) $(DESTDIR)$(LIBDIR)/)
 	$(INSTALL) -m 644 $(PUB_HDRS) $(DESTDIR)$(INCLUDEDIR)/
 	$(INSTALL) -m 644 $(PCFILE) $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc
 	$(INSTALL) -m 755 $(DROPIN_REAL) $(DESTDIR)$(LIBDIR)/
@@ -684,6 +727,7 @@ install: lib $(MANPAGE) $(LM_INFO)
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(LIBNAME).so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	      $(DESTDIR)$(LIBDIR)/$(LIBNAME).so $(DESTDIR)$(LIBDIR)/$(LIBNAME).a \
+	      $(DESTDIR)$(LIBDIR)/$(DEVLIB_NAME) \
 	      $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(ALL_PUB_HDR_NAMES)) \
 	      $(DESTDIR)$(PKGCONFIGDIR)/localmap.pc \
 	      $(DESTDIR)$(LIBDIR)/$(DROPIN_NAME).so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(DROPIN_SONAME) \
@@ -819,6 +863,6 @@ endif
 # libFuzzer targets: make fuzz FUZZ_SECONDS=N (fuzz/fuzz.mk).
 include fuzz/fuzz.mk
 
--include $(LIB_OBJS:=.d) $(DROPIN_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))
+-include $(LIB_OBJS:=.d) $(DEV_OBJS:=.d) $(DROPIN_OBJS:=.d) $(addsuffix .d,$(TEST_BINS) $(UNIT_BINS) $(EX_BINS) $(BENCH_BINS))
 
 -include tests/sim/sim.mk

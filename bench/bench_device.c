@@ -4,10 +4,16 @@
  * job on the same stream. Median of REPS after WARMUP, each the max over ranks, timed from a
  * barrier to cudaStreamSynchronize of the stream (the library itself never synchronizes).
  * Columns follow nccl-tests: algbw = bytes / time, busbw = algbw * factor (allgather and
- * reduce-scatter (n-1)/n, allreduce 2(n-1)/n, all-to-all (n-1)/n), in GB/s.
+ * reduce-scatter (n-1)/n, allreduce 2(n-1)/n, all-to-all (n-1)/n), in GB/s, where bytes is what
+ * nccl-tests calls the size: the whole tensor for all-gather (the receive buffer), reduce-scatter
+ * (the send buffer) and all-reduce, one rank's buffer (the tensor / n) for all-to-all.
+ * The all-to-all baseline is ncclAlltoAll where nccl.h has it (NCCL 2.28 on), else grouped
+ * ncclSend/ncclRecv. localmap issues one collective per even step (LM_NCCL_COLLECTIVES=1, the
+ * default; "lm_collectives" says which setting ran: 0 gives its grouped ncclSend/ncclRecv).
  * Rank 0 prints one JSON object per line, like bench_reshard:
  *   {"case","np","bytes","dtype","lm_ms","baseline","baseline_ms","ratio","lm_algbw_GBps",
- *    "lm_busbw_GBps","baseline_algbw_GBps","baseline_busbw_GBps","copy_GBps","transport","reps"}
+ *    "lm_busbw_GBps","baseline_algbw_GBps","baseline_busbw_GBps","copy_GBps","transport",
+ *    "lm_collectives","reps"}
  * copy_GBps: a device-to-device cudaMemcpyAsync of the same bytes on one GPU (bytes / time), the
  * ceiling any reshard step is measured against. The NCCL baseline needs one GPU per rank as NCCL
  * sees it (or NCCL_HOSTID per rank, see tests/gpu/split-hosts.sh); LM_BENCH_NCCL=0 leaves it out
@@ -23,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench_util.h"
 
@@ -74,7 +81,7 @@ static void lm_run(void *a) {
 }
 
 typedef struct {
-  int kind; /* 0 allgather, 1 reduce-scatter, 2 allreduce, 3 all-to-all (grouped send/recv) */
+  int kind; /* 0 allgather, 1 reduce-scatter, 2 allreduce, 3 all-to-all */
   void *sbuf, *rbuf;
   size_t count; /* float elements of the full tensor */
 } nccl_case;
@@ -87,6 +94,10 @@ static void nccl_run(void *a) {
     case 2: NC(ncclAllReduce(b->sbuf, b->rbuf, b->count, ncclFloat, ncclSum, nccl, stream)); break;
     default: {
       size_t blk = per / (size_t)np;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22800
+      NC(ncclAlltoAll(b->sbuf, b->rbuf, blk, ncclFloat, nccl, stream));
+      break;
+#endif
       NC(ncclGroupStart());
       for (int p = 0; p < np; ++p) {
         NC(ncclSend((char *)b->sbuf + (size_t)p * blk * 4, blk, ncclFloat, p, nccl, stream));
@@ -119,6 +130,13 @@ static double copy_rate(size_t bytes) {
   return ms > 0 ? (double)bytes / (ms * 1e6) : 0;
 }
 
+/* LM_NCCL_COLLECTIVES as the library reads it: 0 only for "0", false, no, off. */
+static int collectives_on(void) {
+  const char *e = getenv("LM_NCCL_COLLECTIVES");
+  return !(e && (!strcmp(e, "0") || !strcasecmp(e, "false") || !strcasecmp(e, "no") ||
+                 !strcasecmp(e, "off")));
+}
+
 static void emit(const char *name, double bytes, double lm_ms, const char *bname, double b_ms,
                  double factor, double copy_gbps, const char *transport) {
   if (rank) return;
@@ -126,9 +144,10 @@ static void emit(const char *name, double bytes, double lm_ms, const char *bname
   printf("{\"case\": \"%s\", \"np\": %d, \"bytes\": %.0f, \"dtype\": \"float32\", \"device\": \"cuda\", "
          "\"lm_ms\": %.4f, \"baseline\": \"%s\", \"baseline_ms\": %.4f, \"ratio\": %.3f, "
          "\"lm_algbw_GBps\": %.3f, \"lm_busbw_GBps\": %.3f, \"baseline_algbw_GBps\": %.3f, "
-         "\"baseline_busbw_GBps\": %.3f, \"copy_GBps\": %.3f, \"transport\": \"%s\", \"reps\": %d}\n",
+         "\"baseline_busbw_GBps\": %.3f, \"copy_GBps\": %.3f, \"transport\": \"%s\", "
+         "\"lm_collectives\": %d, \"reps\": %d}\n",
          name, np, bytes, lm_ms, bname, b_ms, b_ms > 0 ? lm_ms / b_ms : 0.0, lm_alg, lm_alg * factor,
-         b_alg, b_alg * factor, copy_gbps, transport, REPS);
+         b_alg, b_alg * factor, copy_gbps, transport, collectives_on(), REPS);
   fflush(stdout);
 }
 
@@ -215,7 +234,11 @@ int main(int argc, char **argv) {
       {"1d:S0->R", S0, R, 0, "ncclAllGather", (double)(np - 1) / np},
       {"1d:P->S0", P, S0, 1, "ncclReduceScatter", (double)(np - 1) / np},
       {"1d:P->R", P, R, 2, "ncclAllReduce", 2.0 * (np - 1) / np},
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22800
+      {"1d:S0->S1", S0, S1, 3, "ncclAlltoAll", (double)(np - 1) / np},
+#else
       {"1d:S0->S1", S0, S1, 3, "ncclSend/ncclRecv", (double)(np - 1) / np},
+#endif
   };
   char list[256];
   snprintf(list, sizeof list, "%s", mib_list);
@@ -250,8 +273,9 @@ int main(int argc, char **argv) {
         CU(cudaFree(b.sbuf));
         CU(cudaFree(b.rbuf));
       }
-      emit(cases[k].name, bytes, lm_ms, nccl ? cases[k].bname : "none", b_ms, cases[k].factor,
-           copy_gbps, tname);
+      /* nccl-tests' size: an all-to-all's is one rank's buffer */
+      emit(cases[k].name, cases[k].kind == 3 ? bytes / np : bytes, lm_ms,
+           nccl ? cases[k].bname : "none", b_ms, cases[k].factor, copy_gbps, tname);
       OK(lm_dist_tensor_destroy(&c.src));
       OK(lm_dist_tensor_destroy(&c.dst));
       OK(lm_reshard_plan_destroy(&c.plan));

@@ -194,9 +194,10 @@ LM_NODISCARD LM_API lm_status_t lm_world_rank(int *rank, int *size);
 #endif
 
 /** Whether tensors can live on `device_type` here and now: kDLCPU always; kDLCUDA when the
- * library was built with CUDA (CUDA=1, or CUDA=auto with the toolkit and NCCL found) AND at least
- * one CUDA device is visible to this process (a CUDA build on a machine without a GPU or driver
- * answers 0, so callers and tests can skip device work). Every other type: 0. Local; never
+ * library's device component (liblocalmap-cuda.so.N, which CUDA=1 or CUDA=auto with the toolkit
+ * and NCCL build; loaded at this call: beside the library, or LM_DEVICE_COMPONENT) loads AND at
+ * least one CUDA device is visible to this process (a machine without the component, a GPU or a
+ * driver answers 0, so callers and tests can skip device work). Every other type: 0. Local; never
  * initialises a CUDA context beyond what cudaGetDeviceCount does.
  * @param device_type a DLPack device type
  * @param supported   out: 1 or 0

@@ -34,8 +34,8 @@
 #    the run. A GPU reason: a device test (tests/gpu/), or a reason naming GPU, CUDA, NCCL or a
 #    device (as a word).
 #  - Device tests (tests/gpu/) run where a GPU is expected: LM_EXPECT_GPU=0|1, decided here
-#    outside the library (the build's CUDA switch, then `nvidia-smi -L`; set it to override) and
-#    exported, so the CPU tests can pin lm_device_supported's answer. LM_EXPECT_GPU=0: each device
+#    outside the library (whether the build made the device component, then `nvidia-smi -L`; set
+#    it to override) and exported, so the CPU tests can pin lm_device_supported's answer. LM_EXPECT_GPU=0: each device
 #    test is one counted SKIP saying so; 1: they run, and a skip is only what they print.
 # The last line is "<N> passed, <N> failed, <N> skipped"; the exit status is nonzero if anything
 # failed.
@@ -331,16 +331,17 @@ nps_of_source() {
 
 # Is a GPU expected here? Decided outside the library under test (tests/README.md).
 cuda_build=0
-grep -q 'CUDA=1' "$BUILD/.stamp-cxx" 2>/dev/null && cuda_build=1
-# Whether the library has its CUDA backend at all, from the build's switch (not from the library):
-# the Python tests pin lm_mesh_transport(kDLCUDA)'s answer with it.
+compgen -G "$BUILD/lib/liblocalmap-cuda.so.*" >/dev/null && cuda_build=1
+# Whether the build made the device component (liblocalmap-cuda.so.N beside the library: CUDA=1,
+# CUDA=auto with the toolkit, CUDA=sim), from the build tree, not from the library: the Python
+# tests pin lm_mesh_transport(kDLCUDA)'s answer with it.
 export LM_CUDA_BUILD=$cuda_build
 gpu_error=""
 if [ -n "${LM_EXPECT_GPU:-}" ]; then
   gpu_why="LM_EXPECT_GPU given"
   case $LM_EXPECT_GPU in
     0) ;;
-    1) [ $cuda_build = 1 ] || gpu_error="LM_EXPECT_GPU=1, but $BUILD is a CUDA=0 build" ;;
+    1) [ $cuda_build = 1 ] || gpu_error="LM_EXPECT_GPU=1, but $BUILD has no device component (a CUDA=0 build)" ;;
     *) gpu_error="LM_EXPECT_GPU must be 0 or 1 (got '$LM_EXPECT_GPU')" ;;
   esac
 elif [ $cuda_build = 0 ]; then

@@ -3,7 +3,8 @@
 # What the Makefile says about CUDA=auto (issue 18: never a silent CUDA build), pinned for this
 # machine and toolkit: one line on stderr per top-level make,
 #  - where nvcc with nccl.h is found (what `make print-cuda` resolves to 1): "CUDA=auto: a CUDA
-#    build ... links libcudart and libnccl", then "a GPU is visible: tests/gpu run" where an NVIDIA
+#    build ...: the device component liblocalmap-cuda links libcudart and libnccl, liblocalmap
+#    none", then "a GPU is visible: tests/gpu run" where an NVIDIA
 #    device node is (/dev/nvidia<N>, the Makefile's GPU_SEEN) or "no GPU on this machine: tests/gpu
 #    skip" where none is (test_device_api pins the library's own "no GPU on this machine");
 #  - where they are not: "CUDA=auto: a CPU-only build"; CUDA_HOME pointing nowhere forces this
@@ -49,7 +50,7 @@ if [ "$resolved" = 1 ]; then
   gpu='no GPU on this machine: tests/gpu skip'
   [ $gpu_seen = 0 ] || gpu='a GPU is visible: tests/gpu run'
   expect "CUDA=auto here (a CUDA toolkit with NCCL)" "$got" \
-    '^CUDA=auto: a CUDA build \(nvcc and nccl\.h under [^)]*\): liblocalmap links libcudart and libnccl; ' \
+    '^CUDA=auto: a CUDA build \(nvcc and nccl\.h under [^)]*\): the device component liblocalmap-cuda links libcudart and libnccl, liblocalmap none; ' \
     "; $gpu \\(CUDA=0: CPU only; CUDA=sim: the device path on the simulator\\)\$"
   silent "CUDA=1" CUDA=1
 else

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The two long documents keep their shape (tools/check-docs.sh): docs/DESIGN.md design only (no
-# issue numbers, dates or timings; at most 650 lines), docs/PERFORMANCE.md a current report (at
+# issue numbers, dates or timings; at most 700 lines), docs/PERFORMANCE.md a current report (at
 # most 550 lines, opening with its known gaps), and every reference to one of their sections by
 # name resolves. The tree's documents must pass; then copies with one fault each must fail,
 # naming it, so that a checker which stops seeing one of them fails here.
@@ -33,8 +33,8 @@ fresh; echo 'A call takes about 2 us.' >> "$D"
 expect_fail "a timing in us" "carries timings" "$D" "$P"
 fresh; echo 'Node-local copies run at 6.5 GB/s.' >> "$D"
 expect_fail "a bandwidth" "carries timings" "$D" "$P"
-fresh; while [ "$(wc -l < "$D")" -le 650 ]; do echo >> "$D"; done
-expect_fail "651 lines of design" "has 651 lines" "$D" "$P"
+fresh; while [ "$(wc -l < "$D")" -le 700 ]; do echo >> "$D"; done
+expect_fail "701 lines of design" "has 701 lines" "$D" "$P"
 fresh; sed -i '0,/^## Layers$/s//## Strata/' "$D"
 expect_fail "a renamed section others point to" "points to \"Layers\"" "$D" "$P"
 fresh; sed -i '0,/^## Known gaps$/s//## Before and after\n\nAn old A\/B.\n\n&/' "$P"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Packaging check: `make install` into a temporary prefix gives lib/liblocalmap.so.1,
+# Packaging check: `make install` into a temporary prefix gives lib/liblocalmap.so.1 (and
+# lib/liblocalmap-cuda.so.1, the device component, where the build made it),
 # include/localmap.h (and localmap_mpi.h, localmap_scalapack.h, localmap.hpp, localmap_api.hpp), lib/pkgconfig/localmap.pc, the CMake package in lib/cmake/localmap, the
 # man page, and README, LICENSE, the guides and references (docs/) and the examples under share/doc/localmap; the shared library
 # exports lm_* symbols only and has SONAME liblocalmap.so.1. Consumers of the installed tree, each
@@ -82,6 +83,20 @@ fi
 want="launcher=\${LM_MPIRUN:-${LM_MPIRUN:-mpirun}}"
 grep -qxF "$want" "$prefix/bin/lm-mpirun" ||
   { grep -n '^launcher=' "$prefix/bin/lm-mpirun"; echo "bin/lm-mpirun: expected $want"; exit 1; }
+# The device component, where the build made one, is installed beside the library, and the
+# installed lm-info loads it from there (bin/../lib: its RUNPATH); the core needs no CUDA.
+comp=$(ls "$BUILD"/lib/liblocalmap-cuda.so.* 2>/dev/null | head -n 1 || true)
+if [ -n "$comp" ]; then
+  [ -f "$prefix/lib/$(basename "$comp")" ] || { echo "missing after install: lib/$(basename "$comp")"; exit 1; }
+  info=$("$prefix/bin/lm-info" 2>&1) || { echo "$info"; echo "bin/lm-info failed"; exit 1; }
+  [[ $info == *"device component: loaded from $prefix/lib/$(basename "$comp")"* ]] ||
+    { echo "$info" | head -n 3; echo "bin/lm-info did not load the installed component"; exit 1; }
+  echo "device component: lib/$(basename "$comp"), loaded by the installed lm-info"
+fi
+dyn_core=$(readelf -d "$prefix/lib/liblocalmap.so.1")
+if grep -qE 'lib(cudart|nccl|cudasim)' <<<"$dyn_core"; then
+  echo "the installed liblocalmap.so.1 NEEDs CUDA or NCCL"; exit 1
+fi
 # The diagnostic tool runs from the prefix, under the installed launcher.
 # (the whole output first: grep -q would close the pipe early, and under pipefail the launcher's
 # SIGPIPE on its next line failed the check, under MPICH's mpiexec)

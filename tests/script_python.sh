@@ -47,12 +47,12 @@ lib=$ROOT/$BUILD/lib/liblocalmap.so.1
 [ -e "$lib" ] || fail "no $lib (make lib BUILD=$BUILD)"
 demo=$ROOT/$BUILD/examples/demo
 [ -x "$demo" ] || fail "no $demo (make examples BUILD=$BUILD)"
-# Whether the library was built with CUDA, decided from the build's switch as tests/run-tests.sh
-# does (given: kept): test_config.py expects exactly one answer of transport("cuda") for it.
+# Whether the build made the device component (liblocalmap-cuda.so.N beside the library), decided
+# from the build tree as tests/run-tests.sh does (given: kept): test_config.py expects exactly one
+# answer of transport("cuda") for it.
 if [ -z "${LM_CUDA_BUILD:-}" ]; then
-  [ -f "$BUILD/.stamp-cxx" ] || fail "no $BUILD/.stamp-cxx: cannot tell whether $BUILD is a CUDA build (set LM_CUDA_BUILD=0|1)"
   LM_CUDA_BUILD=0
-  grep -q 'CUDA=1' "$BUILD/.stamp-cxx" && LM_CUDA_BUILD=1
+  compgen -G "$BUILD/lib/liblocalmap-cuda.so.*" >/dev/null && LM_CUDA_BUILD=1
 fi
 case $LM_CUDA_BUILD in 0|1) ;; *) fail "LM_CUDA_BUILD must be 0 or 1 (got '$LM_CUDA_BUILD')" ;; esac
 export LM_CUDA_BUILD

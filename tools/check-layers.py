@@ -6,6 +6,10 @@ Every source file belongs to a layer (its folder; the files of src/transport/ ar
 base, except select.*, which sits above the three transports). A file may include headers of its
 own layer and of layers below it, never of a layer above it or of a sibling at the same level.
 Also checked:
+  - src/device/ is the device component, a library of its own (liblocalmap-cuda.so): nothing else
+    includes its files, it includes only its own, layout/, common/dtype.hpp and the interface
+    mem/device_api.hpp (it links no core code), and no file outside it reaches a CUDA or NCCL
+    header, directly or through the project's headers (the core never links CUDA or NCCL);
   - the planner and the layout math (src/plan, src/layout) and common/ reach no <mpi.h>, CUDA or
     NCCL header, directly or through the project's headers (common/mpi.hpp is the one exception
     in common/, and nothing in layout/ or plan/ may include it);
@@ -37,6 +41,7 @@ LEVELS = [
     ["layout"],
     ["plan"],
     ["mem"],
+    ["device"],                          # the device component (its own library; see below)
     ["comm"],
     ["transport"],                       # the seam: transport.hpp, failure.*
     ["transport/node"],                  # the node-local provider
@@ -52,6 +57,9 @@ LEVEL = {u: i for i, units in enumerate(LEVELS) for u in units}
 PURE = ("layout", "plan")                # no MPI, no CUDA, no NCCL, even transitively
 SYSTEM_FORBIDDEN = re.compile(r"^(mpi\.h|cuda[a-z_]*\.h|nccl\.h|driver_types\.h)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+# What the device component may include of src/ besides its own files.
+DEVICE_MAY_INCLUDE = re.compile(r"^(layout/[^/]+|common/dtype\.hpp|mem/device_api\.hpp)$")
+CUDA_HEADER = re.compile(r"^(cuda[a-z_]*\.h|nccl\.h|driver_types\.h)$")
 TRANSPORT_TYPES = re.compile(
     r"\b(MpiTransport|NcclTransport|BoardExchange|NcclComm|takes_node_local|board_exchange_for|"
     r"cma_copy|mapped_copy|receiver_copy|sender_push|region_describe|region_runs|region_in_arena)\b"
@@ -116,6 +124,16 @@ def check(src, files):
                                       f"folder outside src/transport/ (reach it through "
                                       f"transport/select.hpp)")
                     tu = unit_of(target)
+                    if u != "device" and tu == "device":
+                        errors.append(f"{src}/{rel}:{no}: includes {target} of the device component "
+                                      f"(its own library: the core reaches it through "
+                                      f"mem/device_api.hpp)")
+                        continue
+                    if u == "device" and tu != "device" and not DEVICE_MAY_INCLUDE.match(target):
+                        errors.append(f"{src}/{rel}:{no}: the device component includes {target} "
+                                      f"(it links no core code: only layout/, common/dtype.hpp, "
+                                      f"mem/device_api.hpp)")
+                        continue
                     if u is None or tu is None or u == tu:
                         continue
                     if u not in LEVEL or tu not in LEVEL:
@@ -149,6 +167,11 @@ def check(src, files):
 
     for rel in files:
         u = unit_of(rel)
+        if u is not None and u != "device":
+            for path, sysh in reach(rel):
+                if CUDA_HEADER.match(os.path.basename(sysh)):
+                    errors.append(f"{src}/{rel}: reaches <{sysh}> through " + " -> ".join(path) +
+                                  " (only the device component, src/device/, sees CUDA or NCCL)")
         pure = u in PURE or (u == "common" and rel != "common/mpi.hpp" and rel != "common/mpi.cpp"
                              and not rel.endswith(".cpp"))
         if not pure:
@@ -194,6 +217,11 @@ SELF_TEST_TREE = {
     "exec/plan.hpp": "#include <mpi.h>\n#include <vector>\n#include <mesh/mesh.hpp>\n",
     "exec/run.cpp": "#include \"../transport/mpi/mpi.hpp\"\n",          # a transport's folder
     "exec/angle_run.cpp": "#include <transport/mpi/mpi.hpp>\n",          # the same, angle
+    "mem/device_api.hpp": "#include <stdint.h>\n",
+    "device/kernels.cu": "#include <cuda_runtime.h>\n#include \"mem/device_api.hpp\"\n"
+                         "#include \"../exec/plan.hpp\"\n",            # core code in the component
+    "mem/gpu.cpp": "#include \"../device/kernels.cu\"\n",           # the component from the core
+    "mem/nccl_use.cpp": "#include <nccl.h>\n",                        # NCCL in the core
 }
 SELF_TEST_EXPECT = [
     ("common/dot.hpp", None, "reaches <mpi.h> through common/dot.hpp:1 -> common/mpi.hpp:1"),
@@ -208,6 +236,10 @@ SELF_TEST_EXPECT = [
     ("mesh/sibling.cpp", 1, "mesh includes exec/plan.hpp of the higher layer exec"),
     ("exec/run.cpp", 1, "includes transport/mpi/mpi.hpp of a transport's own folder"),
     ("exec/angle_run.cpp", 1, "includes transport/mpi/mpi.hpp of a transport's own folder"),
+    ("device/kernels.cu", 3, "the device component includes exec/plan.hpp"),
+    ("mem/gpu.cpp", 1, "includes device/kernels.cu of the device component"),
+    ("mem/gpu.cpp", None, "reaches <cuda_runtime.h> through mem/gpu.cpp:1 -> device/kernels.cu:1"),
+    ("mem/nccl_use.cpp", None, "reaches <nccl.h> through mem/nccl_use.cpp:1"),
 ]
 
 

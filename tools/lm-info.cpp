@@ -18,14 +18,10 @@
 #include "common/settings.hpp"
 #include "localmap.h"
 #include "mem/arena.hpp"
+#include "mem/component.hpp"
 #include "mem/cuda.hpp"
 #include "mesh/device.hpp"
 #include "mesh/mesh.hpp"
-
-#ifdef LM_WITH_CUDA
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
 
 namespace {
 
@@ -87,21 +83,24 @@ std::string mpi_running() {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
+// "CUDA runtime 13.0, driver 12.4, NCCL 2.28.9", as the device component finds them loaded.
 std::string cuda_versions() {
-#ifdef LM_WITH_CUDA
+  const lm::ComponentInfo &c = lm::device_component();
+  if (!c.api) return "none (no device component loaded)";
   int rt = 0, drv = 0, nccl = 0;
-  cudaRuntimeGetVersion(&rt);
-  if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
-  cudaGetLastError();
-  ncclGetVersion(&nccl);
+  c.api->versions(&rt, &drv, &nccl);
   char b[160];
   std::snprintf(b, sizeof b, "CUDA runtime %d.%d, driver %s, NCCL %d.%d.%d", rt / 1000,
                 (rt % 1000) / 10, drv ? (std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10)).c_str() : "none",
                 nccl / 10000, (nccl / 100) % 100, nccl % 100);
   return b;
-#else
-  return "not built in (CUDA=0)";
-#endif
+}
+
+// "loaded from PATH (built with ...)" or "not loaded: WHY".
+std::string component_line() {
+  const lm::ComponentInfo &c = lm::device_component();
+  if (!c.api) return "not loaded: " + c.why;
+  return "loaded from " + c.path + " (built with " + c.api->built_with + ")";
 }
 
 // The ranks of this node, grouped as the library's node probe groups them (comm/node.cpp): by
@@ -149,7 +148,7 @@ RankInfo probe(lm_mesh_s *m) {
 void probe_device(lm_mesh_s *m, RankInfo &r) {
   int any = 0;
   MPI_Allreduce(&r.devices, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (!lm::cuda_built() || any == 0) return;
+  if (!lm::device_component_loaded() || any == 0) return;
   r.transport = lm::device_transport(m, 0);
   std::snprintf(r.transport_why, sizeof r.transport_why, "%s",
                 lm::mesh_device(m).transport_why.c_str());
@@ -186,9 +185,9 @@ const char *transport_name(int t) {
 }
 
 void print_text(const std::vector<RankInfo> &all, int nodes) {
-  std::printf("localmap %d.%d.%d (ABI liblocalmap.so.%d), CUDA/NCCL backend: %s\n",
-              LM_VERSION_MAJOR, LM_VERSION_MINOR, LM_VERSION_PATCH, LM_VERSION_MAJOR,
-              lm::cuda_built() ? "built in" : "not built in");
+  std::printf("localmap %d.%d.%d (ABI liblocalmap.so.%d)\n", LM_VERSION_MAJOR, LM_VERSION_MINOR,
+              LM_VERSION_PATCH, LM_VERSION_MAJOR);
+  std::printf("device component: %s\n", component_line().c_str());
   std::printf("MPI: built with %s; running %s\n", mpi_built_with().c_str(), mpi_running().c_str());
   std::printf("CUDA: %s\n", cuda_versions().c_str());
   std::printf("job: %zu rank(s) on %d node(s)\n", all.size(), nodes);
@@ -228,9 +227,14 @@ void print_text(const std::vector<RankInfo> &all, int nodes) {
 }
 
 void print_json(const std::vector<RankInfo> &all, int nodes) {
+  const lm::ComponentInfo &dc = lm::device_component();
   std::printf("{\"version\": \"%d.%d.%d\", \"abi\": \"liblocalmap.so.%d\", \"cuda_built\": %s,\n",
               LM_VERSION_MAJOR, LM_VERSION_MINOR, LM_VERSION_PATCH, LM_VERSION_MAJOR,
-              lm::cuda_built() ? "true" : "false");
+              dc.api ? "true" : "false");
+  std::printf(" \"device_component\": {\"name\": %s, \"loaded\": %s, \"path\": %s, "
+              "\"built_with\": %s, \"why\": %s},\n", json_str(lm::device_component_name()).c_str(),
+              dc.api ? "true" : "false", json_str(dc.path).c_str(),
+              json_str(dc.api ? dc.api->built_with : "").c_str(), json_str(dc.why).c_str());
   std::printf(" \"mpi\": {\"built_with\": %s, \"running\": %s},\n", json_str(mpi_built_with()).c_str(),
               json_str(mpi_running()).c_str());
   std::printf(" \"cuda\": %s, \"ranks\": %zu, \"nodes\": %d,\n \"per_rank\": [", json_str(cuda_versions()).c_str(),

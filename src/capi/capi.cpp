@@ -145,7 +145,7 @@ LM_API lm_status_t lm_device_supported(DLDeviceType device_type, int *supported)
   return guard([&] {
     OUT_ARG(supported, "supported", "lm_device_supported");
     const int t = enum_bits(device_type);
-    *supported = t == kDLCPU || (t == kDLCUDA && cuda_built() && cuda_device_count() > 0);
+    *supported = t == kDLCPU || (t == kDLCUDA && cuda_device_count() > 0);
   });
 }
 
@@ -443,8 +443,7 @@ LM_API lm_status_t lm_mesh_transport(lm_mesh_t mesh, DLDeviceType device_type, i
     }
     if (t != kDLCUDA)
       fail(LM_ERR_NOT_SUPPORTED, "%s: device_type %d: tensors live on kDLCPU or kDLCUDA only", fn, t);
-    if (!cuda_built())
-      fail(LM_ERR_NOT_SUPPORTED, "%s: kDLCUDA: this build has no CUDA/NCCL backend (CUDA=0)", fn);
+    cuda_api(fn);  // LM_ERR_NOT_SUPPORTED: the device component is missing, and why
     *transport = m->dev ? m->dev->transport : LM_TRANSPORT_UNDECIDED;
   });
 }

@@ -39,6 +39,9 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_NODE_DIRECT_MIN_RUN", SettingType::Bytes, "4K", true, Audience::Expert, 1, kMax, nullptr,
      "node-local block-cyclic pieces and grouped messages whose runs average this many bytes move "
      "straight between the two buffers (shorter ones are packed)"},
+    {"LM_NCCL_COLLECTIVES", SettingType::Bool, "1", true, Audience::Expert, 0, 1, nullptr,
+     "device steps whose blocks are even run as one NCCL collective (all-gather, reduce-scatter, "
+     "all-reduce, all-to-all); 0: grouped ncclSend/ncclRecv always"},
     {"LM_CHECK", SettingType::Int, "1", false, Audience::User, 0, 2, nullptr,
      "argument checks: 0 local only, 1 agreed across ranks, 2 also data invariants"},
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,
@@ -59,6 +62,9 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_PAD_IN_PLACE_MIN_RUN", SettingType::Bytes, "1K", false, Audience::Expert, 1, kMax,
      nullptr, "a padded target a reduce-scatter or Partial fill writes is written row by row in "
      "place where its rows are this long (shorter: through a compact copy of the shard)"},
+    {"LM_DEVICE_COMPONENT", SettingType::Text, "", false, Audience::User, 0, 0, nullptr,
+     "path of the device component to load (default: liblocalmap-cuda.so.<major> beside "
+     "liblocalmap, else on the library search path)"},
     {"LM_FAULT", SettingType::Text, "", false, Audience::Test, 0, 0, nullptr,
      "kind:rank=R:nth=N[,...] makes the N-th alloc or transport call fail"},
     {"LM_NCCL_FAULT_INIT_RANK", SettingType::Int, "-1", false, Audience::Test, (uint64_t)-1,

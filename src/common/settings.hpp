@@ -37,6 +37,7 @@ enum class Setting : int {
   Transport,           // LM_TRANSPORT
   TestNodes,           // LM_TEST_NODES (a test hook, but how ranks group into nodes must agree)
   NodeDirectMinRun,    // LM_NODE_DIRECT_MIN_RUN
+  NcclCollectives,     // LM_NCCL_COLLECTIVES
   // per process
   Check,               // LM_CHECK (agreed by mesh creation: the highest wins)
   Timeout,             // LM_TIMEOUT (agreed likewise)
@@ -47,6 +48,7 @@ enum class Setting : int {
   NodePeerMapBytes,    // LM_NODE_PEER_MAP_BYTES
   PlanKeepBuffers,     // LM_PLAN_KEEP_BUFFERS
   PadInPlaceMinRun,    // LM_PAD_IN_PLACE_MIN_RUN
+  DeviceComponent,     // LM_DEVICE_COMPONENT
   // test hooks
   Fault,               // LM_FAULT
   NcclFaultInitRank,   // LM_NCCL_FAULT_INIT_RANK

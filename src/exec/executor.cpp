@@ -1001,17 +1001,97 @@ class PiecesRun : public StepRun {
 };
 
 // ---------------------------------------------------------------------------------------------
+// A step as one collective of the transport's communicator (plan/collective.hpp; an all-reduce
+// runs two steps, this one and the all-gather after it): the input's blocks packed into staging
+// in rank order where they are not its slices, the collective posted as the step's one batch,
+// then at completion the output's blocks copied out of staging, and avg's division.
+class CollectiveRun : public StepRun {
+ public:
+  CollectiveRun(const SchedStep &st, size_t index, Transport &tp, MemOps &mem, DType dt,
+                Staging &stage, CollForm form)
+      : StepRun(st, index, tp, mem, dt, stage), f_(std::move(form)) {}
+
+  void start(const void *in, void *out) override {
+    out_ = static_cast<char *>(out);
+    const size_t block = (size_t)f_.count * esize_;  // all-reduce: the whole buffer
+    pack_bytes_ = f_.pack ? (size_t)f_.n * block : 0;
+    char *stage = take_stage(pack_bytes_ + (f_.unpack ? (size_t)f_.n * block : 0));
+    CollOp c;
+    c.kind = f_.kind;
+    c.in = in;
+    c.out = f_.unpack ? stage + pack_bytes_ : out;
+    c.bytes = block;
+    c.count = (size_t)f_.count;
+    c.dt = dt_;
+    c.op = f_.op;
+    if (f_.pack) {
+      for (size_t r = 0; r < f_.in_blocks.size(); ++r) {
+        BoxCopy b = block_copy(f_.in_blocks[r], st_.in_ext(), true);
+        mem_.copy(b, stage + r * block, in, 0, b.numel);
+      }
+      c.in = stage;
+    }
+    first_ = tp_.post_collective(c);
+    tp_.flush();
+  }
+
+  bool progress(bool block) override {
+    if (!tp_.done_from(first_, block)) return false;
+    const size_t bytes = (size_t)f_.count * esize_;
+    for (size_t r = 0; f_.unpack && r < f_.out_blocks.size(); ++r) {
+      BoxCopy b = block_copy(f_.out_blocks[r], st_.out_ext(), false);
+      mem_.copy(b, out_, stage_.p + pack_bytes_ + r * bytes, 0, b.numel);
+    }
+    if (f_.divide_by > 1) mem_.scale_avg(dt_, out_, f_.count, f_.divide_by);
+    tp_.reset();
+    release();
+    return true;
+  }
+
+ private:
+  // The copy of block b of a compact buffer of extents `shape` into its compact staging slot
+  // (to_staging), or back.
+  BoxCopy block_copy(const CollBlock &b, const Shape &shape, bool to_staging) const {
+    const int64_t zero[kBoxMaxDims] = {0};
+    const int n = (int)b.len.size();
+    BoxCopy c;
+    if (to_staging)
+      boxcopy_init(c, n, b.len.data(), shape.data(), b.off.data(), b.len.data(), zero,
+                   (int64_t)esize_);
+    else
+      boxcopy_init(c, n, b.len.data(), b.len.data(), zero, shape.data(), b.off.data(),
+                   (int64_t)esize_);
+    return c;
+  }
+  const CollForm f_;
+  char *out_ = nullptr;
+  size_t pack_bytes_ = 0;
+  Transport::Ticket first_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
 struct ExecState {
   const void *in0 = nullptr;
   void *out_final = nullptr;
   size_t cur = 0;
   Staging stage;  // shared by the steps (declared before them: they refer to it)
-  std::vector<std::unique_ptr<StepRun>> runs;
+  std::vector<std::unique_ptr<StepRun>> runs;  // NULL for a step another step's run covers
+  std::vector<size_t> span;  // steps run i covers (an all-reduce: 2), from i on
   std::vector<void *> work;
   std::vector<size_t> work_cap;
 };
 
 namespace {
+// The communicator the route's collectives run over, for this plan's dtype.
+CollComm coll_comm(const Transport &tp, DType dt) {
+  CollComm cc;
+  cc.size = tp.coll_size();
+  if (!cc.size) return cc;
+  cc.rank_of = [&tp](int peer) { return tp.coll_rank(peer); };
+  cc.offers = [&tp, dt](CollKind k, int op) { return tp.coll_offers(k, dt, op); };
+  return cc;
+}
+
 // The buffer step i writes into: the final output (in-place steps and the last moving one), an
 // intermediate buffer, or, when fused, a slice of the next step's output.
 void *out_of(const Plan &p, ExecState &x, size_t i) {
@@ -1022,6 +1102,10 @@ void *out_of(const Plan &p, ExecState &x, size_t i) {
 const void *in_of(const Plan &p, ExecState &x, size_t i) {
   if (p.steps[i]->in_place()) return x.out_final;
   return i == 0 ? x.in0 : out_of(p, x, i - 1);
+}
+// Starts run i: its input is step i's, its output the last step it covers.
+void start_run(const Plan &p, ExecState &x, size_t i) {
+  x.runs[i]->start(in_of(p, x, i), out_of(p, x, i + x.span[i] - 1));
 }
 }  // namespace
 
@@ -1115,35 +1199,52 @@ void Plan::start(const void *in, void *out, bool blocking) {
   Transport &tp = *route_.wire;
   MemOps &mem = *route_.mem;
   tp.begin_execution(blocking);
-  if (!ex_) {
-    ex_ = std::make_unique<ExecState>();
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const SchedStep &st = *steps[i];
-      std::unique_ptr<StepRun> r;
-      if (st.kind == StepKind::kExchange)
-        r = std::make_unique<ExchangeRun>(st, i, tp, mem, dt, ex_->stage);
-      else if (st.kind == StepKind::kReduceScatter)
-        r = std::make_unique<ReduceScatterRun>(st, i, tp, mem, dt, ex_->stage);
-      else if (st.kind == StepKind::kPieces)
-        r = std::make_unique<PiecesRun>(st, i, tp, mem, dt, ex_->stage);
-      else
-        r = std::make_unique<PartialInitRun>(st, i, tp, mem, dt, ex_->stage);
-      ex_->runs.push_back(std::move(r));
-    }
-    ex_->work.assign(steps.size(), nullptr);
-    ex_->work_cap.assign(steps.size(), 0);
-  }
+  if (!ex_) make_runs(tp, mem);
   ExecState &x = *ex_;
   x.in0 = in;
   x.out_final = out;
   x.cur = 0;
-  for (auto &r : x.runs) r->keep_ = keep_buffers;
-  // Intermediate outputs, from the pool (never zero-filled: every element is written).
+  for (auto &r : x.runs)
+    if (r) r->keep_ = keep_buffers;
+  // Intermediate outputs, from the pool (never zero-filled: every element is written); none for
+  // a step whose run another covers (an all-reduce writes the next step's output).
   for (size_t i = 0; i < steps.size(); ++i)
-    if (work_bytes[i] && !x.work[i]) x.work[i] = mem.staging_take(work_bytes[i], &x.work_cap[i]);
+    if (work_bytes[i] && !x.work[i] && x.runs[i] && x.span[i] == 1)
+      x.work[i] = mem.staging_take(work_bytes[i], &x.work_cap[i]);
   active = !steps.empty();
   if (!active) return;
-  x.runs[0]->start(in_of(*this, x, 0), out_of(*this, x, 0));
+  start_run(*this, x, 0);
+}
+
+// One run per step, or one for a collective's steps (plan/collective.hpp): the forms depend on
+// the plan and the route alone, so every rank builds the same runs.
+void Plan::make_runs(Transport &tp, MemOps &mem) {
+  ex_ = std::make_unique<ExecState>();
+  const CollComm cc = coll_comm(tp, dt);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SchedStep &st = *steps[i];
+    std::unique_ptr<StepRun> r;
+    CollForm f = cc.size ? collective_form(*this, i, cc) : CollForm{};
+    const size_t span = f.kind == CollKind::kNone ? 1 : f.steps;
+    if (f.kind != CollKind::kNone)
+      r = std::make_unique<CollectiveRun>(st, i, tp, mem, dt, ex_->stage, std::move(f));
+    else if (st.kind == StepKind::kExchange)
+      r = std::make_unique<ExchangeRun>(st, i, tp, mem, dt, ex_->stage);
+    else if (st.kind == StepKind::kReduceScatter)
+      r = std::make_unique<ReduceScatterRun>(st, i, tp, mem, dt, ex_->stage);
+    else if (st.kind == StepKind::kPieces)
+      r = std::make_unique<PiecesRun>(st, i, tp, mem, dt, ex_->stage);
+    else
+      r = std::make_unique<PartialInitRun>(st, i, tp, mem, dt, ex_->stage);
+    ex_->runs.push_back(std::move(r));
+    ex_->span.push_back(span);
+    for (size_t k = 1; k < span; ++k, ++i) {  // the steps it covers have no run of their own
+      ex_->runs.push_back(nullptr);
+      ex_->span.push_back(0);
+    }
+  }
+  ex_->work.assign(steps.size(), nullptr);
+  ex_->work_cap.assign(steps.size(), 0);
 }
 
 bool Plan::progress(bool block) {
@@ -1151,11 +1252,12 @@ bool Plan::progress(bool block) {
   ExecState &x = *ex_;
   while (active) {
     if (!x.runs[x.cur]->progress(block)) return false;
-    if (++x.cur == steps.size()) {
+    x.cur += x.span[x.cur];
+    if (x.cur >= steps.size()) {
       active = false;
       break;
     }
-    x.runs[x.cur]->start(in_of(*this, x, x.cur), out_of(*this, x, x.cur));
+    start_run(*this, x, x.cur);
   }
   if (!keep_buffers)
     for (size_t i = 0; i < x.work.size(); ++i)
@@ -1169,7 +1271,8 @@ bool Plan::progress(bool block) {
 void Plan::abandon() {
   active = false;
   if (!ex_) return;
-  for (auto &r : ex_->runs) r->release();
+  for (auto &r : ex_->runs)
+    if (r) r->release();
   for (size_t i = 0; i < ex_->work.size(); ++i)
     if (ex_->work[i] && !keep_buffers) {
       route_.mem->staging_give(ex_->work[i], ex_->work_cap[i], work_bytes[i]);

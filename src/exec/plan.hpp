@@ -78,6 +78,8 @@ class Plan : public Schedule {
   TransportSpec spec_;
   Route route_;
   std::unique_ptr<ExecState> ex_;
+  // The execution state of the route: one run per step, or per collective (plan/collective.hpp).
+  void make_runs(Transport &tp, MemOps &mem);
   // A copy of this plan whose schedule `change` made a variant of (NULL when it returns false).
   std::unique_ptr<Plan> variant(const std::function<bool(Schedule &)> &change) const;
   struct Padded;

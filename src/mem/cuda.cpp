@@ -1,58 +1,48 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "mem/cuda.hpp"
 
-#include <dlfcn.h>
-
 #include <string>
 
 #include "common/error.hpp"
-
-#ifdef LM_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "mem/component.hpp"
 
 namespace lm {
 
-bool is_device(DLDevice d) { return enum_bits(d.device_type) == kDLCUDA; }
-
-#ifdef LM_WITH_CUDA
-
 namespace {
 std::string g_absent_why;
-// Whether an NVIDIA driver is installed at all: without one the runtime says "CUDA driver
-// version is insufficient", which would send a user hunting for a driver upgrade.
-bool driver_present() {
-  void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (h) dlclose(h);
-  return h != nullptr;
-}
 }  // namespace
 
-bool cuda_built() { return true; }
+bool is_device(DLDevice d) { return enum_bits(d.device_type) == kDLCUDA; }
 
-[[noreturn]] void cuda_fail(int err, const char *what) {
-  cudaGetLastError();  // clear the runtime's (non-sticky) error state
-  fail(LM_ERR_CUDA, "%s failed: %s (%s) on rank %d", what,
-       cudaGetErrorString(static_cast<cudaError_t>(err)),
-       cudaGetErrorName(static_cast<cudaError_t>(err)), world_rank_or_minus1());
+bool device_component_loaded() { return device_component().api != nullptr; }
+
+const lm_device_api_t &cuda_api(const char *what) { return device_api(what); }
+
+[[noreturn]] void cuda_fail(const char *what) {
+  const lm_device_api_t *api = device_component().api;
+  fail(LM_ERR_CUDA, "%s failed: %s on rank %d", what, api ? api->error() : "(no device component)",
+       world_rank_or_minus1());
+}
+
+void cuda_check(int st, const char *what) {
+  if (st == LMD_OK) return;
+  if (st == LMD_NO_MEMORY)
+    fail(LM_ERR_OUT_OF_MEMORY, "%s: out of memory (%s) on rank %d", what,
+         device_component().api->error(), world_rank_or_minus1());
+  cuda_fail(what);
 }
 
 int cuda_device_count() {
   static const int count = [] {  // once per process, thread-safe
-    int n = 0;
-    cudaError_t rc = cudaGetDeviceCount(&n);
-    if (rc == cudaErrorNoDevice || (rc == cudaErrorInsufficientDriver && !driver_present())) {
-      g_absent_why = rc == cudaErrorNoDevice ? "no GPU on this machine"
-                                             : "no GPU on this machine: no NVIDIA driver";
-      cudaGetLastError();
-      n = 0;
-    } else if (rc != cudaSuccess) {  // a driver problem: say what the runtime says
-      g_absent_why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc);
-      cudaGetLastError();
-      n = 0;
-    } else if (n == 0) {
-      g_absent_why = "no GPU on this machine";
+    const ComponentInfo &c = device_component();
+    if (!c.api) {
+      g_absent_why = c.why;
+      return 0;
     }
+    int n = 0;
+    char why[256] = "";
+    if (c.api->device_count(&n, why, sizeof why) != LMD_OK || n < 0) n = 0;
+    g_absent_why = n ? "" : why;
     return n;
   }();
   return count;
@@ -64,6 +54,7 @@ const char *cuda_absent_reason() {
 }
 
 void check_cuda_device(DLDevice d, const char *what) {
+  cuda_api(what);  // the component's absence first: its own reason
   int n = cuda_device_count();
   if (n == 0)
     fail(LM_ERR_NOT_SUPPORTED, "%s: kDLCUDA: no CUDA device is visible to rank %d (%s)", what,
@@ -74,63 +65,50 @@ void check_cuda_device(DLDevice d, const char *what) {
 }
 
 void check_device_pointer(const void *p, DLDevice d, const char *what) {
-  cudaPointerAttributes a{};
-  cudaError_t rc = cudaPointerGetAttributes(&a, p);
-  if (rc != cudaSuccess) {
-    cudaGetLastError();
+  const lm_device_api_t &api = cuda_api(what);
+  int kind = LMD_MEM_UNREGISTERED, dev = -1;
+  if (api.pointer_kind(p, &kind, &dev) != LMD_OK)
     fail(LM_ERR_INVALID_ARGUMENT, "%s: %p is not CUDA memory (cudaPointerGetAttributes: %s) on "
-         "rank %d", what, p, cudaGetErrorString(rc), world_rank_or_minus1());
-  }
-  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+         "rank %d", what, p, api.error(), world_rank_or_minus1());
+  if (kind != LMD_MEM_DEVICE && kind != LMD_MEM_MANAGED)
     fail(LM_ERR_INVALID_ARGUMENT, "%s: %p is %s memory, not device memory of kDLCUDA device %d "
-         "(rank %d)", what, p, a.type == cudaMemoryTypeHost ? "pinned host" : "host (unregistered)",
+         "(rank %d)", what, p, kind == LMD_MEM_PINNED ? "pinned host" : "host (unregistered)",
          d.device_id, world_rank_or_minus1());
-  if (a.type == cudaMemoryTypeDevice && a.device != d.device_id)
+  if (kind == LMD_MEM_DEVICE && dev != d.device_id)
     fail(LM_ERR_INVALID_ARGUMENT, "%s: %p lives on CUDA device %d, the DLDevice says %d (rank %d)",
-         what, p, a.device, d.device_id, world_rank_or_minus1());
+         what, p, dev, d.device_id, world_rank_or_minus1());
 }
 
 void stream_wait(void *to, void *from) {
   if (to == from) return;
-  cudaEvent_t ev = nullptr;
-  LM_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  cudaError_t rc = cudaEventRecord(ev, static_cast<cudaStream_t>(from));
-  if (rc == cudaSuccess) rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(to), ev, 0);
-  cudaEventDestroy(ev);  // released once the recorded work completes
-  if (rc != cudaSuccess) cuda_fail(rc, "stream ordering (cudaEventRecord / cudaStreamWaitEvent)");
+  const lm_device_api_t &api = cuda_api("stream ordering");
+  void *ev = nullptr;
+  cuda_check(api.event_create(&ev), "cudaEventCreateWithFlags");
+  int st = api.event_record(ev, from);
+  if (st == LMD_OK) st = api.stream_wait_event(to, ev);
+  const std::string err = st == LMD_OK ? "" : api.error();
+  api.event_destroy(ev);  // released once the recorded work completes
+  if (st != LMD_OK)
+    fail(LM_ERR_CUDA, "stream ordering (cudaEventRecord / cudaStreamWaitEvent) failed: %s on "
+         "rank %d", err.c_str(), world_rank_or_minus1());
+}
+
+std::string cuda_pci_bus_id(int dev) {
+  const lm_device_api_t *api = device_component().api;
+  char bus[32] = "";
+  if (!api || api->pci_bus_id(dev, bus, (int)sizeof bus) != LMD_OK) return strfmt("?%d", dev);
+  return bus;
 }
 
 CurrentDevice::CurrentDevice(int dev) {
-  LM_CUDA(cudaGetDevice(&prev_), "cudaGetDevice");
-  if (prev_ != dev) LM_CUDA(cudaSetDevice(dev), "cudaSetDevice");
+  const lm_device_api_t &api = cuda_api("making a device current");
+  cuda_check(api.get_device(&prev_), "cudaGetDevice");
+  if (prev_ != dev) cuda_check(api.set_device(dev), "cudaSetDevice");
 }
 CurrentDevice::~CurrentDevice() {
+  const lm_device_api_t *api = device_component().api;
   int cur = -1;
-  if (cudaGetDevice(&cur) == cudaSuccess && cur != prev_ && prev_ >= 0) cudaSetDevice(prev_);
+  if (api && api->get_device(&cur) == LMD_OK && cur != prev_ && prev_ >= 0) api->set_device(prev_);
 }
-
-#else  // !LM_WITH_CUDA
-
-bool cuda_built() { return false; }
-int cuda_device_count() { return 0; }
-const char *cuda_absent_reason() { return "this build has no CUDA backend (CUDA=0)"; }
-
-[[noreturn]] void cuda_fail(int err, const char *what) {
-  fail(LM_ERR_CUDA, "%s failed (error %d)", what, err);
-}
-
-[[noreturn]] static void not_built(const char *what) {
-  fail(LM_ERR_NOT_SUPPORTED,
-       "%s: device type kDLCUDA is not supported by this build (the CUDA/NCCL backend is not "
-       "built in: build with CUDA=1; lm_device_supported tells)",
-       what);
-}
-void check_cuda_device(DLDevice, const char *what) { not_built(what); }
-void check_device_pointer(const void *, DLDevice, const char *what) { not_built(what); }
-void stream_wait(void *, void *) {}
-CurrentDevice::CurrentDevice(int) {}
-CurrentDevice::~CurrentDevice() = default;
-
-#endif  // LM_WITH_CUDA
 
 }  // namespace lm

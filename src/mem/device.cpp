@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Device memory of a mesh: allocations in the mesh's stream order (its lm_device_config_t), device
 // to device copies, and pinned host staging buffers for the host-staged transport and the
-// host-only calls (gather). Compiled with the CUDA runtime under LM_WITH_CUDA; refusals without.
+// host-only calls (gather). Through the device component (mem/component.hpp): where it is not
+// loaded, these throw LM_ERR_NOT_SUPPORTED.
 #include "mem/device.hpp"
 
-#include "common/error.hpp"
-#include "mem/cuda.hpp"
+#include <string>
 
-#ifdef LM_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "common/error.hpp"
+#include "mem/component.hpp"
+#include "mem/cuda.hpp"
 
 namespace lm {
 
@@ -19,24 +19,28 @@ DeviceMem::DeviceMem() {
   config.version = LM_DEVICE_CONFIG_VERSION;
 }
 
-#ifdef LM_WITH_CUDA
+namespace {
+void *const kInUse = reinterpret_cast<void *>(1);  // Pinned::event of a buffer in use
+}  // namespace
 
 DeviceMem::~DeviceMem() {
+  if (pinned.empty()) return;
+  const lm_device_api_t *api = device_component().api;  // loaded: these came from it
   for (auto &p : pinned) {
-    if (p.event && p.event != reinterpret_cast<void *>(1)) {
-      cudaEventSynchronize(static_cast<cudaEvent_t>(p.event));
-      cudaEventDestroy(static_cast<cudaEvent_t>(p.event));
+    if (p.event && p.event != kInUse) {
+      api->event_synchronize(p.event);
+      api->event_destroy(p.event);
     }
-    cudaFreeHost(p.ptr);
+    api->free_host(p.ptr);
   }
-  cudaGetLastError();
 }
 
 std::shared_ptr<Storage> device_storage_alloc(DeviceMem &dm, DLDevice device, size_t bytes,
                                               bool zero) {
   check_cuda_device(device, "device allocation");
+  const lm_device_api_t &api = cuda_api("device allocation");
   const lm_device_config_t cfg = dm.config;
-  cudaStream_t st = static_cast<cudaStream_t>(cfg.stream);
+  void *st = cfg.stream;
   auto s = std::make_shared<Storage>();
   s->bytes = bytes;
   if (bytes == 0) return s;  // no memory: data stays NULL (a zero-size shard)
@@ -48,62 +52,54 @@ std::shared_ptr<Storage> device_storage_alloc(DeviceMem &dm, DLDevice device, si
       fail(LM_ERR_OUT_OF_MEMORY, "the mesh's device allocator returned NULL for %zu bytes on "
            "device %d (rank %d)", bytes, device.device_id, world_rank_or_minus1());
     lm_device_free_fn_t fr = cfg.free;
-    void *ctx = cfg.alloc_ctx, *stream = cfg.stream;
+    void *ctx = cfg.alloc_ctx;
     int id = device.device_id;
-    s->free_fn = [fr, ctx, p, bytes, id, stream]() { fr(ctx, p, bytes, id, stream); };
+    s->free_fn = [fr, ctx, p, bytes, id, st]() { fr(ctx, p, bytes, id, st); };
   } else {
-    cudaError_t rc = cudaMallocAsync(&p, bytes, st);
-    if (rc == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
+    int rc = api.malloc_async(&p, bytes, st);
+    if (rc == LMD_NO_MEMORY)
       fail(LM_ERR_OUT_OF_MEMORY, "cudaMallocAsync of %zu bytes on device %d failed (rank %d)",
            bytes, device.device_id, world_rank_or_minus1());
-    }
-    if (rc != cudaSuccess) cuda_fail(rc, "cudaMallocAsync");
-    s->free_fn = [p, st]() {
-      if (cudaFreeAsync(p, st) != cudaSuccess) cudaGetLastError();  // late frees: runtime gone
-    };
+    cuda_check(rc, "cudaMallocAsync");
+    const lm_device_api_t *a = &api;
+    s->free_fn = [a, p, st]() { a->free_async(p, st); };  // late frees: the runtime may be gone
   }
   s->data = p;
   s->device = true;
-  if (zero) {
-    cudaError_t rc = cudaMemsetAsync(p, 0, bytes, st);
-    if (rc != cudaSuccess) cuda_fail(rc, "cudaMemsetAsync");  // s frees p
-  }
+  if (zero) cuda_check(api.memset_async(p, 0, bytes, st), "cudaMemsetAsync");  // s frees p
   return s;
 }
 
 void device_copy_d2d(DeviceMem &dm, void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
-  LM_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(dm.config.stream)),
-          "cudaMemcpyAsync (device to device)");
+  cuda_check(cuda_api("device copy").memcpy_async(dst, src, bytes, LMD_D2D, dm.config.stream),
+             "cudaMemcpyAsync (device to device)");
 }
 
 // ------------------------------------------------------------------------------ staging
 void *stage_host_buffer(DeviceMem &dm, size_t bytes) {
-    if (bytes == 0) bytes = 1;
+  const lm_device_api_t &api = cuda_api("device staging");
+  if (bytes == 0) bytes = 1;
   DeviceMem::Pinned *best = nullptr;
   for (auto &p : dm.pinned) {
-    if (p.cap < bytes || p.event == reinterpret_cast<void *>(1)) continue;  // too small / in use
+    if (p.cap < bytes || p.event == kInUse) continue;  // too small / in use
     if (!best || p.cap < best->cap) best = &p;
   }
   if (best) {
     if (best->event) {
-      LM_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(best->event)),
-              "cudaEventSynchronize (staging buffer reuse)");
-      LM_CUDA(cudaEventDestroy(static_cast<cudaEvent_t>(best->event)), "cudaEventDestroy");
+      cuda_check(api.event_synchronize(best->event), "cudaEventSynchronize (staging buffer reuse)");
+      cuda_check(api.event_destroy(best->event), "cudaEventDestroy");
     }
-    best->event = reinterpret_cast<void *>(1);  // in use
+    best->event = kInUse;
     return best->ptr;
   }
   void *p = nullptr;
-  cudaError_t rc = cudaMallocHost(&p, bytes);
-  if (rc == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
+  int rc = api.malloc_host(&p, bytes);
+  if (rc == LMD_NO_MEMORY)
     fail(LM_ERR_OUT_OF_MEMORY, "cudaMallocHost of %zu staging bytes failed (rank %d)", bytes,
          world_rank_or_minus1());
-  }
-  if (rc != cudaSuccess) cuda_fail(rc, "cudaMallocHost (staging)");
-  dm.pinned.push_back({p, bytes, reinterpret_cast<void *>(1)});
+  cuda_check(rc, "cudaMallocHost (staging)");
+  dm.pinned.push_back({p, bytes, kInUse});
   return p;
 }
 
@@ -116,18 +112,19 @@ static DeviceMem::Pinned *find_pinned(DeviceMem &dm, void *host) {
 void stage_release(DeviceMem &dm, void *host) {
   if (!host) return;
   if (DeviceMem::Pinned *p = find_pinned(dm, host))
-    if (p->event == reinterpret_cast<void *>(1)) p->event = nullptr;
+    if (p->event == kInUse) p->event = nullptr;
 }
 
 void *stage_to_host(DeviceMem &dm, const void *dev, size_t bytes) {
   void *h = stage_host_buffer(dm, bytes);
   try {
     if (bytes) {
-      cudaStream_t st = static_cast<cudaStream_t>(dm.config.stream);
-      LM_CUDA(cudaMemcpyAsync(h, dev, bytes, cudaMemcpyDeviceToHost, st),
-              "cudaMemcpyAsync (device to host staging)");
+      const lm_device_api_t &api = cuda_api("device staging");
+      void *st = dm.config.stream;
+      cuda_check(api.memcpy_async(h, dev, bytes, LMD_D2H, st),
+                 "cudaMemcpyAsync (device to host staging)");
       // MPI reads host memory: wait for this stream (never the whole device).
-      LM_CUDA(cudaStreamSynchronize(st), "cudaStreamSynchronize (host staging)");
+      cuda_check(api.stream_synchronize(st), "cudaStreamSynchronize (host staging)");
     }
   } catch (...) {
     stage_release(dm, h);
@@ -142,40 +139,26 @@ void stage_to_device(DeviceMem &dm, void *dev, void *host, size_t bytes) {
     stage_release(dm, host);
     return;
   }
-  cudaStream_t st = static_cast<cudaStream_t>(dm.config.stream);
-  cudaError_t rc = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st);
-  if (rc != cudaSuccess) {
+  const lm_device_api_t &api = cuda_api("device staging");
+  void *st = dm.config.stream;
+  int rc = api.memcpy_async(dev, host, bytes, LMD_H2D, st);
+  if (rc != LMD_OK) {
     stage_release(dm, host);
-    cuda_fail(rc, "cudaMemcpyAsync (host staging to device)");
+    cuda_fail("cudaMemcpyAsync (host staging to device)");
   }
-  cudaEvent_t ev = nullptr;
-  rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (rc == cudaSuccess) rc = cudaEventRecord(ev, st);
-  if (rc != cudaSuccess) {
+  void *ev = nullptr;
+  rc = api.event_create(&ev);
+  if (rc == LMD_OK) rc = api.event_record(ev, st);
+  if (rc != LMD_OK) {
     // Cannot tell when the copy is done: wait for it so the buffer can be reused safely.
-    cudaStreamSynchronize(st);
-    if (ev) cudaEventDestroy(ev);
+    const std::string err = api.error();
+    api.stream_synchronize(st);
+    if (ev) api.event_destroy(ev);
     stage_release(dm, host);
-    cuda_fail(rc, "cudaEventRecord (staging)");
+    fail(LM_ERR_CUDA, "cudaEventRecord (staging) failed: %s on rank %d", err.c_str(),
+         world_rank_or_minus1());
   }
   if (p) p->event = ev;
 }
-
-#else  // !LM_WITH_CUDA ------------------------------------------------------------------
-
-DeviceMem::~DeviceMem() = default;
-[[noreturn]] static void not_built(const char *what) {
-  fail(LM_ERR_NOT_SUPPORTED, "%s: kDLCUDA is not supported by this build (CUDA=0)", what);
-}
-std::shared_ptr<Storage> device_storage_alloc(DeviceMem &, DLDevice, size_t, bool) {
-  not_built("device allocation");
-}
-void device_copy_d2d(DeviceMem &, void *, const void *, size_t) { not_built("device copy"); }
-void *stage_host_buffer(DeviceMem &, size_t) { not_built("device staging"); }
-void *stage_to_host(DeviceMem &, const void *, size_t) { not_built("device staging"); }
-void stage_to_device(DeviceMem &, void *, void *, size_t) { not_built("device staging"); }
-void stage_release(DeviceMem &, void *) {}
-
-#endif  // LM_WITH_CUDA
 
 }  // namespace lm

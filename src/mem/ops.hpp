@@ -49,8 +49,8 @@ class MemOps {
 
 // Host memory: loops of layout/, staging from the buffer pool (mem/pool.hpp).
 std::unique_ptr<MemOps> host_ops();
-// Device memory of CUDA device `device`: kernels (mem/kernels.hpp) and cudaMallocAsync staging,
-// all enqueued on `stream` (a cudaStream_t). Builds without CUDA: LM_ERR_NOT_SUPPORTED.
+// Device memory of CUDA device `device`: the device component's kernels and cudaMallocAsync
+// staging, all enqueued on `stream` (a cudaStream_t). Without the component: LM_ERR_NOT_SUPPORTED.
 std::unique_ptr<MemOps> device_ops(void *stream, int device);
 
 }  // namespace lm

@@ -172,15 +172,14 @@ void check_device(DLDevice device, const char *what) {
                  device.device_id);
     return;
   }
-  if (type == kDLCUDA && cuda_built()) {
+  if (type == kDLCUDA) {  // the device component's absence, or no device, says why not
     check_cuda_device(device, what);
     return;
   }
-  if (type == kDLCUDA || type == kDLCUDAHost || type == kDLCUDAManaged)
+  if (type == kDLCUDAHost || type == kDLCUDAManaged)
     fail(LM_ERR_NOT_SUPPORTED,
-         "%s: device type %d (kDLCUDA family) is not supported by this build (the CUDA/NCCL backend is "
-         "not built in; lm_device_supported tells)",
-         what, type);
+         "%s: device type %d (kDLCUDAHost or kDLCUDAManaged) is not supported: tensors live on "
+         "kDLCPU or kDLCUDA (lm_device_supported tells)", what, type);
   fail(LM_ERR_NOT_SUPPORTED, "%s: device type %d is not supported", what, type);
 }
 

@@ -15,13 +15,8 @@
 #include "transport/mpi/mpi.hpp"
 #include "transport/nccl/comm.hpp"
 #include "transport/node/board_exchange.hpp"
-#include "transport/node/node_local.hpp"
-
-#ifdef LM_WITH_CUDA
-#include <cuda_runtime.h>
-
 #include "transport/nccl/nccl.hpp"
-#endif
+#include "transport/node/node_local.hpp"
 
 namespace lm {
 
@@ -74,14 +69,10 @@ Route select_route(const TransportSpec &spec) {
     r.mem = host_ops();
     return r;
   }
-#ifdef LM_WITH_CUDA
+  r.mem = device_ops(spec.stream, spec.device);  // LM_ERR_NOT_SUPPORTED without the component
   r.wire = std::make_unique<NcclTransport>(&spec.device_comm->nccl, spec.stream, spec.device,
                                            spec.peer_map);
-  r.mem = device_ops(spec.stream, spec.device);
   return r;
-#else
-  fail(LM_ERR_NOT_SUPPORTED, "NCCL transport: this build has no CUDA/NCCL backend");
-#endif
 }
 
 namespace {
@@ -96,22 +87,15 @@ int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, s
     *why = "LM_TRANSPORT=mpi";
     return LM_TRANSPORT_MPI_STAGED;
   }
-  if (!cuda_built()) {
-    *why = "this build has no NCCL executor: device data is staged through host";
+  if (!device_component_loaded()) {
+    *why = std::string("device data is staged through host: ") + cuda_absent_reason();
     return LM_TRANSPORT_MPI_STAGED;
   }
   GpuId mine{};
   gethostname(mine.host, sizeof mine.host - 1);
   if (const char *hid = std::getenv("NCCL_HOSTID"))  // NCCL_SPLIT_HOSTS test mode: NCCL's view
     std::snprintf(mine.host, sizeof mine.host, "%s", hid);
-#ifdef LM_WITH_CUDA
-  if (cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus, device_id) != cudaSuccess) {
-    cudaGetLastError();
-    std::snprintf(mine.bus, sizeof mine.bus, "?%d", device_id);
-  }
-#else
-  std::snprintf(mine.bus, sizeof mine.bus, "?%d", device_id);
-#endif
+  std::snprintf(mine.bus, sizeof mine.bus, "%s", cuda_pci_bus_id(device_id).c_str());
   std::vector<GpuId> all((size_t)n);
   mpi_check(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all.data(), (int)sizeof mine,
                           MPI_BYTE, c),

@@ -30,6 +30,7 @@
 #include "common/error.hpp"
 #include "layout/boxcopy.hpp"
 #include "layout/runs.hpp"
+#include "plan/collective.hpp"
 #include "plan/schedule.hpp"
 
 namespace lm {
@@ -66,6 +67,19 @@ struct PartsRef {
 // once more; at most an eighth of the bytes more): where a transport may align spilled runs and
 // keep its own list of the runs.
 constexpr size_t kPartsSpillPerRun = 48;
+
+// One collective over every rank of a transport's communicator (post_collective): a step the
+// executor runs whole where plan/collective.hpp found its form. in and out are this rank's
+// buffers (or staging), blocks in communicator rank order.
+struct CollOp {
+  CollKind kind = CollKind::kNone;
+  const void *in = nullptr;
+  void *out = nullptr;
+  size_t bytes = 0;  // all-gather, all-to-all: bytes per block
+  size_t count = 0;  // reduce-scatter: elements per block; all-reduce: elements in all
+  DType dt = DType::F32;
+  int op = 0;        // reductions: the op (avg adds; the caller divides)
+};
 
 class Transport {
  public:
@@ -146,6 +160,26 @@ class Transport {
   }
   virtual void parts_release(Ticket t) { (void)t; }
   virtual void flush() {}
+  // ---- Collectives (the NCCL transport's), where coll_size() > 0. Every answer must be the same
+  // on every rank of the communicator: the executor decides from them without asking the peers.
+  // The ranks of the communicator collectives run over (0: none).
+  virtual int coll_size() const { return 0; }
+  // The communicator rank of plan rank `peer` (-1: not in it).
+  virtual int coll_rank(int peer) const {
+    (void)peer;
+    return -1;
+  }
+  // Whether it has collective k for dtype t and reduce op `op` (reductions only).
+  virtual bool coll_offers(CollKind k, DType t, int op) const {
+    (void)k, (void)t, (void)op;
+    return false;
+  }
+  // Posts the collective in this batch (the next flush() issues it); its ticket completes as a
+  // message's does.
+  virtual Ticket post_collective(const CollOp &c) {
+    (void)c;
+    fail(LM_ERR_INTERNAL, "reshard: the %s transport has no collectives", name());
+  }
   // Whether staging may be bounded (LM_STAGING_BYTES) and pipelined through rings, so that a
   // step's messages are posted in several batches. false: every message of a step must be posted
   // before the step's one flush() (NCCL: batches are groups, and the groups of one stream run in

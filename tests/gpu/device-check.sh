@@ -9,17 +9,24 @@
 #   0. probe (seconds): the GPU, nvcc, the host compiler, make, MPI, CMocka, DLPack, NCCL (header
 #      and library: NCCL_HOME / NCCL_LIB, else CUDA_HOME, else the Python wheel, libnccl.so.2
 #      alone is fine), the CUDA runtime; printed as a table;
-#   1. build: make CUDA=1 WERROR=0 gpu-progs into build-device/, for the GPU's compute capability;
-#   2. unit_device_ops, then tests/gpu at np 1, 2, 4 (ranks share the one GPU: host-staged);
+#   1. build: make CUDA=1 WERROR=0 gpu-progs into build-device/, for the GPU's compute capability
+#      (the library, its device component liblocalmap-cuda.so.N, the device tests, lm-info);
+#   2. unit_device_ops; the device component (tests/gpu/component-check.sh: the library NEEDs no
+#      CUDA/NCCL, lm-info loads the component built here, and the one the kit carries, built by
+#      prepare-kit.sh on a machine without a GPU, loads and runs test_gpu_api and
+#      test_gpu_collectives at np 2 split); then tests/gpu at np 1, 2, 4 (ranks share the one GPU:
+#      host-staged);
 #   3. tests/gpu at np 2, 4 with each rank its own NCCL_HOSTID (tests/gpu/split-hosts.sh: real
 #      NCCL on one GPU), LM_NCCL_TIMEOUT=60, NCCL_DEBUG=WARN, 40 random cases instead of 150;
-#   4. bench_device at np 1, and at np 2 split (localmap next to NCCL's collectives and the
-#      device-to-device copy rate);
+#   4. bench_device at np 1, and at np 2 split (localmap next to NCCL's collectives of the same
+#      bytes, algbw and busbw as nccl-tests computes them, and the device-to-device copy rate);
+#      on request ("sendrecv") np 2 split again with LM_NCCL_COLLECTIVES=0 (localmap's grouped
+#      ncclSend/ncclRecv, what it ran before issue 41);
 #   5. (only when asked) sanitize: tests/gpu at np 1, 2 with every rank under compute-sanitizer's
 #      memcheck (20 random cases).
 # LM_DEVICE_CHECK_PHASES picks phases 1-5 by name (the build always runs): default
-# "ops,shared,split,bench"; a second run in the same lease might ask for "split,sanitize" with
-# LM_DEVICE_CHECK_SPLIT_CASES=150 (default 40).
+# "ops,component,shared,split,bench"; a second run in the same lease might ask for
+# "split,sanitize,sendrecv" with LM_DEVICE_CHECK_SPLIT_CASES=150 (default 40).
 # LM_EXPECT_GPU is set from the probe, so a device test cannot skip where a GPU was seen.
 # Output: OUTDIR/device-check.tar.gz (every log, probe.txt, results.jsonl, bench_device.jsonl)
 # and OUTDIR/summary.txt, also printed: what ran, passed, failed, skipped, and the bench table.
@@ -42,7 +49,7 @@ KIT=${LM_KIT:-$ROOT/build-device-kit}
 JOBS=$(nproc 2>/dev/null || echo 4)
 T0=$(date +%s)
 BUDGET=${LM_DEVICE_CHECK_BUDGET:-420}
-PHASES=${LM_DEVICE_CHECK_PHASES:-ops,shared,split,bench}
+PHASES=${LM_DEVICE_CHECK_PHASES:-ops,component,shared,split,bench}
 SPLIT_CASES=${LM_DEVICE_CHECK_SPLIT_CASES:-40}
 WORK=$ROOT/$BUILD/device-check
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -141,9 +148,19 @@ probe_cudart() {
   row cudart "$([ -n "$CUDA_LIBDIR" ] && echo yes || echo no)" "${CUDA_LIBDIR:-no libcudart.so under $CUDA_HOME}"
 }
 
+# The device component the kit carries (tests/gpu/prepare-kit.sh: built on a machine without a
+# GPU, as a release would be), and what the kit's MANIFEST says it was built with.
+probe_component() {
+  KIT_COMPONENT=$(ls "$KIT"/component/liblocalmap-cuda.so.* 2>/dev/null | head -n 1)
+  local what="none: the kit carries no device component (tests/gpu/prepare-kit.sh builds one)"
+  [ -n "$KIT_COMPONENT" ] &&
+    what="$KIT_COMPONENT ($(sed -n 's/^component: //p' "$KIT/MANIFEST" 2>/dev/null | head -n 1))"
+  row component "$([ -n "$KIT_COMPONENT" ] && echo yes || echo no)" "$what"
+}
+
 probe() {
   echo "== probe: what this machine has (kit: $KIT)" | tee "$PROBE"
-  probe_gpu; probe_tools; probe_mpi; probe_headers
+  probe_gpu; probe_tools; probe_mpi; probe_headers; probe_component
   if [ $SIM = 0 ]; then probe_nccl; probe_cudart; fi
   git log -1 --oneline >> "$PROBE" 2>/dev/null
   BUILDABLE=1
@@ -219,6 +236,13 @@ run_phases() {
   if wants ops; then
     phase unit_device_ops 30 unit_device_ops.log "$BUILD/tests/unit_device_ops" || status=1
   fi
+  if wants component; then
+    local kc=$KIT_COMPONENT
+    [ $SIM = 1 ] && kc=n/a
+    KIT_COMPONENT=$kc LD_LIBRARY_PATH=${CUDA_LIBDIR:+$CUDA_LIBDIR:}${NCCL_LIB:+$NCCL_LIB:}${LD_LIBRARY_PATH:-} \
+      LM_TEST_TIMEOUT=90 LM_NCCL_TIMEOUT=60 phase component 120 component.log \
+      bash tests/gpu/component-check.sh || status=1
+  fi
   if wants shared; then
     LM_TEST_TIMEOUT=90 NPS="1 2 4" phase check-gpu 150 check-gpu.log \
       bash tests/run-tests.sh 'test_gpu_*' || status=1
@@ -241,7 +265,12 @@ run_bench() {
   phase bench-np1 45 bench-np1.log bash tools/lm-mpirun 1 "$BUILD/bench/bench_device" --mib $mib1 || status=1
   LM_NCCL_TIMEOUT=60 NCCL_DEBUG=WARN phase bench-np2-split 60 bench-np2-split.log \
     bash tools/lm-mpirun 2 bash tests/gpu/split-hosts.sh "$BUILD/bench/bench_device" --mib $mib2 || status=1
-  grep -h '^{' "$WORK/bench-np1.log" "$WORK/bench-np2-split.log" > "$WORK/bench_device.jsonl" 2>/dev/null
+  if wants sendrecv; then
+    LM_NCCL_COLLECTIVES=0 LM_NCCL_TIMEOUT=60 NCCL_DEBUG=WARN phase bench-np2-split-sendrecv 60 \
+      bench-np2-split-sendrecv.log bash tools/lm-mpirun 2 bash tests/gpu/split-hosts.sh \
+      "$BUILD/bench/bench_device" --mib $mib2 || status=1
+  fi
+  grep -h '^{' "$WORK"/bench-np*.log > "$WORK/bench_device.jsonl" 2>/dev/null
 }
 
 # ------------------------------------------------------------------------------ report
@@ -250,12 +279,15 @@ bench_table() {
   python3 - "$WORK/bench_device.jsonl" <<'PY' 2>/dev/null || cat "$WORK/bench_device.jsonl"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("%-10s %2s %8s %-10s %9s %9s %-18s %9s %9s %8s" % ("case", "np", "MiB", "transport", "lm_ms",
-      "lm_busbw", "baseline", "base_ms", "base_bus", "copy"))
+print("%-10s %2s %8s %-10s %5s %9s %8s %8s %-18s %9s %8s %8s %6s %8s" % ("case", "np", "MiB",
+      "transport", "colls", "lm_ms", "lm_alg", "lm_bus", "baseline", "base_ms", "base_alg",
+      "base_bus", "ratio", "copy"))
 for r in rows:
-    print("%-10s %2d %8.1f %-10s %9.3f %9.2f %-18s %9.3f %9.2f %8.1f" % (r["case"], r["np"],
-          r["bytes"] / 2**20, r["transport"], r["lm_ms"], r["lm_busbw_GBps"], r["baseline"],
-          r["baseline_ms"], r["baseline_busbw_GBps"], r.get("copy_GBps", 0.0)))
+    print("%-10s %2d %8.1f %-10s %5s %9.3f %8.2f %8.2f %-18s %9.3f %8.2f %8.2f %6.2f %8.1f" % (
+          r["case"], r["np"], r["bytes"] / 2**20, r["transport"], r.get("lm_collectives", "?"),
+          r["lm_ms"], r["lm_algbw_GBps"], r["lm_busbw_GBps"], r["baseline"], r["baseline_ms"],
+          r["baseline_algbw_GBps"], r["baseline_busbw_GBps"], r.get("ratio", 0.0),
+          r.get("copy_GBps", 0.0)))
 PY
 }
 
@@ -268,7 +300,8 @@ report() {
     echo "== phases (rc, passed / failed / skipped):"
     sed 's/^/  /' "$RESULTS"
     grep -h -E '^(FAIL|SKIP) ' "$WORK"/check-gpu*.log 2>/dev/null | sed 's/^/  /'
-    echo "== bench_device (GB/s; copy: device-to-device cudaMemcpyAsync of the same bytes)"
+    echo "== bench_device (GB/s: algbw, busbw as nccl-tests; ratio: lm_ms / base_ms; colls:"
+    echo "   LM_NCCL_COLLECTIVES; copy: device-to-device cudaMemcpyAsync of the same bytes)"
     bench_table
   } > "$OUT/summary.txt"
   cp "$OUT/summary.txt" "$WORK/summary-final.txt"

@@ -12,9 +12,10 @@
  * avg of int32 with negative sums, and gather of a device tensor into host memory.
  * Cases: LM_GPU_CASES (default 150). Replay: LM_SEED / LM_CASE. */
 // lm-test-np: 1 2 4
-#define _GNU_SOURCE /* RTLD_NEXT: test_group counts the library's ncclSend calls */
+#define _GNU_SOURCE /* RTLD_NEXT: test_group counts the library's NCCL calls (nccl_calls.h) */
 #include "gpu_test.h"
 #include "lm_rng.h"
+#include "nccl_calls.h"
 
 #include <dlfcn.h>
 
@@ -746,25 +747,15 @@ static void test_cross_union(void **state) {
 }
 
 
-/* ncclSend calls made by the library (this definition interposes NCCL's, the simulator's or the
- * real one, and forwards to it). The declaration is NCCL's ABI with plain C types. */
-static long g_nccl_sends;
-int ncclSend(const void *buf, size_t count, int datatype, int peer, void *comm, void *stream);
-int ncclSend(const void *buf, size_t count, int datatype, int peer, void *comm, void *stream) {
-  typedef int (*send_fn)(const void *, size_t, int, int, void *, void *);
-  static send_fn next;
-  if (!next) *(void **)&next = dlsym(RTLD_NEXT, "ncclSend");
-  ++g_nccl_sends;
-  return next(buf, count, datatype, peer, comm, stream);
-}
-
 /* One execution of a group of three entries of n int32 (S -> R, S -> S, P(sum) -> S), blocking
- * or not; the targets must hold base + i. Returns the ncclSend calls it made. */
+ * or not; the targets must hold base + i. *colls: the NCCL collectives it issued; returns the
+ * ncclSend calls it made (nccl_calls.h). */
 static long run_group(lm_reshard_group_t g, lm_dist_tensor_t s, lm_dist_tensor_t p, int64_t n,
-                      int nb) {
+                      int nb, long *colls) {
   lm_dist_tensor_t in[3] = {s, s, p}, out[3] = {NULL, NULL, NULL};
   LM_ASSERT_OK_ALL(lm_reshard_group_alloc_targets(out, g, lm_gpu_dev(), 3));
-  const long before = g_nccl_sends;
+  lm_nccl_counts before, after, d;
+  lm_nccl_snapshot(&before);
   if (nb) {
     lm_request_t r = NULL;
     LM_ASSERT_OK_ALL(lm_reshard_group_start(&r, g, 3, in, out));
@@ -772,7 +763,10 @@ static long run_group(lm_reshard_group_t g, lm_dist_tensor_t s, lm_dist_tensor_t
   } else {
     LM_ASSERT_OK_ALL(lm_reshard_group_execute(g, 3, in, out));
   }
-  const long sends = g_nccl_sends - before;
+  lm_nccl_snapshot(&after);
+  lm_nccl_since(&before, &after, &d);
+  *colls = lm_nccl_collectives(&d);
+  const long sends = d.calls[LM_NC_SEND];
   for (int i = 0; i < 3; ++i) LM_ASSERT_ALL(shard_holds(out[i], n, 70, lm_gpu_stream));
   for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&out[i]));
   return sends;
@@ -780,8 +774,10 @@ static long run_group(lm_reshard_group_t g, lm_dist_tensor_t s, lm_dist_tensor_t
 
 /* Grouped reshards of device tensors: S -> R, S -> S and P(sum) -> S of one source, blocking and
  * nonblocking, hold the source's values. Over NCCL (a GPU per rank) the small entries share one
- * message per peer: np - 1 ncclSend calls per execution, where one plan per entry makes
- * 2 (np - 1); with alone_bytes below every entry they run alone, through their plans on NCCL. */
+ * message per peer: np - 1 ncclSend calls per execution and no collective; with alone_bytes below
+ * every entry they run alone, through their plans on NCCL: 2 (np - 1) ncclSend calls where the
+ * entries are uneven (n = 5 np + 2: np > 2) or collectives are off (LM_NCCL_COLLECTIVES=0), else
+ * one all-gather and one reduce-scatter and no ncclSend. Staged through host: no NCCL call. */
 static void test_group(void **state) {
   (void)state;
   int np = lm_test_size();
@@ -812,11 +808,21 @@ static void test_group(void **state) {
   lm_reshard_group_t g = NULL, ga = NULL;
   LM_ASSERT_OK_ALL(lm_reshard_group_create(&g, m, NULL, 3, e, NULL));
   LM_ASSERT_OK_ALL(lm_reshard_group_create(&ga, m, NULL, 3, e, &alone));
+  int tr = -1;
+  const char *ce = getenv("LM_NCCL_COLLECTIVES");
+  const int colls_on = !(ce && !strcmp(ce, "0")), even = n % np == 0;
   for (int nb = 0; nb < 2; ++nb) {
-    const long grouped = run_group(g, src, part, n, nb), each = run_group(ga, src, part, n, nb);
-    if (each > 0) /* on NCCL (0: staged through host, over MPI) */
-      LM_ASSERT_ALL(grouped == np - 1 && each == 2 * (np - 1));
+    long gc = -1, ec = -1;
+    const long grouped = run_group(g, src, part, n, nb, &gc), each = run_group(ga, src, part, n, nb, &ec);
+    LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
+    if (tr != LM_TRANSPORT_NCCL || np == 1)
+      LM_ASSERT_ALL(grouped == 0 && each == 0 && gc == 0 && ec == 0);
+    else if (colls_on && even)
+      LM_ASSERT_ALL(grouped == np - 1 && gc == 0 && each == 0 && ec == 2);
+    else
+      LM_ASSERT_ALL(grouped == np - 1 && gc == 0 && each == 2 * (np - 1) && ec == 0);
   }
+  LM_ASSERT_ALL(lm_nccl_check_sim());
   LM_ASSERT_OK_ALL(lm_reshard_group_destroy(&g));
   LM_ASSERT_OK_ALL(lm_reshard_group_destroy(&ga));
   LM_ASSERT_OK_ALL(lm_dist_tensor_destroy(&src));

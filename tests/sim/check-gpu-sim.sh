@@ -11,15 +11,18 @@
 #   staging   per-rank with LM_STAGING_BYTES=512: steps a host transport would pipeline through
 #             bounded staging (NCCL must still get each step as one group); the programs on
 #             NCCL only (test_gpu_api_staged's 64 MiB through 512-byte pieces would take minutes);
+#   no-colls  per-rank with LM_NCCL_COLLECTIVES=0: every step as grouped ncclSend/ncclRecv (the
+#             path uneven steps take), test_gpu_collectives and test_gpu_reshard;
 # then bench_device at np 2 in per-rank and shared:1 (--mib 1 --reps 3). LM_EXPECT_GPU=1: a
 # device test may not skip, so any SKIP fails the run.
-# Environment: BUILD (build-sim), SIM_CONFIGS (default "per-rank shared:1 shared:4 staging"),
+# Environment: BUILD (build-sim), SIM_CONFIGS (default "per-rank shared:1 shared:4 staging
+# no-colls"),
 # NPS, LM_SIM_BENCH=0 (no bench run). Last line "<N> passed, <N> failed, <N> skipped".
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 BUILD=${BUILD:-build-sim}
-CONFIGS=${SIM_CONFIGS:-per-rank shared:1 shared:4 staging}
+CONFIGS=${SIM_CONFIGS:-per-rank shared:1 shared:4 staging no-colls}
 export LM_EXPECT_GPU=1 LM_TEST_GPU_ONLY=1 NPS=${NPS:-1 2 4} BUILD
 passed=0 failed=0 skipped=0 failures=()
 
@@ -63,6 +66,9 @@ for cfg in $CONFIGS; do
     staging) only="test_gpu_api test_gpu_nccl test_gpu_nccl_fault test_gpu_reshard"
              run staging CUDASIM_TOPOLOGY=per-rank CUDASIM_DEVICES=1 LM_STAGING_BYTES=512
              only="" ;;
+    no-colls) only="test_gpu_collectives test_gpu_reshard"
+              run no-colls CUDASIM_TOPOLOGY=per-rank CUDASIM_DEVICES=1 LM_NCCL_COLLECTIVES=0
+              only="" ;;
     *) echo "check-gpu-sim: unknown configuration '$cfg'"; failed=$((failed + 1)); failures+=("$cfg") ;;
   esac
 done

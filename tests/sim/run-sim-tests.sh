@@ -79,6 +79,16 @@ nccl 3 duplicate_gpu CUDASIM_TOPOLOGY=shared
 nccl 3 abort_leaves_peer_waiting $ERR
 # shellcheck disable=SC2086
 nccl 2 planted_abort_in_flight $ERR CUDASIM_NCCL_LATENCY_US=300000
+# The call log (CUDASIM_NCCL_LOG): collectives at np 2 write one line per call and rank, with
+# this rank's bytes: 2 ranks x (all-gather, reduce-scatter, 2 all-reduces, broadcast, all-to-all).
+nccl_log=$LOGS/nccl.calls.log
+rm -f "$nccl_log"
+t0=$(now) ok=0
+if CUDASIM_NCCL_LOG=$nccl_log timeout -k 5 120 bash "$MPIRUN" 2 "$OUT/test_nccl" collectives \
+     >"$LOGS/nccl.log.np2.log" 2>&1 && [ "$(grep -c '^cudasim-nccl ' "$nccl_log")" = 12 ] &&
+   [ "$(grep -c 'call=ncclAlltoAll count=1000 type=float32 op=-1 peer=-1 bytes=8000$' "$nccl_log")" = 2 ] &&
+   [ "$(grep -c 'call=ncclAllReduce' "$nccl_log")" = 4 ]; then ok=1; fi
+verdict $ok "test_nccl collectives np=2 CUDASIM_NCCL_LOG (12 lines)" "$t0" "$nccl_log"
 nccl_dies 2 planted_wrong_group_order "NCCL watchdog" 30 CUDASIM_NCCL_TIMEOUT=2
 nccl_dies 2 size_mismatch "size mismatch" 30
 

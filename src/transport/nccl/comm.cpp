@@ -1,28 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Builds without CUDA never create a communicator: only release() exists there.
+// Every NCCL and CUDA call goes through the device component's table (mem/component.hpp): a
+// communicator exists only where the component was loaded.
 #include "transport/nccl/comm.hpp"
-
-#ifndef LM_WITH_CUDA
-#include "common/error.hpp"
-
-namespace lm {
-void NcclComm::release() { comm = nullptr; }
-void NcclComm::used_on(void *) {}
-void nccl_retire_progress(bool) {}
-[[noreturn]] static void no_nccl() {
-  fail(LM_ERR_NOT_SUPPORTED, "NCCL: this build has no CUDA/NCCL backend (CUDA=0)");
-}
-void nccl_init(NcclComm &, MPI_Comm, int, int, int) { no_nccl(); }
-void nccl_check_async(NcclComm &, const char *) {}
-void nccl_check_device(const NcclComm &, int, const char *) { no_nccl(); }
-}  // namespace lm
-#else
-
-#include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,6 +13,7 @@ void nccl_check_device(const NcclComm &, int, const char *) { no_nccl(); }
 #include "common/error.hpp"
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
+#include "mem/component.hpp"
 #include "mem/cuda.hpp"
 #include "transport/failure.hpp"
 
@@ -90,10 +74,13 @@ void NcclComm::used_on(void *stream) {
 // after the release, aborts it (saying so on stderr).
 namespace {
 
+// The component's table: loaded wherever a communicator exists (never called before one was made).
+const lm_device_api_t &api() { return *device_component().api; }
+
 struct Retiring {
-  ncclComm_t comm = nullptr;
+  void *comm = nullptr;  // ncclComm_t
   int device = -1;
-  std::vector<cudaEvent_t> drained;  // recorded at release on every stream the comm used
+  std::vector<void *> drained;  // cudaEvent_t recorded at release on every stream the comm used
   bool finalizing = false;
   std::chrono::steady_clock::time_point deadline;
 };
@@ -110,12 +97,12 @@ int g_retire_keyval = MPI_KEYVAL_INVALID;
 class DeviceScope {
  public:
   explicit DeviceScope(int dev) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    if (dev >= 0 && prev_ != dev) cudaSetDevice(dev);
+    if (api().get_device(&prev_) != LMD_OK) prev_ = -1;
+    if (dev >= 0 && prev_ != dev) api().set_device(dev);
   }
   ~DeviceScope() {
     int cur = -1;
-    if (prev_ >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev_) cudaSetDevice(prev_);
+    if (prev_ >= 0 && api().get_device(&cur) == LMD_OK && cur != prev_) api().set_device(prev_);
   }
 
  private:
@@ -125,46 +112,44 @@ class DeviceScope {
 void retire_abort(Retiring &r, const char *why) {
   std::fprintf(stderr, "localmap: rank %d: a released NCCL communicator %s: aborted (a peer "
                "may have missed data it sent)\n", world_rank_or_minus1(), why);
-  for (cudaEvent_t ev : r.drained) cudaEventDestroy(ev);
+  for (void *ev : r.drained) api().event_destroy(ev);
   r.drained.clear();
-  ncclCommAbort(r.comm);
-  cudaGetLastError();
+  api().nccl_abort(r.comm);
 }
 
 // One step of r's retirement; true when it is over (destroyed or aborted).
 bool retire_step(Retiring &r, bool late) {
   DeviceScope on(r.device);
   if (!r.finalizing) {  // 1. drain: the work enqueued before the release is done
-    for (cudaEvent_t ev : r.drained) {
-      cudaError_t q = cudaEventQuery(ev);
-      if (q == cudaErrorNotReady && !late) return false;
-      if (q != cudaSuccess) {
-        retire_abort(r, q == cudaErrorNotReady ? "did not drain within LM_NCCL_TIMEOUT"
-                                               : "failed while draining");
+    for (void *ev : r.drained) {
+      const int q = api().event_query(ev);
+      if (q == LMD_NOT_READY && !late) return false;
+      if (q != LMD_OK) {
+        retire_abort(r, q == LMD_NOT_READY ? "did not drain within LM_NCCL_TIMEOUT"
+                                           : "failed while draining");
         return true;
       }
     }
-    for (cudaEvent_t ev : r.drained) cudaEventDestroy(ev);
+    for (void *ev : r.drained) api().event_destroy(ev);
     r.drained.clear();
-    ncclResult_t rc = ncclCommFinalize(r.comm);  // 2. finalize (non-blocking: polled)
-    if (rc != ncclSuccess && rc != ncclInProgress) {
+    const int rc = api().nccl_finalize(r.comm);  // 2. finalize (non-blocking: polled)
+    if (rc != LMD_OK && rc != LMD_NOT_READY) {
       retire_abort(r, "failed to finalize");
       return true;
     }
     r.finalizing = true;
   }
-  ncclResult_t st = ncclInternalError;
-  if (ncclCommGetAsyncError(r.comm, &st) != ncclSuccess) st = ncclInternalError;
-  if (st == ncclInProgress) {
+  const int st = api().nccl_async_error(r.comm);
+  if (st == LMD_NOT_READY) {
     if (!late) return false;
     retire_abort(r, "was not quiescent within LM_NCCL_TIMEOUT");
     return true;
   }
-  if (st != ncclSuccess) {
+  if (st != LMD_OK) {
     retire_abort(r, "reported an error while finalizing");
     return true;
   }
-  ncclCommDestroy(r.comm);  // 3. local once finalized
+  api().nccl_destroy(r.comm);  // 3. local once finalized
   return true;
 }
 
@@ -194,27 +179,32 @@ void nccl_retire_progress(bool wait) {
   }
 }
 
+// An event recorded now on each stream the communicator used (a stream that is gone has nothing
+// of ours left on it).
+static std::vector<void *> drain_events(int device, const std::vector<void *> &streams) {
+  std::vector<void *> out;
+  DeviceScope on(device);
+  for (void *s : streams) {
+    void *ev = nullptr;
+    if (api().event_create(&ev) != LMD_OK) break;
+    if (api().event_record(ev, s) != LMD_OK) {
+      api().event_destroy(ev);
+      continue;
+    }
+    out.push_back(ev);
+  }
+  return out;
+}
+
 void NcclComm::release() {
   if (!comm) return;
   Retiring r;
-  r.comm = static_cast<ncclComm_t>(comm);
+  r.comm = comm;
   r.device = device;
   r.deadline = std::chrono::steady_clock::now() +
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                    std::chrono::duration<double>(nccl_timeout_seconds()));
-  {
-    DeviceScope on(device);
-    for (void *s : streams) {
-      cudaEvent_t ev = nullptr;
-      if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) break;
-      if (cudaEventRecord(ev, static_cast<cudaStream_t>(s)) != cudaSuccess) {
-        cudaEventDestroy(ev);  // e.g. the user's stream is gone: nothing of ours is left on it
-        continue;
-      }
-      r.drained.push_back(ev);
-    }
-    cudaGetLastError();
-  }
+  r.drained = drain_events(device, streams);
   comm = nullptr;
   streams.clear();
   {
@@ -228,59 +218,74 @@ void NcclComm::release() {
   nccl_retire_progress(!mpi_alive());  // after MPI_Finalize no hook is left to wait for it
 }
 
-void nccl_init(NcclComm &out, MPI_Comm c, int n, int rank, int device_id) {
-  nccl_retire_progress(false);
-  const int world_rank = world_rank_or_minus1();
-  // 1. The unique id from rank 0, with its status, to every member.
+namespace {
+
+// The unique id from rank 0 of c, with its status, to every member.
+void bootstrap_id(const lm_device_api_t &a, MPI_Comm c, int rank, char (&id)[128]) {
   struct {
-    ncclUniqueId id;
+    char id[128];
     int rc;
+    char err[256];
   } boot{};
-  if (rank == 0) boot.rc = (int)ncclGetUniqueId(&boot.id);
+  if (rank == 0) {
+    boot.rc = a.nccl_unique_id(boot.id, sizeof boot.id);
+    if (boot.rc != LMD_OK) std::snprintf(boot.err, sizeof boot.err, "%s", a.error());
+  }
   mpi_check(MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, c),
             "NCCL bootstrap: MPI_Bcast of the unique id");
-  if (boot.rc != ncclSuccess)
+  if (boot.rc != LMD_OK)
     fail_nccl(strfmt("NCCL bootstrap: ncclGetUniqueId failed on rank 0 of the communicator: %s",
-                     ncclGetErrorString((ncclResult_t)boot.rc)));
-  // 2. Non-blocking init, polled with a deadline.
+                     boot.err));
+  std::memcpy(id, boot.id, sizeof id);
+}
+
+// Non-blocking init, polled with a deadline: "" and *comm, or what went wrong (*comm aborted).
+std::string init_polled(const lm_device_api_t &a, void **comm, int n, const char *id, int rank,
+                        int device_id) {
   std::string err;
-  ncclComm_t comm = nullptr;
-  {
-    CurrentDevice g(device_id);
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    ncclResult_t rc = ncclCommInitRankConfig(&comm, n, boot.id, rank, &cfg);
-    const NcclWait wait;
-    ncclResult_t st = rc;
-    while (comm && (st == ncclSuccess || st == ncclInProgress)) {
-      if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) break;
-      if (st != ncclInProgress) break;
-      if (wait.passed()) {
-        err = strfmt("ncclCommInitRankConfig did not finish within %s", wait.bound().c_str());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  CurrentDevice g(device_id);
+  int st = a.nccl_init(comm, n, id, rank);
+  const NcclWait wait;
+  while (*comm && (st == LMD_OK || st == LMD_NOT_READY)) {
+    st = a.nccl_async_error(*comm);
+    if (st != LMD_NOT_READY) break;
+    if (wait.passed()) {
+      err = strfmt("ncclCommInitRankConfig did not finish within %s", wait.bound().c_str());
+      break;
     }
-    if (err.empty() && st != ncclSuccess)
-      err = strfmt("ncclCommInitRankConfig failed: %s%s%s", ncclGetErrorString(st),
-                   comm ? ": " : "", comm ? ncclGetLastError(comm) : "");
-    if (err.empty() && nccl_fault_here(rank)) err = "injected failure (LM_NCCL_FAULT_INIT_RANK)";
-    if (!err.empty() && comm) {
-      ncclCommAbort(comm);
-      comm = nullptr;
-    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  if (err.empty() && st != LMD_OK)
+    err = strfmt("ncclCommInitRankConfig failed: %s", a.error());
+  if (err.empty() && nccl_fault_here(rank)) err = "injected failure (LM_NCCL_FAULT_INIT_RANK)";
+  if (!err.empty() && *comm) {
+    a.nccl_abort(*comm);
+    *comm = nullptr;
+  }
+  return err;
+}
+
+}  // namespace
+
+void nccl_init(NcclComm &out, MPI_Comm c, int n, int rank, int device_id) {
+  const lm_device_api_t &a = device_api("NCCL communicator");
+  nccl_retire_progress(false);
+  const int world_rank = world_rank_or_minus1();
+  char id[128];
+  bootstrap_id(a, c, rank, id);  // 1. the unique id from rank 0
+  void *comm = nullptr;
+  const std::string err = init_polled(a, &comm, n, id, rank, device_id);  // 2. init
   // 3. Agree: any failure fails every rank with LM_ERR_NCCL (the caller breaks its meshes).
   int mine = err.empty() ? -1 : rank, first = -1;
   try {
     mpi_check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MAX, c),
               "NCCL bootstrap: MPI_Allreduce of the init outcome");
   } catch (...) {
-    if (comm) ncclCommAbort(comm);
+    if (comm) a.nccl_abort(comm);
     throw;
   }
   if (first >= 0) {
-    if (comm) ncclCommAbort(comm);
+    if (comm) a.nccl_abort(comm);
     fail_nccl(err.empty()
                   ? strfmt("NCCL communicator init failed on rank %d of the communicator (this "
                            "rank %d succeeded and aborted its communicator)", first, world_rank)
@@ -298,28 +303,22 @@ void nccl_check_device(const NcclComm &c, int device_id, const char *whose) {
 
 void nccl_check_async(NcclComm &nc, const char *what) {
   if (!nc.comm) return;
-  ncclComm_t c = static_cast<ncclComm_t>(nc.comm);
-  ncclResult_t st = ncclSuccess;
+  int st = LMD_OK;
   const NcclWait wait;
   for (;;) {  // a non-blocking comm may still be enqueuing (ncclInProgress)
-    if (ncclCommGetAsyncError(c, &st) != ncclSuccess || st != ncclInProgress) break;
-    if (wait.passed()) {
-      st = ncclInProgress;
-      break;
-    }
+    st = api().nccl_async_error(nc.comm);
+    if (st != LMD_NOT_READY) break;
+    if (wait.passed()) break;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  if (st == ncclSuccess) return;
-  std::string msg = st == ncclInProgress
+  if (st == LMD_OK) return;
+  std::string msg = st == LMD_NOT_READY
                         ? strfmt("%s: NCCL did not finish enqueuing within %s", what,
                                  wait.bound().c_str())
-                        : strfmt("%s: NCCL reported %s: %s", what, ncclGetErrorString(st),
-                                 ncclGetLastError(c));
-  ncclCommAbort(c);
+                        : strfmt("%s: NCCL reported %s", what, api().error());
+  api().nccl_abort(nc.comm);
   nc.comm = nullptr;
   fail(LM_ERR_NCCL, "%s", msg.c_str());
 }
 
 }  // namespace lm
-
-#endif  // LM_WITH_CUDA

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The NCCL transport: device memory, behind the seam of transport/transport.hpp.
+// The NCCL transport: device memory, behind the seam of transport/transport.hpp, every NCCL call
+// through the device component (mem/component.hpp).
 //   - messages: ncclSend/ncclRecv (bytes as ncclInt8) on a communicator (transport/nccl/comm.hpp)
 //     and stream, collected between flush() calls and issued as ONE group (ncclGroupStart/End),
 //     so every batch the executor posts (all receives and sends of a step) runs concurrently;
+//   - collectives (post_collective: ncclAllGather, ncclReduceScatter, ncclAllReduce, ncclAlltoAll
+//     where the loaded NCCL has it) over the whole communicator, in the same groups, for the
+//     steps plan/collective.hpp finds a form for; LM_NCCL_COLLECTIVES=0 offers none;
 //   - done(): a ticket is complete once its group is enqueued: everything after it (copies,
 //     reductions, the caller's own work) is ordered behind it on the same stream. Nothing waits;
 //   - failures: LM_ERR_NCCL (check_errors: asynchronous errors); LM_FAULT's transport faults fire
@@ -33,6 +37,10 @@ class NcclTransport : public Transport {
   Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) override;
   Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
   void flush() override;
+  int coll_size() const override { return coll_size_; }
+  int coll_rank(int peer) const override;
+  bool coll_offers(CollKind k, DType t, int op) const override;
+  Ticket post_collective(const CollOp &c) override;
   bool bounded_staging() const override { return false; }  // one group per step
   bool done(Ticket t, bool block) override;
   Ticket posted() const override { return next_; }
@@ -44,13 +52,16 @@ class NcclTransport : public Transport {
     bool send;
     void *p;
     size_t bytes;
-    int peer;  // NCCL rank
+    int peer;    // NCCL rank
+    CollOp coll;  // kind != kNone: this collective instead
   };
   int nccl_rank(int peer) const;
+  int issue(const Op &o, void *comm);
   NcclComm *nc_;
   void *stream_;
   int device_;
   std::vector<int> peer_map_;
+  int coll_size_ = 0;  // ranks of the communicator when collectives are on, else 0
   std::vector<Op> pending_;
   Ticket issued_ = 0;  // tickets below this are enqueued
   Ticket next_ = 0;

@@ -38,6 +38,20 @@ void cudasimCheckAccess(const void *p, size_t width);
  * cudasimTopology: 0 one GPU per process ("per-rank"), 1 GPUs shared by processes ("shared").
  * cudasimIsDeviceMemory: 1 for memory of a live cudaMalloc/cudaMallocAsync block. */
 cudaError_t cudasimStreamDelay(cudaStream_t stream, unsigned int usec);
+
+/* The NCCL calls of this process, as the simulator accepted them (a call that failed its checks is
+ * not counted): how many calls named `call` ("ncclAllGather", "ncclReduceScatter",
+ * "ncclAllReduce", "ncclAlltoAll", "ncclBroadcast", "ncclSend", "ncclRecv"; NULL: all of them)
+ * and their bytes, this rank's side of each: send and receive buffers for ncclSend / ncclRecv,
+ * the send buffer of a collective (ncclAllGather: count, ncclReduceScatter and ncclAlltoAll:
+ * nranks * count, ncclAllReduce and ncclBroadcast: count elements). cudasimNcclCallsReset starts
+ * the count again. With CUDASIM_NCCL_LOG=<file>, each call is also appended to the file as one
+ * line: "cudasim-nccl pid=P rank=R nranks=N call=C count=K type=T op=O peer=Q bytes=B". */
+typedef struct {
+  unsigned long long calls, bytes;
+} cudasimNcclCount;
+cudasimNcclCount cudasimNcclCalls(const char *call);
+void cudasimNcclCallsReset(void);
 int cudasimTopology(void);
 int cudasimIsDeviceMemory(const void *p);
 

@@ -50,6 +50,7 @@ Settings read_settings() {
   s.enqueue_us = (unsigned)env_num("CUDASIM_NCCL_ENQUEUE_DELAY_US", 200, 0, 1e7);
   s.latency_us = (unsigned)env_num("CUDASIM_NCCL_LATENCY_US", 1000, 0, 1e7);
   s.verbose = env_num("CUDASIM_VERBOSE", 0, 0, 1) != 0;
+  if (const char *log = std::getenv("CUDASIM_NCCL_LOG")) s.nccl_log = log;
   return s;
 }
 

@@ -4,7 +4,7 @@
 // sends and receives in) and hands the group to its stream as ONE operation (a non-blocking
 // communicator returns ncclInProgress and enqueues it a little later, when
 // ncclCommGetAsyncError is polled). Collectives expand into point-to-point transfers of the same
-// group plus a local reduction.
+// group plus a local reduction. Every call accepted is recorded (nccl_log.cpp: cudasimNcclCalls).
 #include <cstring>
 
 #include "nccl_sim.hpp"
@@ -152,7 +152,9 @@ ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int pe
     if (r == ncclSuccess) r = check_peer(c, peer, "ncclSend");
     size_t bytes = count * type_size(type);
     if (r == ncclSuccess) r = check_buffer(g, buf, bytes, "ncclSend", "sendbuff");
-    if (r == ncclSuccess) add(g, true, peer, buf, bytes, type, "send");
+    if (r != ncclSuccess) return r;
+    add(g, true, peer, buf, bytes, type, "send");
+    record_call("ncclSend", c, count, type, -1, peer, bytes);
     return r;
   });
 }
@@ -165,7 +167,9 @@ ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, nc
     if (r == ncclSuccess) r = check_peer(c, peer, "ncclRecv");
     size_t bytes = count * type_size(type);
     if (r == ncclSuccess) r = check_buffer(g, buf, bytes, "ncclRecv", "recvbuff");
-    if (r == ncclSuccess) add(g, false, peer, buf, bytes, type, "recv");
+    if (r != ncclSuccess) return r;
+    add(g, false, peer, buf, bytes, type, "recv");
+    record_call("ncclRecv", c, count, type, -1, peer, bytes);
     return r;
   });
 }
@@ -178,10 +182,12 @@ ncclResult_t ncclAllGather(const void *sbuf, void *rbuf, size_t count, ncclDataT
     size_t bytes = count * type_size(type), n = (size_t)c.nranks;
     if (r == ncclSuccess) r = check_buffer(g, sbuf, bytes, "ncclAllGather", "sendbuff");
     if (r == ncclSuccess) r = check_buffer(g, rbuf, n * bytes, "ncclAllGather", "recvbuff");
-    for (int p = 0; r == ncclSuccess && p < c.nranks; ++p) {
+    if (r != ncclSuccess) return r;
+    for (int p = 0; p < c.nranks; ++p) {
       add(g, true, p, sbuf, bytes, type, "allgather");
       add(g, false, p, static_cast<char *>(rbuf) + (size_t)p * bytes, bytes, type, "allgather");
     }
+    record_call("ncclAllGather", c, count, type, -1, -1, bytes);
     return r;
   });
 }
@@ -208,6 +214,8 @@ static ncclResult_t reduce_coll(Group &g, const char *call, const void *sbuf, vo
   }
   int nr = c.nranks;
   g.post.push_back([=] { reduce_into(type, op, dst, tmp, count, nr); });
+  record_call(scatter ? "ncclReduceScatter" : "ncclAllReduce", c, count, type, op, -1,
+              scatter ? n * bytes : bytes);
   return ncclSuccess;
 }
 
@@ -225,6 +233,28 @@ ncclResult_t ncclReduceScatter(const void *sbuf, void *rbuf, size_t count, ncclD
   });
 }
 
+// Block p of sendbuff to rank p, block p of recvbuff from rank p (itself included), as NCCL 2.28's.
+ncclResult_t ncclAlltoAll(const void *sbuf, void *rbuf, size_t count, ncclDataType_t type,
+                          ncclComm_t comm, cudaStream_t stream) {
+  return post(comm, stream, "ncclAlltoAll", [&](Group &g) {
+    CommState &c = *g.comm;
+    ncclResult_t r = check_type(c, type, "ncclAlltoAll");
+    size_t bytes = count * type_size(type), n = (size_t)c.nranks;
+    if (r == ncclSuccess) r = check_buffer(g, sbuf, n * bytes, "ncclAlltoAll", "sendbuff");
+    if (r == ncclSuccess) r = check_buffer(g, rbuf, n * bytes, "ncclAlltoAll", "recvbuff");
+    if (r == ncclSuccess && bytes && sbuf == rbuf)
+      r = api_error(&c, ncclInvalidArgument, "ncclAlltoAll: in place (sendbuff == recvbuff) is "
+                    "not supported");
+    if (r != ncclSuccess) return r;
+    for (int p = 0; p < c.nranks; ++p) {
+      add(g, true, p, static_cast<const char *>(sbuf) + (size_t)p * bytes, bytes, type, "alltoall");
+      add(g, false, p, static_cast<char *>(rbuf) + (size_t)p * bytes, bytes, type, "alltoall");
+    }
+    record_call("ncclAlltoAll", c, count, type, -1, -1, n * bytes);
+    return r;
+  });
+}
+
 ncclResult_t ncclBroadcast(const void *sbuf, void *rbuf, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream) {
   return post(comm, stream, "ncclBroadcast", [&](Group &g) {
@@ -238,6 +268,7 @@ ncclResult_t ncclBroadcast(const void *sbuf, void *rbuf, size_t count, ncclDataT
     if (c.rank == root)
       for (int p = 0; p < c.nranks; ++p) add(g, true, p, sbuf, bytes, type, "broadcast");
     add(g, false, root, rbuf, bytes, type, "broadcast");
+    record_call("ncclBroadcast", c, count, type, -1, root, bytes);
     return ncclSuccess;
   });
 }

@@ -154,6 +154,10 @@ void ring_all(CommState &c);
 const char *type_name(int t);
 size_t type_size(int t);  // 0: not simulated
 
+// log.cpp: one accepted call (cudasimNcclCalls, CUDASIM_NCCL_LOG); bytes: this rank's side.
+void record_call(const char *call, const CommState &c, size_t count, int type, int op, int peer,
+                 size_t bytes);
+
 // run.cpp: the group as a stream operation.
 void execute_group(Group &g);
 void reduce_into(int type, int op, char *dst, const char *tmp, size_t count, int nranks);

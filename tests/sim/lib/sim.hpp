@@ -33,6 +33,7 @@ struct Settings {
   unsigned enqueue_us = 200;       // CUDASIM_NCCL_ENQUEUE_DELAY_US of non-blocking communicators
   unsigned latency_us = 1000;      // CUDASIM_NCCL_LATENCY_US: a message's delivery latency
   bool verbose = false;            // CUDASIM_VERBOSE=1: every error returned is printed
+  std::string nccl_log;            // CUDASIM_NCCL_LOG: file each NCCL call is appended to
 };
 const Settings &settings();
 

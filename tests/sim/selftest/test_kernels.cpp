@@ -1,20 +1,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// cudasim self-test, kernels: the library's own src/mem/kernels.cu, compiled as host C++ by the
-// CUDA=sim build (mem/launch.hpp) and linked from its static library, run through lm::cuda::* on
-// device memory: every dtype's reduction bit for bit against the host arithmetic
+// cudasim self-test, kernels: the library's own src/device/kernels.cu, compiled as host C++ into
+// the CUDA=sim build's device component (device/launch.hpp), run on device memory through the
+// static library's device MemOps (lm::device_ops), which load that component with dlopen as any
+// program of the library does: every dtype's reduction bit for bit against the host arithmetic
 // (layout/elementwise.hpp), avg, identity fills, box copies of every element size and at every
 // alignment a borrowed tensor may have (complex128 at 8 mod 16, complex64 at 4 mod 8: issue 18,
 // once 16-byte loads where 8-byte alignment was checked). And the simulator's own alignment check:
 // a 16-byte access at 8 mod 16 (what the old k_box_copy did) must fault as on a GPU.
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "common/error.hpp"
+#include "device/launch.hpp"
 #include "layout/elementwise.hpp"
-#include "mem/kernels.hpp"
-#include "mem/launch.hpp"
+#include "mem/ops.hpp"
 #include "sim_test.h"
 
 namespace {
@@ -25,6 +27,13 @@ namespace ew = lm::ew;
 cudaStream_t g_stream;
 
 void setup() { SIM_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)); }
+
+// The device memory operations of the library on g_stream (device 0): the component's kernels.
+lm::MemOps &ops() {
+  static std::unique_ptr<lm::MemOps> m;
+  if (!m) m = lm::device_ops(g_stream, 0);
+  return *m;
+}
 
 // In the stream's order (a cudaMemcpy from pageable memory is not ordered with g_stream).
 void *upload(const std::vector<char> &h, size_t extra_offset = 0) {
@@ -120,7 +129,7 @@ void reduce_every_dtype() {
       if ((t == DType::C64 || t == DType::C128) && (op == ew::kMax || op == ew::kMin)) continue;
       std::vector<char> a = random_data(t, n, 1 + op), b = random_data(t, n, 100 + op);
       void *da = upload(a), *db = upload(b);
-      lm::cuda::reduce(t, op, da, db, (int64_t)n, g_stream);
+      ops().reduce(t, op, da, db, (int64_t)n);
       host_reduce(t, op, a, b);
       SIM_CHECK(download(da, a.size()) == a);
       SIM_CUDA(cudaFree(da));
@@ -136,7 +145,7 @@ void avg_and_identity() {
   // float avg: sum then scale
   std::vector<char> a = random_data(DType::F64, n, 7);
   void *da = upload(a);
-  lm::cuda::scale_avg(DType::F64, da, (int64_t)n, 3, g_stream);
+  ops().scale_avg(DType::F64, da, (int64_t)n, 3);
   std::vector<char> back = download(da, a.size());
   for (size_t i = 0; i < n; ++i) {
     double x, y;
@@ -149,23 +158,23 @@ void avg_and_identity() {
   void *dx = upload(xi), *acc = nullptr, *out = nullptr;
   SIM_CUDA(cudaMalloc(&acc, n * 16));
   SIM_CUDA(cudaMalloc(&out, n * 4));
-  lm::cuda::wide_accumulate(DType::I32, acc, dx, (int64_t)n, true, g_stream);
-  lm::cuda::wide_accumulate(DType::I32, acc, dx, (int64_t)n, false, g_stream);
-  lm::cuda::wide_accumulate(DType::I32, acc, dx, (int64_t)n, false, g_stream);
-  lm::cuda::wide_finish_avg(DType::I32, out, acc, (int64_t)n, 3, g_stream);
+  ops().wide_accumulate(DType::I32, acc, dx, (int64_t)n, true);
+  ops().wide_accumulate(DType::I32, acc, dx, (int64_t)n, false);
+  ops().wide_accumulate(DType::I32, acc, dx, (int64_t)n, false);
+  ops().wide_finish_avg(DType::I32, out, acc, (int64_t)n, 3);
   SIM_CHECK(download(out, n * 4) == xi);
   // prod's identity: ones, (1, 0) for complex; sum's: zeros
-  lm::cuda::fill_identity(DType::C128, ew::kProd, da, (int64_t)(n / 2), g_stream);
+  ops().fill_identity(DType::C128, ew::kProd, da, (int64_t)(n / 2));
   back = download(da, n * 8);
   for (size_t i = 0; i < n / 2; ++i) {
     double z[2];
     std::memcpy(z, &back[i * 16], 16);
     SIM_CHECK(z[0] == 1.0 && z[1] == 0.0);
   }
-  lm::cuda::fill_identity(DType::F16, ew::kProd, da, (int64_t)n, g_stream);
+  ops().fill_identity(DType::F16, ew::kProd, da, (int64_t)n);
   back = download(da, n * 2);
   for (size_t i = 0; i < n; ++i) SIM_CHECK(back[2 * i] == 0x00 && back[2 * i + 1] == 0x3c);
-  lm::cuda::fill_identity(DType::I64, ew::kSum, da, (int64_t)(n / 8), g_stream);
+  ops().fill_identity(DType::I64, ew::kSum, da, (int64_t)(n / 8));
   back = download(da, n);
   for (char c : back) SIM_CHECK(c == 0);
 }
@@ -183,7 +192,7 @@ void box_copy_once(int64_t es, size_t offset, size_t doff = (size_t)-1) {
   for (size_t i = 0; i < src.size(); ++i) src[i] = (char)(i * 7 + 1);
   lm::boxcopy_range(c, want.data(), src.data(), 0, c.numel);
   void *ds = upload(src, offset), *dd = upload(std::vector<char>(want.size(), 0), doff);
-  lm::cuda::box_copy(c, dd, ds, 0, c.numel, g_stream);
+  ops().copy(c, dd, ds, 0, c.numel);
   SIM_CHECK(download(dd, want.size()) == want);
 }
 
@@ -230,14 +239,15 @@ void planted_misaligned_16_byte_access() {
   std::printf("16-byte access at 8 mod 16 caught: %s\n", cudaGetErrorName(e));
 }
 
-// A launch failure reaches the library as an exception (check_launch after each launch).
+// A launch failure reaches the library as an exception (the component's status, turned into
+// LM_ERR_CUDA by the core's device MemOps).
 void launch_error_throws() {
   setup();
   void *d = nullptr;
   SIM_CUDA(cudaMalloc(&d, 64));
   bool thrown = false;
   try {
-    lm::cuda::reduce(DType::F32, ew::kSum, d, d, 16, reinterpret_cast<void *>(0x1234));
+    lm::device_ops(reinterpret_cast<void *>(0x1234), 0)->reduce(DType::F32, ew::kSum, d, d, 16);
   } catch (const lm::Error &e) {
     thrown = e.status() == LM_ERR_CUDA && std::strstr(e.what(), "cudaErrorInvalidResourceHandle");
   }

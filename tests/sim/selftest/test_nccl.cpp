@@ -6,6 +6,8 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include "cudasim.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +103,27 @@ void p2p() {
   NC(ncclCommDestroy(c));
 }
 
+// What cudasimNcclCalls recorded for collectives(): one call of each, two all-reduces, the bytes
+// of this rank's send buffers; nothing else.
+void check_call_record(size_t per, size_t all) {
+  const size_t f = sizeof(float);
+  const struct {
+    const char *call;
+    unsigned long long calls, bytes;
+  } want[] = {{"ncclAllGather", 1, per * f}, {"ncclReduceScatter", 1, all * f},
+              {"ncclAllReduce", 2, 2 * all * f}, {"ncclBroadcast", 1, all * f},
+              {"ncclAlltoAll", 1, all * f}, {"ncclSend", 0, 0}, {"ncclRecv", 0, 0}};
+  unsigned long long calls = 0;
+  for (const auto &w : want) {
+    cudasimNcclCount n = cudasimNcclCalls(w.call);
+    CHECK(n.calls == w.calls && n.bytes == w.bytes);
+    calls += w.calls;
+  }
+  CHECK(cudasimNcclCalls(nullptr).calls == calls);
+  cudasimNcclCallsReset();
+  CHECK(cudasimNcclCalls(nullptr).calls == 0);
+}
+
 void collectives() {
   ncclComm_t c = make_comm();
   int n = 0, me = -1, dev = -1;
@@ -128,6 +151,13 @@ void collectives() {
   NC(ncclBroadcast(r, r, all, ncclFloat, g_size - 1, c, g_stream));
   h = host_floats(r, all);
   for (size_t i = 0; i < all; ++i) CHECK(h[i] == (float)(g_size - 1) + (float)i);
+  float *a = dev_floats(all, 1000.f * (float)g_rank);
+  NC(ncclAlltoAll(a, s, per, ncclFloat, c, g_stream));  // block p of rank q -> block q of rank p
+  h = host_floats(s, all);
+  for (int p = 0; p < g_size; ++p)
+    for (size_t i = 0; i < per; ++i)
+      CHECK(h[(size_t)p * per + i] == 1000.f * (float)p + (float)(g_rank * (int)per + (int)i));
+  check_call_record(per, all);
   NC(ncclCommFinalize(c));
   NC(ncclCommDestroy(c));
 }

@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// CUDA kernels: elementwise reductions (layout/elementwise.hpp) for every dtype localmap supports,
-// and box copies. Launched through mem/launch.hpp, so CUDA=sim compiles this file as host C++.
+// CUDA kernels of the device component: elementwise reductions (layout/elementwise.hpp) for every
+// dtype localmap supports, and box copies. Launched through device/launch.hpp, so CUDA=sim
+// compiles this file as host C++.
 // Alignment: every kernel accesses memory through the element type of its dtype, or for complex
 // through the component type (float, double); the box copy picks its word from the buffers' real
 // alignment. So the kernels need no more than the component alignment that a borrowed tensor is
 // checked for (tensor.cpp, check_alignment), and LM_DEVICE_ACCESS states every wider access.
 #include <cuda_runtime.h>
 
-#include "common/error.hpp"
+#include "device/kernels.hpp"
+#include "device/launch.hpp"
+#include "device/status.hpp"
 #include "layout/elementwise.hpp"
-#include "mem/cuda.hpp"
-#include "mem/kernels.hpp"
-#include "mem/launch.hpp"
+#include "mem/device_api.hpp"
 
 namespace lm {
 namespace cuda {
@@ -73,9 +74,19 @@ __global__ void k_wide_fin(T *out, const __int128 *acc, int64_t n, int64_t k) {
   LM_GRID_LOOP(i, n) out[i] = ew::wide_fin<T>(acc[i], k);
 }
 
-void check_launch(const char *what) {
-  cudaError_t rc = cudaGetLastError();
-  if (rc != cudaSuccess) cuda_fail(rc, what);
+// The launch's status (a bad configuration, a stream of another device): the runtime's last error.
+int launched() { return device::cuda_status(cudaGetLastError()); }
+
+// Bytes of one element of t.
+size_t elem_bytes(DType t) {
+  switch (t) {
+    case DType::I8: case DType::U8: case DType::BOOL: return 1;
+    case DType::F16: case DType::BF16: case DType::I16: return 2;
+    case DType::F32: case DType::I32: return 4;
+    case DType::F64: case DType::I64: case DType::C64: return 8;
+    case DType::C128: return 16;
+  }
+  return 0;
 }
 
 #define LAUNCH(kernel, n, st, ...) \
@@ -88,8 +99,8 @@ void fill_typed(void *buf, int64_t n, T v, void *st) {
 
 }  // namespace
 
-void reduce(DType t, int op, void *acc, const void *in, int64_t n, void *st) {
-  if (n <= 0) return;
+int reduce(DType t, int op, void *acc, const void *in, int64_t n, void *st) {
+  if (n <= 0) return LMD_OK;
   switch (t) {
     case DType::F32: LAUNCH(k_reduce_float<float>, n, st, op, (float *)acc, (const float *)in, n); break;
     case DType::F64: LAUNCH(k_reduce_float<double>, n, st, op, (double *)acc, (const double *)in, n); break;
@@ -104,11 +115,11 @@ void reduce(DType t, int op, void *acc, const void *in, int64_t n, void *st) {
     case DType::C64: LAUNCH(k_reduce_complex<float>, n, st, op, (float *)acc, (const float *)in, n); break;
     case DType::C128: LAUNCH(k_reduce_complex<double>, n, st, op, (double *)acc, (const double *)in, n); break;
   }
-  check_launch("reduce kernel launch");
+  return launched();
 }
 
-void scale_avg(DType t, void *acc, int64_t n, int64_t k, void *st) {
-  if (n <= 0) return;
+int scale_avg(DType t, void *acc, int64_t n, int64_t k, void *st) {
+  if (n <= 0) return LMD_OK;
   switch (t) {
     case DType::F32: LAUNCH(k_scale<float>, n, st, (float *)acc, n, k); break;
     case DType::F64: LAUNCH(k_scale<double>, n, st, (double *)acc, n, k); break;
@@ -121,19 +132,16 @@ void scale_avg(DType t, void *acc, int64_t n, int64_t k, void *st) {
     case DType::C128: LAUNCH(k_scale<double>, 2 * n, st, (double *)acc, 2 * n, k); break;
     case DType::F16: LAUNCH(k_scale_16, n, st, false, (uint16_t *)acc, n, k); break;
     case DType::BF16: LAUNCH(k_scale_16, n, st, true, (uint16_t *)acc, n, k); break;
-    case DType::BOOL: return;
+    case DType::BOOL: return LMD_OK;
   }
-  check_launch("scale_avg kernel launch");
+  return launched();
 }
 
-void fill_identity(DType t, int op, void *buf, int64_t n, void *st) {
-  if (n <= 0) return;
-  size_t bytes = (size_t)n * dtype_size(t);
-  if (op != ew::kProd) {
-    cudaError_t rc = cudaMemsetAsync(buf, 0, bytes, static_cast<cudaStream_t>(st));
-    if (rc != cudaSuccess) cuda_fail(rc, "cudaMemsetAsync (identity fill)");
-    return;
-  }
+int fill_identity(DType t, int op, void *buf, int64_t n, void *st) {
+  if (n <= 0) return LMD_OK;
+  size_t bytes = (size_t)n * elem_bytes(t);
+  if (op != ew::kProd)
+    return device::cuda_status(cudaMemsetAsync(buf, 0, bytes, static_cast<cudaStream_t>(st)));
   switch (t) {
     case DType::F32: fill_typed<float>(buf, n, 1.f, st); break;
     case DType::F64: fill_typed<double>(buf, n, 1.0, st); break;
@@ -146,11 +154,11 @@ void fill_identity(DType t, int op, void *buf, int64_t n, void *st) {
     case DType::F16: fill_typed<uint16_t>(buf, n, 0x3c00, st); break;
     case DType::BF16: fill_typed<uint16_t>(buf, n, 0x3f80, st); break;
   }
-  check_launch("fill_identity kernel launch");
+  return launched();
 }
 
-void wide_accumulate(DType t, void *acc, const void *in, int64_t n, bool assign, void *st) {
-  if (n <= 0) return;
+int wide_accumulate(DType t, void *acc, const void *in, int64_t n, bool assign, void *st) {
+  if (n <= 0) return LMD_OK;
   __int128 *a = static_cast<__int128 *>(acc);
   switch (t) {
     case DType::I8: LAUNCH(k_wide_acc<int8_t>, n, st, a, (const int8_t *)in, n, assign); break;
@@ -158,13 +166,13 @@ void wide_accumulate(DType t, void *acc, const void *in, int64_t n, bool assign,
     case DType::I32: LAUNCH(k_wide_acc<int32_t>, n, st, a, (const int32_t *)in, n, assign); break;
     case DType::I64: LAUNCH(k_wide_acc<int64_t>, n, st, a, (const int64_t *)in, n, assign); break;
     case DType::U8: LAUNCH(k_wide_acc<uint8_t>, n, st, a, (const uint8_t *)in, n, assign); break;
-    default: fail(LM_ERR_INTERNAL, "cuda::wide_accumulate: %s is not an integer type", dtype_name(t));
+    default: return device::failed(LMD_FAILED, "wide_accumulate: dtype %d is not an integer type", (int)t);
   }
-  check_launch("wide_accumulate kernel launch");
+  return launched();
 }
 
-void wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k, void *st) {
-  if (n <= 0) return;
+int wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k, void *st) {
+  if (n <= 0) return LMD_OK;
   const __int128 *a = static_cast<const __int128 *>(acc);
   switch (t) {
     case DType::I8: LAUNCH(k_wide_fin<int8_t>, n, st, (int8_t *)out, a, n, k); break;
@@ -172,9 +180,9 @@ void wide_finish_avg(DType t, void *out, const void *acc, int64_t n, int64_t k, 
     case DType::I32: LAUNCH(k_wide_fin<int32_t>, n, st, (int32_t *)out, a, n, k); break;
     case DType::I64: LAUNCH(k_wide_fin<int64_t>, n, st, (int64_t *)out, a, n, k); break;
     case DType::U8: LAUNCH(k_wide_fin<uint8_t>, n, st, (uint8_t *)out, a, n, k); break;
-    default: fail(LM_ERR_INTERNAL, "cuda::wide_finish_avg: %s is not an integer type", dtype_name(t));
+    default: return device::failed(LMD_FAILED, "wide_finish_avg: dtype %d is not an integer type", (int)t);
   }
-  check_launch("wide_finish_avg kernel launch");
+  return launched();
 }
 
 namespace {
@@ -212,22 +220,20 @@ int64_t copy_word(int64_t esize, const void *dst, const void *src) {
 }
 }  // namespace
 
-void box_copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1, void *st) {
+int box_copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t e1, void *st) {
   if (e1 > c.numel) e1 = c.numel;
-  if (e0 >= e1) return;
+  if (e0 >= e1) return LMD_OK;
   cudaStream_t s = static_cast<cudaStream_t>(st);
-  if (c.n == 1) {  // one run: both buffers contiguous over the range
-    cudaError_t rc = cudaMemcpyAsync(static_cast<char *>(dst) + (c.dbase + e0) * c.esize,
-                                     static_cast<const char *>(src) + (c.sbase + e0) * c.esize,
-                                     (size_t)((e1 - e0) * c.esize), cudaMemcpyDeviceToDevice, s);
-    if (rc != cudaSuccess) cuda_fail(rc, "cudaMemcpyAsync (box copy)");
-    return;
-  }
+  if (c.n == 1)  // one run: both buffers contiguous over the range
+    return device::cuda_status(cudaMemcpyAsync(
+        static_cast<char *>(dst) + (c.dbase + e0) * c.esize,
+        static_cast<const char *>(src) + (c.sbase + e0) * c.esize, (size_t)((e1 - e0) * c.esize),
+        cudaMemcpyDeviceToDevice, s));
   const int64_t n = e1 - e0;
   char *d = static_cast<char *>(dst);
   const char *sp = static_cast<const char *>(src);
   if (c.esize < 1 || c.esize > 16 || (c.esize & (c.esize - 1)))
-    fail(LM_ERR_INTERNAL, "cuda::box_copy: element size %lld", (long long)c.esize);
+    return device::failed(LMD_FAILED, "box_copy: element size %lld", (long long)c.esize);
   switch (copy_word(c.esize, d, sp)) {
     case 1: LAUNCH(k_box_copy<uint8_t>, n, st, c, d, sp, e0, n); break;
     case 2: LAUNCH(k_box_copy<uint16_t>, n, st, c, d, sp, e0, n); break;
@@ -235,7 +241,7 @@ void box_copy(const BoxCopy &c, void *dst, const void *src, int64_t e0, int64_t 
     case 8: LAUNCH(k_box_copy<uint64_t>, n, st, c, d, sp, e0, n); break;
     default: LAUNCH(k_box_copy<Bytes16>, n, st, c, d, sp, e0, n); break;
   }
-  check_launch("box copy kernel launch");
+  return launched();
 }
 
 }  // namespace cuda

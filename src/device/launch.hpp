@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Kernel launches written once for nvcc and for the simulated runtime of tests/sim (CUDA=sim,
-// where g++ compiles mem/kernels.cu as host C++ against tests/sim/include):
+// where g++ compiles device/kernels.cu as host C++ against tests/sim/include):
 //   LM_LAUNCH(kernel, grid, block, stream, args...)  kernel<<<grid, block, 0, stream>>>(args...)
 //   LM_DEVICE_ACCESS(ptr, width)  states a width-byte access at ptr: nothing under nvcc (the GPU
 //       checks alignment itself and faults); under the simulator a misaligned or out-of-bounds
