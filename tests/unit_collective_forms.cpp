@@ -35,10 +35,10 @@ using lm::Layout;
 using lm::Schedule;
 using lm::Shape;
 
-lm_placement_t R() { return lm_placement_t{LM_REPLICATE, 0, 0, 0}; }
-lm_placement_t S(int d) { return lm_placement_t{LM_SHARD, d, 0, 0}; }
-lm_placement_t P(int op = LM_REDUCE_SUM) { return lm_placement_t{LM_PARTIAL, 0, op, 0}; }
-lm_placement_t BC(int d, int b) { return lm_placement_t{LM_BLOCK_CYCLIC, d, b, 0}; }
+lm_placement_t R() { return LM_PLACEMENT_REPLICATE; }
+lm_placement_t S(int d) { return LM_PLACEMENT_SHARD(d); }
+lm_placement_t P(int op = LM_REDUCE_SUM) { return LM_PLACEMENT_PARTIAL(op); }
+lm_placement_t BC(int d, int b) { return LM_PLACEMENT_BLOCK_CYCLIC(d, b, 0); }
 
 const DLDataType kF32{kDLFloat, 32, 1}, kI32{kDLInt, 32, 1};
 

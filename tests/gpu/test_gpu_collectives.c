@@ -59,8 +59,8 @@ static double expected(const coll_case *c, int64_t i) {
   if (c->from.kind != LM_PARTIAL) return value(i);
   double s = 0, mx = part(i, 0);
   for (int r = 0; r < np; ++r) s += part(i, r), mx = part(i, r) > mx ? part(i, r) : mx;
-  if (c->from.op == LM_REDUCE_MAX) return mx;
-  if (c->from.op != LM_REDUCE_AVG) return s;
+  if (c->from.reduce_op == LM_REDUCE_MAX) return mx;
+  if (c->from.reduce_op != LM_REDUCE_AVG) return s;
   return c->dt.code == kDLFloat ? s / np : (double)((int64_t)s / np); /* ints: toward zero */
 }
 
@@ -236,7 +236,7 @@ static void test_collectives(void **state) {
   int64_t ext[64];
   for (int64_t r = 0; r < n; ++r) ext[r] = r + 1; /* ragged rows 1, 2, ..., n */
   int32_t id = 0;
-  LM_ASSERT_OK(lm_extents_create(ext, n, &id));
+  LM_ASSERT_OK(lm_extents_create(&id, ext, n));
   const lm_placement_t RS0 = LM_PLACEMENT_RAGGED(0, id);
   const coll_case cases[] = {
       {"S0->R even", {4 * n, 3}, S0, R, LM_FLOAT32, LM_NC_ALLGATHER, T_NONE, T_GATHER, 0},
