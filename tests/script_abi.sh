@@ -39,7 +39,7 @@ abidw --no-corpus-path --headers-dir include --drop-private-types --out-file "$t
 # touches).
 copy_tree() {
   mkdir -p "$1/$BUILD"
-  cp -a Makefile include src pkgconfig cmake abi docs tools fuzz "$1/"
+  cp -a Makefile include src pkgconfig cmake abi docs tools fuzz scalapack "$1/"
   cp -a "$BUILD/obj" "$BUILD/lib" "$BUILD"/.stamp-* "$1/$BUILD/"
 }
 # check DIR: build the copy's library and run its abi-check against the baseline; the output goes
