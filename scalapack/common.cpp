@@ -202,10 +202,35 @@ std::mutex cache_mutex;
 std::map<std::vector<int>, MPI_Comm> comm_cache;
 std::map<std::pair<MPI_Comm, std::vector<int>>, lm_mesh_t> mesh_cache;
 
+// Frees the cached meshes and communicators when MPI finalizes: MPI_Finalize deletes
+// MPI_COMM_SELF's attributes first, the latest set first, so this runs before localmap's own
+// teardown (whose attribute was set at its initialisation, before any call reached here).
+int release_caches(MPI_Comm, int, void *, void *) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  for (auto &m : mesh_cache) (void)lm_mesh_destroy(&m.second);
+  mesh_cache.clear();
+  for (auto &c : comm_cache)
+    if (c.second != MPI_COMM_NULL) MPI_Comm_free(&c.second);
+  comm_cache.clear();
+  return MPI_SUCCESS;
+}
+
+// Hooks release_caches to MPI_Finalize, once (called with cache_mutex held).
+void release_at_finalize() {
+  static bool hooked = false;
+  if (hooked) return;
+  int key = MPI_KEYVAL_INVALID;
+  if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, release_caches, &key, nullptr) != MPI_SUCCESS)
+    return;
+  if (MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr) == MPI_SUCCESS) hooked = true;
+  MPI_Comm_free_keyval(&key);  // the attribute keeps it until MPI_COMM_SELF's are deleted
+}
+
 // The communicator of the world ranks `ranks` (sorted copy as the key), made once.
 MPI_Comm union_comm(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   std::lock_guard<std::mutex> lock(cache_mutex);
+  release_at_finalize();
   auto it = comm_cache.find(ranks);
   if (it != comm_cache.end()) return it->second;
   MPI_Group world_group, group;
@@ -294,6 +319,7 @@ bool exchange(Call *call, int ictxt, const Norm &na, const void *a, size_t abyte
 
 lm_mesh_t mesh_of(const Call &call, const Grid &g) {
   std::lock_guard<std::mutex> lock(cache_mutex);
+  release_at_finalize();
   std::vector<int> key = g.ranks;
   key.push_back(g.nprow);
   auto it = mesh_cache.find({call.comm, key});

@@ -141,7 +141,10 @@ int main(int argc, char **argv) {
 }
 C
 mpicc=${MPICC:-mpicc${LM_MPI:+.$LM_MPI}}  # the build's MPI (make check passes LM_MPI)
-"$mpicc" -Iinclude $DLPACK_FLAGS -o "$tmp/why" "$tmp/why.c" -L"$BUILD/lib" -llocalmap
+# A sanitizer build's library needs its runtime first: the program is built with the same flags.
+san=()
+if lm_lib_links 'libasan|libubsan'; then san=(-fsanitize=address -fsanitize=undefined); fi
+"$mpicc" "${san[@]}" -Iinclude $DLPACK_FLAGS -o "$tmp/why" "$tmp/why.c" -L"$BUILD/lib" -llocalmap
 out=$(LD_LIBRARY_PATH=$tmp/lib "$tmp/why" 2>&1) || fail "a broken component beside the library: $out"
 for w in "$tmp/lib/liblocalmap-cuda.so." "liblm_missing_dep.so" "cannot open shared object file"; do
   [[ $out == *"$w"* ]] || fail "a broken component beside the library: '$out' lacks '$w'"
