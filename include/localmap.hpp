@@ -92,6 +92,13 @@ inline int64_t mesh_ndim_of(lm_dist_tensor_t t) {
   lm_mesh_t m = nullptr;
   return lm_dist_tensor_mesh(t, &m) == LM_SUCCESS ? ndim_of(m) : -1;
 }
+// The C handles of wrapper objects (still owned by them).
+template <class W>
+std::vector<decltype(std::declval<const W &>().get())> handles(const std::vector<W> &v) {
+  std::vector<decltype(std::declval<const W &>().get())> h;
+  for (const W &w : v) h.push_back(w.get());
+  return h;
+}
 // Destroys a C handle (never throws, never communicates: the C destroys are local).
 template <class H, lm_status_t (*Destroy)(H *)>
 struct destroyer {
@@ -305,11 +312,6 @@ inline lm_placement_t ragged_agreed(int dim, int order = 0) {
 inline lm_placement_t block_cyclic(int dim, int block, int src = 0) {
   return LM_PLACEMENT_BLOCK_CYCLIC(dim, block, src);
 }
-/// The placements of a gradient (lm_placements_adjoint): Partial(sum) -> Replicate, the others
-/// kept; Partial(avg/max/min/prod) throws.
-inline placements placements_adjoint(const placements &p) { return detail::placements_adjoint(p); }
-/// The placements as text, e.g. "[S(0), R, P(sum)]" (lm_placements_format).
-inline std::string to_string(const placements &p) { return detail::placements_format(p, 512); }
 
 /// What the wrapper classes share: the C handle H they own (move-only), destroyed with Destroy
 /// when they die.
@@ -331,7 +333,7 @@ class handle {
 // ----------------------------------------------------------------------------------- mesh
 /// A mesh (lm_mesh_t). Move-only: the mesh handle is owned here (tensors and plans keep their own
 /// reference).
-class mesh : public handle<lm_mesh_t, lm_mesh_destroy>, public mesh_queries<mesh> {
+class mesh : public handle<lm_mesh_t, lm_mesh_destroy>, public mesh_methods<mesh> {
  public:
   mesh() = default;
   /// lm_mesh_create: collective over the parent (a Fortran handle: MPI_Comm_c2f(comm)); ranks and
@@ -349,17 +351,14 @@ class mesh : public handle<lm_mesh_t, lm_mesh_destroy>, public mesh_queries<mesh
     cfg.dim_names = names.empty() ? nullptr : cnames.data();
     h_.reset(detail::mesh_create(parent_comm_f, extents, &cfg));
   }
-  /// lm_mesh_create_grid: the 2-D mesh of a process grid (BLACS's, say) from this rank's grid
-  /// coordinate (-1, -1 outside the grid). Collective over the parent.
-  static mesh grid(int parent_comm_f, int myrow, int mycol) {
-    mesh m;
-    m.h_.reset(detail::mesh_create_grid(parent_comm_f, myrow, mycol, nullptr));
-    return m;
-  }
   /// A mesh over MPI_COMM_WORLD (collective over it).
   static mesh world(const shape &extents, const std::vector<std::string> &names = {}) {
     return mesh(detail::comm_world(), extents, {}, names);
   }
+
+ private:
+  friend class mesh_methods<mesh>;  // its grid() adopts the new handle
+  explicit mesh(lm_mesh_t h) noexcept : handle(h) {}
 };
 
 namespace detail {
@@ -370,7 +369,7 @@ inline lm_mesh_t get(const mesh *m) { return m ? m->get() : nullptr; }
 /// A dist tensor (lm_dist_tensor_t): a shared reference (copies retain, destruction releases), like
 /// the C handle's refcount.
 class dist_tensor : public handle<lm_dist_tensor_t, lm_dist_tensor_destroy>,
-                    public dist_tensor_queries<dist_tensor> {
+                    public dist_tensor_methods<dist_tensor> {
  public:
   dist_tensor() = default;
   /// Adopts a handle the caller owns (one reference).
@@ -386,53 +385,8 @@ class dist_tensor : public handle<lm_dist_tensor_t, lm_dist_tensor_destroy>,
   dist_tensor(dist_tensor &&o) noexcept = default;
   /// Drops this reference and takes o's; o becomes empty.
   dist_tensor &operator=(dist_tensor &&o) noexcept = default;
-  /// lm_dist_tensor_zeros (local).
-  static dist_tensor zeros(const mesh &m, const shape &global_shape, DLDataType dtype,
-                           const placements &p, DLDevice device = {kDLCPU, 0}) {
-    return dist_tensor(detail::dist_tensor_zeros(m.get(), global_shape, dtype, device, p));
-  }
-  /// lm_dist_tensor_from_global. root < 0: every rank passes the full tensor; root >= 0: only that
-  /// mesh rank (others nullptr).
-  static dist_tensor from_global(const mesh &m, const DLTensor *global, const placements &p,
-                                 int root = -1) {
-    return dist_tensor(detail::dist_tensor_from_global(m.get(), global, p, root));
-  }
-  /// lm_dist_tensor_from_local; global_shape is read only with LM_SHAPE_GIVEN.
-  static dist_tensor from_local(const mesh &m, const DLTensor &local, const placements &p,
-                                lm_shape_mode_t mode = LM_SHAPE_ALLGATHER,
-                                const shape &global_shape = {},
-                                unsigned flags = LM_FROM_LOCAL_COPY) {
-    const shape given = mode == LM_SHAPE_GIVEN ? global_shape : shape{};  // else not read
-    return dist_tensor(detail::dist_tensor_from_local(m.get(), &local, p, mode, given, flags));
-  }
   /// ScaLAPACK's descriptor (LM_SCALAPACK_DLEN ints).
   using scalapack_desc_t = std::array<int, LM_SCALAPACK_DLEN>;
-  /// lm_dist_tensor_from_scalapack: the tensor [N, M] over the local array `data` of the matrix
-  /// that `desc` describes (borrowed by default: `data` must outlive the tensor).
-  static dist_tensor from_scalapack(const mesh &m, const scalapack_desc_t &desc, void *data,
-                                    DLDataType dtype, DLDevice device = {kDLCPU, 0},
-                                    unsigned flags = LM_FROM_LOCAL_BORROW) {
-    return dist_tensor(
-        detail::dist_tensor_from_scalapack(m.get(), desc, data, dtype, device, flags));
-  }
-  /// lm_dist_tensor_reshard. Collective; dst_mesh nullptr: the same mesh.
-  dist_tensor reshard(const placements &p, const mesh *dst_mesh = nullptr) const {
-    return dist_tensor(detail::dist_tensor_reshard(get(), detail::get(dst_mesh), p));
-  }
-  /// lm_dist_tensor_transpose: the dims permuted (numpy.transpose's perm, ndim entries), laid out
-  /// with p (in the result's dims). Collective; dst_mesh nullptr: the same mesh. Host or device.
-  dist_tensor transpose(const std::vector<int> &perm, const placements &p,
-                        const mesh *dst_mesh = nullptr) const {
-    return dist_tensor(detail::dist_tensor_transpose(get(), perm, detail::get(dst_mesh), p));
-  }
-  /// lm_dist_tensor_transpose_into: the dims permuted into dst (global shape this one's permuted,
-  /// the same dtype; its mesh and placements, its shard overwritten; a padded borrow keeps its
-  /// padding). Collective over both meshes. dst on this tensor's device.
-  void transpose_into(dist_tensor &dst, const std::vector<int> &perm) const {
-    detail::dist_tensor_transpose_into(dst.get(), get(), perm);
-  }
-  /// lm_dist_tensor_gather. Collective; dst may be nullptr on ranks other than root (root >= 0).
-  void gather(DLTensor *dst, int root = -1) const { detail::dist_tensor_gather(get(), root, dst); }
   /// Gives up the reference: the caller destroys the returned handle.
   lm_dist_tensor_t release() noexcept { return h_.release(); }
   /// The local shard's data as T* (its first element: a padded borrow's rows are local().strides
@@ -449,7 +403,8 @@ class dist_tensor : public handle<lm_dist_tensor_t, lm_dist_tensor_destroy>,
 
 // --------------------------------------------------------------------------- reshard_plan
 /// A persistent reshard plan (lm_reshard_plan_t). Move-only.
-class reshard_plan : public handle<lm_reshard_plan_t, lm_reshard_plan_destroy> {
+class reshard_plan : public handle<lm_reshard_plan_t, lm_reshard_plan_destroy>,
+                     public reshard_plan_methods<reshard_plan> {
  public:
   /// lm_reshard_plan_create (local); dst_mesh nullptr: src_mesh.
   reshard_plan(const mesh &src_mesh, const placements &src_placements, const mesh *dst_mesh,
@@ -458,28 +413,9 @@ class reshard_plan : public handle<lm_reshard_plan_t, lm_reshard_plan_destroy> {
                                            dst_placements, global_shape, dtype)) {}
   /// Takes ownership of a C plan handle (e.g. from lm_reshard_plan_adjoint).
   explicit reshard_plan(lm_reshard_plan_t h) noexcept : handle(h) {}
-  /// lm_reshard_plan_alloc_target (local).
-  dist_tensor alloc_target(DLDevice device = {kDLCPU, 0}) const {
-    return dist_tensor(detail::reshard_plan_alloc_target(get(), device));
-  }
-  /// lm_reshard_plan_execute (collective over both meshes).
-  void execute(const dist_tensor &src, const dist_tensor &dst) const {
-    detail::reshard_plan_execute(get(), src.get(), dst.get());
-  }
   /// The bytes this rank sends to other ranks per execution: info().bytes_sent
   /// (lm_reshard_plan_info, flags 0: local).
   int64_t bytes_sent() const { return info().bytes_sent; }
-  /// lm_reshard_plan_adjoint: the backward plan (gradients, target mesh -> source mesh).
-  reshard_plan adjoint() const { return reshard_plan(detail::reshard_plan_adjoint(get())); }
-  /// lm_reshard_plan_info: this rank's counts (local), or every rank's summed (all_ranks:
-  /// collective over both meshes).
-  lm_reshard_plan_info_t info(bool all_ranks = false) const {
-    lm_reshard_plan_info_t i = LM_RESHARD_PLAN_INFO_INIT;
-    detail::reshard_plan_info(get(), all_ranks ? LM_PLAN_INFO_ALL_RANKS : 0, &i);
-    return i;
-  }
-  /// lm_reshard_plan_describe.
-  std::string describe() const { return detail::reshard_plan_describe(get(), 2048); }
 };
 
 /// lm_reshard_estimate: what the reshard plan of these arguments would move, without building
@@ -507,26 +443,14 @@ struct reshard_entry {
 
 /// A grouped reshard plan (lm_reshard_group_t): many tensors, one message per peer and step.
 /// Move-only.
-class reshard_group : public handle<lm_reshard_group_t, lm_reshard_group_destroy> {
+class reshard_group : public handle<lm_reshard_group_t, lm_reshard_group_destroy>,
+                      public reshard_group_methods<reshard_group> {
  public:
   /// lm_reshard_group_create (local); dst_mesh nullptr: src_mesh; bucket_bytes 0: the default.
   reshard_group(const mesh &src_mesh, const std::vector<reshard_entry> &entries,
                 const mesh *dst_mesh = nullptr, size_t bucket_bytes = 0)
       : reshard_group("reshard_group", src_mesh.get(), entries, detail::get(dst_mesh),
                       bucket_bytes) {}
-  /// The number of entries (lm_reshard_group_size).
-  size_t size() const { return std::get<0>(detail::reshard_group_size(get())); }
-  /// The number of buckets of an execution (lm_reshard_group_size).
-  int buckets() const { return std::get<1>(detail::reshard_group_size(get())); }
-  /// lm_reshard_group_alloc_targets (local).
-  std::vector<dist_tensor> alloc_targets(DLDevice device = {kDLCPU, 0}) const {
-    const auto h = detail::reshard_group_alloc_targets(get(), device, static_cast<int>(size()));
-    return std::vector<dist_tensor>(h.begin(), h.end());  // each adopts its handle
-  }
-  /// lm_reshard_group_execute (collective over both meshes).
-  void execute(const std::vector<dist_tensor> &src, const std::vector<dist_tensor> &dst) const {
-    detail::reshard_group_execute(get(), handles(src), handles(dst));
-  }
 
  private:
   friend std::vector<dist_tensor> reshard_many(const std::vector<dist_tensor> &,
@@ -547,11 +471,6 @@ class reshard_group : public handle<lm_reshard_group_t, lm_reshard_group_destroy
     lm_reshard_group_config_t c = LM_RESHARD_GROUP_CONFIG_INIT;
     c.bucket_bytes = bucket_bytes;
     h_.reset(detail::reshard_group_create(src_mesh, dst_mesh, e, &c));
-  }
-  static std::vector<lm_dist_tensor_t> handles(const std::vector<dist_tensor> &v) {
-    std::vector<lm_dist_tensor_t> h;
-    for (const dist_tensor &t : v) h.push_back(t.get());
-    return h;
   }
 };
 
@@ -744,7 +663,8 @@ class local_tensor {
 
 /// The record of a local_map call (lm_local_map_record_t, owned): what its backward pass needs.
 /// Move-only.
-class local_map_record : public handle<lm_local_map_record_t, lm_local_map_record_destroy> {
+class local_map_record : public handle<lm_local_map_record_t, lm_local_map_record_destroy>,
+                         public local_map_record_methods<local_map_record> {
  public:
   local_map_record() = default;
   /// Adopts a record handle.
@@ -755,10 +675,6 @@ class local_map_record : public handle<lm_local_map_record_t, lm_local_map_recor
     lm_status_t st = lm_local_map_record_placements(get(), which, index, 0, nullptr, &n);
     if (st != LM_SUCCESS && n <= 0) check(st);
     return std::get<0>(detail::local_map_record_placements(get(), which, index, n));
-  }
-  /// lm_local_map_record_input_grad: grad moved to inputs[index]'s own layout (collective).
-  dist_tensor input_grad(int index, const dist_tensor &grad) const {
-    return dist_tensor(detail::local_map_record_input_grad(get(), index, grad.get()));
   }
 };
 

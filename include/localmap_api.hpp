@@ -2,11 +2,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Regenerate with `make api-generate`; tools/api.py check (tests/script_api.sh) fails when
 // this file is stale. Part of localmap.hpp, which includes it after what it uses (check,
-// expect_len, ndim_of, mesh_ndim_of): the C API as checked C++ calls in
-// localmap::detail (not a public API), one per C function that returns a status (destroys
-// aside), named without `lm_`: arrays as std::vector whose length rules are checked before
-// call, outputs returned (several as a std::tuple), a failed status thrown as
-// localmap::error. Then the query methods of mesh and dist_tensor, as mixins.
+// expect_len, ndim_of, mesh_ndim_of, handles, the placements and shape types): the
+// C API as checked C++ calls in localmap::detail (not a public API), one per C function
+// that returns a status (destroys aside), named without `lm_`: arrays as std::vector
+// whose length rules are checked before the call, outputs returned (several as a
+// std::tuple), a failed status thrown as localmap::error. Then the functions of
+// localmap.hpp that are one C call and the methods of its classes that are one C call,
+// as mixins.
 #ifndef LOCALMAP_API_HPP_
 #define LOCALMAP_API_HPP_
 #ifndef LOCALMAP_HPP_
@@ -14,7 +16,19 @@
 #endif
 
 namespace localmap {
+
+class mesh;
+class dist_tensor;
+class reshard_plan;
+class reshard_group;
+class local_map_record;
+
 namespace detail {
+// T, named through D: a type the mixin of D's class uses, complete where D's is.
+template <class D, class T>
+struct complete {
+  using type = T;
+};
 
 // lm_init
 inline void init(int *argc, char ***argv) {
@@ -544,21 +558,27 @@ inline lm_dist_tensor_t local_map_record_input_grad(
 }
 }  // namespace detail
 
-/// The queries of localmap::mesh, one C call each (a mixin of that class, generated from
-/// api/localmap.api).
+/// The placements of a gradient (lm_placements_adjoint): Partial(sum) -> Replicate, the others
+/// kept; Partial(avg/max/min/prod) throws.
+inline placements placements_adjoint(const placements &p) { return detail::placements_adjoint(p); }
+/// The placements as text, e.g. "[S(0), R, P(sum)]" (lm_placements_format).
+inline std::string to_string(const placements &p) { return detail::placements_format(p, 512); }
+
+/// The methods of localmap::mesh that are one C call each (a mixin of that class,
+/// generated from api/localmap.api).
 template <class D>
-class mesh_queries {
+class mesh_methods {
  public:
   /// lm_mesh_ndim.
   int ndim() const { return detail::mesh_ndim(self()); }
   /// lm_mesh_shape.
-  std::vector<int64_t> extents() const { return detail::mesh_shape(self(), ndim()); }
+  shape extents() const { return detail::mesh_shape(self(), ndim()); }
   /// lm_mesh_size.
   int size() const { return detail::mesh_size(self()); }
   /// lm_mesh_is_member.
   bool is_member() const { return detail::mesh_is_member(self()) != 0; }
   /// lm_mesh_coord (throws on a non-member).
-  std::vector<int64_t> coord() const { return detail::mesh_coord(self(), ndim()); }
+  shape coord() const { return detail::mesh_coord(self(), ndim()); }
   /// lm_mesh_rank (throws on a non-member).
   int rank() const { return detail::mesh_rank(self()); }
   /// lm_mesh_dim_index: the index of the dim called name.
@@ -566,34 +586,40 @@ class mesh_queries {
   /// lm_mesh_dim_comm: the per-dim communicator as a Fortran handle (MPI_Comm_f2c to use it from
   /// C/C++).
   int dim_comm(int dim) const { return detail::mesh_dim_comm(self(), dim); }
+  /// lm_mesh_create_grid: the 2-D mesh of a process grid (BLACS's, say) from this rank's grid
+  /// coordinate (-1, -1 outside the grid). Collective over the parent.
+  static D grid(int parent_comm_f, int myrow, int mycol) {
+    return D(detail::mesh_create_grid(parent_comm_f, myrow, mycol, nullptr));
+  }
 
  private:
   lm_mesh_t self() const { return static_cast<const D *>(this)->get(); }
 };
-
-/// The queries of localmap::dist_tensor, one C call each (a mixin of that class, generated from
-/// api/localmap.api).
+/// The former name of mesh_methods.
 template <class D>
-class dist_tensor_queries {
+using mesh_queries = mesh_methods<D>;
+
+/// The methods of localmap::dist_tensor that are one C call each (a mixin of that class,
+/// generated from api/localmap.api).
+template <class D>
+class dist_tensor_methods {
+ protected:
+  /// localmap::mesh (complete where the methods are used).
+  using mesh = typename detail::complete<D, localmap::mesh>::type;
+
  public:
   /// lm_dist_tensor_ndim.
   int ndim() const { return detail::dist_tensor_ndim(self()); }
   /// lm_dist_tensor_dtype.
   DLDataType dtype() const { return detail::dist_tensor_dtype(self()); }
   /// lm_dist_tensor_global_shape.
-  std::vector<int64_t> global_shape() const {
-    return detail::dist_tensor_global_shape(self(), ndim());
-  }
+  shape global_shape() const { return detail::dist_tensor_global_shape(self(), ndim()); }
   /// lm_dist_tensor_local_shape.
-  std::vector<int64_t> local_shape() const {
-    return detail::dist_tensor_local_shape(self(), ndim());
-  }
+  shape local_shape() const { return detail::dist_tensor_local_shape(self(), ndim()); }
   /// lm_dist_tensor_local_offset.
-  std::vector<int64_t> local_offset() const {
-    return detail::dist_tensor_local_offset(self(), ndim());
-  }
+  shape local_offset() const { return detail::dist_tensor_local_offset(self(), ndim()); }
   /// lm_dist_tensor_placements: one per mesh dim.
-  std::vector<lm_placement_t> placement() const {
+  placements placement() const {
     return detail::dist_tensor_placements(self(), static_cast<int>(detail::mesh_ndim_of(self())));
   }
   /// lm_dist_tensor_local: a view of the local shard (valid while this tensor lives).
@@ -602,9 +628,135 @@ class dist_tensor_queries {
   std::array<int, 9> to_scalapack(int ctxt) const {
     return detail::dist_tensor_to_scalapack(self(), ctxt);
   }
+  /// lm_dist_tensor_zeros (local).
+  static D zeros(const mesh &m, const shape &global_shape, DLDataType dtype, const placements &p,
+                 DLDevice device = {kDLCPU, 0}) {
+    return D(detail::dist_tensor_zeros(m.get(), global_shape, dtype, device, p));
+  }
+  /// lm_dist_tensor_from_global. root < 0: every rank passes the full tensor; root >= 0: only that
+  /// mesh rank (others nullptr).
+  static D from_global(const mesh &m, const DLTensor *global, const placements &p, int root = -1) {
+    return D(detail::dist_tensor_from_global(m.get(), global, p, root));
+  }
+  /// lm_dist_tensor_from_local; global_shape is read only with LM_SHAPE_GIVEN.
+  static D from_local(const mesh &m, const DLTensor &local, const placements &p,
+                      lm_shape_mode_t mode = LM_SHAPE_ALLGATHER, const shape &global_shape = {},
+                      unsigned flags = LM_FROM_LOCAL_COPY) {
+    return D(detail::dist_tensor_from_local(m.get(), &local, p, mode,
+                                            mode == LM_SHAPE_GIVEN ? global_shape : shape{},
+                                            flags));
+  }
+  /// lm_dist_tensor_from_scalapack: the tensor [N, M] over the local array `data` of the matrix
+  /// that `desc` (a scalapack_desc_t) describes (borrowed by default: `data` must outlive the
+  /// tensor).
+  static D from_scalapack(const mesh &m, const std::array<int, 9> &desc, void *data,
+                          DLDataType dtype, DLDevice device = {kDLCPU, 0},
+                          unsigned flags = LM_FROM_LOCAL_BORROW) {
+    return D(detail::dist_tensor_from_scalapack(m.get(), desc, data, dtype, device, flags));
+  }
+  /// lm_dist_tensor_reshard. Collective; dst_mesh nullptr: the same mesh.
+  D reshard(const placements &p, const mesh *dst_mesh = nullptr) const {
+    return D(detail::dist_tensor_reshard(self(), (dst_mesh ? dst_mesh->get() : nullptr), p));
+  }
+  /// lm_dist_tensor_transpose: the dims permuted (numpy.transpose's perm, ndim entries), laid out
+  /// with p (in the result's dims). Collective; dst_mesh nullptr: the same mesh. Host or device.
+  D transpose(const std::vector<int> &perm, const placements &p,
+              const mesh *dst_mesh = nullptr) const {
+    return D(detail::dist_tensor_transpose(self(), perm, (dst_mesh ? dst_mesh->get() : nullptr),
+                                           p));
+  }
+  /// lm_dist_tensor_transpose_into: the dims permuted into dst (global shape this one's permuted,
+  /// the same dtype; its mesh and placements, its shard overwritten; a padded borrow keeps its
+  /// padding). Collective over both meshes. dst on this tensor's device.
+  void transpose_into(D &dst, const std::vector<int> &perm) const {
+    detail::dist_tensor_transpose_into(dst.get(), self(), perm);
+  }
+  /// lm_dist_tensor_gather. Collective; dst may be nullptr on ranks other than root (root >= 0).
+  void gather(DLTensor *dst, int root = -1) const { detail::dist_tensor_gather(self(), root, dst); }
 
  private:
   lm_dist_tensor_t self() const { return static_cast<const D *>(this)->get(); }
+};
+/// The former name of dist_tensor_methods.
+template <class D>
+using dist_tensor_queries = dist_tensor_methods<D>;
+
+/// The methods of localmap::reshard_plan that are one C call each (a mixin of that class,
+/// generated from api/localmap.api).
+template <class D>
+class reshard_plan_methods {
+ protected:
+  /// localmap::dist_tensor (complete where the methods are used).
+  using dist_tensor = typename detail::complete<D, localmap::dist_tensor>::type;
+
+ public:
+  /// lm_reshard_plan_alloc_target (local).
+  dist_tensor alloc_target(DLDevice device = {kDLCPU, 0}) const {
+    return dist_tensor(detail::reshard_plan_alloc_target(self(), device));
+  }
+  /// lm_reshard_plan_execute (collective over both meshes).
+  void execute(const dist_tensor &src, const dist_tensor &dst) const {
+    detail::reshard_plan_execute(self(), src.get(), dst.get());
+  }
+  /// lm_reshard_plan_adjoint: the backward plan (gradients, target mesh -> source mesh).
+  D adjoint() const { return D(detail::reshard_plan_adjoint(self())); }
+  /// lm_reshard_plan_info: this rank's counts (local), or every rank's summed (all_ranks:
+  /// collective over both meshes).
+  lm_reshard_plan_info_t info(bool all_ranks = false) const {
+    lm_reshard_plan_info_t result = LM_RESHARD_PLAN_INFO_INIT;
+    detail::reshard_plan_info(self(), all_ranks ? LM_PLAN_INFO_ALL_RANKS : 0, &result);
+    return result;
+  }
+  /// lm_reshard_plan_describe.
+  std::string describe() const { return detail::reshard_plan_describe(self(), 2048); }
+
+ private:
+  lm_reshard_plan_t self() const { return static_cast<const D *>(this)->get(); }
+};
+
+/// The methods of localmap::reshard_group that are one C call each (a mixin of that class,
+/// generated from api/localmap.api).
+template <class D>
+class reshard_group_methods {
+ protected:
+  /// localmap::dist_tensor (complete where the methods are used).
+  using dist_tensor = typename detail::complete<D, localmap::dist_tensor>::type;
+
+ public:
+  /// The number of entries (lm_reshard_group_size).
+  size_t size() const { return std::get<0>(detail::reshard_group_size(self())); }
+  /// The number of buckets of an execution (lm_reshard_group_size).
+  int buckets() const { return std::get<1>(detail::reshard_group_size(self())); }
+  /// lm_reshard_group_alloc_targets (local).
+  std::vector<dist_tensor> alloc_targets(DLDevice device = {kDLCPU, 0}) const {
+    const auto h = detail::reshard_group_alloc_targets(self(), device, static_cast<int>(size()));
+    return std::vector<dist_tensor>(h.begin(), h.end());
+  }
+  /// lm_reshard_group_execute (collective over both meshes).
+  void execute(const std::vector<dist_tensor> &src, const std::vector<dist_tensor> &dst) const {
+    detail::reshard_group_execute(self(), detail::handles(src), detail::handles(dst));
+  }
+
+ private:
+  lm_reshard_group_t self() const { return static_cast<const D *>(this)->get(); }
+};
+
+/// The methods of localmap::local_map_record that are one C call each (a mixin of that class,
+/// generated from api/localmap.api).
+template <class D>
+class local_map_record_methods {
+ protected:
+  /// localmap::dist_tensor (complete where the methods are used).
+  using dist_tensor = typename detail::complete<D, localmap::dist_tensor>::type;
+
+ public:
+  /// lm_local_map_record_input_grad: grad moved to inputs[index]'s own layout (collective).
+  dist_tensor input_grad(int index, const dist_tensor &grad) const {
+    return dist_tensor(detail::local_map_record_input_grad(self(), index, grad.get()));
+  }
+
+ private:
+  lm_local_map_record_t self() const { return static_cast<const D *>(this)->get(); }
 };
 }  // namespace localmap
 
