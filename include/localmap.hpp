@@ -257,17 +257,6 @@ class environment {
   int rank_ = 0, size_ = 1, comm_ = 0;
 };
 
-/// Shard(dim), with a co-shard order (see lm_placement_t).
-inline lm_placement_t shard(int dim, int order = 0) {
-  return {LM_SHARD, dim, order, 0, 0, 0, 0, 0};
-}
-/// Replicate.
-inline lm_placement_t replicate() { return LM_PLACEMENT_REPLICATE; }
-/// Partial(op).
-inline lm_placement_t partial(lm_reduce_op_t op = LM_REDUCE_SUM) {
-  return LM_PLACEMENT_PARTIAL(op);
-}
-
 /// The extents of a ragged shard (lm_extents_create), released when destroyed (move-only).
 /// Tensors and plans made from placements naming it keep their own copy.
 class extents {
@@ -301,16 +290,6 @@ class extents {
 /// RaggedShard(dim) with the given extents (see lm_placement_t), with a co-shard order.
 inline lm_placement_t ragged(int dim, const extents &e, int order = 0) {
   return {LM_RAGGED, dim, order, 0, e.id(), 0, 0, 0};
-}
-/// RaggedShard(dim) whose extents the ranks' local shapes give (LM_EXTENTS_AGREED): for
-/// dist_tensor::from_local with LM_SHAPE_ALLGATHER and local_map outputs without a given shape.
-inline lm_placement_t ragged_agreed(int dim, int order = 0) {
-  return {LM_RAGGED, dim, order, 0, LM_EXTENTS_AGREED, 0, 0, 0};
-}
-/// BlockCyclic(dim, block, src): blocks of `block` elements of tensor dim `dim` dealt round-robin
-/// over the mesh dim from coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC; see lm_placement_t).
-inline lm_placement_t block_cyclic(int dim, int block, int src = 0) {
-  return LM_PLACEMENT_BLOCK_CYCLIC(dim, block, src);
 }
 
 /// What the wrapper classes share: the C handle H they own (move-only), destroyed with Destroy

@@ -7,8 +7,8 @@
 // that returns a status (destroys aside), named without `lm_`: arrays as std::vector
 // whose length rules are checked before the call, outputs returned (several as a
 // std::tuple), a failed status thrown as localmap::error. Then the functions of
-// localmap.hpp that are one C call and the methods of its classes that are one C call,
-// as mixins.
+// localmap.hpp that are one C call, its placement values, and the methods of its classes
+// that are one C call, as mixins.
 #ifndef LOCALMAP_API_HPP_
 #define LOCALMAP_API_HPP_
 #ifndef LOCALMAP_HPP_
@@ -563,6 +563,26 @@ inline lm_dist_tensor_t local_map_record_input_grad(
 inline placements placements_adjoint(const placements &p) { return detail::placements_adjoint(p); }
 /// The placements as text, e.g. "[S(0), R, P(sum)]" (lm_placements_format).
 inline std::string to_string(const placements &p) { return detail::placements_format(p, 512); }
+/// Shard(dim), with a co-shard order (see lm_placement_t).
+inline lm_placement_t shard(int dim, int order = 0) {
+  return {LM_SHARD, dim, order, 0, 0, 0, 0, 0};
+}
+/// Replicate.
+inline lm_placement_t replicate() { return {LM_REPLICATE, 0, 0, 0, 0, 0, 0, 0}; }
+/// Partial(op).
+inline lm_placement_t partial(lm_reduce_op_t op = LM_REDUCE_SUM) {
+  return {LM_PARTIAL, 0, 0, static_cast<int32_t>(op), 0, 0, 0, 0};
+}
+/// RaggedShard(dim) whose extents the ranks' local shapes give (LM_EXTENTS_AGREED): for
+/// dist_tensor::from_local with LM_SHAPE_ALLGATHER and local_map outputs without a given shape.
+inline lm_placement_t ragged_agreed(int dim, int order = 0) {
+  return {LM_RAGGED, dim, order, 0, LM_EXTENTS_AGREED, 0, 0, 0};
+}
+/// BlockCyclic(dim, block, src): blocks of `block` elements of tensor dim `dim` dealt round-robin
+/// over the mesh dim from coordinate `src` (ScaLAPACK's MB/NB and RSRC/CSRC; see lm_placement_t).
+inline lm_placement_t block_cyclic(int dim, int block, int src = 0) {
+  return {LM_BLOCK_CYCLIC, dim, 0, 0, 0, block, src, 0};
+}
 
 /// The methods of localmap::mesh that are one C call each (a mixin of that class,
 /// generated from api/localmap.api).
