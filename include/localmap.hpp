@@ -77,21 +77,9 @@ inline void expect_len(const std::string &who, const std::string &name, const ch
                      (n == 1 ? " element" : " elements") + ", want " + std::to_string(want) +
                      ": one per " + unit);
 }
-// The ndim that a length rule counts; -1 when the handle cannot answer (the C call refuses it).
-inline int64_t ndim_of(lm_mesh_t m) {
-  int n = 0;
-  return lm_mesh_ndim(m, &n) == LM_SUCCESS ? n : -1;
-}
-inline int64_t ndim_of(lm_dist_tensor_t t) {
-  int n = 0;
-  return lm_dist_tensor_ndim(t, &n) == LM_SUCCESS ? n : -1;
-}
+// The ndim that a length rule counts (those of the handles: localmap_api.hpp); -1 for NULL.
 inline int64_t ndim_of(const DLTensor *t) { return t ? t->ndim : -1; }
 inline int64_t ndim_of(const DLManagedTensor *t) { return t ? t->dl_tensor.ndim : -1; }
-inline int64_t mesh_ndim_of(lm_dist_tensor_t t) {
-  lm_mesh_t m = nullptr;
-  return lm_dist_tensor_mesh(t, &m) == LM_SUCCESS ? ndim_of(m) : -1;
-}
 // The C handles of wrapper objects (still owned by them).
 template <class W>
 std::vector<decltype(std::declval<const W &>().get())> handles(const std::vector<W> &v) {
@@ -161,13 +149,6 @@ inline std::vector<const lm_placement_t *> placement_table(const std::vector<pla
     r.push_back(t[i].empty() ? nullptr : t[i].data());
   }
   return r;
-}
-// The call's mesh ndim: m's, else the first dist input's; -1 for a local call.
-inline int64_t local_map_ndim(const std::vector<lm_arg_t> &inputs, lm_mesh_t m) {
-  if (m) return ndim_of(m);
-  for (const lm_arg_t &a : inputs)
-    if (a.kind == LM_ARG_DIST_TENSOR) return mesh_ndim_of(static_cast<lm_dist_tensor_t>(a.ptr));
-  return -1;
 }
 // C linkage, as the library calls it; the name is unique because C names share one namespace.
 extern "C" inline lm_status_t localmap_hpp_local_map_trampoline(void *ud, lm_mesh_t m, int nin,
@@ -342,6 +323,13 @@ class mesh : public handle<lm_mesh_t, lm_mesh_destroy>, public mesh_methods<mesh
 
 namespace detail {
 inline lm_mesh_t get(const mesh *m) { return m ? m->get() : nullptr; }
+// The call's mesh ndim: m's, else the first dist input's; -1 for a local call.
+inline int64_t local_map_ndim(const std::vector<lm_arg_t> &inputs, lm_mesh_t m) {
+  if (m) return ndim_of(m);
+  for (const lm_arg_t &a : inputs)
+    if (a.kind == LM_ARG_DIST_TENSOR) return mesh_ndim_of(static_cast<lm_dist_tensor_t>(a.ptr));
+  return -1;
+}
 }  // namespace detail
 
 // ---------------------------------------------------------------------------- dist_tensor

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Regenerate with `make api-generate`; tools/api.py check (tests/script_api.sh) fails when
 // this file is stale. Part of localmap.hpp, which includes it after what it uses (check,
-// expect_len, ndim_of, mesh_ndim_of, handles, the placements and shape types): the
+// expect_len, ndim_of of DLPack tensors, handles, the placements and shape types): the
 // C API as checked C++ calls in localmap::detail (not a public API), one per C function
 // that returns a status (destroys aside), named without `lm_`: arrays as std::vector
 // whose length rules are checked before the call, outputs returned (several as a
@@ -29,6 +29,20 @@ template <class D, class T>
 struct complete {
   using type = T;
 };
+
+// The ndim that a length rule counts; -1 when the handle cannot answer (the C call refuses it).
+inline int64_t ndim_of(lm_mesh_t h) {
+  int n = 0;
+  return lm_mesh_ndim(h, &n) == LM_SUCCESS ? n : -1;
+}
+inline int64_t mesh_ndim_of(lm_dist_tensor_t h) {
+  lm_mesh_t m = nullptr;
+  return lm_dist_tensor_mesh(h, &m) == LM_SUCCESS ? ndim_of(m) : -1;
+}
+inline int64_t ndim_of(lm_dist_tensor_t h) {
+  int n = 0;
+  return lm_dist_tensor_ndim(h, &n) == LM_SUCCESS ? n : -1;
+}
 
 // lm_init
 inline void init(int *argc, char ***argv) {

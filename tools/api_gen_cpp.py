@@ -15,7 +15,8 @@ Each call takes the C arguments, with:
     std::array (a number) or a std::string (char); `inout` arguments stay pointers.
 A failed length rule throws localmap::error (LM_ERR_INVALID_ARGUMENT) naming the C++ method (a
 last parameter `who`, by default the one cxx_method names), the argument, its C++ type and the
-length wanted; a failed C call throws its status and message.
+length wanted; a failed C call throws its status and message. Before the calls, the ndim_of and
+mesh_ndim_of overloads of the handles that the length rules use.
 
 Then what localmap.hpp would otherwise transcribe by hand: the functions and methods of METHODS,
 each one C call whose arguments and result the generator converts by their C types (the methods
@@ -576,6 +577,27 @@ def mixin(cls, methods):
     return out
 
 
+def ndim_helpers(funcs):
+    """The ndim_of and mesh_ndim_of overloads of the handles' length rules: lm_X_ndim, and the
+    ndim of lm_X_mesh's answer, without throwing (-1 when the handle cannot answer)."""
+    out = ["// The ndim that a length rule counts; -1 when the handle cannot answer (the C call "
+           "refuses it)."]
+    for f in funcs:
+        ins = [a for a in f.args if a.direction == "in"]
+        outs = [a for a in f.args if a.direction == "out"]
+        if len(ins) != 1 or len(outs) != 1 or ins[0].base not in NDIM_UNIT:
+            continue
+        if f.name.endswith("_ndim") and outs[0].base == "int":
+            out += ["inline int64_t ndim_of(%s h) {" % ins[0].base,
+                    "  int n = 0;",
+                    "  return %s(h, &n) == LM_SUCCESS ? n : -1;" % f.name, "}"]
+        elif f.name.endswith("_mesh") and outs[0].base == "lm_mesh_t":
+            out += ["inline int64_t mesh_ndim_of(%s h) {" % ins[0].base,
+                    "  lm_mesh_t m = nullptr;",
+                    "  return %s(h, &m) == LM_SUCCESS ? ndim_of(m) : -1;" % f.name, "}"]
+    return out
+
+
 def placement(entry, fields):
     """A placement value: its kind, the parameters in the fields of their names (or those given
     renames them to), the others 0."""
@@ -616,7 +638,7 @@ def generate(funcs):
            "// SPDX-License-Identifier: BSD-3-Clause",
            "// Regenerate with `make api-generate`; tools/api.py check (tests/script_api.sh) fails when",
            "// this file is stale. Part of localmap.hpp, which includes it after what it uses (check,",
-           "// expect_len, ndim_of, mesh_ndim_of, handles, the placements and shape types): the",
+           "// expect_len, ndim_of of DLPack tensors, handles, the placements and shape types): the",
            "// C API as checked C++ calls in localmap::detail (not a public API), one per C function",
            "// that returns a status (destroys aside), named without `lm_`: arrays as std::vector",
            "// whose length rules are checked before the call, outputs returned (several as a",
@@ -640,6 +662,7 @@ def generate(funcs):
             "  using type = T;",
             "};",
             ""]
+    out += ndim_helpers(funcs) + [""]
     for f in funcs:
         if not skipped(f):
             out.extend(function(f))
