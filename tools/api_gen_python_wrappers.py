@@ -8,9 +8,10 @@ SHAPE_MODES), and one exception class per LM_ERR_* status, documented by the hea
 From api/localmap.api and the table WRAPPERS below: each Python method or function that is one
 C call. The table names it in Python (its signature) and the C function; the generator writes
 the call, converting every argument by its C type (a Mesh checked by _core._mesh_h, placements
-by _core._placements, shapes by _core._ints, dtypes and devices by _dlpack, a count as the
-length of the array it counts) and the result by its C type (a new tensor or plan wrapped as
-its class). localmap/_core.py builds the classes on the generated ones."""
+by _core._placements, shapes by _core._ints, dtypes and devices by _dlpack, an enum as an int,
+a count as the length of the array it counts) and the result by its C type (a new tensor or
+plan wrapped as its class; what a function that returns no status returns, as it is).
+localmap/_core.py builds the classes on the generated ones."""
 import re
 import sys
 
@@ -58,6 +59,12 @@ _PLACEMENTS = "tuple(_c._placement_from_c(p) for p in r[0][:r[1]])"  # a record'
 _TARGET = "dst = self.alloc_target(src.device) if dst is None else dst"
 
 WRAPPERS = [
+    W("library_version()", "lm_get_version", result="(r // 10000, r // 100 % 100, r % 100)",
+      doc="(major, minor, patch) of the liblocalmap actually loaded."),
+    W("status_string(status)", "lm_status_string", result="r.decode()",
+      doc='The library\'s name for a status code ("LM_ERR_USER: ...").'),
+    W("finalize()", "lm_finalize",
+      doc="Finalises MPI if init() initialised it (a no-op otherwise, e.g. under mpi4py)."),
     W("comm_world()", "lm_comm_world", before="_c.init()",
       doc="MPI_COMM_WORLD as a Fortran handle (int)."),
     W("world_rank()", "lm_world_rank", before="_c.init()",
@@ -116,8 +123,14 @@ WRAPPERS = [
     W("Mesh.dim_comm_f(self, dim)", "lm_mesh_dim_comm", {"dim": "self._dim(dim)"},
       doc="The communicator along mesh dim `dim` (index or name) as a Fortran handle; owned by "
       "the mesh. InvalidUsageError on a non-member."),
+    W("Mesh.dim_comm(self, dim)", "lm_mesh_dim_comm", {"dim": "self._dim(dim)"},
+      "_c._mpi4py_comm(r)",
+      "The communicator along mesh dim `dim` as an mpi4py Comm (imports mpi4py); owned by the "
+      "mesh: do not Free() it."),
     W("Mesh.comm_f", "lm_mesh_comm",
       doc="The communicator of all mesh ranks as a Fortran handle (owned by the mesh)."),
+    W("Mesh.comm", "lm_mesh_comm", result="_c._mpi4py_comm(r)",
+      doc="The communicator of all mesh ranks as an mpi4py Comm (owned by the mesh)."),
     W('Mesh.transport(self, device="cuda")', "lm_mesh_transport", _DEVICE_TYPE,
       "TRANSPORTS.get(r, r)",
       'How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or '
@@ -129,8 +142,11 @@ WRAPPERS = [
       {"mesh": 'call("lm_dist_tensor_mesh", self)'}),
     W("DistTensor.ndim", "lm_dist_tensor_ndim", doc="The number of tensor dims (int)."),
     W("DistTensor._dl_dtype(self)", "lm_dist_tensor_dtype"),
+    W("DistTensor.dtype", "lm_dist_tensor_dtype", result="dl.np_dtype(r)",
+      doc='The numpy dtype (the string "bfloat16" when numpy has none).'),
     W("DistTensor.device", "lm_dist_tensor_device", result="dl.device_tuple(r)",
       doc="(DLDeviceType, device id), e.g. (1, 0) for the CPU."),
+    W("DistTensor.__dlpack_device__(self)", "lm_dist_tensor_device", result="dl.device_tuple(r)"),
     W("DistTensor.placements", "lm_dist_tensor_placements", {"n": "self._mesh_ndim()"},
       doc="One Placement per mesh dim."),
     W("DistTensor.shape", "lm_dist_tensor_global_shape", {"n": "self.ndim"},
@@ -146,7 +162,15 @@ WRAPPERS = [
       doc="Extents of the row-major array the local shard lies in (lm_padded_extents): the "
       "local shape, except for a shard borrowed with padded rows (a ScaLAPACK array with LLD_ > "
       "LOCr gives (LOCc, LLD_)).", before='v = call("lm_dist_tensor_local", self)'),
+    W("DistTensor.local_view(self)", "lm_dist_tensor_local",
+      result="(r.data or 0, tuple(r.shape[i] for i in range(r.ndim)), dl.np_dtype(r.dtype))",
+      doc="(data address, shape, dtype) of the local shard as lm_dist_tensor_local gives it; "
+      "valid while this tensor lives (prefer local(), which keeps it alive)."),
     W("DistTensor._export(self)", "lm_dist_tensor_to_dlpack"),
+    W("DistTensor.local(self)", "lm_dist_tensor_to_dlpack",
+      result='dl.array_from_managed(r, "DistTensor.local")',
+      doc="The local shard as a writable numpy array sharing the tensor's memory; the array "
+      "keeps the tensor alive (even after close())."),
     W("DistTensor.retain(self)", "lm_dist_tensor_retain",
       result="_c.DistTensor._wrap(self._handle().value)",
       doc="A new DistTensor object holding its own reference on the same tensor."),
@@ -187,10 +211,14 @@ WRAPPERS = [
       "What an execution moves, as a dict (lm_reshard_plan_info): this rank's counts (local), "
       "or every rank's summed with all_ranks=True (collective over both meshes). 'routes' is a "
       "set of 'mpi', 'node_local', 'board'.", "info = _lib.lm_reshard_plan_info_t()"),
+    W("ReshardPlan.bytes_sent", "lm_reshard_plan_info", {"flags": "0", "info": "info"},
+      "info.bytes_sent", 'Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: '
+      "local).", "info = _lib.lm_reshard_plan_info_t()"),
     W("ReshardPlan.describe(self)", "lm_reshard_plan_describe", {"size": "4096"},
       doc="A one-line description of the plan's steps."),
     W("ReshardGroup.size(self)", "lm_reshard_group_size", result="r[0]",
       doc="The number of entries (len(group))."),
+    W("ReshardGroup.__len__(self)", "lm_reshard_group_size", result="r[0]"),
     W("ReshardGroup.buckets", "lm_reshard_group_size", result="r[1]",
       doc="The number of buckets the entries were dealt into (0 for no entries)."),
     W('ReshardGroup.alloc_targets(self, device="cpu")', "lm_reshard_group_alloc_targets",
@@ -235,6 +263,8 @@ def _convert(a, param, owner):
     form = {"lm_mesh_t": '_c._mesh_h({p}, "{p}")', "DLDataType": 'dl.dl_dtype({p}, "{p}")',
             "DLDevice": 'dl.dl_device({p}, "{p}")', "char": "str({p}).encode()",
             "int": "int({p})", "int64_t": "int({p})", "int32_t": "int({p})"}.get(base)
+    if form is None and base in gen.enums(gen.header_text()):  # an enum: a C int
+        form = "int({p})"
     if form is None:
         raise SystemExit("api_gen_python_wrappers: no Python form of %s %s" % (ctype, name))
     conv = form.format(p=param)

@@ -31,7 +31,7 @@ __all__ = _w.__all__ + [
     "Mesh", "DistTensor", "ReshardPlan", "ReshardGroup", "Request", "Placement", "Shard",
     "RaggedShard", "BlockCyclic", "Replicate", "Partial", "from_local", "from_scalapack",
     "from_global", "from_dlpack", "reshard_many", "local_map", "LocalMapRecord", "init",
-    "finalize", "library_version", "library_path", "status_string", "Error",
+    "library_path", "Error",
 ]
 
 # -- Errors ------------------------------------------------------------------------------------
@@ -66,20 +66,9 @@ def _bad(message):
 
 
 # -- Library, MPI bootstrap --------------------------------------------------------------------
-def library_version():
-    """(major, minor, patch) of the liblocalmap actually loaded."""
-    v = L.lm_get_version()
-    return (v // 10000, v // 100 % 100, v % 100)
-
-
 def library_path():
     """Where the library was loaded from, and how it was found."""
     return L.LOADED_FROM
-
-
-def status_string(status):
-    """The library's name for a status code ("LM_ERR_USER: ...")."""
-    return L.lm_status_string(int(status)).decode()
 
 
 _init_lock = threading.Lock()
@@ -102,11 +91,6 @@ def _finalize_at_exit():
         L.lm_finalize()
     except Error as e:  # pragma: no cover - nothing to do at exit but say it
         print(f"localmap: finalize at exit: {e}", file=sys.stderr)
-
-
-def finalize():
-    """Finalises MPI if init() initialised it (a no-op otherwise, e.g. under mpi4py)."""
-    L.lm_finalize()
 
 
 def _comm_f(comm, argname="comm"):
@@ -482,16 +466,6 @@ class Mesh(_w.MeshCalls, _Handle):
     def _dim(self, dim):
         return self.dim_index(dim) if isinstance(dim, str) else int(dim)
 
-    def dim_comm(self, dim):
-        """The communicator along mesh dim `dim` as an mpi4py Comm (imports mpi4py); owned by
-        the mesh: do not Free() it."""
-        return _mpi4py_comm(self.dim_comm_f(dim))
-
-    @property
-    def comm(self):
-        """The communicator of all mesh ranks as an mpi4py Comm (owned by the mesh)."""
-        return _mpi4py_comm(self.comm_f)
-
     # -- devices (CUDA streams and allocators; accepted in builds without CUDA) ----------------
     def set_device_config(self, stream=None, alloc=None, free=None):
         """This rank's device options of the mesh (local). stream: a cudaStream_t as an int
@@ -580,25 +554,8 @@ class DistTensor(_w.DistTensorCalls, _Handle):
         raise TypeError("make a DistTensor with localmap.zeros/from_local/from_global/"
                         "from_dlpack, DistTensor.reshard or localmap.local_map")
 
-    @property
-    def dtype(self):
-        """The numpy dtype (the string "bfloat16" when numpy has none)."""
-        return dl.np_dtype(self._dl_dtype())
-
     global_shape = _w.DistTensorCalls.shape
-
-    def local_view(self):
-        """(data address, shape, dtype) of the local shard as lm_dist_tensor_local gives it;
-        valid while this tensor lives (prefer local(), which keeps it alive)."""
-        v = call("lm_dist_tensor_local", self)
-        return v.data or 0, tuple(v.shape[i] for i in range(v.ndim)), dl.np_dtype(v.dtype)
-
-    def local(self):
-        """The local shard as a writable numpy array sharing the tensor's memory; the array
-        keeps the tensor alive (even after close())."""
-        return dl.array_from_managed(self._export(), "DistTensor.local")
-
-    numpy = local
+    numpy = _w.DistTensorCalls.local
 
     # -- DLPack producer --------------------------------------------------------------------
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -616,9 +573,6 @@ class DistTensor(_w.DistTensorCalls, _Handle):
         if max_version is not None and tuple(max_version)[0] >= 1:
             return dl.versioned_capsule_from_managed(addr)
         return dl.capsule_from_managed(addr)
-
-    def __dlpack_device__(self):
-        return self.device
 
     # -- collectives ----------------------------------------------------------------------
     def gather(self, root=-1):
@@ -802,11 +756,6 @@ class ReshardPlan(_w.ReshardPlanCalls, _Starter):
     """
     _what = "plan"
 
-    @property
-    def bytes_sent(self):
-        """Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local)."""
-        return self.info()["bytes_sent"]
-
     def __repr__(self):
         return "ReshardPlan(<closed>)" if self.closed else f"ReshardPlan({self.describe()})"
 
@@ -886,9 +835,6 @@ class ReshardGroup(_w.ReshardGroupCalls, _Starter):
             cfg = L.lm_reshard_group_config_t()
             cfg.bucket_bytes, cfg.alone_bytes = int(bucket_bytes), int(alone_bytes)
         super().__init__(call("lm_reshard_group_create", sm, dm, len(items), arr, cfg))
-
-    def __len__(self):
-        return self.size()
 
     def __bool__(self):
         return True  # a handle, even of no entries (len() would make an empty group false)

@@ -130,6 +130,23 @@ ERRORS = {1: InvalidArgumentError, 2: InvalidUsageError, 3: OutOfMemoryError,
     9: RemoteError, 10: InternalError, 11: UserError, 12: TimeoutError}
 
 
+def library_version():
+    """(major, minor, patch) of the liblocalmap actually loaded."""
+    r = call("lm_get_version")
+    return (r // 10000, r // 100 % 100, r % 100)
+
+
+def status_string(status):
+    """The library's name for a status code ("LM_ERR_USER: ...")."""
+    r = call("lm_status_string", int(status))
+    return r.decode()
+
+
+def finalize():
+    """Finalises MPI if init() initialised it (a no-op otherwise, e.g. under mpi4py)."""
+    return call("lm_finalize")
+
+
 def comm_world():
     """MPI_COMM_WORLD as a Fortran handle (int)."""
     _c.init()
@@ -264,10 +281,22 @@ class MeshCalls:
         the mesh. InvalidUsageError on a non-member."""
         return call("lm_mesh_dim_comm", self, self._dim(dim))
 
+    def dim_comm(self, dim):
+        """The communicator along mesh dim `dim` as an mpi4py Comm (imports mpi4py); owned by the
+        mesh: do not Free() it."""
+        r = call("lm_mesh_dim_comm", self, self._dim(dim))
+        return _c._mpi4py_comm(r)
+
     @property
     def comm_f(self):
         """The communicator of all mesh ranks as a Fortran handle (owned by the mesh)."""
         return call("lm_mesh_comm", self)
+
+    @property
+    def comm(self):
+        """The communicator of all mesh ranks as an mpi4py Comm (owned by the mesh)."""
+        r = call("lm_mesh_comm", self)
+        return _c._mpi4py_comm(r)
 
     def transport(self, device="cuda"):
         """How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or
@@ -299,8 +328,18 @@ class DistTensorCalls:
         return call("lm_dist_tensor_dtype", self)
 
     @property
+    def dtype(self):
+        """The numpy dtype (the string "bfloat16" when numpy has none)."""
+        r = call("lm_dist_tensor_dtype", self)
+        return dl.np_dtype(r)
+
+    @property
     def device(self):
         """(DLDeviceType, device id), e.g. (1, 0) for the CPU."""
+        r = call("lm_dist_tensor_device", self)
+        return dl.device_tuple(r)
+
+    def __dlpack_device__(self):
         r = call("lm_dist_tensor_device", self)
         return dl.device_tuple(r)
 
@@ -339,8 +378,20 @@ class DistTensorCalls:
         v = call("lm_dist_tensor_local", self)
         return call("lm_padded_extents", v, v.ndim)
 
+    def local_view(self):
+        """(data address, shape, dtype) of the local shard as lm_dist_tensor_local gives it;
+        valid while this tensor lives (prefer local(), which keeps it alive)."""
+        r = call("lm_dist_tensor_local", self)
+        return (r.data or 0, tuple(r.shape[i] for i in range(r.ndim)), dl.np_dtype(r.dtype))
+
     def _export(self):
         return call("lm_dist_tensor_to_dlpack", self)
+
+    def local(self):
+        """The local shard as a writable numpy array sharing the tensor's memory; the array keeps
+        the tensor alive (even after close())."""
+        r = call("lm_dist_tensor_to_dlpack", self)
+        return dl.array_from_managed(r, "DistTensor.local")
 
     def retain(self):
         """A new DistTensor object holding its own reference on the same tensor."""
@@ -423,6 +474,13 @@ class ReshardPlanCalls:
         call("lm_reshard_plan_info", self, PLAN_INFO_ALL_RANKS if all_ranks else 0, info)
         return _c._plan_info_dict(info)
 
+    @property
+    def bytes_sent(self):
+        """Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local)."""
+        info = _lib.lm_reshard_plan_info_t()
+        call("lm_reshard_plan_info", self, 0, info)
+        return info.bytes_sent
+
     def describe(self):
         """A one-line description of the plan's steps."""
         return call("lm_reshard_plan_describe", self, 4096)
@@ -434,6 +492,10 @@ class ReshardGroupCalls:
 
     def size(self):
         """The number of entries (len(group))."""
+        r = call("lm_reshard_group_size", self)
+        return r[0]
+
+    def __len__(self):
         r = call("lm_reshard_group_size", self)
         return r[0]
 
@@ -503,5 +565,6 @@ __all__ = ["SUCCESS", "ERR_INVALID_ARGUMENT", "ERR_INVALID_USAGE", "ERR_OUT_OF_M
     "RECORD_IN_GRAD", "RECORD_OUT", "RECORD_OUT_GRAD", "REDUCE_OPS", "InvalidArgumentError",
     "InvalidUsageError", "OutOfMemoryError", "NotSupportedError", "MismatchError", "MPIError",
     "NCCLError", "CUDAError", "RemoteError", "InternalError", "UserError", "TimeoutError",
-    "comm_world", "world_rank", "device_supported", "chunk", "tensor_alloc", "pool_stats",
-    "placements_adjoint", "format_placements", "zeros", "reshard_estimate"]
+    "library_version", "status_string", "finalize", "comm_world", "world_rank", "device_supported",
+    "chunk", "tensor_alloc", "pool_stats", "placements_adjoint", "format_placements", "zeros",
+    "reshard_estimate"]
