@@ -670,24 +670,28 @@ def from_scalapack(a, desc, mesh, copy=None):
     mh = _mesh_h(mesh)
     d = _ints(desc, "desc", one=False)
     L.check("lm_dist_tensor_from_scalapack", {"desc": d})
-    at = _scalapack_array(a, d, mesh)  # the row-major [LOCc, LLD_] view of a's bytes
+    at = _scalapack_array(a, d)  # the row-major [LOCc, LLD_] view of a's bytes
     b = dl.Borrowed(at, "a")
-    share = not copy and dl.zero_copy_ok(at)
+    # A borrow reads nothing: the library checks desc and lays the tensor out, its local shape
+    # [LOCc, LOCr] (ScaLAPACK's NUMROC), which `a` must hold before a copy reads it.
     t = DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.tensor.data,
-                              b.tensor.dtype, b.tensor.device,
-                              FROM_LOCAL_BORROW if share else FROM_LOCAL_COPY))
-    if not share:
-        return t
-    # The checked borrow gives the layout; the tensor that keeps `a` alive adopts it.
+                              b.tensor.dtype, b.tensor.device, FROM_LOCAL_BORROW))
     pl, shape, local = t.placements, t.shape, t.local_shape
     t.close()
+    if local and local[1] > 0 and at.shape[0] < local[0]:
+        raise _bad(f"from_scalapack: a has {at.shape[0]} columns, but desc places {local[0]} "
+                   f"columns (LOCc) of the matrix on this rank")
+    if copy or not dl.zero_copy_ok(at):
+        return DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.tensor.data,
+                                     b.tensor.dtype, b.tensor.device, FROM_LOCAL_COPY))
+    # The tensor that keeps `a` alive adopts the checked borrow's layout.
     view = at[:local[0], :local[1]] if local else at[:0, :0]
     return DistTensor._wrap(_adopt(view, mh, pl, SHAPE_GIVEN, list(shape)))
 
 
-def _scalapack_array(a, d, mesh):
-    """The row-major [LOCc, LLD_] view of ScaLAPACK local array `a`, checked against desc `d`
-    in Python's terms: the C call reads LOCr x LOCc elements (NUMROC) of whatever it is given."""
+def _scalapack_array(a, d):
+    """The row-major [LOCc, LLD_] view of ScaLAPACK local array `a`, its rows checked against
+    desc `d` in Python's terms (from_scalapack checks its columns against LOCc)."""
     if a is None:
         raise _bad("from_scalapack: a is None: pass this rank's local array (LLD_ x LOCc, "
                    "column-major, or its flat buffer)")
@@ -702,28 +706,7 @@ def _scalapack_array(a, d, mesh):
                    "(LLD_, LOCc)")
     if a.shape[0] != lld and a.size:
         raise _bad(f"from_scalapack: a has {a.shape[0]} rows, desc[8] (LLD_) says {d[8]}")
-    loc = _scalapack_local(d, mesh)
-    if loc is not None and loc[0] > 0 and a.shape[1] < loc[1]:
-        raise _bad(f"from_scalapack: a has {a.shape[1]} columns, but desc places {loc[1]} "
-                   f"columns (LOCc) of the matrix on this rank")
     return np.asfortranarray(a).T
-
-
-def _scalapack_local(d, mesh):
-    """(LOCr, LOCc) of desc `d` on this rank (ScaLAPACK's NUMROC), or None where the library
-    refuses `d` or `mesh` itself, or the rank is not on the grid."""
-    if mesh.ndim != 2 or not mesh.is_member:
-        return None
-    m, n, mb, nb, rsrc, csrc = d[2:8]
-    (p, q), (r, c) = mesh.shape, mesh.coord
-    if min(m, n) < 0 or min(mb, nb) < 1 or not (0 <= rsrc < p and 0 <= csrc < q):
-        return None
-
-    def numroc(n, nb, iproc, isrc, nprocs):
-        blocks, dist = n // nb, (iproc - isrc) % nprocs
-        extra = blocks % nprocs
-        return blocks // nprocs * nb + (nb if dist < extra else n % nb if dist == extra else 0)
-    return numroc(m, mb, r, rsrc, p), numroc(n, nb, c, csrc, q)
 
 
 def from_dlpack(x, mesh, placements, **kwargs):
