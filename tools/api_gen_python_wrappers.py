@@ -39,6 +39,11 @@ ACRONYMS = {"MPI", "NCCL", "CUDA"}
 # The constants that are public (in __all__), by prefix once LM_ is gone.
 PUBLIC = ("SUCCESS", "ERR_", "ARG_", "RECORD_", "REDUCE_OPS")
 
+# localmap.Placement's base holds lm_placement_t's fields, each an int, but for the reserved
+# ones; the fields named here are private to Python (_eid, its constructor's last argument eid:
+# RaggedShard registers its extents itself).
+PLACEMENT_PRIVATE = {"extents": "eid"}
+
 # Enums whose members Python names by strings: (Python name, prefix of the members, form).
 NAMED = [("REDUCE_OPS", "LM_REDUCE_", "tuple"), ("TRANSPORTS", "LM_TRANSPORT_", "by value"),
          ("ROUTES", "LM_ROUTE_", "by value"), ("SHAPE_MODES", "LM_SHAPE_", "by name")]
@@ -427,6 +432,30 @@ def constants(values):
     return _wrap_list(out)
 
 
+def placement_fields(text):
+    """PlacementFields, localmap.Placement's base, from the fields of lm_placement_t."""
+    fields = [f for f, _ in dict(gen.structs(text))["lm_placement_t"] if f != "reserved"]
+    attrs = ["_" + PLACEMENT_PRIVATE[f] if f in PLACEMENT_PRIVATE else f for f in fields]
+    params = [f for f in fields if f not in PLACEMENT_PRIVATE] + list(PLACEMENT_PRIVATE.values())
+    out = ["", "", "class PlacementFields:"]
+    out += _docstring("The fields of lm_placement_t as localmap.Placement holds them (its base): "
+                      "each an int, 0 where it does not apply.", "    ")
+    out += _fill("__slots__ = (", ['"%s"' % a for a in attrs], ")", "    ")
+    out += ["", "    def __init__(self, %s):" % ", ".join(
+        [params[0]] + ["%s=0" % p for p in params[1:]])]
+    out += ["        self.%s = int(%s)" % (a, PLACEMENT_PRIVATE.get(f, f))
+            for f, a in zip(fields, attrs)]
+    out += ["", "    def _key(self):", "        \"\"\"The fields in lm_placement_t's order.\"\"\""]
+    out += _fill("return (", ["self.%s" % a for a in attrs], ")", "        ")
+    out += ["", "    @property", "    def _as_parameter_(self):",
+            '        """The lm_placement_t (what ctypes passes for this object)."""',
+            "        return _lib.lm_placement_t(*self._key())",
+            "", "    def __eq__(self, other):",
+            "        return isinstance(other, PlacementFields) and self._key() == other._key()",
+            "", "    def __hash__(self):", "        return hash(self._key())"]
+    return out
+
+
 def generate(funcs):
     text = gen.header_text()
     with open(api.HEADER) as fh:
@@ -437,8 +466,8 @@ def generate(funcs):
            " and",
            "# include/localmap.h: do not edit (make api-generate).",
            '"""What localmap/_core.py builds the Python API on: the header\'s constants, the',
-           "statuses' exceptions, and the methods and functions that are one C call (the",
-           'classes here are the bases of _core\'s)."""',
+           "statuses' exceptions, the methods and functions that are one C call, and the fields",
+           'of a placement (the classes here are the bases of _core\'s)."""',
            "import builtins  # noqa: F401 - a base of TimeoutError",
            "",
            "from . import _core as _c  # (its helpers, read at call time)",
@@ -457,6 +486,7 @@ def generate(funcs):
             classes.setdefault(owner, []).append(row)
     public = [n for n in re.findall(r"^(\w+) = ", "\n".join(out), re.M) if n.startswith(PUBLIC)]
     public += re.findall(r"^(?:class|def) (\w+)", "\n".join(out), re.M)
+    out += placement_fields(text)
     destroys = {cls: "lm_%s_destroy" % h[3:-2] for h, cls in CLASSES.items()}
     for cls, rows in classes.items():
         out += ["", "", "class %sCalls:" % cls]

@@ -127,31 +127,11 @@ def _ints(values, argname, one=True):
 
 
 # -- Placements --------------------------------------------------------------------------------
-class Placement:
+class Placement(_w.PlacementFields):
     """How one mesh dim holds a tensor: Shard(d), Replicate(), Partial(op), RaggedShard(d, ...)
     or BlockCyclic(d, block). The fields are the C struct's, each with one meaning (0 where it
     does not apply): kind, dim, order, reduce_op, block, source (the extents id is private)."""
-    __slots__ = ("kind", "dim", "order", "reduce_op", "block", "source", "_eid")
-
-    def __init__(self, kind, dim=0, order=0, reduce_op=0, block=0, source=0, eid=0):
-        self.kind, self.dim, self.order = int(kind), int(dim), int(order)
-        self.reduce_op, self.block, self.source, self._eid = \
-            int(reduce_op), int(block), int(source), int(eid)
-
-    def _key(self):
-        return (self.kind, self.dim, self.order, self.reduce_op, self._eid, self.block,
-                self.source)
-
-    @property
-    def _as_parameter_(self):
-        """The lm_placement_t (what ctypes passes for this object)."""
-        return L.lm_placement_t(*self._key(), 0)
-
-    def __eq__(self, other):
-        return isinstance(other, Placement) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
+    __slots__ = ()
 
     def __repr__(self):
         if self.kind == SHARD:
