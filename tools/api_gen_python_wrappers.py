@@ -97,6 +97,11 @@ WRAPPERS = [
     W('zeros(mesh, shape, dtype, placements, device="cpu")', "lm_dist_tensor_zeros",
       {"global_shape": "shape"},
       doc="A zero-filled tensor; each member rank allocates its shard. Local."),
+    W("from_global(full, mesh, placements, root=-1)", "lm_dist_tensor_from_global",
+      {"global": 'None if full is None else dl.borrow(full, "global")'},
+      doc="A tensor from the full tensor. root < 0: every rank passes `full` and members keep "
+      "their slice (local; a copy). root >= 0: only mesh rank `root` passes it (others None) "
+      "and it is scattered (collective over the mesh)."),
     W("reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None, "
       "all_ranks=False)", "lm_reshard_estimate",
       {"global_shape": "shape", "flags": "PLAN_INFO_ALL_RANKS if all_ranks else 0",

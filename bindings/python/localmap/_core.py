@@ -30,7 +30,7 @@ from ._wrappers import (BLOCK_CYCLIC, ERRORS, FROM_LOCAL_BORROW, FROM_LOCAL_COPY
 __all__ = _w.__all__ + [
     "Mesh", "DistTensor", "ReshardPlan", "ReshardGroup", "Request", "Placement", "Shard",
     "RaggedShard", "BlockCyclic", "Replicate", "Partial", "from_local", "from_scalapack",
-    "from_global", "from_dlpack", "reshard_many", "local_map", "LocalMapRecord", "init",
+    "from_dlpack", "reshard_many", "local_map", "LocalMapRecord", "init",
     "library_path", "Error",
 ]
 
@@ -562,12 +562,9 @@ class DistTensor(_w.DistTensorCalls, _Handle):
         m = self.mesh
         receive = m.is_member and (root < 0 or m.rank == root)
         m.close()
-        if not receive:
-            call("lm_dist_tensor_gather", self, int(root), None)
-            return None
-        out = np.empty(self.shape, dtype=dt)
-        b = dl.Borrowed(out, "dst")
-        call("lm_dist_tensor_gather", self, int(root), b.tensor)
+        out = np.empty(self.shape, dtype=dt) if receive else None
+        call("lm_dist_tensor_gather", self, int(root),
+             None if out is None else dl.borrow(out, "dst"))
         return out
 
     redistribute = _w.DistTensorCalls.reshard
@@ -621,9 +618,8 @@ def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, c
     a = np.asarray(local)
     if not copy and dl.zero_copy_ok(a):
         return DistTensor._wrap(_adopt(a, mh, pl, mode, gs))
-    b = dl.Borrowed(a, "local")
-    return DistTensor._wrap(call("lm_dist_tensor_from_local", mh, b.tensor, pl, mode, gs,
-                                 FROM_LOCAL_COPY))
+    return DistTensor._wrap(call("lm_dist_tensor_from_local", mh, dl.borrow(a, "local"), pl,
+                                 mode, gs, FROM_LOCAL_COPY))
 
 
 def _adopt(a, mh, pl, mode, gs):
@@ -651,19 +647,19 @@ def from_scalapack(a, desc, mesh, copy=None):
     d = _ints(desc, "desc", one=False)
     L.check("lm_dist_tensor_from_scalapack", {"desc": d})
     at = _scalapack_array(a, d)  # the row-major [LOCc, LLD_] view of a's bytes
-    b = dl.Borrowed(at, "a")
+    b = dl.borrow(at, "a")
     # A borrow reads nothing: the library checks desc and lays the tensor out, its local shape
     # [LOCc, LOCr] (ScaLAPACK's NUMROC), which `a` must hold before a copy reads it.
-    t = DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.tensor.data,
-                              b.tensor.dtype, b.tensor.device, FROM_LOCAL_BORROW))
+    t = DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.data, b.dtype, b.device,
+                              FROM_LOCAL_BORROW))
     pl, shape, local = t.placements, t.shape, t.local_shape
     t.close()
     if local and local[1] > 0 and at.shape[0] < local[0]:
         raise _bad(f"from_scalapack: a has {at.shape[0]} columns, but desc places {local[0]} "
                    f"columns (LOCc) of the matrix on this rank")
     if copy or not dl.zero_copy_ok(at):
-        return DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.tensor.data,
-                                     b.tensor.dtype, b.tensor.device, FROM_LOCAL_COPY))
+        return DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.data, b.dtype,
+                                     b.device, FROM_LOCAL_COPY))
     # The tensor that keeps `a` alive adopts the checked borrow's layout.
     view = at[:local[0], :local[1]] if local else at[:0, :0]
     return DistTensor._wrap(_adopt(view, mh, pl, SHAPE_GIVEN, list(shape)))
@@ -692,20 +688,6 @@ def _scalapack_array(a, d):
 def from_dlpack(x, mesh, placements, **kwargs):
     """from_local for any DLPack producer (numpy, torch, ...): zero-copy when compact."""
     return from_local(x, mesh, placements, **kwargs)
-
-
-def from_global(full, mesh, placements, root=-1):
-    """A tensor from the full tensor. root < 0: every rank passes `full` and members keep their
-    slice (local; a copy). root >= 0: only mesh rank `root` passes it (others None) and it is
-    scattered (collective over the mesh)."""
-    mh = _mesh_h(mesh)
-    pl = _placements(placements, "placements")
-    if full is None:
-        return DistTensor._wrap(call("lm_dist_tensor_from_global", mh, None, pl, int(root)))
-    if not isinstance(full, np.ndarray) and hasattr(full, "__dlpack__"):
-        full = np.from_dlpack(full)
-    b = dl.Borrowed(np.asarray(full), "global")
-    return DistTensor._wrap(call("lm_dist_tensor_from_global", mh, b.tensor, pl, int(root)))
 
 
 # -- Persistent reshard plans and requests -----------------------------------------------------
@@ -1088,9 +1070,8 @@ def _input_args(args, keep):
             inputs[i].kind, inputs[i].f64 = ARG_DOUBLE, a
         elif isinstance(a, np.ndarray):
             try:
-                b = dl.Borrowed(a, f"input {i}")
-                keep.append(b)
-                inputs[i].kind, inputs[i].ptr = ARG_TENSOR, ctypes.addressof(b.tensor)
+                keep.append(dl.borrow(a, f"input {i}"))
+                inputs[i].kind, inputs[i].ptr = ARG_TENSOR, ctypes.addressof(keep[-1])
             except Error:  # no DLPack dtype: it still reaches fn as the Python object
                 inputs[i].kind, inputs[i].ptr = ARG_POINTER, id(a)
         elif a is None:

@@ -122,20 +122,21 @@ def _whole_strides(a):
 # ---------------------------------------------------------------------------------------------
 # numpy -> DLTensor (borrowed for the duration of one call)
 # ---------------------------------------------------------------------------------------------
-class Borrowed:
-    """A DLTensor (`tensor`) describing a numpy array; keep this object alive while C reads the
-    tensor. Strides are given in elements when the array is not C-contiguous (numpy's byte
-    strides must be whole elements; otherwise, or with need_compact, the array is copied)."""
-    __slots__ = ("array", "tensor")
-
-    def __init__(self, array, argname, need_compact=False):
-        a = array
-        if not a.dtype.isnative:
-            a = a.astype(a.dtype.newbyteorder("="))
-        if (need_compact and not a.flags.c_contiguous) or not _whole_strides(a):
-            a = np.ascontiguousarray(a)
-        self.array = a
-        self.tensor = _describe(DLTensor(), a, f"{argname}.dtype")
+def borrow(array, argname):
+    """A DLTensor describing a host array (numpy, anything np.asarray takes, or a DLPack
+    producer), which it keeps alive (as its `array`): keep the tensor while C reads it. Strides
+    are given in elements when the array is not C-contiguous (numpy's byte strides must be whole
+    elements; otherwise the array is copied)."""
+    if not isinstance(array, np.ndarray) and hasattr(array, "__dlpack__"):
+        array = np.from_dlpack(array)
+    a = np.asarray(array)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if not _whole_strides(a):
+        a = np.ascontiguousarray(a)
+    t = _describe(DLTensor(), a, f"{argname}.dtype")
+    t.array = a
+    return t
 
 
 # ---------------------------------------------------------------------------------------------

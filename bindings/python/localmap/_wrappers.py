@@ -209,6 +209,16 @@ def zeros(mesh, shape, dtype, placements, device="cpu"):
     return _c.DistTensor._wrap(r)
 
 
+def from_global(full, mesh, placements, root=-1):
+    """A tensor from the full tensor. root < 0: every rank passes `full` and members keep their
+    slice (local; a copy). root >= 0: only mesh rank `root` passes it (others None) and it is
+    scattered (collective over the mesh)."""
+    placements = _c._placements(placements, "placements")
+    r = call("lm_dist_tensor_from_global", _c._mesh_h(mesh, "mesh"),
+        None if full is None else dl.borrow(full, "global"), placements, int(root))
+    return _c.DistTensor._wrap(r)
+
+
 def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None,
         all_ranks=False):
     """What a reshard would move, without building a plan (lm_reshard_estimate): the dict
@@ -597,4 +607,4 @@ __all__ = ["SUCCESS", "ERR_INVALID_ARGUMENT", "ERR_INVALID_USAGE", "ERR_OUT_OF_M
     "NCCLError", "CUDAError", "RemoteError", "InternalError", "UserError", "TimeoutError",
     "library_version", "status_string", "finalize", "comm_world", "world_rank", "device_supported",
     "chunk", "tensor_alloc", "pool_stats", "placements_adjoint", "format_placements", "zeros",
-    "reshard_estimate"]
+    "from_global", "reshard_estimate"]
