@@ -21,6 +21,7 @@ import numpy as np
 from . import _dlpack as dl
 from . import _lib as L
 from . import _wrappers as _w
+from ._dlpack import _bad  # InvalidArgumentError(ERR_INVALID_ARGUMENT, message)
 from ._lib import Error, call
 from ._wrappers import *  # noqa: F403 - the public constants, exceptions, one-call functions
 from ._wrappers import (BLOCK_CYCLIC, ERRORS, FROM_LOCAL_BORROW, FROM_LOCAL_COPY,
@@ -59,10 +60,6 @@ def _ragged_words(m):
 
 
 L.raise_status = _raise_status
-
-
-def _bad(message):
-    return InvalidArgumentError(ERR_INVALID_ARGUMENT, message)
 
 
 # -- Library, MPI bootstrap --------------------------------------------------------------------

@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _BFLOAT16 = None
 
 _KIND_CODE = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "c": kDLComplex, "b": kDLBool}
+_CODE_KIND = {code: kind for kind, code in _KIND_CODE.items()}  # (bool: "b1")
 
 
 def _bad(message):
@@ -56,11 +57,9 @@ def np_dtype(dl):
     """The numpy dtype of a DLDataType, or the string "bfloat16" when numpy cannot hold it."""
     code, bits, lanes = dl.code, dl.bits, dl.lanes
     if lanes == 1:
-        if code == kDLBool and bits == 8:
-            return np.dtype(np.bool_)
         if code == kDLBfloat and bits == 16:
             return _BFLOAT16 if _BFLOAT16 is not None else "bfloat16"
-        kind = {kDLFloat: "f", kDLInt: "i", kDLUInt: "u", kDLComplex: "c"}.get(code)
+        kind = _CODE_KIND.get(code)
         if kind is not None and bits % 8 == 0:
             try:
                 return np.dtype(f"{kind}{bits // 8}")
