@@ -451,8 +451,7 @@ class Mesh(_w.MeshCalls, _Handle):
         alloc(bytes, device_id, stream) -> address (0 on failure) and
         free(address, bytes, device_id, stream), e.g. a framework's caching allocator. The
         callables are kept alive by this Mesh object."""
-        cfg = L.lm_device_config_t()
-        cfg.stream = stream or None
+        cfg = L.lm_device_config_t(stream=stream or None)
         callbacks = None
         if alloc is not None or free is not None:
             if not (callable(alloc) and callable(free)):
@@ -772,10 +771,8 @@ class ReshardGroup(_w.ReshardGroupCalls, _Starter):
         for name, v in (("bucket_bytes", bucket_bytes), ("alone_bytes", alone_bytes)):
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0:
                 raise _bad(f"{name}: {v!r} is not a byte count >= 0 (0: the default)")
-        cfg = None  # NULL: the library's defaults
-        if bucket_bytes or alone_bytes:
-            cfg = L.lm_reshard_group_config_t()
-            cfg.bucket_bytes, cfg.alone_bytes = int(bucket_bytes), int(alone_bytes)
+        cfg = L.lm_reshard_group_config_t(bucket_bytes=int(bucket_bytes),  # 0: the default
+                                          alone_bytes=int(alone_bytes))
         super().__init__(call("lm_reshard_group_create", sm, dm, len(items), arr, cfg))
 
     def __bool__(self):
@@ -1089,10 +1086,9 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
         names, in_placements="in_grad_placements"), ndims=ndims)
     opt, rec = None, c_void_p()
     if grad_pl is not None or record:
-        opt = L.lm_local_map_options_t()
+        opt = L.lm_local_map_options_t(record=ctypes.pointer(rec) if record else None)
         if grad_pl is not None:
             opt.in_grad_placements = L.to_c("lm_local_map", "in_placements", grad_pl, keep)
-        opt.record = ctypes.pointer(rec) if record else None
     key = next(_keys)
     _calls[key] = call_
     try:
