@@ -9,8 +9,10 @@ From api/localmap.api and the table WRAPPERS below: each Python method or functi
 C call. The table names it in Python (its signature) and the C function; the generator writes
 the call, converting every argument by its C type (a Mesh checked by _core._mesh_h, placements
 by _core._placements, shapes by _core._ints, dtypes and devices by _dlpack, an enum as an int,
-a count as the length of the array it counts) and the result by its C type (a new tensor or
-plan wrapped as its class; what a function that returns no status returns, as it is).
+a count as the length of the array it counts, the capacity of an output array as the count a
+first call with capacity 0 asks) and the result by its C type (a new tensor or plan wrapped as
+its class; what a function that returns no status returns, as it is). Names starting with _
+are private (not in __all__).
 localmap/_core.py builds the classes on the generated ones."""
 import re
 import sys
@@ -102,6 +104,8 @@ WRAPPERS = [
       doc="A tensor from the full tensor. root < 0: every rank passes `full` and members keep "
       "their slice (local; a copy). root >= 0: only mesh rank `root` passes it (others None) "
       "and it is scattered (collective over the mesh)."),
+    W("_extents(ident)", "lm_extents_get", {"id": "ident"}, "r[0]",
+      "The lengths of a registered extents id."),
     W("reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None, "
       "all_ranks=False)", "lm_reshard_estimate",
       {"global_shape": "shape", "flags": "PLAN_INFO_ALL_RANKS if all_ranks else 0",
@@ -333,8 +337,12 @@ def _params(head):
 
 
 def _arguments(name, f, given, params, owner):
-    """(statements converting the arrays first, the C call's in arguments as expressions)."""
+    """(statements converting the arrays first, the C call's in arguments as expressions). The
+    capacity of an out array that may be NULL, given by no parameter, is its count: a first
+    call with capacity 0 asks it (the function's other output)."""
     counts = {a.dims[0]: a.name for a in f.args if a.dims and a.direction == "in"}
+    outs = [a for a in f.args if a.direction == "out"]
+    sized = {a.dims[0] for a in outs if a.dims and a.null_ok}
     body, args = [], []
     first = next((a for a in f.args if a.direction != "out"), None)
     for a in f.args:
@@ -349,6 +357,8 @@ def _arguments(name, f, given, params, owner):
         elif a.name in counts:  # the length of the array it counts
             arr = counts[a.name]
             args.append("len(%s)" % (given.get(arr) if given.get(arr) in params else arr))
+        elif a.name in sized and param is None and len(outs) == 2:  # asked first
+            args.append("count")
         elif param is None:
             raise SystemExit("api_gen_python_wrappers: %s gives no %s of %s" % (name, a.name,
                                                                                   f.name))
@@ -357,6 +367,10 @@ def _arguments(name, f, given, params, owner):
             args.append(param)
         else:
             args.append(_convert(_tuple(a), param, owner))
+    if "count" in args:
+        query = ['"%s"' % f.name] + ["0" if x == "count" else x for x in args]
+        body.append("count = call(%s)[%d]" % (", ".join(query),
+                                               [not o.dims for o in outs].index(True)))
     return body, args
 
 
@@ -490,7 +504,7 @@ def generate(funcs):
         else:
             classes.setdefault(owner, []).append(row)
     public = [n for n in re.findall(r"^(\w+) = ", "\n".join(out), re.M) if n.startswith(PUBLIC)]
-    public += re.findall(r"^(?:class|def) (\w+)", "\n".join(out), re.M)
+    public += re.findall(r"^(?:class|def) ([^_]\w*)", "\n".join(out), re.M)
     out += placement_fields(text)
     destroys = {cls: "lm_%s_destroy" % h[3:-2] for h, cls in CLASSES.items()}
     for cls, rows in classes.items():

@@ -54,7 +54,7 @@ def _ragged_words(m):
     """"RaggedShard extents [3, 4]", the lengths the user passed, for the C library's "Ragged
     shard extents id N" (while the id is registered, as it is while a placement uses it)."""
     try:
-        return f"RaggedShard extents {list(_extents(int(m.group(1))))}"
+        return f"RaggedShard extents {list(_w._extents(int(m.group(1))))}"
     except Error:
         return m.group(0)
 
@@ -245,17 +245,11 @@ class BlockCyclic(Placement):
         return f"BlockCyclic({self.dim}, {self.block}{src})"
 
 
-def _extents(ident):
-    """The lengths of a registered extents id."""
-    _, n = call("lm_extents_get", ident, 0)
-    return call("lm_extents_get", ident, n)[0]
-
-
 def _placement_from_c(p):
     if p.kind == BLOCK_CYCLIC:
         return BlockCyclic(p.dim, p.block, p.source)
     if p.kind == RAGGED:
-        return RaggedShard(p.dim, _extents(p.extents), p.order)
+        return RaggedShard(p.dim, _w._extents(p.extents), p.order)
     if p.kind == SHARD:
         return Shard(p.dim, p.order)
     if p.kind == REPLICATE:

@@ -219,6 +219,13 @@ def from_global(full, mesh, placements, root=-1):
     return _c.DistTensor._wrap(r)
 
 
+def _extents(ident):
+    """The lengths of a registered extents id."""
+    count = call("lm_extents_get", int(ident), 0)[1]
+    r = call("lm_extents_get", int(ident), count)
+    return r[0]
+
+
 def reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None,
         all_ranks=False):
     """What a reshard would move, without building a plan (lm_reshard_estimate): the dict
