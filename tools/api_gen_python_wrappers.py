@@ -46,6 +46,9 @@ PUBLIC = ("SUCCESS", "ERR_", "ARG_", "RECORD_", "REDUCE_OPS")
 # RaggedShard registers its extents itself).
 PLACEMENT_PRIVATE = {"extents": "eid"}
 
+# The options structs a wrapper makes from its keyword parameters (see _options).
+OPTIONS = ("lm_mesh_config_t",)
+
 # Enums whose members Python names by strings: (Python name, prefix of the members, form).
 NAMED = [("REDUCE_OPS", "LM_REDUCE_", "tuple"), ("TRANSPORTS", "LM_TRANSPORT_", "by value"),
          ("ROUTES", "LM_ROUTE_", "by value"), ("SHAPE_MODES", "LM_SHAPE_", "by name")]
@@ -115,6 +118,8 @@ WRAPPERS = [
       "dtype).info(all_ranks) would give. Local, unless all_ranks=True (then collective over "
       "both meshes). For layout searches: no handle, no buffer.",
       "info = _lib.lm_reshard_plan_info_t()"),
+    W("Mesh.__init__(self, shape, comm=None, *, ranks=None, dim_names=None, check_level=None, "
+      "timeout=None)", "lm_mesh_create", {"parent_comm": "_c._comm_f(comm)"}),
     W("Mesh.grid(cls, myrow, mycol, comm=None)", "lm_mesh_create_grid",
       {"parent_comm": "_c._comm_f(comm)", "config": "None"}, "cls._wrap(r)",
       "The 2-D mesh of a process grid (lm_mesh_create_grid): its coordinate (r, c) is the rank "
@@ -359,6 +364,9 @@ def _arguments(name, f, given, params, owner):
             args.append("len(%s)" % (given.get(arr) if given.get(arr) in params else arr))
         elif a.name in sized and param is None and len(outs) == 2:  # asked first
             args.append("count")
+        elif param is None and a.base.replace("const", "").strip(" *") in OPTIONS:
+            body += _options(a, params)  # options made from the parameters named as its fields
+            args.append(a.name)
         elif param is None:
             raise SystemExit("api_gen_python_wrappers: %s gives no %s of %s" % (name, a.name,
                                                                                   f.name))
@@ -372,6 +380,35 @@ def _arguments(name, f, given, params, owner):
         body.append("count = call(%s)[%d]" % (", ".join(query),
                                                [not o.dims for o in outs].index(True)))
     return body, args
+
+
+def _options(a, params):
+    """Statements making options struct argument `a` (an lm_X_config_t) from the parameters
+    named as its fields: each one not None sets its field, an array also its count field
+    (n<field>: ranks, nranks), converted by its C type; the others keep the _INIT values."""
+    struct = a.base.replace("const", "").strip(" *")
+    fields = dict(gen.structs(gen.header_text()))[struct]
+    arrays = {f for f, t in fields if "*" in t}
+    out = ["%s = _lib.%s()" % (a.name, struct)]
+    for f, t in fields:
+        if f in ("size", "magic", "version") or (f[:1] == "n" and f[1:] in arrays):
+            continue
+        if f not in params:
+            raise SystemExit("api_gen_python_wrappers: no parameter gives %s.%s" % (struct, f))
+        base, v = t.replace("const", "").replace(" ", ""), "%s.%s" % (a.name, f)
+        out.append("if %s is not None:" % f)
+        if base == "int*":
+            out += ['    %s = _c._ints(%s, "%s", one=False)' % (f, f, f),
+                    "    %s, %s.n%s = (ctypes.c_int * max(len(%s), 1))(*%s), len(%s)"
+                    % (v, a.name, f, f, f, f)]
+        elif base == "char**":
+            out += ['    %s = _c._strings(%s, "%s")' % (f, f, f),
+                    "    %s = (ctypes.c_char_p * max(len(%s), 1))(*%s)" % (v, f, f)]
+        elif base in ("int", "double"):
+            out.append("    %s = %s(%s)" % (v, "float" if base == "double" else "int", f))
+        else:
+            raise SystemExit("api_gen_python_wrappers: no Python form of %s.%s" % (struct, f))
+    return out
 
 
 def _fill(head, items, tail, ind, cont=4):
@@ -488,6 +525,7 @@ def generate(funcs):
            "statuses' exceptions, the methods and functions that are one C call, and the fields",
            'of a placement (the classes here are the bases of _core\'s)."""',
            "import builtins  # noqa: F401 - a base of TimeoutError",
+           "import ctypes",
            "",
            "from . import _core as _c  # (its helpers, read at call time)",
            "from . import _dlpack as dl",

@@ -14,7 +14,7 @@ import sys
 import threading
 import warnings
 import weakref
-from ctypes import byref, c_char_p, c_int, c_void_p
+from ctypes import byref, c_void_p
 
 import numpy as np
 
@@ -121,6 +121,13 @@ def _ints(values, argname, one=True):
         return [int(e) for e in values]
     except (TypeError, ValueError):
         raise _bad(f"{argname}: expected a sequence of ints, got {values!r}") from None
+
+
+def _strings(values, argname):
+    """A list of bytes (each str encoded) from a sequence of names."""
+    if isinstance(values, str):
+        raise _bad(f"{argname}: expected a sequence of names, got one string")
+    return [str(s).encode() for s in values]
 
 
 # -- Placements --------------------------------------------------------------------------------
@@ -378,25 +385,6 @@ class Mesh(_w.MeshCalls, _Handle):
     """
     _owner = None  # what keeps a borrowed handle alive (None: this object owns it)
     _device_callbacks = None
-
-    def __init__(self, shape, comm=None, *, ranks=None, dim_names=None, check_level=None,
-                 timeout=None):
-        comm_f = _comm_f(comm)
-        shp = _ints(shape, "shape")
-        cfg = L.lm_mesh_config_t()
-        if ranks is not None:
-            rk = _ints(ranks, "ranks", one=False)
-            cfg.ranks, cfg.nranks = (c_int * max(len(rk), 1))(*rk), len(rk)
-        if dim_names is not None:
-            if isinstance(dim_names, str):
-                raise _bad("dim_names: expected a sequence of names, got one string")
-            names = [str(s).encode() for s in dim_names]
-            cfg.dim_names = (c_char_p * max(len(names), 1))(*names)
-        if check_level is not None:
-            cfg.check_level = int(check_level)
-        if timeout is not None:
-            cfg.timeout = float(timeout)
-        super().__init__(call("lm_mesh_create", comm_f, len(shp), shp, cfg))
 
     @classmethod
     def _borrow(cls, handle, owner):

@@ -5,6 +5,7 @@
 statuses' exceptions, the methods and functions that are one C call, and the fields
 of a placement (the classes here are the bases of _core's)."""
 import builtins  # noqa: F401 - a base of TimeoutError
+import ctypes
 
 from . import _core as _c  # (its helpers, read at call time)
 from . import _dlpack as dl
@@ -275,6 +276,23 @@ class PlacementFields:
 class MeshCalls:
     """localmap.Mesh's properties and methods that are one C call."""
     _destroy = _lib.lm_mesh_destroy  # what close() calls
+
+    def __init__(self, shape, comm=None, *, ranks=None, dim_names=None, check_level=None,
+            timeout=None):
+        shape = _c._ints(shape, "shape")
+        config = _lib.lm_mesh_config_t()
+        if ranks is not None:
+            ranks = _c._ints(ranks, "ranks", one=False)
+            config.ranks, config.nranks = (ctypes.c_int * max(len(ranks), 1))(*ranks), len(ranks)
+        if dim_names is not None:
+            dim_names = _c._strings(dim_names, "dim_names")
+            config.dim_names = (ctypes.c_char_p * max(len(dim_names), 1))(*dim_names)
+        if check_level is not None:
+            config.check_level = int(check_level)
+        if timeout is not None:
+            config.timeout = float(timeout)
+        _c._Handle.__init__(self, call("lm_mesh_create", _c._comm_f(comm), len(shape), shape,
+            config))
 
     @classmethod
     def grid(cls, myrow, mycol, comm=None):
