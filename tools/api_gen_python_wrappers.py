@@ -231,8 +231,9 @@ WRAPPERS = [
       "or every rank's summed with all_ranks=True (collective over both meshes). 'routes' is a "
       "set of 'mpi', 'node_local', 'board'.", "info = _lib.lm_reshard_plan_info_t()"),
     W("ReshardPlan.bytes_sent", "lm_reshard_plan_info", {"flags": "0", "info": "info"},
-      "info.bytes_sent", 'Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: '
-      "local).", "info = _lib.lm_reshard_plan_info_t()"),
+      "info.bytes_sent",
+      'Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local).',
+      "info = _lib.lm_reshard_plan_info_t()"),
     W("ReshardPlan.describe(self)", "lm_reshard_plan_describe", {"size": "4096"},
       doc="A one-line description of the plan's steps."),
     W("ReshardGroup.size(self)", "lm_reshard_group_size", result="r[0]",
