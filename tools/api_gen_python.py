@@ -3,10 +3,11 @@
 
 From include/localmap.h: the integer constants (enum members, `#define LM_X <number>`), the
 callback types, the public structs (each with an __init__ that sets what its `_INIT` macro sets
-beyond 0), and DLPack 0.6's structs (the table DLPACK: their layout is DLPack's ABI). From
-api/localmap.api: every function's ctypes prototype (PROTOTYPES) and its arguments with
-direction, C type, length rules and whether they may be NULL (FUNCTIONS), which
-localmap._lib.call reads to allocate a call's outputs and to check its array lengths."""
+beyond 0, then the fields given as keywords, as ctypes' own does), and DLPack 0.6's structs (the
+table DLPACK: their layout is DLPack's ABI). From api/localmap.api: every function's ctypes
+prototype (PROTOTYPES) and its arguments with direction, C type, length rules and whether they
+may be NULL (FUNCTIONS), which localmap._lib.call reads to allocate a call's outputs and to check
+its array lengths."""
 import re
 import sys
 
@@ -126,9 +127,11 @@ def _class(name, fields, known, init=()):
     out += ['        ("%s", %s),' % (f, ctype(t, known)) for f, t in fields]
     out.append("    ]")
     if init:
-        out += ["", "    def __init__(self):", "        super().__init__()"]
+        out += ["", "    def __init__(self, **fields):", "        super().__init__()"]
         out += ["        self.%s = %s" % (f, "ctypes.sizeof(self)" if v == "sizeof" else v)
                 for f, v in init]
+        out += ["        for name, value in fields.items():",
+                "            setattr(self, name, value)"]
     return [w for line in out for w in _wrap(line)]
 
 

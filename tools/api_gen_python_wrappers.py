@@ -8,9 +8,12 @@ SHAPE_MODES), and one exception class per LM_ERR_* status, documented by the hea
 From api/localmap.api and the table WRAPPERS below: each Python method or function that is one
 C call. The table names it in Python (its signature) and the C function; the generator writes
 the call, converting every argument by its C type (a Mesh checked by _core._mesh_h, placements
-by _core._placements, shapes by _core._ints, dtypes and devices by _dlpack, a count as the
-length of the array it counts) and the result by its C type (a new tensor or plan wrapped as
-its class). localmap/_core.py builds the classes on the generated ones."""
+by _core._placements, shapes by _core._ints, dtypes and devices by _dlpack, an enum as an int,
+a count as the length of the array it counts, the capacity of an output array as the count a
+first call with capacity 0 asks) and the result by its C type (a new tensor or plan wrapped as
+its class; what a function that returns no status returns, as it is). Names starting with _
+are private (not in __all__).
+localmap/_core.py builds the classes on the generated ones."""
 import re
 import sys
 
@@ -38,6 +41,14 @@ ACRONYMS = {"MPI", "NCCL", "CUDA"}
 # The constants that are public (in __all__), by prefix once LM_ is gone.
 PUBLIC = ("SUCCESS", "ERR_", "ARG_", "RECORD_", "REDUCE_OPS")
 
+# localmap.Placement's base holds lm_placement_t's fields, each an int, but for the reserved
+# ones; the fields named here are private to Python (_eid, its constructor's last argument eid:
+# RaggedShard registers its extents itself).
+PLACEMENT_PRIVATE = {"extents": "eid"}
+
+# The options structs a wrapper makes from its keyword parameters (see _options).
+OPTIONS = ("lm_mesh_config_t",)
+
 # Enums whose members Python names by strings: (Python name, prefix of the members, form).
 NAMED = [("REDUCE_OPS", "LM_REDUCE_", "tuple"), ("TRANSPORTS", "LM_TRANSPORT_", "by value"),
          ("ROUTES", "LM_ROUTE_", "by value"), ("SHAPE_MODES", "LM_SHAPE_", "by name")]
@@ -58,6 +69,12 @@ _PLACEMENTS = "tuple(_c._placement_from_c(p) for p in r[0][:r[1]])"  # a record'
 _TARGET = "dst = self.alloc_target(src.device) if dst is None else dst"
 
 WRAPPERS = [
+    W("library_version()", "lm_get_version", result="(r // 10000, r // 100 % 100, r % 100)",
+      doc="(major, minor, patch) of the liblocalmap actually loaded."),
+    W("status_string(status)", "lm_status_string", result="r.decode()",
+      doc='The library\'s name for a status code ("LM_ERR_USER: ...").'),
+    W("finalize()", "lm_finalize",
+      doc="Finalises MPI if init() initialised it (a no-op otherwise, e.g. under mpi4py)."),
     W("comm_world()", "lm_comm_world", before="_c.init()",
       doc="MPI_COMM_WORLD as a Fortran handle (int)."),
     W("world_rank()", "lm_world_rank", before="_c.init()",
@@ -85,6 +102,13 @@ WRAPPERS = [
     W('zeros(mesh, shape, dtype, placements, device="cpu")', "lm_dist_tensor_zeros",
       {"global_shape": "shape"},
       doc="A zero-filled tensor; each member rank allocates its shard. Local."),
+    W("from_global(full, mesh, placements, root=-1)", "lm_dist_tensor_from_global",
+      {"global": 'None if full is None else dl.borrow(full, "global")'},
+      doc="A tensor from the full tensor. root < 0: every rank passes `full` and members keep "
+      "their slice (local; a copy). root >= 0: only mesh rank `root` passes it (others None) "
+      "and it is scattered (collective over the mesh)."),
+    W("_extents(ident)", "lm_extents_get", {"id": "ident"}, "r[0]",
+      "The lengths of a registered extents id."),
     W("reshard_estimate(src_mesh, src_placements, dst_placements, shape, dtype, dst_mesh=None, "
       "all_ranks=False)", "lm_reshard_estimate",
       {"global_shape": "shape", "flags": "PLAN_INFO_ALL_RANKS if all_ranks else 0",
@@ -94,6 +118,8 @@ WRAPPERS = [
       "dtype).info(all_ranks) would give. Local, unless all_ranks=True (then collective over "
       "both meshes). For layout searches: no handle, no buffer.",
       "info = _lib.lm_reshard_plan_info_t()"),
+    W("Mesh.__init__(self, shape, comm=None, *, ranks=None, dim_names=None, check_level=None, "
+      "timeout=None)", "lm_mesh_create", {"parent_comm": "_c._comm_f(comm)"}),
     W("Mesh.grid(cls, myrow, mycol, comm=None)", "lm_mesh_create_grid",
       {"parent_comm": "_c._comm_f(comm)", "config": "None"}, "cls._wrap(r)",
       "The 2-D mesh of a process grid (lm_mesh_create_grid): its coordinate (r, c) is the rank "
@@ -116,8 +142,14 @@ WRAPPERS = [
     W("Mesh.dim_comm_f(self, dim)", "lm_mesh_dim_comm", {"dim": "self._dim(dim)"},
       doc="The communicator along mesh dim `dim` (index or name) as a Fortran handle; owned by "
       "the mesh. InvalidUsageError on a non-member."),
+    W("Mesh.dim_comm(self, dim)", "lm_mesh_dim_comm", {"dim": "self._dim(dim)"},
+      "_c._mpi4py_comm(r)",
+      "The communicator along mesh dim `dim` as an mpi4py Comm (imports mpi4py); owned by the "
+      "mesh: do not Free() it."),
     W("Mesh.comm_f", "lm_mesh_comm",
       doc="The communicator of all mesh ranks as a Fortran handle (owned by the mesh)."),
+    W("Mesh.comm", "lm_mesh_comm", result="_c._mpi4py_comm(r)",
+      doc="The communicator of all mesh ranks as an mpi4py Comm (owned by the mesh)."),
     W('Mesh.transport(self, device="cuda")', "lm_mesh_transport", _DEVICE_TYPE,
       "TRANSPORTS.get(r, r)",
       'How tensors of a device type move on this mesh: "mpi", "nccl", "mpi_staged", or '
@@ -129,8 +161,11 @@ WRAPPERS = [
       {"mesh": 'call("lm_dist_tensor_mesh", self)'}),
     W("DistTensor.ndim", "lm_dist_tensor_ndim", doc="The number of tensor dims (int)."),
     W("DistTensor._dl_dtype(self)", "lm_dist_tensor_dtype"),
+    W("DistTensor.dtype", "lm_dist_tensor_dtype", result="dl.np_dtype(r)",
+      doc='The numpy dtype (the string "bfloat16" when numpy has none).'),
     W("DistTensor.device", "lm_dist_tensor_device", result="dl.device_tuple(r)",
       doc="(DLDeviceType, device id), e.g. (1, 0) for the CPU."),
+    W("DistTensor.__dlpack_device__(self)", "lm_dist_tensor_device", result="dl.device_tuple(r)"),
     W("DistTensor.placements", "lm_dist_tensor_placements", {"n": "self._mesh_ndim()"},
       doc="One Placement per mesh dim."),
     W("DistTensor.shape", "lm_dist_tensor_global_shape", {"n": "self.ndim"},
@@ -146,7 +181,15 @@ WRAPPERS = [
       doc="Extents of the row-major array the local shard lies in (lm_padded_extents): the "
       "local shape, except for a shard borrowed with padded rows (a ScaLAPACK array with LLD_ > "
       "LOCr gives (LOCc, LLD_)).", before='v = call("lm_dist_tensor_local", self)'),
+    W("DistTensor.local_view(self)", "lm_dist_tensor_local",
+      result="(r.data or 0, tuple(r.shape[i] for i in range(r.ndim)), dl.np_dtype(r.dtype))",
+      doc="(data address, shape, dtype) of the local shard as lm_dist_tensor_local gives it; "
+      "valid while this tensor lives (prefer local(), which keeps it alive)."),
     W("DistTensor._export(self)", "lm_dist_tensor_to_dlpack"),
+    W("DistTensor.local(self)", "lm_dist_tensor_to_dlpack",
+      result='dl.array_from_managed(r, "DistTensor.local")',
+      doc="The local shard as a writable numpy array sharing the tensor's memory; the array "
+      "keeps the tensor alive (even after close())."),
     W("DistTensor.retain(self)", "lm_dist_tensor_retain",
       result="_c.DistTensor._wrap(self._handle().value)",
       doc="A new DistTensor object holding its own reference on the same tensor."),
@@ -187,10 +230,15 @@ WRAPPERS = [
       "What an execution moves, as a dict (lm_reshard_plan_info): this rank's counts (local), "
       "or every rank's summed with all_ranks=True (collective over both meshes). 'routes' is a "
       "set of 'mpi', 'node_local', 'board'.", "info = _lib.lm_reshard_plan_info_t()"),
+    W("ReshardPlan.bytes_sent", "lm_reshard_plan_info", {"flags": "0", "info": "info"},
+      "info.bytes_sent",
+      'Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local).',
+      "info = _lib.lm_reshard_plan_info_t()"),
     W("ReshardPlan.describe(self)", "lm_reshard_plan_describe", {"size": "4096"},
       doc="A one-line description of the plan's steps."),
     W("ReshardGroup.size(self)", "lm_reshard_group_size", result="r[0]",
       doc="The number of entries (len(group))."),
+    W("ReshardGroup.__len__(self)", "lm_reshard_group_size", result="r[0]"),
     W("ReshardGroup.buckets", "lm_reshard_group_size", result="r[1]",
       doc="The number of buckets the entries were dealt into (0 for no entries)."),
     W('ReshardGroup.alloc_targets(self, device="cpu")', "lm_reshard_group_alloc_targets",
@@ -235,6 +283,8 @@ def _convert(a, param, owner):
     form = {"lm_mesh_t": '_c._mesh_h({p}, "{p}")', "DLDataType": 'dl.dl_dtype({p}, "{p}")',
             "DLDevice": 'dl.dl_device({p}, "{p}")', "char": "str({p}).encode()",
             "int": "int({p})", "int64_t": "int({p})", "int32_t": "int({p})"}.get(base)
+    if form is None and base in gen.enums(gen.header_text()):  # an enum: a C int
+        form = "int({p})"
     if form is None:
         raise SystemExit("api_gen_python_wrappers: no Python form of %s %s" % (ctype, name))
     conv = form.format(p=param)
@@ -293,8 +343,12 @@ def _params(head):
 
 
 def _arguments(name, f, given, params, owner):
-    """(statements converting the arrays first, the C call's in arguments as expressions)."""
+    """(statements converting the arrays first, the C call's in arguments as expressions). The
+    capacity of an out array that may be NULL, given by no parameter, is its count: a first
+    call with capacity 0 asks it (the function's other output)."""
     counts = {a.dims[0]: a.name for a in f.args if a.dims and a.direction == "in"}
+    outs = [a for a in f.args if a.direction == "out"]
+    sized = {a.dims[0] for a in outs if a.dims and a.null_ok}
     body, args = [], []
     first = next((a for a in f.args if a.direction != "out"), None)
     for a in f.args:
@@ -309,6 +363,11 @@ def _arguments(name, f, given, params, owner):
         elif a.name in counts:  # the length of the array it counts
             arr = counts[a.name]
             args.append("len(%s)" % (given.get(arr) if given.get(arr) in params else arr))
+        elif a.name in sized and param is None and len(outs) == 2:  # asked first
+            args.append("count")
+        elif param is None and a.base.replace("const", "").strip(" *") in OPTIONS:
+            body += _options(a, params)  # options made from the parameters named as its fields
+            args.append(a.name)
         elif param is None:
             raise SystemExit("api_gen_python_wrappers: %s gives no %s of %s" % (name, a.name,
                                                                                   f.name))
@@ -317,7 +376,40 @@ def _arguments(name, f, given, params, owner):
             args.append(param)
         else:
             args.append(_convert(_tuple(a), param, owner))
+    if "count" in args:
+        query = ['"%s"' % f.name] + ["0" if x == "count" else x for x in args]
+        body.append("count = call(%s)[%d]" % (", ".join(query),
+                                               [not o.dims for o in outs].index(True)))
     return body, args
+
+
+def _options(a, params):
+    """Statements making options struct argument `a` (an lm_X_config_t) from the parameters
+    named as its fields: each one not None sets its field, an array also its count field
+    (n<field>: ranks, nranks), converted by its C type; the others keep the _INIT values."""
+    struct = a.base.replace("const", "").strip(" *")
+    fields = dict(gen.structs(gen.header_text()))[struct]
+    arrays = {f for f, t in fields if "*" in t}
+    out = ["%s = _lib.%s()" % (a.name, struct)]
+    for f, t in fields:
+        if f in ("size", "magic", "version") or (f[:1] == "n" and f[1:] in arrays):
+            continue
+        if f not in params:
+            raise SystemExit("api_gen_python_wrappers: no parameter gives %s.%s" % (struct, f))
+        base, v = t.replace("const", "").replace(" ", ""), "%s.%s" % (a.name, f)
+        out.append("if %s is not None:" % f)
+        if base == "int*":
+            out += ['    %s = _c._ints(%s, "%s", one=False)' % (f, f, f),
+                    "    %s, %s.n%s = (ctypes.c_int * max(len(%s), 1))(*%s), len(%s)"
+                    % (v, a.name, f, f, f, f)]
+        elif base == "char**":
+            out += ['    %s = _c._strings(%s, "%s")' % (f, f, f),
+                    "    %s = (ctypes.c_char_p * max(len(%s), 1))(*%s)" % (v, f, f)]
+        elif base in ("int", "double"):
+            out.append("    %s = %s(%s)" % (v, "float" if base == "double" else "int", f))
+        else:
+            raise SystemExit("api_gen_python_wrappers: no Python form of %s.%s" % (struct, f))
+    return out
 
 
 def _fill(head, items, tail, ind, cont=4):
@@ -397,6 +489,30 @@ def constants(values):
     return _wrap_list(out)
 
 
+def placement_fields(text):
+    """PlacementFields, localmap.Placement's base, from the fields of lm_placement_t."""
+    fields = [f for f, _ in dict(gen.structs(text))["lm_placement_t"] if f != "reserved"]
+    attrs = ["_" + PLACEMENT_PRIVATE[f] if f in PLACEMENT_PRIVATE else f for f in fields]
+    params = [f for f in fields if f not in PLACEMENT_PRIVATE] + list(PLACEMENT_PRIVATE.values())
+    out = ["", "", "class PlacementFields:"]
+    out += _docstring("The fields of lm_placement_t as localmap.Placement holds them (its base): "
+                      "each an int, 0 where it does not apply.", "    ")
+    out += _fill("__slots__ = (", ['"%s"' % a for a in attrs], ")", "    ")
+    out += ["", "    def __init__(self, %s):" % ", ".join(
+        [params[0]] + ["%s=0" % p for p in params[1:]])]
+    out += ["        self.%s = int(%s)" % (a, PLACEMENT_PRIVATE.get(f, f))
+            for f, a in zip(fields, attrs)]
+    out += ["", "    def _key(self):", "        \"\"\"The fields in lm_placement_t's order.\"\"\""]
+    out += _fill("return (", ["self.%s" % a for a in attrs], ")", "        ")
+    out += ["", "    @property", "    def _as_parameter_(self):",
+            '        """The lm_placement_t (what ctypes passes for this object)."""',
+            "        return _lib.lm_placement_t(*self._key())",
+            "", "    def __eq__(self, other):",
+            "        return isinstance(other, PlacementFields) and self._key() == other._key()",
+            "", "    def __hash__(self):", "        return hash(self._key())"]
+    return out
+
+
 def generate(funcs):
     text = gen.header_text()
     with open(api.HEADER) as fh:
@@ -407,9 +523,10 @@ def generate(funcs):
            " and",
            "# include/localmap.h: do not edit (make api-generate).",
            '"""What localmap/_core.py builds the Python API on: the header\'s constants, the',
-           "statuses' exceptions, and the methods and functions that are one C call (the",
-           'classes here are the bases of _core\'s)."""',
+           "statuses' exceptions, the methods and functions that are one C call, and the fields",
+           'of a placement (the classes here are the bases of _core\'s)."""',
            "import builtins  # noqa: F401 - a base of TimeoutError",
+           "import ctypes",
            "",
            "from . import _core as _c  # (its helpers, read at call time)",
            "from . import _dlpack as dl",
@@ -426,7 +543,8 @@ def generate(funcs):
         else:
             classes.setdefault(owner, []).append(row)
     public = [n for n in re.findall(r"^(\w+) = ", "\n".join(out), re.M) if n.startswith(PUBLIC)]
-    public += re.findall(r"^(?:class|def) (\w+)", "\n".join(out), re.M)
+    public += re.findall(r"^(?:class|def) ([^_]\w*)", "\n".join(out), re.M)
+    out += placement_fields(text)
     destroys = {cls: "lm_%s_destroy" % h[3:-2] for h, cls in CLASSES.items()}
     for cls, rows in classes.items():
         out += ["", "", "class %sCalls:" % cls]

@@ -164,13 +164,15 @@ class lm_mesh_config_t(Structure):
         ("timeout", c_double),
     ]
 
-    def __init__(self):
+    def __init__(self, **fields):
         super().__init__()
         self.size = ctypes.sizeof(self)
         self.magic = 0x4c4d4d43
         self.version = 2
         self.check_level = -1
         self.timeout = -1.0
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 class lm_device_config_t(Structure):
@@ -184,11 +186,13 @@ class lm_device_config_t(Structure):
         ("alloc_ctx", c_void_p),
     ]
 
-    def __init__(self):
+    def __init__(self, **fields):
         super().__init__()
         self.size = ctypes.sizeof(self)
         self.magic = 0x4c4d4443
         self.version = 1
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 class lm_reshard_plan_info_t(Structure):
@@ -211,11 +215,13 @@ class lm_reshard_plan_info_t(Structure):
         ("staging_bytes_max", c_int64),
     ]
 
-    def __init__(self):
+    def __init__(self, **fields):
         super().__init__()
         self.size = ctypes.sizeof(self)
         self.magic = 0x4c4d5049
         self.version = 1
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 class lm_reshard_entry_t(Structure):
@@ -237,11 +243,13 @@ class lm_reshard_group_config_t(Structure):
         ("alone_bytes", c_size_t),
     ]
 
-    def __init__(self):
+    def __init__(self, **fields):
         super().__init__()
         self.size = ctypes.sizeof(self)
         self.magic = 0x4c4d4743
         self.version = 1
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 class lm_arg_t(Structure):
@@ -267,11 +275,13 @@ class lm_local_map_options_t(Structure):
         ("record", POINTER(c_void_p)),
     ]
 
-    def __init__(self):
+    def __init__(self, **fields):
         super().__init__()
         self.size = ctypes.sizeof(self)
         self.magic = 0x4c4d4c4f
         self.version = 1
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 # function -> (restype, argtypes)

@@ -14,13 +14,14 @@ import sys
 import threading
 import warnings
 import weakref
-from ctypes import byref, c_char_p, c_int, c_void_p
+from ctypes import byref, c_void_p
 
 import numpy as np
 
 from . import _dlpack as dl
 from . import _lib as L
 from . import _wrappers as _w
+from ._dlpack import _bad  # InvalidArgumentError(ERR_INVALID_ARGUMENT, message)
 from ._lib import Error, call
 from ._wrappers import *  # noqa: F403 - the public constants, exceptions, one-call functions
 from ._wrappers import (BLOCK_CYCLIC, ERRORS, FROM_LOCAL_BORROW, FROM_LOCAL_COPY,
@@ -30,8 +31,8 @@ from ._wrappers import (BLOCK_CYCLIC, ERRORS, FROM_LOCAL_BORROW, FROM_LOCAL_COPY
 __all__ = _w.__all__ + [
     "Mesh", "DistTensor", "ReshardPlan", "ReshardGroup", "Request", "Placement", "Shard",
     "RaggedShard", "BlockCyclic", "Replicate", "Partial", "from_local", "from_scalapack",
-    "from_global", "from_dlpack", "reshard_many", "local_map", "LocalMapRecord", "init",
-    "finalize", "library_version", "library_path", "status_string", "Error",
+    "from_dlpack", "reshard_many", "local_map", "LocalMapRecord", "init",
+    "library_path", "Error",
 ]
 
 # -- Errors ------------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def _ragged_words(m):
     """"RaggedShard extents [3, 4]", the lengths the user passed, for the C library's "Ragged
     shard extents id N" (while the id is registered, as it is while a placement uses it)."""
     try:
-        return f"RaggedShard extents {list(_extents(int(m.group(1))))}"
+        return f"RaggedShard extents {list(_w._extents(int(m.group(1))))}"
     except Error:
         return m.group(0)
 
@@ -61,25 +62,10 @@ def _ragged_words(m):
 L.raise_status = _raise_status
 
 
-def _bad(message):
-    return InvalidArgumentError(ERR_INVALID_ARGUMENT, message)
-
-
 # -- Library, MPI bootstrap --------------------------------------------------------------------
-def library_version():
-    """(major, minor, patch) of the liblocalmap actually loaded."""
-    v = L.lm_get_version()
-    return (v // 10000, v // 100 % 100, v % 100)
-
-
 def library_path():
     """Where the library was loaded from, and how it was found."""
     return L.LOADED_FROM
-
-
-def status_string(status):
-    """The library's name for a status code ("LM_ERR_USER: ...")."""
-    return L.lm_status_string(int(status)).decode()
 
 
 _init_lock = threading.Lock()
@@ -102,11 +88,6 @@ def _finalize_at_exit():
         L.lm_finalize()
     except Error as e:  # pragma: no cover - nothing to do at exit but say it
         print(f"localmap: finalize at exit: {e}", file=sys.stderr)
-
-
-def finalize():
-    """Finalises MPI if init() initialised it (a no-op otherwise, e.g. under mpi4py)."""
-    L.lm_finalize()
 
 
 def _comm_f(comm, argname="comm"):
@@ -142,32 +123,19 @@ def _ints(values, argname, one=True):
         raise _bad(f"{argname}: expected a sequence of ints, got {values!r}") from None
 
 
+def _strings(values, argname):
+    """A list of bytes (each str encoded) from a sequence of names."""
+    if isinstance(values, str):
+        raise _bad(f"{argname}: expected a sequence of names, got one string")
+    return [str(s).encode() for s in values]
+
+
 # -- Placements --------------------------------------------------------------------------------
-class Placement:
+class Placement(_w.PlacementFields):
     """How one mesh dim holds a tensor: Shard(d), Replicate(), Partial(op), RaggedShard(d, ...)
     or BlockCyclic(d, block). The fields are the C struct's, each with one meaning (0 where it
     does not apply): kind, dim, order, reduce_op, block, source (the extents id is private)."""
-    __slots__ = ("kind", "dim", "order", "reduce_op", "block", "source", "_eid")
-
-    def __init__(self, kind, dim=0, order=0, reduce_op=0, block=0, source=0, eid=0):
-        self.kind, self.dim, self.order = int(kind), int(dim), int(order)
-        self.reduce_op, self.block, self.source, self._eid = \
-            int(reduce_op), int(block), int(source), int(eid)
-
-    def _key(self):
-        return (self.kind, self.dim, self.order, self.reduce_op, self._eid, self.block,
-                self.source)
-
-    @property
-    def _as_parameter_(self):
-        """The lm_placement_t (what ctypes passes for this object)."""
-        return L.lm_placement_t(*self._key(), 0)
-
-    def __eq__(self, other):
-        return isinstance(other, Placement) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
+    __slots__ = ()
 
     def __repr__(self):
         if self.kind == SHARD:
@@ -284,17 +252,11 @@ class BlockCyclic(Placement):
         return f"BlockCyclic({self.dim}, {self.block}{src})"
 
 
-def _extents(ident):
-    """The lengths of a registered extents id."""
-    _, n = call("lm_extents_get", ident, 0)
-    return call("lm_extents_get", ident, n)[0]
-
-
 def _placement_from_c(p):
     if p.kind == BLOCK_CYCLIC:
         return BlockCyclic(p.dim, p.block, p.source)
     if p.kind == RAGGED:
-        return RaggedShard(p.dim, _extents(p.extents), p.order)
+        return RaggedShard(p.dim, _w._extents(p.extents), p.order)
     if p.kind == SHARD:
         return Shard(p.dim, p.order)
     if p.kind == REPLICATE:
@@ -424,25 +386,6 @@ class Mesh(_w.MeshCalls, _Handle):
     _owner = None  # what keeps a borrowed handle alive (None: this object owns it)
     _device_callbacks = None
 
-    def __init__(self, shape, comm=None, *, ranks=None, dim_names=None, check_level=None,
-                 timeout=None):
-        comm_f = _comm_f(comm)
-        shp = _ints(shape, "shape")
-        cfg = L.lm_mesh_config_t()
-        if ranks is not None:
-            rk = _ints(ranks, "ranks", one=False)
-            cfg.ranks, cfg.nranks = (c_int * max(len(rk), 1))(*rk), len(rk)
-        if dim_names is not None:
-            if isinstance(dim_names, str):
-                raise _bad("dim_names: expected a sequence of names, got one string")
-            names = [str(s).encode() for s in dim_names]
-            cfg.dim_names = (c_char_p * max(len(names), 1))(*names)
-        if check_level is not None:
-            cfg.check_level = int(check_level)
-        if timeout is not None:
-            cfg.timeout = float(timeout)
-        super().__init__(call("lm_mesh_create", comm_f, len(shp), shp, cfg))
-
     @classmethod
     def _borrow(cls, handle, owner):
         """A Mesh over a handle this object does not own; `owner` keeps it alive. When `owner`
@@ -482,16 +425,6 @@ class Mesh(_w.MeshCalls, _Handle):
     def _dim(self, dim):
         return self.dim_index(dim) if isinstance(dim, str) else int(dim)
 
-    def dim_comm(self, dim):
-        """The communicator along mesh dim `dim` as an mpi4py Comm (imports mpi4py); owned by
-        the mesh: do not Free() it."""
-        return _mpi4py_comm(self.dim_comm_f(dim))
-
-    @property
-    def comm(self):
-        """The communicator of all mesh ranks as an mpi4py Comm (owned by the mesh)."""
-        return _mpi4py_comm(self.comm_f)
-
     # -- devices (CUDA streams and allocators; accepted in builds without CUDA) ----------------
     def set_device_config(self, stream=None, alloc=None, free=None):
         """This rank's device options of the mesh (local). stream: a cudaStream_t as an int
@@ -500,8 +433,7 @@ class Mesh(_w.MeshCalls, _Handle):
         alloc(bytes, device_id, stream) -> address (0 on failure) and
         free(address, bytes, device_id, stream), e.g. a framework's caching allocator. The
         callables are kept alive by this Mesh object."""
-        cfg = L.lm_device_config_t()
-        cfg.stream = stream or None
+        cfg = L.lm_device_config_t(stream=stream or None)
         callbacks = None
         if alloc is not None or free is not None:
             if not (callable(alloc) and callable(free)):
@@ -580,25 +512,8 @@ class DistTensor(_w.DistTensorCalls, _Handle):
         raise TypeError("make a DistTensor with localmap.zeros/from_local/from_global/"
                         "from_dlpack, DistTensor.reshard or localmap.local_map")
 
-    @property
-    def dtype(self):
-        """The numpy dtype (the string "bfloat16" when numpy has none)."""
-        return dl.np_dtype(self._dl_dtype())
-
     global_shape = _w.DistTensorCalls.shape
-
-    def local_view(self):
-        """(data address, shape, dtype) of the local shard as lm_dist_tensor_local gives it;
-        valid while this tensor lives (prefer local(), which keeps it alive)."""
-        v = call("lm_dist_tensor_local", self)
-        return v.data or 0, tuple(v.shape[i] for i in range(v.ndim)), dl.np_dtype(v.dtype)
-
-    def local(self):
-        """The local shard as a writable numpy array sharing the tensor's memory; the array
-        keeps the tensor alive (even after close())."""
-        return dl.array_from_managed(self._export(), "DistTensor.local")
-
-    numpy = local
+    numpy = _w.DistTensorCalls.local
 
     # -- DLPack producer --------------------------------------------------------------------
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -617,9 +532,6 @@ class DistTensor(_w.DistTensorCalls, _Handle):
             return dl.versioned_capsule_from_managed(addr)
         return dl.capsule_from_managed(addr)
 
-    def __dlpack_device__(self):
-        return self.device
-
     # -- collectives ----------------------------------------------------------------------
     def gather(self, root=-1):
         """The full value (Partial reduced) as a numpy array: on every member rank (root < 0)
@@ -628,12 +540,9 @@ class DistTensor(_w.DistTensorCalls, _Handle):
         m = self.mesh
         receive = m.is_member and (root < 0 or m.rank == root)
         m.close()
-        if not receive:
-            call("lm_dist_tensor_gather", self, int(root), None)
-            return None
-        out = np.empty(self.shape, dtype=dt)
-        b = dl.Borrowed(out, "dst")
-        call("lm_dist_tensor_gather", self, int(root), b.tensor)
+        out = np.empty(self.shape, dtype=dt) if receive else None
+        call("lm_dist_tensor_gather", self, int(root),
+             None if out is None else dl.borrow(out, "dst"))
         return out
 
     redistribute = _w.DistTensorCalls.reshard
@@ -687,9 +596,8 @@ def from_local(local, mesh, placements, *, global_shape=None, shape_mode=None, c
     a = np.asarray(local)
     if not copy and dl.zero_copy_ok(a):
         return DistTensor._wrap(_adopt(a, mh, pl, mode, gs))
-    b = dl.Borrowed(a, "local")
-    return DistTensor._wrap(call("lm_dist_tensor_from_local", mh, b.tensor, pl, mode, gs,
-                                 FROM_LOCAL_COPY))
+    return DistTensor._wrap(call("lm_dist_tensor_from_local", mh, dl.borrow(a, "local"), pl,
+                                 mode, gs, FROM_LOCAL_COPY))
 
 
 def _adopt(a, mh, pl, mode, gs):
@@ -716,24 +624,28 @@ def from_scalapack(a, desc, mesh, copy=None):
     mh = _mesh_h(mesh)
     d = _ints(desc, "desc", one=False)
     L.check("lm_dist_tensor_from_scalapack", {"desc": d})
-    at = _scalapack_array(a, d, mesh)  # the row-major [LOCc, LLD_] view of a's bytes
-    b = dl.Borrowed(at, "a")
-    share = not copy and dl.zero_copy_ok(at)
-    t = DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.tensor.data,
-                              b.tensor.dtype, b.tensor.device,
-                              FROM_LOCAL_BORROW if share else FROM_LOCAL_COPY))
-    if not share:
-        return t
-    # The checked borrow gives the layout; the tensor that keeps `a` alive adopts it.
+    at = _scalapack_array(a, d)  # the row-major [LOCc, LLD_] view of a's bytes
+    b = dl.borrow(at, "a")
+    # A borrow reads nothing: the library checks desc and lays the tensor out, its local shape
+    # [LOCc, LOCr] (ScaLAPACK's NUMROC), which `a` must hold before a copy reads it.
+    t = DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.data, b.dtype, b.device,
+                              FROM_LOCAL_BORROW))
     pl, shape, local = t.placements, t.shape, t.local_shape
     t.close()
+    if local and local[1] > 0 and at.shape[0] < local[0]:
+        raise _bad(f"from_scalapack: a has {at.shape[0]} columns, but desc places {local[0]} "
+                   f"columns (LOCc) of the matrix on this rank")
+    if copy or not dl.zero_copy_ok(at):
+        return DistTensor._wrap(call("lm_dist_tensor_from_scalapack", mh, d, b.data, b.dtype,
+                                     b.device, FROM_LOCAL_COPY))
+    # The tensor that keeps `a` alive adopts the checked borrow's layout.
     view = at[:local[0], :local[1]] if local else at[:0, :0]
     return DistTensor._wrap(_adopt(view, mh, pl, SHAPE_GIVEN, list(shape)))
 
 
-def _scalapack_array(a, d, mesh):
-    """The row-major [LOCc, LLD_] view of ScaLAPACK local array `a`, checked against desc `d`
-    in Python's terms: the C call reads LOCr x LOCc elements (NUMROC) of whatever it is given."""
+def _scalapack_array(a, d):
+    """The row-major [LOCc, LLD_] view of ScaLAPACK local array `a`, its rows checked against
+    desc `d` in Python's terms (from_scalapack checks its columns against LOCc)."""
     if a is None:
         raise _bad("from_scalapack: a is None: pass this rank's local array (LLD_ x LOCc, "
                    "column-major, or its flat buffer)")
@@ -748,47 +660,12 @@ def _scalapack_array(a, d, mesh):
                    "(LLD_, LOCc)")
     if a.shape[0] != lld and a.size:
         raise _bad(f"from_scalapack: a has {a.shape[0]} rows, desc[8] (LLD_) says {d[8]}")
-    loc = _scalapack_local(d, mesh)
-    if loc is not None and loc[0] > 0 and a.shape[1] < loc[1]:
-        raise _bad(f"from_scalapack: a has {a.shape[1]} columns, but desc places {loc[1]} "
-                   f"columns (LOCc) of the matrix on this rank")
     return np.asfortranarray(a).T
-
-
-def _scalapack_local(d, mesh):
-    """(LOCr, LOCc) of desc `d` on this rank (ScaLAPACK's NUMROC), or None where the library
-    refuses `d` or `mesh` itself, or the rank is not on the grid."""
-    if mesh.ndim != 2 or not mesh.is_member:
-        return None
-    m, n, mb, nb, rsrc, csrc = d[2:8]
-    (p, q), (r, c) = mesh.shape, mesh.coord
-    if min(m, n) < 0 or min(mb, nb) < 1 or not (0 <= rsrc < p and 0 <= csrc < q):
-        return None
-
-    def numroc(n, nb, iproc, isrc, nprocs):
-        blocks, dist = n // nb, (iproc - isrc) % nprocs
-        extra = blocks % nprocs
-        return blocks // nprocs * nb + (nb if dist < extra else n % nb if dist == extra else 0)
-    return numroc(m, mb, r, rsrc, p), numroc(n, nb, c, csrc, q)
 
 
 def from_dlpack(x, mesh, placements, **kwargs):
     """from_local for any DLPack producer (numpy, torch, ...): zero-copy when compact."""
     return from_local(x, mesh, placements, **kwargs)
-
-
-def from_global(full, mesh, placements, root=-1):
-    """A tensor from the full tensor. root < 0: every rank passes `full` and members keep their
-    slice (local; a copy). root >= 0: only mesh rank `root` passes it (others None) and it is
-    scattered (collective over the mesh)."""
-    mh = _mesh_h(mesh)
-    pl = _placements(placements, "placements")
-    if full is None:
-        return DistTensor._wrap(call("lm_dist_tensor_from_global", mh, None, pl, int(root)))
-    if not isinstance(full, np.ndarray) and hasattr(full, "__dlpack__"):
-        full = np.from_dlpack(full)
-    b = dl.Borrowed(np.asarray(full), "global")
-    return DistTensor._wrap(call("lm_dist_tensor_from_global", mh, b.tensor, pl, int(root)))
 
 
 # -- Persistent reshard plans and requests -----------------------------------------------------
@@ -801,11 +678,6 @@ class ReshardPlan(_w.ReshardPlanCalls, _Starter):
     ReshardPlan(src_mesh, src_placements, dst_mesh, dst_placements, shape, dtype)
     """
     _what = "plan"
-
-    @property
-    def bytes_sent(self):
-        """Bytes this rank sends to other ranks per execution (info()["bytes_sent"]: local)."""
-        return self.info()["bytes_sent"]
 
     def __repr__(self):
         return "ReshardPlan(<closed>)" if self.closed else f"ReshardPlan({self.describe()})"
@@ -881,14 +753,9 @@ class ReshardGroup(_w.ReshardGroupCalls, _Starter):
         for name, v in (("bucket_bytes", bucket_bytes), ("alone_bytes", alone_bytes)):
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0:
                 raise _bad(f"{name}: {v!r} is not a byte count >= 0 (0: the default)")
-        cfg = None  # NULL: the library's defaults
-        if bucket_bytes or alone_bytes:
-            cfg = L.lm_reshard_group_config_t()
-            cfg.bucket_bytes, cfg.alone_bytes = int(bucket_bytes), int(alone_bytes)
+        cfg = L.lm_reshard_group_config_t(bucket_bytes=int(bucket_bytes),  # 0: the default
+                                          alone_bytes=int(alone_bytes))
         super().__init__(call("lm_reshard_group_create", sm, dm, len(items), arr, cfg))
-
-    def __len__(self):
-        return self.size()
 
     def __bool__(self):
         return True  # a handle, even of no entries (len() would make an empty group false)
@@ -1179,9 +1046,8 @@ def _input_args(args, keep):
             inputs[i].kind, inputs[i].f64 = ARG_DOUBLE, a
         elif isinstance(a, np.ndarray):
             try:
-                b = dl.Borrowed(a, f"input {i}")
-                keep.append(b)
-                inputs[i].kind, inputs[i].ptr = ARG_TENSOR, ctypes.addressof(b.tensor)
+                keep.append(dl.borrow(a, f"input {i}"))
+                inputs[i].kind, inputs[i].ptr = ARG_TENSOR, ctypes.addressof(keep[-1])
             except Error:  # no DLPack dtype: it still reaches fn as the Python object
                 inputs[i].kind, inputs[i].ptr = ARG_POINTER, id(a)
         elif a is None:
@@ -1202,10 +1068,9 @@ def _run_local_map(fn, args, kwargs, out_placements, in_placements, out_shapes, 
         names, in_placements="in_grad_placements"), ndims=ndims)
     opt, rec = None, c_void_p()
     if grad_pl is not None or record:
-        opt = L.lm_local_map_options_t()
+        opt = L.lm_local_map_options_t(record=ctypes.pointer(rec) if record else None)
         if grad_pl is not None:
             opt.in_grad_placements = L.to_c("lm_local_map", "in_placements", grad_pl, keep)
-        opt.record = ctypes.pointer(rec) if record else None
     key = next(_keys)
     _calls[key] = call_
     try:

@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _BFLOAT16 = None
 
 _KIND_CODE = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt, "c": kDLComplex, "b": kDLBool}
+_CODE_KIND = {code: kind for kind, code in _KIND_CODE.items()}  # (bool: "b1")
 
 
 def _bad(message):
@@ -56,11 +57,9 @@ def np_dtype(dl):
     """The numpy dtype of a DLDataType, or the string "bfloat16" when numpy cannot hold it."""
     code, bits, lanes = dl.code, dl.bits, dl.lanes
     if lanes == 1:
-        if code == kDLBool and bits == 8:
-            return np.dtype(np.bool_)
         if code == kDLBfloat and bits == 16:
             return _BFLOAT16 if _BFLOAT16 is not None else "bfloat16"
-        kind = {kDLFloat: "f", kDLInt: "i", kDLUInt: "u", kDLComplex: "c"}.get(code)
+        kind = _CODE_KIND.get(code)
         if kind is not None and bits % 8 == 0:
             try:
                 return np.dtype(f"{kind}{bits // 8}")
@@ -122,20 +121,21 @@ def _whole_strides(a):
 # ---------------------------------------------------------------------------------------------
 # numpy -> DLTensor (borrowed for the duration of one call)
 # ---------------------------------------------------------------------------------------------
-class Borrowed:
-    """A DLTensor (`tensor`) describing a numpy array; keep this object alive while C reads the
-    tensor. Strides are given in elements when the array is not C-contiguous (numpy's byte
-    strides must be whole elements; otherwise, or with need_compact, the array is copied)."""
-    __slots__ = ("array", "tensor")
-
-    def __init__(self, array, argname, need_compact=False):
-        a = array
-        if not a.dtype.isnative:
-            a = a.astype(a.dtype.newbyteorder("="))
-        if (need_compact and not a.flags.c_contiguous) or not _whole_strides(a):
-            a = np.ascontiguousarray(a)
-        self.array = a
-        self.tensor = _describe(DLTensor(), a, f"{argname}.dtype")
+def borrow(array, argname):
+    """A DLTensor describing a host array (numpy, anything np.asarray takes, or a DLPack
+    producer), which it keeps alive (as its `array`): keep the tensor while C reads it. Strides
+    are given in elements when the array is not C-contiguous (numpy's byte strides must be whole
+    elements; otherwise the array is copied)."""
+    if not isinstance(array, np.ndarray) and hasattr(array, "__dlpack__"):
+        array = np.from_dlpack(array)
+    a = np.asarray(array)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if not _whole_strides(a):
+        a = np.ascontiguousarray(a)
+    t = _describe(DLTensor(), a, f"{argname}.dtype")
+    t.array = a
+    return t
 
 
 # ---------------------------------------------------------------------------------------------

@@ -166,7 +166,8 @@ def call(fname, *args, names=None, ndims=None):
     """Calls the C function `fname` with `args`, its in and inout arguments in order (its out
     arguments left out), and returns what it writes: None, the one value, or a tuple of them. An
     integer or a handle comes back as an int (None for NULL), a struct as itself, an integer
-    array as a tuple, a char buffer as a str, another array as the ctypes array.
+    array as a tuple, a char buffer as a str, another array as the ctypes array. A function that
+    returns no status (lm_get_version, lm_status_string) writes nothing: it returns its value.
 
     An array argument given as a Python list or tuple is first checked against its length rule
     (check(), which says what `names` and `ndims` do), then converted: an element with
@@ -186,7 +187,9 @@ def call(fname, *args, names=None, ndims=None):
             cargs.append(ctypes.byref(v) if not dims else v)
         else:
             cargs.append(_to_c(t, dims, values[name], keep))
-    globals()[fname](*cargs)
+    ret = globals()[fname](*cargs)
+    if _api.FUNCTIONS[fname][0] != "lm_status_t":
+        return ret
     got = tuple(_from_c(v, dims, values) for v, dims in outs)
     return None if not got else got[0] if len(got) == 1 else got
 

@@ -79,9 +79,10 @@ def test_block_cyclic_block_in_python_terms(mesh1, no_c_call):
         lm.zeros(mesh1, (5,), np.float32, [lm.BlockCyclic(0, 2, src=-1)])
 
 
-def test_from_scalapack_names_its_array(no_c_call):
+def test_from_scalapack_names_its_array(no_c_call, monkeypatch):
     """a=None and an array too small for the descriptor's local part are refused naming `a`,
-    before C reads (or wraps) fewer elements than the descriptor says this rank holds."""
+    before C reads fewer elements than the descriptor says this rank holds: the local part
+    comes from a borrow (LM_FROM_LOCAL_BORROW reads nothing), and no copy is made."""
     with lm.Mesh([1, COMM.size]) as grid:
         mb = nb = 2
         desc = [1, 0, 4, nb * COMM.size, mb, nb, 0, 0, 4]  # 4 rows, 2 columns per rank
@@ -89,8 +90,13 @@ def test_from_scalapack_names_its_array(no_c_call):
         with pytest.raises(lm.InvalidArgumentError) as ei:
             lm.from_scalapack(None, desc, grid)
         assert ei.value.message.startswith("from_scalapack: a is None")
+        monkeypatch.undo()
+        real, flags = _lib.lm_dist_tensor_from_scalapack, []
+        monkeypatch.setattr(_lib, "lm_dist_tensor_from_scalapack",
+                            lambda *args: flags.append(args[-1]) or real(*args))
         for copy in (None, True):
             with pytest.raises(lm.InvalidArgumentError) as ei:
                 lm.from_scalapack(np.zeros((4, 1), order="F"), desc, grid, copy=copy)
             assert ei.value.message == ("from_scalapack: a has 1 columns, but desc places 2 "
                                         "columns (LOCc) of the matrix on this rank")
+        assert flags == [_lib.LM_FROM_LOCAL_BORROW] * 2
