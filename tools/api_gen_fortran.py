@@ -304,6 +304,11 @@ WRAPPERS = {
     "lm_reshard_plan_start": ("lm_reshard_plan_start", "plan, x=src, y=dst:inout, request",
                               "Starts the plan without waiting; x and y must not be touched until the request "
                               "completes."),
+    "lm_request_test": ("lm_request_test", "request, done:logical", "done = .true. once complete (the request is then "
+                        "finished)."),
+    "lm_request_wait": ("lm_request_wait", "request",
+                        "Completes a nonblocking reshard (lm_reshard_plan_start, lm_reshard_group_start) and frees the "
+                        "request (one already complete, or never started, is a no-op)."),
     "lm_reshard_plan_describe": ("lm_reshard_plan_describe", "plan, text=buf:4096",
                                  "A one-line description of the plan's steps."),
     "lm_reshard_plan_adjoint": ("lm_reshard_plan_adjoint", "plan, adjoint",
@@ -389,6 +394,16 @@ def doc(text, indent):
     return [indent + "!> " + ln for ln in textwrap.wrap(text, 93 - len(indent))]
 
 
+# The module's procedures a generated wrapper calls: no local variable may take their names.
+CALLED = {"c_", "done_", "flag_", "dev_", "reversed_", "to_c_str_", "c_chars_"}
+
+
+def c_var(name):
+    """The local variable that carries dummy `name` to C: name_, or name_c where that is a
+    procedure the wrapper calls (done_ for a dummy `done`)."""
+    return name + ("_c" if name + "_" in CALLED else "_")
+
+
 class Dummy:
     """One Fortran dummy argument of a generated wrapper, parsed from its WRAPPERS spec."""
     def __init__(self, spec):
@@ -446,8 +461,9 @@ class Wrapper:
 
     def handle(self, d, a, ftype):
         n = d.name
-        if a.direction == "in":
-            self.decls.append("type(%s), intent(%s) :: %s" % (ftype, "inout" if "inout" in d.marks else "in", n))
+        if a.direction != "out":  # C writes an inout handle through the pointer (lm_request_wait)
+            inout = "inout" in d.marks or a.direction == "inout"
+            self.decls.append("type(%s), intent(%s) :: %s" % (ftype, "inout" if inout else "in", n))
             self.actual[a.name] = n + "%ptr"
             return
         self.decls.append("type(%s), intent(inout) :: %s" % (ftype, n))
@@ -522,15 +538,16 @@ class Wrapper:
         if ftype == fkind and fkind != "integer" and not d.optional:
             self.actual[a.name] = n
             return
-        self.locals.append("%s%s :: %s_" % (kind_of(a.base, a.where), ", target" if d.optional else "", n))
-        self.pre.append("%s_ = %s" % (n, "0" if ftype == "logical" or d.optional else "-1"))
+        v = c_var(n)
+        self.locals.append("%s%s :: %s" % (kind_of(a.base, a.where), ", target" if d.optional else "", v))
+        self.pre.append("%s = %s" % (v, "0" if ftype == "logical" or d.optional else "-1"))
         if ftype == "logical":
-            value = "%s_ /= 0" % n
+            value = "%s /= 0" % v
         else:
-            value = "int(%s_)%s" % (n, " + 1" if "1" in d.marks else "")
+            value = "int(%s)%s" % (v, " + 1" if "1" in d.marks else "")
         self.post.append(("if (present(%s)) " % n if d.optional else "") + "%s = %s" % (n, value))
         by_value = declaration(self.f, a)[0] == "type(c_ptr), value"
-        self.actual[a.name] = ("c_loc(%s_)" if by_value else "%s_") % n
+        self.actual[a.name] = ("c_loc(%s)" if by_value else "%s") % v
 
     def left_out(self, a):
         if uniform(a)[0] == "type(c_ptr), value" and declaration(self.f, a)[0] == "type(c_ptr), value":

@@ -1170,30 +1170,6 @@ contains
     call done_(st, ierr, "lm_reshard_plan_create")
   end subroutine
 
-  !> done = .true. once complete (the request is then finished).
-  subroutine lm_request_test(request, done, ierr)
-    type(lm_request), intent(inout) :: request
-    logical, intent(out) :: done
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, d
-    d = 1
-    st = LM_SUCCESS
-    if (c_associated(request%ptr)) st = c_(lmc_request_test(request%ptr, d))
-    done = d /= 0
-    call done_(st, ierr, "lm_request_test")
-  end subroutine
-
-  !> Completes a nonblocking reshard (lm_reshard_plan_start, lm_reshard_group_start) and frees the
-  !> request (one already complete, or never started, is a no-op).
-  subroutine lm_request_wait(request, ierr)
-    type(lm_request), intent(inout) :: request
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = LM_SUCCESS
-    if (c_associated(request%ptr)) st = c_(lmc_request_wait(request%ptr))
-    call done_(st, ierr, "lm_request_wait")
-  end subroutine
-
   !> The bytes this rank sends to other ranks when executing the plan: info%bytes_sent of
   !> lm_reshard_plan_info (this rank's counts, local).
   subroutine lm_reshard_plan_bytes_sent(plan, bytes, ierr)
