@@ -13,7 +13,9 @@
                         from localmap.f90)
   localmap_typed.inc    the procedures of every type and rank (TYPES, RANKS) behind lm_from_local,
                         lm_from_global, lm_gather, lm_arg_set, lm_local, lm_arg_get, lm_from_scalapack
-  localmap_generic.inc  their generic interfaces, documented (GENERIC_DOCS), and take_'s
+  localmap_generic.inc  their generic interfaces, documented (GENERIC_DOCS), and the generics of
+                        the generated wrappers' communicator twins and of the handle types
+                        (lm_destroy, assignment(=))
   localmap_types.inc    what include/localmap.h declares besides functions, read from the header:
                         its constants (enum members, `#define LM_X 1`) as named constants, its
                         structs as bind(C) derived types with the header's field comments, the
@@ -911,6 +913,35 @@ def doc_lines(name, kinds=None):
     return "".join("!> %s\n" % ln for ln in text.split("\n"))
 
 
+def comm_generics():
+    """{generic: (its comment, [its specifics])} of the wrappers with a communicator dummy
+    (Wrapper.lines names the integer and the type(MPI_Comm) specifics)."""
+    out = {}
+    for fname, spec, docline, *_ in WRAPPERS.values():
+        if any("comm" in Dummy(x.strip()).marks for x in spec.split(",") if x.strip()):
+            out[fname] = (docline, [fname[3:] + "_int_", fname[3:] + "_f08_"])
+    return out
+
+
+def generic_tail():
+    """The generics of the generated wrappers' communicator twins and of the handle procedures
+    (their names are public in localmap.f90's list of the module's API)."""
+    out = ["! The generics of the wrappers' communicator twins and of the handle types' procedures\n",
+           "! (localmap_wrap.inc).\n"]
+    blocks = dict(comm_generics())
+    destroys = [h[3] for h in HANDLE_PROCS if h[3]]
+    blocks["lm_destroy"] = ("call lm_destroy(h): the destroy of h's type (%s)." % ", ".join(destroys), destroys)
+    blocks["assignment(=)"] = ("lhs = rhs of two handles of one type: a dist tensor is shared (one more "
+                               "reference, lm_dist_tensor_retain); other handles cannot be copied (error stop, "
+                               "unless both are empty).", ["%s_assign_" % h[1] for h in HANDLE_PROCS])
+    for name, (comment, specifics) in blocks.items():
+        out += [x + "\n" for x in doc(comment, "")]
+        out.append("interface %s\n" % name)
+        out += [x + "\n" for x in wrap_stmt("  module procedure " + ", ".join(specifics), "")]
+        out.append("end interface\n")
+    return out
+
+
 def generate_generic(funcs):
     out = [TYPED_HEAD]
     for name in ["lm_from_local", "lm_from_global", "lm_gather", "lm_arg_set"]:
@@ -927,7 +958,7 @@ def generate_generic(funcs):
     out.append("interface lm_from_scalapack\n")
     out += ["  module procedure lm_from_scalapack_%s_%d\n" % (s, r) for s in SCALAPACK_TYPES for r in (2, 1)]
     out.append("end interface lm_from_scalapack\n")
-    return "".join(out)
+    return "".join(out + generic_tail())
 
 
 def generate_typed(funcs):

@@ -180,18 +180,10 @@ module localmap
 
   ! Generic names whose specific procedures differ in a communicator's type (integer or
   ! type(MPI_Comm)) or a shape's kind (integer(c_int64_t) or integer(c_int32_t)); the second
-  ! specific of each pair is generated from the first (localmap_wrap.inc).
-  interface lm_comm_world
-    module procedure comm_world_int_, comm_world_f08_
-  end interface
+  ! specific of each pair is generated from the first (localmap_wrap.inc). The generics of the
+  ! generated procedures are in localmap_generic.inc.
   interface lm_mesh_create
     module procedure mesh_create_int_, mesh_create_f08_, mesh_create_int_i4_, mesh_create_f08_i4_
-  end interface
-  interface lm_mesh_dim_comm
-    module procedure mesh_dim_comm_int_, mesh_dim_comm_f08_
-  end interface
-  interface lm_mesh_comm
-    module procedure mesh_comm_int_, mesh_comm_f08_
   end interface
   interface lm_zeros
     module procedure zeros_i8_, zeros_i4_
@@ -216,13 +208,6 @@ module localmap
   end interface
   interface lm_arg
     module procedure arg_dist_, arg_i8_, arg_i4_, arg_r8_, arg_ptr_, arg_dl_
-  end interface
-  interface lm_destroy
-    module procedure lm_mesh_destroy, lm_dist_tensor_destroy, lm_reshard_plan_destroy, lm_reshard_group_destroy, &
-      lm_local_map_record_destroy
-  end interface
-  interface assignment(=)
-    module procedure mesh_assign_, tensor_assign_, plan_assign_, group_assign_, request_assign_, record_assign_
   end interface
   interface operator(==)
     module procedure dtype_eq_, placement_eq_
