@@ -18,7 +18,8 @@
                            api_gen_fortran.py: bindings/fortran/localmap_c.inc (the lmc_* bind(C)
                            interfaces and their public list) and the generated parts of the
                            Fortran module (localmap_generic.inc, localmap_wrap.inc,
-                           localmap_typed.inc; see that file)
+                           localmap_typed.inc, and localmap_types.inc: the header's constants,
+                           structs and handle types; see that file)
                            api_gen_cpp.py: include/localmap_api.hpp (checked C++ calls and the
                            query methods of localmap.hpp's classes)
 

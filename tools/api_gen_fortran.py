@@ -13,7 +13,13 @@
                         from localmap.f90)
   localmap_typed.inc    the procedures of every type and rank (TYPES, RANKS) behind lm_from_local,
                         lm_from_global, lm_gather, lm_arg_set, lm_local, lm_arg_get, lm_from_scalapack
-  localmap_generic.inc  their generic interfaces, documented (GENERIC_DOCS), and take_'s
+  localmap_generic.inc  their generic interfaces, documented (GENERIC_DOCS), and the generics of
+                        the generated wrappers' communicator twins and of the handle types
+                        (lm_destroy, assignment(=))
+  localmap_types.inc    what include/localmap.h declares besides functions, read from the header:
+                        its constants (enum members, `#define LM_X 1`) as named constants, its
+                        structs as bind(C) derived types with the header's field comments, the
+                        data type values and LM_CPU, and the Fortran handle types (lm_mesh, ...)
 
 The bind(C) interfaces map each argument from its direction, C type, length rule and null-ok:
   in scalar             integer(c_int) / integer(c_int64_t) / ... / type(DLDataType), value
@@ -42,10 +48,9 @@ SCALARS = {"int": "integer(c_int)", "unsigned": "integer(c_int)", "lm_status_t":
            "DLDeviceType": "integer(c_int)", "lm_shape_mode_t": "integer(c_int)",
            "int32_t": "integer(c_int32_t)", "int64_t": "integer(c_int64_t)",
            "size_t": "integer(c_size_t)", "char": "character(kind=c_char)"}
-# C structs that localmap.f90 declares as bind(C) derived types of the same name
-STRUCTS = {"DLDataType", "DLDevice", "DLTensor", "DLManagedTensor", "lm_placement_t",
-           "lm_mesh_config_t", "lm_device_config_t", "lm_reshard_plan_info_t", "lm_reshard_entry_t",
-           "lm_reshard_group_config_t", "lm_local_map_options_t", "lm_arg_t"}
+# C structs the module declares as bind(C) derived types of the same name: DLPack's, written in
+# localmap.f90, and every struct of the header (localmap_types.inc, structs())
+DLPACK_STRUCTS = {"DLDataType", "DLDevice", "DLTensor", "DLManagedTensor"}
 CALLBACKS = {"lm_local_fn_t"}
 RETURNS = {"lm_status_t": "integer(c_int)", "int": "integer(c_int)", "const char *": "type(c_ptr)"}
 
@@ -79,12 +84,12 @@ def kind_of(base, where):
         return "type(c_ptr)"
     if base in SCALARS:
         return SCALARS[base]
-    if base in STRUCTS:
+    if base in structs():
         return "type(%s)" % base
     if base in CALLBACKS:
         return "type(c_funptr)"
     raise SystemExit("%s: api_gen_fortran.py has no Fortran type for %r: add it to HANDLES, "
-                     "SCALARS, STRUCTS or CALLBACKS" % (where, base))
+                     "SCALARS, DLPACK_STRUCTS or CALLBACKS" % (where, base))
 
 
 def declaration(f, a):
@@ -301,6 +306,11 @@ WRAPPERS = {
     "lm_reshard_plan_start": ("lm_reshard_plan_start", "plan, x=src, y=dst:inout, request",
                               "Starts the plan without waiting; x and y must not be touched until the request "
                               "completes."),
+    "lm_request_test": ("lm_request_test", "request, done:logical", "done = .true. once complete (the request is then "
+                        "finished)."),
+    "lm_request_wait": ("lm_request_wait", "request",
+                        "Completes a nonblocking reshard (lm_reshard_plan_start, lm_reshard_group_start) and frees the "
+                        "request (one already complete, or never started, is a no-op)."),
     "lm_reshard_plan_describe": ("lm_reshard_plan_describe", "plan, text=buf:4096",
                                  "A one-line description of the plan's steps."),
     "lm_reshard_plan_adjoint": ("lm_reshard_plan_adjoint", "plan, adjoint",
@@ -386,6 +396,16 @@ def doc(text, indent):
     return [indent + "!> " + ln for ln in textwrap.wrap(text, 93 - len(indent))]
 
 
+# The module's procedures a generated wrapper calls: no local variable may take their names.
+CALLED = {"c_", "done_", "flag_", "dev_", "reversed_", "to_c_str_", "c_chars_"}
+
+
+def c_var(name):
+    """The local variable that carries dummy `name` to C: name_, or name_c where that is a
+    procedure the wrapper calls (done_ for a dummy `done`)."""
+    return name + ("_c" if name + "_" in CALLED else "_")
+
+
 class Dummy:
     """One Fortran dummy argument of a generated wrapper, parsed from its WRAPPERS spec."""
     def __init__(self, spec):
@@ -443,8 +463,9 @@ class Wrapper:
 
     def handle(self, d, a, ftype):
         n = d.name
-        if a.direction == "in":
-            self.decls.append("type(%s), intent(%s) :: %s" % (ftype, "inout" if "inout" in d.marks else "in", n))
+        if a.direction != "out":  # C writes an inout handle through the pointer (lm_request_wait)
+            inout = "inout" in d.marks or a.direction == "inout"
+            self.decls.append("type(%s), intent(%s) :: %s" % (ftype, "inout" if inout else "in", n))
             self.actual[a.name] = n + "%ptr"
             return
         self.decls.append("type(%s), intent(inout) :: %s" % (ftype, n))
@@ -519,15 +540,16 @@ class Wrapper:
         if ftype == fkind and fkind != "integer" and not d.optional:
             self.actual[a.name] = n
             return
-        self.locals.append("%s%s :: %s_" % (kind_of(a.base, a.where), ", target" if d.optional else "", n))
-        self.pre.append("%s_ = %s" % (n, "0" if ftype == "logical" or d.optional else "-1"))
+        v = c_var(n)
+        self.locals.append("%s%s :: %s" % (kind_of(a.base, a.where), ", target" if d.optional else "", v))
+        self.pre.append("%s = %s" % (v, "0" if ftype == "logical" or d.optional else "-1"))
         if ftype == "logical":
-            value = "%s_ /= 0" % n
+            value = "%s /= 0" % v
         else:
-            value = "int(%s_)%s" % (n, " + 1" if "1" in d.marks else "")
+            value = "int(%s)%s" % (v, " + 1" if "1" in d.marks else "")
         self.post.append(("if (present(%s)) " % n if d.optional else "") + "%s = %s" % (n, value))
         by_value = declaration(self.f, a)[0] == "type(c_ptr), value"
-        self.actual[a.name] = ("c_loc(%s_)" if by_value else "%s_") % n
+        self.actual[a.name] = ("c_loc(%s)" if by_value else "%s") % v
 
     def left_out(self, a):
         if uniform(a)[0] == "type(c_ptr), value" and declaration(self.f, a)[0] == "type(c_ptr), value":
@@ -891,6 +913,35 @@ def doc_lines(name, kinds=None):
     return "".join("!> %s\n" % ln for ln in text.split("\n"))
 
 
+def comm_generics():
+    """{generic: (its comment, [its specifics])} of the wrappers with a communicator dummy
+    (Wrapper.lines names the integer and the type(MPI_Comm) specifics)."""
+    out = {}
+    for fname, spec, docline, *_ in WRAPPERS.values():
+        if any("comm" in Dummy(x.strip()).marks for x in spec.split(",") if x.strip()):
+            out[fname] = (docline, [fname[3:] + "_int_", fname[3:] + "_f08_"])
+    return out
+
+
+def generic_tail():
+    """The generics of the generated wrappers' communicator twins and of the handle procedures
+    (their names are public in localmap.f90's list of the module's API)."""
+    out = ["! The generics of the wrappers' communicator twins and of the handle types' procedures\n",
+           "! (localmap_wrap.inc).\n"]
+    blocks = dict(comm_generics())
+    destroys = [h[3] for h in HANDLE_PROCS if h[3]]
+    blocks["lm_destroy"] = ("call lm_destroy(h): the destroy of h's type (%s)." % ", ".join(destroys), destroys)
+    blocks["assignment(=)"] = ("lhs = rhs of two handles of one type: a dist tensor is shared (one more "
+                               "reference, lm_dist_tensor_retain); other handles cannot be copied (error stop, "
+                               "unless both are empty).", ["%s_assign_" % h[1] for h in HANDLE_PROCS])
+    for name, (comment, specifics) in blocks.items():
+        out += [x + "\n" for x in doc(comment, "")]
+        out.append("interface %s\n" % name)
+        out += [x + "\n" for x in wrap_stmt("  module procedure " + ", ".join(specifics), "")]
+        out.append("end interface\n")
+    return out
+
+
 def generate_generic(funcs):
     out = [TYPED_HEAD]
     for name in ["lm_from_local", "lm_from_global", "lm_gather", "lm_arg_set"]:
@@ -907,7 +958,7 @@ def generate_generic(funcs):
     out.append("interface lm_from_scalapack\n")
     out += ["  module procedure lm_from_scalapack_%s_%d\n" % (s, r) for s in SCALAPACK_TYPES for r in (2, 1)]
     out.append("end interface lm_from_scalapack\n")
-    return "".join(out)
+    return "".join(out + generic_tail())
 
 
 def generate_typed(funcs):
@@ -1012,6 +1063,302 @@ end subroutine
     return "".join(out)
 
 
+# =================================================================================================
+# What include/localmap.h declares besides its functions (localmap_types.inc, in the module's
+# specification part after DLPack's hand-written types): every constant (`#define LM_X 1`, enum
+# members) as a named constant, every struct as a bind(C) derived type of the same name and fields,
+# the data type and device values (LM_FLOAT32, LM_CPU), and a derived type with a `final`
+# procedure for every handle. Read from the header by the reader of the Rust types
+# (tools/api_gen_rust_types.py), so that both bindings see the same declarations; a declaration
+# this generator does not know stops it: add it to one of the tables below.
+# =================================================================================================
+TYPES_OUTPUT = "bindings/fortran/localmap_types.inc"
+# Declarations the module leaves out: C's own syntax (the export macros, the include guard, the
+# placement value macros, whose Fortran counterparts are lm_replicate(), lm_shard(), ... of
+# type(lm_placement)) and constants the Fortran API has no use for (lm_from_scalapack takes desc(:)
+# of any size; lm_local_map checks its argument counts in C).
+NOT_IN_FORTRAN = {"LOCALMAP_H_", "LM_API", "LM_NODISCARD", "LM_PLACEMENT_REPLICATE", "LM_SCALAPACK_DLEN",
+                  "LM_LOCAL_MAP_MAX_ARGS"}
+# Enums whose members take another name in Fortran, by prefix: Fortran names are case-blind, and
+# lm_replicate(), lm_shard(), ... are the constructors of type(lm_placement).
+ENUM_PREFIX = {"lm_placement_kind_t": "LM_KIND_"}
+# The kind of an integer constant: default integer, except where the value fills a field of an
+# int32 or uint32 kind (the options' magic and version, lm_placement_t::extents, the route bits of
+# lm_reshard_plan_info_t::routes), and integer(c_int) for the int flags of the anonymous enum (None).
+CONST_KINDS = {"LM_EXTENTS_AGREED": "integer(c_int32_t)", "lm_route_t": "integer(c_int32_t)",
+               None: "integer(c_int)"}
+# C field types -> Fortran kinds (an unsigned C type takes the signed kind of its size, and its
+# field says so in a comment).
+FIELD_KINDS = {"size_t": "integer(c_size_t)", "int": "integer(c_int)", "int32_t": "integer(c_int32_t)",
+               "int64_t": "integer(c_int64_t)", "uint32_t": "integer(c_int32_t)",
+               "uint64_t": "integer(c_int64_t)", "double": "real(c_double)"}
+# Structs without default initialisation: lm_placement_t is a plain value of eight int32 fields,
+# as in C (type(lm_placement), its Fortran form, has the defaults).
+PLAIN_STRUCTS = {"lm_placement_t"}
+# DLPack's structs are hand-written in localmap.f90 (they come from dlpack.h, not from this
+# header): their fields' kinds, for the value macros LM_FLOAT32, ..., LM_CPU.
+DLPACK_KINDS = {"DLDataType": ["c_int8_t", "c_int8_t", "c_int16_t"], "DLDevice": ["c_int", "c_int"]}
+# What the Fortran module says of a declaration (an enum: its name, or its first member's), before
+# the header's comment.
+FORTRAN_NOTES = {
+    "lm_placement_kind_t": "Placement kinds (C's LM_REPLICATE, LM_SHARD, ...: Fortran names are case-blind, "
+                           "and lm_replicate(), lm_shard(), ... are the constructors).",
+    "LM_EXTENTS_AGREED": "lm_ragged(dim, LM_EXTENTS_AGREED): the ranks' local shapes give the extents "
+                         "(lm_from_local with LM_SHAPE_ALLGATHER, its default; lm_local_map outputs without a "
+                         "given shape).",
+    "LM_PLAN_INFO_ALL_RANKS": "Flags of lmc_reshard_plan_info and lmc_reshard_estimate (all_ranks = .true. "
+                                   "in Fortran).",
+    "lm_placement_t": "The C placement struct (C dim numbering). Fortran code uses type(lm_placement).",
+    "lm_mesh_config_t": "The C options of lm_mesh_create (lmc_mesh_create); lm_mesh_create takes them as "
+                        "arguments.",
+    "lm_device_config_t": "This rank's device options of a mesh (lm_mesh_set_device_config): a CUDA stream "
+                          "and allocator callbacks (bind(C) functions, c_funloc).",
+    "lm_reshard_plan_info_t": "What executing a plan moves (lm_reshard_plan_info; C's lm_reshard_plan_info_t, "
+                              "with the same fields and meaning; routes: LM_ROUTE_* bits).",
+    "lm_reshard_entry_t": "One entry of a group (lmc_reshard_group_create; C's lm_reshard_entry_t: C "
+                          "numbering, the row-major global shape). Fortran code uses type(lm_reshard_entry).",
+    "lm_reshard_group_config_t": "The C options of lm_reshard_group_create (lmc_reshard_group_create); "
+                                 "lm_reshard_group_create takes them as arguments.",
+    "lm_local_map_options_t": "The C options of lm_local_map_ex (lmc_local_map_ex); lm_local_map takes them "
+                              "as arguments.",
+    "lm_arg_t": "One argument or result of lm_local_map (kind: LM_ARG_*).",
+}
+# The Fortran handle types (one per C handle, FTYPES): their comment, and fields besides `ptr`.
+HANDLE_DOCS = {
+    "lm_mesh": "A mesh handle. Destroyed (locally) by lm_destroy or when it goes out of scope; it cannot "
+               "be copied (meshes have no reference count: pass it as an argument). A mesh obtained from "
+               "lm_dist_tensor_mesh or inside a local_map function is borrowed and never destroyed here.",
+    "lm_dist_tensor": "A dist tensor handle. Assignment y = x shares the tensor (a reference, "
+                      "lm_dist_tensor_retain); lm_destroy or going out of scope drops one reference (local).",
+    "lm_reshard_plan": "A persistent reshard plan (not copyable).",
+    "lm_reshard_group": "A grouped reshard plan: N reshards between one pair of meshes run as one (not "
+                        "copyable).",
+    "lm_local_map_record": "The record of one lm_local_map call made with record= (not copyable): what its "
+                           "backward pass needs (lm_local_map_record_placements, lm_local_map_record_input_grad).",
+    "lm_request": "A nonblocking reshard in flight; finalizing it waits for completion.",
+}
+HANDLE_FIELDS = {"lm_mesh": ["logical :: owned = .true."]}
+
+
+def header():
+    """tools/api_gen_rust_types.py, the header's reader (tools/ is on the path: api.py runs from it)."""
+    import api_gen_rust_types
+    return api_gen_rust_types
+
+
+_structs = []
+
+
+def structs():
+    """The names of the bind(C) derived types: DLPack's and the header's structs."""
+    if not _structs:
+        _structs.append(DLPACK_STRUCTS | {n for k, n, _, _ in header().declarations() if k == "sname"})
+    return _structs[0]
+
+
+def doc_text(text):
+    """A header comment's text as one paragraph."""
+    lines = [re.sub(r"^\s*\*?\s?", "", ln) for ln in text.strip().lstrip("<").split("\n")]
+    return " ".join(" ".join(lines).split())
+
+
+def fdoc(parts, indent):
+    """!> lines of the paragraphs `parts` (None and "" left out); a paragraph "- x" is a list item,
+    its further lines indented."""
+    import textwrap
+    out = []
+    for p in parts:
+        if p:
+            more = "  " if p.startswith("- ") else ""
+            out += [indent + "!> " + ln for ln in textwrap.wrap(p, 96 - len(indent), subsequent_indent=more,
+                                                                 break_on_hyphens=False)]
+    return out
+
+
+def fconst(value, kind):
+    """A C integer literal (`0x4c4d4d43u`, `2u`, `-1`) as a Fortran constant of `kind`."""
+    v = re.sub(r"[uU]$", "", value.strip())
+    if v.lower().startswith("0x"):
+        k = re.fullmatch(r"integer\((\w+)\)", kind)
+        return "int(z'%s'%s)" % (v[2:], ", " + k.group(1) if k else "")
+    if not re.fullmatch(r"-?\d+", v):
+        raise SystemExit("include/localmap.h: api_gen_fortran: %r is no integer literal" % value)
+    return v
+
+
+def const_stmt(kind, pairs, indent="  "):
+    """`kind, parameter, public :: A = 1, B = 2`, continued within MAXLINE."""
+    text = "%s%s, parameter, public :: %s" % (indent, kind, ", ".join("%s = %s" % p for p in pairs))
+    cut = text.rfind(" + ", 0, MAXLINE - 2)
+    if len(text) > MAXLINE and len(pairs) == 1 and cut > 0:  # an expression (LM_VERSION_CODE)
+        return [text[:cut] + " &", indent + "    " + text[cut + 1:]]
+    return wrap_stmt(text, indent)
+
+
+def const_kind(name):
+    """The kind of the constant of a `#define` (CONST_KINDS; an option struct's magic and version:
+    its uint32_t fields)."""
+    if re.fullmatch(r"LM_\w+_(MAGIC|VERSION)", name):
+        return "integer(c_int32_t)"
+    return CONST_KINDS.get(name, "integer")
+
+
+def enum_lines(name, doc_, members):
+    """One statement of an enum's members, its comment the enum's and a list of the members'."""
+    prefix = ENUM_PREFIX.get(name)
+    fname = (lambda n: prefix + n[len("LM_"):]) if prefix else (lambda n: n)
+    kind = CONST_KINDS.get(name, "integer")
+    head = (name + ": " if name else "") + doc_text(doc_ or "")
+    out = fdoc([FORTRAN_NOTES.get(name or members[0][0]), head], "  ")
+    for n, _, d in members:
+        out += fdoc(["- %s: %s" % (fname(n), doc_text(d)) if d else "- " + fname(n)], "  ")
+    return out + const_stmt(kind, [(fname(n), fconst(v, kind)) for n, v, _ in members])
+
+
+def init_values(body, fields):
+    """The defaults an `_INIT` macro gives a struct's fields, by field: the literals; sizeof and
+    the magic and version macros give 0 (the wrappers set them, e.g. lm_mesh_config_t(size=
+    c_sizeof(cfg), magic=LM_MESH_CONFIG_MAGIC, version=LM_MESH_CONFIG_VERSION))."""
+    vals = [v.strip() for v in " ".join(body.replace("\\\n", " ").split()).strip("{}").split(",")]
+    out = {}
+    for (f, _, _), v in zip(fields, vals):
+        out[f] = "0" if re.fullmatch(r"sizeof\(\w+\)|[A-Z_]+", v) else v
+    return out
+
+
+def struct_fields(body):
+    """(name, C type, comment) of a struct body."""
+    out, pending = [], None
+    for m in re.finditer(r"/\*\*(<?)(.*?)\*/|([^;/]+?)\s*\b(\w+)\s*;", body, re.S):
+        if m.group(4):
+            out.append([m.group(4), " ".join(m.group(3).split()), pending])
+            pending = None
+        elif m.group(1) and out:
+            out[-1][2] = m.group(2)
+        else:
+            pending = m.group(2)
+    return out
+
+
+def field_line(sname, fname, ctype, init, callbacks):
+    """The declaration of one field: its kind, its default, and the C type where the kind does
+    not say it (unsigned, a pointer, a callback)."""
+    note = ""
+    if "*" in ctype:
+        kind, default = "type(c_ptr)", "c_null_ptr"
+        note = "" if ctype == "void *" else ctype
+    elif ctype in callbacks:
+        kind, default, note = "type(c_funptr)", "c_null_funptr", ctype
+    elif ctype in FIELD_KINDS:
+        kind, default = FIELD_KINDS[ctype], "0"
+        note = ctype + " in C" if ctype.startswith("u") else ""
+        if init is not None and init != "NULL":
+            default = init + "_c_double" if kind == "real(c_double)" and "." in init else init
+    elif ctype in structs():
+        kind, default = "type(%s)" % ctype, None
+    else:
+        raise SystemExit("include/localmap.h: api_gen_fortran: %s::%s has the type %r, which FIELD_KINDS "
+                         "does not map" % (sname, fname, ctype))
+    if sname in PLAIN_STRUCTS:
+        default = None
+    line = "    %s :: %s%s" % (kind, fname, "" if default is None else " = " + default)
+    return line + ("   ! " + note if note else "")
+
+
+def struct_lines(name, doc_, fields, inits, callbacks):
+    out = fdoc([FORTRAN_NOTES.get(name), doc_text(doc_ or "")], "  ")
+    out.append("  type, bind(C), public :: " + name)
+    for f, ctype, d in fields:
+        out += fdoc([doc_text(d or "")], "    ")
+        out.append(field_line(name, f, ctype, inits.get(f), callbacks))
+    return out + ["  end type"]
+
+
+def value_lines(name, doc_, body, fns):
+    """A value macro (`LM_DTYPE(kDLFloat, 16)`, `((DLDevice){kDLCPU, 0})`) as a named constant of a
+    DLPack type."""
+    call = re.fullmatch(r"(\w+)\((.*)\)", body)
+    if call and call.group(1) in fns:
+        params, fbody = fns[call.group(1)]
+        for p_, a in zip(params, [a.strip() for a in call.group(2).split(",")]):
+            fbody = re.sub(r"\b%s\b" % p_, a, fbody)
+        body = fbody
+    lit = re.fullmatch(r"\(\s*\((\w+)\)\s*\{(.*)\}\s*\)", body)
+    if not lit or lit.group(1) not in DLPACK_KINDS:
+        raise SystemExit("include/localmap.h: api_gen_fortran: %s: a value macro this generator cannot "
+                         "read: %s" % (name, body))
+    t = lit.group(1)
+    vals = [re.sub(r"^\(\w+\)\s*\((.*)\)$", r"\1", v.strip()) for v in lit.group(2).split(",")]
+    args = []
+    for v, k in zip(vals, DLPACK_KINDS[t]):
+        if k == "c_int":
+            args.append(v)
+        elif re.fullmatch(r"\d+", v):  # 128 in a uint8_t is -128 in a c_int8_t
+            n = int(v)
+            args.append("%d_%s - 1_%s" % (n - 255, k, k) if k == "c_int8_t" and n > 127 else "%d_%s" % (n, k))
+        else:
+            args.append("int(%s, %s)" % (v, k))
+    return fdoc([doc_text(doc_ or "")], "  ") + \
+        wrap_stmt("  type(%s), parameter, public :: %s = %s(%s)" % (t, name, t, ", ".join(args)), "  ")
+
+
+def handle_type_lines(ftype):
+    return (fdoc([HANDLE_DOCS[ftype]], "  ") + ["  type, public :: " + ftype, "    type(c_ptr) :: ptr = c_null_ptr"] +
+            ["    " + x for x in HANDLE_FIELDS.get(ftype, [])] +
+            ["  contains", "    final :: %s_final_" % STEMS[ftype], "  end type"])
+
+
+def generate_types(funcs):
+    hdr = header()
+    decls = hdr.declarations()
+    callbacks = {name for kind, name, _, _ in decls if kind == "fname"}
+    inits, fields = {}, {}
+    for kind, name, _, m in decls:
+        if kind == "sname":
+            fields[name] = struct_fields(m.group("sbody"))
+        elif kind == "dname" and name.endswith("_INIT") and m.group("body").strip():
+            t = re.search(r"sizeof\((\w+)\)", m.group("body"))
+            if not t or t.group(1) not in fields:
+                raise SystemExit("include/localmap.h: api_gen_fortran: %s initialises no struct" % name)
+            inits[t.group(1)] = init_values(m.group("body"), fields[t.group(1)])
+    handles = [name for kind, name, _, _ in decls if kind == "handle"]
+    if sorted(FTYPES) != sorted(handles) or sorted(STEMS) != sorted(HANDLE_DOCS):
+        raise SystemExit("api_gen_fortran.py: FTYPES, HANDLE_PROCS and HANDLE_DOCS must name every handle "
+                         "of include/localmap.h (%s)" % ", ".join(handles))
+    out, fns = [], {}
+    for kind, name, doc_, m in decls:
+        lines = []
+        if kind in ("ename", "abody"):
+            lines = enum_lines(name, doc_, hdr.members(m.group("ebody") or m.group("abody"), name or "enum"))
+        elif kind == "sname":
+            lines = struct_lines(name, doc_, fields[name], inits.get(name, {}), callbacks)
+        elif kind == "dname" and name not in NOT_IN_FORTRAN and m.group("body").strip():
+            body = " ".join(m.group("body").replace("\\\n", " ").split())
+            if m.group("params") is not None:  # LM_DTYPE, LM_PLACEMENT_*: expanded where used
+                fns[name] = ([p.strip() for p in m.group("params").strip("()").split(",")], body)
+            elif name.endswith("_INIT"):  # the defaults of its struct's fields
+                continue
+            elif re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)[uU]?", body):
+                k = const_kind(name)
+                lines = fdoc([FORTRAN_NOTES.get(name), doc_text(doc_ or "")], "  ") + \
+                    const_stmt(k, [(name, fconst(body, k))])
+            elif re.fullmatch(r"\(([\w\s*+]+)\)", body):  # LM_VERSION_CODE
+                lines = fdoc([doc_text(doc_ or "")], "  ") + const_stmt("integer", [(name, body[1:-1])])
+            else:
+                lines = value_lines(name, doc_, body, fns)
+        if lines:
+            out += lines
+    out += ["", "  ! " + "-" * 93, "  ! Fortran types", "  ! " + "-" * 93]
+    for ftype, *_ in HANDLE_PROCS:
+        out += handle_type_lines(ftype)
+    head = ("! SPDX-License-Identifier: BSD-3-Clause\n"
+            "! Generated by tools/api.py (tools/api_gen_fortran.py) from include/localmap.h: do not edit\n"
+            "! (make api-generate). Included by localmap.f90 in the module's specification part, after\n"
+            "! DLPack's types: the header's constants, structs (bind(C), with its fields' comments), data\n"
+            "! types and host device, then the handle types (their procedures: localmap_wrap.inc).\n")
+    return head + "\n".join(out) + "\n"
+
+
 OUTPUTS = {OUTPUT: generate, "bindings/fortran/localmap_generic.inc": generate_generic,
            "bindings/fortran/localmap_wrap.inc": generate_wrap,
-           "bindings/fortran/localmap_typed.inc": generate_typed}
+           "bindings/fortran/localmap_typed.inc": generate_typed, TYPES_OUTPUT: generate_types}

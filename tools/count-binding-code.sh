@@ -16,6 +16,7 @@ files=(
   "Fortran bindings/fortran/localmap_c.inc"
   "Fortran bindings/fortran/localmap_wrap.inc"
   "Fortran bindings/fortran/localmap_typed.inc"
+  "Fortran bindings/fortran/localmap_types.inc"
   "Rust   bindings/rust/localmap/src/lib.rs"
   "Rust   bindings/rust/localmap-sys/src/lib.rs"
   "Rust   bindings/rust/localmap-sys/build.rs"

@@ -38,56 +38,9 @@ module localmap
   ! ---------------------------------------------------------------------------------------------
   ! Named constants
   ! ---------------------------------------------------------------------------------------------
-  integer, parameter, public :: LM_VERSION_MAJOR = 1, LM_VERSION_MINOR = 0, LM_VERSION_PATCH = 0
-  integer, parameter, public :: LM_VERSION_CODE = LM_VERSION_MAJOR * 10000 + LM_VERSION_MINOR * 100 &
-                                                  + LM_VERSION_PATCH
-  !> Status codes (lm_status_t).
-  integer, parameter, public :: LM_SUCCESS = 0, LM_ERR_INVALID_ARGUMENT = 1, LM_ERR_INVALID_USAGE = 2, &
-    LM_ERR_OUT_OF_MEMORY = 3, LM_ERR_NOT_SUPPORTED = 4, LM_ERR_MISMATCH = 5, LM_ERR_MPI = 6, &
-    LM_ERR_NCCL = 7, LM_ERR_CUDA = 8, LM_ERR_REMOTE = 9, LM_ERR_INTERNAL = 10, LM_ERR_USER = 11, LM_ERR_TIMEOUT = 12
   !> DLPack device types and type codes.
   integer, parameter, public :: kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLROCM = 10, kDLCUDAManaged = 13
-  integer, parameter, public :: kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComplex = 5, &
-    LM_DL_BOOL = 6
-  !> Placement kinds and reduce ops.
-  ! (C's LM_REPLICATE, LM_SHARD, LM_PARTIAL: Fortran names are case-blind, lm_shard() is the
-  ! constructor.)
-  integer, parameter, public :: LM_KIND_REPLICATE = 0, LM_KIND_SHARD = 1, LM_KIND_PARTIAL = 2, &
-    LM_KIND_RAGGED = 3, &
-    LM_KIND_BLOCK_CYCLIC = 4
-  !> lm_ragged(dim, LM_EXTENTS_AGREED): the ranks' local shapes give the extents (lm_from_local
-  !> with LM_SHAPE_ALLGATHER, its default; lm_local_map outputs without a given shape).
-  integer(c_int32_t), parameter, public :: LM_EXTENTS_AGREED = 0
-  integer, parameter, public :: LM_REDUCE_SUM = 0, LM_REDUCE_AVG = 1, LM_REDUCE_MAX = 2, &
-    LM_REDUCE_MIN = 3, LM_REDUCE_PROD = 4
-  !> Shape modes of lm_from_local, flags of lmc_dist_tensor_from_local.
-  integer, parameter, public :: LM_SHAPE_GIVEN = 0, LM_SHAPE_EVEN = 1, LM_SHAPE_ALLGATHER = 2
-  integer, parameter, public :: LM_FROM_LOCAL_COPY = 0, LM_FROM_LOCAL_BORROW = 1
-  !> local_map argument kinds and flags.
-  integer, parameter, public :: LM_ARG_NONE = 0, LM_ARG_DIST_TENSOR = 1, LM_ARG_TENSOR = 2, &
-    LM_ARG_INT64 = 3, LM_ARG_DOUBLE = 4, LM_ARG_POINTER = 5, LM_ARG_MANAGED_TENSOR = 6
-  integer, parameter, public :: LM_LOCAL_MAP_RESHARD_INPUTS = 1, LM_LOCAL_MAP_NO_AGREE = 2, &
-    LM_LOCAL_MAP_SHAPES_EVEN = 4
-  integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_MAGIC = int(z'4c4d4d43', c_int32_t)
-  integer(c_int32_t), parameter, public :: LM_RESHARD_PLAN_INFO_MAGIC = int(z'4c4d5049', c_int32_t)
-  integer(c_int32_t), parameter, public :: LM_RESHARD_PLAN_INFO_VERSION = 1
-  !> Flags of lmc_reshard_plan_info and lmc_reshard_estimate (all_ranks = .true. in Fortran).
-  integer(c_int), parameter, public :: LM_PLAN_INFO_ALL_RANKS = 1
-  !> The version of lm_reshard_group_config_t this module describes.
-  integer(c_int32_t), parameter, public :: LM_RESHARD_GROUP_CONFIG_MAGIC = int(z'4c4d4743', c_int32_t)
-  integer(c_int32_t), parameter, public :: LM_RESHARD_GROUP_CONFIG_VERSION = 1
-  !> lm_local_map_record_placements: which placements (lm_record_which_t).
-  integer, parameter, public :: LM_RECORD_INPUT = 0, LM_RECORD_IN = 1, LM_RECORD_IN_GRAD = 2, &
-    LM_RECORD_OUT = 3, LM_RECORD_OUT_GRAD = 4
-  integer(c_int32_t), parameter, public :: LM_LOCAL_MAP_OPTIONS_MAGIC = int(z'4c4d4c4f', c_int32_t)
-  integer(c_int32_t), parameter, public :: LM_LOCAL_MAP_OPTIONS_VERSION = 1
-  integer(c_int32_t), parameter, public :: LM_ROUTE_MPI = 1, LM_ROUTE_NODE_LOCAL = 2, LM_ROUTE_BOARD = 4
-  integer(c_int32_t), parameter, public :: LM_MESH_CONFIG_VERSION = 2
-  integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_MAGIC = int(z'4c4d4443', c_int32_t)
-  integer(c_int32_t), parameter, public :: LM_DEVICE_CONFIG_VERSION = 1
-  !> How a mesh moves tensor data (lm_mesh_transport).
-  integer, parameter, public :: LM_TRANSPORT_UNDECIDED = 0, LM_TRANSPORT_MPI = 1, LM_TRANSPORT_NCCL = 2, &
-    LM_TRANSPORT_MPI_STAGED = 3
+  integer, parameter, public :: kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComplex = 5
 
   ! ---------------------------------------------------------------------------------------------
   ! The C structs (bind(C); layouts checked against the header by tests/test_layout.f90)
@@ -119,94 +72,10 @@ module localmap
     type(c_ptr) :: manager_ctx = c_null_ptr
     type(c_funptr) :: deleter = c_null_funptr
   end type
-  !> The C placement struct (C dim numbering). Fortran code uses type(lm_placement).
-  type, bind(C), public :: lm_placement_t
-    integer(c_int32_t) :: kind, dim, order, reduce_op, extents, block, source, reserved
-  end type
-  !> The C options of lm_mesh_create (lmc_mesh_create); lm_mesh_create takes them as arguments.
-  type, bind(C), public :: lm_mesh_config_t
-    integer(c_size_t) :: size = 0
-    integer(c_int32_t) :: magic = 0       ! uint32_t in C
-    integer(c_int32_t) :: version = 0     ! uint32_t in C
-    type(c_ptr) :: ranks = c_null_ptr
-    integer(c_int) :: nranks = 0
-    type(c_ptr) :: dim_names = c_null_ptr
-    integer(c_int) :: check_level = -1     ! version 2
-    real(c_double) :: timeout = -1         ! version 2
-  end type
-  !> This rank's device options of a mesh (lm_mesh_set_device_config): a CUDA stream and
-  !> allocator callbacks (bind(C) functions, c_funloc).
-  type, bind(C), public :: lm_device_config_t
-    integer(c_size_t) :: size = 0
-    integer(c_int32_t) :: magic = 0       ! uint32_t in C
-    integer(c_int32_t) :: version = 0     ! uint32_t in C
-    type(c_ptr) :: stream = c_null_ptr
-    type(c_funptr) :: alloc = c_null_funptr
-    type(c_funptr) :: free = c_null_funptr
-    type(c_ptr) :: alloc_ctx = c_null_ptr
-  end type
-  !> What executing a plan moves (lm_reshard_plan_info; C's lm_reshard_plan_info_t, with the
-  !> same fields and meaning; routes: LM_ROUTE_* bits).
-  type, bind(C), public :: lm_reshard_plan_info_t
-    integer(c_size_t) :: size = 0
-    integer(c_int32_t) :: magic = 0       ! uint32_t in C: LM_RESHARD_PLAN_INFO_MAGIC
-    integer(c_int32_t) :: version = 0     ! uint32_t in C
-    integer(c_int32_t) :: routes = 0      ! uint32_t in C
-    integer(c_int32_t) :: reserved = 0    ! uint32_t in C
-    integer(c_int64_t) :: steps = 0, peers = 0, flows_sent = 0, flows_received = 0
-    integer(c_int64_t) :: bytes_sent = 0, bytes_received = 0, bytes_copied = 0, bytes_reduced = 0
-    integer(c_int64_t) :: bytes_node_local = 0, work_bytes = 0, staging_bytes_max = 0
-  end type
-  !> One entry of a group (lmc_reshard_group_create; C's lm_reshard_entry_t: C numbering, the
-  !> row-major global shape). Fortran code uses type(lm_reshard_entry).
-  type, bind(C), public :: lm_reshard_entry_t
-    integer(c_int) :: ndim = 0
-    type(c_ptr) :: global_shape = c_null_ptr      ! const int64_t *
-    type(DLDataType) :: dtype
-    type(c_ptr) :: src_placements = c_null_ptr    ! const lm_placement_t *
-    type(c_ptr) :: dst_placements = c_null_ptr    ! const lm_placement_t *
-  end type
-  !> The C options of lm_reshard_group_create (lmc_reshard_group_create); lm_reshard_group_create
-  !> takes them as arguments.
-  type, bind(C), public :: lm_reshard_group_config_t
-    integer(c_size_t) :: size = 0
-    integer(c_int32_t) :: magic = 0       ! uint32_t in C: LM_RESHARD_GROUP_CONFIG_MAGIC
-    integer(c_int32_t) :: version = 0     ! uint32_t in C
-    integer(c_size_t) :: bucket_bytes = 0
-    integer(c_size_t) :: alone_bytes = 0
-  end type
-  !> The C options of lm_local_map_ex (lmc_local_map_ex); lm_local_map takes them as arguments.
-  type, bind(C), public :: lm_local_map_options_t
-    integer(c_size_t) :: size = 0
-    integer(c_int32_t) :: magic = 0       ! uint32_t in C: LM_LOCAL_MAP_OPTIONS_MAGIC
-    integer(c_int32_t) :: version = 0     ! uint32_t in C
-    type(c_ptr) :: in_grad_placements = c_null_ptr
-    type(c_ptr) :: record = c_null_ptr
-  end type
-  !> One argument or result of lm_local_map (kind: LM_ARG_*).
-  type, bind(C), public :: lm_arg_t
-    integer(c_int32_t) :: kind = LM_ARG_NONE
-    integer(c_int32_t) :: reserved = 0
-    integer(c_int64_t) :: i64 = 0
-    real(c_double) :: f64 = 0
-    type(c_ptr) :: ptr = c_null_ptr
-  end type
-
-  !> Data types (DLDataType values) and the host device.
-  type(DLDataType), parameter, public :: &
-    LM_FLOAT16 = DLDataType(int(kDLFloat, c_int8_t), 16_c_int8_t, 1_c_int16_t), &
-    LM_BFLOAT16 = DLDataType(int(kDLBfloat, c_int8_t), 16_c_int8_t, 1_c_int16_t), &
-    LM_FLOAT32 = DLDataType(int(kDLFloat, c_int8_t), 32_c_int8_t, 1_c_int16_t), &
-    LM_FLOAT64 = DLDataType(int(kDLFloat, c_int8_t), 64_c_int8_t, 1_c_int16_t), &
-    LM_INT8 = DLDataType(int(kDLInt, c_int8_t), 8_c_int8_t, 1_c_int16_t), &
-    LM_INT16 = DLDataType(int(kDLInt, c_int8_t), 16_c_int8_t, 1_c_int16_t), &
-    LM_INT32 = DLDataType(int(kDLInt, c_int8_t), 32_c_int8_t, 1_c_int16_t), &
-    LM_INT64 = DLDataType(int(kDLInt, c_int8_t), 64_c_int8_t, 1_c_int16_t), &
-    LM_UINT8 = DLDataType(int(kDLUInt, c_int8_t), 8_c_int8_t, 1_c_int16_t), &
-    LM_BOOL = DLDataType(int(LM_DL_BOOL, c_int8_t), 8_c_int8_t, 1_c_int16_t), &
-    LM_COMPLEX64 = DLDataType(int(kDLComplex, c_int8_t), 64_c_int8_t, 1_c_int16_t), &
-    LM_COMPLEX128 = DLDataType(int(kDLComplex, c_int8_t), -127_c_int8_t - 1_c_int8_t, 1_c_int16_t)
-  type(DLDevice), parameter, public :: LM_CPU = DLDevice(kDLCPU, 0)
+  ! The constants, structs, data types and host device of include/localmap.h, then the handle
+  ! types (under the banner Fortran types): generated from the header by tools/api.py
+  ! (tools/api_gen_fortran.py).
+  include "localmap_types.inc"
 
   ! ---------------------------------------------------------------------------------------------
   ! Fortran types
@@ -228,41 +97,6 @@ module localmap
   !> In lm_local_map's placement tables: "as it is" (an input) or "not a tensor" (an output).
   type(lm_placement), parameter, public :: LM_NO_PLACEMENT = lm_placement(kind=-1)
 
-  !> A mesh handle. Destroyed (locally) by lm_destroy or when it goes out of scope; it cannot be
-  !> copied (meshes have no reference count: pass it as an argument). A mesh obtained from
-  !> lm_dist_tensor_mesh or inside a local_map function is borrowed and never destroyed here.
-  type, public :: lm_mesh
-    type(c_ptr) :: ptr = c_null_ptr
-    logical :: owned = .true.
-  contains
-    final :: mesh_final_
-  end type
-  !> A dist tensor handle. Assignment y = x shares the tensor (a reference, lm_dist_tensor_retain);
-  !> lm_destroy or going out of scope drops one reference (local).
-  type, public :: lm_dist_tensor
-    type(c_ptr) :: ptr = c_null_ptr
-  contains
-    final :: tensor_final_
-  end type
-  !> A persistent reshard plan (not copyable).
-  type, public :: lm_reshard_plan
-    type(c_ptr) :: ptr = c_null_ptr
-  contains
-    final :: plan_final_
-  end type
-  !> A grouped reshard plan: N reshards between one pair of meshes run as one (not copyable).
-  type, public :: lm_reshard_group
-    type(c_ptr) :: ptr = c_null_ptr
-  contains
-    final :: group_final_
-  end type
-  !> The record of one lm_local_map call made with record= (not copyable): what its backward pass
-  !> needs (lm_local_map_record_placements, lm_local_map_record_input_grad).
-  type, public :: lm_local_map_record
-    type(c_ptr) :: ptr = c_null_ptr
-  contains
-    final :: record_final_
-  end type
   !> One reshard of a group (lm_reshard_group_create), in Fortran terms: the global shape in
   !> Fortran order, the dtype, and one placement per mesh dim on the source and on the target mesh
   !> (Fortran dims). Make it with lm_reshard_entry(shape, dtype, src_placements, dst_placements)
@@ -271,12 +105,6 @@ module localmap
     integer(c_int64_t), allocatable :: shape(:)
     type(DLDataType) :: dtype
     type(lm_placement), allocatable :: src_placements(:), dst_placements(:)
-  end type
-  !> A nonblocking reshard in flight; finalizing it waits for completion.
-  type, public :: lm_request
-    type(c_ptr) :: ptr = c_null_ptr
-  contains
-    final :: request_final_
   end type
 
   !> The function lm_local_map calls on every rank: a bind(C) function with exactly this
@@ -352,18 +180,10 @@ module localmap
 
   ! Generic names whose specific procedures differ in a communicator's type (integer or
   ! type(MPI_Comm)) or a shape's kind (integer(c_int64_t) or integer(c_int32_t)); the second
-  ! specific of each pair is generated from the first (localmap_wrap.inc).
-  interface lm_comm_world
-    module procedure comm_world_int_, comm_world_f08_
-  end interface
+  ! specific of each pair is generated from the first (localmap_wrap.inc). The generics of the
+  ! generated procedures are in localmap_generic.inc.
   interface lm_mesh_create
     module procedure mesh_create_int_, mesh_create_f08_, mesh_create_int_i4_, mesh_create_f08_i4_
-  end interface
-  interface lm_mesh_dim_comm
-    module procedure mesh_dim_comm_int_, mesh_dim_comm_f08_
-  end interface
-  interface lm_mesh_comm
-    module procedure mesh_comm_int_, mesh_comm_f08_
   end interface
   interface lm_zeros
     module procedure zeros_i8_, zeros_i4_
@@ -388,13 +208,6 @@ module localmap
   end interface
   interface lm_arg
     module procedure arg_dist_, arg_i8_, arg_i4_, arg_r8_, arg_ptr_, arg_dl_
-  end interface
-  interface lm_destroy
-    module procedure lm_mesh_destroy, lm_dist_tensor_destroy, lm_reshard_plan_destroy, lm_reshard_group_destroy, &
-      lm_local_map_record_destroy
-  end interface
-  interface assignment(=)
-    module procedure mesh_assign_, tensor_assign_, plan_assign_, group_assign_, request_assign_, record_assign_
   end interface
   interface operator(==)
     module procedure dtype_eq_, placement_eq_
@@ -1340,30 +1153,6 @@ contains
                                                           int(size(shape), c_int), reversed_(shape), dtype))
     if (st == LM_SUCCESS) call take_plan_(plan, p)
     call done_(st, ierr, "lm_reshard_plan_create")
-  end subroutine
-
-  !> done = .true. once complete (the request is then finished).
-  subroutine lm_request_test(request, done, ierr)
-    type(lm_request), intent(inout) :: request
-    logical, intent(out) :: done
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, d
-    d = 1
-    st = LM_SUCCESS
-    if (c_associated(request%ptr)) st = c_(lmc_request_test(request%ptr, d))
-    done = d /= 0
-    call done_(st, ierr, "lm_request_test")
-  end subroutine
-
-  !> Completes a nonblocking reshard (lm_reshard_plan_start, lm_reshard_group_start) and frees the
-  !> request (one already complete, or never started, is a no-op).
-  subroutine lm_request_wait(request, ierr)
-    type(lm_request), intent(inout) :: request
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    st = LM_SUCCESS
-    if (c_associated(request%ptr)) st = c_(lmc_request_wait(request%ptr))
-    call done_(st, ierr, "lm_request_wait")
   end subroutine
 
   !> The bytes this rank sends to other ranks when executing the plan: info%bytes_sent of
