@@ -12,7 +12,8 @@
  *   datatypes      MPI_Type_contiguous / vector / create_hvector / indexed / create_hindexed /
  *                  create_indexed_block / create_struct / create_subarray / create_resized /
  *                  dup  vs  MPI_Type_free
- *   requests       MPI_Isend / Irecv / Issend / Iallreduce / Iallgather / Ibarrier / Ibcast,
+ *   requests       MPI_Isend / Irecv / Issend / Iallreduce / Iallgather / Ialltoall /
+ *                  Ireduce_scatter_block / Ibarrier / Ibcast,
  *                  MPI_Comm_idup  vs  completion by MPI_Test / Testall / Testany / Testsome /
  *                  Wait / Waitall / Waitany / Waitsome, or MPI_Request_free
  *   keyvals        MPI_Comm_create_keyval  vs  MPI_Comm_free_keyval
@@ -288,6 +289,18 @@ int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI
 int MPI_Iallgather(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt,
                    MPI_Comm c, MPI_Request *q) {
   int rc = PMPI_Iallgather(s, sn, st, r, rn, rt, c, q);
+  LM_PMPI__NEWREQ(rc, q);
+  return rc;
+}
+int MPI_Ialltoall(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt,
+                  MPI_Comm c, MPI_Request *q) {
+  int rc = PMPI_Ialltoall(s, sn, st, r, rn, rt, c, q);
+  LM_PMPI__NEWREQ(rc, q);
+  return rc;
+}
+int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op,
+                              MPI_Comm c, MPI_Request *q) {
+  int rc = PMPI_Ireduce_scatter_block(s, r, n, t, op, c, q);
   LM_PMPI__NEWREQ(rc, q);
   return rc;
 }

@@ -25,7 +25,8 @@ for np in 2 3; do
   last=$((np - 1))
   for c in LM_NODE_LOCAL=0 LM_NODE_LOCAL_MIN_BYTES=1 LM_AGREE_BOARD=off \
            LM_BOARD_EXCHANGE_BYTES=0 LM_STAGING_BYTES=512 LM_DATATYPE_MIN_BYTES=0 \
-           LM_RESHARD_DATATYPES=false LM_TRANSPORT=mpi LM_TEST_NODES=2 LM_NCCL_COLLECTIVES=0; do
+           LM_RESHARD_DATATYPES=false LM_TRANSPORT=mpi LM_TEST_NODES=2 LM_NCCL_COLLECTIVES=0 \
+           LM_MPI_COLLECTIVES=1; do
     run_case "$np" "$c@$last:mismatch"
   done
   run_case "$np" "LM_STAGING_BYTES=64MiB@$last:ok"

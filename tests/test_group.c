@@ -566,4 +566,10 @@ static const struct CMUnitTest tests[] = {
 
 /* test_parts_in_place belongs to the suite where the node-local suite asks for it
  * (LM_TEST_EXPECT_PARTS, tests/script_node_local.sh); elsewhere it is not part of it, not a skip. */
+/* test_one_message_per_peer counts the messages of a plan's executions against a group's; where
+ * even steps run as MPI collectives (LM_MPI_COLLECTIVES) a plan sends none. This suite keeps
+ * the message path unless told otherwise. */
+static void keep_messages(void) __attribute__((constructor));
+static void keep_messages(void) { setenv("LM_MPI_COLLECTIVES", "0", 0); }
+
 LM_TEST_MAIN_WITH(tests, "LM_TEST_EXPECT_PARTS", test_parts_in_place)

@@ -45,6 +45,9 @@ struct AgreeComm {
   // can do: kernel copies, mapping each other's arenas (agreed per node).
   std::vector<int> node_peers;
   bool node_kernel = false, node_mapped = false;
+  // No rank of the set has node peers (agreed: the same on every rank): the host transfers are
+  // all MPI messages, and even steps may run as MPI collectives (LM_MPI_COLLECTIVES=auto).
+  bool node_nowhere = false;
   // The agreement board (comm/board.hpp, board_max): shared memory that every rank of the
   // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
   // every rank of the set.

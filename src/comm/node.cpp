@@ -55,10 +55,10 @@ bool probe_mapping(const std::vector<ProbeRec> &all, int me) {
 
 }  // namespace
 
-void node_probe(AgreeComm *ac) {
+namespace {
+void probe_peers(AgreeComm *ac) {
   ac->node_peers.clear();
   ac->node_kernel = ac->node_mapped = false;
-  if (!setting_on(Setting::NodeLocal) || ac->comm == MPI_COMM_NULL) return;
   MPI_Comm node = MPI_COMM_NULL;
   int rc;
   // TEST ONLY (tests/README.md, "Simulated nodes"): LM_TEST_NODES=k > 1 splits this machine's
@@ -95,11 +95,21 @@ void node_probe(AgreeComm *ac) {
   }
   std::sort(ac->node_peers.begin(), ac->node_peers.end());
   MPI_Comm_free(&node);
+}
+}  // namespace
+
+void node_probe(AgreeComm *ac) {
+  ac->node_nowhere = true;
+  if (!setting_on(Setting::NodeLocal) || ac->comm == MPI_COMM_NULL) return;
+  probe_peers(ac);
+  // Whether any rank of the set has node peers: one answer for all (a failed MPI call says some).
+  int mine = !ac->node_peers.empty(), any = 1;
+  if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, ac->comm) != MPI_SUCCESS) any = 1;
+  ac->node_nowhere = any == 0;
   board_setup(ac);
 }
 
 void node_attach(MPI_Comm comm, const AgreeComm *ac) {
-  if (ac->node_peers.empty()) return;
   static std::once_flag once;  // meshes may be created from several threads (THREAD_MULTIPLE)
   std::call_once(once, [] {
     int k = MPI_KEYVAL_INVALID;
@@ -138,6 +148,16 @@ std::vector<int> node_peers(MPI_Comm comm) {
   out.erase(std::remove(out.begin(), out.end(), MPI_UNDEFINED), out.end());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+bool node_path_nowhere(MPI_Comm comm) {
+  const int k = g_keyval.load();
+  void *v = nullptr;
+  int flag = 0;
+  if (k == MPI_KEYVAL_INVALID || MPI_Comm_get_attr(comm, k, &v, &flag) != MPI_SUCCESS || !flag ||
+      !v)
+    return false;
+  return static_cast<const AgreeComm *>(v)->node_nowhere;
 }
 
 NodeCaps node_caps(MPI_Comm comm) {

@@ -27,7 +27,8 @@ struct NodeCaps {
 // rank, whose memory this process can copy from and to; ac->node_kernel and ac->node_mapped say
 // how). Each capability holds only when every rank of the node has it with every other (agreed
 // per node, so both sides of a pair always agree); the peers are empty when neither does, when
-// LM_NODE_LOCAL is off, or when an MPI call fails (then the path is simply not used). Activates
+// LM_NODE_LOCAL is off, or when an MPI call fails (then the path is simply not used); and, agreed
+// over the set, whether no rank has any (AgreeComm::node_nowhere). Activates
 // the shared arena (its test needs it) when the node holds other ranks of the set, then sets up
 // the board.
 void node_probe(AgreeComm *ac);
@@ -38,6 +39,9 @@ void node_attach(MPI_Comm comm, const AgreeComm *ac);
 std::vector<int> node_peers(MPI_Comm comm);
 // And what they can do (kernel copies, mapping); both false when there are none.
 NodeCaps node_caps(MPI_Comm comm);
+// Whether no rank of the set attached to `comm` has node peers (the same answer on every rank;
+// false for a communicator node_attach never saw).
+bool node_path_nowhere(MPI_Comm comm);
 // Ranks `ranks[0..n)` of communicator `from` as ranks of `to` (MPI_UNDEFINED where a process is
 // not in `to`); empty when an MPI call fails.
 std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to, const int *ranks, int n);

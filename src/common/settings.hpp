@@ -38,6 +38,7 @@ enum class Setting : int {
   TestNodes,           // LM_TEST_NODES (a test hook, but how ranks group into nodes must agree)
   NodeDirectMinRun,    // LM_NODE_DIRECT_MIN_RUN
   NcclCollectives,     // LM_NCCL_COLLECTIVES
+  MpiCollectives,      // LM_MPI_COLLECTIVES
   // per process
   Check,               // LM_CHECK (agreed by mesh creation: the highest wins)
   Timeout,             // LM_TIMEOUT (agreed likewise)
@@ -62,6 +63,8 @@ enum class Audience { User, Expert, Test };
 
 // LM_TRANSPORT's choices (the device transport).
 enum : uint64_t { kTransportAuto = 0, kTransportMpi = 1 };
+// LM_MPI_COLLECTIVES' choices (host steps as MPI collectives: transport/mpi/mpi.hpp).
+enum : uint64_t { kMpiCollAuto = 0, kMpiCollOff = 1, kMpiCollOn = 2 };
 
 // The default of the size floors of one-node exchanges (LM_NODE_LOCAL_MIN_BYTES,
 // LM_DATATYPE_MIN_BYTES) and of LM_BOARD_EXCHANGE_BYTES: the measured

@@ -1007,9 +1007,10 @@ class PiecesRun : public StepRun {
 // then at completion the output's blocks copied out of staging, and avg's division.
 class CollectiveRun : public StepRun {
  public:
-  CollectiveRun(const SchedStep &st, size_t index, Transport &tp, MemOps &mem, DType dt,
-                Staging &stage, CollForm form)
-      : StepRun(st, index, tp, mem, dt, stage), f_(std::move(form)) {}
+  // last: the last step it runs (an all-reduce's all-gather), whose output it writes.
+  CollectiveRun(const SchedStep &st, const SchedStep &last, size_t index, Transport &tp,
+                MemOps &mem, DType dt, Staging &stage, CollForm form)
+      : StepRun(st, index, tp, mem, dt, stage), last_(last), f_(std::move(form)) {}
 
   void start(const void *in, void *out) override {
     out_ = static_cast<char *>(out);
@@ -1038,11 +1039,10 @@ class CollectiveRun : public StepRun {
   bool progress(bool block) override {
     if (!tp_.done_from(first_, block)) return false;
     const size_t bytes = (size_t)f_.count * esize_;
-    for (size_t r = 0; f_.unpack && r < f_.out_blocks.size(); ++r) {
-      BoxCopy b = block_copy(f_.out_blocks[r], st_.out_ext(), false);
-      mem_.copy(b, out_, stage_.p + pack_bytes_ + r * bytes, 0, b.numel);
-    }
-    if (f_.divide_by > 1) mem_.scale_avg(dt_, out_, f_.count, f_.divide_by);
+    char *got = f_.unpack ? stage_.p + pack_bytes_ : out_;  // the collective's output
+    if (f_.divide_by > 1) mem_.scale_avg(dt_, got, f_.count, f_.divide_by);
+    for (size_t r = 0; f_.unpack && r < f_.out_blocks.size(); ++r)
+      unpack_block(f_.out_blocks[r], got + r * bytes);
     tp_.reset();
     release();
     return true;
@@ -1063,6 +1063,26 @@ class CollectiveRun : public StepRun {
                    (int64_t)esize_);
     return c;
   }
+  // Block b of the output from its compact staging slot: into the (padded) row-major output, or
+  // the strided one (host only: strided outputs are host plans').
+  void unpack_block(const CollBlock &b, const char *src) {
+    if (last_.out_str.empty()) {
+      BoxCopy c = block_copy(b, last_.out_ext(), false);
+      mem_.copy(c, out_, src, 0, c.numel);
+      return;
+    }
+    const int n = (int)b.len.size();
+    int64_t sstr[kBoxMaxDims], s = 1, db = 0;
+    for (int d = n - 1; d >= 0; --d) {
+      sstr[d] = s;
+      s *= b.len[(size_t)d];
+      db += b.off[(size_t)d] * last_.out_str[(size_t)d];
+    }
+    if (!strided_copy(out_ + db * (int64_t)esize_, last_.out_str.data(), src, sstr, b.len.data(),
+                      n, esize_, false))
+      fail(LM_ERR_INTERNAL, "no strided copy of %zu-byte elements in %d dims", esize_, n);
+  }
+  const SchedStep &last_;
   const CollForm f_;
   char *out_ = nullptr;
   size_t pack_bytes_ = 0;
@@ -1227,7 +1247,8 @@ void Plan::make_runs(Transport &tp, MemOps &mem) {
     CollForm f = cc.size ? collective_form(*this, i, cc) : CollForm{};
     const size_t span = f.kind == CollKind::kNone ? 1 : f.steps;
     if (f.kind != CollKind::kNone)
-      r = std::make_unique<CollectiveRun>(st, i, tp, mem, dt, ex_->stage, std::move(f));
+      r = std::make_unique<CollectiveRun>(st, *steps[i + span - 1], i, tp, mem, dt, ex_->stage,
+                                          std::move(f));
     else if (st.kind == StepKind::kExchange)
       r = std::make_unique<ExchangeRun>(st, i, tp, mem, dt, ex_->stage);
     else if (st.kind == StepKind::kReduceScatter)

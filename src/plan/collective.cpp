@@ -50,9 +50,25 @@ bool all_kind(const Layout &L, int kind) {
   return !L.pl.empty();
 }
 
-// No padded input or output, no strided output: compact row-major buffers on both sides.
-bool plain_buffers(const SchedStep &st) {
-  return st.in_pad.empty() && st.out_pad.empty() && st.out_str.empty();
+// One block: the whole of a compact buffer of extents len.
+std::vector<CollBlock> whole_block(const Shape &len) {
+  return {CollBlock{Shape(len.size(), 0), len}};
+}
+
+// A padded input (first.in_pad) or a padded or strided output (last.out_pad, out_str) goes
+// through staging. Whether a rank's buffers are padded is its own affair (a padded borrow runs a
+// variant of the plan there, the compact plan elsewhere), so the form is decided on what every
+// rank shares, the plain schedule, and only how this rank fills and empties it differs.
+void through_staging(CollForm &f, const SchedStep &first, const SchedStep &last,
+                     std::vector<CollBlock> in_blocks, std::vector<CollBlock> out_blocks) {
+  if (!first.in_pad.empty() && !f.pack) {
+    f.pack = true;
+    f.in_blocks = std::move(in_blocks);
+  }
+  if ((!last.out_pad.empty() || !last.out_str.empty()) && !f.unpack) {
+    f.unpack = true;
+    f.out_blocks = std::move(out_blocks);
+  }
 }
 
 // Whether boxes[r] lie in local's compact buffer one after the other, in order from its start
@@ -92,7 +108,7 @@ bool group_is_comm(const SchedStep &st, const CollComm &cc) {
 CollForm all_gather(const SchedStep &st, const CollComm &cc) {
   CollForm f;
   const Layout &in = st.in_layout, &out = st.out_layout;
-  if (!plain_buffers(st) || !same_grid(in, out) || !in_rank_order(in, cc) ||
+  if (!same_grid(in, out) || !in_rank_order(in, cc) ||
       !all_kind(out, LM_REPLICATE) || !all_kind(in, LM_SHARD) ||
       !cc.offers(CollKind::kAllGather, 0))
     return f;
@@ -112,13 +128,14 @@ CollForm all_gather(const SchedStep &st, const CollComm &cc) {
     f.unpack = true;
     f.out_blocks = blocks_in(whole, boxes);
   }
+  through_staging(f, st, st, whole_block(st.inbox.len), blocks_in(whole, boxes));
   return f;
 }
 
 // A reduce-scatter over the whole communicator with chunks of equal size.
 CollForm reduce_scatter(const SchedStep &st, const CollComm &cc) {
   CollForm f;
-  if (!plain_buffers(st) || st.wide || !group_is_comm(st, cc) ||
+  if (st.wide || !group_is_comm(st, cc) ||
       !cc.offers(CollKind::kReduceScatter, st.op))
     return f;
   const int64_t c = st.chunks[0].numel();
@@ -134,6 +151,7 @@ CollForm reduce_scatter(const SchedStep &st, const CollComm &cc) {
     f.pack = true;
     f.in_blocks = blocks_in(st.inbox, st.chunks);
   }
+  through_staging(f, st, st, blocks_in(st.inbox, st.chunks), whole_block(st.outbox.len));
   return f;
 }
 
@@ -145,7 +163,7 @@ CollForm all_reduce(const Schedule &s, size_t i, const CollComm &cc) {
   CollForm f;
   if (i + 1 >= s.steps.size()) return f;
   const SchedStep &rs = *s.steps[i], &ag = *s.steps[i + 1];
-  if (ag.kind != StepKind::kExchange || !plain_buffers(rs) || !plain_buffers(ag) || rs.wide ||
+  if (ag.kind != StepKind::kExchange || rs.wide ||
       !group_is_comm(rs, cc) || !cc.offers(CollKind::kAllReduce, rs.op))
     return f;
   int64_t covered = 0;
@@ -163,6 +181,7 @@ CollForm all_reduce(const Schedule &s, size_t i, const CollComm &cc) {
   f.steps = 2;
   f.op = rs.op;
   f.divide_by = rs.divide_by;
+  through_staging(f, rs, ag, whole_block(rs.inbox.len), whole_block(ag.outbox.len));
   return f;
 }
 
@@ -170,7 +189,7 @@ CollForm all_reduce(const Schedule &s, size_t i, const CollComm &cc) {
 CollForm all_to_all(const Schedule &s, const SchedStep &st, const CollComm &cc) {
   CollForm f;
   const Layout &in = st.in_layout, &out = st.out_layout;
-  if (!plain_buffers(st) || !same_grid(in, out) || in.mesh_ndim() != 1 || !in_rank_order(in, cc) ||
+  if (!same_grid(in, out) || in.mesh_ndim() != 1 || !in_rank_order(in, cc) ||
       !all_kind(in, LM_SHARD) || !all_kind(out, LM_SHARD) || in.pl[0].dim == out.pl[0].dim ||
       !cc.offers(CollKind::kAllToAll, 0))
     return f;
@@ -196,6 +215,7 @@ CollForm all_to_all(const Schedule &s, const SchedStep &st, const CollComm &cc) 
     f.unpack = true;
     f.out_blocks = blocks_in(mine_out, recvs);
   }
+  through_staging(f, st, st, blocks_in(mine_in, sends), blocks_in(mine_out, recvs));
   return f;
 }
 

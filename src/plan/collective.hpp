@@ -17,7 +17,9 @@
 //                   mesh size (every pair's block the same size), where the communicator has one;
 //                   blocks packed / unpacked through staging where they are not contiguous in
 //                   rank order.
-// Everything else (uneven, ragged, block-cyclic, padded or strided buffers, cross-mesh plans, a
+// A padded input or a padded or strided output (a rank's own variant of the plan) takes the form
+// of the plain schedule, through staging: every rank decides on what they all share.
+// Everything else (uneven, ragged, block-cyclic, cross-mesh plans, a
 // group that is not the whole communicator, integer avg, dtypes or ops the communicator does not
 // reduce) runs as the step's messages.
 #pragma once

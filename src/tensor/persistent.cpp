@@ -325,6 +325,9 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
   tensor_retain(d);
   r->dst = d;
   try {
+    // (The deadline also decides, at a plan's first execution, whether its even host steps may
+    // run as MPI collectives: transport/mpi/mpi.hpp.)
+    TimeoutScope ts(call_timeout(p->src_mesh, p->dst_mesh));
     if (is_device(s->device)) {
       r->dev = device_plan_start(p->src_mesh, p->dst_mesh, *p->plan, s->data(), s->local_bytes(),
                                  d->data(), d->local_bytes(), s->device.device_id);

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <unistd.h>
 
 #include "comm/node.hpp"
 #include "common/error.hpp"
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
+#include "layout/elementwise.hpp"
 #include "mem/arena.hpp"
 
 namespace lm {
@@ -82,14 +84,144 @@ void MpiTransport::probe_abort() {
 }
 
 // Pending requests of a failed transfer: receives are cancelled (their buffers may be freed),
-// sends are left to complete in the background.
+// sends are left to complete in the background. A collective's request can be neither cancelled
+// nor freed (MPI): it is kept for the life of the process. Collectives run only without a
+// deadline, so one is left pending only when some rank failed before it joined: it never
+// completes, and its communicator (the broken mesh's) carries no collective again.
 void MpiTransport::drop_pending() {
   if (!mpi_alive()) return;
+  static std::mutex orphans_mu;
+  static std::vector<MPI_Request> *orphans = new std::vector<MPI_Request>();  // never freed
+  for (size_t i : coll_idx_)
+    if (i < reqs_.size() && reqs_[i] != MPI_REQUEST_NULL) {
+      std::lock_guard<std::mutex> g(orphans_mu);
+      orphans->push_back(reqs_[i]);
+      reqs_[i] = MPI_REQUEST_NULL;
+    }
+  coll_idx_.clear();
   for (auto &q : reqs_) {
     if (q == MPI_REQUEST_NULL) continue;
     MPI_Cancel(&q);
     MPI_Request_free(&q);
   }
+}
+
+namespace {
+// Whether the host steps of a plan over `comm` may run as MPI collectives (LM_MPI_COLLECTIVES):
+// the same answer on every rank (agreed settings, the agreed node answer, the mesh's deadline).
+bool mpi_collectives(MPI_Comm comm) {
+  const uint64_t mode = setting_u(Setting::MpiCollectives);
+  if (mode == kMpiCollOff || transfer_timeout() > 0) return false;
+  return mode == kMpiCollOn || node_path_nowhere(comm);
+}
+
+// localmap's dtype and op as MPI's (avg adds: the caller divides); none for half floats and bool
+// (MPI has no such reduction), for complex max/min/prod, and for 8- and 16-bit integers: Open MPI
+// 4.1's vectorised ops (op/avx) add them saturating (uint8 7 + 253 gives 255), where localmap's
+// sums wrap like C's.
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::C64: return MPI_C_FLOAT_COMPLEX;
+    case DType::C128: return MPI_C_DOUBLE_COMPLEX;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+MPI_Op mpi_op(DType t, int op) {
+  const bool complex = t == DType::C64 || t == DType::C128;
+  switch (op) {
+    case ew::kSum: case ew::kAvg: return MPI_SUM;
+    case ew::kProd: return complex ? MPI_OP_NULL : MPI_PROD;
+    case ew::kMax: return complex ? MPI_OP_NULL : MPI_MAX;
+    case ew::kMin: return complex ? MPI_OP_NULL : MPI_MIN;
+    default: return MPI_OP_NULL;
+  }
+}
+}  // namespace
+
+MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm), notices_(comm) {
+  int n = 0;
+  if (mpi_collectives(comm) && MPI_Comm_size(comm, &n) == MPI_SUCCESS) coll_size_ = n;
+}
+
+bool MpiTransport::coll_offers(CollKind k, DType t, int op) const {
+  if (!coll_size_) return false;
+  switch (k) {
+    case CollKind::kAllGather:
+    case CollKind::kAllToAll: return true;
+    case CollKind::kReduceScatter:
+    case CollKind::kAllReduce: return mpi_type(t) != MPI_DATATYPE_NULL && mpi_op(t, op) != MPI_OP_NULL;
+    default: return false;
+  }
+}
+
+// The input MPI is given: MPI_IN_PLACE where an all-reduce or all-to-all has one buffer; a copy
+// (kept until reset()) where the input overlaps the output otherwise, as NCCL's in-place forms do
+// (MPI forbids aliased buffers and means another thing by in place for the other two).
+const void *MpiTransport::coll_input(const CollOp &c) {
+  const size_t es = dtype_size(c.dt), n = (size_t)coll_size_;
+  size_t in_b = 0, out_b = 0;
+  switch (c.kind) {
+    case CollKind::kAllGather: in_b = c.bytes, out_b = c.bytes * n; break;
+    case CollKind::kAllToAll: in_b = out_b = c.bytes * n; break;
+    case CollKind::kReduceScatter: in_b = c.count * es * n, out_b = c.count * es; break;
+    default: in_b = out_b = c.count * es; break;
+  }
+  if (c.in == c.out && (c.kind == CollKind::kAllReduce || c.kind == CollKind::kAllToAll))
+    return MPI_IN_PLACE;
+  const char *i = static_cast<const char *>(c.in), *o = static_cast<const char *>(c.out);
+  if (!(i < o + out_b && o < i + in_b)) return c.in;
+  coll_copies_.emplace_back(i, i + in_b);
+  return coll_copies_.back().data();
+}
+
+// Byte blocks go as MPI_BYTE while they fit an int count, else as contiguous types of 1 MiB (a
+// block of a collective the form found even is a multiple of its element size; bytes of a
+// collective past 2 GiB per block are rare enough to run as messages: refused here, before MPI).
+Transport::Ticket MpiTransport::post_collective(const CollOp &c) {
+  if (!coll_offers(c.kind, c.dt, c.op))
+    fail(LM_ERR_INTERNAL, "MPI transport: %s of dtype %d op %d is not offered", coll_name(c.kind),
+         (int)c.dt, c.op);
+  if (transport_fault_here())
+    fail_and_notify(LM_ERR_MPI, injected_fault_message("MPI collective"));
+  const size_t count = c.kind == CollKind::kAllGather || c.kind == CollKind::kAllToAll ? c.bytes
+                                                                                       : c.count;
+  if (count > (size_t)INT_MAX)
+    fail(LM_ERR_INTERNAL, "MPI transport: a collective block of %zu elements exceeds an int",
+         count);
+  const int n = (int)count;
+  void *out = c.out;
+  const void *in = coll_input(c);
+  reqs_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back(-1);
+  coll_idx_.push_back(reqs_.size() - 1);
+  MPI_Request *q = &reqs_.back();
+  int rc = MPI_SUCCESS;
+  const char *what = "";
+  switch (c.kind) {
+    case CollKind::kAllGather:
+      what = "reshard: MPI_Iallgather";
+      rc = MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_, q);
+      break;
+    case CollKind::kAllToAll:
+      what = "reshard: MPI_Ialltoall";
+      rc = MPI_Ialltoall(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_, q);
+      break;
+    case CollKind::kReduceScatter:
+      what = "reshard: MPI_Ireduce_scatter_block";
+      rc = MPI_Ireduce_scatter_block(in, out, n, mpi_type(c.dt), mpi_op(c.dt, c.op), comm_, q);
+      break;
+    case CollKind::kAllReduce:
+      what = "reshard: MPI_Iallreduce";
+      rc = MPI_Iallreduce(in, out, n, mpi_type(c.dt), mpi_op(c.dt, c.op), comm_, q);
+      break;
+    default: break;
+  }
+  check(rc, what);
+  return add_ticket(reqs_.size() - 1, 1);
 }
 
 MpiTransport::~MpiTransport() {
@@ -700,6 +832,8 @@ bool MpiTransport::done_from(Ticket first, bool block) {
 
 void MpiTransport::reset() {
   drop_pending();  // none after a completed step; those of a failed execution
+  coll_idx_.clear();
+  coll_copies_.clear();
   reqs_.clear();
   peers_.clear();
   tickets_.clear();

@@ -15,6 +15,13 @@
 //     Both sides decide from the same (peer, size, mode) that a message takes this protocol, and
 //     the receiver alone decides the rest and says so; messages of one pair and tag keep their
 //     order (receivers handle a peer's messages in posting order).
+//   - collectives (post_collective: MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Iallreduce,
+//     MPI_Ialltoall) for the steps plan/collective.hpp finds even, where LM_MPI_COLLECTIVES allows
+//     (auto: no rank of the set has node peers, so every message would be an MPI message anyway)
+//     and calls have no deadline: a collective request cannot be cancelled, so one left behind
+//     by a failure stays pending, and one a late rank completed after the others gave up at
+//     their deadline would write into buffers they freed. Same decision on every rank (agreed
+//     settings, the agreed node answer, the mesh's agreed deadline).
 // complete() is the single place where the transport tests or waits for requests.
 #pragma once
 
@@ -36,7 +43,7 @@ namespace lm {
 
 class MpiTransport : public Transport {
  public:
-  explicit MpiTransport(MPI_Comm comm) : comm_(comm), notices_(comm) {}
+  explicit MpiTransport(MPI_Comm comm);
   ~MpiTransport() override;
   const char *name() const override { return "mpi"; }
 
@@ -62,6 +69,10 @@ class MpiTransport : public Transport {
   Ticket posted() const override { return (Ticket)tickets_.size(); }
   void reset() override;
   void begin_execution(bool blocking) override { blocking_ = blocking; }
+  int coll_size() const override { return coll_size_; }
+  int coll_rank(int peer) const override { return peer >= 0 && peer < coll_size_ ? peer : -1; }
+  bool coll_offers(CollKind k, DType t, int op) const override;
+  Ticket post_collective(const CollOp &c) override;
 
  private:
   // Tests (block = false) or waits for requests [first, first + n), and for node-local message
@@ -79,6 +90,7 @@ class MpiTransport : public Transport {
   Ticket add_pieces(bool send, char *p, size_t bytes, int peer, int tag);
   Ticket add_ticket(size_t first, size_t n, int64_t cma = -1);
   MPI_Datatype subarray(const BoxRef &b);
+  const void *coll_input(const CollOp &c);
 
   // ---- The node-local path
   // One message: the sender posts a kData descriptor (where its bytes are) and a receive of the
@@ -162,6 +174,9 @@ class MpiTransport : public Transport {
 
   MPI_Comm comm_;
   AbortNotices notices_;
+  int coll_size_ = 0;             // ranks of comm_ when collectives are on, else 0
+  std::vector<size_t> coll_idx_;  // requests (in reqs_) of collectives: never cancelled
+  std::deque<std::vector<char>> coll_copies_;  // inputs copied apart from their outputs
   std::vector<MPI_Request> reqs_;
   std::vector<MPI_Status> statuses_;  // of the last MPI_Testall (reused)
   std::vector<int> peers_;  // peer of each request (for deadline messages)
