@@ -385,6 +385,45 @@ impl LocalMapRecord {
     }
 }
 
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::lm_request_wait(&mut self.raw) };
+    }
+}
+
+impl Drop for Extents {
+    fn drop(&mut self) {
+        unsafe { sys::lm_extents_destroy(self.id) };
+    }
+}
+
+/// `lm_get_version`: the loaded library's version as `LM_VERSION_CODE` (major*10000+minor*100+patch).
+pub fn version() -> i32 {
+    unsafe { sys::lm_get_version() }
+}
+
+/// `lm_last_error_message`: the message of the last failed call on this thread ("" if none), as
+/// the C library wrote it.
+pub fn last_error_message() -> String {
+    // SAFETY: the library returns a NUL-terminated string, never NULL; read at once.
+    unsafe { CStr::from_ptr(sys::lm_last_error_message()) }.to_string_lossy().into_owned()
+}
+
+impl Status {
+    /// `lm_status_string`: e.g. "LM_ERR_INVALID_ARGUMENT: invalid argument".
+    pub fn as_str(self) -> &'static str {
+        // SAFETY: the library returns a NUL-terminated string, never NULL; read at once.
+        unsafe { CStr::from_ptr(sys::lm_status_string(self.raw())) }.to_str().unwrap_or("?")
+    }
+}
+
+/// `lm_set_error_message`: explains a failure of a [`LocalMap`] function (the closure's `Err`
+/// text is passed this way already). Interior NUL bytes are replaced.
+pub fn set_error_message(message: &str) {
+    let message = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+    unsafe { sys::lm_set_error_message(message.as_ptr()) }
+}
+
 /// `lm_init`: initialises MPI unless something else did. Works without mpirun (a singleton).
 pub fn init() -> Result<()> {
     const M: &str = "init";
@@ -459,6 +498,17 @@ impl Extents {
         let count = lengths.len() as i64;
         call(M, unsafe { sys::lm_extents_create(&mut id, lengths.as_ptr(), count) })?;
         Ok(Extents { id })
+    }
+
+    /// The lengths of any live extents id (e.g. from `DistTensor::placements`).
+    pub fn lengths(id: i32) -> Result<Vec<i64>> {
+        const M: &str = "Extents::lengths";
+        let mut count = 0;
+        call(M, unsafe { sys::lm_extents_get(id, ptr::null_mut(), 0, &mut count) })?;
+        let mut extents = vec![0; count as usize];
+        let capacity = extents.len() as i64;
+        call(M, unsafe { sys::lm_extents_get(id, extents.as_mut_ptr(), capacity, &mut count) })?;
+        Ok(extents)
     }
 }
 
@@ -883,6 +933,31 @@ impl ReshardPlan {
         ) })?;
         Ok(info)
     }
+
+    /// `lm_reshard_plan_start`: nonblocking; `src` and `dst` stay borrowed until the request ends.
+    pub fn start<'a>(&'a self, src: &'a DistTensor, dst: &'a mut DistTensor) -> Result<Request<'a>> {
+        const M: &str = "ReshardPlan::start";
+        let mut request = ptr::null_mut();
+        call(M, unsafe { sys::lm_reshard_plan_start(&mut request, self.raw, src.raw, dst.raw) })?;
+        Ok(Request { raw: request, _life: PhantomData })
+    }
+}
+
+impl Request<'_> {
+    /// `lm_request_test`: true once complete.
+    pub fn test(&mut self) -> Result<bool> {
+        const M: &str = "Request::test";
+        let mut done = 0;
+        call(M, unsafe { sys::lm_request_test(&mut self.raw, &mut done) })?;
+        Ok(done != 0)
+    }
+
+    /// `lm_request_wait`.
+    pub fn wait(mut self) -> Result<()> {
+        const M: &str = "Request::wait";
+        call(M, unsafe { sys::lm_request_wait(&mut self.raw) })?;
+        Ok(())
+    }
 }
 
 /// What a reshard would move, without building a plan (`lm_reshard_estimate`): what
@@ -935,13 +1010,20 @@ pub fn placements_adjoint(placements: &[Placement]) -> Result<Vec<Placement>> {
 }
 
 impl ReshardGroup {
-    /// (entries, buckets) of the group (`lm_reshard_group_size`).
-    pub(crate) fn counts(&self) -> Result<(usize, usize)> {
-        const M: &str = "ReshardGroup::counts";
+    /// The number of entries (`lm_reshard_group_size`).
+    pub fn len(&self) -> Result<usize> {
+        const M: &str = "ReshardGroup::len";
         let mut n = 0;
+        call(M, unsafe { sys::lm_reshard_group_size(self.raw, &mut n, ptr::null_mut()) })?;
+        Ok(n as usize)
+    }
+
+    /// The number of buckets the entries were dealt into (0 for no entries).
+    pub fn buckets(&self) -> Result<usize> {
+        const M: &str = "ReshardGroup::buckets";
         let mut buckets = 0;
-        call(M, unsafe { sys::lm_reshard_group_size(self.raw, &mut n, &mut buckets) })?;
-        Ok((n as usize, buckets as usize))
+        call(M, unsafe { sys::lm_reshard_group_size(self.raw, ptr::null_mut(), &mut buckets) })?;
+        Ok(buckets as usize)
     }
 
     /// `lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local).
