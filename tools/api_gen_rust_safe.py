@@ -6,6 +6,8 @@ thought:
     include/localmap.h, with `raw()` and `from_raw()`;
   - `Drop` (the handle's destroy), `Clone` (a refcounted one's retain), `as_raw`, `from_raw` and
     `into_raw` of every handle type (HANDLES), and the `Drop` of the ids a Rust type owns (IDS);
+  - a builder method per flag of a call (FLAG_METHODS: `LocalMap::no_agree`), from the header's
+    flag macros and their docs;
   - the wrappers of WRAPPERS: one C call each, made from the function's description in
     api/localmap.api: the argument of the owner's handle type is `self` (`&mut self` when the
     call writes the handle), or of the owner's enum; the other inputs are parameters (Rust types
@@ -18,6 +20,7 @@ thought:
 """
 import re
 import sys
+import textwrap
 
 api = sys.modules["api"]  # tools/api.py, which loads this module
 import api_gen_rust_types as types  # noqa: E402  (tools/, loaded by api.py before this module)
@@ -52,6 +55,13 @@ VARIANT_DOCS = {
     "RecordWhich::Out": "An output's placements.",
     "RecordWhich::OutGrad": "Its gradient's: [`placements_adjoint`] of `Out`.",
 }
+# Flag macros whose doc says "<function> flag: ..." -> builder methods of the Rust type that makes
+# that call, one per flag: `LM_LOCAL_MAP_NO_AGREE` -> `LocalMap::no_agree`, which ors it into the
+# builder's `flags` (lib.rs). The docs are the header's, in Rust's words (FLAG_WORDS), with what
+# Rust adds (FLAG_NOTES).
+FLAG_METHODS = {"lm_local_map": ("LocalMap<'_>", "LM_LOCAL_MAP_")}
+FLAG_WORDS = {"in_placements": "their `input_as` placements"}
+FLAG_NOTES = {"LM_LOCAL_MAP_NO_AGREE": "a failure stays local (every rank must then fail alike)"}
 # The dtype macros (LM_FLOAT32 = LM_DTYPE(kDLFloat, 32)) -> DType variants: prefix + bits.
 DTYPE_PREFIX = {"kDLFloat": "F", "kDLBfloat": "BF", "kDLInt": "I", "kDLUInt": "U", "kDLComplex": "C"}
 
@@ -329,6 +339,26 @@ def handles(funcs):
     return out
 
 
+def flag_methods():
+    out = []
+    for fn, (rust, prefix) in FLAG_METHODS.items():
+        out += ["", "impl %s {" % rust]
+        for kind, name, d, _ in types.declarations():
+            head = "%s flag: " % fn
+            text = " ".join((d or "").split())
+            if kind != "dname" or not name.startswith(prefix) or not text.startswith(head):
+                continue
+            text = text[len(head):].rstrip(".")
+            for c, r in FLAG_WORDS.items():
+                text = re.sub(r"\b%s\b" % c, r, text)
+            text = "`%s`: %s%s." % (name, text, ": " + FLAG_NOTES[name] if name in FLAG_NOTES else "")
+            out += (["    /// " + ln for ln in textwrap.wrap(text, WIDTH - 10, break_on_hyphens=False)] +
+                    ["    pub fn %s(self) -> Self {" % name[len(prefix):].lower(),
+                     "        self.flags(sys::%s)" % name, "    }"])
+        out.append("}")
+    return out
+
+
 def in_type(a, opts):
     key = a.base + ("[]" if a.dims and not a.dims[0].isdigit() else "[%s]" % a.dims[0] if a.dims else "")
     if a.name in opts.get("types", {}):
@@ -500,4 +530,4 @@ def generate(funcs):
             "use crate::*;",
             "use std::os::raw::{c_int, c_void};",
             "use std::ptr;"]
-    return "\n".join(head + enums() + handles(funcs) + wrappers(funcs)) + "\n"
+    return "\n".join(head + enums() + handles(funcs) + wrappers(funcs) + flag_methods()) + "\n"

@@ -1065,3 +1065,20 @@ impl LocalMapRecord {
         Ok(DistTensor { raw: out })
     }
 }
+
+impl LocalMap<'_> {
+    /// `LM_LOCAL_MAP_RESHARD_INPUTS`: reshard dist inputs whose placements/mesh differ from their
+    /// `input_as` placements.
+    pub fn reshard_inputs(self) -> Self {
+        self.flags(sys::LM_LOCAL_MAP_RESHARD_INPUTS)
+    }
+    /// `LM_LOCAL_MAP_NO_AGREE`: skip the failure agreement (one small allreduce): a failure stays local
+    /// (every rank must then fail alike).
+    pub fn no_agree(self) -> Self {
+        self.flags(sys::LM_LOCAL_MAP_NO_AGREE)
+    }
+    /// `LM_LOCAL_MAP_SHAPES_EVEN`: derive Shard outputs' global shapes assuming even chunks.
+    pub fn shapes_even(self) -> Self {
+        self.flags(sys::LM_LOCAL_MAP_SHAPES_EVEN)
+    }
+}

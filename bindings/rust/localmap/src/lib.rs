@@ -1244,19 +1244,7 @@ impl<'a> LocalMap<'a> {
         self.mesh = Some(mesh);
         self
     }
-    /// `LM_LOCAL_MAP_RESHARD_INPUTS`.
-    pub fn reshard_inputs(self) -> Self {
-        self.flags(sys::LM_LOCAL_MAP_RESHARD_INPUTS)
-    }
-    /// `LM_LOCAL_MAP_NO_AGREE`: a failure stays local (every rank must then fail alike).
-    pub fn no_agree(self) -> Self {
-        self.flags(sys::LM_LOCAL_MAP_NO_AGREE)
-    }
-    /// `LM_LOCAL_MAP_SHAPES_EVEN`.
-    pub fn shapes_even(self) -> Self {
-        self.flags(sys::LM_LOCAL_MAP_SHAPES_EVEN)
-    }
-    /// Raw `LM_LOCAL_MAP_*` flags, or-ed in.
+    /// Raw `LM_LOCAL_MAP_*` flags, or-ed in (one method each: [`no_agree`](Self::no_agree), ...).
     pub fn flags(mut self, flags: u32) -> Self {
         self.flags |= flags;
         self
