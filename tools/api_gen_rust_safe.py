@@ -109,7 +109,12 @@ ALL_RANKS = {"types": {"flags": "bool"}, "names": {"flags": "all_ranks"},
 # The wrappers: (Rust name, C function, options, doc). Options: types (argument -> Rust type),
 # names (argument -> Rust parameter name), conv (argument -> how C takes it), len (output array ->
 # its length, an expression), null (arguments passed as NULL), self (the argument that is self),
-# ret and out (the result's type and value, an expression of the outputs), private, unsafe.
+# receiver (`mut self`: the method consumes it), life (a lifetime the result borrows self and the
+# reference arguments for), query ((output array, its count): a first call learns the count),
+# rules (array argument -> the rule `X.ndim` of handle X that Rust checks before the call where C
+# takes the length as an argument and checks it itself, to name the slice as the caller wrote it:
+# the Fortran layer's FORTRAN_RULES), ret and out (the result's type and value, an expression of
+# the outputs), unsafe.
 WRAPPERS = [
     ("version", "lm_get_version", {},
      "`lm_get_version`: the loaded library's version as `LM_VERSION_CODE` (major*10000+minor*100+patch)."),
@@ -151,6 +156,8 @@ WRAPPERS = [
     ("Mesh::coord", "lm_mesh_coord", {"len": {"coord": "self.ndim()?"}},
      "This rank's coordinate (an error on a non-member)."),
     ("Mesh::rank", "lm_mesh_rank", {}, "This rank's row-major index in the mesh (an error on a non-member)."),
+    ("Mesh::rank_at", "lm_mesh_rank_at", {"rules": {"coord": "mesh.ndim"}},
+     "The parent-communicator rank at a coordinate."),
     ("Mesh::dim_name", "lm_mesh_dim_name", {}, "The dim's name (\"\" when unnamed)."),
     ("Mesh::dim_comm", "lm_mesh_dim_comm", {},
      "The communicator along `dim` (owned by the mesh; do not free it)."),
@@ -465,8 +472,17 @@ def wrapper(rust, f, opts, doc_text):
         elif a.name in heads and a.base == "lm_mesh_t":
             opt = a.name != self_arg and in_type(a, opts).startswith("Option<")
             checks.append((a.name, "Of::Mesh(%s)" % (x if opt else "Some(%s)" % x)))
+    first = []  # the checks of `rules`, before any conversion
+    for arr, rule in opts.get("rules", {}).items():  # `X.ndim` of handle argument X
+        a = next(a for a in f.args if a.name == rule.split(".")[0] and a.base in ("lm_mesh_t", "lm_dist_tensor_t"))
+        if not rule.endswith(".ndim") or rule.count(".") != 1:
+            raise SystemExit("%s: api_gen_rust_safe: a rule it cannot check: %s" % (f.where, rule))
+        x, of = "self" if a.name == self_arg else names.get(a.name, a.name), a.base[3:-2].split("_")[-1]
+        first += ["let ndim = %s.ndim()?;" % x, "if %s.len() != ndim {" % arr,
+                 '    return arg_error(wrong_length(M, "%s", "%s", %s.len(), Some("%s"), ndim as i64));'
+                 % (names.get(arr, arr), arr, names.get(arr, arr), of), "}"]
     ind = "    " if owner else ""
-    lets = inits + lets
+    lets = inits + first + lets
     if checks:
         lets[:0] = wrap('lengths(M, "%s", &[' % f.name, ['("%s", %s)' % c for c in checks], "])?;", ind + "    ")
     life = opts.get("life")  # a lifetime the result borrows self and the references for
@@ -484,7 +500,7 @@ def wrapper(rust, f, opts, doc_text):
         ret = opts.get("ret") or (outs[0][0] if len(outs) == 1 else "(%s)" % ", ".join(t for t, _ in outs))
     ret = ret.replace("'_", life) if life else ret
     value = opts.get("out") or (outs[0][1] if len(outs) == 1 else "(%s)" % ", ".join(v for _, v in outs))
-    head = ("pub(crate) " if opts.get("private") else "pub ") + ("unsafe " if opts.get("unsafe") else "")
+    head = "pub " + ("unsafe " if opts.get("unsafe") else "")
     sig = wrap("%sfn %s(" % (head, name), params, ") -> Result<%s> {" % ret, ind)
     body = ['const M: &str = "%s";' % rust] + lets
     c = "sys::%s(" % f.name

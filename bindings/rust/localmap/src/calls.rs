@@ -572,6 +572,19 @@ impl Mesh {
         Ok(mesh_rank)
     }
 
+    /// The parent-communicator rank at a coordinate.
+    pub fn rank_at(&self, coord: &[i64]) -> Result<i32> {
+        const M: &str = "Mesh::rank_at";
+        let mut parent_rank = 0;
+        let ndim = self.ndim()?;
+        if coord.len() != ndim {
+            return arg_error(wrong_length(M, "coord", "coord", coord.len(), Some("mesh"), ndim as i64));
+        }
+        let n = to_int(coord.len(), "coord")?;
+        call(M, unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), n, &mut parent_rank) })?;
+        Ok(parent_rank)
+    }
+
     /// The dim's name ("" when unnamed).
     pub fn dim_name(&self, dim: usize) -> Result<String> {
         const M: &str = "Mesh::dim_name";

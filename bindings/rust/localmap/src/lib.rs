@@ -473,18 +473,6 @@ impl Mesh {
     fn borrowed<'a>(raw: sys::lm_mesh_t) -> MeshRef<'a> {
         MeshRef { mesh: ManuallyDrop::new(Mesh { raw }), _life: PhantomData }
     }
-
-    /// The parent-communicator rank at a coordinate.
-    pub fn rank_at(&self, coord: &[i64]) -> Result<i32> {
-        let ndim = self.ndim()?;
-        if coord.len() != ndim {
-            return arg_error(wrong_length("Mesh::rank_at", "coord", "coord", coord.len(), Some("mesh"), ndim as i64));
-        }
-        let mut r = 0;
-        let n = to_int(coord.len(), "coord")?;
-        call("Mesh::rank_at", unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), n, &mut r) })?;
-        Ok(r)
-    }
 }
 
 // ================================================================================================
