@@ -30,12 +30,14 @@ WIDTH = types.WIDTH
 
 # C handle type -> its Rust type, which owns one (a reference of a refcounted one: `Clone` retains).
 # Each gets `Drop` (its `destroy` call, default `lm_x_destroy`, which must be NULL-safe: it sets the
-# handle to NULL) and `as_raw`, `from_raw`, `into_raw`; options: retain (`Clone` through
-# `lm_x_retain`), generics (the Rust type's lifetime), raw (False: no raw conversions).
+# handle to NULL; a managed tensor's `Drop`, DLPack's deleter, is lib.rs's) and `as_raw`,
+# `from_raw`, `into_raw`; options: retain (`Clone` through `lm_x_retain`), generics (the Rust
+# type's lifetime), raw (False: no raw conversions; "in-out": from_raw and into_raw only).
 HANDLES = {"lm_mesh_t": {"rust": "Mesh"}, "lm_dist_tensor_t": {"rust": "DistTensor", "retain": True},
            "lm_reshard_plan_t": {"rust": "ReshardPlan"}, "lm_reshard_group_t": {"rust": "ReshardGroup"},
            "lm_local_map_record_t": {"rust": "LocalMapRecord"},
-           "lm_request_t": {"rust": "Request", "generics": "<'_>", "destroy": "lm_request_wait", "raw": False}}
+           "lm_request_t": {"rust": "Request", "generics": "<'_>", "destroy": "lm_request_wait", "raw": False},
+           "DLManagedTensor*": {"rust": "ManagedTensor", "destroy": None, "raw": "in-out"}}
 # Rust types that own an id of the library (a field of a C integer type): `Drop` gives it back.
 IDS = {"Extents": ("id", "lm_extents_destroy")}
 # C enum -> (Rust enum, member prefix, doc, the doc of an Other(code) variant for unknown codes).
@@ -89,7 +91,6 @@ OUT_TYPES = {("int", "ndim"): ("usize", "0", "x as usize"), ("int", "n"): ("usiz
              "int": ("i32", "0", "x"), "int64_t": ("i64", "0", "x"), "int32_t": ("i32", "0", "x"),
              "DLDataType": ("DType", "sys::LM_FLOAT64", "dtype_of(x)?"),
              "DLDevice": ("Device", "sys::LM_CPU", "Device::from_raw(x)"),
-             "DLManagedTensor*": ("ManagedTensor", "ptr::null_mut()", "ManagedTensor { raw: x }"),
              "int64_t[]": ("Vec<i64>", "vec![0; {len}]", "x"),
              "lm_placement_t[]": ("Vec<Placement>", "vec![sys::lm_placement_t::default(); {len}]",
                                   "placements_of(x)?"),
@@ -315,11 +316,13 @@ def handles(funcs):
     out, by_name = [], {f.name: f for f in funcs}
     for h, spec in HANDLES.items():
         rust, c = spec["rust"], h[:-2]  # lm_mesh
+        raw_t = "*mut sys::" + h[:-1] if h.endswith("*") else "sys::" + h
         destroy = spec.get("destroy", c + "_destroy")
-        if by_name[destroy].args[0].direction != "inout":
+        if destroy and by_name[destroy].args[0].direction != "inout":
             raise SystemExit("api_gen_rust_safe: %s must take its handle inout (it sets it NULL)" % destroy)
-        out += ["", "impl Drop for %s%s {" % (rust, spec.get("generics", "")), "    fn drop(&mut self) {",
-                "        unsafe { sys::%s(&mut self.raw) };" % destroy, "    }", "}"]
+        if destroy:
+            out += ["", "impl Drop for %s%s {" % (rust, spec.get("generics", "")), "    fn drop(&mut self) {",
+                    "        unsafe { sys::%s(&mut self.raw) };" % destroy, "    }", "}"]
         if spec.get("retain"):
             out += ["", "impl Clone for %s {" % rust,
                     "    /// Another handle of the same object (`%s_retain`)." % c,
@@ -327,16 +330,20 @@ def handles(funcs):
                     "        let st = unsafe { sys::%s_retain(self.raw) };" % c,
                     '        assert_eq!(st, sys::LM_SUCCESS, "%s_retain: {}", last_error_message());' % c,
                     "        %s { raw: self.raw }" % rust, "    }", "}"]
-        if spec.get("raw", True):
+        if spec.get("raw", True) is True:
             out += ["", "impl %s {" % rust, "    /// The raw handle (still owned by `self`).",
-                    "    pub fn as_raw(&self) -> sys::%s {" % h, "        self.raw", "    }",
-                    "    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`",
-                    "    /// destroys it.", "    ///", "    /// # Safety",
+                    "    pub fn as_raw(&self) -> %s {" % raw_t, "        self.raw", "    }"]
+        elif spec.get("raw") == "in-out":
+            out += ["", "impl %s {" % rust]
+        if spec.get("raw", True):
+            out += ["    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`",
+                    "    /// %s." % ("destroys it" if destroy else "calls its deleter"), "    ///", "    /// # Safety",
                     "    /// `raw` must be a live handle whose ownership the caller hands over.",
-                    "    pub unsafe fn from_raw(raw: sys::%s) -> %s {" % (h, rust), "        %s { raw }" % rust,
+                    "    pub unsafe fn from_raw(raw: %s) -> %s {" % (raw_t, rust), "        %s { raw }" % rust,
                     "    }",
-                    "    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).",
-                    "    pub fn into_raw(self) -> sys::%s {" % h, "        let raw = self.raw;",
+                    "    /// Gives up ownership: the caller %s (or hands it to C, which does)."
+                    % ("destroys the handle" if destroy else "calls its deleter once"),
+                    "    pub fn into_raw(self) -> %s {" % raw_t, "        let raw = self.raw;",
                     "        std::mem::forget(self);", "        raw", "    }", "}"]
     for rust, (field, destroy) in IDS.items():
         if [a.direction for a in by_name[destroy].args] != ["in"]:

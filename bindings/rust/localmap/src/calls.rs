@@ -391,6 +391,23 @@ impl Drop for Request<'_> {
     }
 }
 
+impl ManagedTensor {
+    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`
+    /// calls its deleter.
+    ///
+    /// # Safety
+    /// `raw` must be a live handle whose ownership the caller hands over.
+    pub unsafe fn from_raw(raw: *mut sys::DLManagedTensor) -> ManagedTensor {
+        ManagedTensor { raw }
+    }
+    /// Gives up ownership: the caller calls its deleter once (or hands it to C, which does).
+    pub fn into_raw(self) -> *mut sys::DLManagedTensor {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+}
+
 impl Drop for Extents {
     fn drop(&mut self) {
         unsafe { sys::lm_extents_destroy(self.id) };

@@ -534,17 +534,6 @@ impl ManagedTensor {
         // SAFETY: &mut self: no other borrow of this tensor's memory is alive.
         Ok(unsafe { std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()) })
     }
-    /// # Safety
-    /// `raw` must be a valid managed tensor whose deleter the caller hands over.
-    pub unsafe fn from_raw(raw: *mut sys::DLManagedTensor) -> ManagedTensor {
-        ManagedTensor { raw }
-    }
-    /// Gives up ownership: the caller must call the deleter once.
-    pub fn into_raw(self) -> *mut sys::DLManagedTensor {
-        let r = self.raw;
-        std::mem::forget(self);
-        r
-    }
     pub fn dl_tensor(&self) -> &sys::DLTensor {
         unsafe { &(*self.raw).dl_tensor }
     }
