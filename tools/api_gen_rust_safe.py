@@ -48,7 +48,12 @@ ENUMS = {"lm_status_t": ("Status", "LM_(ERR_)?", "The status codes of `lm_status
                             "How a mesh moves tensor data (`lm_transport_t`).",
                             "A transport this binding does not know yet."),
          "lm_record_which_t": ("RecordWhich", "LM_RECORD_", "Which placements "
-                               "[`LocalMapRecord::placements`] reports (`lm_record_which_t`).", None)}
+                               "[`LocalMapRecord::placements`] reports (`lm_record_which_t`).", None),
+         "lm_shape_mode_t": ("ShapeMode", "LM_SHAPE_", None, None)}
+# C enums whose value travels with an array argument that one member reads (NULL for the others):
+# C enum -> (that member, the array's element type). Its Rust enum's variant carries the array
+# (a Vec); `raw()` gives the C value and the array's pointer.
+PAYLOADS = {"lm_shape_mode_t": ("LM_SHAPE_GIVEN", "i64")}
 # Variant docs in Rust's terms where the header's speak of C arguments.
 VARIANT_DOCS = {
     "RecordWhich::Input": "An input's own placements, before any move (on its own mesh).",
@@ -56,6 +61,8 @@ VARIANT_DOCS = {
     "RecordWhich::InGrad": "Those of its gradient: [`LocalMap::grad_placements`], else `In`.",
     "RecordWhich::Out": "An output's placements.",
     "RecordWhich::OutGrad": "Its gradient's: [`placements_adjoint`] of `Out`.",
+    "ShapeMode::Allgather": "One small allgather of local extents, collective over the mesh (right for uneven\n"
+                            "shards; ragged dims with `LM_EXTENTS_AGREED` take their extents from it).",
 }
 # Flag macros whose doc says "<function> flag: ..." -> builder methods of the Rust type that makes
 # that call, one per flag: `LM_LOCAL_MAP_NO_AGREE` -> `LocalMap::no_agree`, which ors it into the
@@ -291,15 +298,32 @@ def enum(name, variants, raw, other, other_doc, doc_text):
     return out + ["    }", "}"]
 
 
+def payload_enum(name, variants, raw, payload, doc_text):
+    """A Rust enum over C values of which one variant carries an array (PAYLOADS)."""
+    member, elem = payload
+    out = doc(doc_text, "") + ["#[derive(Debug, Clone, PartialEq, Eq)]", "pub enum %s {" % name]
+    for v, c, d in variants:
+        out += ["    " + ln for ln in d] + ["    %s%s," % (v, "(Vec<%s>)" % elem if c == "sys::" + member else "")]
+    out += ["}", "", "impl %s {" % name, "    /// The C value, and the array that travels with it (NULL but for one variant).",
+            "    pub(crate) fn raw(&self) -> (%s, *const %s) {" % (raw, elem), "        match self {"]
+    out += ["            %s::%s => (%s, %s)," % ((name, v + "(x)", c, "x.as_ptr()") if c == "sys::" + member else
+                                                 (name, v, c, "ptr::null()")) for v, c, _ in variants]
+    return out + ["        }", "    }", "}"]
+
+
 def enums():
     out, decls = [], types.declarations()
-    for kind, name, _, m in decls:
+    for kind, name, hdoc, m in decls:
         if kind == "ename" and name in ENUMS:
             rust, prefix, doc_text, other_doc = ENUMS[name]
+            doc_text = doc_text or "%s (`%s`)." % (" ".join(hdoc.split()).rstrip("."), name)
             vs = [(camel(re.sub("^" + prefix, "", n)), "sys::" + n, types.doc_lines(d) if d else [])
                   for n, _, d in types.members(m.group("ebody"), name)]
             vs = [(v, c, doc(VARIANT_DOCS[rust + "::" + v], "") if rust + "::" + v in VARIANT_DOCS else d)
                   for v, c, d in vs]
+            if name in PAYLOADS:
+                out += [""] + payload_enum(rust, vs, "sys::" + name, PAYLOADS[name], doc_text)
+                continue
             out += [""] + enum(rust, vs, "sys::" + name, other_doc is not None, other_doc, doc_text)
     vs = []
     for kind, name, d, m in decls:

@@ -154,6 +154,30 @@ impl Transport {
     }
 }
 
+/// How a tensor made from local shards learns its global shape (`lm_shape_mode_t`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShapeMode {
+    /// the caller passes it; checked against the local shape
+    Given(Vec<i64>),
+    /// local extent * mesh extent along sharded dims (along a ragged dim
+    /// with registered extents: their sum); no communication
+    Even,
+    /// One small allgather of local extents, collective over the mesh (right for uneven
+    /// shards; ragged dims with `LM_EXTENTS_AGREED` take their extents from it).
+    Allgather,
+}
+
+impl ShapeMode {
+    /// The C value, and the array that travels with it (NULL but for one variant).
+    pub(crate) fn raw(&self) -> (sys::lm_shape_mode_t, *const i64) {
+        match self {
+            ShapeMode::Given(x) => (sys::LM_SHAPE_GIVEN, x.as_ptr()),
+            ShapeMode::Even => (sys::LM_SHAPE_EVEN, ptr::null()),
+            ShapeMode::Allgather => (sys::LM_SHAPE_ALLGATHER, ptr::null()),
+        }
+    }
+}
+
 /// Which placements [`LocalMapRecord::placements`] reports (`lm_record_which_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecordWhich {

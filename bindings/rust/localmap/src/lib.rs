@@ -599,25 +599,7 @@ unsafe fn tensor_slice<'a, T: Element>(t: &sys::DLTensor, what: &str) -> Result<
 // Dist tensors
 // ================================================================================================
 
-/// How a tensor made from local shards learns its global shape (`lm_shape_mode_t`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShapeMode {
-    /// The caller gives it (checked against the local shape).
-    Given(Vec<i64>),
-    /// Local extent * mesh extent along sharded dims (no communication).
-    Even,
-    /// One small allgather of local extents (collective over the mesh; right for uneven shards).
-    Allgather,
-}
-
 impl ShapeMode {
-    fn raw(&self) -> (sys::lm_shape_mode_t, *const i64) {
-        match self {
-            ShapeMode::Given(s) => (sys::LM_SHAPE_GIVEN, s.as_ptr()),
-            ShapeMode::Even => (sys::LM_SHAPE_EVEN, ptr::null()),
-            ShapeMode::Allgather => (sys::LM_SHAPE_ALLGATHER, ptr::null()),
-        }
-    }
     /// A `Given` shape must have one extent per tensor dim (the C API reads that many).
     fn check(&self, method: &str, ndim: usize) -> Result<()> {
         match self {
