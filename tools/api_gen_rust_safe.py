@@ -38,8 +38,9 @@ HANDLES = {"lm_mesh_t": {"rust": "Mesh"}, "lm_dist_tensor_t": {"rust": "DistTens
            "lm_local_map_record_t": {"rust": "LocalMapRecord"},
            "lm_request_t": {"rust": "Request", "generics": "<'_>", "destroy": "lm_request_wait", "raw": False},
            "DLManagedTensor*": {"rust": "ManagedTensor", "destroy": None, "raw": "in-out"}}
-# Rust types that own an id of the library (a field of a C integer type): `Drop` gives it back.
-IDS = {"Extents": ("id", "lm_extents_destroy")}
+# Rust types that own an id of the library (a field of a C integer type): `Drop` gives it back
+# (its destroy call), a getter named as the field reads it (as `as_raw` a handle; its doc).
+IDS = {"Extents": ("id", "lm_extents_destroy", "The id a ragged placement carries.")}
 # C enum -> (Rust enum, member prefix, doc, the doc of an Other(code) variant for unknown codes).
 ENUMS = {"lm_status_t": ("Status", "LM_(ERR_)?", "The status codes of `lm_status_t`.",
                          "A code this binding does not know yet (the C enum is append-only)."),
@@ -369,11 +370,14 @@ def handles(funcs):
                     % ("destroys the handle" if destroy else "calls its deleter once"),
                     "    pub fn into_raw(self) -> %s {" % raw_t, "        let raw = self.raw;",
                     "        std::mem::forget(self);", "        raw", "    }", "}"]
-    for rust, (field, destroy) in IDS.items():
+    for rust, (field, destroy, doc_text) in IDS.items():
         if [a.direction for a in by_name[destroy].args] != ["in"]:
             raise SystemExit("api_gen_rust_safe: %s must take the id alone, by value" % destroy)
         out += ["", "impl Drop for %s {" % rust, "    fn drop(&mut self) {",
-                "        unsafe { sys::%s(self.%s) };" % (destroy, field), "    }", "}"]
+                "        unsafe { sys::%s(self.%s) };" % (destroy, field), "    }", "}",
+                "", "impl %s {" % rust] + doc(doc_text, "    ") + [
+                "    pub fn %s(&self) -> %s {" % (field, in_type(by_name[destroy].args[0], {})),
+                "        self.%s" % field, "    }", "}"]
     return out
 
 

@@ -438,6 +438,13 @@ impl Drop for Extents {
     }
 }
 
+impl Extents {
+    /// The id a ragged placement carries.
+    pub fn id(&self) -> i32 {
+        self.id
+    }
+}
+
 /// `lm_get_version`: the loaded library's version as `LM_VERSION_CODE` (major*10000+minor*100+patch).
 pub fn version() -> i32 {
     unsafe { sys::lm_get_version() }

@@ -379,10 +379,6 @@ pub struct Extents {
 }
 
 impl Extents {
-    /// The id a ragged placement carries.
-    pub fn id(&self) -> i32 {
-        self.id
-    }
     /// `Placement::Ragged` of tensor dim `dim` with these extents.
     pub fn placement(&self, dim: i32) -> Placement {
         Placement::Ragged { dim, extents: self.id, order: 0 }
