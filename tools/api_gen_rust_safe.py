@@ -36,7 +36,8 @@ WIDTH = types.WIDTH
 HANDLES = {"lm_mesh_t": {"rust": "Mesh"}, "lm_dist_tensor_t": {"rust": "DistTensor", "retain": True},
            "lm_reshard_plan_t": {"rust": "ReshardPlan"}, "lm_reshard_group_t": {"rust": "ReshardGroup"},
            "lm_local_map_record_t": {"rust": "LocalMapRecord"},
-           "lm_request_t": {"rust": "Request", "generics": "<'_>", "destroy": "lm_request_wait", "raw": False},
+           "lm_request_t": {"rust": "Request", "generics": "<'_>", "destroy": "lm_request_wait",
+                            "raw": False},
            "DLManagedTensor*": {"rust": "ManagedTensor", "destroy": None, "raw": "in-out"}}
 # Rust types that own an id of the library (a field of a C integer type): `Drop` gives it back
 # (its destroy call), a getter named as the field reads it (as `as_raw` a handle; its doc).
@@ -62,8 +63,9 @@ VARIANT_DOCS = {
     "RecordWhich::InGrad": "Those of its gradient: [`LocalMap::grad_placements`], else `In`.",
     "RecordWhich::Out": "An output's placements.",
     "RecordWhich::OutGrad": "Its gradient's: [`placements_adjoint`] of `Out`.",
-    "ShapeMode::Allgather": "One small allgather of local extents, collective over the mesh (right for uneven\n"
-                            "shards; ragged dims with `LM_EXTENTS_AGREED` take their extents from it).",
+    "ShapeMode::Allgather": "One small allgather of local extents, collective over the mesh (right for\n"
+                            "uneven shards; ragged dims with `LM_EXTENTS_AGREED` take their extents\n"
+                            "from it).",
 }
 # Flag macros whose doc says "<function> flag: ..." -> builder methods of the Rust type that makes
 # that call, one per flag: `LM_LOCAL_MAP_NO_AGREE` -> `LocalMap::no_agree`, which ors it into the
@@ -93,7 +95,8 @@ IN_CONV = {"usize": "to_int(x, \"x\")?", "&str": "c_string(M, \"x\", x)?", "Reco
 # Outputs: C type (and name) -> (Rust type, initial value, the result from the value `x`).
 OUT_TYPES = {("int", "ndim"): ("usize", "0", "x as usize"), ("int", "n"): ("usize", "0", "x as usize"),
              ("int", "buckets"): ("usize", "0", "x as usize"),
-             ("int", "is_member"): ("bool", "0", "x != 0"), ("int", "done"): ("bool", "0", "x != 0"), ("int", "supported"): ("bool", "0", "x != 0"),
+             ("int", "is_member"): ("bool", "0", "x != 0"), ("int", "supported"): ("bool", "0", "x != 0"),
+             ("int", "done"): ("bool", "0", "x != 0"),
              ("int", "comm_f"): ("Comm", "0", "Comm(x)"),
              ("int", "transport"): ("Transport", "0", "Transport::from_raw(x)"),
              "int": ("i32", "0", "x"), "int64_t": ("i64", "0", "x"), "int32_t": ("i32", "0", "x"),
@@ -153,7 +156,7 @@ WRAPPERS = [
      {"names": {"extents": "lengths"}, "ret": "Extents", "out": "Extents { id }"},
      "Registers `lengths` (each >= 0)."),
     ("Extents::lengths", "lm_extents_get",
-     {"query": ("extents", "count"), "len": {"extents": "count as usize"}, "ret": "Vec<i64>", "out": "extents"},
+     {"query": ("extents", "count"), "ret": "Vec<i64>", "out": "extents"},
      "The lengths of any live extents id (e.g. from `DistTensor::placements`)."),
     ("Mesh::grid", "lm_mesh_create_grid", {"names": {"parent_comm": "parent"}, "null": ("config",)},
      "`lm_mesh_create_grid`: the 2-D mesh of a process grid (a BLACS grid, say) from this rank's\n"
@@ -304,11 +307,15 @@ def payload_enum(name, variants, raw, payload, doc_text):
     member, elem = payload
     out = doc(doc_text, "") + ["#[derive(Debug, Clone, PartialEq, Eq)]", "pub enum %s {" % name]
     for v, c, d in variants:
-        out += ["    " + ln for ln in d] + ["    %s%s," % (v, "(Vec<%s>)" % elem if c == "sys::" + member else "")]
-    out += ["}", "", "impl %s {" % name, "    /// The C value, and the array that travels with it (NULL but for one variant).",
+        carries = c == "sys::" + member
+        out += ["    " + ln for ln in d] + ["    %s%s," % (v, "(Vec<%s>)" % elem if carries else "")]
+    out += ["}", "", "impl %s {" % name,
+            "    /// The C value, and the array that travels with it (NULL but for one variant).",
             "    pub(crate) fn raw(&self) -> (%s, *const %s) {" % (raw, elem), "        match self {"]
-    out += ["            %s::%s => (%s, %s)," % ((name, v + "(x)", c, "x.as_ptr()") if c == "sys::" + member else
-                                                 (name, v, c, "ptr::null()")) for v, c, _ in variants]
+    for v, c, _ in variants:
+        carries = c == "sys::" + member
+        out.append("            %s::%s => (%s, %s)," % (name, v + "(x)" if carries else v, c,
+                                                      "x.as_ptr()" if carries else "ptr::null()"))
     return out + ["        }", "    }", "}"]
 
 
@@ -362,9 +369,10 @@ def handles(funcs):
             out += ["", "impl %s {" % rust]
         if spec.get("raw", True):
             out += ["    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`",
-                    "    /// %s." % ("destroys it" if destroy else "calls its deleter"), "    ///", "    /// # Safety",
-                    "    /// `raw` must be a live handle whose ownership the caller hands over.",
-                    "    pub unsafe fn from_raw(raw: %s) -> %s {" % (raw_t, rust), "        %s { raw }" % rust,
+                    "    /// %s." % ("destroys it" if destroy else "calls its deleter"), "    ///",
+                    "    /// # Safety", "    /// `raw` must be a live handle whose ownership the caller hands over.",
+                    "    pub unsafe fn from_raw(raw: %s) -> %s {" % (raw_t, rust),
+                    "        %s { raw }" % rust,
                     "    }",
                     "    /// Gives up ownership: the caller %s (or hands it to C, which does)."
                     % ("destroys the handle" if destroy else "calls its deleter once"),
@@ -432,7 +440,7 @@ def receiver(f, owner, opts):
     return None, None, None
 
 
-def infallible(f, owner, name, opts, params, lets, cargs, ind):
+def infallible(f, name, opts, params, lets, cargs, ind):
     """The signature and body of a wrapper of a function that returns no status: its value (an
     int, a string the library keeps: copied, or `&'static str` where `ret` says so, or nothing)."""
     ret = {"int": "i32", "const char *": "String", "void": None}[f.ret]
@@ -492,7 +500,8 @@ def wrapper(rust, f, opts, doc_text):
             cargs.append(a.name)
         else:
             t, init, res = out_type(a)
-            init = "let mut %s = %s;" % (a.name, init.replace("{len}", opts.get("len", {}).get(a.name, "")))
+            n = "%s as usize" % qcount if a.name == qarr else opts.get("len", {}).get(a.name, "")
+            init = "let mut %s = %s;" % (a.name, init.replace("{len}", n))
             (after if a.name == qarr else inits).append(init)
             cargs.append("%s.as_mut_ptr()" % a.name if a.dims else "&mut %s" % a.name)
             qargs.append("ptr::null_mut()" if a.name == qarr else cargs[-1])
@@ -509,13 +518,14 @@ def wrapper(rust, f, opts, doc_text):
             checks.append((a.name, "Of::Mesh(%s)" % (x if opt else "Some(%s)" % x)))
     first = []  # the checks of `rules`, before any conversion
     for arr, rule in opts.get("rules", {}).items():  # `X.ndim` of handle argument X
-        a = next(a for a in f.args if a.name == rule.split(".")[0] and a.base in ("lm_mesh_t", "lm_dist_tensor_t"))
+        a = next(a for a in f.args
+                 if a.name == rule.split(".")[0] and a.base in ("lm_mesh_t", "lm_dist_tensor_t"))
         if not rule.endswith(".ndim") or rule.count(".") != 1:
             raise SystemExit("%s: api_gen_rust_safe: a rule it cannot check: %s" % (f.where, rule))
         x, of = "self" if a.name == self_arg else names.get(a.name, a.name), a.base[3:-2].split("_")[-1]
         first += ["let ndim = %s.ndim()?;" % x, "if %s.len() != ndim {" % arr,
-                 '    return arg_error(wrong_length(M, "%s", "%s", %s.len(), Some("%s"), ndim as i64));'
-                 % (names.get(arr, arr), arr, names.get(arr, arr), of), "}"]
+                  '    return arg_error(wrong_length(M, "%s", "%s", %s.len(), Some("%s"), ndim as i64));'
+                  % (names.get(arr, arr), arr, names.get(arr, arr), of), "}"]
     ind = "    " if owner else ""
     lets = inits + first + lets
     if checks:
@@ -527,7 +537,7 @@ def wrapper(rust, f, opts, doc_text):
         params = [re.sub(r": (Option<)?&", r": \1&%s " % life, p) for p in params]
     params = ([rcv] if rcv else []) + params
     if not status:
-        sig, body = infallible(f, owner, name, opts, params, lets, cargs, ind)
+        sig, body = infallible(f, name, opts, params, lets, cargs, ind)
         return [""] + doc(doc_text, ind) + [ind + ln for ln in sig] + [ind + "    " + ln for ln in body] + [ind + "}"]
     if is_buf:
         ret = "String"
@@ -539,8 +549,10 @@ def wrapper(rust, f, opts, doc_text):
     sig = wrap("%sfn %s(" % (head, name), params, ") -> Result<%s> {" % ret, ind)
     body = ['const M: &str = "%s";' % rust] + lets
     c = "sys::%s(" % f.name
-    call = lambda args: wrap("call(M, %s" % (c if opts.get("unsafe") else "unsafe { " + c), args,
-                             ")" + ("" if opts.get("unsafe") else " }") + ")?;", ind + "    ")
+
+    def call(args):
+        return wrap("call(M, %s" % (c if opts.get("unsafe") else "unsafe { " + c), args,
+                    ")" + ("" if opts.get("unsafe") else " }") + ")?;", ind + "    ")
     if is_buf:
         body += wrap("read_buf(M, |buf, size| unsafe { " + c, cargs, ") })", ind + "    ")
     else:
@@ -576,7 +588,8 @@ def generate(funcs):
     head = ["// SPDX-License-Identifier: BSD-3-Clause",
             "// Generated by tools/api.py (tools/api_gen_rust_safe.py) from include/localmap.h and",
             "// api/localmap.api: do not edit (make api-generate). The rest of the crate is lib.rs.",
-            "//! The safe API's enums of C values, handle destructors and one-call wrappers.",
+            "//! The safe API's enums of C values, handle destructors and raw conversions, one-call",
+            "//! wrappers and builder methods of flags.",
             "",
             "use crate::*;",
             "use std::os::raw::{c_int, c_void};",

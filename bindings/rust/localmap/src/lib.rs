@@ -51,8 +51,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 // ================================================================================================
-// Status and errors. Status, like the other enums of C values (ReduceOp, Transport, DType), the
-// handles' Drop and the wrappers of one C call come from src/calls.rs (make api-generate).
+// Status and errors. The enums of C values (Status, ReduceOp, Transport, RecordWhich, ShapeMode,
+// DType), the handles' Drop and raw conversions, LocalMap's flag methods and the wrappers of one C
+// call come from src/calls.rs (make api-generate).
 // ================================================================================================
 
 /// A failed call: its status and the library's message (`lm_last_error_message`), in this
