@@ -5,16 +5,22 @@ thought:
   - the Rust enums of the C enums and dtypes (ENUMS, DTYPE_PREFIX): variants and docs read from
     include/localmap.h, with `raw()` and `from_raw()`;
   - `Drop` (the handle's destroy), `Clone` (a refcounted one's retain), `as_raw`, `from_raw` and
-    `into_raw` of every handle type (HANDLES);
+    `into_raw` of every handle type (HANDLES), and the `Drop` of the ids a Rust type owns (IDS);
+  - a builder method per flag of a call (FLAG_METHODS: `LocalMap::no_agree`), from the header's
+    flag macros and their docs;
   - the wrappers of WRAPPERS: one C call each, made from the function's description in
-    api/localmap.api: the argument of the owner's handle type is `self`, the other inputs are
-    parameters (Rust types by IN_TYPES, or by the entry's own `types`), an integer that is the
-    length of an array argument is that slice's length, the outputs are the result (OUT_TYPES;
-    a tuple for several), array arguments are checked against their length rules through
-    `lengths` (lib.rs) before the call, and a failure names the Rust method (`call`, lib.rs).
+    api/localmap.api: the argument of the owner's handle type is `self` (`&mut self` when the
+    call writes the handle), or of the owner's enum; the other inputs are parameters (Rust types
+    by IN_TYPES, or by the entry's own `types`), an integer that is the length of an array
+    argument is that slice's length, the outputs are the result (OUT_TYPES; a tuple for several),
+    array arguments are checked against their length rules through `lengths` (lib.rs) before the
+    call, and a failure names the Rust method (`call`, lib.rs). A function that returns no
+    status returns its value (an int, a copy of a string the library keeps). An output array the
+    caller cannot size is sized by a first call that asks for its count (`query`).
 """
 import re
 import sys
+import textwrap
 
 api = sys.modules["api"]  # tools/api.py, which loads this module
 import api_gen_rust_types as types  # noqa: E402  (tools/, loaded by api.py before this module)
@@ -23,9 +29,19 @@ OUTPUT = "bindings/rust/localmap/src/calls.rs"
 WIDTH = types.WIDTH
 
 # C handle type -> its Rust type, which owns one (a reference of a refcounted one: `Clone` retains).
-HANDLES = {"lm_mesh_t": ("Mesh",), "lm_dist_tensor_t": ("DistTensor", "retain"),
-           "lm_reshard_plan_t": ("ReshardPlan",), "lm_reshard_group_t": ("ReshardGroup",),
-           "lm_local_map_record_t": ("LocalMapRecord",)}
+# Each gets `Drop` (its `destroy` call, default `lm_x_destroy`, which must be NULL-safe: it sets the
+# handle to NULL; a managed tensor's `Drop`, DLPack's deleter, is lib.rs's) and `as_raw`,
+# `from_raw`, `into_raw`; options: retain (`Clone` through `lm_x_retain`), generics (the Rust
+# type's lifetime), raw (False: no raw conversions; "in-out": from_raw and into_raw only).
+HANDLES = {"lm_mesh_t": {"rust": "Mesh"}, "lm_dist_tensor_t": {"rust": "DistTensor", "retain": True},
+           "lm_reshard_plan_t": {"rust": "ReshardPlan"}, "lm_reshard_group_t": {"rust": "ReshardGroup"},
+           "lm_local_map_record_t": {"rust": "LocalMapRecord"},
+           "lm_request_t": {"rust": "Request", "generics": "<'_>", "destroy": "lm_request_wait",
+                            "raw": False},
+           "DLManagedTensor*": {"rust": "ManagedTensor", "destroy": None, "raw": "in-out"}}
+# Rust types that own an id of the library (a field of a C integer type): `Drop` gives it back
+# (its destroy call), a getter named as the field reads it (as `as_raw` a handle; its doc).
+IDS = {"Extents": ("id", "lm_extents_destroy", "The id a ragged placement carries.")}
 # C enum -> (Rust enum, member prefix, doc, the doc of an Other(code) variant for unknown codes).
 ENUMS = {"lm_status_t": ("Status", "LM_(ERR_)?", "The status codes of `lm_status_t`.",
                          "A code this binding does not know yet (the C enum is append-only)."),
@@ -34,7 +50,12 @@ ENUMS = {"lm_status_t": ("Status", "LM_(ERR_)?", "The status codes of `lm_status
                             "How a mesh moves tensor data (`lm_transport_t`).",
                             "A transport this binding does not know yet."),
          "lm_record_which_t": ("RecordWhich", "LM_RECORD_", "Which placements "
-                               "[`LocalMapRecord::placements`] reports (`lm_record_which_t`).", None)}
+                               "[`LocalMapRecord::placements`] reports (`lm_record_which_t`).", None),
+         "lm_shape_mode_t": ("ShapeMode", "LM_SHAPE_", None, None)}
+# C enums whose value travels with an array argument that one member reads (NULL for the others):
+# C enum -> (that member, the array's element type). Its Rust enum's variant carries the array
+# (a Vec); `raw()` gives the C value and the array's pointer.
+PAYLOADS = {"lm_shape_mode_t": ("LM_SHAPE_GIVEN", "i64")}
 # Variant docs in Rust's terms where the header's speak of C arguments.
 VARIANT_DOCS = {
     "RecordWhich::Input": "An input's own placements, before any move (on its own mesh).",
@@ -42,13 +63,24 @@ VARIANT_DOCS = {
     "RecordWhich::InGrad": "Those of its gradient: [`LocalMap::grad_placements`], else `In`.",
     "RecordWhich::Out": "An output's placements.",
     "RecordWhich::OutGrad": "Its gradient's: [`placements_adjoint`] of `Out`.",
+    "ShapeMode::Allgather": "One small allgather of local extents, collective over the mesh (right for\n"
+                            "uneven shards; ragged dims with `LM_EXTENTS_AGREED` take their extents\n"
+                            "from it).",
 }
+# Flag macros whose doc says "<function> flag: ..." -> builder methods of the Rust type that makes
+# that call, one per flag: `LM_LOCAL_MAP_NO_AGREE` -> `LocalMap::no_agree`, which ors it into the
+# builder's `flags` (lib.rs). The docs are the header's, in Rust's words (FLAG_WORDS), with what
+# Rust adds (FLAG_NOTES).
+FLAG_METHODS = {"lm_local_map": ("LocalMap<'_>", "LM_LOCAL_MAP_")}
+FLAG_WORDS = {"in_placements": "their `input_as` placements"}
+FLAG_NOTES = {"LM_LOCAL_MAP_NO_AGREE": "a failure stays local (every rank must then fail alike)"}
 # The dtype macros (LM_FLOAT32 = LM_DTYPE(kDLFloat, 32)) -> DType variants: prefix + bits.
 DTYPE_PREFIX = {"kDLFloat": "F", "kDLBfloat": "BF", "kDLInt": "I", "kDLUInt": "U", "kDLComplex": "C"}
 
 # Rust types of inputs: by (C type, argument name), then by C type; `[]` marks an array.
 IN_TYPES = {("int", "dim"): "usize", ("int", "index"): "usize", ("int", "parent_comm"): "Comm",
-            ("int", "reset_peak"): "bool", "int": "i32", "int64_t": "i64", "unsigned": "u32",
+            ("int", "reset_peak"): "bool", "int": "i32", "int32_t": "i32", "int64_t": "i64",
+            "unsigned": "u32",
             "DLDataType": "DType", "DLDevice": "Device", "DLDeviceType": "sys::DLDeviceType",
             "void*": "*mut c_void", "string": "&str", ("int", "which"): "RecordWhich",
             "lm_mesh_t": "&Mesh", "lm_dist_tensor_t": "&DistTensor",
@@ -64,12 +96,12 @@ IN_CONV = {"usize": "to_int(x, \"x\")?", "&str": "c_string(M, \"x\", x)?", "Reco
 OUT_TYPES = {("int", "ndim"): ("usize", "0", "x as usize"), ("int", "n"): ("usize", "0", "x as usize"),
              ("int", "buckets"): ("usize", "0", "x as usize"),
              ("int", "is_member"): ("bool", "0", "x != 0"), ("int", "supported"): ("bool", "0", "x != 0"),
+             ("int", "done"): ("bool", "0", "x != 0"),
              ("int", "comm_f"): ("Comm", "0", "Comm(x)"),
              ("int", "transport"): ("Transport", "0", "Transport::from_raw(x)"),
              "int": ("i32", "0", "x"), "int64_t": ("i64", "0", "x"), "int32_t": ("i32", "0", "x"),
              "DLDataType": ("DType", "sys::LM_FLOAT64", "dtype_of(x)?"),
              "DLDevice": ("Device", "sys::LM_CPU", "Device::from_raw(x)"),
-             "DLManagedTensor*": ("ManagedTensor", "ptr::null_mut()", "ManagedTensor { raw: x }"),
              "int64_t[]": ("Vec<i64>", "vec![0; {len}]", "x"),
              "lm_placement_t[]": ("Vec<Placement>", "vec![sys::lm_placement_t::default(); {len}]",
                                   "placements_of(x)?"),
@@ -79,7 +111,9 @@ OUT_TYPES = {("int", "ndim"): ("usize", "0", "x as usize"), ("int", "n"): ("usiz
              "DLTensor": ("sys::DLTensor", "host_view::<u8>(ptr::null(), &[])", "x")}
 OUT_TYPES.update({s: ("sys::" + s, "sys::" + s.upper()[:-2] + "_INIT", "x")  # versioned structs
                   for s in ("lm_device_config_t", "lm_reshard_plan_info_t")})
-OUT_TYPES.update({h: (r[0], "ptr::null_mut()", "%s { raw: x }" % r[0]) for h, r in HANDLES.items()})
+OUT_TYPES.update({h: (r["rust"] + r.get("generics", ""), "ptr::null_mut()",
+                      "%s { raw: x%s }" % (r["rust"], ", _life: PhantomData" if "generics" in r else ""))
+                  for h, r in HANDLES.items()})
 
 # `flags` of lm_reshard_plan_info and lm_reshard_estimate: whether to sum every rank's counts.
 ALL_RANKS = {"types": {"flags": "bool"}, "names": {"flags": "all_ranks"},
@@ -87,8 +121,23 @@ ALL_RANKS = {"types": {"flags": "bool"}, "names": {"flags": "all_ranks"},
 # The wrappers: (Rust name, C function, options, doc). Options: types (argument -> Rust type),
 # names (argument -> Rust parameter name), conv (argument -> how C takes it), len (output array ->
 # its length, an expression), null (arguments passed as NULL), self (the argument that is self),
-# ret and out (the result's type and value, an expression of the outputs), private, unsafe.
+# receiver (`mut self`: the method consumes it), life (a lifetime the result borrows self and the
+# reference arguments for), query ((output array, its count): a first call learns the count),
+# rules (array argument -> the rule `X.ndim` of handle X that Rust checks before the call where C
+# takes the length as an argument and checks it itself, to name the slice as the caller wrote it:
+# the Fortran layer's FORTRAN_RULES), ret and out (the result's type and value, an expression of
+# the outputs), unsafe.
 WRAPPERS = [
+    ("version", "lm_get_version", {},
+     "`lm_get_version`: the loaded library's version as `LM_VERSION_CODE` (major*10000+minor*100+patch)."),
+    ("last_error_message", "lm_last_error_message", {},
+     "`lm_last_error_message`: the message of the last failed call on this thread (\"\" if none), as\n"
+     "the C library wrote it."),
+    ("Status::as_str", "lm_status_string", {"ret": "&'static str"},
+     "`lm_status_string`: e.g. \"LM_ERR_INVALID_ARGUMENT: invalid argument\"."),
+    ("set_error_message", "lm_set_error_message", {},
+     "`lm_set_error_message`: explains a failure of a [`LocalMap`] function (the closure's `Err`\n"
+     "text is passed this way already). Interior NUL bytes are replaced."),
     ("init", "lm_init", {"null": ("argc", "argv")},
      "`lm_init`: initialises MPI unless something else did. Works without mpirun (a singleton)."),
     ("finalize", "lm_finalize", {},
@@ -106,6 +155,9 @@ WRAPPERS = [
     ("Extents::new", "lm_extents_create",
      {"names": {"extents": "lengths"}, "ret": "Extents", "out": "Extents { id }"},
      "Registers `lengths` (each >= 0)."),
+    ("Extents::lengths", "lm_extents_get",
+     {"query": ("extents", "count"), "ret": "Vec<i64>", "out": "extents"},
+     "The lengths of any live extents id (e.g. from `DistTensor::placements`)."),
     ("Mesh::grid", "lm_mesh_create_grid", {"names": {"parent_comm": "parent"}, "null": ("config",)},
      "`lm_mesh_create_grid`: the 2-D mesh of a process grid (a BLACS grid, say) from this rank's\n"
      "grid coordinate (`-1, -1` outside the grid). Collective over `parent`."),
@@ -116,6 +168,8 @@ WRAPPERS = [
     ("Mesh::coord", "lm_mesh_coord", {"len": {"coord": "self.ndim()?"}},
      "This rank's coordinate (an error on a non-member)."),
     ("Mesh::rank", "lm_mesh_rank", {}, "This rank's row-major index in the mesh (an error on a non-member)."),
+    ("Mesh::rank_at", "lm_mesh_rank_at", {"rules": {"coord": "mesh.ndim"}},
+     "The parent-communicator rank at a coordinate."),
     ("Mesh::dim_name", "lm_mesh_dim_name", {}, "The dim's name (\"\" when unnamed)."),
     ("Mesh::dim_comm", "lm_mesh_dim_comm", {},
      "The communicator along `dim` (owned by the mesh; do not free it)."),
@@ -186,6 +240,10 @@ WRAPPERS = [
     ("ReshardPlan::info", "lm_reshard_plan_info", ALL_RANKS,
      "What an execution moves (`lm_reshard_plan_info`): this rank's counts (local), or with\n"
      "`all_ranks` every rank's summed (collective over both meshes)."),
+    ("ReshardPlan::start", "lm_reshard_plan_start", {"life": "'a", "types": {"dst": "&mut DistTensor"}},
+     "`lm_reshard_plan_start`: nonblocking; `src` and `dst` stay borrowed until the request ends."),
+    ("Request::test", "lm_request_test", {}, "`lm_request_test`: true once complete."),
+    ("Request::wait", "lm_request_wait", {"receiver": "mut self"}, "`lm_request_wait`."),
     ("reshard_estimate", "lm_reshard_estimate", ALL_RANKS,
      "What a reshard would move, without building a plan (`lm_reshard_estimate`): what\n"
      "[`ReshardPlan::info`] gives for `ReshardPlan::new(src_mesh, src_placements, dst_mesh\n"
@@ -195,8 +253,10 @@ WRAPPERS = [
      {"len": {"out": "placements.len()"}, "out": "placements_of(out)?"},
      "`lm_placements_adjoint`: the placements of a gradient (PyTorch DTensor's convention):\n"
      "`Partial(Sum)` becomes `Replicate`, Shard and Replicate are kept; avg/max/min/prod are refused."),
-    ("ReshardGroup::counts", "lm_reshard_group_size", {"private": True},
-     "(entries, buckets) of the group (`lm_reshard_group_size`)."),
+    ("ReshardGroup::len", "lm_reshard_group_size", {"null": ("buckets",)},
+     "The number of entries (`lm_reshard_group_size`)."),
+    ("ReshardGroup::buckets", "lm_reshard_group_size", {"null": ("n",)},
+     "The number of buckets the entries were dealt into (0 for no entries)."),
     ("ReshardGroup::alloc_targets", "lm_reshard_group_alloc_targets", {"len": {"out": "self.len()?"}},
      "`lm_reshard_group_alloc_targets`: zero tensors laid out as the entries' targets (local)."),
     ("LocalMapRecord::placements", "lm_local_map_record_placements",
@@ -242,15 +302,36 @@ def enum(name, variants, raw, other, other_doc, doc_text):
     return out + ["    }", "}"]
 
 
+def payload_enum(name, variants, raw, payload, doc_text):
+    """A Rust enum over C values of which one variant carries an array (PAYLOADS)."""
+    member, elem = payload
+    out = doc(doc_text, "") + ["#[derive(Debug, Clone, PartialEq, Eq)]", "pub enum %s {" % name]
+    for v, c, d in variants:
+        carries = c == "sys::" + member
+        out += ["    " + ln for ln in d] + ["    %s%s," % (v, "(Vec<%s>)" % elem if carries else "")]
+    out += ["}", "", "impl %s {" % name,
+            "    /// The C value, and the array that travels with it (NULL but for one variant).",
+            "    pub(crate) fn raw(&self) -> (%s, *const %s) {" % (raw, elem), "        match self {"]
+    for v, c, _ in variants:
+        carries = c == "sys::" + member
+        out.append("            %s::%s => (%s, %s)," % (name, v + "(x)" if carries else v, c,
+                                                      "x.as_ptr()" if carries else "ptr::null()"))
+    return out + ["        }", "    }", "}"]
+
+
 def enums():
     out, decls = [], types.declarations()
-    for kind, name, _, m in decls:
+    for kind, name, hdoc, m in decls:
         if kind == "ename" and name in ENUMS:
             rust, prefix, doc_text, other_doc = ENUMS[name]
+            doc_text = doc_text or "%s (`%s`)." % (" ".join(hdoc.split()).rstrip("."), name)
             vs = [(camel(re.sub("^" + prefix, "", n)), "sys::" + n, types.doc_lines(d) if d else [])
                   for n, _, d in types.members(m.group("ebody"), name)]
             vs = [(v, c, doc(VARIANT_DOCS[rust + "::" + v], "") if rust + "::" + v in VARIANT_DOCS else d)
                   for v, c, d in vs]
+            if name in PAYLOADS:
+                out += [""] + payload_enum(rust, vs, "sys::" + name, PAYLOADS[name], doc_text)
+                continue
             out += [""] + enum(rust, vs, "sys::" + name, other_doc is not None, other_doc, doc_text)
     vs = []
     for kind, name, d, m in decls:
@@ -261,30 +342,70 @@ def enums():
     return out + [""] + enum("DType", vs, "sys::DLDataType", False, None, "The element types localmap supports.")
 
 
-def handles():
-    """Each handle type's `Drop` (local), `Clone` (a refcounted one's), raw handle in and out."""
-    out = []
-    for h, rust in HANDLES.items():
-        c = h[:-2]  # lm_mesh
-        out += ["", "impl Drop for %s {" % rust[0], "    fn drop(&mut self) {",
-                "        unsafe { sys::%s_destroy(&mut self.raw) };" % c, "    }", "}"]
-        if rust[1:] == ("retain",):
-            out += ["", "impl Clone for %s {" % rust[0],
+def handles(funcs):
+    """Each handle type's `Drop` (local), `Clone` (a refcounted one's), raw handle in and out; the
+    `Drop` of each owned id."""
+    out, by_name = [], {f.name: f for f in funcs}
+    for h, spec in HANDLES.items():
+        rust, c = spec["rust"], h[:-2]  # lm_mesh
+        raw_t = "*mut sys::" + h[:-1] if h.endswith("*") else "sys::" + h
+        destroy = spec.get("destroy", c + "_destroy")
+        if destroy and by_name[destroy].args[0].direction != "inout":
+            raise SystemExit("api_gen_rust_safe: %s must take its handle inout (it sets it NULL)" % destroy)
+        if destroy:
+            out += ["", "impl Drop for %s%s {" % (rust, spec.get("generics", "")), "    fn drop(&mut self) {",
+                    "        unsafe { sys::%s(&mut self.raw) };" % destroy, "    }", "}"]
+        if spec.get("retain"):
+            out += ["", "impl Clone for %s {" % rust,
                     "    /// Another handle of the same object (`%s_retain`)." % c,
-                    "    fn clone(&self) -> %s {" % rust[0],
+                    "    fn clone(&self) -> %s {" % rust,
                     "        let st = unsafe { sys::%s_retain(self.raw) };" % c,
                     '        assert_eq!(st, sys::LM_SUCCESS, "%s_retain: {}", last_error_message());' % c,
-                    "        %s { raw: self.raw }" % rust[0], "    }", "}"]
-        out += ["", "impl %s {" % rust[0], "    /// The raw handle (still owned by `self`).",
-                "    pub fn as_raw(&self) -> sys::%s {" % h, "        self.raw", "    }",
-                "    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`",
-                "    /// destroys it.", "    ///", "    /// # Safety",
-                "    /// `raw` must be a live handle whose ownership the caller hands over.",
-                "    pub unsafe fn from_raw(raw: sys::%s) -> %s {" % (h, rust[0]), "        %s { raw }" % rust[0],
-                "    }",
-                "    /// Gives up ownership: the caller destroys the handle (or hands it to C, which does).",
-                "    pub fn into_raw(self) -> sys::%s {" % h, "        let raw = self.raw;",
-                "        std::mem::forget(self);", "        raw", "    }", "}"]
+                    "        %s { raw: self.raw }" % rust, "    }", "}"]
+        if spec.get("raw", True) is True:
+            out += ["", "impl %s {" % rust, "    /// The raw handle (still owned by `self`).",
+                    "    pub fn as_raw(&self) -> %s {" % raw_t, "        self.raw", "    }"]
+        elif spec.get("raw") == "in-out":
+            out += ["", "impl %s {" % rust]
+        if spec.get("raw", True):
+            out += ["    /// Takes ownership of a raw handle (of one reference, for a refcounted one): `Drop`",
+                    "    /// %s." % ("destroys it" if destroy else "calls its deleter"), "    ///",
+                    "    /// # Safety", "    /// `raw` must be a live handle whose ownership the caller hands over.",
+                    "    pub unsafe fn from_raw(raw: %s) -> %s {" % (raw_t, rust),
+                    "        %s { raw }" % rust,
+                    "    }",
+                    "    /// Gives up ownership: the caller %s (or hands it to C, which does)."
+                    % ("destroys the handle" if destroy else "calls its deleter once"),
+                    "    pub fn into_raw(self) -> %s {" % raw_t, "        let raw = self.raw;",
+                    "        std::mem::forget(self);", "        raw", "    }", "}"]
+    for rust, (field, destroy, doc_text) in IDS.items():
+        if [a.direction for a in by_name[destroy].args] != ["in"]:
+            raise SystemExit("api_gen_rust_safe: %s must take the id alone, by value" % destroy)
+        out += ["", "impl Drop for %s {" % rust, "    fn drop(&mut self) {",
+                "        unsafe { sys::%s(self.%s) };" % (destroy, field), "    }", "}",
+                "", "impl %s {" % rust] + doc(doc_text, "    ") + [
+                "    pub fn %s(&self) -> %s {" % (field, in_type(by_name[destroy].args[0], {})),
+                "        self.%s" % field, "    }", "}"]
+    return out
+
+
+def flag_methods():
+    out = []
+    for fn, (rust, prefix) in FLAG_METHODS.items():
+        out += ["", "impl %s {" % rust]
+        for kind, name, d, _ in types.declarations():
+            head = "%s flag: " % fn
+            text = " ".join((d or "").split())
+            if kind != "dname" or not name.startswith(prefix) or not text.startswith(head):
+                continue
+            text = text[len(head):].rstrip(".")
+            for c, r in FLAG_WORDS.items():
+                text = re.sub(r"\b%s\b" % c, r, text)
+            text = "`%s`: %s%s." % (name, text, ": " + FLAG_NOTES[name] if name in FLAG_NOTES else "")
+            out += (["    /// " + ln for ln in textwrap.wrap(text, WIDTH - 10, break_on_hyphens=False)] +
+                    ["    pub fn %s(self) -> Self {" % name[len(prefix):].lower(),
+                     "        self.flags(sys::%s)" % name, "    }"])
+        out.append("}")
     return out
 
 
@@ -306,21 +427,51 @@ def out_type(a):
     return t
 
 
+def receiver(f, owner, opts):
+    """(the argument that is `self`, the receiver, how C takes it) of a method of `owner`: its
+    handle (`&self`, `&mut self` for an inout one) or its enum (`self`)."""
+    for a in f.args:
+        if a.name == opts.get("self") or (a.direction != "out" and not opts.get("self") and owner and
+                                          HANDLES.get(a.base, {}).get("rust") == owner):
+            rcv, c = ("&mut self", "&mut self.raw") if a.direction == "inout" else ("&self", "self.raw")
+            return a.name, opts.get("receiver", rcv), c
+        if owner and ENUMS.get(a.base, ("",))[0] == owner:
+            return a.name, "self", "self.raw()"
+    return None, None, None
+
+
+def infallible(f, name, opts, params, lets, cargs, ind):
+    """The signature and body of a wrapper of a function that returns no status: its value (an
+    int, a string the library keeps: copied, or `&'static str` where `ret` says so, or nothing)."""
+    ret = {"int": "i32", "const char *": "String", "void": None}[f.ret]
+    ret = opts.get("ret", ret)
+    sig = wrap("pub fn %s(" % name, params, ")%s {" % (" -> " + ret if ret else ""), ind)
+    c = "sys::%s(%s)" % (f.name, ", ".join(cargs))
+    if f.ret != "const char *":
+        return sig, lets + ["unsafe { %s }" % c]
+    text = ".to_str().unwrap_or(\"?\")" if ret == "&'static str" else ".to_string_lossy().into_owned()"
+    return sig, lets + ["// SAFETY: the library returns a NUL-terminated string, never NULL; read at once.",
+                        "unsafe { CStr::from_ptr(%s) }%s" % (c, text)]
+
+
 def wrapper(rust, f, opts, doc_text):
     """The lines of one wrapper (a method when `rust` is Type::name)."""
     owner, name = rust.split("::") if "::" in rust else (None, rust)
     names = opts.get("names", {})
-    self_arg = opts.get("self") or next((a.name for a in f.args if a.direction == "in" and
-                                          HANDLES.get(a.base, ("",))[0] == owner), None)
+    self_arg, rcv, self_c = receiver(f, owner, opts)
+    status = f.ret == "lm_status_t"
+    # query: (array, count): a first call with the array NULL learns its length.
+    qarr, qcount = opts.get("query", (None, None))
     lens = {}  # length argument -> the array it counts (an input array where two share it)
     for a in f.args:
         if a.dims and re.fullmatch(r"[a-z_]+", a.dims[0]) and (a.dims[0] not in lens or a.direction == "in"):
             lens[a.dims[0]] = a
-    params, inits, lets, cargs, outs, checks, is_buf = [], [], [], [], [], [], False
+    params, inits, lets, cargs, qargs, outs, checks, is_buf = [], [], [], [], [], [], [], False
+    after = []  # what follows the query call: the array's allocation and its length
     for a in f.args:
         x = names.get(a.name, a.name)
         if a.name == self_arg:
-            cargs.append("self.raw")
+            cargs.append(self_c)
         elif a.name in opts.get("null", ()) or (a.null_ok and a.base.endswith("_t*")):
             cargs.append("ptr::null_mut()" if a.direction != "in" else "ptr::null()")
         elif a.name in lens and lens[a.name].base == "char":
@@ -328,12 +479,16 @@ def wrapper(rust, f, opts, doc_text):
         elif a.name in lens:  # the length of an array argument: the slice's
             arr = names.get(lens[a.name].name, lens[a.name].name)
             n = "%s.len() as i64" % arr if a.base == "int64_t" else 'to_int(%s.len(), "%s")?' % (arr, arr)
-            lets.append("let %s = %s;" % (a.name, n))
+            (after if arr == qarr else lets).append("let %s = %s;" % (a.name, n))
             cargs.append(a.name)
+            qargs.append("0" if arr == qarr else a.name)
+            continue
         elif a.direction == "in":
             t = in_type(a, opts)
             params.append("%s: %s" % (x, t))
             conv = re.sub(r"\bx\b", x, opts.get("conv", {}).get(a.name) or IN_CONV.get(t, "x"))
+            if t == "&str" and not status:  # no error to return: a NUL byte is escaped
+                conv = "CString::new(%s.replace('\\0', \"\\\\0\")).unwrap_or_default()" % x
             if conv.endswith("?") or t in ("&[Placement]", "&str"):
                 lets.append("let %s = %s;" % (x, conv))
                 conv = x + ".as_ptr()" if t in ("&[Placement]", "&str") else x
@@ -345,9 +500,14 @@ def wrapper(rust, f, opts, doc_text):
             cargs.append(a.name)
         else:
             t, init, res = out_type(a)
-            inits.append("let mut %s = %s;" % (a.name, init.replace("{len}", opts.get("len", {}).get(a.name, ""))))
+            n = "%s as usize" % qcount if a.name == qarr else opts.get("len", {}).get(a.name, "")
+            init = "let mut %s = %s;" % (a.name, init.replace("{len}", n))
+            (after if a.name == qarr else inits).append(init)
             cargs.append("%s.as_mut_ptr()" % a.name if a.dims else "&mut %s" % a.name)
+            qargs.append("ptr::null_mut()" if a.name == qarr else cargs[-1])
             outs.append((t, re.sub(r"\bx\b", a.name, res)))
+            continue
+        qargs.append(cargs[-1])
     heads = {alt.split(".")[0] for a in f.args if a.dims for alt in a.dims[0].split("|") if "." in alt}
     for a in f.args if checks else []:  # the handles those rules read
         x = "self" if a.name == self_arg else names.get(a.name, a.name)
@@ -356,24 +516,47 @@ def wrapper(rust, f, opts, doc_text):
         elif a.name in heads and a.base == "lm_mesh_t":
             opt = a.name != self_arg and in_type(a, opts).startswith("Option<")
             checks.append((a.name, "Of::Mesh(%s)" % (x if opt else "Some(%s)" % x)))
+    first = []  # the checks of `rules`, before any conversion
+    for arr, rule in opts.get("rules", {}).items():  # `X.ndim` of handle argument X
+        a = next(a for a in f.args
+                 if a.name == rule.split(".")[0] and a.base in ("lm_mesh_t", "lm_dist_tensor_t"))
+        if not rule.endswith(".ndim") or rule.count(".") != 1:
+            raise SystemExit("%s: api_gen_rust_safe: a rule it cannot check: %s" % (f.where, rule))
+        x, of = "self" if a.name == self_arg else names.get(a.name, a.name), a.base[3:-2].split("_")[-1]
+        first += ["let ndim = %s.ndim()?;" % x, "if %s.len() != ndim {" % arr,
+                  '    return arg_error(wrong_length(M, "%s", "%s", %s.len(), Some("%s"), ndim as i64));'
+                  % (names.get(arr, arr), arr, names.get(arr, arr), of), "}"]
     ind = "    " if owner else ""
-    lets = inits + lets
+    lets = inits + first + lets
     if checks:
         lets[:0] = wrap('lengths(M, "%s", &[' % f.name, ['("%s", %s)' % c for c in checks], "])?;", ind + "    ")
+    life = opts.get("life")  # a lifetime the result borrows self and the references for
+    if life:
+        name += "<%s>" % life
+        rcv = rcv.replace("&", "&%s " % life)
+        params = [re.sub(r": (Option<)?&", r": \1&%s " % life, p) for p in params]
+    params = ([rcv] if rcv else []) + params
+    if not status:
+        sig, body = infallible(f, name, opts, params, lets, cargs, ind)
+        return [""] + doc(doc_text, ind) + [ind + ln for ln in sig] + [ind + "    " + ln for ln in body] + [ind + "}"]
     if is_buf:
         ret = "String"
     else:
         ret = opts.get("ret") or (outs[0][0] if len(outs) == 1 else "(%s)" % ", ".join(t for t, _ in outs))
+    ret = ret.replace("'_", life) if life else ret
     value = opts.get("out") or (outs[0][1] if len(outs) == 1 else "(%s)" % ", ".join(v for _, v in outs))
-    head = ("pub(crate) " if opts.get("private") else "pub ") + ("unsafe " if opts.get("unsafe") else "")
-    sig = wrap("%sfn %s(" % (head, name), (["&self"] if self_arg else []) + params, ") -> Result<%s> {" % ret, ind)
+    head = "pub " + ("unsafe " if opts.get("unsafe") else "")
+    sig = wrap("%sfn %s(" % (head, name), params, ") -> Result<%s> {" % ret, ind)
     body = ['const M: &str = "%s";' % rust] + lets
     c = "sys::%s(" % f.name
+
+    def call(args):
+        return wrap("call(M, %s" % (c if opts.get("unsafe") else "unsafe { " + c), args,
+                    ")" + ("" if opts.get("unsafe") else " }") + ")?;", ind + "    ")
     if is_buf:
         body += wrap("read_buf(M, |buf, size| unsafe { " + c, cargs, ") })", ind + "    ")
     else:
-        body += wrap("call(M, %s" % (c if opts.get("unsafe") else "unsafe { " + c), cargs,
-                     ")" + ("" if opts.get("unsafe") else " }") + ")?;", ind + "    ")
+        body += (call(qargs) + after if qarr else []) + call(cargs)
         body.append(value[:-1] if value.endswith("?") else "Ok(%s)" % value)
     return [""] + doc(doc_text, ind) + [ind + ln for ln in sig] + [ind + "    " + ln for ln in body] + [ind + "}"]
 
@@ -393,7 +576,8 @@ def wrappers(funcs):
         o = rust.split("::")[0] if "::" in rust else None
         if o != owner:
             out += ["}"] if owner else []
-            out += ["", "impl %s {" % o] if o else []
+            generics = next((h.get("generics", "") for h in HANDLES.values() if h["rust"] == o), "")
+            out += ["", "impl %s%s {" % (o, generics)] if o else []
             owner = o
         lines = wrapper(rust, by_name[cfn], opts, doc_text)
         out += lines[1:] if out and out[-1].endswith("{") else lines
@@ -404,9 +588,10 @@ def generate(funcs):
     head = ["// SPDX-License-Identifier: BSD-3-Clause",
             "// Generated by tools/api.py (tools/api_gen_rust_safe.py) from include/localmap.h and",
             "// api/localmap.api: do not edit (make api-generate). The rest of the crate is lib.rs.",
-            "//! The safe API's enums of C values, handle destructors and one-call wrappers.",
+            "//! The safe API's enums of C values, handle destructors and raw conversions, one-call",
+            "//! wrappers and builder methods of flags.",
             "",
             "use crate::*;",
             "use std::os::raw::{c_int, c_void};",
             "use std::ptr;"]
-    return "\n".join(head + enums() + handles() + wrappers(funcs)) + "\n"
+    return "\n".join(head + enums() + handles(funcs) + wrappers(funcs) + flag_methods()) + "\n"

@@ -51,17 +51,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 // ================================================================================================
-// Status and errors. Status, like the other enums of C values (ReduceOp, Transport, DType), the
-// handles' Drop and the wrappers of one C call come from src/calls.rs (make api-generate).
+// Status and errors. The enums of C values (Status, ReduceOp, Transport, RecordWhich, ShapeMode,
+// DType), the handles' Drop and raw conversions, LocalMap's flag methods and the wrappers of one C
+// call come from src/calls.rs (make api-generate).
 // ================================================================================================
-
-impl Status {
-    /// `lm_status_string`: e.g. "LM_ERR_INVALID_ARGUMENT: invalid argument".
-    pub fn as_str(self) -> &'static str {
-        // SAFETY: the library returns a static NUL-terminated string, never NULL.
-        unsafe { CStr::from_ptr(sys::lm_status_string(self.raw())) }.to_str().unwrap_or("?")
-    }
-}
 
 /// A failed call: its status and the library's message (`lm_last_error_message`), in this
 /// crate's terms: the Rust method, argument, type and field names, not the C ones.
@@ -160,26 +153,6 @@ fn rust_words(method: &str, message: &str) -> String {
         s.replace_range(at..end, &format!("extents {lengths}"));
     }
     s
-}
-
-/// `lm_last_error_message`: the message of the last failed call on this thread ("" if none), as
-/// the C library wrote it.
-pub fn last_error_message() -> String {
-    // SAFETY: never NULL, valid until the next localmap call on this thread; copied at once.
-    unsafe { CStr::from_ptr(sys::lm_last_error_message()) }.to_string_lossy().into_owned()
-}
-
-/// `lm_set_error_message`: explains a failure of a [`LocalMap`] function (the closure's `Err`
-/// text is passed this way already). Interior NUL bytes are replaced.
-pub fn set_error_message(message: &str) {
-    let c = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    // SAFETY: a valid C string; the library copies it.
-    unsafe { sys::lm_set_error_message(c.as_ptr()) }
-}
-
-/// `lm_get_version`: the loaded library's version as `LM_VERSION_CODE` (major*10000+minor*100+patch).
-pub fn version() -> i32 {
-    unsafe { sys::lm_get_version() }
 }
 
 // ================================================================================================
@@ -407,27 +380,9 @@ pub struct Extents {
 }
 
 impl Extents {
-    /// The id a ragged placement carries.
-    pub fn id(&self) -> i32 {
-        self.id
-    }
     /// `Placement::Ragged` of tensor dim `dim` with these extents.
     pub fn placement(&self, dim: i32) -> Placement {
         Placement::Ragged { dim, extents: self.id, order: 0 }
-    }
-    /// The lengths of any live extents id (e.g. from `DistTensor::placements`).
-    pub fn lengths(id: i32) -> Result<Vec<i64>> {
-        let mut n = 0;
-        call("Extents::lengths", unsafe { sys::lm_extents_get(id, ptr::null_mut(), 0, &mut n) })?;
-        let mut v = vec![0i64; n as usize];
-        call("Extents::lengths", unsafe { sys::lm_extents_get(id, v.as_mut_ptr(), n, &mut n) })?;
-        Ok(v)
-    }
-}
-
-impl Drop for Extents {
-    fn drop(&mut self) {
-        let _ = unsafe { sys::lm_extents_destroy(self.id) };
     }
 }
 
@@ -515,18 +470,6 @@ impl Mesh {
     fn borrowed<'a>(raw: sys::lm_mesh_t) -> MeshRef<'a> {
         MeshRef { mesh: ManuallyDrop::new(Mesh { raw }), _life: PhantomData }
     }
-
-    /// The parent-communicator rank at a coordinate.
-    pub fn rank_at(&self, coord: &[i64]) -> Result<i32> {
-        let ndim = self.ndim()?;
-        if coord.len() != ndim {
-            return arg_error(wrong_length("Mesh::rank_at", "coord", "coord", coord.len(), Some("mesh"), ndim as i64));
-        }
-        let mut r = 0;
-        let n = to_int(coord.len(), "coord")?;
-        call("Mesh::rank_at", unsafe { sys::lm_mesh_rank_at(self.raw, coord.as_ptr(), n, &mut r) })?;
-        Ok(r)
-    }
 }
 
 // ================================================================================================
@@ -587,17 +530,6 @@ impl ManagedTensor {
         let s = self.data::<T>()?;
         // SAFETY: &mut self: no other borrow of this tensor's memory is alive.
         Ok(unsafe { std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()) })
-    }
-    /// # Safety
-    /// `raw` must be a valid managed tensor whose deleter the caller hands over.
-    pub unsafe fn from_raw(raw: *mut sys::DLManagedTensor) -> ManagedTensor {
-        ManagedTensor { raw }
-    }
-    /// Gives up ownership: the caller must call the deleter once.
-    pub fn into_raw(self) -> *mut sys::DLManagedTensor {
-        let r = self.raw;
-        std::mem::forget(self);
-        r
     }
     pub fn dl_tensor(&self) -> &sys::DLTensor {
         unsafe { &(*self.raw).dl_tensor }
@@ -664,25 +596,7 @@ unsafe fn tensor_slice<'a, T: Element>(t: &sys::DLTensor, what: &str) -> Result<
 // Dist tensors
 // ================================================================================================
 
-/// How a tensor made from local shards learns its global shape (`lm_shape_mode_t`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShapeMode {
-    /// The caller gives it (checked against the local shape).
-    Given(Vec<i64>),
-    /// Local extent * mesh extent along sharded dims (no communication).
-    Even,
-    /// One small allgather of local extents (collective over the mesh; right for uneven shards).
-    Allgather,
-}
-
 impl ShapeMode {
-    fn raw(&self) -> (sys::lm_shape_mode_t, *const i64) {
-        match self {
-            ShapeMode::Given(s) => (sys::LM_SHAPE_GIVEN, s.as_ptr()),
-            ShapeMode::Even => (sys::LM_SHAPE_EVEN, ptr::null()),
-            ShapeMode::Allgather => (sys::LM_SHAPE_ALLGATHER, ptr::null()),
-        }
-    }
     /// A `Given` shape must have one extent per tensor dim (the C API reads that many).
     fn check(&self, method: &str, ndim: usize) -> Result<()> {
         match self {
@@ -879,12 +793,6 @@ pub struct ReshardPlan {
 }
 
 impl ReshardPlan {
-    /// `lm_reshard_plan_start`: nonblocking; `src` and `dst` stay borrowed until the request ends.
-    pub fn start<'a>(&'a self, src: &'a DistTensor, dst: &'a mut DistTensor) -> Result<Request<'a>> {
-        let mut raw = ptr::null_mut();
-        call("ReshardPlan::start", unsafe { sys::lm_reshard_plan_start(&mut raw, self.raw, src.raw, dst.raw) })?;
-        Ok(Request { raw, _life: PhantomData })
-    }
     /// Bytes this rank sends to other ranks per execution: `info(false)?.bytes_sent`
     /// (`lm_reshard_plan_info`, flags 0: local).
     pub fn bytes_sent(&self) -> Result<i64> {
@@ -897,25 +805,6 @@ impl ReshardPlan {
 pub struct Request<'a> {
     raw: sys::lm_request_t,
     _life: PhantomData<&'a mut DistTensor>,
-}
-
-impl Request<'_> {
-    /// `lm_request_test`: true once complete.
-    pub fn test(&mut self) -> Result<bool> {
-        let mut done = 0;
-        call("Request::test", unsafe { sys::lm_request_test(&mut self.raw, &mut done) })?;
-        Ok(done != 0)
-    }
-    /// `lm_request_wait`.
-    pub fn wait(mut self) -> Result<()> {
-        call("Request::wait", unsafe { sys::lm_request_wait(&mut self.raw) })
-    }
-}
-
-impl Drop for Request<'_> {
-    fn drop(&mut self) {
-        unsafe { sys::lm_request_wait(&mut self.raw) }; // a finished request's handle is NULL: a no-op
-    }
 }
 
 // ================================================================================================
@@ -993,16 +882,8 @@ impl ReshardGroup {
         call(M, unsafe { sys::lm_reshard_group_create(&mut raw, src_mesh.raw, dst, n, raw_entries.as_ptr(), &cfg) })?;
         Ok(ReshardGroup { raw })
     }
-    /// The number of entries (`lm_reshard_group_size`).
-    pub fn len(&self) -> Result<usize> {
-        Ok(self.counts()?.0)
-    }
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
-    }
-    /// The number of buckets the entries were dealt into (0 for no entries).
-    pub fn buckets(&self) -> Result<usize> {
-        Ok(self.counts()?.1)
     }
     /// `src` and `dst` as C arrays of the group's length (the C calls read one count for all).
     fn arrays<S: Borrow<DistTensor>, D: BorrowMut<DistTensor>>(&self, method: &str, src: &[S], dst: &[D])
@@ -1319,19 +1200,7 @@ impl<'a> LocalMap<'a> {
         self.mesh = Some(mesh);
         self
     }
-    /// `LM_LOCAL_MAP_RESHARD_INPUTS`.
-    pub fn reshard_inputs(self) -> Self {
-        self.flags(sys::LM_LOCAL_MAP_RESHARD_INPUTS)
-    }
-    /// `LM_LOCAL_MAP_NO_AGREE`: a failure stays local (every rank must then fail alike).
-    pub fn no_agree(self) -> Self {
-        self.flags(sys::LM_LOCAL_MAP_NO_AGREE)
-    }
-    /// `LM_LOCAL_MAP_SHAPES_EVEN`.
-    pub fn shapes_even(self) -> Self {
-        self.flags(sys::LM_LOCAL_MAP_SHAPES_EVEN)
-    }
-    /// Raw `LM_LOCAL_MAP_*` flags, or-ed in.
+    /// Raw `LM_LOCAL_MAP_*` flags, or-ed in (one method each: [`no_agree`](Self::no_agree), ...).
     pub fn flags(mut self, flags: u32) -> Self {
         self.flags |= flags;
         self
