@@ -235,13 +235,16 @@ static void emit(const char *name, int64_t rows, int64_t cols, double lm_ms, con
          "\"ratio\": %.3f, \"sent_bytes_rank0\": %lld, \"reps\": %d, \"plan_ms\": %.4f, "
          "\"peak_extra_bytes\": %lld, \"reshard_peak_extra_bytes\": %lld, \"memcpy_floor_ms\": %.4f, "
          "\"floor_ratio\": %.3f, \"target_floor_ms\": %.4f, \"target_floor_ratio\": %.3f, "
-         "\"node_local\": %s, \"lm_check\": \"%s\", \"mpi_single_copy\": \"%s\"%s}\n",
+         "\"node_local\": %s, \"lm_check\": \"%s\", \"mpi_single_copy\": \"%s\", "
+         "\"test_nodes\": \"%s\", \"mpi_collectives\": \"%s\"%s}\n",
          name, np, (long long)rows, (long long)cols, bytes, lm_ms, reshard_ms, bname, b_ms,
          b_ms > 0 ? lm_ms / b_ms : 0.0, (long long)sent, REPS, g_plan_ms, (long long)g_peak_plan,
          (long long)g_peak_reshard, g_floor_ms, g_floor_ms > 0 ? lm_ms / g_floor_ms : 0.0,
          g_tfloor_ms, g_tfloor_ms > 0 ? lm_ms / g_tfloor_ms : 0.0,
          getenv("LM_NODE_LOCAL") && getenv("LM_NODE_LOCAL")[0] == '0' ? "false" : "true",
-         getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", mpi_single_copy(), extra ? extra : "");
+         getenv("LM_CHECK") ? getenv("LM_CHECK") : "1", mpi_single_copy(),
+         getenv("LM_TEST_NODES") ? getenv("LM_TEST_NODES") : "0",
+         getenv("LM_MPI_COLLECTIVES") ? getenv("LM_MPI_COLLECTIVES") : "0", extra ? extra : "");
   fflush(stdout);
 }
 

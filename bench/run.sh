@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Runs the benchmarks (never part of `make check`):
-#   reshard:   bench_reshard at np 2 and 4  -> bench/results/reshard.jsonl
+#   reshard:   bench_reshard at np 2 and 4, also with the node-local path off and over TCP between
+#              two simulated nodes (the MPI-only path)  -> bench/results/reshard.jsonl
 #   local_map: bench_local_map at np 1 and 2 -> bench/results/local_map.jsonl
 #   small:     bench_small at np 2 and 4 (small calls, breakdown) -> bench/results/small.jsonl
 #   padded:    bench_padded at np 2 and 4 (padded targets against compact ones)
@@ -45,6 +46,16 @@ done
 for np in ${BENCH_NPS:-2 4}; do
   echo "== reshard sweep at np $np with LM_NODE_LOCAL=0" >&2
   LM_NODE_LOCAL=0 "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" --sweep-only | grep '"sweep:' | tee -a "$out.tmp"
+done
+# The MPI-only path between nodes: two simulated nodes (LM_TEST_NODES=2, tests/README.md) over
+# TCP only (lines with "test_nodes": "2"), and the same with even steps as MPI collectives
+# (LM_MPI_COLLECTIVES=auto: "mpi_collectives": "auto"), the A/B behind its default.
+for np in ${BENCH_NPS:-2 4}; do
+  for coll in 0 auto; do
+    echo "== reshard sweep at np $np over TCP, two simulated nodes, LM_MPI_COLLECTIVES=$coll" >&2
+    LM_TEST_NODES=2 LM_MPI_COLLECTIVES=$coll LM_MPIRUN_FLAGS="--mca btl tcp,self ${LM_MPIRUN_FLAGS:-}" \
+      "$top/tools/lm-mpirun" "$np" "$top/$build/bench/bench_reshard" --sweep-only | grep '"sweep:' | tee -a "$out.tmp"
+  done
 done
 # The cost of the argument agreement (LM_CHECK=1, the default) on the small cases: the same
 # cases with the check off (lines with "lm_check": "0").

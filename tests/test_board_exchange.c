@@ -275,7 +275,7 @@ static const struct CMUnitTest tests[] = {
 };
 
 /* The counts compare the plan's messages with MPI's point-to-point posts; where even steps run
- * as MPI collectives (LM_MPI_COLLECTIVES, on by default where no rank has node peers) there are
+ * as MPI collectives (LM_MPI_COLLECTIVES=auto or 1) there are
  * none, so this suite keeps the message path unless told otherwise. */
 static void keep_messages(void) __attribute__((constructor));
 static void keep_messages(void) { setenv("LM_MPI_COLLECTIVES", "0", 0); }

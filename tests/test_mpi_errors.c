@@ -189,7 +189,7 @@ static const struct CMUnitTest tests[] = {
 };
 
 /* The MPI_Isend/MPI_Irecv failures are the message path's; where even steps run as MPI
- * collectives (LM_MPI_COLLECTIVES, on by default where no rank has node peers) a reshard posts
+ * collectives (LM_MPI_COLLECTIVES=auto or 1) a reshard posts
  * none, so this suite keeps the message path unless told otherwise. */
 static void keep_messages(void) __attribute__((constructor));
 static void keep_messages(void) { setenv("LM_MPI_COLLECTIVES", "0", 0); }

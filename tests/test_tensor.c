@@ -1908,9 +1908,8 @@ static const struct CMUnitTest tests[] = {
 };
 
 /* test_padded_in_place measures the message path's in-place use of padded shards; where even
- * steps run as MPI collectives (LM_MPI_COLLECTIVES, on by default where no rank has node peers,
- * e.g. LM_NODE_LOCAL=0) a padded shard goes through staging instead, which test_reshard_random's
- * padded suite checks for values. So this suite keeps the message path unless told otherwise. */
+ * steps run as MPI collectives (LM_MPI_COLLECTIVES=1, or auto with LM_NODE_LOCAL=0) a padded
+ * shard goes through staging instead, which test_mpi_collectives checks for values. So this suite keeps the message path unless told otherwise. */
 int main(int argc, char **argv) {
   setenv("LM_MPI_COLLECTIVES", "0", 0);
   lm_test_init(&argc, &argv);

@@ -42,11 +42,11 @@ const SettingInfo kTable[kSettingCount] = {
     {"LM_NCCL_COLLECTIVES", SettingType::Bool, "1", true, Audience::Expert, 0, 1, nullptr,
      "device steps whose blocks are even run as one NCCL collective (all-gather, reduce-scatter, "
      "all-reduce, all-to-all); 0: grouped ncclSend/ncclRecv always"},
-    {"LM_MPI_COLLECTIVES", SettingType::Choice, "auto", true, Audience::Expert, 0, 0, "auto|0|1",
-     "host steps whose blocks are even run as one MPI collective (all-gather, reduce-scatter, "
-     "all-reduce, all-to-all); auto: where no rank of the set copies another's memory directly "
-     "(ranks alone on their nodes, or LM_NODE_LOCAL=0); 1: also on one node; 0: never; never in "
-     "calls with a deadline (LM_TIMEOUT)"},
+    {"LM_MPI_COLLECTIVES", SettingType::Choice, "0", true, Audience::Expert, 0, 0, "auto|0|1",
+     "1: host steps whose blocks are even run as one MPI collective (all-gather, reduce-scatter, "
+     "all-reduce, all-to-all); auto: only where no rank of the set copies another's memory "
+     "directly (ranks alone on their nodes, or LM_NODE_LOCAL=0); 0: messages (measured faster "
+     "with Open MPI 4.1); never in calls with a deadline (LM_TIMEOUT)"},
     {"LM_CHECK", SettingType::Int, "1", false, Audience::User, 0, 2, nullptr,
      "argument checks: 0 local only, 1 agreed across ranks, 2 also data invariants"},
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,

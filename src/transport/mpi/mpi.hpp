@@ -16,8 +16,8 @@
 //     the receiver alone decides the rest and says so; messages of one pair and tag keep their
 //     order (receivers handle a peer's messages in posting order).
 //   - collectives (post_collective: MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Iallreduce,
-//     MPI_Ialltoall) for the steps plan/collective.hpp finds even, where LM_MPI_COLLECTIVES allows
-//     (auto: no rank of the set has node peers, so every message would be an MPI message anyway)
+//     MPI_Ialltoall) for the steps plan/collective.hpp finds even, where LM_MPI_COLLECTIVES asks
+//     (1; auto: where no rank of the set has node peers; 0, the default: never, being slower)
 //     and calls have no deadline: a collective request cannot be cancelled, so one left behind
 //     by a failure stays pending, and one a late rank completed after the others gave up at
 //     their deadline would write into buffers they freed. Same decision on every rank (agreed
