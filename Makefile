@@ -263,11 +263,10 @@ NVCC_FLAGS    := -std=c++17 $(OPT) -g $(NVCC_GENCODE) --expt-relaxed-constexpr -
 # Programs link the shared library in the build tree, found at run time through the rpath.
 LINK_SHARED = -L$(BUILD)/lib -llocalmap -Wl,-rpath,$(ABS_BUILD)/lib
 # Programs that link the static library (unit tests, lm-info, bench/*.cpp) live one folder below
-# the build tree (or bin/ of an install) and find the device component in ../lib by their rpath:
-# the library's search path beside the core is their own folder (mem/component.hpp). A DT_RPATH
-# (--disable-new-dtags), not a DT_RUNPATH: under ASan, dlopen's interceptor is the caller the loader
-# sees, and a DT_RUNPATH serves only its own object's calls, a program's DT_RPATH every object's.
-RPATH_LIB   = '-Wl,--disable-new-dtags,-rpath,$$ORIGIN/../lib'
+# the build tree (or bin/ of an install) and find the device component in ../lib by their RUNPATH,
+# as a user's program linked the same way does: the loader tries the core's object's own search
+# path by full name, whoever calls dlopen (mem/component.hpp; ASan's interceptor, for one).
+RPATH_LIB   = '-Wl,-rpath,$$ORIGIN/../lib'
 
 # ---------------------------------------------------------------------------------------------
 # Sources and products

@@ -14,7 +14,11 @@
 #    component of another localmap version (both built here from a few lines) are refused, each
 #    with its reason;
 #  - a component beside the library whose own dependency is missing (as a component without its
-#    CUDA runtime or NCCL): a device call names that component and the missing library.
+#    CUDA runtime or NCCL): a device call names that component and the missing library;
+#  - a user's program linked with liblocalmap.a in bin/ of an install layout, its RUNPATH
+#    $ORIGIN/../lib (a DT_RUNPATH, what -Wl,-rpath gives), finds the component in lib/ while
+#    dlopen's caller is another library (a preloaded dlopen interceptor, as ASan's is; in a
+#    sanitizer build ASan's own), whose RUNPATH is not the program's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/lm_test.sh
@@ -151,4 +155,37 @@ for w in "$tmp/lib/liblocalmap-cuda.so." "liblm_missing_dep.so" "cannot open sha
 done
 checks=$((checks + 1))
 echo "a component beside the library without its dependency: $out"
+
+# 6. A static program (liblocalmap.a) in bin/ with the RUNPATH $ORIGIN/../lib, the component in
+# lib/ (the other-version one: refused, so the message says which file was found, in any build),
+# and dlopen called from a library without that RUNPATH: ASan's interceptor does this; elsewhere a
+# preloaded one that forwards to the real dlopen. A bare dlopen of the name would not find lib/.
+mkdir -p "$tmp/inst/bin" "$tmp/inst/lib"
+cp "$tmp/other_version.so" "$tmp/inst/lib/$(basename "${comp:-liblocalmap-cuda.so.1}")"
+"$mpicc" "${san[@]}" -Iinclude $DLPACK_FLAGS -o "$tmp/inst/bin/why" "$tmp/why.c" \
+  "$BUILD/lib/liblocalmap.a" -lstdc++ -lm -ldl -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../lib'
+readelf -d "$tmp/inst/bin/why" | grep -q '(RUNPATH).*\[\$ORIGIN/\.\./lib\]' ||
+  fail "the static program has no RUNPATH \$ORIGIN/../lib: $(readelf -d "$tmp/inst/bin/why" | grep -i path)"
+preload=() via="ASan's interceptor"
+if [ ${#san[@]} -eq 0 ]; then  # ASan must come first: there its own interceptor is the one
+  cat > "$tmp/shim.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+void *dlopen(const char *file, int mode) {
+  static void *(*real)(const char *, int);
+  if (!real) *(void **)&real = dlsym(RTLD_NEXT, "dlopen");
+  return real(file, mode);
+}
+C
+  gcc -shared -fPIC -o "$tmp/shim.so" "$tmp/shim.c" -ldl
+  preload=(LD_PRELOAD="$tmp/shim.so") via="a preloaded shim"
+fi
+out=$(env -u LD_LIBRARY_PATH "${preload[@]}" "$tmp/inst/bin/why" 2>&1) ||
+  fail "a static program with RUNPATH \$ORIGIN/../lib, dlopen interposed: $out"
+found=$(readlink -f "$tmp/inst/lib")/$(basename "${comp:-liblocalmap-cuda.so.1}")
+for w in "$found is the device component of localmap" "install both of one build"; do
+  [[ $out == *"$w"* ]] || fail "a static program with RUNPATH \$ORIGIN/../lib, dlopen interposed: '$out' lacks '$w'"
+done
+checks=$((checks + 2))
+echo "a static program in bin/ (RUNPATH \$ORIGIN/../lib), dlopen called from $via: found $found"
 echo "script_device_component: $checks checks"

@@ -53,17 +53,6 @@ DType dtype_from_dl(DLDataType t, const char *what) {
   return d;
 }
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::I8: case DType::U8: case DType::BOOL: return 1;
-    case DType::F16: case DType::BF16: case DType::I16: return 2;
-    case DType::F32: case DType::I32: return 4;
-    case DType::F64: case DType::I64: case DType::C64: return 8;
-    case DType::C128: return 16;
-  }
-  return 0;
-}
-
 const char *dtype_name(DType t) {
   switch (t) {
     case DType::F16: return "float16";

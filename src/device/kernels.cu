@@ -8,6 +8,7 @@
 // checked for (tensor.cpp, check_alignment), and LM_DEVICE_ACCESS states every wider access.
 #include <cuda_runtime.h>
 
+#include "common/dtype.hpp"
 #include "device/kernels.hpp"
 #include "device/launch.hpp"
 #include "device/status.hpp"
@@ -77,18 +78,6 @@ __global__ void k_wide_fin(T *out, const __int128 *acc, int64_t n, int64_t k) {
 // The launch's status (a bad configuration, a stream of another device): the runtime's last error.
 int launched() { return device::cuda_status(cudaGetLastError()); }
 
-// Bytes of one element of t.
-size_t elem_bytes(DType t) {
-  switch (t) {
-    case DType::I8: case DType::U8: case DType::BOOL: return 1;
-    case DType::F16: case DType::BF16: case DType::I16: return 2;
-    case DType::F32: case DType::I32: return 4;
-    case DType::F64: case DType::I64: case DType::C64: return 8;
-    case DType::C128: return 16;
-  }
-  return 0;
-}
-
 #define LAUNCH(kernel, n, st, ...) \
   LM_LAUNCH(kernel, blocks_for(n), kThreads, static_cast<cudaStream_t>(st), __VA_ARGS__)
 
@@ -139,7 +128,7 @@ int scale_avg(DType t, void *acc, int64_t n, int64_t k, void *st) {
 
 int fill_identity(DType t, int op, void *buf, int64_t n, void *st) {
   if (n <= 0) return LMD_OK;
-  size_t bytes = (size_t)n * elem_bytes(t);
+  size_t bytes = (size_t)n * dtype_size(t);
   if (op != ew::kProd)
     return device::cuda_status(cudaMemsetAsync(buf, 0, bytes, static_cast<cudaStream_t>(st)));
   switch (t) {

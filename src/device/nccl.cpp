@@ -58,6 +58,25 @@ bool nccl_op(int dtype, int op, ncclRedOp_t *o) {
   }
 }
 
+// A reduction as NCCL runs it: its type and op, and NCCL elements per localmap element.
+struct Reduction {
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  size_t per;
+};
+
+// localmap's dtype and op as NCCL's; false where NCCL cannot reduce them.
+bool nccl_reduction(int dtype, int op, Reduction *r) {
+  return nccl_type(dtype, &r->type, &r->per) && nccl_op(dtype, op, &r->op);
+}
+
+// The same for a collective that must run: LMD_OK, or LMD_UNSUPPORTED with the reason.
+int resolve_reduction(int dtype, int op, Reduction *r) {
+  if (!nccl_reduction(dtype, op, r))
+    return failed(LMD_UNSUPPORTED, "NCCL does not reduce dtype %d with op %d", dtype, op);
+  return LMD_OK;
+}
+
 using AlltoAllFn = ncclResult_t (*)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
                                     cudaStream_t);
 // ncclAlltoAll of the NCCL this component runs with: the library that defines its ncclGetVersion
@@ -130,30 +149,24 @@ int nccl_all_gather(const void *in, void *out, size_t bytes, void *comm, void *s
 }
 
 int nccl_reduces(int dtype, int op) {
-  ncclDataType_t t;
-  ncclRedOp_t o;
-  size_t per;
-  return nccl_type(dtype, &t, &per) && nccl_op(dtype, op, &o);
+  Reduction r;
+  return nccl_reduction(dtype, op, &r);
 }
 
 int nccl_reduce_scatter(const void *in, void *out, size_t count, int dtype, int op, void *comm,
                         void *s) {
-  ncclDataType_t t;
-  ncclRedOp_t o;
-  size_t per;
-  if (!nccl_type(dtype, &t, &per) || !nccl_op(dtype, op, &o))
-    return failed(LMD_UNSUPPORTED, "NCCL does not reduce dtype %d with op %d", dtype, op);
-  return nccl_status(ncclReduceScatter(in, out, count * per, t, o, C(comm), S(s)), comm);
+  Reduction r;
+  const int st = resolve_reduction(dtype, op, &r);
+  if (st != LMD_OK) return st;
+  return nccl_status(ncclReduceScatter(in, out, count * r.per, r.type, r.op, C(comm), S(s)), comm);
 }
 
 int nccl_all_reduce(const void *in, void *out, size_t count, int dtype, int op, void *comm,
                     void *s) {
-  ncclDataType_t t;
-  ncclRedOp_t o;
-  size_t per;
-  if (!nccl_type(dtype, &t, &per) || !nccl_op(dtype, op, &o))
-    return failed(LMD_UNSUPPORTED, "NCCL does not reduce dtype %d with op %d", dtype, op);
-  return nccl_status(ncclAllReduce(in, out, count * per, t, o, C(comm), S(s)), comm);
+  Reduction r;
+  const int st = resolve_reduction(dtype, op, &r);
+  if (st != LMD_OK) return st;
+  return nccl_status(ncclAllReduce(in, out, count * r.per, r.type, r.op, C(comm), S(s)), comm);
 }
 
 int nccl_has_all_to_all() { return all_to_all_fn() != nullptr; }

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/settings.hpp"
@@ -30,6 +31,28 @@ std::string core_file() {
   void *self = reinterpret_cast<void *>(&device_component_name);
   if (!dladdr(self, &info) || !info.dli_fname || !*info.dli_fname) return "";
   return info.dli_fname;
+}
+
+// The directories the object holding the core searches for its own libraries, in order (its
+// RUNPATH or RPATH with $ORIGIN expanded, LD_LIBRARY_PATH, the system's: glibc's dlinfo). dlopen of
+// a bare name searches its *caller's* RUNPATH, and the caller is not always this code (ASan's
+// dlopen interceptor calls it from libasan): so they are tried by name first.
+std::vector<std::string> core_search_dirs(const std::string &core) {
+  std::vector<std::string> dirs;
+  void *h = core.empty() ? nullptr : dlopen(core.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) h = dlopen(nullptr, RTLD_LAZY);  // the core is the program's (liblocalmap.a)
+  Dl_serinfo size{};
+  if (!h || dlinfo(h, RTLD_DI_SERINFOSIZE, &size) != 0 || size.dls_size < sizeof(Dl_serinfo)) {
+    if (h) dlclose(h);
+    return dirs;
+  }
+  std::vector<char> buf(size.dls_size);
+  Dl_serinfo *info = reinterpret_cast<Dl_serinfo *>(buf.data());
+  *info = size;  // dls_size and dls_cnt, as dlinfo asks
+  if (dlinfo(h, RTLD_DI_SERINFOSIZE, info) == 0 && dlinfo(h, RTLD_DI_SERINFO, info) == 0)
+    for (unsigned i = 0; i < info->dls_cnt; ++i) dirs.emplace_back(info->dls_serpath[i].dls_name);
+  dlclose(h);
+  return dirs;
 }
 
 // Accepts the table of the library at `handle` (loaded from `path`), or says why not.
@@ -90,12 +113,18 @@ ComponentInfo load() {
   const std::string core = core_file();
   const size_t slash = core.rfind('/');
   std::string beside = slash == std::string::npos ? "" : core.substr(0, slash + 1) + kName;
+  // Where it is found first, it is the answer, loaded or not (its CUDA or NCCL missing).
   if (!beside.empty() && access(beside.c_str(), F_OK) == 0) {
-    // Found where it belongs: if it does not load (its CUDA or NCCL missing), that is the answer.
     open_at(c, beside);
     return c;
   }
-  if (open_at(c, kName)) return c;
+  for (const std::string &dir : core_search_dirs(core)) {
+    const std::string f = dir + "/" + kName;
+    if (access(f.c_str(), F_OK) != 0) continue;
+    open_at(c, f);
+    return c;
+  }
+  if (open_at(c, kName)) return c;  // ld.so.cache
   c.why = strfmt("the device component %s was not found: not beside %s (no %s), nor on the "
                  "library search path (%s); a build with CUDA=0 makes none, and "
                  "LM_DEVICE_COMPONENT names one elsewhere", kName,

@@ -6,7 +6,8 @@
 //   1. LM_DEVICE_COMPONENT, when set: that path and nothing else;
 //   2. else the directory of the object that holds this library's code (liblocalmap.so's, or the
 //      program's when it links liblocalmap.a);
-//   3. else the library search path (the program's RUNPATH, LD_LIBRARY_PATH, ld.so.cache).
+//   3. else the library search path of that object (its RUNPATH or RPATH, LD_LIBRARY_PATH, the
+//      system's folders: dlinfo), then ld.so.cache.
 // Its table (mem/device_api.hpp) is accepted only with the right magic, interface version, size
 // and LM_VERSION_CODE. Never unloaded. Where it is missing or refused, every device call fails with
 // LM_ERR_NOT_SUPPORTED saying what is missing and where it was looked for; host calls never

@@ -17,6 +17,9 @@
  * (lm_gpu_stream) and the tests run. Every helper copies in lm_gpu_stream's order (a cudaMemcpy
  * from pageable memory runs on the legacy stream, which a non-blocking stream is not ordered
  * with) and waits for it: test code may synchronize; the library must not.
+ * The tests' meshes order their device work on a stream of the test (lm_gpu_mesh_on_stream):
+ * lm_gpu_mesh_1d (all ranks, lm_gpu_stream), lm_gpu_mesh_reversed (all ranks, reversed),
+ * lm_gpu_mesh_of (given parent ranks, given stream).
  */
 #ifndef LM_GPU_TEST_H_
 #define LM_GPU_TEST_H_
@@ -69,6 +72,43 @@ static LM_TEST_UNUSED void lm_gpu_download_on(void *host, const void *dev, size_
 }
 static LM_TEST_UNUSED void lm_gpu_download(void *host, const void *dev, size_t bytes) {
   lm_gpu_download_on(host, dev, bytes, lm_gpu_stream);
+}
+
+/* Orders mesh m's device work on `stream` (a device config with that stream only). Collective. */
+static LM_TEST_UNUSED void lm_gpu_mesh_on_stream(lm_mesh_t m, cudaStream_t stream) {
+  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
+  dc.stream = stream;
+  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
+}
+
+/* A 1-D mesh of the `n` parent ranks `ranks` (in that order), its device work on `stream`.
+ * Collective over the job. */
+static LM_TEST_UNUSED lm_mesh_t lm_gpu_mesh_of(const int *ranks, int n, cudaStream_t stream) {
+  int64_t s[1] = {n};
+  lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
+  c.ranks = ranks;
+  c.nranks = n;
+  lm_mesh_t m = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, &c));
+  lm_gpu_mesh_on_stream(m, stream);
+  return m;
+}
+
+/* A 1-D mesh of all ranks in order (no mesh config), its device work on lm_gpu_stream. */
+static LM_TEST_UNUSED lm_mesh_t lm_gpu_mesh_1d(void) {
+  int64_t s[1] = {lm_test_size()};
+  lm_mesh_t m = NULL;
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
+  lm_gpu_mesh_on_stream(m, lm_gpu_stream);
+  return m;
+}
+
+/* A 1-D mesh of all ranks reversed (mesh rank i is job rank np-1-i), on lm_gpu_stream: the other
+ * side of a cross-mesh reshard. */
+static LM_TEST_UNUSED lm_mesh_t lm_gpu_mesh_reversed(void) {
+  int np = lm_test_size(), rev[64];
+  for (int i = 0; i < np; ++i) rev[i] = np - 1 - i;
+  return lm_gpu_mesh_of(rev, np, lm_gpu_stream);
 }
 
 /* Whether two ranks of the job share a GPU, decided as NCCL does (and independently of the

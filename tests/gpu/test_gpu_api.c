@@ -14,16 +14,6 @@
 
 static int msg_has(const char *w) { return strstr(lm_last_error_message(), w) != NULL; }
 
-static lm_mesh_t mesh_1d(void) {
-  int64_t s[1] = {lm_test_size()};
-  lm_mesh_t m = NULL;
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
-  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
-  dc.stream = lm_gpu_stream;
-  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
-  return m;
-}
-
 struct counts {
   int allocs, frees, wrong_stream;
   size_t live;
@@ -50,7 +40,7 @@ static void count_free(void *ctx, void *p, size_t bytes, int dev, void *stream) 
 
 static void test_zeros_and_allocator(void **state) {
   (void)state;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   int np = lm_test_size();
   int64_t g[2] = {(int64_t)np * 3 + 1, 5};
   lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
@@ -101,7 +91,7 @@ static void managed_deleter(DLManagedTensor *self) {
 
 static void test_borrow_managed_export(void **state) {
   (void)state;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   int64_t g[1] = {6};
   lm_placement_t R = LM_PLACEMENT_REPLICATE;
   int32_t host[6] = {1, 2, 3, 4, 5, 6}, back[6];
@@ -160,7 +150,7 @@ static void test_borrow_managed_export(void **state) {
  * non-blocking test stream is not ordered with: issue 18, the zeros could land last). */
 static void test_stream_order(void **state) {
   (void)state;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   int np = lm_test_size();
   const int64_t n = (int64_t)1 << 24; /* 64 MiB of int32 per rank */
   int64_t g[1] = {n * np}, ls[1] = {n};
@@ -230,7 +220,7 @@ static lm_status_t fn_copy(void *ud, lm_mesh_t mesh, int nin, const lm_arg_t *in
 
 static void test_local_map_device(void **state) {
   (void)state;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   int np = lm_test_size(), me = lm_test_rank();
   int64_t g[1] = {(int64_t)np * 2 + 1};
   int64_t off = 0, len = 0;
@@ -269,7 +259,7 @@ static void test_local_map_device(void **state) {
  * Replicate: a device all-reduce, np * x on every rank. */
 static void test_local_map_record_device(void **state) {
   (void)state;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   int np = lm_test_size();
   int64_t g[1] = {5}, host[5], back[5];
   for (int64_t i = 0; i < 5; ++i) host[i] = 10 * i - 7;
@@ -319,7 +309,7 @@ static void test_transport_choice(void **state) {
   (void)state;
   int np = lm_test_size(), share = lm_gpu_ranks_share_gpu(), forced = kForcedStaged;
   {
-    lm_mesh_t m = mesh_1d();
+    lm_mesh_t m = lm_gpu_mesh_1d();
     int tr = -1;
     LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
     LM_ASSERT_ALL(tr == LM_TRANSPORT_UNDECIDED);
@@ -352,7 +342,7 @@ static LM_TEST_UNUSED void test_staged_start_failure_agreed(void **state) {
   if (lm_test_rank() == 0) printf("test_gpu_api: staged start failure: simulator builds only\n");
 #else
   int np = lm_test_size(), me = lm_test_rank();
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   int64_t g[1] = {4 * (int64_t)np}, ls[1] = {4};
   int32_t host[4] = {1, 2, 3, 4};
   void *d = lm_gpu_upload(host, sizeof host);

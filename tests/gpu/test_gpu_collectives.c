@@ -64,16 +64,6 @@ static double expected(const coll_case *c, int64_t i) {
   return c->dt.code == kDLFloat ? s / np : (double)((int64_t)s / np); /* ints: toward zero */
 }
 
-static lm_mesh_t mesh_1d(void) {
-  int64_t s[1] = {lm_test_size()};
-  lm_mesh_t m = NULL;
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
-  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
-  dc.stream = lm_gpu_stream;
-  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
-  return m;
-}
-
 /* Uploads fn(global index) into a device tensor's shard (a compact box: its offset and shape). */
 static void fill(lm_dist_tensor_t t, const coll_case *c, int partial) {
   DLTensor v;
@@ -262,7 +252,7 @@ static void test_collectives(void **state) {
       {"ragged S0->R", {n * (n + 1) / 2, 3}, RS0, R, LM_FLOAT32, -1, T_GATHER, T_GATHER, 0},
       {"block-cyclic S0->R", {4 * n + 2, 3}, BC, R, LM_FLOAT32, -1, T_GATHER, T_GATHER, 0},
   };
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) run_case(m, &cases[k]);
   LM_ASSERT_ALL(lm_nccl_check_sim());
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));

@@ -17,16 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-static lm_mesh_t mesh_1d(void) {
-  int64_t s[1] = {lm_test_size()};
-  lm_mesh_t m = NULL;
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
-  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
-  dc.stream = lm_gpu_stream;
-  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
-  return m;
-}
-
 /* S(0) -> R of 0..n-1 on the device; returns the status and checks the values on success. */
 static lm_status_t gather_on_device(lm_mesh_t m, int *values_ok) {
   int np = lm_test_size(), me = lm_test_rank();
@@ -61,7 +51,7 @@ static LM_TEST_UNUSED void test_nccl_init_failure(void **state) {
   (void)state;
   int np = lm_test_size(), ok = 0, tr = -1;
   const int want = lm_gpu_ranks_share_gpu() ? LM_TRANSPORT_MPI_STAGED : LM_TRANSPORT_NCCL;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   lm_status_t st = gather_on_device(m, &ok);
   LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
   LM_ASSERT_ALL(tr == want);
@@ -86,21 +76,12 @@ static LM_TEST_UNUSED void test_transport_and_values(void **state) {
   (void)state;
   int np = lm_test_size(), ok = 0, tr = -1;
   const int want = lm_gpu_ranks_share_gpu() ? LM_TRANSPORT_MPI_STAGED : LM_TRANSPORT_NCCL;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   LM_ASSERT_ALL(gather_on_device(m, &ok) == LM_SUCCESS && ok);
   LM_ASSERT_OK_ALL(lm_mesh_transport(m, kDLCUDA, &tr));
   LM_ASSERT_ALL(tr == want);
-  int rev[64];
-  for (int i = 0; i < np; ++i) rev[i] = np - 1 - i;
-  lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
-  c.ranks = rev;
-  c.nranks = np;
-  int64_t sz[1] = {np}, n = 3 * (int64_t)np + 1;
-  lm_mesh_t b = NULL;
-  LM_ASSERT_OK_ALL(lm_mesh_create(&b, lm_test_comm_f(), 1, sz, &c));
-  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
-  dc.stream = lm_gpu_stream;
-  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(b, &dc));
+  int64_t n = 3 * (int64_t)np + 1;
+  lm_mesh_t b = lm_gpu_mesh_reversed();
   lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
   lm_dist_tensor_t t = NULL, r = NULL;
   LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&t, m, 1, &n, LM_INT32, lm_gpu_dev(), &S));
@@ -128,17 +109,7 @@ static LM_TEST_UNUSED void test_pair_init_failure(void **state) {
   (void)state;
   int np = lm_test_size();
   const int want = lm_gpu_ranks_share_gpu() ? LM_TRANSPORT_MPI_STAGED : LM_TRANSPORT_NCCL;
-  int rev[64];
-  for (int i = 0; i < np; ++i) rev[i] = np - 1 - i;
-  lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
-  c.ranks = rev;
-  c.nranks = np;
-  int64_t sz[1] = {np};
-  lm_mesh_t a = mesh_1d(), b = NULL;
-  LM_ASSERT_OK_ALL(lm_mesh_create(&b, lm_test_comm_f(), 1, sz, &c));
-  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
-  dc.stream = lm_gpu_stream;
-  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(b, &dc));
+  lm_mesh_t a = lm_gpu_mesh_1d(), b = lm_gpu_mesh_reversed();
   int64_t n = 3 * (int64_t)np + 1;
   lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
   lm_dist_tensor_t t = NULL, r = NULL;
@@ -174,7 +145,7 @@ static LM_TEST_UNUSED void test_pair_init_failure(void **state) {
 static LM_TEST_UNUSED void test_release_with_lagging_peer(void **state) {
   (void)state;
   int np = lm_test_size(), me = lm_test_rank(), ok = 0;
-  lm_mesh_t m = mesh_1d();
+  lm_mesh_t m = lm_gpu_mesh_1d();
   LM_ASSERT_ALL(gather_on_device(m, &ok) == LM_SUCCESS && ok);
   int64_t n = np > 1 ? np - 1 : 1, off = 0, len = 0;
   LM_ASSERT_OK(lm_layout_chunk(n, np, me, &off, &len));

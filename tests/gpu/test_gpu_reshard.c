@@ -182,28 +182,17 @@ static int same_shards(lm_dist_tensor_t h, lm_dist_tensor_t d, int ndim, DLDataT
   return ok;
 }
 
+/* Mesh 0: 1-D of all ranks; 1: 2 x np/2 (1-D at odd np); 2: 1-D, ranks reversed. */
 static lm_mesh_t make_mesh(int kind) {
   int np = lm_test_size();
-  lm_mesh_t m = NULL;
   if (kind == 1 && np % 2 == 0 && np >= 2) {
     int64_t s[2] = {2, np / 2};
+    lm_mesh_t m = NULL;
     LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 2, s, NULL));
-  } else if (kind == 2) { /* reversed ranks */
-    int64_t s[1] = {np};
-    int ranks[64];
-    for (int i = 0; i < np; ++i) ranks[i] = np - 1 - i;
-    lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
-    c.ranks = ranks;
-    c.nranks = np;
-    LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, &c));
-  } else {
-    int64_t s[1] = {np};
-    LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
+    lm_gpu_mesh_on_stream(m, lm_gpu_stream);
+    return m;
   }
-  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
-  dc.stream = lm_gpu_stream;
-  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
-  return m;
+  return kind == 2 ? lm_gpu_mesh_reversed() : lm_gpu_mesh_1d();
 }
 
 /* A case's source pair (make_pair), its values from a stream of this rank's own; the shared
@@ -646,20 +635,6 @@ static void test_table(void **state) {
   for (int i = 0; i < 3; ++i) LM_ASSERT_OK_ALL(lm_mesh_destroy(&meshes[i]));
 }
 
-/* A 1-D mesh of the given parent ranks, ordered on `stream`. */
-static lm_mesh_t mesh_of(const int *ranks, int n, cudaStream_t stream) {
-  int64_t s[1] = {n};
-  lm_mesh_config_t c = LM_MESH_CONFIG_INIT;
-  c.ranks = ranks;
-  c.nranks = n;
-  lm_mesh_t m = NULL;
-  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, &c));
-  lm_device_config_t dc = LM_DEVICE_CONFIG_INIT;
-  dc.stream = stream;
-  LM_ASSERT_OK_ALL(lm_mesh_set_device_config(m, &dc));
-  return m;
-}
-
 /* 1 when this rank's shard of `t` (1-D int32, Shard(0) or Replicate of [0, n)) holds
  * base + global index; ranks outside t's mesh: 1. Waits for `stream` first. */
 static int shard_holds(lm_dist_tensor_t t, int64_t n, int32_t base, cudaStream_t stream) {
@@ -694,7 +669,7 @@ static void test_cross_union(void **state) {
   for (int i = 0; i < np - 2; ++i) rb[i] = np - 2 - i;
   cudaStream_t s2 = NULL;
   LM_CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-  lm_mesh_t A = mesh_of(ra, np - 1, lm_gpu_stream), B = mesh_of(rb, np - 2, s2);
+  lm_mesh_t A = lm_gpu_mesh_of(ra, np - 1, lm_gpu_stream), B = lm_gpu_mesh_of(rb, np - 2, s2);
   const int64_t n = 7 * (int64_t)np + 3;
   lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
   lm_dist_tensor_t src = NULL, r = NULL, t = NULL;
@@ -912,7 +887,7 @@ static void test_cross_stream_order(void **state) {
   for (int i = 0; i < np; ++i) ra[i] = i, rb[i] = np - 1 - i;
   cudaStream_t s2 = NULL;
   LM_CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-  lm_mesh_t A = mesh_of(ra, np, lm_gpu_stream), B = mesh_of(rb, np, s2);
+  lm_mesh_t A = lm_gpu_mesh_of(ra, np, lm_gpu_stream), B = lm_gpu_mesh_of(rb, np, s2);
   const int64_t n = 1024 * (int64_t)np + 5;
   lm_placement_t S = LM_PLACEMENT_SHARD(0), R = LM_PLACEMENT_REPLICATE;
   lm_dist_tensor_t src = NULL, r = NULL;

@@ -35,7 +35,7 @@ $(SIM_LIB): $(SIM_OBJS)
 
 # Self-tests: test_cuda with g++; test_kernels runs the library's own device/kernels.cu through
 # the static library's device MemOps, which load this build's device component (lib/, found by
-# test_kernels' DT_RPATH, RPATH_LIB): the component's real dlopen path; test_nccl with the MPI wrappers
+# test_kernels' RUNPATH): the component's real dlopen path; test_nccl with the MPI wrappers
 # (ranks under tools/lm-mpirun share unique ids with MPI_Bcast).
 SIM_TEST_CXXFLAGS := -std=c++17 -pthread $(OPT) -g $(WARN) $(SAN)
 SIM_TESTS := $(SIM_OUT)/test_cuda $(SIM_OUT)/test_kernels $(SIM_OUT)/test_nccl
