@@ -1657,8 +1657,10 @@ contains
                                             int(size(placements), c_int), cpl, n))
     call want_(st, "lm_local_map_record_placements: ", "placements", shape(placements), "lm_placement", [int(n)], &
                " for " // str_(n) // " recorded", .false.)
-    if (st == LM_SUCCESS .and. .not. present(rank) .and. any(splits_(cpl(1:n)%kind))) &
-      call bad_(st, "lm_local_map_record_placements: they split a tensor dim: give rank (the tensor's rank)")
+    if (st == LM_SUCCESS) then  ! (n and cpl are defined only then: Fortran does not short-circuit)
+      if (.not. present(rank) .and. any(splits_(cpl(1:n)%kind))) &
+        call bad_(st, "lm_local_map_record_placements: they split a tensor dim: give rank (the tensor's rank)")
+    end if
     if (st == LM_SUCCESS) placements = from_c_(cpl(1:n), rank)
     call done_(st, ierr, "lm_local_map_record_placements")
   end subroutine

@@ -930,6 +930,7 @@ LM_API lm_status_t lm_local_map_record_placements(lm_local_map_record_t record, 
                                                   lm_placement_t *placements, int *n) {
   return guard([&] {
     const char *fn = "lm_local_map_record_placements";
+    if (n) *n = 0;  // defined on every failure too (a Fortran intent(out) count is read after)
     record_placements(record_check(record, fn), which, index, capacity, placements, n, fn);
   });
 }
