@@ -62,8 +62,8 @@ OVERRIDES = {
     # not null-ok, but the wrapper passes c_loc of its config (the C side keeps no reference)
     ("lm_mesh_set_device_config", "config"): ("type(c_ptr), value", ""),
     # null-ok, but the wrapper always wants both numbers
-    ("lm_pool_stats", "in_use"): ("integer(c_int64_t), intent(out)", ""),
-    ("lm_pool_stats", "peak"): ("integer(c_int64_t), intent(out)", ""),
+    ("lm_pool_stats", "in_use"): ("integer(c_int64_t), intent(inout)", ""),
+    ("lm_pool_stats", "peak"): ("integer(c_int64_t), intent(inout)", ""),
     # null-ok (when nin/nout is 0), but the wrapper passes its (possibly empty) lm_arg_t arrays;
     # outputs are read as well: kind LM_ARG_NONE/LM_ARG_DIST_TENSOR says what to return
     ("lm_local_map", "inputs"): ("type(lm_arg_t), intent(in)", "(*)"),
@@ -109,7 +109,9 @@ def uniform(a):
     if a.dims:
         return kind_of(a.base, a.where) + ", " + intent, "(*)"
     if a.direction != "in":
-        return kind_of(a.base, a.where) + ", " + intent, ""
+        # inout, even for an output: C may leave it unwritten when it fails, so the wrappers set
+        # it first, and with intent(out) the compiler may drop that store as dead (gfortran does).
+        return kind_of(a.base, a.where) + ", intent(inout)", ""
     if a.base.startswith("const ") and a.base.endswith("*"):
         return kind_of(a.base[len("const "):-1].strip(), a.where) + ", intent(in)", ""
     return kind_of(a.base, a.where) + ", value", ""
