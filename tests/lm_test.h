@@ -484,6 +484,19 @@ static LM_TEST_UNUSED int lm_test_run(const struct CMUnitTest *tests, size_t n, 
            "leak:lm::agree_comm_for\n";                                                 \
   }
 
+/* Agreement messages (src/comm/agree.hpp, kAgreeMsgTag): a set of up to LM_AGREE_MESSAGES ranks
+ * without an agreement board agrees by one message from each rank to every other, on the set's
+ * agreement communicator, with this tag: 64 bytes of the agreement's words, then, where a small
+ * plan's data rides them (LM_MESSAGE_EXCHANGE_BYTES), the sender's block for the receiver.
+ * lm_test_agree_words: whether a send is such a message with no block (tests that count data
+ * messages leave those out). */
+#define LM_TEST_AGREE_MSG_TAG 0x7f4c
+static LM_TEST_UNUSED int lm_test_agree_words(int tag, int n, MPI_Datatype t) {
+  int size = 0;
+  if (tag != LM_TEST_AGREE_MSG_TAG || PMPI_Type_size(t, &size) != MPI_SUCCESS) return 0;
+  return (long long)n * size <= 64;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Assertions
  * ------------------------------------------------------------------------------------------- */

@@ -39,7 +39,7 @@ int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI
 }
 int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c,
               MPI_Request *q) {
-  g_p2p += g_counting;
+  g_p2p += g_counting && !lm_test_agree_words(tag, n, t); /* (agreements by messages) */
   return PMPI_Isend(b, n, t, dst, tag, c, q);
 }
 
@@ -47,6 +47,7 @@ static void keep_collectives(void) __attribute__((constructor));
 static void keep_collectives(void) {
   setenv("LM_MPI_COLLECTIVES", "1", 1);
   setenv("LM_BOARD_EXCHANGE_BYTES", "0", 1); /* small reshards on one node ride the agreement */
+  setenv("LM_MESSAGE_EXCHANGE_BYTES", "0", 1); /* and by messages, their messages */
 }
 
 enum { AG, A2A, RS, AR, NONE, NO_REDUCE };

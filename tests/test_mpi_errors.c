@@ -25,8 +25,10 @@ LM_TEST_ABANDONED_MPI_OK()
 static int g_fail_isend = 0, g_fail_irecv = 0; /* armed on this rank: fail the next one */
 static int g_failed_calls = 0;
 
+/* Agreement messages (their own tag, LM_TEST_AGREE_MSG_TAG) are the agreement's, not the message
+ * path's: they are let through. */
 int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c, MPI_Request *q) {
-  if (g_fail_isend && c != MPI_COMM_WORLD) {
+  if (g_fail_isend && c != MPI_COMM_WORLD && tag != LM_TEST_AGREE_MSG_TAG) {
     g_fail_isend = 0;
     ++g_failed_calls;
     *q = MPI_REQUEST_NULL;
@@ -39,7 +41,7 @@ int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c
 static void *g_drain_buf = NULL;
 static MPI_Request g_drain = MPI_REQUEST_NULL;
 int MPI_Irecv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Request *q) {
-  if (g_fail_irecv && c != MPI_COMM_WORLD) {
+  if (g_fail_irecv && c != MPI_COMM_WORLD && tag != LM_TEST_AGREE_MSG_TAG) {
     MPI_Aint lb = 0, extent = 0;
     g_fail_irecv = 0;
     ++g_failed_calls;
@@ -189,9 +191,13 @@ static const struct CMUnitTest tests[] = {
 };
 
 /* The MPI_Isend/MPI_Irecv failures are the message path's; where even steps run as MPI
- * collectives (LM_MPI_COLLECTIVES=auto or 1) a reshard posts
- * none, so this suite keeps the message path unless told otherwise. */
+ * collectives (LM_MPI_COLLECTIVES=auto or 1), or a small plan's data rides its agreement messages
+ * (LM_MESSAGE_EXCHANGE_BYTES), a reshard posts none, so this suite keeps the message path unless
+ * told otherwise. */
 static void keep_messages(void) __attribute__((constructor));
-static void keep_messages(void) { setenv("LM_MPI_COLLECTIVES", "0", 0); }
+static void keep_messages(void) {
+  setenv("LM_MPI_COLLECTIVES", "0", 0);
+  setenv("LM_MESSAGE_EXCHANGE_BYTES", "0", 0);
+}
 
 LM_TEST_MAIN(tests)

@@ -39,7 +39,8 @@ static void count(int send, int n, MPI_Datatype t, int peer, int tag, MPI_Comm c
   int size = 0;
   PMPI_Type_size(t, &size);
   long long b = (long long)n * size;
-  if (b == 0) return;
+  if (tag == LM_TEST_AGREE_MSG_TAG) b -= 64; /* a small plan's block rides after the words */
+  if (b <= 0) return;
   for (int i = 0; i < g_nflows; ++i)
     if (g_flows[i].peer == peer && g_flows[i].tag == tag && g_flows[i].send == send) {
       g_flows[i].bytes += b;
@@ -59,6 +60,15 @@ int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c
 int MPI_Irecv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Request *q) {
   count(0, n, t, src, tag, c);
   return PMPI_Irecv(b, n, t, src, tag, c, q);
+}
+/* Agreement messages are probed, then received (the size is the sender's) */
+int MPI_Mrecv(void *b, int n, MPI_Datatype t, MPI_Message *m, MPI_Status *st) {
+  MPI_Status s;
+  int rc = PMPI_Mrecv(b, n, t, m, &s), got = 0;
+  if (rc == MPI_SUCCESS && PMPI_Get_count(&s, t, &got) == MPI_SUCCESS)
+    count(0, got, t, s.MPI_SOURCE, s.MPI_TAG, MPI_COMM_SELF);
+  if (st != MPI_STATUS_IGNORE) *st = s;
+  return rc;
 }
 
 /* ---- One case */

@@ -127,6 +127,13 @@ void register_agree_comm(AgreeComm *ac, const std::vector<int> &key, bool in_wor
 
 }  // namespace
 
+// How the set's agreements run, from its agreed settings and its board (the same on every rank).
+static void choose_rounds(AgreeComm *ac) {
+  const int64_t most = setting_int(Setting::AgreeMessages);
+  ac->by_messages = !ac->board && ac->size >= 2 && ac->size <= most;
+  ac->ride = ac->by_messages && setting_u(Setting::MessageExchangeBytes) > 0 && set_spans_nodes(ac);
+}
+
 AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double timeout) {
   std::vector<int> key;
   const bool in_world = world_key(group, &key);
@@ -152,6 +159,7 @@ AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double
     throw;
   }
   node_probe(ac);  // collective over the new set, like its creation
+  choose_rounds(ac);
   register_agree_comm(ac, key, in_world);
   return ac;
 }
@@ -174,6 +182,7 @@ AgreeComm *finish_private(AgreeComm *ac, const char *fn, double timeout, bool se
     throw;
   }
   node_probe(ac);
+  choose_rounds(ac);
   return ac;
 }
 }  // namespace
@@ -403,13 +412,23 @@ std::string rank_label(const Record &r, long long root) {
 
 namespace {
 
-// The first round: a MAX over v[0..nv) on the board or over MPI, with the deadline. An MPI
+// By messages: this rank's blocks ride with its words when it has a ride and packs (no deadline).
+void msg_round_of(const AgreeArgs &a, long long *v, int nv) {
+  const bool packed = a.ride && a.publish && a.timeout <= 0 && a.rounds == Rounds::kByDeadline;
+  if (packed) a.publish(a.publish_ctx, nullptr);
+  msg_max(a.ac, v, nv, a.timeout, a.fn, " (some rank of the mesh did not make this call)",
+          a.rounds, a.ride, packed);
+}
+
+// The first round: a MAX over v[0..nv) on the board, by messages or over MPI, with the deadline. An MPI
 // failure or a deadline breaks the agreement communicator for good and is rethrown.
 void first_round(const AgreeArgs &a, uint64_t seq, long long *v, int nv) {
   AgreeComm *ac = a.ac;
   try {
     if (ac->board)  // every rank of the set on this node: shared memory (comm/board.hpp)
       board_max(ac, seq, v, nv, a.timeout, a.fn, a.publish, a.publish_ctx);
+    else if (ac->by_messages)
+      msg_round_of(a, v, nv);
     else
       mpi_max(ac, v, nv, a.timeout, strfmt("%s: agreement", a.fn).c_str(),
               " (some rank of the mesh did not make this call)", a.rounds);

@@ -48,6 +48,14 @@ struct AgreeComm {
   // No rank of the set has node peers (agreed: the same on every rank): the host transfers are
   // all MPI messages, and even steps may run as MPI collectives (LM_MPI_COLLECTIVES=auto).
   bool node_nowhere = false;
+  // Agreements by messages (agree.cpp, msg_max): a set of 2 to LM_AGREE_MESSAGES ranks without a
+  // board agrees by one message from each rank to every other instead of an allreduce, and small
+  // plan executions send their data in those messages (transport/mpi/message_exchange.hpp).
+  // Decided once the set's settings are agreed and its board is known: the same on every rank.
+  bool by_messages = false;
+  // With by_messages: the set spans more than one node, so small plans' data rides the messages
+  // (on one node a message costs less than the ride's two copies of the block).
+  bool ride = false;
   // The agreement board (comm/board.hpp, board_max): shared memory that every rank of the
   // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
   // every rank of the set.
@@ -145,6 +153,22 @@ using DescribeFn = std::string (*)(const void *ctx, int field);
 // How many MPI rounds an agreement's maximum takes (mpi_max).
 enum class Rounds { kByDeadline, kAlwaysTwo };
 
+// The tag of agreement messages on AgreeComm::comm (the only point-to-point messages there).
+constexpr int kAgreeMsgTag = 0x7f4c;  // above the transport's step, ack and done tags
+// Bytes before each block of an agreement message: the agreement's words.
+constexpr size_t kRideHeader = 64;
+
+// Data that rides an agreement by messages (a FusedExchange over MPI: transport/mpi/
+// message_exchange.hpp). Per agreement rank: this rank's message to it (send[r]: kRideHeader
+// bytes for the words, then send_bytes[r] bytes of block) and the room for the message from it
+// (recv[r], the same layout, recv_bytes[r]). A message of another size is received apart and
+// its block dropped; landed says whether every block this rank expects arrived in its room.
+struct Ride {
+  std::vector<char *> send, recv;
+  std::vector<size_t> send_bytes, recv_bytes;
+  mutable bool landed = false;
+};
+
 struct AgreeArgs {
   const char *fn = "";             // entry point, for messages
   AgreeComm *ac = nullptr;         // where to agree
@@ -161,11 +185,14 @@ struct AgreeArgs {
   // kAlwaysTwo while the ranks' deadlines are not agreed yet (mesh creation): see mpi_max.
   Rounds rounds = Rounds::kByDeadline;
   long long root = -1;             // mesh rank of the call's root, named so in messages
-  // Board only (AgreeComm::outbox): called with this rank's outbox bank of the round right
+  // With the board (AgreeComm::outbox): called with this rank's outbox bank of the round right
   // before the rank publishes its words, so that every rank that sees the round completed may
   // read it (the board exchange of small reshards, transport/node/board_exchange.hpp).
+  // By messages (AgreeComm::by_messages): publish(ctx, nullptr) packs this rank's blocks into
+  // ride's send buffers right before the words go out with them (never with a deadline).
   void (*publish)(void *ctx, char *bank) = nullptr;
   void *publish_ctx = nullptr;
+  const Ride *ride = nullptr;
 };
 
 // Collective over a.ac. Returns on success on every rank; otherwise throws on every rank:
@@ -195,5 +222,12 @@ void wait_or_abandon(AgreeComm *ac, MPI_Request *req, std::shared_ptr<void> keep
 // round behind the others.
 void mpi_max(AgreeComm *ac, long long *v, int nv, double timeout, const char *what,
              const char *who, Rounds rounds = Rounds::kByDeadline);
+
+// The same MAX by messages (AgreeComm::by_messages; comm/agree_msg.cpp): one message from every
+// rank to every other per round, the same rounds as mpi_max. With a ride, packed says that this
+// rank's blocks are in ride->send (they go with its words, in the first round only, never with a
+// deadline); ride->landed says afterwards whether every block it expects arrived in its room.
+void msg_max(AgreeComm *ac, long long *v, int nv, double timeout, const char *what,
+             const char *who, Rounds rounds, const Ride *ride, bool packed);
 
 }  // namespace lm

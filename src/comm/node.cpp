@@ -56,9 +56,8 @@ bool probe_mapping(const std::vector<ProbeRec> &all, int me) {
 }  // namespace
 
 namespace {
-void probe_peers(AgreeComm *ac) {
-  ac->node_peers.clear();
-  ac->node_kernel = ac->node_mapped = false;
+// The ranks of ac's set on this rank's node (collective over the set; MPI_COMM_NULL on failure).
+MPI_Comm split_node(const AgreeComm *ac) {
   MPI_Comm node = MPI_COMM_NULL;
   int rc;
   // TEST ONLY (tests/README.md, "Simulated nodes"): LM_TEST_NODES=k > 1 splits this machine's
@@ -72,7 +71,14 @@ void probe_peers(AgreeComm *ac) {
   } else {
     rc = MPI_Comm_split_type(ac->comm, MPI_COMM_TYPE_SHARED, ac->rank, MPI_INFO_NULL, &node);
   }
-  if (rc != MPI_SUCCESS || node == MPI_COMM_NULL) return;
+  return rc == MPI_SUCCESS ? node : MPI_COMM_NULL;
+}
+
+void probe_peers(AgreeComm *ac) {
+  ac->node_peers.clear();
+  ac->node_kernel = ac->node_mapped = false;
+  MPI_Comm node = split_node(ac);
+  if (node == MPI_COMM_NULL) return;
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   int n = 0;
   MPI_Comm_size(node, &n);
@@ -107,6 +113,16 @@ void node_probe(AgreeComm *ac) {
   if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, ac->comm) != MPI_SUCCESS) any = 1;
   ac->node_nowhere = any == 0;
   board_setup(ac);
+}
+
+bool set_spans_nodes(const AgreeComm *ac) {
+  if (ac->comm == MPI_COMM_NULL) return false;
+  MPI_Comm node = split_node(ac);
+  if (node == MPI_COMM_NULL) return true;  // (every rank's split fails alike: MPI is broken)
+  int n = 0;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n < ac->size;  // the same on every rank: the node splits partition the set
 }
 
 void node_attach(MPI_Comm comm, const AgreeComm *ac) {

@@ -33,6 +33,10 @@ struct NodeCaps {
 // the board.
 void node_probe(AgreeComm *ac);
 
+// Whether ac's set has ranks on more than one node (real, or simulated by LM_TEST_NODES): the
+// same answer on every rank. Collective over the set.
+bool set_spans_nodes(const AgreeComm *ac);
+
 // Makes ac's node peers known to `comm` (a communicator over the same processes, e.g. a mesh's
 // private one): node_peers(comm) then answers them as ranks of comm, sorted.
 void node_attach(MPI_Comm comm, const AgreeComm *ac);

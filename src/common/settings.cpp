@@ -47,6 +47,12 @@ const SettingInfo kTable[kSettingCount] = {
      "all-reduce, all-to-all); auto: only where no rank of the set copies another's memory "
      "directly (ranks alone on their nodes, or LM_NODE_LOCAL=0); 0: messages (measured faster "
      "with Open MPI 4.1); never in calls with a deadline (LM_TIMEOUT)"},
+    {"LM_AGREE_MESSAGES", SettingType::Int, "16", true, Audience::Expert, 0, 4096, nullptr,
+     "sets of 2 to this many ranks that share no agreement board agree by one message to each "
+     "peer instead of an allreduce (0: allreduce always)"},
+    {"LM_MESSAGE_EXCHANGE_BYTES", SettingType::Bytes, "32K", true, Audience::Expert, 0, MiB,
+     nullptr, "per rank: small plans on a set that agrees by messages move their data inside "
+     "those messages (0: off)"},
     {"LM_CHECK", SettingType::Int, "1", false, Audience::User, 0, 2, nullptr,
      "argument checks: 0 local only, 1 agreed across ranks, 2 also data invariants"},
     {"LM_TIMEOUT", SettingType::Seconds, "0", false, Audience::User, 0, 0, nullptr,

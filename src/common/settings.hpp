@@ -39,6 +39,8 @@ enum class Setting : int {
   NodeDirectMinRun,    // LM_NODE_DIRECT_MIN_RUN
   NcclCollectives,     // LM_NCCL_COLLECTIVES
   MpiCollectives,      // LM_MPI_COLLECTIVES
+  AgreeMessages,       // LM_AGREE_MESSAGES
+  MessageExchangeBytes,  // LM_MESSAGE_EXCHANGE_BYTES
   // per process
   Check,               // LM_CHECK (agreed by mesh creation: the highest wins)
   Timeout,             // LM_TIMEOUT (agreed likewise)

@@ -215,7 +215,7 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   const bool board_round = level == 0 && board && p->plan->involved &&
                            p->src_mesh == p->dst_mesh &&
                            (p->agree || (p->agree = collective_comm(p->src_mesh, p->dst_mesh))) &&
-                           fused_exchange(p);
+                           p->agree->board && fused_exchange(p);
   if ((level == 0 && !board_round) || !p->plan->involved) {
     check();
     return p->plan->involved;
@@ -259,6 +259,7 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   FusedPack pack{nullptr, nullptr};
   long long yes[2] = {0, 0};
   if (board && st == LM_SUCCESS && !is_device((*so)->device) && fused_exchange(p) &&
+      (!p->agree->by_messages || a.timeout <= 0) &&  // (by messages: never with a deadline)
       (pack.fx = (*run)->fused_exchange(p->agree))) {
     pack.in = (*so)->base();
     a.publish = fused_pack;
@@ -266,7 +267,11 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
     yes[0] = 1;
     yes[1] = -1;
   }
-  if (p->agree->board) {  // the same on every rank of the set (MPI rounds keep their 3 words)
+  // By messages every rank with the exchange gives its room to the round (the plan's own, or
+  // the variant's it packed into: then it unpacks from there).
+  if (p->agree->by_messages && board && fused_exchange(p))
+    a.ride = pack.fx ? pack.fx->ride() : fused_exchange(p)->ride();
+  if (p->agree->board || p->agree->by_messages) {  // the same on every rank of the set
     a.maxes = yes;
     a.nmax = 2;
   }
@@ -280,7 +285,7 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 bool plan_takes_board(lm_reshard_plan_s *p) {
   if (p->src_mesh != p->dst_mesh) return false;  // (and finding a union's channel may be collective)
   if (!p->agree) p->agree = collective_comm(p->src_mesh, p->dst_mesh);
-  return fused_exchange(p) != nullptr;
+  return p->agree->board && fused_exchange(p) != nullptr;  // (the message exchange: MPI)
 }
 
 void plan_execute(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t dst) {

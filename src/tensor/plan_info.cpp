@@ -192,7 +192,9 @@ void reshard_estimate(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_
   Schedule s;  // this rank's, in the planner's compressed form (pure; no buffer; O(runs))
   build_schedule(s, a.src, a.dst, dtype, sm->world_rank, ScheduleForm::kCompressed);
   // The board exchange, decided as for a plan (same mesh only; the mesh's own channel: local).
-  const bool board = s.involved && sm == dm && select_fused_exchange(s, comm, sm->agree_members);
+  // (The message exchange is MPI messages: LM_ROUTE_MPI.)
+  const bool board = s.involved && sm == dm && sm->agree_members->board &&
+                     select_fused_exchange(s, comm, sm->agree_members);
   lm_reshard_plan_info_t out = fresh_info();
   traffic_info(s, comm, board, out);
   AgreeComm *ac = nullptr;

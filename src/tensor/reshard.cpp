@@ -160,13 +160,18 @@ void agree_reshard(Reshard &r, int level, lm_status_t st, const std::string &err
   long long yes[2] = {0, 0};
   // (A rank without a board exchange of its own does not pack: every rank then takes the
   // transport.)
-  if (st == LM_SUCCESS && r.fused && r.pub) {
+  // By messages, the blocks land in the room of the plan's own exchange: a rank packs only into
+  // that one (not a variant's), never with a deadline, and every rank with it gives its room to
+  // the round.
+  const bool msgs = a.ac->by_messages;
+  if (st == LM_SUCCESS && r.fused && r.pub && (!msgs || (r.pub == r.fused && a.timeout <= 0))) {
     a.publish = fused_pack;
     a.publish_ctx = &r;
     yes[0] = 1;
     yes[1] = -1;
   }
-  if (a.ac->board) {  // the same on every rank of the set (MPI rounds keep their 3 words)
+  if (msgs && r.fused) a.ride = r.fused->ride();
+  if (a.ac->board || msgs) {  // the same on every rank of the set (MPI rounds keep their 3 words)
     a.maxes = yes;
     a.nmax = 2;
   }
@@ -226,7 +231,8 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
       prepare(r);
       // At level 0 no agreement runs, except where the data moves with it (the failure-only
       // round is then the transfer's own synchronisation, as in lm_reshard_plan_execute).
-      if (r.fused) agree_reshard(r, 0, LM_SUCCESS, std::string());
+      // (By messages no round runs: the transport's own messages are the cheaper.)
+      if (r.fused && collective_comm(r.sm, r.sm)->board) agree_reshard(r, 0, LM_SUCCESS, std::string());
     } else {
       prepare_agreed(r, level);
     }

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <utility>
 
+#include "comm/agree.hpp"
 #include "common/error.hpp"
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
 #include "mem/cuda.hpp"
+#include "transport/mpi/message_exchange.hpp"
 #include "transport/mpi/mpi.hpp"
 #include "transport/nccl/comm.hpp"
 #include "transport/node/board_exchange.hpp"
@@ -113,6 +115,7 @@ int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, s
 
 std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
                                                      const AgreeComm *ac) {
+  if (ac && ac->by_messages) return message_exchange_for(s, comm, ac);  // (NULL without a ride)
   return board_exchange_for(s, comm, ac);
 }
 

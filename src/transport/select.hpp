@@ -78,7 +78,8 @@ void device_comm_destroy(DeviceComm **dc);
 int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, std::string *why);
 
 // The exchange fused with the agreement round for this plan (a host plan of one exchange step
-// within one mesh whose agreement set `ac` has the board and outboxes, small enough), or NULL.
+// within one mesh, small enough, whose agreement set `ac` has the board and outboxes: the board
+// exchange; or agrees by messages: the message exchange), or NULL.
 // Depends on the plan and agreed settings alone: every rank with the same plan decides alike.
 std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
                                                      const AgreeComm *ac);

@@ -35,6 +35,8 @@
 
 namespace lm {
 
+struct Ride;
+
 // A box inside a compact local buffer, in the buffer's own coordinates.
 struct BoxRef {
   int ndim = 0;
@@ -220,6 +222,9 @@ class FusedExchange {
   virtual ~FusedExchange() = default;
   virtual void pack(const void *in, char *bank) = 0;
   virtual void unpack(const void *in, void *out) = 0;
+  // Over MPI (the message exchange): where the blocks ride in the agreement's messages, for the
+  // agreement round (AgreeArgs::ride); NULL for the board exchange.
+  virtual const Ride *ride() const { return nullptr; }
 };
 
 }  // namespace lm

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_agree_messages: agreements by messages (src/comm/agree_msg.cpp). A set of up to
+ * LM_AGREE_MESSAGES ranks without an agreement board agrees by one message from each rank to
+ * every other (tag LM_TEST_AGREE_MSG_TAG on the set's agreement communicator); where the set spans
+ * nodes, a small plan's blocks ride those messages (transport/mpi/message_exchange.cpp). Here the
+ * ranks are split into two simulated nodes (LM_TEST_NODES=2) with the node-local path off, so the
+ * set spans nodes and has no board. Checked:
+ *   - S0->S1, S1->S0, S0->R at 2-D [12, 10] (uneven shards) by lm_dist_tensor_reshard and by a
+ *     plan's execution, against the global index of every element; each execution posts exactly
+ *     one message to every other rank, all agreement messages, and those to the ranks it has data
+ *     for carry the block (counted through PMPI); no other point-to-point message;
+ *   - a tensor above LM_MESSAGE_EXCHANGE_BYTES per rank takes the transport (data messages of
+ *     their own) after a words-only agreement round;
+ *   - ranks that run different reshards with no deadline: of the same byte counts (S0->S1 against
+ *     S1->S0 on a square tensor) and of different ones (S0->R against S0->S1): LM_ERR_MISMATCH on
+ *     every rank naming the target placements, nothing left behind: the mesh works afterwards;
+ *   - one rank's failure before the round (a wrong target tensor): its own error there,
+ *     LM_ERR_REMOTE elsewhere.
+ */
+// lm-test-np: 2 3 4
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_test.h"
+
+#define NP lm_test_size()
+#define ME lm_test_rank()
+
+__attribute__((constructor)) static void set_environment(void) {
+  setenv("LM_TEST_NODES", "2", 1);
+  setenv("LM_NODE_LOCAL", "0", 1);
+  setenv("LM_MPI_COLLECTIVES", "0", 1);
+}
+
+static int g_counting = 0;
+static long g_agree_words, g_agree_blocks, g_other; /* sends while counting */
+int MPI_Isend(const void *b, int n, MPI_Datatype t, int dst, int tag, MPI_Comm c, MPI_Request *q) {
+  if (g_counting && c != MPI_COMM_WORLD) {
+    if (tag != LM_TEST_AGREE_MSG_TAG) ++g_other;
+    else if (lm_test_agree_words(tag, n, t)) ++g_agree_words;
+    else ++g_agree_blocks;
+  }
+  return PMPI_Isend(b, n, t, dst, tag, c, q);
+}
+
+static lm_mesh_t mesh1(void) {
+  lm_mesh_t m = NULL;
+  int64_t s[1] = {NP};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, s, NULL));
+  return m;
+}
+
+/* A float64 [rows, cols] tensor with value i * cols + j, placed as pl. */
+static lm_dist_tensor_t iota(lm_mesh_t m, int64_t rows, int64_t cols, lm_placement_t pl) {
+  double *buf = malloc(sizeof(double) * (size_t)(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) buf[i] = (double)i;
+  int64_t g[2] = {rows, cols};
+  DLTensor gt = {buf, LM_CPU, 2, LM_FLOAT64, g, NULL, 0};
+  lm_dist_tensor_t t = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&t, m, &gt, &pl, -1));
+  free(buf);
+  return t;
+}
+
+/* Every element of t's shard holds its global index. */
+static int64_t wrong_values(lm_dist_tensor_t t, int64_t cols) {
+  DLTensor v;
+  int64_t shape[2], off[2], wrong = 0;
+  LM_ASSERT_OK(lm_dist_tensor_local(t, &v));
+  LM_ASSERT_OK(lm_dist_tensor_local_shape(t, shape, 2));
+  LM_ASSERT_OK(lm_dist_tensor_local_offset(t, off, 2));
+  for (int64_t i = 0; i < shape[0]; ++i)
+    for (int64_t j = 0; j < shape[1]; ++j)
+      wrong += ((double *)v.data)[i * shape[1] + j] != (double)((off[0] + i) * cols + off[1] + j);
+  return wrong;
+}
+
+static void start_counting(void) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  g_agree_words = g_agree_blocks = g_other = 0;
+  g_counting = 1;
+}
+
+static void test_small_plans_ride_the_agreement(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh1();
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1),
+                       r = LM_PLACEMENT_REPLICATE;
+  const lm_placement_t from[3] = {s0, s1, s0}, to[3] = {s1, s0, r};
+  const int64_t rows = 12, cols = 10, g[2] = {12, 10};
+  for (int c = 0; c < 3; ++c) {
+    lm_dist_tensor_t x = iota(m, rows, cols, from[c]), y = NULL, z = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, NULL, &to[c]));
+    LM_ASSERT_ALL(wrong_values(y, cols) == 0);
+    lm_reshard_plan_t p = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &from[c], m, &to[c], 2, g, LM_FLOAT64));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z)); /* warm */
+    lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_info(p, 0, &info));
+    start_counting();
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
+    g_counting = 0;
+    LM_ASSERT_ALL(wrong_values(z, cols) == 0);
+    /* one message to every other rank; those with a block for the peer carry it */
+    const int ok = g_other == 0 && g_agree_words + g_agree_blocks == NP - 1 &&
+                   g_agree_blocks == info.flows_sent;
+    if (!ok)
+      lm_test__diag("rank %d case %d: words-only %ld, with a block %ld, other %ld, flows %lld\n",
+                    ME, c, g_agree_words, g_agree_blocks, g_other, (long long)info.flows_sent);
+    LM_ASSERT_ALL(ok);
+    lm_reshard_plan_destroy(&p);
+    lm_dist_tensor_destroy(&x);
+    lm_dist_tensor_destroy(&y);
+    lm_dist_tensor_destroy(&z);
+  }
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+static void test_large_plans_take_the_transport(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh1();
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1);
+  const int64_t n = 256, g[2] = {256, 256}; /* 512 KiB: above 32 KiB per rank up to 16 ranks */
+  lm_dist_tensor_t x = iota(m, n, n, s0), z = NULL;
+  lm_reshard_plan_t p = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, m, &s1, 2, g, LM_FLOAT64));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
+  start_counting();
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
+  g_counting = 0;
+  LM_ASSERT_ALL(wrong_values(z, n) == 0);
+  LM_ASSERT_ALL(g_agree_words == NP - 1 && g_agree_blocks == 0 && g_other >= NP - 1);
+  lm_reshard_plan_destroy(&p);
+  lm_dist_tensor_destroy(&x);
+  lm_dist_tensor_destroy(&z);
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+/* After a mismatch the mesh still works: a reshard and its values. */
+static void mesh_works(lm_mesh_t m) {
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), r = LM_PLACEMENT_REPLICATE;
+  lm_dist_tensor_t x = iota(m, 12, 10, s0), y = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, NULL, &r));
+  LM_ASSERT_ALL(wrong_values(y, 10) == 0);
+  lm_dist_tensor_destroy(&x);
+  lm_dist_tensor_destroy(&y);
+}
+
+static void test_mismatch_without_deadline(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh1();
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1),
+                       r = LM_PLACEMENT_REPLICATE;
+  const int odd = ME == NP - 1;
+  /* the same byte counts: S0->S1 on a square tensor, the last rank S1->S0's target */
+  lm_dist_tensor_t x = iota(m, 8, 8, s0), y = NULL;
+  LM_EXPECT_ALL(lm_dist_tensor_reshard(&y, x, NULL, odd ? &s0 : &s1), LM_ERR_MISMATCH,
+                "disagree on target placements");
+  LM_ASSERT_ALL(y == NULL);
+  mesh_works(m);
+  /* different byte counts: S0->R on the last rank, S0->S1 on the others */
+  LM_EXPECT_ALL(lm_dist_tensor_reshard(&y, x, NULL, odd ? &r : &s1), LM_ERR_MISMATCH,
+                "disagree on target placements");
+  mesh_works(m);
+  /* plans: created apart (local), the execution agrees */
+  int64_t g[2] = {8, 8};
+  lm_reshard_plan_t p = NULL;
+  lm_dist_tensor_t z = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, m, odd ? &r : &s1, 2, g, LM_FLOAT64));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
+  LM_EXPECT_ALL(lm_reshard_plan_execute(p, x, z), LM_ERR_MISMATCH, "disagree on target placements");
+  mesh_works(m);
+  /* one rank fails before the round: a target of the wrong plan */
+  lm_dist_tensor_t w = NULL;
+  if (odd) LM_ASSERT_OK(lm_dist_tensor_zeros(&w, m, 2, g, LM_FLOAT64, LM_CPU, &s0));
+  lm_status_t st = lm_reshard_plan_execute(p, x, odd ? w : z);
+  int ok = odd ? st != LM_SUCCESS && st != LM_ERR_REMOTE : st == LM_ERR_REMOTE;
+  if (!ok) lm_test__diag("rank %d: %s\n", ME, lm_last_error_message());
+  LM_ASSERT_ALL(ok);
+  mesh_works(m);
+  lm_dist_tensor_destroy(&w);
+  lm_reshard_plan_destroy(&p);
+  lm_dist_tensor_destroy(&z);
+  lm_dist_tensor_destroy(&x);
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_small_plans_ride_the_agreement),
+    cmocka_unit_test(test_large_plans_take_the_transport),
+    cmocka_unit_test(test_mismatch_without_deadline),
+};
+
+LM_TEST_MAIN(tests)
