@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "comm/agree.hpp"
+#include "comm/node.hpp"
 #include "layout/boxcopy.hpp"
 #include "transport/mpi/mpi.hpp"
 #include "unit_check.hpp"
@@ -57,6 +59,32 @@ void test_size_floor() {
   CHECK(!tp.box_direct(box(2, wide_shape, off, wide, 8)));
 }
 
+// Where no rank of the set has node peers (the agreed answer attached to the communicator), a
+// received box goes as a datatype from LM_DATATYPE_RECV_MIN_BYTES (512 KiB) only; sends keep
+// the 32 KiB floor. Without that answer (MPI_COMM_SELF above) both directions keep it.
+void test_receive_floor() {
+  g_test = "receive floor";
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_SELF, &c);
+  lm::AgreeComm ac;
+  ac.node_nowhere = true;
+  lm::node_attach(c, &ac);
+  {
+    lm::MpiTransport tp(c);
+    const int64_t tall[2] = {1 << 20, 8}, toff[2] = {0, 1}, at[2] = {4096, 1};
+    const int64_t rbelow[2] = {65535, 1}, rat[2] = {65536, 1};  // 512 KiB - 8 B, 512 KiB
+    CHECK(tp.box_direct(box(2, tall, toff, at, 8), true));
+    CHECK(!tp.box_direct(box(2, tall, toff, at, 8), false));
+    CHECK(!tp.box_direct(box(2, tall, toff, rbelow, 8), false));
+    CHECK(tp.box_direct(box(2, tall, toff, rat, 8), false));
+    CHECK(tp.box_direct(box(2, tall, toff, rbelow, 8), true));
+  }
+  lm::MpiTransport self(MPI_COMM_SELF);
+  const int64_t tall[2] = {1 << 20, 8}, toff[2] = {0, 1}, at[2] = {4096, 1};
+  CHECK(self.box_direct(box(2, tall, toff, at, 8), false));
+  MPI_Comm_free(&c);
+}
+
 // Sends box `len` at `off` of a rows x cols float64 buffer to this rank and receives it into a
 // box of another buffer; true when every element arrived where boxcopy puts it.
 bool self_roundtrip(lm::MpiTransport &tp, int64_t rows, int64_t cols, const int64_t *off,
@@ -97,6 +125,7 @@ int main(int argc, char **argv) {
   unsetenv("LM_RESHARD_DATATYPES");
   MPI_Init(&argc, &argv);
   test_size_floor();
+  test_receive_floor();
   test_self_roundtrip();
   int rc = unit_check_report("unit_transport_mpi");
   MPI_Finalize();

@@ -30,6 +30,9 @@ const SettingInfo kTable[kSettingCount] = {
      "staging bound of one reshard step (memory a reshard may use beyond its target)"},
     {"LM_DATATYPE_MIN_BYTES", SettingType::Bytes, "32K", true, Audience::Expert, 0, kMax, nullptr,
      "smallest strided box sent as an MPI subarray datatype (smaller ones are packed)"},
+    {"LM_DATATYPE_RECV_MIN_BYTES", SettingType::Bytes, "512K", true, Audience::Expert, 0, kMax,
+     nullptr, "where no rank of a set copies another's memory directly: smallest strided box "
+     "received as an MPI subarray datatype (smaller ones are received into staging and unpacked)"},
     {"LM_RESHARD_DATATYPES", SettingType::Bool, "1", true, Audience::Expert, 0, 1, nullptr,
      "MPI subarray datatypes for strided boxes (0: always pack)"},
     {"LM_TRANSPORT", SettingType::Choice, "auto", true, Audience::User, 0, 0, "auto|mpi",

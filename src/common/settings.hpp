@@ -33,6 +33,7 @@ enum class Setting : int {
   BoardExchangeBytes,  // LM_BOARD_EXCHANGE_BYTES
   StagingBytes,        // LM_STAGING_BYTES
   DatatypeMinBytes,    // LM_DATATYPE_MIN_BYTES
+  DatatypeRecvMinBytes,  // LM_DATATYPE_RECV_MIN_BYTES
   ReshardDatatypes,    // LM_RESHARD_DATATYPES
   Transport,           // LM_TRANSPORT
   TestNodes,           // LM_TEST_NODES (a test hook, but how ranks group into nodes must agree)

@@ -229,8 +229,8 @@ class ExchangeRun : public StepRun {
     dcur_ = 0;
     if (!prepared_) {  // the same at every execution: the plan, the settings and the transport
       seg_ = std::max(S / 2 / esize_, size_t(1)) * esize_;
-      prepare(st_.sends, st_.in_ext(), sinfo_, &ts_, false);
-      prepare(st_.recvs, st_.out_ext(), rinfo_, &tr_, !st_.out_str.empty());
+      prepare(st_.sends, st_.in_ext(), sinfo_, &ts_, false, true);
+      prepare(st_.recvs, st_.out_ext(), rinfo_, &tr_, !st_.out_str.empty(), false);
       prepared_ = true;
     }
     fit_ = ts_ + tr_ <= S;
@@ -366,7 +366,7 @@ class ExchangeRun : public StepRun {
 
   // all_staged: every message through staging (a strided output: nothing lands in place).
   void prepare(const std::vector<Msg> &msgs, const Shape &local, std::vector<Info> &info,
-               size_t *staged_bytes, bool all_staged) {
+               size_t *staged_bytes, bool all_staged, bool send) {
     info.resize(msgs.size());
     *staged_bytes = 0;
     for (size_t i = 0; i < msgs.size(); ++i) {
@@ -384,7 +384,7 @@ class ExchangeRun : public StepRun {
       if (m.contiguous) continue;
       SubBox s;
       sub_box(f.split, m.box.len, m.rel, 0, esize_, s);
-      f.staged = !tp_.box_direct(box_ref(local, s, esize_, -1));
+      f.staged = !tp_.box_direct(box_ref(local, s, esize_, -1), send);
       if (f.staged) *staged_bytes += m.bytes;
     }
   }
@@ -599,7 +599,7 @@ class ReduceScatterRun : public StepRun {
     for (int64_t q : {int64_t(0), my.per - 1}) {
       SubBox sb;
       sub_box(my, st_.outbox.len, zero_, q, esize_, sb);
-      if (!tp_.box_direct(box_ref(st_.out_pad, sb, esize_, -1))) return false;
+      if (!tp_.box_direct(box_ref(st_.out_pad, sb, esize_, -1), false)) return false;
     }
     return true;
   }
@@ -614,7 +614,7 @@ class ReduceScatterRun : public StepRun {
       if (splits_[j].count == 0) continue;
       SubBox s;
       sub_box(splits_[j], st_.chunks[j].len, st_.chunk_rel[j], 0, esize_, s);
-      staged_[j] = !tp_.box_direct(box_ref(st_.in_ext(), s, esize_, -1));
+      staged_[j] = !tp_.box_direct(box_ref(st_.in_ext(), s, esize_, -1), true);
       if (staged_[j]) {
         ts += (size_t)st_.chunks[j].numel() * esize_;
         max_count_ = std::max(max_count_, splits_[j].count);

@@ -95,8 +95,9 @@ class Transport {
   // Whether post_*_box can move this (non-contiguous) box in place, without staging. Must give the
   // same answer on every rank for the same box (the message boundaries depend on it only through
   // the schedule's split, never on the answer, but pipelining decisions do).
-  virtual bool box_direct(const BoxRef &b) const {
-    (void)b;
+  // send: the box is sent (else received).
+  virtual bool box_direct(const BoxRef &b, bool send) const {
+    (void)b, (void)send;
     return false;
   }
   virtual Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) = 0;

@@ -49,7 +49,7 @@ class MpiTransport : public Transport {
 
   Ticket post_send(const void *p, size_t bytes, int peer, int tag) override;
   Ticket post_recv(void *p, size_t bytes, int peer, int tag) override;
-  bool box_direct(const BoxRef &b) const override;
+  bool box_direct(const BoxRef &b, bool send = true) const override;
   Ticket post_send_box(const void *buf, const BoxRef &b, int peer, int tag) override;
   Ticket post_recv_box(void *buf, const BoxRef &b, int peer, int tag) override;
   PiecesMode pieces_mode(const PiecesRef &p, int peer) override;
@@ -174,6 +174,7 @@ class MpiTransport : public Transport {
 
   MPI_Comm comm_;
   AbortNotices notices_;
+  bool recv_staged_ = false;      // no rank of comm_'s set has node peers: box_direct's receive floor
   int coll_size_ = 0;             // ranks of comm_ when collectives are on, else 0
   std::vector<size_t> coll_idx_;  // requests (in reqs_) of collectives: never cancelled
   std::deque<std::vector<char>> coll_copies_;  // inputs copied apart from their outputs
