@@ -7,6 +7,7 @@
 #include "comm/agree.hpp"
 #include "comm/node.hpp"
 #include "common/error.hpp"
+#include "common/mpi.hpp"
 #include "common/settings.hpp"
 #include "plan/planner.hpp"
 
@@ -102,7 +103,7 @@ class MessageExchange final : public FusedExchange {
 
 std::unique_ptr<FusedExchange> message_exchange_for(const Schedule &s, MPI_Comm comm,
                                                     const AgreeComm *ac) {
-  if (!ac || !ac->ride || s.steps.size() != 1 ||
+  if (!ac || !ac->ride || !mpi_alive() || s.steps.size() != 1 ||
       s.steps[0]->kind != StepKind::kExchange || !s.steps[0]->send_runs.empty() ||
       !s.steps[0]->recv_runs.empty())
     return nullptr;
