@@ -152,6 +152,18 @@ std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to, const int *ranks, i
   return out;
 }
 
+std::vector<int> all_ranks_in(MPI_Comm from, MPI_Comm to) {
+  int n = 0;
+  if (MPI_Comm_size(from, &n) != MPI_SUCCESS) return {};
+  std::vector<int> all((size_t)n);
+  for (int i = 0; i < n; ++i) all[(size_t)i] = i;
+  std::vector<int> ranks = translate_ranks(from, to, all.data(), n);
+  if (ranks.size() != (size_t)n) return {};
+  for (int r : ranks)
+    if (r == MPI_UNDEFINED) return {};
+  return ranks;
+}
+
 std::vector<int> node_peers(MPI_Comm comm) {
   std::vector<int> out;
   const int k = g_keyval.load();

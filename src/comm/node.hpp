@@ -49,5 +49,8 @@ bool node_path_nowhere(MPI_Comm comm);
 // Ranks `ranks[0..n)` of communicator `from` as ranks of `to` (MPI_UNDEFINED where a process is
 // not in `to`); empty when an MPI call fails.
 std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to, const int *ranks, int n);
+// Every rank of `from` as a rank of `to`; empty when some process of `from` is not in `to` or an
+// MPI call fails.
+std::vector<int> all_ranks_in(MPI_Comm from, MPI_Comm to);
 
 }  // namespace lm

@@ -110,14 +110,8 @@ std::unique_ptr<FusedExchange> message_exchange_for(const Schedule &s, MPI_Comm 
   uint64_t bytes = s.esize;
   for (int64_t e : s.src.gshape) bytes *= (uint64_t)e;
   if (bytes > (uint64_t)ac->size * setting_u(Setting::MessageExchangeBytes)) return nullptr;
-  int n = 0;
-  if (MPI_Comm_size(comm, &n) != MPI_SUCCESS) return nullptr;
-  std::vector<int> all((size_t)n);
-  for (int i = 0; i < n; ++i) all[(size_t)i] = i;
-  std::vector<int> ranks = translate_ranks(comm, ac->comm, all.data(), n);
-  if (ranks.size() != (size_t)n) return nullptr;
-  for (int r : ranks)
-    if (r == MPI_UNDEFINED) return nullptr;
+  std::vector<int> ranks = all_ranks_in(comm, ac->comm);  // agreement rank of each plan rank
+  if (ranks.empty()) return nullptr;
   const SchedStep &st = *s.steps[0];
   std::vector<int> seen((size_t)ac->size, 0);  // at most one message per peer and direction
   for (const Msg &m : st.sends)

@@ -88,14 +88,8 @@ std::unique_ptr<FusedExchange> board_exchange_for(const Schedule &s, MPI_Comm co
   for (const MsgRun &r : s.steps[0]->send_runs)  // a compressed schedule (lm_reshard_estimate)
     need += block_bytes(r.first.bytes) * (size_t)r.count;
   if (need > ac->outbox_bank) return nullptr;
-  int n = 0;
-  if (MPI_Comm_size(comm, &n) != MPI_SUCCESS) return nullptr;
-  std::vector<int> all((size_t)n);
-  for (int i = 0; i < n; ++i) all[(size_t)i] = i;
-  std::vector<int> ranks = translate_ranks(comm, ac->comm, all.data(), n);
-  if (ranks.size() != (size_t)n) return nullptr;
-  for (int r : ranks)
-    if (r == MPI_UNDEFINED) return nullptr;
+  std::vector<int> ranks = all_ranks_in(comm, ac->comm);  // agreement rank of each plan rank
+  if (ranks.empty()) return nullptr;
   return std::make_unique<BoardExchange>(*s.steps[0], *ac, std::move(ranks));
 }
 
