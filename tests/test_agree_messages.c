@@ -10,6 +10,10 @@
  *     plan's execution, against the global index of every element; each execution posts exactly
  *     one message to every other rank, all agreement messages, and those to the ranks it has data
  *     for carry the block (counted through PMPI); no other point-to-point message;
+ *   - P->S0 (one reduce-scatter step) at [13, 10] (np 4: a short last chunk) for sum and max
+ *     of float64 and avg of float64 and int64 (128-bit accumulation): each rank's partial is
+ *     (rank + 1) x the global index, so every reduced value is exact; the execution rides as
+ *     above (a block to every member whose chunk is not empty, no other message);
  *   - a tensor above LM_MESSAGE_EXCHANGE_BYTES per rank takes the transport (data messages of
  *     their own) after a words-only agreement round;
  *   - ranks that run different reshards with no deadline: of the same byte counts (S0->S1 against
@@ -118,6 +122,64 @@ static void test_small_plans_ride_the_agreement(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
+/* Expected value of element idx of a P(op) -> S0 reshard of partials (rank + 1) * idx (an
+ * integer avg truncates). */
+static double reduced(int op, int is_int, int64_t idx) {
+  const int64_t sum = idx * NP * (NP + 1) / 2;
+  if (op == LM_REDUCE_MAX) return (double)(idx * NP);
+  if (op == LM_REDUCE_AVG) return is_int ? (double)(sum / NP) : (double)sum / NP;
+  return (double)sum;
+}
+
+static void test_partial_plans_ride_the_agreement(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh1();
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0);
+  const int64_t rows = 13, cols = 10, g[2] = {13, 10};
+  const int ops[4] = {LM_REDUCE_SUM, LM_REDUCE_MAX, LM_REDUCE_AVG, LM_REDUCE_AVG};
+  for (int c = 0; c < 4; ++c) {
+    const int is_int = c == 3;
+    const DLDataType dt = is_int ? LM_INT64 : LM_FLOAT64;
+    const lm_placement_t p_op = LM_PLACEMENT_PARTIAL(ops[c]);
+    lm_dist_tensor_t x = NULL, z = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, g, dt, LM_CPU, &p_op));
+    DLTensor v;
+    LM_ASSERT_OK(lm_dist_tensor_local(x, &v));
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      if (is_int) ((int64_t *)v.data)[i] = (ME + 1) * i;
+      else ((double *)v.data)[i] = (double)((ME + 1) * i);
+    }
+    lm_reshard_plan_t p = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &p_op, m, &s0, 2, g, dt));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z)); /* warm */
+    lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_info(p, 0, &info));
+    start_counting();
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
+    g_counting = 0;
+    int64_t shape[2], off[2], wrong = 0;
+    LM_ASSERT_OK(lm_dist_tensor_local(z, &v));
+    LM_ASSERT_OK(lm_dist_tensor_local_shape(z, shape, 2));
+    LM_ASSERT_OK(lm_dist_tensor_local_offset(z, off, 2));
+    for (int64_t i = 0; i < shape[0] * shape[1]; ++i) {
+      const double want = reduced(ops[c], is_int, off[0] * cols + i);
+      wrong += (is_int ? (double)((int64_t *)v.data)[i] : ((double *)v.data)[i]) != want;
+    }
+    const int ok = wrong == 0 && g_other == 0 && g_agree_words + g_agree_blocks == NP - 1 &&
+                   g_agree_blocks == info.flows_sent;
+    if (!ok)
+      lm_test__diag("rank %d case %d: wrong %lld, words-only %ld, with a block %ld, other %ld, "
+                    "flows %lld\n", ME, c, (long long)wrong, g_agree_words, g_agree_blocks,
+                    g_other, (long long)info.flows_sent);
+    LM_ASSERT_ALL(ok);
+    lm_reshard_plan_destroy(&p);
+    lm_dist_tensor_destroy(&x);
+    lm_dist_tensor_destroy(&z);
+  }
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
 static void test_large_plans_take_the_transport(void **state) {
   (void)state;
   lm_mesh_t m = mesh1();
@@ -190,6 +252,7 @@ static void test_mismatch_without_deadline(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_small_plans_ride_the_agreement),
+    cmocka_unit_test(test_partial_plans_ride_the_agreement),
     cmocka_unit_test(test_large_plans_take_the_transport),
     cmocka_unit_test(test_mismatch_without_deadline),
 };

@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
+#include "layout/reduce.hpp"
 #include "plan/planner.hpp"
 
 namespace lm {
@@ -17,15 +18,20 @@ namespace {
 
 size_t rounded(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-class MessageExchange final : public FusedExchange {
+// The rooms of one round: per agreement rank, the room for the words of its message, then this
+// rank's block for it (send) or its block for this rank (recv), each 64-byte aligned.
+class Rooms : public FusedExchange {
  public:
-  MessageExchange(const SchedStep &st, const AgreeComm &ac, const std::vector<int> &ranks)
-      : st_(st), ranks_(ranks) {
-    const size_t n = (size_t)ac.size;
+  const Ride *ride() const override { return &ride_; }
+
+ protected:
+  explicit Rooms(size_t n) {
     ride_.send_bytes.assign(n, 0);
     ride_.recv_bytes.assign(n, 0);
-    for (const Msg &m : st.sends) ride_.send_bytes[(size_t)ranks[(size_t)m.peer]] = m.bytes;
-    for (const Msg &m : st.recvs) ride_.recv_bytes[(size_t)ranks[(size_t)m.peer]] = m.bytes;
+  }
+  // After send_bytes and recv_bytes are set.
+  void lay_out() {
+    const size_t n = ride_.send_bytes.size();
     size_t ns = 0, nr = 0;
     for (size_t r = 0; r < n; ++r) {
       ns += kRideHeader + rounded(ride_.send_bytes[r]);
@@ -41,13 +47,40 @@ class MessageExchange final : public FusedExchange {
       q += kRideHeader + rounded(ride_.recv_bytes[r]);
     }
   }
+  char *send_block(int agree_rank) { return ride_.send[(size_t)agree_rank] + kRideHeader; }
+  const char *recv_block(int agree_rank) const { return ride_.recv[(size_t)agree_rank] + kRideHeader; }
+  void expect_landed() const {
+    if (!ride_.landed)
+      fail(LM_ERR_MISMATCH, "reshard (message exchange): a rank sent a block of another size "
+           "than this rank's plan expects: the ranks ran different reshards (with LM_CHECK=0 no "
+           "agreement compares their arguments first)");
+  }
+
+  Ride ride_;
+
+ private:
+  struct alignas(64) Line {
+    char b[64];
+  };
+  std::vector<Line> send_, recv_;
+};
+
+// One exchange step: each message is one block.
+class MessageExchange final : public Rooms {
+ public:
+  MessageExchange(const SchedStep &st, const AgreeComm &ac, const std::vector<int> &ranks)
+      : Rooms((size_t)ac.size), st_(st), ranks_(ranks) {
+    for (const Msg &m : st.sends) ride_.send_bytes[(size_t)ranks[(size_t)m.peer]] = m.bytes;
+    for (const Msg &m : st.recvs) ride_.recv_bytes[(size_t)ranks[(size_t)m.peer]] = m.bytes;
+    lay_out();
+  }
 
   // This rank's sends, each after the room for the words of its message.
   void pack(const void *in, char *) override {
     const int n = (int)st_.inbox.len.size();
     const int64_t zero[kBoxMaxDims] = {0};
     for (const Msg &m : st_.sends) {
-      char *dst = ride_.send[(size_t)ranks_[(size_t)m.peer]] + kRideHeader;
+      char *dst = send_block(ranks_[(size_t)m.peer]);
       if (m.contiguous) {
         std::memcpy(dst, static_cast<const char *>(in) + m.off, m.bytes);
         continue;
@@ -62,14 +95,11 @@ class MessageExchange final : public FusedExchange {
   // After a round in which every rank packed: this rank's blocks out of its rooms, then its own
   // part.
   void unpack(const void *in, void *out) override {
-    if (!ride_.landed)
-      fail(LM_ERR_MISMATCH, "reshard (message exchange): a rank sent a block of another size "
-           "than this rank's plan expects: the ranks ran different reshards (with LM_CHECK=0 no "
-           "agreement compares their arguments first)");
+    expect_landed();
     const int n = (int)st_.outbox.len.size();
     const int64_t zero[kBoxMaxDims] = {0};
     for (const Msg &m : st_.recvs) {
-      const char *src = ride_.recv[(size_t)ranks_[(size_t)m.peer]] + kRideHeader;
+      const char *src = recv_block(ranks_[(size_t)m.peer]);
       if (m.contiguous) {
         std::memcpy(static_cast<char *>(out) + m.off, src, m.bytes);
         continue;
@@ -87,38 +117,122 @@ class MessageExchange final : public FusedExchange {
     }
   }
 
-  const Ride *ride() const override { return &ride_; }
-
  private:
-  struct alignas(64) Line {
-    char b[64];
-  };
   const SchedStep &st_;
   std::vector<int> ranks_;  // agreement rank of each rank of the plan's communicator
-  std::vector<Line> send_, recv_;
-  Ride ride_;
 };
+
+// One reduce-scatter step (a compact output, every member named): chunk j of this rank's input
+// rides to group member j; after the round this rank reduces its chunk's k contributions in
+// group order, as ReduceScatterRun does (exec/executor.cpp), so the sums are the same bits.
+class MessageReduceScatter final : public Rooms {
+ public:
+  MessageReduceScatter(const Schedule &s, const AgreeComm &ac, const std::vector<int> &ranks)
+      : Rooms((size_t)ac.size), st_(*s.steps[0]), dt_(s.dt), esize_(s.esize), ranks_(ranks) {
+    if (!st_.member) {
+      lay_out();
+      return;
+    }
+    const size_t mine_bytes = (size_t)st_.chunks[(size_t)st_.mine].numel() * esize_;
+    for (int64_t j = 0; j < st_.k; ++j) {
+      if (j == st_.mine) continue;
+      const size_t a = (size_t)ranks[(size_t)st_.peers[(size_t)j]];
+      ride_.send_bytes[a] = (size_t)st_.chunks[(size_t)j].numel() * esize_;
+      ride_.recv_bytes[a] = mine_bytes;
+    }
+    lay_out();
+    if (st_.wide) acc_.resize((size_t)st_.chunks[(size_t)st_.mine].numel());
+  }
+
+  void pack(const void *in, char *) override {
+    if (!st_.member) return;
+    for (int64_t j = 0; j < st_.k; ++j)
+      if (j != st_.mine) copy_chunk(j, in, send_block(ranks_[(size_t)st_.peers[(size_t)j]]));
+  }
+
+  void unpack(const void *in, void *out) override {
+    expect_landed();
+    const int64_t mine = st_.mine, n = st_.member ? st_.chunks[(size_t)mine].numel() : 0;
+    if (n == 0) return;
+    const char *own = nullptr;  // my own contribution, compact
+    size_t off = 0;
+    if (box_is_contiguous_at(st_.inbox, st_.in_ext(), st_.chunks[(size_t)mine], esize_, &off)) {
+      own = static_cast<const char *>(in) + off;
+    } else {
+      scratch_.resize((size_t)n * esize_);
+      copy_chunk(mine, in, scratch_.data());
+      own = scratch_.data();
+    }
+    for (int64_t j = 0; j < st_.k; ++j) {
+      const char *x = j == mine ? own : recv_block(ranks_[(size_t)st_.peers[(size_t)j]]);
+      if (st_.wide)
+        wide_accumulate(dt_, acc_.data(), x, n, j == 0);
+      else if (j == 0)
+        std::memcpy(out, x, (size_t)n * esize_);
+      else
+        reduce_into(dt_, st_.op, out, x, n);
+    }
+    if (st_.wide)
+      wide_finish_avg(dt_, out, acc_.data(), n, st_.divide_by);
+    else if (st_.divide_by > 1)
+      scale_avg(dt_, out, n, st_.divide_by);
+  }
+
+ private:
+  // Chunk j of the input, compact at dst.
+  void copy_chunk(int64_t j, const void *in, char *dst) const {
+    const Box &c = st_.chunks[(size_t)j];
+    const int64_t zero[kBoxMaxDims] = {0};
+    BoxCopy bc;
+    boxcopy_init(bc, (int)c.len.size(), c.len.data(), st_.in_ext().data(),
+                 st_.chunk_rel[(size_t)j].data(), c.len.data(), zero, (int64_t)esize_);
+    boxcopy_range(bc, dst, in, 0, bc.numel);
+  }
+
+  const SchedStep &st_;
+  DType dt_;
+  size_t esize_;
+  std::vector<int> ranks_;
+  std::vector<char> scratch_;
+  std::vector<__int128> acc_;
+};
+
+// Whether no two messages of one direction go to one agreement rank.
+bool one_per_peer(const std::vector<int64_t> &to, size_t n) {
+  std::vector<char> seen(n, 0);
+  for (int64_t a : to)
+    if (seen[(size_t)a]++) return false;
+  return true;
+}
 
 }  // namespace
 
 std::unique_ptr<FusedExchange> message_exchange_for(const Schedule &s, MPI_Comm comm,
                                                     const AgreeComm *ac) {
-  if (!ac || !ac->ride || !mpi_alive() || s.steps.size() != 1 ||
-      s.steps[0]->kind != StepKind::kExchange || !s.steps[0]->send_runs.empty() ||
-      !s.steps[0]->recv_runs.empty())
+  if (!ac || !ac->ride || !mpi_alive() || s.steps.size() != 1) return nullptr;
+  const SchedStep &st = *s.steps[0];
+  const bool rs = st.kind == StepKind::kReduceScatter;
+  if (rs ? st.lazy_members || !st.in_pad.empty() || !st.out_pad.empty() || !st.out_str.empty()
+         : st.kind != StepKind::kExchange || !st.send_runs.empty() || !st.recv_runs.empty())
     return nullptr;
   uint64_t bytes = s.esize;
   for (int64_t e : s.src.gshape) bytes *= (uint64_t)e;
   if (bytes > (uint64_t)ac->size * setting_u(Setting::MessageExchangeBytes)) return nullptr;
   std::vector<int> ranks = all_ranks_in(comm, ac->comm);  // agreement rank of each plan rank
   if (ranks.empty()) return nullptr;
-  const SchedStep &st = *s.steps[0];
-  std::vector<int> seen((size_t)ac->size, 0);  // at most one message per peer and direction
-  for (const Msg &m : st.sends)
-    if (seen[(size_t)ranks[(size_t)m.peer]]++) return nullptr;
-  std::fill(seen.begin(), seen.end(), 0);
-  for (const Msg &m : st.recvs)
-    if (seen[(size_t)ranks[(size_t)m.peer]]++) return nullptr;
+  std::vector<int64_t> to, from;  // agreement rank of each message, by direction
+  if (rs) {
+    if (st.member && st.chunks[(size_t)st.mine].numel() != st.outbox.numel())
+      return nullptr;  // (the output is my chunk, compact)
+    if (st.member)
+      for (int64_t j = 0; j < st.k; ++j)
+        if (j != st.mine) to.push_back(ranks[(size_t)st.peers[(size_t)j]]);
+    if (!one_per_peer(to, (size_t)ac->size)) return nullptr;
+    return std::make_unique<MessageReduceScatter>(s, *ac, ranks);
+  }
+  for (const Msg &m : st.sends) to.push_back(ranks[(size_t)m.peer]);
+  for (const Msg &m : st.recvs) from.push_back(ranks[(size_t)m.peer]);
+  if (!one_per_peer(to, (size_t)ac->size) || !one_per_peer(from, (size_t)ac->size)) return nullptr;
   return std::make_unique<MessageExchange>(st, *ac, ranks);
 }
 
