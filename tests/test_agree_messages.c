@@ -10,10 +10,14 @@
  *     plan's execution, against the global index of every element; each execution posts exactly
  *     one message to every other rank, all agreement messages, and those to the ranks it has data
  *     for carry the block (counted through PMPI); no other point-to-point message;
- *   - P->S0 (one reduce-scatter step) at [13, 10] (np 4: a short last chunk) for sum and max
+ *   - P->S0 (one reduce-scatter step) and P->R (a reduce-scatter and its gather: one round, each
+ *     rank's whole partial to every other) at [13, 10] (np 4: a short last chunk) for sum and max
  *     of float64 and avg of float64 and int64 (128-bit accumulation): each rank's partial is
  *     (rank + 1) x the global index, so every reduced value is exact; the execution rides as
- *     above (a block to every member whose chunk is not empty, no other message);
+ *     above (P->S0: a block to every member whose chunk is not empty; P->R: to every other rank;
+ *     no other message);
+ *   - across meshes (the world to the world reversed, S0 -> S0 and S0 -> S1): the same, by
+ *     lm_dist_tensor_reshard and by a plan;
  *   - a tensor above LM_MESSAGE_EXCHANGE_BYTES per rank takes the transport (data messages of
  *     their own) after a words-only agreement round;
  *   - ranks that run different reshards with no deadline: of the same byte counts (S0->S1 against
@@ -134,13 +138,14 @@ static double reduced(int op, int is_int, int64_t idx) {
 static void test_partial_plans_ride_the_agreement(void **state) {
   (void)state;
   lm_mesh_t m = mesh1();
-  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0);
+  const lm_placement_t targets[2] = {LM_PLACEMENT_SHARD(0), LM_PLACEMENT_REPLICATE};
   const int64_t rows = 13, cols = 10, g[2] = {13, 10};
   const int ops[4] = {LM_REDUCE_SUM, LM_REDUCE_MAX, LM_REDUCE_AVG, LM_REDUCE_AVG};
-  for (int c = 0; c < 4; ++c) {
-    const int is_int = c == 3;
+  for (int c = 0; c < 8; ++c) {
+    const int is_int = c % 4 == 3, to_r = c >= 4;
+    const lm_placement_t s0 = targets[to_r];
     const DLDataType dt = is_int ? LM_INT64 : LM_FLOAT64;
-    const lm_placement_t p_op = LM_PLACEMENT_PARTIAL(ops[c]);
+    const lm_placement_t p_op = LM_PLACEMENT_PARTIAL(ops[c % 4]);
     lm_dist_tensor_t x = NULL, z = NULL;
     LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, g, dt, LM_CPU, &p_op));
     DLTensor v;
@@ -163,11 +168,11 @@ static void test_partial_plans_ride_the_agreement(void **state) {
     LM_ASSERT_OK(lm_dist_tensor_local_shape(z, shape, 2));
     LM_ASSERT_OK(lm_dist_tensor_local_offset(z, off, 2));
     for (int64_t i = 0; i < shape[0] * shape[1]; ++i) {
-      const double want = reduced(ops[c], is_int, off[0] * cols + i);
+      const double want = reduced(ops[c % 4], is_int, off[0] * cols + i);
       wrong += (is_int ? (double)((int64_t *)v.data)[i] : ((double *)v.data)[i]) != want;
     }
     const int ok = wrong == 0 && g_other == 0 && g_agree_words + g_agree_blocks == NP - 1 &&
-                   g_agree_blocks == info.flows_sent;
+                   g_agree_blocks == (to_r ? NP - 1 : info.flows_sent);
     if (!ok)
       lm_test__diag("rank %d case %d: wrong %lld, words-only %ld, with a block %ld, other %ld, "
                     "flows %lld\n", ME, c, (long long)wrong, g_agree_words, g_agree_blocks,
@@ -177,6 +182,55 @@ static void test_partial_plans_ride_the_agreement(void **state) {
     lm_dist_tensor_destroy(&x);
     lm_dist_tensor_destroy(&z);
   }
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
+static void test_cross_mesh_plans_ride_the_agreement(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh1(), rev = NULL;
+  int *ranks = malloc(sizeof(int) * (size_t)NP);
+  for (int i = 0; i < NP; ++i) ranks[i] = NP - 1 - i;
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.ranks = ranks;
+  cfg.nranks = NP;
+  int64_t ms[1] = {NP};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&rev, lm_test_comm_f(), 1, ms, &cfg));
+  free(ranks);
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1);
+  const lm_placement_t to[2] = {s0, s1};
+  const int64_t rows = 12, cols = 10, g[2] = {12, 10};
+  for (int c = 0; c < 2; ++c) {
+    lm_dist_tensor_t x = iota(m, rows, cols, s0), y = NULL, z = NULL;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, rev, &to[c]));
+    LM_ASSERT_ALL(wrong_values(y, cols) == 0);
+    lm_dist_tensor_destroy(&y);
+    start_counting();
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, rev, &to[c])); /* the cached plan */
+    g_counting = 0;
+    const long by_reshard = g_agree_blocks, other_reshard = g_other;
+    lm_reshard_plan_t p = NULL;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, rev, &to[c], 2, g, LM_FLOAT64));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z)); /* warm */
+    lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+    LM_ASSERT_OK_ALL(lm_reshard_plan_info(p, 0, &info));
+    start_counting();
+    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
+    g_counting = 0;
+    LM_ASSERT_ALL(wrong_values(z, cols) == 0);
+    const int ok = g_other == 0 && other_reshard == 0 && g_agree_words + g_agree_blocks == NP - 1 &&
+                   g_agree_blocks == info.flows_sent && by_reshard == info.flows_sent;
+    if (!ok)
+      lm_test__diag("rank %d case %d: words-only %ld, with a block %ld (reshard %ld), other %ld "
+                    "(reshard %ld), flows %lld\n", ME, c, g_agree_words, g_agree_blocks,
+                    by_reshard, g_other, other_reshard, (long long)info.flows_sent);
+    LM_ASSERT_ALL(ok);
+    lm_reshard_plan_destroy(&p);
+    lm_dist_tensor_destroy(&x);
+    lm_dist_tensor_destroy(&y);
+    lm_dist_tensor_destroy(&z);
+  }
+  LM_ASSERT_OK(lm_mesh_destroy(&rev));
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
@@ -253,6 +307,7 @@ static void test_mismatch_without_deadline(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_small_plans_ride_the_agreement),
     cmocka_unit_test(test_partial_plans_ride_the_agreement),
+    cmocka_unit_test(test_cross_mesh_plans_ride_the_agreement),
     cmocka_unit_test(test_large_plans_take_the_transport),
     cmocka_unit_test(test_mismatch_without_deadline),
 };

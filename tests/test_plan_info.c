@@ -220,6 +220,7 @@ static void test_directed(void **state) {
     const case_t two[] = {
         {2, {a, b}, 0, {S(0), S(1)}, {R, S(0)}, 2, {11, 6}, f64},
         {2, {a, b}, 0, {P(LM_REDUCE_SUM), S(0)}, {S(0), R}, 2, {8, 5}, f64},
+        {2, {a, b}, 0, {P(LM_REDUCE_SUM), S(0)}, {R, S(0)}, 2, {9, 5}, f64}, /* one P -> R dim */
         {2, {a, b}, 0, {S(0), S(0)}, {S(1), P(LM_REDUCE_SUM)}, 2, {13, 9}, f32},
         {2, {a, b}, 1, {S(1), R}, {S(0), S(1)}, 3, {4, 6, 5}, f64},
         {2, {a, b}, 0, {BC(0, 2, 1), BC(1, 3, 0)}, {S(0), R}, 2, {13, 10}, f64}, /* ScaLAPACK's */

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Regressions found in review: integer reductions (no wraparound in avg, defined wraparound in
- * sum), shapes whose sizes overflow, and lm_local_map outputs that differ across ranks. */
+ * sum), shapes whose sizes overflow, lm_local_map outputs that differ across ranks, and a reshard
+ * at LM_CHECK=0 in which one rank's output is a view of its input while the others exchange (it
+ * skipped the board round that the others ran: they waited for it). */
 // lm-test-np: 1 2 3 4
 #include "lm_test.h"
 
@@ -132,8 +134,46 @@ static void test_gather_all_one_bad_dst_fails_everywhere(void **state) {
   LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
 }
 
+/* S0 -> ragged (3, 4, 2, 3, 3, ...) of a [3 n] tensor at check level 0: rank 0 keeps its block as
+ * a view, ranks 1 and 2 exchange one element. Values and the next call checked. */
+static void test_view_rank_beside_an_exchange_at_level_0(void **state) {
+  (void)state;
+  const int n = lm_test_size(), me = lm_test_rank();
+  if (n < 3) lm_test_skip("needs 3 ranks or more (rank 0 a view, 1 and 2 an exchange)");
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.check_level = 0;
+  lm_mesh_t m = NULL;
+  int64_t ms[1] = {n}, g[1] = {3 * (int64_t)n}, e[64];
+  LM_ASSERT_OK_ALL(lm_mesh_create(&m, lm_test_comm_f(), 1, ms, &cfg));
+  for (int r = 0; r < n; ++r) e[r] = r == 1 ? 4 : r == 2 ? 2 : 3;
+  int32_t id = 0;
+  LM_ASSERT_OK(lm_extents_create(&id, e, n));
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), rag = LM_PLACEMENT_RAGGED(0, id);
+  double *all = malloc(sizeof(double) * (size_t)g[0]);
+  for (int64_t i = 0; i < g[0]; ++i) all[i] = (double)i;
+  DLTensor gt = {all, LM_CPU, 1, LM_FLOAT64, g, NULL, 0};
+  lm_dist_tensor_t x = NULL, y = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_from_global(&x, m, &gt, &s0, -1));
+  for (int k = 0; k < 2; ++k) {
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, NULL, &rag));
+    DLTensor v;
+    int64_t len = 0, off = 0, wrong = 0;
+    LM_ASSERT_OK(lm_dist_tensor_local(y, &v));
+    LM_ASSERT_OK(lm_dist_tensor_local_shape(y, &len, 1));
+    LM_ASSERT_OK(lm_dist_tensor_local_offset(y, &off, 1));
+    for (int64_t i = 0; i < len; ++i) wrong += ((double *)v.data)[i] != (double)(off + i);
+    LM_ASSERT_ALL(wrong == 0 && len == e[me]);
+    lm_dist_tensor_destroy(&y);
+  }
+  free(all);
+  lm_dist_tensor_destroy(&x);
+  LM_ASSERT_OK(lm_extents_destroy(id));
+  LM_ASSERT_OK_ALL(lm_mesh_destroy(&m));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_gather_all_one_bad_dst_fails_everywhere),
+    cmocka_unit_test(test_view_rank_beside_an_exchange_at_level_0),
     cmocka_unit_test(test_int8_avg_does_not_wrap),
     cmocka_unit_test(test_int_sum_wraps_like_twos_complement),
     cmocka_unit_test(test_overflowing_shapes_refused),

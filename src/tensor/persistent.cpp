@@ -176,13 +176,16 @@ std::string describe_plan(const void *p, int field) {
   return "?";
 }
 
-// The exchange fused with the agreement round (transport/select.hpp): a small same-mesh host plan
-// whose agreement set shares one node. Decided once per plan (Plan::fused_exchange), from the
-// plan and the agreed settings alone, so every rank with the same plan decides alike; each round
-// then checks that every rank packed (one more MAX), else all take the transport.
+// The exchange fused with the agreement round (transport/select.hpp): a small host plan whose
+// agreement set shares one node (same mesh), or agrees by messages (also across meshes). Decided
+// once per plan (Plan::fused_exchange), from the plan and the agreed settings alone, so every
+// rank with the same plan decides alike; each round then checks that every rank packed (one
+// more MAX), else all take the transport.
 FusedExchange *fused_exchange(lm_reshard_plan_s *p) {
-  if (!p->agree || p->src_mesh != p->dst_mesh) return nullptr;
-  return p->plan->fused_exchange(p->agree);
+  if (!p->agree || (p->src_mesh != p->dst_mesh && !p->agree->by_messages)) return nullptr;
+  FusedExchange *fx = p->plan->fused_exchange(p->agree);
+  // Across meshes only with the plan's own messages (as tensor_reshard decides).
+  return fx && p->src_mesh != p->dst_mesh && fx->traffic(nullptr) ? nullptr : fx;
 }
 
 struct FusedPack {
@@ -281,6 +284,14 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
   return true;
 }
 }  // namespace
+
+FusedExchange *plan_rides(lm_reshard_plan_s *p) {
+  if (p->src_mesh != p->dst_mesh || !p->plan->involved ||
+      check_level(p->src_mesh, p->dst_mesh) == 0 || call_timeout(p->src_mesh, p->dst_mesh) > 0)
+    return nullptr;
+  if (!p->agree) p->agree = collective_comm(p->src_mesh, p->dst_mesh);
+  return p->agree->by_messages ? fused_exchange(p) : nullptr;
+}
 
 bool plan_takes_board(lm_reshard_plan_s *p) {
   if (p->src_mesh != p->dst_mesh) return false;  // (and finding a union's channel may be collective)

@@ -26,8 +26,12 @@ namespace {
 constexpr int kSums = 11;  // the int64 fields after `routes`, in declaration order
 
 // This rank's counts for schedule s on comm; board: a blocking execution takes the board exchange.
-void traffic_info(const Schedule &s, MPI_Comm comm, bool board, lm_reshard_plan_info_t &out) {
-  const Traffic t = schedule_traffic(s);
+// ride: the message exchange the execution rides the agreement with (its traffic where other
+// than the steps').
+void traffic_info(const Schedule &s, MPI_Comm comm, bool board, const FusedExchange *ride,
+                  lm_reshard_plan_info_t &out) {
+  Traffic t = schedule_traffic(s);
+  if (ride) ride->traffic(&t);
   const std::vector<int> node = node_peers(comm);
   std::vector<int> peers;
   for (const Flow &f : t.flows) {  // one per (peer, step, direction)
@@ -158,7 +162,8 @@ void plan_info(lm_reshard_plan_s *p, int flags, lm_reshard_plan_info_t *info) {
                     offsetof(lm_reshard_plan_info_t, steps) + (kSums - 1) * sizeof(int64_t),
                 "the summed fields are the int64 ones from steps on");
   lm_reshard_plan_info_t out = fresh_info();
-  traffic_info(*p->plan, p->plan->comm, p->plan->involved && plan_takes_board(p), out);
+  traffic_info(*p->plan, p->plan->comm, p->plan->involved && plan_takes_board(p), plan_rides(p),
+               out);
   if (flags & LM_PLAN_INFO_ALL_RANKS) {
     const char *fn = "lm_reshard_plan_info";
     lm_status_t st = LM_SUCCESS;
@@ -195,8 +200,14 @@ void reshard_estimate(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_
   // (The message exchange is MPI messages: LM_ROUTE_MPI.)
   const bool board = s.involved && sm == dm && sm->agree_members->board &&
                      select_fused_exchange(s, comm, sm->agree_members);
+  // The message exchange, decided as plan_rides does (one round instead of a reduce-scatter and
+  // its gather moves other bytes).
+  std::unique_ptr<FusedExchange> ride;
+  if (s.involved && sm == dm && sm->agree_members->by_messages && check_level(sm, dm) > 0 &&
+      call_timeout(sm, dm) <= 0)
+    ride = select_fused_exchange(s, comm, sm->agree_members);
   lm_reshard_plan_info_t out = fresh_info();
-  traffic_info(s, comm, board, out);
+  traffic_info(s, comm, board, ride.get(), out);
   AgreeComm *ac = nullptr;
   const InfoCall call{&a.src, &a.dst, dtype};
   if (flags & LM_PLAN_INFO_ALL_RANKS) sum_over_ranks(sm, dm, &ac, fn, &call, LM_SUCCESS, "", out);

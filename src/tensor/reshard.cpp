@@ -61,6 +61,8 @@ struct Reshard {
   const ReshardExtra *extra = nullptr;  // tensor_reshard's `extra`
 };
 
+void choose_fused(Reshard &r, const AgreeComm *ac);
+
 // Checks, plan and output buffer: everything that can fail locally, so that with the agreement
 // a failure on one rank is a failure on all.
 void prepare(Reshard &r) {
@@ -114,11 +116,14 @@ void prepare(Reshard &r) {
   // A small exchange within one node moves inside the agreement round (as a blocking
   // lm_reshard_plan_execute does): decided from the plan and the agreed settings alone; this
   // rank packs with the exchange of the plan it runs (none for a strided variant: then every
-  // rank takes the transport).
-  if (!r.alias && r.dm->member && r.sm == r.dm && !is_device(t->device) && r.plan->involved) {
-    const AgreeComm *ac = collective_comm(r.sm, r.sm);
-    if ((r.fused = r.plan->fused_exchange(ac))) r.pub = r.run->fused_exchange(ac);
-  }
+  // rank takes the transport). (Across meshes: agree_reshard, by messages only.) A rank that
+  // aliases has no message: it packs nothing and says it packed, so that the others ride.
+  if (r.dm->member && r.sm == r.dm && !is_device(t->device) && r.plan->involved)
+    choose_fused(r, collective_comm(r.sm, r.sm));
+}
+
+void choose_fused(Reshard &r, const AgreeComm *ac) {
+  if ((r.fused = r.plan->fused_exchange(ac))) r.pub = r.run->fused_exchange(ac);
 }
 
 void fused_pack(void *ctx, char *bank) {
@@ -164,6 +169,14 @@ void agree_reshard(Reshard &r, int level, lm_status_t st, const std::string &err
   // that one (not a variant's), never with a deadline, and every rank with it gives its room to
   // the round.
   const bool msgs = a.ac->by_messages;
+  // Across meshes the union's set may ride too (by messages; found here, where every rank of the
+  // union looks the set up): every rank taking part packs its sends and unpacks its receives.
+  // Only with the plan's own messages (what lm_reshard_plan_info can report without the set).
+  if (msgs && r.sm != r.dm && st == LM_SUCCESS && r.part && !is_device(t->device) &&
+      r.plan->involved) {
+    choose_fused(r, a.ac);
+    if (r.fused && r.fused->traffic(nullptr)) r.fused = r.pub = nullptr;
+  }
   if (st == LM_SUCCESS && r.fused && r.pub && (!msgs || (r.pub == r.fused && a.timeout <= 0))) {
     a.publish = fused_pack;
     a.publish_ctx = &r;
@@ -236,8 +249,9 @@ lm_dist_tensor_s *tensor_reshard(lm_dist_tensor_s *t, lm_mesh_s *dst_mesh,
     } else {
       prepare_agreed(r, level);
     }
-    if (r.moved)
-      r.pub->unpack(r.t->base(), r.out->data());  // memory reads: nothing left to fail
+    if (r.moved) {
+      if (!r.alias) r.pub->unpack(r.t->base(), r.out->data());  // memory reads: cannot fail
+    }
     else if (r.part && !r.alias)
       move(r);  // neither mesh: nothing to do, never waited on
   } catch (...) {

@@ -36,6 +36,7 @@
 namespace lm {
 
 struct Ride;
+struct Traffic;
 
 // A box inside a compact local buffer, in the buffer's own coordinates.
 struct BoxRef {
@@ -226,6 +227,13 @@ class FusedExchange {
   // Over MPI (the message exchange): where the blocks ride in the agreement's messages, for the
   // agreement round (AgreeArgs::ride); NULL for the board exchange.
   virtual const Ride *ride() const { return nullptr; }
+  // Where the round moves other messages than the plan's steps (the message exchange's one-round
+  // all-reduce): true, and where t is not NULL, t's flows (step 0, plan-communicator ranks) and
+  // reductions set to them (lm_reshard_plan_info reports what moves).
+  virtual bool traffic(Traffic *t) const {
+    (void)t;
+    return false;
+  }
 };
 
 }  // namespace lm

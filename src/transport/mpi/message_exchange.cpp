@@ -122,6 +122,28 @@ class MessageExchange final : public Rooms {
   std::vector<int> ranks_;  // agreement rank of each rank of the plan's communicator
 };
 
+// out = the k contributions of a reduce-scatter step's group (n elements each: this rank's own,
+// the others' from(j)) reduced in group order, as ReduceScatterRun does (exec/executor.cpp), so
+// the result has the transport's bits; acc: the 128-bit sums of an integer avg.
+template <class From>
+void reduce_in_group_order(const SchedStep &st, DType dt, const char *own, void *out, int64_t n,
+                           std::vector<__int128> &acc, From from) {
+  if (st.wide) acc.resize((size_t)n);
+  for (int64_t j = 0; j < st.k; ++j) {
+    const char *x = j == st.mine ? own : from(j);
+    if (st.wide)
+      wide_accumulate(dt, acc.data(), x, n, j == 0);
+    else if (j == 0)
+      std::memcpy(out, x, (size_t)n * st.esize);
+    else
+      reduce_into(dt, st.op, out, x, n);
+  }
+  if (st.wide)
+    wide_finish_avg(dt, out, acc.data(), n, st.divide_by);
+  else if (st.divide_by > 1)
+    scale_avg(dt, out, n, st.divide_by);
+}
+
 // One reduce-scatter step (a compact output, every member named): chunk j of this rank's input
 // rides to group member j; after the round this rank reduces its chunk's k contributions in
 // group order, as ReduceScatterRun does (exec/executor.cpp), so the sums are the same bits.
@@ -141,7 +163,6 @@ class MessageReduceScatter final : public Rooms {
       ride_.recv_bytes[a] = mine_bytes;
     }
     lay_out();
-    if (st_.wide) acc_.resize((size_t)st_.chunks[(size_t)st_.mine].numel());
   }
 
   void pack(const void *in, char *) override {
@@ -163,19 +184,9 @@ class MessageReduceScatter final : public Rooms {
       copy_chunk(mine, in, scratch_.data());
       own = scratch_.data();
     }
-    for (int64_t j = 0; j < st_.k; ++j) {
-      const char *x = j == mine ? own : recv_block(ranks_[(size_t)st_.peers[(size_t)j]]);
-      if (st_.wide)
-        wide_accumulate(dt_, acc_.data(), x, n, j == 0);
-      else if (j == 0)
-        std::memcpy(out, x, (size_t)n * esize_);
-      else
-        reduce_into(dt_, st_.op, out, x, n);
-    }
-    if (st_.wide)
-      wide_finish_avg(dt_, out, acc_.data(), n, st_.divide_by);
-    else if (st_.divide_by > 1)
-      scale_avg(dt_, out, n, st_.divide_by);
+    reduce_in_group_order(st_, dt_, own, out, n, acc_, [&](int64_t j) {
+      return recv_block(ranks_[(size_t)st_.peers[(size_t)j]]);
+    });
   }
 
  private:
@@ -197,6 +208,64 @@ class MessageReduceScatter final : public Rooms {
   std::vector<__int128> acc_;
 };
 
+// Group member j of a reduce-scatter step (either form: plan/schedule.hpp, lazy_members).
+int64_t member_rank(const SchedStep &st, int64_t j) {
+  return st.peers.empty() ? st.peer0 + j * st.peer_step : st.peers[(size_t)j];
+}
+
+// A reduce-scatter step and the exchange that gathers its chunks back (P -> R: this rank's output
+// box is its input box): in one round, this rank's whole input rides to every other member of its
+// group, and after the round each member reduces the k inputs in group order (the reduce-scatter's
+// order, element by element: the bits of the two steps). k - 1 copies of the box per rank instead
+// of two rounds: for small tensors, where a round costs more than the bytes. Other messages than
+// the plan's steps (traffic()).
+class MessageAllReduce final : public Rooms {
+ public:
+  MessageAllReduce(const Schedule &s, const AgreeComm &ac, const std::vector<int> &ranks)
+      : Rooms((size_t)ac.size), st_(*s.steps[0]), dt_(s.dt),
+        box_((size_t)st_.inbox.numel() * s.esize) {
+    for (int64_t j = 0; j < st_.k; ++j) {
+      members_.push_back(member_rank(st_, j));
+      agree_.push_back(ranks[(size_t)members_.back()]);
+      if (j != st_.mine) ride_.send_bytes[(size_t)agree_.back()] = ride_.recv_bytes[(size_t)agree_.back()] = box_;
+    }
+    lay_out();
+  }
+
+  void pack(const void *in, char *) override {
+    for (int64_t j = 0; j < st_.k; ++j)
+      if (j != st_.mine && box_) std::memcpy(send_block(agree_[(size_t)j]), in, box_);
+  }
+
+  void unpack(const void *in, void *out) override {
+    expect_landed();
+    const int64_t n = st_.inbox.numel();
+    if (n == 0) return;
+    reduce_in_group_order(st_, dt_, static_cast<const char *>(in), out, n, acc_,
+                          [&](int64_t j) { return recv_block(agree_[(size_t)j]); });
+  }
+
+  bool traffic(Traffic *t) const override {
+    if (!t) return true;
+    t->flows.clear();
+    for (bool send : {true, false})
+      for (int64_t j = 0; j < st_.k; ++j)
+        if (j != st_.mine && box_) t->flows.push_back(Flow{0, (int)members_[(size_t)j], send, box_});
+    t->bytes_reduced = box_ * (uint64_t)(st_.k - 1);
+    t->work_bytes = 0;
+    t->staging_need = 0;
+    return true;
+  }
+
+ private:
+  const SchedStep &st_;
+  DType dt_;
+  size_t box_;                    // this rank's input (and output) bytes
+  std::vector<int64_t> members_;  // plan rank of each group member
+  std::vector<int> agree_;        // their agreement ranks
+  std::vector<__int128> acc_;
+};
+
 // Whether no two messages of one direction go to one agreement rank.
 bool one_per_peer(const std::vector<int64_t> &to, size_t n) {
   std::vector<char> seen(n, 0);
@@ -205,19 +274,66 @@ bool one_per_peer(const std::vector<int64_t> &to, size_t n) {
   return true;
 }
 
+// A reduce-scatter step that can ride: every member named, compact buffers in row-major order.
+bool plain_reduce_scatter(const SchedStep &st) {
+  return st.kind == StepKind::kReduceScatter && !st.lazy_members && st.in_pad.empty() &&
+         st.out_pad.empty() && st.out_str.empty();
+}
+
+uint64_t tensor_bytes(const Schedule &s) {
+  uint64_t bytes = s.esize;
+  for (int64_t e : s.src.gshape) bytes *= (uint64_t)e;
+  return bytes;
+}
+
+// Whether the plan is P -> R along one mesh dim of one grid, every other placement the same: then
+// every rank's input box is its output box. (A property of the layouts, so that every rank of the
+// plan decides alike: on other plans some ranks' boxes may match by chance.)
+bool partial_to_replicate(const Schedule &s) {
+  const Layout &a = s.src, &b = s.dst;
+  if (!a.grid || !b.grid || !a.grid->same_as(*b.grid) || a.pl.size() != b.pl.size()) return false;
+  int reduced = 0;
+  for (size_t m = 0; m < a.pl.size(); ++m) {
+    if (a.pl[m].kind == LM_PARTIAL && b.pl[m].kind == LM_REPLICATE)
+      ++reduced;
+    else if (std::memcmp(&a.pl[m], &b.pl[m], sizeof a.pl[m]) != 0)
+      return false;
+  }
+  return reduced == 1;
+}
+
+// P -> R as one round (MessageAllReduce), or NULL.
+std::unique_ptr<FusedExchange> all_reduce_for(const Schedule &s, MPI_Comm comm,
+                                              const AgreeComm *ac) {
+  if (!partial_to_replicate(s)) return nullptr;
+  const SchedStep &rs = *s.steps[0], &ag = *s.steps[1];
+  // (Either form: the members of a compressed schedule's step are computed, not listed.)
+  if (rs.kind != StepKind::kReduceScatter || !rs.member || !rs.in_pad.empty() ||
+      !rs.out_pad.empty() || !rs.out_str.empty() || ag.kind != StepKind::kExchange ||
+      !ag.out_pad.empty() || !ag.out_str.empty() || rs.inbox.off != ag.outbox.off ||
+      rs.inbox.len != ag.outbox.len)
+    return nullptr;
+  const uint64_t room = (uint64_t)ac->size * setting_u(Setting::MessageExchangeBytes);
+  if ((uint64_t)(rs.k - 1) * tensor_bytes(s) > room) return nullptr;  // (the same on every rank)
+  std::vector<int> ranks = all_ranks_in(comm, ac->comm);
+  if (ranks.empty()) return nullptr;
+  return std::make_unique<MessageAllReduce>(s, *ac, ranks);  // (members: distinct ranks)
+}
+
 }  // namespace
 
 std::unique_ptr<FusedExchange> message_exchange_for(const Schedule &s, MPI_Comm comm,
                                                     const AgreeComm *ac) {
-  if (!ac || !ac->ride || !mpi_alive() || s.steps.size() != 1) return nullptr;
+  if (!ac || !ac->ride || !mpi_alive()) return nullptr;
+  if (s.steps.size() == 2) return all_reduce_for(s, comm, ac);
+  if (s.steps.size() != 1) return nullptr;
   const SchedStep &st = *s.steps[0];
   const bool rs = st.kind == StepKind::kReduceScatter;
-  if (rs ? st.lazy_members || !st.in_pad.empty() || !st.out_pad.empty() || !st.out_str.empty()
+  if (rs ? !plain_reduce_scatter(st)
          : st.kind != StepKind::kExchange || !st.send_runs.empty() || !st.recv_runs.empty())
     return nullptr;
-  uint64_t bytes = s.esize;
-  for (int64_t e : s.src.gshape) bytes *= (uint64_t)e;
-  if (bytes > (uint64_t)ac->size * setting_u(Setting::MessageExchangeBytes)) return nullptr;
+  if (tensor_bytes(s) > (uint64_t)ac->size * setting_u(Setting::MessageExchangeBytes))
+    return nullptr;
   std::vector<int> ranks = all_ranks_in(comm, ac->comm);  // agreement rank of each plan rank
   if (ranks.empty()) return nullptr;
   std::vector<int64_t> to, from;  // agreement rank of each message, by direction
