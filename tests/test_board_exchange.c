@@ -4,7 +4,8 @@
  * data through the agreement board (comm/board.hpp, transport/node/board_exchange.cpp): every rank packs
  * what it sends into its outbox before it publishes its agreement words, and copies its blocks out
  * of its peers' outboxes after the round. This suite checks, against the global index of every
- * element: S0->S1, S1->S0, S0->R, R->S1, uneven and empty shards, three dtypes, compact tensors and
+ * element: S0->S1, S1->S0, S0->R, R->S1, P(sum) and P(max) -> S (one reduce-scatter step, reduced
+ * out of the peers' outboxes), uneven and empty shards, three dtypes, compact tensors and
  * padded borrows (their arrays packed and unpacked in place, the padding untouched), many
  * executions in a row (the outbox banks alternate), and that no MPI point-to-point message is posted on the
  * library's communicators for them (counted through PMPI) while a tensor above
@@ -84,6 +85,8 @@ static int fill(lm_dist_tensor_t t, lm_placement_t p, DLDataType dt) {
   for (int64_t i = 0; i < v.shape[0]; ++i)
     for (int64_t j = 0; j < v.shape[1]; ++j) {
       double x = value(off[0] + i, off[1] + j, g[1]);
+      if (p.kind == LM_PARTIAL) /* sum: the value on rank 0 only; max: the value on the last */
+        x = p.reduce_op == LM_REDUCE_SUM ? (ME == 0 ? x : 0.0) : x - (double)(NP - 1 - ME);
       int64_t k = i * (v.strides ? v.strides[0] : v.shape[1]) + j; /* (padded borrows) */
       if (dt.code == kDLFloat && dt.bits == 64) ((double *)v.data)[k] = x;
       else if (dt.code == kDLFloat) ((float *)v.data)[k] = (float)x;
@@ -213,6 +216,24 @@ static void test_small_plans_through_the_board(void **state) {
       if (expect && made != 0) {
         lm_test__diag("rank %d: case %zu dtype %d%s: %ld MPI messages posted\n", ME, c, t % 3,
                       t >= 3 ? " padded" : "", made);
+        ok = 0;
+      }
+    }
+  /* Partial sources, one reduce-scatter step each (compact tensors: a padded source takes the
+   * transport): reduced in the round, out of the peers' outboxes. */
+  const lm_placement_t Psum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM),
+                       Pmax = LM_PLACEMENT_PARTIAL(LM_REDUCE_MAX);
+  const struct {
+    lm_placement_t s, d;
+    int64_t g0, g1;
+  } partial[] = {{Psum, S0, 40, 24}, {Pmax, S1, 9, 13}, {Psum, S1, 7, 5}, {Pmax, S0, 2, 3}};
+  for (size_t c = 0; c < sizeof partial / sizeof partial[0]; ++c)
+    for (int t = 0; t < 3; ++t) {
+      long made = run_case(m, partial[c].s, partial[c].d, partial[c].g0, partial[c].g1, dts[t],
+                           5, 0, &ok);
+      if (expect && made != 0) {
+        lm_test__diag("rank %d: Partial case %zu dtype %d: %ld MPI messages posted\n", ME, c, t,
+                      made);
         ok = 0;
       }
     }

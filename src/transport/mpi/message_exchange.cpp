@@ -9,8 +9,8 @@
 #include "common/error.hpp"
 #include "common/mpi.hpp"
 #include "common/settings.hpp"
-#include "layout/reduce.hpp"
 #include "plan/planner.hpp"
+#include "transport/fused_reduce.hpp"
 
 namespace lm {
 
@@ -122,28 +122,6 @@ class MessageExchange final : public Rooms {
   std::vector<int> ranks_;  // agreement rank of each rank of the plan's communicator
 };
 
-// out = the k contributions of a reduce-scatter step's group (n elements each: this rank's own,
-// the others' from(j)) reduced in group order, as ReduceScatterRun does (exec/executor.cpp), so
-// the result has the transport's bits; acc: the 128-bit sums of an integer avg.
-template <class From>
-void reduce_in_group_order(const SchedStep &st, DType dt, const char *own, void *out, int64_t n,
-                           std::vector<__int128> &acc, From from) {
-  if (st.wide) acc.resize((size_t)n);
-  for (int64_t j = 0; j < st.k; ++j) {
-    const char *x = j == st.mine ? own : from(j);
-    if (st.wide)
-      wide_accumulate(dt, acc.data(), x, n, j == 0);
-    else if (j == 0)
-      std::memcpy(out, x, (size_t)n * st.esize);
-    else
-      reduce_into(dt, st.op, out, x, n);
-  }
-  if (st.wide)
-    wide_finish_avg(dt, out, acc.data(), n, st.divide_by);
-  else if (st.divide_by > 1)
-    scale_avg(dt, out, n, st.divide_by);
-}
-
 // One reduce-scatter step (a compact output, every member named): chunk j of this rank's input
 // rides to group member j; after the round this rank reduces its chunk's k contributions in
 // group order, as ReduceScatterRun does (exec/executor.cpp), so the sums are the same bits.
@@ -168,38 +146,20 @@ class MessageReduceScatter final : public Rooms {
   void pack(const void *in, char *) override {
     if (!st_.member) return;
     for (int64_t j = 0; j < st_.k; ++j)
-      if (j != st_.mine) copy_chunk(j, in, send_block(ranks_[(size_t)st_.peers[(size_t)j]]));
+      if (j != st_.mine) copy_rs_chunk(st_, j, in, send_block(ranks_[(size_t)st_.peers[(size_t)j]]));
   }
 
   void unpack(const void *in, void *out) override {
     expect_landed();
-    const int64_t mine = st_.mine, n = st_.member ? st_.chunks[(size_t)mine].numel() : 0;
+    const int64_t n = st_.member ? st_.chunks[(size_t)st_.mine].numel() : 0;
     if (n == 0) return;
-    const char *own = nullptr;  // my own contribution, compact
-    size_t off = 0;
-    if (box_is_contiguous_at(st_.inbox, st_.in_ext(), st_.chunks[(size_t)mine], esize_, &off)) {
-      own = static_cast<const char *>(in) + off;
-    } else {
-      scratch_.resize((size_t)n * esize_);
-      copy_chunk(mine, in, scratch_.data());
-      own = scratch_.data();
-    }
+    const char *own = own_rs_chunk(st_, in, scratch_);
     reduce_in_group_order(st_, dt_, own, out, n, acc_, [&](int64_t j) {
       return recv_block(ranks_[(size_t)st_.peers[(size_t)j]]);
     });
   }
 
  private:
-  // Chunk j of the input, compact at dst.
-  void copy_chunk(int64_t j, const void *in, char *dst) const {
-    const Box &c = st_.chunks[(size_t)j];
-    const int64_t zero[kBoxMaxDims] = {0};
-    BoxCopy bc;
-    boxcopy_init(bc, (int)c.len.size(), c.len.data(), st_.in_ext().data(),
-                 st_.chunk_rel[(size_t)j].data(), c.len.data(), zero, (int64_t)esize_);
-    boxcopy_range(bc, dst, in, 0, bc.numel);
-  }
-
   const SchedStep &st_;
   DType dt_;
   size_t esize_;

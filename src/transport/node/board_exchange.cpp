@@ -9,6 +9,7 @@
 #include "comm/node.hpp"
 #include "common/error.hpp"
 #include "plan/planner.hpp"
+#include "transport/fused_reduce.hpp"
 
 namespace lm {
 
@@ -74,23 +75,89 @@ class BoardExchange final : public FusedExchange {
   std::vector<int> ranks_;  // agreement rank of each rank of the plan's communicator
 };
 
+// One reduce-scatter step (a compact output): this rank packs chunk j for group member j; after the
+// round it reduces its chunk's k contributions in group order, straight out of its peers' banks
+// (transport/fused_reduce.hpp: the transport's bits).
+class BoardReduceScatter final : public FusedExchange {
+ public:
+  BoardReduceScatter(const Schedule &s, const AgreeComm &ac, std::vector<int> ranks)
+      : st_(*s.steps[0]), dt_(s.dt), ac_(ac), ranks_(std::move(ranks)) {}
+
+  void pack(const void *in, char *bank) override {
+    uint64_t *hdr = reinterpret_cast<uint64_t *>(bank);
+    std::memset(hdr, 0, (size_t)ac_.size * 16);
+    if (!st_.member) return;
+    size_t off = header_bytes(ac_);
+    for (int64_t j = 0; j < st_.k; ++j) {
+      if (j == st_.mine) continue;
+      const int r = ranks_[(size_t)st_.peers[(size_t)j]];
+      const size_t bytes = (size_t)st_.chunks[(size_t)j].numel() * st_.esize;
+      hdr[2 * r] = off;
+      hdr[2 * r + 1] = bytes;
+      copy_rs_chunk(st_, j, in, bank + off);
+      off += block_bytes(bytes);
+    }
+  }
+
+  void unpack(const void *in, void *out) override {
+    if (!st_.member) return;
+    const size_t bank = (size_t)(ac_.seq & 1) * ac_.outbox_bank;
+    const int64_t n = st_.chunks[(size_t)st_.mine].numel();
+    const size_t bytes = (size_t)n * st_.esize;
+    std::vector<const char *> from((size_t)st_.k, nullptr);
+    for (int64_t j = 0; j < st_.k; ++j) {  // every block checked before any is reduced
+      if (j == st_.mine) continue;
+      const int peer = st_.peers[(size_t)j];
+      const char *box = ac_.outbox[(size_t)ranks_[(size_t)peer]] + bank;
+      const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
+      if (hdr[2 * ac_.rank + 1] != bytes)
+        fail(LM_ERR_MISMATCH, "reshard (board exchange): rank %d sent %llu bytes where this "
+             "rank's plan expects %zu: the ranks ran different reshards (with LM_CHECK=0 no "
+             "agreement compares their arguments first)",
+             peer, (unsigned long long)hdr[2 * ac_.rank + 1], bytes);
+      from[(size_t)j] = box + hdr[2 * ac_.rank];
+    }
+    if (n == 0) return;
+    const char *own = own_rs_chunk(st_, in, scratch_);
+    reduce_in_group_order(st_, dt_, own, out, n, acc_,
+                          [&](int64_t j) { return from[(size_t)j]; });
+  }
+
+ private:
+  const SchedStep &st_;
+  DType dt_;
+  const AgreeComm &ac_;
+  std::vector<int> ranks_;  // agreement rank of each rank of the plan's communicator
+  std::vector<char> scratch_;
+  std::vector<__int128> acc_;
+};
+
 }  // namespace
 
 std::unique_ptr<FusedExchange> board_exchange_for(const Schedule &s, MPI_Comm comm,
                                                   const AgreeComm *ac) {
-  if (!ac || ac->outbox.empty() || s.steps.size() != 1 || s.steps[0]->kind != StepKind::kExchange)
+  if (!ac || ac->outbox.empty() || s.steps.size() != 1) return nullptr;
+  const SchedStep &st = *s.steps[0];
+  const bool rs = st.kind == StepKind::kReduceScatter;
+  if (rs ? !st.in_pad.empty() || !st.out_pad.empty() || !st.out_str.empty()
+         : st.kind != StepKind::kExchange)
     return nullptr;
   uint64_t bytes = s.esize;
   for (int64_t e : s.src.gshape) bytes *= (uint64_t)e;
   if (bytes > (uint64_t)ac->size * board_exchange_bytes()) return nullptr;
   size_t need = header_bytes(*ac);  // what this rank sends must fit its bank
-  for (const Msg &m : s.steps[0]->sends) need += block_bytes(m.bytes);
-  for (const MsgRun &r : s.steps[0]->send_runs)  // a compressed schedule (lm_reshard_estimate)
-    need += block_bytes(r.first.bytes) * (size_t)r.count;
+  if (rs) {  // (its chunks: at most its input, and a block's rounding each; either form)
+    need += (size_t)st.inbox.numel() * s.esize + 64 * (size_t)st.k;
+  } else {
+    for (const Msg &m : st.sends) need += block_bytes(m.bytes);
+    for (const MsgRun &r : st.send_runs)  // a compressed schedule (lm_reshard_estimate)
+      need += block_bytes(r.first.bytes) * (size_t)r.count;
+  }
   if (need > ac->outbox_bank) return nullptr;
   std::vector<int> ranks = all_ranks_in(comm, ac->comm);  // agreement rank of each plan rank
   if (ranks.empty()) return nullptr;
-  return std::make_unique<BoardExchange>(*s.steps[0], *ac, std::move(ranks));
+  if (rs) return std::make_unique<BoardReduceScatter>(s, *ac, std::move(ranks));
+  return std::make_unique<BoardExchange>(st, *ac, std::move(ranks));
 }
 
 }  // namespace lm
