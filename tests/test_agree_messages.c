@@ -90,6 +90,24 @@ static void start_counting(void) {
   g_counting = 1;
 }
 
+/* A plan (sm, sp) -> (dm, dp) of a [g0, g1] tensor of dtype dt: created, run once, then run again
+ * on x while counting. Returns its target; *info: the plan's own numbers. */
+static lm_dist_tensor_t counted_run(lm_mesh_t sm, const lm_placement_t *sp, lm_mesh_t dm,
+                                    const lm_placement_t *dp, const int64_t *g, DLDataType dt,
+                                    lm_dist_tensor_t x, lm_reshard_plan_info_t *info) {
+  lm_reshard_plan_t p = NULL;
+  lm_dist_tensor_t z = NULL;
+  LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, sm, sp, dm, dp, 2, g, dt));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z)); /* warm */
+  LM_ASSERT_OK_ALL(lm_reshard_plan_info(p, 0, info));
+  start_counting();
+  LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
+  g_counting = 0;
+  lm_reshard_plan_destroy(&p);
+  return z;
+}
+
 static void test_small_plans_ride_the_agreement(void **state) {
   (void)state;
   lm_mesh_t m = mesh1();
@@ -101,15 +119,8 @@ static void test_small_plans_ride_the_agreement(void **state) {
     lm_dist_tensor_t x = iota(m, rows, cols, from[c]), y = NULL, z = NULL;
     LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, NULL, &to[c]));
     LM_ASSERT_ALL(wrong_values(y, cols) == 0);
-    lm_reshard_plan_t p = NULL;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &from[c], m, &to[c], 2, g, LM_FLOAT64));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z)); /* warm */
     lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_info(p, 0, &info));
-    start_counting();
-    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
-    g_counting = 0;
+    z = counted_run(m, &from[c], m, &to[c], g, LM_FLOAT64, x, &info);
     LM_ASSERT_ALL(wrong_values(z, cols) == 0);
     /* one message to every other rank; those with a block for the peer carry it */
     const int ok = g_other == 0 && g_agree_words + g_agree_blocks == NP - 1 &&
@@ -118,7 +129,6 @@ static void test_small_plans_ride_the_agreement(void **state) {
       lm_test__diag("rank %d case %d: words-only %ld, with a block %ld, other %ld, flows %lld\n",
                     ME, c, g_agree_words, g_agree_blocks, g_other, (long long)info.flows_sent);
     LM_ASSERT_ALL(ok);
-    lm_reshard_plan_destroy(&p);
     lm_dist_tensor_destroy(&x);
     lm_dist_tensor_destroy(&y);
     lm_dist_tensor_destroy(&z);
@@ -154,15 +164,8 @@ static void test_partial_plans_ride_the_agreement(void **state) {
       if (is_int) ((int64_t *)v.data)[i] = (ME + 1) * i;
       else ((double *)v.data)[i] = (double)((ME + 1) * i);
     }
-    lm_reshard_plan_t p = NULL;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &p_op, m, &s0, 2, g, dt));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z)); /* warm */
     lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_info(p, 0, &info));
-    start_counting();
-    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
-    g_counting = 0;
+    z = counted_run(m, &p_op, m, &s0, g, dt, x, &info);
     int64_t shape[2], off[2], wrong = 0;
     LM_ASSERT_OK(lm_dist_tensor_local(z, &v));
     LM_ASSERT_OK(lm_dist_tensor_local_shape(z, shape, 2));
@@ -178,7 +181,6 @@ static void test_partial_plans_ride_the_agreement(void **state) {
                     "flows %lld\n", ME, c, (long long)wrong, g_agree_words, g_agree_blocks,
                     g_other, (long long)info.flows_sent);
     LM_ASSERT_ALL(ok);
-    lm_reshard_plan_destroy(&p);
     lm_dist_tensor_destroy(&x);
     lm_dist_tensor_destroy(&z);
   }
@@ -208,15 +210,8 @@ static void test_cross_mesh_plans_ride_the_agreement(void **state) {
     LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, rev, &to[c])); /* the cached plan */
     g_counting = 0;
     const long by_reshard = g_agree_blocks, other_reshard = g_other;
-    lm_reshard_plan_t p = NULL;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_create(&p, m, &s0, rev, &to[c], 2, g, LM_FLOAT64));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_alloc_target(&z, p, LM_CPU));
-    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z)); /* warm */
     lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
-    LM_ASSERT_OK_ALL(lm_reshard_plan_info(p, 0, &info));
-    start_counting();
-    LM_ASSERT_OK_ALL(lm_reshard_plan_execute(p, x, z));
-    g_counting = 0;
+    z = counted_run(m, &s0, rev, &to[c], g, LM_FLOAT64, x, &info);
     LM_ASSERT_ALL(wrong_values(z, cols) == 0);
     const int ok = g_other == 0 && other_reshard == 0 && g_agree_words + g_agree_blocks == NP - 1 &&
                    g_agree_blocks == info.flows_sent && by_reshard == info.flows_sent;
@@ -225,7 +220,6 @@ static void test_cross_mesh_plans_ride_the_agreement(void **state) {
                     "(reshard %ld), flows %lld\n", ME, c, g_agree_words, g_agree_blocks,
                     by_reshard, g_other, other_reshard, (long long)info.flows_sent);
     LM_ASSERT_ALL(ok);
-    lm_reshard_plan_destroy(&p);
     lm_dist_tensor_destroy(&x);
     lm_dist_tensor_destroy(&y);
     lm_dist_tensor_destroy(&z);
