@@ -1333,12 +1333,12 @@ void Plan::use(const TransportSpec &spec) {
   spec_ = spec;
 }
 
-FusedExchange *Plan::fused_exchange(const AgreeComm *ac) {
+FusedExchange *Plan::fused_exchange(const AgreeComm *ac, bool across_meshes) {
   if (!steps.empty() && !steps[last_moving]->out_str.empty())
     return nullptr;  // a strided variant: its output is no row-major box to unpack into
-  if (!fused_decided_) {
+  if (!fused_decided_) {  // (a plan runs between the same two meshes: across_meshes never changes)
     fused_decided_ = true;
-    fused_ = select_fused_exchange(*this, comm, ac);
+    fused_ = select_fused_exchange(*this, comm, ac, across_meshes);
   }
   return fused_.get();
 }

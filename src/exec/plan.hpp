@@ -72,7 +72,8 @@ class Plan : public Schedule {
   // transport/select.hpp: select_fused_exchange) for a blocking host execution of this plan, or
   // NULL; decided at the first call from the plan and the agreed settings alone (every rank with
   // the same plan decides alike; a padded variant as its plan, the bytes being the same) and kept.
-  FusedExchange *fused_exchange(const AgreeComm *ac);
+  // across_meshes: the plan's source and target meshes differ (select_fused_exchange's rule).
+  FusedExchange *fused_exchange(const AgreeComm *ac, bool across_meshes = false);
 
  private:
   TransportSpec spec_;

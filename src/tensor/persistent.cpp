@@ -182,10 +182,7 @@ std::string describe_plan(const void *p, int field) {
 // rank with the same plan decides alike; each round then checks that every rank packed (one
 // more MAX), else all take the transport.
 FusedExchange *fused_exchange(lm_reshard_plan_s *p) {
-  if (!p->agree || (p->src_mesh != p->dst_mesh && !p->agree->by_messages)) return nullptr;
-  FusedExchange *fx = p->plan->fused_exchange(p->agree);
-  // Across meshes only with the plan's own messages (as tensor_reshard decides).
-  return fx && p->src_mesh != p->dst_mesh && fx->traffic(nullptr) ? nullptr : fx;
+  return p->agree ? p->plan->fused_exchange(p->agree, p->src_mesh != p->dst_mesh) : nullptr;
 }
 
 struct FusedPack {

@@ -123,7 +123,7 @@ void prepare(Reshard &r) {
 }
 
 void choose_fused(Reshard &r, const AgreeComm *ac) {
-  if ((r.fused = r.plan->fused_exchange(ac))) r.pub = r.run->fused_exchange(ac);
+  if ((r.fused = r.plan->fused_exchange(ac, r.sm != r.dm))) r.pub = r.run->fused_exchange(ac);
 }
 
 void fused_pack(void *ctx, char *bank) {
@@ -171,12 +171,10 @@ void agree_reshard(Reshard &r, int level, lm_status_t st, const std::string &err
   const bool msgs = a.ac->by_messages;
   // Across meshes the union's set may ride too (by messages; found here, where every rank of the
   // union looks the set up): every rank taking part packs its sends and unpacks its receives.
-  // Only with the plan's own messages (what lm_reshard_plan_info can report without the set).
+  // Only with the plan's own messages (Plan::fused_exchange across meshes).
   if (msgs && r.sm != r.dm && st == LM_SUCCESS && r.part && !is_device(t->device) &&
-      r.plan->involved) {
+      r.plan->involved)
     choose_fused(r, a.ac);
-    if (r.fused && r.fused->traffic(nullptr)) r.fused = r.pub = nullptr;
-  }
   if (st == LM_SUCCESS && r.fused && r.pub && (!msgs || (r.pub == r.fused && a.timeout <= 0))) {
     a.publish = fused_pack;
     a.publish_ctx = &r;

@@ -114,9 +114,14 @@ int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, s
 }
 
 std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
-                                                     const AgreeComm *ac) {
-  if (ac && ac->by_messages) return message_exchange_for(s, comm, ac);  // (NULL without a ride)
-  return board_exchange_for(s, comm, ac);
+                                                     const AgreeComm *ac, bool across_meshes) {
+  if (!across_meshes) {
+    if (ac && ac->by_messages) return message_exchange_for(s, comm, ac);  // (NULL: no ride)
+    return board_exchange_for(s, comm, ac);
+  }
+  if (!ac || !ac->by_messages) return nullptr;
+  std::unique_ptr<FusedExchange> fx = message_exchange_for(s, comm, ac);
+  return fx && fx->traffic(nullptr) ? nullptr : std::move(fx);
 }
 
 bool select_node_local_route(const std::vector<int> &node, int peer, size_t bytes) {

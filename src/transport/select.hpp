@@ -81,8 +81,12 @@ int choose_device_transport(MPI_Comm c, int n, int device_id, const char *who, s
 // within one mesh, small enough, whose agreement set `ac` has the board and outboxes: the board
 // exchange; or agrees by messages: the message exchange), or NULL.
 // Depends on the plan and agreed settings alone: every rank with the same plan decides alike.
+// Across meshes (across_meshes: the plan's source and target meshes differ) only by messages and
+// only an exchange of the plan's own messages (no traffic() of its own): what
+// lm_reshard_plan_info reports without the union's set.
 std::unique_ptr<FusedExchange> select_fused_exchange(const Schedule &s, MPI_Comm comm,
-                                                     const AgreeComm *ac);
+                                                     const AgreeComm *ac,
+                                                     bool across_meshes = false);
 
 // Whether a blocking host message of `bytes` to `peer` goes through the node-local provider
 // rather than over MPI (node: the sorted node_peers of the plan's communicator, comm/node.hpp):
