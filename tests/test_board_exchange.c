@@ -5,7 +5,7 @@
  * what it sends into its outbox before it publishes its agreement words, and copies its blocks out
  * of its peers' outboxes after the round. This suite checks, against the global index of every
  * element: S0->S1, S1->S0, S0->R, R->S1, P(sum) and P(max) -> S (one reduce-scatter step, reduced
- * out of the peers' outboxes), uneven and empty shards, three dtypes, compact tensors and
+ * out of the peers' outboxes) and -> R (one round: each rank reads its peers' whole inputs), uneven and empty shards, three dtypes, compact tensors and
  * padded borrows (their arrays packed and unpacked in place, the padding untouched), many
  * executions in a row (the outbox banks alternate), and that no MPI point-to-point message is posted on the
  * library's communicators for them (counted through PMPI) while a tensor above
@@ -220,13 +220,16 @@ static void test_small_plans_through_the_board(void **state) {
       }
     }
   /* Partial sources, one reduce-scatter step each (compact tensors: a padded source takes the
-   * transport): reduced in the round, out of the peers' outboxes. */
+   * transport): reduced in the round, out of the peers' outboxes; P -> R (a reduce-scatter and
+   * its gather) in one round too. */
   const lm_placement_t Psum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM),
                        Pmax = LM_PLACEMENT_PARTIAL(LM_REDUCE_MAX);
   const struct {
     lm_placement_t s, d;
     int64_t g0, g1;
-  } partial[] = {{Psum, S0, 40, 24}, {Pmax, S1, 9, 13}, {Psum, S1, 7, 5}, {Pmax, S0, 2, 3}};
+  } partial[] = {{Psum, S0, 40, 24}, {Pmax, S1, 9, 13}, {Psum, S1, 7, 5}, {Pmax, S0, 2, 3},
+                 /* P -> R: one round, every rank's whole input read by the others */
+                 {Psum, R, 40, 24},  {Pmax, R, 9, 13},  {Psum, R, 7, 5},  {Pmax, R, 1, 1}};
   for (size_t c = 0; c < sizeof partial / sizeof partial[0]; ++c)
     for (int t = 0; t < 3; ++t) {
       long made = run_case(m, partial[c].s, partial[c].d, partial[c].g0, partial[c].g1, dts[t],

@@ -282,12 +282,14 @@ bool plan_prepare(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_tensor_t d
 }
 }  // namespace
 
-FusedExchange *plan_rides(lm_reshard_plan_s *p) {
-  if (p->src_mesh != p->dst_mesh || !p->plan->involved ||
-      check_level(p->src_mesh, p->dst_mesh) == 0 || call_timeout(p->src_mesh, p->dst_mesh) > 0)
-    return nullptr;
+FusedExchange *plan_fused(lm_reshard_plan_s *p) {
+  if (p->src_mesh != p->dst_mesh || !p->plan->involved) return nullptr;
   if (!p->agree) p->agree = collective_comm(p->src_mesh, p->dst_mesh);
-  return p->agree->by_messages ? fused_exchange(p) : nullptr;
+  if (p->agree->board) return fused_exchange(p);  // (at every level, with a deadline too)
+  if (!p->agree->by_messages || check_level(p->src_mesh, p->dst_mesh) == 0 ||
+      call_timeout(p->src_mesh, p->dst_mesh) > 0)
+    return nullptr;
+  return fused_exchange(p);
 }
 
 bool plan_takes_board(lm_reshard_plan_s *p) {

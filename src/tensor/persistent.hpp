@@ -77,10 +77,11 @@ lm_request_s *plan_start(lm_reshard_plan_s *p, lm_dist_tensor_t src, lm_dist_ten
 // Whether a blocking execution moves this plan's data inside its agreement round (the board
 // exchange); decided once per plan, from the plan and the agreed settings alone.
 bool plan_takes_board(lm_reshard_plan_s *p);
-// The message exchange a blocking execution of this same-mesh plan rides the agreement with (its
-// set agrees by messages, checking is on, no deadline), or NULL: what lm_reshard_plan_info asks
-// for the traffic of a one-round all-reduce (FusedExchange::traffic).
-FusedExchange *plan_rides(lm_reshard_plan_s *p);
+// The exchange a blocking execution of this same-mesh plan fuses with its agreement round (the
+// board exchange; or the message exchange where its set agrees by messages, checking is on and no
+// deadline is set), or NULL: what lm_reshard_plan_info asks for the traffic of a one-round
+// all-reduce (FusedExchange::traffic).
+FusedExchange *plan_fused(lm_reshard_plan_s *p);
 // lm_reshard_plan_info (tensor/plan_info.cpp): `info` validated by the caller, filled here.
 void plan_info(lm_reshard_plan_s *p, int flags, lm_reshard_plan_info_t *info);
 // lm_reshard_estimate (tensor/plan_info.cpp): the same numbers from this rank's schedule alone,

@@ -162,7 +162,7 @@ void plan_info(lm_reshard_plan_s *p, int flags, lm_reshard_plan_info_t *info) {
                     offsetof(lm_reshard_plan_info_t, steps) + (kSums - 1) * sizeof(int64_t),
                 "the summed fields are the int64 ones from steps on");
   lm_reshard_plan_info_t out = fresh_info();
-  traffic_info(*p->plan, p->plan->comm, p->plan->involved && plan_takes_board(p), plan_rides(p),
+  traffic_info(*p->plan, p->plan->comm, p->plan->involved && plan_takes_board(p), plan_fused(p),
                out);
   if (flags & LM_PLAN_INFO_ALL_RANKS) {
     const char *fn = "lm_reshard_plan_info";
@@ -196,18 +196,16 @@ void reshard_estimate(lm_mesh_t src_mesh, const lm_placement_t *src_pl, lm_mesh_
   MPI_Comm comm = a.comm;
   Schedule s;  // this rank's, in the planner's compressed form (pure; no buffer; O(runs))
   build_schedule(s, a.src, a.dst, dtype, sm->world_rank, ScheduleForm::kCompressed);
-  // The board exchange, decided as for a plan (same mesh only; the mesh's own channel: local).
-  // (The message exchange is MPI messages: LM_ROUTE_MPI.)
-  const bool board = s.involved && sm == dm && sm->agree_members->board &&
-                     select_fused_exchange(s, comm, sm->agree_members);
-  // The message exchange, decided as plan_rides does (one round instead of a reduce-scatter and
-  // its gather moves other bytes).
+  // The fused exchange, decided as plan_fused does for a plan (same mesh only; the mesh's own
+  // channel: local): the board's, or the message exchange's (MPI messages: LM_ROUTE_MPI); one
+  // round instead of a reduce-scatter and its gather moves other bytes.
+  const AgreeComm *set = sm->agree_members;
   std::unique_ptr<FusedExchange> ride;
-  if (s.involved && sm == dm && sm->agree_members->by_messages && check_level(sm, dm) > 0 &&
-      call_timeout(sm, dm) <= 0)
-    ride = select_fused_exchange(s, comm, sm->agree_members);
+  if (s.involved && sm == dm &&
+      (set->board || (set->by_messages && check_level(sm, dm) > 0 && call_timeout(sm, dm) <= 0)))
+    ride = select_fused_exchange(s, comm, set);
   lm_reshard_plan_info_t out = fresh_info();
-  traffic_info(s, comm, board, ride.get(), out);
+  traffic_info(s, comm, ride && set->board, ride.get(), out);
   AgreeComm *ac = nullptr;
   const InfoCall call{&a.src, &a.dst, dtype};
   if (flags & LM_PLAN_INFO_ALL_RANKS) sum_over_ranks(sm, dm, &ac, fn, &call, LM_SUCCESS, "", out);

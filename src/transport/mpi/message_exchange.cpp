@@ -168,11 +168,6 @@ class MessageReduceScatter final : public Rooms {
   std::vector<__int128> acc_;
 };
 
-// Group member j of a reduce-scatter step (either form: plan/schedule.hpp, lazy_members).
-int64_t member_rank(const SchedStep &st, int64_t j) {
-  return st.peers.empty() ? st.peer0 + j * st.peer_step : st.peers[(size_t)j];
-}
-
 // A reduce-scatter step and the exchange that gathers its chunks back (P -> R: this rank's output
 // box is its input box): in one round, this rank's whole input rides to every other member of its
 // group, and after the round each member reduces the k inputs in group order (the reduce-scatter's
@@ -185,9 +180,9 @@ class MessageAllReduce final : public Rooms {
       : Rooms((size_t)ac.size), st_(*s.steps[0]), dt_(s.dt),
         box_((size_t)st_.inbox.numel() * s.esize) {
     for (int64_t j = 0; j < st_.k; ++j) {
-      members_.push_back(member_rank(st_, j));
-      agree_.push_back(ranks[(size_t)members_.back()]);
-      if (j != st_.mine) ride_.send_bytes[(size_t)agree_.back()] = ride_.recv_bytes[(size_t)agree_.back()] = box_;
+      const int a = ranks[(size_t)member_rank(st_, j)];
+      agree_.push_back(a);
+      if (j != st_.mine) ride_.send_bytes[(size_t)a] = ride_.recv_bytes[(size_t)a] = box_;
     }
     lay_out();
   }
@@ -206,14 +201,7 @@ class MessageAllReduce final : public Rooms {
   }
 
   bool traffic(Traffic *t) const override {
-    if (!t) return true;
-    t->flows.clear();
-    for (bool send : {true, false})
-      for (int64_t j = 0; j < st_.k; ++j)
-        if (j != st_.mine && box_) t->flows.push_back(Flow{0, (int)members_[(size_t)j], send, box_});
-    t->bytes_reduced = box_ * (uint64_t)(st_.k - 1);
-    t->work_bytes = 0;
-    t->staging_need = 0;
+    if (t) all_reduce_traffic(st_, box_, t);
     return true;
   }
 
@@ -221,8 +209,7 @@ class MessageAllReduce final : public Rooms {
   const SchedStep &st_;
   DType dt_;
   size_t box_;                    // this rank's input (and output) bytes
-  std::vector<int64_t> members_;  // plan rank of each group member
-  std::vector<int> agree_;        // their agreement ranks
+  std::vector<int> agree_;        // the agreement rank of each group member
   std::vector<__int128> acc_;
 };
 
@@ -240,39 +227,11 @@ bool plain_reduce_scatter(const SchedStep &st) {
          st.out_pad.empty() && st.out_str.empty();
 }
 
-uint64_t tensor_bytes(const Schedule &s) {
-  uint64_t bytes = s.esize;
-  for (int64_t e : s.src.gshape) bytes *= (uint64_t)e;
-  return bytes;
-}
-
-// Whether the plan is P -> R along one mesh dim of one grid, every other placement the same: then
-// every rank's input box is its output box. (A property of the layouts, so that every rank of the
-// plan decides alike: on other plans some ranks' boxes may match by chance.)
-bool partial_to_replicate(const Schedule &s) {
-  const Layout &a = s.src, &b = s.dst;
-  if (!a.grid || !b.grid || !a.grid->same_as(*b.grid) || a.pl.size() != b.pl.size()) return false;
-  int reduced = 0;
-  for (size_t m = 0; m < a.pl.size(); ++m) {
-    if (a.pl[m].kind == LM_PARTIAL && b.pl[m].kind == LM_REPLICATE)
-      ++reduced;
-    else if (std::memcmp(&a.pl[m], &b.pl[m], sizeof a.pl[m]) != 0)
-      return false;
-  }
-  return reduced == 1;
-}
-
 // P -> R as one round (MessageAllReduce), or NULL.
 std::unique_ptr<FusedExchange> all_reduce_for(const Schedule &s, MPI_Comm comm,
                                               const AgreeComm *ac) {
-  if (!partial_to_replicate(s)) return nullptr;
-  const SchedStep &rs = *s.steps[0], &ag = *s.steps[1];
-  // (Either form: the members of a compressed schedule's step are computed, not listed.)
-  if (rs.kind != StepKind::kReduceScatter || !rs.member || !rs.in_pad.empty() ||
-      !rs.out_pad.empty() || !rs.out_str.empty() || ag.kind != StepKind::kExchange ||
-      !ag.out_pad.empty() || !ag.out_str.empty() || rs.inbox.off != ag.outbox.off ||
-      rs.inbox.len != ag.outbox.len)
-    return nullptr;
+  if (!one_round_all_reduce(s)) return nullptr;
+  const SchedStep &rs = *s.steps[0];
   const uint64_t room = (uint64_t)ac->size * setting_u(Setting::MessageExchangeBytes);
   if ((uint64_t)(rs.k - 1) * tensor_bytes(s) > room) return nullptr;  // (the same on every rank)
   std::vector<int> ranks = all_ranks_in(comm, ac->comm);

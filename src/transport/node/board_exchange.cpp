@@ -132,19 +132,89 @@ class BoardReduceScatter final : public FusedExchange {
   std::vector<__int128> acc_;
 };
 
+// P -> R in one round (fused_reduce.hpp, one_round_all_reduce): this rank puts its whole input in
+// its bank once, for every member of its group; after the round each member reduces the k inputs in
+// group order straight out of their banks (the bits of the reduce-scatter and its gather). Other
+// reads than the plan's steps (traffic()).
+class BoardAllReduce final : public FusedExchange {
+ public:
+  BoardAllReduce(const Schedule &s, const AgreeComm &ac, const std::vector<int> &ranks)
+      : st_(*s.steps[0]), dt_(s.dt), ac_(ac), box_((size_t)st_.inbox.numel() * s.esize) {
+    for (int64_t j = 0; j < st_.k; ++j) agree_.push_back(ranks[(size_t)member_rank(st_, j)]);
+  }
+
+  void pack(const void *in, char *bank) override {
+    uint64_t *hdr = reinterpret_cast<uint64_t *>(bank);
+    std::memset(hdr, 0, (size_t)ac_.size * 16);
+    const size_t off = header_bytes(ac_);
+    for (int64_t j = 0; j < st_.k; ++j) {
+      if (j == st_.mine) continue;
+      hdr[2 * agree_[(size_t)j]] = off;
+      hdr[2 * agree_[(size_t)j] + 1] = box_;
+    }
+    if (box_) std::memcpy(bank + off, in, box_);
+  }
+
+  void unpack(const void *in, void *out) override {
+    const size_t bank = (size_t)(ac_.seq & 1) * ac_.outbox_bank;
+    std::vector<const char *> from((size_t)st_.k, nullptr);
+    for (int64_t j = 0; j < st_.k; ++j) {  // every block checked before any is reduced
+      if (j == st_.mine) continue;
+      const char *box = ac_.outbox[(size_t)agree_[(size_t)j]] + bank;
+      const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
+      if (hdr[2 * ac_.rank + 1] != box_)
+        fail(LM_ERR_MISMATCH, "reshard (board exchange): rank %lld sent %llu bytes where this "
+             "rank's plan expects %zu: the ranks ran different reshards (with LM_CHECK=0 no "
+             "agreement compares their arguments first)",
+             (long long)member_rank(st_, j), (unsigned long long)hdr[2 * ac_.rank + 1], box_);
+      from[(size_t)j] = box + hdr[2 * ac_.rank];
+    }
+    if (box_ == 0) return;
+    reduce_in_group_order(st_, dt_, static_cast<const char *>(in), out, st_.inbox.numel(), acc_,
+                          [&](int64_t j) { return from[(size_t)j]; });
+  }
+
+  bool traffic(Traffic *t) const override {
+    if (t) all_reduce_traffic(st_, box_, t);
+    return true;
+  }
+
+ private:
+  const SchedStep &st_;
+  DType dt_;
+  const AgreeComm &ac_;
+  size_t box_;              // this rank's input (and output) bytes
+  std::vector<int> agree_;  // the agreement rank of each group member
+  std::vector<__int128> acc_;
+};
+
+// P -> R on the board (BoardAllReduce), or NULL: the k - 1 inputs each rank reads within what the
+// board exchange moves (every rank decides alike), this rank's box within its bank.
+std::unique_ptr<FusedExchange> board_all_reduce_for(const Schedule &s, MPI_Comm comm,
+                                                    const AgreeComm &ac) {
+  if (!one_round_all_reduce(s)) return nullptr;
+  const SchedStep &rs = *s.steps[0];
+  if ((uint64_t)(rs.k - 1) * tensor_bytes(s) > (uint64_t)ac.size * board_exchange_bytes() ||
+      header_bytes(ac) + (size_t)rs.inbox.numel() * s.esize > ac.outbox_bank)
+    return nullptr;
+  std::vector<int> ranks = all_ranks_in(comm, ac.comm);
+  if (ranks.empty()) return nullptr;
+  return std::make_unique<BoardAllReduce>(s, ac, ranks);
+}
+
 }  // namespace
 
 std::unique_ptr<FusedExchange> board_exchange_for(const Schedule &s, MPI_Comm comm,
                                                   const AgreeComm *ac) {
-  if (!ac || ac->outbox.empty() || s.steps.size() != 1) return nullptr;
+  if (!ac || ac->outbox.empty()) return nullptr;
+  if (s.steps.size() == 2) return board_all_reduce_for(s, comm, *ac);
+  if (s.steps.size() != 1) return nullptr;
   const SchedStep &st = *s.steps[0];
   const bool rs = st.kind == StepKind::kReduceScatter;
   if (rs ? !st.in_pad.empty() || !st.out_pad.empty() || !st.out_str.empty()
          : st.kind != StepKind::kExchange)
     return nullptr;
-  uint64_t bytes = s.esize;
-  for (int64_t e : s.src.gshape) bytes *= (uint64_t)e;
-  if (bytes > (uint64_t)ac->size * board_exchange_bytes()) return nullptr;
+  if (tensor_bytes(s) > (uint64_t)ac->size * board_exchange_bytes()) return nullptr;
   size_t need = header_bytes(*ac);  // what this rank sends must fit its bank
   if (rs) {  // (its chunks: at most its input, and a block's rounding each; either form)
     need += (size_t)st.inbox.numel() * s.esize + 64 * (size_t)st.k;

@@ -5,7 +5,10 @@
 // its agreement words (a header of (offset, bytes) per agreement rank, then one 64-byte aligned
 // block per destination); after the round each rank copies its blocks straight out of its peers'
 // banks. Its buffers have the step's extents (in_ext / out_ext: a padded variant's are the
-// arrays'). Chosen by transport/select.hpp (select_fused_exchange).
+// arrays'). A reduce-scatter step rides the same way (each rank reduces its chunk out of its peers'
+// banks), and so does P -> R as one round (each rank's whole input once in its bank, read by every
+// member of its group; transport/fused_reduce.hpp). Chosen by transport/select.hpp
+// (select_fused_exchange).
 #pragma once
 
 #include <mpi.h>
@@ -20,7 +23,8 @@ struct AgreeComm;
 struct Schedule;
 
 // The board exchange of schedule s (plan communicator comm, agreement set ac), or NULL when the
-// plan cannot take it: not one exchange step, no outboxes, the tensor larger than ranks x
+// plan cannot take it: not one exchange or reduce-scatter step nor a one-round P -> R, no
+// outboxes, the tensor (for P -> R: the k - 1 inputs a rank reads) larger than ranks x
 // LM_BOARD_EXCHANGE_BYTES, or this rank's sends larger than its bank (a rank that cannot says so
 // in the round: the caller agrees on whether every rank packed).
 std::unique_ptr<FusedExchange> board_exchange_for(const Schedule &s, MPI_Comm comm,
