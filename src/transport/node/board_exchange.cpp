@@ -18,6 +18,19 @@ namespace {
 size_t header_bytes(const AgreeComm &ac) { return ((size_t)ac.size * 16 + 63) / 64 * 64; }
 size_t block_bytes(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+// After the round (ac.seq is the round's): the block agreement rank `from` (plan rank `peer`) left
+// for this rank in its bank, checked to hold `bytes`.
+const char *board_block(const AgreeComm &ac, int from, long long peer, size_t bytes) {
+  const char *box = ac.outbox[(size_t)from] + (size_t)(ac.seq & 1) * ac.outbox_bank;
+  const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
+  if (hdr[2 * ac.rank + 1] != bytes)
+    fail(LM_ERR_MISMATCH, "reshard (board exchange): rank %lld sent %llu bytes where this rank's "
+         "plan expects %zu: the ranks ran different reshards (with LM_CHECK=0 no agreement "
+         "compares their arguments first)",
+         peer, (unsigned long long)hdr[2 * ac.rank + 1], bytes);
+  return box + hdr[2 * ac.rank];
+}
+
 class BoardExchange final : public FusedExchange {
  public:
   BoardExchange(const SchedStep &st, const AgreeComm &ac, std::vector<int> ranks)
@@ -45,21 +58,14 @@ class BoardExchange final : public FusedExchange {
   // After the round (ac.seq is the round's): this rank's blocks out of its peers' banks, then its
   // own part.
   void unpack(const void *in, void *out) override {
-    const size_t bank = (size_t)(ac_.seq & 1) * ac_.outbox_bank;
     const int n = (int)st_.outbox.len.size();
     const int64_t zero[kBoxMaxDims] = {0};
     for (const Msg &m : st_.recvs) {
-      const char *box = ac_.outbox[(size_t)ranks_[(size_t)m.peer]] + bank;
-      const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
-      if (hdr[2 * ac_.rank + 1] != m.bytes)
-        fail(LM_ERR_MISMATCH, "reshard (board exchange): rank %d sent %llu bytes where this "
-             "rank's plan expects %zu: the ranks ran different reshards (with LM_CHECK=0 no "
-             "agreement compares their arguments first)",
-             m.peer, (unsigned long long)hdr[2 * ac_.rank + 1], m.bytes);
+      const char *block = board_block(ac_, ranks_[(size_t)m.peer], m.peer, m.bytes);
       BoxCopy c;
       boxcopy_init(c, n, m.box.len.data(), m.box.len.data(), zero, st_.out_ext().data(),
                    m.rel.data(), (int64_t)st_.esize);
-      boxcopy_range(c, out, box + hdr[2 * ac_.rank], 0, c.numel);
+      boxcopy_range(c, out, block, 0, c.numel);
     }
     for (const LocalCopy &b : st_.selfs) {
       BoxCopy c;
@@ -101,21 +107,13 @@ class BoardReduceScatter final : public FusedExchange {
 
   void unpack(const void *in, void *out) override {
     if (!st_.member) return;
-    const size_t bank = (size_t)(ac_.seq & 1) * ac_.outbox_bank;
     const int64_t n = st_.chunks[(size_t)st_.mine].numel();
     const size_t bytes = (size_t)n * st_.esize;
     std::vector<const char *> from((size_t)st_.k, nullptr);
     for (int64_t j = 0; j < st_.k; ++j) {  // every block checked before any is reduced
       if (j == st_.mine) continue;
       const int peer = st_.peers[(size_t)j];
-      const char *box = ac_.outbox[(size_t)ranks_[(size_t)peer]] + bank;
-      const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
-      if (hdr[2 * ac_.rank + 1] != bytes)
-        fail(LM_ERR_MISMATCH, "reshard (board exchange): rank %d sent %llu bytes where this "
-             "rank's plan expects %zu: the ranks ran different reshards (with LM_CHECK=0 no "
-             "agreement compares their arguments first)",
-             peer, (unsigned long long)hdr[2 * ac_.rank + 1], bytes);
-      from[(size_t)j] = box + hdr[2 * ac_.rank];
+      from[(size_t)j] = board_block(ac_, ranks_[(size_t)peer], peer, bytes);
     }
     if (n == 0) return;
     const char *own = own_rs_chunk(st_, in, scratch_);
@@ -156,19 +154,10 @@ class BoardAllReduce final : public FusedExchange {
   }
 
   void unpack(const void *in, void *out) override {
-    const size_t bank = (size_t)(ac_.seq & 1) * ac_.outbox_bank;
     std::vector<const char *> from((size_t)st_.k, nullptr);
-    for (int64_t j = 0; j < st_.k; ++j) {  // every block checked before any is reduced
-      if (j == st_.mine) continue;
-      const char *box = ac_.outbox[(size_t)agree_[(size_t)j]] + bank;
-      const uint64_t *hdr = reinterpret_cast<const uint64_t *>(box);
-      if (hdr[2 * ac_.rank + 1] != box_)
-        fail(LM_ERR_MISMATCH, "reshard (board exchange): rank %lld sent %llu bytes where this "
-             "rank's plan expects %zu: the ranks ran different reshards (with LM_CHECK=0 no "
-             "agreement compares their arguments first)",
-             (long long)member_rank(st_, j), (unsigned long long)hdr[2 * ac_.rank + 1], box_);
-      from[(size_t)j] = box + hdr[2 * ac_.rank];
-    }
+    for (int64_t j = 0; j < st_.k; ++j)  // every block checked before any is reduced
+      if (j != st_.mine)
+        from[(size_t)j] = board_block(ac_, agree_[(size_t)j], member_rank(st_, j), box_);
     if (box_ == 0) return;
     reduce_in_group_order(st_, dt_, static_cast<const char *>(in), out, st_.inbox.numel(), acc_,
                           [&](int64_t j) { return from[(size_t)j]; });
