@@ -2,10 +2,11 @@
 /*
  * test_agree_messages: agreements by messages (src/comm/agree_msg.cpp). A set of up to
  * LM_AGREE_MESSAGES ranks without an agreement board agrees by one message from each rank to
- * every other (tag LM_TEST_AGREE_MSG_TAG on the set's agreement communicator); where the set spans
- * nodes, a small plan's blocks ride those messages (transport/mpi/message_exchange.cpp). Here the
- * ranks are split into two simulated nodes (LM_TEST_NODES=2) with the node-local path off, so the
- * set spans nodes and has no board. Checked:
+ * every other (tag LM_TEST_AGREE_MSG_TAG on the set's agreement communicator), and a small plan's
+ * blocks ride those messages (transport/mpi/message_exchange.cpp). Here the ranks are split into
+ * two simulated nodes (LM_TEST_NODES=2) with the node-local path off, so the set spans nodes and
+ * has no board; test_agree_messages_one_node builds this file with LM_TEST_ONE_NODE: one node,
+ * the node-local path off (no board either). Checked:
  *   - S0->S1, S1->S0, S0->R at 2-D [12, 10] (uneven shards) by lm_dist_tensor_reshard and by a
  *     plan's execution, against the global index of every element; each execution posts exactly
  *     one message to every other rank, all agreement messages, and those to the ranks it has data
@@ -18,11 +19,17 @@
  *     no other message);
  *   - across meshes (the world to the world reversed, S0 -> S0 and S0 -> S1): the same, by
  *     lm_dist_tensor_reshard and by a plan;
+ *   - blocks of 4 KiB or more that are one run of the input ([64, 64] float64: S0->R, P(sum)->S0,
+ *     P(sum)->R, across meshes S0->S0) go as messages of their own after the words on one node,
+ *     and after the words in one message across nodes; strided ones (S0->S1) after the words on
+ *     both; values checked, by lm_dist_tensor_reshard and by a plan;
  *   - a tensor above LM_MESSAGE_EXCHANGE_BYTES per rank takes the transport (data messages of
  *     their own) after a words-only agreement round;
  *   - ranks that run different reshards with no deadline: of the same byte counts (S0->S1 against
  *     S1->S0 on a square tensor) and of different ones (S0->R against S0->S1): LM_ERR_MISMATCH on
  *     every rank naming the target placements, nothing left behind: the mesh works afterwards;
+ *   - ranks that run different reshards whose blocks go apart: the same byte counts (float64
+ *     against int64) and different ones (S0->R against S0->S1): LM_ERR_MISMATCH, the mesh works;
  *   - one rank's failure before the round (a wrong target tensor): its own error there,
  *     LM_ERR_REMOTE elsewhere.
  */
@@ -35,8 +42,16 @@
 #define NP lm_test_size()
 #define ME lm_test_rank()
 
+/* Across two simulated nodes, blocks go after the words in one message; on one node, blocks
+ * that are one run of the input and of 4 KiB or more go as messages of their own. */
+#ifdef LM_TEST_ONE_NODE
+#define APART 1
+#else
+#define APART 0
+#endif
+
 __attribute__((constructor)) static void set_environment(void) {
-  setenv("LM_TEST_NODES", "2", 1);
+  if (!APART) setenv("LM_TEST_NODES", "2", 1);
   setenv("LM_NODE_LOCAL", "0", 1);
   setenv("LM_MPI_COLLECTIVES", "0", 1);
 }
@@ -249,6 +264,61 @@ static void test_large_plans_take_the_transport(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
+/* Whether the last counted run sent what a plan of `flows` blocks sends: one message of words to
+ * every other rank, each block apart after them (apart) or in the same message. */
+static int sent_as(int apart, long long flows) {
+  if (g_other != 0) return 0;
+  if (apart) return g_agree_words == NP - 1 && g_agree_blocks == flows;
+  return g_agree_words + g_agree_blocks == NP - 1 && g_agree_blocks == flows;
+}
+
+static void test_large_blocks_go_apart_on_one_node(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh1(), rev = NULL;
+  int *ranks = malloc(sizeof(int) * (size_t)NP);
+  for (int i = 0; i < NP; ++i) ranks[i] = NP - 1 - i;
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.ranks = ranks;
+  cfg.nranks = NP;
+  int64_t ms[1] = {NP};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&rev, lm_test_comm_f(), 1, ms, &cfg));
+  free(ranks);
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1),
+                       r = LM_PLACEMENT_REPLICATE, sum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
+  /* 32 KiB: 8 KiB rows of blocks or more at np <= 4 */
+  const int64_t n = 64, g[2] = {64, 64};
+  const lm_placement_t from[5] = {s0, sum, sum, s0, s0}, to[5] = {r, s0, r, s0, s1};
+  const int on_rev[5] = {0, 0, 0, 1, 0}, whole[5] = {1, 1, 1, 1, 0};
+  for (int c = 0; c < 5; ++c) {
+    lm_dist_tensor_t x = NULL, y = NULL, z = NULL;
+    if (from[c].kind == LM_PARTIAL) {
+      /* rank 0 holds the values, the others zeros: the sum is the global index */
+      LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&x, m, 2, g, LM_FLOAT64, LM_CPU, &from[c]));
+      DLTensor v;
+      LM_ASSERT_OK(lm_dist_tensor_local(x, &v));
+      for (int64_t i = 0; ME == 0 && i < n * n; ++i) ((double *)v.data)[i] = (double)i;
+    } else {
+      x = iota(m, n, n, from[c]);
+    }
+    lm_mesh_t dm = on_rev[c] ? rev : m;
+    LM_ASSERT_OK_ALL(lm_dist_tensor_reshard(&y, x, dm, &to[c]));
+    LM_ASSERT_ALL(wrong_values(y, n) == 0);
+    lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
+    z = counted_run(m, &from[c], dm, &to[c], g, LM_FLOAT64, x, &info);
+    LM_ASSERT_ALL(wrong_values(z, n) == 0);
+    const int ok = sent_as(APART && whole[c], info.flows_sent);
+    if (!ok)
+      lm_test__diag("rank %d case %d: words-only %ld, with a block %ld, other %ld, flows %lld\n",
+                    ME, c, g_agree_words, g_agree_blocks, g_other, (long long)info.flows_sent);
+    LM_ASSERT_ALL(ok);
+    lm_dist_tensor_destroy(&x);
+    lm_dist_tensor_destroy(&y);
+    lm_dist_tensor_destroy(&z);
+  }
+  LM_ASSERT_OK(lm_mesh_destroy(&rev));
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
 /* After a mismatch the mesh still works: a reshard and its values. */
 static void mesh_works(lm_mesh_t m) {
   const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), r = LM_PLACEMENT_REPLICATE;
@@ -298,12 +368,38 @@ static void test_mismatch_without_deadline(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
+/* Blocks that go apart on one node (8 KiB or more at np <= 4), in calls that differ. */
+static void test_mismatch_of_large_blocks(void **state) {
+  (void)state;
+  lm_mesh_t m = mesh1();
+  const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1),
+                       r = LM_PLACEMENT_REPLICATE;
+  const int odd = ME == NP - 1;
+  int64_t g[2] = {64, 64};
+  lm_dist_tensor_t x = iota(m, 64, 64, s0), xi = NULL, y = NULL;
+  LM_ASSERT_OK_ALL(lm_dist_tensor_zeros(&xi, m, 2, g, LM_INT64, LM_CPU, &s0));
+  /* the same byte counts: the last rank's tensor is int64 */
+  LM_EXPECT_ALL(lm_dist_tensor_reshard(&y, odd ? xi : x, NULL, &r), LM_ERR_MISMATCH,
+                "disagree on dtype");
+  LM_ASSERT_ALL(y == NULL);
+  mesh_works(m);
+  /* different byte counts: S0->S1 on the last rank, S0->R on the others */
+  LM_EXPECT_ALL(lm_dist_tensor_reshard(&y, x, NULL, odd ? &s1 : &r), LM_ERR_MISMATCH,
+                "disagree on target placements");
+  mesh_works(m);
+  lm_dist_tensor_destroy(&xi);
+  lm_dist_tensor_destroy(&x);
+  LM_ASSERT_OK(lm_mesh_destroy(&m));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_small_plans_ride_the_agreement),
     cmocka_unit_test(test_partial_plans_ride_the_agreement),
     cmocka_unit_test(test_cross_mesh_plans_ride_the_agreement),
     cmocka_unit_test(test_large_plans_take_the_transport),
     cmocka_unit_test(test_mismatch_without_deadline),
+    cmocka_unit_test(test_large_blocks_go_apart_on_one_node),
+    cmocka_unit_test(test_mismatch_of_large_blocks),
 };
 
 LM_TEST_MAIN(tests)

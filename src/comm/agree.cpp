@@ -131,7 +131,8 @@ void register_agree_comm(AgreeComm *ac, const std::vector<int> &key, bool in_wor
 static void choose_rounds(AgreeComm *ac) {
   const int64_t most = setting_int(Setting::AgreeMessages);
   ac->by_messages = !ac->board && ac->size >= 2 && ac->size <= most;
-  ac->ride = ac->by_messages && setting_u(Setting::MessageExchangeBytes) > 0 && set_spans_nodes(ac);
+  ac->ride = ac->by_messages && setting_u(Setting::MessageExchangeBytes) > 0;
+  ac->ride_apart = ac->ride && !set_spans_nodes(ac);
 }
 
 AgreeComm *agree_comm_for(MPI_Comm base, MPI_Group group, const char *fn, double timeout) {

@@ -53,9 +53,12 @@ struct AgreeComm {
   // plan executions send their data in those messages (transport/mpi/message_exchange.hpp).
   // Decided once the set's settings are agreed and its board is known: the same on every rank.
   bool by_messages = false;
-  // With by_messages: the set spans more than one node, so small plans' data rides the messages
-  // (on one node a message costs less than the ride's two copies of the block).
+  // With by_messages and LM_MESSAGE_EXCHANGE_BYTES > 0: small plans' data rides the messages.
   bool ride = false;
+  // With ride, where every rank of the set shares one node: a block that is one run of its
+  // sender's input goes as a message of its own (Ride::apart), which shared-memory MPI copies
+  // once, instead of being copied after the words (over TCP a second message costs more).
+  bool ride_apart = false;
   // The agreement board (comm/board.hpp, board_max): shared memory that every rank of the
   // set maps, when they all share one node; NULL = agreements are MPI allreduces. The same on
   // every rank of the set.
@@ -161,11 +164,15 @@ constexpr size_t kRideHeader = 64;
 // Data that rides an agreement by messages (a FusedExchange over MPI: transport/mpi/
 // message_exchange.hpp). Per agreement rank: this rank's message to it (send[r]: kRideHeader
 // bytes for the words, then send_bytes[r] bytes of block) and the room for the message from it
-// (recv[r], the same layout, recv_bytes[r]). A message of another size is received apart and
-// its block dropped; landed says whether every block this rank expects arrived in its room.
+// (recv[r], the same layout, recv_bytes[r]). A message of another size is received into a
+// buffer of its own and its block dropped; landed says whether every block this rank expects arrived in its room.
+// A block may instead go as a message of its own right after the words, straight out of the
+// sender's memory (apart[r], set per call; NULL: after the words in send[r]); the words say so,
+// and the receiver takes that message too, into the same room.
 struct Ride {
   std::vector<char *> send, recv;
   std::vector<size_t> send_bytes, recv_bytes;
+  std::vector<const char *> apart;
   mutable bool landed = false;
 };
 

@@ -7,7 +7,9 @@
 // round never waits for a message that is not coming and leaves none behind: ranks that ran
 // different calls still meet, learn it from the words (the fingerprints differ) and go to the
 // second round together. The words of every rank reach every rank, so the MAX each rank takes is
-// the allreduce's.
+// the allreduce's. A block sent apart (Ride::apart) follows its words as a message of its own
+// (the words' last word says so; MPI keeps one sender's messages of one tag in order), and the
+// receiver takes it in the same round.
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -23,6 +25,7 @@ namespace lm {
 namespace {
 
 constexpr int kWords = (int)(kRideHeader / sizeof(long long));  // 8: up to 7 values, and nv
+constexpr long long kApart = 1LL << 40;  // in the last word: the sender's block follows apart
 
 using Clock = std::chrono::steady_clock;
 
@@ -52,39 +55,76 @@ void post_sends(AgreeComm *ac, const long long *w, const Ride *ride, bool packed
     const int p = (ac->rank + k) % ac->size;
     const char *buf = reinterpret_cast<const char *>(s.words->data());
     size_t bytes = kRideHeader;
+    const char *apart = nullptr;
     if (packed) {
+      const size_t block = ride->send_bytes[(size_t)p];
+      apart = block && !ride->apart.empty() ? ride->apart[(size_t)p] : nullptr;
       std::memcpy(ride->send[(size_t)p], w, kRideHeader);
       buf = ride->send[(size_t)p];
-      bytes += ride->send_bytes[(size_t)p];
+      if (apart) {
+        const long long last = w[kWords - 1] | kApart;
+        std::memcpy(ride->send[(size_t)p] + (kWords - 1) * sizeof(long long), &last, sizeof last);
+      } else {
+        bytes += block;
+      }
     }
     MPI_Request r;
     check(MPI_Isend(buf, (int)bytes, MPI_BYTE, p, kAgreeMsgTag, ac->comm, &r), what, "MPI_Isend",
           p);
     s.req.push_back(r);
+    if (!apart) continue;
+    check(MPI_Isend(apart, (int)ride->send_bytes[(size_t)p], MPI_BYTE, p, kAgreeMsgTag, ac->comm,
+                    &r), what, "MPI_Isend", p);
+    s.req.push_back(r);
   }
 }
 
 // Receives the message of peer p matched by `msg` (count bytes) and folds its words into v.
-// Returns whether its block landed in this rank's room for it.
+// Returns whether its block landed in this rank's room for it; *apart: whether the block follows
+// as a message of its own.
 bool receive_one(int p, MPI_Message *msg, int count, long long *v, int nv,
-                 const Ride *ride, const char *what) {
+                 const Ride *ride, const char *what, bool *apart) {
   if (count < (int)kRideHeader)
     fail(LM_ERR_INTERNAL, "%s: an agreement message of %d bytes from rank %d (at least %zu)",
          what, count, p, kRideHeader);
   char *dst = nullptr;
-  std::vector<char> apart;
+  std::vector<char> own;
   const bool fits = ride && (size_t)count == kRideHeader + ride->recv_bytes[(size_t)p];
   if (fits) {
     dst = ride->recv[(size_t)p];
   } else {
-    apart.resize((size_t)count);
-    dst = apart.data();
+    own.resize((size_t)count);
+    dst = own.data();
   }
   check(MPI_Mrecv(dst, count, MPI_BYTE, msg, MPI_STATUS_IGNORE), what, "MPI_Mrecv", p);
   long long w[kWords];
   std::memcpy(w, dst, kRideHeader);
   for (int i = 0; i < nv; ++i) v[i] = std::max(v[i], w[i]);
-  return fits && ride->recv_bytes[(size_t)p] > 0;
+  *apart = (w[kWords - 1] & kApart) != 0;
+  return fits && !*apart && ride->recv_bytes[(size_t)p] > 0;
+}
+
+// The block that peer p sent apart after its words (already on its way: waited for, with the
+// deadline): into this rank's room for it where its size is the one expected, else dropped.
+// Returns whether it landed.
+bool receive_apart(AgreeComm *ac, int p, const Ride *ride, Clock::time_point t0, double timeout,
+                   const char *what, const char *who) {
+  int flag = 0;
+  MPI_Message msg;
+  MPI_Status st;
+  for (unsigned spins = 1; !flag; ++spins) {
+    check(MPI_Improbe(p, kAgreeMsgTag, ac->comm, &flag, &msg, &st), what, "MPI_Improbe", p);
+    if (!flag && (spins & 63) == 0 && expired(t0, timeout))
+      fail(LM_ERR_TIMEOUT, "%s: agreement: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
+  }
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  const bool fits = ride && count > 0 && (size_t)count == ride->recv_bytes[(size_t)p];
+  std::vector<char> dropped;
+  if (!fits) dropped.resize((size_t)count + 1);
+  char *dst = fits ? ride->recv[(size_t)p] + kRideHeader : dropped.data();
+  check(MPI_Mrecv(dst, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE), what, "MPI_Mrecv", p);
+  return fits;
 }
 
 // Receives one message from every other rank, in the order they come. Throws LM_ERR_TIMEOUT at
@@ -113,7 +153,9 @@ void receive_all(AgreeComm *ac, long long *v, int nv, const Ride *ride, double t
       }
       int count = 0;
       MPI_Get_count(&st, MPI_BYTE, &count);
-      arrived += receive_one(pending[i], &msg, count, v, nv, ride, what);
+      bool apart = false;
+      arrived += receive_one(pending[i], &msg, count, v, nv, ride, what, &apart);
+      if (apart) arrived += receive_apart(ac, pending[i], ride, t0, timeout, what, who);
       pending.erase(pending.begin() + (long)i);
     }
     if (!pending.empty() && (++spins & 63) == 0 && expired(t0, timeout))

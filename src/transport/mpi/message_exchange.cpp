@@ -18,6 +18,11 @@ namespace {
 
 size_t rounded(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+// On one node (AgreeComm::ride_apart), the smallest block that is one run of the input to go
+// apart (Ride::apart): shared-memory MPI moves a message of 4 KiB or more with one copy (Open
+// MPI's single-copy path), for less than copying it after the words.
+constexpr size_t kApartMinBytes = 4096;
+
 // The rooms of one round: per agreement rank, the room for the words of its message, then this
 // rank's block for it (send) or its block for this rank (recv), each 64-byte aligned.
 class Rooms : public FusedExchange {
@@ -25,9 +30,11 @@ class Rooms : public FusedExchange {
   const Ride *ride() const override { return &ride_; }
 
  protected:
-  explicit Rooms(size_t n) {
+  explicit Rooms(const AgreeComm &ac) : apart_(ac.ride_apart) {
+    const size_t n = (size_t)ac.size;
     ride_.send_bytes.assign(n, 0);
     ride_.recv_bytes.assign(n, 0);
+    ride_.apart.assign(n, nullptr);
   }
   // After send_bytes and recv_bytes are set.
   void lay_out() {
@@ -48,6 +55,13 @@ class Rooms : public FusedExchange {
     }
   }
   char *send_block(int agree_rank) { return ride_.send[(size_t)agree_rank] + kRideHeader; }
+  // This call's block for agreement rank a, where it is one run of the input at `from`: apart
+  // when it is large enough (returns true), else the caller packs it.
+  bool send_apart(int a, const char *from) {
+    const bool big = apart_ && ride_.send_bytes[(size_t)a] >= kApartMinBytes;
+    ride_.apart[(size_t)a] = big ? from : nullptr;
+    return big;
+  }
   const char *recv_block(int agree_rank) const { return ride_.recv[(size_t)agree_rank] + kRideHeader; }
   void expect_landed() const {
     if (!ride_.landed)
@@ -59,6 +73,7 @@ class Rooms : public FusedExchange {
   Ride ride_;
 
  private:
+  bool apart_;  // AgreeComm::ride_apart
   struct alignas(64) Line {
     char b[64];
   };
@@ -69,7 +84,7 @@ class Rooms : public FusedExchange {
 class MessageExchange final : public Rooms {
  public:
   MessageExchange(const SchedStep &st, const AgreeComm &ac, const std::vector<int> &ranks)
-      : Rooms((size_t)ac.size), st_(st), ranks_(ranks) {
+      : Rooms(ac), st_(st), ranks_(ranks) {
     for (const Msg &m : st.sends) ride_.send_bytes[(size_t)ranks[(size_t)m.peer]] = m.bytes;
     for (const Msg &m : st.recvs) ride_.recv_bytes[(size_t)ranks[(size_t)m.peer]] = m.bytes;
     lay_out();
@@ -80,9 +95,12 @@ class MessageExchange final : public Rooms {
     const int n = (int)st_.inbox.len.size();
     const int64_t zero[kBoxMaxDims] = {0};
     for (const Msg &m : st_.sends) {
-      char *dst = send_block(ranks_[(size_t)m.peer]);
+      const int a = ranks_[(size_t)m.peer];
+      const char *from = static_cast<const char *>(in) + m.off;
+      if (m.contiguous && send_apart(a, from)) continue;
+      char *dst = send_block(a);
       if (m.contiguous) {
-        std::memcpy(dst, static_cast<const char *>(in) + m.off, m.bytes);
+        std::memcpy(dst, from, m.bytes);
         continue;
       }
       BoxCopy c;
@@ -128,7 +146,7 @@ class MessageExchange final : public Rooms {
 class MessageReduceScatter final : public Rooms {
  public:
   MessageReduceScatter(const Schedule &s, const AgreeComm &ac, const std::vector<int> &ranks)
-      : Rooms((size_t)ac.size), st_(*s.steps[0]), dt_(s.dt), esize_(s.esize), ranks_(ranks) {
+      : Rooms(ac), st_(*s.steps[0]), dt_(s.dt), esize_(s.esize), ranks_(ranks) {
     if (!st_.member) {
       lay_out();
       return;
@@ -145,8 +163,15 @@ class MessageReduceScatter final : public Rooms {
 
   void pack(const void *in, char *) override {
     if (!st_.member) return;
-    for (int64_t j = 0; j < st_.k; ++j)
-      if (j != st_.mine) copy_rs_chunk(st_, j, in, send_block(ranks_[(size_t)st_.peers[(size_t)j]]));
+    for (int64_t j = 0; j < st_.k; ++j) {
+      if (j == st_.mine) continue;
+      const int a = ranks_[(size_t)st_.peers[(size_t)j]];
+      size_t off = 0;
+      if (box_is_contiguous_at(st_.inbox, st_.in_ext(), st_.chunks[(size_t)j], esize_, &off) &&
+          send_apart(a, static_cast<const char *>(in) + off))
+        continue;
+      copy_rs_chunk(st_, j, in, send_block(a));
+    }
   }
 
   void unpack(const void *in, void *out) override {
@@ -177,7 +202,7 @@ class MessageReduceScatter final : public Rooms {
 class MessageAllReduce final : public Rooms {
  public:
   MessageAllReduce(const Schedule &s, const AgreeComm &ac, const std::vector<int> &ranks)
-      : Rooms((size_t)ac.size), st_(*s.steps[0]), dt_(s.dt),
+      : Rooms(ac), st_(*s.steps[0]), dt_(s.dt),
         box_((size_t)st_.inbox.numel() * s.esize) {
     for (int64_t j = 0; j < st_.k; ++j) {
       const int a = ranks[(size_t)member_rank(st_, j)];
@@ -188,8 +213,11 @@ class MessageAllReduce final : public Rooms {
   }
 
   void pack(const void *in, char *) override {
-    for (int64_t j = 0; j < st_.k; ++j)
-      if (j != st_.mine && box_) std::memcpy(send_block(agree_[(size_t)j]), in, box_);
+    for (int64_t j = 0; j < st_.k; ++j) {
+      const int a = agree_[(size_t)j];
+      if (j != st_.mine && box_ && !send_apart(a, static_cast<const char *>(in)))
+        std::memcpy(send_block(a), in, box_);
+    }
   }
 
   void unpack(const void *in, void *out) override {
