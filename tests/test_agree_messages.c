@@ -74,6 +74,20 @@ static lm_mesh_t mesh1(void) {
   return m;
 }
 
+/* The world's ranks in reverse order, as a 1-D mesh. */
+static lm_mesh_t mesh_reversed(void) {
+  lm_mesh_t rev = NULL;
+  int *ranks = malloc(sizeof(int) * (size_t)NP);
+  for (int i = 0; i < NP; ++i) ranks[i] = NP - 1 - i;
+  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
+  cfg.ranks = ranks;
+  cfg.nranks = NP;
+  int64_t ms[1] = {NP};
+  LM_ASSERT_OK_ALL(lm_mesh_create(&rev, lm_test_comm_f(), 1, ms, &cfg));
+  free(ranks);
+  return rev;
+}
+
 /* A float64 [rows, cols] tensor with value i * cols + j, placed as pl. */
 static lm_dist_tensor_t iota(lm_mesh_t m, int64_t rows, int64_t cols, lm_placement_t pl) {
   double *buf = malloc(sizeof(double) * (size_t)(rows * cols));
@@ -123,6 +137,18 @@ static lm_dist_tensor_t counted_run(lm_mesh_t sm, const lm_placement_t *sp, lm_m
   return z;
 }
 
+/* Whether the last counted run (case c) sent what a plan of `flows` blocks sends: one message of
+ * words to every other rank, each block apart after them (apart) or in the same message, and no
+ * other point-to-point message; says what it saw where not. */
+static int sent_as(int apart, long long flows, int c) {
+  const long words = apart ? g_agree_words : g_agree_words + g_agree_blocks;
+  const int ok = g_other == 0 && words == NP - 1 && g_agree_blocks == flows;
+  if (!ok)
+    lm_test__diag("rank %d case %d: words-only %ld, with a block %ld, other %ld, flows %lld\n",
+                  ME, c, g_agree_words, g_agree_blocks, g_other, flows);
+  return ok;
+}
+
 static void test_small_plans_ride_the_agreement(void **state) {
   (void)state;
   lm_mesh_t m = mesh1();
@@ -138,12 +164,7 @@ static void test_small_plans_ride_the_agreement(void **state) {
     z = counted_run(m, &from[c], m, &to[c], g, LM_FLOAT64, x, &info);
     LM_ASSERT_ALL(wrong_values(z, cols) == 0);
     /* one message to every other rank; those with a block for the peer carry it */
-    const int ok = g_other == 0 && g_agree_words + g_agree_blocks == NP - 1 &&
-                   g_agree_blocks == info.flows_sent;
-    if (!ok)
-      lm_test__diag("rank %d case %d: words-only %ld, with a block %ld, other %ld, flows %lld\n",
-                    ME, c, g_agree_words, g_agree_blocks, g_other, (long long)info.flows_sent);
-    LM_ASSERT_ALL(ok);
+    LM_ASSERT_ALL(sent_as(0, info.flows_sent, c));
     lm_dist_tensor_destroy(&x);
     lm_dist_tensor_destroy(&y);
     lm_dist_tensor_destroy(&z);
@@ -204,15 +225,7 @@ static void test_partial_plans_ride_the_agreement(void **state) {
 
 static void test_cross_mesh_plans_ride_the_agreement(void **state) {
   (void)state;
-  lm_mesh_t m = mesh1(), rev = NULL;
-  int *ranks = malloc(sizeof(int) * (size_t)NP);
-  for (int i = 0; i < NP; ++i) ranks[i] = NP - 1 - i;
-  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
-  cfg.ranks = ranks;
-  cfg.nranks = NP;
-  int64_t ms[1] = {NP};
-  LM_ASSERT_OK_ALL(lm_mesh_create(&rev, lm_test_comm_f(), 1, ms, &cfg));
-  free(ranks);
+  lm_mesh_t m = mesh1(), rev = mesh_reversed();
   const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1);
   const lm_placement_t to[2] = {s0, s1};
   const int64_t rows = 12, cols = 10, g[2] = {12, 10};
@@ -264,25 +277,9 @@ static void test_large_plans_take_the_transport(void **state) {
   LM_ASSERT_OK(lm_mesh_destroy(&m));
 }
 
-/* Whether the last counted run sent what a plan of `flows` blocks sends: one message of words to
- * every other rank, each block apart after them (apart) or in the same message. */
-static int sent_as(int apart, long long flows) {
-  if (g_other != 0) return 0;
-  if (apart) return g_agree_words == NP - 1 && g_agree_blocks == flows;
-  return g_agree_words + g_agree_blocks == NP - 1 && g_agree_blocks == flows;
-}
-
 static void test_large_blocks_go_apart_on_one_node(void **state) {
   (void)state;
-  lm_mesh_t m = mesh1(), rev = NULL;
-  int *ranks = malloc(sizeof(int) * (size_t)NP);
-  for (int i = 0; i < NP; ++i) ranks[i] = NP - 1 - i;
-  lm_mesh_config_t cfg = LM_MESH_CONFIG_INIT;
-  cfg.ranks = ranks;
-  cfg.nranks = NP;
-  int64_t ms[1] = {NP};
-  LM_ASSERT_OK_ALL(lm_mesh_create(&rev, lm_test_comm_f(), 1, ms, &cfg));
-  free(ranks);
+  lm_mesh_t m = mesh1(), rev = mesh_reversed();
   const lm_placement_t s0 = LM_PLACEMENT_SHARD(0), s1 = LM_PLACEMENT_SHARD(1),
                        r = LM_PLACEMENT_REPLICATE, sum = LM_PLACEMENT_PARTIAL(LM_REDUCE_SUM);
   /* 32 KiB: 8 KiB rows of blocks or more at np <= 4 */
@@ -306,11 +303,7 @@ static void test_large_blocks_go_apart_on_one_node(void **state) {
     lm_reshard_plan_info_t info = LM_RESHARD_PLAN_INFO_INIT;
     z = counted_run(m, &from[c], dm, &to[c], g, LM_FLOAT64, x, &info);
     LM_ASSERT_ALL(wrong_values(z, n) == 0);
-    const int ok = sent_as(APART && whole[c], info.flows_sent);
-    if (!ok)
-      lm_test__diag("rank %d case %d: words-only %ld, with a block %ld, other %ld, flows %lld\n",
-                    ME, c, g_agree_words, g_agree_blocks, g_other, (long long)info.flows_sent);
-    LM_ASSERT_ALL(ok);
+    LM_ASSERT_ALL(sent_as(APART && whole[c], info.flows_sent, c));
     lm_dist_tensor_destroy(&x);
     lm_dist_tensor_destroy(&y);
     lm_dist_tensor_destroy(&z);
