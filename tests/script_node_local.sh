@@ -139,7 +139,9 @@ calls() {  # "readv writev" calls of one run of test_reshard_directed at np 2
   rm -f "$log"
   echo "${r:-0} ${w:-0}"
 }
-read -r on_r on_w <<< "$(calls $KERNEL)"
+# (Without an arena there is no agreement board: small plans would ride the agreement's MPI
+# messages rather than take the node-local path, LM_MESSAGE_EXCHANGE_BYTES; here every plan takes it.)
+read -r on_r on_w <<< "$(calls $KERNEL LM_MESSAGE_EXCHANGE_BYTES=0)"
 read -r ar_r ar_w <<< "$(calls $ARENA)"
 read -r off_r off_w <<< "$(calls LM_NODE_LOCAL=0)"
 echo "process_vm_readv/writev calls: $on_r/$on_w through the kernel only, $ar_r/$ar_w with every pool buffer in the arena, $off_r/$off_w with LM_NODE_LOCAL=0"
