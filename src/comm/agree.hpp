@@ -162,13 +162,13 @@ constexpr int kAgreeMsgTag = 0x7f4c;  // above the transport's step, ack and don
 constexpr size_t kRideHeader = 64;
 
 // Data that rides an agreement by messages (a FusedExchange over MPI: transport/mpi/
-// message_exchange.hpp). Per agreement rank: this rank's message to it (send[r]: kRideHeader
-// bytes for the words, then send_bytes[r] bytes of block) and the room for the message from it
-// (recv[r], the same layout, recv_bytes[r]). A message of another size is received into a
-// buffer of its own and its block dropped; landed says whether every block this rank expects arrived in its room.
-// A block may instead go as a message of its own right after the words, straight out of the
-// sender's memory (apart[r], set per call; NULL: after the words in send[r]); the words say so,
-// and the receiver takes that message too, into the same room.
+// message_exchange.hpp). Per agreement rank: this rank's message to it (send[r]: kRideHeader bytes
+// for the words, then send_bytes[r] bytes of block) and the room for the message from it (recv[r],
+// the same layout, recv_bytes[r]). A message of another size is received into a buffer of its own
+// and its block dropped; landed says whether every block this rank expects arrived in its room. A
+// block may instead go as a message of its own right after the words, straight out of the sender's
+// memory (apart[r], set per call; NULL: after the words in send[r]); the words say so, and the
+// receiver takes that message too, into the same room.
 struct Ride {
   std::vector<char *> send, recv;
   std::vector<size_t> send_bytes, recv_bytes;
