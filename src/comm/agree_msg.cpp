@@ -37,6 +37,10 @@ inline void check(int rc, const char *what, const char *call, int peer = -1) {
   mpi_check(rc, w.c_str());
 }
 
+[[noreturn]] void no_answer(const char *what, double timeout, const char *who) {
+  fail(LM_ERR_TIMEOUT, "%s: agreement: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
+}
+
 bool expired(Clock::time_point t0, double timeout) {
   return timeout > 0 && std::chrono::duration<double>(Clock::now() - t0).count() > timeout;
 }
@@ -57,15 +61,14 @@ void post_sends(AgreeComm *ac, const long long *w, const Ride *ride, bool packed
     size_t bytes = kRideHeader;
     const char *apart = nullptr;
     if (packed) {
-      const size_t block = ride->send_bytes[(size_t)p];
-      apart = block && !ride->apart.empty() ? ride->apart[(size_t)p] : nullptr;
+      apart = ride->apart[(size_t)p];  // (Rooms sizes it; set only for a block of 4 KiB or more)
       std::memcpy(ride->send[(size_t)p], w, kRideHeader);
       buf = ride->send[(size_t)p];
       if (apart) {
         const long long last = w[kWords - 1] | kApart;
         std::memcpy(ride->send[(size_t)p] + (kWords - 1) * sizeof(long long), &last, sizeof last);
       } else {
-        bytes += block;
+        bytes += ride->send_bytes[(size_t)p];
       }
     }
     MPI_Request r;
@@ -115,7 +118,7 @@ bool receive_apart(AgreeComm *ac, int p, const Ride *ride, Clock::time_point t0,
   for (unsigned spins = 1; !flag; ++spins) {
     check(MPI_Improbe(p, kAgreeMsgTag, ac->comm, &flag, &msg, &st), what, "MPI_Improbe", p);
     if (!flag && (spins & 63) == 0 && expired(t0, timeout))
-      fail(LM_ERR_TIMEOUT, "%s: agreement: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
+      no_answer(what, timeout, who);
   }
   int count = 0;
   MPI_Get_count(&st, MPI_BYTE, &count);
@@ -159,7 +162,7 @@ void receive_all(AgreeComm *ac, long long *v, int nv, const Ride *ride, double t
       pending.erase(pending.begin() + (long)i);
     }
     if (!pending.empty() && (++spins & 63) == 0 && expired(t0, timeout))
-      fail(LM_ERR_TIMEOUT, "%s: agreement: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
+      no_answer(what, timeout, who);
   }
   landed = arrived == expected;
   if (ride) ride->landed = landed;
@@ -180,7 +183,7 @@ void finish_sends(AgreeComm *ac, Sends &s, double timeout, const char *what, con
     if ((spins & 63) == 0 && expired(t0, timeout)) {
       for (MPI_Request r : s.req)
         if (r != MPI_REQUEST_NULL) ac->abandoned.push_back({r, s.words});
-      fail(LM_ERR_TIMEOUT, "%s: agreement: no answer within LM_TIMEOUT = %g s%s", what, timeout, who);
+      no_answer(what, timeout, who);
     }
   }
 }

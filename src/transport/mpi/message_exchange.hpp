@@ -2,10 +2,12 @@
 // The message exchange: a small plan of one exchange or reduce-scatter step on a set that agrees
 // by messages (AgreeComm::by_messages, comm/agree_msg.cpp) sends its data inside its agreement
 // messages. Each rank packs its block for every agreement rank after the room for its words
-// (Ride), the round carries them, and after a round in which every rank packed, each rank copies
-// its blocks out of its own room and does its local copies (an exchange), or reduces its chunk's
-// contributions in group order (a reduce-scatter: the same bits as the transport's run). The MPI counterpart of the board exchange
-// (transport/node/board_exchange.hpp), chosen by transport/select.hpp (select_fused_exchange).
+// (Ride), or on one node sends a block that is one run of its input apart, right after them
+// (Ride::apart); the round carries them, and after a round in which every rank packed, each rank
+// copies its blocks out of its own room and does its local copies (an exchange), or reduces its
+// chunk's contributions in group order (a reduce-scatter: the same bits as the transport's run).
+// The MPI counterpart of the board exchange (transport/node/board_exchange.hpp), chosen by
+// transport/select.hpp (select_fused_exchange).
 #pragma once
 
 #include <mpi.h>
